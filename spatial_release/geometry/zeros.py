@@ -1,0 +1,30 @@
+"""Structural zeros: cells empty by definition (water, parkland), listed in a public file named by the policy.
+
+The file is a CSV with a `cell_id` column (or a plain list, one id per line). Such cells are published as 0
+in every bucket so that maps show them as empty rather than unknown. The list may be wrong: a listed cell
+that holds units in a bucket is an ordinary cell there, and the release record counts those conflicts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+
+class ZerosFileError(ValueError):
+    pass
+
+
+def read_structural_zeros(path: Path) -> frozenset[str]:
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise ZerosFileError(f"{path}: cannot read the structural-zeros list: {exc}") from None
+    if "cell_id" not in frame.columns:
+        raise ZerosFileError(f"{path}: expected a 'cell_id' column, found {list(frame.columns)}")
+    ids = frame["cell_id"].str.strip()
+    empty = ids.index[ids == ""].tolist()
+    if empty:
+        raise ZerosFileError(f"{path}: empty cell_id on data row(s) {[i + 1 for i in empty[:5]]}")
+    return frozenset(ids)

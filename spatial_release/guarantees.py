@@ -1,0 +1,191 @@
+"""The publication guarantees, as pure functions over the files that are about to be published.
+
+Each check re-derives its verdict from the counting artefact (the true distinct-unit counts of every group)
+and the candidate release files; none trusts a figure reported by the suppressor. Each returns a
+`CheckOutcome` naming the offending rows, so a blocked release says which cell broke which guarantee.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+CELL_KEY = ["cell_id", "bucket_start"]
+MARGIN_KEY = ["level", "area_id", "bucket_start"]
+MAX_LISTED = 20
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    name: str
+    passed: bool
+    summary: str
+    offending: list[dict] = field(default_factory=list)
+    figures: dict = field(default_factory=dict)
+
+
+def expected_columns(count_column: str) -> dict[str, list[str]]:
+    return {
+        "cells.parquet": ["cell_id", "bucket_start", count_column, "geometry"],
+        "margins.parquet": ["level", "area_id", "bucket_start", count_column],
+    }
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    return [{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row.items()}
+            for row in frame.head(MAX_LISTED).to_dict("records")]
+
+
+def _with_truth(published: pd.DataFrame, truth: pd.DataFrame, key: list[str], count_column: str) -> pd.DataFrame:
+    merged = published[[*key, count_column]].merge(
+        truth[[*key, "n"]].rename(columns={"n": "true_n"}), on=key, how="left")
+    merged["true_n"] = merged["true_n"].fillna(0).astype("int64")
+    return merged
+
+
+def check_k_floor(
+    cells: pd.DataFrame,
+    margins: pd.DataFrame,
+    true_cells: pd.DataFrame,
+    true_margins: pd.DataFrame,
+    k: int,
+    zeros: Iterable[str],
+    count_column: str,
+) -> CheckOutcome:
+    """Every published (cell, bucket) and margin holds >= k distinct units (inclusive) and shows its true count.
+
+    The only exception is a listed structural zero that truly holds no unit, published as 0.
+    """
+    zeros = frozenset(zeros)
+    c = _with_truth(cells, true_cells, CELL_KEY, count_column)
+    is_zero = (c["true_n"] == 0) & c["cell_id"].isin(zeros) & (c[count_column] == 0)
+    bad_cells = c[~is_zero & ((c["true_n"] < k) | (c[count_column] != c["true_n"]))]
+    m = _with_truth(margins, true_margins, MARGIN_KEY, count_column)
+    bad_margins = m[(m["true_n"] < k) | (m[count_column] != m["true_n"])]
+    nonzero = c.loc[~is_zero, "true_n"]
+    figures = {
+        "k": k,
+        "boundary": "inclusive (n >= k is published)",
+        "smallest_published_cell_true_count": int(nonzero.min()) if len(nonzero) else None,
+        "smallest_published_margin_true_count": int(m["true_n"].min()) if len(m) else None,
+        "cells_below_k_or_misreported": int(len(bad_cells)),
+        "margins_below_k_or_misreported": int(len(bad_margins)),
+    }
+    passed = bad_cells.empty and bad_margins.empty
+    summary = (
+        f"all {len(c)} published cells and {len(m)} margins hold >= {k} units"
+        if passed else
+        f"{len(bad_cells)} published cell(s) and {len(bad_margins)} margin(s) hold fewer than {k} units or "
+        f"misreport their count; first: {_records(pd.concat([bad_cells, bad_margins]).head(1))}"
+    )
+    return CheckOutcome("k_floor", passed, summary,
+                        _records(bad_cells) + _records(bad_margins), figures)
+
+
+def _key_problems(frame: pd.DataFrame, key: list[str], truth: pd.DataFrame, k: int,
+                  zeros: frozenset[str], count_column: str, file: str) -> list[dict]:
+    problems: list[dict] = []
+    null_rows = frame[frame.drop(columns=["geometry"], errors="ignore").isna().any(axis=1)]
+    if "geometry" in frame.columns:
+        null_rows = pd.concat([null_rows, frame[frame["geometry"].isna()]]).drop_duplicates(subset=key)
+    problems += [{"file": file, "problem": "null value", **r} for r in _records(null_rows[key])]
+    duplicated = frame[frame.duplicated(subset=key, keep=False)]
+    problems += [{"file": file, "problem": "duplicated key", **r} for r in _records(duplicated[key])]
+    merged = _with_truth(frame.dropna(subset=key), truth, key, count_column)
+    withheld = merged[(merged["true_n"] > 0) & (merged["true_n"] < k)]
+    problems += [{"file": file, "problem": "withheld key present", **r} for r in _records(withheld[key])]
+    zero_ok = merged["cell_id"].isin(zeros) if "cell_id" in merged.columns else False
+    zero_rows = merged[(merged[count_column] == 0) & ~((merged["true_n"] == 0) & zero_ok)]
+    problems += [{"file": file, "problem": "zero row that is not a structural zero", **r}
+                 for r in _records(zero_rows[key])]
+    return problems
+
+
+def check_withheld_absent(
+    cells: pd.DataFrame,
+    margins: pd.DataFrame,
+    true_cells: pd.DataFrame,
+    true_margins: pd.DataFrame,
+    k: int,
+    zeros: Iterable[str],
+    count_column: str,
+) -> CheckOutcome:
+    """Withheld keys are absent: no null rows, no flag or status column, no zero standing in for a gap."""
+    zeros = frozenset(zeros)
+    problems: list[dict] = []
+    for file, frame in (("cells.parquet", cells), ("margins.parquet", margins)):
+        extra = [c for c in frame.columns if c not in expected_columns(count_column)[file]]
+        problems += [{"file": file, "problem": "unexpected column (a flag or a gap marker?)", "column": c}
+                     for c in extra]
+        if count_column in frame.columns and not pd.api.types.is_integer_dtype(frame[count_column]):
+            problems.append({"file": file, "problem": f"{count_column} is {frame[count_column].dtype}, not integer"})
+    problems += _key_problems(cells, CELL_KEY, true_cells, k, zeros, count_column, "cells.parquet")
+    problems += _key_problems(margins, MARGIN_KEY, true_margins, k, frozenset(), count_column, "margins.parquet")
+    passed = not problems
+    summary = ("no withheld key, null, flag or false zero in the release" if passed
+               else f"{len(problems)} problem(s); first: {problems[0]}")
+    return CheckOutcome("withheld_absent", passed, summary, problems[:MAX_LISTED],
+                        {"problems": len(problems)})
+
+
+def _strings_in(frame: pd.DataFrame) -> set[str]:
+    values: set[str] = set()
+    for column in frame.columns:
+        if column != "geometry" and (frame[column].dtype == object or pd.api.types.is_string_dtype(frame[column])):
+            values.update(frame[column].dropna().astype(str))
+    return values
+
+
+def check_no_identifiers(
+    files: dict[str, pd.DataFrame],
+    record_keys: Iterable[str],
+    protected_columns: Iterable[str],
+    input_columns: Iterable[str],
+    unit_ids: Iterable[str],
+    count_column: str,
+) -> CheckOutcome:
+    """No identifier or quasi-identifier of the input reaches a release file, by column name or by value.
+
+    Only the release schema's columns may appear; no input column that the policy declares protected
+    (and no other raw input column outside the schema) may be a column; no string value may equal a unit id;
+    no key of the release record may be a protected column's name.
+    """
+    protected = set(protected_columns)
+    raw = set(input_columns)
+    ids = set(unit_ids)
+    problems: list[dict] = []
+    for file, frame in files.items():
+        allowed = expected_columns(count_column).get(file, [])
+        for column in frame.columns:
+            if column in protected:
+                problems.append({"file": file, "column": column, "problem": "protected input column"})
+            elif column not in allowed:
+                kind = "raw input column" if column in raw else "column outside the release schema"
+                problems.append({"file": file, "column": column, "problem": kind})
+        leaked = sorted(_strings_in(frame) & ids)
+        problems += [{"file": file, "value": v, "problem": "value equal to a unit id"} for v in leaked[:MAX_LISTED]]
+    problems += [{"file": "release.json", "key": key, "problem": "protected column named in the record"}
+                 for key in record_keys if key in protected]
+    passed = not problems
+    summary = ("no identifier or quasi-identifier column or value in the release" if passed
+               else f"{len(problems)} problem(s); first: {problems[0]}")
+    return CheckOutcome("no_identifiers", passed, summary, problems[:MAX_LISTED],
+                        {"protected_columns": sorted(protected), "problems": len(problems)})
+
+
+def check_suppression_budget(unit_counts_withheld: int, unit_counts_total: int, budget: float) -> CheckOutcome:
+    share = unit_counts_withheld / unit_counts_total if unit_counts_total else 0.0
+    passed = unit_counts_total > 0 and share <= budget
+    summary = (f"{share:.2%} of unit counts are in withheld cells (budget {budget:.0%})" if unit_counts_total
+               else "no unit was counted: nothing to publish")
+    return CheckOutcome("suppression_budget", passed, summary, [],
+                        {"share_withheld": share, "budget": budget, "unit_counts_withheld": unit_counts_withheld,
+                         "unit_counts_total": unit_counts_total})
+
+
+def parquet_columns(path: Path) -> list[str]:
+    return list(pq.read_schema(path).names)

@@ -1,0 +1,53 @@
+"""Release periods: a quarter (`2018-Q1`) or a month (`2018-01`), in the policy's time zone."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from zoneinfo import ZoneInfo
+
+QUARTER = re.compile(r"^(\d{4})-Q([1-4])$")
+MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+
+
+@dataclass(frozen=True)
+class Period:
+    label: str
+    start: date  # first day, inclusive
+    end: date  # first day after the period
+
+    @classmethod
+    def parse(cls, label: str) -> "Period":
+        if match := QUARTER.match(label):
+            year, quarter = int(match[1]), int(match[2])
+            start = date(year, 3 * quarter - 2, 1)
+            end = date(year + 1, 1, 1) if quarter == 4 else date(year, 3 * quarter + 1, 1)
+            return cls(label, start, end)
+        if match := MONTH.match(label):
+            year, month = int(match[1]), int(match[2])
+            start = date(year, month, 1)
+            end = date(year + 1, 1, 1) if month == 12 else date(year, month + 1, 1)
+            return cls(label, start, end)
+        raise ValueError(f"period {label!r} is neither a quarter like 2018-Q1 nor a month like 2018-01")
+
+    @classmethod
+    def from_partition_key(cls, key: str) -> "Period":
+        """Dagster's quarterly partition keys are the quarter's first day, e.g. 2018-01-01."""
+        start = date.fromisoformat(key)
+        if start.day != 1 or start.month not in (1, 4, 7, 10):
+            raise ValueError(f"partition key {key!r} is not the first day of a quarter")
+        return cls.parse(f"{start.year}-Q{(start.month - 1) // 3 + 1}")
+
+    @property
+    def partition_key(self) -> str:
+        return self.start.isoformat()
+
+    def utc_window(self, tz_name: str) -> tuple[datetime, datetime]:
+        """[start, end) of the period as UTC instants, the boundaries being local midnights in tz_name."""
+        tz = ZoneInfo(tz_name)
+
+        def local_midnight(day: date) -> datetime:
+            return datetime(day.year, day.month, day.day, tzinfo=tz).astimezone(timezone.utc)
+
+        return local_midnight(self.start), local_midnight(self.end)

@@ -1,0 +1,251 @@
+"""Policy files: the reviewed, versioned description of one dataset's release programme.
+
+A policy is YAML validated on load. Every error names the file and the field, because the person who reads
+it is reviewing a change to a policy file, not debugging Python.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+BUCKET_PATTERN = re.compile(r"^([1-9][0-9]*)([hdw])$")
+NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
+
+
+class PolicyError(ValueError):
+    """A policy file is missing, unreadable or invalid; the message names the file and the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_timezone(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"unknown IANA time zone {value!r}") from exc
+    return value
+
+
+TimeZoneName = Annotated[str, AfterValidator(_check_timezone)]
+
+
+class TripEnd(_Strict):
+    """Columns of one end (origin or destination) of a trip row."""
+
+    time: str
+    lon: str
+    lat: str
+
+
+class SyntheticSource(_Strict):
+    """Generate traces with the built-in generator when no trace files are given (demo policies)."""
+
+    persons: int = Field(3000, ge=1)
+    seed: int = 20180101
+    file_format: Literal["csv", "parquet"] = "parquet"
+
+
+class SourceSpec(_Strict):
+    """How raw files become pings: file format, column mapping, timestamp formats and time zone."""
+
+    format: Literal["pings", "trips"]
+    file_format: Literal["auto", "csv", "parquet"] = "auto"
+    paths: list[str] = Field(default_factory=list, description="glob patterns, relative to the policy file")
+    unit: str = Field(description="column holding the person or device identifier")
+    time: str | None = None
+    lon: str | None = None
+    lat: str | None = None
+    origin: TripEnd | None = None
+    destination: TripEnd | None = None
+    time_formats: list[str] = Field(default_factory=lambda: ["%Y-%m-%d %H:%M:%S"], min_length=1)
+    timezone: TimeZoneName = Field(description="IANA zone of naive timestamps in the files")
+    identifiers: list[str] = Field(
+        default_factory=list,
+        description="identifier and quasi-identifier columns of the input; none may reach a release",
+    )
+    max_rejected_share: float = Field(0.01, ge=0.0, le=1.0)
+    synthetic: SyntheticSource | None = None
+
+    @model_validator(mode="after")
+    def _columns_match_format(self) -> "SourceSpec":
+        if self.format == "pings":
+            missing = [f for f in ("time", "lon", "lat") if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"format 'pings' needs the columns {missing}")
+            if self.origin or self.destination:
+                raise ValueError("format 'pings' takes time/lon/lat, not origin/destination")
+        else:
+            if self.origin is None or self.destination is None:
+                raise ValueError("format 'trips' needs both 'origin' and 'destination' ({time, lon, lat})")
+            if self.time or self.lon or self.lat:
+                raise ValueError("format 'trips' takes origin/destination, not time/lon/lat")
+        return self
+
+    def coordinate_columns(self) -> list[str]:
+        if self.format == "pings":
+            return [self.time, self.lon, self.lat]  # type: ignore[list-item]
+        ends = (self.origin, self.destination)
+        return [c for end in ends for c in (end.time, end.lon, end.lat)]  # type: ignore[union-attr]
+
+    def required_columns(self) -> list[str]:
+        return [self.unit, *self.coordinate_columns()]
+
+    def protected_columns(self) -> list[str]:
+        """Columns that must never reach a release: the unit id plus every declared (quasi-)identifier."""
+        return sorted({self.unit, *self.identifiers})
+
+
+class GridGeometry(_Strict):
+    kind: Literal["grid"]
+    crs: str = Field(description="projected CRS, e.g. EPSG:32618")
+    size_m: int = Field(gt=0)
+    parents_m: list[int] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _parents_nest(self) -> "GridGeometry":
+        previous = self.size_m
+        for size in self.parents_m:
+            if size <= previous or size % previous:
+                raise ValueError(
+                    f"parents_m must grow by integer multiples ({size} is not a multiple of {previous} "
+                    "larger than it), so that each parent is exactly the union of its children"
+                )
+            previous = size
+        return self
+
+    def level_names(self) -> list[str]:
+        return [f"grid_{size}m" for size in self.parents_m]
+
+
+class ZoneParent(_Strict):
+    """A parent level of a zoning: read from a column of the zones file or a prefix of the zone id."""
+
+    level: str = Field(pattern=NAME_PATTERN)
+    column: str | None = None
+    prefix: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ZoneParent":
+        if (self.column is None) == (self.prefix is None):
+            raise ValueError("give exactly one of 'column' or 'prefix'")
+        return self
+
+
+class ZonesGeometry(_Strict):
+    kind: Literal["zones"]
+    path: str = Field(description="GeoJSON, GeoPackage, GeoParquet or shapefile, relative to the policy file")
+    id: str
+    parents: list[ZoneParent] = Field(default_factory=list)
+
+    def level_names(self) -> list[str]:
+        return [p.level for p in self.parents]
+
+
+Geometry = Annotated[GridGeometry | ZonesGeometry, Field(discriminator="kind")]
+
+
+class TimeSpec(_Strict):
+    bucket: str = Field(description="1h, 6h, 1d, 1w, ...")
+    timezone: TimeZoneName
+
+    @field_validator("bucket")
+    @classmethod
+    def _bucket_form(cls, value: str) -> str:
+        if not BUCKET_PATTERN.match(value):
+            raise ValueError(f"bucket {value!r} is not a positive multiple of h, d or w (e.g. 1h, 1d, 1w)")
+        return value
+
+    def bucket_interval_sql(self) -> str:
+        number, unit = BUCKET_PATTERN.match(self.bucket).groups()  # type: ignore[union-attr]
+        days_or_hours = {"h": ("hours", 1), "d": ("days", 1), "w": ("days", 7)}[unit]
+        return f"INTERVAL {int(number) * days_or_hours[1]} {days_or_hours[0]}"
+
+
+class SuppressionSpec(_Strict):
+    budget: float = Field(0.10, gt=0.0, le=1.0, description="largest share of unit counts in withheld cells")
+    zeros: str | None = Field(None, description="public list of structural-zero cell ids, relative to the policy")
+
+
+class RiskSpec(_Strict):
+    zones: str | None = None
+    per_release_ceiling: float = Field(0.05, gt=0.0, le=1.0)
+    cumulative_ceiling: float = Field(0.20, gt=0.0, le=1.0)
+    warn_at: float = Field(0.75, gt=0.0, le=1.0)
+
+
+class Policy(_Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    version: int = Field(ge=1)
+    unit: Literal["persons", "devices"]
+    k: int = Field(ge=2, description="smallest publishable count; the boundary is inclusive (n >= k)")
+    measure: Literal["presence", "visitors"] = "presence"
+    source: SourceSpec
+    geometry: Geometry
+    time: TimeSpec
+    suppression: SuppressionSpec = SuppressionSpec()
+    risk: RiskSpec | None = None
+
+    _path: Path | None = PrivateAttr(None)
+    _sha256: str = PrivateAttr("")
+
+    @property
+    def path(self) -> Path:
+        if self._path is None:
+            raise PolicyError("this policy was not loaded from a file")
+        return self._path
+
+    @property
+    def sha256(self) -> str:
+        return self._sha256
+
+    @property
+    def count_column(self) -> str:
+        return f"n_{self.unit}"
+
+    def resolve(self, relative: str) -> Path:
+        """A path named in the policy, relative to the policy file's folder."""
+        candidate = Path(relative)
+        return candidate if candidate.is_absolute() else (self.path.parent / candidate).resolve()
+
+    def margin_levels(self) -> list[str]:
+        return [*self.geometry.level_names(), "total"]
+
+
+def _describe(error: dict) -> str:
+    location = ".".join(str(part) for part in error["loc"]) or "(top level)"
+    return f"field '{location}': {error['msg']}"
+
+
+def parse_policy(data: object, path: Path) -> Policy:
+    if not isinstance(data, dict):
+        raise PolicyError(f"{path}: expected a YAML mapping at the top level, got {type(data).__name__}")
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        details = "; ".join(_describe(e) for e in exc.errors())
+        raise PolicyError(f"{path}: invalid policy: {details}") from None
+
+
+def load_policy(path: str | Path) -> Policy:
+    path = Path(path).resolve()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot read the policy file ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"{path}: not valid YAML: {exc}") from None
+    policy = parse_policy(data, path)
+    policy._path = path
+    policy._sha256 = hashlib.sha256(raw).hexdigest()
+    return policy

@@ -1,0 +1,96 @@
+"""The release folder `<releases>/<dataset>/<period>/`: cells.parquet, margins.parquet, release.json.
+
+The candidate files are written into the work area first, checked there, and published by copying them
+into a staging folder that is renamed into place: a crash leaves no release or the whole release.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import geopandas as gpd
+import pandas as pd
+
+from spatial_release import __version__
+from spatial_release.fileio import atomic_directory, atomic_path, sha256_file, write_json_atomic
+from spatial_release.geometry.locate import Locator
+from spatial_release.period import Period
+from spatial_release.policy import Policy
+from spatial_release.suppression.primary import ProtectedTable
+
+RELEASE_FILES = ("cells.parquet", "margins.parquet")
+
+
+@dataclass(frozen=True)
+class ReleaseTables:
+    cells: gpd.GeoDataFrame
+    margins: pd.DataFrame
+
+
+def release_tables(protected: ProtectedTable, locator: Locator, count_column: str) -> ReleaseTables:
+    cells = protected.cells.rename(columns={"n": count_column})
+    cells[count_column] = cells[count_column].astype("int64")
+    geometry = locator.geometries(cells["cell_id"])
+    cells = gpd.GeoDataFrame(cells[["cell_id", "bucket_start", count_column]], geometry=geometry)
+    margins = protected.margins.rename(columns={"n": count_column})[["level", "area_id", "bucket_start", count_column]]
+    margins[count_column] = margins[count_column].astype("int64")
+    return ReleaseTables(cells, margins.reset_index(drop=True))
+
+
+def write_tables(tables: ReleaseTables, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    with atomic_path(folder / "cells.parquet") as tmp:
+        tables.cells.to_parquet(tmp, index=False)
+    with atomic_path(folder / "margins.parquet") as tmp:
+        tables.margins.to_parquet(tmp, index=False)
+
+
+def read_tables(folder: Path) -> ReleaseTables:
+    return ReleaseTables(gpd.read_parquet(folder / "cells.parquet"), pd.read_parquet(folder / "margins.parquet"))
+
+
+def release_dir(releases_root: Path, policy: Policy, period: Period) -> Path:
+    return releases_root / policy.name / period.label
+
+
+def build_record(policy: Policy, period: Period, summary: dict, ingest: dict, files: dict[str, str],
+                 crs: str, checks: dict[str, str]) -> dict:
+    return {
+        "dataset": policy.name,
+        "period": period.label,
+        "policy": {"name": policy.name, "version": policy.version, "sha256": policy.sha256},
+        "k": policy.k,
+        "k_boundary": "inclusive: a count n is published only if n >= k",
+        "unit": policy.unit,
+        "count_column": policy.count_column,
+        "measure": policy.measure,
+        "geometry": {**policy.geometry.model_dump(exclude={"path"}), "crs": crs},
+        "time": policy.time.model_dump(),
+        "bucket_start": "UTC instant of the bucket's start in the policy's time zone",
+        "counts": summary,
+        "complementary_suppression": (
+            "not applied: margins are published without complementary suppression, so a withheld cell may be "
+            "recoverable by differencing a published margin against published cells"
+        ),
+        "audit": None,
+        "risk": None,
+        "ledger_entry": None,
+        "input": ingest,
+        "checks": checks,
+        "software": {"spatial_release": __version__},
+        "published_at": datetime.now(timezone.utc).isoformat(),
+        "files": files,
+    }
+
+
+def publish(candidate: Path, target: Path, record: dict) -> Path:
+    """Copy the checked candidate files and the record into `target` as one atomic rename."""
+    with atomic_directory(target) as staging:
+        for name in RELEASE_FILES:
+            shutil.copyfile(candidate / name, staging / name)
+        record = {**record, "files": {name: sha256_file(staging / name) for name in RELEASE_FILES}}
+        write_json_atomic(staging / "release.json", record)
+    return target

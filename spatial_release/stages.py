@@ -1,0 +1,232 @@
+"""The release pipeline's stages as plain functions over a work area, callable from a notebook.
+
+Each stage reads the previous stage's files from the work area and writes its own, with a small JSON
+summary, so the stages can run as separate Dagster steps (or processes) and be re-run one at a time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from spatial_release import guarantees
+from spatial_release.counting import count_units, period_buckets
+from spatial_release.fileio import sha256_file, write_json_atomic
+from spatial_release.geometry import locate_pings, make_locator
+from spatial_release.geometry.zeros import read_structural_zeros
+from spatial_release.period import Period
+from spatial_release.policy import Policy
+from spatial_release.release import (
+    RELEASE_FILES, build_record, publish, read_tables, release_dir, release_tables, write_tables,
+)
+from spatial_release.suppression import protect_primary
+from spatial_release.traces.ingest import ingest_traces, resolve_trace_paths
+from spatial_release.traces.synthetic import SyntheticConfig, generate_pings, write_pings
+
+
+class CandidateChanged(RuntimeError):
+    """The candidate files differ from the ones that were checked; nothing is published."""
+
+
+@dataclass(frozen=True)
+class WorkArea:
+    """Internal artefacts of one (dataset, period); never published."""
+
+    root: Path
+
+    @classmethod
+    def for_release(cls, work_root: Path, policy: Policy, period: Period) -> "WorkArea":
+        return cls(work_root / policy.name / period.label)
+
+    @property
+    def traces(self) -> Path:
+        return self.root / "traces"
+
+    @property
+    def ingest(self) -> Path:
+        return self.root / "ingest"
+
+    @property
+    def counts(self) -> Path:
+        return self.root / "counts"
+
+    @property
+    def candidate(self) -> Path:
+        return self.root / "candidate"
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def synthetic_traces(policy: Policy, period: Period, area: WorkArea) -> list[Path]:
+    """Generate the policy's synthetic traces for the period (demo policies only)."""
+    spec = policy.source.synthetic
+    if spec is None:
+        raise ValueError(f"{policy.path}: no trace files given and the policy has no 'source.synthetic' section")
+    days = (period.end - period.start).days
+    config = SyntheticConfig(persons=spec.persons, seed=spec.seed, start=period.start, days=days)
+    suffix = ".csv" if spec.file_format == "csv" else ".parquet"
+    return [write_pings(generate_pings(config), area.traces / f"pings-{period.label}{suffix}")]
+
+
+def run_ingest(policy: Policy, period: Period, area: WorkArea, traces: Sequence[str | Path] = ()) -> dict:
+    files = resolve_trace_paths(policy, traces) if (traces or policy.source.paths) else \
+        synthetic_traces(policy, period, area)
+    result = ingest_traces(policy, period, files, area.ingest)
+    summary = {
+        "files": list(result.files),
+        "input_columns": list(result.input_columns),
+        "rows_read": result.rows_read,
+        "pings_read": result.pings_read,
+        "pings_valid": result.pings_valid,
+        "pings_rejected": result.pings_rejected,
+        "rejected_share": result.rejected_share,
+        "rejected_by_reason": result.rejected_by_reason,
+        "max_rejected_share": policy.source.max_rejected_share,
+        "rejected_share_problem": result.rejected_share_problem(policy.source.max_rejected_share),
+        "quarantine": str(result.quarantine_path),
+    }
+    write_json_atomic(area.ingest / "ingest.json", summary)
+    return summary
+
+
+def read_ingest_summary(area: WorkArea) -> dict:
+    return _read_json(area.ingest / "ingest.json")
+
+
+def run_counts(policy: Policy, area: WorkArea) -> dict:
+    locator = make_locator(policy)
+    located = locate_pings(area.ingest / "pings.parquet", locator, area.counts)
+    cells = pd.read_parquet(located.located_path, columns=["cell_id"])["cell_id"].drop_duplicates()
+    result = count_units(policy, located.located_path, locator.hierarchy(cells), area.counts)
+    summary = {
+        "pings_located": located.pings_located,
+        "pings_outside_geometry": located.pings_outside,
+        "outside_file": str(located.outside_path),
+        "groups": result.groups,
+        "units": result.units,
+        "unit_buckets": result.unit_buckets,
+    }
+    write_json_atomic(area.counts / "counts.json", summary)
+    return summary
+
+
+def read_true_counts(area: WorkArea) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return (pd.read_parquet(area.counts / "cell_counts.parquet"),
+            pd.read_parquet(area.counts / "margin_counts.parquet"))
+
+
+def structural_zeros(policy: Policy) -> frozenset[str]:
+    zeros = policy.suppression.zeros
+    return read_structural_zeros(policy.resolve(zeros)) if zeros else frozenset()
+
+
+def run_protect(policy: Policy, period: Period, area: WorkArea) -> dict:
+    true_cells, true_margins = read_true_counts(area)
+    protected = protect_primary(true_cells, true_margins, policy.k, structural_zeros(policy),
+                                period_buckets(policy, period))
+    tables = release_tables(protected, make_locator(policy), policy.count_column)
+    write_tables(tables, area.candidate)
+    protected.withheld_cells.to_parquet(area.candidate / "withheld_cells.internal.parquet", index=False)
+    summary = protected.summary(true_cells)
+    summary["crs"] = tables.cells.crs.to_string()
+    manifest = {"summary": summary, "sha256": {n: sha256_file(area.candidate / n) for n in RELEASE_FILES}}
+    write_json_atomic(area.candidate / "manifest.json", manifest)
+    return summary
+
+
+def read_manifest(area: WorkArea) -> dict:
+    return _read_json(area.candidate / "manifest.json")
+
+
+def _verify_candidate(area: WorkArea) -> None:
+    expected = read_manifest(area)["sha256"]
+    for name, digest in expected.items():
+        if sha256_file(area.candidate / name) != digest:
+            raise CandidateChanged(f"{area.candidate / name} changed after it was written; re-run the release")
+
+
+def _release_frames(area: WorkArea) -> tuple[pd.DataFrame, pd.DataFrame]:
+    _verify_candidate(area)
+    tables = read_tables(area.candidate)
+    return tables.cells, tables.margins
+
+
+def check_k_floor(policy: Policy, area: WorkArea) -> guarantees.CheckOutcome:
+    cells, margins = _release_frames(area)
+    true_cells, true_margins = read_true_counts(area)
+    return guarantees.check_k_floor(cells, margins, true_cells, true_margins, policy.k,
+                                    structural_zeros(policy), policy.count_column)
+
+
+def check_withheld_absent(policy: Policy, area: WorkArea) -> guarantees.CheckOutcome:
+    cells, margins = _release_frames(area)
+    true_cells, true_margins = read_true_counts(area)
+    return guarantees.check_withheld_absent(cells, margins, true_cells, true_margins, policy.k,
+                                            structural_zeros(policy), policy.count_column)
+
+
+def check_no_identifiers(policy: Policy, area: WorkArea) -> guarantees.CheckOutcome:
+    cells, margins = _release_frames(area)
+    units = pd.read_parquet(area.ingest / "pings.parquet", columns=["unit"])["unit"].unique()
+    record_keys = _record_keys(_draft_record(policy, area))
+    return guarantees.check_no_identifiers(
+        {"cells.parquet": cells, "margins.parquet": margins}, record_keys,
+        policy.source.protected_columns(), read_ingest_summary(area)["input_columns"], units, policy.count_column)
+
+
+def check_suppression_budget(policy: Policy, area: WorkArea) -> guarantees.CheckOutcome:
+    """Re-derives the withheld share from the true counts and the published keys."""
+    cells, _ = _release_frames(area)
+    true_cells, _ = read_true_counts(area)
+    published = pd.MultiIndex.from_frame(cells[["cell_id", "bucket_start"]])
+    withheld = ~pd.MultiIndex.from_frame(true_cells[["cell_id", "bucket_start"]]).isin(published)
+    return guarantees.check_suppression_budget(int(true_cells.loc[withheld, "n"].sum()),
+                                               int(true_cells["n"].sum()), policy.suppression.budget)
+
+
+def _record_keys(record: object) -> set[str]:
+    if isinstance(record, dict):
+        return set(record) | {k for v in record.values() for k in _record_keys(v)}
+    if isinstance(record, list):
+        return {k for v in record for k in _record_keys(v)}
+    return set()
+
+
+def _draft_record(policy: Policy, area: WorkArea, period: Period | None = None,
+                  checks: dict[str, str] | None = None) -> dict:
+    manifest = read_manifest(area)
+    ingest = read_ingest_summary(area)
+    counts = _read_json(area.counts / "counts.json")
+    inputs = {
+        "files": [Path(f).name for f in ingest["files"]],
+        "rows_read": ingest["rows_read"],
+        "pings_read": ingest["pings_read"],
+        "pings_rejected": ingest["pings_rejected"],
+        "rejected_by_reason": ingest["rejected_by_reason"],
+        "pings_outside_geometry": counts["pings_outside_geometry"],
+        "units_counted": counts["units"],
+    }
+    label = period or Period.parse(area.root.name)
+    summary = {k: v for k, v in manifest["summary"].items() if k != "crs"}
+    return build_record(policy, label, summary, inputs, manifest["sha256"], manifest["summary"]["crs"],
+                        checks or {})
+
+
+def run_publish(policy: Policy, period: Period, area: WorkArea, releases_root: Path,
+                checks: dict[str, str]) -> tuple[Path, dict]:
+    _verify_candidate(area)
+    record = _draft_record(policy, area, period, checks)
+    target = publish(area.candidate, release_dir(releases_root, policy, period), record)
+    return target, _read_json(target / "release.json")
+
+
+def stage_summaries(area: WorkArea) -> dict:
+    return {"ingest": read_ingest_summary(area), "counts": _read_json(area.counts / "counts.json"),
+            "candidate": read_manifest(area)["summary"]}
+
