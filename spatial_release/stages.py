@@ -218,10 +218,27 @@ def _draft_record(policy: Policy, area: WorkArea, period: Period | None = None,
                         checks or {})
 
 
-def run_publish(policy: Policy, period: Period, area: WorkArea, releases_root: Path,
-                checks: dict[str, str]) -> tuple[Path, dict]:
-    _verify_candidate(area)
-    record = _draft_record(policy, area, period, checks)
+class GuaranteeFailed(RuntimeError):
+    def __init__(self, outcome: guarantees.CheckOutcome):
+        super().__init__(f"{outcome.name} failed: {outcome.summary}")
+        self.outcome = outcome
+
+
+GUARANTEES = (check_k_floor, check_withheld_absent, check_no_identifiers, check_suppression_budget)
+
+
+def run_guarantees(policy: Policy, area: WorkArea) -> list[guarantees.CheckOutcome]:
+    return [check(policy, area) for check in GUARANTEES]
+
+
+def run_publish(policy: Policy, period: Period, area: WorkArea, releases_root: Path) -> tuple[Path, dict]:
+    """Publish the candidate. The guarantees are evaluated again here, so a release can never be written
+    by a run that skipped the blocking checks (Dagster blocks only within one run)."""
+    outcomes = run_guarantees(policy, area)
+    for outcome in outcomes:
+        if not outcome.passed:
+            raise GuaranteeFailed(outcome)
+    record = _draft_record(policy, area, period, {o.name: "passed" for o in outcomes})
     target = publish(area.candidate, release_dir(releases_root, policy, period), record)
     return target, _read_json(target / "release.json")
 

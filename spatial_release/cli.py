@@ -1,0 +1,190 @@
+"""`spatial-release`: a thin command line over the same Dagster job the UI runs, so the same checks block.
+
+Exit codes: 0 published, 1 blocked by a check or failed, 2 bad usage or input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from spatial_release.period import Period
+
+DEMO_MARKER = ".spatial-release-demo"
+
+
+def _instance():
+    import dagster as dg
+
+    # With DAGSTER_HOME set, runs land in that instance and show in the UI; otherwise they are ephemeral.
+    return dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+
+
+def _settings_config(args: argparse.Namespace) -> dict:
+    from spatial_release.defs.resources import ReleaseSettings
+
+    defaults = ReleaseSettings()
+    out = Path(args.out).resolve() if args.out else None
+    return {
+        "policy": str(Path(args.policy).resolve()),
+        "traces": [str(Path(t).resolve()) for t in (args.traces or [])],
+        "releases_dir": str(out / "releases") if out else defaults.releases_dir,
+        "work_dir": str(out / "work") if out else defaults.work_dir,
+        "ledger_dir": str(Path(args.ledger).resolve()) if args.ledger else defaults.ledger_dir,
+    }
+
+
+def _failure_lines(result) -> list[str]:
+    """Name every failed blocking check with its offending rows, and every failed step with its reason."""
+    lines = []
+    for evaluation in result.get_asset_check_evaluations():
+        if not evaluation.passed:
+            meta = {k: v.value for k, v in evaluation.metadata.items()}
+            lines.append(f"BLOCKED by check '{evaluation.check_name}' on '{evaluation.asset_key.to_user_string()}': "
+                         f"{meta.get('summary', '')}")
+            for row in (meta.get("offending") or [])[:10]:
+                lines.append(f"    offending: {json.dumps(row, default=str)}")
+    for event in result.all_events:
+        if event.event_type_value == "STEP_FAILURE":
+            data = event.step_failure_data
+            description = (data.user_failure_data.description if data.user_failure_data else None) or \
+                (data.error.message.strip() if data.error else "")
+            lines.append(f"FAILED step '{event.step_key}': {description}")
+    return lines
+
+
+def run_release(policy: str, period: str, traces: list[str] | None = None, out: str | None = None,
+                ledger: str | None = None) -> tuple[bool, list[str], dict | None]:
+    """Run the quarterly release job for one period; return (published, messages, release record)."""
+    from spatial_release.definitions import defs
+    from spatial_release.policy import load_policy
+    from spatial_release.release import release_dir
+
+    args = argparse.Namespace(policy=policy, traces=traces, out=out, ledger=ledger)
+    config = _settings_config(args)
+    parsed = Period.parse(period)
+    if "-Q" not in parsed.label:
+        raise ValueError(f"the release job is quarterly; give a period like 2018-Q1, not {period!r}")
+    load_policy(config["policy"])  # a bad policy is a usage error, reported before any run starts
+    job = defs.resolve_job_def("quarterly_release_job")
+    result = job.execute_in_process(
+        partition_key=parsed.partition_key, instance=_instance(), raise_on_error=False,
+        run_config={"resources": {"settings": {"config": config}},
+                    "loggers": {"console": {"config": {"log_level": "INFO"}}}},
+    )
+    if not result.success:
+        return False, _failure_lines(result), None
+    target = release_dir(Path(config["releases_dir"]), load_policy(config["policy"]), parsed)
+    return True, [f"published {target}"], json.loads((target / "release.json").read_text())
+
+
+def _summary(record: dict, folder: Path) -> str:
+    c = record["counts"]
+    return "\n".join([
+        f"release   {folder}",
+        f"dataset   {record['dataset']} {record['period']} (policy v{record['policy']['version']}, "
+        f"k={record['k']} over {record['unit']}, {record['measure']}, buckets {record['time']['bucket']})",
+        f"input     {record['input']['pings_read']} pings read, {record['input']['pings_rejected']} quarantined, "
+        f"{record['input']['pings_outside_geometry']} outside the geometry, {record['input']['units_counted']} units",
+        f"cells     {c['published_cells']} published (smallest count {c['smallest_published_count']}), "
+        f"{c['primary_cells']} withheld below k, {c['structural_zero_cells_published']} structural zeros",
+        f"margins   {c['published_margins']} published, {c['withheld_margins']} withheld",
+        f"withheld  {c['unit_counts_withheld']} of {c['unit_counts_total']} unit counts ({c['share_withheld']:.2%})",
+        f"checks    {', '.join(f'{k}: {v}' for k, v in record['checks'].items())}",
+    ])
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    published, messages, record = run_release(args.policy, args.period, args.traces, args.out, args.ledger)
+    if not published:
+        print("\n".join(messages), file=sys.stderr)
+        return 1
+    target = Path(messages[0].removeprefix("published "))
+    print(_summary(record, target))
+    return 0
+
+
+def _project_root() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    out = Path(args.out).resolve()
+    if out.exists():
+        if not (out / DEMO_MARKER).exists():
+            print(f"{out} exists and was not made by `spatial-release demo`; choose another --out", file=sys.stderr)
+            return 2
+        shutil.rmtree(out)  # the demo regenerates everything; a published release is never overwritten
+    out.mkdir(parents=True)
+    (out / DEMO_MARKER).write_text("made by spatial-release demo\n")
+    policy = _project_root() / "policies" / "demo.yaml"
+    print(f"generating synthetic traces and publishing {policy.name} 2018-Q1 into {out} ...")
+    started = time.perf_counter()
+    published, messages, record = run_release(str(policy), "2018-Q1", None, str(out), None)
+    elapsed = time.perf_counter() - started
+    if not published:
+        print("\n".join(messages), file=sys.stderr)
+        return 1
+    print(_summary(record, Path(messages[0].removeprefix("published "))))
+    print(f"wall time {elapsed:.1f} s")
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from datetime import date
+
+    from spatial_release.traces.synthetic import SyntheticConfig, generate_pings, write_pings
+
+    config = SyntheticConfig(persons=args.persons, seed=args.seed, start=date.fromisoformat(args.start),
+                             days=args.days)
+    frame = generate_pings(config)
+    write_pings(frame, Path(args.out))
+    print(f"wrote {len(frame)} pings of {args.persons} persons to {args.out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spatial-release", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="generate sample traces and publish a release")
+    demo.add_argument("--out", default="demo-output", help="folder for traces, work files and the release")
+    demo.set_defaults(func=cmd_demo)
+
+    release = sub.add_parser("release", help="run the release job for one policy and period")
+    release.add_argument("--policy", required=True)
+    release.add_argument("--period", required=True, help="a quarter such as 2018-Q1")
+    release.add_argument("--traces", nargs="+", help="trace files or globs (default: the policy's source.paths)")
+    release.add_argument("--out", help="output folder: releases/ and work/ go under it")
+    release.add_argument("--ledger", help="ledger folder")
+    release.set_defaults(func=cmd_release)
+
+    generate = sub.add_parser("generate", help="write synthetic ping traces (CSV or Parquet by suffix)")
+    generate.add_argument("--out", required=True)
+    generate.add_argument("--persons", type=int, default=3000)
+    generate.add_argument("--seed", type=int, default=20180101)
+    generate.add_argument("--start", default="2018-01-01")
+    generate.add_argument("--days", type=int, default=90)
+    generate.set_defaults(func=cmd_generate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from spatial_release.policy import PolicyError
+    from spatial_release.traces.ingest import IngestError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (PolicyError, IngestError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

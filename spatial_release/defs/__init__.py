@@ -1,0 +1,1 @@
+"""Dagster wiring only: assets, checks, jobs, schedules and resources over the domain packages."""

@@ -1,0 +1,105 @@
+"""Shared fixtures: a tiny hand-made trace set whose every count is known, and policy files built per test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from pyproj import Transformer
+
+from spatial_release.policy import load_policy
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+SHARED = PROJECT_ROOT.parent / "shared"
+SHARED_DATA = SHARED / "data"
+
+requires_shared = pytest.mark.skipif(
+    not (SHARED_DATA / "citibike-jc").is_dir(),
+    reason="../shared/data is absent (a user's machine); CI has it and runs these tests",
+)
+
+CRS = "EPSG:32618"
+SIZE = 1000
+TO_LONLAT = Transformer.from_crs(CRS, "EPSG:4326", always_xy=True)
+DAY = "2018-01-10"
+K = 3
+
+# Fine 1 km cells by their lower-left corner (metres, EPSG:32618). A and B share the 2 km parent P1;
+# C and D share P2.
+CELL_A = (580_000, 4_508_000)  # exactly k = 3 devices: published (inclusive boundary)
+CELL_B = (581_000, 4_508_000)  # 2 devices: below k, withheld
+CELL_C = (582_000, 4_508_000)  # 1 device with 40 pings alone in the cell: withheld
+CELL_D = (583_000, 4_508_000)  # 5 devices: published
+
+
+def cell_id(corner: tuple[int, int], size: int = SIZE) -> str:
+    return f"{size}mE{corner[0]}N{corner[1]}"
+
+
+def lonlat_in(corner: tuple[int, int], n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """n points strictly inside the cell (50 m from its edges)."""
+    x = corner[0] + rng.uniform(50, SIZE - 50, n)
+    y = corner[1] + rng.uniform(50, SIZE - 50, n)
+    return TO_LONLAT.transform(x, y)
+
+
+def fixture_pings() -> pd.DataFrame:
+    rng = np.random.default_rng(7)
+    rows = []
+
+    def add(device: str, corner: tuple[int, int], n_pings: int, gender: str = "f") -> None:
+        lon, lat = lonlat_in(corner, n_pings, rng)
+        for i in range(n_pings):
+            rows.append({"device": device, "when": f"{DAY} {8 + i % 12:02d}:{i % 60:02d}:00",
+                         "lon": round(float(lon[i]), 7), "lat": round(float(lat[i]), 7), "gender": gender})
+
+    for i in range(3):
+        add(f"a{i}", CELL_A, 2)
+    for i in range(2):
+        add(f"b{i}", CELL_B, 3)
+    add("lonely", CELL_C, 40, gender="m")
+    for i in range(5):
+        add(f"d{i}", CELL_D, 1)
+    return pd.DataFrame(rows)
+
+
+def policy_dict(traces: str, **overrides) -> dict:
+    data = {
+        "name": "fixture",
+        "version": 1,
+        "unit": "devices",
+        "k": K,
+        "measure": "presence",
+        "source": {
+            "format": "pings", "paths": [traces], "unit": "device", "time": "when", "lon": "lon", "lat": "lat",
+            "time_formats": ["%Y-%m-%d %H:%M:%S"], "timezone": "America/New_York",
+            "identifiers": ["device", "gender"], "max_rejected_share": 0.0,
+        },
+        "geometry": {"kind": "grid", "crs": CRS, "size_m": SIZE, "parents_m": [2 * SIZE]},
+        "time": {"bucket": "1d", "timezone": "America/New_York"},
+        "suppression": {"budget": 0.9},
+    }
+    for key, value in overrides.items():
+        data[key] = value
+    return data
+
+
+def write_policy(folder: Path, data: dict, name: str = "policy.yaml") -> Path:
+    path = folder / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def fixture_traces(tmp_path: Path) -> Path:
+    path = tmp_path / "traces.csv"
+    fixture_pings().to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture
+def fixture_policy(tmp_path: Path, fixture_traces: Path):
+    return load_policy(write_policy(tmp_path, policy_dict(str(fixture_traces))))

@@ -1,0 +1,86 @@
+"""Cell assignment agrees with pyproj and shapely, including points within centimetres of cell edges."""
+
+import geopandas as gpd
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyproj import Transformer
+from shapely import Point, box, unary_union
+
+from conftest import SHARED_DATA, requires_shared
+from spatial_release.geometry import Grid, ZoneLayer
+from spatial_release.policy import GridGeometry, ZonesGeometry
+
+SPEC = GridGeometry(kind="grid", crs="EPSG:32618", size_m=250, parents_m=[1000, 4000])
+TO_UTM = Transformer.from_crs("EPSG:4326", "EPSG:32618", always_xy=True)
+TO_LONLAT = Transformer.from_crs("EPSG:32618", "EPSG:4326", always_xy=True)
+
+
+def test_points_near_cell_edges_agree_with_pyproj_and_shapely():
+    rng = np.random.default_rng(3)
+    # edges of 250 m cells, offset by +-2 cm, so a wrong rounding or an approximate projection would show
+    ex = 580_000 + 250 * rng.integers(0, 40, 2000)
+    ey = 4_508_000 + 250 * rng.integers(0, 40, 2000)
+    offsets = rng.choice([-0.02, 0.02], size=(2, 2000))
+    x, y = ex + offsets[0], ey + offsets[1]
+    lon, lat = TO_LONLAT.transform(x, y)
+    grid = Grid(SPEC)
+    ids = grid.locate(lon, lat)
+    # the reference: pyproj forward transform, then shapely containment in the named cell's square
+    px, py = TO_UTM.transform(lon, lat)
+    cells = grid.geometries(pd.Series(ids))
+    assert all(cell.contains(Point(a, b)) for cell, a, b in zip(cells, px, py))
+    expected_ix = np.floor(px / 250).astype(int)
+    assert all(i.startswith(f"250mE{e * 250}N") for i, e in zip(ids, expected_ix))
+    # and the points sit on the side of the edge the offset put them on
+    assert (np.floor(x / 250) == expected_ix).all()
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(-50, 50), st.integers(-50, 50)), min_size=1, max_size=30))
+def test_parent_is_exact_union_of_children(indices):
+    grid = Grid(SPEC)
+    ids = pd.Series([f"250mE{ix * 250}N{iy * 250}" for ix, iy in indices]).drop_duplicates().reset_index(drop=True)
+    hierarchy = grid.hierarchy(ids)
+    geometries = grid.geometries(ids)
+    for level, size in zip(SPEC.level_names(), SPEC.parents_m):
+        for parent, group in hierarchy.groupby(level):
+            east, north = (int(v) for v in parent.removeprefix(f"{size}m").removeprefix("E").split("N"))
+            parent_box = box(east, north, east + size, north + size)
+            for child in geometries[group.index]:
+                assert parent_box.contains(child)
+
+
+def test_all_children_tile_the_parent():
+    grid = Grid(SPEC)
+    ids = pd.Series([f"250mE{-1000 + 250 * i}N{-1000 + 250 * j}" for i in range(4) for j in range(4)])
+    hierarchy = grid.hierarchy(ids)
+    assert hierarchy["grid_1000m"].nunique() == 1  # negative indices divide by floor, not truncation
+    assert unary_union(list(grid.geometries(ids))).equals(box(-1000, -1000, 0, 0))
+
+
+def test_geographic_crs_is_refused():
+    with pytest.raises(ValueError, match="not a projected CRS"):
+        Grid(GridGeometry(kind="grid", crs="EPSG:4326", size_m=250))
+
+
+@requires_shared
+def test_zone_assignment_agrees_with_geopandas_sjoin():
+    path = SHARED_DATA / "jersey-city/jc-wards.geojson"
+    layer = ZoneLayer(ZonesGeometry(kind="zones", path=str(path), id="ward"), path)
+    wards = gpd.read_file(path)
+    rng = np.random.default_rng(5)
+    minx, miny, maxx, maxy = wards.total_bounds
+    lon, lat = rng.uniform(minx, maxx, 5000), rng.uniform(miny, maxy, 5000)
+    # add points exactly on ward boundary vertices: they touch two wards and go to the smaller id
+    vertices = np.array(wards.geometry.iloc[0].exterior.coords)[:50] if wards.geometry.iloc[0].geom_type == "Polygon" \
+        else np.array(wards.geometry.iloc[0].geoms[0].exterior.coords)[:50]
+    lon, lat = np.concatenate([lon, vertices[:, 0]]), np.concatenate([lat, vertices[:, 1]])
+    ours = layer.locate(lon, lat)
+    points = gpd.GeoDataFrame(geometry=gpd.points_from_xy(lon, lat), crs=wards.crs)
+    joined = gpd.sjoin(points, wards[["ward", "geometry"]], predicate="intersects", how="left")
+    reference = joined.groupby(level=0)["ward"].min().reindex(range(len(lon)))
+    assert [o if o is not None else None for o in ours] == [r if isinstance(r, str) else None for r in reference]
+    assert (pd.isna(reference)).sum() > 0  # some points fall outside every ward and are reported as such

@@ -1,0 +1,198 @@
+"""Each publication guarantee passes on the protected fixture and fails on a release that breaks it.
+
+The fixture has a cell with exactly k devices (published: the boundary is inclusive), a cell with 2 (below k)
+and one device with 40 pings alone in a cell. Negative controls edit the candidate files the way a buggy
+suppressor would, and each check must reject them by re-deriving the truth from the counts.
+"""
+
+from pathlib import Path
+
+import geopandas as gpd
+import pandas as pd
+import pytest
+from shapely import box
+
+from conftest import CELL_A, CELL_B, CELL_C, CELL_D, K, cell_id
+from spatial_release import stages
+from spatial_release.fileio import sha256_file, write_json_atomic
+from spatial_release.period import Period
+from spatial_release.release import RELEASE_FILES
+
+PERIOD = Period.parse("2018-Q1")
+BUCKET = pd.Timestamp("2018-01-10T05:00:00Z")
+
+
+@pytest.fixture
+def protected(tmp_path, fixture_policy):
+    area = stages.WorkArea.for_release(tmp_path / "work", fixture_policy, PERIOD)
+    stages.run_ingest(fixture_policy, PERIOD, area)
+    stages.run_counts(fixture_policy, area)
+    stages.run_protect(fixture_policy, PERIOD, area)
+    return fixture_policy, area
+
+
+def _tamper(area: stages.WorkArea, cells=None, margins=None) -> None:
+    """Rewrite the candidate as a buggy suppressor would, and re-sign the manifest so only the checks can tell."""
+    if cells is not None:
+        cells.to_parquet(area.candidate / "cells.parquet", index=False)
+    if margins is not None:
+        margins.to_parquet(area.candidate / "margins.parquet", index=False)
+    manifest = stages.read_manifest(area)
+    manifest["sha256"] = {n: sha256_file(area.candidate / n) for n in RELEASE_FILES}
+    write_json_atomic(area.candidate / "manifest.json", manifest)
+
+
+def _cells(area):
+    return gpd.read_parquet(area.candidate / "cells.parquet")
+
+
+def _margins(area):
+    return pd.read_parquet(area.candidate / "margins.parquet")
+
+
+def _row(cell, n):
+    corner = [int(v) for v in cell.removeprefix("1000mE").split("N")]
+    return gpd.GeoDataFrame({"cell_id": [cell], "bucket_start": [BUCKET], "n_devices": [n]},
+                            geometry=[box(corner[0], corner[1], corner[0] + 1000, corner[1] + 1000)], crs="EPSG:32618")
+
+
+def test_all_guarantees_pass_on_the_protected_fixture(protected):
+    policy, area = protected
+    outcomes = stages.run_guarantees(policy, area)
+    assert [(o.name, o.passed) for o in outcomes] == [
+        ("k_floor", True), ("withheld_absent", True), ("no_identifiers", True), ("suppression_budget", True)]
+    published = dict(zip(_cells(area)["cell_id"], _cells(area)["n_devices"]))
+    # re-derived from the fixture's construction, not from the suppressor's report
+    assert published == {cell_id(CELL_A): K, cell_id(CELL_D): 5}
+
+
+def test_k_floor_rejects_a_cell_below_k(protected):
+    policy, area = protected
+    _tamper(area, cells=pd.concat([_cells(area), _row(cell_id(CELL_B), 2)], ignore_index=True))
+    outcome = stages.check_k_floor(policy, area)
+    assert not outcome.passed and outcome.offending[0]["cell_id"] == cell_id(CELL_B)
+    assert outcome.offending[0]["true_n"] == 2
+
+
+def test_k_floor_rejects_the_lonely_device_even_if_inflated(protected):
+    policy, area = protected
+    # the suppressor publishes the 40-ping device's cell with a made-up count >= k: the truth is 1
+    _tamper(area, cells=pd.concat([_cells(area), _row(cell_id(CELL_C), 40)], ignore_index=True))
+    outcome = stages.check_k_floor(policy, area)
+    assert not outcome.passed and outcome.offending[0]["true_n"] == 1
+
+
+def test_k_floor_rejects_a_misreported_count(protected):
+    policy, area = protected
+    cells = _cells(area)
+    cells.loc[cells["cell_id"] == cell_id(CELL_D), "n_devices"] = 6
+    _tamper(area, cells=cells)
+    assert not stages.check_k_floor(policy, area).passed
+
+
+def test_k_floor_rejects_a_margin_below_k(protected):
+    policy, area = protected
+    extra = pd.DataFrame({"level": ["grid_2000m"], "area_id": ["2000mE582000N4508000"],
+                          "bucket_start": [BUCKET], "n_devices": [1]})
+    # that parent holds C (1 device) and D (5): its true count is 6, so a 1 is a misreport...
+    margins = pd.concat([_margins(area), extra], ignore_index=True)
+    _tamper(area, margins=margins)
+    assert not stages.check_k_floor(policy, area).passed
+    # ...and a margin of a bucket that truly holds no unit (0 < k) is rejected too
+    small = pd.DataFrame({"level": ["total"], "area_id": ["total"],
+                          "bucket_start": [pd.Timestamp("2018-02-01T05:00:00Z")], "n_devices": [0]})
+    _tamper(area, margins=pd.concat([_margins(area), small], ignore_index=True))
+    assert not stages.check_k_floor(policy, area).passed
+
+
+def test_k_floor_boundary_is_inclusive(protected):
+    policy, area = protected
+    cells = _cells(area)
+    assert (cells["n_devices"] == K).any()  # exactly k is published...
+    assert stages.check_k_floor(policy, area).passed  # ...and passes
+    k_plus = policy.model_copy(update={"k": K + 1})
+    k_plus._path, k_plus._sha256 = policy._path, policy._sha256
+    assert not stages.check_k_floor(k_plus, area).passed  # with k + 1 that same cell is a violation
+
+
+def test_withheld_absent_rejects_a_null_row(protected):
+    policy, area = protected
+    row = _row(cell_id(CELL_B), 0).astype({"n_devices": "Int64"})
+    row["n_devices"] = pd.NA
+    cells = pd.concat([_cells(area).astype({"n_devices": "Int64"}), row], ignore_index=True)
+    _tamper(area, cells=gpd.GeoDataFrame(cells, geometry="geometry", crs="EPSG:32618"))
+    outcome = stages.check_withheld_absent(policy, area)
+    assert not outcome.passed
+    assert {p["problem"] for p in outcome.offending} >= {"null value", "withheld key present"}
+
+
+def test_withheld_absent_rejects_a_flag_column(protected):
+    policy, area = protected
+    _tamper(area, cells=_cells(area).assign(suppressed=False))
+    outcome = stages.check_withheld_absent(policy, area)
+    assert not outcome.passed and outcome.offending[0]["column"] == "suppressed"
+
+
+def test_withheld_absent_rejects_a_zero_standing_for_a_gap(protected):
+    policy, area = protected
+    _tamper(area, cells=pd.concat([_cells(area), _row(cell_id(CELL_B), 0)], ignore_index=True))
+    outcome = stages.check_withheld_absent(policy, area)
+    assert not outcome.passed
+    assert "zero row that is not a structural zero" in {p["problem"] for p in outcome.offending}
+
+
+def test_withheld_absent_rejects_duplicated_keys(protected):
+    policy, area = protected
+    cells = _cells(area)
+    _tamper(area, cells=pd.concat([cells, cells.head(1)], ignore_index=True))
+    outcome = stages.check_withheld_absent(policy, area)
+    assert not outcome.passed and outcome.offending[0]["problem"] == "duplicated key"
+
+
+def test_no_identifiers_rejects_an_identifier_column(protected):
+    policy, area = protected
+    _tamper(area, cells=_cells(area).assign(gender="f"))
+    outcome = stages.check_no_identifiers(policy, area)
+    assert not outcome.passed and outcome.offending[0] == {
+        "file": "cells.parquet", "column": "gender", "problem": "protected input column"}
+
+
+def test_no_identifiers_rejects_a_unit_id_value(protected):
+    policy, area = protected
+    margins = _margins(area)
+    margins.loc[0, "area_id"] = "lonely"  # the device id of the fixture's lonely device
+    _tamper(area, margins=margins)
+    outcome = stages.check_no_identifiers(policy, area)
+    assert not outcome.passed and outcome.offending[0]["value"] == "lonely"
+
+
+def test_no_identifiers_rejects_a_raw_input_column(protected):
+    policy, area = protected
+    _tamper(area, margins=_margins(area).assign(lat=40.7))
+    outcome = stages.check_no_identifiers(policy, area)
+    assert not outcome.passed and outcome.offending[0]["problem"] == "raw input column"
+
+
+def test_suppression_budget_rejects_too_much_withheld(protected):
+    policy, area = protected
+    tight = policy.model_copy(update={"suppression": policy.suppression.model_copy(update={"budget": 0.2})})
+    tight._path, tight._sha256 = policy._path, policy._sha256
+    # withheld: B (2) + C (1) of 11 device counts = 27%
+    outcome = stages.check_suppression_budget(tight, area)
+    assert not outcome.passed and outcome.figures["unit_counts_withheld"] == 3
+    assert stages.check_suppression_budget(policy, area).passed
+
+
+def test_candidate_changed_after_manifest_is_refused(protected):
+    policy, area = protected
+    _cells(area).head(1).to_parquet(area.candidate / "cells.parquet")  # no re-signed manifest
+    with pytest.raises(stages.CandidateChanged):
+        stages.check_k_floor(policy, area)
+
+
+def test_publish_refuses_a_failing_candidate(protected, tmp_path):
+    policy, area = protected
+    _tamper(area, cells=pd.concat([_cells(area), _row(cell_id(CELL_B), 2)], ignore_index=True))
+    with pytest.raises(stages.GuaranteeFailed, match="k_floor"):
+        stages.run_publish(policy, PERIOD, area, tmp_path / "releases")
+    assert not (tmp_path / "releases" / policy.name / PERIOD.label).exists()
