@@ -1,0 +1,93 @@
+"""The Citi Bike Jersey City Q1 2018 release, checked against an independent recomputation from the raw files.
+
+The recomputation uses pandas and geopandas only (no DuckDB, none of the project's ingest or counting code):
+it parses the three timestamp formats itself, assigns wards with a spatial join and takes each bike's
+dominant ward per local day.
+"""
+
+import json
+
+import geopandas as gpd
+import pandas as pd
+import pytest
+
+from conftest import PROJECT_ROOT, SHARED_DATA, requires_shared
+from spatial_release import cli
+
+pytestmark = requires_shared
+K = 5
+TZ = "America/New_York"
+
+
+def _raw_pings() -> pd.DataFrame:
+    frames = []
+    for month in (1, 2, 3):
+        trips = pd.read_csv(SHARED_DATA / f"citibike-jc/JC-20180{month}-citibike-tripdata.csv")
+        for end, prefix in (("starttime", "start"), ("stoptime", "end")):
+            frames.append(pd.DataFrame({
+                "bike": trips["bikeid"].astype(str),
+                "local": pd.to_datetime(trips[end], format="mixed"),
+                "lon": trips[f"{prefix} station longitude"],
+                "lat": trips[f"{prefix} station latitude"],
+            }))
+    pings = pd.concat(frames, ignore_index=True)
+    local = pings["local"].dt.tz_localize(TZ, nonexistent="shift_forward", ambiguous=False)
+    pings = pings[(local >= pd.Timestamp("2018-01-01", tz=TZ)) & (local < pd.Timestamp("2018-04-01", tz=TZ))]
+    return pings.assign(day=local.dt.normalize().dt.tz_convert("UTC"))
+
+
+def _expected_counts() -> tuple[dict, dict]:
+    pings = _raw_pings()
+    wards = gpd.read_file(SHARED_DATA / "jersey-city/jc-wards.geojson")[["ward", "geometry"]]
+    points = gpd.GeoDataFrame(pings, geometry=gpd.points_from_xy(pings["lon"], pings["lat"]), crs="EPSG:4326")
+    joined = gpd.sjoin(points, wards, predicate="intersects", how="inner")
+    joined = joined.sort_values("ward").groupby(level=0).head(1)  # boundary points go to the smallest ward
+    per = joined.groupby(["bike", "day", "ward"]).size().rename("n").reset_index()
+    per = per.sort_values(["bike", "day", "n", "ward"], ascending=[True, True, False, True])
+    dominant = per.drop_duplicates(["bike", "day"])
+    cells = dominant.groupby(["ward", "day"])["bike"].nunique().to_dict()
+    totals = dominant.groupby("day")["bike"].nunique().to_dict()
+    return cells, totals
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    out = tmp_path_factory.mktemp("citibike")
+    published, messages, record = cli.run_release(str(PROJECT_ROOT / "policies/jc-bikes.yaml"), "2018-Q1",
+                                                  out=str(out))
+    assert published, messages
+    return out / "releases" / "jc-bikes" / "2018-Q1", record
+
+
+def test_k_floor_over_devices_recomputed_from_raw_files(release):
+    folder, _ = release
+    cells = gpd.read_parquet(folder / "cells.parquet")
+    expected, _ = _expected_counts()
+    published = {(r.cell_id, r.bucket_start): r.n_devices for r in cells.itertuples()}
+    # every published figure is the true number of distinct bikes, and at least k
+    for key, n in published.items():
+        assert expected[key] == n and n >= K, key
+    # every group of at least k bikes is published, and none below k appears
+    assert set(published) == {key for key, n in expected.items() if n >= K}
+    assert any(n < K for n in expected.values())  # the quarter really has small groups to withhold
+    assert min(published.values()) == K  # the inclusive boundary is exercised by real data
+
+
+def test_margins_are_true_daily_totals(release):
+    folder, _ = release
+    margins = pd.read_parquet(folder / "margins.parquet")
+    _, totals = _expected_counts()
+    published = {r.bucket_start: r.n_devices for r in margins.itertuples() if r.level == "total"}
+    assert published == {day: n for day, n in totals.items() if n >= K}
+
+
+def test_record_and_files_carry_no_identifier(release):
+    folder, record = release
+    assert record["unit"] == "devices" and record["count_column"] == "n_devices"
+    assert record["counts"]["published_cells"] > 300 and record["counts"]["primary_cells"] > 100
+    quasi = {"bikeid", "birth year", "gender", "usertype", "start station id", "end station id"}
+    for name in ("cells.parquet", "margins.parquet"):
+        assert not quasi & set(pd.read_parquet(folder / name).columns)
+    text = (folder / "release.json").read_text()
+    assert not any(f'"{q}"' in text for q in quasi)
+    assert json.loads(text)["input"]["pings_outside_geometry"] > 0  # Manhattan and Hoboken ends, reported

@@ -1,0 +1,154 @@
+"""The Dagster definitions load, and the release job publishes or is blocked exactly as the checks say."""
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import dagster as dg
+import geopandas as gpd
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import CELL_A, CELL_B, CELL_D, K, cell_id, fixture_pings, policy_dict, write_policy
+from spatial_release import cli, stages
+from spatial_release.definitions import defs
+from spatial_release.defs.partitions import quarterly
+from spatial_release.fileio import sha256_file
+from spatial_release.suppression import primary
+
+PARTITION = "2018-01-01"
+
+
+def test_definitions_load():
+    dg.Definitions.validate_loadable(defs)
+    job = defs.resolve_job_def("quarterly_release_job")
+    assert job.partitions_def == quarterly
+    checks = {key.name for key in defs.resolve_asset_graph().asset_check_keys}
+    assert checks == {"rejected_share", "k_floor", "withheld_absent", "no_identifiers", "suppression_budget"}
+    for spec in defs.resolve_asset_graph().asset_check_keys:
+        assert defs.resolve_asset_graph().get_check_spec(spec).blocking
+
+
+def test_schedule_requests_the_quarter_that_just_closed():
+    schedule = defs.resolve_schedule_def("quarterly_release_schedule")
+    assert schedule.cron_schedule == "0 0 1 */3 *"
+    context = dg.build_schedule_context(scheduled_execution_time=datetime(2018, 4, 1))
+    [request] = schedule.evaluate_tick(context).run_requests
+    assert request.partition_key == "2018-01-01"
+
+
+def _run(tmp_path: Path, policy: Path):
+    job = defs.resolve_job_def("quarterly_release_job")
+    config = {"policy": str(policy), "releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work")}
+    return job.execute_in_process(partition_key=PARTITION, raise_on_error=False,
+                                  instance=dg.DagsterInstance.ephemeral(),
+                                  run_config={"resources": {"settings": {"config": config}}})
+
+
+def _policy_file(tmp_path: Path, **source) -> Path:
+    traces = tmp_path / "traces.csv"
+    frame = fixture_pings()
+    if source.pop("bad_row", False):
+        frame.loc[len(frame)] = {"device": "x", "when": "not a time", "lon": 1, "lat": 1, "gender": "f"}
+    frame.to_csv(traces, index=False)
+    data = policy_dict(str(traces))
+    data["source"].update(source)
+    return write_policy(tmp_path, data)
+
+
+def _materialized(result) -> set[str]:
+    return {m.asset_key.to_user_string() for m in result.get_asset_materialization_events()}
+
+
+def test_release_job_publishes_the_fixture(tmp_path):
+    result = _run(tmp_path, _policy_file(tmp_path))
+    assert result.success
+    assert all(e.passed for e in result.get_asset_check_evaluations())
+    assert len(result.get_asset_check_evaluations()) == 5
+    folder = tmp_path / "releases" / "fixture" / "2018-Q1"
+    assert sorted(p.name for p in folder.iterdir()) == ["cells.parquet", "margins.parquet", "release.json"]
+    cells = gpd.read_parquet(folder / "cells.parquet")
+    assert b"geo" in pq.read_schema(folder / "cells.parquet").metadata and cells.crs.to_epsg() == 32618
+    assert list(cells.columns) == ["cell_id", "bucket_start", "n_devices", "geometry"]
+    assert dict(zip(cells["cell_id"], cells["n_devices"])) == {cell_id(CELL_A): K, cell_id(CELL_D): 5}
+    assert str(cells["bucket_start"].dtype) == "datetime64[us, UTC]"
+    margins = pd.read_parquet(folder / "margins.parquet")
+    assert list(margins.columns) == ["level", "area_id", "bucket_start", "n_devices"]
+    assert (margins["n_devices"] >= K).all()
+    record = json.loads((folder / "release.json").read_text())
+    assert record["files"] == {n: sha256_file(folder / n) for n in ("cells.parquet", "margins.parquet")}
+    assert record["unit"] == "devices" and record["k"] == K and "inclusive" in record["k_boundary"]
+    assert "not applied" in record["complementary_suppression"]
+    assert record["counts"]["primary_cells"] == 2 and record["counts"]["smallest_published_count"] == K
+    text = (folder / "release.json").read_text()
+    assert "lonely" not in text and "gender" not in text and '"device"' not in text
+    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key.path == ["published_release"]]
+    metadata = event.materialization.metadata
+    assert metadata["release_record"].value == str(folder / "release.json")
+    assert "smallest published count | 3" in metadata["k_anonymity_report"].value
+
+
+@pytest.fixture
+def leaky_suppressor(monkeypatch):
+    """A suppression bug: cell B (2 devices, below k) is published."""
+    original = primary.protect_primary
+
+    def leaky(*args, **kwargs):
+        table = original(*args, **kwargs)
+        leak = table.withheld_cells[table.withheld_cells["cell_id"] == cell_id(CELL_B)].drop(columns="reason")
+        return primary.ProtectedTable(pd.concat([table.cells, leak], ignore_index=True), table.margins,
+                                      table.withheld_cells, table.withheld_margins, table.structural_zero_conflicts)
+
+    monkeypatch.setattr(stages, "protect_primary", leaky)
+
+
+def test_blocking_check_stops_the_release(tmp_path, leaky_suppressor):
+    result = _run(tmp_path, _policy_file(tmp_path))
+    assert not result.success
+    failed = {e.check_name: e for e in result.get_asset_check_evaluations() if not e.passed}
+    assert {"k_floor", "withheld_absent"} <= set(failed)
+    assert failed["k_floor"].metadata["offending"].value[0]["cell_id"] == cell_id(CELL_B)
+    assert "published_release" not in _materialized(result)
+    assert not (tmp_path / "releases" / "fixture" / "2018-Q1").exists()
+
+
+def test_rejected_share_blocks_before_counting(tmp_path):
+    result = _run(tmp_path, _policy_file(tmp_path, bad_row=True, max_rejected_share=0.0))
+    assert not result.success
+    [failed] = [e for e in result.get_asset_check_evaluations() if not e.passed]
+    assert failed.check_name == "rejected_share" and "unparseable_timestamp" in failed.description
+    assert _materialized(result) == {"validated_pings"}
+
+
+def test_a_published_release_is_never_overwritten(tmp_path):
+    policy = _policy_file(tmp_path)
+    assert _run(tmp_path, policy).success
+    before = sha256_file(tmp_path / "releases/fixture/2018-Q1/release.json")
+    second = _run(tmp_path, policy)
+    assert not second.success and "published_release" not in _materialized(second)
+    assert sha256_file(tmp_path / "releases/fixture/2018-Q1/release.json") == before
+
+
+def test_cli_release_publishes(tmp_path, capsys):
+    code = cli.main(["release", "--policy", str(_policy_file(tmp_path)), "--period", "2018-Q1",
+                     "--out", str(tmp_path / "out")])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "2 published" in out and str(tmp_path / "out" / "releases" / "fixture" / "2018-Q1") in out
+
+
+def test_cli_blocked_release_names_check_and_cell(tmp_path, capsys, leaky_suppressor):
+    code = cli.main(["release", "--policy", str(_policy_file(tmp_path)), "--period", "2018-Q1",
+                     "--out", str(tmp_path / "out")])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "BLOCKED by check 'k_floor'" in err and cell_id(CELL_B) in err
+    assert not (tmp_path / "out" / "releases" / "fixture" / "2018-Q1").exists()
+
+
+def test_cli_bad_policy_is_a_usage_error(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nversion: 1\n")
+    assert cli.main(["release", "--policy", str(bad), "--period", "2018-Q1", "--out", str(tmp_path)]) == 2
+    assert f"{bad}" in capsys.readouterr().err
