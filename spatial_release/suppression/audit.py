@@ -1,0 +1,272 @@
+"""The attacker's audit: for every withheld primary, the interval an outsider can derive from everything
+published, by linear programming with HiGHS.
+
+One model per connected component of withheld figures (withheld nodes linked by a shared relation).
+Published figures that appear in the component's relations are columns fixed at their value, so the
+reduced costs say which published figure binds a bound (the repair loop uses them) and an inconsistent
+published table makes the model infeasible. Each primary is minimised and maximised on the same model,
+warm-started by switching the objective.
+
+Integrality: the simplex returns a vertex. If that optimal vertex is integral, the integer optimum equals
+the LP optimum; if it is fractional, the integer optimum is computed with HiGHS's MIP solver on the same
+component. So the reported bounds are the attacker's integer bounds, never looser.
+
+A primary with value v passes iff lo <= v - 1 and up >= max(k, v + 1): the value is neither pinned down
+nor shown to be below k. Infeasibility, a time-out or any solver error is a failure, never a pass.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import highspy
+import numpy as np
+
+from spatial_release.suppression.table import EQ, PUBLISHED, REST, Table
+
+INF = highspy.kHighsInf
+TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class Interval:
+    node: int
+    value: int
+    lo: float
+    up: float
+    passed: bool
+    exact_integer: bool  # True when a MIP solve was needed (fractional LP vertex)
+    failing: str = ""  # "lower", "upper", "both" or ""
+    binding: tuple[tuple[int, float], ...] = ()  # published nodes binding the failing bound, with |reduced cost|
+
+    def margin(self, k: int) -> float:
+        """Smallest distance to the protection bound (negative when failing)."""
+        return min((self.value - 1) - self.lo, self.up - max(k, self.value + 1))
+
+
+@dataclass
+class AuditResult:
+    k: int
+    intervals: list[Interval] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    components: int = 0
+    lps_solved: int = 0
+    mips_solved: int = 0
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return not self.errors and all(i.passed for i in self.intervals)
+
+    def failures(self) -> list[Interval]:
+        return [i for i in self.intervals if not i.passed]
+
+    def smallest_margin(self) -> float | None:
+        margins = [i.margin(self.k) for i in self.intervals]
+        return min(margins) if margins else None
+
+    def summary(self) -> dict:
+        smallest = self.smallest_margin()
+        return {
+            "passed": self.passed,
+            "primaries_audited": len(self.intervals),
+            "failures": len(self.failures()),
+            "errors": self.errors[:20],
+            "components": self.components,
+            "lps_solved": self.lps_solved,
+            "mips_solved": self.mips_solved,
+            "smallest_margin_to_bound": None if smallest is None or math.isinf(smallest) else smallest,
+            "criterion": "for each primary v: integer lo <= v - 1 and integer up >= max(k, v + 1)",
+            "solver": f"HiGHS {highspy.Highs().version()}",
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def inconsistent_relations(table: Table) -> list[str]:
+    """Relations whose members are all published but do not add up: the table contradicts its structure."""
+    problems = []
+    for relation in table.relations:
+        if any(table.status[m] != PUBLISHED for m in relation.members()):
+            continue
+        parent = table.value[relation.parent]
+        children = [table.value[c] for c in relation.children]
+        ok = parent == sum(children) if relation.kind == EQ else max(children, default=0) <= parent <= sum(children)
+        if not ok:
+            problems.append(f"published {table.key(relation.parent)} = {parent} contradicts its children {children}")
+    return problems
+
+
+def components(table: Table, relations_of: list[list[int]] | None = None) -> list[list[int]]:
+    """Connected components of withheld nodes, linked through shared relations (deterministic order)."""
+    parent = list(range(len(table)))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for relation in table.relations:
+        withheld = [m for m in relation.members() if table.status[m] != PUBLISHED]
+        for other in withheld[1:]:
+            a, b = find(withheld[0]), find(other)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    groups: dict[int, list[int]] = {}
+    for node in range(len(table)):
+        if table.status[node] != PUBLISHED:
+            groups.setdefault(find(node), []).append(node)
+    return [groups[root] for root in sorted(groups)]
+
+
+class ComponentModel:
+    """A HiGHS model of one component: withheld nodes free in [0, inf), published ones fixed at their value."""
+
+    def __init__(self, table: Table, nodes: list[int], relations_of: list[list[int]], options: dict):
+        self.table = table
+        rel_ids = sorted({r for n in nodes for r in relations_of[n]})
+        members = sorted({m for r in rel_ids for m in table.relations[r].members()})
+        self.column = {node: c for c, node in enumerate(members)}
+        self.nodes = members
+        self.highs = highspy.Highs()
+        self.highs.setOptionValue("output_flag", False)
+        self.highs.setOptionValue("threads", 1)
+        for name, value in options.items():
+            self.highs.setOptionValue(name, value)
+        lower = np.array([0.0 if table.status[n] != PUBLISHED else table.value[n] for n in members])
+        upper = np.array([INF if table.status[n] != PUBLISHED else table.value[n] for n in members])
+        self.highs.addVars(len(members), lower, upper)
+        self._add_rows([table.relations[r] for r in rel_ids])
+
+    def _add_rows(self, relations: Iterable) -> None:
+        lower, upper, starts, index, values = [], [], [], [], []
+
+        def row(coefs: dict[int, float], lo: float, up: float) -> None:
+            starts.append(len(index))
+            for node, coef in sorted(coefs.items()):
+                index.append(self.column[node])
+                values.append(coef)
+            lower.append(lo)
+            upper.append(up)
+
+        for rel in relations:
+            sums = {c: 1.0 for c in rel.children}
+            if rel.rest is not None:
+                sums[rel.rest] = 1.0
+            if rel.kind == EQ:
+                row({**sums, rel.parent: -1.0}, 0.0, 0.0)
+                continue
+            row({**sums, rel.parent: -1.0}, 0.0, INF)  # parent <= sum of children
+            for child in rel.children:
+                row({child: 1.0, rel.parent: -1.0}, -INF, 0.0)  # each child <= parent
+            if rel.rest is not None and rel.rest_children is not None:
+                row({rel.rest: 1.0, rel.parent: -float(rel.rest_children)}, -INF, 0.0)
+        self.highs.addRows(len(lower), np.array(lower), np.array(upper), len(index),
+                           np.array(starts, dtype=np.int32), np.array(index, dtype=np.int32), np.array(values))
+
+    def bound(self, node: int, maximise: bool) -> tuple[str, float, np.ndarray, np.ndarray]:
+        """(status, value, column values, reduced costs) of min or max of one node."""
+        h = self.highs
+        col = self.column[node]
+        h.changeColCost(col, 1.0)
+        h.changeObjectiveSense(highspy.ObjSense.kMaximize if maximise else highspy.ObjSense.kMinimize)
+        h.run()
+        status = h.getModelStatus()
+        if status == highspy.HighsModelStatus.kUnboundedOrInfeasible:
+            # presolve could not tell which: ask the simplex without presolve
+            h.setOptionValue("presolve", "off")
+            h.run()
+            status = h.getModelStatus()
+            h.setOptionValue("presolve", "choose")
+        solution = h.getSolution()
+        values, duals = np.array(solution.col_value), np.array(solution.col_dual)
+        objective = h.getInfo().objective_function_value
+        name = h.modelStatusToString(status)
+        h.changeColCost(col, 0.0)
+        if status == highspy.HighsModelStatus.kOptimal:
+            return "optimal", objective, values, duals
+        if status == highspy.HighsModelStatus.kUnbounded and maximise:
+            return "unbounded", INF, values, duals
+        return name, math.nan, values, duals
+
+    def integer_bound(self, node: int, maximise: bool) -> tuple[str, float]:
+        h = self.highs
+        variables = [self.column[n] for n in self.nodes if self.table.status[n] != PUBLISHED]
+        kinds = np.array([highspy.HighsVarType.kInteger] * len(variables))
+        h.changeColsIntegrality(len(variables), np.array(variables, dtype=np.int32), kinds)
+        try:
+            status, value, _, _ = self.bound(node, maximise)
+        finally:
+            h.changeColsIntegrality(len(variables), np.array(variables, dtype=np.int32),
+                                    np.array([highspy.HighsVarType.kContinuous] * len(variables)))
+        return status, value
+
+
+def _is_integral(values: np.ndarray) -> bool:
+    finite = values[np.isfinite(values)]
+    return bool(np.all(np.abs(finite - np.round(finite)) <= TOL))
+
+
+def _binding(model: ComponentModel, duals: np.ndarray) -> tuple[tuple[int, float], ...]:
+    table = model.table
+    found = [(node, abs(float(duals[c]))) for node, c in model.column.items()
+             if table.status[node] == PUBLISHED and abs(duals[c]) > TOL]
+    return tuple(sorted(found))
+
+
+def audit_component(model: ComponentModel, primaries: list[int], k: int, result: AuditResult) -> None:
+    table = model.table
+    for node in primaries:
+        v = table.value[node]
+        bounds, exact, binding, failed = {}, False, {}, False
+        for maximise in (False, True):
+            status, value, values, duals = model.bound(node, maximise)
+            result.lps_solved += 1
+            if status not in ("optimal", "unbounded"):
+                reason = "infeasible: the published figures contradict the relations" if status == "Infeasible" \
+                    else f"solver status {status}"
+                result.errors.append(f"{table.key(node)}: {'max' if maximise else 'min'} failed, {reason}")
+                failed = True
+                break
+            if status == "optimal" and not _is_integral(values):
+                exact = True
+                status, value = model.integer_bound(node, maximise)
+                result.mips_solved += 1
+                if status not in ("optimal", "unbounded"):
+                    result.errors.append(f"{table.key(node)}: integer {'max' if maximise else 'min'} failed, "
+                                         f"solver status {status}")
+                    failed = True
+                    break
+            bounds[maximise] = value
+            binding[maximise] = _binding(model, duals)
+        if failed:
+            continue
+        lo = math.ceil(bounds[False] - TOL)
+        up = INF if math.isinf(bounds[True]) else math.floor(bounds[True] + TOL)
+        low_ok, up_ok = lo <= v - 1, up >= max(k, v + 1)
+        failing = "" if low_ok and up_ok else "both" if not (low_ok or up_ok) else "lower" if not low_ok else "upper"
+        chosen = binding[True] if not up_ok else binding[False] if not low_ok else ()
+        result.intervals.append(Interval(node, v, float(lo), float(up), low_ok and up_ok, exact, failing, chosen))
+
+
+def audit(table: Table, k: int, options: dict | None = None, only: set[int] | None = None) -> AuditResult:
+    """Audit every primary (or only the components that contain a node in `only`)."""
+    started = time.perf_counter()
+    result = AuditResult(k=k)
+    result.errors.extend(inconsistent_relations(table))
+    relations_of = table.relations_of()
+    for nodes in components(table):
+        primaries = [n for n in nodes if table.status[n] == "primary"]
+        if not primaries or (only is not None and not (set(nodes) & only)):
+            continue
+        result.components += 1
+        model = ComponentModel(table, nodes, relations_of, options or {})
+        audit_component(model, primaries, k, result)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+__all__ = ["AuditResult", "Interval", "REST", "audit", "components", "inconsistent_relations"]

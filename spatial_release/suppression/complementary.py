@@ -1,0 +1,178 @@
+"""Complementary suppression on the full linear system of a release, repaired until the LP audit passes.
+
+Stage 1, a constraint sweep: in every relation that holds a withheld primary, make sure the primary is not
+alone (it would be recovered by subtraction) and, when the parent is published, that the other withheld
+children carry at least max(k - v, 1) units (else the sum of the withheld cells, published implicitly,
+shows the primary to be below k). Empty children are free complements: they are already absent.
+Stage 2, audit and repair: audit every component with the attacker LP; for each failing primary withhold
+the published figure that binds the failing bound at the lowest cost per unit of reduced cost (the greedy
+reading of a Fischetti-Salazar capacity cut), falling back to the cheapest published figure nearest to the
+primary through the relations. Only the components that changed are re-audited. Every round withholds at
+least one figure, so the loop ends; a round cap turns an unprotectable table into an error, never a pass.
+
+Cost of withholding a figure: (value + 1) x a level weight (leaves 1, each level above x4, totals 1000),
+so small cells are preferred over large ones and over totals. Ties break on the node key, and the solver
+runs single-threaded, so the same input gives the same pattern.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from spatial_release.suppression.audit import AuditResult, Interval, audit
+from spatial_release.suppression.table import PRIMARY, PUBLISHED, SECONDARY, TOTAL, Table
+
+
+class SuppressionError(RuntimeError):
+    """The table cannot be protected (or audited); nothing may be published."""
+
+
+@dataclass
+class ProtectionLog:
+    sweep_secondaries: int = 0
+    repair_secondaries: int = 0
+    rounds: int = 0
+    audit: AuditResult | None = None
+    history: list[dict] = field(default_factory=list)
+
+
+def _weights(table: Table, level_depth: dict[str, int]) -> list[float]:
+    out = []
+    for i in range(len(table)):
+        level = table.level[i]
+        weight = 1000.0 if level == TOTAL else float(4 ** level_depth.get(level, 0))
+        out.append((table.value[i] + 1) * weight)
+    return out
+
+
+def _sort_key(table: Table, costs: list[float], node: int) -> tuple:
+    return (costs[node], table.level[node], table.area[node], str(table.bucket[node]))
+
+
+def _withhold(table: Table, node: int) -> None:
+    if table.status[node] != PUBLISHED:
+        raise AssertionError(f"node {node} is already withheld")
+    table.status[node] = SECONDARY
+
+
+def _cheapest(table: Table, costs: list[float], candidates: list[int], at_least: int = 0) -> int | None:
+    published = [c for c in candidates if table.status[c] == PUBLISHED]
+    if not published:
+        return None
+    enough = [c for c in published if table.value[c] >= at_least]
+    pool = enough or published
+    if not enough:  # nobody carries the deficit alone: take the largest, the next round adds more
+        top = max(table.value[c] for c in pool)
+        pool = [c for c in pool if table.value[c] == top]
+    return min(pool, key=lambda c: _sort_key(table, costs, c))
+
+
+def _sweep_relation(table: Table, costs: list[float], k: int, relation) -> int | None:
+    """One suppression that a relation needs, or None when it looks locally safe."""
+    members = relation.members()
+    withheld = [m for m in members if table.status[m] != PUBLISHED]
+    children = list(relation.children)
+    for node in withheld:
+        if table.status[node] != PRIMARY:
+            continue
+        if len(withheld) < 2:
+            return _cheapest(table, costs, children) or _cheapest(table, costs, [relation.parent])
+        if node == relation.parent:
+            mass = sum(table.value[c] for c in children if table.status[c] != PUBLISHED)
+            if mass < 1:
+                return _cheapest(table, costs, children, at_least=1)
+        elif table.status[relation.parent] == PUBLISHED:
+            others = sum(table.value[c] for c in children if c != node and table.status[c] != PUBLISHED)
+            need = max(k - table.value[node], 1)
+            if others < need:
+                return _cheapest(table, costs, [c for c in children if c != node], at_least=need - others) \
+                    or _cheapest(table, costs, [relation.parent])
+    return None
+
+
+def sweep(table: Table, costs: list[float], k: int) -> int:
+    added = 0
+    changed = True
+    while changed:
+        changed = False
+        for relation in table.relations:
+            while (node := _sweep_relation(table, costs, k, relation)) is not None:
+                _withhold(table, node)
+                added += 1
+                changed = True
+    return added
+
+
+def _nearest_published(table: Table, costs: list[float], start: int, relations_of: list[list[int]]) -> int | None:
+    """Breadth-first from a primary through relations and withheld nodes: the cheapest published figure in
+    the first layer that has one."""
+    seen_nodes, seen_rel = {start}, set()
+    frontier = deque([start])
+    while frontier:
+        layer, next_frontier = [], deque()
+        for node in frontier:
+            for r in relations_of[node]:
+                if r in seen_rel:
+                    continue
+                seen_rel.add(r)
+                for member in table.relations[r].members():
+                    if member in seen_nodes:
+                        continue
+                    seen_nodes.add(member)
+                    if table.status[member] == PUBLISHED:
+                        layer.append(member)
+                    else:
+                        next_frontier.append(member)
+        if layer:
+            return min(layer, key=lambda c: _sort_key(table, costs, c))
+        frontier = next_frontier
+    return None
+
+
+def _repair_choice(table: Table, costs: list[float], failure: Interval, relations_of: list[list[int]]) -> int | None:
+    binding = [(node, rc) for node, rc in failure.binding if table.status[node] == PUBLISHED]
+    if binding:
+        return min(binding, key=lambda item: (costs[item[0]] / item[1], _sort_key(table, costs, item[0])))[0]
+    return _nearest_published(table, costs, failure.node, relations_of)
+
+
+def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int = 200,
+            options: dict | None = None) -> ProtectionLog:
+    """Withhold secondaries in `table` (statuses change in place) until the audit passes."""
+    costs = _weights(table, level_depth)
+    log = ProtectionLog()
+    log.sweep_secondaries = sweep(table, costs, k)
+    relations_of = table.relations_of()
+    intervals: dict[int, Interval] = {}
+    changed: set[int] | None = None  # None: audit everything
+    while True:
+        result = audit(table, k, options, only=changed)
+        if result.errors:
+            raise SuppressionError("; ".join(result.errors[:5]))
+        intervals.update({i.node: i for i in result.intervals})
+        failures = sorted((i for i in intervals.values() if not i.passed), key=lambda i: i.node)
+        log.history.append({"round": log.rounds, "components_audited": result.components,
+                            "failures": len(failures)})
+        if not failures:
+            break
+        if log.rounds >= max_rounds:
+            keys = [table.key(f.node) for f in failures[:5]]
+            raise SuppressionError(f"{len(failures)} primaries still unprotected after {max_rounds} rounds: {keys}")
+        log.rounds += 1
+        changed = set()
+        for failure in failures:
+            if table.status[failure.node] == PUBLISHED:
+                continue
+            choice = _repair_choice(table, costs, failure, relations_of)
+            if choice is None:
+                raise SuppressionError(f"{table.key(failure.node)} cannot be protected: no published figure "
+                                       "is connected to it")
+            if table.status[choice] == PUBLISHED:
+                _withhold(table, choice)
+                log.repair_secondaries += 1
+                changed.add(choice)
+    log.audit = audit(table, k, options)
+    if not log.audit.passed:
+        raise SuppressionError(f"final audit failed: {log.audit.summary()}")
+    return log

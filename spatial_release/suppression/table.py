@@ -1,0 +1,210 @@
+"""The linear system of a release: every published (or withheld) figure and every relation between them.
+
+Nodes are the figures an outsider could see: leaf cells (cell x bucket), margins (area x bucket at every
+parent level of every zoning) and bucket totals. Relations are what the outsider knows of the structure:
+for `presence` a parent equals the sum of its children (EQ); for `visitors`
+max(children) <= parent <= sum(children) (UNION).
+
+The release is sparse: a child that holds no unit is absent, and the outsider cannot tell it from a
+withheld one. All absent, unobserved children of one relation are folded into a single `rest` variable
+(true value 0, lower bound 0). The fold is exact: such children appear in no other relation (they are
+empty leaves, or empty areas whose own relation is all empty), so the projection of the attacker's
+feasible set is unchanged. For UNION relations the fold keeps `rest <= m * parent` (m children, each at
+most the parent), so the attacker is not weakened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+PUBLISHED, PRIMARY, SECONDARY, REST = "published", "primary", "secondary", "rest"
+EQ, UNION = "eq", "union"
+LEAF = "cell"
+TOTAL = "total"
+
+
+@dataclass(frozen=True)
+class Relation:
+    kind: str  # EQ or UNION
+    parent: int
+    children: tuple[int, ...]
+    rest: int | None = None  # node index of the folded absent children, if any
+    rest_children: int | None = None  # how many children the rest stands for (None: unbounded)
+    level: str = ""  # the parent's level, for reporting
+
+    def members(self) -> tuple[int, ...]:
+        return (self.parent, *self.children, *(() if self.rest is None else (self.rest,)))
+
+
+@dataclass(frozen=True)
+class Chain:
+    """One zoning's levels from finest to coarsest (ending at `total`), with how to map children to parents.
+
+    `parent_of[i](area_id)` maps an area at levels[i] to its parent at levels[i + 1];
+    `children_count[i](parent_id)` is the number of areas the structure puts in that parent
+    (None when unbounded, e.g. an infinite grid under the total).
+    """
+
+    levels: tuple[str, ...]
+    parent_of: tuple[Callable[[str], str], ...]
+    children_count: tuple[Callable[[str], int | None], ...]
+
+
+@dataclass
+class Table:
+    level: list[str] = field(default_factory=list)
+    area: list[str] = field(default_factory=list)
+    bucket: list[object] = field(default_factory=list)
+    value: list[int] = field(default_factory=list)
+    status: list[str] = field(default_factory=list)
+    relations: list[Relation] = field(default_factory=list)
+    index: dict[tuple[str, str, object], int] = field(default_factory=dict)
+
+    def add(self, level: str, area: str, bucket: object, value: int, status: str) -> int:
+        key = (level, area, bucket)
+        if key in self.index:
+            return self.index[key]
+        self.index[key] = len(self.value)
+        self.level.append(level)
+        self.area.append(area)
+        self.bucket.append(bucket)
+        self.value.append(int(value))
+        self.status.append(status)
+        return self.index[key]
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def withheld(self, i: int) -> bool:
+        return self.status[i] != PUBLISHED
+
+    def primaries(self) -> list[int]:
+        return [i for i, s in enumerate(self.status) if s == PRIMARY]
+
+    def secondaries(self) -> list[int]:
+        return [i for i, s in enumerate(self.status) if s == SECONDARY]
+
+    def key(self, i: int) -> dict:
+        bucket = self.bucket[i]
+        return {"level": self.level[i], "area_id": self.area[i],
+                "bucket_start": bucket.isoformat() if hasattr(bucket, "isoformat") else bucket}
+
+    def relations_of(self) -> list[list[int]]:
+        """For each node, the indices of the relations it belongs to."""
+        out: list[list[int]] = [[] for _ in range(len(self))]
+        for r, relation in enumerate(self.relations):
+            for node in relation.members():
+                out[node].append(r)
+        return out
+
+    def copy_status(self) -> list[str]:
+        return list(self.status)
+
+
+def level_weight(level: str, levels_above_leaf: dict[str, int]) -> float:
+    """Information-loss weight: withholding a total costs far more than a leaf of the same value."""
+    if level == TOTAL:
+        return 1000.0
+    return float(4 ** levels_above_leaf.get(level, 0))
+
+
+def build_table(
+    leaves: pd.DataFrame,
+    margins: pd.DataFrame,
+    chains: Sequence[Chain],
+    k: int,
+    measure: str,
+    zero_leaves: Iterable[tuple[str, object]] = (),
+) -> Table:
+    """Nodes from the true counts (leaves: area_id, bucket_start, n; margins: level, area_id, bucket_start, n),
+    primaries where 1 <= n < k, relations along every chain, and a rest variable where a parent has
+    absent children. `zero_leaves` are (cell, bucket) structural zeros published as 0."""
+    table = Table()
+    for row in leaves.itertuples(index=False):
+        table.add(LEAF, row.area_id, row.bucket_start, row.n, PRIMARY if row.n < k else PUBLISHED)
+    for row in margins.itertuples(index=False):
+        table.add(row.level, row.area_id, row.bucket_start, row.n, PRIMARY if row.n < k else PUBLISHED)
+    zero_leaves = set(zero_leaves)
+    kind = EQ if measure == "presence" else UNION
+    for chain in chains:
+        for depth in range(len(chain.levels) - 1):
+            _relate_level(table, chain, depth, kind, zero_leaves)
+    return table
+
+
+def _relate_level(table: Table, chain: Chain, depth: int, kind: str, zero_leaves: set) -> None:
+    child_level, parent_level = chain.levels[depth], chain.levels[depth + 1]
+    parent_of, count_of = chain.parent_of[depth], chain.children_count[depth]
+    groups: dict[tuple[str, object], list[int]] = {}
+    zeros_in: dict[tuple[str, object], int] = {}
+    for i in range(len(table)):
+        if table.level[i] == child_level:
+            groups.setdefault((parent_of(table.area[i]), table.bucket[i]), []).append(i)
+    if child_level == LEAF:
+        for cell, bucket in zero_leaves:
+            if (LEAF, cell, bucket) not in table.index:
+                key = (parent_of(cell), bucket)
+                zeros_in[key] = zeros_in.get(key, 0) + 1
+    for (parent_area, bucket), children in sorted(groups.items(), key=lambda item: (str(item[0][1]), item[0][0])):
+        parent = table.index.get((parent_level, parent_area, bucket))
+        if parent is None:
+            raise ValueError(f"no count for {parent_level} {parent_area} at {bucket}, parent of observed "
+                             f"{child_level} areas: the margins do not cover the hierarchy")
+        structural = count_of(parent_area)
+        absent = None if structural is None else structural - len(children) - zeros_in.get((parent_area, bucket), 0)
+        if absent is not None and absent < 0:
+            raise ValueError(f"{parent_level} {parent_area} has more observed children than the structure allows")
+        rest = None
+        if absent is None or absent > 0:
+            rest = table.add(f"{child_level}:rest", f"{parent_level}:{parent_area}", bucket, 0, REST)
+        table.relations.append(Relation(kind, parent, tuple(sorted(children)), rest, absent, parent_level))
+
+
+def grid_chain(size_m: int, parents_m: Sequence[int], level_names: Sequence[str]) -> Chain:
+    """The chain of a grid: leaf cells, each parent level, then the total (unbounded: the grid is infinite)."""
+    sizes = [size_m, *parents_m]
+
+    def parent_fn(child_size: int, parent_size: int) -> Callable[[str], str]:
+        def parent_of(area: str) -> str:
+            east, north = area.removeprefix(f"{child_size}m").removeprefix("E").split("N")
+            return f"{parent_size}mE{int(east) // parent_size * parent_size}N{int(north) // parent_size * parent_size}"
+        return parent_of
+
+    parents = [parent_fn(a, b) for a, b in zip(sizes, sizes[1:])]
+    counts = [(lambda ratio: (lambda _area: ratio))((b // a) ** 2) for a, b in zip(sizes, sizes[1:])]
+    return Chain(
+        levels=(LEAF, *level_names, TOTAL),
+        parent_of=(*parents, lambda _area: TOTAL),
+        children_count=(*counts, lambda _area: None),
+    )
+
+
+def zones_chain(leaf_level: str, hierarchy: pd.DataFrame, parent_levels: Sequence[str]) -> Chain:
+    """The chain of a zoning from its full zone list (every zone, observed or not): `hierarchy` has
+    `cell_id` and one column per parent level."""
+    levels = [leaf_level, *parent_levels]
+    columns = ["cell_id", *parent_levels]
+    parent_maps = []
+    count_maps = []
+    for child_col, parent_col in zip(columns, columns[1:]):
+        pairs = hierarchy[[child_col, parent_col]].drop_duplicates()
+        if pairs[child_col].duplicated().any():
+            bad = pairs[pairs[child_col].duplicated()][child_col].iloc[0]
+            raise ValueError(f"area {bad!r} of level {child_col!r} has more than one {parent_col!r} parent")
+        parent_maps.append(dict(zip(pairs[child_col], pairs[parent_col])).__getitem__)
+        count_maps.append(pairs.groupby(parent_col)[child_col].count().to_dict().__getitem__)
+    top = hierarchy[columns[-1]].nunique()
+    return Chain(
+        levels=(*levels, TOTAL),
+        parent_of=(*parent_maps, lambda _area: TOTAL),
+        children_count=(*count_maps, lambda _area: int(top)),
+    )
+
+
+def node_frame(table: Table) -> pd.DataFrame:
+    return pd.DataFrame({"level": table.level, "area_id": table.area, "bucket_start": table.bucket,
+                         "n": np.asarray(table.value, dtype=np.int64), "status": table.status})
