@@ -104,11 +104,26 @@ class SourceSpec(_Strict):
         return sorted({self.unit, *self.identifiers})
 
 
+class LinkedZoning(_Strict):
+    """A second zoning published beside the main geometry over the same pings (e.g. census blocks beside
+    council wards). Its areas and parents are published as margins (level = its name), and its bucket total
+    as level `<name>_total`. The suppression audit links it to the main table through the bucket total."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    path: str
+    id: str
+    parents: list[ZoneParent] = Field(default_factory=list)
+
+    def level_names(self) -> list[str]:
+        return [self.name, *(p.level for p in self.parents), f"{self.name}_total"]
+
+
 class GridGeometry(_Strict):
     kind: Literal["grid"]
     crs: str = Field(description="projected CRS, e.g. EPSG:32618")
     size_m: int = Field(gt=0)
     parents_m: list[int] = Field(default_factory=list)
+    linked: list[LinkedZoning] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _parents_nest(self) -> "GridGeometry":
@@ -145,6 +160,7 @@ class ZonesGeometry(_Strict):
     path: str = Field(description="GeoJSON, GeoPackage, GeoParquet or shapefile, relative to the policy file")
     id: str
     parents: list[ZoneParent] = Field(default_factory=list)
+    linked: list[LinkedZoning] = Field(default_factory=list)
 
     def level_names(self) -> list[str]:
         return [p.level for p in self.parents]
@@ -216,8 +232,18 @@ class Policy(_Strict):
         candidate = Path(relative)
         return candidate if candidate.is_absolute() else (self.path.parent / candidate).resolve()
 
+    @model_validator(mode="after")
+    def _level_names_unique(self) -> "Policy":
+        names = self.margin_levels()
+        repeated = sorted({n for n in names if names.count(n) > 1} | ({"cell"} & set(names)))
+        if repeated:
+            raise ValueError(f"geometry level names must be unique and not 'cell': {repeated} repeat")
+        return self
+
     def margin_levels(self) -> list[str]:
-        return [*self.geometry.level_names(), "total"]
+        """Every margin level, in release order: main parents, each linked zoning's levels, then the total."""
+        linked = [name for zoning in self.geometry.linked for name in zoning.level_names()]
+        return [*self.geometry.level_names(), *linked, "total"]
 
 
 def _describe(error: dict) -> str:

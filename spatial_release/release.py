@@ -57,7 +57,7 @@ def release_dir(releases_root: Path, policy: Policy, period: Period) -> Path:
 
 
 def build_record(policy: Policy, period: Period, summary: dict, ingest: dict, files: dict[str, str],
-                 crs: str, checks: dict[str, str]) -> dict:
+                 crs: str, checks: dict[str, str], audit: dict | None = None) -> dict:
     return {
         "dataset": policy.name,
         "period": period.label,
@@ -72,10 +72,10 @@ def build_record(policy: Policy, period: Period, summary: dict, ingest: dict, fi
         "bucket_start": "UTC instant of the bucket's start in the policy's time zone",
         "counts": summary,
         "complementary_suppression": (
-            "not applied: margins are published without complementary suppression, so a withheld cell may be "
-            "recoverable by differencing a published margin against published cells"
+            "applied on the full linear system of the release (every level of every zoning and the bucket "
+            "totals): constraint sweep, then attacker-LP audit and repair"
         ),
-        "audit": None,
+        "audit": audit,
         "risk": None,
         "ledger_entry": None,
         "input": ingest,

@@ -14,16 +14,19 @@ from pathlib import Path
 import pandas as pd
 
 from spatial_release import guarantees
-from spatial_release.counting import count_units, period_buckets
+from spatial_release.counting import Zoning, count_units, period_buckets
 from spatial_release.fileio import sha256_file, write_json_atomic
 from spatial_release.geometry import locate_pings, make_locator
+from spatial_release.geometry.locate import linked_column, make_linked_locators
 from spatial_release.geometry.zeros import read_structural_zeros
 from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.release import (
     RELEASE_FILES, build_record, publish, read_tables, release_dir, release_tables, write_tables,
 )
-from spatial_release.suppression import protect_primary
+from spatial_release.suppression.primary import ProtectedTable
+from spatial_release.suppression.release_system import Structure, audit_published, protect_release
+from spatial_release.suppression.table import LEAF, TOTAL, grid_chain, zones_chain
 from spatial_release.traces.ingest import ingest_traces, resolve_trace_paths
 from spatial_release.traces.synthetic import SyntheticConfig, generate_pings, write_pings
 
@@ -99,11 +102,20 @@ def read_ingest_summary(area: WorkArea) -> dict:
     return _read_json(area.ingest / "ingest.json")
 
 
+def _zonings(policy: Policy, locator, linked: dict, located: Path) -> list[Zoning]:
+    cells = pd.read_parquet(located, columns=["cell_id"])["cell_id"].drop_duplicates()
+    zonings = [Zoning(LEAF, "cell_id", locator.hierarchy(cells), tuple(policy.geometry.level_names()), TOTAL)]
+    for spec in policy.geometry.linked:
+        zonings.append(Zoning(spec.name, linked_column(spec.name), linked[spec.name].parent_table(),
+                              tuple(p.level for p in spec.parents), f"{spec.name}_total"))
+    return zonings
+
+
 def run_counts(policy: Policy, area: WorkArea) -> dict:
-    locator = make_locator(policy)
-    located = locate_pings(area.ingest / "pings.parquet", locator, area.counts)
-    cells = pd.read_parquet(located.located_path, columns=["cell_id"])["cell_id"].drop_duplicates()
-    result = count_units(policy, located.located_path, locator.hierarchy(cells), area.counts)
+    locator, linked = make_locator(policy), make_linked_locators(policy)
+    located = locate_pings(area.ingest / "pings.parquet", locator, area.counts, linked)
+    result = count_units(policy, located.located_path, _zonings(policy, locator, linked, located.located_path),
+                         area.counts)
     summary = {
         "pings_located": located.pings_located,
         "pings_outside_geometry": located.pings_outside,
@@ -111,9 +123,22 @@ def run_counts(policy: Policy, area: WorkArea) -> dict:
         "groups": result.groups,
         "units": result.units,
         "unit_buckets": result.unit_buckets,
+        "linked_covers_main": result.linked_covers_main,
     }
     write_json_atomic(area.counts / "counts.json", summary)
     return summary
+
+
+def withheld_by_level(protected: ProtectedTable, true_margins: pd.DataFrame) -> dict:
+    """Primaries, secondaries and withheld units per level (cells and every margin level)."""
+    out = {}
+    frames = [protected.withheld_cells.assign(level=LEAF), protected.withheld_margins]
+    withheld = pd.concat(frames, ignore_index=True)
+    for level, group in withheld.groupby("level"):
+        out[level] = {"primary": int((group["reason"] == "primary").sum()),
+                      "secondary": int((group["reason"] == "secondary").sum()),
+                      "units_withheld": int(group["n"].sum())}
+    return out
 
 
 def read_true_counts(area: WorkArea) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -126,14 +151,37 @@ def structural_zeros(policy: Policy) -> frozenset[str]:
     return read_structural_zeros(policy.resolve(zeros)) if zeros else frozenset()
 
 
+def release_structure(policy: Policy, area: WorkArea) -> Structure:
+    """The structure an outsider knows: every zoning's hierarchy (from the full zone lists, not only the
+    observed zones) and, where a linked zoning covers every counted ping, the identity of its bucket total
+    with the main total."""
+    covers = _read_json(area.counts / "counts.json")["linked_covers_main"]
+    geometry = policy.geometry
+    if geometry.kind == "grid":
+        chains = [grid_chain(geometry.size_m, geometry.parents_m, geometry.level_names())]
+    else:
+        chains = [zones_chain(LEAF, make_locator(policy).parent_table(), geometry.level_names())]
+    identities = []
+    for spec, layer in zip(geometry.linked, make_linked_locators(policy).values()):
+        chains.append(zones_chain(spec.name, layer.parent_table(), [p.level for p in spec.parents],
+                                  f"{spec.name}_total"))
+        if covers[spec.name]:
+            identities.append((TOTAL, f"{spec.name}_total"))
+    return Structure(tuple(chains), tuple(identities))
+
+
 def run_protect(policy: Policy, period: Period, area: WorkArea) -> dict:
     true_cells, true_margins = read_true_counts(area)
-    protected = protect_primary(true_cells, true_margins, policy.k, structural_zeros(policy),
-                                period_buckets(policy, period))
+    protected, log, _ = protect_release(true_cells, true_margins, release_structure(policy, area), policy.k,
+                                        policy.measure, structural_zeros(policy), period_buckets(policy, period))
     tables = release_tables(protected, make_locator(policy), policy.count_column)
     write_tables(tables, area.candidate)
     protected.withheld_cells.to_parquet(area.candidate / "withheld_cells.internal.parquet", index=False)
     summary = protected.summary(true_cells)
+    summary["by_level"] = withheld_by_level(protected, true_margins)
+    summary["suppression"] = {"sweep_secondaries": log.sweep_secondaries,
+                              "repair_secondaries": log.repair_secondaries, "repair_rounds": log.rounds,
+                              "audit": log.audit.summary()}
     summary["crs"] = tables.cells.crs.to_string()
     manifest = {"summary": summary, "sha256": {n: sha256_file(area.candidate / n) for n in RELEASE_FILES}}
     write_json_atomic(area.candidate / "manifest.json", manifest)
@@ -180,6 +228,30 @@ def check_no_identifiers(policy: Policy, area: WorkArea) -> guarantees.CheckOutc
         policy.source.protected_columns(), read_ingest_summary(area)["input_columns"], units, policy.count_column)
 
 
+def read_release_frames(area: WorkArea) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return _release_frames(area)
+
+
+def check_suppression_audit(policy: Policy, area: WorkArea, options: dict | None = None,
+                            earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = ()) -> guarantees.CheckOutcome:
+    """The attacker LP over the candidate files: withheld figures are those absent from the files."""
+    cells, margins = _release_frames(area)
+    true_cells, true_margins = read_true_counts(area)
+    period = Period.parse(area.root.name)
+    result, table = audit_published(true_cells, true_margins, cells, margins, policy.count_column,
+                                    release_structure(policy, area), policy.k, policy.measure,
+                                    structural_zeros(policy), period_buckets(policy, period), earlier, options)
+    offending = [{**table.key(i.node), "value": i.value, "attacker_lo": i.lo, "attacker_up": i.up,
+                  "failing": i.failing} for i in result.failures()[:20]]
+    offending += [{"error": e} for e in result.errors[:20]]
+    summary = result.summary()
+    text = (f"all {summary['primaries_audited']} withheld primaries protected "
+            f"({summary['components']} components, {summary['lps_solved']} LPs)" if result.passed else
+            f"{summary['failures']} primaries recoverable or shown below k, {len(result.errors)} audit errors; "
+            f"first: {offending[0] if offending else None}")
+    return guarantees.CheckOutcome("suppression_audit", result.passed, text, offending, summary)
+
+
 def check_suppression_budget(policy: Policy, area: WorkArea) -> guarantees.CheckOutcome:
     """Re-derives the withheld share from the true counts and the published keys."""
     cells, _ = _release_frames(area)
@@ -199,7 +271,7 @@ def _record_keys(record: object) -> set[str]:
 
 
 def _draft_record(policy: Policy, area: WorkArea, period: Period | None = None,
-                  checks: dict[str, str] | None = None) -> dict:
+                  checks: dict[str, str] | None = None, audit: dict | None = None) -> dict:
     manifest = read_manifest(area)
     ingest = read_ingest_summary(area)
     counts = _read_json(area.counts / "counts.json")
@@ -213,9 +285,9 @@ def _draft_record(policy: Policy, area: WorkArea, period: Period | None = None,
         "units_counted": counts["units"],
     }
     label = period or Period.parse(area.root.name)
-    summary = {k: v for k, v in manifest["summary"].items() if k != "crs"}
+    summary = {k: v for k, v in manifest["summary"].items() if k not in ("crs", "suppression")}
     return build_record(policy, label, summary, inputs, manifest["sha256"], manifest["summary"]["crs"],
-                        checks or {})
+                        checks or {}, audit)
 
 
 class GuaranteeFailed(RuntimeError):
@@ -224,7 +296,8 @@ class GuaranteeFailed(RuntimeError):
         self.outcome = outcome
 
 
-GUARANTEES = (check_k_floor, check_withheld_absent, check_no_identifiers, check_suppression_budget)
+GUARANTEES = (check_k_floor, check_withheld_absent, check_no_identifiers, check_suppression_audit,
+              check_suppression_budget)
 
 
 def run_guarantees(policy: Policy, area: WorkArea) -> list[guarantees.CheckOutcome]:
@@ -238,7 +311,8 @@ def run_publish(policy: Policy, period: Period, area: WorkArea, releases_root: P
     for outcome in outcomes:
         if not outcome.passed:
             raise GuaranteeFailed(outcome)
-    record = _draft_record(policy, area, period, {o.name: "passed" for o in outcomes})
+    audit = next(o.figures for o in outcomes if o.name == "suppression_audit")
+    record = _draft_record(policy, area, period, {o.name: "passed" for o in outcomes}, audit)
     target = publish(area.candidate, release_dir(releases_root, policy, period), record)
     return target, _read_json(target / "release.json")
 

@@ -27,12 +27,13 @@ TO_LONLAT = Transformer.from_crs(CRS, "EPSG:4326", always_xy=True)
 DAY = "2018-01-10"
 K = 3
 
-# Fine 1 km cells by their lower-left corner (metres, EPSG:32618). A and B share the 2 km parent P1;
-# C and D share P2.
+# Fine 1 km cells by their lower-left corner (metres, EPSG:32618). A and E share the 2 km parent P1;
+# B, C and D share P2, where B and C (2 + 1 = k devices) protect each other.
 CELL_A = (580_000, 4_508_000)  # exactly k = 3 devices: published (inclusive boundary)
-CELL_B = (581_000, 4_508_000)  # 2 devices: below k, withheld
-CELL_C = (582_000, 4_508_000)  # 1 device with 40 pings alone in the cell: withheld
-CELL_D = (583_000, 4_508_000)  # 5 devices: published
+CELL_E = (581_000, 4_509_000)  # 6 devices: published
+CELL_B = (582_000, 4_508_000)  # 2 devices: below k, withheld
+CELL_C = (583_000, 4_508_000)  # 1 device with 40 pings alone in the cell: withheld
+CELL_D = (582_000, 4_509_000)  # 5 devices: published
 
 
 def cell_id(corner: tuple[int, int], size: int = SIZE) -> str:
@@ -63,6 +64,8 @@ def fixture_pings() -> pd.DataFrame:
     add("lonely", CELL_C, 40, gender="m")
     for i in range(5):
         add(f"d{i}", CELL_D, 1)
+    for i in range(6):
+        add(f"e{i}", CELL_E, 2)
     return pd.DataFrame(rows)
 
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import CELL_A, CELL_B, CELL_C, CELL_D, K, cell_id, policy_dict
+from conftest import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id, policy_dict
 from spatial_release import stages
-from spatial_release.counting import count_units, period_buckets
+from spatial_release.counting import Zoning, count_units, period_buckets
 from spatial_release.period import Period
 from spatial_release.policy import Policy, parse_policy
 
@@ -30,7 +30,8 @@ def _count(tmp_path: Path, located: pd.DataFrame, measure: str, bucket: str = "1
     located.to_parquet(path)
     cells = sorted(located["cell_id"].unique())
     hierarchy = pd.DataFrame({"cell_id": cells, "district": [f"d{int(c[1:]) // 2}" for c in cells]})
-    result = count_units(_policy(measure, bucket), path, hierarchy, tmp_path)
+    zoning = Zoning("cell", "cell_id", hierarchy, ("district",), "total")
+    result = count_units(_policy(measure, bucket), path, [zoning], tmp_path)
     return pd.read_parquet(result.cell_counts_path), pd.read_parquet(result.margin_counts_path), hierarchy
 
 
@@ -126,6 +127,7 @@ def test_fixture_counts_distinct_devices_not_pings(tmp_path, fixture_policy):
     summary = stages.run_counts(fixture_policy, area)
     cells, margins = stages.read_true_counts(area)
     counts = dict(zip(cells["cell_id"], cells["n"]))
-    assert counts == {cell_id(CELL_A): K, cell_id(CELL_B): 2, cell_id(CELL_C): 1, cell_id(CELL_D): 5}
-    assert summary["units"] == 11 and summary["pings_outside_geometry"] == 0
-    assert dict(zip(margins["area_id"], margins["n"]))["total"] == 11
+    assert counts == {cell_id(CELL_A): K, cell_id(CELL_B): 2, cell_id(CELL_C): 1, cell_id(CELL_D): 5,
+                      cell_id(CELL_E): 6}
+    assert summary["units"] == 17 and summary["pings_outside_geometry"] == 0
+    assert dict(zip(margins["area_id"], margins["n"]))["total"] == 17

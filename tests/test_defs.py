@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import CELL_A, CELL_B, CELL_D, K, cell_id, fixture_pings, policy_dict, write_policy
+from conftest import CELL_A, CELL_B, CELL_D, CELL_E, K, cell_id, fixture_pings, policy_dict, write_policy
 from spatial_release import cli, stages
 from spatial_release.definitions import defs
 from spatial_release.defs.partitions import quarterly
@@ -25,7 +25,8 @@ def test_definitions_load():
     job = defs.resolve_job_def("quarterly_release_job")
     assert job.partitions_def == quarterly
     checks = {key.name for key in defs.resolve_asset_graph().asset_check_keys}
-    assert checks == {"rejected_share", "k_floor", "withheld_absent", "no_identifiers", "suppression_budget"}
+    assert checks == {"rejected_share", "k_floor", "withheld_absent", "no_identifiers", "suppression_audit",
+                      "suppression_budget"}
     for spec in defs.resolve_asset_graph().asset_check_keys:
         assert defs.resolve_asset_graph().get_check_spec(spec).blocking
 
@@ -65,13 +66,13 @@ def test_release_job_publishes_the_fixture(tmp_path):
     result = _run(tmp_path, _policy_file(tmp_path))
     assert result.success
     assert all(e.passed for e in result.get_asset_check_evaluations())
-    assert len(result.get_asset_check_evaluations()) == 5
+    assert len(result.get_asset_check_evaluations()) == 6
     folder = tmp_path / "releases" / "fixture" / "2018-Q1"
     assert sorted(p.name for p in folder.iterdir()) == ["cells.parquet", "margins.parquet", "release.json"]
     cells = gpd.read_parquet(folder / "cells.parquet")
     assert b"geo" in pq.read_schema(folder / "cells.parquet").metadata and cells.crs.to_epsg() == 32618
     assert list(cells.columns) == ["cell_id", "bucket_start", "n_devices", "geometry"]
-    assert dict(zip(cells["cell_id"], cells["n_devices"])) == {cell_id(CELL_A): K, cell_id(CELL_D): 5}
+    assert dict(zip(cells["cell_id"], cells["n_devices"])) == {cell_id(CELL_A): K, cell_id(CELL_D): 5, cell_id(CELL_E): 6}
     assert str(cells["bucket_start"].dtype) == "datetime64[us, UTC]"
     margins = pd.read_parquet(folder / "margins.parquet")
     assert list(margins.columns) == ["level", "area_id", "bucket_start", "n_devices"]
@@ -79,7 +80,8 @@ def test_release_job_publishes_the_fixture(tmp_path):
     record = json.loads((folder / "release.json").read_text())
     assert record["files"] == {n: sha256_file(folder / n) for n in ("cells.parquet", "margins.parquet")}
     assert record["unit"] == "devices" and record["k"] == K and "inclusive" in record["k_boundary"]
-    assert "not applied" in record["complementary_suppression"]
+    assert record["complementary_suppression"].startswith("applied") and record["audit"]["passed"]
+    assert record["audit"]["primaries_audited"] == 2  # B and C protect each other
     assert record["counts"]["primary_cells"] == 2 and record["counts"]["smallest_published_count"] == K
     text = (folder / "release.json").read_text()
     assert "lonely" not in text and "gender" not in text and '"device"' not in text
@@ -92,15 +94,16 @@ def test_release_job_publishes_the_fixture(tmp_path):
 @pytest.fixture
 def leaky_suppressor(monkeypatch):
     """A suppression bug: cell B (2 devices, below k) is published."""
-    original = primary.protect_primary
+    original = stages.protect_release
 
     def leaky(*args, **kwargs):
-        table = original(*args, **kwargs)
+        table, log, system = original(*args, **kwargs)
         leak = table.withheld_cells[table.withheld_cells["cell_id"] == cell_id(CELL_B)].drop(columns="reason")
         return primary.ProtectedTable(pd.concat([table.cells, leak], ignore_index=True), table.margins,
-                                      table.withheld_cells, table.withheld_margins, table.structural_zero_conflicts)
+                                      table.withheld_cells, table.withheld_margins,
+                                      table.structural_zero_conflicts), log, system
 
-    monkeypatch.setattr(stages, "protect_primary", leaky)
+    monkeypatch.setattr(stages, "protect_release", leaky)
 
 
 def test_blocking_check_stops_the_release(tmp_path, leaky_suppressor):
@@ -135,7 +138,7 @@ def test_cli_release_publishes(tmp_path, capsys):
                      "--out", str(tmp_path / "out")])
     assert code == 0
     out = capsys.readouterr().out
-    assert "2 published" in out and str(tmp_path / "out" / "releases" / "fixture" / "2018-Q1") in out
+    assert "3 published" in out and str(tmp_path / "out" / "releases" / "fixture" / "2018-Q1") in out
 
 
 def test_cli_blocked_release_names_check_and_cell(tmp_path, capsys, leaky_suppressor):

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from shapely import box
 
-from conftest import CELL_A, CELL_B, CELL_C, CELL_D, K, cell_id
+from conftest import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id
 from spatial_release import stages
 from spatial_release.fileio import sha256_file, write_json_atomic
 from spatial_release.period import Period
@@ -60,10 +60,11 @@ def test_all_guarantees_pass_on_the_protected_fixture(protected):
     policy, area = protected
     outcomes = stages.run_guarantees(policy, area)
     assert [(o.name, o.passed) for o in outcomes] == [
-        ("k_floor", True), ("withheld_absent", True), ("no_identifiers", True), ("suppression_budget", True)]
+        ("k_floor", True), ("withheld_absent", True), ("no_identifiers", True), ("suppression_audit", True),
+        ("suppression_budget", True)]
     published = dict(zip(_cells(area)["cell_id"], _cells(area)["n_devices"]))
     # re-derived from the fixture's construction, not from the suppressor's report
-    assert published == {cell_id(CELL_A): K, cell_id(CELL_D): 5}
+    assert published == {cell_id(CELL_A): K, cell_id(CELL_D): 5, cell_id(CELL_E): 6}
 
 
 def test_k_floor_rejects_a_cell_below_k(protected):
@@ -94,7 +95,7 @@ def test_k_floor_rejects_a_margin_below_k(protected):
     policy, area = protected
     extra = pd.DataFrame({"level": ["grid_2000m"], "area_id": ["2000mE582000N4508000"],
                           "bucket_start": [BUCKET], "n_devices": [1]})
-    # that parent holds C (1 device) and D (5): its true count is 6, so a 1 is a misreport...
+    # that parent holds B, C and D (8 devices), so a 1 is a misreport...
     margins = pd.concat([_margins(area), extra], ignore_index=True)
     _tamper(area, margins=margins)
     assert not stages.check_k_floor(policy, area).passed
@@ -175,9 +176,9 @@ def test_no_identifiers_rejects_a_raw_input_column(protected):
 
 def test_suppression_budget_rejects_too_much_withheld(protected):
     policy, area = protected
-    tight = policy.model_copy(update={"suppression": policy.suppression.model_copy(update={"budget": 0.2})})
+    tight = policy.model_copy(update={"suppression": policy.suppression.model_copy(update={"budget": 0.15})})
     tight._path, tight._sha256 = policy._path, policy._sha256
-    # withheld: B (2) + C (1) of 11 device counts = 27%
+    # withheld: B (2) + C (1) of 17 device counts = 17.6%
     outcome = stages.check_suppression_budget(tight, area)
     assert not outcome.passed and outcome.figures["unit_counts_withheld"] == 3
     assert stages.check_suppression_budget(policy, area).passed

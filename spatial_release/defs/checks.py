@@ -49,6 +49,10 @@ withheld_absent = _guarantee_check(
 no_identifiers = _guarantee_check(
     "no_identifiers", stages.check_no_identifiers,
     "No identifier or quasi-identifier column (or unit id value) of the input reaches a release file.")
+suppression_audit = _guarantee_check(
+    "suppression_audit", stages.check_suppression_audit,
+    "Attacker LP (HiGHS) over everything published: every withheld primary v keeps an integer interval with "
+    "lo <= v - 1 and up >= max(k, v + 1). Infeasible, time-out or solver error fails.")
 suppression_budget = _guarantee_check(
     "suppression_budget", stages.check_suppression_budget,
     "The share of unit counts in withheld cells stays within the policy's suppression budget.")
@@ -68,4 +72,4 @@ def rejected_share(context: dg.AssetCheckExecutionContext, settings: ReleaseSett
     return _result(outcome)
 
 
-ALL_CHECKS = [rejected_share, k_floor, withheld_absent, no_identifiers, suppression_budget]
+ALL_CHECKS = [rejected_share, k_floor, withheld_absent, no_identifiers, suppression_audit, suppression_budget]

@@ -54,6 +54,6 @@ class Grid:
         return table
 
     def geometries(self, cell_ids: pd.Series) -> gpd.GeoSeries:
-        parts = cell_ids.str.extract(CELL_ID).astype(np.int64)
+        parts = cell_ids.astype(str).str.extract(CELL_ID).astype(np.int64)
         size, x0, y0 = parts[0].to_numpy(), parts[1].to_numpy(), parts[2].to_numpy()
         return gpd.GeoSeries(box(x0, y0, x0 + size, y0 + size), index=cell_ids.index, crs=self.crs)

@@ -41,7 +41,7 @@ def _weights(table: Table, level_depth: dict[str, int]) -> list[float]:
     out = []
     for i in range(len(table)):
         level = table.level[i]
-        weight = 1000.0 if level == TOTAL else float(4 ** level_depth.get(level, 0))
+        weight = 1000.0 if level == TOTAL or level.endswith("_total") else float(4 ** level_depth.get(level, 0))
         out.append((table.value[i] + 1) * weight)
     return out
 

@@ -105,13 +105,6 @@ class Table:
         return list(self.status)
 
 
-def level_weight(level: str, levels_above_leaf: dict[str, int]) -> float:
-    """Information-loss weight: withholding a total costs far more than a leaf of the same value."""
-    if level == TOTAL:
-        return 1000.0
-    return float(4 ** levels_above_leaf.get(level, 0))
-
-
 def build_table(
     leaves: pd.DataFrame,
     margins: pd.DataFrame,
@@ -183,7 +176,8 @@ def grid_chain(size_m: int, parents_m: Sequence[int], level_names: Sequence[str]
     )
 
 
-def zones_chain(leaf_level: str, hierarchy: pd.DataFrame, parent_levels: Sequence[str]) -> Chain:
+def zones_chain(leaf_level: str, hierarchy: pd.DataFrame, parent_levels: Sequence[str],
+                total_level: str = TOTAL) -> Chain:
     """The chain of a zoning from its full zone list (every zone, observed or not): `hierarchy` has
     `cell_id` and one column per parent level."""
     levels = [leaf_level, *parent_levels]
@@ -199,8 +193,8 @@ def zones_chain(leaf_level: str, hierarchy: pd.DataFrame, parent_levels: Sequenc
         count_maps.append(pairs.groupby(parent_col)[child_col].count().to_dict().__getitem__)
     top = hierarchy[columns[-1]].nunique()
     return Chain(
-        levels=(*levels, TOTAL),
-        parent_of=(*parent_maps, lambda _area: TOTAL),
+        levels=(*levels, total_level),
+        parent_of=(*parent_maps, lambda _area: total_level),
         children_count=(*count_maps, lambda _area: int(top)),
     )
 
