@@ -197,3 +197,42 @@ def test_publish_refuses_a_failing_candidate(protected, tmp_path):
     with pytest.raises(stages.GuaranteeFailed, match="k_floor"):
         stages.run_publish(policy, PERIOD, area, tmp_path / "releases")
     assert not (tmp_path / "releases" / policy.name / PERIOD.label).exists()
+
+
+def test_suppression_audit_rejects_primary_only_suppression(tmp_path, fixture_traces):
+    """The classic leak: with k = 4, primary suppression alone withholds A (3) but publishes its 2 km parent
+    (9) and sibling E (6), so A + (the parent's absent empty cells) = 3: A is shown to be below k. The
+    audit over the candidate files must block it."""
+    from conftest import policy_dict, write_policy
+    from spatial_release.policy import load_policy
+    from spatial_release.suppression import protect_primary
+
+    policy = load_policy(write_policy(tmp_path, policy_dict(str(fixture_traces), k=4)))
+    area = stages.WorkArea.for_release(tmp_path / "work", policy, PERIOD)
+    stages.run_ingest(policy, PERIOD, area)
+    stages.run_counts(policy, area)
+    stages.run_protect(policy, PERIOD, area)
+    assert stages.check_suppression_audit(policy, area).passed  # the real suppressor protects A
+    true_cells, true_margins = stages.read_true_counts(area)
+    naive = protect_primary(true_cells, true_margins, policy.k)
+    cells = _cells(area)
+    leaky = cells[cells["cell_id"].isin(naive.cells["cell_id"])]
+    leaky = pd.concat([leaky, _row(cell_id(CELL_E), 6)], ignore_index=True).drop_duplicates("cell_id")
+    margins = naive.margins.rename(columns={"n": "n_devices"})
+    _tamper(area, cells=leaky, margins=margins)
+    assert stages.check_k_floor(policy, area).passed  # every published figure is >= k...
+    outcome = stages.check_suppression_audit(policy, area)
+    assert not outcome.passed, outcome.summary  # ...and yet P1 - E shows A holds at most 3 < k
+    assert any(o.get("area_id") == cell_id(CELL_A) and o["attacker_up"] == 3 and o["failing"] == "upper"
+               for o in outcome.offending)
+
+
+def test_suppression_audit_includes_earlier_releases_of_the_period(protected):
+    """An earlier release of the same period that published C's value makes B recoverable now."""
+    policy, area = protected
+    assert stages.check_suppression_audit(policy, area).passed
+    earlier_cells = pd.DataFrame({"cell_id": [cell_id(CELL_C)], "bucket_start": [BUCKET], "n_devices": [1]})
+    earlier_margins = pd.DataFrame(columns=["level", "area_id", "bucket_start", "n_devices"])
+    outcome = stages.check_suppression_audit(policy, area, earlier=[(earlier_cells, earlier_margins)])
+    assert not outcome.passed
+    assert {o["area_id"] for o in outcome.offending if "area_id" in o} == {cell_id(CELL_B)}
