@@ -148,6 +148,35 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    """Independent audit of a published folder against the true counts kept in the work area."""
+    from spatial_release import stages
+    from spatial_release.policy import load_policy
+
+    folder = Path(args.release_dir).resolve()
+    try:
+        record = stages.verify_release_files(folder)
+    except stages.ReleaseTampered as exc:
+        print(f"audit FAILED: {exc}", file=sys.stderr)
+        return 1
+    policy = load_policy(args.policy or _project_root() / "policies" / f"{record['dataset']}.yaml")
+    if policy.sha256 != record["policy"]["sha256"]:
+        print(f"error: {policy.path} is not the policy this release was made with "
+              f"(sha256 {record['policy']['sha256'][:12]}...)", file=sys.stderr)
+        return 2
+    work = Path(args.work).resolve() if args.work else folder.parents[2] / "work"
+    area = stages.WorkArea.for_release(work, policy, Period.parse(record["period"]))
+    if not (area.counts / "cell_counts.parquet").exists():
+        print(f"error: no true counts under {area.counts}; give --work", file=sys.stderr)
+        return 2
+    outcome = stages.check_suppression_audit(policy, area, release=folder)
+    print(f"audit of {folder}: {'PASSED' if outcome.passed else 'FAILED'}: {outcome.summary}")
+    for row in outcome.offending[:20]:
+        print(f"    offending: {json.dumps(row, default=str)}")
+    print(f"per-primary intervals (internal, never publish): {area.root / 'audit_intervals.internal.parquet'}")
+    return 0 if outcome.passed else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spatial-release", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -163,6 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
     release.add_argument("--out", help="output folder: releases/ and work/ go under it")
     release.add_argument("--ledger", help="ledger folder")
     release.set_defaults(func=cmd_release)
+
+    audit = sub.add_parser("audit", help="independent LP audit of a release folder")
+    audit.add_argument("release_dir")
+    audit.add_argument("--policy", help="policy file (default: policies/<dataset>.yaml, sha256 checked)")
+    audit.add_argument("--work", help="work folder holding the true counts (default: <out>/work beside releases/)")
+    audit.set_defaults(func=cmd_audit)
 
     generate = sub.add_parser("generate", help="write synthetic ping traces (CSV or Parquet by suffix)")
     generate.add_argument("--out", required=True)

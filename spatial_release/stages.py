@@ -15,7 +15,7 @@ import pandas as pd
 
 from spatial_release import guarantees
 from spatial_release.counting import Zoning, count_units, period_buckets
-from spatial_release.fileio import sha256_file, write_json_atomic
+from spatial_release.fileio import atomic_path, sha256_file, write_json_atomic
 from spatial_release.geometry import locate_pings, make_locator
 from spatial_release.geometry.locate import linked_column, make_linked_locators
 from spatial_release.geometry.zeros import read_structural_zeros
@@ -192,6 +192,18 @@ def read_manifest(area: WorkArea) -> dict:
     return _read_json(area.candidate / "manifest.json")
 
 
+class ReleaseTampered(RuntimeError):
+    """A release file does not match the hash its release.json records."""
+
+
+def verify_release_files(folder: Path) -> dict:
+    record = _read_json(folder / "release.json")
+    for name, digest in record["files"].items():
+        if sha256_file(folder / name) != digest:
+            raise ReleaseTampered(f"{folder / name}: sha256 differs from release.json; the file was altered")
+    return record
+
+
 def _verify_candidate(area: WorkArea) -> None:
     expected = read_manifest(area)["sha256"]
     for name, digest in expected.items():
@@ -233,14 +245,25 @@ def read_release_frames(area: WorkArea) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def check_suppression_audit(policy: Policy, area: WorkArea, options: dict | None = None,
-                            earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = ()) -> guarantees.CheckOutcome:
-    """The attacker LP over the candidate files: withheld figures are those absent from the files."""
-    cells, margins = _release_frames(area)
+                            earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = (),
+                            release: Path | None = None) -> guarantees.CheckOutcome:
+    """The attacker LP over the candidate files (or a published release folder): withheld figures are
+    those absent from the files. Writes the per-primary intervals to the work area (internal only)."""
+    if release is None:
+        cells, margins = _release_frames(area)
+    else:
+        verify_release_files(release)
+        tables = read_tables(release)
+        cells, margins = tables.cells, tables.margins
     true_cells, true_margins = read_true_counts(area)
     period = Period.parse(area.root.name)
     result, table = audit_published(true_cells, true_margins, cells, margins, policy.count_column,
                                     release_structure(policy, area), policy.k, policy.measure,
                                     structural_zeros(policy), period_buckets(policy, period), earlier, options)
+    intervals = pd.DataFrame([{**table.key(i.node), "value": i.value, "attacker_lo": i.lo, "attacker_up": i.up,
+                               "passed": i.passed, "integer_solve": i.exact_integer} for i in result.intervals])
+    with atomic_path(area.root / "audit_intervals.internal.parquet") as tmp:
+        intervals.to_parquet(tmp, index=False)
     offending = [{**table.key(i.node), "value": i.value, "attacker_lo": i.lo, "attacker_up": i.up,
                   "failing": i.failing} for i in result.failures()[:20]]
     offending += [{"error": e} for e in result.errors[:20]]

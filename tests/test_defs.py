@@ -9,8 +9,9 @@ import geopandas as gpd
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
-from conftest import CELL_A, CELL_B, CELL_D, CELL_E, K, cell_id, fixture_pings, policy_dict, write_policy
+from conftest import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id, fixture_pings, policy_dict, write_policy
 from spatial_release import cli, stages
 from spatial_release.definitions import defs
 from spatial_release.defs.partitions import quarterly
@@ -155,3 +156,44 @@ def test_cli_bad_policy_is_a_usage_error(tmp_path, capsys):
     bad.write_text("name: x\nversion: 1\n")
     assert cli.main(["release", "--policy", str(bad), "--period", "2018-Q1", "--out", str(tmp_path)]) == 2
     assert f"{bad}" in capsys.readouterr().err
+
+
+def _publish_with_cli(tmp_path) -> Path:
+    policy = _policy_file(tmp_path)
+    assert cli.main(["release", "--policy", str(policy), "--period", "2018-Q1", "--out", str(tmp_path / "out")]) == 0
+    return policy
+
+
+def test_cli_audit_passes_on_a_published_release(tmp_path, capsys):
+    policy = _publish_with_cli(tmp_path)
+    folder = tmp_path / "out" / "releases" / "fixture" / "2018-Q1"
+    capsys.readouterr()
+    assert cli.main(["audit", str(folder), "--policy", str(policy)]) == 0
+    out = capsys.readouterr().out
+    assert "PASSED" in out and "2 withheld primaries protected" in out
+    intervals = pd.read_parquet(tmp_path / "out" / "work" / "fixture" / "2018-Q1" / "audit_intervals.internal.parquet")
+    assert len(intervals) == 2 and intervals["passed"].all()
+
+
+def test_cli_audit_fails_a_release_that_leaks(tmp_path, capsys):
+    """The folder is edited after publication (B is published, the record re-hashed): C is then recovered."""
+    policy = _publish_with_cli(tmp_path)
+    folder = tmp_path / "out" / "releases" / "fixture" / "2018-Q1"
+    cells = gpd.read_parquet(folder / "cells.parquet")
+    b = cells.iloc[[0]].assign(cell_id=cell_id(CELL_B), n_devices=2)
+    pd.concat([cells, b], ignore_index=True).to_parquet(folder / "cells.parquet")
+    record = json.loads((folder / "release.json").read_text())
+    assert cli.main(["audit", str(folder), "--policy", str(policy)]) == 1  # the hash no longer matches
+    record["files"]["cells.parquet"] = sha256_file(folder / "cells.parquet")
+    (folder / "release.json").write_text(json.dumps(record))
+    capsys.readouterr()
+    assert cli.main(["audit", str(folder), "--policy", str(policy)]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and cell_id(CELL_C) in out
+
+
+def test_cli_audit_refuses_another_policy(tmp_path, capsys):
+    policy = _publish_with_cli(tmp_path)
+    other = write_policy(tmp_path, {**yaml.safe_load(policy.read_text()), "version": 2}, name="other.yaml")
+    folder = tmp_path / "out" / "releases" / "fixture" / "2018-Q1"
+    assert cli.main(["audit", str(folder), "--policy", str(other)]) == 2

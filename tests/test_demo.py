@@ -14,7 +14,7 @@ def test_demo_publishes(tmp_path, capsys):
     out = tmp_path / "demo"
     assert cli.main(["demo", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    folder = out / "releases" / "demo-city" / "2018-Q1"
+    folder = out / "releases" / "demo" / "2018-Q1"
     assert str(folder) in printed and "wall time" in printed
     record = json.loads((folder / "release.json").read_text())
     cells = gpd.read_parquet(folder / "cells.parquet")
