@@ -202,3 +202,55 @@ def zones_chain(leaf_level: str, hierarchy: pd.DataFrame, parent_levels: Sequenc
 def node_frame(table: Table) -> pd.DataFrame:
     return pd.DataFrame({"level": table.level, "area_id": table.area, "bucket_start": table.bucket,
                          "n": np.asarray(table.value, dtype=np.int64), "status": table.status})
+
+
+def cross_classified_table(leaf_counts: dict[tuple[str, str], int], space_parent: dict[str, str],
+                           time_parent: dict[str, str], space_level: dict[str, str], time_level: dict[str, str],
+                           k: int, zeros_published: bool) -> Table:
+    """A complete two-dimensional table (space hierarchy x time hierarchy) with every relation of both.
+
+    `leaf_counts` maps (space leaf, time leaf) to its count; `space_parent` / `time_parent` map each
+    code to its parent code (the roots map to nothing). Every combination of a space node and a time
+    node is a figure; those that hold no unit are explicit nodes of value 0: published (known zeros, as
+    in tau-Argus) when `zeros_published`, else withheld at no cost (our releases leave empty cells out,
+    and an empty cell here sits in two relations, so it cannot be folded into a rest variable).
+    Every count is a sum of leaf counts, so all relations are EQ. A node's level is
+    "<space level>x<time level>" and its key (level, space code, time code).
+    """
+    def node(s: str, t: str) -> int:
+        return table.index[(f"{space_level[s]}x{time_level[t]}", s, t)]
+
+    def ancestors(code: str, parent: dict[str, str]) -> list[str]:
+        chain = [code]
+        while chain[-1] in parent:
+            chain.append(parent[chain[-1]])
+        return chain
+
+    space_nodes = sorted(set(space_parent) | set(space_parent.values()))
+    time_nodes = sorted(set(time_parent) | set(time_parent.values()))
+    totals: dict[tuple[str, str], int] = {}
+    for (s, t), n in leaf_counts.items():
+        for sa in ancestors(s, space_parent):
+            for ta in ancestors(t, time_parent):
+                totals[(sa, ta)] = totals.get((sa, ta), 0) + n
+    table = Table()
+    for s in space_nodes:
+        for t in time_nodes:
+            n = totals.get((s, t), 0)
+            status = PRIMARY if 0 < n < k else PUBLISHED if n > 0 or zeros_published else SECONDARY
+            table.add(f"{space_level[s]}x{time_level[t]}", s, t, n, status)
+    space_children: dict[str, list[str]] = {}
+    for child, parent in space_parent.items():
+        space_children.setdefault(parent, []).append(child)
+    time_children: dict[str, list[str]] = {}
+    for child, parent in time_parent.items():
+        time_children.setdefault(parent, []).append(child)
+    for parent, children in sorted(space_children.items()):
+        for t in time_nodes:
+            table.relations.append(Relation(EQ, node(parent, t), tuple(node(c, t) for c in sorted(children)),
+                                            level=space_level[parent]))
+    for parent, children in sorted(time_children.items()):
+        for s in space_nodes:
+            table.relations.append(Relation(EQ, node(s, parent), tuple(node(s, c) for c in sorted(children)),
+                                            level=time_level[parent]))
+    return table
