@@ -14,7 +14,8 @@ withheld"), so the audit of each pattern uses that pattern's own publication of 
 Each engine runs in its own process so that its peak memory (ru_maxrss) is its own.
 
     python bench/suppression_bench.py                      # ~6,000 published cells
-    python bench/suppression_bench.py --region-km 48 16    # ~100,000 cells (ours only: --engines ours)
+    python bench/suppression_bench.py --persons 20000      # denser: ~5,900 non-zero figures
+    python bench/suppression_bench.py --release-mode --persons 30000 --days 7   # our release structure, large
 """
 
 from __future__ import annotations
@@ -167,6 +168,45 @@ def run_engine(engine: str, micro_path: Path, region_km, k: int, range_pct: int)
     return summary
 
 
+def release_mode(persons: int, days: int, k: int, seed: int) -> None:
+    """The structure our releases publish: 250 m cells x hour with 1 km and 4 km parents and the hourly
+    total, one spatial hierarchy per bucket (empty cells folded into exact rest variables)."""
+    from spatial_release.suppression.release_system import Structure, protect_release
+    from spatial_release.suppression.table import grid_chain
+
+    cfg = SyntheticConfig(persons=persons, seed=seed, start=date(2018, 1, 8), days=days)
+    pings = generate_pings(cfg)
+    grid = Grid(GridGeometry(kind="grid", crs="EPSG:32618", size_m=250, parents_m=[1000, 4000]))
+    cells = grid.locate(pings["lon"].to_numpy(), pings["lat"].to_numpy())
+    hour = pd.to_datetime(pings["local_time"]).dt.floor("h").dt.tz_localize("UTC")
+    frame = pd.DataFrame({"unit": pings["device_id"], "cell_id": cells, "bucket_start": hour})
+    per = frame.groupby(["unit", "bucket_start", "cell_id"]).size().rename("n").reset_index()
+    per = per.sort_values(["unit", "bucket_start", "n", "cell_id"], ascending=[True, True, False, True])
+    member = per.drop_duplicates(["unit", "bucket_start"])
+    true_cells = member.groupby(["cell_id", "bucket_start"]).size().rename("n").reset_index()
+    hier = grid.hierarchy(true_cells["cell_id"].drop_duplicates())
+    joined = member.merge(hier, on="cell_id")
+    margins = [joined.groupby([lvl, "bucket_start"]).size().rename("n").reset_index()
+               .rename(columns={lvl: "area_id"}).assign(level=lvl) for lvl in ("grid_1000m", "grid_4000m")]
+    margins.append(member.groupby("bucket_start").size().rename("n").reset_index().assign(level="total",
+                                                                                          area_id="total"))
+    true_margins = pd.concat(margins, ignore_index=True)[["level", "area_id", "bucket_start", "n"]]
+    structure = Structure((grid_chain(250, [1000, 4000], ["grid_1000m", "grid_4000m"]),))
+    started = time.perf_counter()
+    protected, log, _ = protect_release(true_cells, true_margins, structure, k, "presence")
+    seconds = time.perf_counter() - started
+    audit_summary = log.audit.summary()
+    print(f"release mode: {persons} persons, {days} days of hourly buckets, 250 m cells")
+    print(f"  figures {len(true_cells) + len(true_margins)}; published cells {len(protected.cells)}, "
+          f"published margins {len(protected.margins)}; primaries {audit_summary['primaries_audited']}; "
+          f"secondaries {log.sweep_secondaries + log.repair_secondaries} "
+          f"(sweep {log.sweep_secondaries}, repair {log.repair_secondaries}, rounds {log.rounds})")
+    print(f"  protect + audit {seconds:.1f} s (final audit {audit_summary['seconds']} s, "
+          f"{audit_summary['components']} components, {audit_summary['lps_solved']} exact LPs, "
+          f"{audit_summary['bulk_lps']} bulk LPs, failures {audit_summary['failures']}); "
+          f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--persons", type=int, default=4000)
@@ -175,10 +215,16 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--range-pct", type=int, default=10, help="tau-Argus FREQ protection range")
     parser.add_argument("--engines", nargs="+", default=["ours", "tau-modular", "tau-optimal"])
+    parser.add_argument("--release-mode", action="store_true",
+                        help="time our own release structure instead (1-D per bucket); see --days")
+    parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--engine", help=argparse.SUPPRESS)
     parser.add_argument("--micro", help=argparse.SUPPRESS)
     args = parser.parse_args()
     region = tuple(args.region_km)
+    if args.release_mode:
+        release_mode(args.persons, args.days, args.k, args.seed)
+        return
     if args.engine:  # child process
         print(json.dumps(run_engine(args.engine, Path(args.micro), region, args.k, args.range_pct)))
         return

@@ -168,8 +168,12 @@ def test_union_relations_for_visitors():
 # ---- positive controls --------------------------------------------------------------------------
 
 def test_p1_rectangle_with_enough_mass_passes():
-    result = audit(rectangle(2, 5, 7, 3, {"x11": P, "x12": S, "x21": S, "x22": S}), k=3)
+    table = rectangle(2, 5, 7, 3, {"x11": P, "x12": S, "x21": S, "x22": S})
+    result = audit(table, k=3, exact=True)
     assert result.passed and result.components == 1 and result.lps_solved == 2
+    assert list(intervals(result).values()) == [(0.0, 7.0)]  # x11 ranges over [0, r1]
+    fast = audit(table, k=3)
+    assert fast.passed and fast.bulk_lps >= 1 and fast.intervals[0].bounds == "witness"
 
 
 def test_p2_two_ones_with_absent_empty_cells_pass_for_k_2():
@@ -267,7 +271,8 @@ def test_audit_matches_brute_force(values, k, publish):
     known_margins = {a: margins[a] for a in ("A", "B", "total")
                      if (n := table.index.get(("total" if a == "total" else "district", a, BUCKET))) is not None
                      and table.status[n] == PUBLISHED}
-    result = audit(table, k)
+    result = audit(table, k, exact=True)
+    fast = {i.node: i for i in audit(table, k).intervals}
     assert not result.errors
     feasible = _brute_force(values, known_leaves, known_margins)
     for interval in result.intervals:
@@ -277,3 +282,7 @@ def test_audit_matches_brute_force(values, k, publish):
         assert (interval.up == float("inf")) == (up >= CAP), name
         if up < CAP:
             assert interval.up == up, name
+        # the witness audit reaches the same verdict, and its bounds lie inside the true interval
+        witness = fast[interval.node]
+        assert witness.passed == interval.passed, name
+        assert lo <= witness.lo and (witness.up <= up or up >= CAP), name

@@ -29,6 +29,7 @@ from spatial_release.suppression.table import EQ, PUBLISHED, REST, Table
 
 INF = highspy.kHighsInf
 TOL = 1e-6
+BULK_ROUNDS = 40
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,10 @@ class Interval:
     exact_integer: bool  # True when a MIP solve was needed (fractional LP vertex)
     failing: str = ""  # "lower", "upper", "both" or ""
     binding: tuple[tuple[int, float], ...] = ()  # published nodes binding the failing bound, with |reduced cost|
+    # "exact": lo and up are the attacker's integer optima. "witness": at least one bound comes from an
+    # integral feasible point that already clears the protection bound, so the true interval is at least
+    # as wide as [lo, up] (the attacker cannot narrow it below a point that is feasible).
+    bounds: str = "exact"
 
     def margin(self, k: int) -> float:
         """Smallest distance to the protection bound (negative when failing)."""
@@ -55,6 +60,7 @@ class AuditResult:
     components: int = 0
     lps_solved: int = 0
     mips_solved: int = 0
+    bulk_lps: int = 0
     seconds: float = 0.0
 
     @property
@@ -77,6 +83,7 @@ class AuditResult:
             "errors": self.errors[:20],
             "components": self.components,
             "lps_solved": self.lps_solved,
+            "bulk_lps": self.bulk_lps,
             "mips_solved": self.mips_solved,
             "smallest_margin_to_bound": None if smallest is None or math.isinf(smallest) else smallest,
             "criterion": "for each primary v: integer lo <= v - 1 and integer up >= max(k, v + 1)",
@@ -192,6 +199,26 @@ class ComponentModel:
             return "unbounded", INF, values, duals
         return name, math.nan, values, duals
 
+    def bulk_witness(self, nodes: list[int], maximise: bool, cap: float) -> np.ndarray | None:
+        """One LP optimising the sum of `nodes` (each variable capped at `cap`, which only shrinks the
+        feasible set, so any point found is feasible for the attacker too). Returns the column values of an
+        integral optimal point, or None."""
+        h = self.highs
+        variables = [self.column[n] for n in self.nodes if self.table.status[n] != PUBLISHED]
+        idx = np.array(variables, dtype=np.int32)
+        h.changeColsBounds(len(idx), idx, np.zeros(len(idx)), np.full(len(idx), cap))
+        cols = np.array([self.column[n] for n in nodes], dtype=np.int32)
+        h.changeColsCost(len(cols), cols, np.ones(len(cols)))
+        h.changeObjectiveSense(highspy.ObjSense.kMaximize if maximise else highspy.ObjSense.kMinimize)
+        h.run()
+        ok = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+        values = np.array(h.getSolution().col_value) if ok else None
+        h.changeColsCost(len(cols), cols, np.zeros(len(cols)))
+        h.changeColsBounds(len(idx), idx, np.zeros(len(idx)), np.full(len(idx), INF))
+        if values is None or not _is_integral(values):
+            return None
+        return values
+
     def integer_bound(self, node: int, maximise: bool) -> tuple[str, float]:
         h = self.highs
         variables = [self.column[n] for n in self.nodes if self.table.status[n] != PUBLISHED]
@@ -217,12 +244,49 @@ def _binding(model: ComponentModel, duals: np.ndarray) -> tuple[tuple[int, float
     return tuple(sorted(found))
 
 
-def audit_component(model: ComponentModel, primaries: list[int], k: int, result: AuditResult) -> None:
+def _bulk_certificates(model: ComponentModel, primaries: list[int], k: int, result: AuditResult
+                       ) -> tuple[dict[int, float], dict[int, float]]:
+    """Witness points that clear the protection bounds of many primaries at once: maximise (minimise) the
+    sum of the still-uncertified primaries and keep every primary whose value in that integral feasible
+    point already reaches max(k, v + 1) (is at most v - 1). Sound: a feasible point is something the
+    attacker cannot exclude. Whatever is left is solved exactly, one LP per bound."""
     table = model.table
+    cap = float(max(sum(table.value), k) * 4 + 10)
+    ups: dict[int, float] = {}
+    los: dict[int, float] = {}
+    for maximise, found in ((True, ups), (False, los)):
+        pending = list(primaries)
+        for _ in range(BULK_ROUNDS):
+            if not pending:
+                break
+            values = model.bulk_witness(pending, maximise, cap)
+            result.bulk_lps += 1
+            if values is None:
+                break
+            newly = []
+            for node in pending:
+                v, y = table.value[node], values[model.column[node]]
+                if (maximise and y >= max(k, v + 1) - TOL) or (not maximise and y <= v - 1 + TOL):
+                    found[node] = float(round(y))
+                    newly.append(node)
+            if not newly:
+                break
+            pending = [n for n in pending if n not in found]
+    return los, ups
+
+
+def audit_component(model: ComponentModel, primaries: list[int], k: int, result: AuditResult,
+                    exact: bool = False) -> None:
+    table = model.table
+    witness_lo, witness_up = ({}, {}) if exact else _bulk_certificates(model, primaries, k, result)
     for node in primaries:
         v = table.value[node]
-        bounds, exact, binding, failed = {}, False, {}, False
+        bounds, exact, binding, failed = {}, False, {False: (), True: ()}, False
         for maximise in (False, True):
+            witness = (witness_up if maximise else witness_lo).get(node)
+            if witness is not None:
+                bounds[maximise] = witness
+                continue
             status, value, values, duals = model.bound(node, maximise)
             result.lps_solved += 1
             if status not in ("optimal", "unbounded"):
@@ -249,22 +313,28 @@ def audit_component(model: ComponentModel, primaries: list[int], k: int, result:
         low_ok, up_ok = lo <= v - 1, up >= max(k, v + 1)
         failing = "" if low_ok and up_ok else "both" if not (low_ok or up_ok) else "lower" if not low_ok else "upper"
         chosen = binding[True] if not up_ok else binding[False] if not low_ok else ()
-        result.intervals.append(Interval(node, v, float(lo), float(up), low_ok and up_ok, exact, failing, chosen))
+        kind = "witness" if node in witness_lo or node in witness_up else "exact"
+        result.intervals.append(Interval(node, v, float(lo), float(up), low_ok and up_ok, exact, failing, chosen,
+                                         kind))
 
 
-def audit(table: Table, k: int, options: dict | None = None, only: set[int] | None = None) -> AuditResult:
-    """Audit every primary (or only the components that contain a node in `only`)."""
+def audit(table: Table, k: int, options: dict | None = None, primaries: set[int] | None = None,
+          exact: bool = False) -> AuditResult:
+    """Audit every withheld primary, or only those in `primaries` (the repair loop re-audits only the
+    primaries that failed: withholding more figures only widens the attacker's feasible set, so a primary
+    that passed keeps passing). With `exact`, every bound is the attacker's optimum (two LPs per primary)
+    instead of a witness that already clears the protection bound."""
     started = time.perf_counter()
     result = AuditResult(k=k)
     result.errors.extend(inconsistent_relations(table))
     relations_of = table.relations_of()
     for nodes in components(table):
-        primaries = [n for n in nodes if table.status[n] == "primary"]
-        if not primaries or (only is not None and not (set(nodes) & only)):
+        chosen = [n for n in nodes if table.status[n] == "primary" and (primaries is None or n in primaries)]
+        if not chosen:
             continue
         result.components += 1
         model = ComponentModel(table, nodes, relations_of, options or {})
-        audit_component(model, primaries, k, result)
+        audit_component(model, chosen, k, result, exact)
     result.seconds = time.perf_counter() - started
     return result
 
