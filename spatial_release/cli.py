@@ -177,6 +177,20 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0 if outcome.passed else 1
 
 
+def cmd_ledger_verify(args: argparse.Namespace) -> int:
+    from spatial_release.defs.resources import ReleaseSettings
+    from spatial_release.ledger import LedgerCorrupt, read_ledger
+
+    folder = Path(args.ledger or ReleaseSettings().ledger_dir).resolve()
+    try:
+        entries = read_ledger(folder)
+    except LedgerCorrupt as exc:
+        print(f"ledger {folder} does NOT verify: {exc}", file=sys.stderr)
+        return 1
+    print(f"ledger {folder} verifies: {len(entries)} entries, head {entries[-1]['hash'][:16] if entries else '-'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spatial-release", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -198,6 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--policy", help="policy file (default: policies/<dataset>.yaml, sha256 checked)")
     audit.add_argument("--work", help="work folder holding the true counts (default: <out>/work beside releases/)")
     audit.set_defaults(func=cmd_audit)
+
+    ledger = sub.add_parser("ledger", help="the release ledger")
+    ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True)
+    verify = ledger_sub.add_parser("verify", help="verify the hash chain; report the first bad entry")
+    verify.add_argument("--ledger", help="ledger folder (default: the project's ledger/)")
+    verify.set_defaults(func=cmd_ledger_verify)
 
     generate = sub.add_parser("generate", help="write synthetic ping traces (CSV or Parquet by suffix)")
     generate.add_argument("--out", required=True)

@@ -1,0 +1,127 @@
+"""The per-zone estimator's properties and the budget gate's worked examples."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spatial_release.risk import BLOCK, PUBLISH, WARN, RiskParams, decide, estimate_risk
+
+EXACT = RiskParams(points=2, exhaustive=True)
+
+
+def _keys(traces: dict[str, list[str]]) -> pd.DataFrame:
+    return pd.DataFrame([(u, k) for u, ks in traces.items() for k in ks], columns=["unit", "key"])
+
+
+def _zones(frame: pd.DataFrame) -> pd.Series:
+    keys = sorted(frame["key"].unique())
+    return pd.Series([k.split(":")[0] for k in keys], index=keys)  # key "zone:cell@bucket"
+
+
+traces_strategy = st.dictionaries(
+    st.sampled_from([f"u{i}" for i in range(8)]),
+    st.lists(st.sampled_from([f"{z}:c{c}@b{b}" for z in "AB" for c in range(2) for b in range(3)]),
+             min_size=1, max_size=5, unique=True),
+    min_size=1, max_size=8)
+
+
+def test_p1_worst_is_one_over_the_smallest_count_in_the_zone():
+    traces = {f"u{i}": ["A:c0@b0"] for i in range(6)} | {f"v{i}": ["A:c1@b0"] for i in range(5)}
+    frame = _keys(traces)
+    report = estimate_risk(frame, _zones(frame), RiskParams(points=1, exhaustive=True))
+    [zone] = report.zones
+    assert zone.worst == pytest.approx(1 / 5) and zone.worst <= 1 / 5  # 1/k with k = 5
+
+
+def test_identical_traces_give_one_over_n():
+    traces = {f"u{i}": ["A:c0@b0", "A:c1@b1", "B:c0@b2"] for i in range(7)}
+    frame = _keys(traces)
+    report = estimate_risk(frame, _zones(frame), RiskParams(points=4, draws=5))
+    assert all(z.mean == pytest.approx(1 / 7) and z.worst == pytest.approx(1 / 7) for z in report.zones)
+
+
+@settings(max_examples=40, deadline=None)
+@given(traces=traces_strategy, extra=traces_strategy)
+def test_adding_a_release_never_lowers_the_worst_case(traces, extra):
+    frame = _keys(traces)
+    later = _keys({u: [k.replace("@b", "@n") for k in ks] for u, ks in extra.items()})  # new buckets only
+    combined = pd.concat([frame, later], ignore_index=True)
+    before = {z.zone: z.worst for z in estimate_risk(frame, _zones(frame), EXACT).zones}
+    after = {z.zone: z.worst for z in estimate_risk(combined, _zones(combined), EXACT).zones}
+    for zone, worst in before.items():
+        assert after[zone] >= worst - 1e-12
+
+
+@settings(max_examples=40, deadline=None)
+@given(traces=traces_strategy, data=st.data())
+def test_withholding_or_coarsening_never_raises_the_worst_case(traces, data):
+    frame = _keys(traces)
+    keys = sorted(frame["key"].unique())
+    before = {z.zone: z.worst for z in estimate_risk(frame, _zones(frame), EXACT).zones}
+    # withhold one key (nobody is counted in it any more)
+    gone = data.draw(st.sampled_from(keys))
+    withheld = frame[frame["key"] != gone]
+    if len(withheld):
+        for z in estimate_risk(withheld, _zones(withheld), EXACT).zones:
+            assert z.worst <= before[z.zone] + 1e-12
+    # coarsen: merge the two cells of zone A into one
+    coarse = frame.assign(key=frame["key"].str.replace(r"^A:c\d", "A:c*", regex=True)).drop_duplicates()
+    for z in estimate_risk(coarse, _zones(coarse), EXACT).zones:
+        assert z.worst <= before[z.zone] + 1e-12
+
+
+def test_journalist_is_at_most_prosecutor_and_scales_with_panel_share():
+    traces = {f"u{i}": [f"A:c{i}@b0", "A:c9@b1"] for i in range(4)}  # every trace unique
+    frame = _keys(traces)
+    full = estimate_risk(frame, _zones(frame), RiskParams(points=2, draws=5), population={"A": 4})
+    tenth = estimate_risk(frame, _zones(frame), RiskParams(points=2, draws=5), population={"A": 40})
+    assert full.zones[0].journalist == pytest.approx(full.zones[0].mean)  # pi = 1
+    assert tenth.zones[0].journalist == pytest.approx(0.1) and tenth.zones[0].journalist <= tenth.zones[0].mean
+
+
+def test_sparse_zone_is_the_release_figure_not_the_pooled_mean():
+    """A zone with a thousandth of the units at thirty times the risk decides the release."""
+    rng = np.random.default_rng(1)
+    dense = {f"d{i}": [f"D:c{rng.integers(2)}@b{b}" for b in range(2)] for i in range(3000)}
+    sparse = {f"s{i}": [f"S:c0@b0", f"S:c{i}@b1"] for i in range(3)}  # 3 units of 3003, all unique
+    frame = _keys(dense | sparse)
+    report = estimate_risk(frame, _zones(frame), RiskParams(points=2, draws=4))
+    worst = report.worst_zone()
+    dense_zone = next(z for z in report.zones if z.zone == "D")
+    assert worst.zone == "S" and worst.mean == pytest.approx(1.0)
+    assert worst.mean >= 30 * dense_zone.mean and report.pooled < 0.05
+    decision = decide(worst.mean, worst.zone, [], 0.05, 0.20, 0.9)
+    assert decision.status == BLOCK and "zone S" in decision.reason
+    assert decide(report.pooled, "pooled", [], 0.05, 0.20, 0.9).status == PUBLISH  # what a mean would hide
+
+
+def test_quarterly_worked_example():
+    previous, outcomes = [], []
+    for figure in (0.031, 0.044, 0.049, 0.052):
+        d = decide(figure, "ward-B", previous, 0.05, 0.20, 0.9)
+        outcomes.append((d.status, None if d.cumulative is None else round(d.cumulative, 3)))
+        if d.status != BLOCK:
+            previous.append(figure)
+    assert outcomes == [(PUBLISH, 0.031), (PUBLISH, 0.074), (WARN, 0.119), (BLOCK, round(1 - 0.969 * 0.956 * 0.951 * 0.948, 3))]
+    for pooled in (0.004, 0.005, 0.006, 0.006):  # the pooled figures would have waved all four through
+        assert decide(pooled, "pooled", [], 0.05, 0.20, 0.9).status == PUBLISH
+
+
+def test_monthly_series_blocks_the_twelfth():
+    previous, statuses = [], []
+    for _ in range(12):
+        d = decide(0.02, "zone", previous, 0.05, 0.20, 0.9)
+        statuses.append(d.status)
+        if d.status != BLOCK:
+            previous.append(0.02)
+    assert statuses.count(BLOCK) == 1 and statuses[-1] == BLOCK and len(previous) == 11
+    assert math.isclose(1 - 0.98 ** 11, 0.19926, abs_tol=1e-5)
+
+
+def test_missing_estimate_blocks():
+    assert decide(None, None, [], 0.05, 0.2, 0.9).status == BLOCK
+    assert decide(float("nan"), "z", [], 0.05, 0.2, 0.9).status == BLOCK
