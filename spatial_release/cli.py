@@ -36,6 +36,7 @@ def _settings_config(args: argparse.Namespace) -> dict:
         "releases_dir": str(out / "releases") if out else defaults.releases_dir,
         "work_dir": str(out / "work") if out else defaults.work_dir,
         "ledger_dir": str(Path(args.ledger).resolve()) if args.ledger else defaults.ledger_dir,
+        "alerts_dir": str(out / "alerts") if out else defaults.alerts_dir,
     }
 
 
@@ -68,10 +69,13 @@ def run_release(policy: str, period: str, traces: list[str] | None = None, out: 
     args = argparse.Namespace(policy=policy, traces=traces, out=out, ledger=ledger)
     config = _settings_config(args)
     parsed = Period.parse(period)
-    if "-Q" not in parsed.label:
-        raise ValueError(f"the release job is quarterly; give a period like 2018-Q1, not {period!r}")
-    load_policy(config["policy"])  # a bad policy is a usage error, reported before any run starts
-    job = defs.resolve_job_def("quarterly_release_job")
+    loaded = load_policy(config["policy"])  # a bad policy is a usage error, reported before any run starts
+    monthly = loaded.period == "month"
+    if monthly == ("-Q" in parsed.label):
+        expected = "a month like 2018-01" if monthly else "a quarter like 2018-Q1"
+        raise ValueError(f"{loaded.path}: the policy's release period is a {loaded.period}; give {expected}, "
+                         f"not {period!r}")
+    job = defs.resolve_job_def("monthly_release_job" if monthly else "quarterly_release_job")
     result = job.execute_in_process(
         partition_key=parsed.partition_key, instance=_instance(), raise_on_error=False,
         run_config={"resources": {"settings": {"config": config}},
@@ -96,6 +100,12 @@ def _summary(record: dict, folder: Path) -> str:
         f"margins   {c['published_margins']} published, {c['withheld_margins']} withheld",
         f"withheld  {c['unit_counts_withheld']} of {c['unit_counts_total']} unit counts ({c['share_withheld']:.2%})",
         f"checks    {', '.join(f'{k}: {v}' for k, v in record['checks'].items())}",
+        f"audit     {record['audit']['primaries_audited']} withheld primaries protected "
+        f"({record['audit']['components']} components)",
+        f"risk      {record['risk']['status']}: worst zone {record['risk']['worst_zone']} "
+        f"{record['risk']['release_figure']:.4f} ({record['risk']['measure']}), cumulative "
+        f"{record['risk']['cumulative']:.4f}",
+        f"ledger    entry {record['ledger_entry'][:16]}",
     ])
 
 
@@ -125,7 +135,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     policy = _project_root() / "policies" / "demo.yaml"
     print(f"generating synthetic traces and publishing {policy.name} 2018-Q1 into {out} ...")
     started = time.perf_counter()
-    published, messages, record = run_release(str(policy), "2018-Q1", None, str(out), None)
+    # the demo keeps its own ledger beside its releases: the project's ledger/ is for real programmes
+    published, messages, record = run_release(str(policy), "2018-Q1", None, str(out), str(out / "ledger"))
     elapsed = time.perf_counter() - started
     if not published:
         print("\n".join(messages), file=sys.stderr)
@@ -201,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     release = sub.add_parser("release", help="run the release job for one policy and period")
     release.add_argument("--policy", required=True)
-    release.add_argument("--period", required=True, help="a quarter such as 2018-Q1")
+    release.add_argument("--period", required=True, help="a quarter such as 2018-Q1 (or a month, 2018-01, "
+                                                          "for policies with period: month)")
     release.add_argument("--traces", nargs="+", help="trace files or globs (default: the policy's source.paths)")
     release.add_argument("--out", help="output folder: releases/ and work/ go under it")
     release.add_argument("--ledger", help="ledger folder")

@@ -2,16 +2,18 @@
 
 import dagster as dg
 
-from spatial_release.defs.assets import cell_counts, protected_table, published_release, validated_pings
-from spatial_release.defs.checks import ALL_CHECKS
-from spatial_release.defs.jobs import release_job
+from spatial_release.defs.assets import monthly_graph, quarterly_graph
+from spatial_release.defs.jobs import ALL_JOBS
 from spatial_release.defs.resources import ReleaseSettings
-from spatial_release.defs.schedules import quarterly_release_schedule
+from spatial_release.defs.review import published_within_budget, risk_review
+from spatial_release.defs.schedules import ALL_SCHEDULES
+from spatial_release.defs.sensors import ALL_SENSORS
 
 defs = dg.Definitions(
-    assets=[validated_pings, cell_counts, protected_table, published_release],
-    asset_checks=ALL_CHECKS,
-    jobs=[release_job],
-    schedules=[quarterly_release_schedule],
+    assets=[*quarterly_graph.assets, *monthly_graph.assets, risk_review],
+    asset_checks=[*quarterly_graph.checks, *monthly_graph.checks, published_within_budget],
+    jobs=ALL_JOBS,
+    schedules=ALL_SCHEDULES,
+    sensors=ALL_SENSORS,
     resources={"settings": ReleaseSettings()},
 )

@@ -192,10 +192,17 @@ class SuppressionSpec(_Strict):
 
 
 class RiskSpec(_Strict):
-    zones: str | None = None
+    """Risk zones are the areas of one level of the main geometry (`cell` for the zones themselves, or a
+    parent level such as a coarse grid), fixed across releases; the landscape file states what outsiders
+    know. Ceilings are changed here, in review, never at run time."""
+
+    zones: str = Field("cell", description="level of the main geometry whose areas are the risk zones")
+    landscape: str = Field(description="the auxiliary-landscape YAML, relative to the policy file")
     per_release_ceiling: float = Field(0.05, gt=0.0, le=1.0)
     cumulative_ceiling: float = Field(0.20, gt=0.0, le=1.0)
     warn_at: float = Field(0.75, gt=0.0, le=1.0)
+    window: int | None = Field(None, ge=1, description="earlier releases counted; None: the whole programme")
+    key_retention_days: int = Field(730, ge=1, description="how long per-unit key sets are kept for reviews")
 
 
 class Policy(_Strict):
@@ -209,6 +216,7 @@ class Policy(_Strict):
     time: TimeSpec
     suppression: SuppressionSpec = SuppressionSpec()
     risk: RiskSpec | None = None
+    period: Literal["quarter", "month"] = "quarter"
 
     _path: Path | None = PrivateAttr(None)
     _sha256: str = PrivateAttr("")
@@ -238,6 +246,13 @@ class Policy(_Strict):
         repeated = sorted({n for n in names if names.count(n) > 1} | ({"cell"} & set(names)))
         if repeated:
             raise ValueError(f"geometry level names must be unique and not 'cell': {repeated} repeat")
+        return self
+
+    @model_validator(mode="after")
+    def _risk_level_exists(self) -> "Policy":
+        if self.risk and self.risk.zones not in ("cell", *self.geometry.level_names()):
+            raise ValueError(f"risk.zones {self.risk.zones!r} is not 'cell' nor a level of the main geometry "
+                             f"{self.geometry.level_names()}")
         return self
 
     def margin_levels(self) -> list[str]:

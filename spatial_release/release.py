@@ -6,7 +6,10 @@ into a staging folder that is renamed into place: a crash leaves no release or t
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,7 +18,7 @@ import geopandas as gpd
 import pandas as pd
 
 from spatial_release import __version__
-from spatial_release.fileio import atomic_directory, atomic_path, sha256_file, write_json_atomic
+from spatial_release.fileio import atomic_path, sha256_file, write_json_atomic
 from spatial_release.geometry.locate import Locator
 from spatial_release.period import Period
 from spatial_release.policy import Policy
@@ -57,7 +60,7 @@ def release_dir(releases_root: Path, policy: Policy, period: Period) -> Path:
 
 
 def build_record(policy: Policy, period: Period, summary: dict, ingest: dict, files: dict[str, str],
-                 crs: str, checks: dict[str, str], audit: dict | None = None) -> dict:
+                 crs: str, checks: dict[str, str], audit: dict | None = None, risk: dict | None = None) -> dict:
     return {
         "dataset": policy.name,
         "period": period.label,
@@ -76,7 +79,7 @@ def build_record(policy: Policy, period: Period, summary: dict, ingest: dict, fi
             "totals): constraint sweep, then attacker-LP audit and repair"
         ),
         "audit": audit,
-        "risk": None,
+        "risk": risk,
         "ledger_entry": None,
         "input": ingest,
         "checks": checks,
@@ -86,11 +89,43 @@ def build_record(policy: Policy, period: Period, summary: dict, ingest: dict, fi
     }
 
 
-def publish(candidate: Path, target: Path, record: dict) -> Path:
-    """Copy the checked candidate files and the record into `target` as one atomic rename."""
-    with atomic_directory(target) as staging:
-        for name in RELEASE_FILES:
-            shutil.copyfile(candidate / name, staging / name)
-        record = {**record, "files": {name: sha256_file(staging / name) for name in RELEASE_FILES}}
-        write_json_atomic(staging / "release.json", record)
+PENDING = "record.pending.json"
+
+
+def staging_dir(target: Path) -> Path:
+    return target.with_name(f".{target.name}.publishing")
+
+
+def publish(candidate: Path, target: Path, record: dict, register: Callable[[dict], str]) -> Path:
+    """Publish the checked candidate files with their record and a ledger entry, all or nothing.
+
+    Order: files and the pending record go into a staging folder beside the target; `register(record)`
+    appends the ledger entry and returns its hash; release.json (with that hash) is written; one rename
+    makes the release visible. A crash before the ledger append leaves only the staging folder (removed
+    on the next attempt); a crash after it leaves a staging folder that `finish_pending` completes.
+    """
+    if target.exists():
+        raise FileExistsError(f"{target} already exists; a published release is never overwritten")
+    staging = staging_dir(target)
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    for name in RELEASE_FILES:
+        shutil.copyfile(candidate / name, staging / name)
+    record = {**record, "files": {name: sha256_file(staging / name) for name in RELEASE_FILES}}
+    write_json_atomic(staging / PENDING, record)
+    entry_hash = register(record)
+    return finish_pending(target, entry_hash)
+
+
+def finish_pending(target: Path, entry_hash: str) -> Path:
+    """Complete a staged release whose ledger entry exists: write release.json and rename into place."""
+    staging = staging_dir(target)
+    record = json.loads((staging / PENDING).read_text())
+    for name, digest in record["files"].items():
+        if sha256_file(staging / name) != digest:
+            raise RuntimeError(f"{staging / name} does not match its pending record; not publishing")
+    write_json_atomic(staging / "release.json", {**record, "ledger_entry": entry_hash})
+    (staging / PENDING).unlink()
+    os.rename(staging, target)
     return target

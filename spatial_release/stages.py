@@ -24,6 +24,9 @@ from spatial_release.policy import Policy
 from spatial_release.release import (
     RELEASE_FILES, build_record, publish, read_tables, release_dir, release_tables, write_tables,
 )
+from spatial_release.ledger import Ledger, cumulative_risk
+from spatial_release.risk import BLOCK, decide, estimate_risk
+from spatial_release.risk.landscape import Landscape, load_landscape
 from spatial_release.suppression.primary import ProtectedTable
 from spatial_release.suppression.release_system import Structure, audit_published, protect_release
 from spatial_release.suppression.table import LEAF, TOTAL, grid_chain, zones_chain
@@ -60,6 +63,10 @@ class WorkArea:
     @property
     def candidate(self) -> Path:
         return self.root / "candidate"
+
+    @property
+    def risk(self) -> Path:
+        return self.root / "risk"
 
 
 def _read_json(path: Path) -> dict:
@@ -294,7 +301,7 @@ def _record_keys(record: object) -> set[str]:
 
 
 def _draft_record(policy: Policy, area: WorkArea, period: Period | None = None,
-                  checks: dict[str, str] | None = None, audit: dict | None = None) -> dict:
+                  checks: dict[str, str] | None = None, audit: dict | None = None, risk: dict | None = None) -> dict:
     manifest = read_manifest(area)
     ingest = read_ingest_summary(area)
     counts = _read_json(area.counts / "counts.json")
@@ -310,7 +317,7 @@ def _draft_record(policy: Policy, area: WorkArea, period: Period | None = None,
     label = period or Period.parse(area.root.name)
     summary = {k: v for k, v in manifest["summary"].items() if k not in ("crs", "suppression")}
     return build_record(policy, label, summary, inputs, manifest["sha256"], manifest["summary"]["crs"],
-                        checks or {}, audit)
+                        checks or {}, audit, risk)
 
 
 class GuaranteeFailed(RuntimeError):
@@ -327,16 +334,153 @@ def run_guarantees(policy: Policy, area: WorkArea) -> list[guarantees.CheckOutco
     return [check(policy, area) for check in GUARANTEES]
 
 
-def run_publish(policy: Policy, period: Period, area: WorkArea, releases_root: Path) -> tuple[Path, dict]:
-    """Publish the candidate. The guarantees are evaluated again here, so a release can never be written
-    by a run that skipped the blocking checks (Dagster blocks only within one run)."""
+def _released_keys(area: WorkArea) -> pd.DataFrame:
+    """unit, key for every published (cell, bucket) each unit was counted in (set semantics)."""
+    membership = pd.read_parquet(area.counts / "membership.internal.parquet")
+    cells = pd.read_parquet(area.candidate / "cells.parquet", columns=["cell_id", "bucket_start"])
+    keys = membership.merge(cells, on=["cell_id", "bucket_start"])
+    keys["key"] = keys["cell_id"] + "@" + keys["bucket_start"].dt.strftime("%Y-%m-%dT%H:%MZ")
+    return keys[["unit", "key", "cell_id"]].drop_duplicates(["unit", "key"])
+
+
+def _risk_zone_of(policy: Policy, cells: pd.Series) -> pd.Series:
+    level = policy.risk.zones
+    if level == "cell":
+        return pd.Series(cells.to_numpy(), index=cells.to_numpy())
+    hierarchy = make_locator(policy).hierarchy(cells.drop_duplicates())
+    mapping = dict(zip(hierarchy["cell_id"], hierarchy[level]))
+    return pd.Series([mapping[c] for c in cells], index=cells.to_numpy())
+
+
+def zone_population(policy: Policy, landscape: Landscape, landscape_path: Path) -> dict[str, float] | None:
+    """Public population per risk zone: each population polygon counts in the zone holding its
+    representative point (zones geometry only; a grid has no polygons to join)."""
+    if landscape.population is None:
+        return None
+    if landscape.population.table:
+        table = pd.read_csv((landscape_path.parent / landscape.population.table).resolve(), dtype={"zone": str})
+        return dict(zip(table["zone"], table["population"].astype(float)))
+    if policy.geometry.kind != "zones":
+        return None
+    import geopandas as gpd
+
+    source = gpd.read_file((landscape_path.parent / landscape.population.path).resolve())
+    layer = make_locator(policy)
+    zones = layer.frame[[policy.geometry.id, "geometry"]].rename(columns={policy.geometry.id: "cell_id"})
+    if policy.risk.zones != "cell":
+        parents = layer.parent_table()[["cell_id", policy.risk.zones]]
+        zones = zones.merge(parents, on="cell_id").dissolve(by=policy.risk.zones).reset_index()
+        zones = zones.rename(columns={policy.risk.zones: "zone"})
+    else:
+        zones = zones.rename(columns={"cell_id": "zone"})
+    points = source.set_geometry(source.representative_point()).to_crs(zones.crs)
+    joined = gpd.sjoin(points[[landscape.population.value, "geometry"]], zones[["zone", "geometry"]],
+                       predicate="within")
+    return joined.groupby("zone")[landscape.population.value].sum().astype(float).to_dict()
+
+
+def earlier_releases(policy: Policy, period: Period, ledger: Ledger) -> list[dict]:
+    entries = [e for e in ledger.releases(policy.name) if e["period"] != period.label]
+    window = policy.risk.window if policy.risk else None
+    return entries[-window:] if window else entries
+
+
+def _earlier_keys(work_root: Path, policy: Policy, entries: list[dict]) -> list[pd.DataFrame]:
+    frames = []
+    for entry in entries:
+        path = work_root / policy.name / entry["period"] / "risk" / "unit_keys.internal.parquet"
+        if not path.exists():
+            raise FileNotFoundError(f"the per-unit key sets of release {entry['period']} ({path}) are gone "
+                                    "(retention?): the risk over the window cannot be estimated")
+        frames.append(pd.read_parquet(path))
+    return frames
+
+
+def assess_risk(policy: Policy, period: Period, area: WorkArea, ledger: Ledger,
+                unit_keys: pd.DataFrame | None = None, earlier: list[dict] | None = None) -> dict:
+    """Per-zone risk of this release plus the earlier ones in the window, and the gate's decision."""
+    if policy.risk is None:
+        raise ValueError(f"{policy.path}: no 'risk' section: a release without a risk estimate is blocked")
+    landscape_path = policy.resolve(policy.risk.landscape)
+    landscape, landscape_sha = load_landscape(landscape_path)
+    keys = _released_keys(area) if unit_keys is None else unit_keys
+    earlier = earlier_releases(policy, period, ledger) if earlier is None else earlier
+    window = pd.concat([keys, *_earlier_keys(area.root.parents[1], policy, earlier)], ignore_index=True)
+    zone_of_key = pd.Series(_risk_zone_of(policy, window["cell_id"]).to_numpy(), index=window["key"].to_numpy())
+    zone_of_key = zone_of_key[~zone_of_key.index.duplicated()]
+    report = estimate_risk(window[["unit", "key"]], zone_of_key, landscape.params(),
+                           zone_population(policy, landscape, landscape_path))
+    measure = "journalist" if landscape.adversary == "journalist" else "mean"
+    worst = report.worst_zone(measure) if len(window) else None
+    scored = [z for z in report.zones if getattr(z, measure) is not None]
+    pooled = (sum(z.units * getattr(z, measure) for z in scored) / sum(z.units for z in scored)) if scored else None
+    figure = getattr(worst, measure) if worst else None
+    previous = [e["risk"]["release_figure"] for e in earlier]
+    decision = decide(figure, worst.zone if worst else None, previous, policy.risk.per_release_ceiling,
+                      policy.risk.cumulative_ceiling, policy.risk.warn_at)
+    return {
+        "status": decision.status, "reason": decision.reason,
+        "worst_zone": decision.worst_zone, "release_figure": figure, "pooled": pooled,
+        "cumulative": decision.cumulative, "headroom": decision.headroom, "previous": previous,
+        "measure": measure, "landscape_sha256": landscape_sha, "landscape_version": landscape.version,
+        "points": landscape.points, "units": report.units, "keys": report.keys,
+        "window_periods": [e["period"] for e in earlier] + [period.label],
+        "zones": report.frame().to_dict("records"), "seconds": round(report.seconds, 2),
+    }
+
+
+def run_risk(policy: Policy, period: Period, area: WorkArea, ledger: Ledger) -> dict:
+    keys = _released_keys(area)
+    area.risk.mkdir(parents=True, exist_ok=True)
+    with atomic_path(area.risk / "unit_keys.internal.parquet") as tmp:
+        keys.to_parquet(tmp, index=False)
+    assessment = assess_risk(policy, period, area, ledger, keys)
+    write_json_atomic(area.risk / "risk.json", assessment)
+    return assessment
+
+
+def read_risk(area: WorkArea) -> dict:
+    return _read_json(area.risk / "risk.json")
+
+
+def check_risk_budget(policy: Policy, area: WorkArea) -> guarantees.CheckOutcome:
+    risk = read_risk(area)
+    offending = [z for z in risk["zones"] if z["zone"] == risk["worst_zone"]]
+    return guarantees.CheckOutcome("risk_budget", risk["status"] != BLOCK, risk["reason"], offending,
+                                   {k: risk[k] for k in ("status", "worst_zone", "release_figure", "pooled",
+                                                         "cumulative", "headroom", "measure")})
+
+
+def run_publish(policy: Policy, period: Period, area: WorkArea, releases_root: Path,
+                ledger: Ledger) -> tuple[Path, dict]:
+    """Publish the candidate with its ledger entry. The guarantees and the risk gate are evaluated again
+    here, so a release can never be written by a run that skipped the blocking checks (Dagster blocks
+    only within one run)."""
     outcomes = run_guarantees(policy, area)
     for outcome in outcomes:
         if not outcome.passed:
             raise GuaranteeFailed(outcome)
+    risk = assess_risk(policy, period, area, ledger)
+    if risk["status"] == BLOCK:
+        raise GuaranteeFailed(guarantees.CheckOutcome("risk_budget", False, risk["reason"]))
     audit = next(o.figures for o in outcomes if o.name == "suppression_audit")
-    record = _draft_record(policy, area, period, {o.name: "passed" for o in outcomes}, audit)
-    target = publish(area.candidate, release_dir(releases_root, policy, period), record)
+    risk_record = {k: risk[k] for k in ("status", "reason", "worst_zone", "release_figure", "pooled",
+                                        "cumulative", "headroom", "measure", "landscape_sha256", "points",
+                                        "window_periods")}
+    record = _draft_record(policy, area, period, {o.name: "passed" for o in outcomes}, audit, risk_record)
+    target = release_dir(releases_root, policy, period)
+    if any(e["period"] == period.label for e in ledger.releases(policy.name)):
+        raise FileExistsError(f"the ledger already records {policy.name} {period.label}; releases are immutable")
+
+    def register(full_record: dict) -> str:
+        entry = ledger.append({
+            "kind": "release", "dataset": policy.name, "period": period.label,
+            "policy": {"name": policy.name, "version": policy.version, "sha256": policy.sha256},
+            "files": full_record["files"], "risk": risk_record,
+        })
+        return entry["hash"]
+
+    publish(area.candidate, target, record, register)
     return target, _read_json(target / "release.json")
 
 
@@ -344,3 +488,35 @@ def stage_summaries(area: WorkArea) -> dict:
     return {"ingest": read_ingest_summary(area), "counts": _read_json(area.counts / "counts.json"),
             "candidate": read_manifest(area)["summary"]}
 
+
+
+def review_programme(policy: Policy, ledger: Ledger, work_root: Path) -> dict:
+    """Re-assess every published release of the dataset, in ledger order, under the current landscape.
+
+    Release i is assessed with its own key sets and those of the releases before it in the window, as
+    when it was published; the cumulative figure is recomputed from the new figures. A release now over the
+    per-release ceiling, or that pushes the cumulative figure over the programme ceiling, is a breach."""
+    releases = ledger.releases(policy.name)
+    reviewed, figures, breaches = [], [], []
+    for i, entry in enumerate(releases):
+        period = Period.parse(entry["period"])
+        area = WorkArea.for_release(work_root, policy, period)
+        keys_path = area.risk / "unit_keys.internal.parquet"
+        if not keys_path.exists():
+            raise FileNotFoundError(f"{keys_path}: key sets of {entry['period']} are gone; cannot review it")
+        window = releases[:i][-policy.risk.window:] if policy.risk.window else releases[:i]
+        risk = assess_risk(policy, period, area, ledger, pd.read_parquet(keys_path), window)
+        figure = risk["release_figure"]
+        figures.append(figure if figure is not None else float("nan"))
+        cumulative = cumulative_risk(figures)
+        row = {"period": entry["period"], "ledger_seq": entry["seq"], "worst_zone": risk["worst_zone"],
+               "release_figure": figure, "published_figure": entry["risk"]["release_figure"],
+               "cumulative": cumulative, "pooled": risk["pooled"]}
+        reviewed.append(row)
+        if figure is None or figure > policy.risk.per_release_ceiling or cumulative > policy.risk.cumulative_ceiling:
+            breaches.append({**row, "per_release_ceiling": policy.risk.per_release_ceiling,
+                             "cumulative_ceiling": policy.risk.cumulative_ceiling,
+                             "zone_figures": [z for z in risk["zones"] if z["zone"] == risk["worst_zone"]]})
+    landscape_sha = load_landscape(policy.resolve(policy.risk.landscape))[1]
+    return {"dataset": policy.name, "landscape_sha256": landscape_sha, "releases": reviewed,
+            "cumulative": cumulative_risk(figures) if figures else 0.0, "breaches": breaches}

@@ -84,15 +84,25 @@ def policy_dict(traces: str, **overrides) -> dict:
         "geometry": {"kind": "grid", "crs": CRS, "size_m": SIZE, "parents_m": [2 * SIZE]},
         "time": {"bucket": "1d", "timezone": "America/New_York"},
         "suppression": {"budget": 0.9},
+        "risk": {"zones": "cell", "landscape": "landscape.yaml", "per_release_ceiling": 0.05,
+                 "cumulative_ceiling": 0.2, "warn_at": 0.75},
     }
     for key, value in overrides.items():
         data[key] = value
     return data
 
 
-def write_policy(folder: Path, data: dict, name: str = "policy.yaml") -> Path:
+LANDSCAPE = {"version": 1, "points": 2, "draws": 5, "adversary": "journalist",
+             "population": {"table": "population.csv"}}
+
+
+def write_policy(folder: Path, data: dict, name: str = "policy.yaml", population: int = 10_000) -> Path:
+    """The policy plus its landscape (journalist, a public population per fixture cell)."""
     path = folder / name
     path.write_text(yaml.safe_dump(data, sort_keys=False))
+    (folder / "landscape.yaml").write_text(yaml.safe_dump(LANDSCAPE))
+    cells = [cell_id(c) for c in (CELL_A, CELL_B, CELL_C, CELL_D, CELL_E)]
+    (folder / "population.csv").write_text("zone,population\n" + "".join(f"{c},{population}\n" for c in cells))
     return path
 
 

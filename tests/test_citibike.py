@@ -54,7 +54,7 @@ def _expected_counts() -> tuple[dict, dict]:
 def release(tmp_path_factory):
     out = tmp_path_factory.mktemp("citibike")
     published, messages, record = cli.run_release(str(PROJECT_ROOT / "policies/jc-bikes.yaml"), "2018-Q1",
-                                                  out=str(out))
+                                                  out=str(out), ledger=str(out / "ledger"))
     assert published, messages
     return out / "releases" / "jc-bikes" / "2018-Q1", record
 

@@ -27,9 +27,10 @@ def test_definitions_load():
     assert job.partitions_def == quarterly
     checks = {key.name for key in defs.resolve_asset_graph().asset_check_keys}
     assert checks == {"rejected_share", "k_floor", "withheld_absent", "no_identifiers", "suppression_audit",
-                      "suppression_budget"}
-    for spec in defs.resolve_asset_graph().asset_check_keys:
-        assert defs.resolve_asset_graph().get_check_spec(spec).blocking
+                      "suppression_budget", "risk_budget", "published_within_budget"}
+    for key in defs.resolve_asset_graph().asset_check_keys:
+        if key.asset_key.path[-1] != "risk_review":  # the review has nothing downstream to block
+            assert defs.resolve_asset_graph().get_check_spec(key).blocking, key
 
 
 def test_schedule_requests_the_quarter_that_just_closed():
@@ -42,7 +43,8 @@ def test_schedule_requests_the_quarter_that_just_closed():
 
 def _run(tmp_path: Path, policy: Path):
     job = defs.resolve_job_def("quarterly_release_job")
-    config = {"policy": str(policy), "releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work")}
+    config = {"policy": str(policy), "releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
+              "ledger_dir": str(tmp_path / "ledger"), "alerts_dir": str(tmp_path / "alerts")}
     return job.execute_in_process(partition_key=PARTITION, raise_on_error=False,
                                   instance=dg.DagsterInstance.ephemeral(),
                                   run_config={"resources": {"settings": {"config": config}}})
@@ -67,7 +69,7 @@ def test_release_job_publishes_the_fixture(tmp_path):
     result = _run(tmp_path, _policy_file(tmp_path))
     assert result.success
     assert all(e.passed for e in result.get_asset_check_evaluations())
-    assert len(result.get_asset_check_evaluations()) == 6
+    assert len(result.get_asset_check_evaluations()) == 7
     folder = tmp_path / "releases" / "fixture" / "2018-Q1"
     assert sorted(p.name for p in folder.iterdir()) == ["cells.parquet", "margins.parquet", "release.json"]
     cells = gpd.read_parquet(folder / "cells.parquet")
@@ -136,7 +138,7 @@ def test_a_published_release_is_never_overwritten(tmp_path):
 
 def test_cli_release_publishes(tmp_path, capsys):
     code = cli.main(["release", "--policy", str(_policy_file(tmp_path)), "--period", "2018-Q1",
-                     "--out", str(tmp_path / "out")])
+                     "--out", str(tmp_path / "out"), "--ledger", str(tmp_path / "ledger")])
     assert code == 0
     out = capsys.readouterr().out
     assert "3 published" in out and str(tmp_path / "out" / "releases" / "fixture" / "2018-Q1") in out
@@ -144,7 +146,7 @@ def test_cli_release_publishes(tmp_path, capsys):
 
 def test_cli_blocked_release_names_check_and_cell(tmp_path, capsys, leaky_suppressor):
     code = cli.main(["release", "--policy", str(_policy_file(tmp_path)), "--period", "2018-Q1",
-                     "--out", str(tmp_path / "out")])
+                     "--out", str(tmp_path / "out"), "--ledger", str(tmp_path / "ledger")])
     assert code == 1
     err = capsys.readouterr().err
     assert "BLOCKED by check 'k_floor'" in err and cell_id(CELL_B) in err
@@ -154,13 +156,15 @@ def test_cli_blocked_release_names_check_and_cell(tmp_path, capsys, leaky_suppre
 def test_cli_bad_policy_is_a_usage_error(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nversion: 1\n")
-    assert cli.main(["release", "--policy", str(bad), "--period", "2018-Q1", "--out", str(tmp_path)]) == 2
+    assert cli.main(["release", "--policy", str(bad), "--period", "2018-Q1", "--out", str(tmp_path),
+                     "--ledger", str(tmp_path / "ledger")]) == 2
     assert f"{bad}" in capsys.readouterr().err
 
 
 def _publish_with_cli(tmp_path) -> Path:
     policy = _policy_file(tmp_path)
-    assert cli.main(["release", "--policy", str(policy), "--period", "2018-Q1", "--out", str(tmp_path / "out")]) == 0
+    assert cli.main(["release", "--policy", str(policy), "--period", "2018-Q1", "--out", str(tmp_path / "out"),
+                     "--ledger", str(tmp_path / "ledger")]) == 0
     return policy
 
 

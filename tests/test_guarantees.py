@@ -15,6 +15,7 @@ from shapely import box
 from conftest import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id
 from spatial_release import stages
 from spatial_release.fileio import sha256_file, write_json_atomic
+from spatial_release.ledger import Ledger
 from spatial_release.period import Period
 from spatial_release.release import RELEASE_FILES
 
@@ -195,8 +196,9 @@ def test_publish_refuses_a_failing_candidate(protected, tmp_path):
     policy, area = protected
     _tamper(area, cells=pd.concat([_cells(area), _row(cell_id(CELL_B), 2)], ignore_index=True))
     with pytest.raises(stages.GuaranteeFailed, match="k_floor"):
-        stages.run_publish(policy, PERIOD, area, tmp_path / "releases")
+        stages.run_publish(policy, PERIOD, area, tmp_path / "releases", Ledger(tmp_path / "ledger"))
     assert not (tmp_path / "releases" / policy.name / PERIOD.label).exists()
+    assert not (tmp_path / "ledger" / "entries.jsonl").exists()  # nothing recorded either
 
 
 def test_suppression_audit_rejects_primary_only_suppression(tmp_path, fixture_traces):

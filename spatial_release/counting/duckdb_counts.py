@@ -98,6 +98,9 @@ def count_units(policy: Policy, located: Path, zonings: list[Zoning], out_dir: P
         con.execute(f"CREATE TEMP TABLE {hierarchy} AS SELECT * FROM {hierarchy}_frame")
         margin_queries += _margin_queries(zoning, membership, hierarchy)
     cells_path, margins_path = out_dir / "cell_counts.parquet", out_dir / "margin_counts.parquet"
+    # who was counted where: internal, kept for the risk estimate and reviews, never published
+    _copy(con, "SELECT unit, bucket_start, area AS cell_id FROM membership_0 ORDER BY unit, bucket_start, cell_id",
+          out_dir / "membership.internal.parquet")
     _copy(con, "SELECT area AS cell_id, bucket_start, count(DISTINCT unit) AS n FROM membership_0 "
                "GROUP BY ALL ORDER BY cell_id, bucket_start", cells_path)
     _copy(con, " UNION ALL ".join(margin_queries) + " ORDER BY level, area_id, bucket_start", margins_path)

@@ -1,58 +1,19 @@
-"""The release chain: validated_pings -> cell_counts -> protected_table -> published_release.
+"""The release chain, built once per release cadence (quarterly, and monthly for policies that say so):
+validated_pings -> cell_counts -> protected_table -> risk_assessment -> published_release.
 
 Each asset writes its own files in the work area (returning nothing to an IO manager), so checks read
 exactly the files that will be published. The published release is downstream of every blocking check.
 """
 
-
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
 
 from spatial_release import stages
-from spatial_release.defs.partitions import period_of, quarterly
+from spatial_release.defs.partitions import monthly, period_of, quarterly
 from spatial_release.defs.resources import ReleaseSettings
-
-GROUP = "release"
-
-
-def _context(context: dg.AssetExecutionContext, settings: ReleaseSettings):
-    policy = settings.load_policy()
-    period = period_of(context.partition_key)
-    return policy, period, settings.work_area(policy, period)
-
-
-@dg.asset(partitions_def=quarterly, group_name=GROUP, kinds={"duckdb"},
-          description="Raw trace files mapped by the policy and validated; rejected pings are quarantined.")
-def validated_pings(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
-    policy, period, area = _context(context, settings)
-    context.log.info(f"ingesting {policy.name} {period.label} into {area.ingest}")
-    summary = stages.run_ingest(policy, period, area, settings.traces)
-    context.log.info(f"{summary['pings_valid']} valid pings, {summary['pings_rejected']} quarantined")
-    return dg.MaterializeResult(metadata={
-        "dagster/row_count": summary["pings_valid"],
-        "rows_read": summary["rows_read"],
-        "pings_rejected": summary["pings_rejected"],
-        "rejected_share": summary["rejected_share"],
-        "rejected_by_reason": dg.MetadataValue.json(summary["rejected_by_reason"]),
-        "files": dg.MetadataValue.json(summary["files"]),
-        "quarantine": dg.MetadataValue.path(summary["quarantine"]),
-        "policy": f"{policy.name} v{policy.version}",
-    })
-
-
-@dg.asset(partitions_def=quarterly, group_name=GROUP, deps=[validated_pings], kinds={"duckdb"},
-          description="Distinct units per (cell, bucket) and per margin, before any suppression (internal).")
-def cell_counts(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
-    policy, _, area = _context(context, settings)
-    summary = stages.run_counts(policy, area)
-    return dg.MaterializeResult(metadata={
-        "dagster/row_count": summary["groups"],
-        "units": summary["units"],
-        "pings_outside_geometry": summary["pings_outside_geometry"],
-        "measure": policy.measure,
-        "unit": policy.unit,
-    })
+from spatial_release.risk import BLOCK
 
 
 def k_anonymity_report(summary: dict, k: int) -> str:
@@ -62,7 +23,8 @@ def k_anonymity_report(summary: dict, k: int) -> str:
         ("smallest count before suppression", summary["smallest_count_before"]),
         ("smallest published count", summary["smallest_published_count"]),
         ("groups below k (withheld, primary)", summary["primary_cells"]),
-        ("unit counts in groups below k", summary["unit_counts_withheld"]),
+        ("cells withheld as complements (secondary)", summary["secondary_cells"]),
+        ("unit counts in withheld cells", summary["unit_counts_withheld"]),
         ("share of unit counts withheld", f"{summary['share_withheld']:.2%}"),
         ("published cells (non-zero)", summary["published_cells"]),
         ("structural zeros published", summary["structural_zero_cells_published"]),
@@ -71,41 +33,131 @@ def k_anonymity_report(summary: dict, k: int) -> str:
     return "| measure | value |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
 
 
-@dg.asset(partitions_def=quarterly, group_name=GROUP, deps=[cell_counts],
-          description="The candidate release after primary suppression; the blocking checks guard it.")
-def protected_table(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
-    policy, period, area = _context(context, settings)
-    summary = stages.run_protect(policy, period, area)
-    return dg.MaterializeResult(metadata={
-        "dagster/row_count": summary["published_cells"] + summary["structural_zero_cells_published"],
-        "k_anonymity_report": dg.MetadataValue.md(k_anonymity_report(summary, policy.k)),
-        "groups": summary["groups"],
-        "smallest_count_before": summary["smallest_count_before"],
-        "smallest_published_count": summary["smallest_published_count"],
-        "groups_below_k": summary["primary_cells"],
-        "units_below_k": summary["unit_counts_withheld"],
-        "cells_withheld": summary["primary_cells"] + summary["secondary_cells"],
-        "policy": f"{policy.name} v{policy.version}",
-    })
+def risk_report(risk: dict) -> str:
+    head = (f"**{risk['status']}**: {risk['reason']}\n\nworst zone `{risk['worst_zone']}` = {risk['release_figure']}, "
+            f"pooled {risk['pooled']:.5f}, cumulative {risk['cumulative']}\n\n")
+    rows = [f"| {z['zone']} | {z['units']} | {z['mean']:.5f} | {z['at_risk']:.3f} | {z['worst']:.4f} |"
+            for z in sorted(risk["zones"], key=lambda z: -z["mean"])[:30]]
+    return head + "| zone | units | mean | at risk | worst |\n|---|---|---|---|---|\n" + "\n".join(rows)
 
 
-@dg.asset(partitions_def=quarterly, group_name=GROUP, deps=[protected_table],
-          description="The published release folder: cells.parquet, margins.parquet, release.json.")
-def published_release(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
-    policy, period, area = _context(context, settings)
-    try:
-        target, record = stages.run_publish(policy, period, area, Path(settings.releases_dir))
-    except stages.GuaranteeFailed as failed:
-        raise dg.Failure(description=str(failed), metadata={"offending": failed.outcome.offending},
-                         allow_retries=False) from None
-    counts = record["counts"]
-    return dg.MaterializeResult(metadata={
-        "release_record": dg.MetadataValue.path(str(target / "release.json")),
-        "release_dir": dg.MetadataValue.path(str(target)),
-        "k_anonymity_report": dg.MetadataValue.md(k_anonymity_report(counts, policy.k)),
-        "published_cells": counts["published_cells"],
-        "cells_withheld": counts["primary_cells"] + counts["secondary_cells"],
-        "smallest_published_count": counts["smallest_published_count"],
-        "policy": f"{policy.name} v{policy.version}",
-        "policy_sha256": policy.sha256,
-    })
+@dataclass(frozen=True)
+class ReleaseGraph:
+    assets: list
+    checks: list
+    job: object  # the unresolved asset job of define_asset_job
+
+
+def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | None, job_name: str) -> ReleaseGraph:
+    group = "release" if prefix is None else f"release_{prefix}"
+    key_prefix = [prefix] if prefix else None
+
+    def setup(context: dg.AssetExecutionContext, settings: ReleaseSettings):
+        policy = settings.load_policy()
+        period = period_of(context.partition_key, partitions_def)
+        return policy, period, settings.work_area(policy, period)
+
+    common = {"partitions_def": partitions_def, "group_name": group, "key_prefix": key_prefix}
+
+    @dg.asset(name="validated_pings", kinds={"duckdb"}, **common,
+              description="Raw trace files mapped by the policy and validated; rejected pings are quarantined.")
+    def validated_pings(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
+        policy, period, area = setup(context, settings)
+        context.log.info(f"ingesting {policy.name} {period.label} into {area.ingest}")
+        summary = stages.run_ingest(policy, period, area, settings.traces)
+        context.log.info(f"{summary['pings_valid']} valid pings, {summary['pings_rejected']} quarantined")
+        return dg.MaterializeResult(metadata={
+            "dagster/row_count": summary["pings_valid"],
+            "rows_read": summary["rows_read"],
+            "pings_rejected": summary["pings_rejected"],
+            "rejected_share": summary["rejected_share"],
+            "rejected_by_reason": dg.MetadataValue.json(summary["rejected_by_reason"]),
+            "files": dg.MetadataValue.json(summary["files"]),
+            "quarantine": dg.MetadataValue.path(summary["quarantine"]),
+            "policy": f"{policy.name} v{policy.version}",
+        })
+
+    @dg.asset(name="cell_counts", deps=[validated_pings], kinds={"duckdb"}, **common,
+              description="Distinct units per (cell, bucket) and per margin, before any suppression (internal).")
+    def cell_counts(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
+        policy, _, area = setup(context, settings)
+        summary = stages.run_counts(policy, area)
+        context.log.info(f"{summary['groups']} groups of {summary['units']} units")
+        return dg.MaterializeResult(metadata={
+            "dagster/row_count": summary["groups"], "units": summary["units"],
+            "pings_outside_geometry": summary["pings_outside_geometry"],
+            "measure": policy.measure, "unit": policy.unit,
+        })
+
+    @dg.asset(name="protected_table", deps=[cell_counts], **common,
+              description="The candidate release after primary and complementary suppression.")
+    def protected_table(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
+        policy, period, area = setup(context, settings)
+        summary = stages.run_protect(policy, period, area)
+        context.log.info(f"suppression: {summary['suppression']['audit']['primaries_audited']} primaries audited")
+        return dg.MaterializeResult(metadata={
+            "dagster/row_count": summary["published_cells"] + summary["structural_zero_cells_published"],
+            "k_anonymity_report": dg.MetadataValue.md(k_anonymity_report(summary, policy.k)),
+            "groups": summary["groups"],
+            "smallest_count_before": summary["smallest_count_before"],
+            "smallest_published_count": summary["smallest_published_count"],
+            "groups_below_k": summary["primary_cells"],
+            "units_below_k": summary["unit_counts_withheld"],
+            "cells_withheld": summary["primary_cells"] + summary["secondary_cells"],
+            "withheld_by_level": dg.MetadataValue.json(summary["by_level"]),
+            "suppression": dg.MetadataValue.json(summary["suppression"]),
+            "policy": f"{policy.name} v{policy.version}",
+        })
+
+    @dg.asset(name="risk_assessment", deps=[protected_table], **common,
+              description="Per-zone re-identification risk of the candidate with the ledger's earlier releases.")
+    def risk_assessment(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
+        policy, period, area = setup(context, settings)
+        risk = stages.run_risk(policy, period, area, settings.ledger())
+        return dg.MaterializeResult(metadata={
+            "risk_report": dg.MetadataValue.md(risk_report(risk)),
+            "status": risk["status"], "worst_zone": str(risk["worst_zone"]),
+            "release_figure": risk["release_figure"], "pooled": risk["pooled"],
+            "cumulative": risk["cumulative"], "landscape_sha256": risk["landscape_sha256"],
+        })
+
+    @dg.asset(name="published_release", deps=[protected_table, risk_assessment], **common,
+              description="The published release folder (cells.parquet, margins.parquet, release.json) and "
+                          "its ledger entry.")
+    def published_release(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
+        policy, period, area = setup(context, settings)
+        try:
+            target, record = stages.run_publish(policy, period, area, Path(settings.releases_dir), settings.ledger())
+        except stages.GuaranteeFailed as failed:
+            raise dg.Failure(description=str(failed), metadata={"offending": failed.outcome.offending},
+                             allow_retries=False) from None
+        except FileExistsError as exists:
+            raise dg.Failure(description=str(exists), allow_retries=False) from None
+        counts = record["counts"]
+        return dg.MaterializeResult(metadata={
+            "release_record": dg.MetadataValue.path(str(target / "release.json")),
+            "release_dir": dg.MetadataValue.path(str(target)),
+            "k_anonymity_report": dg.MetadataValue.md(k_anonymity_report(counts, policy.k)),
+            "published_cells": counts["published_cells"],
+            "cells_withheld": counts["primary_cells"] + counts["secondary_cells"],
+            "smallest_published_count": counts["smallest_published_count"],
+            "risk_worst_zone": str(record["risk"]["worst_zone"]),
+            "risk_release_figure": record["risk"]["release_figure"],
+            "risk_cumulative": record["risk"]["cumulative"],
+            "ledger_entry": record["ledger_entry"],
+            "policy": f"{policy.name} v{policy.version}",
+            "policy_sha256": policy.sha256,
+        })
+
+    from spatial_release.defs.checks import build_checks
+
+    assets = [validated_pings, cell_counts, protected_table, risk_assessment, published_release]
+    checks = build_checks(partitions_def, validated_pings, protected_table, risk_assessment)
+    job = dg.define_asset_job(job_name, selection=dg.AssetSelection.groups(group),
+                              description="Ingest, count, protect, assess and publish one period; blocking "
+                                          "checks stop a bad release.")
+    return ReleaseGraph(assets, checks, job)
+
+
+quarterly_graph = build_release_graph(quarterly, None, "quarterly_release_job")
+monthly_graph = build_release_graph(monthly, "monthly", "monthly_release_job")

@@ -1,10 +1,6 @@
-import dagster as dg
+from spatial_release.defs.assets import monthly_graph, quarterly_graph
+from spatial_release.defs.review import risk_review_job
 
-from spatial_release.defs.assets import GROUP
-
-# Partitioning is inferred from the selected assets (passing partitions_def is deprecated in 1.13).
-release_job = dg.define_asset_job(
-    "quarterly_release_job",
-    selection=dg.AssetSelection.groups(GROUP),
-    description="Ingest, count, protect and publish one quarter; blocking checks stop a bad release.",
-)
+release_job = quarterly_graph.job
+monthly_release_job = monthly_graph.job
+ALL_JOBS = [release_job, monthly_release_job, risk_review_job]

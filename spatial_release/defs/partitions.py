@@ -11,5 +11,10 @@ quarterly = dg.TimeWindowPartitionsDefinition(
 )
 
 
-def period_of(partition_key: str) -> Period:
+monthly = dg.MonthlyPartitionsDefinition(start_date="2018-01-01", timezone="UTC")
+
+
+def period_of(partition_key: str, partitions_def: dg.PartitionsDefinition = quarterly) -> Period:
+    if partitions_def is monthly:
+        return Period.parse(partition_key[:7])
     return Period.from_partition_key(partition_key)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from spatial_release.ledger import Ledger
 from spatial_release.period import Period
 from spatial_release.policy import Policy, load_policy
 from spatial_release.stages import WorkArea
@@ -27,9 +28,13 @@ class ReleaseSettings(dg.ConfigurableResource):
     releases_dir: str = _default("SPATIAL_RELEASE_RELEASES", "releases")
     work_dir: str = _default("SPATIAL_RELEASE_WORK", "work")
     ledger_dir: str = _default("SPATIAL_RELEASE_LEDGER", "ledger")
+    alerts_dir: str = _default("SPATIAL_RELEASE_ALERTS", "alerts")
 
     def load_policy(self) -> Policy:
         return load_policy(self.policy)
 
     def work_area(self, policy: Policy, period: Period) -> WorkArea:
         return WorkArea.for_release(Path(self.work_dir), policy, period)
+
+    def ledger(self) -> Ledger:
+        return Ledger(Path(self.ledger_dir))

@@ -1,0 +1,100 @@
+"""The risk review: re-assess every published release when the ledger or the landscape changes.
+
+A sensor watches the number of release entries in the ledger and the landscape file's hash (review
+entries are not watched, or the review would trigger itself); the quarterly schedule runs it too. A release
+now over its ceiling fails the review's check and writes an alert record; a failed or blocked run of any
+release job writes one through the run-failure sensor.
+"""
+
+import json
+from pathlib import Path
+
+import dagster as dg
+
+from spatial_release import stages
+from spatial_release.alerts import write_alert
+from spatial_release.defs.checks import check_result
+from spatial_release.defs.resources import ReleaseSettings
+from spatial_release.fileio import write_json_atomic
+from spatial_release.guarantees import CheckOutcome
+from spatial_release.risk.landscape import landscape_hash
+
+
+@dg.asset(group_name="review", description="Every published release re-assessed under the current landscape.")
+def risk_review(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
+    policy = settings.load_policy()
+    ledger = settings.ledger()
+    review = stages.review_programme(policy, ledger, Path(settings.work_dir))
+    folder = Path(settings.work_dir) / policy.name / "reviews"
+    entry = ledger.append({"kind": "review", "dataset": policy.name, "landscape_sha256": review["landscape_sha256"],
+                           "cumulative": review["cumulative"], "releases": len(review["releases"]),
+                           "breaches": [b["period"] for b in review["breaches"]]})
+    write_json_atomic(folder / f"review-{entry['seq']:06d}.json", {**review, "ledger_entry": entry["hash"]})
+    alerts = [str(write_alert(Path(settings.alerts_dir), {"kind": "risk_breach", "dataset": policy.name, **breach}))
+              for breach in review["breaches"]]
+    for breach in review["breaches"]:
+        context.log.warning(f"{policy.name} {breach['period']} is over its risk budget: zone "
+                            f"{breach['worst_zone']} at {breach['release_figure']}, cumulative {breach['cumulative']}")
+    return dg.MaterializeResult(metadata={
+        "releases_reviewed": len(review["releases"]), "cumulative": review["cumulative"],
+        "breaches": dg.MetadataValue.json(review["breaches"]), "alerts": dg.MetadataValue.json(alerts),
+        "review": dg.MetadataValue.json(review["releases"]), "ledger_entry": entry["hash"],
+    })
+
+
+@dg.asset_check(asset=risk_review, name="published_within_budget",
+                description="Every published release is still under its ceilings under the current landscape.")
+def published_within_budget(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
+    policy = settings.load_policy()
+    folder = Path(settings.work_dir) / policy.name / "reviews"
+    latest = sorted(folder.glob("review-*.json"))[-1]
+    review = json.loads(latest.read_text())
+    breaches = review["breaches"]
+    summary = (f"all {len(review['releases'])} published releases within budget (cumulative "
+               f"{review['cumulative']:.4f})" if not breaches else
+               f"{len(breaches)} published release(s) now over budget: {[b['period'] for b in breaches]}")
+    return check_result(CheckOutcome("published_within_budget", not breaches, summary, breaches,
+                                     {"cumulative": review["cumulative"]}))
+
+
+risk_review_job = dg.define_asset_job("risk_review_job", selection=dg.AssetSelection.assets(risk_review),
+                                      description="Re-assess every published release under the current landscape.")
+
+
+def review_cursor(settings: ReleaseSettings) -> dict:
+    policy = settings.load_policy()
+    releases = settings.ledger().releases(policy.name)
+    landscape = landscape_hash(policy.resolve(policy.risk.landscape)) if policy.risk else ""
+    return {"dataset": policy.name, "releases": len(releases), "landscape": landscape}
+
+
+@dg.sensor(job=risk_review_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Starts a risk review when a release is added to the ledger or the landscape file changes.")
+def risk_review_sensor(context: dg.SensorEvaluationContext, settings: ReleaseSettings) -> dg.SensorResult:
+    current = review_cursor(settings)
+    previous = json.loads(context.cursor) if context.cursor else None
+    if current == previous:
+        return dg.SensorResult(skip_reason="ledger releases and landscape unchanged")
+    if current["releases"] == 0:
+        return dg.SensorResult(skip_reason="no published release to review yet", cursor=json.dumps(current))
+    run_key = f"review-{current['dataset']}-{current['releases']}-{current['landscape'][:12]}"
+    return dg.SensorResult(run_requests=[dg.RunRequest(run_key=run_key, tags={"reason": "ledger or landscape changed"})],
+                           cursor=json.dumps(current))
+
+
+quarterly_review_schedule = dg.ScheduleDefinition(
+    name="quarterly_risk_review_schedule", job=risk_review_job, cron_schedule="0 6 1 1,4,7,10 *",
+    execution_timezone="UTC", default_status=dg.DefaultScheduleStatus.RUNNING)
+
+
+def alert_for_failed_run(context: dg.RunFailureSensorContext, alerts_dir: Path) -> Path:
+    run = context.dagster_run
+    steps = [event.step_key for event in context.get_step_failure_events()]
+    messages = [(e.step_failure_data.user_failure_data.description if e.step_failure_data.user_failure_data
+                 else e.step_failure_data.error.message if e.step_failure_data.error else "")
+                for e in context.get_step_failure_events()]
+    return write_alert(alerts_dir, {
+        "kind": "blocked_release" if run.job_name != risk_review_job.name else "failed_review",
+        "job": run.job_name, "run_id": run.run_id, "partition": run.tags.get("dagster/partition"),
+        "failed_steps": steps, "messages": messages, "summary": context.failure_event.message,
+    })
