@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,28 +46,3 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-@contextmanager
-def atomic_directory(target: Path) -> Iterator[Path]:
-    """Yield a hidden sibling folder to fill; on success it becomes `target` in one rename.
-
-    `target` must not exist: a published release is immutable, and POSIX has no atomic swap of a
-    non-empty folder, so replacing one would open a window where neither version is there.
-    """
-    if target.exists():
-        raise FileExistsError(f"{target} already exists; a published release is never overwritten")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.with_name(f".{target.name}.{uuid.uuid4().hex}.staging")
-    staging.mkdir()
-    try:
-        yield staging
-        for child in staging.iterdir():
-            with open(child, "rb") as handle:
-                os.fsync(handle.fileno())
-        _fsync_dir(staging)
-        os.rename(staging, target)
-        _fsync_dir(target.parent)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)

@@ -119,13 +119,18 @@ def publish(candidate: Path, target: Path, record: dict, register: Callable[[dic
 
 
 def finish_pending(target: Path, entry_hash: str) -> Path:
-    """Complete a staged release whose ledger entry exists: write release.json and rename into place."""
+    """Complete a staged release whose ledger entry exists: write release.json and rename into place.
+    Safe to call again after a crash at any point of it."""
     staging = staging_dir(target)
-    record = json.loads((staging / PENDING).read_text())
-    for name, digest in record["files"].items():
-        if sha256_file(staging / name) != digest:
-            raise RuntimeError(f"{staging / name} does not match its pending record; not publishing")
-    write_json_atomic(staging / "release.json", {**record, "ledger_entry": entry_hash})
-    (staging / PENDING).unlink()
+    if (staging / PENDING).exists():
+        record = json.loads((staging / PENDING).read_text())
+        for name, digest in record["files"].items():
+            if sha256_file(staging / name) != digest:
+                raise RuntimeError(f"{staging / name} does not match its pending record; not publishing")
+        write_json_atomic(staging / "release.json", {**record, "ledger_entry": entry_hash})
+        (staging / PENDING).unlink()
+    record = json.loads((staging / "release.json").read_text())
+    if record.get("ledger_entry") != entry_hash:
+        raise RuntimeError(f"{staging} belongs to another ledger entry; not publishing")
     os.rename(staging, target)
     return target

@@ -22,7 +22,8 @@ from spatial_release.geometry.zeros import read_structural_zeros
 from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.release import (
-    RELEASE_FILES, build_record, publish, read_tables, release_dir, release_tables, write_tables,
+    RELEASE_FILES, build_record, finish_pending, publish, read_tables, release_dir, release_tables,
+    staging_dir, write_tables,
 )
 from spatial_release.ledger import Ledger, cumulative_risk
 from spatial_release.risk import BLOCK, decide, estimate_risk
@@ -85,7 +86,7 @@ def synthetic_traces(policy: Policy, period: Period, area: WorkArea) -> list[Pat
 
 
 def run_ingest(policy: Policy, period: Period, area: WorkArea, traces: Sequence[str | Path] = ()) -> dict:
-    files = resolve_trace_paths(policy, traces) if (traces or policy.source.paths) else \
+    files = resolve_trace_paths(policy, traces, period) if (traces or policy.source.paths) else \
         synthetic_traces(policy, period, area)
     result = ingest_traces(policy, period, files, area.ingest)
     summary = {
@@ -469,7 +470,12 @@ def run_publish(policy: Policy, period: Period, area: WorkArea, releases_root: P
                                         "window_periods")}
     record = _draft_record(policy, area, period, {o.name: "passed" for o in outcomes}, audit, risk_record)
     target = release_dir(releases_root, policy, period)
-    if any(e["period"] == period.label for e in ledger.releases(policy.name)):
+    recorded = [e for e in ledger.releases(policy.name) if e["period"] == period.label]
+    if recorded and not target.exists() and staging_dir(target).exists():
+        # a crash after the ledger append and before the rename: finish that publication (roll forward)
+        finish_pending(target, recorded[-1]["hash"])
+        return target, _read_json(target / "release.json")
+    if recorded:
         raise FileExistsError(f"the ledger already records {policy.name} {period.label}; releases are immutable")
 
     def register(full_record: dict) -> str:

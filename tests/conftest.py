@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
+
+# Runs that forget to name their folders must never write into the project's ledger/, releases/ or alerts/:
+# point the defaults at a throw-away folder before spatial_release reads them.
+_SCRATCH = Path(tempfile.mkdtemp(prefix="spatial-release-tests-"))
+for _name in ("LEDGER", "RELEASES", "WORK", "ALERTS"):
+    os.environ[f"SPATIAL_RELEASE_{_name}"] = str(_SCRATCH / _name.lower())
 
 import numpy as np
 import pandas as pd

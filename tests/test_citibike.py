@@ -116,3 +116,40 @@ def test_record_and_files_carry_no_identifier(release):
     text = (folder / "release.json").read_text()
     assert not any(f'"{q}"' in text for q in quasi)
     assert json.loads(text)["input"]["pings_outside_geometry"] > 0  # Manhattan and Hoboken ends, reported
+
+
+def test_three_monthly_releases_build_a_ledger_the_review_recomputes(tmp_path):
+    from pathlib import Path
+
+    import dagster as dg
+
+    from spatial_release import stages
+    from spatial_release.defs.resources import ReleaseSettings
+    from spatial_release.defs.review import risk_review
+    from spatial_release.ledger import cumulative_risk, read_ledger
+    from spatial_release.policy import load_policy
+
+    policy = PROJECT_ROOT / "policies/jc-bikes-monthly.yaml"
+    records = []
+    for month in ("2018-01", "2018-02", "2018-03"):
+        published, messages, record = cli.run_release(str(policy), month, out=str(tmp_path),
+                                                      ledger=str(tmp_path / "ledger"))
+        assert published, messages
+        records.append(record)
+    entries = read_ledger(tmp_path / "ledger")
+    assert [e["period"] for e in entries] == ["2018-01", "2018-02", "2018-03"]
+    figures = [r["risk"]["release_figure"] for r in records]
+    assert records[-1]["risk"]["cumulative"] == pytest.approx(cumulative_risk(figures))
+    assert records[-1]["risk"]["window_periods"] == ["2018-01", "2018-02", "2018-03"]
+    # the review job re-assesses the programme from the retained key sets and gets the same figures
+    settings = ReleaseSettings(policy=str(policy), releases_dir=str(tmp_path / "releases"),
+                               work_dir=str(tmp_path / "work"), ledger_dir=str(tmp_path / "ledger"),
+                               alerts_dir=str(tmp_path / "alerts"))
+    result = dg.materialize([risk_review], resources={"settings": settings})
+    [event] = result.get_asset_materialization_events()
+    reviewed = event.materialization.metadata["review"].value
+    assert [r["release_figure"] for r in reviewed] == pytest.approx(figures)
+    assert event.materialization.metadata["cumulative"].value == pytest.approx(cumulative_risk(figures))
+    per_ward = stages.review_programme(load_policy(policy), stages.Ledger(tmp_path / "ledger"),
+                                       Path(tmp_path / "work"))
+    assert len(per_ward["releases"]) == 3 and not per_ward["breaches"]

@@ -98,7 +98,7 @@ def test_parquet_with_typed_timestamps(tmp_path):
 @requires_shared
 def test_citibike_three_timestamp_formats_load_through_policy_alone(tmp_path):
     policy = load_policy(PROJECT_ROOT / "policies/jc-bikes.yaml")
-    files = resolve_trace_paths(policy)
+    files = resolve_trace_paths(policy, period=Q1)
     assert [f.name for f in files] == [f"JC-20180{m}-citibike-tripdata.csv" for m in (1, 2, 3)]
     result = ingest_traces(policy, Q1, files, tmp_path)
     raw_rows = sum(len(pd.read_csv(f)) for f in files)

@@ -1,28 +1,9 @@
-"""Releases and their files are written atomically: a crash leaves the old state or the new one."""
+"""Files are replaced atomically: a crash leaves the old file or the new one (release folders and ledger
+entries: tests/test_risk_pipeline.py, crash tests)."""
 
 import pytest
 
-from spatial_release.fileio import atomic_directory, atomic_path
-
-
-def test_crash_while_filling_a_release_leaves_nothing(tmp_path):
-    target = tmp_path / "ds" / "2018-Q1"
-    with pytest.raises(RuntimeError):
-        with atomic_directory(target) as staging:
-            (staging / "cells.parquet").write_bytes(b"half")
-            raise RuntimeError("crash")
-    assert not target.exists()
-    assert list((tmp_path / "ds").iterdir()) == []  # no staging debris either
-
-
-def test_existing_release_is_never_replaced(tmp_path):
-    target = tmp_path / "2018-Q1"
-    target.mkdir()
-    (target / "release.json").write_text("old")
-    with pytest.raises(FileExistsError):
-        with atomic_directory(target):
-            pass
-    assert (target / "release.json").read_text() == "old"
+from spatial_release.fileio import atomic_path
 
 
 def test_crash_while_writing_a_file_keeps_the_old_one(tmp_path):

@@ -65,9 +65,31 @@ class IngestResult:
         )
 
 
-def resolve_trace_paths(policy: Policy, traces: Sequence[str | Path] = ()) -> list[Path]:
+def _months(period: Period) -> list[str]:
+    out, year, month = [], period.start.year, period.start.month
+    while (year, month) < (period.end.year, period.end.month):
+        out.append(f"{year}{month:02d}")
+        year, month = (year + 1, 1) if month == 12 else (year, month + 1)
+    return out
+
+
+def expand_patterns(patterns: Sequence[str], period: Period | None) -> list[str]:
+    """`{month}` in a path stands for each month of the period as YYYYMM (monthly export files)."""
+    out: list[str] = []
+    for pattern in patterns:
+        if "{month}" in pattern:
+            if period is None:
+                raise IngestError(f"{pattern}: '{{month}}' needs a period")
+            out += [pattern.replace("{month}", month) for month in _months(period)]
+        else:
+            out.append(pattern)
+    return out
+
+
+def resolve_trace_paths(policy: Policy, traces: Sequence[str | Path] = (), period: Period | None = None) -> list[Path]:
     """Explicit paths (or globs) win over the policy's `source.paths`; both must match at least one file."""
-    patterns = [str(t) for t in traces] or [str(policy.resolve(p)) for p in policy.source.paths]
+    patterns = [str(t) for t in traces] or expand_patterns([str(policy.resolve(p)) for p in policy.source.paths],
+                                                          period)
     if not patterns:
         raise IngestError(f"{policy.path}: field 'source.paths' is empty and no trace files were given")
     files: list[Path] = []

@@ -1,0 +1,148 @@
+"""The risk gate, the ledger entry and the review automation, through the Dagster job."""
+
+import json
+import os
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from conftest import fixture_pings, policy_dict, write_policy
+from spatial_release import release, stages
+from spatial_release.definitions import defs
+from spatial_release.defs.resources import ReleaseSettings
+from spatial_release.defs.review import risk_review, published_within_budget, risk_review_sensor
+from spatial_release.defs.sensors import failed_run_alert
+from spatial_release.ledger import Ledger, read_ledger
+from spatial_release.period import Period
+from spatial_release.policy import load_policy
+
+PARTITION = "2018-01-01"
+
+
+def _settings(tmp_path: Path, policy: Path) -> dict:
+    return {"policy": str(policy), "releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
+            "ledger_dir": str(tmp_path / "ledger"), "alerts_dir": str(tmp_path / "alerts")}
+
+
+def _policy(tmp_path: Path, population: int = 10_000) -> Path:
+    traces = tmp_path / "traces.csv"
+    fixture_pings().to_csv(traces, index=False)
+    return write_policy(tmp_path, policy_dict(str(traces)), population=population)
+
+
+def _run(tmp_path, policy, instance=None):
+    job = defs.resolve_job_def("quarterly_release_job")
+    return job.execute_in_process(partition_key=PARTITION, raise_on_error=False,
+                                  instance=instance or dg.DagsterInstance.ephemeral(),
+                                  run_config={"resources": {"settings": {"config": _settings(tmp_path, policy)}}})
+
+
+def test_publication_writes_a_chained_ledger_entry(tmp_path):
+    result = _run(tmp_path, _policy(tmp_path))
+    assert result.success
+    [entry] = read_ledger(tmp_path / "ledger")
+    record = json.loads((tmp_path / "releases/fixture/2018-Q1/release.json").read_text())
+    assert record["ledger_entry"] == entry["hash"] and entry["files"] == record["files"]
+    assert entry["risk"]["status"] == "publish" and record["risk"]["worst_zone"] is not None
+    assert record["risk"]["cumulative"] == pytest.approx(record["risk"]["release_figure"])
+
+
+def test_risk_gate_blocks_a_sparse_zone(tmp_path):
+    # a public population of 5 per cell: the panel is nearly everyone, so the journalist figure is high
+    result = _run(tmp_path, _policy(tmp_path, population=5))
+    assert not result.success
+    failed = {e.check_name: e for e in result.get_asset_check_evaluations() if not e.passed}
+    assert set(failed) == {"risk_budget"}
+    assert "RiskBudgetExceeded" in failed["risk_budget"].description
+    assert "published_release" not in {m.asset_key.to_user_string() for m in result.get_asset_materialization_events()}
+    assert not (tmp_path / "releases/fixture/2018-Q1").exists()
+    assert not (tmp_path / "ledger/entries.jsonl").exists()
+
+
+@pytest.mark.parametrize("crash_at", ["before_ledger", "after_ledger"])
+def test_crash_between_ledger_and_rename_rolls_forward(tmp_path, monkeypatch, crash_at):
+    policy_path = _policy(tmp_path)
+    policy, period = load_policy(policy_path), Period.parse("2018-Q1")
+    area = stages.WorkArea.for_release(tmp_path / "work", policy, period)
+    ledger = Ledger(tmp_path / "ledger")
+    stages.run_ingest(policy, period, area)
+    stages.run_counts(policy, area)
+    stages.run_protect(policy, period, area)
+
+    def power_cut(*args, **kwargs):
+        raise SystemExit("power cut")
+
+    # the machine stops while staging (before the ledger append) or after the append, before the rename
+    if crash_at == "before_ledger":
+        monkeypatch.setattr(release, "write_json_atomic", power_cut)
+    else:
+        monkeypatch.setattr(release.os, "rename", power_cut)
+    with pytest.raises(SystemExit):
+        stages.run_publish(policy, period, area, tmp_path / "releases", ledger)
+    monkeypatch.undo()
+    target = tmp_path / "releases/fixture/2018-Q1"
+    assert not target.exists() and release.staging_dir(target).exists()  # nothing visible: the old state
+    assert len(read_ledger(tmp_path / "ledger")) == (0 if crash_at == "before_ledger" else 1)
+    # the next attempt restarts (before) or finishes that publication (after), never recording it twice
+    target_path, record = stages.run_publish(policy, period, area, tmp_path / "releases", ledger)
+    [entry] = read_ledger(tmp_path / "ledger")
+    assert target_path == target and record["ledger_entry"] == entry["hash"]
+    assert len(read_ledger(tmp_path / "ledger")) == 1 and not release.staging_dir(target).exists()
+    assert stages.verify_release_files(target)["files"] == entry["files"]
+
+
+def _sensor_context(tmp_path, policy, cursor=None):
+    return dg.build_sensor_context(cursor=cursor,
+                                   resources={"settings": ReleaseSettings(**_settings(tmp_path, policy))})
+
+
+def test_review_sensor_fires_on_new_releases_and_landscape_changes(tmp_path):
+    policy = _policy(tmp_path)
+    first = risk_review_sensor(_sensor_context(tmp_path, policy))
+    assert not first.run_requests and "no published release" in first.skip_reason.skip_message
+    assert _run(tmp_path, policy).success
+    ctx = _sensor_context(tmp_path, policy, first.cursor)
+    [request] = risk_review_sensor(ctx).run_requests
+    cursor = risk_review_sensor(ctx).cursor
+    again = risk_review_sensor(_sensor_context(tmp_path, policy, cursor))
+    assert not again.run_requests  # nothing changed
+    landscape = tmp_path / "landscape.yaml"
+    landscape.write_text(landscape.read_text().replace("points: 2", "points: 3"))
+    [changed] = risk_review_sensor(_sensor_context(tmp_path, policy, cursor)).run_requests
+    assert changed.run_key != request.run_key and changed.run_key.startswith("review-fixture-1-")
+
+
+def test_review_flags_a_published_release_that_is_now_over_budget(tmp_path):
+    policy = _policy(tmp_path)
+    assert _run(tmp_path, policy).success
+    resources = {"settings": ReleaseSettings(**_settings(tmp_path, policy))}
+    calm = dg.materialize([risk_review, published_within_budget], resources=resources, raise_on_error=False)
+    assert calm.success and all(e.passed for e in calm.get_asset_check_evaluations())
+    # the world changes: the landscape now says the public population is tiny
+    (tmp_path / "population.csv").write_text((tmp_path / "population.csv").read_text().replace("10000", "5"))
+    stormy = dg.materialize([risk_review, published_within_budget], resources=resources, raise_on_error=False)
+    [evaluation] = stormy.get_asset_check_evaluations()
+    assert not evaluation.passed and "2018-Q1" in evaluation.description
+    alerts = [json.loads(p.read_text()) for p in (tmp_path / "alerts").glob("risk_breach-*.json")]
+    assert len(alerts) == 1 and alerts[0]["period"] == "2018-Q1" and len(alerts[0]["options"]) == 3
+    kinds = [e["kind"] for e in read_ledger(tmp_path / "ledger")]
+    assert kinds == ["release", "review", "review"]
+
+
+def test_run_failure_sensor_turns_a_blocked_release_into_an_alert(tmp_path):
+    with dg.instance_for_test() as instance:
+        result = _run(tmp_path, _policy(tmp_path, population=5), instance=instance)
+        assert not result.success
+        [event] = instance.all_logs(result.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+        context = dg.build_run_status_sensor_context(
+            sensor_name="failed_run_alert", dagster_instance=instance,
+            dagster_run=instance.get_run_by_id(result.run_id), dagster_event=event.dagster_event,
+        ).for_run_failure()
+        failed_run_alert(context)
+    folder = Path(os.environ["SPATIAL_RELEASE_ALERTS"])
+    alerts = [json.loads(p.read_text()) for p in folder.glob("blocked_release-*.json")]
+    mine = [a for a in alerts if a["run_id"] == result.run_id]
+    assert len(mine) == 1 and mine[0]["partition"] == PARTITION
+    assert any("risk_budget" in step for step in mine[0]["failed_steps"])
