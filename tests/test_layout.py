@@ -4,7 +4,8 @@ import sys
 DOMAIN = ["spatial_release.policy", "spatial_release.period", "spatial_release.traces.ingest",
           "spatial_release.traces.synthetic", "spatial_release.geometry", "spatial_release.counting",
           "spatial_release.suppression", "spatial_release.guarantees", "spatial_release.release",
-          "spatial_release.stages"]
+          "spatial_release.stages", "spatial_release.risk", "spatial_release.ledger", "spatial_release.alerts",
+          "spatial_release.suppression.release_system"]
 
 
 def test_domain_packages_do_not_import_dagster():
