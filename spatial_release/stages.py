@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -386,14 +387,39 @@ def earlier_releases(policy: Policy, period: Period, ledger: Ledger) -> list[dic
     return entries[-window:] if window else entries
 
 
+def key_set_path(work_root: Path, policy: Policy, period_label: str) -> Path:
+    return work_root / policy.name / period_label / "risk" / "unit_keys.internal.parquet"
+
+
+def _expired(policy: Policy, entry: dict, now: datetime) -> bool:
+    recorded = datetime.fromisoformat(entry["recorded_at"])
+    return now - recorded > timedelta(days=policy.risk.key_retention_days)
+
+
+def prune_key_sets(policy: Policy, ledger: Ledger, work_root: Path, now: datetime | None = None) -> list[str]:
+    """Delete the per-unit key sets of releases older than the policy's retention; returns their periods.
+    Such releases keep counting in the cumulative figure (from the ledger) but no longer in the per-unit
+    window of later estimates."""
+    now = now or datetime.now(timezone.utc)
+    pruned = []
+    for entry in ledger.releases(policy.name):
+        path = key_set_path(work_root, policy, entry["period"])
+        if _expired(policy, entry, now) and path.exists():
+            path.unlink()
+            pruned.append(entry["period"])
+    return pruned
+
+
 def _earlier_keys(work_root: Path, policy: Policy, entries: list[dict]) -> list[pd.DataFrame]:
     frames = []
+    now = datetime.now(timezone.utc)
     for entry in entries:
-        path = work_root / policy.name / entry["period"] / "risk" / "unit_keys.internal.parquet"
-        if not path.exists():
-            raise FileNotFoundError(f"the per-unit key sets of release {entry['period']} ({path}) are gone "
-                                    "(retention?): the risk over the window cannot be estimated")
-        frames.append(pd.read_parquet(path))
+        path = key_set_path(work_root, policy, entry["period"])
+        if path.exists():
+            frames.append(pd.read_parquet(path))
+        elif not _expired(policy, entry, now):
+            raise FileNotFoundError(f"the per-unit key sets of release {entry['period']} ({path}) are missing "
+                                    "within their retention: the risk over the window cannot be estimated")
     return frames
 
 
@@ -509,13 +535,21 @@ def review_programme(policy: Policy, ledger: Ledger, work_root: Path) -> dict:
         area = WorkArea.for_release(work_root, policy, period)
         keys_path = area.risk / "unit_keys.internal.parquet"
         if not keys_path.exists():
-            raise FileNotFoundError(f"{keys_path}: key sets of {entry['period']} are gone; cannot review it")
+            if not _expired(policy, entry, datetime.now(timezone.utc)):
+                raise FileNotFoundError(f"{keys_path}: key sets of {entry['period']} are missing within their "
+                                        "retention; cannot review it")
+            # past retention: the published figure stands, it can no longer be re-assessed
+            figures.append(entry["risk"]["release_figure"])
+            reviewed.append({"period": entry["period"], "ledger_seq": entry["seq"], "re_assessed": False,
+                             "release_figure": entry["risk"]["release_figure"], "cumulative": cumulative_risk(figures)})
+            continue
         window = releases[:i][-policy.risk.window:] if policy.risk.window else releases[:i]
         risk = assess_risk(policy, period, area, ledger, pd.read_parquet(keys_path), window)
         figure = risk["release_figure"]
         figures.append(figure if figure is not None else float("nan"))
         cumulative = cumulative_risk(figures)
-        row = {"period": entry["period"], "ledger_seq": entry["seq"], "worst_zone": risk["worst_zone"],
+        row = {"period": entry["period"], "ledger_seq": entry["seq"], "re_assessed": True,
+               "worst_zone": risk["worst_zone"],
                "release_figure": figure, "published_figure": entry["risk"]["release_figure"],
                "cumulative": cumulative, "pooled": risk["pooled"]}
         reviewed.append(row)

@@ -125,14 +125,20 @@ def test_n7_earlier_release_differences_a_cell_out():
     assert not audit(table, k=5).passed
 
 
-def test_n8_only_integer_rounding_discloses():
-    # Relations forming an odd cycle (not totally unimodular): the LP optimum for x0 is 10/3 at a
-    # fractional vertex, so the LP alone would report up = 3 >= k = 3; the integer maximum is 2 = v.
-    nodes = {f"x{i}": (v, S) for i, v in enumerate([2, 4, 2, 4, 2])}
+def odd_cycle(others: str) -> Table:
+    """Relations forming an odd cycle (not totally unimodular) around the primary x0 = 2; the other cells
+    have status `others`. Found by a random search of small systems against integer enumeration."""
+    nodes = {f"x{i}": (v, others) for i, v in enumerate([2, 4, 2, 4, 2])}
     nodes["x0"] = (2, P)
     nodes.update({"R1": (8, U), "R2": (8, U), "R3": (8, U), "R4": (6, U)})
-    table = table_of(nodes, [("R1", ["x1", "x3"]), ("R2", ["x4", "x1", "x0"]), ("R3", ["x2", "x3", "x0"]),
-                             ("R4", ["x1", "x2"])])
+    return table_of(nodes, [("R1", ["x1", "x3"]), ("R2", ["x4", "x1", "x0"]), ("R3", ["x2", "x3", "x0"]),
+                            ("R4", ["x1", "x2"])])
+
+
+def test_n8_only_integer_rounding_discloses():
+    # the LP optimum for x0 is 10/3 at a fractional vertex, so the LP alone would report up = 3 >= k = 3;
+    # the integer maximum is 2 = v
+    table = odd_cycle(others=S)
     result = audit(table, k=3)
     [interval] = result.intervals
     assert interval.exact_integer and result.mips_solved >= 1
@@ -197,11 +203,7 @@ def test_protect_repairs_failing_patterns_and_is_deterministic():
 
 def test_protect_repair_loop_is_exercised():
     # the sweep sees only one relation at a time; the odd cycle needs the LP repair to find the binding cell
-    nodes = {f"x{i}": (v, U) for i, v in enumerate([2, 4, 2, 4, 2])}
-    nodes["x0"] = (2, P)
-    nodes.update({"R1": (8, U), "R2": (8, U), "R3": (8, U), "R4": (6, U)})
-    table = table_of(nodes, [("R1", ["x1", "x3"]), ("R2", ["x4", "x1", "x0"]), ("R3", ["x2", "x3", "x0"]),
-                             ("R4", ["x1", "x2"])])
+    table = odd_cycle(others=U)
     log = protect(table, k=3, level_depth={})
     assert log.audit.passed and audit(table, k=3).passed
     assert log.repair_secondaries >= 1 and log.rounds >= 1

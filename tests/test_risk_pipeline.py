@@ -146,3 +146,21 @@ def test_run_failure_sensor_turns_a_blocked_release_into_an_alert(tmp_path):
     mine = [a for a in alerts if a["run_id"] == result.run_id]
     assert len(mine) == 1 and mine[0]["partition"] == PARTITION
     assert any("risk_budget" in step for step in mine[0]["failed_steps"])
+
+
+def test_key_sets_are_pruned_after_retention_and_the_figure_still_counts(tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    policy_path = _policy(tmp_path)
+    assert _run(tmp_path, policy_path).success
+    policy = load_policy(policy_path)
+    ledger = Ledger(tmp_path / "ledger")
+    work = tmp_path / "work"
+    keys = stages.key_set_path(work, policy, "2018-Q1")
+    assert keys.exists()
+    assert stages.prune_key_sets(policy, ledger, work) == []  # within retention: kept
+    later = datetime.now(timezone.utc) + timedelta(days=policy.risk.key_retention_days + 1)
+    assert stages.prune_key_sets(policy, ledger, work, now=later) == ["2018-Q1"] and not keys.exists()
+    # still within retention by the clock: a missing key set is an error, never silently skipped
+    with pytest.raises(FileNotFoundError, match="missing within their retention"):
+        stages.review_programme(policy, ledger, work)

@@ -65,12 +65,22 @@ class RiskReport:
         return max(scored, key=lambda z: (getattr(z, measure), z.zone)) if scored else None
 
 
+def _intersect_sorted(small: np.ndarray, large: np.ndarray) -> np.ndarray:
+    """Elements of sorted `small` that are in sorted `large`: O(|small| log |large|), no re-sorting."""
+    if len(large) == 0:
+        return large
+    at = np.searchsorted(large, small)
+    at[at == len(large)] = len(large) - 1
+    return small[large[at] == small]
+
+
 class InvertedIndex:
     def __init__(self, unit_ids: np.ndarray, key_ids: np.ndarray, n_keys: int):
         order = np.lexsort((unit_ids, key_ids))
         self.units_sorted = unit_ids[order].astype(np.int64)
         bounds = np.searchsorted(key_ids[order], np.arange(n_keys + 1))
         self.starts, self.ends = bounds[:-1], bounds[1:]
+        self._cache: dict[tuple[int, ...], int] = {}
 
     def postings(self, key: int) -> np.ndarray:
         return self.units_sorted[self.starts[key]:self.ends[key]]
@@ -79,14 +89,21 @@ class InvertedIndex:
         return int(self.ends[key] - self.starts[key])
 
     def anonymity(self, keys: list[int]) -> int:
-        """How many units hold every key (at least 1: the target)."""
-        keys = sorted(keys, key=self.size)
-        current = self.postings(keys[0])
-        for key in keys[1:]:
+        """How many units hold every key (at least 1: the target). Results are cached by key set: units
+        that share anchors draw the same sets often."""
+        ordered = tuple(sorted(keys, key=lambda k: (self.size(k), k)))
+        cached = self._cache.get(ordered)
+        if cached is not None:
+            return cached
+        current = self.postings(ordered[0])
+        for key in ordered[1:]:
             if len(current) <= 1:
                 break
-            current = np.intersect1d(current, self.postings(key), assume_unique=True)
-        return max(len(current), 1)
+            current = _intersect_sorted(current, self.postings(key))
+        result = max(len(current), 1)
+        if len(self._cache) < 2_000_000:
+            self._cache[ordered] = result
+        return result
 
 
 def estimate_risk(unit_keys: pd.DataFrame, key_zone: pd.Series, params: RiskParams = RiskParams(),
@@ -146,9 +163,12 @@ def _draw_risks(index: InvertedIndex, keys: np.ndarray, anchors: np.ndarray, par
                 risks.append(1.0 / index.anonymity([int(anchor), *rest]))
         return np.array(risks)
     risks = np.empty(params.draws)
+    anchor_picks = anchors[rng.integers(len(anchors), size=params.draws)]
+    # one random ordering per draw: the first p - 1 keys other than the anchor are the known points
+    orders = np.argsort(rng.random((params.draws, len(keys))), axis=1)
     for s in range(params.draws):
-        anchor = int(anchors[rng.integers(len(anchors))])
-        others = keys[keys != anchor]
-        chosen = rng.choice(others, size=min(p - 1, len(others)), replace=False) if len(others) else []
-        risks[s] = 1.0 / index.anonymity([anchor, *map(int, chosen)])
+        anchor = int(anchor_picks[s])
+        shuffled = keys[orders[s]]
+        chosen = shuffled[shuffled != anchor][: p - 1]
+        risks[s] = 1.0 / index.anonymity([anchor, *chosen.tolist()])
     return risks
