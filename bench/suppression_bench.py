@@ -133,10 +133,10 @@ def pattern_summary(table, statuses: list[str], k: int) -> dict:
 
 def run_engine(engine: str, micro_path: Path, region_km, k: int, range_pct: int) -> dict:
     micro = pd.read_parquet(micro_path)
-    if engine == "ours":
+    if engine in ("ours", "ours-pruned"):
         table, depth = build(micro, region_km, k, zeros_published=False)
         started = time.perf_counter()
-        protect(table, k, depth)
+        protect(table, k, depth, prune_tries=200 if engine == "ours-pruned" else 0)
         seconds = time.perf_counter() - started
         statuses = list(table.status)
         fresh, _ = build(micro, region_km, k, zeros_published=False)
@@ -214,7 +214,7 @@ def main() -> None:
     parser.add_argument("--region-km", type=int, nargs=2, default=[16, 8])
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--range-pct", type=int, default=10, help="tau-Argus FREQ protection range")
-    parser.add_argument("--engines", nargs="+", default=["ours", "tau-modular", "tau-optimal"])
+    parser.add_argument("--engines", nargs="+", default=["ours", "ours-pruned", "tau-modular", "tau-optimal"])
     parser.add_argument("--release-mode", action="store_true",
                         help="time our own release structure instead (1-D per bucket); see --days")
     parser.add_argument("--days", type=int, default=7)

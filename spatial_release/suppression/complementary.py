@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from spatial_release.suppression.audit import AuditResult, Interval, audit
+from spatial_release.suppression.audit import AuditResult, Interval, audit, components
 from spatial_release.suppression.table import PRIMARY, PUBLISHED, SECONDARY, TOTAL, Table
 
 
@@ -34,6 +34,7 @@ class ProtectionLog:
     sweep_secondaries: int = 0
     repair_secondaries: int = 0
     rounds: int = 0
+    pruned: int = 0
     audit: AuditResult | None = None
     history: list[dict] = field(default_factory=list)
 
@@ -138,8 +139,35 @@ def _repair_choice(table: Table, costs: list[float], failure: Interval, relation
     return _nearest_published(table, costs, failure.node, relations_of)
 
 
+def _primaries_near(table: Table, node: int, relations_of: list[list[int]]) -> set[int]:
+    """Primaries in the components of the withheld figures that share a relation with `node`."""
+    seeds = {m for r in relations_of[node] for m in table.relations[r].members() if table.status[m] != PUBLISHED}
+    found: set[int] = set()
+    for component in components(table):
+        if seeds & set(component):
+            found.update(n for n in component if table.status[n] == PRIMARY)
+    return found
+
+
+def prune(table: Table, k: int, costs: list[float], relations_of: list[list[int]], options: dict | None,
+          max_tries: int) -> int:
+    """Give back secondaries that turned out unnecessary: try publishing the costliest ones again, one at
+    a time, and keep each only if every primary near it still passes the audit. Returns how many."""
+    released = 0
+    candidates = sorted((n for n in table.secondaries() if table.value[n] > 0), key=lambda n: -costs[n])
+    for node in candidates[:max_tries]:
+        table.status[node] = PUBLISHED
+        near = _primaries_near(table, node, relations_of)
+        result = audit(table, k, options, primaries=near) if near else None
+        if result is not None and (result.errors or result.failures()):
+            table.status[node] = SECONDARY
+        else:
+            released += 1
+    return released
+
+
 def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int = 200,
-            options: dict | None = None, use_sweep: bool = True) -> ProtectionLog:
+            options: dict | None = None, use_sweep: bool = True, prune_tries: int = 0) -> ProtectionLog:
     """Withhold secondaries in `table` (statuses change in place) until the audit passes."""
     costs = _weights(table, level_depth)
     log = ProtectionLog()
@@ -181,4 +209,10 @@ def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int =
     # audits the published files again, independently.)
     totals.intervals = [intervals[n] for n in sorted(intervals)]
     log.audit = totals
+    if prune_tries:
+        log.pruned = prune(table, k, costs, relations_of, options, prune_tries)
+        if log.pruned:  # the pattern changed: the audit of record is a fresh one
+            log.audit = audit(table, k, options)
+            if not log.audit.passed:
+                raise SuppressionError(f"audit failed after pruning: {log.audit.summary()}")
     return log
