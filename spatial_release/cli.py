@@ -96,7 +96,8 @@ def _summary(record: dict, folder: Path) -> str:
         f"input     {record['input']['pings_read']} pings read, {record['input']['pings_rejected']} quarantined, "
         f"{record['input']['pings_outside_geometry']} outside the geometry, {record['input']['units_counted']} units",
         f"cells     {c['published_cells']} published (smallest count {c['smallest_published_count']}), "
-        f"{c['primary_cells']} withheld below k, {c['structural_zero_cells_published']} structural zeros",
+        f"{c['primary_cells']} withheld below k, {c['secondary_cells']} withheld as complements, "
+        f"{c['structural_zero_cells_published']} structural zeros",
         f"margins   {c['published_margins']} published, {c['withheld_margins']} withheld",
         f"withheld  {c['unit_counts_withheld']} of {c['unit_counts_total']} unit counts ({c['share_withheld']:.2%})",
         f"checks    {', '.join(f'{k}: {v}' for k, v in record['checks'].items())}",
