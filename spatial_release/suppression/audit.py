@@ -199,15 +199,22 @@ class ComponentModel:
             return "unbounded", INF, values, duals
         return name, math.nan, values, duals
 
-    def bulk_witness(self, nodes: list[int], maximise: bool, cap: float) -> np.ndarray | None:
-        """One LP optimising the sum of `nodes` (each variable capped at `cap`, which only shrinks the
-        feasible set, so any point found is feasible for the attacker too). Returns the column values of an
-        integral optimal point, or None."""
+    def bulk_witness(self, nodes: list[int], maximise: bool, cap: float, k: int) -> np.ndarray | None:
+        """One LP pushing every node in `nodes` towards its protection bound at once: maximise (minimise)
+        their sum with each one's bound clipped at its target, max(k, v + 1) (floored at v - 1), so that the
+        LP spreads the slack instead of spending it on one primary. Every variable is also capped at `cap`.
+        All of these only shrink the feasible set (the true table stays inside it), so any point found is
+        feasible for the attacker too. Returns the column values of an integral optimal point, or None."""
         h = self.highs
         variables = [self.column[n] for n in self.nodes if self.table.status[n] != PUBLISHED]
         idx = np.array(variables, dtype=np.int32)
         h.changeColsBounds(len(idx), idx, np.zeros(len(idx)), np.full(len(idx), cap))
         cols = np.array([self.column[n] for n in nodes], dtype=np.int32)
+        values_of = np.array([self.table.value[n] for n in nodes], dtype=float)
+        if maximise:
+            h.changeColsBounds(len(cols), cols, np.zeros(len(cols)), np.maximum(k, values_of + 1))
+        else:
+            h.changeColsBounds(len(cols), cols, values_of - 1, np.full(len(cols), cap))
         h.changeColsCost(len(cols), cols, np.ones(len(cols)))
         h.changeObjectiveSense(highspy.ObjSense.kMaximize if maximise else highspy.ObjSense.kMinimize)
         h.run()
@@ -259,7 +266,7 @@ def _bulk_certificates(model: ComponentModel, primaries: list[int], k: int, resu
         for _ in range(BULK_ROUNDS):
             if not pending:
                 break
-            values = model.bulk_witness(pending, maximise, cap)
+            values = model.bulk_witness(pending, maximise, cap, k)
             result.bulk_lps += 1
             if values is None:
                 break
