@@ -164,3 +164,15 @@ def test_key_sets_are_pruned_after_retention_and_the_figure_still_counts(tmp_pat
     # still within retention by the clock: a missing key set is an error, never silently skipped
     with pytest.raises(FileNotFoundError, match="missing within their retention"):
         stages.review_programme(policy, ledger, work)
+
+
+def test_past_warn_at_publishes_with_a_warning(tmp_path):
+    # every fixture cell's units share one trace, so the journalist figure is 1 / population = 0.04:
+    # past warn_at (0.75 x 0.05 = 0.0375), under the ceiling
+    result = _run(tmp_path, _policy(tmp_path, population=25))
+    assert result.success
+    [risk] = [e for e in result.get_asset_check_evaluations() if e.check_name == "risk_budget"]
+    assert not risk.passed and risk.severity == dg.AssetCheckSeverity.WARN
+    record = json.loads((tmp_path / "releases/fixture/2018-Q1/release.json").read_text())
+    assert record["risk"]["status"] == "warn" and record["risk"]["release_figure"] == pytest.approx(0.04)
+    assert "past 75% of the per-release ceiling" in record["risk"]["reason"]
