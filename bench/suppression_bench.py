@@ -30,7 +30,6 @@ import time
 from datetime import date
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,5 +24,3 @@ def write_alert(folder: Path, payload: dict) -> Path:
     return path
 
 
-def read_alerts(folder: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.exists() else []

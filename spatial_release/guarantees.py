@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pandas as pd
-import pyarrow.parquet as pq
 
 CELL_KEY = ["cell_id", "bucket_start"]
 MARGIN_KEY = ["level", "area_id", "bucket_start"]
@@ -187,5 +185,3 @@ def check_suppression_budget(unit_counts_withheld: int, unit_counts_total: int, 
                          "unit_counts_total": unit_counts_total})
 
 
-def parquet_columns(path: Path) -> list[str]:
-    return list(pq.read_schema(path).names)

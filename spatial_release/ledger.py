@@ -159,9 +159,3 @@ def cumulative_risk(figures: list[float]) -> float:
     return 1.0 - remaining
 
 
-def ledger_fingerprint(folder: Path) -> str:
-    """A fingerprint of the ledger's content, for sensors."""
-    path = folder / ENTRIES
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else GENESIS
-
-

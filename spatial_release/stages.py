@@ -249,10 +249,6 @@ def check_no_identifiers(policy: Policy, area: WorkArea) -> guarantees.CheckOutc
         policy.source.protected_columns(), read_ingest_summary(area)["input_columns"], units, policy.count_column)
 
 
-def read_release_frames(area: WorkArea) -> tuple[pd.DataFrame, pd.DataFrame]:
-    return _release_frames(area)
-
-
 def check_suppression_audit(policy: Policy, area: WorkArea, options: dict | None = None,
                             earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = (),
                             release: Path | None = None) -> guarantees.CheckOutcome:
@@ -514,12 +510,6 @@ def run_publish(policy: Policy, period: Period, area: WorkArea, releases_root: P
 
     publish(area.candidate, target, record, register)
     return target, _read_json(target / "release.json")
-
-
-def stage_summaries(area: WorkArea) -> dict:
-    return {"ingest": read_ingest_summary(area), "counts": _read_json(area.counts / "counts.json"),
-            "candidate": read_manifest(area)["summary"]}
-
 
 
 def review_programme(policy: Policy, ledger: Ledger, work_root: Path) -> dict:

@@ -5,7 +5,6 @@ and one device with 40 pings alone in a cell. Negative controls edit the candida
 suppressor would, and each check must reject them by re-deriving the truth from the counts.
 """
 
-from pathlib import Path
 
 import geopandas as gpd
 import pandas as pd

@@ -87,7 +87,7 @@ def test_sparse_zone_is_the_release_figure_not_the_pooled_mean():
     """A zone with a thousandth of the units at thirty times the risk decides the release."""
     rng = np.random.default_rng(1)
     dense = {f"d{i}": [f"D:c{rng.integers(2)}@b{b}" for b in range(2)] for i in range(3000)}
-    sparse = {f"s{i}": [f"S:c0@b0", f"S:c{i}@b1"] for i in range(3)}  # 3 units of 3003, all unique
+    sparse = {f"s{i}": ["S:c0@b0", f"S:c{i}@b1"] for i in range(3)}  # 3 units of 3003, all unique
     frame = _keys(dense | sparse)
     report = estimate_risk(frame, _zones(frame), RiskParams(points=2, draws=4))
     worst = report.worst_zone()

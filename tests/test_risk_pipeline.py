@@ -6,7 +6,6 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-import yaml
 
 from conftest import fixture_pings, policy_dict, write_policy
 from spatial_release import release, stages

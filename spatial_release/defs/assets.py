@@ -13,7 +13,6 @@ import dagster as dg
 from spatial_release import stages
 from spatial_release.defs.partitions import monthly, period_of, quarterly
 from spatial_release.defs.resources import ReleaseSettings
-from spatial_release.risk import BLOCK
 
 
 def k_anonymity_report(summary: dict, k: int) -> str:

@@ -11,7 +11,7 @@ from spatial_release import stages
 from spatial_release.defs.partitions import period_of
 from spatial_release.defs.resources import ReleaseSettings
 from spatial_release.guarantees import CheckOutcome
-from spatial_release.risk import BLOCK, WARN
+from spatial_release.risk import WARN
 
 # partitions_def on asset checks is a preview feature; it was verified on the pinned dagster 1.13.27 and is
 # what makes a check evaluate only its run's partition (see ../shared/notes/dagster.md, section 2.1).
@@ -83,4 +83,4 @@ def build_checks(partitions_def, validated_pings, protected_table, risk_assessme
     ]
 
 
-__all__ = ["BLOCK", "build_checks", "check_result"]
+__all__ = ["build_checks", "check_result"]

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import highspy
 import numpy as np
 
-from spatial_release.suppression.table import EQ, PUBLISHED, REST, Table
+from spatial_release.suppression.table import EQ, PUBLISHED, Table
 
 INF = highspy.kHighsInf
 TOL = 1e-6
@@ -346,4 +346,4 @@ def audit(table: Table, k: int, options: dict | None = None, primaries: set[int]
     return result
 
 
-__all__ = ["AuditResult", "Interval", "REST", "audit", "components", "inconsistent_relations"]
+__all__ = ["AuditResult", "Interval", "audit", "components", "inconsistent_relations"]

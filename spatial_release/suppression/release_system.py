@@ -17,7 +17,7 @@ from spatial_release.suppression.audit import AuditResult, audit
 from spatial_release.suppression.complementary import ProtectionLog, protect
 from spatial_release.suppression.primary import ProtectedTable, structural_zero_rows
 from spatial_release.suppression.table import (
-    EQ, LEAF, PRIMARY, PUBLISHED, REST, SECONDARY, TOTAL, Chain, Relation, Table, build_table,
+    EQ, LEAF, PRIMARY, PUBLISHED, REST, SECONDARY, Chain, Relation, Table, build_table,
 )
 
 CELL_KEY = ["cell_id", "bucket_start"]
@@ -130,4 +130,4 @@ def audit_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publis
     return audit(table, k, options), table
 
 
-__all__ = ["Structure", "TOTAL", "audit_published", "protect_release", "system_for", "tables_from_status"]
+__all__ = ["Structure", "audit_published", "protect_release", "system_for", "tables_from_status"]

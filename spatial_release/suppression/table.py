@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
 
 PUBLISHED, PRIMARY, SECONDARY, REST = "published", "primary", "secondary", "rest"
@@ -197,11 +196,6 @@ def zones_chain(leaf_level: str, hierarchy: pd.DataFrame, parent_levels: Sequenc
         parent_of=(*parent_maps, lambda _area: total_level),
         children_count=(*count_maps, lambda _area: int(top)),
     )
-
-
-def node_frame(table: Table) -> pd.DataFrame:
-    return pd.DataFrame({"level": table.level, "area_id": table.area, "bucket_start": table.bucket,
-                         "n": np.asarray(table.value, dtype=np.int64), "status": table.status})
 
 
 def cross_classified_table(leaf_counts: dict[tuple[str, str], int], space_parent: dict[str, str],
