@@ -54,9 +54,18 @@ def _failure_lines(result) -> list[str]:
         if event.event_type_value == "STEP_FAILURE":
             data = event.step_failure_data
             description = (data.user_failure_data.description if data.user_failure_data else None) or \
-                (data.error.message.strip() if data.error else "")
+                root_cause(data.error)
             lines.append(f"FAILED step '{event.step_key}': {description}")
     return lines
+
+
+def root_cause(error) -> str:
+    """The innermost error message: Dagster wraps the domain error that names the file and field."""
+    if error is None:
+        return ""
+    while error.cause is not None:
+        error = error.cause
+    return error.message.strip()
 
 
 def run_release(policy: str, period: str, traces: list[str] | None = None, out: str | None = None,

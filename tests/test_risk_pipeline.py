@@ -175,3 +175,18 @@ def test_past_warn_at_publishes_with_a_warning(tmp_path):
     record = json.loads((tmp_path / "releases/fixture/2018-Q1/release.json").read_text())
     assert record["risk"]["status"] == "warn" and record["risk"]["release_figure"] == pytest.approx(0.04)
     assert "past 75% of the per-release ceiling" in record["risk"]["reason"]
+
+
+def test_a_policy_without_a_risk_section_cannot_publish(tmp_path):
+    traces = tmp_path / "traces.csv"
+    fixture_pings().to_csv(traces, index=False)
+    data = policy_dict(str(traces))
+    del data["risk"]
+    result = _run(tmp_path, write_policy(tmp_path, data))
+    assert not result.success
+    from spatial_release.cli import root_cause
+
+    failures = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert any("no 'risk' section: a release without a risk estimate is blocked"
+               in root_cause(e.step_failure_data.error) for e in failures)
+    assert not (tmp_path / "releases/fixture/2018-Q1").exists()
