@@ -12,7 +12,9 @@ tau-Argus publishes empty cells as 0; our releases leave them out (an absent fig
 withheld"), so the audit of each pattern uses that pattern's own publication of zeros.
 
 Each engine runs in its own process so that its peak memory (ru_maxrss) is its own. The engine
-`ours-pruned` adds the pruning pass (slower, fewer secondaries).
+`ours-pruned` adds the pruning pass (slower, fewer secondaries); `ours-compat` protects to the tau-Argus
+FREQ(k, p) criterion instead of ours, to compare secondaries on equal terms (never used for releases).
+Every pattern is audited under both criteria: `audit_failures` (ours) and `compat_failures` (tau-Argus's).
 
     python bench/suppression_bench.py                      # 13,675 figures, 3,947 non-zero (4,000 persons)
     python bench/suppression_bench.py --persons 20000      # the same table denser: 5,885 non-zero figures
@@ -39,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from spatial_release.geometry import Grid  # noqa: E402
 from spatial_release.policy import GridGeometry  # noqa: E402
-from spatial_release.suppression.audit import audit  # noqa: E402
+from spatial_release.suppression.audit import Criterion, audit  # noqa: E402
 from spatial_release.suppression.complementary import protect  # noqa: E402
 from spatial_release.suppression.table import PRIMARY, PUBLISHED, SECONDARY, cross_classified_table  # noqa: E402
 from spatial_release.traces.synthetic import SyntheticConfig, generate_pings  # noqa: E402
@@ -115,10 +117,12 @@ def write_hrc(folder: Path, region_km) -> dict[str, str]:
     return {"space": str(folder / "space.hrc"), "hour": str(folder / "hour.hrc")}
 
 
-def pattern_summary(table, statuses: list[str], k: int) -> dict:
-    """Secondaries and withheld value of a pattern, audited by our auditor."""
+def pattern_summary(table, statuses: list[str], k: int, range_pct: int) -> dict:
+    """Secondaries and withheld value of a pattern, audited by our auditor under our criterion and under
+    the tau-Argus FREQ(k, p) compatibility criterion."""
     table.status = statuses
     result = audit(table, k)
+    compat = audit(table, k, criterion=Criterion(k, range_pct))
     secondary = [i for i, s in enumerate(statuses) if s == SECONDARY and table.value[i] > 0]
     primary = [i for i, s in enumerate(statuses) if s == PRIMARY]
     return {
@@ -127,21 +131,23 @@ def pattern_summary(table, statuses: list[str], k: int) -> dict:
         "secondaries_nonzero": len(secondary),
         "withheld_value_secondary": int(sum(table.value[i] for i in secondary)),
         "audit_failures": len(result.failures()),
-        "audit_errors": len(result.errors),
+        "compat_failures": len(compat.failures()),
+        "audit_errors": len(result.errors) + len(compat.errors),
         "audit_seconds": round(result.seconds, 2),
     }
 
 
 def run_engine(engine: str, micro_path: Path, region_km, k: int, range_pct: int) -> dict:
     micro = pd.read_parquet(micro_path)
-    if engine in ("ours", "ours-pruned"):
+    if engine in ("ours", "ours-pruned", "ours-compat"):
         table, depth = build(micro, region_km, k, zeros_published=False)
+        criterion = Criterion(k, range_pct) if engine == "ours-compat" else None
         started = time.perf_counter()
-        protect(table, k, depth, prune_tries=200 if engine == "ours-pruned" else 0)
+        protect(table, k, depth, prune_tries=200 if engine == "ours-pruned" else 0, criterion=criterion)
         seconds = time.perf_counter() - started
         statuses = list(table.status)
         fresh, _ = build(micro, region_km, k, zeros_published=False)
-        summary = pattern_summary(fresh, statuses, k)
+        summary = pattern_summary(fresh, statuses, k, range_pct)
     else:
         from pytauargus import protect as tau_protect
 
@@ -163,7 +169,7 @@ def run_engine(engine: str, micro_path: Path, region_km, k: int, range_pct: int)
             key = (f"{space_level[row.space]}x{time_level[row.hour]}", row.space, row.hour)
             node = table.index[key]
             statuses[node] = status_of.get(row.status, PUBLISHED)
-        summary = pattern_summary(table, statuses, k)
+        summary = pattern_summary(table, statuses, k, range_pct)
     summary.update({"engine": engine, "seconds": round(seconds, 2),
                     "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)})
     return summary
@@ -215,7 +221,8 @@ def main() -> None:
     parser.add_argument("--region-km", type=int, nargs=2, default=[16, 8])
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--range-pct", type=int, default=10, help="tau-Argus FREQ protection range")
-    parser.add_argument("--engines", nargs="+", default=["ours", "ours-pruned", "tau-modular", "tau-optimal"])
+    parser.add_argument("--engines", nargs="+",
+                        default=["ours", "ours-compat", "ours-pruned", "tau-modular", "tau-optimal"])
     parser.add_argument("--release-mode", action="store_true",
                         help="time our own release structure instead (1-D per bucket); see --days")
     parser.add_argument("--days", type=int, default=7)

@@ -305,3 +305,14 @@ def test_a_failing_witness_solve_falls_back_to_an_error():
     table = rectangle(2, 5, 7, 3, {"x11": P, "x12": S, "x21": S, "x22": S})
     result = audit(table, k=3, options={"presolve": "off", "simplex_iteration_limit": 0})
     assert not result.passed and "solver status" in result.errors[0]
+
+
+def test_tau_compatibility_criterion_is_weaker_than_ours():
+    """tau-Argus FREQ(k, p) only asks that a value is not pinned within p%; ours also asks that it is not
+    shown below k. The sum-below-k pattern passes the former and fails ours."""
+    from spatial_release.suppression.audit import Criterion
+
+    table = table_of({"T": (12, U), "a": (2, P), "b": (1, P), "c": (9, U)}, [("T", ["a", "b", "c"])])
+    assert audit(table, k=5, criterion=Criterion(5, range_pct=10)).passed
+    assert not audit(table, k=5).passed
+    assert Criterion(5, 10).upper(2) == 3 and Criterion(5).upper(2) == 5 and Criterion(5, 10).lower(1) == 0

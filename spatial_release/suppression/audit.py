@@ -33,6 +33,34 @@ BULK_ROUNDS = 40
 
 
 @dataclass(frozen=True)
+class Criterion:
+    """What "protected" means for a withheld primary of value v: the attacker's integer interval [lo, up]
+    must reach lo <= lower(v) and up >= upper(v).
+
+    Default (ours): lower = v - 1, upper = max(k, v + 1): the value is neither pinned down nor shown to be
+    below k. With `range_pct` (compatibility with tau-Argus FREQ(k, p)): lower = v - max(1, ceil(p% v)),
+    upper = v + max(1, ceil(p% v)); it does not ask the interval to reach k, so it is weaker. It exists to
+    compare patterns on equal terms, never for releases."""
+
+    k: int
+    range_pct: float | None = None
+
+    def _step(self, v: int) -> int:
+        return max(1, math.ceil(v * self.range_pct / 100 - 1e-9))
+
+    def lower(self, v: int) -> int:
+        return v - 1 if self.range_pct is None else max(0, v - self._step(v))
+
+    def upper(self, v: int) -> int:
+        return max(self.k, v + 1) if self.range_pct is None else v + self._step(v)
+
+    def describe(self) -> str:
+        if self.range_pct is None:
+            return "for each primary v: integer lo <= v - 1 and integer up >= max(k, v + 1)"
+        return f"tau-Argus FREQ compatibility: lo <= v - max(1, {self.range_pct}% v), up >= v + max(1, {self.range_pct}% v)"
+
+
+@dataclass(frozen=True)
 class Interval:
     node: int
     value: int
@@ -47,14 +75,15 @@ class Interval:
     # as wide as [lo, up] (the attacker cannot narrow it below a point that is feasible).
     bounds: str = "exact"
 
-    def margin(self, k: int) -> float:
+    def margin(self, criterion: Criterion) -> float:
         """Smallest distance to the protection bound (negative when failing)."""
-        return min((self.value - 1) - self.lo, self.up - max(k, self.value + 1))
+        return min(criterion.lower(self.value) - self.lo, self.up - criterion.upper(self.value))
 
 
 @dataclass
 class AuditResult:
     k: int
+    criterion: Criterion | None = None
     intervals: list[Interval] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     components: int = 0
@@ -71,7 +100,8 @@ class AuditResult:
         return [i for i in self.intervals if not i.passed]
 
     def smallest_margin(self) -> float | None:
-        margins = [i.margin(self.k) for i in self.intervals]
+        criterion = self.criterion or Criterion(self.k)
+        margins = [i.margin(criterion) for i in self.intervals]
         return min(margins) if margins else None
 
     def summary(self) -> dict:
@@ -86,7 +116,7 @@ class AuditResult:
             "bulk_lps": self.bulk_lps,
             "mips_solved": self.mips_solved,
             "smallest_margin_to_bound": None if smallest is None or math.isinf(smallest) else smallest,
-            "criterion": "for each primary v: integer lo <= v - 1 and integer up >= max(k, v + 1)",
+            "criterion": (self.criterion or Criterion(self.k)).describe(),
             "solver": f"HiGHS {highspy.Highs().version()}",
             "seconds": round(self.seconds, 3),
         }
@@ -199,7 +229,8 @@ class ComponentModel:
             return "unbounded", INF, values, duals
         return name, math.nan, values, duals
 
-    def bulk_witness(self, nodes: list[int], maximise: bool, cap: float, k: int) -> np.ndarray | None:
+    def bulk_witness(self, nodes: list[int], maximise: bool, cap: float, criterion: Criterion
+                     ) -> np.ndarray | None:
         """One LP pushing every node in `nodes` towards its protection bound at once: maximise (minimise)
         their sum with each one's bound clipped at its target, max(k, v + 1) (floored at v - 1), so that the
         LP spreads the slack instead of spending it on one primary. Every variable is also capped at `cap`.
@@ -210,11 +241,12 @@ class ComponentModel:
         idx = np.array(variables, dtype=np.int32)
         h.changeColsBounds(len(idx), idx, np.zeros(len(idx)), np.full(len(idx), cap))
         cols = np.array([self.column[n] for n in nodes], dtype=np.int32)
-        values_of = np.array([self.table.value[n] for n in nodes], dtype=float)
         if maximise:
-            h.changeColsBounds(len(cols), cols, np.zeros(len(cols)), np.maximum(k, values_of + 1))
+            targets = np.array([criterion.upper(self.table.value[n]) for n in nodes], dtype=float)
+            h.changeColsBounds(len(cols), cols, np.zeros(len(cols)), targets)
         else:
-            h.changeColsBounds(len(cols), cols, values_of - 1, np.full(len(cols), cap))
+            floors = np.array([criterion.lower(self.table.value[n]) for n in nodes], dtype=float)
+            h.changeColsBounds(len(cols), cols, floors, np.full(len(cols), cap))
         h.changeColsCost(len(cols), cols, np.ones(len(cols)))
         h.changeObjectiveSense(highspy.ObjSense.kMaximize if maximise else highspy.ObjSense.kMinimize)
         h.run()
@@ -251,14 +283,14 @@ def _binding(model: ComponentModel, duals: np.ndarray) -> tuple[tuple[int, float
     return tuple(sorted(found))
 
 
-def _bulk_certificates(model: ComponentModel, primaries: list[int], k: int, result: AuditResult
+def _bulk_certificates(model: ComponentModel, primaries: list[int], criterion: Criterion, result: AuditResult
                        ) -> tuple[dict[int, float], dict[int, float]]:
     """Witness points that clear the protection bounds of many primaries at once: maximise (minimise) the
     sum of the still-uncertified primaries and keep every primary whose value in that integral feasible
     point already reaches max(k, v + 1) (is at most v - 1). Sound: a feasible point is something the
     attacker cannot exclude. Whatever is left is solved exactly, one LP per bound."""
     table = model.table
-    cap = float(max(sum(table.value), k) * 4 + 10)
+    cap = float(max(sum(table.value), criterion.k) * 4 + 10)
     ups: dict[int, float] = {}
     los: dict[int, float] = {}
     for maximise, found in ((True, ups), (False, los)):
@@ -266,14 +298,14 @@ def _bulk_certificates(model: ComponentModel, primaries: list[int], k: int, resu
         for _ in range(BULK_ROUNDS):
             if not pending:
                 break
-            values = model.bulk_witness(pending, maximise, cap, k)
+            values = model.bulk_witness(pending, maximise, cap, criterion)
             result.bulk_lps += 1
             if values is None:
                 break
             newly = []
             for node in pending:
                 v, y = table.value[node], values[model.column[node]]
-                if (maximise and y >= max(k, v + 1) - TOL) or (not maximise and y <= v - 1 + TOL):
+                if (maximise and y >= criterion.upper(v) - TOL) or (not maximise and y <= criterion.lower(v) + TOL):
                     found[node] = float(round(y))
                     newly.append(node)
             if not newly:
@@ -282,10 +314,10 @@ def _bulk_certificates(model: ComponentModel, primaries: list[int], k: int, resu
     return los, ups
 
 
-def audit_component(model: ComponentModel, primaries: list[int], k: int, result: AuditResult,
+def audit_component(model: ComponentModel, primaries: list[int], criterion: Criterion, result: AuditResult,
                     exact: bool = False) -> None:
     table = model.table
-    witness_lo, witness_up = ({}, {}) if exact else _bulk_certificates(model, primaries, k, result)
+    witness_lo, witness_up = ({}, {}) if exact else _bulk_certificates(model, primaries, criterion, result)
     for node in primaries:
         v = table.value[node]
         bounds, exact, binding, failed = {}, False, {False: (), True: ()}, False
@@ -317,7 +349,7 @@ def audit_component(model: ComponentModel, primaries: list[int], k: int, result:
             continue
         lo = math.ceil(bounds[False] - TOL)
         up = INF if math.isinf(bounds[True]) else math.floor(bounds[True] + TOL)
-        low_ok, up_ok = lo <= v - 1, up >= max(k, v + 1)
+        low_ok, up_ok = lo <= criterion.lower(v), up >= criterion.upper(v)
         failing = "" if low_ok and up_ok else "both" if not (low_ok or up_ok) else "lower" if not low_ok else "upper"
         chosen = binding[True] if not up_ok else binding[False] if not low_ok else ()
         kind = "witness" if node in witness_lo or node in witness_up else "exact"
@@ -326,13 +358,14 @@ def audit_component(model: ComponentModel, primaries: list[int], k: int, result:
 
 
 def audit(table: Table, k: int, options: dict | None = None, primaries: set[int] | None = None,
-          exact: bool = False) -> AuditResult:
+          exact: bool = False, criterion: Criterion | None = None) -> AuditResult:
     """Audit every withheld primary, or only those in `primaries` (the repair loop re-audits only the
     primaries that failed: withholding more figures only widens the attacker's feasible set, so a primary
     that passed keeps passing). With `exact`, every bound is the attacker's optimum (two LPs per primary)
     instead of a witness that already clears the protection bound."""
     started = time.perf_counter()
-    result = AuditResult(k=k)
+    criterion = criterion or Criterion(k)
+    result = AuditResult(k=k, criterion=criterion)
     result.errors.extend(inconsistent_relations(table))
     relations_of = table.relations_of()
     for nodes in components(table):
@@ -341,9 +374,9 @@ def audit(table: Table, k: int, options: dict | None = None, primaries: set[int]
             continue
         result.components += 1
         model = ComponentModel(table, nodes, relations_of, options or {})
-        audit_component(model, chosen, k, result, exact)
+        audit_component(model, chosen, criterion, result, exact)
     result.seconds = time.perf_counter() - started
     return result
 
 
-__all__ = ["AuditResult", "Interval", "audit", "components", "inconsistent_relations"]
+__all__ = ["AuditResult", "Criterion", "Interval", "audit", "components", "inconsistent_relations"]

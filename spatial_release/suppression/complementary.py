@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from spatial_release.suppression.audit import AuditResult, Interval, audit, components
+from spatial_release.suppression.audit import AuditResult, Criterion, Interval, audit, components
 from spatial_release.suppression.table import PRIMARY, PUBLISHED, SECONDARY, TOTAL, Table
 
 
@@ -70,7 +70,7 @@ def _cheapest(table: Table, costs: list[float], candidates: list[int], at_least:
     return min(pool, key=lambda c: _sort_key(table, costs, c))
 
 
-def _sweep_relation(table: Table, costs: list[float], k: int, relation) -> int | None:
+def _sweep_relation(table: Table, costs: list[float], criterion: Criterion, relation) -> int | None:
     """One suppression that a relation needs, or None when it looks locally safe."""
     members = relation.members()
     withheld = [m for m in members if table.status[m] != PUBLISHED]
@@ -86,20 +86,20 @@ def _sweep_relation(table: Table, costs: list[float], k: int, relation) -> int |
                 return _cheapest(table, costs, children, at_least=1)
         elif table.status[relation.parent] == PUBLISHED:
             others = sum(table.value[c] for c in children if c != node and table.status[c] != PUBLISHED)
-            need = max(k - table.value[node], 1)
+            need = criterion.upper(table.value[node]) - table.value[node]
             if others < need:
                 return _cheapest(table, costs, [c for c in children if c != node], at_least=need - others) \
                     or _cheapest(table, costs, [relation.parent])
     return None
 
 
-def sweep(table: Table, costs: list[float], k: int) -> int:
+def sweep(table: Table, costs: list[float], criterion: Criterion) -> int:
     added = 0
     changed = True
     while changed:
         changed = False
         for relation in table.relations:
-            while (node := _sweep_relation(table, costs, k, relation)) is not None:
+            while (node := _sweep_relation(table, costs, criterion, relation)) is not None:
                 _withhold(table, node)
                 added += 1
                 changed = True
@@ -150,7 +150,7 @@ def _primaries_near(table: Table, node: int, relations_of: list[list[int]]) -> s
 
 
 def prune(table: Table, k: int, costs: list[float], relations_of: list[list[int]], options: dict | None,
-          max_tries: int) -> int:
+          max_tries: int, criterion: Criterion | None = None) -> int:
     """Give back secondaries that turned out unnecessary: try publishing the costliest ones again, one at
     a time, and keep each only if every primary near it still passes the audit. Returns how many."""
     released = 0
@@ -158,7 +158,7 @@ def prune(table: Table, k: int, costs: list[float], relations_of: list[list[int]
     for node in candidates[:max_tries]:
         table.status[node] = PUBLISHED
         near = _primaries_near(table, node, relations_of)
-        result = audit(table, k, options, primaries=near) if near else None
+        result = audit(table, k, options, primaries=near, criterion=criterion) if near else None
         if result is not None and (result.errors or result.failures()):
             table.status[node] = SECONDARY
         else:
@@ -167,17 +167,19 @@ def prune(table: Table, k: int, costs: list[float], relations_of: list[list[int]
 
 
 def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int = 200,
-            options: dict | None = None, use_sweep: bool = True, prune_tries: int = 0) -> ProtectionLog:
+            options: dict | None = None, use_sweep: bool = True, prune_tries: int = 0,
+            criterion: Criterion | None = None) -> ProtectionLog:
     """Withhold secondaries in `table` (statuses change in place) until the audit passes."""
+    criterion = criterion or Criterion(k)
     costs = _weights(table, level_depth)
     log = ProtectionLog()
-    log.sweep_secondaries = sweep(table, costs, k) if use_sweep else 0
+    log.sweep_secondaries = sweep(table, costs, criterion) if use_sweep else 0
     relations_of = table.relations_of()
     intervals: dict[int, Interval] = {}
-    totals = AuditResult(k=k)
+    totals = AuditResult(k=k, criterion=criterion)
     to_audit: set[int] | None = None  # None: every primary
     while True:
-        result = audit(table, k, options, primaries=to_audit)
+        result = audit(table, k, options, primaries=to_audit, criterion=criterion)
         if result.errors:
             raise SuppressionError("; ".join(result.errors[:5]))
         for name in ("lps_solved", "bulk_lps", "mips_solved", "seconds"):
@@ -210,9 +212,9 @@ def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int =
     totals.intervals = [intervals[n] for n in sorted(intervals)]
     log.audit = totals
     if prune_tries:
-        log.pruned = prune(table, k, costs, relations_of, options, prune_tries)
+        log.pruned = prune(table, k, costs, relations_of, options, prune_tries, criterion)
         if log.pruned:  # the pattern changed: the audit of record is a fresh one
-            log.audit = audit(table, k, options)
+            log.audit = audit(table, k, options, criterion=criterion)
             if not log.audit.passed:
                 raise SuppressionError(f"audit failed after pruning: {log.audit.summary()}")
     return log
