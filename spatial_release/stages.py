@@ -19,7 +19,8 @@ from spatial_release.counting import Zoning, count_units, period_buckets
 from spatial_release.fileio import atomic_path, sha256_file, write_json_atomic
 from spatial_release.geometry import locate_pings, make_locator
 from spatial_release.geometry.locate import linked_column, make_linked_locators
-from spatial_release.geometry.zeros import read_structural_zeros
+from spatial_release.geometry.grid import CELL_ID
+from spatial_release.geometry.zeros import ZerosFileError, read_structural_zeros
 from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.release import (
@@ -156,8 +157,20 @@ def read_true_counts(area: WorkArea) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def structural_zeros(policy: Policy) -> frozenset[str]:
-    zeros = policy.suppression.zeros
-    return read_structural_zeros(policy.resolve(zeros)) if zeros else frozenset()
+    """The policy's structural-zero cells, each checked to be a cell of the main geometry."""
+    if not policy.suppression.zeros:
+        return frozenset()
+    path = policy.resolve(policy.suppression.zeros)
+    zeros = read_structural_zeros(path)
+    geometry = policy.geometry
+    if geometry.kind == "grid":
+        unknown = sorted(z for z in zeros if not z.startswith(f"{geometry.size_m}mE") or not CELL_ID.match(z))
+    else:
+        unknown = sorted(zeros - set(make_locator(policy).parent_table()["cell_id"]))
+    if unknown:
+        raise ZerosFileError(f"{path}: {len(unknown)} listed cell(s) are not cells of the policy's geometry, "
+                             f"e.g. {unknown[:3]}")
+    return zeros
 
 
 def release_structure(policy: Policy, area: WorkArea) -> Structure:

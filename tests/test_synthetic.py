@@ -65,3 +65,19 @@ def test_zeros_file_errors_name_the_file(tmp_path):
     bad.write_text("cell\nx\n")
     with pytest.raises(ZerosFileError, match="zeros.csv: expected a 'cell_id' column"):
         read_structural_zeros(bad)
+
+
+def test_zeros_that_are_not_cells_of_the_geometry_are_refused(tmp_path):
+    import yaml
+
+    from spatial_release import stages
+    from spatial_release.policy import load_policy
+
+    data = yaml.safe_load((PROJECT_ROOT / "policies/demo.yaml").read_text())
+    (tmp_path / "zeros.csv").write_text("cell_id\n500mE583000N4507000\n250mE1000N2000\nlake\n")
+    data["suppression"]["zeros"] = str(tmp_path / "zeros.csv")
+    data["risk"]["landscape"] = str(PROJECT_ROOT / "policies/landscapes/demo.yaml")
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ZerosFileError, match=r"2 listed cell\(s\) are not cells of the policy's geometry"):
+        stages.structural_zeros(load_policy(tmp_path / "p.yaml"))
+    assert stages.structural_zeros(load_policy(PROJECT_ROOT / "policies/demo.yaml"))  # the shipped list is valid
