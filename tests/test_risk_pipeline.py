@@ -113,17 +113,30 @@ def test_review_sensor_fires_on_new_releases_and_landscape_changes(tmp_path):
     assert changed.run_key != request.run_key and changed.run_key.startswith("review-fixture-1-")
 
 
+def _release_check(instance) -> tuple[bool, str]:
+    record = instance.get_latest_asset_check_evaluation_record(
+        dg.AssetCheckKey(dg.AssetKey("published_release"), "within_risk_budget"))
+    evaluation = record.event.dagster_event.event_specific_data
+    return evaluation.passed, evaluation.partition
+
+
 def test_review_flags_a_published_release_that_is_now_over_budget(tmp_path):
     policy = _policy(tmp_path)
-    assert _run(tmp_path, policy).success
-    resources = {"settings": ReleaseSettings(**_settings(tmp_path, policy))}
-    calm = dg.materialize([risk_review, published_within_budget], resources=resources, raise_on_error=False)
-    assert calm.success and all(e.passed for e in calm.get_asset_check_evaluations())
-    # the world changes: the landscape now says the public population is tiny
-    (tmp_path / "population.csv").write_text((tmp_path / "population.csv").read_text().replace("10000", "5"))
-    stormy = dg.materialize([risk_review, published_within_budget], resources=resources, raise_on_error=False)
-    [evaluation] = stormy.get_asset_check_evaluations()
-    assert not evaluation.passed and "2018-Q1" in evaluation.description
+    with dg.instance_for_test() as instance:
+        assert _run(tmp_path, policy, instance=instance).success
+        resources = {"settings": ReleaseSettings(**_settings(tmp_path, policy))}
+        calm = dg.materialize([risk_review, published_within_budget], resources=resources, instance=instance,
+                              raise_on_error=False)
+        assert calm.success and all(e.passed for e in calm.get_asset_check_evaluations())
+        assert _release_check(instance) == (True, PARTITION)
+        # the world changes: the landscape now says the public population is tiny
+        (tmp_path / "population.csv").write_text((tmp_path / "population.csv").read_text().replace("10000", "5"))
+        stormy = dg.materialize([risk_review, published_within_budget], resources=resources, instance=instance,
+                                raise_on_error=False)
+        [evaluation] = [e for e in stormy.get_asset_check_evaluations() if e.check_name == "published_within_budget"]
+        assert not evaluation.passed and "2018-Q1" in evaluation.description
+        # ...and the check on the published release's own partition now shows failed in the UI
+        assert _release_check(instance) == (False, PARTITION)
     alerts = [json.loads(p.read_text()) for p in (tmp_path / "alerts").glob("risk_breach-*.json")]
     assert len(alerts) == 1 and alerts[0]["period"] == "2018-Q1" and len(alerts[0]["options"]) == 3
     kinds = [e["kind"] for e in read_ledger(tmp_path / "ledger")]

@@ -29,7 +29,32 @@ def check_result(outcome: CheckOutcome, severity: dg.AssetCheckSeverity = dg.Ass
                                metadata=metadata)
 
 
-def build_checks(partitions_def, validated_pings, protected_table, risk_assessment) -> list:
+REVIEW_CHECK = "within_risk_budget"
+
+
+def latest_review(settings: ReleaseSettings, dataset: str) -> dict | None:
+    import json
+    from pathlib import Path
+
+    reviews = sorted((Path(settings.work_dir) / dataset / "reviews").glob("review-*.json"))
+    return json.loads(reviews[-1].read_text()) if reviews else None
+
+
+def review_outcome(review: dict | None, period_label: str) -> CheckOutcome:
+    """Whether the latest risk review still finds this published release within its budget."""
+    if review is None:
+        return CheckOutcome(REVIEW_CHECK, True, "not reviewed yet: the release passed the risk gate when published")
+    breach = next((b for b in review["breaches"] if b["period"] == period_label), None)
+    if breach is None:
+        return CheckOutcome(REVIEW_CHECK, True, f"within budget under landscape {review['landscape_sha256'][:12]}")
+    return CheckOutcome(REVIEW_CHECK, False,
+                        f"over budget under landscape {review['landscape_sha256'][:12]}: zone {breach['worst_zone']} "
+                        f"at {breach['release_figure']}, cumulative {breach['cumulative']:.4f}; options: withdraw, "
+                        "re-publish coarser, or accept in review", [breach],
+                        {"release_figure": breach["release_figure"], "cumulative": breach["cumulative"]})
+
+
+def build_checks(partitions_def, validated_pings, protected_table, risk_assessment, published_release) -> list:
     def guarantee(name: str, run: Callable, description: str) -> dg.AssetChecksDefinition:
         @dg.asset_check(asset=protected_table, name=name, blocking=True, partitions_def=partitions_def,
                         description=description)
@@ -65,7 +90,16 @@ def build_checks(partitions_def, validated_pings, protected_table, risk_assessme
                                              outcome.figures), dg.AssetCheckSeverity.WARN)
         return check_result(outcome)
 
+    @dg.asset_check(asset=published_release, name=REVIEW_CHECK, partitions_def=partitions_def,
+                    description="The latest risk review still finds this published release within its budget "
+                                "(the review job also reports this check for every release it re-assesses).")
+    def within_risk_budget(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
+        policy = settings.load_policy()
+        period = period_of(context.partition_key, partitions_def)
+        return check_result(review_outcome(latest_review(settings, policy.name), period.label))
+
     return [
+        within_risk_budget,
         rejected_share,
         guarantee("k_floor", stages.check_k_floor,
                   "Every published (cell, bucket) and margin holds >= k distinct units (inclusive), re-derived "

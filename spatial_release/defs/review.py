@@ -13,7 +13,8 @@ import dagster as dg
 
 from spatial_release import stages
 from spatial_release.alerts import write_alert
-from spatial_release.defs.checks import check_result
+from spatial_release.defs.checks import REVIEW_CHECK, check_result, review_outcome
+from spatial_release.period import Period
 from spatial_release.defs.resources import ReleaseSettings
 from spatial_release.fileio import write_json_atomic
 from spatial_release.guarantees import CheckOutcome
@@ -33,6 +34,7 @@ def risk_review(context: dg.AssetExecutionContext, settings: ReleaseSettings) ->
     write_json_atomic(folder / f"review-{entry['seq']:06d}.json", {**review, "ledger_entry": entry["hash"]})
     alerts = [str(write_alert(Path(settings.alerts_dir), {"kind": "risk_breach", "dataset": policy.name, **breach}))
               for breach in review["breaches"]]
+    report_release_checks(context, policy, review)
     for breach in review["breaches"]:
         context.log.warning(f"{policy.name} {breach['period']} is over its risk budget: zone "
                             f"{breach['worst_zone']} at {breach['release_figure']}, cumulative {breach['cumulative']}")
@@ -42,6 +44,19 @@ def risk_review(context: dg.AssetExecutionContext, settings: ReleaseSettings) ->
         "review": dg.MetadataValue.json(review["releases"]), "ledger_entry": entry["hash"],
         "key_sets_pruned": dg.MetadataValue.json(pruned),
     })
+
+
+def report_release_checks(context: dg.AssetExecutionContext, policy, review: dict) -> None:
+    """Record the review's verdict as the `within_risk_budget` check of each published release's
+    partition, so a release that is now over budget shows failed on that release in the UI."""
+    key = dg.AssetKey(["monthly", "published_release"] if policy.period == "month" else ["published_release"])
+    for row in review["releases"]:
+        outcome = review_outcome(review, row["period"])
+        context.log_event(dg.AssetCheckEvaluation(
+            asset_key=key, check_name=REVIEW_CHECK, passed=outcome.passed, description=outcome.summary,
+            partition=Period.parse(row["period"]).partition_key, severity=dg.AssetCheckSeverity.ERROR,
+            metadata={"cumulative": row["cumulative"], "release_figure": row["release_figure"],
+                      "landscape_sha256": review["landscape_sha256"]}))
 
 
 @dg.asset_check(asset=risk_review, name="published_within_budget",
