@@ -190,7 +190,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if not (area.counts / "cell_counts.parquet").exists():
         print(f"error: no true counts under {area.counts}; give --work", file=sys.stderr)
         return 2
-    outcome = stages.check_suppression_audit(policy, area, release=folder)
+    from spatial_release.defs.resources import ReleaseSettings
+    from spatial_release.ledger import Ledger
+
+    ledger = Ledger(Path(args.ledger).resolve() if args.ledger else Path(ReleaseSettings().ledger_dir))
+    outcome = stages.check_suppression_audit(policy, area, release=folder,
+                                             published=stages.Published(ledger, folder.parents[1]))
     print(f"audit of {folder}: {'PASSED' if outcome.passed else 'FAILED'}: {outcome.summary}")
     for row in outcome.offending[:20]:
         print(f"    offending: {json.dumps(row, default=str)}")
@@ -233,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("release_dir")
     audit.add_argument("--policy", help="policy file (default: policies/<dataset>.yaml, sha256 checked)")
     audit.add_argument("--work", help="work folder holding the true counts (default: <out>/work beside releases/)")
+    audit.add_argument("--ledger", help="ledger folder, for the releases of suppression.audit_with datasets")
     audit.set_defaults(func=cmd_audit)
 
     ledger = sub.add_parser("ledger", help="the release ledger")

@@ -189,6 +189,10 @@ class TimeSpec(_Strict):
 class SuppressionSpec(_Strict):
     budget: float = Field(0.10, gt=0.0, le=1.0, description="largest share of unit counts in withheld cells")
     zeros: str | None = Field(None, description="public list of structural-zero cell ids, relative to the policy")
+    audit_with: list[str] = Field(
+        default_factory=list,
+        description="other datasets published over the same units, cells and buckets (e.g. a monthly and a "
+                    "quarterly programme): their releases that overlap the period are part of the audit")
 
 
 class RiskSpec(_Strict):

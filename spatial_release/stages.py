@@ -262,11 +262,44 @@ def check_no_identifiers(policy: Policy, area: WorkArea) -> guarantees.CheckOutc
         policy.source.protected_columns(), read_ingest_summary(area)["input_columns"], units, policy.count_column)
 
 
+@dataclass(frozen=True)
+class Published:
+    """Where the programme's published releases and their ledger are, for checks that look beyond the
+    candidate."""
+
+    ledger: Ledger
+    releases_root: Path
+
+
+def related_releases(policy: Policy, period: Period, published: Published) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
+    """Published (cells, margins) of the datasets in `suppression.audit_with` whose periods overlap this one."""
+    frames = []
+    for dataset in policy.suppression.audit_with:
+        for entry in published.ledger.releases(dataset):
+            other = Period.parse(entry["period"])
+            if other.start < period.end and period.start < other.end:
+                folder = published.releases_root / dataset / entry["period"]
+                verify_release_files(folder)
+                tables = read_tables(folder)
+                count_column = next(c for c in tables.margins.columns if c.startswith("n_"))
+                if count_column != policy.count_column:
+                    raise ValueError(f"{folder}: counts {count_column}, this policy counts {policy.count_column}")
+                frames.append((tables.cells, tables.margins))
+    return frames
+
+
 def check_suppression_audit(policy: Policy, area: WorkArea, options: dict | None = None,
                             earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = (),
-                            release: Path | None = None) -> guarantees.CheckOutcome:
+                            release: Path | None = None, published: Published | None = None
+                            ) -> guarantees.CheckOutcome:
     """The attacker LP over the candidate files (or a published release folder): withheld figures are
-    those absent from the files. Writes the per-primary intervals to the work area (internal only)."""
+    those absent from the files, and from the overlapping releases of the datasets in
+    `suppression.audit_with` when `published` says where they are. Writes the per-primary intervals to
+    the work area (internal only)."""
+    if policy.suppression.audit_with:
+        if published is None:
+            raise ValueError(f"{policy.path}: suppression.audit_with needs the published releases and ledger")
+        earlier = [*earlier, *related_releases(policy, Period.parse(area.root.name), published)]
     if release is None:
         cells, margins = _release_frames(area)
     else:
@@ -341,8 +374,10 @@ GUARANTEES = (check_k_floor, check_withheld_absent, check_no_identifiers, check_
               check_suppression_budget)
 
 
-def run_guarantees(policy: Policy, area: WorkArea) -> list[guarantees.CheckOutcome]:
-    return [check(policy, area) for check in GUARANTEES]
+def run_guarantees(policy: Policy, area: WorkArea, published: Published | None = None
+                   ) -> list[guarantees.CheckOutcome]:
+    return [check(policy, area, published=published) if check is check_suppression_audit else check(policy, area)
+            for check in GUARANTEES]
 
 
 def _released_keys(area: WorkArea) -> pd.DataFrame:
@@ -492,7 +527,7 @@ def run_publish(policy: Policy, period: Period, area: WorkArea, releases_root: P
     """Publish the candidate with its ledger entry. The guarantees and the risk gate are evaluated again
     here, so a release can never be written by a run that skipped the blocking checks (Dagster blocks
     only within one run)."""
-    outcomes = run_guarantees(policy, area)
+    outcomes = run_guarantees(policy, area, Published(ledger, releases_root))
     for outcome in outcomes:
         if not outcome.passed:
             raise GuaranteeFailed(outcome)

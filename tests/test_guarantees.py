@@ -237,3 +237,11 @@ def test_suppression_audit_includes_earlier_releases_of_the_period(protected):
     outcome = stages.check_suppression_audit(policy, area, earlier=[(earlier_cells, earlier_margins)])
     assert not outcome.passed
     assert {o["area_id"] for o in outcome.offending if "area_id" in o} == {cell_id(CELL_B)}
+
+
+def test_suppression_audit_fails_when_releases_contradict_each_other(protected):
+    policy, area = protected
+    other = pd.DataFrame({"cell_id": [cell_id(CELL_D)], "bucket_start": [BUCKET], "n_devices": [4]})  # truly 5
+    empty = pd.DataFrame(columns=["level", "area_id", "bucket_start", "n_devices"])
+    outcome = stages.check_suppression_audit(policy, area, earlier=[(other, empty)])
+    assert not outcome.passed and any("contradict" in o.get("error", "") for o in outcome.offending)

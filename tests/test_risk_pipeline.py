@@ -203,3 +203,31 @@ def test_a_policy_without_a_risk_section_cannot_publish(tmp_path):
     assert any("no 'risk' section: a release without a risk estimate is blocked"
                in root_cause(e.step_failure_data.error) for e in failures)
     assert not (tmp_path / "releases/fixture/2018-Q1").exists()
+
+
+def test_a_second_dataset_over_the_same_cells_is_audited_together(tmp_path):
+    """Two programmes over the same devices, cells and days ('loose' with k = 2, 'fixture' with k = 3):
+    the fixture release is audited with loose's overlapping release, which the audit loads from the ledger
+    and checks against its hashes. (A leak through such a pair is tested in test_guarantees with
+    hand-made release frames.)"""
+    traces = tmp_path / "traces.csv"
+    fixture_pings().to_csv(traces, index=False)
+    loose_path = write_policy(tmp_path, policy_dict(str(traces), name="loose", k=2), name="loose.yaml")
+    strict = policy_dict(str(traces))
+    strict["suppression"] = {**strict["suppression"], "audit_with": ["loose"]}
+    strict_path = write_policy(tmp_path, strict, name="strict.yaml")
+    published = stages.Published(Ledger(tmp_path / "ledger"), tmp_path / "releases")
+    policy, period = load_policy(strict_path), Period.parse("2018-Q1")
+    assert stages.related_releases(policy, period, published) == []  # nothing published yet
+    assert _run(tmp_path, loose_path).success
+    [(cells, margins)] = stages.related_releases(policy, period, published)
+    assert len(cells) and set(margins["level"]) >= {"total"}
+    assert stages.related_releases(policy, Period.parse("2018-Q2"), published) == []  # no overlap
+    result = _run(tmp_path, strict_path)
+    assert result.success
+    [audit_eval] = [e for e in result.get_asset_check_evaluations() if e.check_name == "suppression_audit"]
+    assert audit_eval.passed
+    # a loose release edited after publication is refused, not silently audited
+    (tmp_path / "releases/loose/2018-Q1/margins.parquet").write_bytes(b"tampered")
+    with pytest.raises(stages.ReleaseTampered):
+        stages.related_releases(policy, period, published)

@@ -4,6 +4,7 @@ candidate and the published release, so a failure stops publication. Each check 
 
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 import dagster as dg
 
@@ -34,7 +35,6 @@ REVIEW_CHECK = "within_risk_budget"
 
 def latest_review(settings: ReleaseSettings, dataset: str) -> dict | None:
     import json
-    from pathlib import Path
 
     reviews = sorted((Path(settings.work_dir) / dataset / "reviews").glob("review-*.json"))
     return json.loads(reviews[-1].read_text()) if reviews else None
@@ -61,6 +61,9 @@ def build_checks(partitions_def, validated_pings, protected_table, risk_assessme
         def _check(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
             policy = settings.load_policy()
             area = settings.work_area(policy, period_of(context.partition_key, partitions_def))
+            if run is stages.check_suppression_audit:
+                published = stages.Published(settings.ledger(), Path(settings.releases_dir))
+                return check_result(run(policy, area, published=published))
             return check_result(run(policy, area))
 
         return _check

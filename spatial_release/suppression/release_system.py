@@ -113,11 +113,18 @@ def audit_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publis
     there; every other figure is unknown. True counts only say which unknown figures are primaries."""
     table = system_for(true_cells, true_margins, structure, k, measure, zero_keys(frozenset(zeros), buckets))
     known: dict[tuple, int] = {}
+    conflicts: list[str] = []
+
+    def learn(key: tuple, value: int) -> None:
+        if key in known and known[key] != value:
+            conflicts.append(f"{key[0]} {key[1]} at {key[2]} is published as {known[key]} and as {value}")
+        known.setdefault(key, value)
+
     for cells, margins in [(published_cells, published_margins), *earlier]:
         for row in cells.itertuples(index=False):
-            known[(LEAF, row.cell_id, pd.Timestamp(row.bucket_start))] = int(getattr(row, count_column))
+            learn((LEAF, row.cell_id, pd.Timestamp(row.bucket_start)), int(getattr(row, count_column)))
         for row in margins.itertuples(index=False):
-            known[(row.level, row.area_id, pd.Timestamp(row.bucket_start))] = int(getattr(row, count_column))
+            learn((row.level, row.area_id, pd.Timestamp(row.bucket_start)), int(getattr(row, count_column)))
     for i in range(len(table)):
         if table.status[i] == REST:
             continue
@@ -127,7 +134,9 @@ def audit_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publis
             table.value[i] = known[key]
         else:
             table.status[i] = PRIMARY if table.value[i] < k else SECONDARY
-    return audit(table, k, options), table
+    result = audit(table, k, options)
+    result.errors.extend(f"releases contradict each other: {c}" for c in conflicts)
+    return result, table
 
 
 __all__ = ["Structure", "audit_published", "protect_release", "system_for", "tables_from_status"]
