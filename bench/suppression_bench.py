@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -155,6 +156,7 @@ def run_engine(engine: str, micro_path: Path, region_km, k: int, range_pct: int)
         workdir = Path(tempfile.mkdtemp(prefix=f"tau-{engine}-"))
         hrc = write_hrc(workdir, region_km)
         micro_tau = micro.assign(one=1)[["space", "hour", "one"]]
+        os.chdir(workdir)  # the engine writes its log and scratch files into the working directory
         started = time.perf_counter()
         result = tau_protect(micro_tau, tables=[["space", "hour"]], response="one",
                              safety_rules=f"FREQ({k},{range_pct})", suppress=method, hrc=hrc,
