@@ -72,6 +72,15 @@ class WorkArea:
         return self.root / "risk"
 
 
+@dataclass(frozen=True)
+class Published:
+    """Where the programme's published releases and their ledger are, for checks that look beyond the
+    candidate."""
+
+    ledger: Ledger
+    releases_root: Path
+
+
 def _read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
@@ -239,36 +248,27 @@ def _release_frames(area: WorkArea) -> tuple[pd.DataFrame, pd.DataFrame]:
     return tables.cells, tables.margins
 
 
-def check_k_floor(policy: Policy, area: WorkArea) -> guarantees.CheckOutcome:
+def check_k_floor(policy: Policy, area: WorkArea, published: Published | None = None) -> guarantees.CheckOutcome:
     cells, margins = _release_frames(area)
     true_cells, true_margins = read_true_counts(area)
     return guarantees.check_k_floor(cells, margins, true_cells, true_margins, policy.k,
                                     structural_zeros(policy), policy.count_column)
 
 
-def check_withheld_absent(policy: Policy, area: WorkArea) -> guarantees.CheckOutcome:
+def check_withheld_absent(policy: Policy, area: WorkArea, published: Published | None = None) -> guarantees.CheckOutcome:
     cells, margins = _release_frames(area)
     true_cells, true_margins = read_true_counts(area)
     return guarantees.check_withheld_absent(cells, margins, true_cells, true_margins, policy.k,
                                             structural_zeros(policy), policy.count_column)
 
 
-def check_no_identifiers(policy: Policy, area: WorkArea) -> guarantees.CheckOutcome:
+def check_no_identifiers(policy: Policy, area: WorkArea, published: Published | None = None) -> guarantees.CheckOutcome:
     cells, margins = _release_frames(area)
     units = pd.read_parquet(area.ingest / "pings.parquet", columns=["unit"])["unit"].unique()
     record_keys = _record_keys(_draft_record(policy, area))
     return guarantees.check_no_identifiers(
         {"cells.parquet": cells, "margins.parquet": margins}, record_keys,
         policy.source.protected_columns(), read_ingest_summary(area)["input_columns"], units, policy.count_column)
-
-
-@dataclass(frozen=True)
-class Published:
-    """Where the programme's published releases and their ledger are, for checks that look beyond the
-    candidate."""
-
-    ledger: Ledger
-    releases_root: Path
 
 
 def related_releases(policy: Policy, period: Period, published: Published) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
@@ -326,7 +326,7 @@ def check_suppression_audit(policy: Policy, area: WorkArea, options: dict | None
     return guarantees.CheckOutcome("suppression_audit", result.passed, text, offending, summary)
 
 
-def check_suppression_budget(policy: Policy, area: WorkArea) -> guarantees.CheckOutcome:
+def check_suppression_budget(policy: Policy, area: WorkArea, published: Published | None = None) -> guarantees.CheckOutcome:
     """Re-derives the withheld share from the true counts and the published keys."""
     cells, _ = _release_frames(area)
     true_cells, _ = read_true_counts(area)
@@ -376,8 +376,9 @@ GUARANTEES = (check_k_floor, check_withheld_absent, check_no_identifiers, check_
 
 def run_guarantees(policy: Policy, area: WorkArea, published: Published | None = None
                    ) -> list[guarantees.CheckOutcome]:
-    return [check(policy, area, published=published) if check is check_suppression_audit else check(policy, area)
-            for check in GUARANTEES]
+    """Every publication guarantee; `published` (ignored by the checks that look only at the candidate)
+    lets the audit see related datasets' releases."""
+    return [check(policy, area, published=published) for check in GUARANTEES]
 
 
 def _released_keys(area: WorkArea) -> pd.DataFrame:

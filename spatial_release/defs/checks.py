@@ -61,10 +61,8 @@ def build_checks(partitions_def, validated_pings, protected_table, risk_assessme
         def _check(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
             policy = settings.load_policy()
             area = settings.work_area(policy, period_of(context.partition_key, partitions_def))
-            if run is stages.check_suppression_audit:
-                published = stages.Published(settings.ledger(), Path(settings.releases_dir))
-                return check_result(run(policy, area, published=published))
-            return check_result(run(policy, area))
+            published = stages.Published(settings.ledger(), Path(settings.releases_dir))
+            return check_result(run(policy, area, published=published))
 
         return _check
 
