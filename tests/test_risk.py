@@ -1,7 +1,5 @@
 """The per-zone estimator's properties and the budget gate's worked examples."""
 
-import math
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -112,14 +110,16 @@ def test_quarterly_worked_example():
 
 
 def test_monthly_series_blocks_the_twelfth():
-    previous, statuses = [], []
+    previous, decisions = [], []
     for _ in range(12):
         d = decide(0.02, "zone", previous, 0.05, 0.20, 0.9)
-        statuses.append(d.status)
+        decisions.append(d)
         if d.status != BLOCK:
             previous.append(0.02)
+    statuses = [d.status for d in decisions]
     assert statuses.count(BLOCK) == 1 and statuses[-1] == BLOCK and len(previous) == 11
-    assert math.isclose(1 - 0.98 ** 11, 0.19926, abs_tol=1e-5)
+    assert decisions[10].cumulative == pytest.approx(0.19926, abs=1e-5)  # the eleventh just fits
+    assert decisions[11].cumulative == pytest.approx(0.215283, abs=1e-6) and "cumulative" in decisions[11].reason
 
 
 def test_missing_estimate_blocks():

@@ -167,13 +167,13 @@ def prune(table: Table, k: int, costs: list[float], relations_of: list[list[int]
 
 
 def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int = 200,
-            options: dict | None = None, use_sweep: bool = True, prune_tries: int = 0,
+            options: dict | None = None, prune_tries: int = 0,
             criterion: Criterion | None = None) -> ProtectionLog:
     """Withhold secondaries in `table` (statuses change in place) until the audit passes."""
     criterion = criterion or Criterion(k)
     costs = _weights(table, level_depth)
     log = ProtectionLog()
-    log.sweep_secondaries = sweep(table, costs, criterion) if use_sweep else 0
+    log.sweep_secondaries = sweep(table, costs, criterion)
     relations_of = table.relations_of()
     intervals: dict[int, Interval] = {}
     totals = AuditResult(k=k, criterion=criterion)
