@@ -9,20 +9,24 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from spatial_release import guarantees
-from spatial_release.counting import Zoning, count_units, period_buckets
+from spatial_release.counting import count_pings, period_buckets
+from spatial_release.counting.engines import Engine, open_engine
+from spatial_release.counting.plan import ZoningPlan, evaluate_with, grid_plan, zones_plan
 from spatial_release.fileio import atomic_path, sha256_file, write_json_atomic
-from spatial_release.geometry import locate_pings, make_locator
-from spatial_release.geometry.locate import linked_column, make_linked_locators
+from spatial_release.geometry import Grid, make_locator
+from spatial_release.geometry.locate import make_linked_locators
 from spatial_release.geometry.grid import CELL_ID
 from spatial_release.geometry.zeros import ZerosFileError, read_structural_zeros
 from spatial_release.period import Period
 from spatial_release.policy import Policy
+from spatial_release.progress import Progress, log_progress
 from spatial_release.release import (
     RELEASE_FILES, build_record, finish_pending, publish, read_tables, release_dir, release_tables,
     staging_dir, write_tables,
@@ -121,28 +125,42 @@ def read_ingest_summary(area: WorkArea) -> dict:
     return _read_json(area.ingest / "ingest.json")
 
 
-def _zonings(policy: Policy, locator, linked: dict, located: Path) -> list[Zoning]:
-    cells = pd.read_parquet(located, columns=["cell_id"])["cell_id"].drop_duplicates()
-    zonings = [Zoning(LEAF, "cell_id", locator.hierarchy(cells), tuple(policy.geometry.level_names()), TOTAL)]
-    for spec in policy.geometry.linked:
-        zonings.append(Zoning(spec.name, linked_column(spec.name), linked[spec.name].parent_table(),
-                              tuple(p.level for p in spec.parents), f"{spec.name}_total"))
-    return zonings
+def zoning_plans(policy: Policy, engine: Engine) -> list[ZoningPlan]:
+    """The main geometry first, then each linked zoning, with SQL projections validated on `engine`."""
+    geometry, evaluate = policy.geometry, evaluate_with(engine)
+    levels = tuple(geometry.level_names())
+    if geometry.kind == "grid":
+        plans = [grid_plan(LEAF, Grid(geometry), levels, evaluate)]
+    else:
+        plans = [zones_plan(LEAF, make_locator(policy), levels, TOTAL, evaluate)]
+    for spec in geometry.linked:
+        plans.append(zones_plan(spec.name, make_linked_locators(policy)[spec.name],
+                                tuple(p.level for p in spec.parents), f"{spec.name}_total", evaluate))
+    return plans
 
 
-def run_counts(policy: Policy, area: WorkArea) -> dict:
-    locator, linked = make_locator(policy), make_linked_locators(policy)
-    located = locate_pings(area.ingest / "pings.parquet", locator, area.counts, linked)
-    result = count_units(policy, located.located_path, _zonings(policy, locator, linked, located.located_path),
-                         area.counts)
+def run_counts(policy: Policy, area: WorkArea, period: Period | None = None, engine: Engine | None = None,
+               progress: Progress = log_progress) -> dict:
+    """Counts the ingested pings. `period` defaults to the work area's (it is named by the period label);
+    `engine` defaults to DuckDB with its spill files in the work area."""
+    period = period or Period.parse(area.root.name)
+    with ExitStack() as stack:
+        if engine is None:
+            engine = stack.enter_context(open_engine("duckdb", scratch=area.counts / "spill"))
+        result = count_pings(policy, period, [area.ingest / "pings.parquet"], zoning_plans(policy, engine),
+                             area.counts, engine, progress)
     summary = {
-        "pings_located": located.pings_located,
-        "pings_outside_geometry": located.pings_outside,
-        "outside_file": str(located.outside_path),
+        "engine": engine.name,
+        "pings_located": result.pings_located,
+        "pings_outside_geometry": result.pings_outside,
+        "outside_file": str(result.outside_path),
         "groups": result.groups,
         "units": result.units,
         "unit_buckets": result.unit_buckets,
         "linked_covers_main": result.linked_covers_main,
+        "unsure_coordinates": result.unsure_coordinates,
+        "assignment": result.methods,
+        "seconds": result.seconds,
     }
     write_json_atomic(area.counts / "counts.json", summary)
     return summary

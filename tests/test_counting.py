@@ -1,42 +1,72 @@
-"""Counts are of distinct units per (cell, bucket), checked against a brute-force recomputation."""
+"""Counts are of distinct units per (cell, bucket), checked against a brute-force recomputation that places
+every ping with pyproj (grids) or the STRtree (zones) directly, never with the SQL path under test."""
 
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import geopandas as gpd
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyproj import Transformer
+from shapely import box
 
 from conftest import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id, policy_dict
 from spatial_release import stages
-from spatial_release.counting import Zoning, count_units, period_buckets
+from spatial_release.counting import count_pings, period_buckets
+from spatial_release.counting.counts import CountingError
+from spatial_release.counting.engines import open_engine
+from spatial_release.geometry import Grid
 from spatial_release.period import Period
 from spatial_release.policy import Policy, parse_policy
 
 T0 = datetime(2018, 1, 10, 5, 0, tzinfo=timezone.utc)  # local midnight in New York
+PERIOD = Period.parse("2018-Q1")
+SIZE = 250
+TO_LONLAT = Transformer.from_crs("EPSG:32618", "EPSG:4326", always_xy=True)
 
 
-def _policy(measure: str, bucket: str = "1d") -> Policy:
+def _grid_policy(measure: str = "presence", bucket: str = "1d", crs: str = "EPSG:32618") -> Policy:
     data = policy_dict("unused.csv", measure=measure,
-                       geometry={"kind": "zones", "path": "unused.geojson", "id": "zone",
-                                 "parents": [{"level": "district", "column": "district"}]},
+                       geometry={"kind": "grid", "crs": crs, "size_m": SIZE, "parents_m": [2 * SIZE]},
                        time={"bucket": bucket, "timezone": "America/New_York"})
     return parse_policy(data, Path("inline.yaml"))
 
 
-def _count(tmp_path: Path, located: pd.DataFrame, measure: str, bucket: str = "1d"):
-    path = tmp_path / "located.parquet"
-    located.to_parquet(path)
-    cells = sorted(located["cell_id"].unique())
-    hierarchy = pd.DataFrame({"cell_id": cells, "district": [f"d{int(c[1:]) // 2}" for c in cells]})
-    zoning = Zoning("cell", "cell_id", hierarchy, ("district",), "total")
-    result = count_units(_policy(measure, bucket), path, [zoning], tmp_path)
-    return pd.read_parquet(result.cell_counts_path), pd.read_parquet(result.margin_counts_path), hierarchy
+def _candidate_points() -> tuple[np.ndarray, np.ndarray]:
+    """Cell interiors, exact cell edges and corners, and points a micrometre either side of an edge."""
+    x0, y0 = 581_000.0, 4_509_000.0
+    xs = [x0 + 10, x0 + 125, x0 + SIZE, x0 + SIZE - 1e-6, x0 + SIZE + 1e-6, x0 + 2 * SIZE + 3, x0 + 3 * SIZE]
+    ys = [y0 + 10, y0 + SIZE, y0 + SIZE + 1e-6, y0 + 2 * SIZE - 1e-6, y0 + 3 * SIZE - 40]
+    gx, gy = np.meshgrid(xs, ys)
+    return TO_LONLAT.transform(gx.ravel(), gy.ravel())
 
 
-def _brute_force(located: pd.DataFrame, measure: str, hierarchy: pd.DataFrame):
-    frame = located.copy()
+LON, LAT = _candidate_points()
+
+
+def _pings(rows) -> pd.DataFrame:
+    return pd.DataFrame({
+        "unit": [f"u{u}" for u, _, _ in rows],
+        "ts": pd.to_datetime([T0 + timedelta(hours=h) for _, h, _ in rows], utc=True),
+        "lon": [LON[p] for _, _, p in rows],
+        "lat": [LAT[p] for _, _, p in rows],
+    })
+
+
+def _count(tmp_path: Path, pings: pd.DataFrame, policy: Policy, engine_kind: str = "duckdb"):
+    path = tmp_path / "pings.parquet"
+    pings.to_parquet(path)
+    with open_engine(engine_kind, scratch=tmp_path / "scratch") as engine:
+        result = count_pings(policy, PERIOD, [path], stages.zoning_plans(policy, engine), tmp_path / "out", engine)
+    return result, pd.read_parquet(result.cell_counts_path), pd.read_parquet(result.margin_counts_path)
+
+
+def _brute_force(pings: pd.DataFrame, cells_of_pings: np.ndarray, measure: str, parent_of) -> tuple[dict, dict]:
+    frame = pings.assign(cell_id=cells_of_pings)
+    frame = frame[frame["cell_id"].notna()]
     local = frame["ts"].dt.tz_convert("America/New_York")
     frame["bucket_start"] = local.dt.normalize().dt.tz_convert("UTC")
     if measure == "presence":
@@ -46,8 +76,8 @@ def _brute_force(located: pd.DataFrame, measure: str, hierarchy: pd.DataFrame):
     else:
         member = frame[["unit", "bucket_start", "cell_id"]].drop_duplicates()
     cells = {(c, b): len(g) for (c, b), g in member.groupby(["cell_id", "bucket_start"])}
-    member = member.merge(hierarchy, on="cell_id")
-    margins = {("district", d, b): g["unit"].nunique() for (d, b), g in member.groupby(["district", "bucket_start"])}
+    member = member.assign(parent=member["cell_id"].map(parent_of))
+    margins = {("grid_500m", d, b): g["unit"].nunique() for (d, b), g in member.groupby(["parent", "bucket_start"])}
     margins.update({("total", "total", b): g["unit"].nunique() for b, g in member.groupby("bucket_start")})
     return cells, margins
 
@@ -57,73 +87,186 @@ def _as_dicts(cells: pd.DataFrame, margins: pd.DataFrame):
             {(r.level, r.area_id, r.bucket_start): r.n for r in margins.itertuples()})
 
 
-pings = st.lists(
-    st.tuples(st.integers(0, 6), st.integers(0, 60), st.integers(0, 5)), min_size=1, max_size=60
+def _parent_500(cell: str) -> str:
+    _, e, n = cell.replace("mE", " ").replace("N", " ").split()
+    return f"500mE{int(e) // 500 * 500}N{int(n) // 500 * 500}"
+
+
+pings_strategy = st.lists(
+    st.tuples(st.integers(0, 6), st.integers(0, 60), st.integers(0, len(LON) - 1)), min_size=1, max_size=60
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows=pings, measure=st.sampled_from(["presence", "visitors"]))
-def test_counts_match_brute_force(tmp_path, rows, measure):
-    located = pd.DataFrame({
-        "unit": [f"u{u}" for u, _, _ in rows],
-        "ts": pd.to_datetime([T0 + timedelta(hours=h) for _, h, _ in rows], utc=True),
-        "cell_id": [f"c{c}" for _, _, c in rows],
-    })
-    cells, margins, hierarchy = _count(tmp_path, located, measure)
-    assert _as_dicts(cells, margins) == _brute_force(located, measure, hierarchy)
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=pings_strategy, measure=st.sampled_from(["presence", "visitors"]))
+def test_counts_match_brute_force_with_pyproj_placement(tmp_path, rows, measure):
+    pings = _pings(rows)
+    policy = _grid_policy(measure)
+    _, cells, margins = _count(tmp_path, pings, policy)
+    exact = Grid(policy.geometry).locate(pings["lon"].to_numpy(), pings["lat"].to_numpy())
+    assert _as_dicts(cells, margins) == _brute_force(pings, exact, measure, _parent_500)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows=pings)
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=pings_strategy)
 def test_presence_is_additive_and_visitors_bounded(tmp_path, rows):
-    located = pd.DataFrame({
-        "unit": [f"u{u}" for u, _, _ in rows],
-        "ts": pd.to_datetime([T0 + timedelta(hours=h) for _, h, _ in rows], utc=True),
-        "cell_id": [f"c{c}" for _, _, c in rows],
-    })
+    pings = _pings(rows)
     for measure in ("presence", "visitors"):
-        cells, margins, hierarchy = _count(tmp_path, located, measure)
-        children = cells.merge(hierarchy, on="cell_id")
-        sums = children.groupby(["district", "bucket_start"])["n"].agg(["sum", "max"])
-        for r in margins[margins["level"] == "district"].itertuples():
+        _, cells, margins = _count(tmp_path, pings, _grid_policy(measure))
+        children = cells.assign(parent=cells["cell_id"].map(_parent_500))
+        sums = children.groupby(["parent", "bucket_start"])["n"].agg(["sum", "max"])
+        for r in margins[margins["level"] == "grid_500m"].itertuples():
             child = sums.loc[(r.area_id, r.bucket_start)]
             if measure == "presence":
                 assert r.n == child["sum"]
             else:
                 assert child["max"] <= r.n <= child["sum"]
         totals = margins[margins["level"] == "total"].set_index("bucket_start")["n"]
-        distinct = located.assign(b=located["ts"].dt.tz_convert("America/New_York").dt.normalize())
+        distinct = pings.assign(b=pings["ts"].dt.tz_convert("America/New_York").dt.normalize())
         assert sorted(totals.to_list()) == sorted(distinct.groupby("b")["unit"].nunique().to_list())
 
 
-def test_dominant_cell_ties_go_to_smallest_cell(tmp_path):
-    located = pd.DataFrame({"unit": ["u"] * 4, "ts": pd.to_datetime([T0 + timedelta(hours=h) for h in range(4)]),
-                            "cell_id": ["c3", "c1", "c3", "c1"]})
-    cells, _, _ = _count(tmp_path, located, "presence")
-    assert cells[["cell_id", "n"]].values.tolist() == [["c1", 1]]
+def _edge_points(crs: str, size: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """n points on or within a few micrometres of cell edges of a `size` grid in `crs`, around its origin area."""
+    rng = np.random.default_rng(seed)
+    to_lonlat = Transformer.from_crs(crs, "EPSG:4326", always_xy=True)
+    centre = Transformer.from_crs("EPSG:4326", crs, always_xy=True).transform(*{
+        "EPSG:32618": (-74.05, 40.72), "EPSG:3035": (10.0, 52.0), "EPSG:3857": (-74.05, 40.72)}[crs])
+    ix = np.floor(centre[0] / size) + rng.integers(-2000, 2000, n)
+    iy = np.floor(centre[1] / size) + rng.integers(-2000, 2000, n)
+    offset = rng.choice([0.0, 1e-6, -1e-6, 3e-6, -3e-6, 0.5], n)
+    along = rng.uniform(0, size, n)
+    on_x = rng.random(n) < 0.5
+    x = np.where(on_x, ix * size + offset, ix * size + along)
+    y = np.where(on_x, iy * size + along, iy * size + offset)
+    return to_lonlat.transform(x, y)
+
+
+@pytest.mark.parametrize("crs", ["EPSG:32618", "EPSG:3035", "EPSG:3857"])
+def test_every_ping_gets_pyproj_cell(tmp_path, crs):
+    """Each ping is its own unit, so the membership file shows where each one was placed."""
+    lon, lat = _edge_points(crs, SIZE, 20_000, seed=11)
+    pings = pd.DataFrame({"unit": [f"p{i}" for i in range(len(lon))], "ts": pd.Timestamp(T0),
+                          "lon": lon, "lat": lat})
+    policy = _grid_policy(crs=crs)
+    result, _, _ = _count(tmp_path, pings, policy)
+    placed = pd.read_parquet(result.membership_path).set_index("unit")["cell_id"]
+    exact = pd.Series(Grid(policy.geometry).locate(lon, lat), index=pings["unit"])
+    assert len(placed) == len(exact)
+    assert (placed.reindex(exact.index) == exact).all()
+    if crs == "EPSG:3857":  # no SQL formula for Web Mercator: everything is placed exactly, by pyproj
+        assert result.unsure_coordinates == len(lon)
+        assert "exact assignment of every distinct coordinate" in result.methods["cell"]
+    else:
+        assert 0 < result.unsure_coordinates < len(lon)
+
+
+def test_sql_placement_without_the_guard_band_would_be_wrong(tmp_path, monkeypatch):
+    """Negative control: with no guard band and a projection off by 1 mm (both refused in production),
+    points near edges land in the wrong cell, so the test above can fail."""
+    from spatial_release.counting import plan as plan_module
+    from spatial_release.geometry.sqlproj import SqlProjection, candidate_projection
+
+    real = candidate_projection(Grid(_grid_policy().geometry).crs)
+    shifted = SqlProjection(real.crs, real.method, f"({real.x_sql} + 1e-3)", real.y_sql, 0.0, real.area)
+    monkeypatch.setattr(plan_module, "validated_projection", lambda crs, **_: shifted)
+    lon, lat = _edge_points("EPSG:32618", SIZE, 5_000, seed=3)
+    pings = pd.DataFrame({"unit": [f"p{i}" for i in range(len(lon))], "ts": pd.Timestamp(T0),
+                          "lon": lon, "lat": lat})
+    policy = _grid_policy()
+    result, _, _ = _count(tmp_path, pings, policy)
+    placed = pd.read_parquet(result.membership_path).set_index("unit")["cell_id"].reindex(pings["unit"])
+    exact = Grid(policy.geometry).locate(lon, lat)
+    assert (placed.to_numpy() != exact).sum() > 0
+
+
+def test_validation_refuses_a_projection_off_by_a_micrometre():
+    from spatial_release.geometry.sqlproj import evaluate_duckdb, validated_projection
+
+    assert validated_projection("EPSG:32618") is not None
+
+    def off(projection, lon, lat):
+        x, y = evaluate_duckdb(projection, lon, lat)
+        return x + 1e-6, y
+
+    assert validated_projection("EPSG:32618", evaluate=off) is None
+    assert validated_projection("EPSG:27700") is None  # needs a datum shift from WGS84: no plain formula
+
+
+def _zones_file(tmp_path: Path) -> Path:
+    """Three lon/lat zones: z1 and z2 share the edge lon = -74.05; z3 is a triangle inside z2's bounding box
+    but separate from it."""
+    zones = gpd.GeoDataFrame(
+        {"zone": ["z2", "z1", "z3"], "district": ["d1", "d1", "d2"]},
+        geometry=[box(-74.05, 40.70, -74.00, 40.75), box(-74.10, 40.70, -74.05, 40.75),
+                  box(-74.00, 40.75, -73.98, 40.77)],
+        crs="EPSG:4326")
+    path = tmp_path / "zones.geojson"
+    zones.to_file(path, driver="GeoJSON")
+    return path
+
+
+def test_zone_counts_match_the_strtree_including_boundaries_and_outside(tmp_path):
+    path = _zones_file(tmp_path)
+    rng = np.random.default_rng(4)
+    n = 3000
+    lon = np.concatenate([rng.uniform(-74.12, -73.96, n), np.full(50, -74.05), rng.uniform(-74.1, -74.0, 50)])
+    lat = np.concatenate([rng.uniform(40.68, 40.79, n), rng.uniform(40.70, 40.75, 50), np.full(50, 40.75)])
+    pings = pd.DataFrame({"unit": [f"u{i % 400}" for i in range(len(lon))],
+                          "ts": pd.to_datetime([T0 + timedelta(hours=int(h)) for h in rng.integers(0, 72, len(lon))]),
+                          "lon": lon, "lat": lat})
+    data = policy_dict("unused.csv", geometry={"kind": "zones", "path": str(path), "id": "zone",
+                                               "parents": [{"level": "district", "column": "district"}]})
+    policy = parse_policy(data, tmp_path / "inline.yaml")
+    result, cells, margins = _count(tmp_path, pings, policy)
+    layer = stages.make_locator(policy)
+    exact = layer.locate(lon, lat)
+    expected_cells, _ = _brute_force(pings, exact, "presence", lambda c: c)
+    assert {(r.cell_id, r.bucket_start): r.n for r in cells.itertuples()} == expected_cells
+    assert result.pings_outside == int(pd.isna(exact).sum()) > 0
+    outside = pd.read_parquet(result.outside_path)
+    assert len(outside) == result.pings_outside
+    assert (pd.isna(layer.locate(outside["lon"].to_numpy(), outside["lat"].to_numpy()))).all()
+    assert result.unsure_coordinates > 0  # the shared edge and the boundary lookup cells went the exact way
+    assert "lookup grid" in result.methods["cell"]
+
+
+def test_dominant_cell_ties_go_to_smallest_cell_id(tmp_path):
+    rows = [(0, 0, 5), (0, 1, 0), (0, 2, 0), (0, 3, 5)]  # two pings each in two cells, the same day
+    pings = _pings(rows)
+    _, cells, _ = _count(tmp_path, pings, _grid_policy())
+    placed = Grid(_grid_policy().geometry).locate(pings["lon"].to_numpy(), pings["lat"].to_numpy())
+    assert len(set(placed)) == 2
+    assert cells[["cell_id", "n"]].values.tolist() == [[min(placed), 1]]
 
 
 def test_bucket_follows_the_policy_time_zone(tmp_path):
     # 23:30 in New York on 10 January is 04:30 UTC on the 11th: it belongs to the local day of the 10th
-    located = pd.DataFrame({"unit": ["u"], "ts": pd.to_datetime(["2018-01-11T04:30:00Z"]), "cell_id": ["c0"]})
-    cells, _, _ = _count(tmp_path, located, "presence")
+    pings = pd.DataFrame({"unit": ["u"], "ts": pd.to_datetime(["2018-01-11T04:30:00Z"]), "lon": [LON[0]],
+                          "lat": [LAT[0]]})
+    _, cells, _ = _count(tmp_path, pings, _grid_policy())
     assert cells["bucket_start"].iloc[0] == pd.Timestamp("2018-01-10T05:00:00Z")
+
+
+def test_pings_outside_the_period_are_refused_not_dropped(tmp_path):
+    pings = pd.DataFrame({"unit": ["u", "v"], "ts": pd.to_datetime(["2018-01-11T04:30:00Z", "2018-04-01T04:30:00Z"]),
+                          "lon": [LON[0], LON[1]], "lat": [LAT[0], LAT[1]]})
+    with pytest.raises(CountingError, match="1 ping\\(s\\) .* outside period 2018-Q1"):
+        _count(tmp_path, pings, _grid_policy())
 
 
 @pytest.mark.parametrize("bucket, first, count", [("1h", "2018-01-01T05:00", 2159), ("1d", "2018-01-01T05:00", 90),
                                                   ("1w", "2018-01-01T05:00", 13), ("6h", "2018-01-01T05:00", 360)])
 def test_period_buckets(bucket, first, count):
-    buckets = period_buckets(_policy("presence", bucket), Period.parse("2018-Q1"))
+    buckets = period_buckets(_grid_policy("presence", bucket), PERIOD)
     # Q1 2018 has 90 days; the DST change on 11 March makes one local day 23 hours long
     assert buckets[0].astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M") == first
     assert len(buckets) == count
 
 
 def test_fixture_counts_distinct_devices_not_pings(tmp_path, fixture_policy):
-    period = Period.parse("2018-Q1")
-    area = stages.WorkArea.for_release(tmp_path / "work", fixture_policy, period)
-    stages.run_ingest(fixture_policy, period, area)
+    area = stages.WorkArea.for_release(tmp_path / "work", fixture_policy, PERIOD)
+    stages.run_ingest(fixture_policy, PERIOD, area)
     summary = stages.run_counts(fixture_policy, area)
     cells, margins = stages.read_true_counts(area)
     counts = dict(zip(cells["cell_id"], cells["n"]))

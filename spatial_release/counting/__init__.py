@@ -1,5 +1,5 @@
-"""Distinct-unit counts per (cell, bucket) and per margin, with DuckDB."""
+"""Distinct-unit counts per (area, bucket) and per margin, on DuckDB (default) or Spark."""
 
-from spatial_release.counting.duckdb_counts import CountResult, Zoning, count_units, period_buckets
+from spatial_release.counting.counts import CountResult, count_pings, period_buckets
 
-__all__ = ["CountResult", "Zoning", "count_units", "period_buckets"]
+__all__ = ["CountResult", "count_pings", "period_buckets"]

@@ -18,6 +18,18 @@ from shapely import box
 from spatial_release.policy import GridGeometry
 
 CELL_ID = re.compile(r"^(\d+)mE(-?\d+)N(-?\d+)$")
+# A cell as one BIGINT for the SQL engines: (ix + 2^30) * 2^31 + (iy + 2^30), valid for |ix|, |iy| < 2^30.
+KEY_OFFSET = 2**30
+KEY_BASE = 2**31
+
+
+def encode_key(ix: np.ndarray, iy: np.ndarray) -> np.ndarray:
+    return (np.asarray(ix, np.int64) + KEY_OFFSET) * KEY_BASE + (np.asarray(iy, np.int64) + KEY_OFFSET)
+
+
+def decode_key(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    key = np.asarray(key, np.int64)
+    return key // KEY_BASE - KEY_OFFSET, key % KEY_BASE - KEY_OFFSET
 
 
 def cell_name(size_m: int, ix: np.ndarray, iy: np.ndarray) -> np.ndarray:
@@ -42,6 +54,13 @@ class Grid:
     def locate(self, lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
         ix, iy = self.indices(lon, lat)
         return cell_name(self.spec.size_m, ix, iy)
+
+    def locate_keys(self, lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
+        """The exact (pyproj) cell of each point as a BIGINT key; every point is in some cell."""
+        return encode_key(*self.indices(lon, lat))
+
+    def ids_of_keys(self, keys: np.ndarray) -> np.ndarray:
+        return cell_name(self.spec.size_m, *decode_key(keys))
 
     def hierarchy(self, cell_ids: pd.Series) -> pd.DataFrame:
         """cell_id plus one column per parent level, derived by integer division of the indices."""

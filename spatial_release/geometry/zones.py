@@ -52,7 +52,8 @@ class ZoneLayer:
         self._tree = STRtree(self.frame.geometry.to_numpy())
         self._to_zones = Transformer.from_crs("EPSG:4326", self.crs, always_xy=True)
 
-    def locate(self, lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
+    def locate_index(self, lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
+        """Row of the zone holding each point (zones are sorted by id), -1 outside every zone."""
         x, y = self._to_zones.transform(np.asarray(lon, float), np.asarray(lat, float))
         point_idx, zone_idx = self._tree.query(points(x, y), predicate="intersects")
         chosen = np.full(len(x), -1, dtype=np.int64)
@@ -62,10 +63,20 @@ class ZoneLayer:
         first = np.ones(len(point_idx), dtype=bool)
         first[1:] = point_idx[1:] != point_idx[:-1]
         chosen[point_idx[first]] = zone_idx[first]
-        result = np.full(len(x), None, dtype=object)
+        return chosen
+
+    def locate(self, lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
+        chosen = self.locate_index(lon, lat)
+        result = np.full(len(chosen), None, dtype=object)
         inside = chosen >= 0
         result[inside] = self._ids[chosen[inside]]
         return result
+
+    def locate_keys(self, lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
+        return self.locate_index(lon, lat)
+
+    def ids_of_keys(self, keys: np.ndarray) -> np.ndarray:
+        return self._ids[np.asarray(keys, np.int64)]
 
     def parent_table(self) -> pd.DataFrame:
         table = pd.DataFrame({"cell_id": self.frame[self.spec.id].to_numpy()})

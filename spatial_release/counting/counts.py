@@ -1,0 +1,310 @@
+"""Count distinct units per (area, time bucket) and per margin, from validated pings, on a SQL engine.
+
+`presence`: each unit counts once per bucket, in its dominant area (most pings; ties to the smallest area id),
+so counts add up: a parent is the sum of its children and the total is the number of distinct units.
+`visitors`: a unit counts in every area it visited; a parent counts each unit once, so
+max(children) <= parent <= sum(children).
+Margins are counted as distinct units from the memberships for both measures, never by summing children.
+
+The work is one scan of the pings (project, bucket, assign, pre-aggregate to one row per unit, bucket and
+area with its ping count), the exact assignment of the unsure coordinates (see `counting.plan`), then
+group-bys on the pre-aggregated rows. Everything the engine handles is integer-keyed: area keys, bucket
+numbers (a 15-minute slot table maps instants to buckets), ranks of area ids; ids and instants are decoded
+at the end, on the small count tables.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from spatial_release.counting.engines import Engine
+from spatial_release.counting.plan import ZoningPlan, zoning_sql
+from spatial_release.fileio import atomic_path
+from spatial_release.period import Period
+from spatial_release.policy import Policy
+from spatial_release.progress import Progress, silent
+
+SLOT_US = 900_000_000  # 15 minutes: every UTC offset in use is a multiple of it, so no bucket edge falls inside a slot
+RANK_BASE = 4294967296  # 2^32: presence packs (ping count, -rank) into one BIGINT to take the max in one pass
+
+class CountingError(RuntimeError):
+    """The pings cannot be counted as they are (for example, instants outside the period)."""
+
+
+def _lit(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+@dataclass(frozen=True)
+class BucketSlots:
+    first_slot: int  # epoch_us // SLOT_US of the period's first instant
+    slot_bucket: list[int]  # bucket number of each 15-minute slot of the period
+    buckets: list[datetime]  # bucket number -> bucket start (UTC)
+
+
+def bucket_slots(policy: Policy, period: Period) -> BucketSlots:
+    """Each 15-minute UTC slot of the period with its bucket in the policy's time zone (DuckDB's time_bucket),
+    checking that the slot's first and last microsecond fall in the same bucket."""
+    start, end = period.utc_window(policy.time.timezone)
+    con = duckdb.connect()
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        interval, tz = policy.time.bucket_interval_sql(), _lit(policy.time.timezone)
+        rows = con.execute(
+            f"SELECT epoch_us(t) // {SLOT_US} AS slot, time_bucket({interval}, t, {tz}) AS b, "
+            f"time_bucket({interval}, t + INTERVAL 15 minute - INTERVAL 1 microsecond, {tz}) AS b_last "
+            f"FROM generate_series(TIMESTAMPTZ {_lit(start.isoformat())}, TIMESTAMPTZ {_lit(end.isoformat())} "
+            "- INTERVAL 1 microsecond, INTERVAL 15 minute) AS g(t) ORDER BY t"
+        ).fetchall()
+    finally:
+        con.close()
+    if int(start.timestamp() * 1_000_000) % SLOT_US:
+        raise CountingError(f"period {period.label} does not start on a 15-minute boundary in UTC")
+    split = [r for r in rows if r[1] != r[2]]
+    if split:
+        raise CountingError(f"bucket {policy.time.bucket} in {policy.time.timezone} has an edge inside the "
+                            f"15-minute slot starting {split[0][1]}; slot bucketing cannot be used")
+    buckets = sorted({r[1] for r in rows})
+    number = {b: i for i, b in enumerate(buckets)}
+    return BucketSlots(rows[0][0], [number[r[1]] for r in rows], buckets)
+
+
+def period_buckets(policy: Policy, period: Period) -> list[datetime]:
+    """Every bucket start (UTC) that overlaps the period, in the policy's time zone."""
+    return bucket_slots(policy, period).buckets
+
+
+@dataclass(frozen=True)
+class CountResult:
+    cell_counts_path: Path  # cell_id, bucket_start, n : every non-empty (cell, bucket), before suppression
+    margin_counts_path: Path  # level, area_id, bucket_start, n
+    membership_path: Path  # unit, bucket_start, cell_id: who was counted where (internal)
+    outside_path: Path  # pings in no area of the main geometry
+    groups: int
+    units: int  # distinct units over the period
+    unit_buckets: int  # distinct (unit, bucket) pairs
+    pings_located: int
+    pings_outside: int
+    unsure_coordinates: int  # distinct coordinates assigned exactly (pyproj, STRtree) instead of in SQL
+    linked_covers_main: dict[str, bool]  # per linked zoning: every located ping lies in one of its areas
+    methods: dict[str, str]  # per zoning: how pings were assigned
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _stage_a_sql(plans: Sequence[ZoningPlan], slots: BucketSlots, engine: Engine) -> str:
+    d = engine.dialect
+    index = f"CAST(floor({d.epoch_us('ts')} / {SLOT_US}) AS BIGINT) - {slots.first_slot} + 1"
+    n_slots = len(slots.slot_bucket)
+    bucket = (f"CASE WHEN {index} BETWEEN 1 AND {n_slots} THEN {d.array_at(slots.slot_bucket, index)} END")
+    columns: dict[tuple[str, str], tuple[str, str]] = {}  # (x_sql, y_sql) -> column names, shared by zonings
+    parts = []
+    for i, plan in enumerate(plans):
+        p = plan.projection
+        if p is not None and (p.x_sql, p.y_sql) not in columns:
+            columns[(p.x_sql, p.y_sql)] = (f"px_{len(columns)}", f"py_{len(columns)}")
+        x, y = columns[(p.x_sql, p.y_sql)] if p is not None else ("", "")
+        parts.append(zoning_sql(plan, i, x, y))
+    projected = "".join(f", {xs} AS {x}, {ys} AS {y}" for (xs, ys), (x, y) in columns.items())
+    joins = " ".join(part.lookup_join for part in parts)
+    classes = "".join(f", lookup_{i}.cls AS cls_{i}" for i, part in enumerate(parts) if part.lookup_join)
+    unsure = " OR ".join(part.unsure for part in parts)
+    keys = ", ".join(f"{part.key} AS k_{i}" for i, part in enumerate(parts))
+    areas = ", ".join(f"CASE WHEN unsure THEN NULL ELSE k_{i} END AS a_{i}" for i in range(len(parts)))
+    area_cols = ", ".join(f"a_{i}" for i in range(len(parts)))
+    return f"""
+        WITH proj AS (SELECT unit, lon, lat, {bucket} AS b{projected} FROM pings),
+        classed AS (SELECT proj.*{classes} FROM proj {joins}),
+        keyed AS (SELECT unit, b, lon, lat, ({unsure}) AS unsure, {keys} FROM classed),
+        marked AS (SELECT unit, b, unsure AS u, {areas},
+                          CASE WHEN unsure OR k_0 IS NULL THEN lon END AS ulon,
+                          CASE WHEN unsure OR k_0 IS NULL THEN lat END AS ulat FROM keyed)
+        SELECT unit, b, u, {area_cols}, ulon, ulat, count(*) AS n FROM marked
+        GROUP BY unit, b, u, {area_cols}, ulon, ulat"""
+
+
+def _resolve_exactly(coords: pd.DataFrame, plans: Sequence[ZoningPlan], batch: int = 1_000_000) -> pd.DataFrame:
+    """Exact area keys (-1: in no area) of each distinct unsure coordinate, for every zoning."""
+    lon, lat = coords["ulon"].to_numpy(float), coords["ulat"].to_numpy(float)
+    out = {"ulon": lon, "ulat": lat}
+    for i, plan in enumerate(plans):
+        keys = [plan.exact_keys(lon[s:s + batch], lat[s:s + batch]) for s in range(0, len(lon), batch)]
+        out[f"f_{i}"] = np.concatenate(keys).astype(np.int64) if keys else np.empty(0, np.int64)
+    return pd.DataFrame(out)
+
+
+def _located_sql(n_zonings: int) -> str:
+    sure = ", ".join(f"a_{i}" for i in range(n_zonings))
+    fixed = ", ".join(f"nullif(f.f_{i}, -1) AS a_{i}" for i in range(n_zonings))
+    return f"""
+        SELECT unit, b, {sure}, n, CASE WHEN a_0 IS NULL THEN ulon END AS ulon,
+               CASE WHEN a_0 IS NULL THEN ulat END AS ulat FROM obs WHERE NOT u
+        UNION ALL
+        SELECT o.unit, o.b, {fixed}, o.n, CASE WHEN f.f_0 = -1 THEN o.ulon END AS ulon,
+               CASE WHEN f.f_0 = -1 THEN o.ulat END AS ulat
+        FROM obs o JOIN fix f ON o.ulon = f.ulon AND o.ulat = f.ulat WHERE o.u"""
+
+
+def _membership_sql(measure: str, z: int) -> str:
+    if measure == "visitors":
+        return f"SELECT o.unit, o.b, d.rank FROM obs_{z} o JOIN dict_{z} d ON d.area = o.area"
+    top = RANK_BASE - 1
+    return (f"SELECT o.unit, o.b, {top} - (max(o.n * {RANK_BASE} + ({top} - d.rank)) % {RANK_BASE}) AS rank "
+            f"FROM obs_{z} o JOIN dict_{z} d ON d.area = o.area GROUP BY o.unit, o.b")
+
+
+@dataclass
+class _Decoded:
+    ids: np.ndarray  # rank -> area id
+    buckets: pd.Series  # bucket number -> bucket start
+
+    def frame(self, counts: pd.DataFrame, area_col: str | None = "rank") -> pd.DataFrame:
+        out = pd.DataFrame({"bucket_start": self.buckets.to_numpy()[counts["b"].to_numpy(np.int64)],
+                            "n": counts["n"].to_numpy(np.int64)})
+        if area_col == "rank":
+            out.insert(0, "area_id", self.ids[counts["rank"].to_numpy(np.int64)])
+        elif area_col is not None:
+            out.insert(0, "area_id", counts[area_col].astype(str).to_numpy())
+        return out
+
+
+def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, buckets: pd.Series,
+                  ) -> tuple[_Decoded, pd.DataFrame, list[pd.DataFrame]]:
+    """Leaf counts (area_id, bucket_start, n) and margin frames (level, area_id, bucket_start, n)."""
+    engine.materialize(f"obs_{z}", f"SELECT unit, b, a_{z} AS area, CAST(sum(n) AS BIGINT) AS n FROM located "
+                                   f"WHERE a_0 IS NOT NULL AND a_{z} IS NOT NULL GROUP BY unit, b, a_{z}")
+    keys = engine.fetch(f"SELECT DISTINCT area FROM obs_{z}")["area"].to_numpy(np.int64)
+    ids = plan.ids_of_keys(keys).astype(object) if len(keys) else np.empty(0, object)
+    order = np.argsort(ids.astype(str), kind="stable")
+    ranks = np.empty(len(keys), np.int64)
+    ranks[order] = np.arange(len(keys))
+    engine.register_frame(f"dict_{z}", pd.DataFrame({"area": keys, "rank": ranks}))
+    decoded = _Decoded(ids[order], buckets)
+    hierarchy = plan.hierarchy(pd.Series(decoded.ids, dtype=object))
+    engine.register_frame(f"hier_{z}", pd.DataFrame(
+        {"rank": np.arange(len(keys), dtype=np.int64),
+         **{level: hierarchy[level].astype(str).to_numpy(object) for level in plan.parent_levels}}))
+    engine.materialize(f"member_{z}", _membership_sql(measure, z))
+    leaf = decoded.frame(engine.fetch(f"SELECT rank, b, count(*) AS n FROM member_{z} GROUP BY rank, b"))
+    margins = []
+    if plan.level != "cell":
+        margins.append(leaf.assign(level=plan.level))
+    for level in plan.parent_levels:
+        counts = engine.fetch(f"SELECT h.{level} AS parent, m.b, count(DISTINCT m.unit) AS n FROM member_{z} m "
+                              f"JOIN hier_{z} h ON h.rank = m.rank GROUP BY h.{level}, m.b")
+        margins.append(decoded.frame(counts, "parent").assign(level=level))
+    totals = decoded.frame(engine.fetch(f"SELECT b, count(DISTINCT unit) AS n FROM member_{z} GROUP BY b"), None)
+    margins.append(totals.assign(level=plan.total_level, area_id=plan.total_level))
+    return decoded, leaf, margins
+
+
+def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        frame.to_parquet(tmp, index=False)
+
+
+def _timed(seconds: dict[str, float], name: str, started: float) -> float:
+    now = time.perf_counter()
+    seconds[name] = round(now - started, 3)
+    return now
+
+
+def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Sequence[ZoningPlan], out_dir: Path,
+                engine: Engine, progress: Progress = silent) -> CountResult:
+    """Counts every zoning over the same pings (unit, ts, lon, lat). The first plan is the main geometry;
+    linked zonings count only the pings inside it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    seconds: dict[str, float] = {}
+    started = t = time.perf_counter()
+    slots = bucket_slots(policy, period)
+    buckets = pd.Series(pd.to_datetime(slots.buckets, utc=True)).astype("datetime64[us, UTC]")
+    engine.register_parquet("pings", pings)
+    for i, plan in enumerate(plans):
+        if plan.lookup is not None:
+            engine.register_frame(f"lookup_{i}", plan.lookup.table)
+    progress(f"counting on {engine.name}: scanning {len(pings)} file(s), assigning pings to "
+             + "; ".join(f"{p.level}: {p.method}" for p in plans))
+    engine.materialize("obs", _stage_a_sql(plans, slots, engine))
+    t = _timed(seconds, "scan", t)
+    stats = engine.fetch("SELECT CAST(sum(n) AS BIGINT) AS pings, count(*) AS rows_, "
+                         "CAST(sum(CASE WHEN b IS NULL THEN n ELSE 0 END) AS BIGINT) AS off FROM obs").iloc[0]
+    if int(stats["off"] or 0):
+        raise CountingError(f"{int(stats['off'])} ping(s) in {[str(p) for p in pings]} fall outside period "
+                            f"{period.label}; the pings must come from the ingest step for the same period")
+    progress(f"scanned {int(stats['pings'] or 0):,} pings into {int(stats['rows_']):,} (unit, bucket, area) rows "
+             f"in {seconds['scan']:.1f} s")
+    unsure = engine.fetch("SELECT DISTINCT ulon, ulat FROM obs WHERE u")
+    engine.register_frame("fix", _resolve_exactly(unsure, plans))
+    engine.materialize("located", _located_sql(len(plans)))
+    t = _timed(seconds, "exact", t)
+    progress(f"assigned {len(unsure):,} distinct unsure coordinate(s) exactly in {seconds['exact']:.1f} s")
+    placed = engine.fetch("SELECT CAST(sum(CASE WHEN a_0 IS NOT NULL THEN n ELSE 0 END) AS BIGINT) AS inside, "
+                          "CAST(sum(CASE WHEN a_0 IS NULL THEN n ELSE 0 END) AS BIGINT) AS outside "
+                          "FROM located").iloc[0]
+    pings_located, pings_outside = int(placed["inside"] or 0), int(placed["outside"] or 0)
+
+    margin_frames: list[pd.DataFrame] = []
+    for z, plan in enumerate(plans):
+        decoded, leaf, margins = _count_zoning(engine, plan, z, policy.measure, buckets)
+        if z == 0:
+            main, cells = decoded, leaf
+        margin_frames += margins
+        progress(f"counted {plan.level}: {len(leaf):,} non-empty (area, bucket) groups")
+    t = _timed(seconds, "count", t)
+
+    cells_path, margins_path = out_dir / "cell_counts.parquet", out_dir / "margin_counts.parquet"
+    cells = cells.rename(columns={"area_id": "cell_id"}).sort_values(["cell_id", "bucket_start"])
+    _write_parquet(cells.reset_index(drop=True), cells_path)
+    margins = pd.concat(margin_frames, ignore_index=True)[["level", "area_id", "bucket_start", "n"]]
+    _write_parquet(margins.sort_values(["level", "area_id", "bucket_start"]).reset_index(drop=True), margins_path)
+    membership_path = _write_membership(engine, main, out_dir)
+    outside_path = _write_outside(engine, out_dir, pings_outside)
+    summary = engine.fetch("SELECT count(DISTINCT unit) AS units, "
+                           "(SELECT count(*) FROM (SELECT DISTINCT unit, b FROM member_0) s) AS unit_buckets "
+                           "FROM member_0").iloc[0]
+    covers = {
+        plan.level: int(engine.fetch(f"SELECT count(*) AS n FROM located WHERE a_0 IS NOT NULL AND a_{z} IS NULL"
+                                     ).iloc[0]["n"]) == 0
+        for z, plan in enumerate(plans) if z > 0
+    }
+    _timed(seconds, "write", t)
+    seconds["total"] = round(time.perf_counter() - started, 3)
+    progress(f"counting done in {seconds['total']:.1f} s: {len(cells):,} cell groups, {pings_located:,} pings "
+             f"located, {pings_outside:,} outside the geometry")
+    return CountResult(cells_path, margins_path, membership_path, outside_path, len(cells), int(summary["units"]),
+                       int(summary["unit_buckets"]), pings_located, pings_outside, len(unsure), covers,
+                       {p.level: p.method for p in plans}, seconds)
+
+
+def _write_membership(engine: Engine, main: _Decoded, out_dir: Path) -> Path:
+    """unit, bucket_start, cell_id for the main geometry: who was counted where (internal, never published)."""
+    source = engine.export("membership", "SELECT unit, b, rank FROM member_0")
+    con = engine.finisher()
+    con.register("dict_ids", pd.DataFrame({"rank": np.arange(len(main.ids), dtype=np.int64), "cell_id": main.ids}))
+    con.register("bucket_ids", pd.DataFrame({"b": np.arange(len(main.buckets), dtype=np.int64),
+                                             "bucket_start": main.buckets.to_numpy()}))
+    path = out_dir / "membership.internal.parquet"
+    with atomic_path(path) as tmp:
+        con.execute(f"COPY (SELECT m.unit, k.bucket_start, d.cell_id FROM {source} m "
+                    "JOIN dict_ids d ON d.rank = m.rank JOIN bucket_ids k ON k.b = m.b) "
+                    f"TO {_lit(str(tmp))} (FORMAT parquet)")
+    return path
+
+
+def _write_outside(engine: Engine, out_dir: Path, pings_outside: int) -> Path:
+    """The pings in no area of the main geometry, as they came in, kept for review."""
+    path = out_dir / "outside.parquet"
+    where = "" if pings_outside else " WHERE FALSE"
+    source = engine.export("outside", "SELECT p.unit, p.ts, p.lon, p.lat FROM pings p JOIN "
+                                      "(SELECT DISTINCT ulon, ulat FROM located WHERE a_0 IS NULL) o "
+                                      f"ON p.lon = o.ulon AND p.lat = o.ulat{where}")
+    with atomic_path(path) as tmp:
+        engine.finisher().execute(f"COPY (SELECT * FROM {source}) TO {_lit(str(tmp))} (FORMAT parquet)")
+    return path

@@ -1,0 +1,206 @@
+"""The SQL engines the counting step runs on: DuckDB on one machine (the default) or Apache Spark.
+
+Both run the same SQL text (see `counting.plan`); the few spellings that differ live in a `Dialect`.
+An engine only needs to: read the validated pings, take small frames from Python (dictionaries, exact
+assignments), materialise intermediate tables, and hand back small results or an exported table.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import duckdb
+import pandas as pd
+
+
+class Dialect(Protocol):
+    def epoch_us(self, ts: str) -> str: ...
+    def array_at(self, values: Sequence[int], index_1based: str) -> str: ...
+
+
+class DuckDBDialect:
+    def epoch_us(self, ts: str) -> str:
+        return f"epoch_us({ts})"
+
+    def array_at(self, values: Sequence[int], index_1based: str) -> str:
+        return f"([{', '.join(map(str, values))}])[{index_1based}]"
+
+
+class SparkDialect:
+    def epoch_us(self, ts: str) -> str:
+        return f"unix_micros({ts})"
+
+    def array_at(self, values: Sequence[int], index_1based: str) -> str:
+        # try_element_at: NULL (not an error) outside the array, like DuckDB's list indexing
+        return f"try_element_at(array({', '.join(map(str, values))}), CAST({index_1based} AS INT))"
+
+
+class Engine(Protocol):
+    dialect: Dialect
+    name: str
+
+    def register_parquet(self, name: str, paths: Sequence[Path]) -> None: ...
+    def register_frame(self, name: str, frame: pd.DataFrame) -> None: ...
+    def materialize(self, name: str, sql: str) -> None: ...
+    def fetch(self, sql: str) -> pd.DataFrame: ...
+    def export(self, name: str, sql: str) -> str:
+        """Make the query's result readable by a DuckDB connection from `finisher()`; returns a FROM item."""
+        ...
+    def finisher(self) -> duckdb.DuckDBPyConnection: ...
+    def close(self) -> None: ...
+
+
+def _lit(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+@dataclass
+class DuckDBSettings:
+    """memory_limit like '2GB' (None: DuckDB's default, 80 % of RAM); past it DuckDB spills to temp_directory."""
+
+    memory_limit: str | None = None
+    threads: int | None = None
+    temp_directory: Path | None = None
+
+
+class DuckDBEngine:
+    name = "duckdb"
+
+    def __init__(self, settings: DuckDBSettings | None = None, scratch: Path | None = None):
+        self.settings = settings or DuckDBSettings()
+        self.dialect = DuckDBDialect()
+        self.con = duckdb.connect()
+        self.con.execute("SET TimeZone = 'UTC'")
+        # insertion order is never relied on here; dropping it lets big COPYs and joins stream and spill
+        self.con.execute("SET preserve_insertion_order = false")
+        if self.settings.memory_limit:
+            self.con.execute(f"SET memory_limit = {_lit(self.settings.memory_limit)}")
+        if self.settings.threads:
+            self.con.execute(f"SET threads = {int(self.settings.threads)}")
+        temp = self.settings.temp_directory or scratch
+        if temp is not None:
+            Path(temp).mkdir(parents=True, exist_ok=True)
+            self.con.execute(f"SET temp_directory = {_lit(str(temp))}")
+
+    def register_parquet(self, name: str, paths: Sequence[Path]) -> None:
+        files = "[" + ", ".join(_lit(str(p)) for p in paths) + "]"
+        self.con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM read_parquet({files})")
+
+    def register_frame(self, name: str, frame: pd.DataFrame) -> None:
+        self.con.register(f"{name}_frame", frame)
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM {name}_frame")
+        self.con.unregister(f"{name}_frame")
+
+    def materialize(self, name: str, sql: str) -> None:
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}")
+
+    def fetch(self, sql: str) -> pd.DataFrame:
+        return self.con.execute(sql).df()
+
+    def export(self, name: str, sql: str) -> str:
+        self.materialize(name, sql)
+        return name
+
+    def finisher(self) -> duckdb.DuckDBPyConnection:
+        return self.con
+
+    def spilled_bytes(self) -> int:
+        rows = self.con.execute("SELECT coalesce(sum(size), 0) FROM duckdb_temporary_files()").fetchone()
+        return int(rows[0])
+
+    def close(self) -> None:
+        self.con.close()
+
+
+_SPARK_TYPES = {"int64": "bigint", "int32": "int", "float64": "double", "object": "string", "str": "string",
+                "string": "string", "bool": "boolean"}
+
+
+@dataclass
+class SparkSettings:
+    """master: 'local[*]' for one machine, 'spark://host:7077' (or 'yarn', 'k8s://...') for a cluster."""
+
+    master: str = "local[*]"
+    app_name: str = "spatial-release-counting"
+    conf: dict[str, str] = field(default_factory=dict)
+    shuffle_partitions: int = 8
+
+
+class SparkEngine:
+    """Runs the counting SQL through PySpark. Intermediate tables are written as Parquet in a scratch folder
+    that the Spark executors can reach (on a cluster: a shared path given as `scratch`)."""
+
+    name = "spark"
+
+    def __init__(self, settings: SparkSettings | None = None, scratch: Path | None = None):
+        from pyspark.sql import SparkSession  # imported here: Spark is optional at run time
+
+        self.settings = settings or SparkSettings()
+        self.dialect = SparkDialect()
+        self._own_scratch = scratch is None
+        self.scratch = Path(scratch or tempfile.mkdtemp(prefix="spark-counting-"))
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        builder = (SparkSession.builder.master(self.settings.master).appName(self.settings.app_name)
+                   .config("spark.sql.session.timeZone", "UTC")
+                   .config("spark.sql.shuffle.partitions", str(self.settings.shuffle_partitions))
+                   .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+                   .config("spark.ui.enabled", "false"))
+        for key, value in self.settings.conf.items():
+            builder = builder.config(key, value)
+        self.spark = builder.getOrCreate()
+        self.spark.sparkContext.setLogLevel("ERROR")
+        self._duck: duckdb.DuckDBPyConnection | None = None
+
+    def register_parquet(self, name: str, paths: Sequence[Path]) -> None:
+        self.spark.read.parquet(*[str(p) for p in paths]).createOrReplaceTempView(name)
+
+    def register_frame(self, name: str, frame: pd.DataFrame) -> None:
+        schema = ", ".join(f"`{c}` {_SPARK_TYPES[str(t)]}" for c, t in frame.dtypes.items())
+        self.spark.createDataFrame(frame, schema=schema).createOrReplaceTempView(name)
+
+    def materialize(self, name: str, sql: str) -> None:
+        path = self.scratch / name
+        self.spark.sql(sql).write.mode("overwrite").parquet(str(path))
+        self.spark.read.parquet(str(path)).createOrReplaceTempView(name)
+
+    def fetch(self, sql: str) -> pd.DataFrame:
+        return self.spark.sql(sql).toPandas()
+
+    def export(self, name: str, sql: str) -> str:
+        path = self.scratch / f"export_{name}"
+        self.spark.sql(sql).write.mode("overwrite").parquet(str(path))
+        return f"read_parquet({_lit(str(path / '*.parquet'))})"
+
+    def finisher(self) -> duckdb.DuckDBPyConnection:
+        if self._duck is None:
+            self._duck = duckdb.connect()
+            self._duck.execute("SET TimeZone = 'UTC'")
+        return self._duck
+
+    def close(self) -> None:
+        if self._duck is not None:
+            self._duck.close()
+        # the session is kept: starting a JVM costs seconds, and getOrCreate() hands the same one back
+        if self._own_scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+@contextmanager
+def open_engine(kind: str = "duckdb", scratch: Path | None = None, duckdb_settings: DuckDBSettings | None = None,
+                spark_settings: SparkSettings | None = None) -> Iterator[Engine]:
+    if kind == "duckdb":
+        engine: Engine = DuckDBEngine(duckdb_settings, scratch)
+    elif kind == "spark":
+        engine = SparkEngine(spark_settings, scratch)
+    else:
+        raise ValueError(f"counting engine {kind!r} is not one of 'duckdb', 'spark'")
+    try:
+        yield engine
+    finally:
+        engine.close()
