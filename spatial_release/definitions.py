@@ -4,7 +4,7 @@ import dagster as dg
 
 from spatial_release.defs.assets import monthly_graph, quarterly_graph
 from spatial_release.defs.jobs import ALL_JOBS
-from spatial_release.defs.resources import ReleaseSettings
+from spatial_release.defs.resources import CountingEngine, ReleaseSettings
 from spatial_release.defs.review import published_within_budget, risk_review
 from spatial_release.defs.schedules import ALL_SCHEDULES
 from spatial_release.defs.sensors import ALL_SENSORS
@@ -15,5 +15,5 @@ defs = dg.Definitions(
     jobs=ALL_JOBS,
     schedules=ALL_SCHEDULES,
     sensors=ALL_SENSORS,
-    resources={"settings": ReleaseSettings()},
+    resources={"settings": ReleaseSettings(), "counting": CountingEngine()},
 )

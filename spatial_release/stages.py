@@ -13,6 +13,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import pandas as pd
 
 from spatial_release import guarantees
@@ -100,10 +101,11 @@ def synthetic_traces(policy: Policy, period: Period, area: WorkArea) -> list[Pat
     return [write_pings(generate_pings(config), area.traces / f"pings-{period.label}{suffix}")]
 
 
-def run_ingest(policy: Policy, period: Period, area: WorkArea, traces: Sequence[str | Path] = ()) -> dict:
+def run_ingest(policy: Policy, period: Period, area: WorkArea, traces: Sequence[str | Path] = (),
+               progress: Progress = log_progress) -> dict:
     files = resolve_trace_paths(policy, traces, period) if (traces or policy.source.paths) else \
         synthetic_traces(policy, period, area)
-    result = ingest_traces(policy, period, files, area.ingest)
+    result = ingest_traces(policy, period, files, area.ingest, progress)
     summary = {
         "files": list(result.files),
         "input_columns": list(result.input_columns),
@@ -280,9 +282,23 @@ def check_withheld_absent(policy: Policy, area: WorkArea, published: Published |
                                             structural_zeros(policy), policy.count_column)
 
 
+def distinct_units(pings: Path) -> list[str]:
+    """Every unit id as text, read by DuckDB so that hundreds of millions of pings never sit in pandas."""
+    con = duckdb.connect()
+    try:
+        rows = con.execute(f"SELECT DISTINCT CAST(unit AS VARCHAR) FROM read_parquet('{_sql_path(pings)}')").fetchall()
+    finally:
+        con.close()
+    return [r[0] for r in rows]
+
+
+def _sql_path(path: Path) -> str:
+    return str(path).replace("'", "''")
+
+
 def check_no_identifiers(policy: Policy, area: WorkArea, published: Published | None = None) -> guarantees.CheckOutcome:
     cells, margins = _release_frames(area)
-    units = pd.read_parquet(area.ingest / "pings.parquet", columns=["unit"])["unit"].unique()
+    units = distinct_units(area.ingest / "pings.parquet")
     record_keys = _record_keys(_draft_record(policy, area))
     return guarantees.check_no_identifiers(
         {"cells.parquet": cells, "margins.parquet": margins}, record_keys,

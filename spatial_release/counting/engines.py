@@ -8,6 +8,7 @@ assignments), materialise intermediate tables, and hand back small results or an
 from __future__ import annotations
 
 import shutil
+import warnings
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -132,6 +133,16 @@ class SparkSettings:
     shuffle_partitions: int = 8
 
 
+@contextmanager
+def _quiet_pandas_notes() -> Iterator[None]:
+    """PySpark 4.3 warns on every pandas conversion that it does not 'fully support' pandas 3; the conversions
+    used here (numbers, strings) are covered by the Spark-vs-DuckDB equality tests, so the notes are muted."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark\.")
+        warnings.filterwarnings("ignore", message=r".*copy keyword is deprecated.*")
+        yield
+
+
 class SparkEngine:
     """Runs the counting SQL through PySpark. Intermediate tables are written as Parquet in a scratch folder
     that the Spark executors can reach (on a cluster: a shared path given as `scratch`)."""
@@ -162,7 +173,8 @@ class SparkEngine:
 
     def register_frame(self, name: str, frame: pd.DataFrame) -> None:
         schema = ", ".join(f"`{c}` {_SPARK_TYPES[str(t)]}" for c, t in frame.dtypes.items())
-        self.spark.createDataFrame(frame, schema=schema).createOrReplaceTempView(name)
+        with _quiet_pandas_notes():
+            self.spark.createDataFrame(frame, schema=schema).createOrReplaceTempView(name)
 
     def materialize(self, name: str, sql: str) -> None:
         path = self.scratch / name
@@ -170,7 +182,8 @@ class SparkEngine:
         self.spark.read.parquet(str(path)).createOrReplaceTempView(name)
 
     def fetch(self, sql: str) -> pd.DataFrame:
-        return self.spark.sql(sql).toPandas()
+        with _quiet_pandas_notes():
+            return self.spark.sql(sql).toPandas()
 
     def export(self, name: str, sql: str) -> str:
         path = self.scratch / f"export_{name}"

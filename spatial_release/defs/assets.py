@@ -12,7 +12,7 @@ import dagster as dg
 
 from spatial_release import stages
 from spatial_release.defs.partitions import monthly, period_of, quarterly
-from spatial_release.defs.resources import ReleaseSettings
+from spatial_release.defs.resources import CountingEngine, ReleaseSettings
 
 
 def k_anonymity_report(summary: dict, k: int) -> str:
@@ -63,7 +63,7 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
     def validated_pings(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
         policy, period, area = setup(context, settings)
         context.log.info(f"ingesting {policy.name} {period.label} into {area.ingest}")
-        summary = stages.run_ingest(policy, period, area, settings.traces)
+        summary = stages.run_ingest(policy, period, area, settings.traces, progress=context.log.info)
         context.log.info(f"{summary['pings_valid']} valid pings, {summary['pings_rejected']} quarantined")
         return dg.MaterializeResult(metadata={
             "dagster/row_count": summary["pings_valid"],
@@ -78,14 +78,19 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
 
     @dg.asset(name="cell_counts", deps=[validated_pings], kinds={"duckdb"}, **common,
               description="Distinct units per (cell, bucket) and per margin, before any suppression (internal).")
-    def cell_counts(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
-        policy, _, area = setup(context, settings)
-        summary = stages.run_counts(policy, area)
+    def cell_counts(context: dg.AssetExecutionContext, settings: ReleaseSettings,
+                    counting: CountingEngine) -> dg.MaterializeResult:
+        policy, period, area = setup(context, settings)
+        with counting.open(area) as engine:
+            summary = stages.run_counts(policy, area, period, engine, progress=context.log.info)
         context.log.info(f"{summary['groups']} groups of {summary['units']} units")
         return dg.MaterializeResult(metadata={
             "dagster/row_count": summary["groups"], "units": summary["units"],
             "pings_outside_geometry": summary["pings_outside_geometry"],
-            "measure": policy.measure, "unit": policy.unit,
+            "measure": policy.measure, "unit": policy.unit, "engine": summary["engine"],
+            "unsure_coordinates": summary["unsure_coordinates"],
+            "assignment": dg.MetadataValue.json(summary["assignment"]),
+            "seconds": dg.MetadataValue.json(summary["seconds"]),
         })
 
     @dg.asset(name="protected_table", deps=[cell_counts], **common,

@@ -6,10 +6,13 @@ Defaults point at the embedded demo (policies/demo.yaml, synthetic traces) insid
 
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
 
+from spatial_release.counting.engines import DuckDBSettings, Engine, SparkSettings, open_engine
 from spatial_release.ledger import Ledger
 from spatial_release.period import Period
 from spatial_release.policy import Policy, load_policy
@@ -38,3 +41,35 @@ class ReleaseSettings(dg.ConfigurableResource):
 
     def ledger(self) -> Ledger:
         return Ledger(Path(self.ledger_dir))
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    return int(value) if value else None
+
+
+class CountingEngine(dg.ConfigurableResource):
+    """The engine that counts the pings. `duckdb` (the default) runs on this machine and spills to disk past
+    `duckdb_memory_limit`; `spark` hands the scan and the distinct counts to Apache Spark at `spark_master`
+    ('local[*]', or a cluster URL such as 'spark://host:7077'). Suppression, audit and risk always run here,
+    on the aggregated tables. Both engines give identical counts (a test compares them row for row)."""
+
+    engine: str = os.environ.get("SPATIAL_RELEASE_ENGINE", "duckdb")
+    duckdb_memory_limit: str | None = os.environ.get("SPATIAL_RELEASE_DUCKDB_MEMORY_LIMIT")
+    duckdb_threads: int | None = _env_int("SPATIAL_RELEASE_DUCKDB_THREADS")
+    spark_master: str = os.environ.get("SPARK_MASTER", "local[*]")
+    spark_conf: dict[str, str] = {}
+    # On a cluster, intermediate tables must be on storage every executor reaches (HDFS, S3, a shared mount).
+    scratch_dir: str | None = os.environ.get("SPATIAL_RELEASE_SPARK_SCRATCH")
+
+    @contextmanager
+    def open(self, area: WorkArea) -> Iterator[Engine]:
+        if self.engine == "spark":
+            scratch = Path(self.scratch_dir) / area.root.name if self.scratch_dir else area.counts / "spark"
+            settings = SparkSettings(master=self.spark_master, conf=dict(self.spark_conf))
+            with open_engine("spark", scratch=scratch, spark_settings=settings) as engine:
+                yield engine
+        else:
+            settings = DuckDBSettings(memory_limit=self.duckdb_memory_limit, threads=self.duckdb_threads)
+            with open_engine(self.engine, scratch=area.counts / "spill", duckdb_settings=settings) as engine:
+                yield engine

@@ -9,6 +9,7 @@ Row numbers are 1-based data rows (a CSV's header is line 1, so data row N is li
 from __future__ import annotations
 
 import glob
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ import duckdb
 from spatial_release.fileio import atomic_path
 from spatial_release.period import Period
 from spatial_release.policy import Policy, SourceSpec
+from spatial_release.progress import Progress, silent
 
 PING_COLUMNS = ("unit", "ts", "lon", "lat")
 QUARANTINE_COLUMNS = ("file", "row", "trip_end", "reason", "detail", "unit_raw", "time_raw", "lon_raw", "lat_raw")
@@ -120,20 +122,24 @@ def _ident(column: str) -> str:
     return '"' + column.replace('"', '""') + '"'
 
 
-def _register_raw(con: duckdb.DuckDBPyConnection, path: Path, file_format: str) -> dict[str, str]:
-    """Load one file into the temp table `raw` (with a 1-based `__row`); return its column types."""
-    reader = (
-        f"read_csv({_sql_str(str(path))}, all_varchar = true, header = true)"
-        if file_format == "csv"
-        else f"read_parquet({_sql_str(str(path))})"
-    )
+def _register_raw(con: duckdb.DuckDBPyConnection, path: Path, file_format: str, name: str) -> dict[str, str]:
+    """Make `name` the file's rows with a 1-based `__row`; return its column types.
+
+    Parquet is a view (streamed, never loaded whole: files can hold hundreds of millions of pings); CSV is
+    read as text into a table, because its row numbers come from the order of the read."""
     try:
-        # row_number() over () follows file order: DuckDB preserves insertion order for scans by default.
-        con.execute(f"CREATE OR REPLACE TEMP TABLE raw AS SELECT row_number() OVER () AS __row, * FROM {reader}")
+        if file_format == "csv":
+            # row_number() over () follows file order: DuckDB preserves insertion order for this scan.
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT row_number() OVER () AS __row, * "
+                        f"FROM read_csv({_sql_str(str(path))}, all_varchar = true, header = true)")
+        else:
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * EXCLUDE (file_row_number), "
+                        f"file_row_number + 1 AS __row FROM read_parquet({_sql_str(str(path))}, "
+                        "file_row_number = true)")
+        rows = con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {name})").fetchall()
     except duckdb.Error as exc:
         raise IngestError(f"{path}: cannot read as {file_format}: {exc}") from None
-    rows = con.execute("SELECT column_name, column_type FROM (DESCRIBE raw)").fetchall()
-    return {name: dtype for name, dtype in rows}
+    return {col: dtype for col, dtype in rows}
 
 
 def _check_columns(path: Path, columns: Iterable[str], source: SourceSpec) -> None:
@@ -158,27 +164,37 @@ def _timestamp_sql(column: str, dtype: str, source: SourceSpec) -> tuple[str, st
     return f"CAST({col} AS VARCHAR)", f"timezone({_sql_str(source.timezone)}, {parsed})"
 
 
-def _ping_select(path: Path, end: str, unit: str, time: str, lon: str, lat: str,
+INTEGER_TYPES = ("BIGINT", "INTEGER", "SMALLINT", "TINYINT", "UBIGINT", "UINTEGER", "USMALLINT", "UTINYINT")
+
+
+def _unit_sql(column: str, dtype: str) -> str:
+    """Integer ids stay integers (cheaper to count than text); anything else is trimmed text."""
+    if dtype in INTEGER_TYPES:
+        return f"CAST({_ident(column)} AS BIGINT)"
+    return f"trim(CAST({_ident(column)} AS VARCHAR))"
+
+
+def _ping_select(raw: str, path: Path, end: str, unit: str, time: str, lon: str, lat: str,
                  types: dict[str, str], source: SourceSpec) -> str:
     time_raw, ts = _timestamp_sql(time, types[time], source)
     return f"""
         SELECT {_sql_str(str(path))} AS file, __row AS row, {_sql_str(end)} AS trip_end,
-               trim(CAST({_ident(unit)} AS VARCHAR)) AS unit_raw,
+               {_unit_sql(unit, types[unit])} AS unit_raw,
                {time_raw} AS time_raw,
                CAST({_ident(lon)} AS VARCHAR) AS lon_raw,
                CAST({_ident(lat)} AS VARCHAR) AS lat_raw,
                {ts} AS ts,
                TRY_CAST(trim(CAST({_ident(lon)} AS VARCHAR)) AS DOUBLE) AS lon,
                TRY_CAST(trim(CAST({_ident(lat)} AS VARCHAR)) AS DOUBLE) AS lat
-        FROM raw"""
+        FROM {raw}"""
 
 
-def _pings_of_file(path: Path, types: dict[str, str], source: SourceSpec) -> str:
+def _pings_of_file(raw: str, path: Path, types: dict[str, str], source: SourceSpec) -> str:
     if source.format == "pings":
-        return _ping_select(path, "", source.unit, source.time, source.lon, source.lat, types, source)  # type: ignore[arg-type]
+        return _ping_select(raw, path, "", source.unit, source.time, source.lon, source.lat, types, source)  # type: ignore[arg-type]
     ends = {"origin": source.origin, "destination": source.destination}
     return " UNION ALL ".join(
-        _ping_select(path, name, source.unit, end.time, end.lon, end.lat, types, source)  # type: ignore[union-attr]
+        _ping_select(raw, path, name, source.unit, end.time, end.lon, end.lat, types, source)  # type: ignore[union-attr]
         for name, end in ends.items()
     )
 
@@ -186,7 +202,7 @@ def _pings_of_file(path: Path, types: dict[str, str], source: SourceSpec) -> str
 def _reason_sql(start_utc: str, end_utc: str, formats: list[str]) -> tuple[str, str]:
     """(reason, detail) CASE expressions; the first failing rule wins, so each row has one reason."""
     rules = [
-        ("unit_raw IS NULL OR unit_raw = ''", "missing_unit_id", "'the unit id is empty'"),
+        ("unit_raw IS NULL OR CAST(unit_raw AS VARCHAR) = ''", "missing_unit_id", "'the unit id is empty'"),
         ("time_raw IS NULL OR trim(time_raw) = ''", "missing_timestamp", "'the timestamp is empty'"),
         ("ts IS NULL", "unparseable_timestamp",
          f"'timestamp \"' || time_raw || '\" matches none of the formats ' || {_sql_str(str(formats))} "
@@ -208,53 +224,64 @@ def _reason_sql(start_utc: str, end_utc: str, formats: list[str]) -> tuple[str, 
     return reason, detail
 
 
-def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir: Path) -> IngestResult:
-    """Read, map and validate every file; write `pings.parquet` and `quarantine.parquet` into out_dir."""
+def _quarantine_column(name: str) -> str:
+    return "CAST(unit_raw AS VARCHAR) AS unit_raw" if name == "unit_raw" else name
+
+
+def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir: Path,
+                  progress: Progress = silent) -> IngestResult:
+    """Read, map and validate every file; write `pings.parquet` and `quarantine.parquet` into out_dir.
+
+    Validation is a view over the files, read once for the valid pings and once for the quarantine, so
+    memory stays bounded whatever the number of pings."""
     source = policy.source
     out_dir.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET preserve_insertion_order = false")
+    con.execute(f"SET temp_directory = {_sql_str(str(out_dir / 'spill'))}")
     start, end = period.utc_window(policy.time.timezone)
     reason, detail = _reason_sql(_sql_str(start.isoformat()), _sql_str(end.isoformat()), source.time_formats)
-    con.execute(
-        "CREATE TEMP TABLE checked (file VARCHAR, row BIGINT, trip_end VARCHAR, unit_raw VARCHAR, time_raw VARCHAR, "
-        "lon_raw VARCHAR, lat_raw VARCHAR, ts TIMESTAMPTZ, lon DOUBLE, lat DOUBLE, reason VARCHAR, detail VARCHAR)"
-    )
     columns: set[str] = set()
+    selects: list[str] = []
     rows_read = 0
-    for path in files:
+    for i, path in enumerate(files):
         if not path.is_file():
             raise IngestError(f"{path}: trace file not found")
-        types = _register_raw(con, path, _file_format(path, source.file_format))
+        types = _register_raw(con, path, _file_format(path, source.file_format), f"raw_{i}")
         _check_columns(path, types, source)
         columns.update(c for c in types if c != "__row")
-        rows_read += con.execute("SELECT count(*) FROM raw").fetchone()[0]
-        con.execute(
-            f"INSERT INTO checked SELECT *, {reason}, {detail} FROM ({_pings_of_file(path, types, source)})"
-        )
+        rows = con.execute(f"SELECT count(*) FROM raw_{i}").fetchone()[0]
+        rows_read += rows
+        selects.append(_pings_of_file(f"raw_{i}", path, types, source))
+        progress(f"ingest: {path.name}: {rows:,} rows")
+    con.execute(f"CREATE TEMP VIEW checked AS SELECT *, {reason} AS reason, {detail} AS detail "
+                f"FROM ({' UNION ALL '.join(selects)})")
     pings_path = out_dir / "pings.parquet"
     quarantine_path = out_dir / "quarantine.parquet"
+    started = time.perf_counter()
     with atomic_path(pings_path) as tmp:
         con.execute(
             f"COPY (SELECT unit_raw AS unit, ts, lon, lat FROM checked WHERE reason IS NULL) "
             f"TO {_sql_str(str(tmp))} (FORMAT parquet)"
         )
+    progress(f"ingest: valid pings written in {time.perf_counter() - started:.1f} s")
     with atomic_path(quarantine_path) as tmp:
         con.execute(
-            f"COPY (SELECT {', '.join(QUARANTINE_COLUMNS)} FROM checked WHERE reason IS NOT NULL "
+            f"COPY (SELECT {', '.join(_quarantine_column(c) for c in QUARANTINE_COLUMNS)} FROM checked "
+            "WHERE reason IS NOT NULL "
             f"ORDER BY file, row, trip_end) TO {_sql_str(str(tmp))} (FORMAT parquet)"
         )
-    by_reason = dict(con.execute(
-        "SELECT reason, count(*) FROM checked WHERE reason IS NOT NULL GROUP BY reason ORDER BY reason"
-    ).fetchall())
+    con.execute(f"CREATE TEMP TABLE rejected AS SELECT * FROM read_parquet({_sql_str(str(quarantine_path))})")
+    by_reason = dict(con.execute("SELECT reason, count(*) FROM rejected GROUP BY reason ORDER BY reason").fetchall())
     examples = tuple(
         f"{file} row {row}{' ' + trip_end if trip_end else ''}: {reason_} ({detail_})"
         for file, row, trip_end, reason_, detail_ in con.execute(
-            "SELECT file, row, trip_end, reason, detail FROM checked WHERE reason IS NOT NULL "
-            "ORDER BY file, row, trip_end LIMIT 3"
+            "SELECT file, row, trip_end, reason, detail FROM rejected ORDER BY file, row, trip_end LIMIT 3"
         ).fetchall()
     )
-    pings_read = con.execute("SELECT count(*) FROM checked").fetchone()[0]
+    valid = con.execute(f"SELECT count(*) FROM read_parquet({_sql_str(str(pings_path))})").fetchone()[0]
+    pings_read = valid + sum(by_reason.values())
     con.close()
     return IngestResult(
         pings_path=pings_path,
