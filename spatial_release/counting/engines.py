@@ -161,7 +161,8 @@ class SparkEngine:
                    .config("spark.sql.session.timeZone", "UTC")
                    .config("spark.sql.shuffle.partitions", str(self.settings.shuffle_partitions))
                    .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-                   .config("spark.ui.enabled", "false"))
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.ui.showConsoleProgress", "false"))
         for key, value in self.settings.conf.items():
             builder = builder.config(key, value)
         self.spark = builder.getOrCreate()

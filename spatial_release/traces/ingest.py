@@ -174,18 +174,38 @@ def _unit_sql(column: str, dtype: str) -> str:
     return f"trim(CAST({_ident(column)} AS VARCHAR))"
 
 
+NUMERIC_TYPES = INTEGER_TYPES + ("DOUBLE", "FLOAT", "REAL", "HUGEINT")
+
+
+def _coordinate_sql(column: str, dtype: str) -> str:
+    """Numeric columns are read as numbers; text is parsed (a failure is NULL, quarantined with its text)."""
+    if dtype in NUMERIC_TYPES or dtype.startswith("DECIMAL"):
+        return f"CAST({_ident(column)} AS DOUBLE)"
+    return f"TRY_CAST(trim(CAST({_ident(column)} AS VARCHAR)) AS DOUBLE)"
+
+
+def _blank_sql(column: str, dtype: str) -> str:
+    """The value is missing: NULL, or blank text. Typed columns are never formatted as text on the hot path."""
+    if dtype == "VARCHAR":
+        return f"({_ident(column)} IS NULL OR trim({_ident(column)}) = '')"
+    return f"({_ident(column)} IS NULL)"
+
+
 def _ping_select(raw: str, path: Path, end: str, unit: str, time: str, lon: str, lat: str,
                  types: dict[str, str], source: SourceSpec) -> str:
+    # The *_raw text columns only feed the quarantine: valid pings never pay for formatting them.
     time_raw, ts = _timestamp_sql(time, types[time], source)
     return f"""
         SELECT {_sql_str(str(path))} AS file, __row AS row, {_sql_str(end)} AS trip_end,
                {_unit_sql(unit, types[unit])} AS unit_raw,
+               {_blank_sql(unit, types[unit])} AS unit_missing,
                {time_raw} AS time_raw,
+               {_blank_sql(time, types[time])} AS time_missing,
                CAST({_ident(lon)} AS VARCHAR) AS lon_raw,
                CAST({_ident(lat)} AS VARCHAR) AS lat_raw,
                {ts} AS ts,
-               TRY_CAST(trim(CAST({_ident(lon)} AS VARCHAR)) AS DOUBLE) AS lon,
-               TRY_CAST(trim(CAST({_ident(lat)} AS VARCHAR)) AS DOUBLE) AS lat
+               {_coordinate_sql(lon, types[lon])} AS lon,
+               {_coordinate_sql(lat, types[lat])} AS lat
         FROM {raw}"""
 
 
@@ -202,8 +222,8 @@ def _pings_of_file(raw: str, path: Path, types: dict[str, str], source: SourceSp
 def _reason_sql(start_utc: str, end_utc: str, formats: list[str]) -> tuple[str, str]:
     """(reason, detail) CASE expressions; the first failing rule wins, so each row has one reason."""
     rules = [
-        ("unit_raw IS NULL OR CAST(unit_raw AS VARCHAR) = ''", "missing_unit_id", "'the unit id is empty'"),
-        ("time_raw IS NULL OR trim(time_raw) = ''", "missing_timestamp", "'the timestamp is empty'"),
+        ("unit_missing", "missing_unit_id", "'the unit id is empty'"),
+        ("time_missing", "missing_timestamp", "'the timestamp is empty'"),
         ("ts IS NULL", "unparseable_timestamp",
          f"'timestamp \"' || time_raw || '\" matches none of the formats ' || {_sql_str(str(formats))} "
          "|| ' (or does not exist in the time zone)'"),

@@ -9,7 +9,7 @@ Coordinates are drawn in a projected CRS (metres) and written as WGS84 lon/lat, 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -50,6 +50,7 @@ class SyntheticConfig:
     bursty_share: float = 0.05
     burst_day_probability: float = 0.3
     empty_areas: Sequence[tuple[float, float, float, float]] = field(default_factory=lambda: EMPTY_AREAS)
+    first_person: int = 0  # ids start here, so chunks generated separately never share a person
 
 
 def _in_empty(x: np.ndarray, y: np.ndarray, areas: Sequence[tuple[float, float, float, float]],
@@ -136,6 +137,7 @@ def generate_pings(cfg: SyntheticConfig = SyntheticConfig()) -> pd.DataFrame:
                   np.where(use_work, work_x[p], home_x[p]), np.where(use_work, work_y[p], home_y[p])))
 
     p, d, hour, x, y = (np.concatenate(column) for column in zip(*parts))
+    p = p + cfg.first_person
     x, y = x + _noise(rng, len(x)), y + _noise(rng, len(y))
     lon, lat = Transformer.from_crs(cfg.crs, "EPSG:4326", always_xy=True).transform(x, y)
     seconds = np.floor(np.clip(hour, 0, 24 - 1e-6) * 3600).astype("int64")
@@ -149,6 +151,30 @@ def generate_pings(cfg: SyntheticConfig = SyntheticConfig()) -> pd.DataFrame:
         "lat": np.round(lat, 6),
     })
     return frame.sort_values(["local_time", "device_id"], kind="stable").reset_index(drop=True)
+
+
+def write_pings_in_chunks(cfg: SyntheticConfig, path: Path, pings: int, chunk_persons: int = 20_000,
+                          integer_ids: bool = False, progress=None) -> int:
+    """Stream about `pings` pings (exactly that many: the last chunk is cut) to one Parquet file, generating
+    `chunk_persons` persons at a time with their own seeds, so memory stays bounded at any size.
+    Columns: device_id (text, or int64 with integer_ids), local_time, lon, lat. Returns the rows written."""
+    written, chunk = 0, 0
+    schema = pa.schema([("device_id", pa.int64() if integer_ids else pa.string()),
+                        ("local_time", pa.timestamp("s")), ("lon", pa.float64()), ("lat", pa.float64())])
+    with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema) as writer:
+        while written < pings:
+            part = replace(cfg, seed=cfg.seed + chunk, persons=chunk_persons,
+                           first_person=cfg.first_person + chunk * chunk_persons)
+            frame = generate_pings(part).head(pings - written)
+            ids = frame["device_id"].str.slice(4).astype("int64") if integer_ids else frame["device_id"]
+            table = pa.table({"device_id": ids.to_numpy(), "local_time": frame["local_time"].to_numpy(),
+                              "lon": frame["lon"].to_numpy(), "lat": frame["lat"].to_numpy()}, schema=schema)
+            writer.write_table(table, row_group_size=1_000_000)
+            written += len(frame)
+            chunk += 1
+            if progress:
+                progress(f"generated {written:,} of {pings:,} pings")
+    return written
 
 
 def write_pings(frame: pd.DataFrame, path: Path) -> Path:
