@@ -85,7 +85,6 @@ def work_read(args) -> dict:
 
 def work_count(args) -> dict:
     from spatial_release import stages
-    from spatial_release.counting import count_pings
     from spatial_release.counting.engines import DuckDBSettings, SparkSettings, open_engine
     from spatial_release.period import Period
 
@@ -95,9 +94,8 @@ def work_count(args) -> dict:
     with open_engine(args.engine, scratch=out / "spill", duckdb_settings=settings,
                      spark_settings=SparkSettings(shuffle_partitions=16,
                                                   conf={"spark.driver.memory": "6g"})) as engine:
-        plans = stages.zoning_plans(policy, engine)
-        result = count_pings(policy, Period.parse(PERIOD), [Path(args.pings)], plans, out, engine,
-                             progress=lambda m: print(m, file=sys.stderr, flush=True))
+        result = stages.count_validated_pings(policy, Period.parse(PERIOD), [Path(args.pings)], out, engine,
+                                              progress=lambda m: print(m, file=sys.stderr, flush=True))
     return {"rows": result.pings_located, "groups": result.groups, "units": result.units,
             "unsure": result.unsure_coordinates, "stages": result.seconds}
 

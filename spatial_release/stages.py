@@ -17,9 +17,9 @@ import duckdb
 import pandas as pd
 
 from spatial_release import guarantees
-from spatial_release.counting import count_pings, period_buckets
+from spatial_release.counting import CountResult, count_pings, data_extent, period_buckets
 from spatial_release.counting.engines import Engine, open_engine
-from spatial_release.counting.plan import ZoningPlan, evaluate_with, grid_plan, zones_plan
+from spatial_release.counting.plan import Extent, ZoningPlan, evaluate_with, grid_plan, zones_plan
 from spatial_release.fileio import atomic_path, sha256_file, write_json_atomic
 from spatial_release.geometry import Grid, make_locator
 from spatial_release.geometry.locate import make_linked_locators
@@ -127,18 +127,26 @@ def read_ingest_summary(area: WorkArea) -> dict:
     return _read_json(area.ingest / "ingest.json")
 
 
-def zoning_plans(policy: Policy, engine: Engine) -> list[ZoningPlan]:
-    """The main geometry first, then each linked zoning, with SQL projections validated on `engine`."""
+def zoning_plans(policy: Policy, engine: Engine, extent: Extent | None = None) -> list[ZoningPlan]:
+    """The main geometry first, then each linked zoning, with SQL projections validated on `engine`
+    (fitted to the pings' `extent` when it is given)."""
     geometry, evaluate = policy.geometry, evaluate_with(engine)
     levels = tuple(geometry.level_names())
     if geometry.kind == "grid":
-        plans = [grid_plan(LEAF, Grid(geometry), levels, evaluate)]
+        plans = [grid_plan(LEAF, Grid(geometry), levels, evaluate, extent)]
     else:
-        plans = [zones_plan(LEAF, make_locator(policy), levels, TOTAL, evaluate)]
+        plans = [zones_plan(LEAF, make_locator(policy), levels, TOTAL, evaluate, extent=extent)]
     for spec in geometry.linked:
         plans.append(zones_plan(spec.name, make_linked_locators(policy)[spec.name],
-                                tuple(p.level for p in spec.parents), f"{spec.name}_total", evaluate))
+                                tuple(p.level for p in spec.parents), f"{spec.name}_total", evaluate, extent=extent))
     return plans
+
+
+def count_validated_pings(policy: Policy, period: Period, pings: Sequence[Path], out_dir: Path, engine: Engine,
+                          progress: Progress = log_progress) -> CountResult:
+    """The counting step on pings from the ingest step: projections fitted to their extent, then counts."""
+    plans = zoning_plans(policy, engine, data_extent(engine, pings))
+    return count_pings(policy, period, pings, plans, out_dir, engine, progress)
 
 
 def run_counts(policy: Policy, area: WorkArea, period: Period | None = None, engine: Engine | None = None,
@@ -149,8 +157,7 @@ def run_counts(policy: Policy, area: WorkArea, period: Period | None = None, eng
     with ExitStack() as stack:
         if engine is None:
             engine = stack.enter_context(open_engine("duckdb", scratch=area.counts / "spill"))
-        result = count_pings(policy, period, [area.ingest / "pings.parquet"], zoning_plans(policy, engine),
-                             area.counts, engine, progress)
+        result = count_validated_pings(policy, period, [area.ingest / "pings.parquet"], area.counts, engine, progress)
     summary = {
         "engine": engine.name,
         "pings_located": result.pings_located,

@@ -21,6 +21,7 @@ from spatial_release.counting.engines import open_engine
 from spatial_release.geometry import Grid
 from spatial_release.period import Period
 from spatial_release.policy import Policy, parse_policy
+from spatial_release.progress import silent
 
 T0 = datetime(2018, 1, 10, 5, 0, tzinfo=timezone.utc)  # local midnight in New York
 PERIOD = Period.parse("2018-Q1")
@@ -56,11 +57,15 @@ def _pings(rows) -> pd.DataFrame:
     })
 
 
-def _count(tmp_path: Path, pings: pd.DataFrame, policy: Policy, engine_kind: str = "duckdb"):
+def _count(tmp_path: Path, pings: pd.DataFrame, policy: Policy, fitted: bool = True):
+    """Counts as the pipeline does (projection fitted to the pings' extent), or with the full formula."""
     path = tmp_path / "pings.parquet"
     pings.to_parquet(path)
-    with open_engine(engine_kind, scratch=tmp_path / "scratch") as engine:
-        result = count_pings(policy, PERIOD, [path], stages.zoning_plans(policy, engine), tmp_path / "out", engine)
+    with open_engine("duckdb", scratch=tmp_path / "scratch") as engine:
+        if fitted:
+            result = stages.count_validated_pings(policy, PERIOD, [path], tmp_path / "out", engine, silent)
+        else:
+            result = count_pings(policy, PERIOD, [path], stages.zoning_plans(policy, engine), tmp_path / "out", engine)
     return result, pd.read_parquet(result.cell_counts_path), pd.read_parquet(result.margin_counts_path)
 
 
@@ -126,14 +131,14 @@ def test_presence_is_additive_and_visitors_bounded(tmp_path, rows):
         assert sorted(totals.to_list()) == sorted(distinct.groupby("b")["unit"].nunique().to_list())
 
 
-def _edge_points(crs: str, size: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def _edge_points(crs: str, size: int, n: int, seed: int, spread: int = 2000) -> tuple[np.ndarray, np.ndarray]:
     """n points on or within a few micrometres of cell edges of a `size` grid in `crs`, around its origin area."""
     rng = np.random.default_rng(seed)
     to_lonlat = Transformer.from_crs(crs, "EPSG:4326", always_xy=True)
     centre = Transformer.from_crs("EPSG:4326", crs, always_xy=True).transform(*{
         "EPSG:32618": (-74.05, 40.72), "EPSG:3035": (10.0, 52.0), "EPSG:3857": (-74.05, 40.72)}[crs])
-    ix = np.floor(centre[0] / size) + rng.integers(-2000, 2000, n)
-    iy = np.floor(centre[1] / size) + rng.integers(-2000, 2000, n)
+    ix = np.floor(centre[0] / size) + rng.integers(-spread, spread, n)
+    iy = np.floor(centre[1] / size) + rng.integers(-spread, spread, n)
     offset = rng.choice([0.0, 1e-6, -1e-6, 3e-6, -3e-6, 0.5], n)
     along = rng.uniform(0, size, n)
     on_x = rng.random(n) < 0.5
@@ -142,19 +147,25 @@ def _edge_points(crs: str, size: int, n: int, seed: int) -> tuple[np.ndarray, np
     return to_lonlat.transform(x, y)
 
 
-@pytest.mark.parametrize("crs", ["EPSG:32618", "EPSG:3035", "EPSG:3857"])
-def test_every_ping_gets_pyproj_cell(tmp_path, crs):
-    """Each ping is its own unit, so the membership file shows where each one was placed."""
-    lon, lat = _edge_points(crs, SIZE, 20_000, seed=11)
+@pytest.mark.parametrize("crs, fitted", [("EPSG:32618", True), ("EPSG:32618", False), ("EPSG:3035", True),
+                                         ("EPSG:3035", False), ("EPSG:3857", True), ("EPSG:3857", False)])
+def test_every_ping_gets_pyproj_cell(tmp_path, crs, fitted):
+    """Each ping is its own unit, so the membership file shows where each one was placed. `fitted`: the
+    pipeline's polynomial fitted to the pings' extent; else the full formula (none for Web Mercator)."""
+    # a city region (+-50 km) for the fitted polynomial; +-500 km, where no polynomial is accurate enough, else
+    lon, lat = _edge_points(crs, SIZE, 20_000, seed=11, spread=200 if fitted else 2000)
     pings = pd.DataFrame({"unit": [f"p{i}" for i in range(len(lon))], "ts": pd.Timestamp(T0),
                           "lon": lon, "lat": lat})
     policy = _grid_policy(crs=crs)
-    result, _, _ = _count(tmp_path, pings, policy)
+    result, _, _ = _count(tmp_path, pings, policy, fitted)
     placed = pd.read_parquet(result.membership_path).set_index("unit")["cell_id"]
     exact = pd.Series(Grid(policy.geometry).locate(lon, lat), index=pings["unit"])
     assert len(placed) == len(exact)
     assert (placed.reindex(exact.index) == exact).all()
-    if crs == "EPSG:3857":  # no SQL formula for Web Mercator: everything is placed exactly, by pyproj
+    if fitted:
+        assert "local polynomial" in result.methods["cell"]
+        assert 0 < result.unsure_coordinates < len(lon)
+    elif crs == "EPSG:3857":  # no SQL formula for Web Mercator: everything is placed exactly, by pyproj
         assert result.unsure_coordinates == len(lon)
         assert "exact assignment of every distinct coordinate" in result.methods["cell"]
     else:
@@ -168,13 +179,15 @@ def test_sql_placement_without_the_guard_band_would_be_wrong(tmp_path, monkeypat
     from spatial_release.geometry.sqlproj import SqlProjection, candidate_projection
 
     real = candidate_projection(Grid(_grid_policy().geometry).crs)
-    shifted = SqlProjection(real.crs, real.method, f"({real.x_sql} + 1e-3)", real.y_sql, 0.0, real.area)
+    (x_name, x_sql), y_column = real.layers[-1]
+    layers = (*real.layers[:-1], ((x_name, f"({x_sql}) + 1e-3"), y_column))
+    shifted = SqlProjection(real.crs, real.method, layers, 0.0, real.area)
     monkeypatch.setattr(plan_module, "validated_projection", lambda crs, **_: shifted)
     lon, lat = _edge_points("EPSG:32618", SIZE, 5_000, seed=3)
     pings = pd.DataFrame({"unit": [f"p{i}" for i in range(len(lon))], "ts": pd.Timestamp(T0),
                           "lon": lon, "lat": lat})
     policy = _grid_policy()
-    result, _, _ = _count(tmp_path, pings, policy)
+    result, _, _ = _count(tmp_path, pings, policy, fitted=False)
     placed = pd.read_parquet(result.membership_path).set_index("unit")["cell_id"].reindex(pings["unit"])
     exact = Grid(policy.geometry).locate(lon, lat)
     assert (placed.to_numpy() != exact).sum() > 0

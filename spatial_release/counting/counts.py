@@ -99,20 +99,31 @@ class CountResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+def data_extent(engine: Engine, pings: Sequence[Path]) -> tuple[float, float, float, float] | None:
+    """(west, south, east, north) of the pings, or None when there are none."""
+    engine.register_parquet("pings", pings)
+    row = engine.fetch("SELECT min(lon) AS w, min(lat) AS s, max(lon) AS e, max(lat) AS n FROM pings").iloc[0]
+    values = tuple(float(row[c]) for c in ("w", "s", "e", "n"))
+    return None if any(pd.isna(v) for v in values) else values  # type: ignore[return-value]
+
+
 def _stage_a_sql(plans: Sequence[ZoningPlan], slots: BucketSlots, engine: Engine) -> str:
     d = engine.dialect
     index = f"CAST(floor({d.epoch_us('ts')} / {SLOT_US}) AS BIGINT) - {slots.first_slot} + 1"
     n_slots = len(slots.slot_bucket)
     bucket = (f"CASE WHEN {index} BETWEEN 1 AND {n_slots} THEN {d.array_at(slots.slot_bucket, index)} END")
-    columns: dict[tuple[str, str], tuple[str, str]] = {}  # (x_sql, y_sql) -> column names, shared by zonings
+    columns: dict = {}  # projection layers -> (x, y) column names, shared by zonings in the same CRS
     parts = []
     for i, plan in enumerate(plans):
         p = plan.projection
-        if p is not None and (p.x_sql, p.y_sql) not in columns:
-            columns[(p.x_sql, p.y_sql)] = (f"px_{len(columns)}", f"py_{len(columns)}")
-        x, y = columns[(p.x_sql, p.y_sql)] if p is not None else ("", "")
+        if p is not None and p.layers not in columns:
+            columns[p.layers] = (p, f"px_{len(columns)}", f"py_{len(columns)}")
+        _, x, y = columns[p.layers] if p is not None else (None, "", "")
         parts.append(zoning_sql(plan, i, x, y))
-    projected = "".join(f", {xs} AS {x}, {ys} AS {y}" for (xs, ys), (x, y) in columns.items())
+    proj, carry = f"SELECT unit, lon, lat, {bucket} AS b FROM pings", ["unit", "lon", "lat", "b"]
+    for projection, x, y in columns.values():
+        proj = projection.relation(f"({proj})", carry, x, y)
+        carry += [x, y]
     joins = " ".join(part.lookup_join for part in parts)
     classes = "".join(f", lookup_{i}.cls AS cls_{i}" for i, part in enumerate(parts) if part.lookup_join)
     unsure = " OR ".join(part.unsure for part in parts)
@@ -120,7 +131,7 @@ def _stage_a_sql(plans: Sequence[ZoningPlan], slots: BucketSlots, engine: Engine
     areas = ", ".join(f"CASE WHEN unsure THEN NULL ELSE k_{i} END AS a_{i}" for i in range(len(parts)))
     area_cols = ", ".join(f"a_{i}" for i in range(len(parts)))
     return f"""
-        WITH proj AS (SELECT unit, lon, lat, {bucket} AS b{projected} FROM pings),
+        WITH proj AS ({proj}),
         classed AS (SELECT proj.*{classes} FROM proj {joins}),
         keyed AS (SELECT unit, b, lon, lat, ({unsure}) AS unsure, {keys} FROM classed),
         marked AS (SELECT unit, b, unsure AS u, {areas},

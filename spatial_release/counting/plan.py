@@ -19,7 +19,9 @@ import pandas as pd
 
 from spatial_release.geometry.grid import KEY_BASE, KEY_OFFSET, Grid
 from spatial_release.geometry.lookup import BOUNDARY, ZoneLookup, build_zone_lookup
-from spatial_release.geometry.sqlproj import SqlProjection, num, validated_projection
+from pyproj import CRS
+
+from spatial_release.geometry.sqlproj import SqlProjection, fitted_projection, num, validated_projection
 from spatial_release.geometry.zones import ZoneLayer
 
 TOTAL_LEVEL = "total"
@@ -52,21 +54,37 @@ def evaluate_with(engine):
 
     def evaluate(projection: SqlProjection, lon: np.ndarray, lat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         engine.register_frame("validation_points", pd.DataFrame({"lon": lon, "lat": lat}))
-        out = engine.fetch(f"SELECT {projection.x_sql} AS x, {projection.y_sql} AS y FROM validation_points")
+        out = engine.fetch(projection.relation("validation_points", [], "x", "y"))
         return out["x"].to_numpy(float), out["y"].to_numpy(float)
 
     return evaluate
 
 
-def grid_plan(level: str, grid: Grid, parent_levels: tuple[str, ...], evaluate=None) -> ZoningPlan:
-    projection = validated_projection(grid.crs, **({"evaluate": evaluate} if evaluate else {}))
+Extent = tuple[float, float, float, float]  # (west, south, east, north) of the pings, degrees
+
+
+def choose_projection(crs: CRS, evaluate=None, extent: Extent | None = None) -> SqlProjection | None:
+    """lon/lat CRSs: the identity. Projected CRSs: a polynomial fitted over the pings' extent when one is
+    accurate enough there (cheapest), else the full formula, else None (every point assigned by pyproj).
+    Whatever is chosen has been validated against pyproj on `evaluate`'s engine."""
+    options = {"evaluate": evaluate} if evaluate else {}
+    if not crs.is_geographic and extent is not None:
+        fitted = fitted_projection(crs, extent, **options)
+        if fitted is not None:
+            return fitted
+    return validated_projection(crs, **options)
+
+
+def grid_plan(level: str, grid: Grid, parent_levels: tuple[str, ...], evaluate=None,
+              extent: Extent | None = None) -> ZoningPlan:
+    projection = choose_projection(grid.crs, evaluate, extent)
     return ZoningPlan(level, parent_levels, TOTAL_LEVEL, projection, grid.locate_keys, grid.ids_of_keys,
                       grid.hierarchy, grid_size=float(grid.spec.size_m))
 
 
 def zones_plan(level: str, layer: ZoneLayer, parent_levels: tuple[str, ...], total_level: str,
-               evaluate=None, max_lookup_cells: int = 1_000_000) -> ZoningPlan:
-    projection = validated_projection(layer.crs, **({"evaluate": evaluate} if evaluate else {}))
+               evaluate=None, max_lookup_cells: int = 1_000_000, extent: Extent | None = None) -> ZoningPlan:
+    projection = choose_projection(layer.crs, evaluate, extent)
     lookup = build_zone_lookup(layer, max_lookup_cells) if projection is not None else None
     table = layer.parent_table()
 
@@ -86,7 +104,6 @@ def _near_edge(v: str, origin: float, size: float, guard: float) -> str:
 
 @dataclass(frozen=True)
 class ZoningSql:
-    projected: dict[str, str]  # column name -> expression over lon, lat
     key: str  # BIGINT area key, NULL when in no area (meaningful only when not unsure)
     unsure: str  # boolean
     lookup_join: str = ""  # LEFT JOIN clause bringing the lookup class in as column cls_<i>
@@ -96,7 +113,7 @@ def zoning_sql(plan: ZoningPlan, i: int, x: str, y: str) -> ZoningSql:
     """SQL for zoning i, given the names of the columns holding its projected coordinates."""
     p = plan.projection
     if p is None:
-        return ZoningSql({}, "CAST(NULL AS BIGINT)", "TRUE")
+        return ZoningSql("CAST(NULL AS BIGINT)", "TRUE")
     outside_validated = f"NOT {p.inside_validated_sql()}"
     if plan.lookup is None:
         size = plan.grid_size
@@ -104,7 +121,7 @@ def zoning_sql(plan: ZoningPlan, i: int, x: str, y: str) -> ZoningSql:
                f"+ (CAST(floor({y} / {num(size)}) AS BIGINT) + {KEY_OFFSET}))")
         unsure = (f"({outside_validated} OR {_near_edge(x, 0.0, size, p.guard)} "
                   f"OR {_near_edge(y, 0.0, size, p.guard)})")
-        return ZoningSql({x: p.x_sql, y: p.y_sql}, key, unsure)
+        return ZoningSql(key, unsure)
     lk = plan.lookup
     gx, gy = f"floor(({x} - {num(lk.x0)}) / {num(lk.cell)})", f"floor(({y} - {num(lk.y0)}) / {num(lk.cell)})"
     lk_sql = (f"CASE WHEN {gx} >= 0 AND {gx} < {lk.nx} AND {gy} >= 0 AND {gy} < {lk.ny} "
@@ -114,5 +131,5 @@ def zoning_sql(plan: ZoningPlan, i: int, x: str, y: str) -> ZoningSql:
     unsure = (f"({outside_validated} OR coalesce({cls} = {BOUNDARY}, FALSE) "
               f"OR {_near_edge(x, lk.x0, lk.cell, p.guard)} OR {_near_edge(y, lk.y0, lk.cell, p.guard)})")
     join = f"LEFT JOIN lookup_{i} ON lookup_{i}.lk = {lk_sql}"
-    return ZoningSql({x: p.x_sql, y: p.y_sql}, key, unsure, join)
+    return ZoningSql(key, unsure, join)
 
