@@ -62,7 +62,7 @@ def work_generate(args) -> dict:
     from spatial_release.traces.synthetic import SyntheticConfig, write_pings_in_chunks
 
     cfg = SyntheticConfig(start=date(2018, 1, 1), days=45, seed=20180101)
-    rows = write_pings_in_chunks(cfg, Path(args.raw), args.pings, integer_ids=args.ids == "int")
+    rows = write_pings_in_chunks(cfg, Path(args.raw), args.pings, integer_ids=args.ids == ["int"])
     return {"rows": rows}
 
 

@@ -163,12 +163,33 @@ def _located_sql(n_zonings: int) -> str:
         FROM obs o JOIN fix f ON o.ulon = f.ulon AND o.ulat = f.ulat WHERE o.u"""
 
 
-def _membership_sql(measure: str, z: int) -> str:
-    if measure == "visitors":
-        return f"SELECT o.unit, o.b, d.rank FROM obs_{z} o JOIN dict_{z} d ON d.area = o.area"
+def _presence_sql(rows: str) -> str:
+    """One row per (unit, bucket): the area with most pings, ties to the smallest rank (smallest id), found by
+    one max over (pings * 2^32 + (2^32 - 1 - rank)) instead of a sort or a window."""
     top = RANK_BASE - 1
-    return (f"SELECT o.unit, o.b, {top} - (max(o.n * {RANK_BASE} + ({top} - d.rank)) % {RANK_BASE}) AS rank "
-            f"FROM obs_{z} o JOIN dict_{z} d ON d.area = o.area GROUP BY o.unit, o.b")
+    return (f"SELECT o.unit, o.b, {top} - (max(o.n * {RANK_BASE} + ({top} - o.rank)) % {RANK_BASE}) AS rank "
+            f"FROM ({rows}) o GROUP BY o.unit, o.b")
+
+
+def _membership_sql(measure: str, z: int, single: bool, unsure_buckets: Sequence[int]) -> str:
+    """(unit, b, rank) rows of zoning z: one per unit and bucket (presence) or per visited area (visitors)."""
+    ranked = (f"SELECT l.unit, l.b, d.rank, l.n FROM located l JOIN dict_{z} d ON d.area = l.a_{z} "
+              "WHERE l.a_0 IS NOT NULL")
+    if measure == "visitors":
+        return f"SELECT DISTINCT unit, b, rank FROM ({ranked}) r"
+    if not single:
+        summed = f"SELECT unit, b, rank, CAST(sum(n) AS BIGINT) AS n FROM ({ranked}) r GROUP BY unit, b, rank"
+        return _presence_sql(summed)
+    # With one zoning the scan already left one row per (unit, bucket, area), except where an unsure
+    # coordinate was assigned exactly into an area the unit also has sure pings in. So only the buckets that
+    # hold unsure pings are summed again (a literal list: no join over all rows); the rest go as they are.
+    sure = f"SELECT o.unit, o.b, d.rank, o.n FROM obs o JOIN dict_0 d ON d.area = o.a_0 WHERE NOT o.u"
+    if not unsure_buckets:
+        return _presence_sql(sure)
+    listed = ", ".join(str(int(b)) for b in unsure_buckets)
+    redone = (f"SELECT unit, b, rank, CAST(sum(n) AS BIGINT) AS n FROM ({ranked}) r WHERE r.b IN ({listed}) "
+              "GROUP BY unit, b, rank")
+    return f"{_presence_sql(sure + f' AND o.b NOT IN ({listed})')} UNION ALL {_presence_sql(redone)}"
 
 
 @dataclass
@@ -186,12 +207,11 @@ class _Decoded:
         return out
 
 
-def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, buckets: pd.Series,
-                  ) -> tuple[_Decoded, pd.DataFrame, list[pd.DataFrame]]:
+def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, buckets: pd.Series, single: bool,
+                  unsure_buckets: Sequence[int]) -> tuple[_Decoded, pd.DataFrame, list[pd.DataFrame]]:
     """Leaf counts (area_id, bucket_start, n) and margin frames (level, area_id, bucket_start, n)."""
-    engine.materialize(f"obs_{z}", f"SELECT unit, b, a_{z} AS area, CAST(sum(n) AS BIGINT) AS n FROM located "
-                                   f"WHERE a_0 IS NOT NULL AND a_{z} IS NOT NULL GROUP BY unit, b, a_{z}")
-    keys = engine.fetch(f"SELECT DISTINCT area FROM obs_{z}")["area"].to_numpy(np.int64)
+    keys = engine.fetch(f"SELECT DISTINCT a_{z} AS area FROM located WHERE a_0 IS NOT NULL AND a_{z} IS NOT NULL"
+                        )["area"].to_numpy(np.int64)
     ids = plan.ids_of_keys(keys).astype(object) if len(keys) else np.empty(0, object)
     order = np.argsort(ids.astype(str), kind="stable")
     ranks = np.empty(len(keys), np.int64)
@@ -202,16 +222,23 @@ def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, bucket
     engine.register_frame(f"hier_{z}", pd.DataFrame(
         {"rank": np.arange(len(keys), dtype=np.int64),
          **{level: hierarchy[level].astype(str).to_numpy(object) for level in plan.parent_levels}}))
-    engine.materialize(f"member_{z}", _membership_sql(measure, z))
-    leaf = decoded.frame(engine.fetch(f"SELECT rank, b, count(*) AS n FROM member_{z} GROUP BY rank, b"))
+    engine.materialize(f"member_{z}", _membership_sql(measure, z, single, unsure_buckets))
+    engine.materialize(f"leaf_{z}", f"SELECT rank, b, count(*) AS n FROM member_{z} GROUP BY rank, b")
+    leaf = decoded.frame(engine.fetch(f"SELECT rank, b, n FROM leaf_{z}"))
     margins = []
     if plan.level != "cell":
         margins.append(leaf.assign(level=plan.level))
     for level in plan.parent_levels:
-        counts = engine.fetch(f"SELECT h.{level} AS parent, m.b, count(DISTINCT m.unit) AS n FROM member_{z} m "
-                              f"JOIN hier_{z} h ON h.rank = m.rank GROUP BY h.{level}, m.b")
-        margins.append(decoded.frame(counts, "parent").assign(level=level))
-    totals = decoded.frame(engine.fetch(f"SELECT b, count(DISTINCT unit) AS n FROM member_{z} GROUP BY b"), None)
+        if measure == "presence":  # each unit is in one area per bucket, so a parent is the sum of its children
+            sql = (f"SELECT h.{level} AS parent, c.b, CAST(sum(c.n) AS BIGINT) AS n FROM leaf_{z} c "
+                   f"JOIN hier_{z} h ON h.rank = c.rank GROUP BY h.{level}, c.b")
+        else:
+            sql = (f"SELECT h.{level} AS parent, m.b, count(DISTINCT m.unit) AS n FROM member_{z} m "
+                   f"JOIN hier_{z} h ON h.rank = m.rank GROUP BY h.{level}, m.b")
+        margins.append(decoded.frame(engine.fetch(sql), "parent").assign(level=level))
+    total_sql = (f"SELECT b, CAST(sum(n) AS BIGINT) AS n FROM leaf_{z} GROUP BY b" if measure == "presence"
+                 else f"SELECT b, count(DISTINCT unit) AS n FROM member_{z} GROUP BY b")
+    totals = decoded.frame(engine.fetch(total_sql), None)
     margins.append(totals.assign(level=plan.total_level, area_id=plan.total_level))
     return decoded, leaf, margins
 
@@ -253,7 +280,8 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
              f"in {seconds['scan']:.1f} s")
     unsure = engine.fetch("SELECT DISTINCT ulon, ulat FROM obs WHERE u")
     engine.register_frame("fix", _resolve_exactly(unsure, plans))
-    engine.materialize("located", _located_sql(len(plans)))
+    engine.view("located", _located_sql(len(plans)))
+    unsure_buckets = sorted(engine.fetch("SELECT DISTINCT b FROM obs WHERE u")["b"].dropna().astype(int))
     t = _timed(seconds, "exact", t)
     progress(f"assigned {len(unsure):,} distinct unsure coordinate(s) exactly in {seconds['exact']:.1f} s")
     placed = engine.fetch("SELECT CAST(sum(CASE WHEN a_0 IS NOT NULL THEN n ELSE 0 END) AS BIGINT) AS inside, "
@@ -263,7 +291,8 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
 
     margin_frames: list[pd.DataFrame] = []
     for z, plan in enumerate(plans):
-        decoded, leaf, margins = _count_zoning(engine, plan, z, policy.measure, buckets)
+        decoded, leaf, margins = _count_zoning(engine, plan, z, policy.measure, buckets, len(plans) == 1,
+                                               unsure_buckets)
         if z == 0:
             main, cells = decoded, leaf
         margin_frames += margins
@@ -277,9 +306,9 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
     _write_parquet(margins.sort_values(["level", "area_id", "bucket_start"]).reset_index(drop=True), margins_path)
     membership_path = _write_membership(engine, main, out_dir)
     outside_path = _write_outside(engine, out_dir, pings_outside)
-    summary = engine.fetch("SELECT count(DISTINCT unit) AS units, "
-                           "(SELECT count(*) FROM (SELECT DISTINCT unit, b FROM member_0) s) AS unit_buckets "
-                           "FROM member_0").iloc[0]
+    pairs = ("count(*)" if policy.measure == "presence"  # presence has one row per (unit, bucket)
+             else "(SELECT count(*) FROM (SELECT DISTINCT unit, b FROM member_0) s)")
+    summary = engine.fetch(f"SELECT count(DISTINCT unit) AS units, {pairs} AS unit_buckets FROM member_0").iloc[0]
     covers = {
         plan.level: int(engine.fetch(f"SELECT count(*) AS n FROM located WHERE a_0 IS NOT NULL AND a_{z} IS NULL"
                                      ).iloc[0]["n"]) == 0

@@ -49,6 +49,7 @@ class Engine(Protocol):
     def register_parquet(self, name: str, paths: Sequence[Path]) -> None: ...
     def register_frame(self, name: str, frame: pd.DataFrame) -> None: ...
     def materialize(self, name: str, sql: str) -> None: ...
+    def view(self, name: str, sql: str) -> None: ...
     def fetch(self, sql: str) -> pd.DataFrame: ...
     def export(self, name: str, sql: str) -> str:
         """Make the query's result readable by a DuckDB connection from `finisher()`; returns a FROM item."""
@@ -101,12 +102,14 @@ class DuckDBEngine:
     def materialize(self, name: str, sql: str) -> None:
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}")
 
+    def view(self, name: str, sql: str) -> None:
+        self.con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS {sql}")
+
     def fetch(self, sql: str) -> pd.DataFrame:
         return self.con.execute(sql).df()
 
     def export(self, name: str, sql: str) -> str:
-        self.materialize(name, sql)
-        return name
+        return f"({sql})"
 
     def finisher(self) -> duckdb.DuckDBPyConnection:
         return self.con
@@ -181,6 +184,9 @@ class SparkEngine:
         path = self.scratch / name
         self.spark.sql(sql).write.mode("overwrite").parquet(str(path))
         self.spark.read.parquet(str(path)).createOrReplaceTempView(name)
+
+    def view(self, name: str, sql: str) -> None:
+        self.spark.sql(sql).createOrReplaceTempView(name)
 
     def fetch(self, sql: str) -> pd.DataFrame:
         with _quiet_pandas_notes():
