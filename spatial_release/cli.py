@@ -69,8 +69,9 @@ def root_cause(error) -> str:
 
 
 def run_release(policy: str, period: str, traces: list[str] | None = None, out: str | None = None,
-                ledger: str | None = None) -> tuple[bool, list[str], dict | None]:
-    """Run the quarterly release job for one period; return (published, messages, release record)."""
+                ledger: str | None = None, counting: dict | None = None) -> tuple[bool, list[str], dict | None]:
+    """Run the quarterly release job for one period; return (published, messages, release record).
+    `counting` configures the counting engine resource (engine, spark_master, duckdb_memory_limit)."""
     from spatial_release.definitions import defs
     from spatial_release.policy import load_policy
     from spatial_release.release import release_dir
@@ -87,7 +88,7 @@ def run_release(policy: str, period: str, traces: list[str] | None = None, out: 
     job = defs.resolve_job_def("monthly_release_job" if monthly else "quarterly_release_job")
     result = job.execute_in_process(
         partition_key=parsed.partition_key, instance=_instance(), raise_on_error=False,
-        run_config={"resources": {"settings": {"config": config}},
+        run_config={"resources": {"settings": {"config": config}, "counting": {"config": counting or {}}},
                     "loggers": {"console": {"config": {"log_level": "INFO"}}}},
     )
     if not result.success:
@@ -119,8 +120,25 @@ def _summary(record: dict, folder: Path) -> str:
     ])
 
 
+def _counting_config(args: argparse.Namespace) -> dict:
+    config = {"engine": args.engine}
+    if args.spark_master:
+        config["spark_master"] = args.spark_master
+    if args.memory_limit:
+        config["duckdb_memory_limit"] = args.memory_limit
+    return config
+
+
+def _add_engine_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--engine", choices=["duckdb", "spark"], default=os.environ.get("SPATIAL_RELEASE_ENGINE", "duckdb"),
+                        help="counting engine (default duckdb; spark needs pip install '.[spark]' and Java)")
+    parser.add_argument("--spark-master", help="Spark master URL, e.g. spark://host:7077 (default local[*])")
+    parser.add_argument("--memory-limit", help="DuckDB memory limit for counting, e.g. 2GB (it spills past it)")
+
+
 def cmd_release(args: argparse.Namespace) -> int:
-    published, messages, record = run_release(args.policy, args.period, args.traces, args.out, args.ledger)
+    published, messages, record = run_release(args.policy, args.period, args.traces, args.out, args.ledger,
+                                              _counting_config(args))
     if not published:
         print("\n".join(messages), file=sys.stderr)
         return 1
@@ -146,7 +164,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"generating synthetic traces and publishing {policy.name} 2018-Q1 into {out} ...")
     started = time.perf_counter()
     # the demo keeps its own ledger beside its releases: the project's ledger/ is for real programmes
-    published, messages, record = run_release(str(policy), "2018-Q1", None, str(out), str(out / "ledger"))
+    published, messages, record = run_release(str(policy), "2018-Q1", None, str(out), str(out / "ledger"),
+                                              _counting_config(args))
     elapsed = time.perf_counter() - started
     if not published:
         print("\n".join(messages), file=sys.stderr)
@@ -223,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="generate sample traces and publish a release")
     demo.add_argument("--out", default="demo-output", help="folder for traces, work files and the release")
+    _add_engine_options(demo)
     demo.set_defaults(func=cmd_demo)
 
     release = sub.add_parser("release", help="run the release job for one policy and period")
@@ -232,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     release.add_argument("--traces", nargs="+", help="trace files or globs (default: the policy's source.paths)")
     release.add_argument("--out", help="output folder: releases/ and work/ go under it")
     release.add_argument("--ledger", help="ledger folder")
+    _add_engine_options(release)
     release.set_defaults(func=cmd_release)
 
     audit = sub.add_parser("audit", help="independent LP audit of a release folder")

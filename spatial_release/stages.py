@@ -27,7 +27,7 @@ from spatial_release.geometry.grid import CELL_ID
 from spatial_release.geometry.zeros import ZerosFileError, read_structural_zeros
 from spatial_release.period import Period
 from spatial_release.policy import Policy
-from spatial_release.progress import Progress, log_progress
+from spatial_release.progress import Progress, log_progress, silent
 from spatial_release.release import (
     RELEASE_FILES, build_record, finish_pending, publish, read_tables, release_dir, release_tables,
     staging_dir, write_tables,
@@ -228,10 +228,11 @@ def release_structure(policy: Policy, area: WorkArea) -> Structure:
     return Structure(tuple(chains), tuple(identities))
 
 
-def run_protect(policy: Policy, period: Period, area: WorkArea) -> dict:
+def run_protect(policy: Policy, period: Period, area: WorkArea, progress: Progress = log_progress) -> dict:
     true_cells, true_margins = read_true_counts(area)
     protected, log, _ = protect_release(true_cells, true_margins, release_structure(policy, area), policy.k,
-                                        policy.measure, structural_zeros(policy), period_buckets(policy, period))
+                                        policy.measure, structural_zeros(policy), period_buckets(policy, period),
+                                        progress=progress)
     tables = release_tables(protected, make_locator(policy), policy.count_column)
     write_tables(tables, area.candidate)
     protected.withheld_cells.to_parquet(area.candidate / "withheld_cells.internal.parquet", index=False)
@@ -331,8 +332,8 @@ def related_releases(policy: Policy, period: Period, published: Published) -> li
 
 def check_suppression_audit(policy: Policy, area: WorkArea, options: dict | None = None,
                             earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = (),
-                            release: Path | None = None, published: Published | None = None
-                            ) -> guarantees.CheckOutcome:
+                            release: Path | None = None, published: Published | None = None,
+                            progress: Progress = silent) -> guarantees.CheckOutcome:
     """The attacker LP over the candidate files (or a published release folder): withheld figures are
     those absent from the files, and from the overlapping releases of the datasets in
     `suppression.audit_with` when `published` says where they are. Writes the per-primary intervals to
@@ -351,7 +352,8 @@ def check_suppression_audit(policy: Policy, area: WorkArea, options: dict | None
     period = Period.parse(area.root.name)
     result, table = audit_published(true_cells, true_margins, cells, margins, policy.count_column,
                                     release_structure(policy, area), policy.k, policy.measure,
-                                    structural_zeros(policy), period_buckets(policy, period), earlier, options)
+                                    structural_zeros(policy), period_buckets(policy, period), earlier, options,
+                                    progress)
     intervals = pd.DataFrame([{**table.key(i.node), "value": i.value, "attacker_lo": i.lo, "attacker_up": i.up,
                                "passed": i.passed, "integer_solve": i.exact_integer} for i in result.intervals])
     with atomic_path(area.root / "audit_intervals.internal.parquet") as tmp:

@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from conftest import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id, fixture_pings, policy_dict, write_policy
+from conftest import (CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, PROJECT_ROOT, cell_id, fixture_pings, policy_dict,
+                      write_policy)
 from spatial_release import cli, stages
 from spatial_release.definitions import defs
 from spatial_release.defs.partitions import quarterly
@@ -201,3 +202,44 @@ def test_cli_audit_refuses_another_policy(tmp_path, capsys):
     other = write_policy(tmp_path, {**yaml.safe_load(policy.read_text()), "version": 2}, name="other.yaml")
     folder = tmp_path / "out" / "releases" / "fixture" / "2018-Q1"
     assert cli.main(["audit", str(folder), "--policy", str(other)]) == 2
+
+
+def test_progress_of_ingest_counting_and_audit_is_in_the_run_log(tmp_path):
+    job = defs.resolve_job_def("quarterly_release_job")
+    config = {"policy": str(_policy_file(tmp_path)), "releases_dir": str(tmp_path / "releases"),
+              "work_dir": str(tmp_path / "work"), "ledger_dir": str(tmp_path / "ledger"),
+              "alerts_dir": str(tmp_path / "alerts")}
+    instance = dg.DagsterInstance.ephemeral()
+    result = job.execute_in_process(partition_key=PARTITION, instance=instance,
+                                    run_config={"resources": {"settings": {"config": config}}})
+    messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
+    assert any(m.startswith("ingest: traces.csv:") for m in messages)
+    assert any(m.startswith("counting on duckdb: scanning 1 file(s)") for m in messages)
+    assert any(m.startswith("counting done in") for m in messages)
+    assert any(m.startswith("suppression: ") for m in messages)
+    assert sum(m.startswith("audit: 2 withheld primaries") for m in messages) == 2  # protect, then the check
+
+
+def test_readme_postgres_instance_config_is_valid_for_dagster(monkeypatch, tmp_path):
+    import re
+
+    from dagster._core.instance.config import dagster_instance_config
+
+    block = re.search(r"# \$DAGSTER_HOME/dagster.yaml\n(.*?)```", (PROJECT_ROOT / "README.md").read_text(), re.S)
+    (tmp_path / "dagster.yaml").write_text(block.group(1))
+    for name in ("DAGSTER_PG_HOST", "DAGSTER_PG_USER", "DAGSTER_PG_PASSWORD"):
+        monkeypatch.setenv(name, "x")
+    config, _ = dagster_instance_config(str(tmp_path))
+    assert config["storage"]["postgres"]["postgres_db"]["db_name"] == "dagster"
+    assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
+
+
+def test_counting_engine_resource_defaults_to_duckdb_and_refuses_unknown_engines(tmp_path):
+    from spatial_release.defs.resources import CountingEngine
+
+    area = stages.WorkArea(tmp_path / "work")
+    with CountingEngine().open(area) as engine:
+        assert engine.name == "duckdb"  # the embedded default
+    with pytest.raises(ValueError, match="'polars' is not one of 'duckdb', 'spark'"):
+        with CountingEngine(engine="polars").open(area):
+            pass

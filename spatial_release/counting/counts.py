@@ -24,6 +24,8 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from spatial_release.counting.engines import Engine
 from spatial_release.counting.plan import ZoningPlan, zoning_sql
@@ -194,21 +196,30 @@ def _membership_sql(measure: str, z: int, single: bool, unsure_buckets: Sequence
 
 @dataclass
 class _Decoded:
+    """Turns engine results keyed by integers into (area_id, bucket_start, n) with Arrow's vectorised take."""
+
     ids: np.ndarray  # rank -> area id
     buckets: pd.Series  # bucket number -> bucket start
 
-    def frame(self, counts: pd.DataFrame, area_col: str | None = "rank") -> pd.DataFrame:
-        out = pd.DataFrame({"bucket_start": self.buckets.to_numpy()[counts["b"].to_numpy(np.int64)],
-                            "n": counts["n"].to_numpy(np.int64)})
-        if area_col == "rank":
-            out.insert(0, "area_id", self.ids[counts["rank"].to_numpy(np.int64)])
-        elif area_col is not None:
-            out.insert(0, "area_id", counts[area_col].astype(str).to_numpy())
-        return out
+    def __post_init__(self) -> None:
+        self.id_array = pa.array(self.ids.astype(str), pa.string())
+        self.bucket_array = pa.array(self.buckets.to_numpy(), pa.timestamp("us", tz="UTC"))
+
+    def table(self, counts: pd.DataFrame, level: str | None = None, area: str = "rank") -> pa.Table:
+        b = pa.array(counts["b"].to_numpy(np.int64))
+        if area == "rank":
+            ids = self.id_array.take(pa.array(counts["rank"].to_numpy(np.int64)))
+        else:
+            ids = pa.array(counts[area].astype(str).to_numpy(object), pa.string())
+        columns = {"area_id": ids, "bucket_start": self.bucket_array.take(b),
+                   "n": pa.array(counts["n"].to_numpy(np.int64))}
+        if level is not None:
+            columns = {"level": pa.array(np.full(len(counts), level, dtype=object), pa.string()), **columns}
+        return pa.table(columns)
 
 
 def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, buckets: pd.Series, single: bool,
-                  unsure_buckets: Sequence[int]) -> tuple[_Decoded, pd.DataFrame, list[pd.DataFrame]]:
+                  unsure_buckets: Sequence[int]) -> tuple[_Decoded, pa.Table, list[pa.Table]]:
     """Leaf counts (area_id, bucket_start, n) and margin frames (level, area_id, bucket_start, n)."""
     keys = engine.fetch(f"SELECT DISTINCT a_{z} AS area FROM located WHERE a_0 IS NOT NULL AND a_{z} IS NOT NULL"
                         )["area"].to_numpy(np.int64)
@@ -224,10 +235,11 @@ def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, bucket
          **{level: hierarchy[level].astype(str).to_numpy(object) for level in plan.parent_levels}}))
     engine.materialize(f"member_{z}", _membership_sql(measure, z, single, unsure_buckets))
     engine.materialize(f"leaf_{z}", f"SELECT rank, b, count(*) AS n FROM member_{z} GROUP BY rank, b")
-    leaf = decoded.frame(engine.fetch(f"SELECT rank, b, n FROM leaf_{z}"))
+    leaf_counts = engine.fetch(f"SELECT rank, b, n FROM leaf_{z} ORDER BY rank, b")  # rank order is id order
+    leaf = decoded.table(leaf_counts)
     margins = []
     if plan.level != "cell":
-        margins.append(leaf.assign(level=plan.level))
+        margins.append(decoded.table(leaf_counts, plan.level))
     for level in plan.parent_levels:
         if measure == "presence":  # each unit is in one area per bucket, so a parent is the sum of its children
             sql = (f"SELECT h.{level} AS parent, c.b, CAST(sum(c.n) AS BIGINT) AS n FROM leaf_{z} c "
@@ -235,17 +247,17 @@ def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, bucket
         else:
             sql = (f"SELECT h.{level} AS parent, m.b, count(DISTINCT m.unit) AS n FROM member_{z} m "
                    f"JOIN hier_{z} h ON h.rank = m.rank GROUP BY h.{level}, m.b")
-        margins.append(decoded.frame(engine.fetch(sql), "parent").assign(level=level))
+        margins.append(decoded.table(engine.fetch(sql), level, area="parent"))
     total_sql = (f"SELECT b, CAST(sum(n) AS BIGINT) AS n FROM leaf_{z} GROUP BY b" if measure == "presence"
                  else f"SELECT b, count(DISTINCT unit) AS n FROM member_{z} GROUP BY b")
-    totals = decoded.frame(engine.fetch(total_sql), None)
-    margins.append(totals.assign(level=plan.total_level, area_id=plan.total_level))
+    totals = engine.fetch(total_sql).assign(total=plan.total_level)
+    margins.append(decoded.table(totals, plan.total_level, area="total"))
     return decoded, leaf, margins
 
 
-def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
+def _write_parquet(table: pa.Table, path: Path) -> None:
     with atomic_path(path) as tmp:
-        frame.to_parquet(tmp, index=False)
+        pq.write_table(table, tmp)
 
 
 def _timed(seconds: dict[str, float], name: str, started: float) -> float:
@@ -289,7 +301,7 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
                           "FROM located").iloc[0]
     pings_located, pings_outside = int(placed["inside"] or 0), int(placed["outside"] or 0)
 
-    margin_frames: list[pd.DataFrame] = []
+    margin_frames: list[pa.Table] = []
     for z, plan in enumerate(plans):
         decoded, leaf, margins = _count_zoning(engine, plan, z, policy.measure, buckets, len(plans) == 1,
                                                unsure_buckets)
@@ -300,10 +312,10 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
     t = _timed(seconds, "count", t)
 
     cells_path, margins_path = out_dir / "cell_counts.parquet", out_dir / "margin_counts.parquet"
-    cells = cells.rename(columns={"area_id": "cell_id"}).sort_values(["cell_id", "bucket_start"])
-    _write_parquet(cells.reset_index(drop=True), cells_path)
-    margins = pd.concat(margin_frames, ignore_index=True)[["level", "area_id", "bucket_start", "n"]]
-    _write_parquet(margins.sort_values(["level", "area_id", "bucket_start"]).reset_index(drop=True), margins_path)
+    _write_parquet(cells.rename_columns(["cell_id", "bucket_start", "n"]), cells_path)  # sorted by the engine
+    margins = pa.concat_tables(margin_frames)
+    _write_parquet(margins.sort_by([("level", "ascending"), ("area_id", "ascending"),
+                                    ("bucket_start", "ascending")]), margins_path)
     membership_path = _write_membership(engine, main, out_dir)
     outside_path = _write_outside(engine, out_dir, pings_outside)
     pairs = ("count(*)" if policy.measure == "presence"  # presence has one row per (unit, bucket)
@@ -327,9 +339,10 @@ def _write_membership(engine: Engine, main: _Decoded, out_dir: Path) -> Path:
     """unit, bucket_start, cell_id for the main geometry: who was counted where (internal, never published)."""
     source = engine.export("membership", "SELECT unit, b, rank FROM member_0")
     con = engine.finisher()
-    con.register("dict_ids", pd.DataFrame({"rank": np.arange(len(main.ids), dtype=np.int64), "cell_id": main.ids}))
-    con.register("bucket_ids", pd.DataFrame({"b": np.arange(len(main.buckets), dtype=np.int64),
-                                             "bucket_start": main.buckets.to_numpy()}))
+    con.register("dict_ids", pa.table({"rank": pa.array(np.arange(len(main.ids), dtype=np.int64)),
+                                       "cell_id": main.id_array}))
+    con.register("bucket_ids", pa.table({"b": pa.array(np.arange(len(main.buckets), dtype=np.int64)),
+                                         "bucket_start": main.bucket_array}))
     path = out_dir / "membership.internal.parquet"
     with atomic_path(path) as tmp:
         con.execute(f"COPY (SELECT m.unit, k.bucket_start, d.cell_id FROM {source} m "

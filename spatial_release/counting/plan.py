@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from spatial_release.geometry.grid import KEY_BASE, KEY_OFFSET, Grid
+from spatial_release.geometry.grid import KEY_BASE, KEY_OFFSET, Grid, cell_name
 from spatial_release.geometry.lookup import BOUNDARY, ZoneLookup, build_zone_lookup
 from pyproj import CRS
 
@@ -38,6 +38,8 @@ class ZoningPlan:
     hierarchy: Callable[[pd.Series], pd.DataFrame]  # cell_id (area id) plus one column per parent level
     grid_size: float | None = None
     lookup: ZoneLookup | None = None
+    compact: "CompactGrid | None" = None  # grid keys numbered within the pings' extent (small integers)
+    key_bound: int | None = None  # every area key is in [0, key_bound); None: keys are not small
 
     @property
     def method(self) -> str:
@@ -75,11 +77,56 @@ def choose_projection(crs: CRS, evaluate=None, extent: Extent | None = None) -> 
     return validated_projection(crs, **options)
 
 
+@dataclass(frozen=True)
+class CompactGrid:
+    """Cells of the pings' extent numbered (ix - ix0) * ny + (iy - iy0): small keys make the engines' hash
+    tables smaller and let presence be found in one pass (see counting.counts). A point whose SQL cell falls
+    outside the box is unsure (assigned by pyproj); an exact cell outside it is an error, which the padding
+    of the box rules out for pings inside the extent."""
+
+    ix0: int
+    iy0: int
+    nx: int
+    ny: int
+
+    @classmethod
+    def around(cls, grid: Grid, extent: Extent) -> "CompactGrid | None":
+        w, s, e, n = extent
+        t = np.linspace(0.0, 1.0, 201)
+        lon = np.concatenate([w + (e - w) * t, np.full(201, e), w + (e - w) * t, np.full(201, w)])
+        lat = np.concatenate([np.full(201, s), s + (n - s) * t, np.full(201, n), s + (n - s) * t])
+        ix, iy = grid.indices(lon, lat)
+        ix0, iy0 = int(ix.min()) - 2, int(iy.min()) - 2
+        nx, ny = int(ix.max()) - ix0 + 3, int(iy.max()) - iy0 + 3
+        return cls(ix0, iy0, nx, ny) if nx * ny < 2**31 else None
+
+    def encode(self, ix: np.ndarray, iy: np.ndarray) -> np.ndarray:
+        ix, iy = np.asarray(ix, np.int64) - self.ix0, np.asarray(iy, np.int64) - self.iy0
+        if ((ix < 0) | (ix >= self.nx) | (iy < 0) | (iy >= self.ny)).any():
+            raise ValueError("a ping lies outside the extent the grid keys were numbered for")
+        return ix * self.ny + iy
+
+    def decode(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        keys = np.asarray(keys, np.int64)
+        return keys // self.ny + self.ix0, keys % self.ny + self.iy0
+
+
 def grid_plan(level: str, grid: Grid, parent_levels: tuple[str, ...], evaluate=None,
               extent: Extent | None = None) -> ZoningPlan:
     projection = choose_projection(grid.crs, evaluate, extent)
-    return ZoningPlan(level, parent_levels, TOTAL_LEVEL, projection, grid.locate_keys, grid.ids_of_keys,
-                      grid.hierarchy, grid_size=float(grid.spec.size_m))
+    compact = CompactGrid.around(grid, extent) if extent is not None else None
+    if compact is None:
+        return ZoningPlan(level, parent_levels, TOTAL_LEVEL, projection, grid.locate_keys, grid.ids_of_keys,
+                          grid.hierarchy, grid_size=float(grid.spec.size_m))
+
+    def exact_keys(lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
+        return compact.encode(*grid.indices(lon, lat))
+
+    def ids_of_keys(keys: np.ndarray) -> np.ndarray:
+        return cell_name(grid.spec.size_m, *compact.decode(keys))
+
+    return ZoningPlan(level, parent_levels, TOTAL_LEVEL, projection, exact_keys, ids_of_keys, grid.hierarchy,
+                      grid_size=float(grid.spec.size_m), compact=compact, key_bound=compact.nx * compact.ny)
 
 
 def zones_plan(level: str, layer: ZoneLayer, parent_levels: tuple[str, ...], total_level: str,
@@ -92,7 +139,7 @@ def zones_plan(level: str, layer: ZoneLayer, parent_levels: tuple[str, ...], tot
         return pd.DataFrame({"cell_id": ids.to_numpy()}).merge(table, on="cell_id", how="left")
 
     return ZoningPlan(level, parent_levels, total_level, projection, layer.locate_keys, layer.ids_of_keys,
-                      hierarchy, lookup=lookup)
+                      hierarchy, lookup=lookup, key_bound=len(layer.frame))
 
 
 def _near_edge(v: str, origin: float, size: float, guard: float) -> str:
@@ -116,12 +163,14 @@ def zoning_sql(plan: ZoningPlan, i: int, x: str, y: str) -> ZoningSql:
         return ZoningSql("CAST(NULL AS BIGINT)", "TRUE")
     outside_validated = f"NOT {p.inside_validated_sql()}"
     if plan.lookup is None:
-        size = plan.grid_size
-        key = (f"((CAST(floor({x} / {num(size)}) AS BIGINT) + {KEY_OFFSET}) * {KEY_BASE} "
-               f"+ (CAST(floor({y} / {num(size)}) AS BIGINT) + {KEY_OFFSET}))")
+        size, c = plan.grid_size, plan.compact
+        ix, iy = f"CAST(floor({x} / {num(size)}) AS BIGINT)", f"CAST(floor({y} / {num(size)}) AS BIGINT)"
         unsure = (f"({outside_validated} OR {_near_edge(x, 0.0, size, p.guard)} "
-                  f"OR {_near_edge(y, 0.0, size, p.guard)})")
-        return ZoningSql(key, unsure)
+                  f"OR {_near_edge(y, 0.0, size, p.guard)}")
+        if c is None:
+            return ZoningSql(f"(({ix} + {KEY_OFFSET}) * {KEY_BASE} + ({iy} + {KEY_OFFSET}))", unsure + ")")
+        unsure += f" OR NOT ({ix} BETWEEN {c.ix0} AND {c.ix0 + c.nx - 1} AND {iy} BETWEEN {c.iy0} AND {c.iy0 + c.ny - 1}))"
+        return ZoningSql(f"(({ix} - {c.ix0}) * {c.ny} + ({iy} - {c.iy0}))", unsure)
     lk = plan.lookup
     gx, gy = f"floor(({x} - {num(lk.x0)}) / {num(lk.cell)})", f"floor(({y} - {num(lk.y0)}) / {num(lk.cell)})"
     lk_sql = (f"CASE WHEN {gx} >= 0 AND {gx} < {lk.nx} AND {gy} >= 0 AND {gy} < {lk.ny} "

@@ -97,7 +97,7 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
               description="The candidate release after primary and complementary suppression.")
     def protected_table(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
         policy, period, area = setup(context, settings)
-        summary = stages.run_protect(policy, period, area)
+        summary = stages.run_protect(policy, period, area, progress=context.log.info)
         context.log.info(f"suppression: {summary['suppression']['audit']['primaries_audited']} primaries audited")
         return dg.MaterializeResult(metadata={
             "dagster/row_count": summary["published_cells"] + summary["structural_zero_cells_published"],

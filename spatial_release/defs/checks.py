@@ -55,14 +55,16 @@ def review_outcome(review: dict | None, period_label: str) -> CheckOutcome:
 
 
 def build_checks(partitions_def, validated_pings, protected_table, risk_assessment, published_release) -> list:
-    def guarantee(name: str, run: Callable, description: str) -> dg.AssetChecksDefinition:
+    def guarantee(name: str, run: Callable, description: str, reports_progress: bool = False
+                  ) -> dg.AssetChecksDefinition:
         @dg.asset_check(asset=protected_table, name=name, blocking=True, partitions_def=partitions_def,
                         description=description)
         def _check(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
             policy = settings.load_policy()
             area = settings.work_area(policy, period_of(context.partition_key, partitions_def))
             published = stages.Published(settings.ledger(), Path(settings.releases_dir))
-            return check_result(run(policy, area, published=published))
+            extra = {"progress": context.log.info} if reports_progress else {}
+            return check_result(run(policy, area, published=published, **extra))
 
         return _check
 
@@ -111,7 +113,8 @@ def build_checks(partitions_def, validated_pings, protected_table, risk_assessme
                   "No identifier or quasi-identifier column (or unit id value) of the input reaches a release file."),
         guarantee("suppression_audit", stages.check_suppression_audit,
                   "Attacker LP (HiGHS) over everything published: every withheld primary v keeps an integer "
-                  "interval with lo <= v - 1 and up >= max(k, v + 1). Infeasible, time-out or solver error fails."),
+                  "interval with lo <= v - 1 and up >= max(k, v + 1). Infeasible, time-out or solver error fails.",
+                  reports_progress=True),
         guarantee("suppression_budget", stages.check_suppression_budget,
                   "The share of unit counts in withheld cells stays within the policy's suppression budget."),
         risk_budget,

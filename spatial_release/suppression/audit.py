@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 import highspy
 import numpy as np
 
+from spatial_release.progress import Progress, silent
+
 from spatial_release.suppression.table import EQ, PUBLISHED, Table
 
 INF = highspy.kHighsInf
@@ -358,7 +360,8 @@ def audit_component(model: ComponentModel, primaries: list[int], criterion: Crit
 
 
 def audit(table: Table, k: int, options: dict | None = None, primaries: set[int] | None = None,
-          exact: bool = False, criterion: Criterion | None = None) -> AuditResult:
+          exact: bool = False, criterion: Criterion | None = None, progress: Progress = silent,
+          every_s: float = 5.0) -> AuditResult:
     """Audit every withheld primary, or only those in `primaries` (the repair loop re-audits only the
     primaries that failed: withholding more figures only widens the attacker's feasible set, so a primary
     that passed keeps passing). With `exact`, every bound is the attacker's optimum (two LPs per primary)
@@ -368,14 +371,26 @@ def audit(table: Table, k: int, options: dict | None = None, primaries: set[int]
     result = AuditResult(k=k, criterion=criterion)
     result.errors.extend(inconsistent_relations(table))
     relations_of = table.relations_of()
+    work = []
     for nodes in components(table):
         chosen = [n for n in nodes if table.status[n] == "primary" and (primaries is None or n in primaries)]
-        if not chosen:
-            continue
+        if chosen:
+            work.append((nodes, chosen))
+    total = sum(len(chosen) for _, chosen in work)
+    done, reported = 0, time.perf_counter()
+    for nodes, chosen in work:
         result.components += 1
         model = ComponentModel(table, nodes, relations_of, options or {})
         audit_component(model, chosen, criterion, result, exact)
+        done += len(chosen)
+        if time.perf_counter() - reported >= every_s:
+            reported = time.perf_counter()
+            progress(f"audit: {done:,} of {total:,} withheld primaries in {result.components:,} of {len(work):,} "
+                     f"components, {result.lps_solved:,} LPs, {reported - started:.0f} s")
     result.seconds = time.perf_counter() - started
+    if total:
+        progress(f"audit: {total:,} withheld primaries in {len(work):,} components, {len(result.failures()):,} "
+                 f"not protected, {result.seconds:.1f} s")
     return result
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from spatial_release.progress import Progress, silent
 from spatial_release.suppression.audit import AuditResult, Criterion, Interval, audit, components
 from spatial_release.suppression.table import PRIMARY, PUBLISHED, SECONDARY, TOTAL, Table
 
@@ -168,18 +169,19 @@ def prune(table: Table, k: int, costs: list[float], relations_of: list[list[int]
 
 def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int = 200,
             options: dict | None = None, prune_tries: int = 0,
-            criterion: Criterion | None = None) -> ProtectionLog:
+            criterion: Criterion | None = None, progress: Progress = silent) -> ProtectionLog:
     """Withhold secondaries in `table` (statuses change in place) until the audit passes."""
     criterion = criterion or Criterion(k)
     costs = _weights(table, level_depth)
     log = ProtectionLog()
     log.sweep_secondaries = sweep(table, costs, criterion)
+    progress(f"suppression: {len(table):,} figures, {log.sweep_secondaries:,} secondaries from the sweep")
     relations_of = table.relations_of()
     intervals: dict[int, Interval] = {}
     totals = AuditResult(k=k, criterion=criterion)
     to_audit: set[int] | None = None  # None: every primary
     while True:
-        result = audit(table, k, options, primaries=to_audit, criterion=criterion)
+        result = audit(table, k, options, primaries=to_audit, criterion=criterion, progress=progress)
         if result.errors:
             raise SuppressionError("; ".join(result.errors[:5]))
         for name in ("lps_solved", "bulk_lps", "mips_solved", "seconds"):
@@ -195,6 +197,7 @@ def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int =
             keys = [table.key(f.node) for f in failures[:5]]
             raise SuppressionError(f"{len(failures)} primaries still unprotected after {max_rounds} rounds: {keys}")
         log.rounds += 1
+        progress(f"suppression: repair round {log.rounds}, {len(failures):,} primaries not yet protected")
         to_audit = {f.node for f in failures}
         for failure in failures:
             if table.status[failure.node] == PUBLISHED:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from spatial_release.progress import Progress, silent
 from spatial_release.suppression.audit import AuditResult, audit
 from spatial_release.suppression.complementary import ProtectionLog, protect
 from spatial_release.suppression.primary import ProtectedTable, structural_zero_rows
@@ -96,10 +97,11 @@ def zero_keys(zeros: Iterable[str], buckets: Sequence[object]) -> list[tuple[str
 
 def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, structure: Structure, k: int,
                     measure: str, zeros: Iterable[str] = (), buckets: Sequence[object] = (),
-                    options: dict | None = None) -> tuple[ProtectedTable, ProtectionLog, Table]:
+                    options: dict | None = None, progress: Progress = silent,
+                    ) -> tuple[ProtectedTable, ProtectionLog, Table]:
     zeros = frozenset(zeros)
     table = system_for(true_cells, true_margins, structure, k, measure, zero_keys(zeros, buckets))
-    log = protect(table, k, structure.level_depth(), options=options)
+    log = protect(table, k, structure.level_depth(), options=options, progress=progress)
     return tables_from_status(table, zeros, buckets, true_cells), log, table
 
 
@@ -107,7 +109,7 @@ def audit_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publis
                     published_margins: pd.DataFrame, count_column: str, structure: Structure, k: int,
                     measure: str, zeros: Iterable[str] = (), buckets: Sequence[object] = (),
                     earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = (),
-                    options: dict | None = None) -> tuple[AuditResult, Table]:
+                    options: dict | None = None, progress: Progress = silent) -> tuple[AuditResult, Table]:
     """Audit the release as an outsider sees it: a figure is known iff its key is in a release file (this
     one or an `earlier` release of the same period, as (cells, margins) frames), with the value printed
     there; every other figure is unknown. True counts only say which unknown figures are primaries."""
@@ -134,7 +136,7 @@ def audit_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publis
             table.value[i] = known[key]
         else:
             table.status[i] = PRIMARY if table.value[i] < k else SECONDARY
-    result = audit(table, k, options)
+    result = audit(table, k, options, progress=progress)
     result.errors.extend(f"releases contradict each other: {c}" for c in conflicts)
     return result, table
 
