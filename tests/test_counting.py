@@ -102,12 +102,15 @@ pings_strategy = st.lists(
 )
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows=pings_strategy, measure=st.sampled_from(["presence", "visitors"]))
-def test_counts_match_brute_force_with_pyproj_placement(tmp_path, rows, measure):
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=pings_strategy, measure=st.sampled_from(["presence", "visitors"]), fitted=st.booleans())
+def test_counts_match_brute_force_with_pyproj_placement(tmp_path, rows, measure, fitted):
+    """`fitted` (the pipeline's way, small keys) takes the one-pass presence path; the formula path with
+    wide keys takes the two-aggregation path. Day buckets give many (unit, day) groups with 3+ cells, ties
+    and points on cell edges."""
     pings = _pings(rows)
     policy = _grid_policy(measure)
-    _, cells, margins = _count(tmp_path, pings, policy)
+    _, cells, margins = _count(tmp_path, pings, policy, fitted)
     exact = Grid(policy.geometry).locate(pings["lon"].to_numpy(), pings["lat"].to_numpy())
     assert _as_dicts(cells, margins) == _brute_force(pings, exact, measure, _parent_500)
 

@@ -18,10 +18,10 @@ from shapely import box
 
 from conftest import policy_dict
 from spatial_release import stages
-from spatial_release.counting import count_pings
 from spatial_release.counting.engines import SparkSettings, open_engine
 from spatial_release.period import Period
 from spatial_release.policy import parse_policy
+from spatial_release.progress import silent
 from test_counting import T0, _edge_points
 
 HAVE_SPARK = importlib.util.find_spec("pyspark") is not None and shutil.which("java") is not None
@@ -37,7 +37,8 @@ def _run(kind: str, policy, pings: pd.DataFrame, tmp_path: Path) -> dict:
     pings.to_parquet(src)
     settings = SparkSettings(shuffle_partitions=4)
     with open_engine(kind, scratch=tmp_path / f"scratch_{kind}", spark_settings=settings) as engine:
-        result = count_pings(policy, PERIOD, [src], stages.zoning_plans(policy, engine), tmp_path / kind, engine)
+        # the pipeline's way: projection fitted to the pings' extent, small keys, one-pass presence
+        result = stages.count_validated_pings(policy, PERIOD, [src], tmp_path / kind, engine, silent)
     frames = {name: pd.read_parquet(path) for name, path in [
         ("cells", result.cell_counts_path), ("margins", result.margin_counts_path),
         ("membership", result.membership_path), ("outside", result.outside_path)]}
@@ -63,9 +64,10 @@ def _hourly_pings_across_dst(lon: np.ndarray, lat: np.ndarray, int_ids: bool) ->
                          "ts": pd.to_datetime(ts, utc=True), "lon": lon, "lat": lat})
 
 
-@pytest.mark.parametrize("measure, int_ids", [("presence", True), ("visitors", False)])
+@pytest.mark.parametrize("measure, int_ids", [("presence", True), ("presence", False), ("visitors", False)])
 def test_spark_grid_counts_equal_duckdb(tmp_path, measure, int_ids):
-    lon, lat = _edge_points("EPSG:32618", 250, 6000, seed=21)
+    # +-50 km (the fitted polynomial) or +-500 km (the full formula)
+    lon, lat = _edge_points("EPSG:32618", 250, 6000, seed=21, spread=200 if int_ids else 2000)
     pings = _hourly_pings_across_dst(lon, lat, int_ids)
     data = policy_dict("unused.csv", measure=measure,
                        geometry={"kind": "grid", "crs": "EPSG:32618", "size_m": 250, "parents_m": [1000, 4000]},

@@ -16,7 +16,7 @@ at the end, on the small count tables.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -109,7 +109,8 @@ def data_extent(engine: Engine, pings: Sequence[Path]) -> tuple[float, float, fl
     return None if any(pd.isna(v) for v in values) else values  # type: ignore[return-value]
 
 
-def _stage_a_sql(plans: Sequence[ZoningPlan], slots: BucketSlots, engine: Engine) -> str:
+def _keyed_sql(plans: Sequence[ZoningPlan], slots: BucketSlots, engine: Engine) -> str:
+    """WITH ... keyed AS (unit, b, lon, lat, unsure, k_0, k_1, ...): every ping with its bucket and area keys."""
     d = engine.dialect
     index = f"CAST(floor({d.epoch_us('ts')} / {SLOT_US}) AS BIGINT) - {slots.first_slot} + 1"
     n_slots = len(slots.slot_bucket)
@@ -130,12 +131,17 @@ def _stage_a_sql(plans: Sequence[ZoningPlan], slots: BucketSlots, engine: Engine
     classes = "".join(f", lookup_{i}.cls AS cls_{i}" for i, part in enumerate(parts) if part.lookup_join)
     unsure = " OR ".join(part.unsure for part in parts)
     keys = ", ".join(f"{part.key} AS k_{i}" for i, part in enumerate(parts))
-    areas = ", ".join(f"CASE WHEN unsure THEN NULL ELSE k_{i} END AS a_{i}" for i in range(len(parts)))
-    area_cols = ", ".join(f"a_{i}" for i in range(len(parts)))
     return f"""
         WITH proj AS ({proj}),
         classed AS (SELECT proj.*{classes} FROM proj {joins}),
-        keyed AS (SELECT unit, b, lon, lat, ({unsure}) AS unsure, {keys} FROM classed),
+        keyed AS (SELECT unit, b, lon, lat, ({unsure}) AS unsure, {keys} FROM classed)"""
+
+
+def _stage_a_sql(plans: Sequence[ZoningPlan], slots: BucketSlots, engine: Engine) -> str:
+    """One row per (unit, bucket, areas of every zoning), unsure pings kept apart with their coordinates."""
+    areas = ", ".join(f"CASE WHEN unsure THEN NULL ELSE k_{i} END AS a_{i}" for i in range(len(plans)))
+    area_cols = ", ".join(f"a_{i}" for i in range(len(plans)))
+    return f"""{_keyed_sql(plans, slots, engine)},
         marked AS (SELECT unit, b, unsure AS u, {areas},
                           CASE WHEN unsure OR k_0 IS NULL THEN lon END AS ulon,
                           CASE WHEN unsure OR k_0 IS NULL THEN lat END AS ulat FROM keyed)
@@ -218,11 +224,10 @@ class _Decoded:
         return pa.table(columns)
 
 
-def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, buckets: pd.Series, single: bool,
-                  unsure_buckets: Sequence[int]) -> tuple[_Decoded, pa.Table, list[pa.Table]]:
+def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, buckets: pd.Series, keys_sql: str,
+                  member_sql: Callable[[], str]) -> tuple[_Decoded, pa.Table, list[pa.Table]]:
     """Leaf counts (area_id, bucket_start, n) and margin frames (level, area_id, bucket_start, n)."""
-    keys = engine.fetch(f"SELECT DISTINCT a_{z} AS area FROM located WHERE a_0 IS NOT NULL AND a_{z} IS NOT NULL"
-                        )["area"].to_numpy(np.int64)
+    keys = engine.fetch(keys_sql)["area"].to_numpy(np.int64)
     ids = plan.ids_of_keys(keys).astype(object) if len(keys) else np.empty(0, object)
     order = np.argsort(ids.astype(str), kind="stable")
     ranks = np.empty(len(keys), np.int64)
@@ -233,7 +238,7 @@ def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, bucket
     engine.register_frame(f"hier_{z}", pd.DataFrame(
         {"rank": np.arange(len(keys), dtype=np.int64),
          **{level: hierarchy[level].astype(str).to_numpy(object) for level in plan.parent_levels}}))
-    engine.materialize(f"member_{z}", _membership_sql(measure, z, single, unsure_buckets))
+    engine.materialize(f"member_{z}", member_sql())
     engine.materialize(f"leaf_{z}", f"SELECT rank, b, count(*) AS n FROM member_{z} GROUP BY rank, b")
     leaf_counts = engine.fetch(f"SELECT rank, b, n FROM leaf_{z} ORDER BY rank, b")  # rank order is id order
     leaf = decoded.table(leaf_counts)
@@ -266,6 +271,115 @@ def _timed(seconds: dict[str, float], name: str, started: float) -> float:
     return now
 
 
+def _check_period(engine: Engine, table: str, pings: Sequence[Path], period: Period) -> None:
+    off = int(engine.fetch(f"SELECT CAST(coalesce(sum(CASE WHEN b IS NULL THEN n ELSE 0 END), 0) AS BIGINT) "
+                           f"AS off FROM {table}").iloc[0]["off"])
+    if off:
+        raise CountingError(f"{off} ping(s) in {[str(p) for p in pings]} fall outside period "
+                            f"{period.label}; the pings must come from the ingest step for the same period")
+
+
+def _resolve_unsure(engine: Engine, plans: Sequence[ZoningPlan], table: str) -> tuple[int, list[int]]:
+    """Assign the distinct unsure coordinates of `table` exactly (table `fix`); (how many, their buckets)."""
+    unsure = engine.fetch(f"SELECT DISTINCT ulon, ulat FROM {table} WHERE u")
+    engine.register_frame("fix", _resolve_exactly(unsure, plans))
+    buckets = sorted(engine.fetch(f"SELECT DISTINCT b FROM {table} WHERE u")["b"].dropna().astype(int))
+    return len(unsure), buckets
+
+
+def _scan_generic(engine: Engine, plans: Sequence[ZoningPlan], slots: BucketSlots, pings: Sequence[Path],
+                  period: Period, seconds: dict, progress: Progress) -> tuple[int, list[int]]:
+    t = time.perf_counter()
+    engine.materialize("obs", _stage_a_sql(plans, slots, engine))
+    t = _timed(seconds, "scan", t)
+    _check_period(engine, "obs", pings, period)
+    progress(f"scanned the pings into (unit, bucket, area) rows in {seconds['scan']:.1f} s")
+    unsure_n, unsure_buckets = _resolve_unsure(engine, plans, "obs")
+    engine.view("located", _located_sql(len(plans)))
+    _timed(seconds, "exact", t)
+    progress(f"assigned {unsure_n:,} distinct unsure coordinate(s) exactly in {seconds['exact']:.1f} s")
+    return unsure_n, unsure_buckets
+
+
+def _scan_presence_in_one_pass(engine: Engine, plans: Sequence[ZoningPlan], slots: BucketSlots,
+                               pings: Sequence[Path], period: Period, seconds: dict, progress: Progress
+                               ) -> tuple[int, list[int]]:
+    """Presence for one zoning with small area keys, decided in the scan's own aggregation per (unit, bucket).
+
+    Per (unit, bucket) the scan keeps the ping count C, the smallest and largest area key a1 <= a2 and the
+    sums S1, S2 of the keys and of their squares. Since (k - a1)(a2 - k) >= 0 for every key, with equality only
+    at a1 and a2, the group holds no third area exactly when (a1 + a2) S1 - S2 - a1 a2 C = 0; then the count
+    at a2 is (S1 - C a1) / (a2 - a1) and the dominant area follows (ties: the smaller area id, compared in
+    SQL). Groups with three or more areas (kind 3) or with an unsure or outside ping (kind 4) are counted
+    area by area in a second scan filtered to them, where unsure pings keep their coordinates."""
+    t = time.perf_counter()
+    plan, d = plans[0], engine.dialect
+    keyed = _keyed_sql(plans, slots, engine)
+    id1, id2 = plan.id_order_sql("a1", d), plan.id_order_sql("a2", d)
+    engine.materialize("member_pre", f"""{keyed},
+        flagged AS (SELECT unit, b, unsure OR k_0 IS NULL OR b IS NULL AS edge, k_0 AS k FROM keyed),
+        agg AS (SELECT unit, b, count(CASE WHEN edge THEN 1 END) AS e, count(CASE WHEN NOT edge THEN 1 END) AS c,
+                       min(CASE WHEN NOT edge THEN k END) AS a1, max(CASE WHEN NOT edge THEN k END) AS a2,
+                       {d.wide_sum("CASE WHEN NOT edge THEN k END")} AS s1,
+                       {d.wide_sum("CASE WHEN NOT edge THEN k * k END")} AS s2
+                FROM flagged GROUP BY unit, b),
+        decided AS (SELECT unit, b, a1, a2, c,
+                           CASE WHEN e > 0 THEN 4 WHEN a1 = a2 THEN 1
+                                WHEN (a1 + a2) * s1 - s2 - {d.wide("a1")} * a2 * c = 0 THEN 2 ELSE 3 END AS kind,
+                           CASE WHEN e > 0 OR a1 = a2 THEN 0
+                                ELSE CAST({d.int_div(f"s1 - {d.wide('c')} * a1", "a2 - a1")} AS BIGINT) END AS c2
+                    FROM agg)
+        SELECT unit, b, kind,
+               CASE WHEN kind = 1 THEN a1
+                    WHEN kind = 2 AND c - c2 > c2 THEN a1
+                    WHEN kind = 2 AND c2 > c - c2 THEN a2
+                    WHEN kind = 2 THEN (CASE WHEN {id1} < {id2} THEN a1 ELSE a2 END) END AS area
+        FROM decided""")
+    outside_period = int(engine.fetch("SELECT count(*) AS n FROM member_pre WHERE b IS NULL").iloc[0]["n"])
+    if outside_period:
+        off = int(engine.fetch(f"{keyed} SELECT count(*) AS n FROM keyed WHERE b IS NULL").iloc[0]["n"])
+        raise CountingError(f"{off} ping(s) in {[str(p) for p in pings]} fall outside period "
+                            f"{period.label}; the pings must come from the ingest step for the same period")
+    flagged = int(engine.fetch("SELECT count(*) AS n FROM member_pre WHERE kind >= 3").iloc[0]["n"])
+    if flagged:
+        engine.materialize("flagged_groups", "SELECT unit, b FROM member_pre WHERE kind >= 3")
+        engine.materialize("edge", f"""{keyed}
+            SELECT k.unit, k.b, k.unsure AS u, k.k_0, CASE WHEN k.unsure OR k.k_0 IS NULL THEN k.lon END AS ulon,
+                   CASE WHEN k.unsure OR k.k_0 IS NULL THEN k.lat END AS ulat, count(*) AS n
+            FROM keyed k WHERE EXISTS (SELECT 1 FROM flagged_groups g WHERE g.unit = k.unit AND g.b = k.b)
+            GROUP BY k.unit, k.b, k.unsure, k.k_0, CASE WHEN k.unsure OR k.k_0 IS NULL THEN k.lon END,
+                     CASE WHEN k.unsure OR k.k_0 IS NULL THEN k.lat END""")
+    else:
+        engine.view("edge", "SELECT unit, b, FALSE AS u, area AS k_0, CAST(NULL AS DOUBLE) AS ulon, "
+                            "CAST(NULL AS DOUBLE) AS ulat, CAST(1 AS BIGINT) AS n FROM member_pre WHERE FALSE")
+    t = _timed(seconds, "scan", t)
+    progress(f"scanned the pings into (unit, bucket) groups in {seconds['scan']:.1f} s; {flagged:,} group(s) "
+             "with three or more areas, or unsure or outside pings, counted area by area")
+    unsure_n, unsure_buckets = _resolve_unsure(engine, plans, "edge")
+    engine.view("located", """
+        SELECT unit, b, k_0 AS a_0, n, ulon, ulat FROM edge WHERE NOT u
+        UNION ALL
+        SELECT e.unit, e.b, nullif(f.f_0, -1) AS a_0, e.n, CASE WHEN f.f_0 = -1 THEN e.ulon END AS ulon,
+               CASE WHEN f.f_0 = -1 THEN e.ulat END AS ulat
+        FROM edge e JOIN fix f ON e.ulon = f.ulon AND e.ulat = f.ulat WHERE e.u""")
+    _timed(seconds, "exact", t)
+    progress(f"assigned {unsure_n:,} distinct unsure coordinate(s) exactly in {seconds['exact']:.1f} s")
+    return unsure_n, unsure_buckets
+
+
+def _fast_keys_sql() -> str:
+    return ("SELECT DISTINCT area FROM (SELECT area FROM member_pre WHERE kind <= 2 "
+            "UNION ALL SELECT a_0 AS area FROM located WHERE a_0 IS NOT NULL) a")
+
+
+def _fast_membership_sql() -> str:
+    """member_0 (unit, b, rank): groups decided in the scan, then the flagged groups area by area."""
+    per_area = ("SELECT l.unit, l.b, d.rank, CAST(sum(l.n) AS BIGINT) AS n FROM located l "
+                "JOIN dict_0 d ON d.area = l.a_0 GROUP BY l.unit, l.b, d.rank")
+    return (f"SELECT m.unit, m.b, d.rank FROM member_pre m JOIN dict_0 d ON d.area = m.area WHERE m.kind <= 2 "
+            f"UNION ALL {_presence_sql(per_area)}")
+
+
 def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Sequence[ZoningPlan], out_dir: Path,
                 engine: Engine, progress: Progress = silent) -> CountResult:
     """Counts every zoning over the same pings (unit, ts, lon, lat). The first plan is the main geometry;
@@ -281,30 +395,26 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
             engine.register_frame(f"lookup_{i}", plan.lookup.table)
     progress(f"counting on {engine.name}: scanning {len(pings)} file(s), assigning pings to "
              + "; ".join(f"{p.level}: {p.method}" for p in plans))
-    engine.materialize("obs", _stage_a_sql(plans, slots, engine))
-    t = _timed(seconds, "scan", t)
-    stats = engine.fetch("SELECT CAST(sum(n) AS BIGINT) AS pings, count(*) AS rows_, "
-                         "CAST(sum(CASE WHEN b IS NULL THEN n ELSE 0 END) AS BIGINT) AS off FROM obs").iloc[0]
-    if int(stats["off"] or 0):
-        raise CountingError(f"{int(stats['off'])} ping(s) in {[str(p) for p in pings]} fall outside period "
-                            f"{period.label}; the pings must come from the ingest step for the same period")
-    progress(f"scanned {int(stats['pings'] or 0):,} pings into {int(stats['rows_']):,} (unit, bucket, area) rows "
-             f"in {seconds['scan']:.1f} s")
-    unsure = engine.fetch("SELECT DISTINCT ulon, ulat FROM obs WHERE u")
-    engine.register_frame("fix", _resolve_exactly(unsure, plans))
-    engine.view("located", _located_sql(len(plans)))
-    unsure_buckets = sorted(engine.fetch("SELECT DISTINCT b FROM obs WHERE u")["b"].dropna().astype(int))
-    t = _timed(seconds, "exact", t)
-    progress(f"assigned {len(unsure):,} distinct unsure coordinate(s) exactly in {seconds['exact']:.1f} s")
-    placed = engine.fetch("SELECT CAST(sum(CASE WHEN a_0 IS NOT NULL THEN n ELSE 0 END) AS BIGINT) AS inside, "
-                          "CAST(sum(CASE WHEN a_0 IS NULL THEN n ELSE 0 END) AS BIGINT) AS outside "
-                          "FROM located").iloc[0]
-    pings_located, pings_outside = int(placed["inside"] or 0), int(placed["outside"] or 0)
+    fast = policy.measure == "presence" and len(plans) == 1 and plans[0].key_bound is not None
+    scan = _scan_presence_in_one_pass if fast else _scan_generic
+    unsure_n, unsure_buckets = scan(engine, plans, slots, pings, period, seconds, progress)
+    t = time.perf_counter()
+    placed = engine.fetch(
+        "SELECT CAST(coalesce(sum(CASE WHEN a_0 IS NOT NULL THEN n ELSE 0 END), 0) AS BIGINT) AS inside, "
+        "CAST(coalesce(sum(CASE WHEN a_0 IS NULL THEN n ELSE 0 END), 0) AS BIGINT) AS outside FROM located").iloc[0]
+    pings_outside = int(placed["outside"])
+    # the one-pass scan keeps only flagged groups in `located`: the others are inside the geometry
+    pings_located = (int(engine.fetch("SELECT count(*) AS n FROM pings").iloc[0]["n"]) - pings_outside if fast
+                     else int(placed["inside"]))
 
     margin_frames: list[pa.Table] = []
     for z, plan in enumerate(plans):
-        decoded, leaf, margins = _count_zoning(engine, plan, z, policy.measure, buckets, len(plans) == 1,
-                                               unsure_buckets)
+        if fast:
+            keys_sql, member_sql = _fast_keys_sql(), _fast_membership_sql
+        else:
+            keys_sql = f"SELECT DISTINCT a_{z} AS area FROM located WHERE a_0 IS NOT NULL AND a_{z} IS NOT NULL"
+            member_sql = (lambda z=z: _membership_sql(policy.measure, z, len(plans) == 1, unsure_buckets))
+        decoded, leaf, margins = _count_zoning(engine, plan, z, policy.measure, buckets, keys_sql, member_sql)
         if z == 0:
             main, cells = decoded, leaf
         margin_frames += margins
@@ -331,7 +441,7 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
     progress(f"counting done in {seconds['total']:.1f} s: {len(cells):,} cell groups, {pings_located:,} pings "
              f"located, {pings_outside:,} outside the geometry")
     return CountResult(cells_path, margins_path, membership_path, outside_path, len(cells), int(summary["units"]),
-                       int(summary["unit_buckets"]), pings_located, pings_outside, len(unsure), covers,
+                       int(summary["unit_buckets"]), pings_located, pings_outside, unsure_n, covers,
                        {p.level: p.method for p in plans}, seconds)
 
 

@@ -41,6 +41,16 @@ class ZoningPlan:
     compact: "CompactGrid | None" = None  # grid keys numbered within the pings' extent (small integers)
     key_bound: int | None = None  # every area key is in [0, key_bound); None: keys are not small
 
+    def id_order_sql(self, key: str, dialect) -> str:
+        """An SQL expression over an area key that sorts like the area ids (ties of presence go to the
+        smallest id). Zones: the key (zones are numbered in id order). Compact grid cells: the id itself."""
+        if self.compact is None:
+            return key
+        c, size = self.compact, int(self.grid_size)
+        ix = f"({dialect.int_div(key, str(c.ny))} + {c.ix0}) * {size}"
+        iy = f"(({key}) % {c.ny} + {c.iy0}) * {size}"
+        return f"('{size}mE' || CAST({ix} AS STRING) || 'N' || CAST({iy} AS STRING))"
+
     @property
     def method(self) -> str:
         if self.projection is None:
