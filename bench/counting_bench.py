@@ -12,6 +12,8 @@ output (unit, ts, lon, lat) every contender below reads:
           1 km and 4 km parents and hourly totals, and the membership file.
 - pandas: the seeds' approach: pyproj in numpy, then groupby(cell, hour).unit.nunique() (cells only).
 - spark:  (with --spark) the same counting step on a local[*] Spark session.
+With --zones N the counting step assigns pings to N polygon zones (Voronoi cells over the city, EPSG:4326)
+through the zone lookup grid instead of the 250 m grid (the pandas baseline stays the grid one).
 - ingest: the pipeline's ingest step (validation, quarantine) that produced the input, for reference.
 Each contender runs in its own process; wall time is the median of --repeat runs, peak RSS the largest of
 the runs (the larger of wait4's ru_maxrss and the sampled RSS of the process and its children), DuckDB spill the largest size its temp folder reached.
@@ -40,7 +42,31 @@ PERIOD = "2018-Q1"
 SIZES = {"1M": 1_000_000, "10M": 10_000_000, "50M": 50_000_000, "100M": 100_000_000, "500M": 500_000_000}
 
 
-def bench_policy():
+def zones_file(n: int, data_dir: Path) -> Path:
+    """n Voronoi zones (ids z0000..., parents by the first 3 characters) over 24 x 24 km around the generator's
+    city centre, in EPSG:4326 like most published zone files."""
+    import geopandas as gpd
+    import numpy as np
+    import shapely
+
+    from spatial_release.traces.synthetic import CENTRE_XY
+
+    path = data_dir / f"zones-{n}.geojson"
+    if path.exists():
+        return path
+    rng = np.random.default_rng(5)
+    cx, cy = CENTRE_XY
+    frame_box = shapely.box(cx - 12_000, cy - 12_000, cx + 12_000, cy + 12_000)
+    seeds = shapely.multipoints(np.column_stack([cx + rng.uniform(-12_000, 12_000, n),
+                                                 cy + rng.uniform(-12_000, 12_000, n)]))
+    cells = [c.intersection(frame_box) for c in shapely.get_parts(shapely.voronoi_polygons(seeds, extend_to=frame_box))]
+    zones = gpd.GeoDataFrame({"zone": [f"z{i:04d}" for i in range(len(cells))]}, geometry=cells, crs="EPSG:32618")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    zones.to_crs("EPSG:4326").to_file(path, driver="GeoJSON")
+    return path
+
+
+def bench_policy(zones: Path | None = None):
     import yaml
 
     from spatial_release.policy import parse_policy
@@ -53,6 +79,10 @@ def bench_policy():
     data["time"] = {"bucket": "1h", "timezone": "America/New_York"}
     data["suppression"].pop("zeros", None)
     data["risk"]["zones"] = "grid_4000m"
+    if zones is not None:
+        data["geometry"] = {"kind": "zones", "path": str(zones), "id": "zone",
+                            "parents": [{"level": "district", "prefix": 3}]}
+        data["risk"]["zones"] = "district"
     return parse_policy(data, ROOT / "policies" / "bench.yaml")
 
 
@@ -88,7 +118,7 @@ def work_count(args) -> dict:
     from spatial_release.counting.engines import DuckDBSettings, SparkSettings, open_engine
     from spatial_release.period import Period
 
-    policy = bench_policy()
+    policy = bench_policy(Path(args.zones_file) if args.zones_file else None)
     out = Path(args.out)
     settings = DuckDBSettings(memory_limit=args.memory_limit)
     with open_engine(args.engine, scratch=out / "spill", duckdb_settings=settings,
@@ -203,6 +233,8 @@ def bench_one(size: str, ids: str, args) -> list[dict]:
         if name in ("count", "spark"):
             out = data / f"out-{name}"
             extra += ["--out", str(out), "--engine", "duckdb" if name == "count" else "spark"]
+            if args.zones:
+                extra += ["--zones-file", str(zones_file(args.zones, Path(args.data)))]
             if args.memory_limit:
                 extra += ["--memory-limit", args.memory_limit]
             spill = out / "spill"
@@ -262,6 +294,9 @@ def main() -> None:
                         choices=["ingest", "read", "count", "spark", "pandas"])
     parser.add_argument("--spark", action="store_true", help="also time the counting step on local[*] Spark")
     parser.add_argument("--memory-limit", help="DuckDB memory_limit for the counting step, e.g. 2GB")
+    parser.add_argument("--zones", type=int, help="count into this many polygon zones (Voronoi, EPSG:4326) "
+                                                  "instead of the 250 m grid")
+    parser.add_argument("--zones-file", help=argparse.SUPPRESS)
     parser.add_argument("--data", default=str(ROOT / "bench" / ".data"), help="generated inputs are kept here")
     parser.add_argument("--keep-data", action="store_true", help="keep the 500M-ping files after the run")
     parser.add_argument("--downstream", action="store_true",

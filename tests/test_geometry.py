@@ -84,3 +84,24 @@ def test_zone_assignment_agrees_with_geopandas_sjoin():
     reference = joined.groupby(level=0)["ward"].min().reindex(range(len(lon)))
     assert [o if o is not None else None for o in ours] == [r if isinstance(r, str) else None for r in reference]
     assert (pd.isna(reference)).sum() > 0  # some points fall outside every ward and are reported as such
+
+
+def test_fitted_projection_is_used_only_where_it_is_exact():
+    from spatial_release.geometry.sqlproj import GUARD_M, fitted_projection
+
+    city = fitted_projection("EPSG:32618", (-74.2, 40.6, -73.9, 40.85))
+    assert city is not None and city.method.startswith("local polynomial")
+    assert city.max_error <= GUARD_M / 10
+    assert fitted_projection("EPSG:32618", (-78.0, 0.0, -72.0, 84.0)) is None  # a whole UTM zone: formula instead
+
+
+def test_compact_grid_keys_round_trip_and_refuse_points_outside_their_box():
+    from spatial_release.counting.plan import CompactGrid
+
+    grid = Grid(SPEC)
+    box_ = CompactGrid.around(grid, (-74.1, 40.7, -74.0, 40.75))
+    lon, lat = np.array([-74.05, -74.0999]), np.array([40.72, 40.7001])
+    ix, iy = grid.indices(lon, lat)
+    assert [tuple(a) for a in zip(*box_.decode(box_.encode(ix, iy)))] == list(zip(ix, iy))
+    with pytest.raises(ValueError, match="outside the extent"):
+        box_.encode(*grid.indices(np.array([-73.5]), np.array([40.72])))

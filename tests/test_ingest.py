@@ -112,3 +112,23 @@ def test_citibike_three_timestamp_formats_load_through_policy_alone(tmp_path):
     assert (pings["ts"].dt.microsecond > 0).any()
     assert result.pings_valid + result.pings_rejected == result.pings_read
     assert SHARED_DATA.is_dir()
+
+
+def test_typed_parquet_failures_are_quarantined_with_their_row(tmp_path):
+    """Parquet is streamed (no table of raw text): typed values are checked as they are and the quarantine
+    still names the 1-based data row of each rejected ping. Integer ids stay integers."""
+    frame = pd.DataFrame({
+        "device": pd.array([11, None, 13, 14, 15], dtype="Int64"),
+        "when": pd.to_datetime(["2018-01-10 08:00", "2018-01-10 09:00", None, "2018-01-10 10:00",
+                                "2018-05-01 00:00"]),
+        "lon": [-74.05, -74.05, -74.05, float("nan"), -74.05], "lat": [40.72] * 5, "gender": ["f"] * 5})
+    path = tmp_path / "t.parquet"
+    frame.to_parquet(path)
+    policy = load_policy(write_policy(tmp_path, policy_dict(str(path))))
+    result = ingest_traces(policy, Q1, resolve_trace_paths(policy), tmp_path / "out")
+    quarantine = pd.read_parquet(result.quarantine_path)
+    assert dict(zip(quarantine["row"], quarantine["reason"])) == {
+        2: "missing_unit_id", 3: "missing_timestamp", 4: "coordinate_not_a_number", 5: "outside_period"}
+    pings = pd.read_parquet(result.pings_path)
+    assert pings["unit"].tolist() == [11] and str(pings["unit"].dtype) == "int64"
+    assert result.pings_read == 5 and result.pings_valid + result.pings_rejected == 5
