@@ -158,8 +158,10 @@ def run_counts(policy: Policy, area: WorkArea, period: Period | None = None, eng
         if engine is None:
             engine = stack.enter_context(open_engine("duckdb", scratch=area.counts / "spill"))
         result = count_validated_pings(policy, period, [area.ingest / "pings.parquet"], area.counts, engine, progress)
+        settings = engine.describe()
     summary = {
         "engine": engine.name,
+        "engine_settings": settings,
         "pings_located": result.pings_located,
         "pings_outside_geometry": result.pings_outside,
         "outside_file": str(result.outside_path),

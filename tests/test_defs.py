@@ -138,11 +138,15 @@ def test_a_published_release_is_never_overwritten(tmp_path):
 
 
 def test_cli_release_publishes(tmp_path, capsys):
+    # --memory-limit reaches the counting resource: DuckDB runs the counting step under it
     code = cli.main(["release", "--policy", str(_policy_file(tmp_path)), "--period", "2018-Q1",
-                     "--out", str(tmp_path / "out"), "--ledger", str(tmp_path / "ledger")])
+                     "--out", str(tmp_path / "out"), "--ledger", str(tmp_path / "ledger"), "--memory-limit", "300MB"])
     assert code == 0
-    out = capsys.readouterr().out
-    assert "3 published" in out and str(tmp_path / "out" / "releases" / "fixture" / "2018-Q1") in out
+    captured = capsys.readouterr()
+    assert "3 published" in captured.out and str(tmp_path / "out" / "releases" / "fixture" / "2018-Q1") in captured.out
+    assert "counting on duckdb" in captured.out + captured.err  # progress is printed as the run goes
+    counts = json.loads((tmp_path / "out" / "work" / "fixture" / "2018-Q1" / "counts" / "counts.json").read_text())
+    assert counts["engine_settings"]["memory_limit"] == "286.1 MiB"  # DuckDB's spelling of 300MB
 
 
 def test_cli_blocked_release_names_check_and_cell(tmp_path, capsys, leaky_suppressor):

@@ -77,6 +77,7 @@ class Engine(Protocol):
         """Make the query's result readable by a DuckDB connection from `finisher()`; returns a FROM item."""
         ...
     def finisher(self) -> duckdb.DuckDBPyConnection: ...
+    def describe(self) -> dict: ...
     def close(self) -> None: ...
 
 
@@ -135,6 +136,11 @@ class DuckDBEngine:
 
     def finisher(self) -> duckdb.DuckDBPyConnection:
         return self.con
+
+    def describe(self) -> dict:
+        memory, threads = self.con.execute("SELECT current_setting('memory_limit'), current_setting('threads')"
+                                           ).fetchone()
+        return {"engine": self.name, "memory_limit": memory, "threads": int(threads)}
 
     def spilled_bytes(self) -> int:
         rows = self.con.execute("SELECT coalesce(sum(size), 0) FROM duckdb_temporary_files()").fetchone()
@@ -218,6 +224,9 @@ class SparkEngine:
         path = self.scratch / f"export_{name}"
         self.spark.sql(sql).write.mode("overwrite").parquet(str(path))
         return f"read_parquet({_lit(str(path / '*.parquet'))})"
+
+    def describe(self) -> dict:
+        return {"engine": self.name, "master": self.spark.sparkContext.master, "version": self.spark.version}
 
     def finisher(self) -> duckdb.DuckDBPyConnection:
         if self._duck is None:

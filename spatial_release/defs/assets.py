@@ -88,6 +88,7 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
             "dagster/row_count": summary["groups"], "units": summary["units"],
             "pings_outside_geometry": summary["pings_outside_geometry"],
             "measure": policy.measure, "unit": policy.unit, "engine": summary["engine"],
+            "engine_settings": dg.MetadataValue.json(summary["engine_settings"]),
             "unsure_coordinates": summary["unsure_coordinates"],
             "assignment": dg.MetadataValue.json(summary["assignment"]),
             "seconds": dg.MetadataValue.json(summary["seconds"]),
