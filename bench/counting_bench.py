@@ -251,9 +251,8 @@ def bench_one(size: str, ids: str, args) -> list[dict]:
 
 
 def print_table(rows: list[dict]) -> None:
-    head = (f"| pings | ids | step | median wall (runs) | pings/s | peak RSS | spill | speed vs pandas "
-            f"| time vs read floor |")
-    print(head)
+    print("| pings | ids | step | median wall (runs) | pings/s | peak RSS | spill | speed vs pandas "
+          "| time vs read floor |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         pandas_ratio = f"{r['x_pandas']:.2f}x" if r["x_pandas"] else "-"

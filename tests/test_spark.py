@@ -22,7 +22,7 @@ from spatial_release.counting.engines import SparkSettings, open_engine
 from spatial_release.period import Period
 from spatial_release.policy import parse_policy
 from spatial_release.progress import silent
-from test_counting import T0, _edge_points
+from test_counting import _edge_points
 
 HAVE_SPARK = importlib.util.find_spec("pyspark") is not None and shutil.which("java") is not None
 if not HAVE_SPARK and os.environ.get("CI"):

@@ -191,7 +191,7 @@ def _membership_sql(measure: str, z: int, single: bool, unsure_buckets: Sequence
     # With one zoning the scan already left one row per (unit, bucket, area), except where an unsure
     # coordinate was assigned exactly into an area the unit also has sure pings in. So only the buckets that
     # hold unsure pings are summed again (a literal list: no join over all rows); the rest go as they are.
-    sure = f"SELECT o.unit, o.b, d.rank, o.n FROM obs o JOIN dict_0 d ON d.area = o.a_0 WHERE NOT o.u"
+    sure = "SELECT o.unit, o.b, d.rank, o.n FROM obs o JOIN dict_0 d ON d.area = o.a_0 WHERE NOT o.u"
     if not unsure_buckets:
         return _presence_sql(sure)
     listed = ", ".join(str(int(b)) for b in unsure_buckets)

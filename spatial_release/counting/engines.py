@@ -142,10 +142,6 @@ class DuckDBEngine:
                                            ).fetchone()
         return {"engine": self.name, "memory_limit": memory, "threads": int(threads)}
 
-    def spilled_bytes(self) -> int:
-        rows = self.con.execute("SELECT coalesce(sum(size), 0) FROM duckdb_temporary_files()").fetchone()
-        return int(rows[0])
-
     def close(self) -> None:
         self.con.close()
 
