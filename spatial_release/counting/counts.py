@@ -6,11 +6,12 @@ so counts add up: a parent is the sum of its children and the total is the numbe
 max(children) <= parent <= sum(children).
 Margins are counted as distinct units from the memberships for both measures, never by summing children.
 
-The work is one scan of the pings (project, bucket, assign, pre-aggregate to one row per unit, bucket and
-area with its ping count), the exact assignment of the unsure coordinates (see `counting.plan`), then
-group-bys on the pre-aggregated rows. Everything the engine handles is integer-keyed: area keys, bucket
-numbers (a 15-minute slot table maps instants to buckets), ranks of area ids; ids and instants are decoded
-at the end, on the small count tables.
+The work is a scan of the pings in SQL (project, bucket, assign to areas; see `counting.plan`), the exact
+assignment of the unsure coordinates, then group-bys. Presence over one zoning is decided in the scan's own
+aggregation per (unit, bucket) (`_scan_presence_in_one_pass`); visitors and linked zonings pre-aggregate to
+one row per unit, bucket and areas first (`_scan_generic`). Everything the engine handles is
+integer-keyed: area keys, bucket numbers (a 15-minute slot table maps instants to buckets), ranks of area
+ids; ids and instants are decoded at the end, on the small count tables.
 """
 
 from __future__ import annotations
