@@ -4,7 +4,8 @@
 so counts add up: a parent is the sum of its children and the total is the number of distinct units.
 `visitors`: a unit counts in every area it visited; a parent counts each unit once, so
 max(children) <= parent <= sum(children).
-Margins are counted as distinct units from the memberships for both measures, never by summing children.
+Margins of `presence` are sums of their children's counts, which is exact because each unit is in one area
+per bucket; margins of `visitors` are distinct units counted from the memberships.
 
 The work is a scan of the pings in SQL (project, bucket, assign to areas; see `counting.plan`), the exact
 assignment of the unsure coordinates, then group-bys. Presence over one zoning is decided in the scan's own
