@@ -173,6 +173,22 @@ def test_union_relations_for_visitors():
     assert not audit(pinned, k=5).passed  # up = 2: shown below k
 
 
+def test_n11_absent_listed_zero_is_known_to_hold_a_unit():
+    """A listed structural zero that is absent from the release is, to an outsider, at least 1 (a
+    listed zero that holds no unit is published as 0). Two ones protecting each other pass with the
+    default lower bound 0 and fail once the absent listed zero carries lower bound 1: it is [1, 2], and
+    its partner is [0, 1], shown below k = 2. The default (witness) audit must respect the bound too."""
+    table = table_of({"T": (2, U), "a": (1, P), "b": (1, P)}, [("T", ["a", "b"])])
+    assert audit(table, k=2).passed  # the old modelling: every withheld figure >= 0
+    table.floor[table.index[("x", "a", 0)]] = 1
+    for exact in (False, True):
+        result = audit(table, k=2, exact=exact)
+        assert not result.passed, exact
+        if exact:
+            assert list(intervals(result).values()) == [(1.0, 2.0), (0.0, 1.0)]
+        assert {i.failing for i in result.failures()} == {"lower", "upper"}, exact
+
+
 # ---- positive controls --------------------------------------------------------------------------
 
 def test_p1_rectangle_with_enough_mass_passes():

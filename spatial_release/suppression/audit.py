@@ -162,7 +162,8 @@ def components(table: Table, relations_of: list[list[int]] | None = None) -> lis
 
 
 class ComponentModel:
-    """A HiGHS model of one component: withheld nodes free in [0, inf), published ones fixed at their value."""
+    """A HiGHS model of one component: withheld nodes free in [floor, inf) (floor 0 unless the outsider
+    knows more, see Table.floor), published ones fixed at their value."""
 
     def __init__(self, table: Table, nodes: list[int], relations_of: list[list[int]], options: dict):
         self.table = table
@@ -175,10 +176,15 @@ class ComponentModel:
         self.highs.setOptionValue("threads", 1)
         for name, value in options.items():
             self.highs.setOptionValue(name, value)
-        lower = np.array([0.0 if table.status[n] != PUBLISHED else table.value[n] for n in members])
         upper = np.array([INF if table.status[n] != PUBLISHED else table.value[n] for n in members])
-        self.highs.addVars(len(members), lower, upper)
+        self.highs.addVars(len(members), self.floors(members), upper)
         self._add_rows([table.relations[r] for r in rel_ids])
+
+    def floors(self, nodes: Iterable[int]) -> np.ndarray:
+        """Column lower bounds: a published figure's value, else what the outsider knows (table.floor)."""
+        table = self.table
+        return np.array([float(table.value[n]) if table.status[n] == PUBLISHED else float(table.lower_bound(n))
+                         for n in nodes])
 
     def _add_rows(self, relations: Iterable) -> None:
         lower, upper, starts, index, values = [], [], [], [], []
@@ -239,23 +245,27 @@ class ComponentModel:
         All of these only shrink the feasible set (the true table stays inside it), so any point found is
         feasible for the attacker too. Returns the column values of an integral optimal point, or None."""
         h = self.highs
-        variables = [self.column[n] for n in self.nodes if self.table.status[n] != PUBLISHED]
-        idx = np.array(variables, dtype=np.int32)
-        h.changeColsBounds(len(idx), idx, np.zeros(len(idx)), np.full(len(idx), cap))
+        withheld = [n for n in self.nodes if self.table.status[n] != PUBLISHED]
+        idx = np.array([self.column[n] for n in withheld], dtype=np.int32)
+        # every bound below keeps the outsider's floors: a witness below one would be a point the
+        # attacker excludes, i.e. an unsound certificate
+        known = self.floors(withheld)
+        h.changeColsBounds(len(idx), idx, known, np.full(len(idx), cap))
         cols = np.array([self.column[n] for n in nodes], dtype=np.int32)
+        own = self.floors(nodes)
         if maximise:
             targets = np.array([criterion.upper(self.table.value[n]) for n in nodes], dtype=float)
-            h.changeColsBounds(len(cols), cols, np.zeros(len(cols)), targets)
+            h.changeColsBounds(len(cols), cols, own, np.maximum(targets, own))
         else:
             floors = np.array([criterion.lower(self.table.value[n]) for n in nodes], dtype=float)
-            h.changeColsBounds(len(cols), cols, floors, np.full(len(cols), cap))
+            h.changeColsBounds(len(cols), cols, np.maximum(floors, own), np.full(len(cols), cap))
         h.changeColsCost(len(cols), cols, np.ones(len(cols)))
         h.changeObjectiveSense(highspy.ObjSense.kMaximize if maximise else highspy.ObjSense.kMinimize)
         h.run()
         ok = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
         values = np.array(h.getSolution().col_value) if ok else None
         h.changeColsCost(len(cols), cols, np.zeros(len(cols)))
-        h.changeColsBounds(len(idx), idx, np.zeros(len(idx)), np.full(len(idx), INF))
+        h.changeColsBounds(len(idx), idx, known, np.full(len(idx), INF))
         if values is None or not _is_integral(values):
             return None
         return values

@@ -62,6 +62,9 @@ class Table:
     status: list[str] = field(default_factory=list)
     relations: list[Relation] = field(default_factory=list)
     index: dict[tuple[str, str, object], int] = field(default_factory=dict)
+    # A-priori lower bounds an outsider knows for withheld figures, by node (default 0): a listed
+    # structural zero absent from the release holds at least one unit (it would be published as 0).
+    floor: dict[int, int] = field(default_factory=dict)
 
     def add(self, level: str, area: str, bucket: object, value: int, status: str) -> int:
         key = (level, area, bucket)
@@ -77,6 +80,10 @@ class Table:
 
     def __len__(self) -> int:
         return len(self.value)
+
+    def lower_bound(self, i: int) -> int:
+        """The least value an outsider allows a withheld figure (0 unless `floor` says more)."""
+        return self.floor.get(i, 0)
 
     def withheld(self, i: int) -> bool:
         return self.status[i] != PUBLISHED
