@@ -73,6 +73,10 @@ class SourceSpec(_Strict):
         description="identifier and quasi-identifier columns of the input; none may reach a release",
     )
     max_rejected_share: float = Field(0.01, ge=0.0, le=1.0)
+    max_outside_share: float = Field(
+        0.01, ge=0.0, le=1.0,
+        description="ceiling on the share of valid pings outside the geometry (swapped axes, wrong region)",
+    )
     synthetic: SyntheticSource | None = None
 
     @model_validator(mode="after")

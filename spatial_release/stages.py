@@ -21,7 +21,7 @@ from spatial_release.counting import CountResult, count_pings, data_extent, peri
 from spatial_release.counting.engines import Engine, open_engine
 from spatial_release.counting.plan import Extent, ZoningPlan, evaluate_with, grid_plan, zones_plan
 from spatial_release.fileio import atomic_path, sha256_file, write_json_atomic
-from spatial_release.geometry import Grid, make_locator
+from spatial_release.geometry import Grid, coverage, make_locator
 from spatial_release.geometry.locate import make_linked_locators
 from spatial_release.geometry.grid import CELL_ID
 from spatial_release.geometry.zeros import ZerosFileError, read_structural_zeros
@@ -125,6 +125,79 @@ def run_ingest(policy: Policy, period: Period, area: WorkArea, traces: Sequence[
 
 def read_ingest_summary(area: WorkArea) -> dict:
     return _read_json(area.ingest / "ingest.json")
+
+
+def geometry_bounds(policy: Policy) -> coverage.Bounds:
+    """Lon/lat bounds a valid ping of the policy should fall in: the zones' extent, or a grid CRS's area of
+    use."""
+    if policy.geometry.kind == "grid":
+        return coverage.crs_area_of_use(policy.geometry.crs)
+    west, south, east, north = make_locator(policy).frame.to_crs("EPSG:4326").total_bounds
+    return (float(west), float(south), float(east), float(north))
+
+
+def _outside_points(policy: Policy, area: WorkArea, bounds: coverage.Bounds) -> pd.DataFrame:
+    """lon, lat (and file, when ingest recorded it) of the valid pings outside the geometry (internal)."""
+    con = duckdb.connect()
+    try:
+        if policy.geometry.kind == "grid":
+            west, south, east, north = bounds
+            source = (f"SELECT * FROM read_parquet('{_sql_path(area.ingest / 'pings.parquet')}') WHERE NOT "
+                      f"(lon BETWEEN {west} AND {east} AND lat BETWEEN {south} AND {north})")
+        else:
+            source = f"SELECT * FROM read_parquet('{_sql_path(area.counts / 'outside.parquet')}')"
+        frame = con.execute(source).df()
+    finally:
+        con.close()
+    return frame
+
+
+def _pings_per_file(area: WorkArea) -> dict[str, int]:
+    ingest = read_ingest_summary(area)
+    if "valid_by_file" in ingest:
+        return ingest["valid_by_file"]
+    files = [Path(f).name for f in ingest["files"]]
+    return {" + ".join(files): ingest["pings_valid"]}
+
+
+def measure_coverage(policy: Policy, area: WorkArea) -> coverage.Coverage:
+    """Valid pings outside the geometry, by input file where the ingest recorded the file of each ping."""
+    bounds = geometry_bounds(policy)
+    outside = _outside_points(policy, area, bounds)
+    valid_by_file = _pings_per_file(area)
+    if "file" in outside.columns:
+        outside_by_file = outside["file"].map(lambda f: Path(f).name).value_counts().to_dict()
+    else:
+        outside_by_file = {next(iter(valid_by_file)): len(outside)}
+    by_file = {name: (int(outside_by_file.get(name, 0)), int(valid)) for name, valid in valid_by_file.items()}
+    return coverage.Coverage(sum(valid_by_file.values()), len(outside), policy.source.max_outside_share,
+                             coverage.diagnose(outside["lon"].to_numpy(), outside["lat"].to_numpy(), bounds),
+                             by_file)
+
+
+def check_outside_share(policy: Policy, area: WorkArea, published: Published | None = None
+                        ) -> guarantees.CheckOutcome:
+    """Blocks a release whose valid pings fall outside the geometry beyond the policy's ceiling: a month of
+    swapped coordinates would otherwise go missing from the release without a word."""
+    measured = measure_coverage(policy, area)
+    problem = measured.problem()
+    text = problem or (f"{measured.pings_outside:,} of {measured.pings_valid:,} valid pings "
+                       f"({measured.share:.2%}) outside the geometry, within the limit of {measured.limit:.2%}")
+    return guarantees.CheckOutcome(
+        "outside_share", problem is None, text,
+        figures={"outside_share": round(measured.share, 6), "limit": measured.limit,
+                 "pings_outside": measured.pings_outside})
+
+
+def check_rejected_share(policy: Policy, area: WorkArea, published: Published | None = None
+                         ) -> guarantees.CheckOutcome:
+    summary = read_ingest_summary(area)
+    problem = summary["rejected_share_problem"]
+    return guarantees.CheckOutcome(
+        "rejected_share", problem is None,
+        problem or f"{summary['pings_rejected']} of {summary['pings_read']} pings quarantined",
+        figures={"rejected_share": round(summary["rejected_share"], 6), "limit": summary["max_rejected_share"],
+                 "rejected_by_reason": summary["rejected_by_reason"]})
 
 
 def zoning_plans(policy: Policy, engine: Engine, extent: Extent | None = None) -> list[ZoningPlan]:
@@ -419,11 +492,15 @@ GUARANTEES = (check_k_floor, check_withheld_absent, check_no_identifiers, check_
               check_suppression_budget)
 
 
+# The input checks block before counting and protection in the asset graph; publication re-evaluates them.
+INPUT_CHECKS = (check_rejected_share, check_outside_share)
+
+
 def run_guarantees(policy: Policy, area: WorkArea, published: Published | None = None
                    ) -> list[guarantees.CheckOutcome]:
-    """Every publication guarantee; `published` (ignored by the checks that look only at the candidate)
-    lets the audit see related datasets' releases."""
-    return [check(policy, area, published=published) for check in GUARANTEES]
+    """Every input check and publication guarantee; `published` (ignored by the checks that look only at
+    the candidate) lets the audit see related datasets' releases."""
+    return [check(policy, area, published=published) for check in (*INPUT_CHECKS, *GUARANTEES)]
 
 
 def _released_keys(area: WorkArea) -> pd.DataFrame:

@@ -27,7 +27,7 @@ def test_definitions_load():
     job = defs.resolve_job_def("quarterly_release_job")
     assert job.partitions_def == quarterly
     checks = {key.name for key in defs.resolve_asset_graph().asset_check_keys}
-    assert checks == {"rejected_share", "k_floor", "withheld_absent", "no_identifiers", "suppression_audit",
+    assert checks == {"rejected_share", "outside_share", "k_floor", "withheld_absent", "no_identifiers", "suppression_audit",
                       "suppression_budget", "risk_budget", "published_within_budget", "within_risk_budget"}
     for key in defs.resolve_asset_graph().asset_check_keys:
         if key.asset_key.path[-1] not in ("risk_review", "published_release"):  # nothing downstream to block
@@ -70,7 +70,7 @@ def test_release_job_publishes_the_fixture(tmp_path):
     result = _run(tmp_path, _policy_file(tmp_path))
     assert result.success
     assert all(e.passed for e in result.get_asset_check_evaluations())
-    assert len(result.get_asset_check_evaluations()) == 8
+    assert len(result.get_asset_check_evaluations()) == 9
     folder = tmp_path / "releases" / "fixture" / "2018-Q1"
     assert sorted(p.name for p in folder.iterdir()) == ["cells.parquet", "margins.parquet", "release.json"]
     cells = gpd.read_parquet(folder / "cells.parquet")

@@ -157,7 +157,7 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
     from spatial_release.defs.checks import build_checks
 
     assets = [validated_pings, cell_counts, protected_table, risk_assessment, published_release]
-    checks = build_checks(partitions_def, validated_pings, protected_table, risk_assessment, published_release)
+    checks = build_checks(partitions_def, validated_pings, cell_counts, protected_table, risk_assessment, published_release)
     job = dg.define_asset_job(job_name, selection=dg.AssetSelection.groups(group),
                               description="Ingest, count, protect, assess and publish one period; blocking "
                                           "checks stop a bad release.")

@@ -54,7 +54,7 @@ def review_outcome(review: dict | None, period_label: str) -> CheckOutcome:
                         {"release_figure": breach["release_figure"], "cumulative": breach["cumulative"]})
 
 
-def build_checks(partitions_def, validated_pings, protected_table, risk_assessment, published_release) -> list:
+def build_checks(partitions_def, validated_pings, cell_counts, protected_table, risk_assessment, published_release) -> list:
     def guarantee(name: str, run: Callable, description: str, reports_progress: bool = False
                   ) -> dg.AssetChecksDefinition:
         @dg.asset_check(asset=protected_table, name=name, blocking=True, partitions_def=partitions_def,
@@ -68,18 +68,23 @@ def build_checks(partitions_def, validated_pings, protected_table, risk_assessme
 
         return _check
 
-    @dg.asset_check(asset=validated_pings, name="rejected_share", blocking=True, partitions_def=partitions_def,
-                    description="The share of quarantined pings stays within the policy's source.max_rejected_share.")
-    def rejected_share(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
-        policy = settings.load_policy()
-        summary = stages.read_ingest_summary(settings.work_area(policy, period_of(context.partition_key,
-                                                                                   partitions_def)))
-        problem = summary["rejected_share_problem"]
-        return check_result(CheckOutcome(
-            "rejected_share", problem is None,
-            problem or f"{summary['pings_rejected']} of {summary['pings_read']} pings quarantined",
-            figures={"rejected_share": summary["rejected_share"], "limit": summary["max_rejected_share"],
-                     "rejected_by_reason": summary["rejected_by_reason"]}))
+    def input_check(asset, name: str, run: Callable, description: str) -> dg.AssetChecksDefinition:
+        @dg.asset_check(asset=asset, name=name, blocking=True, partitions_def=partitions_def,
+                        description=description)
+        def _check(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
+            policy = settings.load_policy()
+            return check_result(run(policy, settings.work_area(policy, period_of(context.partition_key,
+                                                                                   partitions_def))))
+
+        return _check
+
+    rejected_share = input_check(
+        validated_pings, "rejected_share", stages.check_rejected_share,
+        "The share of quarantined pings stays within the policy's source.max_rejected_share.")
+    outside_share = input_check(
+        cell_counts, "outside_share", stages.check_outside_share,
+        "The share of valid pings outside the geometry stays within source.max_outside_share; the report names "
+        "the files and what looks wrong (swapped axes, a flipped sign, another region).")
 
     @dg.asset_check(asset=risk_assessment, name="risk_budget", blocking=True, partitions_def=partitions_def,
                     description="Worst-zone risk under the per-release ceiling and the cumulative figure under the "
@@ -104,6 +109,7 @@ def build_checks(partitions_def, validated_pings, protected_table, risk_assessme
     return [
         within_risk_budget,
         rejected_share,
+        outside_share,
         guarantee("k_floor", stages.check_k_floor,
                   "Every published (cell, bucket) and margin holds >= k distinct units (inclusive), re-derived "
                   "from the counts."),
