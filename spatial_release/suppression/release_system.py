@@ -95,6 +95,20 @@ def zero_keys(zeros: Iterable[str], buckets: Sequence[object]) -> list[tuple[str
     return [(cell, pd.Timestamp(bucket)) for cell in sorted(zeros) for bucket in buckets]
 
 
+def absent_listed_zero_floors(table: Table, zeros: Iterable[str], buckets: Sequence[object]) -> dict[int, int]:
+    """Lower bound 1 for every withheld leaf that is a listed structural zero in a bucket of the release.
+
+    The zeros list is public and a listed cell that holds no unit is published as 0 in every bucket, so an
+    outsider who finds one absent knows it holds at least one unit. (A listed zero published as 0 is a
+    known 0: it is no node of the table, and its parent's rest excludes it.) The suppressor does not model
+    this: a listed zero that holds units contradicts the list, and that blocks the release on its own
+    (guarantees.check_structural_zeros); the audit still sees the gap for what it is."""
+    listed = {(cell, pd.Timestamp(bucket)) for cell, bucket in zero_keys(zeros, buckets)}
+    return {i: 1 for i in range(len(table))
+            if table.level[i] == LEAF and table.status[i] != PUBLISHED
+            and (table.area[i], pd.Timestamp(table.bucket[i])) in listed}
+
+
 def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, structure: Structure, k: int,
                     measure: str, zeros: Iterable[str] = (), buckets: Sequence[object] = (),
                     options: dict | None = None, progress: Progress = silent,
@@ -112,7 +126,8 @@ def audit_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publis
                     options: dict | None = None, progress: Progress = silent) -> tuple[AuditResult, Table]:
     """Audit the release as an outsider sees it: a figure is known iff its key is in a release file (this
     one or an `earlier` release of the same period, as (cells, margins) frames), with the value printed
-    there; every other figure is unknown. True counts only say which unknown figures are primaries."""
+    there; every other figure is unknown, at least 0, or at least 1 for a listed structural zero (see
+    `absent_listed_zero_floors`). True counts only say which unknown figures are primaries."""
     table = system_for(true_cells, true_margins, structure, k, measure, zero_keys(frozenset(zeros), buckets))
     known: dict[tuple, int] = {}
     conflicts: list[str] = []
@@ -136,9 +151,10 @@ def audit_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publis
             table.value[i] = known[key]
         else:
             table.status[i] = PRIMARY if table.value[i] < k else SECONDARY
+    table.floor.update(absent_listed_zero_floors(table, zeros, buckets))
     result = audit(table, k, options, progress=progress)
     result.errors.extend(f"releases contradict each other: {c}" for c in conflicts)
     return result, table
 
 
-__all__ = ["Structure", "audit_published", "protect_release", "system_for", "tables_from_status"]
+__all__ = ["Structure", "absent_listed_zero_floors", "audit_published", "protect_release", "system_for", "tables_from_status"]
