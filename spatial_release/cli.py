@@ -223,16 +223,24 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
+    """Chain, signatures (under the trusted public key only) and HEAD; with --releases, the cross-check of
+    the release folders against the ledger. Any problem, malformed files included, is "does NOT verify"
+    with the entry's line (exit 1), never a traceback."""
     from spatial_release.defs.resources import ReleaseSettings
-    from spatial_release.ledger import LedgerCorrupt, read_ledger
+    from spatial_release.ledger import LedgerError, check_releases, read_ledger, trusted_public_key
 
     folder = Path(args.ledger or ReleaseSettings().ledger_dir).resolve()
     try:
-        entries = read_ledger(folder)
-    except LedgerCorrupt as exc:
+        key = trusted_public_key(Path(args.public_key) if args.public_key else None)
+        entries = read_ledger(folder, key)
+        if args.releases:
+            check_releases(entries, Path(args.releases).resolve())
+    except (LedgerError, OSError) as exc:
         print(f"ledger {folder} does NOT verify: {exc}", file=sys.stderr)
         return 1
-    print(f"ledger {folder} verifies: {len(entries)} entries, head {entries[-1]['hash'][:16] if entries else '-'}")
+    checked = f", every release folder under {Path(args.releases).resolve()} matches" if args.releases else ""
+    print(f"ledger {folder} verifies: {len(entries)} entries, head {entries[-1]['hash'][:16] if entries else '-'}"
+          f"{checked}")
     return 0
 
 
@@ -264,8 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     ledger = sub.add_parser("ledger", help="the release ledger")
     ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True)
-    verify = ledger_sub.add_parser("verify", help="verify the hash chain; report the first bad entry")
+    verify = ledger_sub.add_parser("verify", help="verify the chain and signatures; report the first bad entry")
     verify.add_argument("--ledger", help="ledger folder (default: the project's ledger/)")
+    verify.add_argument("--public-key", help="the trusted Ed25519 public key (PEM); default "
+                                             "$SPATIAL_RELEASE_PUBLIC_KEY, else the .pub beside the signing key")
+    verify.add_argument("--releases", help="releases folder to cross-check against the ledger")
     verify.set_defaults(func=cmd_ledger_verify)
 
     generate = sub.add_parser("generate", help="write synthetic ping traces (CSV or Parquet by suffix)")
@@ -279,12 +290,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from spatial_release.ledger import AlreadyRecorded, LedgerError
     from spatial_release.policy import PolicyError
     from spatial_release.traces.ingest import IngestError
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except (LedgerError, AlreadyRecorded) as exc:  # an untrustworthy ledger or a second release: blocked, not usage
+        print(f"blocked: {exc}", file=sys.stderr)
+        return 1
     except (PolicyError, IngestError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

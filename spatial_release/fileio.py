@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
+
+# The temporaries atomic_path names: `.<target name>.<32 hex digits>.tmp`.
+TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")
 
 
 def _fsync_dir(path: Path) -> None:
@@ -33,6 +39,35 @@ def atomic_path(target: Path) -> Iterator[Path]:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def remove_stale_temporaries(folder: Path, recursive: bool = False) -> list[Path]:
+    """Delete the temporaries that atomic_path left when its process was killed (a crash between writing
+    the temporary and renaming it). Call only while holding the lock that every writer of `folder` holds:
+    a live writer's temporary looks the same."""
+    if not folder.is_dir():
+        return []
+    candidates = folder.rglob(".*.tmp") if recursive else folder.glob(".*.tmp")
+    removed = []
+    for path in candidates:
+        if TEMPORARY.match(path.name) and path.is_file():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+@contextmanager
+def folder_lock(lock_file: Path) -> Iterator[IO[str]]:
+    """An exclusive flock on `lock_file` (created if needed), held until the block ends; yields the open
+    file, which callers may read and rewrite (e.g. to record who holds a claim). The kernel releases the
+    lock when the process dies, so a killed holder never leaves it taken."""
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "a+") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield handle
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def write_json_atomic(target: Path, payload: object) -> None:

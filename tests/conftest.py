@@ -11,6 +11,9 @@ from pathlib import Path
 _SCRATCH = Path(tempfile.mkdtemp(prefix="spatial-release-tests-"))
 for _name in ("LEDGER", "RELEASES", "WORK", "ALERTS"):
     os.environ[f"SPATIAL_RELEASE_{_name}"] = str(_SCRATCH / _name.lower())
+# ...nor sign with (or create) the user's ledger key: tests sign with a key made in the scratch folder.
+os.environ["SPATIAL_RELEASE_SIGNING_KEY"] = str(_SCRATCH / "keys" / "ledger-ed25519.key")
+os.environ.pop("SPATIAL_RELEASE_PUBLIC_KEY", None)
 
 import numpy as np
 import pandas as pd

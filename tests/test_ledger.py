@@ -1,19 +1,31 @@
-"""The ledger's hash chain detects every edit, deletion, reordering and truncation; appends are atomic."""
+"""The ledger: the hash chain detects every edit, deletion, reordering and truncation; signatures detect a
+consistently re-hashed edit and a forged append; appends are atomic, locked, recorded once per (dataset,
+period), and every crash point (a real kill -9) leaves a state the next append rolls forward."""
 
 import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 from spatial_release import cli
-from spatial_release.ledger import ENTRIES, HEAD, LedgerCorrupt, append_entry, read_ledger
+from spatial_release.ledger import (
+    ENTRIES, HEAD, AlreadyRecorded, LedgerCorrupt, LedgerKeyError, ReleasesMismatch, append_entry,
+    check_releases, entry_hash, public_key_path_for, read_ledger, signing_key_path,
+)
 
 
 @pytest.fixture
 def ledger(tmp_path):
+    folder = tmp_path / "ledger"
     for i in range(4):
-        append_entry(tmp_path, {"kind": "release", "dataset": "d", "period": f"2018-0{i + 1}", "risk": 0.01 * i})
-    return tmp_path
+        append_entry(folder, {"kind": "release", "dataset": "d", "period": f"2018-0{i + 1}", "risk": 0.01 * i})
+    return folder
 
 
 def _lines(folder):
@@ -24,10 +36,22 @@ def _write(folder, lines):
     (folder / ENTRIES).write_text("".join(line + "\n" for line in lines))
 
 
+def _rehash_from(folder, lines, start):
+    """What someone who can write the folder does: recompute every hash and prev_hash from `start` on,
+    and HEAD, so that the chain alone verifies again."""
+    entries = [json.loads(line) for line in lines]
+    for i in range(start, len(entries)):
+        entries[i]["prev_hash"] = entries[i - 1]["hash"] if i else "0" * 64
+        entries[i]["hash"] = entry_hash(entries[i])
+    _write(folder, [json.dumps(e) for e in entries])
+    (folder / HEAD).write_text(f"{len(entries)} {entries[-1]['hash']}\n")
+
+
 def test_a_clean_ledger_verifies(ledger):
     entries = read_ledger(ledger)
     assert [e["seq"] for e in entries] == [0, 1, 2, 3]
     assert entries[1]["prev_hash"] == entries[0]["hash"]
+    assert all(e["signature"] and e["signer"] for e in entries)
 
 
 def test_an_edited_entry_is_detected(ledger):
@@ -36,7 +60,7 @@ def test_an_edited_entry_is_detected(ledger):
     entry["risk"] = 0.0
     lines[2] = json.dumps(entry)
     _write(ledger, lines)
-    with pytest.raises(LedgerCorrupt, match="entry 2: hash does not match"):
+    with pytest.raises(LedgerCorrupt, match=r"entry 2 \(line 3 of entries.jsonl\): hash does not match"):
         read_ledger(ledger)
 
 
@@ -63,25 +87,76 @@ def test_a_cut_off_tail_is_detected(ledger):
         read_ledger(ledger)
 
 
-def test_a_rehashed_forgery_still_breaks_the_chain(ledger):
-    # an editor who recomputes the edited entry's own hash still breaks the next entry's prev_hash
-    from spatial_release.ledger import entry_hash
+def test_a_consistently_rehashed_edit_is_detected(ledger):
+    # finding 7: the editor recomputes the edited entry's hash, every later prev_hash and hash, and HEAD;
+    # the chain verifies, the signature of the edited entry does not
     lines = _lines(ledger)
     entry = json.loads(lines[1])
     entry["risk"] = 0.0
-    entry["hash"] = entry_hash(entry)
     lines[1] = json.dumps(entry)
-    _write(ledger, lines)
+    _rehash_from(ledger, lines, 1)
     with pytest.raises(LedgerCorrupt) as caught:
         read_ledger(ledger)
-    assert caught.value.index == 2 and "prev_hash" in caught.value.reason
+    assert caught.value.index == 1 and "signature does not verify" in caught.value.reason
 
 
-def test_crash_between_entries_and_head_is_accepted(ledger):
+def test_a_forged_entry_appended_with_head_left_one_behind_is_detected(ledger):
+    # finding 7: the state a crash between the two renames leaves is accepted only for a signed entry
+    lines = _lines(ledger)
+    last = json.loads(lines[-1])
+    forged = {"kind": "release", "dataset": "d", "period": "2018-05", "risk": 0.0, "seq": 4,
+              "prev_hash": last["hash"], "recorded_at": last["recorded_at"], "signer": last["signer"]}
+    forged["hash"] = entry_hash(forged)
+    forged["signature"] = last["signature"]
+    _write(ledger, lines + [json.dumps(forged)])
+    with pytest.raises(LedgerCorrupt, match=r"entry 4 .*signature does not verify"):
+        read_ledger(ledger)
+
+
+def test_an_entry_signed_by_another_key_is_detected(ledger, tmp_path, monkeypatch):
+    # someone who can write the folder replaces the whole ledger with one signed by a key of their own
+    monkeypatch.setenv("SPATIAL_RELEASE_SIGNING_KEY", str(tmp_path / "attacker" / "key"))
+    forged = tmp_path / "forged"
+    append_entry(forged, {"kind": "release", "dataset": "d", "period": "2018-01", "risk": 0.0})
+    monkeypatch.undo()
+    for name in (ENTRIES, HEAD):
+        (ledger / name).write_bytes((forged / name).read_bytes())
+    with pytest.raises(LedgerCorrupt, match="not by the trusted key"):
+        read_ledger(ledger)
+
+
+def test_crash_between_entries_and_head_is_accepted_and_repaired(ledger):
     count, last = (ledger / HEAD).read_text().split()
     entries = read_ledger(ledger)
     (ledger / HEAD).write_text(f"{int(count) - 1} {entries[-2]['hash']}\n")  # HEAD not yet renamed
     assert len(read_ledger(ledger)) == 4
+    append_entry(ledger, {"kind": "review"})
+    assert (ledger / HEAD).read_text().split()[0] == "5" and len(read_ledger(ledger)) == 5
+
+
+def test_crash_before_the_first_head_is_rolled_forward(tmp_path):
+    # finding 6: entries.jsonl written, HEAD never: this used to break the ledger for good
+    folder = tmp_path / "ledger"
+    append_entry(folder, {"kind": "release", "dataset": "d", "period": "2018-01"})
+    (folder / HEAD).unlink()
+    assert len(read_ledger(folder)) == 1
+    append_entry(folder, {"kind": "release", "dataset": "d", "period": "2018-02"})
+    assert len(read_ledger(folder)) == 2 and (folder / HEAD).read_text().startswith("2 ")
+
+
+def test_head_missing_behind_several_entries_is_corrupt(ledger):
+    (ledger / HEAD).unlink()
+    with pytest.raises(LedgerCorrupt, match="HEAD is missing"):
+        read_ledger(ledger)
+
+
+def test_a_second_release_entry_for_a_period_is_refused(ledger):
+    # finding 5: whatever the caller checked, the ledger itself records a (dataset, period) once
+    with pytest.raises(AlreadyRecorded, match="already records d 2018-02"):
+        append_entry(ledger, {"kind": "release", "dataset": "d", "period": "2018-02"})
+    append_entry(ledger, {"kind": "release", "dataset": "other", "period": "2018-02"})
+    append_entry(ledger, {"kind": "review", "dataset": "d", "period": "2018-02"})  # reviews repeat
+    assert len(read_ledger(ledger)) == 6
 
 
 def test_concurrent_appends_keep_the_chain(tmp_path):
@@ -91,6 +166,17 @@ def test_concurrent_appends_keep_the_chain(tmp_path):
     assert len(entries) == 20 and sorted(e["n"] for e in entries) == list(range(20))
 
 
+def test_the_signing_key_is_created_owner_only(tmp_path, monkeypatch):
+    key = tmp_path / "cfg" / "sub" / "ledger.key"
+    monkeypatch.setenv("SPATIAL_RELEASE_SIGNING_KEY", str(key))
+    append_entry(tmp_path / "ledger", {"kind": "review"})
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and stat.S_IMODE(key.parent.stat().st_mode) == 0o700
+    assert public_key_path_for(key).exists() and signing_key_path() == key
+    key.chmod(0o644)  # readable by others: refused, like ssh
+    with pytest.raises(LedgerKeyError, match="owner-only"):
+        append_entry(tmp_path / "ledger", {"kind": "review"})
+
+
 def test_cli_ledger_verify(ledger, capsys):
     assert cli.main(["ledger", "verify", "--ledger", str(ledger)]) == 0
     assert "4 entries" in capsys.readouterr().out
@@ -98,3 +184,110 @@ def test_cli_ledger_verify(ledger, capsys):
     _write(ledger, lines[:1] + lines[2:])
     assert cli.main(["ledger", "verify", "--ledger", str(ledger)]) == 1
     assert "ledger entry 1" in capsys.readouterr().err
+
+
+def test_cli_verify_needs_only_the_public_key(ledger, tmp_path, monkeypatch, capsys):
+    public = tmp_path / "auditor.pub"
+    public.write_bytes(public_key_path_for(signing_key_path()).read_bytes())
+    monkeypatch.setenv("SPATIAL_RELEASE_SIGNING_KEY", str(tmp_path / "nowhere" / "key"))  # no private key here
+    assert cli.main(["ledger", "verify", "--ledger", str(ledger), "--public-key", str(public)]) == 0
+    assert not (tmp_path / "nowhere").exists()
+    assert cli.main(["ledger", "verify", "--ledger", str(ledger)]) == 1  # no trusted key: cannot verify
+    assert "no trusted public key" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage, where", [
+    (lambda f: (f / ENTRIES).write_text((f / ENTRIES).read_text() + "{not json\n"), "line 5"),
+    (lambda f: (f / ENTRIES).write_text((f / ENTRIES).read_text() + "[1, 2]\n"), "line 5"),
+    (lambda f: (f / ENTRIES).write_text((f / ENTRIES).read_text().replace("\n", "\n\n", 1)), "line 2"),
+    (lambda f: (f / ENTRIES).write_bytes(b"\xff\xfe\n" + (f / ENTRIES).read_bytes()), "line 1"),
+    (lambda f: (f / ENTRIES).write_text('{"seq": "x"}\n'), "line 1"),
+    (lambda f: (f / HEAD).write_text("garbage\n"), "HEAD"),
+    (lambda f: (f / HEAD).write_text("four abc\n"), "HEAD"),
+    (lambda f: (f / HEAD).write_text("-1 " + "0" * 64 + "\n"), "HEAD"),
+])
+def test_cli_reports_malformed_ledgers_without_a_traceback(ledger, capsys, damage, where):
+    damage(ledger)
+    assert cli.main(["ledger", "verify", "--ledger", str(ledger)]) == 1
+    err = capsys.readouterr().err
+    assert "does NOT verify" in err and where in err and "Traceback" not in err
+
+
+def _publish_folder(root: Path, entry: dict) -> None:
+    folder = root / entry["dataset"] / entry["period"]
+    folder.mkdir(parents=True)
+    (folder / "release.json").write_text(json.dumps({"ledger_entry": entry["hash"], "files": entry.get("files")}))
+
+
+def test_releases_are_cross_checked_against_the_ledger(ledger, tmp_path):
+    releases = tmp_path / "releases"
+    entries = read_ledger(ledger)
+    for entry in entries:
+        _publish_folder(releases, entry)
+    check_releases(entries, releases)
+    # deleting the ledger while releases exist: every folder is unknown
+    with pytest.raises(ReleasesMismatch, match="the ledger does not record"):
+        check_releases([], releases)
+    # an entry without its folder
+    (releases / "d" / "2018-03" / "release.json").unlink()
+    with pytest.raises(ReleasesMismatch, match="2018-03"):
+        check_releases(entries, releases)
+
+
+def test_cli_verify_cross_checks_releases(ledger, tmp_path, capsys):
+    releases = tmp_path / "releases"
+    for entry in read_ledger(ledger):
+        _publish_folder(releases, entry)
+    assert cli.main(["ledger", "verify", "--ledger", str(ledger), "--releases", str(releases)]) == 0
+    for name in (ENTRIES, HEAD):
+        (ledger / name).unlink()
+    assert cli.main(["ledger", "verify", "--ledger", str(ledger)]) == 0  # alone, an empty ledger verifies
+    assert cli.main(["ledger", "verify", "--ledger", str(ledger), "--releases", str(releases)]) == 1
+    assert "does not record" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------- kill -9 crashes
+
+_CHILD = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    from spatial_release import fileio
+    from spatial_release.ledger import append_entry
+
+    crash_at, when = int(sys.argv[2]), sys.argv[3]
+    calls = [0]
+    real_replace = os.replace
+
+    def replace(src, dst):
+        calls[0] += 1
+        if calls[0] == crash_at and when == "before":
+            os.kill(os.getpid(), signal.SIGKILL)
+        real_replace(src, dst)
+        if calls[0] == crash_at and when == "after":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    fileio.os.replace = replace
+    append_entry(Path(sys.argv[1]), {"kind": "release", "dataset": "d", "period": sys.argv[4]})
+""")
+
+
+@pytest.mark.parametrize("existing", [0, 2])
+@pytest.mark.parametrize("crash_at, when", [(1, "before"), (1, "after"), (2, "before"), (2, "after")])
+def test_kill_9_at_every_step_of_an_append_is_rolled_forward(tmp_path, existing, crash_at, when):
+    """The append's renames are its steps: entries.jsonl (1), HEAD (2); the process is killed right before
+    or right after each. The next append must succeed, leave no temporary, and the ledger verify."""
+    folder = tmp_path / "ledger"
+    for i in range(existing):
+        append_entry(folder, {"kind": "release", "dataset": "d", "period": f"2017-0{i + 1}"})
+    child = subprocess.run([sys.executable, "-c", _CHILD, str(folder), str(crash_at), when, "2018-01"],
+                           env={**os.environ}, capture_output=True, text=True)
+    assert child.returncode == -9, child.stderr
+    survived = read_ledger(folder)  # readable right after the crash, before any repair
+    assert len(survived) in (existing, existing + 1)
+    append_entry(folder, {"kind": "review"})
+    entries = read_ledger(folder)
+    assert [e["seq"] for e in entries] == list(range(len(entries)))
+    assert (folder / HEAD).read_text().split() == [str(len(entries)), entries[-1]["hash"]]
+    assert not list(folder.glob(".*.tmp"))  # the killed writer's temporaries are gone
+    periods = [e.get("period") for e in entries if e["kind"] == "release"]
+    assert periods.count("2018-01") == (1 if len(survived) > existing else 0)
