@@ -93,26 +93,31 @@ def run_release(policy: str, period: str, traces: list[str] | None = None, out: 
     )
     if not result.success:
         return False, _failure_lines(result), None
-    target = release_dir(Path(config["releases_dir"]), load_policy(config["policy"]), parsed)
-    return True, [f"published {target}"], json.loads((target / "release.json").read_text())
+    target = release_dir(Path(config["releases_dir"]), loaded, parsed)
+    record = json.loads((target / "release.json").read_text())
+    # The operator's summary also shows internal figures (withheld cells and units) from the work area;
+    # they are printed to the operator's terminal, never written beside the release.
+    manifest = Path(config["work_dir"]) / loaded.name / parsed.label / "candidate" / "manifest.json"
+    internal = json.loads(manifest.read_text())["summary"] if manifest.exists() else {}
+    return True, [f"published {target}"], {**record, "internal": internal}
 
 
 def _summary(record: dict, folder: Path) -> str:
-    c = record["counts"]
+    c = {**record.get("internal", {}), **record["counts"]}
     return "\n".join([
         f"release   {folder}",
         f"dataset   {record['dataset']} {record['period']} (policy v{record['policy']['version']}, "
         f"k={record['k']} over {record['unit']}, {record['measure']}, buckets {record['time']['bucket']})",
         f"input     {record['input']['pings_read']} pings read, {record['input']['pings_rejected']} quarantined, "
-        f"{record['input']['pings_outside_geometry']} outside the geometry, {record['input']['units_counted']} units",
+        f"{record['input']['pings_outside_geometry']} outside the geometry",
         f"cells     {c['published_cells']} published (smallest count {c['smallest_published_count']}), "
         f"{c['primary_cells']} withheld below k, {c['secondary_cells']} withheld as complements, "
         f"{c['structural_zero_cells_published']} structural zeros",
         f"margins   {c['published_margins']} published, {c['withheld_margins']} withheld",
-        f"withheld  {c['unit_counts_withheld']} of {c['unit_counts_total']} unit counts ({c['share_withheld']:.2%})",
+        f"withheld  {c['unit_counts_withheld']} of {c['unit_counts_total']} unit counts ({c['share_withheld']:.2%}); "
+        "withheld figures are internal: release.json does not carry them",
         f"checks    {', '.join(f'{k}: {v}' for k, v in record['checks'].items())}",
-        f"audit     {record['audit']['primaries_audited']} withheld primaries protected "
-        f"({record['audit']['components']} components)",
+        f"audit     {'passed' if record['audit']['passed'] else 'FAILED'}: {record['audit']['criterion']}",
         f"risk      {record['risk']['status']}: worst zone {record['risk']['worst_zone']} "
         f"{record['risk']['release_figure']:.4f} ({record['risk']['measure']}), cumulative "
         f"{record['risk']['cumulative']:.4f}",
@@ -215,7 +220,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
     ledger = Ledger(Path(args.ledger).resolve() if args.ledger else Path(ReleaseSettings().ledger_dir))
     outcome = stages.check_suppression_audit(policy, area, release=folder,
                                              published=stages.Published(ledger, folder.parents[1]))
-    print(f"audit of {folder}: {'PASSED' if outcome.passed else 'FAILED'}: {outcome.summary}")
+    internal = json.loads((area.root / "audit.internal.json").read_text())  # the operator's own figures
+    print(f"audit of {folder}: {'PASSED' if outcome.passed else 'FAILED'}: {outcome.summary} "
+          f"({internal['primaries_audited']} withheld primaries audited in {internal['components']} components, "
+          f"{internal['lps_solved']} LPs)")
     for row in outcome.offending[:20]:
         print(f"    offending: {json.dumps(row, default=str)}")
     print(f"per-primary intervals (internal, never publish): {area.root / 'audit_intervals.internal.parquet'}")

@@ -7,9 +7,9 @@ summary, so the stages can run as separate Dagster steps (or processes) and be r
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +20,9 @@ from spatial_release import guarantees
 from spatial_release.counting import CountResult, count_pings, data_extent, period_buckets
 from spatial_release.counting.engines import Engine, open_engine
 from spatial_release.counting.plan import Extent, ZoningPlan, evaluate_with, grid_plan, zones_plan
-from spatial_release.fileio import atomic_path, sha256_file, write_json_atomic
+from spatial_release.fileio import (
+    atomic_path, folder_lock, remove_stale_temporaries, sha256_file, write_json_atomic,
+)
 from spatial_release.geometry import Grid, coverage, make_locator
 from spatial_release.geometry.locate import make_linked_locators
 from spatial_release.geometry.grid import CELL_ID
@@ -29,10 +31,10 @@ from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.progress import Progress, log_progress, silent
 from spatial_release.release import (
-    RELEASE_FILES, build_record, finish_pending, publish, read_tables, release_dir, release_tables,
-    staging_dir, write_tables,
+    RELEASE_FILES, build_record, publish, read_tables, recover_interrupted, release_dir, release_tables,
+    write_tables,
 )
-from spatial_release.ledger import Ledger, cumulative_risk
+from spatial_release.ledger import Ledger, check_releases, cumulative_risk, find_release
 from spatial_release.risk import BLOCK, decide, estimate_risk
 from spatial_release.risk.landscape import Landscape, load_landscape
 from spatial_release.suppression.primary import ProtectedTable
@@ -358,6 +360,12 @@ def check_k_floor(policy: Policy, area: WorkArea, published: Published | None = 
                                     structural_zeros(policy), policy.count_column)
 
 
+def check_structural_zeros(policy: Policy, area: WorkArea, published: Published | None = None
+                           ) -> guarantees.CheckOutcome:
+    true_cells, _ = read_true_counts(area)
+    return guarantees.check_structural_zeros(true_cells, structural_zeros(policy))
+
+
 def check_withheld_absent(policy: Policy, area: WorkArea, published: Published | None = None) -> guarantees.CheckOutcome:
     cells, margins = _release_frames(area)
     true_cells, true_margins = read_true_counts(area)
@@ -433,15 +441,22 @@ def check_suppression_audit(policy: Policy, area: WorkArea, options: dict | None
                                "passed": i.passed, "integer_solve": i.exact_integer} for i in result.intervals])
     with atomic_path(area.root / "audit_intervals.internal.parquet") as tmp:
         intervals.to_parquet(tmp, index=False)
-    offending = [{**table.key(i.node), "value": i.value, "attacker_lo": i.lo, "attacker_up": i.up,
-                  "failing": i.failing} for i in result.failures()[:20]]
+    # Offending rows name the cell and what fails; the true value and the attacker's interval are
+    # per-unit facts that stay in the internal intervals file (never in a log or Dagster metadata).
+    offending = [{**table.key(i.node), "failing": i.failing} for i in result.failures()[:20]]
     offending += [{"error": e} for e in result.errors[:20]]
     summary = result.summary()
-    text = (f"all {summary['primaries_audited']} withheld primaries protected "
-            f"({summary['components']} components, {summary['lps_solved']} LPs)" if result.passed else
+    write_json_atomic(area.root / "audit.internal.json", summary)
+    text = ("every withheld primary is protected" if result.passed else
             f"{summary['failures']} primaries recoverable or shown below k, {len(result.errors)} audit errors; "
-            f"first: {offending[0] if offending else None}")
-    return guarantees.CheckOutcome("suppression_audit", result.passed, text, offending, summary)
+            f"first: {offending[0] if offending else None}; intervals in {area.root / 'audit_intervals.internal.parquet'}")
+    return guarantees.CheckOutcome("suppression_audit", result.passed, text, offending, public_audit(summary))
+
+
+def public_audit(summary: dict) -> dict:
+    """The audit figures that may be published: the verdict and how it was reached. Counts of primaries,
+    components and the smallest margin are facts about withheld figures, kept in audit.internal.json."""
+    return {k: summary[k] for k in ("passed", "criterion", "solver")}
 
 
 def check_suppression_budget(policy: Policy, area: WorkArea, published: Published | None = None) -> guarantees.CheckOutcome:
@@ -450,8 +465,15 @@ def check_suppression_budget(policy: Policy, area: WorkArea, published: Publishe
     true_cells, _ = read_true_counts(area)
     published = pd.MultiIndex.from_frame(cells[["cell_id", "bucket_start"]])
     withheld = ~pd.MultiIndex.from_frame(true_cells[["cell_id", "bucket_start"]]).isin(published)
-    return guarantees.check_suppression_budget(int(true_cells.loc[withheld, "n"].sum()),
-                                               int(true_cells["n"].sum()), policy.suppression.budget)
+    outcome = guarantees.check_suppression_budget(int(true_cells.loc[withheld, "n"].sum()),
+                                                  int(true_cells["n"].sum()), policy.suppression.budget)
+    if not outcome.passed:
+        return outcome  # nothing is published, so the figures may explain the block
+    # With the published cells, the withheld share would give the withheld total: keep it internal.
+    return guarantees.CheckOutcome(outcome.name, True,
+                                   f"the unit counts in withheld cells are within the budget of "
+                                   f"{policy.suppression.budget:.0%} (figures in the work area)",
+                                   figures={"budget": policy.suppression.budget})
 
 
 def _record_keys(record: object) -> set[str]:
@@ -474,12 +496,22 @@ def _draft_record(policy: Policy, area: WorkArea, period: Period | None = None,
         "pings_rejected": ingest["pings_rejected"],
         "rejected_by_reason": ingest["rejected_by_reason"],
         "pings_outside_geometry": counts["pings_outside_geometry"],
-        "units_counted": counts["units"],
     }
     label = period or Period.parse(area.root.name)
-    summary = {k: v for k, v in manifest["summary"].items() if k not in ("crs", "suppression")}
-    return build_record(policy, label, summary, inputs, manifest["sha256"], manifest["summary"]["crs"],
-                        checks or {}, audit, risk)
+    return build_record(policy, label, public_counts(manifest["summary"]), inputs, manifest["sha256"],
+                        manifest["summary"]["crs"], checks or {}, audit, risk)
+
+
+# Figures of the protection summary that the published tables themselves show. Every other figure
+# (groups, primaries, secondaries, withheld units and their share, the smallest count before suppression,
+# withheld margins, units counted) is a fact about withheld cells that the attacker-LP audit never saw, so
+# it stays in the internal manifest (work area) and never reaches release.json or Dagster metadata.
+PUBLIC_COUNTS = ("published_cells", "published_margins", "smallest_published_count",
+                 "structural_zero_cells_published")
+
+
+def public_counts(summary: dict) -> dict:
+    return {k: summary[k] for k in PUBLIC_COUNTS}
 
 
 class GuaranteeFailed(RuntimeError):
@@ -488,8 +520,8 @@ class GuaranteeFailed(RuntimeError):
         self.outcome = outcome
 
 
-GUARANTEES = (check_k_floor, check_withheld_absent, check_no_identifiers, check_suppression_audit,
-              check_suppression_budget)
+GUARANTEES = (check_k_floor, check_structural_zeros, check_withheld_absent, check_no_identifiers,
+              check_suppression_audit, check_suppression_budget)
 
 
 # The input checks block before counting and protection in the asset graph; publication re-evaluates them.
@@ -549,7 +581,9 @@ def zone_population(policy: Policy, landscape: Landscape, landscape_path: Path) 
 
 
 def earlier_releases(policy: Policy, period: Period, ledger: Ledger) -> list[dict]:
-    entries = [e for e in ledger.releases(policy.name) if e["period"] != period.label]
+    """The dataset's earlier releases in the risk window, from a ledger read under its lock and
+    cross-checked with releases/ (a deleted or truncated ledger must not reset the cumulative risk)."""
+    entries = [e for e in ledger.checked_releases(policy.name) if e["period"] != period.label]
     window = policy.risk.window if policy.risk else None
     return entries[-window:] if window else entries
 
@@ -645,41 +679,113 @@ def check_risk_budget(policy: Policy, area: WorkArea) -> guarantees.CheckOutcome
                                                          "cumulative", "headroom", "measure")})
 
 
+class AlreadyPublished(FileExistsError):
+    """The (dataset, period) is published: its release folder and its work area are never overwritten."""
+
+
+class WorkAreaBusy(RuntimeError):
+    """Another run of the same (dataset, period) owns the work area."""
+
+
+def refuse_if_published(policy: Policy, period: Period, ledger: Ledger, releases_root: Path) -> None:
+    """Raise AlreadyPublished when the ledger records the (dataset, period) or its release folder exists.
+    Under the ledger lock, an interrupted publication is finished first (so its re-run is refused, not
+    left half done)."""
+    target = release_dir(releases_root, policy, period)
+    with ledger.locked():
+        entries = ledger.read()
+        recover_interrupted(releases_root, entries)
+        entry = find_release(entries, policy.name, period.label)
+    if entry is not None or target.exists():
+        recorded = f"ledger entry {entry['seq']}" if entry else "a folder the ledger does not record"
+        raise AlreadyPublished(f"{policy.name} {period.label} is already published: {target} ({recorded}). "
+                               "A published release, and the work area its audit reads, are never overwritten")
+
+
+def work_lock_path(area: WorkArea) -> Path:
+    return area.root.parent / f".{area.root.name}.lock"
+
+
+@contextmanager
+def work_area_step(policy: Policy, period: Period, area: WorkArea, published: Published | None,
+                   run_id: str | None, starts_run: bool,
+                   run_is_live: Callable[[str], bool | None] = lambda run_id: None) -> Iterator[None]:
+    """Hold the work area of one (dataset, period) for one step of a run that writes it.
+
+    Design: Dagster may run each step in its own process, so no lock can span a run. Each step that writes
+    the work area instead holds an exclusive flock on `<work>/<dataset>/.<period>.lock` for its whole
+    duration, and the lock file names the run that owns the area: the run's first step (ingest) claims
+    it, and a later step of another run is refused (WorkAreaBusy), so two runs of one period can never
+    mix their files. A later run takes over a claim whose run is not known to be live; a new run is
+    refused only when the owner is known to be live (`run_is_live`, from the Dagster instance; an
+    ephemeral instance cannot know, so a crashed run never blocks the period for good). With `published`,
+    each step first refuses a (dataset, period) the ledger records (AlreadyPublished), so a re-run never
+    replaces the counts, key sets or candidate of a published release. Under the lock, temporaries a killed
+    step left in the step folders are removed (the root holds the checks' files, written without this lock).
+    """
+    with folder_lock(work_lock_path(area)) as handle:
+        if published is not None:
+            refuse_if_published(policy, period, published.ledger, published.releases_root)
+        handle.seek(0)
+        owner = handle.read().strip()
+        if run_id is not None and owner != run_id:
+            live = run_is_live(owner) if owner else False
+            if (live is True) or (not starts_run and owner and live is not False):
+                raise WorkAreaBusy(f"the work area {area.root} belongs to run {owner} of {policy.name} "
+                                   f"{period.label}{' (still running)' if live else ''}; this run ({run_id}) "
+                                   "stops so the two never mix their files: re-run the whole job once it ends")
+            handle.seek(0)
+            handle.truncate()
+            handle.write(run_id + "\n")
+            handle.flush()
+        for folder in (area.traces, area.ingest, area.counts, area.candidate, area.risk):
+            remove_stale_temporaries(folder, recursive=True)
+        yield
+
+
 def run_publish(policy: Policy, period: Period, area: WorkArea, releases_root: Path,
                 ledger: Ledger) -> tuple[Path, dict]:
     """Publish the candidate with its ledger entry. The guarantees and the risk gate are evaluated again
     here, so a release can never be written by a run that skipped the blocking checks (Dagster blocks
-    only within one run)."""
-    outcomes = run_guarantees(policy, area, Published(ledger, releases_root))
-    for outcome in outcomes:
-        if not outcome.passed:
-            raise GuaranteeFailed(outcome)
-    risk = assess_risk(policy, period, area, ledger)
-    if risk["status"] == BLOCK:
-        raise GuaranteeFailed(guarantees.CheckOutcome("risk_budget", False, risk["reason"]))
-    audit = next(o.figures for o in outcomes if o.name == "suppression_audit")
-    risk_record = {k: risk[k] for k in ("status", "reason", "worst_zone", "release_figure", "pooled",
-                                        "cumulative", "headroom", "measure", "landscape_sha256", "points",
-                                        "window_periods")}
-    record = _draft_record(policy, area, period, {o.name: "passed" for o in outcomes}, audit, risk_record)
+    only within one run).
+
+    One ledger lock spans the "already published?" test, the cross-check of releases/ with the ledger,
+    the guarantees (the audit reads related datasets' releases from the ledger), the risk assessment that
+    reads the earlier releases, and the append: two releases at once are serialised, and the second one's
+    cumulative risk includes the first. Interrupted publications are rolled forward or back first."""
+    ledger = ledger.with_releases(releases_root)
     target = release_dir(releases_root, policy, period)
-    recorded = [e for e in ledger.releases(policy.name) if e["period"] == period.label]
-    if recorded and not target.exists() and staging_dir(target).exists():
-        # a crash after the ledger append and before the rename: finish that publication (roll forward)
-        finish_pending(target, recorded[-1]["hash"])
-        return target, _read_json(target / "release.json")
-    if recorded:
-        raise FileExistsError(f"the ledger already records {policy.name} {period.label}; releases are immutable")
+    with ledger.locked():
+        entries = ledger.read()
+        finished = recover_interrupted(releases_root, entries)
+        if find_release(entries, policy.name, period.label) is not None:
+            if target in finished:  # a crash after the ledger append, before the rename: now finished
+                return target, _read_json(target / "release.json")
+            raise AlreadyPublished(f"the ledger already records {policy.name} {period.label} ({target}); "
+                                   "releases are immutable")
+        check_releases(entries, releases_root)
+        outcomes = run_guarantees(policy, area, Published(ledger, releases_root))
+        for outcome in outcomes:
+            if not outcome.passed:
+                raise GuaranteeFailed(outcome)
+        risk = assess_risk(policy, period, area, ledger)
+        if risk["status"] == BLOCK:
+            raise GuaranteeFailed(guarantees.CheckOutcome("risk_budget", False, risk["reason"]))
+        audit = next(o.figures for o in outcomes if o.name == "suppression_audit")
+        risk_record = {k: risk[k] for k in ("status", "reason", "worst_zone", "release_figure", "pooled",
+                                            "cumulative", "headroom", "measure", "landscape_sha256", "points",
+                                            "window_periods")}
+        record = _draft_record(policy, area, period, {o.name: "passed" for o in outcomes}, audit, risk_record)
 
-    def register(full_record: dict) -> str:
-        entry = ledger.append({
-            "kind": "release", "dataset": policy.name, "period": period.label,
-            "policy": {"name": policy.name, "version": policy.version, "sha256": policy.sha256},
-            "files": full_record["files"], "risk": risk_record,
-        })
-        return entry["hash"]
+        def register(full_record: dict) -> str:
+            entry = ledger.append({
+                "kind": "release", "dataset": policy.name, "period": period.label,
+                "policy": {"name": policy.name, "version": policy.version, "sha256": policy.sha256},
+                "files": full_record["files"], "risk": risk_record,
+            })
+            return entry["hash"]
 
-    publish(area.candidate, target, record, register)
+        publish(area.candidate, target, record, register)
     return target, _read_json(target / "release.json")
 
 
@@ -689,7 +795,7 @@ def review_programme(policy: Policy, ledger: Ledger, work_root: Path) -> dict:
     Release i is assessed with its own key sets and those of the releases before it in the window, as
     when it was published; the cumulative figure is recomputed from the new figures. A release now over the
     per-release ceiling, or that pushes the cumulative figure over the programme ceiling, is a breach."""
-    releases = ledger.releases(policy.name)
+    releases = ledger.checked_releases(policy.name)
     reviewed, figures, breaches = [], [], []
     for i, entry in enumerate(releases):
         period = Period.parse(entry["period"])

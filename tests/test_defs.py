@@ -19,6 +19,14 @@ from spatial_release.defs.partitions import quarterly
 from spatial_release.fileio import sha256_file
 from spatial_release.suppression import primary
 
+
+def public_counts_of(cells: pd.DataFrame, margins: pd.DataFrame, column: str) -> dict:
+    """The counts a release.json may carry, re-derived from the published tables alone."""
+    nonzero = cells[cells[column] > 0]
+    return {"published_cells": len(nonzero), "published_margins": len(margins),
+            "smallest_published_count": int(nonzero[column].min()),
+            "structural_zero_cells_published": int((cells[column] == 0).sum())}
+
 PARTITION = "2018-01-01"
 
 
@@ -28,7 +36,8 @@ def test_definitions_load():
     assert job.partitions_def == quarterly
     checks = {key.name for key in defs.resolve_asset_graph().asset_check_keys}
     assert checks == {"rejected_share", "outside_share", "k_floor", "withheld_absent", "no_identifiers", "suppression_audit",
-                      "suppression_budget", "risk_budget", "published_within_budget", "within_risk_budget"}
+                      "structural_zeros_hold", "suppression_budget", "risk_budget", "published_within_budget",
+                      "within_risk_budget"}
     for key in defs.resolve_asset_graph().asset_check_keys:
         if key.asset_key.path[-1] not in ("risk_review", "published_release"):  # nothing downstream to block
             assert defs.resolve_asset_graph().get_check_spec(key).blocking, key
@@ -70,7 +79,7 @@ def test_release_job_publishes_the_fixture(tmp_path):
     result = _run(tmp_path, _policy_file(tmp_path))
     assert result.success
     assert all(e.passed for e in result.get_asset_check_evaluations())
-    assert len(result.get_asset_check_evaluations()) == 9
+    assert len(result.get_asset_check_evaluations()) == 10
     folder = tmp_path / "releases" / "fixture" / "2018-Q1"
     assert sorted(p.name for p in folder.iterdir()) == ["cells.parquet", "margins.parquet", "release.json"]
     cells = gpd.read_parquet(folder / "cells.parquet")
@@ -85,8 +94,9 @@ def test_release_job_publishes_the_fixture(tmp_path):
     assert record["files"] == {n: sha256_file(folder / n) for n in ("cells.parquet", "margins.parquet")}
     assert record["unit"] == "devices" and record["k"] == K and "inclusive" in record["k_boundary"]
     assert record["complementary_suppression"].startswith("applied") and record["audit"]["passed"]
-    assert record["audit"]["primaries_audited"] == 2  # B and C protect each other
-    assert record["counts"]["primary_cells"] == 2 and record["counts"]["smallest_published_count"] == K
+    assert record["counts"] == public_counts_of(cells, margins, "n_devices")
+    internal = json.loads((tmp_path / "work" / "fixture" / "2018-Q1" / "audit.internal.json").read_text())
+    assert internal["primaries_audited"] == 2  # B and C protect each other
     text = (folder / "release.json").read_text()
     assert "lonely" not in text and "gender" not in text and '"device"' not in text
     [event] = [e for e in result.get_asset_materialization_events() if e.asset_key.path == ["published_release"]]
@@ -179,7 +189,7 @@ def test_cli_audit_passes_on_a_published_release(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["audit", str(folder), "--policy", str(policy)]) == 0
     out = capsys.readouterr().out
-    assert "PASSED" in out and "2 withheld primaries protected" in out
+    assert "PASSED" in out and "2 withheld primaries audited" in out
     intervals = pd.read_parquet(tmp_path / "out" / "work" / "fixture" / "2018-Q1" / "audit_intervals.internal.parquet")
     assert len(intervals) == 2 and intervals["passed"].all()
 

@@ -15,19 +15,15 @@ from spatial_release.defs.partitions import monthly, period_of, quarterly
 from spatial_release.defs.resources import CountingEngine, ReleaseSettings
 
 
-def k_anonymity_report(summary: dict, k: int) -> str:
+def k_anonymity_report(counts: dict, k: int) -> str:
+    """What the release shows, from its public counts only: figures about withheld cells (how many, how
+    many units they hold) would be facts outside the audited system, so they stay in the work area."""
     rows = [
         ("k (inclusive: n >= k published)", k),
-        ("groups (cell x bucket) before suppression", summary["groups"]),
-        ("smallest count before suppression", summary["smallest_count_before"]),
-        ("smallest published count", summary["smallest_published_count"]),
-        ("groups below k (withheld, primary)", summary["primary_cells"]),
-        ("cells withheld as complements (secondary)", summary["secondary_cells"]),
-        ("unit counts in withheld cells", summary["unit_counts_withheld"]),
-        ("share of unit counts withheld", f"{summary['share_withheld']:.2%}"),
-        ("published cells (non-zero)", summary["published_cells"]),
-        ("structural zeros published", summary["structural_zero_cells_published"]),
-        ("margins published / withheld", f"{summary['published_margins']} / {summary['withheld_margins']}"),
+        ("smallest published count", counts["smallest_published_count"]),
+        ("published cells (non-zero)", counts["published_cells"]),
+        ("structural zeros published", counts["structural_zero_cells_published"]),
+        ("margins published", counts["published_margins"]),
     ]
     return "| measure | value |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
 
@@ -38,6 +34,13 @@ def risk_report(risk: dict) -> str:
     rows = [f"| {z['zone']} | {z['units']} | {z['mean']:.5f} | {z['at_risk']:.3f} | {z['worst']:.4f} |"
             for z in sorted(risk["zones"], key=lambda z: -z["mean"])[:30]]
     return head + "| zone | units | mean | at risk | worst |\n|---|---|---|---|---|\n" + "\n".join(rows)
+
+
+def _run_is_live(instance: dg.DagsterInstance, run_id: str) -> bool | None:
+    """Whether the instance knows `run_id` as still running; None when it does not know the run (another
+    process's ephemeral instance)."""
+    run = instance.get_run_by_id(run_id)
+    return None if run is None else not run.is_finished
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,14 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
         period = period_of(context.partition_key, partitions_def)
         return policy, period, settings.work_area(policy, period)
 
+    def hold(context: dg.AssetExecutionContext, settings: ReleaseSettings, policy, period, area,
+             starts_run: bool = False, check_ledger: bool = True):
+        """Hold the work area for this step (stages.work_area_step): a period the ledger records is refused
+        before anything is written, and a step of a run that no longer owns the area stops."""
+        published = stages.Published(settings.ledger(), Path(settings.releases_dir)) if check_ledger else None
+        return stages.work_area_step(policy, period, area, published, context.run.root_run_id or context.run_id,
+                                     starts_run, lambda run_id: _run_is_live(context.instance, run_id))
+
     common = {"partitions_def": partitions_def, "group_name": group, "key_prefix": key_prefix}
 
     @dg.asset(name="validated_pings", kinds={"duckdb"}, **common,
@@ -63,7 +74,8 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
     def validated_pings(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
         policy, period, area = setup(context, settings)
         context.log.info(f"ingesting {policy.name} {period.label} into {area.ingest}")
-        summary = stages.run_ingest(policy, period, area, settings.traces, progress=context.log.info)
+        with hold(context, settings, policy, period, area, starts_run=True):
+            summary = stages.run_ingest(policy, period, area, settings.traces, progress=context.log.info)
         context.log.info(f"{summary['pings_valid']} valid pings, {summary['pings_rejected']} quarantined")
         return dg.MaterializeResult(metadata={
             "dagster/row_count": summary["pings_valid"],
@@ -81,7 +93,7 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
     def cell_counts(context: dg.AssetExecutionContext, settings: ReleaseSettings,
                     counting: CountingEngine) -> dg.MaterializeResult:
         policy, period, area = setup(context, settings)
-        with counting.open(area) as engine:
+        with hold(context, settings, policy, period, area), counting.open(area) as engine:
             summary = stages.run_counts(policy, area, period, engine, progress=context.log.info)
         context.log.info(f"{summary['groups']} groups of {summary['units']} units")
         return dg.MaterializeResult(metadata={
@@ -98,19 +110,14 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
               description="The candidate release after primary and complementary suppression.")
     def protected_table(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
         policy, period, area = setup(context, settings)
-        summary = stages.run_protect(policy, period, area, progress=context.log.info)
-        context.log.info(f"suppression: {summary['suppression']['audit']['primaries_audited']} primaries audited")
+        with hold(context, settings, policy, period, area):
+            summary = stages.run_protect(policy, period, area, progress=context.log.info)
+        counts = stages.public_counts(summary)
         return dg.MaterializeResult(metadata={
-            "dagster/row_count": summary["published_cells"] + summary["structural_zero_cells_published"],
-            "k_anonymity_report": dg.MetadataValue.md(k_anonymity_report(summary, policy.k)),
-            "groups": summary["groups"],
-            "smallest_count_before": summary["smallest_count_before"],
-            "smallest_published_count": summary["smallest_published_count"],
-            "groups_below_k": summary["primary_cells"],
-            "units_below_k": summary["unit_counts_withheld"],
-            "cells_withheld": summary["primary_cells"] + summary["secondary_cells"],
-            "withheld_by_level": dg.MetadataValue.json(summary["by_level"]),
-            "suppression": dg.MetadataValue.json(summary["suppression"]),
+            "dagster/row_count": counts["published_cells"] + counts["structural_zero_cells_published"],
+            "k_anonymity_report": dg.MetadataValue.md(k_anonymity_report(counts, policy.k)),
+            "smallest_published_count": counts["smallest_published_count"],
+            "internal_summary": dg.MetadataValue.path(str(area.candidate / "manifest.json")),
             "policy": f"{policy.name} v{policy.version}",
         })
 
@@ -118,7 +125,8 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
               description="Per-zone re-identification risk of the candidate with the ledger's earlier releases.")
     def risk_assessment(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
         policy, period, area = setup(context, settings)
-        risk = stages.run_risk(policy, period, area, settings.ledger())
+        with hold(context, settings, policy, period, area):
+            risk = stages.run_risk(policy, period, area, settings.ledger())
         return dg.MaterializeResult(metadata={
             "risk_report": dg.MetadataValue.md(risk_report(risk)),
             "status": risk["status"], "worst_zone": str(risk["worst_zone"]),
@@ -132,7 +140,9 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
     def published_release(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
         policy, period, area = setup(context, settings)
         try:
-            target, record = stages.run_publish(policy, period, area, Path(settings.releases_dir), settings.ledger())
+            with hold(context, settings, policy, period, area, check_ledger=False):  # run_publish checks, locked
+                target, record = stages.run_publish(policy, period, area, Path(settings.releases_dir),
+                                                    settings.ledger())
         except stages.GuaranteeFailed as failed:
             raise dg.Failure(description=str(failed), metadata={"offending": failed.outcome.offending},
                              allow_retries=False) from None
@@ -144,7 +154,6 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
             "release_dir": dg.MetadataValue.path(str(target)),
             "k_anonymity_report": dg.MetadataValue.md(k_anonymity_report(counts, policy.k)),
             "published_cells": counts["published_cells"],
-            "cells_withheld": counts["primary_cells"] + counts["secondary_cells"],
             "smallest_published_count": counts["smallest_published_count"],
             "risk_worst_zone": str(record["risk"]["worst_zone"]),
             "risk_release_figure": record["risk"]["release_figure"],
