@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import PROJECT_ROOT, policy_dict, write_policy
 from spatial_release.period import Period
@@ -83,3 +84,76 @@ def test_periods():
         Period.parse("2018-Q5")
     with pytest.raises(ValueError):
         Period.from_partition_key("2018-02-01")
+
+
+def test_bad_strptime_format_names_file_and_item(tmp_path):
+    data = policy_dict("x.csv")
+    data["source"]["time_formats"] = ["%Y-%m-%d %H:%M:%S", "%Y-%m-%d %Q"]
+    message = _error_for(tmp_path, data)
+    assert "field 'source.time_formats[1]'" in message and "%Q" in message
+    assert "time_formats[0]" not in message
+
+
+@pytest.mark.parametrize("text, key, line", [
+    ("k: 5\nk: 2\n", "k", 2),
+    ("source:\n  unit: device\n  timezone: UTC\n  unit: gender\n", "unit", 4),
+])
+def test_duplicate_key_is_an_error_naming_file_and_key(tmp_path, text, key, line):
+    path = tmp_path / "dup.yaml"
+    path.write_text("name: fixture\nversion: 1\n" + text)
+    with pytest.raises(PolicyError) as caught:
+        load_policy(path)
+    message = str(caught.value)
+    assert str(path) in message and f"duplicate key '{key}' on line {line + 2}" in message
+
+
+def test_yaml_merge_keys_are_not_duplicates(tmp_path):
+    data = policy_dict("x.csv")
+    text = yaml.safe_dump(data, sort_keys=False).replace("time:\n", "time: &t\n", 1)
+    path = tmp_path / "policy.yaml"
+    write_policy(tmp_path, data)
+    path.write_text(text + "x-copy:\n  <<: *t\n  bucket: 1h\n")
+    with pytest.raises(PolicyError, match="field 'x-copy'"):  # merged, then refused as an unknown field
+        load_policy(path)
+
+
+@pytest.mark.parametrize("section, field, value", [
+    ("suppression", "zeros", "no-such-zeros.csv"),
+    ("risk", "landscape", "landscapes/no-such.yaml"),
+    ("risk", "landscape", "."),
+])
+def test_missing_zeros_or_landscape_file_is_found_at_load(tmp_path, section, field, value):
+    data = policy_dict("x.csv")
+    data[section][field] = value
+    message = _error_for(tmp_path, data)
+    assert f"field '{section}.{field}'" in message and str((tmp_path / value).resolve()) in message
+
+
+SECRET = "s3cr3t-token-4711"
+
+
+@pytest.mark.parametrize("section, field, content", [
+    ("suppression", "zeros", f"{SECRET}:x:0:0\nroot:/root\n"),
+    ("suppression", "zeros", f"device,when\n{SECRET},2018-01-10\n"),
+    ("risk", "landscape", f"{SECRET}: [unclosed\n"),
+    ("risk", "landscape", f"{SECRET}:x:0:0:root\n"),
+    ("risk", "landscape", f"version: 1\n{SECRET}: 3\n"),
+])
+def test_a_wrong_zeros_or_landscape_path_never_echoes_that_file(tmp_path, section, field, content):
+    other = tmp_path / "private.txt"
+    other.write_text(content)
+    data = policy_dict("x.csv")
+    data[section][field] = str(other)
+    message = _error_for(tmp_path, data)
+    assert f"field '{section}.{field}'" in message and str(other) in message
+    assert SECRET not in message
+
+
+def test_missing_unit_values_default_and_override(tmp_path):
+    policy = load_policy(write_policy(tmp_path, policy_dict("x.csv")))
+    assert {"NULL", "NA", "nan", "-"} <= set(policy.source.missing_unit_values)
+    data = policy_dict("x.csv")
+    data["source"]["missing_unit_values"] = ["unknown", "-1"]
+    assert load_policy(write_policy(tmp_path, data)).source.missing_unit_values == ["unknown", "-1"]
+    data["source"]["missing_unit_values"] = "unknown"
+    assert "field 'source.missing_unit_values'" in _error_for(tmp_path, data)
