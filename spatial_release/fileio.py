@@ -17,6 +17,18 @@ from typing import IO
 TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")
 
 
+OWNER_ONLY = 0o077
+
+
+def restrict_umask() -> None:
+    """Add owner-only to the process umask, so every file and folder the pipeline creates (DuckDB's and
+    Spark's included) is 0600 / 0700 from the moment it exists: the work area holds per-unit data
+    (validated pings, memberships, key sets, quarantined raw rows) that another user of the machine must
+    never read. A chmod after the write would leave a window; the umask leaves none."""
+    current = os.umask(OWNER_ONLY)
+    os.umask(current | OWNER_ONLY)
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:

@@ -7,6 +7,7 @@ summary, so the stages can run as separate Dagster steps (or processes) and be r
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from contextlib import ExitStack, contextmanager
@@ -21,7 +22,7 @@ from spatial_release.counting import CountResult, count_pings, data_extent, peri
 from spatial_release.counting.engines import Engine, open_engine
 from spatial_release.counting.plan import Extent, ZoningPlan, evaluate_with, grid_plan, zones_plan
 from spatial_release.fileio import (
-    atomic_path, folder_lock, remove_stale_temporaries, sha256_file, write_json_atomic,
+    atomic_path, folder_lock, remove_stale_temporaries, restrict_umask, sha256_file, write_json_atomic,
 )
 from spatial_release.geometry import Grid, coverage, make_locator
 from spatial_release.geometry.locate import make_linked_locators
@@ -48,15 +49,30 @@ class CandidateChanged(RuntimeError):
     """The candidate files differ from the ones that were checked; nothing is published."""
 
 
+# Relative to a work area: per-unit data, deleted when the release's retention ends.
+PER_UNIT_ARTEFACTS = ("traces", "ingest/pings.parquet", "ingest/quarantine.parquet", "ingest/spill",
+                      "counts/membership.internal.parquet", "counts/outside.parquet", "counts/spill",
+                      "risk/unit_keys.internal.parquet", "audit_intervals.internal.parquet")
+
+
 @dataclass(frozen=True)
 class WorkArea:
     """Internal artefacts of one (dataset, period); never published."""
 
     root: Path
 
+    def __post_init__(self) -> None:
+        restrict_umask()  # whatever the caller did to the umask since import: owner-only from creation
+
     @classmethod
     def for_release(cls, work_root: Path, policy: Policy, period: Period) -> "WorkArea":
         return cls(work_root / policy.name / period.label)
+
+    def per_unit_artefacts(self) -> list[Path]:
+        """Every file or folder of the work area that holds per-unit data (ids, raw rows, memberships, key
+        sets, pings) or the audit's per-cell intervals. Aggregates (true counts, candidate, summaries) stay
+        for `spatial-release audit`."""
+        return [self.root / name for name in PER_UNIT_ARTEFACTS]
 
     @property
     def traces(self) -> Path:
@@ -597,16 +613,29 @@ def _expired(policy: Policy, entry: dict, now: datetime) -> bool:
     return now - recorded > timedelta(days=policy.risk.key_retention_days)
 
 
-def prune_key_sets(policy: Policy, ledger: Ledger, work_root: Path, now: datetime | None = None) -> list[str]:
-    """Delete the per-unit key sets of releases older than the policy's retention; returns their periods.
-    Such releases keep counting in the cumulative figure (from the ledger) but no longer in the per-unit
-    window of later estimates."""
+def _remove(path: Path) -> bool:
+    if path.is_dir():
+        shutil.rmtree(path)
+        return True
+    if path.exists():
+        path.unlink()
+        return True
+    return False
+
+
+def prune_per_unit_artefacts(policy: Policy, ledger: Ledger, work_root: Path, now: datetime | None = None
+                             ) -> list[str]:
+    """Delete every per-unit artefact (WorkArea.per_unit_artefacts) of the releases older than the policy's
+    `risk.key_retention_days`; returns their periods. Such releases keep counting in the cumulative figure
+    (from the ledger) but no longer in the per-unit window of later estimates."""
     now = now or datetime.now(timezone.utc)
     pruned = []
     for entry in ledger.releases(policy.name):
-        path = key_set_path(work_root, policy, entry["period"])
-        if _expired(policy, entry, now) and path.exists():
-            path.unlink()
+        if not _expired(policy, entry, now):
+            continue
+        area = WorkArea.for_release(work_root, policy, Period.parse(entry["period"]))
+        removed = [_remove(path) for path in area.per_unit_artefacts()]
+        if any(removed):
             pruned.append(entry["period"])
     return pruned
 

@@ -160,7 +160,16 @@ def test_run_failure_sensor_turns_a_blocked_release_into_an_alert(tmp_path):
     assert any("risk_budget" in step for step in mine[0]["failed_steps"])
 
 
-def test_key_sets_are_pruned_after_retention_and_the_figure_still_counts(tmp_path):
+# What a work area keeps after its retention: aggregates only (true counts for `spatial-release audit`,
+# the candidate and its manifest, summaries). Listed here, not taken from the code under test.
+KEPT_AFTER_RETENTION = {
+    "audit.internal.json", "candidate/cells.parquet", "candidate/margins.parquet", "candidate/manifest.json",
+    "candidate/withheld_cells.internal.parquet", "counts/cell_counts.parquet", "counts/counts.json",
+    "counts/margin_counts.parquet", "ingest/ingest.json", "risk/risk.json",
+}
+
+
+def test_per_unit_data_is_pruned_after_retention_and_the_figure_still_counts(tmp_path):
     from datetime import datetime, timedelta, timezone
 
     policy_path = _policy(tmp_path)
@@ -168,11 +177,19 @@ def test_key_sets_are_pruned_after_retention_and_the_figure_still_counts(tmp_pat
     policy = load_policy(policy_path)
     ledger = Ledger(tmp_path / "ledger")
     work = tmp_path / "work"
+    area = work / "fixture" / "2018-Q1"
     keys = stages.key_set_path(work, policy, "2018-Q1")
-    assert keys.exists()
-    assert stages.prune_key_sets(policy, ledger, work) == []  # within retention: kept
+    per_unit = [keys, area / "ingest/pings.parquet", area / "ingest/quarantine.parquet",
+                area / "counts/membership.internal.parquet", area / "counts/outside.parquet",
+                area / "audit_intervals.internal.parquet"]
+    assert all(p.exists() for p in per_unit)
+    assert stages.prune_per_unit_artefacts(policy, ledger, work) == []  # within retention: kept
+    assert all(p.exists() for p in per_unit)
     later = datetime.now(timezone.utc) + timedelta(days=policy.risk.key_retention_days + 1)
-    assert stages.prune_key_sets(policy, ledger, work, now=later) == ["2018-Q1"] and not keys.exists()
+    assert stages.prune_per_unit_artefacts(policy, ledger, work, now=later) == ["2018-Q1"]
+    remaining = {str(p.relative_to(area)) for p in area.rglob("*") if p.is_file()}
+    assert remaining <= KEPT_AFTER_RETENTION, remaining - KEPT_AFTER_RETENTION
+    assert not any(p.exists() for p in per_unit)
     # still within retention by the clock: a missing key set is an error, never silently skipped
     with pytest.raises(FileNotFoundError, match="missing within their retention"):
         stages.review_programme(policy, ledger, work)

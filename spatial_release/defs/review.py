@@ -25,7 +25,7 @@ from spatial_release.risk.landscape import landscape_hash
 def risk_review(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
     policy = settings.load_policy()
     ledger = settings.ledger()
-    pruned = stages.prune_key_sets(policy, ledger, Path(settings.work_dir))  # the policy's retention
+    pruned = stages.prune_per_unit_artefacts(policy, ledger, Path(settings.work_dir))  # the policy's retention
     review = stages.review_programme(policy, ledger, Path(settings.work_dir))
     folder = Path(settings.work_dir) / policy.name / "reviews"
     entry = ledger.append({"kind": "review", "dataset": policy.name, "landscape_sha256": review["landscape_sha256"],
@@ -42,7 +42,7 @@ def risk_review(context: dg.AssetExecutionContext, settings: ReleaseSettings) ->
         "releases_reviewed": len(review["releases"]), "cumulative": review["cumulative"],
         "breaches": dg.MetadataValue.json(review["breaches"]), "alerts": dg.MetadataValue.json(alerts),
         "review": dg.MetadataValue.json(review["releases"]), "ledger_entry": entry["hash"],
-        "key_sets_pruned": dg.MetadataValue.json(pruned),
+        "per_unit_data_pruned": dg.MetadataValue.json(pruned),
     })
 
 
