@@ -84,6 +84,27 @@ def check_k_floor(
                         _records(bad_cells) + _records(bad_margins), figures)
 
 
+def check_structural_zeros(true_cells: pd.DataFrame, zeros: Iterable[str]) -> CheckOutcome:
+    """No listed structural-zero cell holds a unit in any bucket.
+
+    The list is public and a listed cell is published as 0, so a listed cell that holds units is either
+    withheld (its gap tells the outsider someone was there) or published beside a list that denies it.
+    Either way the list is wrong and the release waits for a corrected one. The report names the cells
+    and buckets only: how many units they hold is a withheld figure, and who they are even more so."""
+    zeros = frozenset(zeros)
+    held = true_cells[true_cells["cell_id"].isin(zeros) & (true_cells["n"] > 0)].sort_values(CELL_KEY)
+    offending = _records(held[CELL_KEY])
+    figures = {"listed_zero_cells": len(zeros), "conflicts": int(len(held))}
+    if held.empty:
+        return CheckOutcome("structural_zeros_hold", True,
+                            f"none of the {len(zeros)} listed structural-zero cells holds a unit", [], figures)
+    first = offending[0]
+    more = f" ({len(held) - 1} more listed cell-buckets hold units)" if len(held) > 1 else ""
+    summary = (f"{first['cell_id']} at {first['bucket_start']} is listed as a structural zero but holds at "
+               f"least one unit; the zeros list is wrong{more}: correct it and run the release again")
+    return CheckOutcome("structural_zeros_hold", False, summary, offending, figures)
+
+
 def _key_problems(frame: pd.DataFrame, key: list[str], truth: pd.DataFrame, k: int,
                   zeros: frozenset[str], count_column: str, file: str) -> list[dict]:
     problems: list[dict] = []

@@ -60,7 +60,8 @@ def test_all_guarantees_pass_on_the_protected_fixture(protected):
     policy, area = protected
     outcomes = stages.run_guarantees(policy, area)
     assert [(o.name, o.passed) for o in outcomes] == [
-        ("k_floor", True), ("withheld_absent", True), ("no_identifiers", True), ("suppression_audit", True),
+        ("rejected_share", True), ("outside_share", True), ("k_floor", True), ("structural_zeros_hold", True),
+        ("withheld_absent", True), ("no_identifiers", True), ("suppression_audit", True),
         ("suppression_budget", True)]
     published = dict(zip(_cells(area)["cell_id"], _cells(area)["n_devices"]))
     # re-derived from the fixture's construction, not from the suppressor's report
@@ -224,8 +225,12 @@ def test_suppression_audit_rejects_primary_only_suppression(tmp_path, fixture_tr
     assert stages.check_k_floor(policy, area).passed  # every published figure is >= k...
     outcome = stages.check_suppression_audit(policy, area)
     assert not outcome.passed, outcome.summary  # ...and yet P1 - E shows A holds at most 3 < k
-    assert any(o.get("area_id") == cell_id(CELL_A) and o["attacker_up"] == 3 and o["failing"] == "upper"
-               for o in outcome.offending)
+    assert {"level": "cell", "area_id": cell_id(CELL_A), "bucket_start": BUCKET.isoformat(),
+            "failing": "upper"} in outcome.offending
+    # the interval itself stays in the internal work area, never in the check's metadata
+    intervals = pd.read_parquet(area.root / "audit_intervals.internal.parquet")
+    [a] = intervals[intervals["area_id"] == cell_id(CELL_A)].to_dict("records")
+    assert a["attacker_up"] == 3 and not a["passed"]
 
 
 def test_suppression_audit_includes_earlier_releases_of_the_period(protected):
@@ -245,3 +250,46 @@ def test_suppression_audit_fails_when_releases_contradict_each_other(protected):
     empty = pd.DataFrame(columns=["level", "area_id", "bucket_start", "n_devices"])
     outcome = stages.check_suppression_audit(policy, area, earlier=[(other, empty)])
     assert not outcome.passed and any("contradict" in o.get("error", "") for o in outcome.offending)
+
+
+def _lake_policy(tmp_path, fixture_traces, listed: str):
+    """The fixture policy with a public structural-zeros list naming one cell."""
+    from conftest import policy_dict, write_policy
+    from spatial_release.policy import load_policy
+
+    (tmp_path / "zeros.csv").write_text(f"cell_id\n{listed}\n")
+    data = policy_dict(str(fixture_traces), suppression={"budget": 0.9, "zeros": "zeros.csv"})
+    policy = load_policy(write_policy(tmp_path, data))
+    area = stages.WorkArea.for_release(tmp_path / "work", policy, PERIOD)
+    stages.run_ingest(policy, PERIOD, area)
+    stages.run_counts(policy, area)
+    stages.run_protect(policy, PERIOD, area)
+    return policy, area
+
+
+def test_structural_zeros_hold_blocks_a_listed_zero_that_holds_units(tmp_path, fixture_traces):
+    """The lonely device's cell C is listed as a structural zero: the list is wrong. The release is
+    blocked naming the cell and bucket (never a unit), the audit sees the gap as >= 1, nothing is
+    published and nothing is recorded."""
+    policy, area = _lake_policy(tmp_path, fixture_traces, cell_id(CELL_C))
+    outcome = stages.check_structural_zeros(policy, area)
+    assert not outcome.passed and outcome.name == "structural_zeros_hold"
+    assert outcome.offending == [{"cell_id": cell_id(CELL_C), "bucket_start": BUCKET.isoformat()}]
+    assert (f"{cell_id(CELL_C)} at {BUCKET.isoformat()} is listed as a structural zero but holds at least "
+            "one unit; the zeros list is wrong" in outcome.summary)
+    assert "lonely" not in repr(outcome)
+    audit = stages.check_suppression_audit(policy, area)
+    assert not audit.passed
+    # C is known to be >= 1 = its value (pinned from below), and B beside it is shown below k
+    assert {(o.get("area_id"), o.get("failing")) for o in audit.offending} >= {(cell_id(CELL_C), "lower")}
+    with pytest.raises(stages.GuaranteeFailed, match="structural_zeros_hold"):
+        stages.run_publish(policy, PERIOD, area, tmp_path / "releases", Ledger(tmp_path / "ledger"))
+    assert not (tmp_path / "releases" / policy.name / PERIOD.label).exists()
+    assert not (tmp_path / "ledger" / "entries.jsonl").exists()
+
+
+def test_structural_zeros_hold_passes_a_true_listed_zero(tmp_path, fixture_traces):
+    policy, area = _lake_policy(tmp_path, fixture_traces, cell_id((590_000, 4_508_000)))  # nobody there
+    outcome = stages.check_structural_zeros(policy, area)
+    assert outcome.passed and outcome.figures == {"listed_zero_cells": 1, "conflicts": 0}
+    assert all(o.passed for o in stages.run_guarantees(policy, area))

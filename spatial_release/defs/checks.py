@@ -113,6 +113,10 @@ def build_checks(partitions_def, validated_pings, cell_counts, protected_table, 
         guarantee("k_floor", stages.check_k_floor,
                   "Every published (cell, bucket) and margin holds >= k distinct units (inclusive), re-derived "
                   "from the counts."),
+        guarantee("structural_zeros_hold", stages.check_structural_zeros,
+                  "No cell of the public structural-zeros list holds a unit in any bucket: a listed zero that "
+                  "does would be withheld (its gap shows someone was there) or contradict the list. Names the "
+                  "cell and bucket; the zeros list must be corrected."),
         guarantee("withheld_absent", stages.check_withheld_absent,
                   "Withheld cells are absent: no null rows, no flag column, no zero that is not a structural zero."),
         guarantee("no_identifiers", stages.check_no_identifiers,

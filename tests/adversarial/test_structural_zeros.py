@@ -9,13 +9,14 @@ anyway because the zeros list contradicts the data.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
-from conftest import CELL_A, CELL_C, CELL_D, SIZE, cell_id, fixture_pings, lonlat_in, policy_dict, write_policy
+import geopandas as gpd
+import numpy as np
+
+from conftest import DAY, SIZE, cell_id, fixture_pings, lonlat_in, policy_dict, write_policy
 from spatial_release import cli
 from spatial_release.suppression.audit import audit
 from spatial_release.suppression.release_system import Structure, audit_published, protect_release
@@ -74,3 +75,51 @@ def test_a_listed_zero_published_as_zero_stays_a_known_zero():
     result, table = audit_published(true_cells, true_margins, protected.cells, protected.margins, "n",
                                     STRUCTURE, K, "presence", {ZERO}, BUCKETS)
     assert result.passed and table.floor == {}
+
+
+# ---- end to end through the command line ----------------------------------------------------------
+
+LAKE = (581_000, 4_508_000)  # a 1 km cell of the fixture's 2 km parent P1 (beside A and E), listed as a zero
+DAY_BUCKET = "2018-01-10T05:00:00+00:00"  # the fixture's day, midnight in New York
+
+
+def _release_with_lake(tmp_path: Path, swimmer: bool) -> tuple[int, Path]:
+    """The fixture traces (plus, with `swimmer`, one device with a few pings in the lake on the fixture's
+    day) released by the CLI under a policy whose public zeros list names the lake."""
+    frame = fixture_pings()
+    if swimmer:
+        lon, lat = lonlat_in(LAKE, 3, np.random.default_rng(11))
+        rows = [{"device": "swimmer", "when": f"{DAY} 1{i}:00:00", "lon": round(float(x), 7),
+                 "lat": round(float(y), 7), "gender": "f"} for i, (x, y) in enumerate(zip(lon, lat))]
+        frame = pd.concat([frame, pd.DataFrame(rows)], ignore_index=True)
+    traces = tmp_path / "traces.csv"
+    frame.to_csv(traces, index=False)
+    (tmp_path / "zeros.csv").write_text(f"cell_id\n{cell_id(LAKE)}\n")
+    policy = write_policy(tmp_path, policy_dict(str(traces), suppression={"budget": 0.9, "zeros": "zeros.csv"}))
+    code = cli.main(["release", "--policy", str(policy), "--period", "2018-Q1", "--traces", str(traces),
+                     "--out", str(tmp_path / "out"), "--ledger", str(tmp_path / "ledger")])
+    return code, tmp_path / "out" / "releases" / "fixture" / "2018-Q1"
+
+
+def _ledger_mentions(ledger: Path, period: str) -> bool:
+    return ledger.is_dir() and any(period in p.read_text(errors="replace") for p in ledger.rglob("*") if p.is_file())
+
+
+def test_cli_blocks_a_person_inside_a_listed_zero(tmp_path, capsys):
+    code, folder = _release_with_lake(tmp_path, swimmer=True)
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "BLOCKED by check 'structural_zeros_hold'" in err
+    assert (f"{cell_id(LAKE)} at {DAY_BUCKET} is listed as a structural zero but holds at least one unit; "
+            "the zeros list is wrong") in err
+    assert "swimmer" not in err  # cell and bucket, never the unit
+    assert not folder.exists() and not _ledger_mentions(tmp_path / "ledger", "2018-Q1")
+
+
+def test_cli_publishes_a_true_listed_zero_as_zero_in_every_bucket(tmp_path, capsys):
+    """The control: the same policy without the swimmer publishes, the lake 0 in each of the 90 days."""
+    code, folder = _release_with_lake(tmp_path, swimmer=False)
+    assert code == 0, capsys.readouterr().err
+    cells = gpd.read_parquet(folder / "cells.parquet")
+    lake = cells[cells["cell_id"] == cell_id(LAKE)]
+    assert len(lake) == 90 and (lake["n_devices"] == 0).all()
