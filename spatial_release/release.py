@@ -92,8 +92,11 @@ def build_record(policy: Policy, period: Period, summary: dict, ingest: dict, fi
 PENDING = "record.pending.json"
 
 
+STAGING_SUFFIX = ".publishing"
+
+
 def staging_dir(target: Path) -> Path:
-    return target.with_name(f".{target.name}.publishing")
+    return target.with_name(f".{target.name}{STAGING_SUFFIX}")
 
 
 def publish(candidate: Path, target: Path, record: dict, register: Callable[[dict], str]) -> Path:
@@ -102,7 +105,8 @@ def publish(candidate: Path, target: Path, record: dict, register: Callable[[dic
     Order: files and the pending record go into a staging folder beside the target; `register(record)`
     appends the ledger entry and returns its hash; release.json (with that hash) is written; one rename
     makes the release visible. A crash before the ledger append leaves only the staging folder (removed
-    on the next attempt); a crash after it leaves a staging folder that `finish_pending` completes.
+    on the next attempt); a crash after it leaves a staging folder that `finish_pending` completes (see
+    `recover_interrupted`). Call under the ledger lock, so that no two publishers stage at once.
     """
     if target.exists():
         raise FileExistsError(f"{target} already exists; a published release is never overwritten")
@@ -118,12 +122,15 @@ def publish(candidate: Path, target: Path, record: dict, register: Callable[[dic
     return finish_pending(target, entry_hash)
 
 
-def finish_pending(target: Path, entry_hash: str) -> Path:
+def finish_pending(target: Path, entry_hash: str, entry_files: dict[str, str] | None = None) -> Path:
     """Complete a staged release whose ledger entry exists: write release.json and rename into place.
-    Safe to call again after a crash at any point of it."""
+    Safe to call again after a crash at any point of it. `entry_files` (the file hashes the ledger entry
+    records) must match the staged files, so a staging folder swapped by hand is never published."""
     staging = staging_dir(target)
     if (staging / PENDING).exists():
         record = json.loads((staging / PENDING).read_text())
+        if entry_files is not None and record["files"] != entry_files:
+            raise RuntimeError(f"{staging} does not hold the files its ledger entry records; not publishing")
         for name, digest in record["files"].items():
             if sha256_file(staging / name) != digest:
                 raise RuntimeError(f"{staging / name} does not match its pending record; not publishing")
@@ -134,3 +141,20 @@ def finish_pending(target: Path, entry_hash: str) -> Path:
         raise RuntimeError(f"{staging} belongs to another ledger entry; not publishing")
     os.rename(staging, target)
     return target
+
+
+def recover_interrupted(releases_root: Path, entries: list[dict]) -> list[Path]:
+    """Roll every interrupted publication under `releases_root` forward or back; returns the releases it
+    finished. A staging folder whose release the ledger records (a crash after the append) is finished; one
+    it does not record (a crash before the append) published nothing and is removed. Call under the ledger
+    lock: every publisher stages under it, so no staging folder seen here belongs to a live publisher."""
+    finished = []
+    for staging in sorted(releases_root.glob(f"*/.*{STAGING_SUFFIX}")):
+        target = staging.parent / staging.name[1:-len(STAGING_SUFFIX)]
+        entry = next((e for e in entries if e.get("kind") == "release" and e.get("dataset") == target.parent.name
+                      and e.get("period") == target.name), None)
+        if entry is None or target.exists():
+            shutil.rmtree(staging)
+        else:
+            finished.append(finish_pending(target, entry["hash"], entry.get("files")))
+    return finished

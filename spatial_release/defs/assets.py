@@ -64,8 +64,9 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
         """Hold the work area for this step (stages.work_area_step): a period the ledger records is refused
         before anything is written, and a step of a run that no longer owns the area stops."""
         published = stages.Published(settings.ledger(), Path(settings.releases_dir)) if check_ledger else None
-        return stages.work_area_step(policy, period, area, published, context.run.root_run_id or context.run_id,
-                                     starts_run, lambda run_id: _run_is_live(context.instance, run_id))
+        run_id = context.run.root_run_id or context.run.run_id  # a re-execution keeps its first run's claim
+        return stages.work_area_step(policy, period, area, published, run_id, starts_run,
+                                     lambda other: _run_is_live(context.instance, other))
 
     common = {"partitions_def": partitions_def, "group_name": group, "key_prefix": key_prefix}
 

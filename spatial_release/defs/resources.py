@@ -40,7 +40,8 @@ class ReleaseSettings(dg.ConfigurableResource):
         return WorkArea.for_release(Path(self.work_dir), policy, period)
 
     def ledger(self) -> Ledger:
-        return Ledger(Path(self.ledger_dir))
+        # the ledger knows its releases folder, so every read for a risk assessment is cross-checked with it
+        return Ledger(Path(self.ledger_dir), Path(self.releases_dir))
 
 
 def _env_int(name: str) -> int | None:
