@@ -1,8 +1,9 @@
 """Structural zeros: cells empty by definition (water, parkland), listed in a public file named by the policy.
 
 The file is a CSV with a `cell_id` column (or a plain list, one id per line). Such cells are published as 0
-in every bucket so that maps show them as empty rather than unknown. The list may be wrong: a listed cell
-that holds units in a bucket is an ordinary cell there, and the release record counts those conflicts.
+in every bucket so that maps show them as empty rather than unknown. Because the list is public, a listed
+cell missing from a release tells an outsider it holds at least one unit (the audit models it so), and a
+listed cell that holds units means the list is wrong: the `structural_zeros_hold` check blocks the release.
 """
 
 from __future__ import annotations

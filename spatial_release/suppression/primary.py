@@ -1,7 +1,8 @@
 """Primary suppression: a (cell, bucket) or margin is published only if it holds at least k units.
 
 The boundary is inclusive: n == k is published. Withheld keys are simply absent from the published
-tables (no null, no flag). Structural zeros are published as 0 where they hold no unit.
+tables (no null, no flag). Structural zeros are published as 0 where they hold no unit (where they hold
+units the zeros list is wrong, and the structural_zeros_hold check blocks the release).
 Complementary suppression is not applied here (margins can still difference a withheld cell out); the
 release record says so until it is.
 """
