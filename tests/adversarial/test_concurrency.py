@@ -22,36 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DAY, fixture_pings, policy_dict, write_policy
 from spatial_release import stages
 from spatial_release.fileio import sha256_file
-from spatial_release.ledger import Ledger, read_ledger
+from spatial_release.ledger import read_ledger
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
-
-QUARTER_DAYS = {"2018-Q1": DAY, "2018-Q2": "2018-04-10"}
-
-
-def two_quarter_policy(tmp_path: Path) -> Path:
-    """The fixture policy and one trace file per quarter: the same devices on one day of each quarter, so
-    both releases count in one cumulative risk."""
-    for label, day in QUARTER_DAYS.items():
-        pings = fixture_pings()
-        pings["when"] = pings["when"].str.replace(DAY, day)
-        pings.to_csv(tmp_path / f"traces-{label}.csv", index=False)
-    return write_policy(tmp_path, policy_dict(str(tmp_path / "traces-2018-Q1.csv")))
-
-
-def prepare(tmp_path: Path, policy_path: Path, label: str) -> stages.WorkArea:
-    """Every stage before publication, as the job runs them."""
-    policy, period = load_policy(policy_path), Period.parse(label)
-    area = stages.WorkArea.for_release(tmp_path / "work", policy, period)
-    stages.run_ingest(policy, period, area, [policy_path.parent / f"traces-{label}.csv"])
-    stages.run_counts(policy, area)
-    stages.run_protect(policy, period, area)
-    stages.run_risk(policy, period, area, Ledger(tmp_path / "ledger", tmp_path / "releases"))
-    return area
-
+from test_release_io import QUARTER_DAYS, prepare, two_quarter_policy
 
 _PUBLISHER = textwrap.dedent("""
     import json, sys, time

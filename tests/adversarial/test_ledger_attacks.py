@@ -1,0 +1,129 @@
+"""Finding 7 of issue 9, end to end through the command line: someone who can write the ledger folder (and
+the releases folder) edits, forges or deletes the ledger. Each attack must be reported by `ledger verify`
+(exit 1, "does NOT verify") and must block the next release (exit 1, nothing published), never publish
+with a risk figure reset."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from spatial_release import cli
+from spatial_release.ledger import ENTRIES, HEAD, append_entry, entry_hash
+from test_release_io import two_quarter_policy
+
+
+@pytest.fixture(scope="module")
+def published_q1(tmp_path_factory) -> Path:
+    """A programme with 2018-Q1 published (ledger and release folder), made once and copied per test."""
+    root = tmp_path_factory.mktemp("programme")
+    policy = two_quarter_policy(root)
+    assert _release(root, policy, "2018-Q1") == 0
+    return root
+
+
+@pytest.fixture
+def programme(published_q1, tmp_path) -> Path:
+    root = tmp_path / "programme"
+    shutil.copytree(published_q1, root)
+    # the copy keeps every path under the new root (the policy names its trace file by absolute path)
+    policy = root / "policy.yaml"
+    policy.write_text(policy.read_text().replace(str(published_q1), str(root)))
+    return root
+
+
+def _release(root: Path, policy: Path, period: str) -> int:
+    return cli.main(["release", "--policy", str(policy), "--period", period, "--traces",
+                     str(root / f"traces-{period}.csv"), "--out", str(root / "out"), "--ledger", str(root / "ledger")])
+
+
+def _verify(root: Path) -> int:
+    return cli.main(["ledger", "verify", "--ledger", str(root / "ledger"), "--releases", str(root / "out/releases")])
+
+
+def _entries(root: Path) -> list[dict]:
+    return [json.loads(line) for line in (root / "ledger" / ENTRIES).read_text().splitlines()]
+
+
+def _write(root: Path, entries: list[dict], head: bool = True) -> None:
+    (root / "ledger" / ENTRIES).write_text("".join(json.dumps(e) + "\n" for e in entries))
+    if head:
+        (root / "ledger" / HEAD).write_text(f"{len(entries)} {entries[-1]['hash']}\n")
+
+
+def _assert_blocked(root: Path, capsys, message: str) -> None:
+    """Both the verifier and the next release refuse, naming the problem; nothing is published."""
+    assert _verify(root) == 1
+    err = capsys.readouterr().err
+    assert "does NOT verify" in err and message in err and "Traceback" not in err
+    assert _release(root, root / "policy.yaml", "2018-Q2") == 1
+    assert message in capsys.readouterr().err
+    assert not (root / "out/releases/fixture/2018-Q2").exists()
+
+
+def test_the_untouched_programme_verifies_and_goes_on(programme, capsys):
+    assert _verify(programme) == 0
+    assert "every release folder" in capsys.readouterr().out
+    assert _release(programme, programme / "policy.yaml", "2018-Q2") == 0
+    record = json.loads((programme / "out/releases/fixture/2018-Q2/release.json").read_text())
+    first = json.loads((programme / "out/releases/fixture/2018-Q1/release.json").read_text())
+    # the cumulative figure carries Q1's
+    assert record["risk"]["cumulative"] > record["risk"]["release_figure"] > 0
+    assert record["ledger_entry"] == _entries(programme)[-1]["hash"] != first["ledger_entry"]
+    assert _verify(programme) == 0
+
+
+def test_deleting_the_ledger_blocks(programme, capsys):
+    # before the fix: verify said "0 entries", and Q2 published with its cumulative risk reset to zero
+    for name in (ENTRIES, HEAD):
+        (programme / "ledger" / name).unlink()
+    _assert_blocked(programme, capsys, "the ledger does not record")
+
+
+def test_a_consistently_rehashed_edit_blocks(programme, capsys):
+    # lower Q1's risk figure so that Q2 has more headroom, re-hashing the entry and HEAD
+    entries = _entries(programme)
+    entries[0]["risk"]["release_figure"] = 0.0
+    entries[0]["hash"] = entry_hash(entries[0])
+    _write(programme, entries)
+    _assert_blocked(programme, capsys, "signature does not verify")
+
+
+def test_a_forged_entry_appended_with_head_one_behind_blocks(programme, capsys):
+    # a forged review entry appended, HEAD left as it was: the state a crash between the two renames leaves
+    entries = _entries(programme)
+    forged = {"kind": "review", "dataset": "fixture", "cumulative": 0.0, "seq": len(entries),
+              "prev_hash": entries[-1]["hash"], "recorded_at": entries[-1]["recorded_at"],
+              "signer": entries[-1]["signer"]}
+    forged["hash"] = entry_hash(forged)
+    forged["signature"] = entries[-1]["signature"]
+    _write(programme, [*entries, forged], head=False)
+    _assert_blocked(programme, capsys, "signature does not verify")
+
+
+def test_a_ledger_re_signed_with_another_key_blocks(programme, tmp_path, monkeypatch, capsys):
+    # the whole ledger rebuilt and signed by a key of the attacker's, and release.json pointed at it
+    monkeypatch.setenv("SPATIAL_RELEASE_SIGNING_KEY", str(tmp_path / "attacker" / "key"))
+    forged_folder = tmp_path / "forged"
+    [entry] = _entries(programme)
+    payload = {k: v for k, v in entry.items() if k not in ("seq", "prev_hash", "hash", "signer", "signature")}
+    forged = append_entry(forged_folder, {**payload, "risk": {**entry["risk"], "release_figure": 0.0}})
+    monkeypatch.undo()
+    for name in (ENTRIES, HEAD):
+        shutil.copyfile(forged_folder / name, programme / "ledger" / name)
+    record_path = programme / "out/releases/fixture/2018-Q1/release.json"
+    record_path.write_text(json.dumps({**json.loads(record_path.read_text()), "ledger_entry": forged["hash"]}))
+    _assert_blocked(programme, capsys, "not by the trusted key")
+
+
+def test_a_removed_release_folder_blocks(programme, capsys):
+    shutil.rmtree(programme / "out/releases/fixture/2018-Q1")
+    _assert_blocked(programme, capsys, "has no readable release.json")
+
+
+def test_a_release_folder_the_ledger_does_not_know_blocks(programme, capsys):
+    shutil.copytree(programme / "out/releases/fixture/2018-Q1", programme / "out/releases/fixture/2017-Q4")
+    _assert_blocked(programme, capsys, "2017-Q4 is a published release the ledger does not record")
