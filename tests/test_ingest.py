@@ -1,8 +1,11 @@
 """Every ingest failure mode is quarantined with its reason, file and row; none vanishes silently."""
 
+from decimal import Decimal
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from conftest import SHARED_DATA, policy_dict, requires_shared, write_policy, PROJECT_ROOT
@@ -30,7 +33,7 @@ def _ingest(tmp_path: Path, rows: list[dict], **source_overrides):
         ({"when": "2018-13-45 99:00:00"}, "unparseable_timestamp", '"2018-13-45 99:00:00" matches none'),
         ({"when": "yesterday"}, "unparseable_timestamp", "matches none of the formats"),
         ({"when": ""}, "missing_timestamp", "empty"),
-        ({"device": ""}, "missing_unit_id", "unit id is empty"),
+        ({"device": ""}, "missing_unit_id", "unit id is missing"),
         ({"lon": "abc"}, "coordinate_not_a_number", "is not a number"),
         ({"lat": ""}, "coordinate_not_a_number", "is not a number"),
         ({"lon": "NaN"}, "coordinate_not_a_number", "NaN"),
@@ -132,3 +135,172 @@ def test_typed_parquet_failures_are_quarantined_with_their_row(tmp_path):
     pings = pd.read_parquet(result.pings_path)
     assert pings["unit"].tolist() == [11] and str(pings["unit"].dtype) == "int64"
     assert result.pings_read == 5 and result.pings_valid + result.pings_rejected == 5
+
+
+# --- time zones: every timestamp is the instant it names, whatever mix of formats the file uses ---------
+
+NAIVE, OFFSET, ZONE_NAME, LITERAL_Z = "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M:%S%z", "%Y-%m-%d %H:%M:%S %Z", \
+    "%Y-%m-%dT%H:%M:%SZ"
+
+
+def _utc(pings: pd.DataFrame) -> list[str]:
+    return pings.sort_values("unit")["ts"].dt.strftime("%Y-%m-%dT%H:%M:%SZ").tolist()
+
+
+@pytest.mark.parametrize("formats", [[NAIVE, OFFSET, ZONE_NAME, LITERAL_Z], [LITERAL_Z, ZONE_NAME, OFFSET, NAIVE],
+                                     [OFFSET, NAIVE]])
+def test_naive_and_offset_timestamps_in_one_file_give_their_utc_instant(tmp_path, formats):
+    whens = {"u1": "2018-03-01 10:00:00", "u2": "2018-03-01 15:00:00+00:00", "u3": "2018-03-01 10:00:00-05:00",
+             "u4": "2018-03-01 20:30:00+05:30", "u5": "2018-03-01 15:00:00 UTC", "u6": "2018-03-01T15:00:00Z",
+             "u7": "2018-07-01 11:00:00"}
+    if OFFSET not in formats or ZONE_NAME not in formats:
+        whens = {u: w for u, w in whens.items() if u in ("u1", "u2", "u3", "u4")}
+    rows = [{**GOOD, "device": unit, "when": when} for unit, when in whens.items()]
+    result, quarantine, pings = _ingest(tmp_path, rows, time_formats=formats, max_rejected_share=0.5)
+    expected = ["2018-03-01T15:00:00Z"] * min(len(whens), 6)
+    if "u7" in whens:  # in Q3, outside the period, but its instant is still the local time's (EDT, -4 h)
+        assert quarantine["reason"].tolist() == ["outside_period"]
+        assert "2018-07-01T15:00:00Z" in quarantine["detail"][0]
+    assert _utc(pings) == expected
+
+
+def test_typed_parquet_timestamps_with_and_without_zone(tmp_path):
+    naive = pd.DataFrame({"device": ["u1"], "when": pd.to_datetime(["2018-03-01 10:00"]), "lon": [-74.05],
+                          "lat": [40.72], "gender": ["f"]})
+    aware = naive.assign(device="u2", when=pd.to_datetime(["2018-03-01 20:30"]).tz_localize("Asia/Kolkata"))
+    naive.to_parquet(tmp_path / "a.parquet")
+    aware.to_parquet(tmp_path / "b.parquet")
+    policy = load_policy(write_policy(tmp_path, policy_dict(str(tmp_path / "*.parquet"))))
+    result = ingest_traces(policy, Q1, resolve_trace_paths(policy), tmp_path / "out")
+    assert _utc(pd.read_parquet(result.pings_path)) == ["2018-03-01T15:00:00Z"] * 2
+
+
+Q4 = Period.parse("2018-Q4")
+
+
+def _ingest_local_times(tmp_path: Path, whens: list[str], typed: bool, period: Period):
+    frame = pd.DataFrame([{**GOOD, "device": f"u{i}", "when": w} for i, w in enumerate(whens)])
+    if typed:
+        frame = frame.assign(when=pd.to_datetime(frame["when"]))
+    path = tmp_path / ("t.parquet" if typed else "t.csv")
+    frame.to_parquet(path) if typed else frame.to_csv(path, index=False)
+    data = policy_dict(str(path))
+    data["source"].update(max_rejected_share=1.0, time_formats=[OFFSET, NAIVE])
+    policy = load_policy(write_policy(tmp_path, data))
+    result = ingest_traces(policy, period, resolve_trace_paths(policy), tmp_path / "out")
+    return pd.read_parquet(result.quarantine_path), pd.read_parquet(result.pings_path)
+
+
+@pytest.mark.parametrize("typed", [False, True])
+def test_local_time_in_the_spring_forward_gap_is_quarantined(tmp_path, typed):
+    # 2018-03-11 in New York: clocks jump from 02:00 EST to 03:00 EDT; 02:00-02:59 never happened there.
+    whens = ["2018-03-11 01:59:59", "2018-03-11 02:00:00", "2018-03-11 02:30:00", "2018-03-11 03:00:00"]
+    quarantine, pings = _ingest_local_times(tmp_path, whens, typed, Q1)
+    assert quarantine["row"].tolist() == [2, 3]
+    assert set(quarantine["reason"]) == {"nonexistent_local_time"}
+    assert "does not exist in America/New_York" in quarantine["detail"][0]
+    assert _utc(pings) == ["2018-03-11T06:59:59Z", "2018-03-11T07:00:00Z"]
+
+
+@pytest.mark.parametrize("typed", [False, True])
+def test_ambiguous_fall_back_local_time_is_the_earlier_instant(tmp_path, typed):
+    # 2018-11-04 in New York: 01:00-01:59 happens twice (EDT, then EST); the rule takes the first (EDT).
+    whens = ["2018-11-04 00:59:00", "2018-11-04 01:00:00", "2018-11-04 01:30:00", "2018-11-04 01:59:59",
+             "2018-11-04 02:00:00"]
+    expected = ["2018-11-04T04:59:00Z", "2018-11-04T05:00:00Z", "2018-11-04T05:30:00Z", "2018-11-04T05:59:59Z",
+                "2018-11-04T07:00:00Z"]
+    if not typed:  # text can still name the second occurrence, with its offset
+        whens.append("2018-11-04 01:30:00-05:00")
+        expected.append("2018-11-04T06:30:00Z")
+    quarantine, pings = _ingest_local_times(tmp_path, whens, typed, Q4)
+    assert quarantine.empty and _utc(pings) == expected
+
+
+def test_utc_window_and_local_rule_agree_with_zoneinfo_every_quarter_hour(tmp_path):
+    """Every quarter hour of two days around each change of 2018 (and a plain day), as naive text, against
+    Python's zoneinfo with fold=0 (the earlier instant) and its round trip (a gap does not round-trip)."""
+    from datetime import datetime, timedelta, timezone
+    from zoneinfo import ZoneInfo
+
+    tz = ZoneInfo("America/New_York")
+    for period, day in ((Q1, datetime(2018, 3, 10)), (Q4, datetime(2018, 11, 3)), (Q1, datetime(2018, 2, 1))):
+        whens = [day + timedelta(minutes=15 * i) for i in range(4 * 48)]
+        expected = {}
+        for i, local in enumerate(whens):
+            instant = local.replace(tzinfo=tz).astimezone(timezone.utc)
+            if instant.astimezone(tz).replace(tzinfo=None) == local:
+                expected[f"u{i}"] = instant.strftime("%Y-%m-%dT%H:%M:%SZ")
+        folder = tmp_path / period.label / str(day.date())
+        folder.mkdir(parents=True)
+        quarantine, pings = _ingest_local_times(folder, [str(w) for w in whens], False, period)
+        got = dict(zip(pings["unit"], pings["ts"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")))
+        assert got == expected
+        assert set(quarantine["reason"]) <= {"nonexistent_local_time"}
+        assert len(quarantine) == len(whens) - len(expected)
+
+
+# --- unit ids: a missing id is quarantined in every physical type, never counted as a unit -------------
+
+def _ingest_units(tmp_path: Path, units: list, file_format: str, arrow_type=None, **source_overrides):
+    """A file whose `device` column holds `units`; Parquet keeps the Arrow type as given (a NaN stays a NaN:
+    pandas would have turned it into a null)."""
+    path = tmp_path / f"t.{file_format}"
+    other = {"when": "2018-01-10 08:00:00", "lon": -74.05, "lat": 40.72, "gender": "f"}
+    if file_format == "parquet":
+        columns = {"device": pa.array(units, type=arrow_type, from_pandas=False),
+                   **{name: pa.array([value] * len(units)) for name, value in other.items()}}
+        pq.write_table(pa.table(columns), path)
+    else:
+        pd.DataFrame({"device": units, **other}).to_csv(path, index=False)
+    data = policy_dict(str(path))
+    data["source"].update(max_rejected_share=1.0, **source_overrides)
+    policy = load_policy(write_policy(tmp_path, data))
+    result = ingest_traces(policy, Q1, resolve_trace_paths(policy), tmp_path / "out")
+    return pd.read_parquet(result.quarantine_path), pd.read_parquet(result.pings_path)
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize("file_format", ["parquet", "csv"])
+@pytest.mark.parametrize("units, arrow_type", [
+    ([1.5, NAN, 3.0], pa.float64()), ([1.5, NAN, 3.0], pa.float32()), ([1, None, 3], pa.int64()),
+    (["a", None, "c"], pa.string()), (["a", "", "c"], pa.string()), (["a", "  ", "c"], pa.string()),
+    (["a", "\t", "c"], pa.string()), (["a", "NULL", "c"], pa.string()), (["a", "NA", "c"], pa.string()),
+    (["a", " n/a ", "c"], pa.string()), (["a", "nan", "c"], pa.string()), (["a", "None", "c"], pa.string()),
+    (["a", "-", "c"], pa.string()),
+], ids=lambda u: repr(u))
+def test_missing_unit_ids_are_quarantined_in_every_physical_type(tmp_path, units, arrow_type, file_format):
+    quarantine, pings = _ingest_units(tmp_path, units, file_format, arrow_type)
+    assert quarantine[["row", "reason"]].to_dict("records") == [{"row": 2, "reason": "missing_unit_id"}]
+    assert len(pings) == 2 and pings["unit"].notna().all()
+    assert not pings["unit"].astype(str).str.lower().isin(["nan", "inf", "none", "null", "na", "<na>"]).any()
+
+
+def test_infinite_float_id_is_missing(tmp_path):
+    quarantine, pings = _ingest_units(tmp_path, [1.5, float("-inf"), 3.0], "parquet", pa.float64())
+    assert quarantine["reason"].tolist() == ["missing_unit_id"] and sorted(pings["unit"]) == ["1.5", "3"]
+
+
+def test_policy_lists_its_own_missing_unit_values(tmp_path):
+    quarantine, pings = _ingest_units(tmp_path, [7, -1, 8], "parquet", pa.int32(),
+                                      missing_unit_values=["unknown", "-1"])
+    assert quarantine["row"].tolist() == [2] and pings["unit"].tolist() == [7, 8]
+    (tmp_path / "text").mkdir()
+    quarantine, pings = _ingest_units(tmp_path / "text", ["x", " Unknown", "NULL"], "csv",
+                                      missing_unit_values=["unknown", "-1"])
+    # NULL is no longer missing once the policy lists its own values (it may be a real id there)
+    assert quarantine["row"].tolist() == [2] and sorted(pings["unit"]) == ["NULL", "x"]
+
+
+def test_integral_float_ids_are_the_integer_unit_across_files(tmp_path):
+    base = {"when": "2018-01-10 08:00:00", "lon": -74.05, "lat": 40.72, "gender": "f"}
+    pd.DataFrame({"device": pd.array([1234, 5], dtype="int64"), **base}).to_parquet(tmp_path / "a.parquet")
+    pd.DataFrame({"device": [1234.0, 12.5, 5.0], **base}).to_parquet(tmp_path / "b.parquet")
+    decimals = pa.array([Decimal("1234.00"), Decimal("7.25")], pa.decimal128(10, 2))
+    pq.write_table(pa.table({"device": decimals, **{k: pa.array([v] * 2) for k, v in base.items()}}),
+                   tmp_path / "c.parquet")
+    policy = load_policy(write_policy(tmp_path, policy_dict(str(tmp_path / "*.parquet"))))
+    result = ingest_traces(policy, Q1, resolve_trace_paths(policy), tmp_path / "out")
+    pings = pd.read_parquet(result.pings_path)
+    assert sorted(pings["unit"].unique()) == ["12.5", "1234", "5", "7.25"] and len(pings) == 7

@@ -4,15 +4,34 @@ Files are read with DuckDB as text (`all_varchar`), so that a malformed value be
 its reason instead of an exception that loses the whole file. A trip row yields two pings (origin and
 destination), each validated on its own: a trip that ends after the period keeps its origin.
 Row numbers are 1-based data rows (a CSV's header is line 1, so data row N is line N + 1).
+
+Time: every ping becomes the UTC instant its timestamp names, row by row, whatever mix of formats a file
+has. A format with `%z` or `%Z` (or a literal trailing `Z`, which is UTC) names an instant. A format without
+one names a wall-clock time in `source.timezone`, as does a typed Parquet TIMESTAMP; a TIMESTAMP WITH TIME
+ZONE is already an instant. Wall-clock times at a change of the clocks follow one rule:
+- a local time that does not exist (the hour skipped when clocks go forward, e.g. 02:30 on 2018-03-11 in
+  New York) is quarantined as `nonexistent_local_time`: no instant is more right than another;
+- a local time that happens twice (the hour repeated when clocks go back, e.g. 01:30 on 2018-11-04 in New
+  York) is the earlier instant (daylight time, 05:30Z), as Python's zoneinfo reads it (fold=0). DuckDB's
+  timezone() takes the later one and shifts skipped times by an hour, so it is not used for these: the
+  offsets of the period's zone are computed here, with zoneinfo, and applied in SQL.
+
+Unit ids: integer columns stay integers; a float column's integral values are the same unit as the integer
+(1234.0 is 1234, in any file); other values are trimmed text. A missing id (null, NaN or infinite, blank
+text, or one of the policy's `source.missing_unit_values`, compared case-insensitively after trimming) is
+quarantined as `missing_unit_id`, never counted as a unit.
 """
 
 from __future__ import annotations
 
 import glob
+import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import duckdb
 
@@ -152,26 +171,156 @@ def _check_columns(path: Path, columns: Iterable[str], source: SourceSpec) -> No
         )
 
 
-def _timestamp_sql(column: str, dtype: str, source: SourceSpec) -> tuple[str, str]:
-    """(raw text, UTC instant) expressions for a time column, by its stored type."""
+# Formats naming an instant: an offset (%z) or a zone name (%Z); `%%` is a literal percent sign.
+_OFFSET_DIRECTIVE = re.compile(r"%[zZ]")
+
+
+def _names_instant(spec: str) -> bool:
+    return bool(_OFFSET_DIRECTIVE.search(spec.replace("%%", "")))
+
+
+def _names_utc(spec: str) -> bool:
+    """ISO 8601's literal trailing Z (`%Y-%m-%dT%H:%M:%SZ`) is UTC, whatever the policy's time zone."""
+    return spec.replace("%%", "").endswith("Z") and not _names_instant(spec)
+
+
+@dataclass(frozen=True)
+class LocalClock:
+    """Wall-clock time -> UTC instant in one zone over a window, by the module's rule (skipped local times
+    have no instant; repeated ones take the earlier). The window's offsets come from zoneinfo; outside the
+    window (a day's margin past the period, so only pings quarantined as outside_period) DuckDB's
+    timezone() is used."""
+
+    zone: str
+    first_local: datetime  # the window, as naive local times
+    end_local: datetime
+    # (last local time of this offset, exclusive; its offset; the local time the next offset starts at)
+    changes: tuple[tuple[datetime, timedelta, datetime], ...]
+    last_offset: timedelta
+
+    @classmethod
+    def around(cls, zone: str, start_utc: datetime, end_utc: datetime) -> "LocalClock":
+        tz = ZoneInfo(zone)
+        first, end = start_utc - timedelta(days=2), end_utc + timedelta(days=2)
+
+        def offset(posix: int) -> timedelta:
+            return datetime.fromtimestamp(posix, tz).utcoffset()  # type: ignore[return-value]
+
+        changes, hour = [], 3600
+        for lo in range(int(first.timestamp()), int(end.timestamp()), hour):
+            hi = lo + hour
+            if offset(lo) == offset(hi):
+                continue
+            while hi - lo > 1:  # the first second of the new offset (changes fall on whole seconds)
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if offset(mid) == offset(lo) else (lo, mid)
+            at = datetime.fromtimestamp(hi, timezone.utc).replace(tzinfo=None)
+            changes.append((at + offset(lo), offset(lo), at + offset(hi)))
+        margin = timedelta(days=1)  # no zone is more than a day from UTC
+        return cls(zone, first.replace(tzinfo=None) + margin, end.replace(tzinfo=None) - margin,
+                   tuple(changes), offset(int(end.timestamp())))
+
+    def _shift(self, local: str, offset: timedelta) -> str:
+        # CAST to TIMESTAMPTZ reads the value as UTC: ingest's connection runs with TimeZone = 'UTC'.
+        return f"CAST({local} - INTERVAL '{int(offset.total_seconds())} seconds' AS TIMESTAMPTZ)"
+
+    def _outside(self, local: str) -> str:
+        return f"({local} < TIMESTAMP '{self.first_local}' OR {local} >= TIMESTAMP '{self.end_local}')"
+
+    def instant_sql(self, local: str) -> str:
+        """The UTC instant of a naive local time expression; NULL where that local time does not exist."""
+        whens = [f"WHEN {self._outside(local)} THEN timezone({_sql_str(self.zone)}, {local})"]
+        for old_until, old_offset, new_from in self.changes:
+            whens.append(f"WHEN {local} < TIMESTAMP '{old_until}' THEN {self._shift(local, old_offset)}")
+            if new_from > old_until:  # clocks went forward: [old_until, new_from) never happened
+                whens.append(f"WHEN {local} < TIMESTAMP '{new_from}' THEN NULL")
+            # clocks went back: [new_from, old_until) happened twice and took the old (earlier) offset above
+        return f"CASE {' '.join(whens)} ELSE {self._shift(local, self.last_offset)} END"
+
+    def nonexistent_sql(self, local: str) -> str:
+        """True where a naive local time falls in a gap of the clocks."""
+        gaps = [f"({local} >= TIMESTAMP '{old_until}' AND {local} < TIMESTAMP '{new_from}')"
+                for old_until, _, new_from in self.changes if new_from > old_until]
+        return f"coalesce(NOT {self._outside(local)} AND ({' OR '.join(gaps)}), false)" if gaps else "false"
+
+
+def _try_strptime(text: str, specs: list[str]) -> str | None:
+    return f"try_strptime({text}, [{', '.join(_sql_str(f) for f in specs)}])" if specs else None
+
+
+def _timestamp_sql(column: str, dtype: str, source: SourceSpec) -> tuple[str, str | None, str | None]:
+    """(raw text, instant, local time) expressions of a time column, by its stored type. The ping's instant
+    is the first of them that is not NULL, the local time read by a LocalClock."""
     col = _ident(column)
+    raw = f"CAST({col} AS VARCHAR)"
     if dtype.startswith("TIMESTAMP WITH TIME ZONE"):
-        return f"CAST({col} AS VARCHAR)", col
+        return raw, col, None
     if dtype.startswith("TIMESTAMP"):
-        return f"CAST({col} AS VARCHAR)", f"timezone({_sql_str(source.timezone)}, {col})"
-    formats = "[" + ", ".join(_sql_str(f) for f in source.time_formats) + "]"
-    parsed = f"try_strptime(trim(CAST({col} AS VARCHAR)), {formats})"
-    return f"CAST({col} AS VARCHAR)", f"timezone({_sql_str(source.timezone)}, {parsed})"
+        return raw, None, col
+    text = f"trim({raw})"
+    instant_specs = [f for f in source.time_formats if _names_instant(f)]
+    utc_specs = [f for f in source.time_formats if _names_utc(f)]
+    local_specs = [f for f in source.time_formats if f not in instant_specs and f not in utc_specs]
+    instants = [e for e in (_try_strptime(text, instant_specs),
+                            f"CAST({_try_strptime(text, utc_specs)} AS TIMESTAMPTZ)" if utc_specs else None) if e]
+    instant = f"coalesce({', '.join(instants)})" if instants else None
+    return raw, instant, _try_strptime(text, local_specs)
 
 
 INTEGER_TYPES = ("BIGINT", "INTEGER", "SMALLINT", "TINYINT", "UBIGINT", "UINTEGER", "USMALLINT", "UTINYINT")
 
 
+FLOAT_TYPES = ("DOUBLE", "FLOAT", "REAL")
+# What trim() removes from text ids and timestamps: a blank id is missing, whatever the blank is made of.
+WHITESPACE = _sql_str(" \t\r\n\x0b\x0c")
+
+
+def _is_fractional_type(dtype: str) -> bool:
+    return dtype in FLOAT_TYPES or dtype.startswith("DECIMAL")
+
+
 def _unit_sql(column: str, dtype: str) -> str:
-    """Integer ids stay integers (cheaper to count than text); anything else is trimmed text."""
+    """Integer ids stay integers (cheaper to count than text). Integral floats are the integer's text, so
+    that 1234.0 in one file and 1234 in another are one unit (a union of files of both types is text);
+    other values are trimmed text."""
+    col = _ident(column)
     if dtype in INTEGER_TYPES:
-        return f"CAST({_ident(column)} AS BIGINT)"
-    return f"trim(CAST({_ident(column)} AS VARCHAR))"
+        return f"CAST({col} AS BIGINT)"
+    if _is_fractional_type(dtype):
+        finite = f"isfinite({col}) AND " if dtype in FLOAT_TYPES else ""
+        # TRY_CAST: DuckDB may evaluate the THEN branch on rows the condition excludes (NaN, 1e300)
+        return (f"CASE WHEN {finite}{col} = trunc({col}) AND abs({col}) < 9.2e18 "
+                f"THEN CAST(TRY_CAST({col} AS BIGINT) AS VARCHAR) ELSE CAST({col} AS VARCHAR) END")
+    return f"trim(CAST({col} AS VARCHAR), {WHITESPACE})"
+
+
+def _finite_numbers(values: Iterable[str]) -> list[float]:
+    out = []
+    for value in values:
+        try:
+            number = float(value.strip())
+        except ValueError:
+            continue
+        if number == number and abs(number) != float("inf"):
+            out.append(number)
+    return out
+
+
+def _unit_missing_sql(column: str, dtype: str, missing_values: Sequence[str]) -> str:
+    """The unit id is missing: NULL, NaN or infinite, blank text, or a listed missing value (for a numeric
+    column, the listed values that are numbers). Typed columns are never formatted as text for this."""
+    col = _ident(column)
+    numbers = _finite_numbers(missing_values)
+    if dtype in INTEGER_TYPES:
+        listed = sorted({int(n) for n in numbers if n.is_integer()})
+        return f"({col} IS NULL{f' OR {col} IN ({chr(44).join(map(str, listed))})' if listed else ''})"
+    if _is_fractional_type(dtype):
+        not_finite = f" OR NOT isfinite({col})" if dtype in FLOAT_TYPES else ""
+        listed_sql = f" OR CAST({col} AS DOUBLE) IN ({', '.join(map(repr, sorted(set(numbers))))})" if numbers else ""
+        return f"({col} IS NULL{not_finite}{listed_sql})"
+    texts = sorted({value.strip().lower() for value in missing_values} | {""})
+    return (f"({col} IS NULL OR lower(trim(CAST({col} AS VARCHAR), {WHITESPACE})) "
+            f"IN ({', '.join(_sql_str(t) for t in texts)}))")
 
 
 NUMERIC_TYPES = INTEGER_TYPES + ("DOUBLE", "FLOAT", "REAL", "HUGEINT")
@@ -192,41 +341,51 @@ def _blank_sql(column: str, dtype: str) -> str:
 
 
 def _ping_select(raw: str, path: Path, end: str, unit: str, time: str, lon: str, lat: str,
-                 types: dict[str, str], source: SourceSpec) -> str:
-    # The *_raw text columns only feed the quarantine: valid pings never pay for formatting them.
-    time_raw, ts = _timestamp_sql(time, types[time], source)
+                 types: dict[str, str], source: SourceSpec, clock: LocalClock) -> str:
+    # The *_raw text columns only feed the quarantine: valid pings never pay for formatting them. The inner
+    # query parses each timestamp once; the outer one turns a local time into its instant.
+    time_raw, instant, local = _timestamp_sql(time, types[time], source)
+    instant, local = instant or "CAST(NULL AS TIMESTAMPTZ)", local or "CAST(NULL AS TIMESTAMP)"
     return f"""
-        SELECT {_sql_str(str(path))} AS file, __row AS row, {_sql_str(end)} AS trip_end,
-               {_unit_sql(unit, types[unit])} AS unit_raw,
-               {_blank_sql(unit, types[unit])} AS unit_missing,
-               {time_raw} AS time_raw,
-               {_blank_sql(time, types[time])} AS time_missing,
-               CAST({_ident(lon)} AS VARCHAR) AS lon_raw,
-               CAST({_ident(lat)} AS VARCHAR) AS lat_raw,
-               {ts} AS ts,
-               {_coordinate_sql(lon, types[lon])} AS lon,
-               {_coordinate_sql(lat, types[lat])} AS lat
-        FROM {raw}"""
+        SELECT * EXCLUDE (__instant, __local),
+               coalesce(__instant, {clock.instant_sql('__local')}) AS ts,
+               __instant IS NULL AND {clock.nonexistent_sql('__local')} AS time_nonexistent
+        FROM (
+            SELECT {_sql_str(str(path))} AS file, __row AS row, {_sql_str(end)} AS trip_end,
+                   {_unit_sql(unit, types[unit])} AS unit_raw,
+                   {_unit_missing_sql(unit, types[unit], source.missing_unit_values)} AS unit_missing,
+                   {time_raw} AS time_raw,
+                   {_blank_sql(time, types[time])} AS time_missing,
+                   CAST({_ident(lon)} AS VARCHAR) AS lon_raw,
+                   CAST({_ident(lat)} AS VARCHAR) AS lat_raw,
+                   {instant} AS __instant,
+                   {local} AS __local,
+                   {_coordinate_sql(lon, types[lon])} AS lon,
+                   {_coordinate_sql(lat, types[lat])} AS lat
+            FROM {raw})"""
 
 
-def _pings_of_file(raw: str, path: Path, types: dict[str, str], source: SourceSpec) -> str:
+def _pings_of_file(raw: str, path: Path, types: dict[str, str], source: SourceSpec, clock: LocalClock) -> str:
     if source.format == "pings":
-        return _ping_select(raw, path, "", source.unit, source.time, source.lon, source.lat, types, source)  # type: ignore[arg-type]
+        return _ping_select(raw, path, "", source.unit, source.time, source.lon, source.lat, types, source,  # type: ignore[arg-type]
+                            clock)
     ends = {"origin": source.origin, "destination": source.destination}
     return " UNION ALL ".join(
-        _ping_select(raw, path, name, source.unit, end.time, end.lon, end.lat, types, source)  # type: ignore[union-attr]
+        _ping_select(raw, path, name, source.unit, end.time, end.lon, end.lat, types, source, clock)  # type: ignore[union-attr]
         for name, end in ends.items()
     )
 
 
-def _reason_sql(start_utc: str, end_utc: str, formats: list[str]) -> tuple[str, str]:
+def _reason_sql(start_utc: str, end_utc: str, source: SourceSpec) -> tuple[str, str]:
     """(reason, detail) CASE expressions; the first failing rule wins, so each row has one reason."""
     rules = [
-        ("unit_missing", "missing_unit_id", "'the unit id is empty'"),
+        ("unit_missing", "missing_unit_id",
+         "'the unit id is missing (null, NaN, blank or one of source.missing_unit_values)'"),
         ("time_missing", "missing_timestamp", "'the timestamp is empty'"),
+        ("time_nonexistent", "nonexistent_local_time",
+         f"'local time \"' || time_raw || '\" does not exist in {source.timezone} (the clocks skipped it)'"),
         ("ts IS NULL", "unparseable_timestamp",
-         f"'timestamp \"' || time_raw || '\" matches none of the formats ' || {_sql_str(str(formats))} "
-         "|| ' (or does not exist in the time zone)'"),
+         f"'timestamp \"' || time_raw || '\" matches none of the formats ' || {_sql_str(str(source.time_formats))}"),
         ("lon IS NULL OR lat IS NULL", "coordinate_not_a_number",
          "'lon/lat \"' || coalesce(lon_raw, 'NULL') || '\", \"' || coalesce(lat_raw, 'NULL') || '\"' "
          "|| ' is not a number'"),
@@ -261,7 +420,8 @@ def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir
     con.execute("SET preserve_insertion_order = false")
     con.execute(f"SET temp_directory = {_sql_str(str(out_dir / 'spill'))}")
     start, end = period.utc_window(policy.time.timezone)
-    reason, detail = _reason_sql(_sql_str(start.isoformat()), _sql_str(end.isoformat()), source.time_formats)
+    reason, detail = _reason_sql(_sql_str(start.isoformat()), _sql_str(end.isoformat()), source)
+    clock = LocalClock.around(source.timezone, start, end)
     columns: set[str] = set()
     selects: list[str] = []
     rows_read = 0
@@ -273,7 +433,7 @@ def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir
         columns.update(c for c in types if c != "__row")
         rows = con.execute(f"SELECT count(*) FROM raw_{i}").fetchone()[0]
         rows_read += rows
-        selects.append(_pings_of_file(f"raw_{i}", path, types, source))
+        selects.append(_pings_of_file(f"raw_{i}", path, types, source, clock))
         progress(f"ingest: {path.name}: {rows:,} rows")
     con.execute(f"CREATE TEMP VIEW checked AS SELECT *, {reason} AS reason, {detail} AS detail "
                 f"FROM ({' UNION ALL '.join(selects)})")
