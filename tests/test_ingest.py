@@ -11,7 +11,7 @@ import pytest
 from conftest import SHARED_DATA, policy_dict, requires_shared, write_policy, PROJECT_ROOT
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
-from spatial_release.traces.ingest import IngestError, ingest_traces, resolve_trace_paths
+from spatial_release.traces.ingest import IngestError, check_trace_files, ingest_traces, resolve_trace_paths
 
 Q1 = Period.parse("2018-Q1")
 GOOD = {"device": "u1", "when": "2018-01-10 08:00:00", "lon": "-74.05", "lat": "40.72", "gender": "f"}
@@ -304,3 +304,60 @@ def test_integral_float_ids_are_the_integer_unit_across_files(tmp_path):
     result = ingest_traces(policy, Q1, resolve_trace_paths(policy), tmp_path / "out")
     pings = pd.read_parquet(result.pings_path)
     assert sorted(pings["unit"].unique()) == ["12.5", "1234", "5", "7.25"] and len(pings) == 7
+
+
+# --- input errors: found before any work where possible, naming the file and the field, never a raw row ----
+
+def test_check_trace_files_before_any_work(tmp_path):
+    good = tmp_path / "good.csv"
+    pd.DataFrame([GOOD]).to_csv(good, index=False)
+    policy = load_policy(write_policy(tmp_path, policy_dict(str(good))))
+    assert check_trace_files(policy, Q1) == [good.resolve()]
+    no_lat = tmp_path / "nolat.csv"
+    pd.DataFrame([GOOD]).drop(columns="lat").to_csv(no_lat, index=False)
+    with pytest.raises(IngestError, match=r"nolat\.csv: missing column\(s\) \['lat'\].*field source\.lat"):
+        check_trace_files(policy, Q1, [no_lat])
+    with pytest.raises(IngestError, match=r"nope\.csv: no trace file matches"):
+        check_trace_files(policy, Q1, [tmp_path / "nope.csv"])
+    garbage = tmp_path / "garbage.parquet"
+    garbage.write_bytes(b"PAR1 this is not a parquet file")
+    with pytest.raises(IngestError, match=r"garbage\.parquet: cannot read as parquet"):
+        check_trace_files(policy, Q1, [garbage])
+    assert not list(tmp_path.glob("**/pings.parquet"))  # nothing was ingested
+
+
+def test_missing_column_of_a_headerless_file_does_not_echo_its_first_row(tmp_path):
+    traces = tmp_path / "t.csv"
+    traces.write_text("SECRET-ID-42,2018-01-10 08:00:00,-74.05,40.72,f\n")
+    policy = load_policy(write_policy(tmp_path, policy_dict(str(traces))))
+    with pytest.raises(IngestError) as caught:
+        check_trace_files(policy, Q1)
+    assert "t.csv: missing column(s)" in str(caught.value) and "SECRET" not in str(caught.value)
+    assert "field source.unit" in str(caught.value)
+
+
+def test_ragged_csv_never_takes_a_data_row_for_the_header(tmp_path):
+    traces = tmp_path / "t.csv"
+    header = ",".join(GOOD)
+    traces.write_text(f"{header}\nu1,2018-01-10 08:00:00,-74.05,40.72,f\nSECRET-ID-42,2018-01-10 08:00:00,-74.05,"
+                      "40.72,f,extra,more\n")
+    policy = load_policy(write_policy(tmp_path, policy_dict(str(traces))))
+    with pytest.raises(IngestError) as caught:
+        check_trace_files(policy, Q1)
+        ingest_traces(policy, Q1, [traces], tmp_path / "out")
+    assert "t.csv" in str(caught.value) and "SECRET" not in str(caught.value)
+
+
+def test_corrupt_parquet_page_names_the_file(tmp_path):
+    frame = pd.DataFrame({"device": [f"unit-{i:06d}-{i * 7919 % 10007}" for i in range(20_000)],
+                          "when": "2018-01-10 08:00:00", "lon": -74.05, "lat": 40.72, "gender": "f"})
+    good, bad = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    frame.to_parquet(good, compression="snappy")
+    data = bytearray(good.read_bytes())
+    for i in range(100, len(data) // 2, 5):  # the data pages; the footer (the file's end) stays intact
+        data[i] = (data[i] * 31 + 7) % 256
+    bad.write_bytes(bytes(data))
+    policy = load_policy(write_policy(tmp_path, policy_dict(str(tmp_path / "*.parquet"))))
+    files = check_trace_files(policy, Q1)  # the footer reads: only the scan can find the corrupt page
+    with pytest.raises(IngestError, match=r"b\.parquet: cannot read as parquet"):
+        ingest_traces(policy, Q1, files, tmp_path / "out")

@@ -27,7 +27,8 @@ from __future__ import annotations
 import glob
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -141,34 +142,122 @@ def _ident(column: str) -> str:
     return '"' + column.replace('"', '""') + '"'
 
 
+def _duckdb_problem(exc: duckdb.Error) -> str:
+    """DuckDB's complaint in two lines at most, without what would quote the file: a CSV error's 'Original
+    Line' is a raw row; the SQL excerpt and the sniffer's search space say nothing to a user."""
+    kept = []
+    for line in str(exc).splitlines():
+        if not line.strip() or line.startswith("The search space"):
+            break
+        if not line.lstrip().startswith(("Original Line", "LINE ")):
+            kept.append(line.strip().removeprefix("Invalid Input Error: "))
+    return " ".join(kept[:2])
+
+
+def _read_sql(path: Path, file_format: str) -> str:
+    if file_format == "csv":
+        # The header is line 1, always: left to itself the sniffer may skip lines and take a data row (a
+        # person's id and whereabouts) for the header when the first rows are ragged.
+        return f"read_csv({_sql_str(str(path))}, all_varchar = true, header = true, skip = 0)"
+    return f"read_parquet({_sql_str(str(path))}, file_row_number = true)"
+
+
+@contextmanager
+def _reading(path: Path, file_format: str) -> Iterator[None]:
+    try:
+        yield
+    except duckdb.Error as exc:
+        raise IngestError(f"{path}: cannot read as {file_format}: {_duckdb_problem(exc)}") from None
+
+
 def _register_raw(con: duckdb.DuckDBPyConnection, path: Path, file_format: str, name: str) -> dict[str, str]:
     """Make `name` the file's rows with a 1-based `__row`; return its column types.
 
     Parquet is a view (streamed, never loaded whole: files can hold hundreds of millions of pings); CSV is
     read as text into a table, because its row numbers come from the order of the read."""
-    try:
+    with _reading(path, file_format):
         if file_format == "csv":
             # row_number() over () follows file order: DuckDB preserves insertion order for this scan.
             con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT row_number() OVER () AS __row, * "
-                        f"FROM read_csv({_sql_str(str(path))}, all_varchar = true, header = true)")
+                        f"FROM {_read_sql(path, file_format)}")
         else:
             con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * EXCLUDE (file_row_number), "
-                        f"file_row_number + 1 AS __row FROM read_parquet({_sql_str(str(path))}, "
-                        "file_row_number = true)")
+                        f"file_row_number + 1 AS __row FROM {_read_sql(path, file_format)}")
         rows = con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {name})").fetchall()
-    except duckdb.Error as exc:
-        raise IngestError(f"{path}: cannot read as {file_format}: {exc}") from None
     return {col: dtype for col, dtype in rows}
 
 
+def _describe_raw(con: duckdb.DuckDBPyConnection, path: Path, file_format: str) -> dict[str, str]:
+    """The file's column types from its header or footer alone, without reading its rows."""
+    with _reading(path, file_format):
+        rows = con.execute(f"DESCRIBE SELECT * FROM {_read_sql(path, file_format)}").fetchall()
+    return {row[0]: row[1] for row in rows}
+
+
+def _mapped_fields(source: SourceSpec) -> dict[str, list[str]]:
+    """Each mapped column with the policy fields that name it (e.g. 'lat' <- source.lat)."""
+    fields = {"source.unit": source.unit}
+    if source.format == "pings":
+        fields.update({"source.time": source.time, "source.lon": source.lon, "source.lat": source.lat})
+    else:
+        for name, end in (("origin", source.origin), ("destination", source.destination)):
+            fields.update({f"source.{name}.{part}": getattr(end, part) for part in ("time", "lon", "lat")})
+    out: dict[str, list[str]] = {}
+    for name, column in fields.items():
+        out.setdefault(column, []).append(name)  # type: ignore[arg-type]
+    return out
+
+
 def _check_columns(path: Path, columns: Iterable[str], source: SourceSpec) -> None:
-    present = set(columns)
-    missing = [c for c in source.required_columns() if c not in present]
+    present = set(columns) - {"__row"}
+    missing = {column: names for column, names in _mapped_fields(source).items() if column not in present}
     if missing:
-        raise IngestError(
-            f"{path}: missing column(s) {missing} that the policy's source section maps; "
-            f"the file has {sorted(present - {'__row'})}"
-        )
+        # The file's own header is not listed: in a file without one, the first line is a person's data.
+        fields = ", ".join(f"'{column}' (field {' and '.join(names)})" for column, names in missing.items())
+        raise IngestError(f"{path}: missing column(s) {list(missing)} that the policy maps: {fields}; the "
+                          f"file has {len(present)} column(s)")
+
+
+def _open_file(con: duckdb.DuckDBPyConnection, path: Path, source: SourceSpec, name: str | None) -> dict[str, str]:
+    """Check one trace file has every mapped column and return its column types; register it as `name`
+    for the scan, or (None) only read its header or footer."""
+    if not path.is_file():
+        raise IngestError(f"{path}: trace file not found")
+    file_format = _file_format(path, source.file_format)
+    types = _register_raw(con, path, file_format, name) if name else _describe_raw(con, path, file_format)
+    _check_columns(path, types, source)
+    return types
+
+
+def check_trace_files(policy: Policy, period: Period, traces: Sequence[str | Path] = ()) -> list[Path]:
+    """What can be known of the trace files without reading their rows, checked before a release starts so
+    that a user's mistake is reported before any work: every path matches a file, each file opens as its
+    format (a CSV's header, a Parquet footer) and has every column the policy maps. Returns the files
+    (none for a policy that generates synthetic traces)."""
+    if not (traces or policy.source.paths):
+        return []
+    files = resolve_trace_paths(policy, traces, period)
+    con = duckdb.connect()
+    try:
+        for path in files:
+            _open_file(con, path, policy.source, None)
+    finally:
+        con.close()
+    return files
+
+
+def _unreadable_file(con: duckdb.DuckDBPyConnection, files: Sequence[Path], source: SourceSpec,
+                     exc: duckdb.Error) -> Exception:
+    """The error to raise when the scan of all files failed: an IngestError naming the file that cannot be
+    read (a corrupt Parquet page shows only when it is decoded), or the original error if none is to blame."""
+    columns = ", ".join(_ident(c) for c in _mapped_fields(source))
+    for i, path in enumerate(files):
+        try:
+            con.execute(f"SELECT bit_xor(hash({columns})) FROM raw_{i}").fetchall()
+        except duckdb.Error as inner:
+            return IngestError(f"{path}: cannot read as {_file_format(path, source.file_format)}: "
+                               f"{_duckdb_problem(inner)}")
+    return exc
 
 
 # Formats naming an instant: an offset (%z) or a zone name (%Z); `%%` is a literal percent sign.
@@ -270,6 +359,8 @@ def _timestamp_sql(column: str, dtype: str, source: SourceSpec) -> tuple[str, st
 INTEGER_TYPES = ("BIGINT", "INTEGER", "SMALLINT", "TINYINT", "UBIGINT", "UINTEGER", "USMALLINT", "UTINYINT")
 
 
+# Integer ids counted as BIGINT; UBIGINT can exceed it and is read as text like HUGEINT.
+ID_INTEGER_TYPES = tuple(t for t in INTEGER_TYPES if t != "UBIGINT")
 FLOAT_TYPES = ("DOUBLE", "FLOAT", "REAL")
 # What trim() removes from text ids and timestamps: a blank id is missing, whatever the blank is made of.
 WHITESPACE = _sql_str(" \t\r\n\x0b\x0c")
@@ -284,7 +375,7 @@ def _unit_sql(column: str, dtype: str) -> str:
     that 1234.0 in one file and 1234 in another are one unit (a union of files of both types is text);
     other values are trimmed text."""
     col = _ident(column)
-    if dtype in INTEGER_TYPES:
+    if dtype in ID_INTEGER_TYPES:
         return f"CAST({col} AS BIGINT)"
     if _is_fractional_type(dtype):
         finite = f"isfinite({col}) AND " if dtype in FLOAT_TYPES else ""
@@ -311,7 +402,7 @@ def _unit_missing_sql(column: str, dtype: str, missing_values: Sequence[str]) ->
     column, the listed values that are numbers). Typed columns are never formatted as text for this."""
     col = _ident(column)
     numbers = _finite_numbers(missing_values)
-    if dtype in INTEGER_TYPES:
+    if dtype in ID_INTEGER_TYPES:
         listed = sorted({int(n) for n in numbers if n.is_integer()})
         return f"({col} IS NULL{f' OR {col} IN ({chr(44).join(map(str, listed))})' if listed else ''})"
     if _is_fractional_type(dtype):
@@ -407,6 +498,20 @@ def _quarantine_column(name: str) -> str:
     return "CAST(unit_raw AS VARCHAR) AS unit_raw" if name == "unit_raw" else name
 
 
+def _write_outputs(con: duckdb.DuckDBPyConnection, pings_path: Path, quarantine_path: Path) -> None:
+    with atomic_path(pings_path) as tmp:
+        con.execute(
+            f"COPY (SELECT unit_raw AS unit, ts, lon, lat FROM checked WHERE reason IS NULL) "
+            f"TO {_sql_str(str(tmp))} (FORMAT parquet)"
+        )
+    with atomic_path(quarantine_path) as tmp:
+        con.execute(
+            f"COPY (SELECT {', '.join(_quarantine_column(c) for c in QUARANTINE_COLUMNS)} FROM checked "
+            "WHERE reason IS NOT NULL "
+            f"ORDER BY file, row, trip_end) TO {_sql_str(str(tmp))} (FORMAT parquet)"
+        )
+
+
 def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir: Path,
                   progress: Progress = silent) -> IngestResult:
     """Read, map and validate every file; write `pings.parquet` and `quarantine.parquet` into out_dir.
@@ -426,10 +531,7 @@ def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir
     selects: list[str] = []
     rows_read = 0
     for i, path in enumerate(files):
-        if not path.is_file():
-            raise IngestError(f"{path}: trace file not found")
-        types = _register_raw(con, path, _file_format(path, source.file_format), f"raw_{i}")
-        _check_columns(path, types, source)
+        types = _open_file(con, path, source, f"raw_{i}")
         columns.update(c for c in types if c != "__row")
         rows = con.execute(f"SELECT count(*) FROM raw_{i}").fetchone()[0]
         rows_read += rows
@@ -440,18 +542,11 @@ def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir
     pings_path = out_dir / "pings.parquet"
     quarantine_path = out_dir / "quarantine.parquet"
     started = time.perf_counter()
-    with atomic_path(pings_path) as tmp:
-        con.execute(
-            f"COPY (SELECT unit_raw AS unit, ts, lon, lat FROM checked WHERE reason IS NULL) "
-            f"TO {_sql_str(str(tmp))} (FORMAT parquet)"
-        )
-    progress(f"ingest: valid pings written in {time.perf_counter() - started:.1f} s")
-    with atomic_path(quarantine_path) as tmp:
-        con.execute(
-            f"COPY (SELECT {', '.join(_quarantine_column(c) for c in QUARANTINE_COLUMNS)} FROM checked "
-            "WHERE reason IS NOT NULL "
-            f"ORDER BY file, row, trip_end) TO {_sql_str(str(tmp))} (FORMAT parquet)"
-        )
+    try:
+        _write_outputs(con, pings_path, quarantine_path)
+    except duckdb.Error as exc:
+        raise _unreadable_file(con, files, source, exc) from None
+    progress(f"ingest: valid pings and quarantine written in {time.perf_counter() - started:.1f} s")
     con.execute(f"CREATE TEMP TABLE rejected AS SELECT * FROM read_parquet({_sql_str(str(quarantine_path))})")
     by_reason = dict(con.execute("SELECT reason, count(*) FROM rejected GROUP BY reason ORDER BY reason").fetchall())
     examples = tuple(
