@@ -40,6 +40,13 @@ _PUBLISHER = textwrap.dedent("""
     policy_path, label, root, start = sys.argv[1], sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4])
     policy, period = load_policy(policy_path), Period.parse(label)
     area = stages.WorkArea.for_release(root / "work", policy, period)
+    publish = stages.publish
+
+    def slow_publish(*args, **kwargs):  # widen the window between reading the ledger and appending to it
+        time.sleep(2)
+        return publish(*args, **kwargs)
+
+    stages.publish = slow_publish
     while not start.exists():  # both processes are imported and ready: go at once
         time.sleep(0.005)
     try:
@@ -51,7 +58,8 @@ _PUBLISHER = textwrap.dedent("""
 
 
 def publish_at_once(tmp_path: Path, policy_path: Path, labels: list[str]) -> list[dict]:
-    """Run run_publish for each label in its own process, released together; their JSON results."""
+    """Run run_publish for each label in its own process, released together, each pausing 2 s before it
+    writes the release (as a slow disk would); their JSON results."""
     start = tmp_path / "go"
     children = [subprocess.Popen([sys.executable, "-c", _PUBLISHER, str(policy_path), label, str(tmp_path),
                                   str(start)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -74,6 +82,7 @@ def test_two_publications_of_one_period_at_once_record_it_once(tmp_path):
     policy_path = two_quarter_policy(tmp_path)
     prepare(tmp_path, policy_path, "2018-Q1")
     results = publish_at_once(tmp_path, policy_path, ["2018-Q1", "2018-Q1"])
+    assert len(release_entries(tmp_path)) == 1, results
     assert sorted("published" in r for r in results) == [False, True], results
     [refused] = [r for r in results if "error" in r]
     assert refused["error"] == "AlreadyPublished" and "2018-Q1" in refused["message"]
