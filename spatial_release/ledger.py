@@ -30,7 +30,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -280,13 +280,17 @@ def _head_behind(folder: Path, entries: list[dict]) -> bool:
                               f"the ledger holds {len(entries)} ending {tip[:12]}...)")
 
 
+def _read(folder: Path, trusted: Callable[[], Ed25519PublicKey | None]) -> list[dict]:
+    entries = _parse(folder)
+    verify_chain(entries, trusted() if entries else None)  # an empty ledger needs no key
+    _head_behind(folder, entries)
+    return entries
+
+
 def read_ledger(folder: Path, public_key: Ed25519PublicKey | None = None) -> list[dict]:
     """All entries, verified (chain, signatures under the trusted key, HEAD); raises LedgerCorrupt naming
     the first bad entry, or LedgerKeyError when there are entries but no trusted key."""
-    entries = _parse(folder)
-    verify_chain(entries, public_key if public_key is not None else (trusted_public_key() if entries else None))
-    _head_behind(folder, entries)
-    return entries
+    return _read(folder, lambda: public_key if public_key is not None else trusted_public_key())
 
 
 # ----------------------------------------------------------------------------------------- lock, append
@@ -422,8 +426,7 @@ class Ledger:
         return load_signing_key(self.signing_key, create=False).public_key()
 
     def read(self) -> list[dict]:
-        entries = _parse(self.folder)
-        return read_ledger(self.folder, self._trusted() if entries else None)
+        return _read(self.folder, self._trusted)
 
     def append(self, payload: dict) -> dict:
         return append_entry(self.folder, payload, self.signing_key)
@@ -438,9 +441,7 @@ class Ledger:
     def locked(self) -> Iterator[None]:
         """Hold the ledger lock; a crashed append is rolled forward on entry."""
         with ledger_lock(self.folder):
-            entries = self.read()
-            if entries and _head_behind(self.folder, entries):
-                _write_head(self.folder, entries)
+            _repair_head(self.folder, self.read())
             yield
 
     def checked_releases(self, dataset: str | None = None) -> list[dict]:
