@@ -75,6 +75,7 @@ def run_release(policy: str, period: str, traces: list[str] | None = None, out: 
     from spatial_release.definitions import defs
     from spatial_release.policy import load_policy
     from spatial_release.release import release_dir
+    from spatial_release.traces.ingest import check_trace_files
 
     args = argparse.Namespace(policy=policy, traces=traces, out=out, ledger=ledger)
     config = _settings_config(args)
@@ -85,6 +86,7 @@ def run_release(policy: str, period: str, traces: list[str] | None = None, out: 
         expected = "a month like 2018-01" if monthly else "a quarter like 2018-Q1"
         raise ValueError(f"{loaded.path}: the policy's release period is a {loaded.period}; give {expected}, "
                          f"not {period!r}")
+    check_trace_files(loaded, parsed, config["traces"])  # so is a missing or unreadable trace file
     job = defs.resolve_job_def("monthly_release_job" if monthly else "quarterly_release_job")
     result = job.execute_in_process(
         partition_key=parsed.partition_key, instance=_instance(), raise_on_error=False,
@@ -311,6 +313,23 @@ def main(argv: list[str] | None = None) -> int:
     except (PolicyError, IngestError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except _unknown_partition_error():  # Dagster refuses a period before the first partition or not yet over
+        from spatial_release.defs.partitions import quarterly
+
+        print(f"error: period {args.period!r} is not a release partition: partitions start on "
+              f"{quarterly.get_first_partition_key()} and end with the last period that is over", file=sys.stderr)
+        return 2
+
+
+def _unknown_partition_error() -> type[Exception]:
+    """Dagster's exception class if Dagster is loaded (only it raises that error), without importing it
+    for commands that do not use it."""
+    dagster = sys.modules.get("dagster")
+    return dagster.DagsterUnknownPartitionError if dagster else _NeverRaised
+
+
+class _NeverRaised(Exception):
+    pass
 
 
 if __name__ == "__main__":

@@ -1,0 +1,242 @@
+"""Attacks through the input: time zones, odd unit ids and user mistakes, each run end to end through the
+command line. Each test asserts either the release that the raw rows imply (re-derived here with pandas and
+zoneinfo, never with the code under test) or a refusal with exit 2 that names the file and the field (or
+row), without a traceback, with nothing published and nothing in the ledger.
+
+Before issue 9: a policy whose time_formats held %z shifted every instant (a naive 00:30 in New York became
+the evening before), a NaN id in a DOUBLE column was counted as one pseudo-unit "nan", 1234.0 and 1234 were
+two units, and the mistakes below exited 1 with a traceback, some after ingest and counting had run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from conftest import CELL_A, CELL_B, CELL_D, CELL_E, K, cell_id, fixture_pings, lonlat_in, policy_dict, \
+    write_policy
+from spatial_release import cli
+
+NEW_YORK = ZoneInfo("America/New_York")
+
+
+def _release(tmp_path: Path, policy: Path, traces: list[Path] | None = None, period: str = "2018-Q1") -> int:
+    argv = ["release", "--policy", str(policy), "--period", period, "--out", str(tmp_path / "out"),
+            "--ledger", str(tmp_path / "ledger")]
+    return cli.main(argv + (["--traces", *map(str, traces)] if traces else []))
+
+
+def _nothing_published(tmp_path: Path) -> bool:
+    return not list((tmp_path / "out").glob("releases/**/release.json")) and \
+        not (tmp_path / "ledger" / "entries.jsonl").exists()
+
+
+def _published_cells(tmp_path: Path) -> dict[tuple[str, str], int]:
+    [folder] = (tmp_path / "out" / "releases").glob("*/2018-Q1")
+    cells = pd.read_parquet(folder / "cells.parquet", columns=["cell_id", "bucket_start", "n_devices"])
+    return {(c, b.isoformat()): int(n) for c, b, n in zip(cells["cell_id"], cells["bucket_start"], cells["n_devices"])}
+
+
+def _expected_cells(rows: pd.DataFrame) -> dict[tuple[str, str], int]:
+    """Distinct units per (cell, local day), the day's start as a UTC instant: from `cell` and `instant`."""
+    day = rows["instant"].map(lambda t: datetime(*t.astimezone(NEW_YORK).timetuple()[:3], tzinfo=NEW_YORK)
+                              .astimezone(timezone.utc).isoformat())
+    counts = rows.assign(day=day).groupby(["cell", "day"])["unit"].nunique()
+    return {key: int(n) for key, n in counts.items()}
+
+
+def _instant(text: str) -> datetime:
+    """The instant a raw timestamp names, by hand: an offset if it has one, else New York wall time."""
+    stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=NEW_YORK)).astimezone(timezone.utc)
+
+
+# --- time zones -----------------------------------------------------------------------------------------
+
+def _pings_near_midnight() -> pd.DataFrame:
+    """Pings of known cells just after and just before local midnight, written as naive New York time, as
+    UTC with an offset, and with New York's own offset: an instant shifted by the zone's 5 hours changes day."""
+    rng = np.random.default_rng(9)
+    rows = []
+
+    def add(prefix: str, corner: tuple[int, int], n_units: int, whens: list[str]) -> None:
+        for u in range(n_units):
+            lon, lat = lonlat_in(corner, len(whens), rng)
+            rows.extend({"device": f"{prefix}{u}", "when": w, "lon": round(float(x), 7), "lat": round(float(y), 7),
+                         "gender": "f", "cell": cell_id(corner)} for w, x, y in zip(whens, lon, lat))
+
+    add("a", CELL_A, 4, ["2018-01-10 00:30:00", "2018-01-11 00:15:00"])           # naive, just after midnight
+    add("e", CELL_E, 5, ["2018-01-11 04:30:00+00:00", "2018-01-10 05:10:00+00:00"])  # 23:30 and 00:10 local
+    add("d", CELL_D, 3, ["2018-01-10 01:00:00-05:00", "2018-01-10T23:59:00-05:00"])
+    add("b", CELL_B, 3, ["2018-01-10T04:59:00Z"])                                  # 23:59 on the 9th
+    return pd.DataFrame(rows)
+
+
+def test_mixed_time_formats_publish_the_instants_of_the_raw_rows(tmp_path, capsys):
+    frame = _pings_near_midnight()
+    traces = tmp_path / "traces.csv"
+    frame.drop(columns="cell").to_csv(traces, index=False)
+    data = policy_dict(str(traces))
+    data["source"]["time_formats"] = ["%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M:%S%z", "%Y-%m-%dT%H:%M:%S%z",
+                                      "%Y-%m-%dT%H:%M:%SZ"]
+    code = _release(tmp_path, write_policy(tmp_path, data))
+    assert code == 0, capsys.readouterr().err
+    expected = _expected_cells(frame.assign(unit=frame["device"], instant=frame["when"].map(_instant)))
+    assert min(expected.values()) >= K  # nothing to withhold: every figure must be published as it is
+    assert _published_cells(tmp_path) == expected
+
+
+def test_a_local_time_the_clocks_skipped_is_quarantined_not_moved(tmp_path, capsys):
+    """02:30 on 2018-03-11 never happened in New York; with no rejected pings allowed, the release blocks
+    and names the reason (before: it published the ping at 07:30Z with exit 0)."""
+    frame = fixture_pings()
+    frame.loc[0, "when"] = "2018-03-11 02:30:00"
+    traces = tmp_path / "traces.csv"
+    frame.to_csv(traces, index=False)
+    code = _release(tmp_path, write_policy(tmp_path, policy_dict(str(traces))))
+    err = capsys.readouterr().err
+    assert code == 1 and "nonexistent_local_time" in err and "traces.csv row 1" in err
+    assert _nothing_published(tmp_path)
+
+
+# --- unit ids -------------------------------------------------------------------------------------------
+
+def test_nan_and_float_ids_count_the_units_the_rows_name(tmp_path, capsys):
+    """Cell B holds two real bikes. A DOUBLE id column adds NaN rows (no id) and writes the bikes as 1.0
+    and 2.0 while another file has them as integers: B holds k - 1 = 2 units and must stay withheld (before:
+    'nan' made a third unit, and '1.0' and '1' two more, and B was published)."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for corner, ids in ((CELL_A, [11, 12, 13]), (CELL_E, range(21, 27)), (CELL_D, range(31, 36)), (CELL_B, [1, 2])):
+        for hour in ("12", "13"):  # each bike pings twice: once in each file
+            lon, lat = lonlat_in(corner, len(ids), rng)
+            rows += [{"device": float(i), "when": f"2018-01-10 {hour}:00:00", "lon": float(x), "lat": float(y),
+                      "cell": cell_id(corner)} for i, x, y in zip(ids, lon, lat)]
+    lon, lat = lonlat_in(CELL_B, 3, rng)
+    rows += [{"device": float("nan"), "when": "2018-01-10 12:00:00", "lon": float(x), "lat": float(y),
+              "cell": cell_id(CELL_B)} for x, y in zip(lon, lat)]
+    frame = pd.DataFrame(rows).assign(gender="f")
+    doubles, ints = frame[frame["when"].str.contains(" 12:")], frame[frame["when"].str.contains(" 13:")]
+    columns = ("when", "lon", "lat", "gender")
+    pq.write_table(pa.table({"device": pa.array(doubles["device"].tolist(), pa.float64(), from_pandas=False),
+                             **{c: pa.array(doubles[c].tolist()) for c in columns}}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"device": pa.array(ints["device"].astype("int64").tolist(), pa.int64()),
+                             **{c: pa.array(ints[c].tolist()) for c in columns}}), tmp_path / "b.parquet")
+    data = policy_dict(str(tmp_path / "*.parquet"))
+    data["source"]["max_rejected_share"] = 0.2
+    code = _release(tmp_path, write_policy(tmp_path, data))
+    assert code == 0, capsys.readouterr().err
+    known = frame.dropna(subset=["device"])
+    expected = _expected_cells(known.assign(unit=known["device"].astype(int),
+                                            instant=known["when"].map(_instant)))
+    assert expected[(cell_id(CELL_B), "2018-01-10T05:00:00+00:00")] == K - 1
+    published = _published_cells(tmp_path)
+    assert all(expected[key] == n for key, n in published.items())  # every published figure is the true one
+    assert not {key for key, n in expected.items() if n < K} & set(published)  # below k: absent
+
+
+# --- user mistakes: exit 2 before any work, naming the file and the field -----------------------------------
+
+def _traces_csv(tmp_path: Path, drop: str | None = None) -> Path:
+    path = tmp_path / ("traces.csv" if drop is None else f"traces-without-{drop}.csv")
+    frame = fixture_pings()
+    (frame.drop(columns=drop) if drop else frame).to_csv(path, index=False)
+    return path
+
+
+def _policy_with(tmp_path: Path, change=None, traces: Path | None = None) -> Path:
+    data = policy_dict(str(traces or _traces_csv(tmp_path)))
+    if change:
+        change(data)
+    return write_policy(tmp_path, data)
+
+
+def _duplicate_key(tmp_path: Path) -> tuple[Path, list[Path] | None, list[str]]:
+    policy = _policy_with(tmp_path)
+    text = policy.read_text()
+    policy.write_text(text.replace("k: 3\n", "k: 3\nmeasure: presence\nk: 2\n", 1))
+    return policy, None, [str(policy), "duplicate key 'k'"]
+
+
+def _bad_strptime(tmp_path: Path):
+    policy = _policy_with(tmp_path, lambda d: d["source"].update(time_formats=["%Y-%m-%d %H:%M:%S", "%d/%m/%Y %Q"]))
+    return policy, None, [str(policy), "source.time_formats[1]", "%Q"]
+
+
+def _missing_zeros(tmp_path: Path):
+    policy = _policy_with(tmp_path, lambda d: d["suppression"].update(zeros="zeros-typo.csv"))
+    return policy, None, [str(policy), "suppression.zeros", str(tmp_path / "zeros-typo.csv")]
+
+
+def _zeros_is_the_traces(tmp_path: Path):
+    """A zeros path that names the trace file: refused, and not one id of it is echoed."""
+    traces = _traces_csv(tmp_path)
+    policy = _policy_with(tmp_path, lambda d: d["suppression"].update(zeros=str(traces)), traces)
+    return policy, None, [str(policy), "suppression.zeros", str(traces)]
+
+
+def _missing_landscape(tmp_path: Path):
+    policy = _policy_with(tmp_path, lambda d: d["risk"].update(landscape="landscapes/typo.yaml"))
+    return policy, None, [str(policy), "risk.landscape", str(tmp_path / "landscapes" / "typo.yaml")]
+
+
+def _missing_column(tmp_path: Path):
+    traces = _traces_csv(tmp_path, drop="lat")
+    return _policy_with(tmp_path, traces=traces), [traces], [str(traces), "'lat'", "source.lat"]
+
+
+def _missing_file(tmp_path: Path):
+    return _policy_with(tmp_path), [tmp_path / "no-such-traces.csv"], [str(tmp_path / "no-such-traces.csv")]
+
+
+def _corrupt_parquet(tmp_path: Path):
+    path = tmp_path / "truncated.parquet"
+    fixture_pings().to_parquet(path)
+    path.write_bytes(path.read_bytes()[:-100])  # an interrupted copy: the footer is gone
+    return _policy_with(tmp_path), [path], [str(path), "cannot read as parquet"]
+
+
+MISTAKES = [_duplicate_key, _bad_strptime, _missing_zeros, _zeros_is_the_traces, _missing_landscape,
+            _missing_column, _missing_file, _corrupt_parquet]
+
+
+@pytest.mark.parametrize("mistake", MISTAKES, ids=lambda f: f.__name__.strip("_"))
+def test_user_mistake_exits_2_naming_file_and_field(tmp_path, capsys, mistake):
+    policy, traces, named = mistake(tmp_path)
+    code = _release(tmp_path, policy, traces)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert all(part in err for part in named), err
+    assert "Traceback" not in err and err.startswith("error: ") and len(err.splitlines()) == 1
+    assert not any(unit in err for unit in fixture_pings()["device"].unique())  # no id, no raw row
+    assert _nothing_published(tmp_path) and not (tmp_path / "out" / "work").exists()  # no work started
+
+
+@pytest.mark.parametrize("period", ["1990-Q1", "2099-Q1", "2018-Q5", "2018-13"])
+def test_period_outside_the_partitions_exits_2(tmp_path, capsys, period):
+    code = _release(tmp_path, _policy_with(tmp_path), period=period)
+    err = capsys.readouterr().err
+    assert code == 2 and period in err and "Traceback" not in err, err
+    assert _nothing_published(tmp_path) and not (tmp_path / "out" / "work").exists()
+
+
+def test_command_line_process_prints_no_traceback(tmp_path):
+    """The installed entry point, as a user runs it: the message and exit code, nothing else."""
+    policy = _policy_with(tmp_path)
+    run = subprocess.run([sys.executable, "-m", "spatial_release.cli", "release", "--policy", str(policy),
+                          "--period", "1990-Q1", "--out", str(tmp_path / "out"), "--ledger", str(tmp_path / "ledger")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and "Traceback" not in run.stderr and "1990-Q1" in run.stderr, run.stderr
+    policy.write_text(yaml.safe_dump({"name": "x"}) + "name: y\n")
+    run = subprocess.run([sys.executable, "-m", "spatial_release.cli", "release", "--policy", str(policy),
+                          "--period", "2018-Q1"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and "Traceback" not in run.stderr and "duplicate key 'name'" in run.stderr
