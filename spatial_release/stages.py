@@ -667,23 +667,35 @@ def assess_risk(policy: Policy, period: Period, area: WorkArea, ledger: Ledger,
     zone_of_key = zone_of_key[~zone_of_key.index.duplicated()]
     report = estimate_risk(window[["unit", "key"]], zone_of_key, landscape.params(),
                            zone_population(policy, landscape, landscape_path))
-    measure = "journalist" if landscape.adversary == "journalist" else "mean"
-    worst = report.worst_zone(measure) if len(window) else None
-    scored = [z for z in report.zones if getattr(z, measure) is not None]
-    pooled = (sum(z.units * getattr(z, measure) for z in scored) / sum(z.units for z in scored)) if scored else None
-    figure = getattr(worst, measure) if worst else None
+    # The gated figure follows the landscape's adversary (itself fixed by who is in the panel); every
+    # figure of the report is labelled with the adversary it belongs to.
+    field = "journalist" if landscape.adversary == "journalist" else "mean"
+    worst = report.worst_zone(field) if len(window) else None
+    scored = [z for z in report.zones if getattr(z, field) is not None]
+    pooled = (sum(z.units * getattr(z, field) for z in scored) / sum(z.units for z in scored)) if scored else None
+    figure = getattr(worst, field) if worst else None
     previous = [e["risk"]["release_figure"] for e in earlier]
     decision = decide(figure, worst.zone if worst else None, previous, policy.risk.per_release_ceiling,
                       policy.risk.cumulative_ceiling, policy.risk.warn_at)
     return {
-        "status": decision.status, "reason": decision.reason,
+        "status": decision.status, "reason": f"{landscape.adversary} adversary: {decision.reason}",
         "worst_zone": decision.worst_zone, "release_figure": figure, "pooled": pooled,
         "cumulative": decision.cumulative, "headroom": decision.headroom, "previous": previous,
-        "measure": measure, "landscape_sha256": landscape_sha, "landscape_version": landscape.version,
+        "measure": f"{landscape.adversary}_mean", "adversary": landscape.adversary, "panel": landscape.panel,
+        "landscape_sha256": landscape_sha, "landscape_version": landscape.version,
         "points": landscape.points, "units": report.units, "keys": report.keys,
         "window_periods": [e["period"] for e in earlier] + [period.label],
-        "zones": report.frame().to_dict("records"), "seconds": round(report.seconds, 2),
+        "zones": labelled_zones(report.frame()), "seconds": round(report.seconds, 2),
     }
+
+
+# Column names that say which adversary each per-zone figure belongs to.
+ZONE_LABELS = {"mean": "prosecutor_mean", "at_risk": "prosecutor_at_risk", "worst": "prosecutor_worst",
+               "journalist": "journalist_mean"}
+
+
+def labelled_zones(frame: pd.DataFrame) -> list[dict]:
+    return frame.rename(columns=ZONE_LABELS).to_dict("records")
 
 
 def run_risk(policy: Policy, period: Period, area: WorkArea, ledger: Ledger) -> dict:
@@ -705,7 +717,7 @@ def check_risk_budget(policy: Policy, area: WorkArea) -> guarantees.CheckOutcome
     offending = [z for z in risk["zones"] if z["zone"] == risk["worst_zone"]]
     return guarantees.CheckOutcome("risk_budget", risk["status"] != BLOCK, risk["reason"], offending,
                                    {k: risk[k] for k in ("status", "worst_zone", "release_figure", "pooled",
-                                                         "cumulative", "headroom", "measure")})
+                                                         "cumulative", "headroom", "measure", "adversary")})
 
 
 class AlreadyPublished(FileExistsError):
@@ -802,7 +814,7 @@ def run_publish(policy: Policy, period: Period, area: WorkArea, releases_root: P
             raise GuaranteeFailed(guarantees.CheckOutcome("risk_budget", False, risk["reason"]))
         audit = next(o.figures for o in outcomes if o.name == "suppression_audit")
         risk_record = {k: risk[k] for k in ("status", "reason", "worst_zone", "release_figure", "pooled",
-                                            "cumulative", "headroom", "measure", "landscape_sha256", "points",
+                                            "cumulative", "headroom", "measure", "adversary", "landscape_sha256", "points",
                                             "window_periods")}
         record = _draft_record(policy, area, period, {o.name: "passed" for o in outcomes}, audit, risk_record)
 

@@ -103,7 +103,7 @@ def policy_dict(traces: str, **overrides) -> dict:
     return data
 
 
-LANDSCAPE = {"version": 1, "points": 2, "draws": 5, "adversary": "journalist",
+LANDSCAPE = {"version": 1, "points": 2, "draws": 5, "panel": "sample", "adversary": "journalist",
              "population": {"table": "population.csv"}}
 
 

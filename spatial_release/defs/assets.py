@@ -28,19 +28,22 @@ def k_anonymity_report(counts: dict, k: int) -> str:
     return "| measure | value |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
 
 
+def _figure(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
 def risk_report(risk: dict) -> str:
-    head = (f"**{risk['status']}**: {risk['reason']}\n\nworst zone `{risk['worst_zone']}` = {risk['release_figure']}, "
-            f"pooled {risk['pooled']:.5f}, cumulative {risk['cumulative']}\n\n")
-    rows = [f"| {z['zone']} | {z['units']} | {z['mean']:.5f} | {z['at_risk']:.3f} | {z['worst']:.4f} |"
-            for z in sorted(risk["zones"], key=lambda z: -z["mean"])[:30]]
-    return head + "| zone | units | mean | at risk | worst |\n|---|---|---|---|---|\n" + "\n".join(rows)
-
-
-def _run_is_live(instance: dg.DagsterInstance, run_id: str) -> bool | None:
-    """Whether the instance knows `run_id` as still running; None when it does not know the run (another
-    process's ephemeral instance)."""
-    run = instance.get_run_by_id(run_id)
-    return None if run is None else not run.is_finished
+    """The gate's headline and the per-zone table, every figure labelled with its adversary."""
+    adversary = risk.get("adversary", "prosecutor")
+    head = (f"**{risk['status']}**: {risk['reason']}\n\nAdversary: **{adversary}** (panel: {risk.get('panel', '?')}); "
+            f"gated figure: {risk['measure']}. Worst zone `{risk['worst_zone']}` = {_figure(risk['release_figure'])}, "
+            f"pooled {_figure(risk['pooled'])}, cumulative {_figure(risk['cumulative'])}, "
+            f"headroom {_figure(risk['headroom'])}\n\n")
+    rows = [f"| {z['zone']} | {z['units']} | {_figure(z['prosecutor_mean'])} | {_figure(z['prosecutor_at_risk'], 3)} | "
+            f"{_figure(z['prosecutor_worst'])} | {_figure(z.get('journalist_mean'))} |"
+            for z in sorted(risk["zones"], key=lambda z: -z["prosecutor_mean"])[:30]]
+    return head + ("| zone | units | prosecutor mean | prosecutor at risk | prosecutor worst | journalist mean |\n"
+                   "|---|---|---|---|---|---|\n") + "\n".join(rows)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from spatial_release.risk.estimator import RiskParams
 
@@ -34,8 +34,27 @@ class Landscape(BaseModel):
     draws: int = Field(10, ge=1)
     seed: int = 20180101
     threshold: float = Field(0.2, gt=0, le=1)
-    adversary: Literal["prosecutor", "journalist"] = "prosecutor"
+    panel: Literal["whole", "sample"] = Field(
+        description="who is in the data: 'whole' when every unit an outsider could target is in it (a bike "
+                    "operator's whole fleet), 'sample' when the data holds a share of a public population "
+                    "(a telco's subscribers among residents)")
+    adversary: Literal["prosecutor", "journalist"]
     population: PopulationSource | None = None
+
+    @model_validator(mode="after")
+    def _adversary_fits_the_panel(self) -> "Landscape":
+        # The adversary is not a free choice: it follows from who is in the panel. When the panel is the
+        # whole population, the outsider knows the target is in the data (prosecutor); a journalist figure
+        # would divide the risk by a census crowd the target does not hide in.
+        if self.panel == "whole" and self.adversary != "prosecutor":
+            raise ValueError("panel 'whole' (every unit is in the data) needs adversary 'prosecutor': the "
+                             "outsider knows the target is in the data")
+        if self.panel == "sample" and self.adversary != "journalist":
+            raise ValueError("panel 'sample' needs adversary 'journalist', with the public population the "
+                             "panel is drawn from")
+        if self.adversary == "journalist" and self.population is None:
+            raise ValueError("adversary 'journalist' needs 'population' (the public crowd the panel is drawn from)")
+        return self
 
     def params(self) -> RiskParams:
         return RiskParams(points=self.points, draws=self.draws, seed=self.seed, threshold=self.threshold)
@@ -49,7 +68,8 @@ def load_landscape(path: Path) -> tuple[Landscape, str]:
     except OSError as exc:
         raise LandscapeError(f"{path}: cannot read the landscape file ({exc.strerror})") from None
     except ValidationError as exc:
-        fields = "; ".join(f"field '{'.'.join(map(str, e['loc']))}': {e['msg']}" for e in exc.errors())
+        fields = "; ".join((f"field '{'.'.join(map(str, e['loc']))}': " if e["loc"] else "") + e["msg"]
+                           for e in exc.errors())
         raise LandscapeError(f"{path}: invalid landscape: {fields}") from None
     return landscape, hashlib.sha256(raw).hexdigest()
 
