@@ -62,6 +62,8 @@ def test_rejected_share_over_limit_is_explained(tmp_path):
     problem = result.rejected_share_problem(0.5)
     assert problem is not None
     assert "2 of 3 pings rejected" in problem and "t.csv row 2" in problem and "quarantine" in problem
+    assert "coordinate_not_a_number" in problem and "unparseable_timestamp" in problem
+    assert '"bad"' not in problem and '"x"' not in problem  # raw values stay in the internal quarantine
 
 
 def test_quarter_boundary_is_local_midnight(tmp_path):

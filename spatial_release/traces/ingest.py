@@ -549,10 +549,12 @@ def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir
     progress(f"ingest: valid pings and quarantine written in {time.perf_counter() - started:.1f} s")
     con.execute(f"CREATE TEMP TABLE rejected AS SELECT * FROM read_parquet({_sql_str(str(quarantine_path))})")
     by_reason = dict(con.execute("SELECT reason, count(*) FROM rejected GROUP BY reason ORDER BY reason").fetchall())
+    # File, row and reason only: the detail quotes the raw values (a person's id, time and place), which stay
+    # in the internal quarantine file and out of logs and check messages.
     examples = tuple(
-        f"{file} row {row}{' ' + trip_end if trip_end else ''}: {reason_} ({detail_})"
-        for file, row, trip_end, reason_, detail_ in con.execute(
-            "SELECT file, row, trip_end, reason, detail FROM rejected ORDER BY file, row, trip_end LIMIT 3"
+        f"{file} row {row}{' ' + trip_end if trip_end else ''}: {reason_}"
+        for file, row, trip_end, reason_ in con.execute(
+            "SELECT file, row, trip_end, reason FROM rejected ORDER BY file, row, trip_end LIMIT 3"
         ).fetchall()
     )
     valid = con.execute(f"SELECT count(*) FROM read_parquet({_sql_str(str(pings_path))})").fetchone()[0]
