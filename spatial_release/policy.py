@@ -265,9 +265,19 @@ class Policy(_Strict):
     suppression: SuppressionSpec = SuppressionSpec()
     risk: RiskSpec | None = None
     period: Literal["quarter", "month"] = "quarter"
+    population: str | None = Field(
+        None, pattern=NAME_PATTERN,
+        description="the units this programme draws on; policies that name the same population (e.g. a "
+                    "quarterly and a monthly programme over the same bikes) share one cumulative risk budget; "
+                    "default: the policy's own name",
+    )
 
     _path: Path | None = PrivateAttr(None)
     _sha256: str = PrivateAttr("")
+
+    @property
+    def population_key(self) -> str:
+        return self.population or self.name
 
     @property
     def path(self) -> Path:

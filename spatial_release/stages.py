@@ -596,10 +596,22 @@ def zone_population(policy: Policy, landscape: Landscape, landscape_path: Path) 
     return joined.groupby("zone")[landscape.population.value].sum().astype(float).to_dict()
 
 
+def population_of(entry: dict) -> str:
+    return entry.get("population") or entry["dataset"]
+
+
+def population_releases(policy: Policy, ledger: Ledger) -> list[dict]:
+    """Every release, of any programme, drawn on the policy's population (ledger order), from a ledger read
+    under its lock and cross-checked with releases/ (a deleted or truncated ledger must not reset the
+    cumulative risk)."""
+    return [e for e in ledger.checked_releases() if population_of(e) == policy.population_key]
+
+
 def earlier_releases(policy: Policy, period: Period, ledger: Ledger) -> list[dict]:
-    """The dataset's earlier releases in the risk window, from a ledger read under its lock and
-    cross-checked with releases/ (a deleted or truncated ledger must not reset the cumulative risk)."""
-    entries = [e for e in ledger.checked_releases(policy.name) if e["period"] != period.label]
+    """The earlier releases in the risk window: this dataset's and those of every programme that shares its
+    population (a quarterly and a monthly programme over the same bikes spend one budget)."""
+    entries = [e for e in population_releases(policy, ledger)
+               if not (e["dataset"] == policy.name and e["period"] == period.label)]
     window = policy.risk.window if policy.risk else None
     return entries[-window:] if window else entries
 
@@ -641,9 +653,12 @@ def prune_per_unit_artefacts(policy: Policy, ledger: Ledger, work_root: Path, no
 
 
 def _earlier_keys(work_root: Path, policy: Policy, entries: list[dict]) -> list[pd.DataFrame]:
+    """Per-unit key sets of this dataset's earlier releases. Releases of other programmes of the same
+    population count through their published figures in the cumulative risk; their key sets are not merged,
+    because their keys are cells of another geometry and buckets that the risk zones here do not map."""
     frames = []
     now = datetime.now(timezone.utc)
-    for entry in entries:
+    for entry in (e for e in entries if e["dataset"] == policy.name):
         path = key_set_path(work_root, policy, entry["period"])
         if path.exists():
             frames.append(pd.read_parquet(path))
@@ -822,7 +837,7 @@ def run_publish(policy: Policy, period: Period, area: WorkArea, releases_root: P
             entry = ledger.append({
                 "kind": "release", "dataset": policy.name, "period": period.label,
                 "policy": {"name": policy.name, "version": policy.version, "sha256": policy.sha256},
-                "files": full_record["files"], "risk": risk_record,
+                "files": full_record["files"], "risk": risk_record, "population": policy.population_key,
             })
             return entry["hash"]
 
@@ -836,9 +851,16 @@ def review_programme(policy: Policy, ledger: Ledger, work_root: Path) -> dict:
     Release i is assessed with its own key sets and those of the releases before it in the window, as
     when it was published; the cumulative figure is recomputed from the new figures. A release now over the
     per-release ceiling, or that pushes the cumulative figure over the programme ceiling, is a breach."""
-    releases = ledger.checked_releases(policy.name)
+    releases = population_releases(policy, ledger)
     reviewed, figures, breaches = [], [], []
     for i, entry in enumerate(releases):
+        if entry["dataset"] != policy.name:
+            # another programme over the same units: its published figure spends this budget too
+            figures.append(entry["risk"]["release_figure"])
+            reviewed.append({"dataset": entry["dataset"], "period": entry["period"], "ledger_seq": entry["seq"],
+                             "re_assessed": False, "release_figure": entry["risk"]["release_figure"],
+                             "cumulative": cumulative_risk(figures)})
+            continue
         period = Period.parse(entry["period"])
         area = WorkArea.for_release(work_root, policy, period)
         keys_path = area.risk / "unit_keys.internal.parquet"
@@ -848,16 +870,17 @@ def review_programme(policy: Policy, ledger: Ledger, work_root: Path) -> dict:
                                         "retention; cannot review it")
             # past retention: the published figure stands, it can no longer be re-assessed
             figures.append(entry["risk"]["release_figure"])
-            reviewed.append({"period": entry["period"], "ledger_seq": entry["seq"], "re_assessed": False,
-                             "release_figure": entry["risk"]["release_figure"], "cumulative": cumulative_risk(figures)})
+            reviewed.append({"dataset": policy.name, "period": entry["period"], "ledger_seq": entry["seq"],
+                             "re_assessed": False, "release_figure": entry["risk"]["release_figure"],
+                             "cumulative": cumulative_risk(figures)})
             continue
         window = releases[:i][-policy.risk.window:] if policy.risk.window else releases[:i]
         risk = assess_risk(policy, period, area, ledger, pd.read_parquet(keys_path), window)
         figure = risk["release_figure"]
         figures.append(figure if figure is not None else float("nan"))
         cumulative = cumulative_risk(figures)
-        row = {"period": entry["period"], "ledger_seq": entry["seq"], "re_assessed": True,
-               "worst_zone": risk["worst_zone"],
+        row = {"dataset": policy.name, "period": entry["period"], "ledger_seq": entry["seq"],
+               "re_assessed": True, "worst_zone": risk["worst_zone"],
                "release_figure": figure, "published_figure": entry["risk"]["release_figure"],
                "cumulative": cumulative, "pooled": risk["pooled"]}
         reviewed.append(row)

@@ -50,7 +50,7 @@ def report_release_checks(context: dg.AssetExecutionContext, policy, review: dic
     """Record the review's verdict as the `within_risk_budget` check of each published release's
     partition, so a release that is now over budget shows failed on that release in the UI."""
     key = dg.AssetKey(["monthly", "published_release"] if policy.period == "month" else ["published_release"])
-    for row in review["releases"]:
+    for row in (r for r in review["releases"] if r["dataset"] == policy.name):  # not other programmes' releases
         outcome = review_outcome(review, row["period"])
         context.log_event(dg.AssetCheckEvaluation(
             asset_key=key, check_name=REVIEW_CHECK, passed=outcome.passed, description=outcome.summary,
