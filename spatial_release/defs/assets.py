@@ -46,6 +46,13 @@ def risk_report(risk: dict) -> str:
                    "|---|---|---|---|---|---|\n") + "\n".join(rows)
 
 
+def _run_is_live(instance: dg.DagsterInstance, run_id: str) -> bool | None:
+    """Whether the instance knows `run_id` as still running; None when it does not know the run (another
+    process's ephemeral instance)."""
+    run = instance.get_run_by_id(run_id)
+    return None if run is None else not run.is_finished
+
+
 @dataclass(frozen=True)
 class ReleaseGraph:
     assets: list
