@@ -136,6 +136,7 @@ def run_ingest(policy: Policy, period: Period, area: WorkArea, traces: Sequence[
         "max_rejected_share": policy.source.max_rejected_share,
         "rejected_share_problem": result.rejected_share_problem(policy.source.max_rejected_share),
         "quarantine": str(result.quarantine_path),
+        "valid_by_file": result.valid_by_file,
     }
     write_json_atomic(area.ingest / "ingest.json", summary)
     return summary
@@ -183,8 +184,9 @@ def measure_coverage(policy: Policy, area: WorkArea) -> coverage.Coverage:
     bounds = geometry_bounds(policy)
     outside = _outside_points(policy, area, bounds)
     valid_by_file = _pings_per_file(area)
-    if "file" in outside.columns:
-        outside_by_file = outside["file"].map(lambda f: Path(f).name).value_counts().to_dict()
+    if "src" in outside.columns:
+        names = [Path(f).name for f in read_ingest_summary(area)["files"]]
+        outside_by_file = outside["src"].map(lambda i: names[int(i)]).value_counts().to_dict()
     else:
         outside_by_file = {next(iter(valid_by_file)): len(outside)}
     by_file = {name: (int(outside_by_file.get(name, 0)), int(valid)) for name, valid in valid_by_file.items()}

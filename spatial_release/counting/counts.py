@@ -467,7 +467,8 @@ def _write_outside(engine: Engine, out_dir: Path, pings_outside: int) -> Path:
     """The pings in no area of the main geometry, as they came in, kept for review."""
     path = out_dir / "outside.parquet"
     where = "" if pings_outside else " WHERE FALSE"
-    source = engine.export("outside", "SELECT p.unit, p.ts, p.lon, p.lat FROM pings p JOIN "
+    # p.* keeps the ingest's `src` (the input file of each ping) when the pings carry it
+    source = engine.export("outside", "SELECT p.* FROM pings p JOIN "
                                       "(SELECT DISTINCT ulon, ulat FROM located WHERE a_0 IS NULL) o "
                                       f"ON p.lon = o.ulon AND p.lat = o.ulat{where}")
     with atomic_path(path) as tmp:

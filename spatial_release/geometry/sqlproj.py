@@ -261,12 +261,17 @@ def fitted_projection(crs: CRS | str, extent: tuple[float, float, float, float],
     x, y = to_crs.transform(cu + hu * u, cv + hv * v)
     check_lon, check_lat = validation_points((w, s, e, n))
     ex, ey = to_crs.transform(check_lon, check_lat)
+    if not all(np.isfinite(a).all() for a in (x, y, ex, ey)):
+        # the CRS is undefined somewhere in the extent (pings on the far side of the globe, e.g. a file
+        # with swapped axes beside a good one): no polynomial can stand for it, use the formula or pyproj
+        return None
     cu_check, cv_check = (check_lon - cu) / hu, (check_lat - cv) / hv
     for degree in degrees:
         basis = _monomials(u, v, degree)
         fx, fy = (np.linalg.lstsq(basis, target, rcond=None)[0] for target in (x, y))
         check = _monomials(cu_check, cv_check, degree)
-        if max(np.abs(check @ fx - ex).max(), np.abs(check @ fy - ey).max()) > guard * MAX_ERROR_FRACTION / 2:
+        fit_error = max(np.abs(check @ fx - ex).max(), np.abs(check @ fy - ey).max())
+        if not fit_error <= guard * MAX_ERROR_FRACTION / 2:  # a NaN error is a failed fit too
             continue
         layers: Layers = (
             (("_u", f"(lon - {num(cu)}) / {num(hu)}"), ("_v", f"(lat - {num(cv)}) / {num(hv)}")),

@@ -64,6 +64,7 @@ class IngestResult:
     pings_valid: int
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
     examples: tuple[str, ...] = ()
+    valid_by_file: dict[str, int] = field(default_factory=dict)  # file name -> valid pings
 
     @property
     def pings_rejected(self) -> int:
@@ -501,7 +502,7 @@ def _quarantine_column(name: str) -> str:
 def _write_outputs(con: duckdb.DuckDBPyConnection, pings_path: Path, quarantine_path: Path) -> None:
     with atomic_path(pings_path) as tmp:
         con.execute(
-            f"COPY (SELECT unit_raw AS unit, ts, lon, lat FROM checked WHERE reason IS NULL) "
+            f"COPY (SELECT unit_raw AS unit, ts, lon, lat, src FROM checked WHERE reason IS NULL) "
             f"TO {_sql_str(str(tmp))} (FORMAT parquet)"
         )
     with atomic_path(quarantine_path) as tmp:
@@ -535,7 +536,10 @@ def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir
         columns.update(c for c in types if c != "__row")
         rows = con.execute(f"SELECT count(*) FROM raw_{i}").fetchone()[0]
         rows_read += rows
-        selects.append(_pings_of_file(f"raw_{i}", path, types, source, clock))
+        # `src` (the file's position) lets later checks say which file a ping came from, e.g. the file
+        # whose pings fall outside the geometry; a SMALLINT costs next to nothing in the Parquet file.
+        selects.append(f"SELECT *, CAST({i} AS SMALLINT) AS src FROM "
+                       f"({_pings_of_file(f'raw_{i}', path, types, source, clock)})")
         progress(f"ingest: {path.name}: {rows:,} rows")
     con.execute(f"CREATE TEMP VIEW checked AS SELECT *, {reason} AS reason, {detail} AS detail "
                 f"FROM ({' UNION ALL '.join(selects)})")
@@ -557,7 +561,9 @@ def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir
             "SELECT file, row, trip_end, reason FROM rejected ORDER BY file, row, trip_end LIMIT 3"
         ).fetchall()
     )
-    valid = con.execute(f"SELECT count(*) FROM read_parquet({_sql_str(str(pings_path))})").fetchone()[0]
+    per_src = dict(con.execute(f"SELECT src, count(*) FROM read_parquet({_sql_str(str(pings_path))}) "
+                               "GROUP BY src").fetchall())
+    valid = sum(per_src.values())
     pings_read = valid + sum(by_reason.values())
     con.close()
     return IngestResult(
@@ -570,4 +576,5 @@ def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir
         pings_valid=pings_read - sum(by_reason.values()),
         rejected_by_reason=by_reason,
         examples=examples,
+        valid_by_file={Path(f).name: int(per_src.get(i, 0)) for i, f in enumerate(files)},
     )

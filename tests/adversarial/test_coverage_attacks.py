@@ -5,8 +5,9 @@ published with those pings silently missing."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
-from conftest import fixture_pings, policy_dict, write_policy
+from conftest import SHARED_DATA, fixture_pings, policy_dict, requires_shared, write_policy, PROJECT_ROOT
 from spatial_release import cli
 from spatial_release.geometry import coverage
 
@@ -54,3 +55,53 @@ def test_a_few_strays_within_the_ceiling_publish(tmp_path, capsys):
     code, out = _release(tmp_path, frame, max_outside_share=0.02)
     assert code == 0, capsys.readouterr().out
     assert (out / "releases" / "fixture" / "2018-Q1" / "release.json").exists()
+
+
+def test_the_swapped_file_is_named_among_several(tmp_path, capsys):
+    """Two files, the second with its axes swapped: the report attributes the outside pings to it."""
+    good, bad = fixture_pings(), fixture_pings()
+    bad[["lon", "lat"]] = bad[["lat", "lon"]].to_numpy()
+    good.to_csv(tmp_path / "traces-2018-01.csv", index=False)
+    bad.to_csv(tmp_path / "traces-2018-02.csv", index=False)
+    policy = write_policy(tmp_path, policy_dict(str(tmp_path / "traces-*.csv")))
+    code = cli.main(["release", "--policy", str(policy), "--period", "2018-Q1", "--out", str(tmp_path / "out"),
+                     "--ledger", str(tmp_path / "ledger")])
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert code == 1, text
+    assert f"traces-2018-02.csv: {len(bad):,} of {len(bad):,} (100.0%)" in text
+    assert "traces-2018-01.csv: 0 of" not in text  # a file with nothing outside is not listed
+
+
+@requires_shared
+def test_a_month_of_citi_bike_trips_with_swapped_coordinates_blocks(tmp_path, capsys):
+    """The reproduced attack: February 2018's trips with latitude and longitude swapped published with
+    that month silently missing (34,391 pings outside the geometry). Now the release blocks and names it."""
+    files = []
+    for month in ("01", "02", "03"):
+        trips = pd.read_csv(SHARED_DATA / f"citibike-jc/JC-2018{month}-citibike-tripdata.csv", dtype=str)
+        if month == "02":
+            for end in ("start", "end"):
+                lon, lat = f"{end} station longitude", f"{end} station latitude"
+                trips[[lon, lat]] = trips[[lat, lon]].to_numpy()
+        path = tmp_path / f"JC-2018{month}-citibike-tripdata.csv"
+        trips.to_csv(path, index=False)
+        files.append(str(path))
+    out = tmp_path / "out"
+    code = cli.main(["release", "--policy", str(PROJECT_ROOT / "policies/jc-bikes.yaml"), "--period", "2018-Q1",
+                     "--traces", *files, "--out", str(out), "--ledger", str(tmp_path / "ledger")])
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert code == 1, text
+    assert "outside_share" in text and "JC-201802-citibike-tripdata.csv" in text
+    assert "latitude and longitude swapped" in text
+    assert not (out / "releases" / "jc-bikes" / "2018-Q1").exists()
+
+
+def test_no_polynomial_is_fitted_over_an_extent_where_the_projection_is_undefined():
+    """Found by the attack above: a good file beside a swapped one gave an extent reaching the far side of
+    the UTM zone, pyproj returned inf there, and the fit wrote NaN coefficients into the counting SQL."""
+    from spatial_release.geometry.sqlproj import fitted_projection
+
+    assert fitted_projection("EPSG:32618", (-74.1, -74.1, 40.8, 40.8)) is None
+    assert fitted_projection("EPSG:32618", (-74.1, 40.6, -74.0, 40.8)) is not None  # control: a city
