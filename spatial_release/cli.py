@@ -81,11 +81,8 @@ def run_release(policy: str, period: str, traces: list[str] | None = None, out: 
     config = _settings_config(args)
     parsed = Period.parse(period)
     loaded = load_policy(config["policy"])  # a bad policy is a usage error, reported before any run starts
+    loaded.check_period(parsed)  # so is a period of the other cadence
     monthly = loaded.period == "month"
-    if monthly == ("-Q" in parsed.label):
-        expected = "a month like 2018-01" if monthly else "a quarter like 2018-Q1"
-        raise ValueError(f"{loaded.path}: the policy's release period is a {loaded.period}; give {expected}, "
-                         f"not {period!r}")
     check_trace_files(loaded, parsed, config["traces"])  # so is a missing or unreadable trace file
     job = defs.resolve_job_def("monthly_release_job" if monthly else "quarterly_release_job")
     result = job.execute_in_process(

@@ -452,11 +452,3 @@ class Ledger:
             if self.releases_root is not None:
                 check_releases(entries, self.releases_root)
         return [e for e in entries if e["kind"] == "release" and (dataset is None or e["dataset"] == dataset)]
-
-
-def cumulative_risk(figures: list[float]) -> float:
-    """1 - prod(1 - p_i): the probability that at least one release singles the target out."""
-    remaining = 1.0
-    for p in figures:
-        remaining *= 1.0 - p
-    return 1.0 - remaining

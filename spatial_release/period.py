@@ -40,6 +40,11 @@ class Period:
         return cls.parse(f"{start.year}-Q{(start.month - 1) // 3 + 1}")
 
     @property
+    def kind(self) -> str:
+        """'quarter' or 'month', as a policy's `period` names its cadence."""
+        return "quarter" if QUARTER.match(self.label) else "month"
+
+    @property
     def partition_key(self) -> str:
         return self.start.isoformat()
 

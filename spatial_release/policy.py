@@ -21,6 +21,8 @@ import duckdb
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from spatial_release.period import Period
+
 BUCKET_PATTERN = re.compile(r"^([1-9][0-9]*)([hdw])$")
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
 
@@ -292,6 +294,15 @@ class Policy(_Strict):
     @property
     def count_column(self) -> str:
         return f"n_{self.unit}"
+
+    def check_period(self, period: Period) -> None:
+        """Refuse a period of the other cadence: a monthly programme publishes months, a quarterly one
+        quarters (the command line and the asset graph both ask, so the monthly job refuses a quarterly
+        policy)."""
+        if period.kind != self.period:
+            expected = "a month like 2018-01" if self.period == "month" else "a quarter like 2018-Q1"
+            raise PolicyError(f"{self._path or self.name}: the policy's release period is a {self.period}; "
+                              f"give {expected}, not {period.label!r}")
 
     def resolve(self, relative: str) -> Path:
         """A path named in the policy, relative to the policy file's folder."""

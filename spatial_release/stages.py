@@ -21,6 +21,7 @@ from spatial_release import guarantees
 from spatial_release.counting import CountResult, count_pings, data_extent, period_buckets
 from spatial_release.counting.engines import Engine, open_engine
 from spatial_release.counting.plan import Extent, ZoningPlan, evaluate_with, grid_plan, zones_plan
+from spatial_release.errors import Blocked
 from spatial_release.fileio import (
     atomic_path, folder_lock, remove_stale_temporaries, restrict_umask, sha256_file, write_json_atomic,
 )
@@ -35,8 +36,8 @@ from spatial_release.release import (
     RELEASE_FILES, build_record, publish, read_tables, recover_interrupted, release_dir, release_tables,
     write_tables,
 )
-from spatial_release.ledger import Ledger, check_releases, cumulative_risk, find_release
-from spatial_release.risk import BLOCK, decide, estimate_risk
+from spatial_release.ledger import Ledger, check_releases, find_release
+from spatial_release.risk import BLOCK, cumulative_risk, decide, estimate_risk
 from spatial_release.risk.landscape import Landscape, load_landscape
 from spatial_release.suppression.primary import ProtectedTable
 from spatial_release.suppression.release_system import Structure, audit_published, protect_release
@@ -45,7 +46,7 @@ from spatial_release.traces.ingest import ingest_traces, resolve_trace_paths
 from spatial_release.traces.synthetic import SyntheticConfig, generate_pings, write_pings
 
 
-class CandidateChanged(RuntimeError):
+class CandidateChanged(Blocked, RuntimeError):
     """The candidate files differ from the ones that were checked; nothing is published."""
 
 
@@ -346,7 +347,7 @@ def read_manifest(area: WorkArea) -> dict:
     return _read_json(area.candidate / "manifest.json")
 
 
-class ReleaseTampered(RuntimeError):
+class ReleaseTampered(Blocked, RuntimeError):
     """A release file does not match the hash its release.json records."""
 
 
@@ -532,7 +533,7 @@ def public_counts(summary: dict) -> dict:
     return {k: summary[k] for k in PUBLIC_COUNTS}
 
 
-class GuaranteeFailed(RuntimeError):
+class GuaranteeFailed(Blocked, RuntimeError):
     def __init__(self, outcome: guarantees.CheckOutcome):
         super().__init__(f"{outcome.name} failed: {outcome.summary}")
         self.outcome = outcome
@@ -737,11 +738,11 @@ def check_risk_budget(policy: Policy, area: WorkArea) -> guarantees.CheckOutcome
                                                          "cumulative", "headroom", "measure", "adversary")})
 
 
-class AlreadyPublished(FileExistsError):
+class AlreadyPublished(Blocked, FileExistsError):
     """The (dataset, period) is published: its release folder and its work area are never overwritten."""
 
 
-class WorkAreaBusy(RuntimeError):
+class WorkAreaBusy(Blocked, RuntimeError):
     """Another run of the same (dataset, period) owns the work area."""
 
 

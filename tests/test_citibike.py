@@ -129,7 +129,8 @@ def test_monthly_releases_build_a_ledger_the_review_recomputes_and_the_gate_bloc
     from spatial_release import stages
     from spatial_release.defs.resources import ReleaseSettings
     from spatial_release.defs.review import risk_review
-    from spatial_release.ledger import cumulative_risk, read_ledger
+    from spatial_release.ledger import read_ledger
+    from spatial_release.risk import cumulative_risk
     from spatial_release.policy import load_policy
 
     policy = PROJECT_ROOT / "policies/jc-bikes-monthly.yaml"

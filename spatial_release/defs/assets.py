@@ -67,6 +67,7 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
     def setup(context: dg.AssetExecutionContext, settings: ReleaseSettings):
         policy = settings.load_policy()
         period = period_of(context.partition_key, partitions_def)
+        policy.check_period(period)  # the monthly job refuses a quarterly policy, and vice versa
         return policy, period, settings.work_area(policy, period)
 
     def hold(context: dg.AssetExecutionContext, settings: ReleaseSettings, policy, period, area,

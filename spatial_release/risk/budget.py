@@ -11,9 +11,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from spatial_release.ledger import cumulative_risk
-
 PUBLISH, WARN, BLOCK = "publish", "warn", "block"
+
+
+def cumulative_risk(figures: list[float]) -> float:
+    """1 - prod(1 - p_i): the probability that at least one release singles the target out."""
+    remaining = 1.0
+    for p in figures:
+        remaining *= 1.0 - p
+    return 1.0 - remaining
 
 
 class RiskBudgetExceeded(RuntimeError):

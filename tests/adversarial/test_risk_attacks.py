@@ -61,7 +61,7 @@ def _two_programmes(tmp_path, shared: bool) -> tuple[dict, dict]:
 def test_programmes_of_one_population_spend_one_cumulative_budget(tmp_path):
     """The quarterly Citi Bike programme reported 0.0043 after the monthly programme had reached 0.0093 on
     the same bikes. With a shared `population`, the quarterly's cumulative figure includes the monthly's."""
-    from spatial_release.ledger import cumulative_risk
+    from spatial_release.risk import cumulative_risk
 
     monthly, quarterly = _two_programmes(tmp_path, shared=True)
     assert quarterly["cumulative"] == pytest.approx(cumulative_risk([monthly["release_figure"],

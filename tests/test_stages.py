@@ -1,0 +1,34 @@
+"""The stages' contracts: one release context per run, the cadence rule in the policy, typed stage results."""
+
+import dagster as dg
+import pytest
+
+from conftest import fixture_pings, policy_dict, write_policy
+from spatial_release.definitions import defs
+from spatial_release.period import Period
+from spatial_release.policy import PolicyError, load_policy
+
+
+def test_a_policy_refuses_a_period_of_the_other_cadence(tmp_path, fixture_policy):
+    fixture_policy.check_period(Period.parse("2018-Q1"))
+    with pytest.raises(PolicyError, match="release period is a quarter; give a quarter like 2018-Q1, not '2018-01'"):
+        fixture_policy.check_period(Period.parse("2018-01"))
+    monthly = load_policy(write_policy(tmp_path, policy_dict("traces.csv", period="month"), name="monthly.yaml"))
+    monthly.check_period(Period.parse("2018-01"))
+    with pytest.raises(PolicyError, match="release period is a month; give a month like 2018-01"):
+        monthly.check_period(Period.parse("2018-Q1"))
+
+
+def test_the_monthly_job_refuses_a_quarterly_policy(tmp_path):
+    traces = tmp_path / "traces.csv"
+    fixture_pings().to_csv(traces, index=False)
+    policy = write_policy(tmp_path, policy_dict(str(traces)))  # a quarterly programme
+    config = {"policy": str(policy), "releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
+              "ledger_dir": str(tmp_path / "ledger"), "alerts_dir": str(tmp_path / "alerts")}
+    result = defs.resolve_job_def("monthly_release_job").execute_in_process(
+        partition_key="2018-01-01", raise_on_error=False, instance=dg.DagsterInstance.ephemeral(),
+        run_config={"resources": {"settings": {"config": config}}})
+    assert not result.success
+    failures = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert any("release period is a quarter" in str(e.step_failure_data.error) for e in failures)
+    assert not (tmp_path / "work" / "fixture").exists()  # refused before anything is written
