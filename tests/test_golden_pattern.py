@@ -1,0 +1,140 @@
+"""Golden suppression pattern (issue 10, item 7): which figures a fixed table withholds, pinned.
+
+The complementary-suppression heuristic (sweep, then audit-and-repair) is deterministic: the same counts
+give the same pattern. This test fixes a small but non-trivial table -- a 16 x 16 grid of 500 m cells
+with 1 km and 2 km parents and the bucket total, three weekly buckets, k = 5, two structural-zero cells,
+counted once as `presence` (EQ relations) and once as `visitors` (UNION relations) -- and compares every
+withheld figure (level, area, bucket, primary or secondary) with `tests/golden/suppression_pattern.csv`.
+A change to the heuristic (costs, tie-breaks, sweep rules, repair choice) therefore shows up as a diff
+of that file in review instead of passing silently.
+
+The counts come from Python's `random.Random(seed).random()`, whose sequence the standard library keeps
+stable across versions, so the input never moves with numpy.
+
+Regenerating the golden file is a deliberate act, never automatic:
+
+    UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_golden_pattern.py
+
+writes the file from the current code (the test then reports itself skipped, so a run with the variable
+set never counts as a pass); review the diff (`git diff tests/golden/`) and commit it with the change
+that explains it. Without the variable a missing or different file fails the test.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import random
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from spatial_release.levels import LEAF, TOTAL
+from spatial_release.suppression.audit import audit
+from spatial_release.suppression.release_system import Structure, protect_release
+from spatial_release.suppression.table import PUBLISHED, REST, grid_chain
+
+GOLDEN = Path(__file__).parent / "golden" / "suppression_pattern.csv"
+K = 5
+SIZE, PARENTS = 500, (1000, 2000)
+PARENT_LEVELS = tuple(f"grid_{p}m" for p in PARENTS)
+SIDE = 16  # cells per side: 256 cells, 64 1 km parents, 16 2 km parents
+ORIGIN = (580_000, 4_504_000)
+BUCKETS = [pd.Timestamp("2018-01-01T05:00:00Z") + pd.Timedelta(weeks=w) for w in range(3)]
+ZEROS = (f"{SIZE}mE{ORIGIN[0]}N{ORIGIN[1]}", f"{SIZE}mE{ORIGIN[0] + SIZE}N{ORIGIN[1]}")  # a lake: never occupied
+STRUCTURE = Structure((grid_chain(SIZE, list(PARENTS), list(PARENT_LEVELS)),))
+FIELDS = ["measure", "level", "area_id", "bucket_start", "status"]
+
+
+def _cell(ix: int, iy: int) -> str:
+    return f"{SIZE}mE{ORIGIN[0] + ix * SIZE}N{ORIGIN[1] + iy * SIZE}"
+
+
+def _parent(cell: str, size: int) -> str:
+    east, north = (int(v) for v in cell.split("mE", 1)[1].split("N"))
+    return f"{size}mE{east // size * size}N{north // size * size}"
+
+
+def true_counts(measure: str, seed: int = 10) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Leaf counts skewed towards small values (about a third of the cells empty, many below k), and margins
+    consistent with the measure: sums for `presence`; for `visitors` (distinct units over a parent's
+    cells) a value between the largest child and the sum."""
+    rng = random.Random(seed)
+    cells = []
+    for bucket in BUCKETS:
+        for ix in range(SIDE):
+            for iy in range(SIDE):
+                cell = _cell(ix, iy)
+                u = rng.random()
+                n = 0 if u < 0.3 or cell in ZEROS else int(1 + 60 * ((u - 0.3) / 0.7) ** 2)
+                if n:
+                    cells.append((cell, bucket, n))
+    leaves = pd.DataFrame(cells, columns=["cell_id", "bucket_start", "n"])
+    margins = []
+    children = leaves.rename(columns={"cell_id": "area_id"}).assign(level=LEAF)
+    for size, level in [*zip(PARENTS, PARENT_LEVELS), (None, TOTAL)]:
+        keyed = children.assign(parent=TOTAL if size is None else children["area_id"].map(lambda a: _parent(a, size)))
+        grouped = keyed.groupby(["parent", "bucket_start"])["n"]
+        if measure == "presence":
+            n = grouped.sum()
+        else:
+            n = (grouped.max() + grouped.sum() + 1) // 2
+        frame = n.rename("n").reset_index().rename(columns={"parent": "area_id"}).assign(level=level)
+        margins.append(frame[["level", "area_id", "bucket_start", "n"]])
+        children = frame
+    return leaves, pd.concat(margins, ignore_index=True)
+
+
+def pattern(measure: str) -> list[dict]:
+    """Every withheld figure of the protected table, sorted, and the table it was withheld from."""
+    leaves, margins = true_counts(measure)
+    _, log, table = protect_release(leaves, margins, STRUCTURE, K, measure, ZEROS, BUCKETS)
+    assert log.audit.passed
+    assert audit(table, K).passed  # the pattern pinned below protects every primary
+    rows = [{"measure": measure, "level": table.level[i], "area_id": table.area[i],
+             "bucket_start": pd.Timestamp(table.bucket[i]).isoformat(), "status": table.status[i]}
+            for i in range(len(table)) if table.status[i] not in (PUBLISHED, REST)]
+    return sorted(rows, key=lambda r: tuple(r[f] for f in FIELDS))
+
+
+def render(rows: list[dict]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, FIELDS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def test_suppression_pattern_matches_golden():
+    rows = [*pattern("presence"), *pattern("visitors")]
+    text = render(rows)
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(text)
+        pytest.skip(f"UPDATE_GOLDEN=1: wrote {len(rows)} withheld figures to {GOLDEN}; review `git diff` and commit")
+    assert GOLDEN.exists(), f"{GOLDEN} is missing: create it deliberately with UPDATE_GOLDEN=1 (see this module)"
+    expected = GOLDEN.read_text()
+    if text != expected:
+        old = set(expected.splitlines()[1:])
+        new = set(text.splitlines()[1:])
+        gone, added = sorted(old - new), sorted(new - old)
+        pytest.fail(f"the suppression pattern changed: {len(gone)} rows no longer withheld as pinned, "
+                    f"{len(added)} new; first gone {gone[:5]}, first new {added[:5]}. If the change is "
+                    "intended, regenerate with UPDATE_GOLDEN=1 and commit the reviewed diff.")
+
+
+def test_golden_table_is_non_trivial():
+    """Guards the fixture itself: primaries and secondaries at several levels, in every bucket, under both
+    measures, and the structural zeros are never withheld (they are published as 0)."""
+    rows = list(csv.DictReader(GOLDEN.open())) if GOLDEN.exists() else []
+    if not rows:
+        pytest.skip("no golden file yet")
+    frame = pd.DataFrame(rows)
+    for measure in ("presence", "visitors"):
+        part = frame[frame["measure"] == measure]
+        assert {"primary", "secondary"} <= set(part["status"])
+        assert part["bucket_start"].nunique() == len(BUCKETS)
+        assert part["level"].nunique() >= 2
+    assert not frame["area_id"].isin(ZEROS).any()
