@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from spatial_release.geometry import Grid  # noqa: E402
+from spatial_release.levels import LEAF, TOTAL  # noqa: E402
 from spatial_release.policy import GridGeometry  # noqa: E402
 from spatial_release.suppression.audit import Criterion, audit  # noqa: E402
 from spatial_release.suppression.complementary import protect  # noqa: E402
@@ -76,19 +77,19 @@ def make_microdata(persons: int, seed: int, region_km: tuple[int, int]) -> pd.Da
 def hierarchy(region_km: tuple[int, int]) -> tuple[dict, dict, dict, dict]:
     nx, ny = region_km[0] * 1000 // LEAF_M, region_km[1] * 1000 // LEAF_M
     f1, f2 = MID_M // LEAF_M, TOP_M // MID_M
-    space_parent, space_level = {}, {"Total": "total"}
+    space_parent, space_level = {}, {"Total": TOTAL}
     for x in range(nx):
         for y in range(ny):
             leaf, mid, top = f"c{x:03d}_{y:03d}", f"m{x // f1:02d}_{y // f1:02d}", f"r{x // f1 // f2}_{y // f1 // f2}"
             space_parent[leaf], space_parent[mid], space_parent[top] = mid, top, "Total"
-            space_level.update({leaf: "cell", mid: "2km", top: "8km"})
+            space_level.update({leaf: LEAF, mid: "2km", top: "8km"})
     time_parent = {f"h{h:02d}": "Total" for h in range(24)}
     time_level = {"Total": "day", **{h: "hour" for h in time_parent}}
     return space_parent, time_parent, space_level, time_level
 
 
 def level_depth(space_level: dict, time_level: dict) -> dict[str, int]:
-    space_rank = {"cell": 0, "2km": 1, "8km": 2, "total": 3}
+    space_rank = {LEAF: 0, "2km": 1, "8km": 2, TOTAL: 3}
     time_rank = {"hour": 0, "day": 1}
     return {f"{s}x{t}": space_rank[s] + time_rank[t] for s in space_rank for t in time_rank}
 
@@ -197,8 +198,8 @@ def release_mode(persons: int, days: int, k: int, seed: int) -> None:
     joined = member.merge(hier, on="cell_id")
     margins = [joined.groupby([lvl, "bucket_start"]).size().rename("n").reset_index()
                .rename(columns={lvl: "area_id"}).assign(level=lvl) for lvl in ("grid_1000m", "grid_4000m")]
-    margins.append(member.groupby("bucket_start").size().rename("n").reset_index().assign(level="total",
-                                                                                          area_id="total"))
+    margins.append(member.groupby("bucket_start").size().rename("n").reset_index().assign(level=TOTAL,
+                                                                                          area_id=TOTAL))
     true_margins = pd.concat(margins, ignore_index=True)[["level", "area_id", "bucket_start", "n"]]
     structure = Structure((grid_chain(250, [1000, 4000], ["grid_1000m", "grid_4000m"]),))
     started = time.perf_counter()

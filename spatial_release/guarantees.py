@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from spatial_release.suppression.rules import below_k
+
 CELL_KEY = ["cell_id", "bucket_start"]
 MARGIN_KEY = ["level", "area_id", "bucket_start"]
 MAX_LISTED = 20
@@ -61,9 +63,9 @@ def check_k_floor(
     zeros = frozenset(zeros)
     c = _with_truth(cells, true_cells, CELL_KEY, count_column)
     is_zero = (c["true_n"] == 0) & c["cell_id"].isin(zeros) & (c[count_column] == 0)
-    bad_cells = c[~is_zero & ((c["true_n"] < k) | (c[count_column] != c["true_n"]))]
+    bad_cells = c[~is_zero & (below_k(c["true_n"], k) | (c[count_column] != c["true_n"]))]
     m = _with_truth(margins, true_margins, MARGIN_KEY, count_column)
-    bad_margins = m[(m["true_n"] < k) | (m[count_column] != m["true_n"])]
+    bad_margins = m[below_k(m["true_n"], k) | (m[count_column] != m["true_n"])]
     nonzero = c.loc[~is_zero, "true_n"]
     figures = {
         "k": k,
@@ -115,7 +117,7 @@ def _key_problems(frame: pd.DataFrame, key: list[str], truth: pd.DataFrame, k: i
     duplicated = frame[frame.duplicated(subset=key, keep=False)]
     problems += [{"file": file, "problem": "duplicated key", **r} for r in _records(duplicated[key])]
     merged = _with_truth(frame.dropna(subset=key), truth, key, count_column)
-    withheld = merged[(merged["true_n"] > 0) & (merged["true_n"] < k)]
+    withheld = merged[(merged["true_n"] > 0) & below_k(merged["true_n"], k)]
     problems += [{"file": file, "problem": "withheld key present", **r} for r in _records(withheld[key])]
     zero_ok = merged["cell_id"].isin(zeros) if "cell_id" in merged.columns else False
     zero_rows = merged[(merged[count_column] == 0) & ~((merged["true_n"] == 0) & zero_ok)]

@@ -207,7 +207,7 @@ def test_suppression_audit_rejects_primary_only_suppression(tmp_path, fixture_tr
     audit over the candidate files must block it."""
     from conftest import policy_dict, write_policy
     from spatial_release.policy import load_policy
-    from spatial_release.suppression import protect_primary
+    from spatial_release.suppression.rules import publishable
 
     policy = load_policy(write_policy(tmp_path, policy_dict(str(fixture_traces), k=4)))
     area = stages.WorkArea.for_release(tmp_path / "work", policy, PERIOD)
@@ -216,11 +216,12 @@ def test_suppression_audit_rejects_primary_only_suppression(tmp_path, fixture_tr
     stages.run_protect(policy, PERIOD, area)
     assert stages.check_suppression_audit(policy, area).passed  # the real suppressor protects A
     true_cells, true_margins = stages.read_true_counts(area)
-    naive = protect_primary(true_cells, true_margins, policy.k)
+    naive_cells = true_cells[publishable(true_cells["n"], policy.k)]  # primary suppression alone
+    naive_margins = true_margins[publishable(true_margins["n"], policy.k)].reset_index(drop=True)
     cells = _cells(area)
-    leaky = cells[cells["cell_id"].isin(naive.cells["cell_id"])]
+    leaky = cells[cells["cell_id"].isin(naive_cells["cell_id"])]
     leaky = pd.concat([leaky, _row(cell_id(CELL_E), 6)], ignore_index=True).drop_duplicates("cell_id")
-    margins = naive.margins.rename(columns={"n": "n_devices"})
+    margins = naive_margins.rename(columns={"n": "n_devices"})
     _tamper(area, cells=leaky, margins=margins)
     assert stages.check_k_floor(policy, area).passed  # every published figure is >= k...
     outcome = stages.check_suppression_audit(policy, area)

@@ -1,10 +1,10 @@
-"""Primary suppression: a (cell, bucket) or margin is published only if it holds at least k units.
+"""The protected table (what is published and what is withheld) and the structural-zero rows.
 
-The boundary is inclusive: n == k is published. Withheld keys are simply absent from the published
-tables (no null, no flag). Structural zeros are published as 0 where they hold no unit (where they hold
-units the zeros list is wrong, and the structural_zeros_hold check blocks the release).
-Complementary suppression is not applied here (margins can still difference a withheld cell out); the
-release record says so until it is.
+A (cell, bucket) or margin is withheld as a primary when it holds fewer than k units (`rules.below_k`;
+the boundary is inclusive: n == k is published), and further figures are withheld as secondaries so that
+no primary can be recovered (`release_system.protect_release`). Withheld keys are simply absent from the
+published tables (no null, no flag). Structural zeros are published as 0 where they hold no unit (where
+they hold units the zeros list is wrong, and the structural_zeros_hold check blocks the release).
 """
 
 from __future__ import annotations
@@ -45,11 +45,6 @@ class ProtectedTable:
         }
 
 
-def _split(frame: pd.DataFrame, k: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    publish = frame["n"] >= k
-    return frame[publish].reset_index(drop=True), frame[~publish].assign(reason="primary").reset_index(drop=True)
-
-
 def structural_zero_rows(zeros: Iterable[str], buckets: Iterable[datetime], occupied: pd.DataFrame) -> pd.DataFrame:
     """(cell_id, bucket_start, 0) for every listed cell and bucket where the cell holds no unit."""
     grid = pd.MultiIndex.from_product([sorted(zeros), list(buckets)], names=["cell_id", "bucket_start"])
@@ -61,19 +56,3 @@ def structural_zero_rows(zeros: Iterable[str], buckets: Iterable[datetime], occu
     free = ~pd.MultiIndex.from_frame(rows).isin(taken)
     return rows[free].assign(n=0).reset_index(drop=True)
 
-
-def protect_primary(
-    cell_counts: pd.DataFrame,
-    margin_counts: pd.DataFrame,
-    k: int,
-    zeros: Iterable[str] = (),
-    buckets: Iterable[datetime] = (),
-) -> ProtectedTable:
-    zeros = frozenset(zeros)
-    cells, withheld_cells = _split(cell_counts, k)
-    margins, withheld_margins = _split(margin_counts, k)
-    zero_rows = structural_zero_rows(zeros, buckets, cell_counts)
-    conflicts = int(cell_counts["cell_id"].isin(zeros).sum())
-    published = pd.concat([cells, zero_rows], ignore_index=True) if len(zero_rows) else cells
-    published = published.sort_values(["cell_id", "bucket_start"]).reset_index(drop=True)
-    return ProtectedTable(published, margins, withheld_cells, withheld_margins, conflicts)

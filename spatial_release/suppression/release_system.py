@@ -16,9 +16,11 @@ import pandas as pd
 from spatial_release.progress import Progress, silent
 from spatial_release.suppression.audit import AuditResult, audit
 from spatial_release.suppression.complementary import ProtectionLog, protect
+from spatial_release.levels import LEAF
 from spatial_release.suppression.primary import ProtectedTable, structural_zero_rows
+from spatial_release.suppression.rules import below_k
 from spatial_release.suppression.table import (
-    EQ, LEAF, PRIMARY, PUBLISHED, REST, SECONDARY, Chain, Relation, Table, build_table,
+    EQ, PRIMARY, PUBLISHED, REST, SECONDARY, Chain, Relation, Table, build_table,
 )
 
 CELL_KEY = ["cell_id", "bucket_start"]
@@ -150,7 +152,7 @@ def audit_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publis
             table.status[i] = PUBLISHED
             table.value[i] = known[key]
         else:
-            table.status[i] = PRIMARY if table.value[i] < k else SECONDARY
+            table.status[i] = PRIMARY if below_k(table.value[i], k) else SECONDARY
     table.floor.update(absent_listed_zero_floors(table, zeros, buckets))
     result = audit(table, k, options, progress=progress)
     result.errors.extend(f"releases contradict each other: {c}" for c in conflicts)

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from spatial_release.levels import LEAF, TOTAL
+from spatial_release.suppression.rules import below_k
+
 PUBLISHED, PRIMARY, SECONDARY, REST = "published", "primary", "secondary", "rest"
 EQ, UNION = "eq", "union"
-LEAF = "cell"
-TOTAL = "total"
 
 
 @dataclass(frozen=True)
@@ -85,9 +86,6 @@ class Table:
         """The least value an outsider allows a withheld figure (0 unless `floor` says more)."""
         return self.floor.get(i, 0)
 
-    def withheld(self, i: int) -> bool:
-        return self.status[i] != PUBLISHED
-
     def primaries(self) -> list[int]:
         return [i for i, s in enumerate(self.status) if s == PRIMARY]
 
@@ -107,9 +105,6 @@ class Table:
                 out[node].append(r)
         return out
 
-    def copy_status(self) -> list[str]:
-        return list(self.status)
-
 
 def build_table(
     leaves: pd.DataFrame,
@@ -124,9 +119,9 @@ def build_table(
     absent children. `zero_leaves` are (cell, bucket) structural zeros published as 0."""
     table = Table()
     for row in leaves.itertuples(index=False):
-        table.add(LEAF, row.area_id, row.bucket_start, row.n, PRIMARY if row.n < k else PUBLISHED)
+        table.add(LEAF, row.area_id, row.bucket_start, row.n, PRIMARY if below_k(row.n, k) else PUBLISHED)
     for row in margins.itertuples(index=False):
-        table.add(row.level, row.area_id, row.bucket_start, row.n, PRIMARY if row.n < k else PUBLISHED)
+        table.add(row.level, row.area_id, row.bucket_start, row.n, PRIMARY if below_k(row.n, k) else PUBLISHED)
     zero_leaves = set(zero_leaves)
     kind = EQ if measure == "presence" else UNION
     for chain in chains:
@@ -238,7 +233,7 @@ def cross_classified_table(leaf_counts: dict[tuple[str, str], int], space_parent
     for s in space_nodes:
         for t in time_nodes:
             n = totals.get((s, t), 0)
-            status = PRIMARY if 0 < n < k else PUBLISHED if n > 0 or zeros_published else SECONDARY
+            status = PRIMARY if n > 0 and below_k(n, k) else PUBLISHED if n > 0 or zeros_published else SECONDARY
             table.add(f"{space_level[s]}x{time_level[t]}", s, t, n, status)
     space_children: dict[str, list[str]] = {}
     for child, parent in space_parent.items():
