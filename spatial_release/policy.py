@@ -21,6 +21,7 @@ import duckdb
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from spatial_release.levels import LEAF, TOTAL, linked_total
 from spatial_release.period import Period
 
 BUCKET_PATTERN = re.compile(r"^([1-9][0-9]*)([hdw])$")
@@ -161,7 +162,7 @@ class LinkedZoning(_Strict):
     parents: list[ZoneParent] = Field(default_factory=list)
 
     def level_names(self) -> list[str]:
-        return [self.name, *(p.level for p in self.parents), f"{self.name}_total"]
+        return [self.name, *(p.level for p in self.parents), linked_total(self.name)]
 
 
 class GridGeometry(_Strict):
@@ -246,7 +247,7 @@ class RiskSpec(_Strict):
     parent level such as a coarse grid), fixed across releases; the landscape file states what outsiders
     know. Ceilings are changed here, in review, never at run time."""
 
-    zones: str = Field("cell", description="level of the main geometry whose areas are the risk zones")
+    zones: str = Field(LEAF, description="level of the main geometry whose areas are the risk zones")
     landscape: str = Field(description="the auxiliary-landscape YAML, relative to the policy file")
     per_release_ceiling: float = Field(0.05, gt=0.0, le=1.0)
     cumulative_ceiling: float = Field(0.20, gt=0.0, le=1.0)
@@ -312,22 +313,22 @@ class Policy(_Strict):
     @model_validator(mode="after")
     def _level_names_unique(self) -> "Policy":
         names = self.margin_levels()
-        repeated = sorted({n for n in names if names.count(n) > 1} | ({"cell"} & set(names)))
+        repeated = sorted({n for n in names if names.count(n) > 1} | ({LEAF} & set(names)))
         if repeated:
-            raise ValueError(f"geometry level names must be unique and not 'cell': {repeated} repeat")
+            raise ValueError(f"geometry level names must be unique and not {LEAF!r}: {repeated} repeat")
         return self
 
     @model_validator(mode="after")
     def _risk_level_exists(self) -> "Policy":
-        if self.risk and self.risk.zones not in ("cell", *self.geometry.level_names()):
-            raise ValueError(f"risk.zones {self.risk.zones!r} is not 'cell' nor a level of the main geometry "
+        if self.risk and self.risk.zones not in (LEAF, *self.geometry.level_names()):
+            raise ValueError(f"risk.zones {self.risk.zones!r} is not {LEAF!r} nor a level of the main geometry "
                              f"{self.geometry.level_names()}")
         return self
 
     def margin_levels(self) -> list[str]:
         """Every margin level, in release order: main parents, each linked zoning's levels, then the total."""
         linked = [name for zoning in self.geometry.linked for name in zoning.level_names()]
-        return [*self.geometry.level_names(), *linked, "total"]
+        return [*self.geometry.level_names(), *linked, TOTAL]
 
 
 def _location(loc: tuple) -> str:

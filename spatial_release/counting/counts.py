@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from spatial_release.counting.engines import Engine
 from spatial_release.counting.plan import ZoningPlan, zoning_sql
 from spatial_release.fileio import atomic_path
+from spatial_release.levels import LEAF
 from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.progress import Progress, silent
@@ -245,7 +246,7 @@ def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, bucket
     leaf_counts = engine.fetch(f"SELECT rank, b, n FROM leaf_{z} ORDER BY rank, b")  # rank order is id order
     leaf = decoded.table(leaf_counts)
     margins = []
-    if plan.level != "cell":
+    if plan.level != LEAF:
         margins.append(decoded.table(leaf_counts, plan.level))
     for level in plan.parent_levels:
         if measure == "presence":  # each unit is in one area per bucket, so a parent is the sum of its children

@@ -23,13 +23,12 @@ from pyproj import CRS
 
 from spatial_release.geometry.sqlproj import SqlProjection, fitted_projection, num, validated_projection
 from spatial_release.geometry.zones import ZoneLayer
-
-TOTAL_LEVEL = "total"
+from spatial_release.levels import TOTAL
 
 
 @dataclass(frozen=True)
 class ZoningPlan:
-    level: str  # "cell" for the main geometry, else the linked zoning's name
+    level: str  # levels.LEAF for the main geometry, else the linked zoning's name
     parent_levels: tuple[str, ...]
     total_level: str
     projection: SqlProjection | None  # None: no trusted SQL projection, every ping is assigned exactly
@@ -126,7 +125,7 @@ def grid_plan(level: str, grid: Grid, parent_levels: tuple[str, ...], evaluate=N
     projection = choose_projection(grid.crs, evaluate, extent)
     compact = CompactGrid.around(grid, extent) if extent is not None else None
     if compact is None:
-        return ZoningPlan(level, parent_levels, TOTAL_LEVEL, projection, grid.locate_keys, grid.ids_of_keys,
+        return ZoningPlan(level, parent_levels, TOTAL, projection, grid.locate_keys, grid.ids_of_keys,
                           grid.hierarchy, grid_size=float(grid.spec.size_m))
 
     def exact_keys(lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
@@ -135,7 +134,7 @@ def grid_plan(level: str, grid: Grid, parent_levels: tuple[str, ...], evaluate=N
     def ids_of_keys(keys: np.ndarray) -> np.ndarray:
         return cell_name(grid.spec.size_m, *compact.decode(keys))
 
-    return ZoningPlan(level, parent_levels, TOTAL_LEVEL, projection, exact_keys, ids_of_keys, grid.hierarchy,
+    return ZoningPlan(level, parent_levels, TOTAL, projection, exact_keys, ids_of_keys, grid.hierarchy,
                       grid_size=float(grid.spec.size_m), compact=compact, key_bound=compact.nx * compact.ny)
 
 

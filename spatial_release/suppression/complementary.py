@@ -19,11 +19,12 @@ runs single-threaded, so the same input gives the same pattern.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from spatial_release.levels import is_total
 from spatial_release.progress import Progress, silent
 from spatial_release.suppression.audit import AuditResult, Criterion, Interval, audit, components
-from spatial_release.suppression.table import PRIMARY, PUBLISHED, SECONDARY, TOTAL, Table
+from spatial_release.suppression.table import PRIMARY, PUBLISHED, SECONDARY, Table
 
 
 class SuppressionError(RuntimeError):
@@ -37,14 +38,13 @@ class ProtectionLog:
     rounds: int = 0
     pruned: int = 0
     audit: AuditResult | None = None
-    history: list[dict] = field(default_factory=list)
 
 
 def _weights(table: Table, level_depth: dict[str, int]) -> list[float]:
     out = []
     for i in range(len(table)):
         level = table.level[i]
-        weight = 1000.0 if level == TOTAL or level.endswith("_total") else float(4 ** level_depth.get(level, 0))
+        weight = 1000.0 if is_total(level) else float(4 ** level_depth.get(level, 0))
         out.append((table.value[i] + 1) * weight)
     return out
 
@@ -189,8 +189,6 @@ def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int =
         totals.components = max(totals.components, result.components)
         intervals.update({i.node: i for i in result.intervals})
         failures = sorted((i for i in intervals.values() if not i.passed), key=lambda i: i.node)
-        log.history.append({"round": log.rounds, "components_audited": result.components,
-                            "failures": len(failures)})
         if not failures:
             break
         if log.rounds >= max_rounds:
