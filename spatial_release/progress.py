@@ -1,8 +1,12 @@
 """Progress messages of long steps (ingest, counting, audit).
 
-Domain code takes a `progress` callable so a notebook, the command line and Dagster each show it their own
-way: by default messages go to the `spatial_release` logger (the CLI prints that logger on stderr); Dagster
-assets pass `context.log.info`, so the messages appear in the run's event log.
+Domain code takes a `progress` callable, so each caller decides where the messages go. Dagster assets and
+checks pass `context.log.info`: the messages appear in the run's event log and, since the command line runs
+the same Dagster job, in its output. Domain functions default to `silent`; the stage functions
+(`stages.run_ingest`, `run_counts`, `run_protect`) default to `log_progress`, which logs at INFO on the
+`spatial_release` logger. Nothing in this package configures that logger, so a direct caller (a notebook,
+a test) sees those messages only after configuring logging itself, e.g.
+`logging.basicConfig(level=logging.INFO)`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Re-identification risk per zone and the risk budget gate (no Dagster here)."""
 
-from spatial_release.risk.budget import BLOCK, PUBLISH, WARN, GateDecision, RiskBudgetExceeded, cumulative_risk, decide
+from spatial_release.risk.budget import BLOCK, PUBLISH, WARN, GateDecision, cumulative_risk, decide
 from spatial_release.risk.estimator import RiskParams, RiskReport, ZoneRisk, estimate_risk
 
-__all__ = ["BLOCK", "PUBLISH", "WARN", "GateDecision", "RiskBudgetExceeded", "RiskParams", "RiskReport",
+__all__ = ["BLOCK", "PUBLISH", "WARN", "GateDecision", "RiskParams", "RiskReport",
            "ZoneRisk", "cumulative_risk", "decide", "estimate_risk"]

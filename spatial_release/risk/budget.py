@@ -1,7 +1,8 @@
 """The risk budget gate: the release figure is the worst zone; the programme figure is cumulative.
 
 cumulative = 1 - prod(1 - p_i) over the ledger's releases of the dataset and this one. Over the per-release
-ceiling or pushing the cumulative figure over the programme ceiling blocks (RiskBudgetExceeded); past
+ceiling or pushing the cumulative figure over the programme ceiling blocks (a BLOCK decision whose reason
+starts with "RiskBudgetExceeded:", the label the risk_budget check shows); past
 warn_at x either ceiling publishes with a warning; a missing or empty estimate blocks. Ceilings change only
 by editing the policy file in review, never by a run-time flag.
 """
@@ -20,12 +21,6 @@ def cumulative_risk(figures: list[float]) -> float:
     for p in figures:
         remaining *= 1.0 - p
     return 1.0 - remaining
-
-
-class RiskBudgetExceeded(RuntimeError):
-    def __init__(self, decision: "GateDecision"):
-        super().__init__(decision.reason)
-        self.decision = decision
 
 
 @dataclass(frozen=True)

@@ -49,10 +49,6 @@ class IngestError(ValueError):
     """A trace file cannot be used at all (missing, unreadable, or without a mapped column)."""
 
 
-class RejectedShareExceeded(IngestError):
-    """More pings were rejected than the policy's `source.max_rejected_share` allows."""
-
-
 @dataclass(frozen=True)
 class IngestResult:
     pings_path: Path
