@@ -40,7 +40,7 @@ from spatial_release.ledger import Ledger, check_releases, find_release
 from spatial_release.risk import BLOCK, cumulative_risk, decide, estimate_risk
 from spatial_release.risk.landscape import Landscape, load_landscape
 from spatial_release.suppression.primary import ProtectedTable
-from spatial_release.suppression.release_system import Structure, audit_published, protect_release
+from spatial_release.suppression.release_system import DisclosureSpec, Structure, audit_published, protect_release
 from spatial_release.suppression.table import LEAF, TOTAL, grid_chain, zones_chain
 from spatial_release.traces.ingest import ingest_traces, resolve_trace_paths
 from spatial_release.traces.synthetic import SyntheticConfig, generate_pings, write_pings
@@ -326,9 +326,9 @@ def release_structure(policy: Policy, area: WorkArea) -> Structure:
 
 def run_protect(policy: Policy, period: Period, area: WorkArea, progress: Progress = log_progress) -> dict:
     true_cells, true_margins = read_true_counts(area)
-    protected, log, _ = protect_release(true_cells, true_margins, release_structure(policy, area), policy.k,
-                                        policy.measure, structural_zeros(policy), period_buckets(policy, period),
-                                        progress=progress)
+    spec = DisclosureSpec(release_structure(policy, area), policy.k, policy.measure, structural_zeros(policy),
+                          tuple(period_buckets(policy, period)), policy.count_column)
+    protected, log, _ = protect_release(true_cells, true_margins, spec, progress=progress)
     tables = release_tables(protected, make_locator(policy), policy.count_column)
     write_tables(tables, area.candidate)
     protected.withheld_cells.to_parquet(area.candidate / "withheld_cells.internal.parquet", index=False)
@@ -452,10 +452,9 @@ def check_suppression_audit(policy: Policy, area: WorkArea, options: dict | None
         cells, margins = tables.cells, tables.margins
     true_cells, true_margins = read_true_counts(area)
     period = Period.parse(area.root.name)
-    result, table = audit_published(true_cells, true_margins, cells, margins, policy.count_column,
-                                    release_structure(policy, area), policy.k, policy.measure,
-                                    structural_zeros(policy), period_buckets(policy, period), earlier, options,
-                                    progress)
+    spec = DisclosureSpec(release_structure(policy, area), policy.k, policy.measure, structural_zeros(policy),
+                          tuple(period_buckets(policy, period)), policy.count_column, solver_options=options or {})
+    result, table = audit_published(true_cells, true_margins, cells, margins, spec, earlier, progress)
     intervals = pd.DataFrame([{**table.key(i.node), "value": i.value, "attacker_lo": i.lo, "attacker_up": i.up,
                                "passed": i.passed, "integer_solve": i.exact_integer} for i in result.intervals])
     with atomic_path(area.root / "audit_intervals.internal.parquet") as tmp:

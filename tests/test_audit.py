@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from spatial_release.suppression.audit import audit
 from spatial_release.suppression.complementary import SuppressionError, protect
-from spatial_release.suppression.release_system import Structure, system_for
+from spatial_release.suppression.release_system import DisclosureSpec, Structure, system_for
 from spatial_release.suppression.table import (
     EQ, PRIMARY, PUBLISHED, SECONDARY, UNION, Relation, Table, zones_chain,
 )
@@ -155,10 +155,10 @@ def test_n9_removing_any_necessary_secondary_fails():
 @pytest.mark.parametrize("options", [{"time_limit": 0.0}, {"simplex_iteration_limit": 0},
                                      {"presolve": "off", "simplex_iteration_limit": 0}])
 def test_n10_forced_solver_failure_is_an_error(options):
-    # exact mode: every bound is an LP solve (with presolve, HiGHS may finish a tiny witness LP before any
+    # optimal bounds: every bound is an LP solve (with presolve, HiGHS may finish a tiny witness LP before any
     # limit applies, and a witness that was found is a valid one)
     table = rectangle(2, 5, 7, 3, {"x11": P, "x12": S, "x21": S, "x22": S})
-    result = audit(table, k=3, options=options, exact=True)
+    result = audit(table, k=3, options=options, optimal_bounds=True)
     assert not result.passed and result.errors and "solver status" in result.errors[0]
 
 
@@ -166,7 +166,7 @@ def test_union_relations_for_visitors():
     # visitors: max(children) <= parent <= sum(children). Parent 5 with children 5 (published) and a
     # withheld 2: the attacker only knows 0 <= a <= 5, so a primary of 2 keeps [0, 5] with k = 5.
     table = table_of({"D": (5, U), "a": (2, P), "b": (5, U)}, [("D", ["a", "b"])], kind=UNION)
-    result = audit(table, k=5, exact=True)
+    result = audit(table, k=5, optimal_bounds=True)
     assert result.passed and list(intervals(result).values()) == [(0.0, 5.0)]
     # publishing a parent that equals the sum pins nothing under UNION, but a parent of 2 with b = 0...
     pinned = table_of({"D": (2, U), "a": (2, P), "b": (1, U)}, [("D", ["a", "b"])], kind=UNION)
@@ -181,19 +181,19 @@ def test_n11_absent_listed_zero_is_known_to_hold_a_unit():
     table = table_of({"T": (2, U), "a": (1, P), "b": (1, P)}, [("T", ["a", "b"])])
     assert audit(table, k=2).passed  # the old modelling: every withheld figure >= 0
     table.floor[table.index[("x", "a", 0)]] = 1
-    for exact in (False, True):
-        result = audit(table, k=2, exact=exact)
-        assert not result.passed, exact
-        if exact:
+    for optimal in (False, True):
+        result = audit(table, k=2, optimal_bounds=optimal)
+        assert not result.passed, optimal
+        if optimal:
             assert list(intervals(result).values()) == [(1.0, 2.0), (0.0, 1.0)]
-        assert {i.failing for i in result.failures()} == {"lower", "upper"}, exact
+        assert {i.failing for i in result.failures()} == {"lower", "upper"}, optimal
 
 
 # ---- positive controls --------------------------------------------------------------------------
 
 def test_p1_rectangle_with_enough_mass_passes():
     table = rectangle(2, 5, 7, 3, {"x11": P, "x12": S, "x21": S, "x22": S})
-    result = audit(table, k=3, exact=True)
+    result = audit(table, k=3, optimal_bounds=True)
     assert result.passed and result.components == 1 and result.lps_solved == 2
     assert list(intervals(result).values()) == [(0.0, 7.0)]  # x11 ranges over [0, r1]
     fast = audit(table, k=3)
@@ -278,7 +278,8 @@ def test_audit_matches_brute_force(values, k, publish):
     if margin_rows.empty:
         return
     structure = Structure((zones_chain("cell", HIERARCHY, ["district"]),))
-    table = system_for(leaves.rename(columns={"area_id": "cell_id"}), margin_rows, structure, k, "presence")
+    table = system_for(leaves.rename(columns={"area_id": "cell_id"}), margin_rows,
+                       DisclosureSpec(structure, k, "presence"))
     # a random pattern over the non-primary figures; primaries are always withheld
     names = [*LEAVES, "A", "B", "total"]
     for flag, name in zip(publish, names):
@@ -291,7 +292,7 @@ def test_audit_matches_brute_force(values, k, publish):
     known_margins = {a: margins[a] for a in ("A", "B", "total")
                      if (n := table.index.get(("total" if a == "total" else "district", a, BUCKET))) is not None
                      and table.status[n] == PUBLISHED}
-    result = audit(table, k, exact=True)
+    result = audit(table, k, optimal_bounds=True)
     fast = {i.node: i for i in audit(table, k).intervals}
     assert not result.errors
     feasible = _brute_force(values, known_leaves, known_margins)
@@ -312,7 +313,7 @@ def test_pruning_gives_back_unneeded_secondaries_and_keeps_the_audit_passing():
     plain, pruned = odd_cycle(others=U), odd_cycle(others=U)
     protect(plain, k=3, level_depth={})
     log = protect(pruned, k=3, level_depth={}, prune_tries=50)
-    assert log.audit.passed and audit(pruned, k=3, exact=True).passed
+    assert log.audit.passed and audit(pruned, k=3, optimal_bounds=True).passed
     assert len(pruned.secondaries()) == len(plain.secondaries()) - log.pruned
     assert log.pruned >= 1  # the repair rounds over-withheld on this table
 

@@ -33,7 +33,7 @@ import pytest
 
 from spatial_release.levels import LEAF, TOTAL
 from spatial_release.suppression.audit import audit
-from spatial_release.suppression.release_system import Structure, protect_release
+from spatial_release.suppression.release_system import DisclosureSpec, Structure, protect_release
 from spatial_release.suppression.table import PUBLISHED, REST, grid_chain
 
 GOLDEN = Path(__file__).parent / "golden" / "suppression_pattern.csv"
@@ -90,7 +90,8 @@ def true_counts(measure: str, seed: int = 10) -> tuple[pd.DataFrame, pd.DataFram
 def pattern(measure: str) -> list[dict]:
     """Every withheld figure of the protected table, sorted, and the table it was withheld from."""
     leaves, margins = true_counts(measure)
-    _, log, table = protect_release(leaves, margins, STRUCTURE, K, measure, ZEROS, BUCKETS)
+    spec = DisclosureSpec(STRUCTURE, K, measure, frozenset(ZEROS), tuple(BUCKETS))
+    _, log, table = protect_release(leaves, margins, spec)
     assert log.audit.passed
     assert audit(table, K).passed  # the pattern pinned below protects every primary
     rows = [{"measure": measure, "level": table.level[i], "area_id": table.area[i],

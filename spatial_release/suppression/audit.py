@@ -1,6 +1,12 @@
 """The attacker's audit: for every withheld primary, the interval an outsider can derive from everything
 published, by linear programming with HiGHS.
 
+This is the attacker problem of Fischetti and Salazar-Gonzalez ("Solving the cell suppression problem on
+tabular data with linkable information", Management Science 47(7), 2001): for a withheld cell i, minimise
+and maximise y_i subject to the table's linear relations, the published figures fixed at their values
+and the a-priori bounds of the withheld ones; the pattern protects i when the interval [min, max] reaches
+i's protection levels (here: the `Criterion`). See ../shared/notes/suppression.md, section 5(b).
+
 One model per connected component of withheld figures (withheld nodes linked by a shared relation).
 Published figures that appear in the component's relations are columns fixed at their value, so the
 reduced costs say which published figure binds a bound (the repair loop uses them) and an inconsistent
@@ -13,6 +19,15 @@ component. So the reported bounds are the attacker's integer bounds, never loose
 
 A primary with value v passes iff lo <= v - 1 and up >= max(k, v + 1): the value is neither pinned down
 nor shown to be below k. Infeasibility, a time-out or any solver error is a failure, never a pass.
+
+Words (each has one meaning here):
+- *optimal* bound: the attacker's own optimum, from one LP (or MIP) per bound (`Interval.bounds ==
+  "optimal"`; `audit(optimal_bounds=True)` asks for it on every bound);
+- *witness* bound: the value of the primary in an integral point that is feasible for the attacker and
+  already clears the protection bound (`Interval.bounds == "witness"`); the attacker's true interval is
+  at least as wide, which is all a pass needs, so the audit uses witnesses by default (fewer LPs);
+- *integer* solve: the LP's optimal vertex was fractional, so the bound was recomputed with HiGHS's MIP
+  solver (`Interval.exact_integer`, counted in `AuditResult.mips_solved`).
 """
 
 from __future__ import annotations
@@ -32,12 +47,19 @@ from spatial_release.suppression.table import EQ, PUBLISHED, Table
 INF = highspy.kHighsInf
 TOL = 1e-6
 BULK_ROUNDS = 40
+OPTIMAL, WITNESS = "optimal", "witness"  # what an Interval's bounds are (see the module docstring)
 
 
 @dataclass(frozen=True)
 class Criterion:
     """What "protected" means for a withheld primary of value v: the attacker's integer interval [lo, up]
     must reach lo <= lower(v) and up >= upper(v).
+
+    These are the lower and upper protection levels of Fischetti and Salazar-Gonzalez (2001, Management
+    Science): lower(v) = v - LPL and upper(v) = v + UPL. For frequency tables the theory gives no levels;
+    ours are LPL = 1 (sdcTable's default) and UPL = max(k - v, 1), which also covers the "sum of primaries
+    below k" problem (cf. GaussSuppression's protection intervals, Langsrud, Statistics Norway, which
+    ask up >= v + 1).
 
     Default (ours): lower = v - 1, upper = max(k, v + 1): the value is neither pinned down nor shown to be
     below k. With `range_pct` (compatibility with tau-Argus FREQ(k, p)): lower = v - max(1, ceil(p% v)),
@@ -69,13 +91,13 @@ class Interval:
     lo: float
     up: float
     passed: bool
-    exact_integer: bool  # True when a MIP solve was needed (fractional LP vertex)
+    exact_integer: bool  # True when a bound needed an integer (MIP) solve: the LP's optimal vertex was fractional
     failing: str = ""  # "lower", "upper", "both" or ""
     binding: tuple[tuple[int, float], ...] = ()  # published nodes binding the failing bound, with |reduced cost|
-    # "exact": lo and up are the attacker's integer optima. "witness": at least one bound comes from an
+    # OPTIMAL: lo and up are the attacker's integer optima. WITNESS: at least one bound comes from an
     # integral feasible point that already clears the protection bound, so the true interval is at least
     # as wide as [lo, up] (the attacker cannot narrow it below a point that is feasible).
-    bounds: str = "exact"
+    bounds: str = "optimal"
 
     def margin(self, criterion: Criterion) -> float:
         """Smallest distance to the protection bound (negative when failing)."""
@@ -300,7 +322,7 @@ def _bulk_certificates(model: ComponentModel, primaries: list[int], criterion: C
     """Witness points that clear the protection bounds of many primaries at once: maximise (minimise) the
     sum of the still-uncertified primaries and keep every primary whose value in that integral feasible
     point already reaches max(k, v + 1) (is at most v - 1). Sound: a feasible point is something the
-    attacker cannot exclude. Whatever is left is solved exactly, one LP per bound."""
+    attacker cannot exclude. Whatever is left gets the attacker's optimum, one LP per bound."""
     table = model.table
     cap = float(max(sum(table.value), criterion.k) * 4 + 10)
     ups: dict[int, float] = {}
@@ -327,12 +349,12 @@ def _bulk_certificates(model: ComponentModel, primaries: list[int], criterion: C
 
 
 def audit_component(model: ComponentModel, primaries: list[int], criterion: Criterion, result: AuditResult,
-                    exact: bool = False) -> None:
+                    optimal_bounds: bool = False) -> None:
     table = model.table
-    witness_lo, witness_up = ({}, {}) if exact else _bulk_certificates(model, primaries, criterion, result)
+    witness_lo, witness_up = ({}, {}) if optimal_bounds else _bulk_certificates(model, primaries, criterion, result)
     for node in primaries:
         v = table.value[node]
-        bounds, exact, binding, failed = {}, False, {False: (), True: ()}, False
+        bounds, integer_solve, binding, failed = {}, False, {False: (), True: ()}, False
         for maximise in (False, True):
             witness = (witness_up if maximise else witness_lo).get(node)
             if witness is not None:
@@ -347,7 +369,7 @@ def audit_component(model: ComponentModel, primaries: list[int], criterion: Crit
                 failed = True
                 break
             if status == "optimal" and not _is_integral(values):
-                exact = True
+                integer_solve = True
                 status, value = model.integer_bound(node, maximise)
                 result.mips_solved += 1
                 if status not in ("optimal", "unbounded"):
@@ -364,18 +386,25 @@ def audit_component(model: ComponentModel, primaries: list[int], criterion: Crit
         low_ok, up_ok = lo <= criterion.lower(v), up >= criterion.upper(v)
         failing = "" if low_ok and up_ok else "both" if not (low_ok or up_ok) else "lower" if not low_ok else "upper"
         chosen = binding[True] if not up_ok else binding[False] if not low_ok else ()
-        kind = "witness" if node in witness_lo or node in witness_up else "exact"
-        result.intervals.append(Interval(node, v, float(lo), float(up), low_ok and up_ok, exact, failing, chosen,
-                                         kind))
+        kind = WITNESS if node in witness_lo or node in witness_up else OPTIMAL
+        result.intervals.append(Interval(node, v, float(lo), float(up), low_ok and up_ok, integer_solve, failing,
+                                         chosen, kind))
 
 
 def audit(table: Table, k: int, options: dict | None = None, primaries: set[int] | None = None,
-          exact: bool = False, criterion: Criterion | None = None, progress: Progress = silent,
+          optimal_bounds: bool = False, criterion: Criterion | None = None, progress: Progress = silent,
           every_s: float = 5.0) -> AuditResult:
     """Audit every withheld primary, or only those in `primaries` (the repair loop re-audits only the
     primaries that failed: withholding more figures only widens the attacker's feasible set, so a primary
-    that passed keeps passing). With `exact`, every bound is the attacker's optimum (two LPs per primary)
-    instead of a witness that already clears the protection bound."""
+    that passed keeps passing). With `optimal_bounds`, every bound is the attacker's optimum (two LPs per
+    primary) instead of a witness that already clears the protection bound.
+
+    Implements the attacker LPs of Fischetti and Salazar-Gonzalez (2001, Management Science) on each
+    connected component of withheld figures; `criterion` (default `Criterion(k)`) holds the protection
+    levels. Parameters: `table` (statuses and values; withheld figures are unknowns of the LP), `k`,
+    `options` (HiGHS option name -> value, e.g. a time limit), `progress` (called every `every_s`
+    seconds). Returns an `AuditResult`: one `Interval` per audited primary and the errors; any solver
+    status other than optimal/unbounded is an error, never a pass."""
     started = time.perf_counter()
     criterion = criterion or Criterion(k)
     result = AuditResult(k=k, criterion=criterion)
@@ -391,7 +420,7 @@ def audit(table: Table, k: int, options: dict | None = None, primaries: set[int]
     for nodes, chosen in work:
         result.components += 1
         model = ComponentModel(table, nodes, relations_of, options or {})
-        audit_component(model, chosen, criterion, result, exact)
+        audit_component(model, chosen, criterion, result, optimal_bounds)
         done += len(chosen)
         if time.perf_counter() - reported >= every_s:
             reported = time.perf_counter()

@@ -3,18 +3,19 @@
 `system_for` builds the table of every figure the release could show (leaf cells, margins at every level
 of every zoning, totals) with its relations; `protect_release` runs primary and complementary suppression
 on it; `audit_published` rebuilds the system from the true counts and the keys actually present in the
-release files, so the audit never relies on the suppressor's own pattern.
+release files, so the audit never relies on the suppressor's own pattern. Both take the same
+`DisclosureSpec`: what the release must guarantee, apart from the counts themselves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from spatial_release.progress import Progress, silent
-from spatial_release.suppression.audit import AuditResult, audit
+from spatial_release.suppression.audit import AuditResult, Criterion, audit
 from spatial_release.suppression.complementary import ProtectionLog, protect
 from spatial_release.levels import LEAF
 from spatial_release.suppression.primary import ProtectedTable, structural_zero_rows
@@ -42,13 +43,56 @@ class Structure:
         return depth
 
 
+@dataclass(frozen=True)
+class DisclosureSpec:
+    """What a release must guarantee and what an outsider knows of it, apart from the counts: shared by
+    `protect_release` (which withholds figures to meet it) and `audit_published` (which checks the files
+    against it), so the two can never be called with different rules.
+
+    - `structure`: every zoning's hierarchy and the identities between totals (`Structure`);
+    - `k`: the threshold; a count is withheld as a primary when `rules.below_k(n, k)`;
+    - `measure`: "presence" (a parent is the sum of its children: EQ relations) or "visitors" (distinct
+      units over the parent's areas: max(children) <= parent <= sum(children), UNION relations);
+    - `zeros`: the public structural-zero cells, published as 0 in every bucket where they hold no unit;
+    - `buckets`: every bucket start of the period (where the structural zeros are published);
+    - `count_column`: the count column of the release files (e.g. `n_devices`);
+    - `criterion`: the protection levels a withheld primary must reach (default `Criterion(k)`);
+    - `solver_options`: HiGHS options for the attacker LPs (e.g. a time limit; default none).
+    """
+
+    structure: Structure
+    k: int
+    measure: str
+    zeros: frozenset[str] = frozenset()
+    buckets: tuple = ()
+    count_column: str = "n"
+    criterion: Criterion | None = None
+    solver_options: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "zeros", frozenset(self.zeros))
+        object.__setattr__(self, "buckets", tuple(self.buckets))
+        if self.criterion is None:
+            object.__setattr__(self, "criterion", Criterion(self.k))
+        elif self.criterion.k != self.k:
+            raise ValueError(f"criterion is for k = {self.criterion.k}, the spec for k = {self.k}")
+        if self.measure not in ("presence", "visitors"):
+            raise ValueError(f"measure {self.measure!r} is neither 'presence' nor 'visitors'")
+
+    def zero_keys(self) -> list[tuple[str, object]]:
+        """(cell, bucket) of every listed structural zero in every bucket."""
+        return zero_keys(self.zeros, self.buckets)
+
+
 def _leaves(cells: pd.DataFrame) -> pd.DataFrame:
     return cells.rename(columns={"cell_id": "area_id"})[["area_id", "bucket_start", "n"]]
 
 
-def system_for(true_cells: pd.DataFrame, true_margins: pd.DataFrame, structure: Structure, k: int, measure: str,
-               zero_keys: Iterable[tuple[str, object]] = ()) -> Table:
-    table = build_table(_leaves(true_cells), true_margins, structure.chains, k, measure, zero_keys)
+def system_for(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: DisclosureSpec) -> Table:
+    """The linear system of the release: every figure from the true counts (primaries where below k),
+    the relations of every chain and the identities between totals."""
+    structure = spec.structure
+    table = build_table(_leaves(true_cells), true_margins, structure.chains, spec.k, spec.measure, spec.zero_keys())
     for level_a, level_b in structure.identities:
         for i in range(len(table)):
             if table.level[i] == level_a:
@@ -111,26 +155,44 @@ def absent_listed_zero_floors(table: Table, zeros: Iterable[str], buckets: Seque
             and (table.area[i], pd.Timestamp(table.bucket[i])) in listed}
 
 
-def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, structure: Structure, k: int,
-                    measure: str, zeros: Iterable[str] = (), buckets: Sequence[object] = (),
-                    options: dict | None = None, progress: Progress = silent,
-                    ) -> tuple[ProtectedTable, ProtectionLog, Table]:
-    zeros = frozenset(zeros)
-    table = system_for(true_cells, true_margins, structure, k, measure, zero_keys(zeros, buckets))
-    log = protect(table, k, structure.level_depth(), options=options, progress=progress)
-    return tables_from_status(table, zeros, buckets, true_cells), log, table
+def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: DisclosureSpec,
+                    progress: Progress = silent) -> tuple[ProtectedTable, ProtectionLog, Table]:
+    """Primary and complementary suppression of one release.
+
+    `true_cells` (cell_id, bucket_start, n) and `true_margins` (level, area_id, bucket_start, n) are the
+    true distinct-unit counts of every non-empty figure; `spec` says what must hold. Every figure below k
+    is withheld as a primary; further figures are withheld as secondaries until the attacker's LP
+    (Fischetti and Salazar-Gonzalez, "Solving the cell suppression problem on tabular data with linkable
+    information", Management Science 47(7), 2001) can neither pin a primary down nor show it below k
+    (`complementary.protect`: a constraint sweep, then audit-and-repair where each repair withholds the
+    published figure binding the failing bound, a greedy reading of their capacity cuts). Empty cells
+    are free complements (absent anyway); structural zeros are published as 0.
+
+    Returns the protected tables (published and internal withheld frames), the protection log (sweep
+    and repair secondaries, the final audit) and the solved system. Raises `SuppressionError` when the
+    table cannot be protected."""
+    table = system_for(true_cells, true_margins, spec)
+    log = protect(table, spec.k, spec.structure.level_depth(), options=dict(spec.solver_options),
+                  criterion=spec.criterion, progress=progress)
+    return tables_from_status(table, spec.zeros, spec.buckets, true_cells), log, table
 
 
 def audit_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, published_cells: pd.DataFrame,
-                    published_margins: pd.DataFrame, count_column: str, structure: Structure, k: int,
-                    measure: str, zeros: Iterable[str] = (), buckets: Sequence[object] = (),
+                    published_margins: pd.DataFrame, spec: DisclosureSpec,
                     earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = (),
-                    options: dict | None = None, progress: Progress = silent) -> tuple[AuditResult, Table]:
+                    progress: Progress = silent) -> tuple[AuditResult, Table]:
     """Audit the release as an outsider sees it: a figure is known iff its key is in a release file (this
-    one or an `earlier` release of the same period, as (cells, margins) frames), with the value printed
-    there; every other figure is unknown, at least 0, or at least 1 for a listed structural zero (see
-    `absent_listed_zero_floors`). True counts only say which unknown figures are primaries."""
-    table = system_for(true_cells, true_margins, structure, k, measure, zero_keys(frozenset(zeros), buckets))
+    one or an `earlier` release of the same period, as (cells, margins) frames whose count column is
+    `spec.count_column`), with the value printed there; every other figure is unknown, at least 0, or at
+    least 1 for a listed structural zero (see `absent_listed_zero_floors`). True counts only say which
+    unknown figures are primaries (`rules.below_k`). The attacker LP is that of Fischetti and
+    Salazar-Gonzalez (2001, Management Science), solved per component with HiGHS (`audit.audit`).
+
+    Independent of the suppressor: it never reads the pattern `protect_release` chose, only the files.
+    Returns the `AuditResult` (one interval per withheld primary, errors when releases contradict each
+    other or a solve fails) and the system it was computed on."""
+    count_column, k = spec.count_column, spec.k
+    table = system_for(true_cells, true_margins, spec)
     known: dict[tuple, int] = {}
     conflicts: list[str] = []
 
@@ -153,10 +215,11 @@ def audit_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publis
             table.value[i] = known[key]
         else:
             table.status[i] = PRIMARY if below_k(table.value[i], k) else SECONDARY
-    table.floor.update(absent_listed_zero_floors(table, zeros, buckets))
-    result = audit(table, k, options, progress=progress)
+    table.floor.update(absent_listed_zero_floors(table, spec.zeros, spec.buckets))
+    result = audit(table, k, dict(spec.solver_options), criterion=spec.criterion, progress=progress)
     result.errors.extend(f"releases contradict each other: {c}" for c in conflicts)
     return result, table
 
 
-__all__ = ["Structure", "absent_listed_zero_floors", "audit_published", "protect_release", "system_for", "tables_from_status"]
+__all__ = ["DisclosureSpec", "Structure", "absent_listed_zero_floors", "audit_published", "protect_release",
+           "system_for", "tables_from_status"]

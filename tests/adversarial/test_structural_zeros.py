@@ -19,8 +19,9 @@ import numpy as np
 from conftest import DAY, SIZE, cell_id, fixture_pings, lonlat_in, policy_dict, write_policy
 from spatial_release import cli
 from spatial_release.suppression.audit import audit
-from spatial_release.suppression.release_system import Structure, audit_published, protect_release
-from spatial_release.suppression.table import LEAF, TOTAL, grid_chain
+from spatial_release.levels import LEAF, TOTAL
+from spatial_release.suppression.release_system import DisclosureSpec, Structure, audit_published, protect_release
+from spatial_release.suppression.table import grid_chain
 
 K = 3
 ZERO = "1000mE0N0"  # listed structural zero: a lake
@@ -43,6 +44,7 @@ def _true_counts(intruders: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 STRUCTURE = Structure((grid_chain(SIZE, [2 * SIZE], ["grid_2000m"]),))
+SPEC = DisclosureSpec(STRUCTURE, K, "presence", frozenset({ZERO}), tuple(BUCKETS))
 
 
 def test_absent_listed_zero_is_caught_by_the_audit_of_a_naive_release():
@@ -50,13 +52,12 @@ def test_absent_listed_zero_is_caught_by_the_audit_of_a_naive_release():
     it as an ordinary primary with lower bound 0 and publishes the lake as 0 in the other buckets. The
     old modelling passes that release; the audit of what the outsider knows fails it."""
     true_cells, true_margins = _true_counts(intruders=1)
-    protected, log, _ = protect_release(true_cells, true_margins, STRUCTURE, K, "presence", {ZERO}, BUCKETS)
+    protected, log, _ = protect_release(true_cells, true_margins, SPEC)
     lake = protected.cells[protected.cells["cell_id"] == ZERO]
     assert sorted(lake["bucket_start"]) == [BUCKETS[0], BUCKETS[2]] and (lake["n"] == 0).all()
     assert log.audit.passed  # the naive suppressor believed the lake protected
 
-    result, table = audit_published(true_cells, true_margins, protected.cells, protected.margins, "n",
-                                    STRUCTURE, K, "presence", {ZERO}, BUCKETS)
+    result, table = audit_published(true_cells, true_margins, protected.cells, protected.margins, SPEC)
     node = table.index[(LEAF, ZERO, INTRUDED)]
     assert table.floor == {node: 1}  # only the absent listed zero is known to hold a unit
     [failure] = result.failures()
@@ -70,10 +71,9 @@ def test_a_listed_zero_published_as_zero_stays_a_known_zero():
     """Without the intruder the lake is published as 0 in every bucket and nothing is withheld near it:
     the audit has no floor to add and the release passes."""
     true_cells, true_margins = _true_counts(intruders=0)
-    protected, _, _ = protect_release(true_cells, true_margins, STRUCTURE, K, "presence", {ZERO}, BUCKETS)
+    protected, _, _ = protect_release(true_cells, true_margins, SPEC)
     assert len(protected.cells[(protected.cells["cell_id"] == ZERO) & (protected.cells["n"] == 0)]) == 3
-    result, table = audit_published(true_cells, true_margins, protected.cells, protected.margins, "n",
-                                    STRUCTURE, K, "presence", {ZERO}, BUCKETS)
+    result, table = audit_published(true_cells, true_margins, protected.cells, protected.margins, SPEC)
     assert result.passed and table.floor == {}
 
 
