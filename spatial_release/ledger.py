@@ -409,14 +409,6 @@ class Ledger:
     public_key: Path | None = None
     signing_key: Path | None = None
 
-    @property
-    def entries_path(self) -> Path:
-        return self.folder / ENTRIES
-
-    @property
-    def head_path(self) -> Path:
-        return self.folder / HEAD
-
     def with_releases(self, releases_root: Path) -> "Ledger":
         return replace(self, releases_root=releases_root)
 

@@ -258,8 +258,8 @@ def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, bucket
         margins.append(decoded.table(engine.fetch(sql), level, area="parent"))
     total_sql = (f"SELECT b, CAST(sum(n) AS BIGINT) AS n FROM leaf_{z} GROUP BY b" if measure == "presence"
                  else f"SELECT b, count(DISTINCT unit) AS n FROM member_{z} GROUP BY b")
-    totals = engine.fetch(total_sql).assign(total=plan.total_level)
-    margins.append(decoded.table(totals, plan.total_level, area="total"))
+    totals = engine.fetch(total_sql).assign(total_area=plan.total_level)  # a total's one area is named as its level
+    margins.append(decoded.table(totals, plan.total_level, area="total_area"))
     return decoded, leaf, margins
 
 
