@@ -1,6 +1,14 @@
 """`spatial-release`: a thin command line over the same Dagster job the UI runs, so the same checks block.
 
-Exit codes: 0 published, 1 blocked by a check or failed, 2 bad usage or input.
+Exit codes (`spatial_release.errors`):
+  0  published (or, for `audit` and `ledger verify`, passed)
+  1  blocked: a blocking check, the risk gate or a guarantee refused publication, the period is already
+     published, another run owns the work area, or the ledger does not verify (edited, forged, truncated)
+  2  user error, before any work starts: a bad policy or a file it names, a missing or unreadable trace
+     file or one without a mapped column, a malformed period, one of the other cadence or outside the
+     release partitions, a folder that is not a release
+  3  internal error: a bug or an environment failure; the cause is printed in one line, the traceback
+     only with --debug (`spatial-release --debug release ...`)
 """
 
 from __future__ import annotations
@@ -11,8 +19,11 @@ import os
 import shutil
 import sys
 import time
+import traceback
 from pathlib import Path
 
+from spatial_release.errors import Blocked, ExitCode, PeriodError, UserError, kind_of
+from spatial_release.outcome import Failure, RunOutcome
 from spatial_release.period import Period
 
 DEMO_MARKER = ".spatial-release-demo"
@@ -40,38 +51,60 @@ def _settings_config(args: argparse.Namespace) -> dict:
     }
 
 
-def _failure_lines(result) -> list[str]:
-    """Name every failed blocking check with its offending rows, and every failed step with its reason."""
-    lines = []
+def _failures(result) -> tuple[Failure, ...]:
+    """Every failed blocking check with its offending rows (blocked), and every failed step with its reason:
+    a step that refused on purpose (dg.Failure) is blocked; otherwise its root cause's class says the kind."""
+    failures = []
     for evaluation in result.get_asset_check_evaluations():
         if not evaluation.passed:
             meta = {k: v.value for k, v in evaluation.metadata.items()}
-            lines.append(f"BLOCKED by check '{evaluation.check_name}' on '{evaluation.asset_key.to_user_string()}': "
-                         f"{meta.get('summary', '')}")
-            for row in (meta.get("offending") or [])[:10]:
-                lines.append(f"    offending: {json.dumps(row, default=str)}")
+            failures.append(Failure("check", evaluation.check_name, meta.get("summary", ""),
+                                    tuple(meta.get("offending") or ()), evaluation.asset_key.to_user_string()))
     for event in result.all_events:
         if event.event_type_value == "STEP_FAILURE":
             data = event.step_failure_data
-            description = (data.user_failure_data.description if data.user_failure_data else None) or \
-                root_cause(data.error)
-            lines.append(f"FAILED step '{event.step_key}': {description}")
-    return lines
+            refused = data.user_failure_data
+            if refused is not None and refused.description:
+                meta = {k: v.value for k, v in refused.metadata.items()}
+                failures.append(Failure("step", event.step_key, refused.description,
+                                        tuple(meta.get("offending") or ())))
+                continue
+            cause = _innermost(data.error)
+            kind = ExitCode.INTERNAL if cause is None else (
+                ExitCode.BLOCKED if cause.cls_name == "DagsterAssetCheckFailedError" else kind_of(cause.cls_name))
+            failures.append(Failure("step", event.step_key, root_cause(data.error), exit_code=kind,
+                                    traceback=data.error.to_string() if data.error else ""))
+    return tuple(failures)
+
+
+def _innermost(error):
+    while error is not None and error.cause is not None:
+        error = error.cause
+    return error
 
 
 def root_cause(error) -> str:
     """The innermost error message: Dagster wraps the domain error that names the file and field."""
-    if error is None:
-        return ""
-    while error.cause is not None:
-        error = error.cause
-    return error.message.strip()
+    error = _innermost(error)
+    return error.message.strip() if error is not None else ""
 
 
 def run_release(policy: str, period: str, traces: list[str] | None = None, out: str | None = None,
-                ledger: str | None = None, counting: dict | None = None) -> tuple[bool, list[str], dict | None]:
-    """Run the quarterly release job for one period; return (published, messages, release record).
-    `counting` configures the counting engine resource (engine, spark_master, duckdb_memory_limit)."""
+                ledger: str | None = None, counting: dict | None = None) -> RunOutcome:
+    """Run the release job of `policy` (its quarterly or monthly graph) for one period, in process, and
+    return its RunOutcome (published, release folder, record, failures).
+
+    policy: the policy file. period: `2018-Q1`, or `2018-01` for a policy with `period: month`.
+    traces: trace files or globs (default: the policy's `source.paths`, or its synthetic generator).
+    out: folder for releases/, work/ and alerts/ (default: the `settings` resource's defaults).
+    ledger: the ledger folder (default: the project's `ledger/`). counting: the counting engine resource's
+    config (engine, spark_master, duckdb_memory_limit).
+
+    Before the run starts, a bad policy, a malformed period or one of the other cadence, a period outside
+    the release partitions and a missing or unreadable trace file raise a UserError (nothing is written).
+    What stops the run itself is in the outcome's `failures`, never raised."""
+    import dagster as dg
+
     from spatial_release.definitions import defs
     from spatial_release.policy import load_policy
     from spatial_release.release import release_dir
@@ -85,20 +118,26 @@ def run_release(policy: str, period: str, traces: list[str] | None = None, out: 
     monthly = loaded.period == "month"
     check_trace_files(loaded, parsed, config["traces"])  # so is a missing or unreadable trace file
     job = defs.resolve_job_def("monthly_release_job" if monthly else "quarterly_release_job")
-    result = job.execute_in_process(
-        partition_key=parsed.partition_key, instance=_instance(), raise_on_error=False,
-        run_config={"resources": {"settings": {"config": config}, "counting": {"config": counting or {}}},
-                    "loggers": {"console": {"config": {"log_level": "INFO"}}}},
-    )
+    try:
+        result = job.execute_in_process(
+            partition_key=parsed.partition_key, instance=_instance(), raise_on_error=False,
+            run_config={"resources": {"settings": {"config": config}, "counting": {"config": counting or {}}},
+                        "loggers": {"console": {"config": {"log_level": "INFO"}}}},
+        )
+    except dg.DagsterUnknownPartitionError:  # before the first partition, or not yet over
+        from spatial_release.defs.partitions import quarterly
+
+        raise PeriodError(f"period {period!r} is not a release partition: partitions start on "
+                          f"{quarterly.get_first_partition_key()} and end with the last period that is over") from None
     if not result.success:
-        return False, _failure_lines(result), None
+        return RunOutcome(False, failures=_failures(result))
     target = release_dir(Path(config["releases_dir"]), loaded, parsed)
     record = json.loads((target / "release.json").read_text())
     # The operator's summary also shows internal figures (withheld cells and units) from the work area;
     # they are printed to the operator's terminal, never written beside the release.
     manifest = Path(config["work_dir"]) / loaded.name / parsed.label / "candidate" / "manifest.json"
     internal = json.loads(manifest.read_text())["summary"] if manifest.exists() else {}
-    return True, [f"published {target}"], {**record, "internal": internal}
+    return RunOutcome(True, target, {**record, "internal": internal})
 
 
 def _summary(record: dict, folder: Path) -> str:
@@ -140,15 +179,23 @@ def _add_engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory-limit", help="DuckDB memory limit for counting, e.g. 2GB (it spills past it)")
 
 
+def _report(outcome: RunOutcome, debug: bool) -> int:
+    """Print the summary of a published release, or why the run did not publish; return the exit code."""
+    if outcome.published:
+        print(_summary(outcome.record, outcome.release_dir))
+    else:
+        print("\n".join(outcome.messages), file=sys.stderr)
+        for failure in outcome.failures:
+            if debug and failure.traceback:
+                print(failure.traceback, file=sys.stderr)
+    return outcome.exit_code
+
+
 def cmd_release(args: argparse.Namespace) -> int:
-    published, messages, record = run_release(args.policy, args.period, args.traces, args.out, args.ledger,
-                                              _counting_config(args))
-    if not published:
-        print("\n".join(messages), file=sys.stderr)
-        return 1
-    target = Path(messages[0].removeprefix("published "))
-    print(_summary(record, target))
-    return 0
+    """`release`: run the release job for --policy and --period (see run_release); exit 0 published,
+    1 blocked, 2 a user error found before the run, 3 an internal failure."""
+    return _report(run_release(args.policy, args.period, args.traces, args.out, args.ledger,
+                               _counting_config(args)), args.debug)
 
 
 def _project_root() -> Path:
@@ -168,15 +215,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"generating synthetic traces and publishing {policy.name} 2018-Q1 into {out} ...")
     started = time.perf_counter()
     # the demo keeps its own ledger beside its releases: the project's ledger/ is for real programmes
-    published, messages, record = run_release(str(policy), "2018-Q1", None, str(out), str(out / "ledger"),
-                                              _counting_config(args))
-    elapsed = time.perf_counter() - started
-    if not published:
-        print("\n".join(messages), file=sys.stderr)
-        return 1
-    print(_summary(record, Path(messages[0].removeprefix("published "))))
-    print(f"wall time {elapsed:.1f} s")
-    return 0
+    outcome = run_release(str(policy), "2018-Q1", None, str(out), str(out / "ledger"), _counting_config(args))
+    code = _report(outcome, args.debug)
+    if outcome.published:
+        print(f"wall time {time.perf_counter() - started:.1f} s")
+    return code
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -184,8 +227,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     from spatial_release.traces.synthetic import SyntheticConfig, generate_pings, write_pings
 
-    config = SyntheticConfig(persons=args.persons, seed=args.seed, start=date.fromisoformat(args.start),
-                             days=args.days)
+    try:
+        start = date.fromisoformat(args.start)
+    except ValueError:
+        raise UserError(f"--start {args.start!r} is not a date like 2018-01-01") from None
+    config = SyntheticConfig(persons=args.persons, seed=args.seed, start=start, days=args.days)
     frame = generate_pings(config)
     write_pings(frame, Path(args.out))
     print(f"wrote {len(frame)} pings of {args.persons} persons to {args.out}")
@@ -198,10 +244,15 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from spatial_release.policy import load_policy
 
     folder = Path(args.release_dir).resolve()
+    if not (folder / "release.json").is_file():
+        raise UserError(f"{folder}: not a release folder (it has no release.json)")
     try:
         record = stages.verify_release_files(folder)
     except stages.ReleaseTampered as exc:
         print(f"audit FAILED: {exc}", file=sys.stderr)
+        return 1
+    except (ValueError, KeyError, TypeError, AttributeError, OSError):
+        print(f"audit FAILED: {folder / 'release.json'} is not a readable release record (altered?)", file=sys.stderr)
         return 1
     policy = load_policy(args.policy or _project_root() / "policies" / f"{record['dataset']}.yaml")
     if policy.sha256 != record["policy"]["sha256"]:
@@ -253,14 +304,18 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spatial-release", description=__doc__.splitlines()[0])
+    debug_help = "print the traceback of an internal error (exit 3)"
+    parser.add_argument("--debug", action="store_true", help=debug_help)
+    common = argparse.ArgumentParser(add_help=False)  # --debug after the command too; SUPPRESS keeps the top one
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="generate sample traces and publish a release")
+    demo = sub.add_parser("demo", help="generate sample traces and publish a release", parents=[common])
     demo.add_argument("--out", default="demo-output", help="folder for traces, work files and the release")
     _add_engine_options(demo)
     demo.set_defaults(func=cmd_demo)
 
-    release = sub.add_parser("release", help="run the release job for one policy and period")
+    release = sub.add_parser("release", help="run the release job for one policy and period", parents=[common])
     release.add_argument("--policy", required=True)
     release.add_argument("--period", required=True, help="a quarter such as 2018-Q1 (or a month, 2018-01, "
                                                           "for policies with period: month)")
@@ -270,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine_options(release)
     release.set_defaults(func=cmd_release)
 
-    audit = sub.add_parser("audit", help="independent LP audit of a release folder")
+    audit = sub.add_parser("audit", help="independent LP audit of a release folder", parents=[common])
     audit.add_argument("release_dir")
     audit.add_argument("--policy", help="policy file (default: policies/<dataset>.yaml, sha256 checked)")
     audit.add_argument("--work", help="work folder holding the true counts (default: <out>/work beside releases/)")
@@ -279,14 +334,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     ledger = sub.add_parser("ledger", help="the release ledger")
     ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True)
-    verify = ledger_sub.add_parser("verify", help="verify the chain and signatures; report the first bad entry")
+    verify = ledger_sub.add_parser("verify", help="verify the chain and signatures; report the first bad entry",
+                                   parents=[common])
     verify.add_argument("--ledger", help="ledger folder (default: the project's ledger/)")
     verify.add_argument("--public-key", help="the trusted Ed25519 public key (PEM); default "
                                              "$SPATIAL_RELEASE_PUBLIC_KEY, else the .pub beside the signing key")
     verify.add_argument("--releases", help="releases folder to cross-check against the ledger")
     verify.set_defaults(func=cmd_ledger_verify)
 
-    generate = sub.add_parser("generate", help="write synthetic ping traces (CSV or Parquet by suffix)")
+    generate = sub.add_parser("generate", help="write synthetic ping traces (CSV or Parquet by suffix)",
+                              parents=[common])
     generate.add_argument("--out", required=True)
     generate.add_argument("--persons", type=int, default=3000)
     generate.add_argument("--seed", type=int, default=20180101)
@@ -297,36 +354,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from spatial_release.ledger import AlreadyRecorded, LedgerError
-    from spatial_release.policy import PolicyError
-    from spatial_release.traces.ingest import IngestError
-
+    """Run one command; return its exit code (see the module docstring). A UserError prints `error: ...`
+    (2), a Blocked `blocked: ...` (1), anything else `internal error: ...` with its cause (3), in one line;
+    `--debug` adds the traceback."""
     args = build_parser().parse_args(argv)
+    debug = getattr(args, "debug", False)
     try:
         return args.func(args)
-    except (LedgerError, AlreadyRecorded) as exc:  # an untrustworthy ledger or a second release: blocked, not usage
+    except Blocked as exc:  # an untrustworthy ledger or a second release: blocked, not usage
         print(f"blocked: {exc}", file=sys.stderr)
-        return 1
-    except (PolicyError, IngestError, ValueError) as exc:
+        return exc.exit_code
+    except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except _unknown_partition_error():  # Dagster refuses a period before the first partition or not yet over
-        from spatial_release.defs.partitions import quarterly
-
-        print(f"error: period {args.period!r} is not a release partition: partitions start on "
-              f"{quarterly.get_first_partition_key()} and end with the last period that is over", file=sys.stderr)
-        return 2
-
-
-def _unknown_partition_error() -> type[Exception]:
-    """Dagster's exception class if Dagster is loaded (only it raises that error), without importing it
-    for commands that do not use it."""
-    dagster = sys.modules.get("dagster")
-    return dagster.DagsterUnknownPartitionError if dagster else _NeverRaised
-
-
-class _NeverRaised(Exception):
-    pass
+        return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - the command line's last resort: the cause, not a traceback
+        if debug:
+            traceback.print_exc()
+        print(f"internal error: {type(exc).__name__}: {str(exc).strip() or repr(exc)}"
+              f"{'' if debug else ' (run with --debug for the traceback)'}", file=sys.stderr)
+        return ExitCode.INTERNAL
 
 
 if __name__ == "__main__":

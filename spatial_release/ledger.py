@@ -40,6 +40,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from spatial_release.errors import Blocked
 from spatial_release.fileio import atomic_path, folder_lock, remove_stale_temporaries
 
 ENTRIES = "entries.jsonl"
@@ -54,7 +55,7 @@ RESERVED = ("seq", "prev_hash", "hash", "signer", "signature")
 _HASH = re.compile(r"^[0-9a-f]{64}$")
 
 
-class LedgerError(RuntimeError):
+class LedgerError(Blocked, RuntimeError):
     """The ledger cannot be trusted or used as it is; the message says why and what to do."""
 
 
@@ -76,7 +77,7 @@ class ReleasesMismatch(LedgerError):
     """releases/ and the ledger disagree: a folder the ledger does not know, or an entry without its folder."""
 
 
-class AlreadyRecorded(FileExistsError):
+class AlreadyRecorded(Blocked, FileExistsError):
     """The ledger already records a release of this (dataset, period); releases are immutable."""
 
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from zoneinfo import ZoneInfo
 
+from spatial_release.errors import PeriodError
+
 QUARTER = re.compile(r"^(\d{4})-Q([1-4])$")
 MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 
@@ -29,7 +31,7 @@ class Period:
             start = date(year, month, 1)
             end = date(year + 1, 1, 1) if month == 12 else date(year, month + 1, 1)
             return cls(label, start, end)
-        raise ValueError(f"period {label!r} is neither a quarter like 2018-Q1 nor a month like 2018-01")
+        raise PeriodError(f"period {label!r} is neither a quarter like 2018-Q1 nor a month like 2018-01")
 
     @classmethod
     def from_partition_key(cls, key: str) -> "Period":

@@ -21,6 +21,7 @@ import duckdb
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from spatial_release.errors import UserError
 from spatial_release.levels import LEAF, TOTAL, linked_total
 from spatial_release.period import Period
 
@@ -28,7 +29,7 @@ BUCKET_PATTERN = re.compile(r"^([1-9][0-9]*)([hdw])$")
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
 
 
-class PolicyError(ValueError):
+class PolicyError(UserError, ValueError):
     """A policy file is missing, unreadable or invalid; the message names the file and the field."""
 
 

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from spatial_release.errors import UserError
 
-class ZerosFileError(ValueError):
-    pass
+
+class ZerosFileError(UserError, ValueError):
+    """The structural-zeros list cannot be read or is not such a list."""
 
 
 def read_structural_zeros(path: Path) -> frozenset[str]:

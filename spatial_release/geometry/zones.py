@@ -14,10 +14,11 @@ import pandas as pd
 from pyproj import CRS, Transformer
 from shapely import STRtree, points
 
+from spatial_release.errors import UserError
 from spatial_release.policy import ZonesGeometry
 
 
-class ZoneFileError(ValueError):
+class ZoneFileError(UserError, ValueError):
     """The zones file cannot serve as geometry; the message names the file and the column."""
 
 

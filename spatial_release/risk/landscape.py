@@ -9,11 +9,12 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from spatial_release.errors import UserError
 from spatial_release.risk.estimator import RiskParams
 
 
-class LandscapeError(ValueError):
-    pass
+class LandscapeError(UserError, ValueError):
+    """A landscape file is invalid or does not fit the policy (e.g. its adversary does not match its panel)."""
 
 
 class PopulationSource(BaseModel):

@@ -21,13 +21,14 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from spatial_release.errors import Blocked
 from spatial_release.levels import is_total
 from spatial_release.progress import Progress, silent
 from spatial_release.suppression.audit import AuditResult, Criterion, Interval, audit, components
 from spatial_release.suppression.table import PRIMARY, PUBLISHED, SECONDARY, Table
 
 
-class SuppressionError(RuntimeError):
+class SuppressionError(Blocked, RuntimeError):
     """The table cannot be protected (or audited); nothing may be published."""
 
 

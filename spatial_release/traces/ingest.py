@@ -36,6 +36,7 @@ from zoneinfo import ZoneInfo
 
 import duckdb
 
+from spatial_release.errors import UserError
 from spatial_release.fileio import atomic_path
 from spatial_release.period import Period
 from spatial_release.policy import Policy, SourceSpec
@@ -45,7 +46,7 @@ PING_COLUMNS = ("unit", "ts", "lon", "lat")
 QUARANTINE_COLUMNS = ("file", "row", "trip_end", "reason", "detail", "unit_raw", "time_raw", "lon_raw", "lat_raw")
 
 
-class IngestError(ValueError):
+class IngestError(UserError, ValueError):
     """A trace file cannot be used at all (missing, unreadable, or without a mapped column)."""
 
 

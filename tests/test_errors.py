@@ -1,0 +1,64 @@
+"""The error hierarchy and the command line's exit codes: a user error is 2, a refusal 1, anything else 3
+with its cause in one line (the traceback only with --debug); the job runner returns a typed RunOutcome."""
+
+from pathlib import Path
+
+import pytest
+
+from spatial_release import cli
+from spatial_release.errors import Blocked, ExitCode, UserError, kind_of
+from spatial_release.outcome import Failure, RunOutcome
+
+
+def test_domain_errors_have_their_kind():
+    from spatial_release.geometry.zeros import ZerosFileError
+    from spatial_release.geometry.zones import ZoneFileError
+    from spatial_release.ledger import AlreadyRecorded, LedgerCorrupt, LedgerKeyError, ReleasesMismatch
+    from spatial_release.period import Period
+    from spatial_release.policy import PolicyError
+    from spatial_release.risk.landscape import LandscapeError
+    from spatial_release.traces.ingest import IngestError
+
+    for user in (PolicyError, IngestError, ZerosFileError, ZoneFileError, LandscapeError):
+        assert issubclass(user, UserError) and issubclass(user, ValueError)  # callers catching ValueError still do
+        assert kind_of(user("x")) == kind_of(user.__name__) == ExitCode.USER_ERROR
+    for refused in (LedgerCorrupt, LedgerKeyError, ReleasesMismatch, AlreadyRecorded):
+        assert issubclass(refused, Blocked) and kind_of(refused.__name__) == ExitCode.BLOCKED
+    assert kind_of(LedgerCorrupt(0, "edited")) == ExitCode.BLOCKED  # a forged ledger blocks; it is no usage error
+    assert kind_of(KeyError("x")) == kind_of("KeyError") == kind_of("NoSuchError") == ExitCode.INTERNAL
+    with pytest.raises(UserError):
+        Period.parse("2018-Q5")
+
+
+def test_an_internal_error_exits_3_with_its_cause_and_no_traceback(monkeypatch, capsys):
+    def broken(args):
+        raise KeyError("n_devices")
+
+    monkeypatch.setattr(cli, "cmd_generate", broken)
+    assert cli.main(["generate", "--out", "x.parquet"]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("internal error: KeyError: 'n_devices'") and "Traceback" not in err
+    assert len(err.splitlines()) == 1
+    for argv in (["--debug", "generate", "--out", "x.parquet"], ["generate", "--out", "x.parquet", "--debug"]):
+        assert cli.main(argv) == 3
+        assert "Traceback" in capsys.readouterr().err
+
+
+def test_user_errors_and_refusals_outside_a_run(tmp_path, capsys):
+    assert cli.main(["generate", "--out", str(tmp_path / "x.parquet"), "--start", "2018-02-30"]) == 2
+    assert cli.main(["audit", str(tmp_path / "no-release")]) == 2
+    assert capsys.readouterr().err.count("error: ") == 2
+
+
+def test_run_outcome_exit_code_and_messages():
+    published = RunOutcome(True, Path("/r/demo/2018-Q1"), {"k": 5})
+    assert published.exit_code == 0 and published.messages == ["published /r/demo/2018-Q1"]
+    ok, messages, record = published  # the shape callers unpacked before the outcome was typed
+    assert ok and record == {"k": 5} and messages == published.messages
+    check = Failure("check", "k_floor", "1 cell below k", ({"cell_id": "a"},), "protected_table")
+    assert RunOutcome(False, failures=(check,)).exit_code == ExitCode.BLOCKED
+    assert RunOutcome(False, failures=(check,)).messages == [
+        "BLOCKED by check 'k_floor' on 'protected_table': 1 cell below k", '    offending: {"cell_id": "a"}']
+    bug = Failure("step", "cell_counts", "KeyError: 'x'", exit_code=ExitCode.INTERNAL)
+    assert RunOutcome(False, failures=(check, bug)).exit_code == ExitCode.INTERNAL
+    assert RunOutcome(False).exit_code == ExitCode.INTERNAL  # failed without saying why
