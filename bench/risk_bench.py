@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from spatial_release.geometry import Grid  # noqa: E402
 from spatial_release.policy import GridGeometry  # noqa: E402
 from spatial_release.risk import RiskParams, estimate_risk  # noqa: E402
+from spatial_release.suppression.rules import publishable  # noqa: E402
 from spatial_release.traces.synthetic import SyntheticConfig, generate_pings  # noqa: E402
 
 
@@ -43,7 +44,7 @@ def main() -> None:
     per = per.sort_values(["unit", "day", "n", "cell_id"], ascending=[True, True, False, True])
     member = per.drop_duplicates(["unit", "day"])
     counts = member.groupby(["cell_id", "day"]).size()
-    published = counts[counts >= args.k].index
+    published = counts[publishable(counts, args.k)].index
     member = member.set_index(["cell_id", "day"]).loc[lambda m: m.index.isin(published)].reset_index()
     keys = pd.DataFrame({"unit": member["unit"], "key": member["cell_id"] + "@" + member["day"]})
     hierarchy = grid.hierarchy(member["cell_id"].drop_duplicates())
