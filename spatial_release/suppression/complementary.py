@@ -13,7 +13,14 @@ least one figure, so the loop ends; a round cap turns an unprotectable table int
 
 Cost of withholding a figure: (value + 1) x a level weight (leaves 1, each level above x4, totals 1000),
 so small cells are preferred over large ones and over totals. Ties break on the node key, and the solver
-runs single-threaded, so the same input gives the same pattern.
+runs single-threaded, so the same input gives the same pattern (tests/test_golden_pattern.py pins one).
+
+References: the attacker problem and the capacity cuts are from Fischetti and Salazar-Gonzalez, "Solving
+the cell suppression problem on tabular data with linkable information", Management Science 47(7), 2001.
+Statistics Norway's GaussSuppression (Langsrud; R packages SSBtools and GaussSuppression) chooses
+secondaries by Gaussian elimination over the table's model matrix instead (a primary is safe from exact
+disclosure when it is no linear combination of published figures; its optional `ComputeIntervals` gives
+LP intervals like `audit.py`). Elimination is not used here: the sweep and the LP repair are.
 """
 
 from __future__ import annotations
@@ -171,7 +178,13 @@ def prune(table: Table, k: int, costs: list[float], relations_of: list[list[int]
 def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int = 200,
             options: dict | None = None, prune_tries: int = 0,
             criterion: Criterion | None = None, progress: Progress = silent) -> ProtectionLog:
-    """Withhold secondaries in `table` (statuses change in place) until the audit passes."""
+    """Withhold secondaries in `table` (statuses change in place) until the audit passes.
+
+    `table` holds every figure with its status (primaries already marked), `k` the threshold, `level_depth`
+    each level's depth in its chain (for the cost weights), `criterion` the protection levels (default
+    `Criterion(k)`), `options` HiGHS options for the audits, `max_rounds` the repair cap (reaching it is a
+    `SuppressionError`, never a pass), `prune_tries` how many costly secondaries the optional pruning pass
+    tries to give back. Returns the `ProtectionLog` with the audit of the final pattern."""
     criterion = criterion or Criterion(k)
     costs = _weights(table, level_depth)
     log = ProtectionLog()
