@@ -1,0 +1,41 @@
+"""releases/ against the ledger: what detects a ledger deleted, truncated or re-made by someone who can
+write its folder (each release.json carries its entry's hash)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from spatial_release.ledger.errors import ReleasesMismatch
+
+
+def _record_of(folder: Path) -> dict | None:
+    try:
+        record = json.loads((folder / "release.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def check_releases(entries: list[dict], releases_root: Path) -> None:
+    """Every release entry has its folder, whose release.json names that entry and its file hashes, and
+    every release folder under `releases_root` has its entry. Raises ReleasesMismatch naming the first
+    disagreement: the ledger was edited, truncated or deleted, or a folder was added or removed by hand."""
+    known = {(e.get("dataset"), e.get("period")): e for e in entries if e.get("kind") == "release"}
+    for (dataset, period), entry in known.items():
+        folder = releases_root / str(dataset) / str(period)
+        record = _record_of(folder)
+        if record is None:
+            raise ReleasesMismatch(f"ledger entry {entry['seq']} records {dataset} {period} but {folder} "
+                                   "has no readable release.json (the release folder was removed or the entry "
+                                   "was forged; an interrupted publication is finished by re-running it)")
+        if record.get("ledger_entry") != entry["hash"] or record.get("files") != entry.get("files"):
+            raise ReleasesMismatch(f"{folder}/release.json does not match ledger entry {entry['seq']} "
+                                   "(its ledger_entry or file hashes differ)")
+    if not releases_root.is_dir():
+        return
+    for dataset_dir in sorted(p for p in releases_root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for folder in sorted(p for p in dataset_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            if (dataset_dir.name, folder.name) not in known:
+                raise ReleasesMismatch(f"{folder} is a published release the ledger does not record (the ledger "
+                                       "was edited, truncated or deleted): no risk is assessed against it")
