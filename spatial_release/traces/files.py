@@ -1,0 +1,174 @@
+"""Trace files: which files a release reads (explicit paths or the policy's `source.paths`, `{month}`
+expanded), opening each as CSV or Parquet through DuckDB with 1-based row numbers, and checking, before any
+work starts, that every file opens and has every column the policy maps (`check_trace_files`)."""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+from spatial_release.errors import UserError
+from spatial_release.period import Period
+from spatial_release.policy import Policy, SourceSpec
+from spatial_release.traces.sql import duckdb_problem, ident, sql_str
+
+
+class IngestError(UserError, ValueError):
+    """A trace file cannot be used at all (missing, unreadable, or without a mapped column)."""
+
+
+def _months(period: Period) -> list[str]:
+    out, year, month = [], period.start.year, period.start.month
+    while (year, month) < (period.end.year, period.end.month):
+        out.append(f"{year}{month:02d}")
+        year, month = (year + 1, 1) if month == 12 else (year, month + 1)
+    return out
+
+
+def expand_patterns(patterns: Sequence[str], period: Period | None) -> list[str]:
+    """`{month}` in a path stands for each month of the period as YYYYMM (monthly export files)."""
+    out: list[str] = []
+    for pattern in patterns:
+        if "{month}" in pattern:
+            if period is None:
+                raise IngestError(f"{pattern}: '{{month}}' needs a period")
+            out += [pattern.replace("{month}", month) for month in _months(period)]
+        else:
+            out.append(pattern)
+    return out
+
+
+def resolve_trace_paths(policy: Policy, traces: Sequence[str | Path] = (), period: Period | None = None) -> list[Path]:
+    """Explicit paths (or globs) win over the policy's `source.paths`; both must match at least one file."""
+    patterns = [str(t) for t in traces] or expand_patterns([str(policy.resolve(p)) for p in policy.source.paths],
+                                                          period)
+    if not patterns:
+        raise IngestError(f"{policy.path}: field 'source.paths' is empty and no trace files were given")
+    files: list[Path] = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(pattern))
+        if not matches:
+            raise IngestError(f"{pattern}: no trace file matches this path")
+        files.extend(Path(m).resolve() for m in matches)
+    return files
+
+
+def _file_format(path: Path, declared: str) -> str:
+    if declared != "auto":
+        return declared
+    name = path.name.lower()
+    if name.endswith((".parquet", ".pq")):
+        return "parquet"
+    if name.endswith((".csv", ".csv.gz", ".txt", ".tsv")):
+        return "csv"
+    raise IngestError(f"{path}: cannot tell the file format from the name; set source.file_format")
+
+
+def _read_sql(path: Path, file_format: str) -> str:
+    if file_format == "csv":
+        # The header is line 1, always: left to itself the sniffer may skip lines and take a data row (a
+        # person's id and whereabouts) for the header when the first rows are ragged.
+        return f"read_csv({sql_str(str(path))}, all_varchar = true, header = true, skip = 0)"
+    return f"read_parquet({sql_str(str(path))}, file_row_number = true)"
+
+
+@contextmanager
+def _reading(path: Path, file_format: str) -> Iterator[None]:
+    try:
+        yield
+    except duckdb.Error as exc:
+        raise IngestError(f"{path}: cannot read as {file_format}: {duckdb_problem(exc)}") from None
+
+
+def _register_raw(con: duckdb.DuckDBPyConnection, path: Path, file_format: str, name: str) -> dict[str, str]:
+    """Make `name` the file's rows with a 1-based `__row`; return its column types.
+
+    Parquet is a view (streamed, never loaded whole: files can hold hundreds of millions of pings); CSV is
+    read as text into a table, because its row numbers come from the order of the read."""
+    with _reading(path, file_format):
+        if file_format == "csv":
+            # row_number() over () follows file order: DuckDB preserves insertion order for this scan.
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT row_number() OVER () AS __row, * "
+                        f"FROM {_read_sql(path, file_format)}")
+        else:
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * EXCLUDE (file_row_number), "
+                        f"file_row_number + 1 AS __row FROM {_read_sql(path, file_format)}")
+        rows = con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {name})").fetchall()
+    return {col: dtype for col, dtype in rows}
+
+
+def _describe_raw(con: duckdb.DuckDBPyConnection, path: Path, file_format: str) -> dict[str, str]:
+    """The file's column types from its header or footer alone, without reading its rows."""
+    with _reading(path, file_format):
+        rows = con.execute(f"DESCRIBE SELECT * FROM {_read_sql(path, file_format)}").fetchall()
+    return {row[0]: row[1] for row in rows}
+
+
+def _mapped_fields(source: SourceSpec) -> dict[str, list[str]]:
+    """Each mapped column with the policy fields that name it (e.g. 'lat' <- source.lat)."""
+    fields = {"source.unit": source.unit}
+    if source.format == "pings":
+        fields.update({"source.time": source.time, "source.lon": source.lon, "source.lat": source.lat})
+    else:
+        for name, end in (("origin", source.origin), ("destination", source.destination)):
+            fields.update({f"source.{name}.{part}": getattr(end, part) for part in ("time", "lon", "lat")})
+    out: dict[str, list[str]] = {}
+    for name, column in fields.items():
+        out.setdefault(column, []).append(name)  # type: ignore[arg-type]
+    return out
+
+
+def _check_columns(path: Path, columns: Iterable[str], source: SourceSpec) -> None:
+    present = set(columns) - {"__row"}
+    missing = {column: names for column, names in _mapped_fields(source).items() if column not in present}
+    if missing:
+        # The file's own header is not listed: in a file without one, the first line is a person's data.
+        fields = ", ".join(f"'{column}' (field {' and '.join(names)})" for column, names in missing.items())
+        raise IngestError(f"{path}: missing column(s) {list(missing)} that the policy maps: {fields}; the "
+                          f"file has {len(present)} column(s)")
+
+
+def open_file(con: duckdb.DuckDBPyConnection, path: Path, source: SourceSpec, name: str | None) -> dict[str, str]:
+    """Check one trace file has every mapped column and return its column types; register it as `name`
+    for the scan, or (None) only read its header or footer."""
+    if not path.is_file():
+        raise IngestError(f"{path}: trace file not found")
+    file_format = _file_format(path, source.file_format)
+    types = _register_raw(con, path, file_format, name) if name else _describe_raw(con, path, file_format)
+    _check_columns(path, types, source)
+    return types
+
+
+def check_trace_files(policy: Policy, period: Period, traces: Sequence[str | Path] = ()) -> list[Path]:
+    """What can be known of the trace files without reading their rows, checked before a release starts so
+    that a user's mistake is reported before any work: every path matches a file, each file opens as its
+    format (a CSV's header, a Parquet footer) and has every column the policy maps. Returns the files
+    (none for a policy that generates synthetic traces)."""
+    if not (traces or policy.source.paths):
+        return []
+    files = resolve_trace_paths(policy, traces, period)
+    con = duckdb.connect()
+    try:
+        for path in files:
+            open_file(con, path, policy.source, None)
+    finally:
+        con.close()
+    return files
+
+
+def unreadable_file(con: duckdb.DuckDBPyConnection, files: Sequence[Path], source: SourceSpec,
+                     exc: duckdb.Error) -> Exception:
+    """The error to raise when the scan of all files failed: an IngestError naming the file that cannot be
+    read (a corrupt Parquet page shows only when it is decoded), or the original error if none is to blame."""
+    columns = ", ".join(ident(c) for c in _mapped_fields(source))
+    for i, path in enumerate(files):
+        try:
+            con.execute(f"SELECT bit_xor(hash({columns})) FROM raw_{i}").fetchall()
+        except duckdb.Error as inner:
+            return IngestError(f"{path}: cannot read as {_file_format(path, source.file_format)}: "
+                               f"{duckdb_problem(inner)}")
+    return exc
