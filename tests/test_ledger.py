@@ -216,7 +216,8 @@ def test_cli_reports_malformed_ledgers_without_a_traceback(ledger, capsys, damag
 def _publish_folder(root: Path, entry: dict) -> None:
     folder = root / entry["dataset"] / entry["period"]
     folder.mkdir(parents=True)
-    (folder / "release.json").write_text(json.dumps({"ledger_entry": entry["hash"], "files": entry.get("files")}))
+    record = {k: entry[k] for k in ("dataset", "period", "risk", "files") if k in entry}
+    (folder / "release.json").write_text(json.dumps({**record, "ledger_entry": entry["hash"]}))
 
 
 def test_releases_are_cross_checked_against_the_ledger(ledger, tmp_path):
@@ -228,6 +229,13 @@ def test_releases_are_cross_checked_against_the_ledger(ledger, tmp_path):
     # deleting the ledger while releases exist: every folder is unknown
     with pytest.raises(ReleasesMismatch, match="the ledger does not record"):
         check_releases([], releases)
+    # a published record edited after publication (the risk it reports): the signed entry disagrees
+    record_path = releases / "d" / "2018-02" / "release.json"
+    original = record_path.read_text()
+    record_path.write_text(json.dumps({**json.loads(original), "risk": 0.0}))
+    with pytest.raises(ReleasesMismatch, match="field 'risk' differs"):
+        check_releases(entries, releases)
+    record_path.write_text(original)
     # an entry without its folder
     (releases / "d" / "2018-03" / "release.json").unlink()
     with pytest.raises(ReleasesMismatch, match="2018-03"):

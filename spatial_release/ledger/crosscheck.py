@@ -3,9 +3,11 @@ write its folder (each release.json carries its entry's hash)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
+from spatial_release.fileio import sha256_file
 from spatial_release.ledger.errors import ReleasesMismatch
 
 
@@ -15,6 +17,36 @@ def _record_of(folder: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None
+
+
+# Fields of release.json that the signed ledger entry also holds: an edit of either shows as a mismatch.
+SIGNED_RECORD_FIELDS = ("dataset", "period", "policy", "risk")
+
+
+def _check_record_fields(folder: Path, record: dict, entry: dict) -> None:
+    for field in SIGNED_RECORD_FIELDS:
+        if field in entry and record.get(field) != entry[field]:
+            raise ReleasesMismatch(f"{folder}/release.json field '{field}' differs from ledger entry "
+                                   f"{entry['seq']}: the published record was edited")
+    if "record_sha256" in entry and record_hash(record) != entry["record_sha256"]:
+        raise ReleasesMismatch(f"{folder}/release.json differs from the record ledger entry {entry['seq']} "
+                               "signed: the published record was edited")
+
+
+def record_hash(record: dict) -> str:
+    """sha256 of the release record as signed: its canonical JSON without `ledger_entry` (written after)."""
+    body = {k: v for k, v in record.items() if k != "ledger_entry"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+def _check_file_hashes(folder: Path, entry: dict) -> None:
+    """The published files themselves, re-hashed: an edit of cells.parquet after publication (a figure set
+    below k) must not pass because release.json still names the old hash."""
+    for name, digest in (entry.get("files") or {}).items():
+        path = folder / name
+        if not path.is_file() or sha256_file(path) != digest:
+            raise ReleasesMismatch(f"{path} does not match the sha256 its ledger entry {entry['seq']} "
+                                   "records: the published file was altered or removed")
 
 
 def check_releases(entries: list[dict], releases_root: Path) -> None:
@@ -32,6 +64,8 @@ def check_releases(entries: list[dict], releases_root: Path) -> None:
         if record.get("ledger_entry") != entry["hash"] or record.get("files") != entry.get("files"):
             raise ReleasesMismatch(f"{folder}/release.json does not match ledger entry {entry['seq']} "
                                    "(its ledger_entry or file hashes differ)")
+        _check_record_fields(folder, record, entry)
+        _check_file_hashes(folder, entry)
     if not releases_root.is_dir():
         return
     for dataset_dir in sorted(p for p in releases_root.iterdir() if p.is_dir() and not p.name.startswith(".")):

@@ -127,3 +127,24 @@ def test_a_removed_release_folder_blocks(programme, capsys):
 def test_a_release_folder_the_ledger_does_not_know_blocks(programme, capsys):
     shutil.copytree(programme / "out/releases/fixture/2018-Q1", programme / "out/releases/fixture/2017-Q4")
     _assert_blocked(programme, capsys, "2017-Q4 is a published release the ledger does not record")
+
+
+def test_a_published_table_edited_after_publication_blocks(programme, capsys):
+    """Found by the hostile pass: a figure of the published cells.parquet set below k passed `ledger verify
+    --releases` (only release.json's hash fields were compared). The files are now re-hashed."""
+    import pandas as pd
+
+    cells = programme / "out/releases/fixture/2018-Q1/cells.parquet"
+    frame = pd.read_parquet(cells)
+    frame.loc[0, "n_devices"] = 1
+    frame.to_parquet(cells, index=False)
+    _assert_blocked(programme, capsys, "cells.parquet does not match")
+
+
+def test_a_published_record_edited_after_publication_blocks(programme, capsys):
+    """The risk figures of release.json lowered by hand: the signed ledger entry holds them too."""
+    path = programme / "out/releases/fixture/2018-Q1/release.json"
+    record = json.loads(path.read_text())
+    record["risk"]["cumulative"] = 0.0
+    path.write_text(json.dumps(record))
+    _assert_blocked(programme, capsys, "field 'risk' differs")
