@@ -94,6 +94,24 @@ def test_bad_strptime_format_names_file_and_item(tmp_path):
     assert "time_formats[0]" not in message
 
 
+@pytest.mark.parametrize("spec", ["%Y-%m-%d %H:%M:%S UTC", "%Y-%m-%d %H:%M:%S+00:00", "%d/%m/%Y %H:%M GMT"])
+def test_a_time_zone_spelt_as_literal_text_is_refused(tmp_path, spec):
+    """Hostile pass of issue 9: '... UTC' as literal text was matched and ignored, so 03:00 UTC was read as
+    03:00 New York time (a wrong bucket, exit 0). Such a format must name its zone with %Z or %z."""
+    data = policy_dict("x.csv")
+    data["source"]["time_formats"] = ["%Y-%m-%d %H:%M:%S", spec]
+    message = _error_for(tmp_path, data)
+    assert "field 'source.time_formats[1]'" in message and "%Z" in message
+
+
+@pytest.mark.parametrize("spec", ["%Y-%m-%d %H:%M:%S %Z", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%SZ",
+                                  "%Y-%m-%dT%H:%M:%S"])
+def test_formats_that_read_their_zone_or_have_none_are_accepted(tmp_path, spec):
+    data = policy_dict("x.csv")
+    data["source"]["time_formats"] = [spec]
+    assert load_policy(write_policy(tmp_path, data)).source.time_formats == [spec]
+
+
 @pytest.mark.parametrize("text, key, line", [
     ("k: 5\nk: 2\n", "k", 2),
     ("source:\n  unit: device\n  timezone: UTC\n  unit: gender\n", "unit", 4),

@@ -53,8 +53,23 @@ def _strptime_problem(spec: str) -> str | None:
     return None
 
 
+# A zone written as literal text ("... UTC", "...+00:00") would be matched and ignored, so the row would be
+# read as a wall-clock time in source.timezone: a silent shift (found by the hostile pass of issue 9).
+_LITERAL_ZONE = re.compile(r"\b(UTC|GMT|Z)\b|[+-]\d{2}:?\d{2}\s*$")
+
+
+def _literal_zone_problem(spec: str) -> str | None:
+    if "%z" in spec or "%Z" in spec or spec.endswith("Z"):
+        return None  # an instant: the zone is read, not matched
+    literal = re.sub(r"%.", " ", spec)
+    if _LITERAL_ZONE.search(literal):
+        return ("it spells a time zone as literal text, which would be matched and ignored (the time read "
+                "as source.timezone): use %Z for a zone name or %z for an offset")
+    return None
+
+
 def _check_strptime(value: str) -> str:
-    problem = _strptime_problem(value)
+    problem = _strptime_problem(value) or _literal_zone_problem(value)
     if problem:
         raise ValueError(f"{value!r} is not a usable strptime format: {problem}")
     return value
