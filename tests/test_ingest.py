@@ -271,6 +271,10 @@ NAN = float("nan")
     (["a", "\t", "c"], pa.string()), (["a", "NULL", "c"], pa.string()), (["a", "NA", "c"], pa.string()),
     (["a", " n/a ", "c"], pa.string()), (["a", "nan", "c"], pa.string()), (["a", "None", "c"], pa.string()),
     (["a", "-", "c"], pa.string()),
+    # invisible blanks (hostile pass): each alone was a unit, so k - 1 real units plus it published as k
+    (["a", "\u00a0", "c"], pa.string()), (["a", "\u200b", "c"], pa.string()), (["a", "\u3000", "c"], pa.string()),
+    (["a", "\u00a0NA\u00a0", "c"], pa.string()), (["a", "\ufeff", "c"], pa.string()),
+    (["a", "\x00", "c"], pa.string()),
 ], ids=lambda u: repr(u))
 def test_missing_unit_ids_are_quarantined_in_every_physical_type(tmp_path, units, arrow_type, file_format):
     quarantine, pings = _ingest_units(tmp_path, units, file_format, arrow_type)

@@ -79,8 +79,13 @@ INTEGER_TYPES = ("BIGINT", "INTEGER", "SMALLINT", "TINYINT", "UBIGINT", "UINTEGE
 # Integer ids counted as BIGINT; UBIGINT can exceed it and is read as text like HUGEINT.
 ID_INTEGER_TYPES = tuple(t for t in INTEGER_TYPES if t != "UBIGINT")
 FLOAT_TYPES = ("DOUBLE", "FLOAT", "REAL")
-# What trim() removes from text ids and timestamps: a blank id is missing, whatever the blank is made of.
-WHITESPACE = sql_str(" \t\r\n\x0b\x0c")
+# What trim() removes from text ids and timestamps: a blank id is missing, whatever the blank is made of:
+# ASCII whitespace and NUL, and the Unicode spaces and invisible characters an export can leave behind
+# (no-break, en/em and ideographic spaces, zero-width space/joiners, word joiner, BOM). Before, an id made
+# of U+00A0 or U+200B alone was a unit, so k - 1 real units plus it published as k (hostile pass, issue 9).
+BLANK_CHARACTERS = (" \t\r\n\x0b\x0c\x00\x85\u00a0\u1680\u180e" + "".join(chr(c) for c in range(0x2000, 0x200e))
+                    + "\u2028\u2029\u202f\u205f\u2060\u3000\ufeff")
+WHITESPACE = sql_str(BLANK_CHARACTERS)
 
 
 def _is_fractional_type(dtype: str) -> bool:
@@ -231,10 +236,19 @@ def _write_outputs(con: duckdb.DuckDBPyConnection, pings_path: Path, quarantine_
 
 def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir: Path,
                   progress: Progress = silent) -> IngestResult:
-    """Read, map and validate every file; write `pings.parquet` and `quarantine.parquet` into out_dir.
+    """Read, map and validate every trace file; write `pings.parquet` and `quarantine.parquet` into out_dir.
 
-    Validation is a view over the files, read once for the valid pings and once for the quarantine, so
-    memory stays bounded whatever the number of pings."""
+    policy: the columns, time formats, time zone and missing-id texts (`source`). period: pings outside it
+    are quarantined (`outside_period`). files: the trace files, e.g. from `resolve_trace_paths` (CSV or
+    Parquet). out_dir: where the two Parquet files go (and DuckDB's spill folder). progress: told each
+    file's row count and the write time.
+
+    Each valid ping is (unit, ts in UTC, lon, lat, src = the file's position in `files`); each rejected one
+    is a quarantine row with file, row, trip end, reason, detail and its raw values (internal: they quote a
+    person's id and whereabouts). Validation is a view over the files, read once for the valid pings and
+    once for the quarantine, so memory stays bounded whatever the number of pings. Raises IngestError when
+    a file cannot be read at all (naming it, never quoting a row). The returned IngestResult carries the
+    counts by reason and the first rejected rows by file, row and reason only."""
     source = policy.source
     out_dir.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect()
