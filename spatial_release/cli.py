@@ -254,13 +254,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
     except (ValueError, KeyError, TypeError, AttributeError, OSError):
         print(f"audit FAILED: {folder / 'release.json'} is not a readable release record (altered?)", file=sys.stderr)
         return 1
-    policy = load_policy(args.policy or _project_root() / "policies" / f"{record['dataset']}.yaml")
-    if policy.sha256 != record["policy"]["sha256"]:
+    policy = load_policy(args.policy or _project_root() / "policies" / f"{record.dataset}.yaml")
+    if policy.sha256 != record.policy.sha256:
         print(f"error: {policy.path} is not the policy this release was made with "
-              f"(sha256 {record['policy']['sha256'][:12]}...)", file=sys.stderr)
+              f"(sha256 {record.policy.sha256[:12]}...)", file=sys.stderr)
         return 2
     work = Path(args.work).resolve() if args.work else folder.parents[2] / "work"
-    area = stages.WorkArea.for_release(work, policy, Period.parse(record["period"]))
+    ctx = stages.ReleaseContext(policy, Period.parse(record.period), work)
+    area = ctx.area
     if not (area.counts / "cell_counts.parquet").exists():
         print(f"error: no true counts under {area.counts}; give --work", file=sys.stderr)
         return 2
@@ -268,8 +269,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from spatial_release.ledger import Ledger
 
     ledger = Ledger(Path(args.ledger).resolve() if args.ledger else Path(ReleaseSettings().ledger_dir))
-    outcome = stages.check_suppression_audit(policy, area, release=folder,
-                                             published=stages.Published(ledger, folder.parents[1]))
+    published = stages.Published(ledger, folder.parents[1])
+    outcome = stages.check_suppression_audit(ctx, release=folder, published=published)
     internal = json.loads((area.root / "audit.internal.json").read_text())  # the operator's own figures
     print(f"audit of {folder}: {'PASSED' if outcome.passed else 'FAILED'}: {outcome.summary} "
           f"({internal['primaries_audited']} withheld primaries audited in {internal['components']} components, "

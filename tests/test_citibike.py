@@ -129,7 +129,7 @@ def test_monthly_releases_build_a_ledger_the_review_recomputes_and_the_gate_bloc
     from spatial_release import stages
     from spatial_release.defs.resources import ReleaseSettings
     from spatial_release.defs.review import risk_review
-    from spatial_release.ledger import read_ledger
+    from spatial_release.ledger import Ledger, read_ledger
     from spatial_release.risk import cumulative_risk
     from spatial_release.policy import load_policy
 
@@ -162,6 +162,5 @@ def test_monthly_releases_build_a_ledger_the_review_recomputes_and_the_gate_bloc
     reviewed = event.materialization.metadata["review"].value
     assert [r["release_figure"] for r in reviewed] == pytest.approx(figures)
     assert event.materialization.metadata["cumulative"].value == pytest.approx(cumulative_risk(figures))
-    per_ward = stages.review_programme(load_policy(policy), stages.Ledger(tmp_path / "ledger"),
-                                       Path(tmp_path / "work"))
-    assert len(per_ward["releases"]) == 2 and not per_ward["breaches"]
+    per_ward = stages.review_programme(load_policy(policy), Ledger(tmp_path / "ledger"), Path(tmp_path / "work"))
+    assert len(per_ward.releases) == 2 and not per_ward.breaches

@@ -18,7 +18,7 @@ from spatial_release import stages
 from spatial_release.counting import count_pings, period_buckets
 from spatial_release.counting.counts import CountingError
 from spatial_release.counting.engines import open_engine
-from spatial_release.geometry import Grid
+from spatial_release.geometry import Grid, make_locator
 from spatial_release.period import Period
 from spatial_release.policy import Policy, parse_policy
 from spatial_release.progress import silent
@@ -235,7 +235,7 @@ def test_zone_counts_match_the_strtree_including_boundaries_and_outside(tmp_path
                                                "parents": [{"level": "district", "column": "district"}]})
     policy = parse_policy(data, tmp_path / "inline.yaml")
     result, cells, margins = _count(tmp_path, pings, policy)
-    layer = stages.make_locator(policy)
+    layer = make_locator(policy)
     exact = layer.locate(lon, lat)
     expected_cells, _ = _brute_force(pings, exact, "presence", lambda c: c)
     assert {(r.cell_id, r.bucket_start): r.n for r in cells.itertuples()} == expected_cells
@@ -281,12 +281,13 @@ def test_period_buckets(bucket, first, count):
 
 
 def test_fixture_counts_distinct_devices_not_pings(tmp_path, fixture_policy):
-    area = stages.WorkArea.for_release(tmp_path / "work", fixture_policy, PERIOD)
-    stages.run_ingest(fixture_policy, PERIOD, area)
-    summary = stages.run_counts(fixture_policy, area)
+    ctx = stages.ReleaseContext(fixture_policy, PERIOD, tmp_path / "work")
+    area = ctx.area
+    stages.run_ingest(ctx)
+    summary = stages.run_counts(ctx)
     cells, margins = stages.read_true_counts(area)
     counts = dict(zip(cells["cell_id"], cells["n"]))
     assert counts == {cell_id(CELL_A): K, cell_id(CELL_B): 2, cell_id(CELL_C): 1, cell_id(CELL_D): 5,
                       cell_id(CELL_E): 6}
-    assert summary["units"] == 17 and summary["pings_outside_geometry"] == 0
+    assert summary.units == 17 and summary.pings_outside_geometry == 0
     assert dict(zip(margins["area_id"], margins["n"]))["total"] == 17

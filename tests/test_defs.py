@@ -17,6 +17,7 @@ from spatial_release import cli, stages
 from spatial_release.definitions import defs
 from spatial_release.defs.partitions import quarterly
 from spatial_release.fileio import sha256_file
+from spatial_release.stages import protect as protect_stage
 from spatial_release.suppression import primary
 
 
@@ -108,7 +109,7 @@ def test_release_job_publishes_the_fixture(tmp_path):
 @pytest.fixture
 def leaky_suppressor(monkeypatch):
     """A suppression bug: cell B (2 devices, below k) is published."""
-    original = stages.protect_release
+    original = protect_stage.protect_release
 
     def leaky(*args, **kwargs):
         table, log, system = original(*args, **kwargs)
@@ -117,7 +118,7 @@ def leaky_suppressor(monkeypatch):
                                       table.withheld_cells, table.withheld_margins,
                                       table.structural_zero_conflicts), log, system
 
-    monkeypatch.setattr(stages, "protect_release", leaky)
+    monkeypatch.setattr(protect_stage, "protect_release", leaky)
 
 
 def test_blocking_check_stops_the_release(tmp_path, leaky_suppressor):

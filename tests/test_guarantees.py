@@ -6,6 +6,8 @@ suppressor would, and each check must reject them by re-deriving the truth from 
 """
 
 
+from dataclasses import replace
+
 import geopandas as gpd
 import pandas as pd
 import pytest
@@ -13,7 +15,7 @@ from shapely import box
 
 from conftest import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id
 from spatial_release import stages
-from spatial_release.fileio import sha256_file, write_json_atomic
+from spatial_release.fileio import sha256_file
 from spatial_release.ledger import Ledger
 from spatial_release.period import Period
 from spatial_release.release import RELEASE_FILES
@@ -24,11 +26,16 @@ BUCKET = pd.Timestamp("2018-01-10T05:00:00Z")
 
 @pytest.fixture
 def protected(tmp_path, fixture_policy):
-    area = stages.WorkArea.for_release(tmp_path / "work", fixture_policy, PERIOD)
-    stages.run_ingest(fixture_policy, PERIOD, area)
-    stages.run_counts(fixture_policy, area)
-    stages.run_protect(fixture_policy, PERIOD, area)
-    return fixture_policy, area
+    ctx = stages.ReleaseContext(fixture_policy, PERIOD, tmp_path / "work")
+    stages.run_ingest(ctx)
+    stages.run_counts(ctx)
+    stages.run_protect(ctx)
+    return ctx
+
+
+def _with(ctx: stages.ReleaseContext, policy) -> stages.ReleaseContext:
+    """The same release under another version of its policy."""
+    return stages.ReleaseContext(policy, ctx.period, ctx.work_root)
 
 
 def _tamper(area: stages.WorkArea, cells=None, margins=None) -> None:
@@ -38,8 +45,7 @@ def _tamper(area: stages.WorkArea, cells=None, margins=None) -> None:
     if margins is not None:
         margins.to_parquet(area.candidate / "margins.parquet", index=False)
     manifest = stages.read_manifest(area)
-    manifest["sha256"] = {n: sha256_file(area.candidate / n) for n in RELEASE_FILES}
-    write_json_atomic(area.candidate / "manifest.json", manifest)
+    replace(manifest, sha256={n: sha256_file(area.candidate / n) for n in RELEASE_FILES}).write(area.candidate)
 
 
 def _cells(area):
@@ -57,8 +63,9 @@ def _row(cell, n):
 
 
 def test_all_guarantees_pass_on_the_protected_fixture(protected):
-    policy, area = protected
-    outcomes = stages.run_guarantees(policy, area)
+    ctx = protected
+    area = ctx.area
+    outcomes = stages.run_guarantees(ctx)
     assert [(o.name, o.passed) for o in outcomes] == [
         ("rejected_share", True), ("outside_share", True), ("k_floor", True), ("structural_zeros_hold", True),
         ("withheld_absent", True), ("no_identifiers", True), ("suppression_audit", True),
@@ -69,134 +76,149 @@ def test_all_guarantees_pass_on_the_protected_fixture(protected):
 
 
 def test_k_floor_rejects_a_cell_below_k(protected):
-    policy, area = protected
+    ctx = protected
+    area = ctx.area
     _tamper(area, cells=pd.concat([_cells(area), _row(cell_id(CELL_B), 2)], ignore_index=True))
-    outcome = stages.check_k_floor(policy, area)
+    outcome = stages.check_k_floor(ctx)
     assert not outcome.passed and outcome.offending[0]["cell_id"] == cell_id(CELL_B)
     assert outcome.offending[0]["true_n"] == 2
 
 
 def test_k_floor_rejects_the_lonely_device_even_if_inflated(protected):
-    policy, area = protected
+    ctx = protected
+    area = ctx.area
     # the suppressor publishes the 40-ping device's cell with a made-up count >= k: the truth is 1
     _tamper(area, cells=pd.concat([_cells(area), _row(cell_id(CELL_C), 40)], ignore_index=True))
-    outcome = stages.check_k_floor(policy, area)
+    outcome = stages.check_k_floor(ctx)
     assert not outcome.passed and outcome.offending[0]["true_n"] == 1
 
 
 def test_k_floor_rejects_a_misreported_count(protected):
-    policy, area = protected
+    ctx = protected
+    area = ctx.area
     cells = _cells(area)
     cells.loc[cells["cell_id"] == cell_id(CELL_D), "n_devices"] = 6
     _tamper(area, cells=cells)
-    assert not stages.check_k_floor(policy, area).passed
+    assert not stages.check_k_floor(ctx).passed
 
 
 def test_k_floor_rejects_a_margin_below_k(protected):
-    policy, area = protected
+    ctx = protected
+    area = ctx.area
     extra = pd.DataFrame({"level": ["grid_2000m"], "area_id": ["2000mE582000N4508000"],
                           "bucket_start": [BUCKET], "n_devices": [1]})
     # that parent holds B, C and D (8 devices), so a 1 is a misreport...
     margins = pd.concat([_margins(area), extra], ignore_index=True)
     _tamper(area, margins=margins)
-    assert not stages.check_k_floor(policy, area).passed
+    assert not stages.check_k_floor(ctx).passed
     # ...and a margin of a bucket that truly holds no unit (0 < k) is rejected too
     small = pd.DataFrame({"level": ["total"], "area_id": ["total"],
                           "bucket_start": [pd.Timestamp("2018-02-01T05:00:00Z")], "n_devices": [0]})
     _tamper(area, margins=pd.concat([_margins(area), small], ignore_index=True))
-    assert not stages.check_k_floor(policy, area).passed
+    assert not stages.check_k_floor(ctx).passed
 
 
 def test_k_floor_boundary_is_inclusive(protected):
-    policy, area = protected
+    ctx = protected
+    policy, area = ctx.policy, ctx.area
     cells = _cells(area)
     assert (cells["n_devices"] == K).any()  # exactly k is published...
-    assert stages.check_k_floor(policy, area).passed  # ...and passes
+    assert stages.check_k_floor(ctx).passed  # ...and passes
     k_plus = policy.model_copy(update={"k": K + 1})
     k_plus._path, k_plus._sha256 = policy._path, policy._sha256
-    assert not stages.check_k_floor(k_plus, area).passed  # with k + 1 that same cell is a violation
+    assert not stages.check_k_floor(_with(ctx, k_plus)).passed  # with k + 1 that same cell is a violation
 
 
 def test_withheld_absent_rejects_a_null_row(protected):
-    policy, area = protected
+    ctx = protected
+    area = ctx.area
     row = _row(cell_id(CELL_B), 0).astype({"n_devices": "Int64"})
     row["n_devices"] = pd.NA
     cells = pd.concat([_cells(area).astype({"n_devices": "Int64"}), row], ignore_index=True)
     _tamper(area, cells=gpd.GeoDataFrame(cells, geometry="geometry", crs="EPSG:32618"))
-    outcome = stages.check_withheld_absent(policy, area)
+    outcome = stages.check_withheld_absent(ctx)
     assert not outcome.passed
     assert {p["problem"] for p in outcome.offending} >= {"null value", "withheld key present"}
 
 
 def test_withheld_absent_rejects_a_flag_column(protected):
-    policy, area = protected
+    ctx = protected
+    area = ctx.area
     _tamper(area, cells=_cells(area).assign(suppressed=False))
-    outcome = stages.check_withheld_absent(policy, area)
+    outcome = stages.check_withheld_absent(ctx)
     assert not outcome.passed and outcome.offending[0]["column"] == "suppressed"
 
 
 def test_withheld_absent_rejects_a_zero_standing_for_a_gap(protected):
-    policy, area = protected
+    ctx = protected
+    area = ctx.area
     _tamper(area, cells=pd.concat([_cells(area), _row(cell_id(CELL_B), 0)], ignore_index=True))
-    outcome = stages.check_withheld_absent(policy, area)
+    outcome = stages.check_withheld_absent(ctx)
     assert not outcome.passed
     assert "zero row that is not a structural zero" in {p["problem"] for p in outcome.offending}
 
 
 def test_withheld_absent_rejects_duplicated_keys(protected):
-    policy, area = protected
+    ctx = protected
+    area = ctx.area
     cells = _cells(area)
     _tamper(area, cells=pd.concat([cells, cells.head(1)], ignore_index=True))
-    outcome = stages.check_withheld_absent(policy, area)
+    outcome = stages.check_withheld_absent(ctx)
     assert not outcome.passed and outcome.offending[0]["problem"] == "duplicated key"
 
 
 def test_no_identifiers_rejects_an_identifier_column(protected):
-    policy, area = protected
+    ctx = protected
+    area = ctx.area
     _tamper(area, cells=_cells(area).assign(gender="f"))
-    outcome = stages.check_no_identifiers(policy, area)
+    outcome = stages.check_no_identifiers(ctx)
     assert not outcome.passed and outcome.offending[0] == {
         "file": "cells.parquet", "column": "gender", "problem": "protected input column"}
 
 
 def test_no_identifiers_rejects_a_unit_id_value(protected):
-    policy, area = protected
+    ctx = protected
+    area = ctx.area
     margins = _margins(area)
     margins.loc[0, "area_id"] = "lonely"  # the device id of the fixture's lonely device
     _tamper(area, margins=margins)
-    outcome = stages.check_no_identifiers(policy, area)
+    outcome = stages.check_no_identifiers(ctx)
     assert not outcome.passed and outcome.offending[0]["value"] == "lonely"
 
 
 def test_no_identifiers_rejects_a_raw_input_column(protected):
-    policy, area = protected
+    ctx = protected
+    area = ctx.area
     _tamper(area, margins=_margins(area).assign(lat=40.7))
-    outcome = stages.check_no_identifiers(policy, area)
+    outcome = stages.check_no_identifiers(ctx)
     assert not outcome.passed and outcome.offending[0]["problem"] == "raw input column"
 
 
 def test_suppression_budget_rejects_too_much_withheld(protected):
-    policy, area = protected
+    ctx = protected
+    policy = ctx.policy
     tight = policy.model_copy(update={"suppression": policy.suppression.model_copy(update={"budget": 0.15})})
     tight._path, tight._sha256 = policy._path, policy._sha256
     # withheld: B (2) + C (1) of 17 device counts = 17.6%
-    outcome = stages.check_suppression_budget(tight, area)
+    outcome = stages.check_suppression_budget(_with(ctx, tight))
     assert not outcome.passed and outcome.figures["unit_counts_withheld"] == 3
-    assert stages.check_suppression_budget(policy, area).passed
+    assert stages.check_suppression_budget(ctx).passed
 
 
 def test_candidate_changed_after_manifest_is_refused(protected):
-    policy, area = protected
+    ctx = protected
+    area = ctx.area
     _cells(area).head(1).to_parquet(area.candidate / "cells.parquet")  # no re-signed manifest
     with pytest.raises(stages.CandidateChanged):
-        stages.check_k_floor(policy, area)
+        stages.check_k_floor(ctx)
 
 
 def test_publish_refuses_a_failing_candidate(protected, tmp_path):
-    policy, area = protected
+    ctx = protected
+    policy, area = ctx.policy, ctx.area
     _tamper(area, cells=pd.concat([_cells(area), _row(cell_id(CELL_B), 2)], ignore_index=True))
     with pytest.raises(stages.GuaranteeFailed, match="k_floor"):
-        stages.run_publish(policy, PERIOD, area, tmp_path / "releases", Ledger(tmp_path / "ledger"))
+        stages.run_publish(ctx, tmp_path / "releases", Ledger(tmp_path / "ledger"))
     assert not (tmp_path / "releases" / policy.name / PERIOD.label).exists()
     assert not (tmp_path / "ledger" / "entries.jsonl").exists()  # nothing recorded either
 
@@ -210,11 +232,12 @@ def test_suppression_audit_rejects_primary_only_suppression(tmp_path, fixture_tr
     from spatial_release.suppression.rules import publishable
 
     policy = load_policy(write_policy(tmp_path, policy_dict(str(fixture_traces), k=4)))
-    area = stages.WorkArea.for_release(tmp_path / "work", policy, PERIOD)
-    stages.run_ingest(policy, PERIOD, area)
-    stages.run_counts(policy, area)
-    stages.run_protect(policy, PERIOD, area)
-    assert stages.check_suppression_audit(policy, area).passed  # the real suppressor protects A
+    ctx = stages.ReleaseContext(policy, PERIOD, tmp_path / "work")
+    area = ctx.area
+    stages.run_ingest(ctx)
+    stages.run_counts(ctx)
+    stages.run_protect(ctx)
+    assert stages.check_suppression_audit(ctx).passed  # the real suppressor protects A
     true_cells, true_margins = stages.read_true_counts(area)
     naive_cells = true_cells[publishable(true_cells["n"], policy.k)]  # primary suppression alone
     naive_margins = true_margins[publishable(true_margins["n"], policy.k)].reset_index(drop=True)
@@ -223,8 +246,8 @@ def test_suppression_audit_rejects_primary_only_suppression(tmp_path, fixture_tr
     leaky = pd.concat([leaky, _row(cell_id(CELL_E), 6)], ignore_index=True).drop_duplicates("cell_id")
     margins = naive_margins.rename(columns={"n": "n_devices"})
     _tamper(area, cells=leaky, margins=margins)
-    assert stages.check_k_floor(policy, area).passed  # every published figure is >= k...
-    outcome = stages.check_suppression_audit(policy, area)
+    assert stages.check_k_floor(ctx).passed  # every published figure is >= k...
+    outcome = stages.check_suppression_audit(ctx)
     assert not outcome.passed, outcome.summary  # ...and yet P1 - E shows A holds at most 3 < k
     assert {"level": "cell", "area_id": cell_id(CELL_A), "bucket_start": BUCKET.isoformat(),
             "failing": "upper"} in outcome.offending
@@ -236,20 +259,20 @@ def test_suppression_audit_rejects_primary_only_suppression(tmp_path, fixture_tr
 
 def test_suppression_audit_includes_earlier_releases_of_the_period(protected):
     """An earlier release of the same period that published C's value makes B recoverable now."""
-    policy, area = protected
-    assert stages.check_suppression_audit(policy, area).passed
+    ctx = protected
+    assert stages.check_suppression_audit(ctx).passed
     earlier_cells = pd.DataFrame({"cell_id": [cell_id(CELL_C)], "bucket_start": [BUCKET], "n_devices": [1]})
     earlier_margins = pd.DataFrame(columns=["level", "area_id", "bucket_start", "n_devices"])
-    outcome = stages.check_suppression_audit(policy, area, earlier=[(earlier_cells, earlier_margins)])
+    outcome = stages.check_suppression_audit(ctx, earlier=[(earlier_cells, earlier_margins)])
     assert not outcome.passed
     assert {o["area_id"] for o in outcome.offending if "area_id" in o} == {cell_id(CELL_B)}
 
 
 def test_suppression_audit_fails_when_releases_contradict_each_other(protected):
-    policy, area = protected
+    ctx = protected
     other = pd.DataFrame({"cell_id": [cell_id(CELL_D)], "bucket_start": [BUCKET], "n_devices": [4]})  # truly 5
     empty = pd.DataFrame(columns=["level", "area_id", "bucket_start", "n_devices"])
-    outcome = stages.check_suppression_audit(policy, area, earlier=[(other, empty)])
+    outcome = stages.check_suppression_audit(ctx, earlier=[(other, empty)])
     assert not outcome.passed and any("contradict" in o.get("error", "") for o in outcome.offending)
 
 
@@ -261,36 +284,37 @@ def _lake_policy(tmp_path, fixture_traces, listed: str):
     (tmp_path / "zeros.csv").write_text(f"cell_id\n{listed}\n")
     data = policy_dict(str(fixture_traces), suppression={"budget": 0.9, "zeros": "zeros.csv"})
     policy = load_policy(write_policy(tmp_path, data))
-    area = stages.WorkArea.for_release(tmp_path / "work", policy, PERIOD)
-    stages.run_ingest(policy, PERIOD, area)
-    stages.run_counts(policy, area)
-    stages.run_protect(policy, PERIOD, area)
-    return policy, area
+    ctx = stages.ReleaseContext(policy, PERIOD, tmp_path / "work")
+    stages.run_ingest(ctx)
+    stages.run_counts(ctx)
+    stages.run_protect(ctx)
+    return ctx
 
 
 def test_structural_zeros_hold_blocks_a_listed_zero_that_holds_units(tmp_path, fixture_traces):
     """The lonely device's cell C is listed as a structural zero: the list is wrong. The release is
     blocked naming the cell and bucket (never a unit), the audit sees the gap as >= 1, nothing is
     published and nothing is recorded."""
-    policy, area = _lake_policy(tmp_path, fixture_traces, cell_id(CELL_C))
-    outcome = stages.check_structural_zeros(policy, area)
+    ctx = _lake_policy(tmp_path, fixture_traces, cell_id(CELL_C))
+    policy = ctx.policy
+    outcome = stages.check_structural_zeros(ctx)
     assert not outcome.passed and outcome.name == "structural_zeros_hold"
     assert outcome.offending == [{"cell_id": cell_id(CELL_C), "bucket_start": BUCKET.isoformat()}]
     assert (f"{cell_id(CELL_C)} at {BUCKET.isoformat()} is listed as a structural zero but holds at least "
             "one unit; the zeros list is wrong" in outcome.summary)
     assert "lonely" not in repr(outcome)
-    audit = stages.check_suppression_audit(policy, area)
+    audit = stages.check_suppression_audit(ctx)
     assert not audit.passed
     # C is known to be >= 1 = its value (pinned from below), and B beside it is shown below k
     assert {(o.get("area_id"), o.get("failing")) for o in audit.offending} >= {(cell_id(CELL_C), "lower")}
     with pytest.raises(stages.GuaranteeFailed, match="structural_zeros_hold"):
-        stages.run_publish(policy, PERIOD, area, tmp_path / "releases", Ledger(tmp_path / "ledger"))
+        stages.run_publish(ctx, tmp_path / "releases", Ledger(tmp_path / "ledger"))
     assert not (tmp_path / "releases" / policy.name / PERIOD.label).exists()
     assert not (tmp_path / "ledger" / "entries.jsonl").exists()
 
 
 def test_structural_zeros_hold_passes_a_true_listed_zero(tmp_path, fixture_traces):
-    policy, area = _lake_policy(tmp_path, fixture_traces, cell_id((590_000, 4_508_000)))  # nobody there
-    outcome = stages.check_structural_zeros(policy, area)
+    ctx = _lake_policy(tmp_path, fixture_traces, cell_id((590_000, 4_508_000)))  # nobody there
+    outcome = stages.check_structural_zeros(ctx)
     assert outcome.passed and outcome.figures == {"listed_zero_cells": 1, "conflicts": 0}
-    assert all(o.passed for o in stages.run_guarantees(policy, area))
+    assert all(o.passed for o in stages.run_guarantees(ctx))

@@ -34,11 +34,12 @@ def two_quarter_policy(tmp_path: Path) -> Path:
 def prepare(tmp_path: Path, policy_path: Path, label: str) -> stages.WorkArea:
     """Every stage before publication, as the job runs them."""
     policy, period = load_policy(policy_path), Period.parse(label)
-    area = stages.WorkArea.for_release(tmp_path / "work", policy, period)
-    stages.run_ingest(policy, period, area, [policy_path.parent / f"traces-{label}.csv"])
-    stages.run_counts(policy, area)
-    stages.run_protect(policy, period, area)
-    stages.run_risk(policy, period, area, Ledger(tmp_path / "ledger", tmp_path / "releases"))
+    ctx = stages.ReleaseContext(policy, period, tmp_path / "work")
+    area = ctx.area
+    stages.run_ingest(ctx, [policy_path.parent / f"traces-{label}.csv"])
+    stages.run_counts(ctx)
+    stages.run_protect(ctx)
+    stages.run_risk(ctx, Ledger(tmp_path / "ledger", tmp_path / "releases"))
     return area
 
 
@@ -76,7 +77,8 @@ _PUBLISH_AND_DIE = textwrap.dedent("""
 
     policy_path, root, crash_at = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
     policy, period = load_policy(policy_path), Period.parse("2018-Q1")
-    area = stages.WorkArea.for_release(root / "work", policy, period)
+    ctx = stages.ReleaseContext(policy, period, root / "work")
+    area = ctx.area
     calls = [0]
 
     def dying(real):
@@ -88,7 +90,7 @@ _PUBLISH_AND_DIE = textwrap.dedent("""
         return step
 
     os.replace, os.rename = dying(os.replace), dying(os.rename)
-    stages.run_publish(policy, period, area, root / "releases", Ledger(root / "ledger"))
+    stages.run_publish(ctx, root / "releases", Ledger(root / "ledger"))
     print("completed after", calls[0], "renames")
 """)
 
@@ -120,12 +122,13 @@ def test_kill_9_at_every_step_of_a_publication_is_repaired_by_the_next_run(prepa
             break
         assert child.returncode == -9, child.stderr
         crashed += 1
-        area = stages.WorkArea.for_release(root / "work", policy, period)
+        ctx = stages.ReleaseContext(policy, period, root / "work")
+        area = ctx.area
         ledger = Ledger(root / "ledger", root / "releases")
-        target, record = stages.run_publish(policy, period, area, root / "releases", ledger)
+        target, record = stages.run_publish(ctx, root / "releases", ledger)
         [entry] = [e for e in read_ledger(root / "ledger") if e["kind"] == "release"]
-        assert record["ledger_entry"] == entry["hash"], crash_at
-        assert stages.verify_release_files(target)["files"] == entry["files"]
+        assert record.ledger_entry == entry["hash"], crash_at
+        assert stages.verify_release_files(target).files == entry["files"]
         check_releases(read_ledger(root / "ledger"), root / "releases")
         assert not list((root / "releases").rglob(".*.publishing")) and not list((root / "ledger").glob(".*.tmp"))
         crash_at += 1

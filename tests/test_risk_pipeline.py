@@ -64,11 +64,12 @@ def test_risk_gate_blocks_a_sparse_zone(tmp_path):
 def test_crash_between_ledger_and_rename_rolls_forward(tmp_path, monkeypatch, crash_at):
     policy_path = _policy(tmp_path)
     policy, period = load_policy(policy_path), Period.parse("2018-Q1")
-    area = stages.WorkArea.for_release(tmp_path / "work", policy, period)
+    ctx = stages.ReleaseContext(policy, period, tmp_path / "work")
+    area = ctx.area
     ledger = Ledger(tmp_path / "ledger")
-    stages.run_ingest(policy, period, area)
-    stages.run_counts(policy, area)
-    stages.run_protect(policy, period, area)
+    stages.run_ingest(ctx)
+    stages.run_counts(ctx)
+    stages.run_protect(ctx)
 
     def power_cut(*args, **kwargs):
         raise SystemExit("power cut")
@@ -79,17 +80,17 @@ def test_crash_between_ledger_and_rename_rolls_forward(tmp_path, monkeypatch, cr
     else:
         monkeypatch.setattr(release.os, "rename", power_cut)
     with pytest.raises(SystemExit):
-        stages.run_publish(policy, period, area, tmp_path / "releases", ledger)
+        stages.run_publish(ctx, tmp_path / "releases", ledger)
     monkeypatch.undo()
     target = tmp_path / "releases/fixture/2018-Q1"
     assert not target.exists() and release.staging_dir(target).exists()  # nothing visible: the old state
     assert len(read_ledger(tmp_path / "ledger")) == (0 if crash_at == "before_ledger" else 1)
     # the next attempt restarts (before) or finishes that publication (after), never recording it twice
-    target_path, record = stages.run_publish(policy, period, area, tmp_path / "releases", ledger)
+    target_path, record = stages.run_publish(ctx, tmp_path / "releases", ledger)
     [entry] = read_ledger(tmp_path / "ledger")
-    assert target_path == target and record["ledger_entry"] == entry["hash"]
+    assert target_path == target and record.ledger_entry == entry["hash"]
     assert len(read_ledger(tmp_path / "ledger")) == 1 and not release.staging_dir(target).exists()
-    assert stages.verify_release_files(target)["files"] == entry["files"]
+    assert stages.verify_release_files(target).files == entry["files"]
 
 
 def _sensor_context(tmp_path, policy, cursor=None):

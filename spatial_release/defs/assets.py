@@ -15,15 +15,15 @@ from spatial_release.defs.partitions import monthly, period_of, quarterly
 from spatial_release.defs.resources import CountingEngine, ReleaseSettings
 
 
-def k_anonymity_report(counts: dict, k: int) -> str:
+def k_anonymity_report(counts: stages.PublicCounts, k: int) -> str:
     """What the release shows, from its public counts only: figures about withheld cells (how many, how
     many units they hold) would be facts outside the audited system, so they stay in the work area."""
     rows = [
         ("k (inclusive: n >= k published)", k),
-        ("smallest published count", counts["smallest_published_count"]),
-        ("published cells (non-zero)", counts["published_cells"]),
-        ("structural zeros published", counts["structural_zero_cells_published"]),
-        ("margins published", counts["published_margins"]),
+        ("smallest published count", counts.smallest_published_count),
+        ("published cells (non-zero)", counts.published_cells),
+        ("structural zeros published", counts.structural_zero_cells_published),
+        ("margins published", counts.published_margins),
     ]
     return "| measure | value |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
 
@@ -32,16 +32,15 @@ def _figure(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def risk_report(risk: dict) -> str:
+def risk_report(risk: stages.RiskAssessment) -> str:
     """The gate's headline and the per-zone table, every figure labelled with its adversary."""
-    adversary = risk.get("adversary", "prosecutor")
-    head = (f"**{risk['status']}**: {risk['reason']}\n\nAdversary: **{adversary}** (panel: {risk.get('panel', '?')}); "
-            f"gated figure: {risk['measure']}. Worst zone `{risk['worst_zone']}` = {_figure(risk['release_figure'])}, "
-            f"pooled {_figure(risk['pooled'])}, cumulative {_figure(risk['cumulative'])}, "
-            f"headroom {_figure(risk['headroom'])}\n\n")
-    rows = [f"| {z['zone']} | {z['units']} | {_figure(z['prosecutor_mean'])} | {_figure(z['prosecutor_at_risk'], 3)} | "
-            f"{_figure(z['prosecutor_worst'])} | {_figure(z.get('journalist_mean'))} |"
-            for z in sorted(risk["zones"], key=lambda z: -z["prosecutor_mean"])[:30]]
+    head = (f"**{risk.status}**: {risk.reason}\n\nAdversary: **{risk.adversary}** (panel: {risk.panel}); "
+            f"gated figure: {risk.measure}. Worst zone `{risk.worst_zone}` = {_figure(risk.release_figure)}, "
+            f"pooled {_figure(risk.pooled)}, cumulative {_figure(risk.cumulative)}, "
+            f"headroom {_figure(risk.headroom)}\n\n")
+    rows = [f"| {z.zone} | {z.units} | {_figure(z.prosecutor_mean)} | {_figure(z.prosecutor_at_risk, 3)} | "
+            f"{_figure(z.prosecutor_worst)} | {_figure(z.journalist_mean)} |"
+            for z in sorted(risk.zones, key=lambda z: -z.prosecutor_mean)[:30]]
     return head + ("| zone | units | prosecutor mean | prosecutor at risk | prosecutor worst | journalist mean |\n"
                    "|---|---|---|---|---|---|\n") + "\n".join(rows)
 
@@ -64,19 +63,18 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
     group = "release" if prefix is None else f"release_{prefix}"
     key_prefix = [prefix] if prefix else None
 
-    def setup(context: dg.AssetExecutionContext, settings: ReleaseSettings):
-        policy = settings.load_policy()
-        period = period_of(context.partition_key, partitions_def)
-        policy.check_period(period)  # the monthly job refuses a quarterly policy, and vice versa
-        return policy, period, settings.work_area(policy, period)
+    def setup(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> stages.ReleaseContext:
+        """The step's release context; building it refuses a period of the other cadence (the monthly job
+        refuses a quarterly policy, and vice versa)."""
+        return settings.context(settings.load_policy(), period_of(context.partition_key, partitions_def))
 
-    def hold(context: dg.AssetExecutionContext, settings: ReleaseSettings, policy, period, area,
+    def hold(context: dg.AssetExecutionContext, settings: ReleaseSettings, ctx: stages.ReleaseContext,
              starts_run: bool = False, check_ledger: bool = True):
         """Hold the work area for this step (stages.work_area_step): a period the ledger records is refused
         before anything is written, and a step of a run that no longer owns the area stops."""
-        published = stages.Published(settings.ledger(), Path(settings.releases_dir)) if check_ledger else None
+        published = settings.published() if check_ledger else None
         run_id = context.run.root_run_id or context.run.run_id  # a re-execution keeps its first run's claim
-        return stages.work_area_step(policy, period, area, published, run_id, starts_run,
+        return stages.work_area_step(ctx, published, run_id, starts_run,
                                      lambda other: _run_is_live(context.instance, other))
 
     common = {"partitions_def": partitions_def, "group_name": group, "key_prefix": key_prefix}
@@ -84,19 +82,20 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
     @dg.asset(name="validated_pings", kinds={"duckdb"}, **common,
               description="Raw trace files mapped by the policy and validated; rejected pings are quarantined.")
     def validated_pings(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
-        policy, period, area = setup(context, settings)
-        context.log.info(f"ingesting {policy.name} {period.label} into {area.ingest}")
-        with hold(context, settings, policy, period, area, starts_run=True):
-            summary = stages.run_ingest(policy, period, area, settings.traces, progress=context.log.info)
-        context.log.info(f"{summary['pings_valid']} valid pings, {summary['pings_rejected']} quarantined")
+        ctx = setup(context, settings)
+        policy = ctx.policy
+        context.log.info(f"ingesting {policy.name} {ctx.period.label} into {ctx.area.ingest}")
+        with hold(context, settings, ctx, starts_run=True):
+            summary = stages.run_ingest(ctx, settings.traces, progress=context.log.info)
+        context.log.info(f"{summary.pings_valid} valid pings, {summary.pings_rejected} quarantined")
         return dg.MaterializeResult(metadata={
-            "dagster/row_count": summary["pings_valid"],
-            "rows_read": summary["rows_read"],
-            "pings_rejected": summary["pings_rejected"],
-            "rejected_share": summary["rejected_share"],
-            "rejected_by_reason": dg.MetadataValue.json(summary["rejected_by_reason"]),
-            "files": dg.MetadataValue.json(summary["files"]),
-            "quarantine": dg.MetadataValue.path(summary["quarantine"]),
+            "dagster/row_count": summary.pings_valid,
+            "rows_read": summary.rows_read,
+            "pings_rejected": summary.pings_rejected,
+            "rejected_share": summary.rejected_share,
+            "rejected_by_reason": dg.MetadataValue.json(summary.rejected_by_reason),
+            "files": dg.MetadataValue.json(summary.files),
+            "quarantine": dg.MetadataValue.path(summary.quarantine),
             "policy": f"{policy.name} v{policy.version}",
         })
 
@@ -104,75 +103,75 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
               description="Distinct units per (cell, bucket) and per margin, before any suppression (internal).")
     def cell_counts(context: dg.AssetExecutionContext, settings: ReleaseSettings,
                     counting: CountingEngine) -> dg.MaterializeResult:
-        policy, period, area = setup(context, settings)
-        with hold(context, settings, policy, period, area), counting.open(area) as engine:
-            summary = stages.run_counts(policy, area, period, engine, progress=context.log.info)
+        ctx = setup(context, settings)
+        with hold(context, settings, ctx), counting.open(ctx.area) as engine:
+            summary = stages.run_counts(ctx, engine, progress=context.log.info)
         # The number of groups and of units counted are facts about withheld cells (finding 12 of issue 9):
         # they stay in counts.json, in the owner-only work area, out of the event log and metadata.
-        context.log.info(f"counted; figures in {area.counts / 'counts.json'} (internal)")
+        summary_file = ctx.area.counts / stages.CountsSummary.FILE
+        context.log.info(f"counted; figures in {summary_file} (internal)")
         return dg.MaterializeResult(metadata={
-            "counts_summary": dg.MetadataValue.path(str(area.counts / "counts.json")),
-            "pings_outside_geometry": summary["pings_outside_geometry"],
-            "measure": policy.measure, "unit": policy.unit, "engine": summary["engine"],
-            "engine_settings": dg.MetadataValue.json(summary["engine_settings"]),
-            "unsure_coordinates": summary["unsure_coordinates"],
-            "assignment": dg.MetadataValue.json(summary["assignment"]),
-            "seconds": dg.MetadataValue.json(summary["seconds"]),
+            "counts_summary": dg.MetadataValue.path(str(summary_file)),
+            "pings_outside_geometry": summary.pings_outside_geometry,
+            "measure": ctx.policy.measure, "unit": ctx.policy.unit, "engine": summary.engine,
+            "engine_settings": dg.MetadataValue.json(summary.engine_settings),
+            "unsure_coordinates": summary.unsure_coordinates,
+            "assignment": dg.MetadataValue.json(summary.assignment),
+            "seconds": dg.MetadataValue.json(summary.seconds),
         })
 
     @dg.asset(name="protected_table", deps=[cell_counts], **common,
               description="The candidate release after primary and complementary suppression.")
     def protected_table(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
-        policy, period, area = setup(context, settings)
-        with hold(context, settings, policy, period, area):
-            summary = stages.run_protect(policy, period, area, progress=context.log.info)
-        counts = stages.public_counts(summary)
+        ctx = setup(context, settings)
+        policy = ctx.policy
+        with hold(context, settings, ctx):
+            counts = stages.run_protect(ctx, progress=context.log.info).public_counts()
         return dg.MaterializeResult(metadata={
-            "dagster/row_count": counts["published_cells"] + counts["structural_zero_cells_published"],
+            "dagster/row_count": counts.published_cells + counts.structural_zero_cells_published,
             "k_anonymity_report": dg.MetadataValue.md(k_anonymity_report(counts, policy.k)),
-            "smallest_published_count": counts["smallest_published_count"],
-            "internal_summary": dg.MetadataValue.path(str(area.candidate / "manifest.json")),
+            "smallest_published_count": counts.smallest_published_count,
+            "internal_summary": dg.MetadataValue.path(str(ctx.area.candidate / stages.ProtectionManifest.FILE)),
             "policy": f"{policy.name} v{policy.version}",
         })
 
     @dg.asset(name="risk_assessment", deps=[protected_table], **common,
               description="Per-zone re-identification risk of the candidate with the ledger's earlier releases.")
     def risk_assessment(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
-        policy, period, area = setup(context, settings)
-        with hold(context, settings, policy, period, area):
-            risk = stages.run_risk(policy, period, area, settings.ledger())
+        ctx = setup(context, settings)
+        with hold(context, settings, ctx):
+            risk = stages.run_risk(ctx, settings.ledger())
         return dg.MaterializeResult(metadata={
             "risk_report": dg.MetadataValue.md(risk_report(risk)),
-            "status": risk["status"], "worst_zone": str(risk["worst_zone"]),
-            "release_figure": risk["release_figure"], "pooled": risk["pooled"],
-            "cumulative": risk["cumulative"], "landscape_sha256": risk["landscape_sha256"],
+            "status": risk.status, "worst_zone": str(risk.worst_zone),
+            "release_figure": risk.release_figure, "pooled": risk.pooled,
+            "cumulative": risk.cumulative, "landscape_sha256": risk.landscape_sha256,
         })
 
     @dg.asset(name="published_release", deps=[protected_table, risk_assessment], **common,
               description="The published release folder (cells.parquet, margins.parquet, release.json) and "
                           "its ledger entry.")
     def published_release(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
-        policy, period, area = setup(context, settings)
+        ctx = setup(context, settings)
+        policy = ctx.policy
         try:
-            with hold(context, settings, policy, period, area, check_ledger=False):  # run_publish checks, locked
-                target, record = stages.run_publish(policy, period, area, Path(settings.releases_dir),
-                                                    settings.ledger())
+            with hold(context, settings, ctx, check_ledger=False):  # run_publish checks, locked
+                target, record = stages.run_publish(ctx, Path(settings.releases_dir), settings.ledger())
         except stages.GuaranteeFailed as failed:
             raise dg.Failure(description=str(failed), metadata={"offending": failed.outcome.offending},
                              allow_retries=False) from None
         except FileExistsError as exists:
             raise dg.Failure(description=str(exists), allow_retries=False) from None
-        counts = record["counts"]
         return dg.MaterializeResult(metadata={
-            "release_record": dg.MetadataValue.path(str(target / "release.json")),
+            "release_record": dg.MetadataValue.path(str(target / stages.ReleaseRecord.FILE)),
             "release_dir": dg.MetadataValue.path(str(target)),
-            "k_anonymity_report": dg.MetadataValue.md(k_anonymity_report(counts, policy.k)),
-            "published_cells": counts["published_cells"],
-            "smallest_published_count": counts["smallest_published_count"],
-            "risk_worst_zone": str(record["risk"]["worst_zone"]),
-            "risk_release_figure": record["risk"]["release_figure"],
-            "risk_cumulative": record["risk"]["cumulative"],
-            "ledger_entry": record["ledger_entry"],
+            "k_anonymity_report": dg.MetadataValue.md(k_anonymity_report(record.counts, policy.k)),
+            "published_cells": record.counts.published_cells,
+            "smallest_published_count": record.counts.smallest_published_count,
+            "risk_worst_zone": str(record.risk.worst_zone),
+            "risk_release_figure": record.risk.release_figure,
+            "risk_cumulative": record.risk.cumulative,
+            "ledger_entry": record.ledger_entry,
             "policy": f"{policy.name} v{policy.version}",
             "policy_sha256": policy.sha256,
         })

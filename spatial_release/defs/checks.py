@@ -30,41 +30,17 @@ def check_result(outcome: CheckOutcome, severity: dg.AssetCheckSeverity = dg.Ass
                                metadata=metadata)
 
 
-REVIEW_CHECK = "within_risk_budget"
-
-
-def latest_review(settings: ReleaseSettings, dataset: str) -> dict | None:
-    import json
-
-    reviews = sorted((Path(settings.work_dir) / dataset / "reviews").glob("review-*.json"))
-    return json.loads(reviews[-1].read_text()) if reviews else None
-
-
-def review_outcome(review: dict | None, period_label: str) -> CheckOutcome:
-    """Whether the latest risk review still finds this published release within its budget."""
-    if review is None:
-        return CheckOutcome(REVIEW_CHECK, True, "not reviewed yet: the release passed the risk gate when published")
-    breach = next((b for b in review["breaches"] if b["period"] == period_label), None)
-    if breach is None:
-        return CheckOutcome(REVIEW_CHECK, True, f"within budget under landscape {review['landscape_sha256'][:12]}")
-    return CheckOutcome(REVIEW_CHECK, False,
-                        f"over budget under landscape {review['landscape_sha256'][:12]}: zone {breach['worst_zone']} "
-                        f"at {breach['release_figure']}, cumulative {breach['cumulative']:.4f}; options: withdraw, "
-                        "re-publish coarser, or accept in review", [breach],
-                        {"release_figure": breach["release_figure"], "cumulative": breach["cumulative"]})
-
-
 def build_checks(partitions_def, validated_pings, cell_counts, protected_table, risk_assessment, published_release) -> list:
+    def release_context(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> stages.ReleaseContext:
+        return settings.context(settings.load_policy(), period_of(context.partition_key, partitions_def))
+
     def guarantee(name: str, run: Callable, description: str, reports_progress: bool = False
                   ) -> dg.AssetChecksDefinition:
         @dg.asset_check(asset=protected_table, name=name, blocking=True, partitions_def=partitions_def,
                         description=description)
         def _check(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
-            policy = settings.load_policy()
-            area = settings.work_area(policy, period_of(context.partition_key, partitions_def))
-            published = stages.Published(settings.ledger(), Path(settings.releases_dir))
             extra = {"progress": context.log.info} if reports_progress else {}
-            return check_result(run(policy, area, published=published, **extra))
+            return check_result(run(release_context(context, settings), published=settings.published(), **extra))
 
         return _check
 
@@ -72,9 +48,7 @@ def build_checks(partitions_def, validated_pings, cell_counts, protected_table, 
         @dg.asset_check(asset=asset, name=name, blocking=True, partitions_def=partitions_def,
                         description=description)
         def _check(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
-            policy = settings.load_policy()
-            return check_result(run(policy, settings.work_area(policy, period_of(context.partition_key,
-                                                                                   partitions_def))))
+            return check_result(run(release_context(context, settings)))
 
         return _check
 
@@ -90,21 +64,19 @@ def build_checks(partitions_def, validated_pings, cell_counts, protected_table, 
                     description="Worst-zone risk under the per-release ceiling and the cumulative figure under the "
                                 "programme ceiling; past warn_at it warns; a missing estimate blocks.")
     def risk_budget(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
-        policy = settings.load_policy()
-        area = settings.work_area(policy, period_of(context.partition_key, partitions_def))
-        outcome = stages.check_risk_budget(policy, area)
+        outcome = stages.check_risk_budget(release_context(context, settings))
         if outcome.figures["status"] == WARN:  # publishes, but the warning shows on the check
             return check_result(CheckOutcome(outcome.name, False, outcome.summary, outcome.offending,
                                              outcome.figures), dg.AssetCheckSeverity.WARN)
         return check_result(outcome)
 
-    @dg.asset_check(asset=published_release, name=REVIEW_CHECK, partitions_def=partitions_def,
+    @dg.asset_check(asset=published_release, name=stages.REVIEW_CHECK, partitions_def=partitions_def,
                     description="The latest risk review still finds this published release within its budget "
                                 "(the review job also reports this check for every release it re-assesses).")
     def within_risk_budget(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
-        policy = settings.load_policy()
-        period = period_of(context.partition_key, partitions_def)
-        return check_result(review_outcome(latest_review(settings, policy.name), period.label))
+        ctx = release_context(context, settings)
+        review = stages.latest_review(Path(settings.work_dir), ctx.policy.name)
+        return check_result(stages.review_outcome(review, ctx.period.label))
 
     return [
         within_risk_budget,

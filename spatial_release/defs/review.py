@@ -13,65 +13,50 @@ import dagster as dg
 
 from spatial_release import stages
 from spatial_release.alerts import write_alert
-from spatial_release.defs.checks import REVIEW_CHECK, check_result, review_outcome
-from spatial_release.period import Period
+from spatial_release.defs.checks import check_result
 from spatial_release.defs.resources import ReleaseSettings
-from spatial_release.fileio import write_json_atomic
-from spatial_release.guarantees import CheckOutcome
+from spatial_release.period import Period
+from spatial_release.policy import Policy
 from spatial_release.risk.landscape import landscape_hash
 
 
 @dg.asset(group_name="review", description="Every published release re-assessed under the current landscape.")
 def risk_review(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
     policy = settings.load_policy()
-    ledger = settings.ledger()
-    pruned = stages.prune_per_unit_artefacts(policy, ledger, Path(settings.work_dir))  # the policy's retention
-    review = stages.review_programme(policy, ledger, Path(settings.work_dir))
-    folder = Path(settings.work_dir) / policy.name / "reviews"
-    entry = ledger.append({"kind": "review", "dataset": policy.name, "landscape_sha256": review["landscape_sha256"],
-                           "cumulative": review["cumulative"], "releases": len(review["releases"]),
-                           "breaches": [b["period"] for b in review["breaches"]]})
-    write_json_atomic(folder / f"review-{entry['seq']:06d}.json", {**review, "ledger_entry": entry["hash"]})
-    alerts = [str(write_alert(Path(settings.alerts_dir), {"kind": "risk_breach", "dataset": policy.name, **breach}))
-              for breach in review["breaches"]]
+    done = stages.run_review(policy, settings.ledger(), Path(settings.work_dir), Path(settings.alerts_dir))
+    review = done.review
     report_release_checks(context, policy, review)
-    for breach in review["breaches"]:
-        context.log.warning(f"{policy.name} {breach['period']} is over its risk budget: zone "
-                            f"{breach['worst_zone']} at {breach['release_figure']}, cumulative {breach['cumulative']}")
+    for breach in review.breaches:
+        row = breach.release
+        context.log.warning(f"{policy.name} {row.period} is over its risk budget: zone "
+                            f"{row.worst_zone} at {row.release_figure}, cumulative {row.cumulative}")
     return dg.MaterializeResult(metadata={
-        "releases_reviewed": len(review["releases"]), "cumulative": review["cumulative"],
-        "breaches": dg.MetadataValue.json(review["breaches"]), "alerts": dg.MetadataValue.json(alerts),
-        "review": dg.MetadataValue.json(review["releases"]), "ledger_entry": entry["hash"],
-        "per_unit_data_pruned": dg.MetadataValue.json(pruned),
+        "releases_reviewed": len(review.releases), "cumulative": review.cumulative,
+        "breaches": dg.MetadataValue.json([b.to_json() for b in review.breaches]),
+        "alerts": dg.MetadataValue.json(done.alerts),
+        "review": dg.MetadataValue.json([r.to_json() for r in review.releases]), "ledger_entry": review.ledger_entry,
+        "per_unit_data_pruned": dg.MetadataValue.json(done.pruned),
     })
 
 
-def report_release_checks(context: dg.AssetExecutionContext, policy, review: dict) -> None:
+def report_release_checks(context: dg.AssetExecutionContext, policy: Policy, review: stages.Review) -> None:
     """Record the review's verdict as the `within_risk_budget` check of each published release's
     partition, so a release that is now over budget shows failed on that release in the UI."""
     key = dg.AssetKey(["monthly", "published_release"] if policy.period == "month" else ["published_release"])
-    for row in (r for r in review["releases"] if r["dataset"] == policy.name):  # not other programmes' releases
-        outcome = review_outcome(review, row["period"])
+    for row in (r for r in review.releases if r.dataset == policy.name):  # not other programmes' releases
+        outcome = stages.review_outcome(review, row.period)
         context.log_event(dg.AssetCheckEvaluation(
-            asset_key=key, check_name=REVIEW_CHECK, passed=outcome.passed, description=outcome.summary,
-            partition=Period.parse(row["period"]).partition_key, severity=dg.AssetCheckSeverity.ERROR,
-            metadata={"cumulative": row["cumulative"], "release_figure": row["release_figure"],
-                      "landscape_sha256": review["landscape_sha256"]}))
+            asset_key=key, check_name=stages.REVIEW_CHECK, passed=outcome.passed, description=outcome.summary,
+            partition=Period.parse(row.period).partition_key, severity=dg.AssetCheckSeverity.ERROR,
+            metadata={"cumulative": row.cumulative, "release_figure": row.release_figure,
+                      "landscape_sha256": review.landscape_sha256}))
 
 
 @dg.asset_check(asset=risk_review, name="published_within_budget",
                 description="Every published release is still under its ceilings under the current landscape.")
 def published_within_budget(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
-    policy = settings.load_policy()
-    folder = Path(settings.work_dir) / policy.name / "reviews"
-    latest = sorted(folder.glob("review-*.json"))[-1]
-    review = json.loads(latest.read_text())
-    breaches = review["breaches"]
-    summary = (f"all {len(review['releases'])} published releases within budget (cumulative "
-               f"{review['cumulative']:.4f})" if not breaches else
-               f"{len(breaches)} published release(s) now over budget: {[b['period'] for b in breaches]}")
-    return check_result(CheckOutcome("published_within_budget", not breaches, summary, breaches,
-                                     {"cumulative": review["cumulative"]}))
+    review = stages.latest_review(Path(settings.work_dir), settings.load_policy().name)
+    return check_result(stages.programme_outcome(review))
 
 
 risk_review_job = dg.define_asset_job("risk_review_job", selection=dg.AssetSelection.assets(risk_review),

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from spatial_release.errors import UserError
 from spatial_release.risk.estimator import RiskParams
+from spatial_release.risk.figures import Adversary
 
 
 class LandscapeError(UserError, ValueError):
@@ -39,7 +40,7 @@ class Landscape(BaseModel):
         description="who is in the data: 'whole' when every unit an outsider could target is in it (a bike "
                     "operator's whole fleet), 'sample' when the data holds a share of a public population "
                     "(a telco's subscribers among residents)")
-    adversary: Literal["prosecutor", "journalist"]
+    adversary: Adversary
     population: PopulationSource | None = None
 
     @model_validator(mode="after")
@@ -47,13 +48,13 @@ class Landscape(BaseModel):
         # The adversary is not a free choice: it follows from who is in the panel. When the panel is the
         # whole population, the outsider knows the target is in the data (prosecutor); a journalist figure
         # would divide the risk by a census crowd the target does not hide in.
-        if self.panel == "whole" and self.adversary != "prosecutor":
+        if self.panel == "whole" and self.adversary is not Adversary.PROSECUTOR:
             raise ValueError("panel 'whole' (every unit is in the data) needs adversary 'prosecutor': the "
                              "outsider knows the target is in the data")
-        if self.panel == "sample" and self.adversary != "journalist":
+        if self.panel == "sample" and self.adversary is not Adversary.JOURNALIST:
             raise ValueError("panel 'sample' needs adversary 'journalist', with the public population the "
                              "panel is drawn from")
-        if self.adversary == "journalist" and self.population is None:
+        if self.adversary is Adversary.JOURNALIST and self.population is None:
             raise ValueError("adversary 'journalist' needs 'population' (the public crowd the panel is drawn from)")
         return self
 

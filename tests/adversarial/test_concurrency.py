@@ -33,25 +33,27 @@ _PUBLISHER = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
     from spatial_release import stages
+    from spatial_release.stages import publish as publish_stage
     from spatial_release.ledger import Ledger
     from spatial_release.period import Period
     from spatial_release.policy import load_policy
 
     policy_path, label, root, start = sys.argv[1], sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4])
     policy, period = load_policy(policy_path), Period.parse(label)
-    area = stages.WorkArea.for_release(root / "work", policy, period)
-    publish = stages.publish
+    ctx = stages.ReleaseContext(policy, period, root / "work")
+    area = ctx.area
+    publish = publish_stage.publish
 
     def slow_publish(*args, **kwargs):  # widen the window between reading the ledger and appending to it
         time.sleep(2)
         return publish(*args, **kwargs)
 
-    stages.publish = slow_publish
+    publish_stage.publish = slow_publish
     while not start.exists():  # both processes are imported and ready: go at once
         time.sleep(0.005)
     try:
-        target, record = stages.run_publish(policy, period, area, root / "releases", Ledger(root / "ledger"))
-        print(json.dumps({"published": str(target), "cumulative": record["risk"]["cumulative"]}))
+        target, record = stages.run_publish(ctx, root / "releases", Ledger(root / "ledger"))
+        print(json.dumps({"published": str(target), "cumulative": record.risk.cumulative}))
     except Exception as exc:
         print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
 """)
@@ -88,7 +90,7 @@ def test_two_publications_of_one_period_at_once_record_it_once(tmp_path):
     assert refused["error"] == "AlreadyPublished" and "2018-Q1" in refused["message"]
     [entry] = release_entries(tmp_path)
     record = stages.verify_release_files(tmp_path / "releases/fixture/2018-Q1")
-    assert record["ledger_entry"] == entry["hash"]
+    assert record.ledger_entry == entry["hash"]
 
 
 def test_two_periods_at_once_assess_risk_with_each_other(tmp_path):
@@ -157,23 +159,24 @@ def test_two_command_line_runs_of_one_period_at_once(tmp_path):
 def test_a_step_of_a_run_that_lost_the_work_area_stops(tmp_path):
     policy_path = two_quarter_policy(tmp_path)
     policy, period = load_policy(policy_path), Period.parse("2018-Q1")
-    area = stages.WorkArea.for_release(tmp_path / "work", policy, period)
-    with stages.work_area_step(policy, period, area, None, "run-a", starts_run=True):
+    ctx = stages.ReleaseContext(policy, period, tmp_path / "work")
+    area = ctx.area
+    with stages.work_area_step(ctx, None, "run-a", starts_run=True):
         pass
-    with stages.work_area_step(policy, period, area, None, "run-a", starts_run=False):
+    with stages.work_area_step(ctx, None, "run-a", starts_run=False):
         pass  # the owner's own later step
-    with stages.work_area_step(policy, period, area, None, "run-b", starts_run=True):
+    with stages.work_area_step(ctx, None, "run-b", starts_run=True):
         pass  # a new run takes over an owner not known to be live (it may have crashed)
     with pytest.raises(stages.WorkAreaBusy, match="belongs to run run-b"):
-        with stages.work_area_step(policy, period, area, None, "run-a", starts_run=False):
+        with stages.work_area_step(ctx, None, "run-a", starts_run=False):
             pass
     with pytest.raises(stages.WorkAreaBusy, match="still running"):
-        with stages.work_area_step(policy, period, area, None, "run-c", starts_run=True,
+        with stages.work_area_step(ctx, None, "run-c", starts_run=True,
                                    run_is_live=lambda run_id: True):
             pass
     # a killed step's temporary in a step folder is removed by the next step that holds the area
     leftover = area.ingest / ".pings.parquet.0123456789abcdef0123456789abcdef.tmp"
     leftover.parent.mkdir(parents=True, exist_ok=True)
     leftover.write_bytes(b"x" * 1000)
-    with stages.work_area_step(policy, period, area, None, "run-b", starts_run=False):
+    with stages.work_area_step(ctx, None, "run-b", starts_run=False):
         assert not leftover.exists()

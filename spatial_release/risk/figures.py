@@ -1,0 +1,42 @@
+"""Which figure the gate reads: the adversary (fixed by who is in the panel) picks the per-zone figure, and
+the release figure is the worst zone's (never a mean over zones; the pooled figure is reported only).
+
+The prosecutor knows the target is in the data: its figure is the mean 1/n (El Emam's prosecutor risk).
+The journalist does not: its figure scales 1/n by the panel's share of the zone's public population.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from spatial_release.risk.estimator import RiskReport, ZoneRisk
+
+
+class Adversary(StrEnum):
+    PROSECUTOR = "prosecutor"
+    JOURNALIST = "journalist"
+
+    @property
+    def zone_field(self) -> str:
+        """The ZoneRisk attribute that holds this adversary's figure."""
+        return "journalist" if self is Adversary.JOURNALIST else "mean"
+
+    @property
+    def measure(self) -> str:
+        """The name of the gated figure, as release records and reports label it."""
+        return f"{self.value}_mean"
+
+
+def release_figure(report: RiskReport, adversary: Adversary) -> tuple[ZoneRisk | None, float | None]:
+    """The worst zone for the adversary and its figure (None, None when no zone has a figure)."""
+    worst = report.worst_zone(adversary.zone_field)
+    return worst, (getattr(worst, adversary.zone_field) if worst else None)
+
+
+def pooled_figure(report: RiskReport, adversary: Adversary) -> float | None:
+    """The unit-weighted mean of the adversary's zone figures: reported beside the release figure, never
+    gated on (a mean over zones hides the worst one)."""
+    scored = [z for z in report.zones if getattr(z, adversary.zone_field) is not None]
+    if not scored:
+        return None
+    return sum(z.units * getattr(z, adversary.zone_field) for z in scored) / sum(z.units for z in scored)

@@ -1,0 +1,51 @@
+"""The release pipeline's stages as plain functions over a release context, callable from a notebook.
+
+Each stage reads the previous stage's files from the work area and writes its own, with a typed summary
+(`stages.results`) serialised as JSON, so the stages can run as separate Dagster steps (or processes) and be
+re-run one at a time. Every stage takes a `ReleaseContext` (policy, period, work area and what follows from
+them, loaded once):
+
+    ctx = ReleaseContext(load_policy("policies/demo.yaml"), Period.parse("2018-Q1"), Path("work"))
+    run_ingest(ctx); run_counts(ctx); run_protect(ctx); run_risk(ctx, ledger)
+    run_guarantees(ctx); run_publish(ctx, Path("releases"), ledger)
+"""
+
+from spatial_release.stages.checks import (
+    GUARANTEES, INPUT_CHECKS, CandidateChanged, GuaranteeFailed, ReleaseTampered, check_k_floor,
+    check_no_identifiers, check_outside_share, check_rejected_share, check_risk_budget, check_structural_zeros,
+    check_suppression_audit, check_suppression_budget, check_withheld_absent, related_releases, run_guarantees,
+    verify_release_files,
+)
+from spatial_release.stages.context import (
+    PER_UNIT_ARTEFACTS, Published, ReleaseContext, WorkArea, ZoneLayers, release_structure, structural_zeros,
+)
+from spatial_release.stages.count import (
+    count_validated_pings, measure_coverage, read_counts_summary, read_true_counts, run_counts, zoning_plans,
+)
+from spatial_release.stages.ingest import read_ingest_summary, run_ingest, synthetic_traces
+from spatial_release.stages.lock import AlreadyPublished, WorkAreaBusy, refuse_if_published, work_area_step
+from spatial_release.stages.protect import read_manifest, run_protect
+from spatial_release.stages.publish import run_publish
+from spatial_release.stages.results import (
+    IngestSummary, CountsSummary, ProtectionManifest, ProtectionSummary, PublicCounts, ReleaseRecord, Review,
+    RiskAssessment,
+)
+from spatial_release.stages.review import (
+    REVIEW_CHECK, ReviewRun, latest_review, programme_outcome, prune_per_unit_artefacts, review_outcome,
+    review_programme, run_review,
+)
+from spatial_release.stages.risk import assess_risk, key_set_path, read_risk, run_risk
+
+__all__ = [
+    "AlreadyPublished", "CandidateChanged", "CountsSummary", "GUARANTEES", "GuaranteeFailed", "INPUT_CHECKS",
+    "IngestSummary", "PER_UNIT_ARTEFACTS", "ProtectionManifest", "ProtectionSummary", "PublicCounts", "Published",
+    "REVIEW_CHECK", "ReleaseContext", "ReleaseRecord", "ReleaseTampered", "Review", "ReviewRun", "RiskAssessment",
+    "WorkArea", "WorkAreaBusy", "ZoneLayers", "assess_risk", "check_k_floor", "check_no_identifiers",
+    "check_outside_share", "check_rejected_share", "check_risk_budget", "check_structural_zeros",
+    "check_suppression_audit", "check_suppression_budget", "check_withheld_absent", "count_validated_pings",
+    "key_set_path", "latest_review", "measure_coverage", "programme_outcome", "prune_per_unit_artefacts",
+    "read_counts_summary", "read_ingest_summary", "read_manifest", "read_risk", "read_true_counts",
+    "refuse_if_published", "related_releases", "release_structure", "review_outcome", "review_programme",
+    "run_counts", "run_guarantees", "run_ingest", "run_protect", "run_publish", "run_review", "run_risk",
+    "structural_zeros", "synthetic_traces", "verify_release_files", "work_area_step", "zoning_plans",
+]

@@ -1,0 +1,221 @@
+"""The guarantees and input checks over a work area: each reads the candidate files (verified against the
+manifest) and the true counts, and re-derives its verdict with `spatial_release.guarantees`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from spatial_release import guarantees
+from spatial_release.errors import Blocked
+from spatial_release.fileio import atomic_path, sha256_file, write_json_atomic
+from spatial_release.period import Period
+from spatial_release.policy import Policy
+from spatial_release.progress import Progress, silent
+from spatial_release.release import read_tables
+from spatial_release.stages.context import Published, ReleaseContext, WorkArea
+from spatial_release.stages.count import measure_coverage, read_true_counts, sql_path
+from spatial_release.risk import BLOCK
+from spatial_release.stages.results import (
+    AuditVerdict, IngestSummary, ProtectionManifest, ReleaseRecord, RiskAssessment,
+)
+from spatial_release.suppression.release_system import audit_published
+
+CheckOutcome = guarantees.CheckOutcome
+
+
+class CandidateChanged(Blocked, RuntimeError):
+    """The candidate files differ from the ones that were checked; nothing is published."""
+
+
+class ReleaseTampered(Blocked, RuntimeError):
+    """A release file does not match the hash its release.json records."""
+
+
+class GuaranteeFailed(Blocked, RuntimeError):
+    """A guarantee or the risk gate failed when publication re-evaluated it; `outcome` names the offending rows."""
+
+    def __init__(self, outcome: CheckOutcome):
+        super().__init__(f"{outcome.name} failed: {outcome.summary}")
+        self.outcome = outcome
+
+
+def verify_release_files(folder: Path) -> ReleaseRecord:
+    """The record of a published release folder, after checking each file against the hash it records."""
+    record = ReleaseRecord.read(folder)
+    for name, digest in record.files.items():
+        if sha256_file(folder / name) != digest:
+            raise ReleaseTampered(f"{folder / name}: sha256 differs from release.json; the file was altered")
+    return record
+
+
+def _release_frames(area: WorkArea) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The candidate tables, after checking them against the manifest written with them."""
+    for name, digest in ProtectionManifest.read(area.candidate).sha256.items():
+        if sha256_file(area.candidate / name) != digest:
+            raise CandidateChanged(f"{area.candidate / name} changed after it was written; re-run the release")
+    tables = read_tables(area.candidate)
+    return tables.cells, tables.margins
+
+
+def check_rejected_share(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:
+    summary = IngestSummary.read(ctx.area.ingest)
+    problem = summary.rejected_share_problem
+    return CheckOutcome(
+        "rejected_share", problem is None,
+        problem or f"{summary.pings_rejected} of {summary.pings_read} pings quarantined",
+        figures={"rejected_share": round(summary.rejected_share, 6), "limit": summary.max_rejected_share,
+                 "rejected_by_reason": summary.rejected_by_reason})
+
+
+def check_outside_share(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:
+    """Blocks a release whose valid pings fall outside the geometry beyond the policy's ceiling: a month of
+    swapped coordinates would otherwise go missing from the release without a word."""
+    measured = measure_coverage(ctx)
+    problem = measured.problem()
+    text = problem or (f"{measured.pings_outside:,} of {measured.pings_valid:,} valid pings "
+                       f"({measured.share:.2%}) outside the geometry, within the limit of {measured.limit:.2%}")
+    return CheckOutcome("outside_share", problem is None, text,
+                        figures={"outside_share": round(measured.share, 6), "limit": measured.limit,
+                                 "pings_outside": measured.pings_outside})
+
+
+def check_k_floor(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:
+    cells, margins = _release_frames(ctx.area)
+    true_cells, true_margins = read_true_counts(ctx.area)
+    return guarantees.check_k_floor(cells, margins, true_cells, true_margins, ctx.policy.k, ctx.zeros,
+                                    ctx.policy.count_column)
+
+
+def check_structural_zeros(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:
+    true_cells, _ = read_true_counts(ctx.area)
+    return guarantees.check_structural_zeros(true_cells, ctx.zeros)
+
+
+def check_withheld_absent(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:
+    cells, margins = _release_frames(ctx.area)
+    true_cells, true_margins = read_true_counts(ctx.area)
+    return guarantees.check_withheld_absent(cells, margins, true_cells, true_margins, ctx.policy.k, ctx.zeros,
+                                            ctx.policy.count_column)
+
+
+def distinct_units(pings: Path) -> list[str]:
+    """Every unit id as text, read by DuckDB so that hundreds of millions of pings never sit in pandas."""
+    con = duckdb.connect()
+    try:
+        rows = con.execute(f"SELECT DISTINCT CAST(unit AS VARCHAR) FROM read_parquet('{sql_path(pings)}')").fetchall()
+    finally:
+        con.close()
+    return [r[0] for r in rows]
+
+
+def check_no_identifiers(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:
+    """No input column that identifies (or is a quasi-identifier) in the release files or as a key of the
+    release record, and no unit id value in the files."""
+    policy, area = ctx.policy, ctx.area
+    cells, margins = _release_frames(area)
+    ingest = IngestSummary.read(area.ingest)
+    record_keys = ReleaseRecord.key_names(policy, list(ingest.rejected_by_reason),
+                                          list(ProtectionManifest.read(area.candidate).sha256))
+    return guarantees.check_no_identifiers(
+        {"cells.parquet": cells, "margins.parquet": margins}, record_keys, policy.source.protected_columns(),
+        ingest.input_columns, distinct_units(area.ingest / "pings.parquet"), policy.count_column)
+
+
+def related_releases(policy: Policy, period: Period, published: Published) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
+    """Published (cells, margins) of the datasets in `suppression.audit_with` whose periods overlap this one."""
+    frames = []
+    for dataset in policy.suppression.audit_with:
+        for entry in published.ledger.releases(dataset):
+            other = Period.parse(entry["period"])
+            if other.start < period.end and period.start < other.end:
+                folder = published.releases_root / dataset / entry["period"]
+                verify_release_files(folder)
+                tables = read_tables(folder)
+                count_column = next(c for c in tables.margins.columns if c.startswith("n_"))
+                if count_column != policy.count_column:
+                    raise ValueError(f"{folder}: counts {count_column}, this policy counts {policy.count_column}")
+                frames.append((tables.cells, tables.margins))
+    return frames
+
+
+def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
+                            earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = (),
+                            release: Path | None = None, published: Published | None = None,
+                            progress: Progress = silent) -> CheckOutcome:
+    """The attacker LP over the candidate files (or a published release folder): withheld figures are
+    those absent from the files, and from the overlapping releases of the datasets in
+    `suppression.audit_with` when `published` says where they are. Writes the per-primary intervals to
+    the work area (internal only)."""
+    policy, area = ctx.policy, ctx.area
+    if policy.suppression.audit_with:
+        if published is None:
+            raise ValueError(f"{policy.path}: suppression.audit_with needs the published releases and ledger")
+        earlier = [*earlier, *related_releases(policy, ctx.period, published)]
+    if release is None:
+        cells, margins = _release_frames(area)
+    else:
+        verify_release_files(release)
+        tables = read_tables(release)
+        cells, margins = tables.cells, tables.margins
+    true_cells, true_margins = read_true_counts(area)
+    spec = ctx.disclosure if options is None else replace(ctx.disclosure, solver_options=options)
+    result, table = audit_published(true_cells, true_margins, cells, margins, spec, earlier, progress)
+    intervals = pd.DataFrame([{**table.key(i.node), "value": i.value, "attacker_lo": i.lo, "attacker_up": i.up,
+                               "passed": i.passed, "integer_solve": i.exact_integer} for i in result.intervals])
+    with atomic_path(area.root / "audit_intervals.internal.parquet") as tmp:
+        intervals.to_parquet(tmp, index=False)
+    # Offending rows name the cell and what fails; the true value and the attacker's interval are
+    # per-unit facts that stay in the internal intervals file (never in a log or Dagster metadata).
+    offending = [{**table.key(i.node), "failing": i.failing} for i in result.failures()[:20]]
+    offending += [{"error": e} for e in result.errors[:20]]
+    summary = result.summary()
+    write_json_atomic(area.root / "audit.internal.json", summary)
+    text = ("every withheld primary is protected" if result.passed else
+            f"{summary['failures']} primaries recoverable or shown below k, {len(result.errors)} audit errors; "
+            f"first: {offending[0] if offending else None}; intervals in {area.root / 'audit_intervals.internal.parquet'}")
+    verdict = AuditVerdict(summary["passed"], summary["criterion"], summary["solver"])
+    return CheckOutcome("suppression_audit", result.passed, text, offending, verdict.to_json())
+
+
+def check_suppression_budget(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:
+    """Re-derives the withheld share from the true counts and the published keys."""
+    budget = ctx.policy.suppression.budget
+    cells, _ = _release_frames(ctx.area)
+    true_cells, _ = read_true_counts(ctx.area)
+    shown = pd.MultiIndex.from_frame(cells[["cell_id", "bucket_start"]])
+    withheld = ~pd.MultiIndex.from_frame(true_cells[["cell_id", "bucket_start"]]).isin(shown)
+    outcome = guarantees.check_suppression_budget(int(true_cells.loc[withheld, "n"].sum()),
+                                                  int(true_cells["n"].sum()), budget)
+    if not outcome.passed:
+        return outcome  # nothing is published, so the figures may explain the block
+    # With the published cells, the withheld share would give the withheld total: keep it internal.
+    return CheckOutcome(outcome.name, True, f"the unit counts in withheld cells are within the budget of "
+                                            f"{budget:.0%} (figures in the work area)", figures={"budget": budget})
+
+
+GUARANTEES = (check_k_floor, check_structural_zeros, check_withheld_absent, check_no_identifiers,
+              check_suppression_audit, check_suppression_budget)
+
+# The input checks block before counting and protection in the asset graph; publication re-evaluates them.
+INPUT_CHECKS = (check_rejected_share, check_outside_share)
+
+
+def run_guarantees(ctx: ReleaseContext, published: Published | None = None) -> list[CheckOutcome]:
+    """Every input check and publication guarantee; `published` (ignored by the checks that look only at
+    the candidate) lets the audit see related datasets' releases."""
+    return [check(ctx, published=published) for check in (*INPUT_CHECKS, *GUARANTEES)]
+
+
+def check_risk_budget(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:
+    """The gate's decision of the risk stage: a block fails; the worst zone's figures are the offending row."""
+    risk = RiskAssessment.read(ctx.area.risk)
+    figures = {"status": risk.status, "worst_zone": risk.worst_zone, "release_figure": risk.release_figure,
+               "pooled": risk.pooled, "cumulative": risk.cumulative, "headroom": risk.headroom,
+               "measure": risk.measure, "adversary": risk.adversary}
+    return CheckOutcome("risk_budget", risk.status != BLOCK, risk.reason,
+                        [z.to_json() for z in risk.worst_zone_figures()], figures)

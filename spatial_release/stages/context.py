@@ -1,0 +1,213 @@
+"""What every stage of one release works on: the policy, the period, the work area and what follows from
+them (the zone layers, the validated structural zeros, the period's buckets, the release structure),
+loaded once and handed to each stage instead of being re-derived from folder names or re-read per call.
+
+A Dagster run may execute each step in its own process, so each step builds its own context; within a step
+(and within the whole publication) every input is loaded at most once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Callable, TypeVar
+
+from spatial_release.counting import period_buckets
+from spatial_release.fileio import restrict_umask
+from spatial_release.geometry import Locator, ZoneLayer, make_locator
+from spatial_release.geometry.grid import CELL_ID
+from spatial_release.geometry.locate import make_linked_locators
+from spatial_release.geometry.zeros import ZerosFileError, read_structural_zeros
+from spatial_release.ledger import Ledger
+from spatial_release.period import Period
+from spatial_release.policy import Policy
+from spatial_release.stages.results import CountsSummary
+from spatial_release.levels import LEAF, TOTAL, linked_total
+from spatial_release.suppression.release_system import DisclosureSpec, Structure
+from spatial_release.suppression.table import grid_chain, zones_chain
+
+T = TypeVar("T")
+
+# Relative to a work area: per-unit data, deleted when the release's retention ends.
+PER_UNIT_ARTEFACTS = ("traces", "ingest/pings.parquet", "ingest/quarantine.parquet", "ingest/spill",
+                      "counts/membership.internal.parquet", "counts/outside.parquet", "counts/spill",
+                      "risk/unit_keys.internal.parquet", "audit_intervals.internal.parquet")
+
+
+@dataclass(frozen=True)
+class WorkArea:
+    """Internal artefacts of one (dataset, period); never published."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        restrict_umask()  # whatever the caller did to the umask since import: owner-only from creation
+
+    @classmethod
+    def for_release(cls, work_root: Path, policy: Policy, period: Period) -> "WorkArea":
+        return cls(work_root / policy.name / period.label)
+
+    def per_unit_artefacts(self) -> list[Path]:
+        """Every file or folder of the work area that holds per-unit data (ids, raw rows, memberships, key
+        sets, pings) or the audit's per-cell intervals. Aggregates (true counts, candidate, summaries) stay
+        for `spatial-release audit`."""
+        return [self.root / name for name in PER_UNIT_ARTEFACTS]
+
+    @property
+    def traces(self) -> Path:
+        return self.root / "traces"
+
+    @property
+    def ingest(self) -> Path:
+        return self.root / "ingest"
+
+    @property
+    def counts(self) -> Path:
+        return self.root / "counts"
+
+    @property
+    def candidate(self) -> Path:
+        return self.root / "candidate"
+
+    @property
+    def risk(self) -> Path:
+        return self.root / "risk"
+
+    @property
+    def unit_keys(self) -> Path:
+        """The release's per-unit key sets (internal): read by later releases' risk and by reviews."""
+        return self.risk / "unit_keys.internal.parquet"
+
+    @property
+    def lock(self) -> Path:
+        return self.root.parent / f".{self.root.name}.lock"
+
+
+@dataclass(frozen=True)
+class Published:
+    """Where the programme's published releases and their ledger are, for checks that look beyond the
+    candidate."""
+
+    ledger: Ledger
+    releases_root: Path
+
+
+def structural_zeros(policy: Policy, locator: Locator | None = None) -> frozenset[str]:
+    """The policy's structural-zero cells, each checked to be a cell of the main geometry (`locator`, the
+    main geometry's layer, is loaded when not given)."""
+    if not policy.suppression.zeros:
+        return frozenset()
+    path = policy.resolve(policy.suppression.zeros)
+    zeros = read_structural_zeros(path)
+    geometry = policy.geometry
+    if geometry.kind == "grid":
+        unknown = sorted(z for z in zeros if not z.startswith(f"{geometry.size_m}mE") or not CELL_ID.match(z))
+    else:
+        layer = locator if locator is not None else make_locator(policy)
+        unknown = sorted(zeros - set(layer.parent_table()["cell_id"]))
+    if unknown:
+        raise ZerosFileError(f"{path}: {len(unknown)} listed cell(s) are not cells of the policy's geometry, "
+                             f"e.g. {unknown[:3]}")
+    return zeros
+
+
+class ZoneLayers:
+    """The policy's main geometry and its linked zonings as locators, each read from its file on first use."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self._main: Locator | None = None
+        self._linked: dict[str, ZoneLayer] | None = None
+
+    @property
+    def main(self) -> Locator:
+        if self._main is None:
+            self._main = make_locator(self.policy)
+        return self._main
+
+    @property
+    def linked(self) -> dict[str, ZoneLayer]:
+        """One zone layer per linked zoning, by name, in the policy's order."""
+        if self._linked is None:
+            self._linked = make_linked_locators(self.policy)
+        return self._linked
+
+
+def release_structure(policy: Policy, layers: ZoneLayers, linked_covers_main: dict[str, bool]) -> Structure:
+    """The structure an outsider knows: every zoning's hierarchy (from the full zone lists, not only the
+    observed zones) and, where a linked zoning covers every counted ping, the identity of its bucket total
+    with the main total."""
+    geometry = policy.geometry
+    if geometry.kind == "grid":
+        chains = [grid_chain(geometry.size_m, geometry.parents_m, geometry.level_names())]
+    else:
+        chains = [zones_chain(LEAF, layers.main.parent_table(), geometry.level_names())]
+    identities = []
+    for spec, layer in zip(geometry.linked, layers.linked.values()):
+        chains.append(zones_chain(spec.name, layer.parent_table(), [p.level for p in spec.parents],
+                                  linked_total(spec.name)))
+        if linked_covers_main[spec.name]:
+            identities.append((TOTAL, linked_total(spec.name)))
+    return Structure(tuple(chains), tuple(identities))
+
+
+@dataclass(frozen=True)
+class ReleaseContext:
+    """One release (policy, period) and its work area under `work_root`. Costly inputs load lazily, once.
+
+    Building one refuses a period of the other cadence (Policy.check_period), so no stage of a monthly job
+    ever runs a quarterly policy."""
+
+    policy: Policy
+    period: Period
+    work_root: Path
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.policy.check_period(self.period)
+
+    def _once(self, name: str, load: Callable[[], T]) -> T:
+        if name not in self._cache:
+            self._cache[name] = load()
+        return self._cache[name]
+
+    @property
+    def area(self) -> WorkArea:
+        return self._once("area", lambda: WorkArea.for_release(self.work_root, self.policy, self.period))
+
+    def area_of(self, period_label: str) -> WorkArea:
+        """The work area of another period of the same dataset (an earlier release's key sets)."""
+        return WorkArea(self.work_root / self.policy.name / period_label)
+
+    @property
+    def layers(self) -> ZoneLayers:
+        return self._once("layers", lambda: ZoneLayers(self.policy))
+
+    @property
+    def locator(self) -> Locator:
+        return self.layers.main
+
+    @property
+    def zeros(self) -> frozenset[str]:
+        """The validated structural zeros (a list naming a cell outside the geometry is refused)."""
+        return self._once("zeros", lambda: structural_zeros(self.policy, self.layers.main))
+
+    @property
+    def buckets(self) -> list[datetime]:
+        """Every bucket start (UTC) that overlaps the period."""
+        return self._once("buckets", lambda: period_buckets(self.policy, self.period))
+
+    @property
+    def structure(self) -> Structure:
+        """The release structure (known once the counts say which linked zonings cover every ping)."""
+        return self._once("structure", lambda: release_structure(
+            self.policy, self.layers, CountsSummary.read(self.area.counts).linked_covers_main))
+
+    @property
+    def disclosure(self) -> DisclosureSpec:
+        """What the release must guarantee apart from the counts (structure, k, measure, zeros, buckets,
+        count column): the one spec that protection and the suppression audit share."""
+        policy = self.policy
+        return self._once("disclosure", lambda: DisclosureSpec(
+            self.structure, policy.k, policy.measure, self.zeros, tuple(self.buckets), policy.count_column))

@@ -1,0 +1,70 @@
+"""The publication stage: the checked candidate, its record and its ledger entry, all or nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spatial_release import guarantees
+from spatial_release.ledger import Ledger, check_releases, find_release
+from spatial_release.release import publish, recover_interrupted, release_dir
+from spatial_release.risk import BLOCK
+from spatial_release.stages.checks import GuaranteeFailed, run_guarantees
+from spatial_release.stages.context import Published, ReleaseContext
+from spatial_release.stages.lock import AlreadyPublished
+from spatial_release.stages.results import (
+    AuditVerdict, CountsSummary, IngestSummary, ProtectionManifest, ReleaseInputs, ReleaseRecord, RiskRecord,
+)
+from spatial_release.stages.risk import assess_risk
+
+
+def draft_record(ctx: ReleaseContext, checks: dict[str, str], audit: AuditVerdict, risk: RiskRecord
+                 ) -> ReleaseRecord:
+    """The release record of the candidate, before publication gives it its file hashes and ledger entry."""
+    area = ctx.area
+    manifest = ProtectionManifest.read(area.candidate)
+    inputs = ReleaseInputs.of(IngestSummary.read(area.ingest), CountsSummary.read(area.counts))
+    return ReleaseRecord.build(ctx.policy, ctx.period, manifest.summary.public_counts(), inputs, manifest.sha256,
+                               manifest.summary.crs, checks, audit, risk)
+
+
+def run_publish(ctx: ReleaseContext, releases_root: Path, ledger: Ledger) -> tuple[Path, ReleaseRecord]:
+    """Publish the candidate with its ledger entry. The guarantees and the risk gate are evaluated again
+    here, so a release can never be written by a run that skipped the blocking checks (Dagster blocks
+    only within one run).
+
+    One ledger lock spans the "already published?" test, the cross-check of releases/ with the ledger,
+    the guarantees (the audit reads related datasets' releases from the ledger), the risk assessment that
+    reads the earlier releases, and the append: two releases at once are serialised, and the second one's
+    cumulative risk includes the first. Interrupted publications are rolled forward or back first."""
+    policy, period = ctx.policy, ctx.period
+    ledger = ledger.with_releases(releases_root)
+    target = release_dir(releases_root, policy, period)
+    with ledger.locked():
+        entries = ledger.read()
+        finished = recover_interrupted(releases_root, entries)
+        if find_release(entries, policy.name, period.label) is not None:
+            if target in finished:  # a crash after the ledger append, before the rename: now finished
+                return target, ReleaseRecord.read(target)
+            raise AlreadyPublished(f"the ledger already records {policy.name} {period.label} ({target}); "
+                                   "releases are immutable")
+        check_releases(entries, releases_root)
+        outcomes = run_guarantees(ctx, Published(ledger, releases_root))
+        for outcome in outcomes:
+            if not outcome.passed:
+                raise GuaranteeFailed(outcome)
+        risk = assess_risk(ctx, ledger)
+        if risk.status == BLOCK:
+            raise GuaranteeFailed(guarantees.CheckOutcome("risk_budget", False, risk.reason))
+        audit = AuditVerdict.from_json(next(o.figures for o in outcomes if o.name == "suppression_audit"))
+        record = draft_record(ctx, {o.name: "passed" for o in outcomes}, audit, risk.record())
+
+        def register(full_record: dict) -> str:
+            entry = ledger.append({
+                "kind": "release", "dataset": policy.name, "period": period.label,
+                "policy": record.policy.to_json(), "files": ReleaseRecord.from_json(full_record).files,
+                "risk": risk.record().to_json(), "population": policy.population_key,
+            })
+            return entry["hash"]
+
+        publish(ctx.area.candidate, target, record.to_json(), register)
+    return target, ReleaseRecord.read(target)

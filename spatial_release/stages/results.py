@@ -1,0 +1,392 @@
+"""What each stage hands the next, typed: the ingest summary (ingest/ingest.json), the counts summary
+(counts/counts.json), the protection manifest (candidate/manifest.json), the risk assessment
+(risk/risk.json), the review (reviews/review-NNNNNN.json) and the release record (release.json).
+
+JSON on disk is their serialisation, not their API: `to_json()` gives the file's content (the same keys as
+before these types existed; files are written with sorted keys) and `from_json()` reads it back. Nothing
+outside this module reads a stage's JSON by key.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, ClassVar
+
+from spatial_release import __version__
+from spatial_release.fileio import write_json_atomic
+from spatial_release.period import Period
+from spatial_release.policy import Policy
+
+
+class _Record:
+    """A flat record: its JSON is its fields, in order; reading takes the fields the file has (a file written
+    before a field existed gets the field's default)."""
+
+    FILE: ClassVar[str] = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]):
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+    def write(self, folder: Path) -> None:
+        self.write_to(folder / self.FILE)
+
+    def write_to(self, path: Path) -> None:
+        write_json_atomic(path, self.to_json())
+
+    @classmethod
+    def read(cls, folder: Path):
+        return cls.read_from(folder / cls.FILE)
+
+    @classmethod
+    def read_from(cls, path: Path):
+        return cls.from_json(json.loads(path.read_text()))
+
+
+@dataclass(frozen=True)
+class IngestSummary(_Record):
+    FILE: ClassVar[str] = "ingest.json"
+    files: list[str]
+    input_columns: list[str]
+    rows_read: int
+    pings_read: int
+    pings_valid: int
+    pings_rejected: int
+    rejected_share: float
+    rejected_by_reason: dict[str, int]
+    max_rejected_share: float
+    rejected_share_problem: str | None
+    quarantine: str
+    valid_by_file: dict[str, int] | None = None  # absent from summaries written before it was recorded
+
+    def pings_per_file(self) -> dict[str, int]:
+        """Valid pings per input file name (one entry for all files where the ingest did not record it)."""
+        if self.valid_by_file is not None:
+            return self.valid_by_file
+        return {" + ".join(Path(f).name for f in self.files): self.pings_valid}
+
+
+@dataclass(frozen=True)
+class CountsSummary(_Record):
+    """Internal: the number of groups and of units counted are facts about withheld cells."""
+
+    FILE: ClassVar[str] = "counts.json"
+    engine: str
+    engine_settings: dict[str, Any]
+    pings_located: int
+    pings_outside_geometry: int
+    outside_file: str
+    groups: int
+    units: int
+    unit_buckets: int
+    linked_covers_main: dict[str, bool]
+    unsure_coordinates: int
+    assignment: dict[str, str]
+    seconds: dict[str, float]
+
+
+@dataclass(frozen=True)
+class PublicCounts(_Record):
+    """The figures of the protection summary that the published tables themselves show. Every other figure
+    (groups, primaries, secondaries, withheld units and their share, the smallest count before suppression,
+    withheld margins, units counted) is a fact about withheld cells that the attacker-LP audit never saw, so
+    it stays in the internal manifest and never reaches release.json or Dagster metadata."""
+
+    published_cells: int
+    published_margins: int
+    smallest_published_count: int | None
+    structural_zero_cells_published: int
+
+
+@dataclass(frozen=True)
+class ProtectionSummary(_Record):
+    """Internal figures of the protection (in the work area's manifest; printed to the operator only)."""
+
+    groups: int
+    smallest_count_before: int | None
+    smallest_published_count: int | None
+    published_cells: int
+    structural_zero_cells_published: int
+    structural_zero_conflicts: int
+    primary_cells: int
+    secondary_cells: int
+    published_margins: int
+    withheld_margins: int
+    unit_counts_withheld: int
+    unit_counts_total: int
+    share_withheld: float
+    by_level: dict[str, dict[str, int]]  # level -> primary, secondary, units_withheld
+    suppression: dict[str, Any]  # sweep and repair secondaries, repair rounds, the audit's internal summary
+    crs: str
+
+    def public_counts(self) -> PublicCounts:
+        return PublicCounts(**{f.name: getattr(self, f.name) for f in fields(PublicCounts)})
+
+
+@dataclass(frozen=True)
+class ProtectionManifest(_Record):
+    """The candidate's internal summary and the sha256 of each candidate file the checks read."""
+
+    FILE: ClassVar[str] = "manifest.json"
+    summary: ProtectionSummary
+    sha256: dict[str, str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"summary": self.summary.to_json(), "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ProtectionManifest":
+        return cls(ProtectionSummary.from_json(data["summary"]), data["sha256"])
+
+
+@dataclass(frozen=True)
+class AuditVerdict(_Record):
+    """The audit figures that may be published: the verdict and how it was reached. Counts of primaries,
+    components and the smallest margin are facts about withheld figures, kept in audit.internal.json."""
+
+    passed: bool
+    criterion: str
+    solver: str
+
+
+@dataclass(frozen=True)
+class ZoneFigures(_Record):
+    """One risk zone's figures, each labelled with the adversary it belongs to."""
+
+    zone: str
+    units: int
+    prosecutor_mean: float
+    prosecutor_at_risk: float
+    prosecutor_worst: float
+    journalist_mean: float | None
+    panel_share: float | None
+
+
+@dataclass(frozen=True)
+class RiskRecord(_Record):
+    """The risk figures a release record and its ledger entry carry."""
+
+    status: str
+    reason: str
+    worst_zone: str | None
+    release_figure: float | None
+    pooled: float | None
+    cumulative: float | None
+    headroom: float | None
+    measure: str
+    adversary: str
+    landscape_sha256: str
+    points: int
+    window_periods: list[str]
+
+
+@dataclass(frozen=True)
+class RiskAssessment(RiskRecord):
+    """Per-zone risk of the candidate with the earlier releases of its window, and the gate's decision: the
+    release's risk record plus what the work area keeps (earlier figures, the panel, the zones)."""
+
+    FILE: ClassVar[str] = "risk.json"
+    previous: list[float]
+    panel: str
+    landscape_version: int
+    units: int
+    keys: int
+    zones: list[ZoneFigures]
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {**super().to_json(), "zones": [z.to_json() for z in self.zones]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "RiskAssessment":
+        return cls(**{**{f.name: data[f.name] for f in fields(cls)},
+                      "zones": [ZoneFigures.from_json(z) for z in data["zones"]]})
+
+    def record(self) -> RiskRecord:
+        return RiskRecord(**{f.name: getattr(self, f.name) for f in fields(RiskRecord)})
+
+    def worst_zone_figures(self) -> list[ZoneFigures]:
+        return [z for z in self.zones if z.zone == self.worst_zone]
+
+
+@dataclass(frozen=True)
+class PolicyRef(_Record):
+    name: str
+    version: int
+    sha256: str
+
+    @classmethod
+    def of(cls, policy: Policy) -> "PolicyRef":
+        return cls(policy.name, policy.version, policy.sha256)
+
+
+@dataclass(frozen=True)
+class ReleaseInputs(_Record):
+    """What went in: input files (names only), rows and pings read, quarantined and outside the geometry."""
+
+    files: list[str]
+    rows_read: int
+    pings_read: int
+    pings_rejected: int
+    rejected_by_reason: dict[str, int]
+    pings_outside_geometry: int
+
+    @classmethod
+    def of(cls, ingest: IngestSummary, counts: CountsSummary) -> "ReleaseInputs":
+        return cls([Path(f).name for f in ingest.files], ingest.rows_read, ingest.pings_read,
+                   ingest.pings_rejected, ingest.rejected_by_reason, counts.pings_outside_geometry)
+
+
+K_BOUNDARY = "inclusive: a count n is published only if n >= k"
+BUCKET_START = "UTC instant of the bucket's start in the policy's time zone"
+COMPLEMENTARY = ("applied on the full linear system of the release (every level of every zoning and the bucket "
+                 "totals): constraint sweep, then attacker-LP audit and repair")
+
+
+@dataclass(frozen=True)
+class ReleaseRecord(_Record):
+    """release.json: what a release is, how it was protected and checked, and its ledger entry."""
+
+    FILE: ClassVar[str] = "release.json"
+    dataset: str
+    period: str
+    policy: PolicyRef
+    k: int
+    k_boundary: str
+    unit: str
+    count_column: str
+    measure: str
+    geometry: dict[str, Any]  # the policy's geometry spec and the cells' CRS
+    time: dict[str, Any]  # the policy's time spec
+    bucket_start: str
+    counts: PublicCounts
+    complementary_suppression: str
+    audit: AuditVerdict | None
+    risk: RiskRecord | None
+    ledger_entry: str | None
+    input: ReleaseInputs
+    checks: dict[str, str]
+    software: dict[str, str]
+    published_at: str
+    files: dict[str, str]
+
+    NESTED: ClassVar[dict[str, type]] = {"policy": PolicyRef, "counts": PublicCounts, "audit": AuditVerdict,
+                                         "risk": RiskRecord, "input": ReleaseInputs}
+
+    @classmethod
+    def build(cls, policy: Policy, period: Period, counts: PublicCounts, inputs: ReleaseInputs,
+              files: dict[str, str], crs: str, checks: dict[str, str], audit: AuditVerdict | None = None,
+              risk: RiskRecord | None = None) -> "ReleaseRecord":
+        return cls(policy.name, period.label, PolicyRef.of(policy), policy.k, K_BOUNDARY, policy.unit,
+                   policy.count_column, policy.measure, {**policy.geometry.model_dump(exclude={"path"}), "crs": crs},
+                   policy.time.model_dump(), BUCKET_START, counts, COMPLEMENTARY, audit, risk, None, inputs, checks,
+                   {"spatial_release": __version__}, datetime.now(timezone.utc).isoformat(), files)
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        for name in self.NESTED:
+            value = getattr(self, name)
+            out[name] = None if value is None else value.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ReleaseRecord":
+        values = {f.name: data[f.name] for f in fields(cls)}
+        for name, kind in cls.NESTED.items():
+            values[name] = None if data[name] is None else kind.from_json(data[name])
+        return cls(**values)
+
+    @classmethod
+    def key_names(cls, policy: Policy, rejected_reasons: list[str], files: list[str]) -> set[str]:
+        """Every key a release record of `policy` carries, at any depth, from the record's types and the
+        policy's specs: the identifiers check compares them with the input's columns."""
+        keys = {f.name for f in fields(cls)} | {f.name for kind in cls.NESTED.values() for f in fields(kind)}
+        specs = [policy.geometry.model_dump(exclude={"path"}), policy.time.model_dump()]
+        return keys | {"crs", "spatial_release"} | set(rejected_reasons) | set(files) | \
+            {k for spec in specs for k in _keys(spec)}
+
+
+def _keys(value: object) -> set[str]:
+    if isinstance(value, dict):
+        return set(value) | {k for v in value.values() for k in _keys(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in _keys(v)}
+    return set()
+
+
+@dataclass(frozen=True)
+class ReviewedRelease(_Record):
+    """One published release in a review: re-assessed from its key sets, or (another programme of the same
+    population, or past retention) counted with its published figure."""
+
+    dataset: str
+    period: str
+    ledger_seq: int
+    re_assessed: bool
+    release_figure: float | None
+    cumulative: float
+    worst_zone: str | None = None  # re-assessed only
+    published_figure: float | None = None  # re-assessed only
+    pooled: float | None = None  # re-assessed only
+
+    RE_ASSESSED_ONLY: ClassVar[tuple[str, ...]] = ("worst_zone", "published_figure", "pooled")
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        return out if self.re_assessed else {k: v for k, v in out.items() if k not in self.RE_ASSESSED_ONLY}
+
+
+@dataclass(frozen=True)
+class Breach(_Record):
+    """A published release now over the per-release ceiling, or pushing the cumulative figure over the
+    programme ceiling."""
+
+    release: ReviewedRelease
+    per_release_ceiling: float
+    cumulative_ceiling: float
+    zone_figures: list[ZoneFigures]
+
+    @property
+    def period(self) -> str:
+        return self.release.period
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.release.to_json(), "per_release_ceiling": self.per_release_ceiling,
+                "cumulative_ceiling": self.cumulative_ceiling, "zone_figures": [z.to_json() for z in self.zone_figures]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Breach":
+        return cls(ReviewedRelease.from_json(data), data["per_release_ceiling"], data["cumulative_ceiling"],
+                   [ZoneFigures.from_json(z) for z in data["zone_figures"]])
+
+
+@dataclass(frozen=True)
+class Review(_Record):
+    """Every published release of a population re-assessed under the current landscape."""
+
+    dataset: str
+    landscape_sha256: str
+    releases: list[ReviewedRelease]
+    cumulative: float
+    breaches: list[Breach]
+    ledger_entry: str | None = field(default=None)  # set once the review is recorded in the ledger
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"dataset": self.dataset, "landscape_sha256": self.landscape_sha256,
+               "releases": [r.to_json() for r in self.releases], "cumulative": self.cumulative,
+               "breaches": [b.to_json() for b in self.breaches]}
+        return out if self.ledger_entry is None else {**out, "ledger_entry": self.ledger_entry}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Review":
+        return cls(data["dataset"], data["landscape_sha256"], [ReviewedRelease.from_json(r) for r in data["releases"]],
+                   data["cumulative"], [Breach.from_json(b) for b in data["breaches"]], data.get("ledger_entry"))
+
+    def breach_of(self, period_label: str) -> Breach | None:
+        return next((b for b in self.breaches if b.period == period_label), None)

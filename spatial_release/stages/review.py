@@ -1,0 +1,157 @@
+"""The risk review: every published release re-assessed under the current landscape, recorded in the
+ledger and the work folder, with an alert per breach; and the retention of per-unit data.
+
+The review's files are `<work>/<dataset>/reviews/review-<ledger seq>.json`; the latest one says whether a
+published release is still within its budget (`review_outcome`).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from spatial_release.alerts import write_alert
+from spatial_release.guarantees import CheckOutcome
+from spatial_release.ledger import Ledger
+from spatial_release.period import Period
+from spatial_release.policy import Policy
+from spatial_release.risk import cumulative_risk
+from spatial_release.risk.landscape import load_landscape
+from spatial_release.stages.context import ReleaseContext, WorkArea
+from spatial_release.stages.results import Breach, Review, ReviewedRelease
+from spatial_release.stages.risk import assess_risk, expired, population_releases
+
+REVIEW_CHECK = "within_risk_budget"
+
+
+def _remove(path: Path) -> bool:
+    if path.is_dir():
+        shutil.rmtree(path)
+        return True
+    if path.exists():
+        path.unlink()
+        return True
+    return False
+
+
+def prune_per_unit_artefacts(policy: Policy, ledger: Ledger, work_root: Path, now: datetime | None = None
+                             ) -> list[str]:
+    """Delete every per-unit artefact (WorkArea.per_unit_artefacts) of the releases older than the policy's
+    `risk.key_retention_days`; returns their periods. Such releases keep counting in the cumulative figure
+    (from the ledger) but no longer in the per-unit window of later estimates."""
+    now = now or datetime.now(timezone.utc)
+    pruned = []
+    for entry in ledger.releases(policy.name):
+        if not expired(policy, entry, now):
+            continue
+        area = WorkArea.for_release(work_root, policy, Period.parse(entry["period"]))
+        removed = [_remove(path) for path in area.per_unit_artefacts()]
+        if any(removed):
+            pruned.append(entry["period"])
+    return pruned
+
+
+def _as_published(entry: dict, figures: list[float]) -> ReviewedRelease:
+    """A release counted with its published figure (another programme's, or past its retention)."""
+    figures.append(entry["risk"]["release_figure"])
+    return ReviewedRelease(entry["dataset"], entry["period"], entry["seq"], False, entry["risk"]["release_figure"],
+                           cumulative_risk(figures))
+
+
+def review_programme(policy: Policy, ledger: Ledger, work_root: Path) -> Review:
+    """Re-assess every published release of the dataset, in ledger order, under the current landscape.
+
+    Release i is assessed with its own key sets and those of the releases before it in the window, as
+    when it was published; the cumulative figure is recomputed from the new figures. A release now over the
+    per-release ceiling, or that pushes the cumulative figure over the programme ceiling, is a breach."""
+    releases = population_releases(policy, ledger)
+    reviewed: list[ReviewedRelease] = []
+    figures: list[float] = []
+    breaches: list[Breach] = []
+    for i, entry in enumerate(releases):
+        if entry["dataset"] != policy.name:
+            # another programme over the same units: its published figure spends this budget too
+            reviewed.append(_as_published(entry, figures))
+            continue
+        ctx = ReleaseContext(policy, Period.parse(entry["period"]), work_root)
+        if not ctx.area.unit_keys.exists():
+            if not expired(policy, entry, datetime.now(timezone.utc)):
+                raise FileNotFoundError(f"{ctx.area.unit_keys}: key sets of {entry['period']} are missing within "
+                                        "their retention; cannot review it")
+            reviewed.append(_as_published(entry, figures))  # past retention: the published figure stands
+            continue
+        window = releases[:i][-policy.risk.window:] if policy.risk.window else releases[:i]
+        risk = assess_risk(ctx, ledger, pd.read_parquet(ctx.area.unit_keys), window)
+        figure = risk.release_figure
+        figures.append(figure if figure is not None else float("nan"))
+        cumulative = cumulative_risk(figures)
+        row = ReviewedRelease(policy.name, entry["period"], entry["seq"], True, figure, cumulative, risk.worst_zone,
+                              entry["risk"]["release_figure"], risk.pooled)
+        reviewed.append(row)
+        if figure is None or figure > policy.risk.per_release_ceiling or cumulative > policy.risk.cumulative_ceiling:
+            breaches.append(Breach(row, policy.risk.per_release_ceiling, policy.risk.cumulative_ceiling,
+                                   risk.worst_zone_figures()))
+    landscape_sha = load_landscape(policy.resolve(policy.risk.landscape))[1]
+    return Review(policy.name, landscape_sha, reviewed, cumulative_risk(figures) if figures else 0.0, breaches)
+
+
+def reviews_folder(work_root: Path, dataset: str) -> Path:
+    return work_root / dataset / "reviews"
+
+
+@dataclass(frozen=True)
+class ReviewRun:
+    """A recorded review: the review (with its ledger entry), the alerts it wrote and the periods pruned."""
+
+    review: Review
+    alerts: list[str]
+    pruned: list[str]
+
+
+def run_review(policy: Policy, ledger: Ledger, work_root: Path, alerts_dir: Path) -> ReviewRun:
+    """Apply the retention, review the programme, record the review in the ledger and the work folder, and
+    write an alert per breach."""
+    pruned = prune_per_unit_artefacts(policy, ledger, work_root)
+    review = review_programme(policy, ledger, work_root)
+    entry = ledger.append({"kind": "review", "dataset": policy.name, "landscape_sha256": review.landscape_sha256,
+                           "cumulative": review.cumulative, "releases": len(review.releases),
+                           "breaches": [b.period for b in review.breaches]})
+    review = replace(review, ledger_entry=entry["hash"])
+    review.write_to(reviews_folder(work_root, policy.name) / f"review-{entry['seq']:06d}.json")
+    alerts = [str(write_alert(alerts_dir, {"kind": "risk_breach", "dataset": policy.name, **breach.to_json()}))
+              for breach in review.breaches]
+    return ReviewRun(review, alerts, pruned)
+
+
+def latest_review(work_root: Path, dataset: str) -> Review | None:
+    reviews = sorted(reviews_folder(work_root, dataset).glob("review-*.json"))
+    return Review.read_from(reviews[-1]) if reviews else None
+
+
+def review_outcome(review: Review | None, period_label: str) -> CheckOutcome:
+    """Whether the latest risk review still finds this published release within its budget."""
+    if review is None:
+        return CheckOutcome(REVIEW_CHECK, True, "not reviewed yet: the release passed the risk gate when published")
+    breach = review.breach_of(period_label)
+    if breach is None:
+        return CheckOutcome(REVIEW_CHECK, True, f"within budget under landscape {review.landscape_sha256[:12]}")
+    row = breach.release
+    return CheckOutcome(REVIEW_CHECK, False,
+                        f"over budget under landscape {review.landscape_sha256[:12]}: zone {row.worst_zone} "
+                        f"at {row.release_figure}, cumulative {row.cumulative:.4f}; options: withdraw, "
+                        "re-publish coarser, or accept in review", [breach.to_json()],
+                        {"release_figure": row.release_figure, "cumulative": row.cumulative})
+
+
+def programme_outcome(review: Review) -> CheckOutcome:
+    """Whether every published release of the review is still within its budget."""
+    breaches = review.breaches
+    summary = (f"all {len(review.releases)} published releases within budget (cumulative "
+               f"{review.cumulative:.4f})" if not breaches else
+               f"{len(breaches)} published release(s) now over budget: {[b.period for b in breaches]}")
+    return CheckOutcome("published_within_budget", not breaches, summary, [b.to_json() for b in breaches],
+                        {"cumulative": review.cumulative})

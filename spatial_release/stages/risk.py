@@ -1,0 +1,166 @@
+"""The risk stage: the per-unit key sets of the candidate, the per-zone risk of this release with the
+earlier releases of its window, and the gate's decision (risk/risk.json)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from spatial_release.fileio import atomic_path
+from spatial_release.levels import LEAF
+from spatial_release.ledger import Ledger
+from spatial_release.period import Period
+from spatial_release.policy import Policy
+from spatial_release.risk import Adversary, decide, estimate_risk, pooled_figure, release_figure
+from spatial_release.risk.landscape import Landscape, load_landscape
+from spatial_release.stages.context import ReleaseContext, WorkArea, ZoneLayers
+from spatial_release.stages.results import RiskAssessment, ZoneFigures
+
+# Column names that say which adversary each per-zone figure belongs to.
+ZONE_LABELS = {"mean": "prosecutor_mean", "at_risk": "prosecutor_at_risk", "worst": "prosecutor_worst",
+               "journalist": "journalist_mean"}
+
+
+def released_keys(area: WorkArea) -> pd.DataFrame:
+    """unit, key for every published (cell, bucket) each unit was counted in (set semantics)."""
+    membership = pd.read_parquet(area.counts / "membership.internal.parquet")
+    cells = pd.read_parquet(area.candidate / "cells.parquet", columns=["cell_id", "bucket_start"])
+    keys = membership.merge(cells, on=["cell_id", "bucket_start"])
+    keys["key"] = keys["cell_id"] + "@" + keys["bucket_start"].dt.strftime("%Y-%m-%dT%H:%MZ")
+    return keys[["unit", "key", "cell_id"]].drop_duplicates(["unit", "key"])
+
+
+def _risk_zone_of(ctx: ReleaseContext, cells: pd.Series) -> pd.Series:
+    level = ctx.policy.risk.zones
+    if level == LEAF:
+        return pd.Series(cells.to_numpy(), index=cells.to_numpy())
+    hierarchy = ctx.locator.hierarchy(cells.drop_duplicates())
+    mapping = dict(zip(hierarchy["cell_id"], hierarchy[level]))
+    return pd.Series([mapping[c] for c in cells], index=cells.to_numpy())
+
+
+def zone_population(policy: Policy, landscape: Landscape, landscape_path: Path, layers: ZoneLayers | None = None
+                    ) -> dict[str, float] | None:
+    """Public population per risk zone: each population polygon counts in the zone holding its
+    representative point (zones geometry only; a grid has no polygons to join)."""
+    if landscape.population is None:
+        return None
+    if landscape.population.table:
+        table = pd.read_csv((landscape_path.parent / landscape.population.table).resolve(), dtype={"zone": str})
+        return dict(zip(table["zone"], table["population"].astype(float)))
+    if policy.geometry.kind != "zones":
+        return None
+    import geopandas as gpd
+
+    source = gpd.read_file((landscape_path.parent / landscape.population.path).resolve())
+    layer = (layers or ZoneLayers(policy)).main
+    zones = layer.frame[[policy.geometry.id, "geometry"]].rename(columns={policy.geometry.id: "cell_id"})
+    if policy.risk.zones != LEAF:
+        parents = layer.parent_table()[["cell_id", policy.risk.zones]]
+        zones = zones.merge(parents, on="cell_id").dissolve(by=policy.risk.zones).reset_index()
+        zones = zones.rename(columns={policy.risk.zones: "zone"})
+    else:
+        zones = zones.rename(columns={"cell_id": "zone"})
+    points = source.set_geometry(source.representative_point()).to_crs(zones.crs)
+    joined = gpd.sjoin(points[[landscape.population.value, "geometry"]], zones[["zone", "geometry"]],
+                       predicate="within")
+    return joined.groupby("zone")[landscape.population.value].sum().astype(float).to_dict()
+
+
+def population_of(entry: dict) -> str:
+    return entry.get("population") or entry["dataset"]
+
+
+def population_releases(policy: Policy, ledger: Ledger) -> list[dict]:
+    """Every release, of any programme, drawn on the policy's population (ledger order), from a ledger read
+    under its lock and cross-checked with releases/ (a deleted or truncated ledger must not reset the
+    cumulative risk)."""
+    return [e for e in ledger.checked_releases() if population_of(e) == policy.population_key]
+
+
+def earlier_releases(policy: Policy, period: Period, ledger: Ledger) -> list[dict]:
+    """The earlier releases in the risk window: this dataset's and those of every programme that shares its
+    population (a quarterly and a monthly programme over the same bikes spend one budget)."""
+    entries = [e for e in population_releases(policy, ledger)
+               if not (e["dataset"] == policy.name and e["period"] == period.label)]
+    window = policy.risk.window if policy.risk else None
+    return entries[-window:] if window else entries
+
+
+def key_set_path(work_root: Path, policy: Policy, period_label: str) -> Path:
+    return WorkArea(work_root / policy.name / period_label).unit_keys
+
+
+def expired(policy: Policy, entry: dict, now: datetime) -> bool:
+    """Whether a release entry is past the policy's key retention (its per-unit data may be gone)."""
+    recorded = datetime.fromisoformat(entry["recorded_at"])
+    return now - recorded > timedelta(days=policy.risk.key_retention_days)
+
+
+def _earlier_keys(ctx: ReleaseContext, entries: list[dict]) -> list[pd.DataFrame]:
+    """Per-unit key sets of this dataset's earlier releases. Releases of other programmes of the same
+    population count through their published figures in the cumulative risk; their key sets are not merged,
+    because their keys are cells of another geometry and buckets that the risk zones here do not map."""
+    frames = []
+    now = datetime.now(timezone.utc)
+    for entry in (e for e in entries if e["dataset"] == ctx.policy.name):
+        path = ctx.area_of(entry["period"]).unit_keys
+        if path.exists():
+            frames.append(pd.read_parquet(path))
+        elif not expired(ctx.policy, entry, now):
+            raise FileNotFoundError(f"the per-unit key sets of release {entry['period']} ({path}) are missing "
+                                    "within their retention: the risk over the window cannot be estimated")
+    return frames
+
+
+def labelled_zones(frame: pd.DataFrame) -> list[ZoneFigures]:
+    return [ZoneFigures.from_json(z) for z in frame.rename(columns=ZONE_LABELS).to_dict("records")]
+
+
+def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | None = None,
+                earlier: list[dict] | None = None) -> RiskAssessment:
+    """Per-zone risk of this release plus the earlier ones in the window, and the gate's decision."""
+    policy, period = ctx.policy, ctx.period
+    if policy.risk is None:
+        raise ValueError(f"{policy.path}: no 'risk' section: a release without a risk estimate is blocked")
+    landscape_path = policy.resolve(policy.risk.landscape)
+    landscape, landscape_sha = load_landscape(landscape_path)
+    keys = released_keys(ctx.area) if unit_keys is None else unit_keys
+    earlier = earlier_releases(policy, period, ledger) if earlier is None else earlier
+    window = pd.concat([keys, *_earlier_keys(ctx, earlier)], ignore_index=True)
+    zone_of_key = pd.Series(_risk_zone_of(ctx, window["cell_id"]).to_numpy(), index=window["key"].to_numpy())
+    zone_of_key = zone_of_key[~zone_of_key.index.duplicated()]
+    report = estimate_risk(window[["unit", "key"]], zone_of_key, landscape.params(),
+                           zone_population(policy, landscape, landscape_path, ctx.layers))
+    # The gated figure follows the landscape's adversary (itself fixed by who is in the panel); every
+    # figure of the report is labelled with the adversary it belongs to.
+    adversary = Adversary(landscape.adversary)
+    worst, figure = release_figure(report, adversary)
+    previous = [e["risk"]["release_figure"] for e in earlier]
+    decision = decide(figure, worst.zone if worst else None, previous, policy.risk.per_release_ceiling,
+                      policy.risk.cumulative_ceiling, policy.risk.warn_at)
+    return RiskAssessment(
+        status=decision.status, reason=f"{adversary.value} adversary: {decision.reason}",
+        worst_zone=decision.worst_zone, release_figure=figure, pooled=pooled_figure(report, adversary),
+        cumulative=decision.cumulative, headroom=decision.headroom, previous=previous, measure=adversary.measure,
+        adversary=adversary.value, panel=landscape.panel, landscape_sha256=landscape_sha,
+        landscape_version=landscape.version, points=landscape.points, units=report.units, keys=report.keys,
+        window_periods=[e["period"] for e in earlier] + [period.label], zones=labelled_zones(report.frame()),
+        seconds=round(report.seconds, 2))
+
+
+def run_risk(ctx: ReleaseContext, ledger: Ledger) -> RiskAssessment:
+    """Keep the candidate's per-unit key sets (internal, for later releases and reviews) and assess its risk."""
+    keys = released_keys(ctx.area)
+    ctx.area.risk.mkdir(parents=True, exist_ok=True)
+    with atomic_path(ctx.area.unit_keys) as tmp:
+        keys.to_parquet(tmp, index=False)
+    assessment = assess_risk(ctx, ledger, keys)
+    assessment.write(ctx.area.risk)
+    return assessment
+
+
+def read_risk(area: WorkArea) -> RiskAssessment:
+    return RiskAssessment.read(area.risk)
