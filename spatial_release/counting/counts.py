@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from spatial_release.counting.engines import Engine
 from spatial_release.counting.plan import ZoningPlan, zoning_sql
+from spatial_release.geometry.coverage import crs_area_of_use
 from spatial_release.fileio import atomic_path
 from spatial_release.levels import LEAF
 from spatial_release.period import Period
@@ -104,9 +105,31 @@ class CountResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def data_extent(engine: Engine, pings: Sequence[Path]) -> tuple[float, float, float, float] | None:
-    """(west, south, east, north) of the pings, or None when there are none."""
-    engine.register_parquet("pings", pings)
+def usable_area(policy: Policy) -> tuple[float, float, float, float] | None:
+    """Lon/lat box outside which a ping is outside the geometry before any counting: a grid has a cell for
+    every point, but outside its CRS's area of use the projection is extrapolated and a ping there (a
+    swapped latitude and longitude, say) would be counted in a cell thousands of km away. None for zones,
+    whose own polygons decide."""
+    if policy.geometry.kind != "grid":
+        return None
+    return crs_area_of_use(policy.geometry.crs)
+
+
+def register_pings(engine: Engine, pings: Sequence[Path], area: tuple[float, float, float, float] | None) -> None:
+    """`pings`: the validated pings inside `area` (all of them when it is None); `pings_beyond`: the others."""
+    engine.register_parquet("pings_all", pings)
+    inside = "TRUE"
+    if area is not None:
+        west, south, east, north = area
+        inside = f"lon BETWEEN {west!r} AND {east!r} AND lat BETWEEN {south!r} AND {north!r}"
+    engine.view("pings", f"SELECT * FROM pings_all WHERE {inside}")
+    engine.view("pings_beyond", f"SELECT * FROM pings_all WHERE NOT ({inside})")
+
+
+def data_extent(engine: Engine, pings: Sequence[Path], area: tuple[float, float, float, float] | None = None
+                ) -> tuple[float, float, float, float] | None:
+    """(west, south, east, north) of the pings inside `area`, or None when there are none."""
+    register_pings(engine, pings, area)
     row = engine.fetch("SELECT min(lon) AS w, min(lat) AS s, max(lon) AS e, max(lat) AS n FROM pings").iloc[0]
     values = tuple(float(row[c]) for c in ("w", "s", "e", "n"))
     return None if any(pd.isna(v) for v in values) else values  # type: ignore[return-value]
@@ -385,14 +408,22 @@ def _fast_membership_sql() -> str:
 
 def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Sequence[ZoningPlan], out_dir: Path,
                 engine: Engine, progress: Progress = silent) -> CountResult:
-    """Counts every zoning over the same pings (unit, ts, lon, lat). The first plan is the main geometry;
-    linked zonings count only the pings inside it."""
+    """Count distinct units per (area, bucket) of every zoning over the same validated pings; write the
+    count tables into out_dir and return their paths and figures (CountResult).
+
+    policy: the unit, the measure (presence or visitors) and the time buckets. period: the buckets covered.
+    pings: the validated pings' Parquet files (unit, ts, lon, lat). plans: how each zoning assigns a ping
+    to an area (`counting.plan`); the first is the main geometry, the others linked zonings, which count
+    only the pings inside the main geometry. out_dir: the counts folder (also the spill folder). engine:
+    the SQL engine (DuckDB or Spark, `counting.engines`). progress: told what the scan does and how long.
+    Raises CountingError when a ping falls outside the period's buckets (ingest should have quarantined
+    it) or a bucket edge falls inside a 15-minute slot."""
     out_dir.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     started = t = time.perf_counter()
     slots = bucket_slots(policy, period)
     buckets = pd.Series(pd.to_datetime(slots.buckets, utc=True)).astype("datetime64[us, UTC]")
-    engine.register_parquet("pings", pings)
+    register_pings(engine, pings, usable_area(policy))
     for i, plan in enumerate(plans):
         if plan.lookup is not None:
             engine.register_frame(f"lookup_{i}", plan.lookup.table)
@@ -405,10 +436,11 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
     placed = engine.fetch(
         "SELECT CAST(coalesce(sum(CASE WHEN a_0 IS NOT NULL THEN n ELSE 0 END), 0) AS BIGINT) AS inside, "
         "CAST(coalesce(sum(CASE WHEN a_0 IS NULL THEN n ELSE 0 END), 0) AS BIGINT) AS outside FROM located").iloc[0]
-    pings_outside = int(placed["outside"])
+    beyond = int(engine.fetch("SELECT count(*) AS n FROM pings_beyond").iloc[0]["n"])  # never counted
+    pings_outside = int(placed["outside"]) + beyond
     # the one-pass scan keeps only flagged groups in `located`: the others are inside the geometry
-    pings_located = (int(engine.fetch("SELECT count(*) AS n FROM pings").iloc[0]["n"]) - pings_outside if fast
-                     else int(placed["inside"]))
+    pings_located = (int(engine.fetch("SELECT count(*) AS n FROM pings").iloc[0]["n"]) - int(placed["outside"])
+                     if fast else int(placed["inside"]))
 
     margin_frames: list[pa.Table] = []
     for z, plan in enumerate(plans):
@@ -471,7 +503,8 @@ def _write_outside(engine: Engine, out_dir: Path, pings_outside: int) -> Path:
     # p.* keeps the ingest's `src` (the input file of each ping) when the pings carry it
     source = engine.export("outside", "SELECT p.* FROM pings p JOIN "
                                       "(SELECT DISTINCT ulon, ulat FROM located WHERE a_0 IS NULL) o "
-                                      f"ON p.lon = o.ulon AND p.lat = o.ulat{where}")
+                                      f"ON p.lon = o.ulon AND p.lat = o.ulat{where} "
+                                      "UNION ALL SELECT * FROM pings_beyond")
     with atomic_path(path) as tmp:
         engine.finisher().execute(f"COPY (SELECT * FROM {source}) TO {_lit(str(tmp))} (FORMAT parquet)")
     return path

@@ -7,8 +7,9 @@ that says what looks wrong: the tested hypotheses are a swap of the axes and a f
 how many of the outside points it would bring inside the geometry's bounds.
 
 "Outside" means: in no zone of a zones geometry (the counting step's own figure), or, for a grid (which has
-a cell for every point), outside the area of use of the grid's CRS, where its projection is not meant to
-be used and where a real trace of the policy's region has no business being.
+a cell for every point), outside the area of use of the grid's CRS (widened by 10 degrees), where its
+projection is not meant to be used and where a real trace of the policy's region has no business being:
+such pings are not counted (counting.counts.usable_area), only reported as outside.
 """
 
 from __future__ import annotations
@@ -24,11 +25,18 @@ Bounds = tuple[float, float, float, float]  # min lon, min lat, max lon, max lat
 EXPLAINS = 0.5
 
 
-def crs_area_of_use(crs: str) -> Bounds:
+# Degrees added around a grid CRS's area of use: grids are used a little beyond it (a city across a UTM zone
+# edge), while the errors this catches (swapped axes, a flipped sign) land tens of degrees away.
+AREA_OF_USE_MARGIN_DEG = 10.0
+
+
+def crs_area_of_use(crs: str, margin: float = AREA_OF_USE_MARGIN_DEG) -> Bounds:
+    """The CRS's area of use widened by `margin` degrees (clipped to the globe)."""
     area = CRS.from_user_input(crs).area_of_use
     if area is None:
         return (-180.0, -90.0, 180.0, 90.0)
-    return (area.west, area.south, area.east, area.north)
+    return (max(area.west - margin, -180.0), max(area.south - margin, -90.0),
+            min(area.east + margin, 180.0), min(area.north + margin, 90.0))
 
 
 def _inside(lon: np.ndarray, lat: np.ndarray, bounds: Bounds) -> np.ndarray:

@@ -4,6 +4,8 @@ published with those pings silently missing."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 
@@ -54,7 +56,13 @@ def test_a_few_strays_within_the_ceiling_publish(tmp_path, capsys):
     frame.loc[0, ["lon", "lat"]] = frame.loc[0, ["lat", "lon"]].to_numpy()
     code, out = _release(tmp_path, frame, max_outside_share=0.02)
     assert code == 0, capsys.readouterr().out
-    assert (out / "releases" / "fixture" / "2018-Q1" / "release.json").exists()
+    folder = out / "releases" / "fixture" / "2018-Q1"
+    record = json.loads((folder / "release.json").read_text())
+    # the stray is outside (reported), never counted in a cell thousands of km away (hostile pass)
+    assert record["input"]["pings_outside_geometry"] == 1
+    membership = pd.read_parquet(out / "work/fixture/2018-Q1/counts/membership.internal.parquet")
+    assert not membership["cell_id"].str.contains("N-").any()
+    assert membership.loc[membership["unit"] == frame.loc[0, "device"], "cell_id"].nunique() == 1
 
 
 def test_the_swapped_file_is_named_among_several(tmp_path, capsys):
