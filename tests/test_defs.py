@@ -232,7 +232,10 @@ def test_progress_of_ingest_counting_and_audit_is_in_the_run_log(tmp_path):
     assert any(m.startswith("counting on duckdb: scanning 1 file(s)") for m in messages)
     assert any(m.startswith("counting done in") for m in messages)
     assert any(m.startswith("suppression: ") for m in messages)
-    assert sum(m.startswith("audit: 2 withheld primaries") for m in messages) == 2  # protect, then the check
+    assert sum(m.startswith("audit: done in") and "every withheld primary protected" in m
+               for m in messages) == 2  # protect, then the check
+    # no count of withheld figures or components in the run log (issue 9, finding 12)
+    assert not any("withheld primaries in" in m or "components" in m or "cell groups" in m for m in messages)
 
 
 def test_readme_postgres_instance_config_is_valid_for_dagster(monkeypatch, tmp_path):

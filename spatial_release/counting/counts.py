@@ -379,8 +379,8 @@ def _scan_presence_in_one_pass(engine: Engine, plans: Sequence[ZoningPlan], slot
         engine.view("edge", "SELECT unit, b, FALSE AS u, area AS k_0, CAST(NULL AS DOUBLE) AS ulon, "
                             "CAST(NULL AS DOUBLE) AS ulat, CAST(1 AS BIGINT) AS n FROM member_pre WHERE FALSE")
     t = _timed(seconds, "scan", t)
-    progress(f"scanned the pings into (unit, bucket) groups in {seconds['scan']:.1f} s; {flagged:,} group(s) "
-             "with three or more areas, or unsure or outside pings, counted area by area")
+    progress(f"scanned the pings into (unit, bucket) groups in {seconds['scan']:.1f} s; groups with three or more "
+             f"areas, or unsure or outside pings, counted area by area{'' if flagged else ' (none)'}")
     unsure_n, unsure_buckets = _resolve_unsure(engine, plans, "edge")
     engine.view("located", """
         SELECT unit, b, k_0 AS a_0, n, ulon, ulat FROM edge WHERE NOT u
@@ -453,7 +453,7 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
         if z == 0:
             main, cells = decoded, leaf
         margin_frames += margins
-        progress(f"counted {plan.level}: {len(leaf):,} non-empty (area, bucket) groups")
+        progress(f"counted {plan.level}")  # group counts stay in counts.json (internal): issue 9, finding 12
     t = _timed(seconds, "count", t)
 
     cells_path, margins_path = out_dir / "cell_counts.parquet", out_dir / "margin_counts.parquet"
@@ -473,8 +473,8 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
     }
     _timed(seconds, "write", t)
     seconds["total"] = round(time.perf_counter() - started, 3)
-    progress(f"counting done in {seconds['total']:.1f} s: {len(cells):,} cell groups, {pings_located:,} pings "
-             f"located, {pings_outside:,} outside the geometry")
+    progress(f"counting done in {seconds['total']:.1f} s: {pings_located:,} pings located, {pings_outside:,} "
+             "outside the geometry")
     return CountResult(cells_path, margins_path, membership_path, outside_path, len(cells), int(summary["units"]),
                        int(summary["unit_buckets"]), pings_located, pings_outside, unsure_n, covers,
                        {p.level: p.method for p in plans}, seconds)

@@ -93,6 +93,17 @@ class Published:
     releases_root: Path
 
 
+def _is_grid_cell(cell_id: str, size_m: int) -> bool:
+    """`cell_id` names a cell of the grid exactly as the counting names it: a leading zero or an off-grid
+    corner would be published as a false 0 beside the real cell (hostile pass of issue 9)."""
+    match = CELL_ID.match(cell_id)
+    if match is None:
+        return False
+    size, east, north = (int(g) for g in match.groups())
+    return (size == size_m and east % size_m == 0 and north % size_m == 0
+            and cell_id == f"{size_m}mE{east}N{north}")
+
+
 def structural_zeros(policy: Policy, locator: Locator | None = None) -> frozenset[str]:
     """The policy's structural-zero cells, each checked to be a cell of the main geometry (`locator`, the
     main geometry's layer, is loaded when not given)."""
@@ -102,7 +113,7 @@ def structural_zeros(policy: Policy, locator: Locator | None = None) -> frozense
     zeros = read_structural_zeros(path)
     geometry = policy.geometry
     if geometry.kind == "grid":
-        unknown = sorted(z for z in zeros if not z.startswith(f"{geometry.size_m}mE") or not CELL_ID.match(z))
+        unknown = sorted(z for z in zeros if not _is_grid_cell(z, geometry.size_m))
     else:
         layer = locator if locator is not None else make_locator(policy)
         unknown = sorted(zeros - set(layer.parent_table()["cell_id"]))

@@ -424,12 +424,12 @@ def audit(table: Table, k: int, options: dict | None = None, primaries: set[int]
         done += len(chosen)
         if time.perf_counter() - reported >= every_s:
             reported = time.perf_counter()
-            progress(f"audit: {done:,} of {total:,} withheld primaries in {result.components:,} of {len(work):,} "
-                     f"components, {result.lps_solved:,} LPs, {reported - started:.0f} s")
+            # shares and times only: counts of withheld primaries and components stay internal (issue 9)
+            progress(f"audit: {done / total:.0%} of the withheld primaries, {reported - started:.0f} s")
     result.seconds = time.perf_counter() - started
     if total:
-        progress(f"audit: {total:,} withheld primaries in {len(work):,} components, {len(result.failures()):,} "
-                 f"not protected, {result.seconds:.1f} s")
+        progress(f"audit: done in {result.seconds:.1f} s, "
+                 f"{'every withheld primary protected' if not result.failures() else 'some primaries NOT protected'}")
     return result
 
 

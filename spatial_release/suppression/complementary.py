@@ -189,7 +189,7 @@ def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int =
     costs = _weights(table, level_depth)
     log = ProtectionLog()
     log.sweep_secondaries = sweep(table, costs, criterion)
-    progress(f"suppression: {len(table):,} figures, {log.sweep_secondaries:,} secondaries from the sweep")
+    progress("suppression: constraint sweep done")  # counts of withheld figures stay internal (issue 9)
     relations_of = table.relations_of()
     intervals: dict[int, Interval] = {}
     totals = AuditResult(k=k, criterion=criterion)
@@ -209,7 +209,7 @@ def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int =
             keys = [table.key(f.node) for f in failures[:5]]
             raise SuppressionError(f"{len(failures)} primaries still unprotected after {max_rounds} rounds: {keys}")
         log.rounds += 1
-        progress(f"suppression: repair round {log.rounds}, {len(failures):,} primaries not yet protected")
+        progress(f"suppression: repair round {log.rounds}")
         to_audit = {f.node for f in failures}
         for failure in failures:
             if table.status[failure.node] == PUBLISHED:
