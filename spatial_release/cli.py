@@ -21,10 +21,14 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spatial_release.errors import Blocked, ExitCode, PeriodError, UserError, kind_of
 from spatial_release.outcome import Failure, RunOutcome
 from spatial_release.period import Period
+
+if TYPE_CHECKING:
+    from spatial_release.stages import ProtectionSummary, ReleaseRecord
 
 DEMO_MARKER = ".spatial-release-demo"
 
@@ -105,6 +109,7 @@ def run_release(policy: str, period: str, traces: list[str] | None = None, out: 
     What stops the run itself is in the outcome's `failures`, never raised."""
     import dagster as dg
 
+    from spatial_release import stages
     from spatial_release.definitions import defs
     from spatial_release.policy import load_policy
     from spatial_release.release import release_dir
@@ -132,34 +137,31 @@ def run_release(policy: str, period: str, traces: list[str] | None = None, out: 
     if not result.success:
         return RunOutcome(False, failures=_failures(result))
     target = release_dir(Path(config["releases_dir"]), loaded, parsed)
-    record = json.loads((target / "release.json").read_text())
     # The operator's summary also shows internal figures (withheld cells and units) from the work area;
     # they are printed to the operator's terminal, never written beside the release.
-    manifest = Path(config["work_dir"]) / loaded.name / parsed.label / "candidate" / "manifest.json"
-    internal = json.loads(manifest.read_text())["summary"] if manifest.exists() else {}
-    return RunOutcome(True, target, {**record, "internal": internal})
+    area = stages.WorkArea.for_release(Path(config["work_dir"]), loaded, parsed)
+    return RunOutcome(True, target, stages.ReleaseRecord.read(target), internal=stages.read_manifest(area).summary)
 
 
-def _summary(record: dict, folder: Path) -> str:
-    c = {**record.get("internal", {}), **record["counts"]}
+def _summary(record: ReleaseRecord, internal: ProtectionSummary, folder: Path) -> str:
+    counts, inputs, audit, risk = record.counts, record.input, record.audit, record.risk
     return "\n".join([
         f"release   {folder}",
-        f"dataset   {record['dataset']} {record['period']} (policy v{record['policy']['version']}, "
-        f"k={record['k']} over {record['unit']}, {record['measure']}, buckets {record['time']['bucket']})",
-        f"input     {record['input']['pings_read']} pings read, {record['input']['pings_rejected']} quarantined, "
-        f"{record['input']['pings_outside_geometry']} outside the geometry",
-        f"cells     {c['published_cells']} published (smallest count {c['smallest_published_count']}), "
-        f"{c['primary_cells']} withheld below k, {c['secondary_cells']} withheld as complements, "
-        f"{c['structural_zero_cells_published']} structural zeros",
-        f"margins   {c['published_margins']} published, {c['withheld_margins']} withheld",
-        f"withheld  {c['unit_counts_withheld']} of {c['unit_counts_total']} unit counts ({c['share_withheld']:.2%}); "
-        "withheld figures are internal: release.json does not carry them",
-        f"checks    {', '.join(f'{k}: {v}' for k, v in record['checks'].items())}",
-        f"audit     {'passed' if record['audit']['passed'] else 'FAILED'}: {record['audit']['criterion']}",
-        f"risk      {record['risk']['status']}: worst zone {record['risk']['worst_zone']} "
-        f"{record['risk']['release_figure']:.4f} ({record['risk']['measure']}), cumulative "
-        f"{record['risk']['cumulative']:.4f}",
-        f"ledger    entry {record['ledger_entry'][:16]}",
+        f"dataset   {record.dataset} {record.period} (policy v{record.policy.version}, "
+        f"k={record.k} over {record.unit}, {record.measure}, buckets {record.bucket})",
+        f"input     {inputs.pings_read} pings read, {inputs.pings_rejected} quarantined, "
+        f"{inputs.pings_outside_geometry} outside the geometry",
+        f"cells     {counts.published_cells} published (smallest count {counts.smallest_published_count}), "
+        f"{internal.primary_cells} withheld below k, {internal.secondary_cells} withheld as complements, "
+        f"{counts.structural_zero_cells_published} structural zeros",
+        f"margins   {counts.published_margins} published, {internal.withheld_margins} withheld",
+        f"withheld  {internal.unit_counts_withheld} of {internal.unit_counts_total} unit counts "
+        f"({internal.share_withheld:.2%}); withheld figures are internal: release.json does not carry them",
+        f"checks    {', '.join(f'{k}: {v}' for k, v in record.checks.items())}",
+        f"audit     {'passed' if audit.passed else 'FAILED'}: {audit.criterion}",
+        f"risk      {risk.status}: worst zone {risk.worst_zone} {risk.release_figure:.4f} ({risk.measure}), "
+        f"cumulative {risk.cumulative:.4f}",
+        f"ledger    entry {record.ledger_entry[:16]}",
     ])
 
 
@@ -182,7 +184,7 @@ def _add_engine_options(parser: argparse.ArgumentParser) -> None:
 def _report(outcome: RunOutcome, debug: bool) -> int:
     """Print the summary of a published release, or why the run did not publish; return the exit code."""
     if outcome.published:
-        print(_summary(outcome.record, outcome.release_dir))
+        print(_summary(outcome.record, outcome.internal, outcome.release_dir))
     else:
         print("\n".join(outcome.messages), file=sys.stderr)
         for failure in outcome.failures:

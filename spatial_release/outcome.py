@@ -6,9 +6,12 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from spatial_release.errors import ExitCode
+
+if TYPE_CHECKING:
+    from spatial_release.stages.results import ProtectionSummary, ReleaseRecord
 
 
 @dataclass(frozen=True)
@@ -43,8 +46,9 @@ class RunOutcome:
 
     published: bool
     release_dir: Path | None = None
-    record: dict | None = None
+    record: ReleaseRecord | None = None
     failures: tuple[Failure, ...] = ()
+    internal: ProtectionSummary | None = field(default=None, repr=False)  # the operator's figures, never published
 
     @property
     def exit_code(self) -> ExitCode:

@@ -107,10 +107,10 @@ def test_margins_are_true_weekly_totals(release):
 
 def test_record_and_files_carry_no_identifier(release):
     folder, record = release
-    assert record["unit"] == "devices" and record["count_column"] == "n_devices"
-    assert record["counts"]["published_cells"] >= 13 and "primary_cells" not in record["counts"]  # every week of ward E
+    assert record.unit == "devices" and record.count_column == "n_devices"
+    assert record.counts.published_cells >= 13 and "primary_cells" not in record.counts.to_json()  # every week of ward E
     internal = json.loads((folder.parents[2] / "work" / "jc-bikes" / "2018-Q1" / "audit.internal.json").read_text())
-    assert record["audit"]["passed"] and internal["primaries_audited"] > 500  # wards and blocks
+    assert record.audit.passed and internal["primaries_audited"] > 500  # wards and blocks
     margins = pd.read_parquet(folder / "margins.parquet")
     assert {"block", "tract", "block_total", "total"} <= set(margins["level"])
     quasi = {"bikeid", "birth year", "gender", "usertype", "start station id", "end station id"}
@@ -139,7 +139,7 @@ def test_monthly_releases_build_a_ledger_the_review_recomputes_and_the_gate_bloc
         published, messages, record = cli.run_release(str(policy), month, out=str(tmp_path),
                                                       ledger=str(tmp_path / "ledger"))
         assert published, messages
-        assert record["risk"]["adversary"] == "prosecutor"  # every bike of the fleet is in the data
+        assert record.risk.adversary == "prosecutor"  # every bike of the fleet is in the data
         records.append(record)
     # March publishes a ward-C week: over the three-month window a bike known by four ward-weeks is singled
     # out too often (prosecutor), and the gate blocks it; nothing of March is published or recorded
@@ -150,9 +150,9 @@ def test_monthly_releases_build_a_ledger_the_review_recomputes_and_the_gate_bloc
     assert not (tmp_path / "releases" / "jc-bikes-monthly" / "2018-03").exists()
     entries = read_ledger(tmp_path / "ledger")
     assert [e["period"] for e in entries] == ["2018-01", "2018-02"]
-    figures = [r["risk"]["release_figure"] for r in records]
-    assert records[-1]["risk"]["cumulative"] == pytest.approx(cumulative_risk(figures))
-    assert records[-1]["risk"]["window_periods"] == ["2018-01", "2018-02"]
+    figures = [r.risk.release_figure for r in records]
+    assert records[-1].risk.cumulative == pytest.approx(cumulative_risk(figures))
+    assert records[-1].risk.window_periods == ["2018-01", "2018-02"]
     # the review job re-assesses the programme from the retained key sets and gets the same figures
     settings = ReleaseSettings(policy=str(policy), releases_dir=str(tmp_path / "releases"),
                                work_dir=str(tmp_path / "work"), ledger_dir=str(tmp_path / "ledger"),

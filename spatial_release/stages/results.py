@@ -279,6 +279,11 @@ class ReleaseRecord(_Record):
     NESTED: ClassVar[dict[str, type]] = {"policy": PolicyRef, "counts": PublicCounts, "audit": AuditVerdict,
                                          "risk": RiskRecord, "input": ReleaseInputs}
 
+    @property
+    def bucket(self) -> str:
+        """The length of the time buckets, as the policy's time spec says (e.g. `1w`)."""
+        return self.time["bucket"]
+
     @classmethod
     def build(cls, policy: Policy, period: Period, counts: PublicCounts, inputs: ReleaseInputs,
               files: dict[str, str], crs: str, checks: dict[str, str], audit: AuditVerdict | None = None,

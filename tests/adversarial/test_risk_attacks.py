@@ -55,7 +55,7 @@ def _two_programmes(tmp_path, shared: bool) -> tuple[dict, dict]:
     assert ok, messages
     ok, messages, second = cli.run_release(str(quarterly), "2018-Q1", out=str(tmp_path / "out"), ledger=ledger)
     assert ok, messages
-    return first["risk"], second["risk"]
+    return first.risk, second.risk
 
 
 def test_programmes_of_one_population_spend_one_cumulative_budget(tmp_path):
@@ -64,13 +64,12 @@ def test_programmes_of_one_population_spend_one_cumulative_budget(tmp_path):
     from spatial_release.risk import cumulative_risk
 
     monthly, quarterly = _two_programmes(tmp_path, shared=True)
-    assert quarterly["cumulative"] == pytest.approx(cumulative_risk([monthly["release_figure"],
-                                                                     quarterly["release_figure"]]))
-    assert quarterly["window_periods"] == ["2018-01", "2018-Q1"]
-    assert quarterly["cumulative"] > quarterly["release_figure"] > 0
+    assert quarterly.cumulative == pytest.approx(cumulative_risk([monthly.release_figure, quarterly.release_figure]))
+    assert quarterly.window_periods == ["2018-01", "2018-Q1"]
+    assert quarterly.cumulative > quarterly.release_figure > 0
 
 
 def test_without_a_shared_population_the_budgets_stay_apart(tmp_path):
     """Control: programmes that do not say they share units keep their own budgets."""
     _, quarterly = _two_programmes(tmp_path, shared=False)
-    assert quarterly["cumulative"] == pytest.approx(quarterly["release_figure"])
+    assert quarterly.cumulative == pytest.approx(quarterly.release_figure)
