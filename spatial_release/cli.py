@@ -4,9 +4,10 @@ Exit codes (`spatial_release.errors`):
   0  published (or, for `audit` and `ledger verify`, passed)
   1  blocked: a blocking check, the risk gate or a guarantee refused publication, the period is already
      published, another run owns the work area, or the ledger does not verify (edited, forged, truncated)
-  2  user error, before any work starts: a bad policy or a file it names, a missing or unreadable trace
-     file or one without a mapped column, a malformed period, one of the other cadence or outside the
-     release partitions, a folder that is not a release
+  2  user error: a bad policy or a file it names, a missing or unreadable trace file or one without a
+     mapped column, a malformed period, one of the other cadence or outside the release partitions, a
+     folder that is not a release (all checked before any work starts; a file only the run can judge,
+     such as a zones file that is not a geometry, fails its step with exit 2 too)
   3  internal error: a bug or an environment failure; the cause is printed in one line, the traceback
      only with --debug (`spatial-release --debug release ...`)
 """
@@ -195,7 +196,7 @@ def _report(outcome: RunOutcome, debug: bool) -> int:
 
 def cmd_release(args: argparse.Namespace) -> int:
     """`release`: run the release job for --policy and --period (see run_release); exit 0 published,
-    1 blocked, 2 a user error found before the run, 3 an internal failure."""
+    1 blocked, 2 a user error, 3 an internal failure."""
     return _report(run_release(args.policy, args.period, args.traces, args.out, args.ledger,
                                _counting_config(args)), args.debug)
 
@@ -205,6 +206,9 @@ def _project_root() -> Path:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """`demo`: generate synthetic traces and publish policies/demo.yaml's 2018-Q1 into --out (releases/,
+    work/, alerts/ and its own ledger/), with the engine options of `release`. --out is replaced only if an
+    earlier demo made it (exit 2 otherwise); exit codes as `release`."""
     out = Path(args.out).resolve()
     if out.exists():
         if not (out / DEMO_MARKER).exists():
@@ -225,6 +229,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    """`generate`: write synthetic pings (--persons, --seed, --start, --days) to --out, CSV or Parquet by
+    its suffix (`traces.synthetic`)."""
     from datetime import date
 
     from spatial_release.traces.synthetic import SyntheticConfig, generate_pings, write_pings
@@ -241,7 +247,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    """Independent audit of a published folder against the true counts kept in the work area."""
+    """`audit RELEASE_DIR`: re-run the attacker LP (Fischetti and Salazar 2001, `suppression.audit`) on a
+    published folder against the true counts kept in the work area. --policy: the policy file (default
+    policies/<dataset>.yaml; its sha256 must be the record's, else exit 2); --work: the work folder (default
+    beside releases/); --ledger: for the releases of `suppression.audit_with` datasets. Exit 0 passed, 1
+    failed or the files do not match their record, 2 not a release folder or no true counts."""
     from spatial_release import stages
     from spatial_release.policy import load_policy
 
@@ -306,6 +316,8 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `spatial-release` argument parser: demo, release, audit, ledger verify, generate; `--debug`
+    before or after the command."""
     parser = argparse.ArgumentParser(prog="spatial-release", description=__doc__.splitlines()[0])
     debug_help = "print the traceback of an internal error (exit 3)"
     parser.add_argument("--debug", action="store_true", help=debug_help)

@@ -34,6 +34,8 @@ class ReleaseTables:
 
 
 def release_tables(protected: ProtectedTable, locator: Locator, count_column: str) -> ReleaseTables:
+    """The published tables of a protected table: only the figures it publishes (withheld ones are absent),
+    the count as `count_column` (`n_persons` or `n_devices`), each cell with its geometry from `locator`."""
     cells = protected.cells.rename(columns={"n": count_column})
     cells[count_column] = cells[count_column].astype("int64")
     geometry = locator.geometries(cells["cell_id"])
@@ -44,6 +46,7 @@ def release_tables(protected: ProtectedTable, locator: Locator, count_column: st
 
 
 def write_tables(tables: ReleaseTables, folder: Path) -> None:
+    """Write cells.parquet (GeoParquet) and margins.parquet into `folder`, each file atomically."""
     folder.mkdir(parents=True, exist_ok=True)
     with atomic_path(folder / "cells.parquet") as tmp:
         tables.cells.to_parquet(tmp, index=False)
@@ -56,6 +59,7 @@ def read_tables(folder: Path) -> ReleaseTables:
 
 
 def release_dir(releases_root: Path, policy: Policy, period: Period) -> Path:
+    """`<releases_root>/<dataset>/<period>`: where a release of `policy` for `period` is published."""
     return releases_root / policy.name / period.label
 
 
@@ -107,6 +111,10 @@ def publish(candidate: Path, target: Path, record: dict, register: Callable[[dic
     makes the release visible. A crash before the ledger append leaves only the staging folder (removed
     on the next attempt); a crash after it leaves a staging folder that `finish_pending` completes (see
     `recover_interrupted`). Call under the ledger lock, so that no two publishers stage at once.
+
+    candidate: the checked files' folder in the work area. target: the release folder (`release_dir`);
+    FileExistsError if it exists. record: the release record without its file hashes (added here).
+    register: appends the record's ledger entry (e.g. `Ledger.append`) and returns its hash. Returns target.
     """
     if target.exists():
         raise FileExistsError(f"{target} already exists; a published release is never overwritten")

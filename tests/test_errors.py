@@ -62,3 +62,35 @@ def test_run_outcome_exit_code_and_messages():
     bug = Failure("step", "cell_counts", "KeyError: 'x'", exit_code=ExitCode.INTERNAL)
     assert RunOutcome(False, failures=(check, bug)).exit_code == ExitCode.INTERNAL
     assert RunOutcome(False).exit_code == ExitCode.INTERNAL  # failed without saying why
+
+
+def test_a_policy_with_no_trace_source_is_a_user_error_before_the_run(tmp_path, capsys):
+    from conftest import policy_dict, write_policy
+
+    data = policy_dict("unused")
+    data["source"]["paths"] = []  # no paths, no traces given, no synthetic section
+    policy = write_policy(tmp_path, data)
+    code = cli.main(["release", "--policy", str(policy), "--period", "2018-Q1", "--out", str(tmp_path / "out"),
+                     "--ledger", str(tmp_path / "ledger")])
+    err = capsys.readouterr().err
+    assert code == 2 and "source.paths" in err and "source.synthetic" in err, err
+    assert not (tmp_path / "out" / "work").exists()  # nothing started
+
+
+def test_a_bug_inside_the_run_exits_3_naming_the_step(tmp_path, capsys, monkeypatch):
+    from conftest import fixture_pings, policy_dict, write_policy
+
+    from spatial_release import guarantees
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(guarantees, "check_structural_zeros", broken)
+    traces = tmp_path / "traces.csv"
+    fixture_pings().to_csv(traces, index=False)
+    policy = write_policy(tmp_path, policy_dict(str(traces)))
+    outcome = cli.run_release(str(policy), "2018-Q1", out=str(tmp_path / "out"), ledger=str(tmp_path / "ledger"))
+    assert not outcome.published and outcome.release_dir is None and outcome.exit_code == ExitCode.INTERNAL
+    [bug] = [f for f in outcome.failures if f.exit_code == ExitCode.INTERNAL]
+    assert bug.kind == "step" and "a bug" in bug.message and "ZeroDivisionError" in bug.traceback
+    assert not (tmp_path / "out" / "releases" / "fixture" / "2018-Q1").exists()

@@ -29,10 +29,13 @@ _HASH = re.compile(r"^[0-9a-f]{64}$")
 
 
 def canonical(entry: dict) -> bytes:
+    """An entry's canonical JSON (sorted keys, no spaces, UTF-8): the bytes hashed and the line written."""
     return json.dumps(entry, sort_keys=True, separators=(",", ":"), default=str).encode()
 
 
 def entry_hash(entry: dict) -> str:
+    """sha256 (hex) of the entry's canonical JSON without its own `hash` and `signature`; it covers
+    `prev_hash`, so each entry's hash commits to the whole chain before it."""
     return hashlib.sha256(canonical({k: v for k, v in entry.items() if k not in ("hash", "signature")})).hexdigest()
 
 
@@ -75,7 +78,10 @@ def _parse(folder: Path) -> list[dict]:
 
 
 def verify_chain(entries: list[dict], public_key: Ed25519PublicKey | None) -> None:
-    """Chain, hashes and signatures; raises LedgerCorrupt at the first bad entry."""
+    """Check `entries` (in file order) as a chain: seq 0, 1, ...; each prev_hash is the previous entry's
+    hash (GENESIS for the first); each hash matches the content; each entry is signed by `public_key`
+    (its `signer` is that key and its signature verifies). Raises LedgerCorrupt at the first bad entry, or
+    LedgerKeyError when there are entries and `public_key` is None."""
     if entries and public_key is None:
         raise LedgerKeyError(f"no trusted public key to verify the ledger's signatures: pass --public-key, set "
                              f"{PUBLIC_KEY_ENV}, or keep the signing key's .pub at {signing_key_path()}.pub")
@@ -139,8 +145,11 @@ def _read(folder: Path, trusted: Callable[[], Ed25519PublicKey | None]) -> list[
 
 
 def read_ledger(folder: Path, public_key: Ed25519PublicKey | None = None) -> list[dict]:
-    """All entries, verified (chain, signatures under the trusted key, HEAD); raises LedgerCorrupt naming
-    the first bad entry, or LedgerKeyError when there are entries but no trusted key."""
+    """All entries of the ledger in `folder`, verified (chain, signatures, HEAD); [] for a ledger not yet
+    written. `public_key`: the key to verify under (default `trusted_public_key()`, never one from the
+    folder). Raises LedgerCorrupt naming the first bad entry or HEAD, or LedgerKeyError when there are
+    entries but no trusted key. HEAD one entry behind (a crash between the two renames of an append) reads
+    as valid; the next locked operation repairs it."""
     return _read(folder, lambda: public_key if public_key is not None else trusted_public_key())
 
 
@@ -181,13 +190,19 @@ def _write_head(folder: Path, entries: list[dict]) -> None:
 
 
 def find_release(entries: list[dict], dataset: str, period: str) -> dict | None:
+    """The release entry of (dataset, period), or None; a (dataset, period) is recorded at most once."""
     return next((e for e in entries if e.get("kind") == "release" and e.get("dataset") == dataset
                  and e.get("period") == period), None)
 
 
 def append_entry(folder: Path, payload: dict, signing_key: Path | None = None) -> dict:
-    """Append one signed entry (payload must carry `kind`), under the lock, atomically; returns it.
-    Refuses (AlreadyRecorded) a second release entry for the same (dataset, period)."""
+    """Append one signed entry to the ledger in `folder`, under the lock, atomically; return the entry.
+
+    payload: the entry's fields; it must carry `kind` ("release" or "review"); the ledger sets `seq`,
+    `prev_hash`, `hash`, `signer` and `signature` itself (RESERVED) and `recorded_at` unless given.
+    signing_key: the private key file (default `signing_key_path()`, created on first use). The appender
+    verifies the existing entries under its own key only. Refuses (AlreadyRecorded) a second release entry
+    for the same (dataset, period), and a ledger that does not verify (LedgerCorrupt)."""
     if "kind" not in payload:
         raise ValueError("a ledger entry needs a 'kind' (release or review)")
     with ledger_lock(folder):

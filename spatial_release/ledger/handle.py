@@ -25,6 +25,7 @@ class Ledger:
     signing_key: Path | None = None
 
     def with_releases(self, releases_root: Path) -> "Ledger":
+        """The same ledger, cross-checked against `releases_root`."""
         return replace(self, releases_root=releases_root)
 
     def _trusted(self) -> Ed25519PublicKey | None:
@@ -33,15 +34,19 @@ class Ledger:
         return load_signing_key(self.signing_key, create=False).public_key()
 
     def read(self) -> list[dict]:
+        """Every entry, verified under this handle's trusted key (see `read_ledger`)."""
         return _read(self.folder, self._trusted)
 
     def append(self, payload: dict) -> dict:
+        """Append one signed entry with this handle's signing key (see `append_entry`)."""
         return append_entry(self.folder, payload, self.signing_key)
 
     def releases(self, dataset: str | None = None) -> list[dict]:
+        """The release entries (of `dataset` only, when given), verified, without the cross-check."""
         return [e for e in self.read() if e["kind"] == "release" and (dataset is None or e["dataset"] == dataset)]
 
     def recorded(self, dataset: str, period: str) -> dict | None:
+        """The release entry of (dataset, period), or None."""
         return find_release(self.read(), dataset, period)
 
     @contextmanager

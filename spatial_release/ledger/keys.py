@@ -22,10 +22,12 @@ DEFAULT_SIGNING_KEY = "~/.config/spatial-release/ledger-ed25519.key"
 
 
 def signing_key_path() -> Path:
+    """Where the private signing key is: $SPATIAL_RELEASE_SIGNING_KEY, else DEFAULT_SIGNING_KEY."""
     return Path(os.environ.get(SIGNING_KEY_ENV) or DEFAULT_SIGNING_KEY).expanduser()
 
 
 def public_key_path_for(private: Path) -> Path:
+    """The public key written beside a private key: `<private>.pub`."""
     return private.with_name(private.name + ".pub")
 
 
@@ -64,7 +66,9 @@ def _create_signing_key(path: Path) -> None:
 
 
 def load_signing_key(path: Path | None = None, create: bool = True) -> Ed25519PrivateKey:
-    """The private key that signs ledger entries, created on first use when `create`."""
+    """The private key that signs ledger entries. path: its file (default `signing_key_path()`); create:
+    write a new key (owner-only, with its `.pub` beside it) when there is none, else LedgerKeyError.
+    A key that others can read or that another user owns is refused (LedgerKeyError), as ssh does."""
     path = path or signing_key_path()
     if not path.exists():
         if not create:
@@ -82,6 +86,7 @@ def _public_pem(key: Ed25519PublicKey) -> bytes:
 
 
 def load_public_key(path: Path) -> Ed25519PublicKey:
+    """An Ed25519 public key from a PEM file; LedgerKeyError when it cannot be read or is another kind."""
     try:
         key = serialization.load_pem_public_key(Path(path).read_bytes())
     except (OSError, ValueError) as exc:

@@ -64,6 +64,8 @@ def load_yaml(raw: bytes, path: Path, what: str) -> object:
 
 
 def parse_policy(data: object, path: Path) -> Policy:
+    """Validate parsed YAML `data` as a Policy; PolicyError naming `path` and every bad field
+    (`source.time_formats[1]`). The referenced files are not checked here (see `load_policy`)."""
     if not isinstance(data, dict):
         raise PolicyError(f"{path}: expected a YAML mapping at the top level, got {type(data).__name__}")
     try:
@@ -124,6 +126,10 @@ def check_referenced_files(policy: Policy) -> None:
 
 
 def load_policy(path: str | Path) -> Policy:
+    """Read, validate and return the policy file at `path`, with its resolved path and sha256 (which the
+    release record and the audit compare). Raises PolicyError (a UserError, exit 2) naming the file and
+    the field: unreadable file, invalid YAML or a repeated key, a field the model refuses, a zeros list or
+    landscape that is missing or not such a file."""
     path = Path(path).resolve()
     try:
         raw = path.read_bytes()

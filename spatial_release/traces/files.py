@@ -43,7 +43,9 @@ def expand_patterns(patterns: Sequence[str], period: Period | None) -> list[str]
 
 
 def resolve_trace_paths(policy: Policy, traces: Sequence[str | Path] = (), period: Period | None = None) -> list[Path]:
-    """Explicit paths (or globs) win over the policy's `source.paths`; both must match at least one file."""
+    """The trace files of a release, resolved. traces: explicit paths or globs; they win over the policy's
+    `source.paths` (relative to the policy file, `{month}` expanded over `period`). Every pattern must
+    match at least one file (IngestError naming it)."""
     patterns = [str(t) for t in traces] or expand_patterns([str(policy.resolve(p)) for p in policy.source.paths],
                                                           period)
     if not patterns:
@@ -147,8 +149,12 @@ def check_trace_files(policy: Policy, period: Period, traces: Sequence[str | Pat
     """What can be known of the trace files without reading their rows, checked before a release starts so
     that a user's mistake is reported before any work: every path matches a file, each file opens as its
     format (a CSV's header, a Parquet footer) and has every column the policy maps. Returns the files
-    (none for a policy that generates synthetic traces)."""
+    (none for a policy that generates synthetic traces). policy, period: what `resolve_trace_paths` needs;
+    traces: the explicit paths or globs, if any. Raises IngestError naming the file and the policy field."""
     if not (traces or policy.source.paths):
+        if policy.source.synthetic is None:
+            raise IngestError(f"{policy.path}: field 'source.paths' is empty, no trace files were given and the "
+                              "policy has no 'source.synthetic' section")
         return []
     files = resolve_trace_paths(policy, traces, period)
     con = duckdb.connect()
