@@ -77,7 +77,10 @@ def population_releases(policy: Policy, ledger: Ledger) -> list[dict]:
     """Every release, of any programme, drawn on the policy's population (ledger order), from a ledger read
     under its lock and cross-checked with releases/ (a deleted or truncated ledger must not reset the
     cumulative risk)."""
-    return [e for e in ledger.checked_releases() if population_of(e) == policy.population_key]
+    # A dataset's own earlier releases always count, whatever population they were recorded under: renaming
+    # the population must not reset the budget (hostile pass of issue 9).
+    return [e for e in ledger.checked_releases()
+            if population_of(e) == policy.population_key or e["dataset"] == policy.name]
 
 
 def earlier_releases(policy: Policy, period: Period, ledger: Ledger) -> list[dict]:

@@ -73,3 +73,26 @@ def test_without_a_shared_population_the_budgets_stay_apart(tmp_path):
     """Control: programmes that do not say they share units keep their own budgets."""
     _, quarterly = _two_programmes(tmp_path, shared=False)
     assert quarterly.cumulative == pytest.approx(quarterly.release_figure)
+
+
+def test_renaming_the_population_does_not_reset_the_budget(tmp_path):
+    """Hostile pass: Q1 under `population: pop-one`, then Q2 of the same dataset under `pop-two` reported a
+    cumulative figure of Q2 alone. A dataset's own releases always count."""
+    from conftest import fixture_pings, policy_dict, write_policy
+    from spatial_release import cli
+    from spatial_release.risk import cumulative_risk
+
+    for quarter, population in (("2018-Q1", "pop-one"), ("2018-Q2", "pop-two")):
+        traces = tmp_path / f"traces-{quarter}.csv"
+        frame = fixture_pings()
+        if quarter == "2018-Q2":
+            frame["when"] = frame["when"].str.replace("2018-01-10", "2018-04-10")
+        frame.to_csv(traces, index=False)
+        policy = write_policy(tmp_path, {**policy_dict(str(traces)), "population": population})
+        ok, messages, record = cli.run_release(str(policy), quarter, out=str(tmp_path / "out"),
+                                               ledger=str(tmp_path / "ledger"))
+        assert ok, messages
+        if quarter == "2018-Q1":
+            first = record.risk.release_figure
+    assert record.risk.window_periods == ["2018-Q1", "2018-Q2"]
+    assert record.risk.cumulative == pytest.approx(cumulative_risk([first, record.risk.release_figure]))
