@@ -6,6 +6,7 @@ from pathlib import Path
 
 from spatial_release import guarantees
 from spatial_release.ledger import Ledger, check_releases, find_release
+from spatial_release.ledger.crosscheck import record_hash
 from spatial_release.release import publish, recover_interrupted, release_dir
 from spatial_release.risk import BLOCK
 from spatial_release.stages.checks import GuaranteeFailed, run_guarantees
@@ -63,6 +64,9 @@ def run_publish(ctx: ReleaseContext, releases_root: Path, ledger: Ledger) -> tup
                 "kind": "release", "dataset": policy.name, "period": period.label,
                 "policy": record.policy.to_json(), "files": ReleaseRecord.from_json(full_record).files,
                 "risk": risk.record().to_json(), "population": policy.population_key,
+                # the whole record as published (minus the entry hash it will carry): an edit of any figure
+                # of release.json shows in the cross-check
+                "record_sha256": record_hash(full_record),
             })
             return entry["hash"]
 

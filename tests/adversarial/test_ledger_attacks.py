@@ -148,3 +148,12 @@ def test_a_published_record_edited_after_publication_blocks(programme, capsys):
     record["risk"]["cumulative"] = 0.0
     path.write_text(json.dumps(record))
     _assert_blocked(programme, capsys, "field 'risk' differs")
+
+
+def test_any_figure_of_a_published_record_edited_blocks(programme, capsys):
+    """Hostile pass: k and the counts of release.json edited by hand; the entry signs the record's hash."""
+    path = programme / "out/releases/fixture/2018-Q1/release.json"
+    record = json.loads(path.read_text())
+    record["k"] = 50
+    path.write_text(json.dumps(record))
+    _assert_blocked(programme, capsys, "differs from the record ledger entry")
