@@ -12,7 +12,7 @@ from spatial_release import release, stages
 from spatial_release.definitions import defs
 from spatial_release.defs.resources import ReleaseSettings
 from spatial_release.defs.review import risk_review, published_within_budget, risk_review_sensor
-from spatial_release.defs.sensors import failed_run_alert
+from spatial_release.defs.alerts import failed_run_alert
 from spatial_release.ledger import Ledger, read_ledger
 from spatial_release.period import Period
 from spatial_release.policy import load_policy

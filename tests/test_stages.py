@@ -32,3 +32,28 @@ def test_the_monthly_job_refuses_a_quarterly_policy(tmp_path):
     failures = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     assert any("release period is a quarter" in str(e.step_failure_data.error) for e in failures)
     assert not (tmp_path / "work" / "fixture").exists()  # refused before anything is written
+
+
+def test_settings_read_the_environment_when_built_not_at_import(monkeypatch, tmp_path):
+    from spatial_release.defs.resources import CountingEngine, ReleaseSettings
+
+    monkeypatch.setenv("SPATIAL_RELEASE_WORK", str(tmp_path / "late-work"))
+    monkeypatch.setenv("SPATIAL_RELEASE_ENGINE", "spark")
+    assert ReleaseSettings().work_dir == str(tmp_path / "late-work")  # set after the module was imported
+    assert CountingEngine().engine == "spark"
+    monkeypatch.delenv("SPATIAL_RELEASE_WORK")
+    assert ReleaseSettings().work_dir.endswith("/work")  # the project default
+
+
+def test_typed_stage_results_round_trip_their_json(tmp_path, fixture_policy):
+    """The stage files are the serialisation of their types: reading a file back gives the same result,
+    and writing it again gives the same JSON."""
+    from spatial_release import stages
+
+    ctx = stages.ReleaseContext(fixture_policy, Period.parse("2018-Q1"), tmp_path / "work")
+    results = [(stages.run_ingest(ctx), ctx.area.ingest), (stages.run_counts(ctx), ctx.area.counts)]
+    stages.run_protect(ctx)
+    results.append((stages.read_manifest(ctx.area), ctx.area.candidate))
+    for result, folder in results:
+        again = type(result).read(folder)
+        assert again == result and again.to_json() == result.to_json()

@@ -2,8 +2,7 @@
 
 A sensor watches the number of release entries in the ledger and the landscape file's hash (review
 entries are not watched, or the review would trigger itself); the quarterly schedule runs it too. A release
-now over its ceiling fails the review's check and writes an alert record; a failed or blocked run of any
-release job writes one through the run-failure sensor.
+now over its ceiling fails the review's check and writes an alert record (stages.run_review).
 """
 
 import json
@@ -12,8 +11,7 @@ from pathlib import Path
 import dagster as dg
 
 from spatial_release import stages
-from spatial_release.alerts import write_alert
-from spatial_release.defs.checks import check_result
+from spatial_release.defs.outcomes import check_result
 from spatial_release.defs.resources import ReleaseSettings
 from spatial_release.period import Period
 from spatial_release.policy import Policy
@@ -89,14 +87,5 @@ quarterly_review_schedule = dg.ScheduleDefinition(
     execution_timezone="UTC", default_status=dg.DefaultScheduleStatus.RUNNING)
 
 
-def alert_for_failed_run(context: dg.RunFailureSensorContext, alerts_dir: Path) -> Path:
-    run = context.dagster_run
-    steps = [event.step_key for event in context.get_step_failure_events()]
-    messages = [(e.step_failure_data.user_failure_data.description if e.step_failure_data.user_failure_data
-                 else e.step_failure_data.error.message if e.step_failure_data.error else "")
-                for e in context.get_step_failure_events()]
-    return write_alert(alerts_dir, {
-        "kind": "blocked_release" if run.job_name != risk_review_job.name else "failed_review",
-        "job": run.job_name, "run_id": run.run_id, "partition": run.tags.get("dagster/partition"),
-        "failed_steps": steps, "messages": messages, "summary": context.failure_event.message,
-    })
+defs = dg.Definitions(assets=[risk_review], asset_checks=[published_within_budget], jobs=[risk_review_job],
+                      schedules=[quarterly_review_schedule], sensors=[risk_review_sensor])

@@ -9,6 +9,7 @@ from pathlib import Path
 import dagster as dg
 
 from spatial_release import stages
+from spatial_release.defs.outcomes import check_result
 from spatial_release.defs.partitions import period_of
 from spatial_release.defs.resources import ReleaseSettings
 from spatial_release.guarantees import CheckOutcome
@@ -17,17 +18,6 @@ from spatial_release.risk import WARN
 # partitions_def on asset checks is a preview feature; it was verified on the pinned dagster 1.13.27 and is
 # what makes a check evaluate only its run's partition (see ../shared/notes/dagster.md, section 2.1).
 warnings.filterwarnings("ignore", message=".*partitions_def on an AssetCheckSpec.*")
-
-
-def check_result(outcome: CheckOutcome, severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR
-                 ) -> dg.AssetCheckResult:
-    metadata = {k: (v if isinstance(v, (int, float, str)) or v is None else dg.MetadataValue.json(v))
-                for k, v in outcome.figures.items()}
-    metadata["summary"] = outcome.summary
-    if outcome.offending:
-        metadata["offending"] = dg.MetadataValue.json(outcome.offending)
-    return dg.AssetCheckResult(passed=outcome.passed, severity=severity, description=outcome.summary,
-                               metadata=metadata)
 
 
 def build_checks(partitions_def, validated_pings, cell_counts, protected_table, risk_assessment, published_release) -> list:
@@ -64,8 +54,9 @@ def build_checks(partitions_def, validated_pings, cell_counts, protected_table, 
                     description="Worst-zone risk under the per-release ceiling and the cumulative figure under the "
                                 "programme ceiling; past warn_at it warns; a missing estimate blocks.")
     def risk_budget(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
-        outcome = stages.check_risk_budget(release_context(context, settings))
-        if outcome.figures["status"] == WARN:  # publishes, but the warning shows on the check
+        ctx = release_context(context, settings)
+        outcome = stages.check_risk_budget(ctx)
+        if stages.read_risk(ctx.area).status == WARN:  # publishes, but the warning shows on the check
             return check_result(CheckOutcome(outcome.name, False, outcome.summary, outcome.offending,
                                              outcome.figures), dg.AssetCheckSeverity.WARN)
         return check_result(outcome)
@@ -103,4 +94,4 @@ def build_checks(partitions_def, validated_pings, cell_counts, protected_table, 
     ]
 
 
-__all__ = ["build_checks", "check_result"]
+__all__ = ["build_checks"]

@@ -11,38 +11,10 @@ from pathlib import Path
 import dagster as dg
 
 from spatial_release import stages
-from spatial_release.defs.partitions import monthly, period_of, quarterly
+from spatial_release.defs.partitions import period_of
+from spatial_release.defs.release.checks import build_checks
+from spatial_release.defs.release.reports import k_anonymity_report, risk_report
 from spatial_release.defs.resources import CountingEngine, ReleaseSettings
-
-
-def k_anonymity_report(counts: stages.PublicCounts, k: int) -> str:
-    """What the release shows, from its public counts only: figures about withheld cells (how many, how
-    many units they hold) would be facts outside the audited system, so they stay in the work area."""
-    rows = [
-        ("k (inclusive: n >= k published)", k),
-        ("smallest published count", counts.smallest_published_count),
-        ("published cells (non-zero)", counts.published_cells),
-        ("structural zeros published", counts.structural_zero_cells_published),
-        ("margins published", counts.published_margins),
-    ]
-    return "| measure | value |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
-
-
-def _figure(value: float | None, digits: int = 4) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def risk_report(risk: stages.RiskAssessment) -> str:
-    """The gate's headline and the per-zone table, every figure labelled with its adversary."""
-    head = (f"**{risk.status}**: {risk.reason}\n\nAdversary: **{risk.adversary}** (panel: {risk.panel}); "
-            f"gated figure: {risk.measure}. Worst zone `{risk.worst_zone}` = {_figure(risk.release_figure)}, "
-            f"pooled {_figure(risk.pooled)}, cumulative {_figure(risk.cumulative)}, "
-            f"headroom {_figure(risk.headroom)}\n\n")
-    rows = [f"| {z.zone} | {z.units} | {_figure(z.prosecutor_mean)} | {_figure(z.prosecutor_at_risk, 3)} | "
-            f"{_figure(z.prosecutor_worst)} | {_figure(z.journalist_mean)} |"
-            for z in sorted(risk.zones, key=lambda z: -z.prosecutor_mean)[:30]]
-    return head + ("| zone | units | prosecutor mean | prosecutor at risk | prosecutor worst | journalist mean |\n"
-                   "|---|---|---|---|---|---|\n") + "\n".join(rows)
 
 
 def _run_is_live(instance: dg.DagsterInstance, run_id: str) -> bool | None:
@@ -176,15 +148,9 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
             "policy_sha256": policy.sha256,
         })
 
-    from spatial_release.defs.checks import build_checks
-
     assets = [validated_pings, cell_counts, protected_table, risk_assessment, published_release]
     checks = build_checks(partitions_def, validated_pings, cell_counts, protected_table, risk_assessment, published_release)
     job = dg.define_asset_job(job_name, selection=dg.AssetSelection.groups(group),
                               description="Ingest, count, protect, assess and publish one period; blocking "
                                           "checks stop a bad release.")
     return ReleaseGraph(assets, checks, job)
-
-
-quarterly_graph = build_release_graph(quarterly, None, "quarterly_release_job")
-monthly_graph = build_release_graph(monthly, "monthly", "monthly_release_job")
