@@ -15,7 +15,6 @@ from spatial_release.defs.outcomes import check_result
 from spatial_release.defs.resources import ReleaseSettings
 from spatial_release.period import Period
 from spatial_release.policy import Policy
-from spatial_release.risk.landscape import landscape_hash
 
 
 @dg.asset(group_name="review", description="Every published release re-assessed under the current landscape.")
@@ -61,17 +60,10 @@ risk_review_job = dg.define_asset_job("risk_review_job", selection=dg.AssetSelec
                                       description="Re-assess every published release under the current landscape.")
 
 
-def review_cursor(settings: ReleaseSettings) -> dict:
-    policy = settings.load_policy()
-    releases = settings.ledger().releases(policy.name)
-    landscape = landscape_hash(policy.resolve(policy.risk.landscape)) if policy.risk else ""
-    return {"dataset": policy.name, "releases": len(releases), "landscape": landscape}
-
-
 @dg.sensor(job=risk_review_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
            description="Starts a risk review when a release is added to the ledger or the landscape file changes.")
 def risk_review_sensor(context: dg.SensorEvaluationContext, settings: ReleaseSettings) -> dg.SensorResult:
-    current = review_cursor(settings)
+    current = stages.review_trigger(settings.load_policy(), settings.ledger())
     previous = json.loads(context.cursor) if context.cursor else None
     if current == previous:
         return dg.SensorResult(skip_reason="ledger releases and landscape unchanged")

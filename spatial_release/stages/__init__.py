@@ -32,7 +32,7 @@ from spatial_release.stages.results import (
 )
 from spatial_release.stages.review import (
     REVIEW_CHECK, ReviewRun, latest_review, programme_outcome, prune_per_unit_artefacts, review_outcome,
-    review_programme, run_review,
+    review_programme, review_trigger, run_review,
 )
 from spatial_release.stages.risk import assess_risk, key_set_path, read_risk, run_risk
 
@@ -46,6 +46,7 @@ __all__ = [
     "key_set_path", "latest_review", "measure_coverage", "programme_outcome", "prune_per_unit_artefacts",
     "read_counts_summary", "read_ingest_summary", "read_manifest", "read_risk", "read_true_counts",
     "refuse_if_published", "related_releases", "release_structure", "review_outcome", "review_programme",
+    "review_trigger",
     "run_counts", "run_guarantees", "run_ingest", "run_protect", "run_publish", "run_review", "run_risk",
     "structural_zeros", "synthetic_traces", "verify_release_files", "work_area_step", "zoning_plans",
 ]

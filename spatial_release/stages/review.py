@@ -20,7 +20,7 @@ from spatial_release.ledger import Ledger
 from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.risk import cumulative_risk
-from spatial_release.risk.landscape import load_landscape
+from spatial_release.risk.landscape import landscape_hash, load_landscape
 from spatial_release.stages.context import ReleaseContext, WorkArea
 from spatial_release.stages.results import Breach, Review, ReviewedRelease
 from spatial_release.stages.risk import assess_risk, expired, population_releases
@@ -97,6 +97,13 @@ def review_programme(policy: Policy, ledger: Ledger, work_root: Path) -> Review:
                                    risk.worst_zone_figures()))
     landscape_sha = load_landscape(policy.resolve(policy.risk.landscape))[1]
     return Review(policy.name, landscape_sha, reviewed, cumulative_risk(figures) if figures else 0.0, breaches)
+
+
+def review_trigger(policy: Policy, ledger: Ledger) -> dict:
+    """What a review depends on, cheap to read (a sensor's cursor): the number of the dataset's release
+    entries and the landscape file's hash. Review entries are not counted, or a review would trigger itself."""
+    landscape = landscape_hash(policy.resolve(policy.risk.landscape)) if policy.risk else ""
+    return {"dataset": policy.name, "releases": len(ledger.releases(policy.name)), "landscape": landscape}
 
 
 def reviews_folder(work_root: Path, dataset: str) -> Path:
