@@ -215,7 +215,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"{out} exists and was not made by `spatial-release demo`; choose another --out", file=sys.stderr)
             return 2
         shutil.rmtree(out)  # the demo regenerates everything; a published release is never overwritten
-    out.mkdir(parents=True)
+    try:
+        out.mkdir(parents=True)
+    except OSError as exc:  # a folder the user cannot write: their mistake, not ours
+        raise UserError(f"--out {out}: cannot create the folder ({exc.strerror})") from None
     (out / DEMO_MARKER).write_text("made by spatial-release demo\n")
     policy = _project_root() / "policies" / "demo.yaml"
     print(f"generating synthetic traces and publishing {policy.name} 2018-Q1 into {out} ...")
@@ -241,7 +244,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise UserError(f"--start {args.start!r} is not a date like 2018-01-01") from None
     config = SyntheticConfig(persons=args.persons, seed=args.seed, start=start, days=args.days)
     frame = generate_pings(config)
-    write_pings(frame, Path(args.out))
+    try:
+        write_pings(frame, Path(args.out))
+    except OSError as exc:
+        raise UserError(f"--out {args.out}: cannot write the traces ({exc.strerror})") from None
     print(f"wrote {len(frame)} pings of {args.persons} persons to {args.out}")
     return 0
 

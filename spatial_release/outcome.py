@@ -39,8 +39,9 @@ class Failure:
 
 @dataclass(frozen=True)
 class RunOutcome:
-    """A release run: published or not, the release folder, its record (release.json, plus the operator's
-    internal figures under `internal`), and every failure that stopped it.
+    """A release run: published or not, the release folder, its record (release.json, typed), the
+    operator's internal figures (`internal`, from the work area, never published), and every failure that
+    stopped it.
 
     Iterating gives (published, messages, record), the shape the job runner returned before it was typed."""
 

@@ -94,3 +94,12 @@ def test_a_bug_inside_the_run_exits_3_naming_the_step(tmp_path, capsys, monkeypa
     [bug] = [f for f in outcome.failures if f.exit_code == ExitCode.INTERNAL]
     assert bug.kind == "step" and "a bug" in bug.message and "ZeroDivisionError" in bug.traceback
     assert not (tmp_path / "out" / "releases" / "fixture" / "2018-Q1").exists()
+
+
+def test_an_output_folder_that_cannot_be_written_is_a_user_error(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert cli.main(["generate", "--out", str(blocker / "pings.parquet"), "--persons", "5", "--days", "1"]) == 2
+    assert cli.main(["demo", "--out", str(blocker / "demo")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error: --out") == 2 and "Traceback" not in err
