@@ -20,72 +20,23 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from spatial_release.counting.buckets import SLOT_US, BucketSlots, CountingError, bucket_slots, period_buckets
 from spatial_release.counting.engines import Engine
+from spatial_release.counting.outputs import _write_membership, _write_outside, _write_parquet
+from spatial_release.counting.pings import data_extent, register_pings, usable_area
 from spatial_release.counting.plan import ZoningPlan, zoning_sql
-from spatial_release.geometry.coverage import crs_area_of_use
-from spatial_release.fileio import atomic_path
 from spatial_release.levels import LEAF
 from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.progress import Progress, silent
 
-SLOT_US = 900_000_000  # 15 minutes: every UTC offset in use is a multiple of it, so no bucket edge falls inside a slot
 RANK_BASE = 4294967296  # 2^32: presence packs (ping count, -rank) into one BIGINT to take the max in one pass
-
-class CountingError(RuntimeError):
-    """The pings cannot be counted as they are (for example, instants outside the period)."""
-
-
-def _lit(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-@dataclass(frozen=True)
-class BucketSlots:
-    first_slot: int  # epoch_us // SLOT_US of the period's first instant
-    slot_bucket: list[int]  # bucket number of each 15-minute slot of the period
-    buckets: list[datetime]  # bucket number -> bucket start (UTC)
-
-
-def bucket_slots(policy: Policy, period: Period) -> BucketSlots:
-    """Each 15-minute UTC slot of the period with its bucket in the policy's time zone (DuckDB's time_bucket),
-    checking that the slot's first and last microsecond fall in the same bucket."""
-    start, end = period.utc_window(policy.time.timezone)
-    con = duckdb.connect()
-    try:
-        con.execute("SET TimeZone = 'UTC'")
-        interval, tz = policy.time.bucket_interval_sql(), _lit(policy.time.timezone)
-        rows = con.execute(
-            f"SELECT epoch_us(t) // {SLOT_US} AS slot, time_bucket({interval}, t, {tz}) AS b, "
-            f"time_bucket({interval}, t + INTERVAL 15 minute - INTERVAL 1 microsecond, {tz}) AS b_last "
-            f"FROM generate_series(TIMESTAMPTZ {_lit(start.isoformat())}, TIMESTAMPTZ {_lit(end.isoformat())} "
-            "- INTERVAL 1 microsecond, INTERVAL 15 minute) AS g(t) ORDER BY t"
-        ).fetchall()
-    finally:
-        con.close()
-    if int(start.timestamp() * 1_000_000) % SLOT_US:
-        raise CountingError(f"period {period.label} does not start on a 15-minute boundary in UTC")
-    split = [r for r in rows if r[1] != r[2]]
-    if split:
-        raise CountingError(f"bucket {policy.time.bucket} in {policy.time.timezone} has an edge inside the "
-                            f"15-minute slot starting {split[0][1]}; slot bucketing cannot be used")
-    buckets = sorted({r[1] for r in rows})
-    number = {b: i for i, b in enumerate(buckets)}
-    return BucketSlots(rows[0][0], [number[r[1]] for r in rows], buckets)
-
-
-def period_buckets(policy: Policy, period: Period) -> list[datetime]:
-    """Every bucket start (UTC) that overlaps the period, in the policy's time zone."""
-    return bucket_slots(policy, period).buckets
 
 
 @dataclass(frozen=True)
@@ -103,36 +54,6 @@ class CountResult:
     linked_covers_main: dict[str, bool]  # per linked zoning: every located ping lies in one of its areas
     methods: dict[str, str]  # per zoning: how pings were assigned
     seconds: dict[str, float] = field(default_factory=dict)
-
-
-def usable_area(policy: Policy) -> tuple[float, float, float, float] | None:
-    """Lon/lat box outside which a ping is outside the geometry before any counting: a grid has a cell for
-    every point, but outside its CRS's area of use the projection is extrapolated and a ping there (a
-    swapped latitude and longitude, say) would be counted in a cell thousands of km away. None for zones,
-    whose own polygons decide."""
-    if policy.geometry.kind != "grid":
-        return None
-    return crs_area_of_use(policy.geometry.crs)
-
-
-def register_pings(engine: Engine, pings: Sequence[Path], area: tuple[float, float, float, float] | None) -> None:
-    """`pings`: the validated pings inside `area` (all of them when it is None); `pings_beyond`: the others."""
-    engine.register_parquet("pings_all", pings)
-    inside = "TRUE"
-    if area is not None:
-        west, south, east, north = area
-        inside = f"lon BETWEEN {west!r} AND {east!r} AND lat BETWEEN {south!r} AND {north!r}"
-    engine.view("pings", f"SELECT * FROM pings_all WHERE {inside}")
-    engine.view("pings_beyond", f"SELECT * FROM pings_all WHERE NOT ({inside})")
-
-
-def data_extent(engine: Engine, pings: Sequence[Path], area: tuple[float, float, float, float] | None = None
-                ) -> tuple[float, float, float, float] | None:
-    """(west, south, east, north) of the pings inside `area`, or None when there are none."""
-    register_pings(engine, pings, area)
-    row = engine.fetch("SELECT min(lon) AS w, min(lat) AS s, max(lon) AS e, max(lat) AS n FROM pings").iloc[0]
-    values = tuple(float(row[c]) for c in ("w", "s", "e", "n"))
-    return None if any(pd.isna(v) for v in values) else values  # type: ignore[return-value]
 
 
 def _keyed_sql(plans: Sequence[ZoningPlan], slots: BucketSlots, engine: Engine) -> str:
@@ -284,11 +205,6 @@ def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, bucket
     totals = engine.fetch(total_sql).assign(total_area=plan.total_level)  # a total's one area is named as its level
     margins.append(decoded.table(totals, plan.total_level, area="total_area"))
     return decoded, leaf, margins
-
-
-def _write_parquet(table: pa.Table, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
 
 
 def _timed(seconds: dict[str, float], name: str, started: float) -> float:
@@ -480,31 +396,5 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
                        {p.level: p.method for p in plans}, seconds)
 
 
-def _write_membership(engine: Engine, main: _Decoded, out_dir: Path) -> Path:
-    """unit, bucket_start, cell_id for the main geometry: who was counted where (internal, never published)."""
-    source = engine.export("membership", "SELECT unit, b, rank FROM member_0")
-    con = engine.finisher()
-    con.register("dict_ids", pa.table({"rank": pa.array(np.arange(len(main.ids), dtype=np.int64)),
-                                       "cell_id": main.id_array}))
-    con.register("bucket_ids", pa.table({"b": pa.array(np.arange(len(main.buckets), dtype=np.int64)),
-                                         "bucket_start": main.bucket_array}))
-    path = out_dir / "membership.internal.parquet"
-    with atomic_path(path) as tmp:
-        con.execute(f"COPY (SELECT m.unit, k.bucket_start, d.cell_id FROM {source} m "
-                    "JOIN dict_ids d ON d.rank = m.rank JOIN bucket_ids k ON k.b = m.b) "
-                    f"TO {_lit(str(tmp))} (FORMAT parquet)")
-    return path
-
-
-def _write_outside(engine: Engine, out_dir: Path, pings_outside: int) -> Path:
-    """The pings in no area of the main geometry, as they came in, kept for review."""
-    path = out_dir / "outside.parquet"
-    where = "" if pings_outside else " WHERE FALSE"
-    # p.* keeps the ingest's `src` (the input file of each ping) when the pings carry it
-    source = engine.export("outside", "SELECT p.* FROM pings p JOIN "
-                                      "(SELECT DISTINCT ulon, ulat FROM located WHERE a_0 IS NULL) o "
-                                      f"ON p.lon = o.ulon AND p.lat = o.ulat{where} "
-                                      "UNION ALL SELECT * FROM pings_beyond")
-    with atomic_path(path) as tmp:
-        engine.finisher().execute(f"COPY (SELECT * FROM {source}) TO {_lit(str(tmp))} (FORMAT parquet)")
-    return path
+__all__ = ["SLOT_US", "BucketSlots", "CountResult", "CountingError", "bucket_slots", "count_pings", "data_extent",
+           "period_buckets", "register_pings", "usable_area"]

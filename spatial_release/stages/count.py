@@ -11,6 +11,7 @@ import duckdb
 import pandas as pd
 
 from spatial_release.counting import CountResult, count_pings, data_extent
+from spatial_release.counting.pings import usable_area
 from spatial_release.counting.engines import Engine, open_engine
 from spatial_release.counting.plan import Extent, ZoningPlan, evaluate_with, grid_plan, zones_plan
 from spatial_release.geometry import Grid, coverage
@@ -42,7 +43,7 @@ def zoning_plans(policy: Policy, engine: Engine, extent: Extent | None = None, l
 def count_validated_pings(policy: Policy, period: Period, pings: Sequence[Path], out_dir: Path, engine: Engine,
                           progress: Progress = log_progress, layers: ZoneLayers | None = None) -> CountResult:
     """The counting step on pings from the ingest step: projections fitted to their extent, then counts."""
-    plans = zoning_plans(policy, engine, data_extent(engine, pings), layers)
+    plans = zoning_plans(policy, engine, data_extent(engine, pings, usable_area(policy)), layers)
     return count_pings(policy, period, pings, plans, out_dir, engine, progress)
 
 

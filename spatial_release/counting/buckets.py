@@ -1,0 +1,64 @@
+"""Time buckets of a period: each 15-minute UTC slot mapped to its bucket in the policy's time zone.
+
+Every UTC offset in use is a multiple of 15 minutes, so a bucket edge never falls inside a slot (checked,
+not assumed); the counting engines map an instant to its bucket through this slot table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import duckdb
+
+from spatial_release.period import Period
+from spatial_release.policy import Policy
+
+SLOT_US = 900_000_000  # 15 minutes: every UTC offset in use is a multiple of it, so no bucket edge falls inside a slot
+
+
+class CountingError(RuntimeError):
+    """The pings cannot be counted as they are (for example, instants outside the period)."""
+
+
+def _lit(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+@dataclass(frozen=True)
+class BucketSlots:
+    first_slot: int  # epoch_us // SLOT_US of the period's first instant
+    slot_bucket: list[int]  # bucket number of each 15-minute slot of the period
+    buckets: list[datetime]  # bucket number -> bucket start (UTC)
+
+
+def bucket_slots(policy: Policy, period: Period) -> BucketSlots:
+    """Each 15-minute UTC slot of the period with its bucket in the policy's time zone (DuckDB's time_bucket),
+    checking that the slot's first and last microsecond fall in the same bucket."""
+    start, end = period.utc_window(policy.time.timezone)
+    con = duckdb.connect()
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        interval, tz = policy.time.bucket_interval_sql(), _lit(policy.time.timezone)
+        rows = con.execute(
+            f"SELECT epoch_us(t) // {SLOT_US} AS slot, time_bucket({interval}, t, {tz}) AS b, "
+            f"time_bucket({interval}, t + INTERVAL 15 minute - INTERVAL 1 microsecond, {tz}) AS b_last "
+            f"FROM generate_series(TIMESTAMPTZ {_lit(start.isoformat())}, TIMESTAMPTZ {_lit(end.isoformat())} "
+            "- INTERVAL 1 microsecond, INTERVAL 15 minute) AS g(t) ORDER BY t"
+        ).fetchall()
+    finally:
+        con.close()
+    if int(start.timestamp() * 1_000_000) % SLOT_US:
+        raise CountingError(f"period {period.label} does not start on a 15-minute boundary in UTC")
+    split = [r for r in rows if r[1] != r[2]]
+    if split:
+        raise CountingError(f"bucket {policy.time.bucket} in {policy.time.timezone} has an edge inside the "
+                            f"15-minute slot starting {split[0][1]}; slot bucketing cannot be used")
+    buckets = sorted({r[1] for r in rows})
+    number = {b: i for i, b in enumerate(buckets)}
+    return BucketSlots(rows[0][0], [number[r[1]] for r in rows], buckets)
+
+
+def period_buckets(policy: Policy, period: Period) -> list[datetime]:
+    """Every bucket start (UTC) that overlaps the period, in the policy's time zone."""
+    return bucket_slots(policy, period).buckets

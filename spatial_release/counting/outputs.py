@@ -1,0 +1,47 @@
+"""The counting step's internal Parquet outputs: count tables, the membership and the outside pings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from spatial_release.counting.buckets import _lit
+from spatial_release.counting.engines import Engine
+from spatial_release.fileio import atomic_path
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def _write_membership(engine: Engine, main: _Decoded, out_dir: Path) -> Path:
+    """unit, bucket_start, cell_id for the main geometry: who was counted where (internal, never published)."""
+    source = engine.export("membership", "SELECT unit, b, rank FROM member_0")
+    con = engine.finisher()
+    con.register("dict_ids", pa.table({"rank": pa.array(np.arange(len(main.ids), dtype=np.int64)),
+                                       "cell_id": main.id_array}))
+    con.register("bucket_ids", pa.table({"b": pa.array(np.arange(len(main.buckets), dtype=np.int64)),
+                                         "bucket_start": main.bucket_array}))
+    path = out_dir / "membership.internal.parquet"
+    with atomic_path(path) as tmp:
+        con.execute(f"COPY (SELECT m.unit, k.bucket_start, d.cell_id FROM {source} m "
+                    "JOIN dict_ids d ON d.rank = m.rank JOIN bucket_ids k ON k.b = m.b) "
+                    f"TO {_lit(str(tmp))} (FORMAT parquet)")
+    return path
+
+
+def _write_outside(engine: Engine, out_dir: Path, pings_outside: int) -> Path:
+    """The pings in no area of the main geometry, as they came in, kept for review."""
+    path = out_dir / "outside.parquet"
+    where = "" if pings_outside else " WHERE FALSE"
+    # p.* keeps the ingest's `src` (the input file of each ping) when the pings carry it
+    source = engine.export("outside", "SELECT p.* FROM pings p JOIN "
+                                      "(SELECT DISTINCT ulon, ulat FROM located WHERE a_0 IS NULL) o "
+                                      f"ON p.lon = o.ulon AND p.lat = o.ulat{where} "
+                                      "UNION ALL SELECT * FROM pings_beyond")
+    with atomic_path(path) as tmp:
+        engine.finisher().execute(f"COPY (SELECT * FROM {source}) TO {_lit(str(tmp))} (FORMAT parquet)")
+    return path
