@@ -1,0 +1,104 @@
+"""What the attacker's audit decides and reports: the protection criterion, one primary's interval, and the
+audit's result (the LP machinery is in `suppression.audit`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import highspy
+
+@dataclass(frozen=True)
+class Criterion:
+    """What "protected" means for a withheld primary of value v: the attacker's integer interval [lo, up]
+    must reach lo <= lower(v) and up >= upper(v).
+
+    These are the lower and upper protection levels of Fischetti and Salazar-Gonzalez (2001, Management
+    Science): lower(v) = v - LPL and upper(v) = v + UPL. For frequency tables the theory gives no levels;
+    ours are LPL = 1 (sdcTable's default) and UPL = max(k - v, 1), which also covers the "sum of primaries
+    below k" problem (cf. GaussSuppression's protection intervals, Langsrud, Statistics Norway, which
+    ask up >= v + 1).
+
+    Default (ours): lower = v - 1, upper = max(k, v + 1): the value is neither pinned down nor shown to be
+    below k. With `range_pct` (compatibility with tau-Argus FREQ(k, p)): lower = v - max(1, ceil(p% v)),
+    upper = v + max(1, ceil(p% v)); it does not ask the interval to reach k, so it is weaker. It exists to
+    compare patterns on equal terms, never for releases."""
+
+    k: int
+    range_pct: float | None = None
+
+    def _step(self, v: int) -> int:
+        return max(1, math.ceil(v * self.range_pct / 100 - 1e-9))
+
+    def lower(self, v: int) -> int:
+        return v - 1 if self.range_pct is None else max(0, v - self._step(v))
+
+    def upper(self, v: int) -> int:
+        return max(self.k, v + 1) if self.range_pct is None else v + self._step(v)
+
+    def describe(self) -> str:
+        if self.range_pct is None:
+            return "for each primary v: integer lo <= v - 1 and integer up >= max(k, v + 1)"
+        return f"tau-Argus FREQ compatibility: lo <= v - max(1, {self.range_pct}% v), up >= v + max(1, {self.range_pct}% v)"
+
+
+@dataclass(frozen=True)
+class Interval:
+    node: int
+    value: int
+    lo: float
+    up: float
+    passed: bool
+    exact_integer: bool  # True when a bound needed an integer (MIP) solve: the LP's optimal vertex was fractional
+    failing: str = ""  # "lower", "upper", "both" or ""
+    binding: tuple[tuple[int, float], ...] = ()  # published nodes binding the failing bound, with |reduced cost|
+    # OPTIMAL: lo and up are the attacker's integer optima. WITNESS: at least one bound comes from an
+    # integral feasible point that already clears the protection bound, so the true interval is at least
+    # as wide as [lo, up] (the attacker cannot narrow it below a point that is feasible).
+    bounds: str = "optimal"
+
+    def margin(self, criterion: Criterion) -> float:
+        """Smallest distance to the protection bound (negative when failing)."""
+        return min(criterion.lower(self.value) - self.lo, self.up - criterion.upper(self.value))
+
+
+@dataclass
+class AuditResult:
+    k: int
+    criterion: Criterion | None = None
+    intervals: list[Interval] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    components: int = 0
+    lps_solved: int = 0
+    mips_solved: int = 0
+    bulk_lps: int = 0
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return not self.errors and all(i.passed for i in self.intervals)
+
+    def failures(self) -> list[Interval]:
+        return [i for i in self.intervals if not i.passed]
+
+    def smallest_margin(self) -> float | None:
+        criterion = self.criterion or Criterion(self.k)
+        margins = [i.margin(criterion) for i in self.intervals]
+        return min(margins) if margins else None
+
+    def summary(self) -> dict:
+        smallest = self.smallest_margin()
+        return {
+            "passed": self.passed,
+            "primaries_audited": len(self.intervals),
+            "failures": len(self.failures()),
+            "errors": self.errors[:20],
+            "components": self.components,
+            "lps_solved": self.lps_solved,
+            "bulk_lps": self.bulk_lps,
+            "mips_solved": self.mips_solved,
+            "smallest_margin_to_bound": None if smallest is None or math.isinf(smallest) else smallest,
+            "criterion": (self.criterion or Criterion(self.k)).describe(),
+            "solver": f"HiGHS {highspy.Highs().version()}",
+            "seconds": round(self.seconds, 3),
+        }
