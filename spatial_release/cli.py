@@ -307,6 +307,9 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
     from spatial_release.ledger import LedgerError, check_releases, read_ledger, trusted_public_key
 
     folder = Path(args.ledger or ReleaseSettings().ledger_dir).resolve()
+    if not folder.is_dir():  # a mistyped path must not read as "verifies: 0 entries"
+        print(f"error: {folder} is not a ledger folder (no such directory)", file=sys.stderr)
+        return 2
     try:
         key = trusted_public_key(Path(args.public_key) if args.public_key else None)
         entries = read_ledger(folder, key)

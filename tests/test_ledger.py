@@ -299,3 +299,9 @@ def test_kill_9_at_every_step_of_an_append_is_rolled_forward(tmp_path, existing,
     assert not list(folder.glob(".*.tmp"))  # the killed writer's temporaries are gone
     periods = [e.get("period") for e in entries if e["kind"] == "release"]
     assert periods.count("2018-01") == (1 if len(survived) > existing else 0)
+
+
+def test_cli_verify_of_a_mistyped_ledger_path_is_a_user_error(tmp_path, capsys):
+    """Hostile pass: a path that does not exist read as "verifies: 0 entries", exit 0."""
+    assert cli.main(["ledger", "verify", "--ledger", str(tmp_path / "no-such-ledger")]) == 2
+    assert "not a ledger folder" in capsys.readouterr().err
