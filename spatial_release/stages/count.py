@@ -89,27 +89,20 @@ def geometry_bounds(ctx: ReleaseContext) -> coverage.Bounds:
     return (float(west), float(south), float(east), float(north))
 
 
-def _outside_points(ctx: ReleaseContext, bounds: coverage.Bounds) -> pd.DataFrame:
-    """lon, lat (and file, when ingest recorded it) of the valid pings outside the geometry (internal)."""
-    area = ctx.area
+def _outside_points(ctx: ReleaseContext) -> pd.DataFrame:
+    """lon, lat and src of the valid pings outside the geometry, as the counting step kept them (internal):
+    outside every zone, or outside a grid CRS's widened area of use (`counting.pings.usable_area`)."""
     con = duckdb.connect()
     try:
-        if ctx.policy.geometry.kind == "grid":
-            west, south, east, north = bounds
-            source = (f"SELECT * FROM read_parquet('{sql_path(area.ingest / 'pings.parquet')}') WHERE NOT "
-                      f"(lon BETWEEN {west} AND {east} AND lat BETWEEN {south} AND {north})")
-        else:
-            source = f"SELECT * FROM read_parquet('{sql_path(area.counts / 'outside.parquet')}')"
-        frame = con.execute(source).df()
+        return con.execute(f"SELECT * FROM read_parquet('{sql_path(ctx.area.counts / 'outside.parquet')}')").df()
     finally:
         con.close()
-    return frame
 
 
 def measure_coverage(ctx: ReleaseContext) -> coverage.Coverage:
     """Valid pings outside the geometry, by input file where the ingest recorded the file of each ping."""
     bounds = geometry_bounds(ctx)
-    outside = _outside_points(ctx, bounds)
+    outside = _outside_points(ctx)
     ingest = IngestSummary.read(ctx.area.ingest)
     valid_by_file = ingest.pings_per_file()
     if "src" in outside.columns:

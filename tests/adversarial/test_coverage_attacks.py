@@ -25,6 +25,13 @@ def test_diagnosis_names_swapped_axes_and_flipped_signs():
     assert "swapped" not in other_region and "another region" in other_region
 
 
+def _run(capsys, *args: str) -> tuple[int, str]:
+    """`spatial-release release ARGS`: exit code and everything it printed."""
+    code = cli.main(["release", *args])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
 def _release(tmp_path, frame, **source) -> tuple[int, str]:
     traces = tmp_path / "traces-2018-01.csv"
     frame.to_csv(traces, index=False)
@@ -72,10 +79,8 @@ def test_the_swapped_file_is_named_among_several(tmp_path, capsys):
     good.to_csv(tmp_path / "traces-2018-01.csv", index=False)
     bad.to_csv(tmp_path / "traces-2018-02.csv", index=False)
     policy = write_policy(tmp_path, policy_dict(str(tmp_path / "traces-*.csv")))
-    code = cli.main(["release", "--policy", str(policy), "--period", "2018-Q1", "--out", str(tmp_path / "out"),
-                     "--ledger", str(tmp_path / "ledger")])
-    captured = capsys.readouterr()
-    text = captured.out + captured.err
+    code, text = _run(capsys, "--policy", str(policy), "--period", "2018-Q1", "--out", str(tmp_path / "out"),
+                      "--ledger", str(tmp_path / "ledger"))
     assert code == 1, text
     assert f"traces-2018-02.csv: {len(bad):,} of {len(bad):,} (100.0%)" in text
     assert "traces-2018-01.csv: 0 of" not in text  # a file with nothing outside is not listed
@@ -96,10 +101,8 @@ def test_a_month_of_citi_bike_trips_with_swapped_coordinates_blocks(tmp_path, ca
         trips.to_csv(path, index=False)
         files.append(str(path))
     out = tmp_path / "out"
-    code = cli.main(["release", "--policy", str(PROJECT_ROOT / "policies/jc-bikes.yaml"), "--period", "2018-Q1",
-                     "--traces", *files, "--out", str(out), "--ledger", str(tmp_path / "ledger")])
-    captured = capsys.readouterr()
-    text = captured.out + captured.err
+    code, text = _run(capsys, "--policy", str(PROJECT_ROOT / "policies/jc-bikes.yaml"), "--period", "2018-Q1",
+                      "--traces", *files, "--out", str(out), "--ledger", str(tmp_path / "ledger"))
     assert code == 1, text
     assert "outside_share" in text and "JC-201802-citibike-tripdata.csv" in text
     assert "latitude and longitude swapped" in text
