@@ -6,7 +6,7 @@ DOMAIN = ["spatial_release.policy", "spatial_release.period", "spatial_release.t
           "spatial_release.suppression", "spatial_release.guarantees", "spatial_release.release",
           "spatial_release.stages", "spatial_release.risk", "spatial_release.ledger", "spatial_release.alerts",
           "spatial_release.suppression.release_system", "spatial_release.suppression.rules", "spatial_release.levels",
-          "spatial_release.suppression.verdicts"]
+          "spatial_release.suppression.verdicts", "spatial_release.report"]
 
 
 def test_domain_packages_do_not_import_dagster():
