@@ -47,7 +47,6 @@ def _settings_config(args: argparse.Namespace) -> dict:
     defaults = ReleaseSettings()
     out = Path(args.out).resolve() if args.out else None
     return {
-        "policy": str(Path(args.policy).resolve()),
         "traces": [str(Path(t).resolve()) for t in (args.traces or [])],
         "releases_dir": str(out / "releases") if out else defaults.releases_dir,
         "work_dir": str(out / "work") if out else defaults.work_dir,
@@ -96,8 +95,9 @@ def root_cause(error) -> str:
 
 def run_release(policy: str, period: str, traces: list[str] | None = None, out: str | None = None,
                 ledger: str | None = None, counting: dict | None = None) -> RunOutcome:
-    """Run the release job of `policy` (its quarterly or monthly graph) for one period, in process, and
-    return its RunOutcome (published, release folder, record, failures).
+    """Run the release of `policy` for one period in process, with the same jobs the UI runs (its
+    programme's release job, then its publish job), and return its RunOutcome (published, release folder,
+    record, failures).
 
     policy: the policy file. period: `2018-Q1`, or `2018-01` for a policy with `period: month`.
     traces: trace files or globs (default: the policy's `source.paths`, or its synthetic generator).
@@ -111,32 +111,31 @@ def run_release(policy: str, period: str, traces: list[str] | None = None, out: 
     import dagster as dg
 
     from spatial_release import stages
-    from spatial_release.definitions import defs
-    from spatial_release.policy import load_policy
+    from spatial_release.defs.catalogue import programme_for
+    from spatial_release.defs.execution import execute_release
+    from spatial_release.defs.partitions import partitions_for
     from spatial_release.release import release_dir
     from spatial_release.traces.ingest import check_trace_files
 
     args = argparse.Namespace(policy=policy, traces=traces, out=out, ledger=ledger)
     config = _settings_config(args)
     parsed = Period.parse(period)
-    loaded = load_policy(config["policy"])  # a bad policy is a usage error, reported before any run starts
+    programme = programme_for(args.policy)  # a bad policy is a usage error, reported before any run starts
+    loaded = programme.programme.policy
     loaded.check_period(parsed)  # so is a period of the other cadence
-    monthly = loaded.period == "month"
     check_trace_files(loaded, parsed, config["traces"])  # so is a missing or unreadable trace file
-    job = defs.resolve_job_def("monthly_release_job" if monthly else "quarterly_release_job")
     try:
-        result = job.execute_in_process(
-            partition_key=parsed.partition_key, instance=_instance(), raise_on_error=False,
-            run_config={"resources": {"settings": {"config": config}, "counting": {"config": counting or {}}},
-                        "loggers": {"console": {"config": {"log_level": "INFO"}}}},
-        )
+        run = execute_release(programme, parsed.partition_key, config, counting, _instance())
     except dg.DagsterUnknownPartitionError:  # before the first partition, or not yet over
-        from spatial_release.defs.partitions import quarterly
-
+        first = partitions_for(loaded.period).get_first_partition_key()
         raise PeriodError(f"period {period!r} is not a release partition: partitions start on "
-                          f"{quarterly.get_first_partition_key()} and end with the last period that is over") from None
-    if not result.success:
-        return RunOutcome(False, failures=_failures(result))
+                          f"{first} and end with the last period that is over") from None
+    if not run.success:
+        failures = tuple(f for result in run.results for f in _failures(result))
+        if not failures and run.publish is not None:  # another run published the period in between
+            failures = (Failure("step", "published_release", f"{loaded.name} {parsed.label} was published by "
+                                "another run meanwhile; nothing written"),)
+        return RunOutcome(False, failures=failures)
     target = release_dir(Path(config["releases_dir"]), loaded, parsed)
     # The operator's summary also shows internal figures (withheld cells and units) from the work area;
     # they are printed to the operator's terminal, never written beside the release.

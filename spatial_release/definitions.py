@@ -1,14 +1,9 @@
-"""Dagster entry point (`dg dev`, `dagster dev -w workspace.yaml`): each concern's definitions, merged, with
-the shared resources."""
+"""Dagster entry point (`dg dev`, `dagster dev -w workspace.yaml`): one graph per policy file in the policies
+folder (`SPATIAL_RELEASE_POLICIES`, default `policies/`; see spatial_release.defs.catalogue), the alert
+sensor over all of their jobs, and the shared resources."""
 
-import dagster as dg
+from spatial_release.defs.catalogue import build_catalogue
 
-from spatial_release.defs import alerts, release, review
-from spatial_release.defs.resources import CountingEngine, ReleaseSettings
+catalogue = build_catalogue()
 
-defs = dg.Definitions.merge(
-    release.defs,
-    review.defs,
-    alerts.defs,
-    dg.Definitions(resources={"settings": ReleaseSettings(), "counting": CountingEngine()}),
-)
+defs = catalogue.definitions()

@@ -15,7 +15,10 @@ from conftest import (CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, PROJECT_ROOT, c
                       write_policy)
 from spatial_release import cli, stages
 from spatial_release.definitions import defs
-from spatial_release.defs.partitions import quarterly
+from spatial_release.defs.catalogue import programme_for
+from spatial_release.defs.execution import execute_release
+from spatial_release.defs.partitions import PERIOD_TAG, quarterly
+from spatial_release.defs.programmes import DATASET_TAG
 from spatial_release.fileio import sha256_file
 from spatial_release.stages import protect as protect_stage
 from spatial_release.suppression import primary
@@ -33,32 +36,39 @@ PARTITION = "2018-01-01"
 
 def test_definitions_load():
     dg.Definitions.validate_loadable(defs)
-    job = defs.resolve_job_def("quarterly_release_job")
-    assert job.partitions_def == quarterly
-    checks = {key.name for key in defs.resolve_asset_graph().asset_check_keys}
+    for prefix, partitions in (("demo", quarterly), ("jc_bikes", quarterly)):
+        assert defs.resolve_job_def(f"{prefix}_release_job").partitions_def == partitions
+    assert defs.resolve_job_def("jc_bikes_monthly_release_job").partitions_def.get_first_partition_key() == "2018-01-01"
+    checks = {key.name for key in defs.resolve_asset_graph().asset_check_keys if key.asset_key.path[0] == "demo"}
     assert checks == {"rejected_share", "outside_share", "k_floor", "withheld_absent", "no_identifiers", "suppression_audit",
                       "structural_zeros_hold", "suppression_budget", "risk_budget", "published_within_budget",
                       "within_risk_budget"}
     for key in defs.resolve_asset_graph().asset_check_keys:
-        if key.asset_key.path[-1] not in ("risk_review", "published_release"):  # nothing downstream to block
+        if key.asset_key.path[-1] != "published_release":  # nothing downstream to block
             assert defs.resolve_asset_graph().get_check_spec(key).blocking, key
 
 
-def test_schedule_requests_the_quarter_that_just_closed():
-    schedule = defs.resolve_schedule_def("quarterly_release_schedule")
+def test_schedule_requests_the_quarter_that_just_closed(tmp_path, monkeypatch):
+    for name in ("RELEASES", "WORK", "LEDGER"):
+        monkeypatch.setenv(f"SPATIAL_RELEASE_{name}", str(tmp_path / name.lower()))
+    schedule = defs.resolve_schedule_def("demo_release_schedule")
     assert schedule.cron_schedule == "0 0 1 */3 *"
-    context = dg.build_schedule_context(scheduled_execution_time=datetime(2018, 4, 1))
+    from spatial_release.defs.resources import ReleaseSettings
+
+    context = dg.build_schedule_context(scheduled_execution_time=datetime(2018, 4, 1),
+                                        resources={"settings": ReleaseSettings()},
+                                        repository_def=defs.get_repository_def())
     [request] = schedule.evaluate_tick(context).run_requests
-    assert request.partition_key == "2018-01-01"
+    assert request.partition_key == "2018-01-01" and request.tags[PERIOD_TAG] == "2018-Q1"
 
 
-def _run(tmp_path: Path, policy: Path):
-    job = defs.resolve_job_def("quarterly_release_job")
-    config = {"policy": str(policy), "releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
-              "ledger_dir": str(tmp_path / "ledger"), "alerts_dir": str(tmp_path / "alerts")}
-    return job.execute_in_process(partition_key=PARTITION, raise_on_error=False,
-                                  instance=dg.DagsterInstance.ephemeral(),
-                                  run_config={"resources": {"settings": {"config": config}}})
+def _settings(tmp_path: Path) -> dict:
+    return {"releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
+            "ledger_dir": str(tmp_path / "ledger"), "alerts_dir": str(tmp_path / "alerts")}
+
+
+def _run(tmp_path: Path, policy: Path, instance: dg.DagsterInstance | None = None):
+    return execute_release(programme_for(policy), PARTITION, _settings(tmp_path), instance=instance)
 
 
 def _policy_file(tmp_path: Path, **source) -> Path:
@@ -82,7 +92,8 @@ def test_release_job_publishes_the_fixture(tmp_path):
     assert all(e.passed for e in result.get_asset_check_evaluations())
     assert len(result.get_asset_check_evaluations()) == 10
     folder = tmp_path / "releases" / "fixture" / "2018-Q1"
-    assert sorted(p.name for p in folder.iterdir()) == ["cells.parquet", "margins.parquet", "release.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["cells.parquet", "margins.parquet", "release.json",
+                                                        "report.html", "report.png"]
     cells = gpd.read_parquet(folder / "cells.parquet")
     assert b"geo" in pq.read_schema(folder / "cells.parquet").metadata and cells.crs.to_epsg() == 32618
     assert list(cells.columns) == ["cell_id", "bucket_start", "n_devices", "geometry"]
@@ -92,7 +103,8 @@ def test_release_job_publishes_the_fixture(tmp_path):
     assert list(margins.columns) == ["level", "area_id", "bucket_start", "n_devices"]
     assert (margins["n_devices"] >= K).all()
     record = json.loads((folder / "release.json").read_text())
-    assert record["files"] == {n: sha256_file(folder / n) for n in ("cells.parquet", "margins.parquet")}
+    assert record["files"] == {n: sha256_file(folder / n)
+                               for n in ("cells.parquet", "margins.parquet", "report.png", "report.html")}
     assert record["unit"] == "devices" and record["k"] == K and "inclusive" in record["k_boundary"]
     assert record["complementary_suppression"].startswith("applied") and record["audit"]["passed"]
     assert record["counts"] == public_counts_of(cells, margins, "n_devices")
@@ -100,7 +112,8 @@ def test_release_job_publishes_the_fixture(tmp_path):
     assert internal["primaries_audited"] == 2  # B and C protect each other
     text = (folder / "release.json").read_text()
     assert "lonely" not in text and "gender" not in text and '"device"' not in text
-    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key.path == ["published_release"]]
+    [event] = [e for e in result.get_asset_materialization_events()
+               if e.asset_key.path == ["fixture", "published_release"]]
     metadata = event.materialization.metadata
     assert metadata["release_record"].value == str(folder / "release.json")
     assert "smallest published count | 3" in metadata["k_anonymity_report"].value
@@ -127,7 +140,8 @@ def test_blocking_check_stops_the_release(tmp_path, leaky_suppressor):
     failed = {e.check_name: e for e in result.get_asset_check_evaluations() if not e.passed}
     assert {"k_floor", "withheld_absent"} <= set(failed)
     assert failed["k_floor"].metadata["offending"].value[0]["cell_id"] == cell_id(CELL_B)
-    assert "published_release" not in _materialized(result)
+    assert result.publish is None  # the blocked candidate fails on the candidate: publishing is never planned
+    assert "fixture/published_release" not in _materialized(result)
     assert not (tmp_path / "releases" / "fixture" / "2018-Q1").exists()
 
 
@@ -136,7 +150,7 @@ def test_rejected_share_blocks_before_counting(tmp_path):
     assert not result.success
     [failed] = [e for e in result.get_asset_check_evaluations() if not e.passed]
     assert failed.check_name == "rejected_share" and "unparseable_timestamp" in failed.description
-    assert _materialized(result) == {"validated_pings"}
+    assert _materialized(result) == {"fixture/validated_pings"}
 
 
 def test_a_published_release_is_never_overwritten(tmp_path):
@@ -144,7 +158,7 @@ def test_a_published_release_is_never_overwritten(tmp_path):
     assert _run(tmp_path, policy).success
     before = sha256_file(tmp_path / "releases/fixture/2018-Q1/release.json")
     second = _run(tmp_path, policy)
-    assert not second.success and "published_release" not in _materialized(second)
+    assert not second.success and "fixture/published_release" not in _materialized(second)
     assert sha256_file(tmp_path / "releases/fixture/2018-Q1/release.json") == before
 
 
@@ -220,13 +234,8 @@ def test_cli_audit_refuses_another_policy(tmp_path, capsys):
 
 
 def test_progress_of_ingest_counting_and_audit_is_in_the_run_log(tmp_path):
-    job = defs.resolve_job_def("quarterly_release_job")
-    config = {"policy": str(_policy_file(tmp_path)), "releases_dir": str(tmp_path / "releases"),
-              "work_dir": str(tmp_path / "work"), "ledger_dir": str(tmp_path / "ledger"),
-              "alerts_dir": str(tmp_path / "alerts")}
     instance = dg.DagsterInstance.ephemeral()
-    result = job.execute_in_process(partition_key=PARTITION, instance=instance,
-                                    run_config={"resources": {"settings": {"config": config}}})
+    result = _run(tmp_path, _policy_file(tmp_path), instance).candidate
     messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
     assert any(m.startswith("ingest: traces.csv:") for m in messages)
     assert any(m.startswith("counting on duckdb: scanning 1 file(s)") for m in messages)

@@ -9,10 +9,10 @@ import pytest
 
 from conftest import fixture_pings, policy_dict, write_policy
 from spatial_release import release, stages
-from spatial_release.definitions import defs
+from spatial_release.defs.alerts import build_alert_sensor
+from spatial_release.defs.catalogue import programme_for
+from spatial_release.defs.execution import execute_release
 from spatial_release.defs.resources import ReleaseSettings
-from spatial_release.defs.review import risk_review, published_within_budget, risk_review_sensor
-from spatial_release.defs.alerts import failed_run_alert
 from spatial_release.ledger import Ledger, read_ledger
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
@@ -21,7 +21,7 @@ PARTITION = "2018-01-01"
 
 
 def _settings(tmp_path: Path, policy: Path) -> dict:
-    return {"policy": str(policy), "releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
+    return {"releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
             "ledger_dir": str(tmp_path / "ledger"), "alerts_dir": str(tmp_path / "alerts")}
 
 
@@ -32,10 +32,13 @@ def _policy(tmp_path: Path, population: int = 10_000) -> Path:
 
 
 def _run(tmp_path, policy, instance=None):
-    job = defs.resolve_job_def("quarterly_release_job")
-    return job.execute_in_process(partition_key=PARTITION, raise_on_error=False,
-                                  instance=instance or dg.DagsterInstance.ephemeral(),
-                                  run_config={"resources": {"settings": {"config": _settings(tmp_path, policy)}}})
+    return execute_release(programme_for(policy), PARTITION, _settings(tmp_path, policy), instance=instance)
+
+
+def _review(policy):
+    """The programme's review asset, its check and its sensor."""
+    review = programme_for(policy).review
+    return review.asset, review.check, review.sensor
 
 
 def test_publication_writes_a_chained_ledger_entry(tmp_path):
@@ -55,7 +58,9 @@ def test_risk_gate_blocks_a_sparse_zone(tmp_path):
     failed = {e.check_name: e for e in result.get_asset_check_evaluations() if not e.passed}
     assert set(failed) == {"risk_budget"}
     assert "RiskBudgetExceeded" in failed["risk_budget"].description
-    assert "published_release" not in {m.asset_key.to_user_string() for m in result.get_asset_materialization_events()}
+    assert result.publish is None
+    assert "fixture/published_release" not in {m.asset_key.to_user_string()
+                                                for m in result.get_asset_materialization_events()}
     assert not (tmp_path / "releases/fixture/2018-Q1").exists()
     assert not (tmp_path / "ledger/entries.jsonl").exists()
 
@@ -100,6 +105,7 @@ def _sensor_context(tmp_path, policy, cursor=None):
 
 def test_review_sensor_fires_on_new_releases_and_landscape_changes(tmp_path):
     policy = _policy(tmp_path)
+    _, _, risk_review_sensor = _review(policy)
     first = risk_review_sensor(_sensor_context(tmp_path, policy))
     assert not first.run_requests and "no published release" in first.skip_reason.skip_message
     assert _run(tmp_path, policy).success
@@ -116,13 +122,14 @@ def test_review_sensor_fires_on_new_releases_and_landscape_changes(tmp_path):
 
 def _release_check(instance) -> tuple[bool, str]:
     record = instance.get_latest_asset_check_evaluation_record(
-        dg.AssetCheckKey(dg.AssetKey("published_release"), "within_risk_budget"))
+        dg.AssetCheckKey(dg.AssetKey(["fixture", "published_release"]), "within_risk_budget"))
     evaluation = record.event.dagster_event.event_specific_data
     return evaluation.passed, evaluation.partition
 
 
 def test_review_flags_a_published_release_that_is_now_over_budget(tmp_path):
     policy = _policy(tmp_path)
+    risk_review, published_within_budget, _ = _review(policy)
     with dg.instance_for_test() as instance:
         assert _run(tmp_path, policy, instance=instance).success
         resources = {"settings": ReleaseSettings(**_settings(tmp_path, policy))}
@@ -136,6 +143,7 @@ def test_review_flags_a_published_release_that_is_now_over_budget(tmp_path):
                                 raise_on_error=False)
         [evaluation] = [e for e in stormy.get_asset_check_evaluations() if e.check_name == "published_within_budget"]
         assert not evaluation.passed and "2018-Q1" in evaluation.description
+        assert not stormy.success  # the breach fails the review run: the runs overview shows it red
         # ...and the check on the published release's own partition now shows failed in the UI
         assert _release_check(instance) == (False, PARTITION)
     alerts = [json.loads(p.read_text()) for p in (tmp_path / "alerts").glob("risk_breach-*.json")]
@@ -146,19 +154,22 @@ def test_review_flags_a_published_release_that_is_now_over_budget(tmp_path):
 
 def test_run_failure_sensor_turns_a_blocked_release_into_an_alert(tmp_path):
     with dg.instance_for_test() as instance:
-        result = _run(tmp_path, _policy(tmp_path, population=5), instance=instance)
+        policy = _policy(tmp_path, population=5)
+        result = _run(tmp_path, policy, instance=instance).candidate
         assert not result.success
         [event] = instance.all_logs(result.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
         context = dg.build_run_status_sensor_context(
             sensor_name="failed_run_alert", dagster_instance=instance,
             dagster_run=instance.get_run_by_id(result.run_id), dagster_event=event.dagster_event,
         ).for_run_failure()
-        failed_run_alert(context)
+        build_alert_sensor(programme_for(policy).jobs)(context)
+        tags = instance.get_run_by_id(result.run_id).tags
     folder = Path(os.environ["SPATIAL_RELEASE_ALERTS"])
     alerts = [json.loads(p.read_text()) for p in folder.glob("blocked_release-*.json")]
     mine = [a for a in alerts if a["run_id"] == result.run_id]
-    assert len(mine) == 1 and mine[0]["partition"] == PARTITION
-    assert any("risk_budget" in step for step in mine[0]["failed_steps"])
+    assert len(mine) == 1 and mine[0]["dataset"] == "fixture" and mine[0]["period"] == "2018-Q1"
+    assert mine[0]["check"] == "risk_budget" and "RiskBudgetExceeded" in mine[0]["reason"]
+    assert tags["spatial_release/blocked_by"] == "risk_budget"  # the alert shows on the failed run
 
 
 # What a work area keeps after its retention: aggregates only (true counts for `spatial-release audit`,

@@ -4,7 +4,8 @@ import dagster as dg
 import pytest
 
 from conftest import fixture_pings, policy_dict, write_policy
-from spatial_release.definitions import defs
+from spatial_release.defs.catalogue import programme_for
+from spatial_release.defs.execution import execute_release
 from spatial_release.period import Period
 from spatial_release.policy import PolicyError, load_policy
 
@@ -19,18 +20,16 @@ def test_a_policy_refuses_a_period_of_the_other_cadence(tmp_path, fixture_policy
         monthly.check_period(Period.parse("2018-Q1"))
 
 
-def test_the_monthly_job_refuses_a_quarterly_policy(tmp_path):
+def test_a_quarterly_policy_has_no_monthly_partition(tmp_path):
+    """The graph's partitions come from the policy's cadence, so a month of a quarterly programme cannot
+    even be asked for (the old shared monthly job accepted a quarterly policy)."""
     traces = tmp_path / "traces.csv"
     fixture_pings().to_csv(traces, index=False)
-    policy = write_policy(tmp_path, policy_dict(str(traces)))  # a quarterly programme
-    config = {"policy": str(policy), "releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
-              "ledger_dir": str(tmp_path / "ledger"), "alerts_dir": str(tmp_path / "alerts")}
-    result = defs.resolve_job_def("monthly_release_job").execute_in_process(
-        partition_key="2018-01-01", raise_on_error=False, instance=dg.DagsterInstance.ephemeral(),
-        run_config={"resources": {"settings": {"config": config}}})
-    assert not result.success
-    failures = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
-    assert any("release period is a quarter" in str(e.step_failure_data.error) for e in failures)
+    programme = programme_for(write_policy(tmp_path, policy_dict(str(traces))))  # a quarterly programme
+    settings = {"releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
+                "ledger_dir": str(tmp_path / "ledger"), "alerts_dir": str(tmp_path / "alerts")}
+    with pytest.raises(dg.DagsterUnknownPartitionError):
+        execute_release(programme, "2018-02-01", settings)
     assert not (tmp_path / "work" / "fixture").exists()  # refused before anything is written
 
 

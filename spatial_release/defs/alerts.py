@@ -1,32 +1,80 @@
-"""Alerts: a blocked release or a failed review becomes an alert record (`spatial_release.alerts`)."""
+"""Alerts: a blocked release (its release or publish run failed) becomes an alert that names the dataset,
+the period, the check that blocked, its reason and offending cells or zones, and the options; it is written
+to the alerts folder, delivered by e-mail and Slack webhook when configured, and shown on the failed run
+itself (tags and the sensor tick's log). A review breach is delivered by the review (stages.run_review)."""
 
+from __future__ import annotations
+
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
 
 from spatial_release.alerts import write_alert
-from spatial_release.defs.release import RELEASE_JOBS
+from spatial_release.defs.partitions import PERIOD_TAG
+from spatial_release.defs.programmes import DATASET_TAG
 from spatial_release.defs.resources import ReleaseSettings
-from spatial_release.defs.review import risk_review_job
+
+REVIEW_BREACH_CHECK = "published_within_budget"
+ALERT_TAG = "spatial_release/alert"
+BLOCKED_BY_TAG = "spatial_release/blocked_by"
 
 
-def alert_for_failed_run(context: dg.RunFailureSensorContext, alerts_dir: Path) -> Path:
-    run = context.dagster_run
-    steps = [event.step_key for event in context.get_step_failure_events()]
-    messages = [(e.step_failure_data.user_failure_data.description if e.step_failure_data.user_failure_data
-                 else e.step_failure_data.error.message if e.step_failure_data.error else "")
-                for e in context.get_step_failure_events()]
-    return write_alert(alerts_dir, {
-        "kind": "blocked_release" if run.job_name != risk_review_job.name else "failed_review",
-        "job": run.job_name, "run_id": run.run_id, "partition": run.tags.get("dagster/partition"),
-        "failed_steps": steps, "messages": messages, "summary": context.failure_event.message,
-    })
+@dataclass(frozen=True)
+class RunBlock:
+    """Why a run failed, from its own event log: the first failed check, else the first failed step."""
+
+    check: str
+    reason: str
+    offending: list
 
 
-@dg.run_failure_sensor(monitored_jobs=[*RELEASE_JOBS, risk_review_job], default_status=dg.DefaultSensorStatus.RUNNING,
-                       description="A blocked release or a failed review becomes an alert record.")
-def failed_run_alert(context: dg.RunFailureSensorContext) -> None:
-    alert_for_failed_run(context, Path(ReleaseSettings().alerts_dir))
+def _failed_checks(instance: dg.DagsterInstance, run_id: str) -> list:
+    records = instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+    evaluations = [r.dagster_event.event_specific_data for r in records if r.dagster_event is not None]
+    return [e for e in evaluations if not e.passed]
 
 
-defs = dg.Definitions(sensors=[failed_run_alert])
+def block_of(context: dg.RunFailureSensorContext) -> RunBlock:
+    failed = _failed_checks(context.instance, context.dagster_run.run_id)
+    if failed:
+        first = failed[0]
+        offending = first.metadata.get("offending")
+        return RunBlock(first.check_name, first.description or "",
+                        list(offending.value) if offending is not None else [])
+    for event in context.get_step_failure_events():
+        data = event.step_failure_data
+        if data.user_failure_data is not None and data.user_failure_data.description:
+            offending = data.user_failure_data.metadata.get("offending")
+            return RunBlock(event.step_key, data.user_failure_data.description,
+                            list(offending.value) if offending is not None else [])
+        if data.error is not None:
+            error = data.error
+            while error.cause is not None:
+                error = error.cause
+            return RunBlock(event.step_key, error.message.strip(), [])
+    return RunBlock("run", context.failure_event.message or "the run failed", [])
+
+
+def build_alert_sensor(jobs: list) -> dg.SensorDefinition:
+    @dg.run_failure_sensor(name="failed_run_alert", monitored_jobs=jobs, default_status=dg.DefaultSensorStatus.RUNNING,
+                           description="A blocked release (its release or publish run failed) becomes an alert: "
+                                       "written to the alerts folder, e-mailed and posted to Slack when configured, "
+                                       "and tagged on the failed run.")
+    def failed_run_alert(context: dg.RunFailureSensorContext) -> None:
+        run = context.dagster_run
+        block = block_of(context)
+        if block.check == REVIEW_BREACH_CHECK:
+            context.log.info("review breach: its alerts were delivered by the review run (see its metadata)")
+            context.instance.add_run_tags(run.run_id, {ALERT_TAG: "delivered by the review", BLOCKED_BY_TAG: block.check})
+            return
+        path = write_alert(Path(ReleaseSettings().alerts_dir), {
+            "kind": "blocked_release", "dataset": run.tags.get(DATASET_TAG), "period": run.tags.get(PERIOD_TAG),
+            "check": block.check, "reason": block.reason, "offending": block.offending[:20],
+            "job": run.job_name, "run_id": run.run_id,
+        })
+        context.log.info(f"alert for {run.tags.get(DATASET_TAG)} {run.tags.get(PERIOD_TAG)}: blocked by "
+                         f"{block.check}: {block.reason} -> {path}")
+        context.instance.add_run_tags(run.run_id, {ALERT_TAG: path.name, BLOCKED_BY_TAG: block.check})
+
+    return failed_run_alert

@@ -17,7 +17,7 @@ from pydantic import Field
 from spatial_release.counting.engines import DuckDBSettings, Engine, SparkSettings, open_engine
 from spatial_release.ledger import Ledger
 from spatial_release.period import Period
-from spatial_release.policy import Policy, load_policy
+from spatial_release.policy import Policy
 from spatial_release.stages import Published, ReleaseContext, WorkArea
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -33,15 +33,21 @@ def _project(env: str, relative: str) -> Callable[[], str]:
 
 
 class ReleaseSettings(dg.ConfigurableResource):
-    policy: str = Field(default_factory=_project("SPATIAL_RELEASE_POLICY", "policies/demo.yaml"))
-    traces: list[str] = []
-    releases_dir: str = Field(default_factory=_project("SPATIAL_RELEASE_RELEASES", "releases"))
-    work_dir: str = Field(default_factory=_project("SPATIAL_RELEASE_WORK", "work"))
-    ledger_dir: str = Field(default_factory=_project("SPATIAL_RELEASE_LEDGER", "ledger"))
-    alerts_dir: str = Field(default_factory=_project("SPATIAL_RELEASE_ALERTS", "alerts"))
+    """Where every programme's files live. The policy is not here: each policy file has its own graph."""
 
-    def load_policy(self) -> Policy:
-        return load_policy(self.policy)
+    traces: list[str] = Field(
+        default=[], description="Trace files or globs for this run; empty: the policy's source.paths (or its "
+                                "synthetic generator).")
+    releases_dir: str = Field(default_factory=_project("SPATIAL_RELEASE_RELEASES", "releases"),
+                              description="Published release folders, <dataset>/<period>/ "
+                                          "(env SPATIAL_RELEASE_RELEASES).")
+    work_dir: str = Field(default_factory=_project("SPATIAL_RELEASE_WORK", "work"),
+                          description="Owner-only work areas with per-unit files (env SPATIAL_RELEASE_WORK).")
+    ledger_dir: str = Field(default_factory=_project("SPATIAL_RELEASE_LEDGER", "ledger"),
+                            description="The signed, hash-chained ledger of releases (env SPATIAL_RELEASE_LEDGER).")
+    alerts_dir: str = Field(default_factory=_project("SPATIAL_RELEASE_ALERTS", "alerts"),
+                            description="Alert records, one JSON file per alert, besides the e-mail and "
+                                        "webhook deliveries (env SPATIAL_RELEASE_ALERTS).")
 
     def context(self, policy: Policy, period: Period) -> ReleaseContext:
         """The release context of one step (it refuses a period of the other cadence)."""
@@ -65,13 +71,22 @@ class CountingEngine(dg.ConfigurableResource):
     ('local[*]', or a cluster URL such as 'spark://host:7077'). Suppression, audit and risk always run here,
     on the aggregated tables. Both engines give identical counts (a test compares them row for row)."""
 
-    engine: str = Field(default_factory=_env("SPATIAL_RELEASE_ENGINE", "duckdb"))
-    duckdb_memory_limit: str | None = Field(default_factory=_env("SPATIAL_RELEASE_DUCKDB_MEMORY_LIMIT"))
-    duckdb_threads: int | None = Field(default_factory=_env_int("SPATIAL_RELEASE_DUCKDB_THREADS"))
-    spark_master: str = Field(default_factory=_env("SPARK_MASTER", "local[*]"))
-    spark_conf: dict[str, str] = {}
+    engine: str = Field(default_factory=_env("SPATIAL_RELEASE_ENGINE", "duckdb"),
+                        description="duckdb or spark (env SPATIAL_RELEASE_ENGINE).")
+    duckdb_memory_limit: str | None = Field(default_factory=_env("SPATIAL_RELEASE_DUCKDB_MEMORY_LIMIT"),
+                                            description="DuckDB memory limit, e.g. 2GB; past it DuckDB spills "
+                                                        "to the work area (env SPATIAL_RELEASE_DUCKDB_MEMORY_LIMIT).")
+    duckdb_threads: int | None = Field(default_factory=_env_int("SPATIAL_RELEASE_DUCKDB_THREADS"),
+                                       description="DuckDB threads; default all cores "
+                                                   "(env SPATIAL_RELEASE_DUCKDB_THREADS).")
+    spark_master: str = Field(default_factory=_env("SPARK_MASTER", "local[*]"),
+                              description="Spark master URL: local[*], spark://host:7077, yarn, k8s://... "
+                                          "(env SPARK_MASTER).")
+    spark_conf: dict[str, str] = Field(default={}, description="Extra Spark settings, e.g. spark.executor.memory.")
     # On a cluster, intermediate tables must be on storage every executor reaches (HDFS, S3, a shared mount).
-    scratch_dir: str | None = Field(default_factory=_env("SPATIAL_RELEASE_SPARK_SCRATCH"))
+    scratch_dir: str | None = Field(default_factory=_env("SPATIAL_RELEASE_SPARK_SCRATCH"),
+                                    description="Scratch folder every Spark executor can reach (env "
+                                                "SPATIAL_RELEASE_SPARK_SCRATCH); default inside the work area.")
 
     @contextmanager
     def open(self, area: WorkArea) -> Iterator[Engine]:

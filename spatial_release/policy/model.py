@@ -263,6 +263,20 @@ class RiskSpec(_Strict):
     key_retention_days: int = Field(730, ge=1, description="how long per-unit key sets are kept for reviews")
 
 
+class AlertsSpec(_Strict):
+    """Who receives this programme's alerts (a blocked release, a review breach), besides the deployment's
+    recipients. Addresses and the name of an environment variable only: the webhook URL and the SMTP server
+    and credentials are the deployment's (SPATIAL_RELEASE_SMTP_*, SPATIAL_RELEASE_SLACK_WEBHOOK_URL), never
+    written in a policy file."""
+
+    email_to: list[Annotated[str, Field(pattern=r"^[^@\s,;<>]+@[^@\s,;<>]+\.[^@\s,;<>]+$")]] = Field(
+        default_factory=list, description="e-mail addresses, added to SPATIAL_RELEASE_SMTP_TO")
+    slack_webhook_env: str | None = Field(
+        None, pattern=r"^[A-Z][A-Z0-9_]*$",
+        description="name of the environment variable holding this programme's Slack incoming-webhook URL "
+                    "(instead of SPATIAL_RELEASE_SLACK_WEBHOOK_URL); the URL itself is a secret")
+
+
 class Policy(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
     version: int = Field(ge=1)
@@ -274,12 +288,18 @@ class Policy(_Strict):
     time: TimeSpec
     suppression: SuppressionSpec = SuppressionSpec()
     risk: RiskSpec | None = None
+    alerts: AlertsSpec | None = None
     period: Literal["quarter", "month"] = "quarter"
     population: str | None = Field(
         None, pattern=NAME_PATTERN,
         description="the units this programme draws on; policies that name the same population (e.g. a "
                     "quarterly and a monthly programme over the same bikes) share one cumulative risk budget; "
                     "default: the policy's own name",
+    )
+    owners: list[Annotated[str, Field(pattern=r"^(team:[A-Za-z0-9_-]+|[^@\s]+@[^@\s]+\.[^@\s]+)$")]] = Field(
+        default_factory=list,
+        description="who answers for this programme: e-mail addresses or `team:name` (shown as the owners of "
+                    "its assets in the Dagster UI)",
     )
 
     _path: Path | None = PrivateAttr(None)

@@ -14,7 +14,8 @@ import geopandas as gpd
 import pandas as pd
 
 from conftest import fixture_pings, policy_dict, write_policy
-from spatial_release.definitions import defs
+from spatial_release.defs.catalogue import programme_for
+from spatial_release.defs.execution import execute_release
 
 # Facts about withheld cells (or units) that must never be published.
 WITHHELD_FACTS = {"groups", "smallest_count_before", "primary_cells", "secondary_cells", "withheld_margins",
@@ -36,11 +37,9 @@ def _run(tmp_path: Path):
     traces = tmp_path / "traces.csv"
     fixture_pings().to_csv(traces, index=False)
     policy = write_policy(tmp_path, policy_dict(str(traces)))
-    config = {"policy": str(policy), "releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
+    config = {"releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
               "ledger_dir": str(tmp_path / "ledger"), "alerts_dir": str(tmp_path / "alerts")}
-    return defs.resolve_job_def("quarterly_release_job").execute_in_process(
-        partition_key="2018-01-01", raise_on_error=False, instance=dg.DagsterInstance.ephemeral(),
-        run_config={"resources": {"settings": {"config": config}}})
+    return execute_release(programme_for(policy), "2018-01-01", config)
 
 
 def test_release_json_and_metadata_carry_no_fact_about_withheld_cells(tmp_path):

@@ -1,20 +1,32 @@
-"""The release chain, built once per release cadence (quarterly, and monthly for policies that say so):
-validated_pings -> cell_counts -> protected_table -> risk_assessment -> published_release.
+"""The release chain of one programme (policy file), under its own key prefix:
+validated_pings -> cell_counts -> protected_table -> risk_assessment (the candidate) -> published_release.
+
+Two jobs, so that statuses tell the truth. `<prefix>_release_job` builds and checks the candidate; a blocked
+candidate fails there (on the asset or check that blocked) and never plans `published_release`, so an
+already published partition stays green and a never-published one is not shown as a failed publication.
+`<prefix>_publish_job` materialises `published_release` only; the publish sensor launches it for the
+partition of every candidate run that succeeded (the command line runs both jobs in a row). Publishing
+re-evaluates every guarantee and the risk gate under the ledger lock, so even a run that skipped the
+checks cannot publish a bad release.
 
 Each asset writes its own files in the work area (returning nothing to an IO manager), so checks read
-exactly the files that will be published. The published release is downstream of every blocking check.
+exactly the files that will be published.
 """
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
 
 from spatial_release import stages
-from spatial_release.defs.partitions import period_of
+from spatial_release.defs.partitions import PERIOD_TAG, partitions_for, period_of, period_tags
+from spatial_release.defs.programmes import Programme
 from spatial_release.defs.release.checks import build_checks
-from spatial_release.defs.release.reports import k_anonymity_report, risk_report
+from spatial_release.defs.release.reports import k_anonymity_report, readable, risk_metadata, risk_report
 from spatial_release.defs.resources import CountingEngine, ReleaseSettings
+
+CANDIDATE_TAG = "spatial_release/candidate_run"
 
 
 def _run_is_live(instance: dg.DagsterInstance, run_id: str) -> bool | None:
@@ -26,33 +38,43 @@ def _run_is_live(instance: dg.DagsterInstance, run_id: str) -> bool | None:
 
 @dataclass(frozen=True)
 class ReleaseGraph:
+    programme: Programme
     assets: list
     checks: list
-    job: object  # the unresolved asset job of define_asset_job
+    release_job: object  # unresolved asset jobs of define_asset_job
+    publish_job: object
+    schedule: dg.ScheduleDefinition
+    publish_sensor: dg.SensorDefinition
+
+    @property
+    def jobs(self) -> list:
+        return [self.release_job, self.publish_job]
 
 
-def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | None, job_name: str) -> ReleaseGraph:
-    group = "release" if prefix is None else f"release_{prefix}"
-    key_prefix = [prefix] if prefix else None
+def build_release_graph(programme: Programme) -> ReleaseGraph:
+    partitions_def = partitions_for(programme.cadence)
+    policy_name = programme.policy.name
+    common = {"partitions_def": partitions_def, "group_name": programme.prefix, "key_prefix": [programme.prefix],
+              "owners": programme.owners, "tags": {"dataset": programme.prefix}}
 
     def setup(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> stages.ReleaseContext:
-        """The step's release context; building it refuses a period of the other cadence (the monthly job
-        refuses a quarterly policy, and vice versa)."""
-        return settings.context(settings.load_policy(), period_of(context.partition_key, partitions_def))
+        """The step's release context (the policy as the graph was built from it)."""
+        return settings.context(programme.load(), period_of(context.partition_key, partitions_def))
 
     def hold(context: dg.AssetExecutionContext, settings: ReleaseSettings, ctx: stages.ReleaseContext,
              starts_run: bool = False, check_ledger: bool = True):
         """Hold the work area for this step (stages.work_area_step): a period the ledger records is refused
-        before anything is written, and a step of a run that no longer owns the area stops."""
+        before anything is written, and a step of a run that no longer owns the area stops. A publish run
+        acts for the candidate run that launched it."""
         published = settings.published() if check_ledger else None
-        run_id = context.run.root_run_id or context.run.run_id  # a re-execution keeps its first run's claim
+        run = context.run
+        run_id = run.tags.get(CANDIDATE_TAG) or run.root_run_id or run.run_id  # a re-execution keeps its claim
         return stages.work_area_step(ctx, published, run_id, starts_run,
                                      lambda other: _run_is_live(context.instance, other))
 
-    common = {"partitions_def": partitions_def, "group_name": group, "key_prefix": key_prefix}
-
-    @dg.asset(name="validated_pings", kinds={"duckdb"}, **common,
-              description="Raw trace files mapped by the policy and validated; rejected pings are quarantined.")
+    @dg.asset(name="validated_pings", kinds={"duckdb", "parquet"}, **common,
+              description=f"{policy_name}: the raw trace files mapped by the policy and validated; rejected "
+                          "pings are counted by reason and quarantined (owner-only work area).")
     def validated_pings(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
         ctx = setup(context, settings)
         policy = ctx.policy
@@ -62,17 +84,19 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
         context.log.info(f"{summary.pings_valid} valid pings, {summary.pings_rejected} quarantined")
         return dg.MaterializeResult(metadata={
             "dagster/row_count": summary.pings_valid,
+            "period": ctx.period.label,
             "rows_read": summary.rows_read,
             "pings_rejected": summary.pings_rejected,
-            "rejected_share": summary.rejected_share,
+            "rejected_share": readable(summary.rejected_share),
             "rejected_by_reason": dg.MetadataValue.json(summary.rejected_by_reason),
             "files": dg.MetadataValue.json(summary.files),
             "quarantine": dg.MetadataValue.path(summary.quarantine),
             "policy": f"{policy.name} v{policy.version}",
         })
 
-    @dg.asset(name="cell_counts", deps=[validated_pings], kinds={"duckdb"}, **common,
-              description="Distinct units per (cell, bucket) and per margin, before any suppression (internal).")
+    @dg.asset(name="cell_counts", deps=[validated_pings], kinds={"duckdb", "parquet"}, **common,
+              description=f"{policy_name}: distinct units per (cell, bucket) and per margin, before any "
+                          "suppression (internal; never published as is).")
     def cell_counts(context: dg.AssetExecutionContext, settings: ReleaseSettings,
                     counting: CountingEngine) -> dg.MaterializeResult:
         ctx = setup(context, settings)
@@ -83,6 +107,7 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
         summary_file = ctx.area.counts / stages.CountsSummary.FILE
         context.log.info(f"counted; figures in {summary_file} (internal)")
         return dg.MaterializeResult(metadata={
+            "period": ctx.period.label,
             "counts_summary": dg.MetadataValue.path(str(summary_file)),
             "pings_outside_geometry": summary.pings_outside_geometry,
             "measure": ctx.policy.measure, "unit": ctx.policy.unit, "engine": summary.engine,
@@ -92,14 +117,16 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
             "seconds": dg.MetadataValue.json(summary.seconds),
         })
 
-    @dg.asset(name="protected_table", deps=[cell_counts], **common,
-              description="The candidate release after primary and complementary suppression.")
+    @dg.asset(name="protected_table", deps=[cell_counts], kinds={"highs", "parquet"}, **common,
+              description=f"{policy_name}: the candidate release after primary (below k) and complementary "
+                          "suppression; the blocking checks on it stand between the candidate and publication.")
     def protected_table(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
         ctx = setup(context, settings)
         policy = ctx.policy
         with hold(context, settings, ctx):
             counts = stages.run_protect(ctx, progress=context.log.info).public_counts()
         return dg.MaterializeResult(metadata={
+            "period": ctx.period.label,
             "dagster/row_count": counts.published_cells + counts.structural_zero_cells_published,
             "k_anonymity_report": dg.MetadataValue.md(k_anonymity_report(counts, policy.k)),
             "smallest_published_count": counts.smallest_published_count,
@@ -107,50 +134,114 @@ def build_release_graph(partitions_def: dg.PartitionsDefinition, prefix: str | N
             "policy": f"{policy.name} v{policy.version}",
         })
 
-    @dg.asset(name="risk_assessment", deps=[protected_table], **common,
-              description="Per-zone re-identification risk of the candidate with the ledger's earlier releases.")
+    @dg.asset(name="risk_assessment", deps=[protected_table], kinds={"python"}, **common,
+              description=f"{policy_name}: per-zone re-identification risk of the candidate with the ledger's "
+                          "earlier releases of the same population, against both ceilings.")
     def risk_assessment(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
         ctx = setup(context, settings)
         with hold(context, settings, ctx):
             risk = stages.run_risk(ctx, settings.ledger())
         return dg.MaterializeResult(metadata={
-            "risk_report": dg.MetadataValue.md(risk_report(risk)),
-            "status": risk.status, "worst_zone": str(risk.worst_zone),
-            "release_figure": risk.release_figure, "pooled": risk.pooled,
-            "cumulative": risk.cumulative, "landscape_sha256": risk.landscape_sha256,
+            "period": ctx.period.label,
+            "risk_report": dg.MetadataValue.md(risk_report(risk, ctx.policy.risk)),
+            "status": risk.status,
+            **risk_metadata(risk, ctx.policy.risk),
+            "landscape_sha256": risk.landscape_sha256,
         })
 
-    @dg.asset(name="published_release", deps=[protected_table, risk_assessment], **common,
-              description="The published release folder (cells.parquet, margins.parquet, release.json) and "
-                          "its ledger entry.")
-    def published_release(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
+    @dg.asset(name="published_release", deps=[protected_table, risk_assessment], kinds={"parquet"},
+              output_required=False, **common,
+              description=f"{policy_name}: the published release folder (cells.parquet, margins.parquet, "
+                          "release.json, report.html, report.png) and its ledger entry, written together.")
+    def published_release(context: dg.AssetExecutionContext, settings: ReleaseSettings
+                          ) -> Iterator[dg.MaterializeResult]:
         ctx = setup(context, settings)
         policy = ctx.policy
         try:
             with hold(context, settings, ctx, check_ledger=False):  # run_publish checks, locked
                 target, record = stages.run_publish(ctx, Path(settings.releases_dir), settings.ledger())
+        except stages.AlreadyPublished as exists:
+            # The partition keeps its published materialisation: nothing is written and nothing failed.
+            context.log.warning(f"not published again: {exists}")
+            return
         except stages.GuaranteeFailed as failed:
             raise dg.Failure(description=str(failed), metadata={"offending": failed.outcome.offending},
                              allow_retries=False) from None
         except FileExistsError as exists:
             raise dg.Failure(description=str(exists), allow_retries=False) from None
-        return dg.MaterializeResult(metadata={
+        yield dg.MaterializeResult(metadata=publication_metadata(target, record, policy))
+
+    def publication_metadata(target: Path, record: stages.ReleaseRecord, policy) -> dict:
+        return {
+            "period": record.period,
             "release_record": dg.MetadataValue.path(str(target / stages.ReleaseRecord.FILE)),
             "release_dir": dg.MetadataValue.path(str(target)),
             "k_anonymity_report": dg.MetadataValue.md(k_anonymity_report(record.counts, policy.k)),
             "published_cells": record.counts.published_cells,
             "smallest_published_count": record.counts.smallest_published_count,
-            "risk_worst_zone": str(record.risk.worst_zone),
-            "risk_release_figure": record.risk.release_figure,
-            "risk_cumulative": record.risk.cumulative,
+            **risk_metadata(record.risk, policy.risk),
             "ledger_entry": record.ledger_entry,
             "policy": f"{policy.name} v{policy.version}",
             "policy_sha256": policy.sha256,
-        })
+        }
 
     assets = [validated_pings, cell_counts, protected_table, risk_assessment, published_release]
-    checks = build_checks(partitions_def, validated_pings, cell_counts, protected_table, risk_assessment, published_release)
-    job = dg.define_asset_job(job_name, selection=dg.AssetSelection.groups(group),
-                              description="Ingest, count, protect, assess and publish one period; blocking "
-                                          "checks stop a bad release.")
-    return ReleaseGraph(assets, checks, job)
+    checks = build_checks(programme, partitions_def, validated_pings, cell_counts, protected_table,
+                          risk_assessment, published_release)
+    candidate = dg.AssetSelection.assets(validated_pings, cell_counts, protected_table, risk_assessment)
+    release_job = dg.define_asset_job(
+        programme.name("release_job"), selection=candidate,
+        config=period_tags(partitions_def), tags=programme.tags(),
+        description=f"{policy_name}: ingest, count, protect and assess one period (the candidate), with every "
+                    "blocking check; when it succeeds the publish sensor publishes it.")
+    publish_job = dg.define_asset_job(
+        programme.name("publish_job"), selection=dg.AssetSelection.assets(published_release),
+        config=period_tags(partitions_def), tags=programme.tags(),
+        description=f"{policy_name}: publish a checked candidate (re-evaluates every guarantee and the risk gate "
+                    "under the ledger lock) and write its ledger entry.")
+    return ReleaseGraph(programme, assets, checks, release_job, publish_job,
+                        release_schedule(programme, partitions_def, release_job),
+                        publish_sensor(programme, release_job, publish_job))
+
+
+def release_schedule(programme: Programme, partitions_def: dg.TimeWindowPartitionsDefinition, job
+                     ) -> dg.ScheduleDefinition:
+    cadence = "quarter" if programme.cadence == "quarter" else "month"
+
+    @dg.schedule(name=programme.name("release_schedule"), job=job, cron_schedule=partitions_def.cron_schedule,
+                 execution_timezone="UTC", default_status=dg.DefaultScheduleStatus.RUNNING,
+                 description=f"Releases {programme.policy.name} for the {cadence} that just closed, on the first "
+                             f"day of the next one (cron {partitions_def.cron_schedule}, UTC); skips a period the "
+                             "ledger already records.")
+    def _schedule(context: dg.ScheduleEvaluationContext, settings: ReleaseSettings):
+        closed = partitions_def.get_prev_partition_window(context.scheduled_execution_time)
+        if closed is None:
+            return dg.SkipReason("no closed period yet")
+        key = closed.start.strftime(partitions_def.fmt)
+        period = period_of(key, partitions_def)
+        try:
+            stages.refuse_if_published(settings.context(programme.policy, period), settings.ledger(),
+                                       Path(settings.releases_dir))
+        except stages.AlreadyPublished as published:
+            return dg.SkipReason(str(published))
+        return dg.RunRequest(run_key=f"{programme.prefix}-{key}", partition_key=key,
+                             tags={PERIOD_TAG: period.label})
+
+    return _schedule
+
+
+def publish_sensor(programme: Programme, release_job, publish_job) -> dg.SensorDefinition:
+    @dg.run_status_sensor(name=programme.name("publish_sensor"), run_status=dg.DagsterRunStatus.SUCCESS,
+                          monitored_jobs=[release_job], request_job=publish_job,
+                          default_status=dg.DefaultSensorStatus.RUNNING, minimum_interval_seconds=15,
+                          description=f"Publishes each {programme.policy.name} candidate whose release run "
+                                      "succeeded (every blocking check passed), for the same partition.")
+    def _sensor(context: dg.RunStatusSensorContext):
+        run = context.dagster_run
+        key = run.tags.get("dagster/partition")
+        if key is None:
+            return dg.SkipReason(f"run {run.run_id} has no partition")
+        return dg.RunRequest(run_key=f"publish-{run.run_id}", partition_key=key,
+                             tags={CANDIDATE_TAG: run.run_id, PERIOD_TAG: run.tags.get(PERIOD_TAG, key)})
+
+    return _sensor

@@ -11,6 +11,7 @@ import dagster as dg
 from spatial_release import stages
 from spatial_release.defs.outcomes import check_result
 from spatial_release.defs.partitions import period_of
+from spatial_release.defs.programmes import Programme
 from spatial_release.defs.resources import ReleaseSettings
 from spatial_release.guarantees import CheckOutcome
 from spatial_release.risk import WARN
@@ -20,9 +21,10 @@ from spatial_release.risk import WARN
 warnings.filterwarnings("ignore", message=".*partitions_def on an AssetCheckSpec.*")
 
 
-def build_checks(partitions_def, validated_pings, cell_counts, protected_table, risk_assessment, published_release) -> list:
+def build_checks(programme: Programme, partitions_def, validated_pings, cell_counts, protected_table, risk_assessment,
+                 published_release) -> list:
     def release_context(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> stages.ReleaseContext:
-        return settings.context(settings.load_policy(), period_of(context.partition_key, partitions_def))
+        return settings.context(programme.load(), period_of(context.partition_key, partitions_def))
 
     def guarantee(name: str, run: Callable, description: str, reports_progress: bool = False
                   ) -> dg.AssetChecksDefinition:
@@ -62,8 +64,9 @@ def build_checks(partitions_def, validated_pings, cell_counts, protected_table, 
         return check_result(outcome)
 
     @dg.asset_check(asset=published_release, name=stages.REVIEW_CHECK, partitions_def=partitions_def,
-                    description="The latest risk review still finds this published release within its budget "
-                                "(the review job also reports this check for every release it re-assesses).")
+                    description="The latest risk review still finds this published release within its budget. "
+                                "The review job reports this check for every release it re-assesses, so a "
+                                "release a review finds over budget turns red here, on its partition.")
     def within_risk_budget(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
         ctx = release_context(context, settings)
         review = stages.latest_review(Path(settings.work_dir), ctx.policy.name)

@@ -1,7 +1,26 @@
-"""What the release assets show in the Dagster UI: markdown from the stages' typed results (public figures
-only; figures about withheld cells stay in the work area)."""
+"""What the release assets show in the Dagster UI: markdown and numeric metadata from the stages' typed
+results (public figures only; figures about withheld cells stay in the work area).
+
+Figures are rounded to 4 significant digits for reading; the exact values stay in release.json and the work
+area. Every risk figure names its adversary in its label, and the metadata keys are the same for every
+release of a programme, so Dagster plots each of them over the programme's partitions.
+"""
+
+from __future__ import annotations
 
 from spatial_release import stages
+from spatial_release.policy.model import RiskSpec
+
+SIGNIFICANT = 4
+
+
+def readable(value: float | None) -> float | None:
+    """`value` rounded to 4 significant digits (None stays None)."""
+    return None if value is None else float(f"{value:.{SIGNIFICANT}g}")
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.{SIGNIFICANT}g}"
 
 
 def k_anonymity_report(counts: stages.PublicCounts, k: int) -> str:
@@ -17,18 +36,46 @@ def k_anonymity_report(counts: stages.PublicCounts, k: int) -> str:
     return "| measure | value |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
 
 
-def _figure(value: float | None, digits: int = 4) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+def headroom(risk: stages.RiskRecord, spec: RiskSpec | None) -> dict[str, float | None]:
+    """Both ceilings and what is left under each: per release (the worst zone's figure) and cumulative."""
+    if spec is None:
+        return {}
+    per_release = None if risk.release_figure is None else spec.per_release_ceiling - risk.release_figure
+    cumulative = None if risk.cumulative is None else spec.cumulative_ceiling - risk.cumulative
+    return {"per_release_ceiling": spec.per_release_ceiling, "per_release_headroom": per_release,
+            "cumulative_ceiling": spec.cumulative_ceiling, "cumulative_headroom": cumulative}
 
 
-def risk_report(risk: stages.RiskAssessment) -> str:
-    """The gate's headline and the per-zone table, every figure labelled with its adversary."""
-    head = (f"**{risk.status}**: {risk.reason}\n\nAdversary: **{risk.adversary}** (panel: {risk.panel}); "
-            f"gated figure: {risk.measure}. Worst zone `{risk.worst_zone}` = {_figure(risk.release_figure)}, "
-            f"pooled {_figure(risk.pooled)}, cumulative {_figure(risk.cumulative)}, "
-            f"headroom {_figure(risk.headroom)}\n\n")
-    rows = [f"| {z.zone} | {z.units} | {_figure(z.prosecutor_mean)} | {_figure(z.prosecutor_at_risk, 3)} | "
+def risk_metadata(risk: stages.RiskRecord, spec: RiskSpec | None) -> dict[str, object]:
+    """Numeric risk metadata, each key naming its adversary (`risk_journalist_worst_zone`, ...)."""
+    adversary = risk.adversary
+    figures = {
+        f"risk_{adversary}_worst_zone": risk.release_figure,
+        f"risk_{adversary}_pooled": risk.pooled,
+        f"risk_{adversary}_cumulative": risk.cumulative,
+        **{f"risk_{adversary}_{name}": value for name, value in headroom(risk, spec).items()},
+    }
+    return {"risk_adversary": adversary, "risk_worst_zone": str(risk.worst_zone),
+            **{key: readable(value) for key, value in figures.items() if value is not None}}
+
+
+def risk_report(risk: stages.RiskAssessment, spec: RiskSpec | None) -> str:
+    """The gate's headline, both ceilings with their headroom, and the per-zone table; every figure is
+    labelled with the adversary it assumes."""
+    room = headroom(risk, spec)
+    head = (f"**{risk.status}**: {risk.reason}\n\nGated adversary: **{risk.adversary}** (panel: {risk.panel}); "
+            f"gated figure: {risk.measure}.\n\n"
+            "| figure | adversary | value | ceiling | headroom |\n|---|---|---|---|---|\n"
+            f"| worst zone `{risk.worst_zone}` (this release) | {risk.adversary} | {_figure(risk.release_figure)} | "
+            f"{_figure(room.get('per_release_ceiling'))} | {_figure(room.get('per_release_headroom'))} |\n"
+            f"| pooled over zones (this release) | {risk.adversary} | {_figure(risk.pooled)} | - | - |\n"
+            f"| cumulative (programme) | {risk.adversary} | {_figure(risk.cumulative)} | "
+            f"{_figure(room.get('cumulative_ceiling'))} | {_figure(room.get('cumulative_headroom'))} |\n\n")
+    # No unit count per zone: a zone's count is not necessarily a published figure (it stays in risk.json).
+    rows = [f"| {z.zone} | {_figure(z.prosecutor_mean)} | {_figure(z.prosecutor_at_risk)} | "
             f"{_figure(z.prosecutor_worst)} | {_figure(z.journalist_mean)} |"
             for z in sorted(risk.zones, key=lambda z: -z.prosecutor_mean)[:30]]
-    return head + ("| zone | units | prosecutor mean | prosecutor at risk | prosecutor worst | journalist mean |\n"
-                   "|---|---|---|---|---|---|\n") + "\n".join(rows)
+    return head + ("Per zone, the 30 riskiest by the prosecutor's mean (the prosecutor knows the unit is in the "
+                   "data; the journalist does not):\n\n"
+                   "| zone | prosecutor: mean | prosecutor: share at risk | prosecutor: worst | "
+                   "journalist: mean |\n|---|---|---|---|---|\n") + "\n".join(rows)

@@ -1,0 +1,194 @@
+"""One asset graph per policy file: own key prefix, partitions, jobs, schedules and run tags; a bad policy file
+fails alone; a blocked run never marks the published release as failed."""
+
+from datetime import datetime
+from pathlib import Path
+
+import dagster as dg
+import yaml
+
+from conftest import PROJECT_ROOT, fixture_pings, policy_dict, write_policy
+from spatial_release.defs.catalogue import build_catalogue, programme_for
+from spatial_release.defs.execution import execute_release
+from spatial_release.defs.partitions import PERIOD_TAG, monthly, quarterly
+from spatial_release.defs.programmes import DATASET_TAG, POLICY_SHA_TAG, POLICY_TAG, PolicyChanged
+from spatial_release.defs.resources import ReleaseSettings
+
+PARTITION = "2018-01-01"
+
+
+def _policies(folder: Path, **datasets: dict) -> dict[str, Path]:
+    """Policy files named after their datasets, over the fixture pings; the landscape and the traces in a
+    subfolder (the policies folder holds policy files only, like the project's policies/landscapes/)."""
+    shared = folder / "landscapes"
+    shared.mkdir(parents=True, exist_ok=True)
+    traces = shared / "traces.csv"
+    fixture_pings().to_csv(traces, index=False)
+    paths = {}
+    for name, changes in datasets.items():
+        data = {**policy_dict(str(traces)), "name": name, **changes}
+        write_policy(shared, data, name=f"{name}.yaml")
+        data["risk"] = {**data["risk"], "landscape": "landscapes/landscape.yaml"}
+        paths[name] = folder / f"{name}.yaml"
+        paths[name].write_text(yaml.safe_dump(data, sort_keys=False))
+        (shared / f"{name}.yaml").unlink()
+    return paths
+
+
+def _settings(tmp_path: Path) -> dict:
+    return {"releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
+            "ledger_dir": str(tmp_path / "ledger"), "alerts_dir": str(tmp_path / "alerts")}
+
+
+def test_each_policy_file_has_its_own_graph_partitions_jobs_and_schedules(tmp_path):
+    _policies(tmp_path / "policies", **{"bikes-q": {}, "bikes-m": {"period": "month"}})
+    catalogue = build_catalogue(tmp_path / "policies")
+    assert catalogue.errors == []
+    defs = catalogue.definitions()
+    dg.Definitions.validate_loadable(defs)
+    keys = {key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()}
+    for prefix in ("bikes_q", "bikes_m"):
+        assert {f"{prefix}/{name}" for name in ("validated_pings", "cell_counts", "protected_table",
+                                                 "risk_assessment", "published_release", "risk_review")} <= keys
+        assert {s.name for s in defs.schedules} >= {f"{prefix}_release_schedule", f"{prefix}_risk_review_schedule"}
+    assert defs.resolve_job_def("bikes_q_release_job").partitions_def == quarterly
+    assert defs.resolve_job_def("bikes_m_release_job").partitions_def == monthly
+    assert defs.resolve_schedule_def("bikes_m_release_schedule").cron_schedule == monthly.cron_schedule
+    graph = defs.resolve_asset_graph()
+    for key in graph.get_all_asset_keys():
+        assert graph.get(key).owners == ["team:disclosure-control"], key
+        assert graph.get(key).group_name == key.path[0]
+
+
+def test_the_project_policies_each_have_a_graph():
+    catalogue = build_catalogue(PROJECT_ROOT / "policies")
+    assert catalogue.errors == []
+    prefixes = {p.programme.prefix: p.programme.cadence for p in catalogue.programmes}
+    assert prefixes == {"demo": "quarter", "jc_bikes": "quarter", "jc_bikes_monthly": "month"}
+
+
+def test_an_invalid_policy_file_fails_alone_and_names_the_file(tmp_path):
+    folder = tmp_path / "policies"
+    _policies(folder, good={})
+    (folder / "broken.yaml").write_text("name: broken\nversion: 1\nk: 1\n")
+    catalogue = build_catalogue(folder)
+    assert [p.programme.prefix for p in catalogue.programmes] == ["good"]
+    [error] = catalogue.errors
+    assert error.path == (folder / "broken.yaml").resolve()
+    defs = catalogue.definitions()
+    dg.Definitions.validate_loadable(defs)
+    spec = defs.resolve_asset_graph().get(dg.AssetKey(["broken", "invalid_policy_file"]))
+    assert str(folder / "broken.yaml") in spec.description and "k" in spec.description
+    # materialising it says what is wrong with the file now
+    result = dg.materialize([defs.resolve_assets_def(dg.AssetKey(["broken", "invalid_policy_file"]))],
+                            raise_on_error=False)
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert str(folder / "broken.yaml") in failure.step_failure_data.user_failure_data.description
+
+
+def test_two_policy_files_of_one_dataset_are_both_refused(tmp_path):
+    folder = tmp_path / "policies"
+    paths = _policies(folder, one={})
+    (folder / "copy.yaml").write_text(paths["one"].read_text())
+    catalogue = build_catalogue(folder)
+    assert catalogue.programmes == [] and len(catalogue.errors) == 2
+    assert all("each policy file needs its own `name`" in e.error for e in catalogue.errors)
+
+
+def test_runs_carry_dataset_policy_and_period_tags_and_keys_are_prefixed(tmp_path):
+    paths = _policies(tmp_path / "policies", first={}, second={})
+    instance = dg.DagsterInstance.ephemeral()
+    for name in ("first", "second"):
+        run = execute_release(programme_for(paths[name]), PARTITION, _settings(tmp_path), instance=instance)
+        assert run.success
+        sha = programme_for(paths[name]).programme.policy.sha256[:16]
+        for result in run.results:
+            tags = result.dagster_run.tags
+            assert tags[DATASET_TAG] == name and tags[POLICY_TAG] == f"{name} v1"
+            assert tags[POLICY_SHA_TAG] == sha and tags[PERIOD_TAG] == "2018-Q1"
+        keys = {e.asset_key.path[0] for e in run.get_asset_materialization_events()}
+        assert keys == {name}
+    assert (tmp_path / "releases" / "first" / "2018-Q1").is_dir() and (tmp_path / "releases" / "second" / "2018-Q1").is_dir()
+    # each programme's figures are plotted under its own asset: no series mixes the two
+    for name in ("first", "second"):
+        records = instance.fetch_materializations(dg.AssetKey([name, "published_release"]), limit=10).records
+        assert len(records) == 1
+
+
+def _planned(instance: dg.DagsterInstance, run_id: str) -> set[str]:
+    """The assets a run planned to materialise: the UI shows a planned asset that a failed run did not
+    materialise as a failed partition."""
+    records = instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED)
+    return {r.dagster_event.asset_key.to_user_string() for r in records}
+
+
+def test_a_blocked_rerun_of_a_published_period_never_plans_the_published_release(tmp_path):
+    paths = _policies(tmp_path / "policies", bikes={})
+    instance = dg.DagsterInstance.ephemeral()
+    first = execute_release(programme_for(paths["bikes"]), PARTITION, _settings(tmp_path), instance=instance)
+    assert first.success
+    again = execute_release(programme_for(paths["bikes"]), PARTITION, _settings(tmp_path), instance=instance)
+    assert not again.success and again.publish is None
+    assert "bikes/published_release" not in _planned(instance, again.candidate.run_id)
+    [failure] = [e for e in again.candidate.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failure.step_key == "bikes__validated_pings"  # the candidate fails, where the refusal is
+    # what the UI reads: the latest materialisation attempt of the published partition is the published one
+    storage = instance.event_log_storage
+    assert PARTITION not in storage.get_latest_asset_partition_materialization_attempts_without_materializations(
+        dg.AssetKey(["bikes", "published_release"]))
+
+
+def test_a_publish_run_of_a_published_period_writes_nothing_and_does_not_fail(tmp_path):
+    """Someone materialises published_release again from the UI: the release stays as published."""
+    paths = _policies(tmp_path / "policies", bikes={})
+    instance = dg.DagsterInstance.ephemeral()
+    programme = programme_for(paths["bikes"])
+    assert execute_release(programme, PARTITION, _settings(tmp_path), instance=instance).success
+    defs = programme.runnable()
+    result = defs.resolve_job_def("bikes_publish_job").execute_in_process(
+        partition_key=PARTITION, instance=instance,
+        run_config={"resources": {"settings": {"config": _settings(tmp_path)}}})
+    assert result.success and result.get_asset_materialization_events() == []
+    assert len(instance.fetch_materializations(dg.AssetKey(["bikes", "published_release"]), limit=5).records) == 1
+
+
+def test_the_schedule_skips_a_published_period(tmp_path):
+    paths = _policies(tmp_path / "policies", bikes={})
+    programme = programme_for(paths["bikes"])
+    assert execute_release(programme, PARTITION, _settings(tmp_path)).success
+    defs = programme.runnable()
+    context = dg.build_schedule_context(scheduled_execution_time=datetime(2018, 4, 1),
+                                        resources={"settings": ReleaseSettings(**_settings(tmp_path))},
+                                        repository_def=defs.get_repository_def())
+    tick = defs.resolve_schedule_def("bikes_release_schedule").evaluate_tick(context)
+    assert tick.run_requests == [] and "already published" in tick.skip_message
+
+
+def test_the_publish_sensor_publishes_the_partition_of_a_successful_candidate(tmp_path):
+    paths = _policies(tmp_path / "policies", bikes={})
+    programme = programme_for(paths["bikes"])
+    instance = dg.DagsterInstance.ephemeral()
+    defs = programme.runnable()
+    candidate = defs.resolve_job_def("bikes_release_job").execute_in_process(
+        partition_key=PARTITION, instance=instance,
+        run_config={"resources": {"settings": {"config": _settings(tmp_path)}}})
+    assert candidate.success
+    success = [e for e in candidate.all_events if e.event_type_value == "PIPELINE_SUCCESS"][0]
+    context = dg.build_run_status_sensor_context(sensor_name="bikes_publish_sensor", dagster_instance=instance,
+                                                 dagster_run=candidate.dagster_run, dagster_event=success)
+    request = defs.resolve_sensor_def("bikes_publish_sensor")(context)
+    assert request.partition_key == PARTITION and request.tags["spatial_release/candidate_run"] == candidate.run_id
+
+
+def test_a_policy_edited_after_the_graph_was_built_is_refused(tmp_path):
+    paths = _policies(tmp_path / "policies", bikes={})
+    programme = programme_for(paths["bikes"]).programme
+    data = yaml.safe_load(paths["bikes"].read_text())
+    paths["bikes"].write_text(yaml.safe_dump({**data, "k": data["k"] + 1}))
+    try:
+        programme.load()
+    except PolicyChanged as changed:
+        assert "reload the code location" in str(changed)
+    else:
+        raise AssertionError("an edited policy file was used with a stale graph")
