@@ -14,6 +14,10 @@ for _name in ("LEDGER", "RELEASES", "WORK", "ALERTS"):
 # ...nor sign with (or create) the user's ledger key: tests sign with a key made in the scratch folder.
 os.environ["SPATIAL_RELEASE_SIGNING_KEY"] = str(_SCRATCH / "keys" / "ledger-ed25519.key")
 os.environ.pop("SPATIAL_RELEASE_PUBLIC_KEY", None)
+# ...nor send alerts to the user's SMTP server or Slack: tests that send start their own servers.
+for _name in ("SMTP_HOST", "SMTP_PORT", "SMTP_FROM", "SMTP_TO", "SMTP_USER", "SMTP_PASSWORD", "SMTP_STARTTLS",
+              "SLACK_WEBHOOK_URL"):
+    os.environ.pop(f"SPATIAL_RELEASE_{_name}", None)
 
 import numpy as np
 import pandas as pd

@@ -8,13 +8,13 @@ published release is still within its budget (`review_outcome`).
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
-from spatial_release.alerts import write_alert
+from spatial_release.alerts import Alert, AlertRouting, DeliveryReport, Place, deliver
 from spatial_release.guarantees import CheckOutcome
 from spatial_release.ledger import Ledger
 from spatial_release.period import Period
@@ -112,16 +112,40 @@ def reviews_folder(work_root: Path, dataset: str) -> Path:
 
 @dataclass(frozen=True)
 class ReviewRun:
-    """A recorded review: the review (with its ledger entry), the alerts it wrote and the periods pruned."""
+    """A recorded review: the review (with its ledger entry), the alert files it wrote, the periods pruned
+    and what each alert's channels did."""
 
     review: Review
     alerts: list[str]
     pruned: list[str]
+    deliveries: list[DeliveryReport] = field(default_factory=list)
 
 
-def run_review(policy: Policy, ledger: Ledger, work_root: Path, alerts_dir: Path) -> ReviewRun:
+def breach_alert(policy: Policy, breach: Breach, adversary: str | None = None, run_id: str | None = None,
+                 ui_url: str | None = None) -> Alert:
+    """The alert of a published release now over budget: check `within_risk_budget`, the worst zone as the
+    offending place, the figures against the ceilings they exceed as the reason."""
+    row = breach.release
+    label = f"{adversary} " if adversary else ""
+    if row.release_figure is None:
+        why = ["no risk estimate (a missing estimate blocks)"]
+    else:
+        why = [f"{label}release figure {row.release_figure:.4g} over the per-release ceiling "
+               f"{breach.per_release_ceiling:g}"] if row.release_figure > breach.per_release_ceiling else []
+        if row.cumulative > breach.cumulative_ceiling:
+            why.append(f"cumulative {row.cumulative:.4g} over the programme ceiling {breach.cumulative_ceiling:g}")
+    published = f" (published at {row.published_figure:.4g})" if row.published_figure is not None else ""
+    reason = f"zone {row.worst_zone}: " if row.worst_zone else ""
+    offending = [Place(row.worst_zone, policy.risk.zones if policy.risk else None)] if row.worst_zone else []
+    return Alert("risk_breach", policy.name, row.period, REVIEW_CHECK, reason + "; ".join(why) + published,
+                 tuple(offending), run_id=run_id, ui_url=ui_url)
+
+
+def run_review(policy: Policy, ledger: Ledger, work_root: Path, alerts_dir: Path, run_id: str | None = None,
+               routing: AlertRouting | None = None) -> ReviewRun:
     """Apply the retention, review the programme, record the review in the ledger and the work folder, and
-    write an alert per breach."""
+    deliver an alert per breach (its file in `alerts_dir`, then its channels: `routing`, by default the
+    environment's merged with the policy's `alerts:`)."""
     pruned = prune_per_unit_artefacts(policy, ledger, work_root)
     review = review_programme(policy, ledger, work_root)
     entry = ledger.append({"kind": "review", "dataset": policy.name, "landscape_sha256": review.landscape_sha256,
@@ -129,9 +153,11 @@ def run_review(policy: Policy, ledger: Ledger, work_root: Path, alerts_dir: Path
                            "breaches": [b.period for b in review.breaches]})
     review = replace(review, ledger_entry=entry["hash"])
     review.write_to(reviews_folder(work_root, policy.name) / f"review-{entry['seq']:06d}.json")
-    alerts = [str(write_alert(alerts_dir, {"kind": "risk_breach", "dataset": policy.name, **breach.to_json()}))
-              for breach in review.breaches]
-    return ReviewRun(review, alerts, pruned)
+    adversary = load_landscape(policy.resolve(policy.risk.landscape))[0].adversary.value if review.breaches else None
+    routing = routing or AlertRouting.for_policy(policy)
+    deliveries = [deliver(breach_alert(policy, breach, adversary, run_id), routing, alerts_dir)
+                  for breach in review.breaches]
+    return ReviewRun(review, [str(d.path) for d in deliveries if d.path], pruned, deliveries)
 
 
 def latest_review(work_root: Path, dataset: str) -> Review | None:

@@ -1,0 +1,390 @@
+"""Alerts people receive: an e-mail to a real SMTP server (aiosmtpd, started here) and a Slack webhook call
+(a local HTTP server), each naming the dataset, period, check, reason, offending places and the options; a
+channel that fails is recorded and the other still sends; a repeated delivery sends nothing again; no unit
+id reaches an alert; the alert file is written atomically; a review breach is e-mailed."""
+
+import json
+import os
+import socket
+import threading
+from email import message_from_bytes
+from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult
+
+from conftest import CELL_A, CELL_B, DAY, cell_id, fixture_pings, policy_dict, write_policy
+from spatial_release import stages
+from spatial_release.alerts import OPTIONS, Alert, AlertRouting, Place, deliver, places, read_alert_record
+from spatial_release.fileio import TEMPORARY
+from spatial_release.ledger import Ledger
+from spatial_release.period import Period
+from spatial_release.policy import PolicyError, load_policy, parse_policy
+
+SECRET_TOKEN = "XoXsEcReTtOkEn"
+BUCKET = "2018-01-10T05:00:00+00:00"
+UNIT_IDS = ["lonely", "b1"]  # devices of the fixture traces
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Inbox:
+    def __init__(self):
+        self.messages: list[tuple[list[str], Message]] = []
+
+    async def handle_DATA(self, server, session, envelope):
+        self.messages.append((list(envelope.rcpt_tos), message_from_bytes(envelope.original_content)))
+        return "250 Message accepted for delivery"
+
+
+@pytest.fixture
+def smtp_server():
+    inbox = _Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=_free_port())
+    controller.start()
+    try:
+        yield controller, inbox
+    finally:
+        controller.stop()
+
+
+class _Hook(BaseHTTPRequestHandler):
+    def do_POST(self):  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.received.append((self.path, json.loads(body)))
+        status = self.server.statuses.pop(0) if self.server.statuses else 200
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain")
+        self.end_headers()
+        self.wfile.write(b"ok" if status == 200 else b"invalid_payload")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def webhook():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
+    server.received, server.statuses = [], []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server, f"http://127.0.0.1:{server.server_port}/services/T000/B000/{SECRET_TOKEN}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _env(smtp_port: int | None = None, url: str | None = None, **extra) -> dict[str, str]:
+    env = {"SPATIAL_RELEASE_SMTP_FROM": "releases@example.org", "SPATIAL_RELEASE_SMTP_TO": "ops@example.org"}
+    if smtp_port is not None:
+        env |= {"SPATIAL_RELEASE_SMTP_HOST": "127.0.0.1", "SPATIAL_RELEASE_SMTP_PORT": str(smtp_port)}
+    if url is not None:
+        env["SPATIAL_RELEASE_SLACK_WEBHOOK_URL"] = url
+    return env | extra
+
+
+def _alert(**overrides) -> Alert:
+    fields = {"kind": "risk_breach", "dataset": "jc-bikes", "period": "2018-Q1", "check": "within_risk_budget",
+              "reason": "zone C: prosecutor release figure 0.099 over the per-release ceiling 0.05",
+              "offending": ({"zone": "C", "units": 31, "prosecutor_mean": 0.099},
+                            {"cell_id": cell_id(CELL_A), "bucket_start": BUCKET, "n_devices": 3}),
+              "run_id": "0f3c1d2e-run"}
+    return Alert(**(fields | overrides))
+
+
+def _closed_port() -> int:
+    return _free_port()  # bound and released: nothing listens there
+
+
+def _body(message: Message) -> str:
+    return message.get_payload(decode=True).decode()
+
+
+EXPECTED = ["jc-bikes", "2018-Q1", "within_risk_budget", "zone C: prosecutor release figure 0.099",
+            f"cell {cell_id(CELL_A)}, bucket {BUCKET}", "zone C", *OPTIONS]
+
+
+def test_an_alert_arrives_by_email_and_by_slack_webhook_naming_every_field(smtp_server, webhook, tmp_path):
+    controller, inbox = smtp_server
+    server, url = webhook
+    alert = _alert(ui_url="http://dagster.example.org/runs/0f3c1d2e-run")
+    report = deliver(alert, AlertRouting.from_env(_env(controller.port, url)), tmp_path / "alerts")
+
+    assert report.sent == ["email", "slack"] and not report.failed and report.file_error is None
+    [(recipients, message)] = inbox.messages
+    assert recipients == ["ops@example.org"] and message["From"] == "releases@example.org"
+    assert message["Subject"] == "[spatial_release] jc-bikes 2018-Q1: risk_breach by within_risk_budget"
+    assert message["X-Spatial-Release-Alert"] == report.path.stem
+    body = _body(message)
+    for text in EXPECTED + ["0f3c1d2e-run", "http://dagster.example.org/runs/0f3c1d2e-run"]:
+        assert text in body, text
+
+    [(path, payload)] = server.received
+    assert path.endswith(SECRET_TOKEN) and payload["text"].startswith(alert.subject)
+    blocks = payload["blocks"]
+    assert blocks[0] == {"type": "header", "text": {"type": "plain_text", "text": alert.subject}}
+    shown = json.dumps(blocks)
+    for name in ("*Dataset*", "*Period*", "*Kind*", "*Check*", "*Run*", "*Reason*", "*Offending*", "*Options*"):
+        assert name in shown, name
+    for text in EXPECTED:
+        assert text in shown, text
+
+    record = read_alert_record(report.path)
+    assert record["deliveries"]["email"]["status"] == "sent" and "ops@example.org" in record["deliveries"]["email"]["detail"]
+    assert record["deliveries"]["slack"]["status"] == "sent"
+    assert record["period"] == "2018-Q1" and record["options"] == list(OPTIONS)
+    assert SECRET_TOKEN not in report.path.read_text() and SECRET_TOKEN not in json.dumps(report.to_json())
+
+
+def test_a_down_smtp_server_is_recorded_as_failed_and_slack_still_sends(webhook, tmp_path):
+    server, url = webhook
+    report = deliver(_alert(), AlertRouting.from_env(_env(_closed_port(), url)), tmp_path)
+    assert report.result("email").status == "failed" and "Connection" in report.result("email").error
+    assert report.result("slack").status == "sent" and len(server.received) == 1
+    deliveries = read_alert_record(report.path)["deliveries"]
+    assert deliveries["email"]["status"] == "failed" and deliveries["email"]["error"] == report.result("email").error
+    assert deliveries["slack"]["status"] == "sent"
+
+
+def test_a_webhook_500_is_recorded_as_failed_and_the_email_still_sends(smtp_server, webhook, tmp_path):
+    controller, inbox = smtp_server
+    server, url = webhook
+    server.statuses = [500]
+    report = deliver(_alert(), AlertRouting.from_env(_env(controller.port, url)), tmp_path)
+    slack = report.result("slack")
+    assert slack.status == "failed" and "HTTP 500" in slack.error and SECRET_TOKEN not in slack.error
+    assert report.result("email").status == "sent" and len(inbox.messages) == 1
+    deliveries = read_alert_record(report.path)["deliveries"]
+    assert deliveries["slack"] == {"status": "failed", "error": slack.error, "at": slack.at}
+    assert SECRET_TOKEN not in report.path.read_text()
+
+
+def test_a_repeated_delivery_sends_nothing_again_and_retries_only_what_failed(smtp_server, webhook, tmp_path):
+    controller, inbox = smtp_server
+    server, url = webhook
+    server.statuses = [500]
+    routing = AlertRouting.from_env(_env(controller.port, url))
+    first = deliver(_alert(), routing, tmp_path)
+    assert first.sent == ["email"] and first.failed == ["slack"]
+    second = deliver(_alert(), routing, tmp_path)  # the same alert again (e.g. the sensor re-evaluates)
+    assert second.path == first.path
+    assert second.result("email").status == "already sent" and second.result("slack").status == "sent"
+    third = deliver(_alert(), routing, tmp_path)
+    assert [r.status for r in third.channels] == ["already sent", "already sent"]
+    assert len(inbox.messages) == 1 and len(server.received) == 2  # one e-mail; the failed call, then one post
+    assert [p.name for p in tmp_path.glob("*.json")] == [first.path.name]
+    # another alert (another run) is another file and is sent
+    other = deliver(_alert(run_id="another-run"), routing, tmp_path)
+    assert other.path != first.path and other.sent == ["email", "slack"] and len(inbox.messages) == 2
+
+
+def test_no_channel_configured_still_writes_the_alert(tmp_path):
+    report = deliver(_alert(), AlertRouting.from_env({}), tmp_path)
+    assert [r.status for r in report.channels] == ["not configured", "not configured"]
+    assert "SPATIAL_RELEASE_SMTP_HOST" in report.result("email").detail
+    deliveries = read_alert_record(report.path)["deliveries"]
+    assert deliveries["slack"]["status"] == "not configured"
+
+
+def test_misconfigured_variables_fail_their_channel_by_name_without_showing_secrets(webhook, tmp_path):
+    _, url = webhook
+    env = _env(2525, "not-a-url-" + SECRET_TOKEN, SPATIAL_RELEASE_SMTP_STARTTLS="maybe",
+               SPATIAL_RELEASE_SMTP_USER="relay")
+    routing = AlertRouting.from_env(env)
+    report = deliver(_alert(), routing, tmp_path)
+    email, slack = report.result("email"), report.result("slack")
+    assert email.status == "failed" and "SPATIAL_RELEASE_SMTP_STARTTLS" in email.error
+    assert "SPATIAL_RELEASE_SMTP_USER and SPATIAL_RELEASE_SMTP_PASSWORD" in email.error
+    assert slack.status == "failed" and "SPATIAL_RELEASE_SLACK_WEBHOOK_URL" in slack.error
+    assert SECRET_TOKEN not in report.path.read_text()
+
+
+def test_starttls_is_required_when_configured_and_a_login_is_used(tmp_path):
+    seen = []
+
+    def authenticator(server, session, envelope, mechanism, auth_data):
+        seen.append((auth_data.login, auth_data.password))
+        return AuthResult(success=True)
+
+    inbox = _Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=_free_port(), authenticator=authenticator,
+                            auth_require_tls=False)
+    controller.start()
+    try:
+        login = {"SPATIAL_RELEASE_SMTP_USER": "relay", "SPATIAL_RELEASE_SMTP_PASSWORD": "pw-" + SECRET_TOKEN}
+        plain = deliver(_alert(), AlertRouting.from_env(_env(controller.port, **login)), tmp_path / "a")
+        assert plain.sent == ["email"] and seen == [(b"relay", ("pw-" + SECRET_TOKEN).encode())]
+        tls = AlertRouting.from_env(_env(controller.port, SPATIAL_RELEASE_SMTP_STARTTLS="true", **login))
+        refused = deliver(_alert(), tls, tmp_path / "b")  # no STARTTLS offered: never sent in clear
+        assert refused.result("email").status == "failed" and "STARTTLS" in refused.result("email").error
+        assert len(inbox.messages) == 1
+        assert SECRET_TOKEN not in (tmp_path / "a").joinpath(plain.path.name).read_text()
+    finally:
+        controller.stop()
+
+
+# --------------------------------------------------------------------------------- no unit id in an alert
+
+
+def test_offending_places_keep_identifier_fields_only():
+    rows = [
+        {"file": "cells.parquet", "value": "lonely", "problem": "value equal to a unit id"},  # no_identifiers
+        {"cell_id": cell_id(CELL_B), "bucket_start": BUCKET, "device": "b1", "gender": "m", "n_devices": 2},
+        {"level": "grid_2000m", "area_id": "2000mE582000N4508000", "bucket_start": BUCKET, "n_devices": 8},
+        {"zone": "C", "units": 31, "prosecutor_mean": 0.099},
+        "b1,2018-01-10 08:00:00,-74.05,40.71",  # a raw CSV row
+        "{'device': 'lonely'}",  # a repr
+        {"error": "solver time-out"},
+    ]
+    found = places(rows)
+    assert [str(p) for p in found] == [f"cell {cell_id(CELL_B)}, bucket {BUCKET}",
+                                      f"grid_2000m 2000mE582000N4508000, bucket {BUCKET}", "zone C"]
+    alert = Alert.build("blocked_release", "fixture", "2018-Q1", "no_identifiers",
+                        "1 problem(s); first: {'value': 'lonely', 'problem': 'value equal to a unit id'}",
+                        rows + ["lonely", "b1"], never=UNIT_IDS, run_id="r1")
+    shown = json.dumps(alert.to_json()) + alert.text
+    assert "lonely" not in shown and "b1" not in shown and "gender" not in shown and "74.05" not in shown
+    assert alert.reason == "1 problem(s); first: (row)" and len(alert.offending) == 3
+    # without the unit ids at hand, the rows' identifier fields and a reason cut of its quoted rows still
+    # leave none of them; a unit id given as a bare place string is what `never` is for
+    plain = Alert("blocked_release", "fixture", "2018-Q1", "k_floor",
+                  "1 published cell(s) hold fewer than 3 units; first: [{'cell_id': 'x', 'device': 'lonely', "
+                  "'true_n': 1}]", tuple(rows[:4]))
+    shown = json.dumps(plain.to_json()) + plain.text
+    assert "lonely" not in shown and "b1" not in shown and "true_n" not in shown and len(plain.offending) == 3
+    masked = Alert.build("blocked_release", "fixture", "2018-Q1", "k_floor", "device lonely alone", ["lonely"],
+                         never=UNIT_IDS)
+    assert masked.reason == "device [unit id] alone" and masked.offending == ()
+    with pytest.raises(ValueError, match="not an identifier"):
+        Place("b1,2018-01-10 08:00:00,-74.05,40.71")
+    with pytest.raises(ValueError, match="not one of"):
+        _alert(kind="something_else")
+
+
+def test_offending_is_capped_at_twenty_and_says_how_many_more():
+    rows = [{"cell_id": f"1000mE{580_000 + 1000 * i}N4508000", "bucket_start": BUCKET} for i in range(25)]
+    alert = _alert(offending=tuple(rows))
+    assert len(alert.offending) == 20 and alert.more_offending == 5
+    assert "... and 5 more" in alert.text and alert.to_json()["more_offending"] == 5
+
+
+def test_options_say_which_apply_to_a_release_never_published():
+    published = _alert()
+    assert published.options == OPTIONS and published.published
+    blocked = _alert(kind="blocked_release", check="k_floor")
+    assert not blocked.published and blocked.options[0].startswith("fix the input")
+    assert any(o.startswith("re-publish it coarser") for o in blocked.options)
+    assert any("withdraw the release: does not apply" in o for o in blocked.options)
+    assert any("does not apply, k_floor is a guarantee" in o for o in blocked.options)
+    gate = _alert(kind="blocked_release", check="risk_budget")
+    assert any("accept the risk in review" in o and "risk gate only" in o for o in gate.options)
+    assert Alert.from_json(gate.to_json()) == gate
+
+
+# --------------------------------------------------------------------------------------- the alert file
+
+
+def test_the_alert_file_is_complete_before_its_name_exists(tmp_path, monkeypatch):
+    seen = []
+    real_replace = os.replace
+
+    def watching(src, dst):
+        dst = Path(dst)
+        if dst.suffix == ".json":
+            assert TEMPORARY.match(Path(src).name)
+            seen.append((json.loads(Path(src).read_text()), dst.exists()))  # whole JSON, before the rename
+        return real_replace(src, dst)
+
+    monkeypatch.setattr("spatial_release.fileio.os.replace", watching)
+    report = deliver(_alert(), AlertRouting.from_env({}), tmp_path)
+    assert seen[0][1] is False and seen[0][0]["dataset"] == "jc-bikes"  # first write: the name did not exist
+    assert all(s[1] for s in seen[1:])  # the deliveries replace the whole file, never append to it
+    assert [p.name for p in tmp_path.iterdir() if p.suffix in (".json", ".tmp")] == [report.path.name]
+
+
+def test_a_crash_while_writing_leaves_no_partial_alert_and_still_sends(smtp_server, tmp_path, monkeypatch):
+    controller, inbox = smtp_server
+
+    def crash(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("spatial_release.fileio.os.replace", crash)
+    report = deliver(_alert(), AlertRouting.from_env(_env(controller.port)), tmp_path)
+    assert report.path is None and "No space left" in report.file_error
+    assert report.sent == ["email"] and len(inbox.messages) == 1
+    assert list(tmp_path.glob("*.json")) == [] and list(tmp_path.glob(".*.tmp")) == []
+
+
+# ------------------------------------------------------------------------------------------------ routing
+
+
+def test_routing_merges_the_policy_section_with_the_environment(tmp_path, fixture_traces, webhook):
+    _, url = webhook
+    data = policy_dict(str(fixture_traces), alerts={"email_to": ["fixture-owner@example.org", "ops@example.org"],
+                                                    "slack_webhook_env": "FIXTURE_SLACK_WEBHOOK"})
+    policy = load_policy(write_policy(tmp_path, data))
+    routing = AlertRouting.for_policy(policy, _env(2525) | {"FIXTURE_SLACK_WEBHOOK": url})
+    assert routing.email_to == ("ops@example.org", "fixture-owner@example.org")
+    assert routing.smtp.port == 2525 and routing.smtp.host == "127.0.0.1" and not routing.smtp.starttls
+    assert routing.slack_webhook_url.get_secret_value() == url and SECRET_TOKEN not in repr(routing)
+    missing = AlertRouting.for_policy(policy, _env(2525, url))  # the programme's own webhook is not set
+    assert "FIXTURE_SLACK_WEBHOOK" in missing.problems["slack"]
+    assert AlertRouting.from_env({"SPATIAL_RELEASE_SMTP_HOST": "mx", "SPATIAL_RELEASE_SMTP_FROM": "a@b.org",
+                                  "SPATIAL_RELEASE_SMTP_STARTTLS": "yes"}).smtp.port == 587
+
+
+def test_a_policy_never_holds_a_webhook_url(tmp_path, fixture_traces):
+    for alerts in ({"slack_webhook_env": f"https://hooks.slack.com/services/T0/B0/{SECRET_TOKEN}"},
+                   {"email_to": ["not an address"]}, {"smtp_password": "x"}):
+        data = policy_dict(str(fixture_traces), alerts=alerts)
+        with pytest.raises(PolicyError, match="alerts"):
+            load_policy(write_policy(tmp_path, data))
+
+
+# ------------------------------------------------------------------------------ a review breach is e-mailed
+
+
+def test_a_review_breach_is_emailed(smtp_server, tmp_path, monkeypatch):
+    controller, inbox = smtp_server
+    traces = tmp_path / "traces.csv"
+    fixture_pings().to_csv(traces, index=False)
+    data = policy_dict(str(traces), alerts={"email_to": ["fixture-owner@example.org"]})
+    policy_path = write_policy(tmp_path, data)
+    policy, period = load_policy(policy_path), Period.parse("2018-Q1")
+    ledger = Ledger(tmp_path / "ledger", tmp_path / "releases")
+    ctx = stages.ReleaseContext(policy, period, tmp_path / "work")
+    stages.run_ingest(ctx, [traces])
+    stages.run_counts(ctx)
+    stages.run_protect(ctx)
+    stages.run_risk(ctx, ledger)
+    stages.run_publish(ctx, tmp_path / "releases", ledger)
+    # the landscape changes: the public population per cell is now tiny, so the release is over budget
+    population = tmp_path / "population.csv"
+    population.write_text(population.read_text().replace("10000", "5"))
+    for name, value in _env(controller.port).items():
+        monkeypatch.setenv(name, value)
+
+    done = stages.run_review(policy, ledger, tmp_path / "work", tmp_path / "alerts", run_id="review-run-1")
+    [report] = done.deliveries
+    assert report.sent == ["email"] and report.result("slack").status == "not configured"
+    [(recipients, message)] = inbox.messages
+    assert recipients == ["ops@example.org", "fixture-owner@example.org"]
+    assert message["Subject"] == "[spatial_release] fixture 2018-Q1: risk_breach by within_risk_budget"
+    body = _body(message)
+    worst = done.review.breaches[0].release.worst_zone
+    assert f"zone {worst}:" in body and f"cell {worst}" in body and "journalist release figure" in body
+    assert "over the per-release ceiling 0.05" in body and "review-run-1" in body
+    assert all(option in body for option in OPTIONS)
+    assert not any(unit in body for unit in ("lonely", "a0", "b1", "d0", "e0"))
+    assert done.alerts == [str(report.path)]
+    # the same review outcome delivered again (a retried run) sends nothing more
+    again = stages.run_review(policy, ledger, tmp_path / "work", tmp_path / "alerts", run_id="review-run-1")
+    assert again.deliveries[0].result("email").status == "already sent" and len(inbox.messages) == 1
