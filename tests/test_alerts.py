@@ -388,3 +388,46 @@ def test_a_review_breach_is_emailed(smtp_server, tmp_path, monkeypatch):
     # the same review outcome delivered again (a retried run) sends nothing more
     again = stages.run_review(policy, ledger, tmp_path / "work", tmp_path / "alerts", run_id="review-run-1")
     assert again.deliveries[0].result("email").status == "already sent" and len(inbox.messages) == 1
+
+
+def test_a_blocked_release_reaches_people_through_the_dagster_alert_sensor(smtp_server, webhook, tmp_path,
+                                                                            monkeypatch):
+    """End to end: the risk gate blocks a release run; the run-failure sensor e-mails and posts the alert
+    with dataset, period, check, reason, offending zone and options, and tags the failed run with it."""
+    import dagster as dg
+
+    from spatial_release.defs.catalogue import programme_for
+    from spatial_release.defs.execution import execute_release
+
+    controller, inbox = smtp_server
+    server, url = webhook
+    for name, value in _env(controller.port, url).items():
+        monkeypatch.setenv(name, value)
+    traces = tmp_path / "traces.csv"
+    fixture_pings().to_csv(traces, index=False)
+    policy = write_policy(tmp_path, policy_dict(str(traces)), population=5)  # the risk gate blocks
+    programme = programme_for(policy)
+    settings = {"releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
+                "ledger_dir": str(tmp_path / "ledger"), "alerts_dir": str(tmp_path / "alerts")}
+    with dg.instance_for_test() as instance:
+        run = execute_release(programme, "2018-01-01", settings, instance=instance).candidate
+        assert not run.success
+        [event] = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+        context = dg.build_run_status_sensor_context(
+            sensor_name="failed_run_alert", dagster_instance=instance,
+            dagster_run=instance.get_run_by_id(run.run_id), dagster_event=event.dagster_event).for_run_failure()
+        programme.alert_sensor()(context)
+        tags = instance.get_run_by_id(run.run_id).tags
+    [(recipients, message)] = inbox.messages
+    assert recipients == ["ops@example.org"]
+    assert message["Subject"] == "[spatial_release] fixture 2018-Q1: blocked_release by risk_budget"
+    body = _body(message)
+    worst = next(e for e in run.get_asset_check_evaluations() if e.check_name == "risk_budget")
+    zone = worst.metadata["offending"].value[0]["zone"]
+    assert "RiskBudgetExceeded" in body and run.run_id in body and f"- zone {zone}" in body
+    assert "re-publish" in body and not any(unit in body for unit in ("lonely", "a0", "b1", "d0", "e0"))
+    [(path, payload)] = server.received
+    posted = json.dumps(payload)
+    assert path.endswith(SECRET_TOKEN) and "fixture" in posted and "2018-Q1" in posted and "risk_budget" in posted
+    assert tags["spatial_release/blocked_by"] == "risk_budget"
+    assert "email: sent" in tags["spatial_release/alert"] and "slack: sent" in tags["spatial_release/alert"]

@@ -9,7 +9,6 @@ import pytest
 
 from conftest import fixture_pings, policy_dict, write_policy
 from spatial_release import release, stages
-from spatial_release.defs.alerts import build_alert_sensor
 from spatial_release.defs.catalogue import programme_for
 from spatial_release.defs.execution import execute_release
 from spatial_release.defs.resources import ReleaseSettings
@@ -162,13 +161,15 @@ def test_run_failure_sensor_turns_a_blocked_release_into_an_alert(tmp_path):
             sensor_name="failed_run_alert", dagster_instance=instance,
             dagster_run=instance.get_run_by_id(result.run_id), dagster_event=event.dagster_event,
         ).for_run_failure()
-        build_alert_sensor(programme_for(policy).jobs)(context)
+        programme_for(policy).alert_sensor()(context)
         tags = instance.get_run_by_id(result.run_id).tags
-    folder = Path(os.environ["SPATIAL_RELEASE_ALERTS"])
+    folder = tmp_path / "alerts"  # the failed run's own alerts folder (its settings), not the default
     alerts = [json.loads(p.read_text()) for p in folder.glob("blocked_release-*.json")]
     mine = [a for a in alerts if a["run_id"] == result.run_id]
     assert len(mine) == 1 and mine[0]["dataset"] == "fixture" and mine[0]["period"] == "2018-Q1"
     assert mine[0]["check"] == "risk_budget" and "RiskBudgetExceeded" in mine[0]["reason"]
+    assert mine[0]["published"] is False and mine[0]["offending"]  # the zone that blocked
+    assert any("coarser" in option for option in mine[0]["options"])
     assert tags["spatial_release/blocked_by"] == "risk_budget"  # the alert shows on the failed run
 
 

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import dagster as dg
 
-from spatial_release.alerts import write_alert
+from spatial_release.alerts import Alert, AlertRouting, deliver
 from spatial_release.defs.partitions import PERIOD_TAG
-from spatial_release.defs.programmes import DATASET_TAG
+from spatial_release.defs.programmes import Programme
 from spatial_release.defs.resources import ReleaseSettings
+from spatial_release.ledger import find_release
+from spatial_release.policy import Policy
 
 REVIEW_BREACH_CHECK = "published_within_budget"
 ALERT_TAG = "spatial_release/alert"
@@ -56,25 +58,49 @@ def block_of(context: dg.RunFailureSensorContext) -> RunBlock:
     return RunBlock("run", context.failure_event.message or "the run failed", [])
 
 
-def build_alert_sensor(jobs: list) -> dg.SensorDefinition:
-    @dg.run_failure_sensor(name="failed_run_alert", monitored_jobs=jobs, default_status=dg.DefaultSensorStatus.RUNNING,
-                           description="A blocked release (its release or publish run failed) becomes an alert: "
-                                       "written to the alerts folder, e-mailed and posted to Slack when configured, "
-                                       "and tagged on the failed run.")
+def _run_settings(run: dg.DagsterRun) -> ReleaseSettings:
+    """The folders the failed run used (its `settings` config), else the deployment's defaults."""
+    config = (run.run_config or {}).get("resources", {}).get("settings", {}).get("config", {})
+    return ReleaseSettings(**{k: v for k, v in config.items() if k in ReleaseSettings.model_fields})
+
+
+def alert_of(run: dg.DagsterRun, block: RunBlock, policy: Policy, settings: ReleaseSettings) -> Alert:
+    """The run's block as an Alert. A refused re-run of a published period says so (options for a
+    published release); otherwise the release was never published."""
+    period = run.tags.get(PERIOD_TAG, "unknown")
+    published = find_release(settings.ledger().read(), policy.name, period) is not None
+    return Alert.build("blocked_release", policy.name, period, block.check, block.reason, block.offending,
+                       run_id=run.run_id, published=published)
+
+
+def build_alert_sensor(programmes: dict[str, Programme]) -> dg.SensorDefinition:
+    """The alert sensor of the code location (it sees every run of it); a run is matched to its programme by
+    its job's name (`programmes`: job name -> programme)."""
+
+    @dg.run_failure_sensor(name="failed_run_alert", default_status=dg.DefaultSensorStatus.RUNNING,
+                           description="A blocked release (its release or publish run failed) becomes an alert "
+                                       "naming the dataset, period, check, reason, offending cells or zones and "
+                                       "the options: written to the alerts folder, e-mailed and posted to Slack "
+                                       "when configured (see README, Alerts), and tagged on the failed run.")
     def failed_run_alert(context: dg.RunFailureSensorContext) -> None:
         run = context.dagster_run
+        programme = programmes.get(run.job_name)
+        if programme is None:
+            context.log.info(f"run {run.run_id} of {run.job_name} is no release: no alert")
+            return
         block = block_of(context)
         if block.check == REVIEW_BREACH_CHECK:
             context.log.info("review breach: its alerts were delivered by the review run (see its metadata)")
-            context.instance.add_run_tags(run.run_id, {ALERT_TAG: "delivered by the review", BLOCKED_BY_TAG: block.check})
+            context.instance.add_run_tags(run.run_id, {ALERT_TAG: "delivered by the review",
+                                                       BLOCKED_BY_TAG: block.check})
             return
-        path = write_alert(Path(ReleaseSettings().alerts_dir), {
-            "kind": "blocked_release", "dataset": run.tags.get(DATASET_TAG), "period": run.tags.get(PERIOD_TAG),
-            "check": block.check, "reason": block.reason, "offending": block.offending[:20],
-            "job": run.job_name, "run_id": run.run_id,
-        })
-        context.log.info(f"alert for {run.tags.get(DATASET_TAG)} {run.tags.get(PERIOD_TAG)}: blocked by "
-                         f"{block.check}: {block.reason} -> {path}")
-        context.instance.add_run_tags(run.run_id, {ALERT_TAG: path.name, BLOCKED_BY_TAG: block.check})
+        settings = _run_settings(run)
+        policy = programme.policy
+        alert = alert_of(run, block, policy, settings)
+        report = deliver(alert, AlertRouting.for_policy(policy), Path(settings.alerts_dir))
+        context.log.info(f"{alert.subject}: {alert.reason} -> {report.summary()}")
+        context.instance.add_run_tags(run.run_id, {
+            ALERT_TAG: report.summary()[:200], BLOCKED_BY_TAG: block.check,
+            "spatial_release/alert_file": report.path.name if report.path else "not written"})
 
     return failed_run_alert

@@ -41,6 +41,9 @@ class ProgrammeDefs:
         """This programme alone, with the shared resources: what the command line executes."""
         return dg.Definitions.merge(self.definitions(), shared_resources())
 
+    def alert_sensor(self) -> dg.SensorDefinition:
+        return build_alert_sensor({job.name: self.programme for job in self.jobs})
+
 
 def shared_resources() -> dg.Definitions:
     return dg.Definitions(resources={"settings": ReleaseSettings(), "counting": CountingEngine()})
@@ -83,13 +86,16 @@ class Catalogue:
     def jobs(self) -> list:
         return [job for p in self.programmes for job in p.jobs]
 
+    def job_programmes(self) -> dict[str, Programme]:
+        return {job.name: p.programme for p in self.programmes for job in p.jobs}
+
     def definitions(self) -> dg.Definitions:
         """Every programme's graph, the stand-ins of bad files, the alert sensor over all release, publish and
         review jobs, and the shared resources (configured from the environment)."""
         return dg.Definitions.merge(
             *(p.definitions() for p in self.programmes),
             dg.Definitions(assets=[invalid_policy_asset(e) for e in self.errors],
-                           sensors=[build_alert_sensor(self.jobs)] if self.jobs else []),
+                           sensors=[build_alert_sensor(self.job_programmes())] if self.programmes else []),
             shared_resources(),
         )
 

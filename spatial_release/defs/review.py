@@ -40,18 +40,20 @@ def build_review(programme: Programme) -> ReviewGraph:
               description=f"{name}: every published release re-assessed under the current landscape and ledger.")
     def risk_review(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
         policy = programme.load()
-        done = stages.run_review(policy, settings.ledger(), Path(settings.work_dir), Path(settings.alerts_dir))
+        done = stages.run_review(policy, settings.ledger(), Path(settings.work_dir), Path(settings.alerts_dir),
+                                 run_id=context.run_id)
         review = done.review
         report_release_checks(context, programme, review)
-        for breach in review.breaches:
+        for breach, delivery in zip(review.breaches, done.deliveries):
             row = breach.release
             context.log.warning(f"{policy.name} {row.period} is over its risk budget: zone {row.worst_zone} at "
-                                f"{row.release_figure:.4g}, cumulative {row.cumulative:.4g}")
+                                f"{row.release_figure:.4g}, cumulative {row.cumulative:.4g}; alert "
+                                f"{delivery.summary()}")
         return dg.MaterializeResult(metadata={
             "releases_reviewed": len(review.releases), "breaches_found": len(review.breaches),
             f"risk_{review_adversary(policy)}_cumulative": float(f"{review.cumulative:.4g}"),
             "breaches": dg.MetadataValue.json([b.to_json() for b in review.breaches]),
-            "alerts": dg.MetadataValue.json(done.alerts),
+            "alerts": dg.MetadataValue.json([d.to_json() for d in done.deliveries]),
             "review": dg.MetadataValue.json([r.to_json() for r in review.releases]),
             "ledger_entry": review.ledger_entry,
             "per_unit_data_pruned": dg.MetadataValue.json(done.pruned),
