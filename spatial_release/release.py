@@ -1,4 +1,5 @@
-"""The release folder `<releases>/<dataset>/<period>/`: cells.parquet, margins.parquet, release.json.
+"""The release folder `<releases>/<dataset>/<period>/`: cells.parquet, margins.parquet, release.json, and
+the report rendered from them (report.png, report.html; `spatial_release.report`).
 
 The candidate files are written into the work area first, checked there, and published by copying them
 into a staging folder that is renamed into place: a crash leaves no release or the whole release.
@@ -103,10 +104,25 @@ def staging_dir(target: Path) -> Path:
     return target.with_name(f".{target.name}{STAGING_SUFFIX}")
 
 
-def publish(candidate: Path, target: Path, record: dict, register: Callable[[dict], str]) -> Path:
+def _render_report(staging: Path, record: dict, policy: Policy | None) -> tuple[str, ...]:
+    """report.png and report.html in the staging folder, from the staged tables and the pending record only
+    (what the public will see). A rendering failure removes the staging folder: nothing is published."""
+    # imported here: the report reads stages.results, whose package imports this module
+    from spatial_release.report import REPORT_FILES, write_report
+    try:
+        write_report(staging, record, policy)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return REPORT_FILES
+
+
+def publish(candidate: Path, target: Path, record: dict, register: Callable[[dict], str],
+            policy: Policy | None = None) -> Path:
     """Publish the checked candidate files with their record and a ledger entry, all or nothing.
 
-    Order: files and the pending record go into a staging folder beside the target; `register(record)`
+    Order: files, their report (report.png, report.html) and the pending record go into a staging folder
+    beside the target, every file hashed into the record; `register(record)`
     appends the ledger entry and returns its hash; release.json (with that hash) is written; one rename
     makes the release visible. A crash before the ledger append leaves only the staging folder (removed
     on the next attempt); a crash after it leaves a staging folder that `finish_pending` completes (see
@@ -114,7 +130,9 @@ def publish(candidate: Path, target: Path, record: dict, register: Callable[[dic
 
     candidate: the checked files' folder in the work area. target: the release folder (`release_dir`);
     FileExistsError if it exists. record: the release record without its file hashes (added here).
-    register: appends the record's ledger entry (e.g. `Ledger.append`) and returns its hash. Returns target.
+    register: appends the record's ledger entry (e.g. `Ledger.append`) and returns its hash. policy: the
+    release's policy, for the report's zone geometries and risk ceilings (`report.release_view`). Returns
+    target.
     """
     if target.exists():
         raise FileExistsError(f"{target} already exists; a published release is never overwritten")
@@ -124,7 +142,8 @@ def publish(candidate: Path, target: Path, record: dict, register: Callable[[dic
     staging.mkdir(parents=True)
     for name in RELEASE_FILES:
         shutil.copyfile(candidate / name, staging / name)
-    record = {**record, "files": {name: sha256_file(staging / name) for name in RELEASE_FILES}}
+    names = (*RELEASE_FILES, *_render_report(staging, record, policy))
+    record = {**record, "files": {name: sha256_file(staging / name) for name in names}}
     write_json_atomic(staging / PENDING, record)
     entry_hash = register(record)
     return finish_pending(target, entry_hash)

@@ -24,6 +24,10 @@ def test_demo_publishes(tmp_path, capsys):
     assert set(cells.loc[cells["n_persons"] == 0, "cell_id"]) == set(zeros)  # structural zeros shown as 0
     margins = pd.read_parquet(folder / "margins.parquet")
     assert set(margins["level"]) == {"grid_2000m", "grid_8000m", "total"}
+    # the report beside the tables, hashed with them
+    assert set(record["files"]) == {"cells.parquet", "margins.parquet", "report.png", "report.html"}
+    assert (folder / "report.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert '<img src="data:image/png;base64,' in (folder / "report.html").read_text()
     # the demo refuses to wipe a folder it did not make
     other = tmp_path / "mine"
     other.mkdir()

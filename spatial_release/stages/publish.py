@@ -70,5 +70,5 @@ def run_publish(ctx: ReleaseContext, releases_root: Path, ledger: Ledger) -> tup
             })
             return entry["hash"]
 
-        publish(ctx.area.candidate, target, record.to_json(), register)
+        publish(ctx.area.candidate, target, record.to_json(), register, policy=policy)
     return target, ReleaseRecord.read(target)

@@ -1,0 +1,326 @@
+"""The report beside each release (report.png, report.html) shows what the public sees and nothing else:
+rendered from the published files alone, withheld cells drawn exactly as empty ones, no network, every risk
+figure labelled with its adversary, covered by the ledger's cross-check. Invariants are re-derived here from
+the published files and the ledger, not read from the report code."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+
+import geopandas as gpd
+import matplotlib.image as mpimg
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import shapely
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+from conftest import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, SIZE, cell_id, policy_dict, write_policy
+from spatial_release import cli, report, stages
+from spatial_release.fileio import sha256_file
+from spatial_release.ledger import ENTRIES, Ledger, read_ledger
+from spatial_release.period import Period
+from spatial_release.policy import load_policy
+from test_release_io import prepare, two_quarter_policy
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+GRID_ID = re.compile(r"\d+mE-?\d+N-?\d+")
+DATA_URI = re.compile(r"data:image/png;base64,([A-Za-z0-9+/=]+)")
+REPORTS = ("report.png", "report.html")
+
+
+def _release(root: Path, period: str) -> int:
+    return cli.main(["release", "--policy", str(root / "policy.yaml"), "--period", period, "--traces",
+                     str(root / f"traces-{period}.csv"), "--out", str(root / "out"), "--ledger", str(root / "ledger")])
+
+
+def _verify(root: Path) -> int:
+    return cli.main(["ledger", "verify", "--ledger", str(root / "ledger"), "--releases", str(root / "out/releases")])
+
+
+@pytest.fixture(scope="module")
+def published_q1(tmp_path_factory) -> Path:
+    """The fixture programme with 2018-Q1 published through the command line (made once per module)."""
+    root = tmp_path_factory.mktemp("reported")
+    two_quarter_policy(root)
+    assert _release(root, "2018-Q1") == 0
+    return root
+
+
+def _folder(root: Path, period: str = "2018-Q1") -> Path:
+    return root / "out/releases/fixture" / period
+
+
+def _published_ids(folder: Path) -> set[str]:
+    cells = pq.read_table(folder / "cells.parquet", columns=["cell_id"]).column("cell_id").to_pylist()
+    areas = pq.read_table(folder / "margins.parquet", columns=["area_id"]).column("area_id").to_pylist()
+    return set(cells) | set(areas)
+
+
+def _page_text(page: str) -> str:
+    """The page without its embedded image (base64 can spell anything)."""
+    return DATA_URI.sub("data:image/png;base64,", page)
+
+
+# ----------------------------------------------------------------------------------- publication
+
+
+def test_a_release_carries_its_report_and_the_ledger_hashes_it(published_q1):
+    folder = _folder(published_q1)
+    record = json.loads((folder / "release.json").read_text())
+    [entry] = [e for e in read_ledger(published_q1 / "ledger") if e["kind"] == "release"]
+    for name in REPORTS:
+        assert record["files"][name] == entry["files"][name] == sha256_file(folder / name)
+    png = (folder / "report.png").read_bytes()
+    assert png.startswith(PNG_SIGNATURE) and png[12:16] == b"IHDR"
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    assert mpimg.imread(io.BytesIO(png)).shape[:2] == (height, width) and width > 600 and height > 300
+    # the page embeds exactly the published map
+    [embedded] = DATA_URI.findall((folder / "report.html").read_text())
+    assert base64.b64decode(embedded) == png
+    assert _verify(published_q1) == 0
+
+
+def test_the_report_is_rendered_from_the_published_files_alone(published_q1, tmp_path):
+    """(a) A copy of the three public files, far from the work area (which is deleted), gives the same PNG
+    and page bytes. (b) The true counts with every withheld key removed give the same map."""
+    folder = _folder(published_q1)
+    policy = load_policy(published_q1 / "policy.yaml")
+    work = published_q1 / "out/work/fixture/2018-Q1"
+    truth, _ = stages.read_true_counts(stages.WorkArea(work))
+    public = tmp_path / "public"
+    public.mkdir()
+    for name in ("cells.parquet", "margins.parquet", "release.json"):
+        shutil.copyfile(folder / name, public / name)
+    stash = tmp_path / "work-elsewhere"
+    shutil.move(work, stash)
+    try:
+        report.write_report(public, policy=policy)
+    finally:
+        shutil.move(stash, work)
+    for name in REPORTS:
+        assert (public / name).read_bytes() == (folder / name).read_bytes(), name
+
+    cells = gpd.read_parquet(folder / "cells.parquet")
+    published_keys = set(zip(cells["cell_id"], cells["bucket_start"]))
+    kept = truth[[k in published_keys for k in zip(truth["cell_id"], truth["bucket_start"])]]
+    assert len(kept) < len(truth)  # the fixture withholds B and C
+    x0, y0 = kept["cell_id"].str.extract(r"mE(\d+)N(\d+)").astype(int).to_numpy().T
+    from_truth = gpd.GeoDataFrame(
+        {"cell_id": kept["cell_id"].to_numpy(), "bucket_start": kept["bucket_start"].to_numpy(),
+         "n_devices": kept["n"].to_numpy()},
+        geometry=shapely.box(x0, y0, x0 + SIZE, y0 + SIZE), crs=cells.crs)
+    record = json.loads((folder / "release.json").read_text())
+    view = report.release_view(from_truth, pd.read_parquet(folder / "margins.parquet"), record, policy)
+    assert report.render_map_png(view) == (folder / "report.png").read_bytes()
+
+
+def _pixel(image: np.ndarray, ax, x: float, y: float) -> tuple[float, ...] | None:
+    """The colour drawn at map coordinates (x, y) of `ax`, None when the point is outside the axes."""
+    px, py = ax.transData.transform((x, y))
+    x0, y0, x1, y1 = ax.bbox.extents
+    if not (x0 < px < x1 and y0 < py < y1):
+        return None
+    row, col = int(image.shape[0] - py), int(px)
+    return tuple(np.round(image[row, col, :3], 3))
+
+
+def test_withheld_cells_are_drawn_exactly_as_empty_ones(published_q1):
+    folder = _folder(published_q1)
+    view = report.read_release_view(folder, load_policy(published_q1 / "policy.yaml"))
+    figure = report.map_figure(view)
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    drawn = np.asarray(canvas.buffer_rgba(), dtype=float) / 255
+    # the published PNG is this very image
+    assert np.allclose(mpimg.imread(io.BytesIO((folder / "report.png").read_bytes())), drawn, atol=1 / 255)
+    cells_ax = figure.axes[0]
+
+    def centre(corner):
+        return corner[0] + SIZE / 2, corner[1] + SIZE / 2
+
+    # a point in the padding inside the frame: nothing is ever drawn there
+    corner = cells_ax.transData.inverted().transform(cells_ax.transAxes.transform((0.01, 0.01)))
+    background = _pixel(drawn, cells_ax, *corner)
+    assert background == (1.0, 1.0, 1.0)
+    published = [_pixel(drawn, cells_ax, *centre(c)) for c in (CELL_A, CELL_D, CELL_E)]
+    assert all(p is not None and p != background for p in published)
+    empty = [(580_000, 4_509_000), (581_000, 4_508_000)]  # no device ever there
+    for corner in (CELL_B, CELL_C, *empty):  # B and C are withheld (2 and 1 devices, k = 3)
+        seen = _pixel(drawn, cells_ax, *centre(corner))
+        assert seen in (None, background), corner
+    assert _pixel(drawn, cells_ax, *centre(CELL_B)) == background  # inside the extent: really tested
+
+
+def test_the_page_is_self_contained_and_names_only_published_areas(published_q1):
+    folder = _folder(published_q1)
+    page = (folder / "report.html").read_text()
+    text = _page_text(page)
+    assert text.lstrip().lower().startswith("<!doctype html>")
+    # opens with no server and no network: every src/href is the embedded image
+    targets = re.findall(r"""(?:src|href|action)\s*=\s*["']?([^"'\s>]*)""", page, flags=re.I)
+    assert targets and all(t.startswith("data:image/png;base64,") for t in targets)
+    assert not re.search(r"https?:|//[a-z]|<script|<link|<iframe|@import|url\(", text, flags=re.I)
+    record = json.loads((folder / "release.json").read_text())
+    allowed = _published_ids(folder) | {record["risk"]["worst_zone"]}
+    assert set(GRID_ID.findall(text)) <= allowed
+    for withheld in (CELL_B, CELL_C):
+        assert cell_id(withheld) not in text
+    assert not re.search(r"withheld|suppressed|secondary", text, flags=re.I)
+    for private in ("lonely", "gender", ">a0<", "device "):
+        assert private not in text
+
+
+def _risk_rows(page: str) -> list[list[str]]:
+    section = page.split("Re-identification risk", 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r"<tr>(.*?)</tr>", section, flags=re.S)
+    return [[c for c in re.findall(r"<td>(.*?)</td>", row, flags=re.S)] for row in rows[1:]]
+
+
+def test_every_risk_figure_is_labelled_with_its_adversary(published_q1):
+    folder = _folder(published_q1)
+    record = json.loads((folder / "release.json").read_text())
+    risk, policy = record["risk"], load_policy(published_q1 / "policy.yaml")
+    rows = _risk_rows((folder / "report.html").read_text())
+    assert rows and all(adversary == risk["adversary"] for _, adversary, _ in rows)
+    values = {value for _, _, value in rows}
+    ceilings = policy.risk.per_release_ceiling, policy.risk.cumulative_ceiling
+    for figure in (risk["release_figure"], risk["pooled"], risk["cumulative"], risk["headroom"], *ceilings,
+                   ceilings[0] - risk["release_figure"], ceilings[1] - risk["cumulative"]):
+        assert f"{figure:.4g}" in values, figure
+    page = (folder / "report.html").read_text()
+    for count in record["counts"].values():
+        assert f"<td>{count:,}</td>" in page
+    assert f"<td>{record['period']}</td>" in page and f"<td>{record['k']}</td>" in page
+
+
+def test_a_tampered_report_fails_ledger_verify(published_q1, capsys):
+    page = _folder(published_q1) / "report.html"
+    original = page.read_bytes()
+    try:
+        page.write_text(page.read_text().replace("journalist", "prosecutor"))
+        assert _verify(published_q1) == 1
+        err = capsys.readouterr().err
+        assert "does NOT verify" in err and "report.html" in err and "Traceback" not in err
+    finally:
+        page.write_bytes(original)  # the module's release, as published, for the other tests
+    assert _verify(published_q1) == 0
+
+
+def test_a_release_published_before_reports_still_verifies(tmp_path, monkeypatch, capsys):
+    """An older release has no report files in its record: it verifies, and the next release (with its
+    report) publishes beside it."""
+    root = tmp_path / "old"
+    root.mkdir()
+    two_quarter_policy(root)
+    from spatial_release import release
+    with monkeypatch.context() as patch:
+        patch.setattr(release, "_render_report", lambda staging, record, policy: ())
+        assert _release(root, "2018-Q1") == 0
+    old = _folder(root)
+    assert sorted(p.name for p in old.iterdir()) == ["cells.parquet", "margins.parquet", "release.json"]
+    assert report.report_png_path(old) is None
+    assert _release(root, "2018-Q2") == 0 and _verify(root) == 0
+    entries = [json.loads(line) for line in (root / "ledger" / ENTRIES).read_text().splitlines()]
+    assert [sorted(e["files"]) for e in entries if e["kind"] == "release"] == [
+        ["cells.parquet", "margins.parquet"], ["cells.parquet", "margins.parquet", *sorted(REPORTS)]]
+    # the markdown of the old release renders its map now, from its files
+    markdown = report.report_markdown(old)
+    assert base64.b64decode(DATA_URI.search(markdown).group(1)).startswith(PNG_SIGNATURE)
+
+
+def test_a_rendering_failure_publishes_nothing(tmp_path, monkeypatch):
+    policy_path = two_quarter_policy(tmp_path)
+    prepare(tmp_path, policy_path, "2018-Q1")
+    ctx = stages.ReleaseContext(load_policy(policy_path), Period.parse("2018-Q1"), tmp_path / "work")
+    ledger = Ledger(tmp_path / "ledger", tmp_path / "releases")
+
+    def half_written(folder, record=None, policy=None):
+        (Path(folder) / "report.png").write_bytes(PNG_SIGNATURE)
+        raise RuntimeError("renderer crashed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(report, "write_report", half_written)
+        with pytest.raises(RuntimeError, match="renderer crashed"):
+            stages.run_publish(ctx, tmp_path / "releases", ledger)
+    assert not [e for e in read_ledger(tmp_path / "ledger") if e["kind"] == "release"]
+    assert not list((tmp_path / "releases").rglob("*.png")) and not list((tmp_path / "releases").rglob("*.json"))
+    target, record = stages.run_publish(ctx, tmp_path / "releases", ledger)
+    assert sorted(record.files) == sorted(["cells.parquet", "margins.parquet", *REPORTS])
+    assert (target / "report.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+# ----------------------------------------------------------------------------------- the parts
+
+
+def test_column_schema_matches_the_files(published_q1):
+    folder = _folder(published_q1)
+    for name in ("cells.parquet", "margins.parquet"):
+        schema = pq.read_schema(folder / name)
+        described = report.column_schema(folder / name)
+        assert [(c["name"], c["type"]) for c in described] == [(f.name, str(f.type)) for f in schema]
+        assert all(c["description"] for c in described)
+    [geometry] = [c for c in report.column_schema(folder / "cells.parquet") if c["name"] == "geometry"]
+    assert "EPSG:32618" in geometry["description"]
+
+
+def test_table_preview_rounds_for_reading():
+    frame = pd.DataFrame({"area_id": ["x|y", "z"], "share": [0.0042858001679327695, 12345.678],
+                          "n": [1234567, 5], "bucket_start": pd.to_datetime(["2018-01-01 05:00"] * 2, utc=True)})
+    lines = report.table_preview(frame, n=1).splitlines()
+    assert len(lines) == 3 and lines[0] == "| area_id | share | n | bucket_start |"
+    assert lines[2] == "| x\\|y | 0.004286 | 1,234,567 | 2018-01-01 05:00 UTC |"
+    assert report.readable(12345.678) == "1.235e+04" and report.readable(None) == "-"
+
+
+def test_every_string_of_the_page_is_escaped(published_q1):
+    folder = _folder(published_q1)
+    view = report.read_release_view(folder)
+    hostile = "<script>alert(1)</script>"
+    margins = view.margins.assign(area_id=view.margins["area_id"].where(view.margins["level"] != "total", hostile))
+    page = report.render_report_html(report.release_view(view.cells, margins, view.record), folder, png=b"")
+    assert "<script>" not in page and "&lt;script&gt;" in page
+
+
+def test_zone_parents_are_the_union_of_their_zones(tmp_path):
+    squares = [shapely.box(x, 0, x + 1000, 1000) for x in range(0, 4000, 1000)]
+    zones = gpd.GeoDataFrame({"zone": ["z1", "z2", "z3", "z4"], "district": ["d1", "d1", "d2", "d2"]},
+                             geometry=squares, crs="EPSG:32618")
+    zones.to_file(tmp_path / "zones.geojson", driver="GeoJSON")
+    data = policy_dict(str(tmp_path / "traces.csv"))
+    data["geometry"] = {"kind": "zones", "path": "zones.geojson", "id": "zone",
+                        "parents": [{"level": "district", "column": "district"}]}
+    policy = load_policy(write_policy(tmp_path, data))
+    margins = pd.DataFrame({"level": ["district", "total"], "area_id": ["d2", "total"],
+                            "bucket_start": pd.to_datetime(["2018-01-01"] * 2, utc=True), "n_devices": [5, 9]})
+    areas = report.view.area_geometries(margins, {"kind": "zones"}, zones.crs, policy)
+    assert list(areas) == ["district"] and list(areas["district"].index) == ["d2"]  # only what is published
+    assert shapely.equals(areas["district"].iloc[0], shapely.box(2000, 0, 4000, 1000))
+    assert report.view.area_geometries(margins, {"kind": "zones"}, zones.crs) == {}  # no policy: not drawn
+
+
+def test_rendering_200k_published_rows_takes_seconds(published_q1):
+    """A release of ~200k published figures (22,500 cells x 9 buckets) renders in a few seconds."""
+    record = json.loads((_folder(published_q1) / "release.json").read_text())
+    side, size = 150, 500
+    ix, iy = (a.ravel() * size for a in np.meshgrid(np.arange(side), np.arange(side)))
+    ids = np.char.add(np.char.add(np.char.add("500mE", (580_000 + ix).astype(str)), "N"),
+                      (4_500_000 + iy).astype(str)).astype(object)
+    buckets = pd.date_range("2018-01-01 05:00", periods=9, freq="7D", tz="UTC")
+    n = len(ids) * len(buckets)
+    x0, y0 = np.repeat(580_000 + ix, len(buckets)), np.repeat(4_500_000 + iy, len(buckets))
+    cells = gpd.GeoDataFrame({"cell_id": np.repeat(ids, len(buckets)), "bucket_start": np.tile(buckets, len(ids)),
+                              "n_devices": np.random.default_rng(0).integers(3, 400, n)},
+                             geometry=shapely.box(x0, y0, x0 + size, y0 + size), crs="EPSG:32618")
+    margins = pd.DataFrame({"level": "total", "area_id": "total", "bucket_start": buckets, "n_devices": 10_000})
+    assert len(cells) > 200_000
+    start = time.perf_counter()
+    png = report.render_map_png(report.release_view(cells, margins, record))
+    assert png.startswith(PNG_SIGNATURE) and time.perf_counter() - start < 5.0
