@@ -33,21 +33,45 @@ Words (each has one meaning here):
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
 
 import highspy
 import numpy as np
 
 from spatial_release.progress import Progress, silent
 
-from spatial_release.suppression.table import EQ, PUBLISHED, Table
+from spatial_release.suppression.table import EQ, PUBLISHED, Relation, Table
 from spatial_release.suppression.verdicts import AuditResult, Criterion, Interval
 
 INF = highspy.kHighsInf
 TOL = 1e-6
 BULK_ROUNDS = 40
 OPTIMAL, WITNESS = "optimal", "witness"  # what an Interval's bounds are (see the module docstring)
+WORKERS_ENV = "SPATIAL_RELEASE_AUDIT_WORKERS"
+# Below this many figures in the components to solve, starting worker processes costs more than it saves.
+PARALLEL_MIN_NODES = 20_000
+BATCH = 2048  # components handed to the pool at a time (bounds the memory of the pending sub-tables)
+
+Point = dict  # a witness point: {node: integer value} where it differs from the node's `Table.value`
+
+
+def default_workers() -> int:
+    """Worker processes for the audit: $SPATIAL_RELEASE_AUDIT_WORKERS, else every core (os.cpu_count())."""
+    text = os.environ.get(WORKERS_ENV, "").strip()
+    if text:
+        try:
+            workers = int(text)
+        except ValueError:
+            raise ValueError(f"{WORKERS_ENV}={text!r} is not a whole number of worker processes") from None
+        if workers < 1:
+            raise ValueError(f"{WORKERS_ENV}={text!r}: at least one worker is needed")
+        return workers
+    return os.cpu_count() or 1
 
 
 def inconsistent_relations(table: Table) -> list[str]:
@@ -105,6 +129,17 @@ class ComponentModel:
         upper = np.array([INF if table.status[n] != PUBLISHED else table.value[n] for n in members])
         self.highs.addVars(len(members), self.floors(members), upper)
         self._add_rows([table.relations[r] for r in rel_ids])
+        withheld = [n for n in members if table.status[n] != PUBLISHED]
+        self._withheld_nodes = np.array(withheld, dtype=np.int64)
+        self._withheld_cols = np.array([self.column[n] for n in withheld], dtype=np.int64)
+        self._withheld_values = np.array([table.value[n] for n in withheld], dtype=np.int64)
+
+    def point(self, values: np.ndarray) -> Point:
+        """The witness point of an integral solution: {node: value} for every withheld node whose rounded
+        value differs from `table.value` (published nodes are fixed at their value, so never differ)."""
+        rounded = np.rint(values[self._withheld_cols]).astype(np.int64)
+        moved = np.nonzero(rounded != self._withheld_values)[0]
+        return {int(self._withheld_nodes[i]): int(rounded[i]) for i in moved}
 
     def floors(self, nodes: Iterable[int]) -> np.ndarray:
         """Column lower bounds: a published figure's value, else what the outsider knows (table.floor)."""
@@ -197,16 +232,38 @@ class ComponentModel:
         return values
 
     def integer_bound(self, node: int, maximise: bool) -> tuple[str, float]:
+        status, value, _ = self.integer_point(node, maximise)
+        return status, value
+
+    def integer_point(self, node: int, maximise: bool) -> tuple[str, float, np.ndarray]:
+        """(status, value, column values) of the integer (MIP) min or max of one node."""
         h = self.highs
         variables = [self.column[n] for n in self.nodes if self.table.status[n] != PUBLISHED]
         kinds = np.array([highspy.HighsVarType.kInteger] * len(variables))
         h.changeColsIntegrality(len(variables), np.array(variables, dtype=np.int32), kinds)
         try:
-            status, value, _, _ = self.bound(node, maximise)
+            status, value, values, _ = self.bound(node, maximise)
         finally:
             h.changeColsIntegrality(len(variables), np.array(variables, dtype=np.int32),
                                     np.array([highspy.HighsVarType.kContinuous] * len(variables)))
-        return status, value
+        return status, value, values
+
+    def reach(self, node: int, target: float) -> Point | None:
+        """An integral feasible point where `node` is at least `target`, for an upper bound the LP found
+        unbounded (a ray is no point to check): maximise the node capped at the target. None if none."""
+        h = self.highs
+        col = self.column[node]
+        [floor] = self.floors([node])
+        h.changeColBounds(col, floor, max(float(target), floor))
+        try:
+            status, value, values, _ = self.bound(node, True)
+            if status == "optimal" and not _is_integral(values):
+                status, value, values = self.integer_point(node, True)
+        finally:
+            h.changeColBounds(col, floor, INF)
+        if status != "optimal" or value < target - TOL or not _is_integral(values):
+            return None
+        return self.point(values)
 
 
 def _is_integral(values: np.ndarray) -> bool:
@@ -221,16 +278,19 @@ def _binding(model: ComponentModel, duals: np.ndarray) -> tuple[tuple[int, float
     return tuple(sorted(found))
 
 
-def _bulk_certificates(model: ComponentModel, primaries: list[int], criterion: Criterion, result: AuditResult
-                       ) -> tuple[dict[int, float], dict[int, float]]:
+def _bulk_certificates(model: ComponentModel, primaries: list[int], criterion: Criterion, result: AuditResult,
+                       cap: float | None = None) -> tuple[dict[int, tuple[float, Point]], dict[int, tuple[float, Point]]]:
     """Witness points that clear the protection bounds of many primaries at once: maximise (minimise) the
     sum of the still-uncertified primaries and keep every primary whose value in that integral feasible
     point already reaches max(k, v + 1) (is at most v - 1). Sound: a feasible point is something the
-    attacker cannot exclude. Whatever is left gets the attacker's optimum, one LP per bound."""
+    attacker cannot exclude. Whatever is left gets the attacker's optimum, one LP per bound. Each found
+    bound comes with its point (one shared dict per bulk LP). `cap` caps every variable (default from the
+    whole table; a component solved on its own sub-table is given the whole table's cap)."""
     table = model.table
-    cap = float(max(sum(table.value), criterion.k) * 4 + 10)
-    ups: dict[int, float] = {}
-    los: dict[int, float] = {}
+    if cap is None:
+        cap = table_cap(table, criterion)
+    ups: dict[int, tuple[float, Point]] = {}
+    los: dict[int, tuple[float, Point]] = {}
     for maximise, found in ((True, ups), (False, los)):
         pending = list(primaries)
         for _ in range(BULK_ROUNDS):
@@ -241,10 +301,11 @@ def _bulk_certificates(model: ComponentModel, primaries: list[int], criterion: C
             if values is None:
                 break
             newly = []
+            point = model.point(values)
             for node in pending:
                 v, y = table.value[node], values[model.column[node]]
                 if (maximise and y >= criterion.upper(v) - TOL) or (not maximise and y <= criterion.lower(v) + TOL):
-                    found[node] = float(round(y))
+                    found[node] = (float(round(y)), point)
                     newly.append(node)
             if not newly:
                 break
@@ -252,17 +313,27 @@ def _bulk_certificates(model: ComponentModel, primaries: list[int], criterion: C
     return los, ups
 
 
+def table_cap(table: Table, criterion: Criterion) -> float:
+    """The cap on every variable of the bulk witness LPs (far above any value the criterion asks for)."""
+    return float(max(sum(table.value), criterion.k) * 4 + 10)
+
+
 def audit_component(model: ComponentModel, primaries: list[int], criterion: Criterion, result: AuditResult,
-                    optimal_bounds: bool = False) -> None:
+                    optimal_bounds: bool = False, cap: float | None = None) -> None:
+    """Audit `primaries` of one component: one `Interval` each in `result.intervals`, and in
+    `result.witnesses` each primary's (lo point, up point): integral points of the attacker's feasible set
+    where the primary takes the value lo (up), or a value >= the criterion's bound for an unbounded up."""
     table = model.table
-    witness_lo, witness_up = ({}, {}) if optimal_bounds else _bulk_certificates(model, primaries, criterion, result)
+    witness_lo, witness_up = ({}, {}) if optimal_bounds else _bulk_certificates(model, primaries, criterion,
+                                                                                 result, cap)
     for node in primaries:
         v = table.value[node]
         bounds, integer_solve, binding, failed = {}, False, {False: (), True: ()}, False
+        points: dict[bool, Point | None] = {False: None, True: None}
         for maximise in (False, True):
             witness = (witness_up if maximise else witness_lo).get(node)
             if witness is not None:
-                bounds[maximise] = witness
+                bounds[maximise], points[maximise] = witness
                 continue
             status, value, values, duals = model.bound(node, maximise)
             result.lps_solved += 1
@@ -272,9 +343,10 @@ def audit_component(model: ComponentModel, primaries: list[int], criterion: Crit
                 result.errors.append(f"{table.key(node)}: {'max' if maximise else 'min'} failed, {reason}")
                 failed = True
                 break
+            point_values = values
             if status == "optimal" and not _is_integral(values):
                 integer_solve = True
-                status, value = model.integer_bound(node, maximise)
+                status, value, point_values = model.integer_point(node, maximise)
                 result.mips_solved += 1
                 if status not in ("optimal", "unbounded"):
                     result.errors.append(f"{table.key(node)}: integer {'max' if maximise else 'min'} failed, "
@@ -283,8 +355,14 @@ def audit_component(model: ComponentModel, primaries: list[int], criterion: Crit
                     break
             bounds[maximise] = value
             binding[maximise] = _binding(model, duals)
+            if status == "optimal" and _is_integral(point_values):
+                points[maximise] = model.point(point_values)
+            elif status == "unbounded":
+                points[maximise] = model.reach(node, criterion.upper(v))
+                result.witness_lps += 1
         if failed:
             continue
+        result.witnesses[node] = (points[False], points[True])
         lo = math.ceil(bounds[False] - TOL)
         up = INF if math.isinf(bounds[True]) else math.floor(bounds[True] + TOL)
         low_ok, up_ok = lo <= criterion.lower(v), up >= criterion.upper(v)
@@ -295,9 +373,114 @@ def audit_component(model: ComponentModel, primaries: list[int], criterion: Crit
                                          chosen, kind))
 
 
+@dataclass
+class _Job:
+    """One component, self-contained so that a worker process can solve it: its own sub-table (the
+    component's figures and relations, renumbered in the same order, so the LP is the same one the whole
+    table would give), the primaries to audit (sub-table numbering) and the whole table's cap."""
+
+    table: Table
+    nodes: list[int]  # sub-table node -> node of the whole table
+    primaries: list[int]
+    cap: float
+    options: dict
+    criterion: Criterion
+    optimal_bounds: bool
+
+
+@dataclass
+class _Solved:
+    intervals: list[Interval]
+    errors: list[str]
+    witnesses: dict[int, tuple[Point | None, Point | None]]
+    lps_solved: int = 0
+    bulk_lps: int = 0
+    mips_solved: int = 0
+    witness_lps: int = 0
+    counts: dict = field(default_factory=dict)
+
+
+def _job(table: Table, nodes: list[int], chosen: list[int], relations_of: list[list[int]], cap: float,
+         options: dict, criterion: Criterion, optimal_bounds: bool) -> _Job:
+    rel_ids = sorted({r for n in nodes for r in relations_of[n]})
+    members = sorted({m for r in rel_ids for m in table.relations[r].members()} | set(nodes))
+    local = {node: i for i, node in enumerate(members)}
+    sub = Table(level=[table.level[n] for n in members], area=[table.area[n] for n in members],
+                bucket=[table.bucket[n] for n in members], value=[table.value[n] for n in members],
+                status=[table.status[n] for n in members],
+                floor={local[n]: f for n, f in table.floor.items() if n in local})
+    for r in rel_ids:
+        rel = table.relations[r]
+        sub.relations.append(Relation(rel.kind, local[rel.parent], tuple(local[c] for c in rel.children),
+                                      None if rel.rest is None else local[rel.rest], rel.rest_children, rel.level))
+    return _Job(sub, members, [local[n] for n in chosen], cap, options, criterion, optimal_bounds)
+
+
+def _solve(job: _Job) -> _Solved:
+    """Audit one component (in this process or a worker)."""
+    table = job.table
+    model = ComponentModel(table, [i for i in range(len(table)) if table.status[i] != PUBLISHED],
+                           table.relations_of(), job.options)
+    result = AuditResult(k=job.criterion.k, criterion=job.criterion)
+    audit_component(model, job.primaries, job.criterion, result, job.optimal_bounds, job.cap)
+    return _Solved(result.intervals, result.errors, result.witnesses, result.lps_solved, result.bulk_lps,
+                   result.mips_solved, result.witness_lps)
+
+
+def _to_table(job: _Job, solved: _Solved) -> _Solved:
+    """The sub-table's numbering mapped back to the whole table's (monotone, so every order is kept)."""
+    back = job.nodes
+
+    def point(p: Point | None) -> Point | None:
+        return None if p is None else {back[n]: v for n, v in p.items()}
+
+    intervals = [Interval(back[i.node], i.value, i.lo, i.up, i.passed, i.exact_integer, i.failing,
+                          tuple((back[n], rc) for n, rc in i.binding), i.bounds) for i in solved.intervals]
+    mapped: dict[int, Point] = {}  # one dict per shared point, as in the worker
+    witnesses = {}
+    for node, (lo, up) in solved.witnesses.items():
+        pair = []
+        for p in (lo, up):
+            if p is not None and id(p) not in mapped:
+                mapped[id(p)] = point(p)
+            pair.append(None if p is None else mapped[id(p)])
+        witnesses[back[node]] = (pair[0], pair[1])
+    return _Solved(intervals, solved.errors, witnesses, solved.lps_solved, solved.bulk_lps, solved.mips_solved,
+                   solved.witness_lps)
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    # forkserver: workers start from a clean server process (no fork of a threaded Dagster process)
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["spatial_release.suppression.audit"])
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context)
+
+
+def _solve_all(jobs: Iterator[_Job], n_jobs: int, workers: int) -> Iterator[tuple[_Job, _Solved]]:
+    """Each component's result, in the order of `jobs` whatever the number of workers."""
+    if workers <= 1 or n_jobs <= 1:
+        for job in jobs:
+            yield job, _solve(job)
+        return
+    with _pool(min(workers, n_jobs)) as pool:
+        batch: list[_Job] = []
+
+        def run(batch: list[_Job]) -> Iterator[tuple[_Job, _Solved]]:
+            chunk = max(1, len(batch) // (workers * 4))
+            yield from zip(batch, pool.map(_solve, batch, chunksize=chunk))
+
+        for job in jobs:
+            batch.append(job)
+            if len(batch) >= BATCH:
+                yield from run(batch)
+                batch = []
+        if batch:
+            yield from run(batch)
+
+
 def audit(table: Table, k: int, options: dict | None = None, primaries: set[int] | None = None,
           optimal_bounds: bool = False, criterion: Criterion | None = None, progress: Progress = silent,
-          every_s: float = 5.0) -> AuditResult:
+          every_s: float = 5.0, workers: int | None = None) -> AuditResult:
     """Audit every withheld primary, or only those in `primaries` (the repair loop re-audits only the
     primaries that failed: withholding more figures only widens the attacker's feasible set, so a primary
     that passed keeps passing). With `optimal_bounds`, every bound is the attacker's optimum (two LPs per
@@ -307,10 +490,13 @@ def audit(table: Table, k: int, options: dict | None = None, primaries: set[int]
     connected component of withheld figures; `criterion` (default `Criterion(k)`) holds the protection
     levels. Parameters: `table` (statuses and values; withheld figures are unknowns of the LP), `k`,
     `options` (HiGHS option name -> value, e.g. a time limit), `progress` (called every `every_s`
-    seconds). Returns an `AuditResult`: one `Interval` per audited primary and the errors; any solver
-    status other than optimal/unbounded is an error, never a pass."""
+    seconds), `workers` (processes solving components in parallel; default `default_workers()`: the
+    results are merged in component order, so they are the same whatever the number). Returns an
+    `AuditResult`: one `Interval` per audited primary (in component order), its witness points and the
+    errors; any solver status other than optimal/unbounded is an error, never a pass."""
     started = time.perf_counter()
     criterion = criterion or Criterion(k)
+    workers = default_workers() if workers is None else max(1, int(workers))
     result = AuditResult(k=k, criterion=criterion)
     result.errors.extend(inconsistent_relations(table))
     relations_of = table.relations_of()
@@ -320,12 +506,23 @@ def audit(table: Table, k: int, options: dict | None = None, primaries: set[int]
         if chosen:
             work.append((nodes, chosen))
     total = sum(len(chosen) for _, chosen in work)
+    size = sum(len(nodes) for nodes, _ in work)
+    if size < PARALLEL_MIN_NODES:
+        workers = 1
+    result.workers = workers
+    cap = table_cap(table, criterion)
+    jobs = (_job(table, nodes, chosen, relations_of, cap, dict(options or {}), criterion, optimal_bounds)
+            for nodes, chosen in work)
     done, reported = 0, time.perf_counter()
-    for nodes, chosen in work:
+    for job, solved in _solve_all(jobs, len(work), workers):
+        solved = _to_table(job, solved)
         result.components += 1
-        model = ComponentModel(table, nodes, relations_of, options or {})
-        audit_component(model, chosen, criterion, result, optimal_bounds)
-        done += len(chosen)
+        result.intervals.extend(solved.intervals)
+        result.errors.extend(solved.errors)
+        result.witnesses.update(solved.witnesses)
+        for name in ("lps_solved", "bulk_lps", "mips_solved", "witness_lps"):
+            setattr(result, name, getattr(result, name) + getattr(solved, name))
+        done += len(job.primaries)
         if time.perf_counter() - reported >= every_s:
             reported = time.perf_counter()
             # shares and times only: counts of withheld primaries and components stay internal (issue 9)
@@ -337,8 +534,5 @@ def audit(table: Table, k: int, options: dict | None = None, primaries: set[int]
     return result
 
 
-__all__ = ["AuditResult", "Criterion", "Interval", "audit", "components", "inconsistent_relations"]
-
-
 __all__ = ["AuditResult", "ComponentModel", "Criterion", "Interval", "audit", "audit_component", "components",
-           "inconsistent_relations"]
+           "default_workers", "inconsistent_relations", "table_cap"]

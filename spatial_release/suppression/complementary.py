@@ -198,10 +198,14 @@ def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int =
         result = audit(table, k, options, primaries=to_audit, criterion=criterion, progress=progress)
         if result.errors:
             raise SuppressionError("; ".join(result.errors[:5]))
-        for name in ("lps_solved", "bulk_lps", "mips_solved", "seconds"):
+        for name in ("lps_solved", "bulk_lps", "mips_solved", "witness_lps", "seconds"):
             setattr(totals, name, getattr(totals, name) + getattr(result, name))
         totals.components = max(totals.components, result.components)
+        totals.workers = result.workers
         intervals.update({i.node: i for i in result.intervals})
+        # A witness point of an earlier round stays a feasible point of the final pattern once the figures
+        # withheld since then take their values (the point's {node: value} leaves them at it).
+        totals.witnesses.update(result.witnesses)
         failures = sorted((i for i in intervals.values() if not i.passed), key=lambda i: i.node)
         if not failures:
             break

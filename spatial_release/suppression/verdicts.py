@@ -72,7 +72,13 @@ class AuditResult:
     lps_solved: int = 0
     mips_solved: int = 0
     bulk_lps: int = 0
+    witness_lps: int = 0  # LPs that found a witness point for an unbounded upper bound
     seconds: float = 0.0
+    workers: int = 1
+    # per audited primary: (lo point, up point), integral points of the attacker's feasible set as
+    # {node: value} where they differ from the table's value (see suppression.certificate); None when the
+    # solver gave no integral point for that bound
+    witnesses: dict[int, tuple[dict | None, dict | None]] = field(default_factory=dict, repr=False)
 
     @property
     def passed(self) -> bool:
@@ -97,6 +103,8 @@ class AuditResult:
             "lps_solved": self.lps_solved,
             "bulk_lps": self.bulk_lps,
             "mips_solved": self.mips_solved,
+            "witness_lps": self.witness_lps,
+            "workers": self.workers,
             "smallest_margin_to_bound": None if smallest is None or math.isinf(smallest) else smallest,
             "criterion": (self.criterion or Criterion(self.k)).describe(),
             "solver": f"HiGHS {highspy.Highs().version()}",
