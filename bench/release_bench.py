@@ -1,0 +1,280 @@
+"""Whole-release benchmark: ingest -> counting -> protection -> checks -> risk -> publish on generated pings.
+
+    python bench/release_bench.py --pings 10M              # one run
+    python bench/release_bench.py --pings 10M 50M --runs 3 # medians of 3 runs per size
+
+Input: pings written by the project's generator (`write_pings_in_chunks`, as bench/counting_bench.py: bursty
+devices, home/work anchors, 45 days of Q1 2018, integer ids unless --ids text), kept under --data.
+Policy (written by this script beside the pings): the demo policy's programme at 500 m cells x hour with
+2 km and 8 km parents, k = 5, risk zones the 8 km parents, the demo landscape (journalist, p = 4, S = 10),
+the demo structural zeros. Two settings differ from the demo, so that the benchmark always runs to the
+end: the suppression budget and the risk ceilings are 1.0 (an hourly table withholds far more than 10 %, and a
+blocked release would stop before publishing). Every check still runs and its figures are computed.
+
+Each run is one fresh process calling `spatial_release.cli.run_release` (the command line's `release`: the
+programme's release job, then its publish job, every blocking check, in process, on a fresh work area and
+ledger). Per Dagster step (assets and asset checks) the wall time comes from the run's event log (step
+start to step end) and the peak RSS from the process's RSS sampled every 0.1 s during the step (the process
+is the same for all steps, so a step's peak includes what earlier steps left allocated). Steps are grouped
+into the stages ingest, counting, protection, checks, risk, publish; "other" is the rest of the process
+(imports, Dagster's run setup between steps). Whole release: the process's wall time and its ru_maxrss.
+Figures are medians over --runs runs (peak RSS: the largest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PERIOD = "2018-Q1"
+SIZES = {"200k": 200_000, "1M": 1_000_000, "2M": 2_000_000, "5M": 5_000_000, "10M": 10_000_000,
+         "50M": 50_000_000}
+STAGES = ("ingest", "counting", "protection", "checks", "risk", "publish", "other")
+# The Dagster step of each asset and asset check, by the last part of its name.
+STAGE_OF_STEP = {"validated_pings": "ingest", "rejected_share": "ingest", "cell_counts": "counting",
+                 "outside_share": "counting", "protected_table": "protection", "k_floor": "checks",
+                 "structural_zeros_hold": "checks", "withheld_absent": "checks", "no_identifiers": "checks",
+                 "suppression_audit": "checks", "suppression_budget": "checks", "risk_assessment": "risk",
+                 "risk_budget": "risk", "published_release": "publish"}
+
+
+def size_of(text: str) -> int:
+    if text in SIZES:
+        return SIZES[text]
+    scale = {"k": 1_000, "M": 1_000_000}.get(text[-1], 1)
+    return int(float(text[:-1] if text[-1] in "kM" else text) * scale)
+
+
+def write_policy(folder: Path) -> Path:
+    """The benchmark's policy file: the demo programme at 500 m x hour with 2 km and 8 km parents."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "policies" / "demo.yaml").read_text())
+    data["name"] = "release_bench"
+    data["source"].pop("synthetic", None)
+    data["source"]["identifiers"] = ["device_id"]
+    data["geometry"] = {"kind": "grid", "crs": "EPSG:32618", "size_m": 500, "parents_m": [2000, 8000]}
+    data["time"] = {"bucket": "1h", "timezone": "America/New_York"}
+    data["suppression"] = {"budget": 1.0, "zeros": str(ROOT / "policies" / "demo-structural-zeros.csv")}
+    data["risk"].update(zones="grid_8000m", landscape=str(ROOT / "policies" / "landscapes" / "demo.yaml"),
+                        per_release_ceiling=1.0, cumulative_ceiling=1.0)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "release-bench.yaml"
+    path.write_text("# Written by bench/release_bench.py\n" + yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+# ---------------------------------------------------------------- workers (each runs in its own process)
+
+def work_generate(args) -> dict:
+    from spatial_release.traces.synthetic import SyntheticConfig, write_pings_in_chunks
+
+    cfg = SyntheticConfig(start=date(2018, 1, 1), days=45, seed=20180101)
+    rows = write_pings_in_chunks(cfg, Path(args.raw), size_of(args.pings[0]), integer_ids=args.ids == "int")
+    return {"rows": rows}
+
+
+class RssSampler:
+    """The process's RSS every `every` seconds, with the time of each sample (time.time(), as Dagster's
+    event timestamps)."""
+
+    def __init__(self, every: float = 0.1) -> None:
+        import psutil
+
+        self.process, self.every = psutil.Process(), every
+        self.samples: list[tuple[float, int]] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            self.samples.append((time.time(), self.process.memory_info().rss))
+            if self._done.wait(self.every):
+                return
+
+    def __enter__(self) -> "RssSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def peak(self, start: float, end: float) -> int:
+        """Largest sample in [start, end], with the first sample after `end` (a step shorter than the
+        sampling period still gets one)."""
+        inside = [rss for t, rss in self.samples if start <= t <= end]
+        after = next((rss for t, rss in self.samples if t > end), None)
+        return max(inside + ([after] if after is not None else []), default=0)
+
+
+def _steps(instance, sampler: RssSampler) -> list[dict]:
+    """Each Dagster step of the runs in `instance`: run order, wall time and peak RSS from its events."""
+    steps = []
+    runs = sorted(instance.get_runs(), key=lambda r: instance.get_run_record_by_id(r.run_id).create_timestamp)
+    for run in runs:
+        starts, ends, failed = {}, {}, set()
+        for entry in instance.all_logs(run.run_id):
+            event = entry.dagster_event
+            if event is None or not entry.step_key:
+                continue
+            kind = event.event_type_value
+            if kind == "STEP_START":
+                starts[entry.step_key] = entry.timestamp
+            elif kind in ("STEP_SUCCESS", "STEP_FAILURE"):
+                ends[entry.step_key] = entry.timestamp
+                if kind == "STEP_FAILURE":
+                    failed.add(entry.step_key)
+        for key in sorted(starts, key=starts.get):
+            end = ends.get(key, starts[key])
+            name = next((n for n in STAGE_OF_STEP if key.endswith(n)), key)
+            steps.append({"run": run.job_name, "step": name, "stage": STAGE_OF_STEP.get(name, "other"),
+                          "wall": end - starts[key], "rss_mb": sampler.peak(starts[key], end) / 2**20,
+                          "failed": key in failed})
+    return steps
+
+
+def work_release(args) -> dict:
+    """One whole release through the command line's own entry point, on a fresh work area and ledger."""
+    started = time.perf_counter()
+    import dagster as dg
+
+    from spatial_release import cli
+
+    instance = dg.DagsterInstance.ephemeral()
+    cli._instance = lambda: instance  # the same release, with its event log kept for the step timings
+    out = Path(args.out)
+    with RssSampler() as sampler:
+        outcome = cli.run_release(args.policy, PERIOD, traces=[args.raw], out=str(out), ledger=str(out / "ledger"))
+    release_wall = time.perf_counter() - started
+    record = outcome.record
+    from spatial_release import stages
+    from spatial_release.period import Period
+    from spatial_release.policy import load_policy
+
+    area = stages.WorkArea.for_release(out / "work", load_policy(args.policy), Period.parse(PERIOD))
+    risk = stages.read_risk(area) if (area.risk / stages.RiskAssessment.FILE).exists() else None
+    return {"published": outcome.published, "exit_code": outcome.exit_code,
+            "failures": [f"{f.kind} {f.name}: {f.message}" for f in outcome.failures],
+            "steps": _steps(instance, sampler), "release_wall": release_wall,
+            "figures": {"cells_published": record.counts.published_cells if record else None,
+                        "margins_published": record.counts.published_margins if record else None,
+                        "risk_units": risk and risk.units, "risk_keys": risk and risk.keys,
+                        "risk_seconds": risk and risk.seconds}}
+
+
+WORKERS = {"generate": work_generate, "release": work_release}
+
+
+# ---------------------------------------------------------------- the driver
+
+def run_worker(name: str, extra: list[str]) -> dict:
+    """Run one worker in a fresh process: its result, wall time and peak RSS (MB, wait4's ru_maxrss)."""
+    cmd = [sys.executable, __file__, "--worker", name, *extra]
+    started = time.perf_counter()
+    log = Path(extra[extra.index("--out") + 1] + ".log") if "--out" in extra else None
+    with open(log, "w") if log else open(os.devnull, "w") as errors:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors if log else None, text=True)
+        output = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise RuntimeError(f"worker {name} failed (exit {code}, its log: {log}): {' '.join(cmd)}")
+    result = json.loads(output.strip().splitlines()[-1])
+    result.update(wall=wall, rss_mb=usage.ru_maxrss / 1024)
+    return result
+
+
+def bench_size(size: str, args) -> dict:
+    n = size_of(size)
+    data = Path(args.data) / f"{size}-{args.ids}"
+    raw = data / "raw.parquet"
+    if not raw.exists():
+        data.mkdir(parents=True, exist_ok=True)
+        print(f"generating {n:,} pings ({args.ids} ids) into {raw}", file=sys.stderr, flush=True)
+        run_worker("generate", ["--raw", str(raw), "--pings", size, "--ids", args.ids])
+    policy = write_policy(data)
+    runs = []
+    for i in range(args.runs):
+        out = data / "run"
+        shutil.rmtree(out, ignore_errors=True)
+        run = run_worker("release", ["--raw", str(raw), "--policy", str(policy), "--out", str(out)])
+        if not run["published"]:
+            raise RuntimeError(f"the release of {size} pings was not published: {run['failures']}")
+        runs.append(run)
+        print(f"  {size} run {i + 1}: {run['wall']:.1f} s, peak RSS {run['rss_mb']:,.0f} MB", file=sys.stderr,
+              flush=True)
+    if not args.keep_output:
+        shutil.rmtree(data / "run", ignore_errors=True)
+    return {"size": size, "pings": n, "runs": runs}
+
+
+def _stage_totals(run: dict) -> dict[str, tuple[float, float]]:
+    totals = {s: [0.0, 0.0] for s in STAGES}
+    for step in run["steps"]:
+        totals[step["stage"]][0] += step["wall"]
+        totals[step["stage"]][1] = max(totals[step["stage"]][1], step["rss_mb"])
+    totals["other"][0] = run["wall"] - sum(v[0] for s, v in totals.items() if s != "other")
+    totals["other"][1] = run["rss_mb"] if totals["other"][1] == 0 else totals["other"][1]
+    return {s: (w, r) for s, (w, r) in totals.items()}
+
+
+def print_tables(results: list[dict], args) -> None:
+    for result in results:
+        runs = result["runs"]
+        print(f"\n{result['pings']:,} pings, {len(runs)} run(s); {runs[-1]['figures']}")
+        print("| stage | median wall | peak RSS |")
+        print("|---|---|---|")
+        per_run = [_stage_totals(r) for r in runs]
+        for stage in STAGES:
+            walls = [t[stage][0] for t in per_run]
+            print(f"| {stage} | {statistics.median(walls):.1f} s ({', '.join(f'{w:.1f}' for w in walls)}) "
+                  f"| {max(t[stage][1] for t in per_run):,.0f} MB |")
+        walls = [r["wall"] for r in runs]
+        print(f"| **whole release** | {statistics.median(walls):.1f} s ({', '.join(f'{w:.1f}' for w in walls)}) "
+              f"| {max(r['rss_mb'] for r in runs):,.0f} MB |")
+        print("\nsteps (median wall, peak RSS):")
+        names = [(s["run"], s["step"], s["stage"]) for s in runs[0]["steps"]]
+        for i, (job, step, stage) in enumerate(names):
+            walls = [r["steps"][i]["wall"] for r in runs if i < len(r["steps"])]
+            rss = max(r["steps"][i]["rss_mb"] for r in runs if i < len(r["steps"]))
+            print(f"  {stage:<10} {step:<24} {statistics.median(walls):8.1f} s {rss:8,.0f} MB   ({job})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    parser.add_argument("--raw", help=argparse.SUPPRESS)
+    parser.add_argument("--policy", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--pings", nargs="+", default=["10M"], help="sizes: 10M, 50M, 2M, 500k ...")
+    parser.add_argument("--ids", default="int", choices=["int", "text"])
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--data", default=str(ROOT / "bench" / ".data" / "release"),
+                        help="generated pings and the run's output folder are kept here")
+    parser.add_argument("--keep-output", action="store_true", help="keep the last run's releases/ and work/")
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(WORKERS[args.worker](args)), flush=True)
+        return
+    print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d %H:%M %Z')}; "
+          f"command: python bench/release_bench.py {' '.join(sys.argv[1:])}", flush=True)
+    print_tables([bench_size(size, args) for size in args.pings], args)
+    print(f"load at the end: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
