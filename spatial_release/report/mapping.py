@@ -82,9 +82,11 @@ def _extent(frames: list[gpd.GeoSeries]) -> tuple[float, float, float, float] | 
     return x0 - pad, y0 - pad, x1 + pad, y1 + pad
 
 
-def _frame(ax, extent) -> None:
+def _frame(ax, extent, geographic: bool) -> None:
     ax.set_facecolor(BACKGROUND)
-    ax.set_aspect("equal")
+    # degrees of longitude shrink with latitude: a lon/lat map is drawn with the local scale of its middle
+    middle = 0.0 if extent is None or not geographic else (extent[1] + extent[3]) / 2
+    ax.set_aspect(1 / max(math.cos(math.radians(middle)), 0.01))
     if extent is not None:
         ax.set_xlim(extent[0], extent[2])
         ax.set_ylim(extent[1], extent[3])
@@ -104,6 +106,8 @@ def _cells_panel(fig: Figure, ax, view: ReleaseView, cells: gpd.GeoDataFrame) ->
         colours[positive.to_numpy()] = mapper.to_rgba(cells.loc[positive, "median"].to_numpy())
         bar = fig.colorbar(mapper, ax=ax, shrink=0.8)
         bar.set_label(f"median published {view.count_column}", fontsize=8)
+        if high == low:
+            bar.set_ticks([low])
     if len(cells):
         _draw(ax, cells.geometry, colours)
     if (~positive).any():
@@ -158,7 +162,7 @@ def map_figure(view: ReleaseView) -> Figure:
     # each panel spans what it draws (a coarse level would shrink the cells to a dot)
     extents = [_extent([cells.geometry]), *[_extent([view.areas[lv]] if lv in view.areas else []) for lv in levels]]
     for ax, extent in zip(axes, extents):
-        _frame(ax, extent)
+        _frame(ax, extent, bool(crs is not None and crs.is_geographic))
     for ax in axes[panels:]:
         ax.set_axis_off()
     heading = (f"{record.dataset} {record.period}: k = {record.k} over {record.unit} ({record.measure}), {crs_name}; "
