@@ -23,7 +23,9 @@ from spatial_release.risk import BLOCK
 from spatial_release.stages.results import (
     AuditVerdict, IngestSummary, ProtectionManifest, ReleaseRecord, RiskAssessment,
 )
-from spatial_release.suppression.release_system import audit_published
+from spatial_release.stages.protect import certificate_dir, certificate_inputs
+from spatial_release.suppression.certificate import Certificate
+from spatial_release.suppression.release_system import audit_published, certify_published
 
 CheckOutcome = guarantees.CheckOutcome
 
@@ -150,7 +152,13 @@ def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
     """The attacker LP over the candidate files (or a published release folder): withheld figures are
     those absent from the files, and from the overlapping releases of the datasets in
     `suppression.audit_with` when `published` says where they are. Writes the per-primary intervals to
-    the work area (internal only)."""
+    the work area (internal only).
+
+    On the candidate, the protection step's audit certificate is verified instead of solving again
+    (`suppression.certificate`: input hashes, witness points checked exactly against the published
+    system); only the components it cannot certify are solved, and a missing or unreadable certificate
+    means solving everything. A published `release` folder (`spatial-release audit`) or explicit solver
+    `options` always solve from scratch, independently of any certificate."""
     policy, area = ctx.policy, ctx.area
     if policy.suppression.audit_with:
         if published is None:
@@ -164,7 +172,19 @@ def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
         cells, margins = tables.cells, tables.margins
     true_cells, true_margins = read_true_counts(area)
     spec = ctx.disclosure if options is None else replace(ctx.disclosure, solver_options=options)
-    result, table = audit_published(true_cells, true_margins, cells, margins, spec, earlier, progress)
+    certificate, method, verification = None, "solved", None
+    if release is None and options is None:
+        try:
+            certificate = Certificate.read(certificate_dir(area))
+        except ValueError:
+            method = "solved (no usable certificate)"
+    if certificate is None:
+        result, table = audit_published(true_cells, true_margins, cells, margins, spec, earlier, progress)
+    else:
+        result, table, verification = certify_published(
+            true_cells, true_margins, cells, margins, spec, certificate, certificate_inputs(ctx, earlier),
+            earlier, progress)
+        method = "certificate"
     intervals = pd.DataFrame([{**table.key(i.node), "value": i.value, "attacker_lo": i.lo, "attacker_up": i.up,
                                "passed": i.passed, "integer_solve": i.exact_integer} for i in result.intervals])
     with atomic_path(area.root / "audit_intervals.internal.parquet") as tmp:
@@ -174,12 +194,26 @@ def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
     offending = [{**table.key(i.node), "failing": i.failing} for i in result.failures()[:20]]
     offending += [{"error": e} for e in result.errors[:20]]
     summary = result.summary()
+    figures = {"verified_by": method}
+    how = "solved with the attacker LP"
+    if verification is not None:
+        # counts of components are facts about withheld figures (issue 9): internal; shares are public
+        certified, again = len(verification.certified), len(verification.unverified)
+        reasons = sorted(set(verification.unverified.values()))
+        summary["certificate"] = {"certified_components": certified, "re_solved_components": again,
+                                  "rejected": verification.rejected, "invalid_points": verification.invalid_points,
+                                  "re_solved_because": reasons[:5]}
+        share = certified / (certified + again) if certified + again else 1.0
+        figures.update(certified_share=round(share, 4), re_solved_share=round(1 - share, 4))
+        how = (f"verified from the protection step's certificate ({share:.0%} of the components certified, "
+               f"{1 - share:.0%} re-solved{': ' + reasons[0] if reasons else ''})")
     write_json_atomic(area.root / "audit.internal.json", summary)
-    text = ("every withheld primary is protected" if result.passed else
-            f"{summary['failures']} primaries recoverable or shown below k, {len(result.errors)} audit errors; "
-            f"first: {offending[0] if offending else None}; intervals in {area.root / 'audit_intervals.internal.parquet'}")
+    text = (f"every withheld primary is protected; {how}" if result.passed else
+            f"{summary['failures']} primaries recoverable or shown below k, {len(result.errors)} audit errors "
+            f"({how}); first: {offending[0] if offending else None}; intervals in "
+            f"{area.root / 'audit_intervals.internal.parquet'}")
     verdict = AuditVerdict(summary["passed"], summary["criterion"], summary["solver"])
-    return CheckOutcome("suppression_audit", result.passed, text, offending, verdict.to_json())
+    return CheckOutcome("suppression_audit", result.passed, text, offending, {**verdict.to_json(), **figures})
 
 
 def check_suppression_budget(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:

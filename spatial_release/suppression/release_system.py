@@ -9,6 +9,9 @@ release files, so the audit never relies on the suppressor's own pattern. Both t
 
 from __future__ import annotations
 
+import hashlib
+import json
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -16,6 +19,7 @@ import pandas as pd
 
 from spatial_release.progress import Progress, silent
 from spatial_release.suppression.audit import AuditResult, Criterion, audit
+from spatial_release.suppression.certificate import Certificate, Verification, verify
 from spatial_release.suppression.complementary import ProtectionLog, protect
 from spatial_release.levels import LEAF
 from spatial_release.suppression.primary import ProtectedTable, structural_zero_rows
@@ -78,6 +82,19 @@ class DisclosureSpec:
             raise ValueError(f"criterion is for k = {self.criterion.k}, the spec for k = {self.k}")
         if self.measure not in ("presence", "visitors"):
             raise ValueError(f"measure {self.measure!r} is neither 'presence' nor 'visitors'")
+
+    def digest(self) -> str:
+        """sha256 of everything in the spec that decides the audit, apart from the structure's functions
+        (the policy's own sha256 covers them): k, measure, zeros, buckets, levels, identities, count column,
+        criterion and solver options."""
+        criterion = self.criterion or Criterion(self.k)
+        payload = {"k": self.k, "measure": self.measure, "zeros": sorted(self.zeros),
+                   "buckets": [str(pd.Timestamp(b)) for b in self.buckets], "count_column": self.count_column,
+                   "levels": [list(c.levels) for c in self.structure.chains],
+                   "identities": [list(i) for i in self.structure.identities],
+                   "criterion": [criterion.k, criterion.range_pct],
+                   "solver_options": sorted((str(k), str(v)) for k, v in self.solver_options.items())}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
     def zero_keys(self) -> list[tuple[str, object]]:
         """(cell, bucket) of every listed structural zero in every bucket."""
@@ -177,20 +194,12 @@ def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: 
     return tables_from_status(table, spec.zeros, spec.buckets, true_cells), log, table
 
 
-def audit_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, published_cells: pd.DataFrame,
-                    published_margins: pd.DataFrame, spec: DisclosureSpec,
-                    earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = (),
-                    progress: Progress = silent) -> tuple[AuditResult, Table]:
-    """Audit the release as an outsider sees it: a figure is known iff its key is in a release file (this
-    one or an `earlier` release of the same period, as (cells, margins) frames whose count column is
-    `spec.count_column`), with the value printed there; every other figure is unknown, at least 0, or at
-    least 1 for a listed structural zero (see `absent_listed_zero_floors`). True counts only say which
-    unknown figures are primaries (`rules.below_k`). The attacker LP is that of Fischetti and
-    Salazar-Gonzalez (2001, Management Science), solved per component with HiGHS (`audit.audit`).
-
-    Independent of the suppressor: it never reads the pattern `protect_release` chose, only the files.
-    Returns the `AuditResult` (one interval per withheld primary, errors when releases contradict each
-    other or a solve fails) and the system it was computed on."""
+def published_system(true_cells: pd.DataFrame, true_margins: pd.DataFrame, published_cells: pd.DataFrame,
+                     published_margins: pd.DataFrame, spec: DisclosureSpec,
+                     earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = ()
+                     ) -> tuple[Table, list[str], list[int]]:
+    """The release as an outsider sees it (see `audit_published`): the system, the conflicts between
+    releases, and the figures known only from the `earlier` releases."""
     count_column, k = spec.count_column, spec.k
     table = system_for(true_cells, true_margins, spec)
     known: dict[tuple, int] = {}
@@ -201,11 +210,17 @@ def audit_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publis
             conflicts.append(f"{key[0]} {key[1]} at {key[2]} is published as {known[key]} and as {value}")
         known.setdefault(key, value)
 
-    for cells, margins in [(published_cells, published_margins), *earlier]:
-        for row in cells.itertuples(index=False):
-            learn((LEAF, row.cell_id, pd.Timestamp(row.bucket_start)), int(getattr(row, count_column)))
-        for row in margins.itertuples(index=False):
-            learn((row.level, row.area_id, pd.Timestamp(row.bucket_start)), int(getattr(row, count_column)))
+    this_release: set[tuple] = set()
+    for n, (cells, margins) in enumerate([(published_cells, published_margins), *earlier]):
+        keys = [(LEAF, row.cell_id, pd.Timestamp(row.bucket_start), int(getattr(row, count_column)))
+                for row in cells.itertuples(index=False)]
+        keys += [(row.level, row.area_id, pd.Timestamp(row.bucket_start), int(getattr(row, count_column)))
+                 for row in margins.itertuples(index=False)]
+        for level, area, bucket, value in keys:
+            learn((level, area, bucket), value)
+            if n == 0:
+                this_release.add((level, area, bucket))
+    from_earlier = []
     for i in range(len(table)):
         if table.status[i] == REST:
             continue
@@ -213,13 +228,65 @@ def audit_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publis
         if key in known:
             table.status[i] = PUBLISHED
             table.value[i] = known[key]
+            if key not in this_release:
+                from_earlier.append(i)
         else:
             table.status[i] = PRIMARY if below_k(table.value[i], k) else SECONDARY
     table.floor.update(absent_listed_zero_floors(table, spec.zeros, spec.buckets))
-    result = audit(table, k, dict(spec.solver_options), criterion=spec.criterion, progress=progress)
+    return table, conflicts, from_earlier
+
+
+def audit_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, published_cells: pd.DataFrame,
+                    published_margins: pd.DataFrame, spec: DisclosureSpec,
+                    earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = (),
+                    progress: Progress = silent, workers: int | None = None) -> tuple[AuditResult, Table]:
+    """Audit the release as an outsider sees it: a figure is known iff its key is in a release file (this
+    one or an `earlier` release of the same period, as (cells, margins) frames whose count column is
+    `spec.count_column`), with the value printed there; every other figure is unknown, at least 0, or at
+    least 1 for a listed structural zero (see `absent_listed_zero_floors`). True counts only say which
+    unknown figures are primaries (`rules.below_k`). The attacker LP is that of Fischetti and
+    Salazar-Gonzalez (2001, Management Science), solved per component with HiGHS (`audit.audit`).
+
+    Independent of the suppressor: it never reads the pattern `protect_release` chose, only the files.
+    Returns the `AuditResult` (one interval per withheld primary, errors when releases contradict each
+    other or a solve fails) and the system it was computed on."""
+    table, conflicts, _ = published_system(true_cells, true_margins, published_cells, published_margins, spec,
+                                           earlier)
+    result = audit(table, spec.k, dict(spec.solver_options), criterion=spec.criterion, progress=progress,
+                   workers=workers)
     result.errors.extend(f"releases contradict each other: {c}" for c in conflicts)
     return result, table
 
 
-__all__ = ["DisclosureSpec", "Structure", "absent_listed_zero_floors", "audit_published", "protect_release",
-           "system_for", "tables_from_status"]
+def certify_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, published_cells: pd.DataFrame,
+                      published_margins: pd.DataFrame, spec: DisclosureSpec, certificate: Certificate,
+                      inputs: Mapping[str, str], earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = (),
+                      progress: Progress = silent, workers: int | None = None
+                      ) -> tuple[AuditResult, Table, Verification]:
+    """`audit_published`, with the protection step's `certificate` (`suppression.certificate`): the
+    published system is built the same way, the certificate is verified against it (witness points and
+    input hashes `inputs`, no LP), and only the components it cannot certify are solved. The result holds
+    one interval per withheld primary, as `audit_published` would give; the `Verification` says what was
+    certified and what was re-solved (and why)."""
+    started = time.perf_counter()
+    table, conflicts, from_earlier = published_system(true_cells, true_margins, published_cells,
+                                                      published_margins, spec, earlier)
+    verification = verify(table, certificate, inputs, spec.criterion, from_earlier)
+    progress(f"audit: certificate verified in {time.perf_counter() - started:.1f} s")
+    again = verification.to_resolve()
+    if again:
+        result = audit(table, spec.k, dict(spec.solver_options), primaries=again, criterion=spec.criterion,
+                       progress=progress, workers=workers)
+        result.errors = [e for e in result.errors if e not in verification.errors]
+    else:
+        result = AuditResult(k=spec.k, criterion=spec.criterion)
+    result.errors[:0] = verification.errors
+    result.intervals = sorted([*verification.intervals, *result.intervals], key=lambda i: i.node)
+    result.components = len(verification.certified) + len(verification.unverified)
+    result.errors.extend(f"releases contradict each other: {c}" for c in conflicts)
+    result.seconds = time.perf_counter() - started
+    return result, table, verification
+
+
+__all__ = ["DisclosureSpec", "Structure", "absent_listed_zero_floors", "audit_published", "certify_published",
+           "protect_release", "published_system", "system_for", "tables_from_status"]

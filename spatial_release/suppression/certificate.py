@@ -1,0 +1,306 @@
+"""Audit once, certify after: the protection step's audit leaves a certificate that the `suppression_audit`
+check and the publish step verify instead of solving the attacker LPs again (issue 13, item 1).
+
+What the certificate holds (owner-only work area; it carries true values of withheld primaries, so it is
+per-unit-derived and never goes into a release, a log or Dagster metadata):
+- the sha256 of every input it certifies (`inputs`): the true counts files, the candidate cells and margins,
+  the policy, a digest of the disclosure spec (k, measure, zeros, buckets, criterion, solver options) and a
+  digest of the earlier releases the audit saw (`audit_with`; none at protection time);
+- the size of the linear system (figures, relations) and the components' count;
+- per withheld primary: its component, true value, the bounds the solver found (`lo`, `up`; `up` may be
+  +inf), and for each bound a witness: an integral point of the attacker's feasible set, stored as the
+  figures where it differs from the true table ({node: value}), shared between primaries.
+
+What "verify cheaply and exactly" means here. Protection needs, for each primary of value v, that the
+attacker's integer interval reaches lo <= v - 1 and up >= max(k, v + 1) (`Criterion`). An attacker can
+never exclude a point that satisfies every published equation and bound, so one feasible integral point
+with y_i <= v - 1 proves the lower half and one with y_i >= max(k, v + 1) the upper half: this is exactly
+the direction that proves protection. (Optimality of a bound, "the attacker cannot go further", would need
+a dual certificate; protection never needs it, so it is not certified.) The verifier therefore:
+1. recomputes the input hashes and compares them with the certificate's (any difference in the counts,
+   the candidate, the policy or the spec rejects the whole certificate: everything is re-solved; earlier
+   releases it did not see re-solve the components next to a figure they publish);
+2. builds the published system from the files (as `audit_published` does) and checks the true table
+   against it once: every relation exactly, in integers (a relation that fails sends its components to
+   the solver; one whose figures are all published is an audit error, as in the audit);
+3. checks each witness point once, in integer arithmetic with no tolerance: every moved figure is withheld
+   in the published system, at least its a-priori floor (0, or 1 for an absent listed structural zero)
+   and every relation that touches a moved figure holds exactly (the relations it does not touch hold by
+   step 2). Points are integers by construction (the solver's values are rounded to the nearest integer,
+   accepted only within 1e-6 when the certificate is written; what is verified is the rounded point);
+4. for every primary of every component: the certificate has it, with its true value, the recorded finite
+   bound equals the primary's value in its witness (an infinite `up` needs a witness >= max(k, v + 1)),
+   and the witnessed values meet the criterion.
+A component whose primaries all verify is certified; any other (missing primary, invalid or missing
+witness, a bound that its witness does not attain, a hash mismatch) is re-solved with the LP by the
+caller, never trusted. Cost: linear in the system plus the witnesses' sizes times their relations' sizes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import highspy
+import numpy as np
+import pandas as pd
+
+from spatial_release.fileio import atomic_path, sha256_file, write_json_atomic
+from spatial_release.suppression.audit import components, inconsistent_relations
+from spatial_release.suppression.table import EQ, PRIMARY, PUBLISHED, Table
+from spatial_release.suppression.verdicts import AuditResult, Criterion, Interval
+
+FORMAT = 1
+HEADER = "certificate.internal.json"
+PRIMARIES = "certificate_primaries.internal.parquet"
+POINTS = "certificate_points.internal.parquet"
+ROUNDING = 1e-6  # a solver value is taken as an integer only within this distance (when writing)
+EARLIER = "earlier_releases"
+NO_POINT = -1
+
+
+def frames_digest(frames: Iterable[pd.DataFrame]) -> str:
+    """sha256 of a sequence of tables' contents (columns, then rows in key order)."""
+    digest = hashlib.sha256()
+    for frame in frames:
+        digest.update(json.dumps([str(c) for c in frame.columns]).encode())
+        if len(frame):
+            ordered = frame.sort_values(list(frame.columns)).reset_index(drop=True)
+            digest.update(pd.util.hash_pandas_object(ordered, index=False).to_numpy().tobytes())
+        digest.update(b"|")
+    return digest.hexdigest()
+
+
+def earlier_digest(earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]]) -> str:
+    return frames_digest([f for pair in earlier for f in pair])
+
+
+@dataclass
+class Certificate:
+    inputs: dict[str, str]
+    k: int
+    range_pct: float | None
+    solver: str
+    nodes: int
+    relations: int
+    components: int
+    passed: bool
+    # node, component, value, lo, up, lo_point, up_point (point ids; NO_POINT when the solver gave none)
+    primaries: pd.DataFrame
+    points: pd.DataFrame  # point, node, value
+
+    @classmethod
+    def build(cls, table: Table, result: AuditResult, inputs: Mapping[str, str]) -> "Certificate":
+        """The certificate of `table`'s final pattern from its audit (`result.intervals` and witnesses)."""
+        intervals = {i.node: i for i in result.intervals}
+        ids: dict[int, int] = {}
+        point_rows: list[tuple[int, int, int]] = []
+
+        def point_id(point: dict | None) -> int:
+            if point is None:
+                return NO_POINT
+            if id(point) not in ids:
+                ids[id(point)] = len(ids)
+                point_rows.extend((ids[id(point)], int(n), int(v)) for n, v in sorted(point.items()))
+            return ids[id(point)]
+
+        rows = []
+        comps = components(table)
+        for c, nodes in enumerate(comps):
+            for node in nodes:
+                if table.status[node] != PRIMARY:
+                    continue
+                interval = intervals.get(node)
+                lo_point, up_point = result.witnesses.get(node, (None, None))
+                rows.append((node, c, table.value[node], math.nan if interval is None else interval.lo,
+                             math.nan if interval is None else interval.up, point_id(lo_point), point_id(up_point)))
+        primaries = pd.DataFrame(rows, columns=["node", "component", "value", "lo", "up", "lo_point", "up_point"])
+        primaries = primaries.astype({"node": "int64", "component": "int64", "value": "int64", "lo": "float64",
+                                      "up": "float64", "lo_point": "int64", "up_point": "int64"})
+        points = pd.DataFrame(point_rows, columns=["point", "node", "value"]).astype("int64")
+        criterion = result.criterion or Criterion(result.k)
+        return cls(dict(inputs), criterion.k, criterion.range_pct, f"HiGHS {highspy.Highs().version()}",
+                   len(table), len(table.relations), len(comps), result.passed, primaries, points)
+
+    def write(self, folder: Path) -> None:
+        """Write the two tables, then the header with their sha256 (last, atomically: a half-written
+        certificate never verifies)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / HEADER).unlink(missing_ok=True)
+        for name, frame in ((PRIMARIES, self.primaries), (POINTS, self.points)):
+            with atomic_path(folder / name) as tmp:
+                frame.to_parquet(tmp, index=False)
+        write_json_atomic(folder / HEADER, {
+            "format": FORMAT, "inputs": self.inputs, "k": self.k, "range_pct": self.range_pct,
+            "solver": self.solver, "nodes": self.nodes, "relations": self.relations,
+            "components": self.components, "passed": self.passed,
+            "files": {name: sha256_file(folder / name) for name in (PRIMARIES, POINTS)},
+            "tolerances": {"witness_rounding": ROUNDING, "verification": "exact integer arithmetic"},
+        })
+
+    @classmethod
+    def read(cls, folder: Path) -> "Certificate":
+        """The certificate in `folder`; ValueError when it is missing, incomplete or altered."""
+        try:
+            header = json.loads((folder / HEADER).read_text())
+            if header.get("format") != FORMAT:
+                raise ValueError(f"format {header.get('format')!r}, expected {FORMAT}")
+            for name in (PRIMARIES, POINTS):
+                if sha256_file(folder / name) != header["files"][name]:
+                    raise ValueError(f"{name} does not match the header's sha256")
+            return cls(header["inputs"], int(header["k"]), header["range_pct"], header["solver"],
+                       int(header["nodes"]), int(header["relations"]), int(header["components"]),
+                       bool(header["passed"]), pd.read_parquet(folder / PRIMARIES), pd.read_parquet(folder / POINTS))
+        except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"no readable audit certificate in {folder} ({exc})") from None
+
+
+@dataclass
+class Verification:
+    """What the verifier found: the certified primaries' intervals (as witnessed), the components it could
+    not certify (to re-solve) with why, and errors (relations contradicted by published figures)."""
+
+    components: list[list[int]] = field(default_factory=list)
+    certified: list[int] = field(default_factory=list)  # indices into `components`
+    unverified: dict[int, str] = field(default_factory=dict)  # component index -> first reason
+    intervals: list[Interval] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    rejected: str | None = None  # the whole certificate was not usable
+    invalid_points: int = 0
+
+    def to_resolve(self) -> set[int]:
+        """The primaries of every component that was not certified."""
+        return {n for c in self.unverified for n in self.components[c]}
+
+
+def _relation_holds(rel, x) -> bool:
+    parent = x(rel.parent)
+    kids = [x(c) for c in rel.children]
+    total = sum(kids) + (0 if rel.rest is None else x(rel.rest))
+    if rel.kind == EQ:
+        return parent == total
+    if parent > total or any(kid > parent for kid in kids):
+        return False
+    return rel.rest is None or rel.rest_children is None or x(rel.rest) <= rel.rest_children * parent
+
+
+def verify(table: Table, certificate: Certificate, inputs: Mapping[str, str], criterion: Criterion,
+           learned_from_earlier: Iterable[int] = ()) -> Verification:
+    """Verify `certificate` against `table`, the published system (published figures at their published
+    values, every other figure withheld at its true value, floors set). `inputs` are the hashes of the
+    inputs now; `learned_from_earlier` the figures published only by earlier releases (withheld here).
+    See the module docstring for what is checked. Never solves an LP."""
+    out = Verification(components=components(table))
+    comps = out.components
+    primary_comps = [c for c, nodes in enumerate(comps) if any(table.status[n] == PRIMARY for n in nodes)]
+
+    def reject_all(reason: str) -> Verification:
+        out.rejected = reason
+        out.unverified = {c: reason for c in primary_comps}
+        return out
+
+    out.errors.extend(inconsistent_relations(table))
+    if (certificate.k, certificate.range_pct) != (criterion.k, criterion.range_pct):
+        return reject_all("the certificate is for another criterion")
+    changed = sorted(name for name in set(inputs) | set(certificate.inputs)
+                     if name != EARLIER and inputs.get(name) != certificate.inputs.get(name))
+    if changed:
+        return reject_all(f"inputs changed since the audit: {', '.join(changed)}")
+    if (certificate.nodes, certificate.relations) != (len(table), len(table.relations)):
+        return reject_all("the certificate is for another linear system")
+
+    comp_of = np.full(len(table), -1, dtype=np.int64)
+    for c, nodes in enumerate(comps):
+        comp_of[nodes] = c
+    relations_of = table.relations_of()
+    value, status = table.value, table.status
+
+    def spoil(nodes: Iterable[int], reason: str) -> None:
+        for n in nodes:
+            c = int(comp_of[n])
+            if c >= 0:
+                out.unverified.setdefault(c, reason)
+
+    # 1. earlier releases the certificate did not see: the components next to a figure they publish
+    if inputs.get(EARLIER) != certificate.inputs.get(EARLIER):
+        for n in learned_from_earlier:
+            for r in relations_of[n]:
+                spoil(table.relations[r].members(), "an earlier release the certificate did not see")
+    # 2. the true table (withheld figures at their true values) against every relation, once
+    for rel in table.relations:
+        if not _relation_holds(rel, value.__getitem__):
+            spoil(rel.members(), "the true table does not satisfy a relation of the published system")
+    for n in range(len(table)):
+        if status[n] != PUBLISHED and value[n] < table.lower_bound(n):
+            spoil([n], "a true value below its a-priori floor")
+
+    # 3. each witness point once
+    points: dict[int, dict[int, int]] = {}
+    for pid, group in certificate.points.groupby("point", sort=False):
+        points[int(pid)] = dict(zip(group["node"].tolist(), group["value"].tolist()))
+    valid: dict[int, bool] = {}
+
+    def point_ok(pid: int) -> bool:
+        if pid in valid:
+            return valid[pid]
+        moved = points.get(pid)
+        ok = moved is not None
+        if ok:
+            for n, v in moved.items():
+                if not (0 <= n < len(table)) or status[n] == PUBLISHED or v < table.lower_bound(n):
+                    ok = False
+                    break
+        if ok:
+            x = lambda n: moved.get(n, value[n])  # noqa: E731
+            touched = sorted({r for n in moved for r in relations_of[n]})
+            ok = all(_relation_holds(table.relations[r], x) for r in touched)
+        valid[pid] = ok
+        out.invalid_points += not ok
+        return ok
+
+    # 4. every primary of every component
+    recorded = certificate.primaries.set_index("node")
+    recorded = recorded[~recorded.index.duplicated(keep=False)]
+    rows = recorded.to_dict("index")
+    candidates: dict[int, list[Interval]] = {}
+    for c in primary_comps:
+        if c in out.unverified:
+            continue
+        intervals = []
+        for n in comps[c]:
+            if status[n] != PRIMARY:
+                continue
+            reason = None
+            row = rows.get(n)
+            v = value[n]
+            if row is None:
+                reason = "a withheld primary the certificate does not cover"
+            elif int(row["value"]) != v:
+                reason = "a primary's value differs from the true count"
+            elif not (point_ok(int(row["lo_point"])) and point_ok(int(row["up_point"]))):
+                reason = "a witness point that is not a feasible integral point of the published system"
+            else:
+                y_lo = points[int(row["lo_point"])].get(n, v)
+                y_up = points[int(row["up_point"])].get(n, v)
+                lo, up = float(row["lo"]), float(row["up"])
+                if lo != y_lo or not (up == y_up or (math.isinf(up) and up > 0)):
+                    reason = "a bound its witness does not attain"
+                elif not (y_lo <= criterion.lower(v) and y_up >= criterion.upper(v)):
+                    reason = "the witnesses do not meet the protection criterion"
+                else:
+                    intervals.append(Interval(n, v, float(y_lo), up, True, False, "", (), "witness"))
+            if reason is not None:
+                out.unverified[c] = reason
+                break
+        else:
+            candidates[c] = intervals
+    out.certified = [c for c in primary_comps if c not in out.unverified]
+    out.intervals = [i for c in out.certified for i in candidates[c]]
+    return out
+
+
+__all__ = ["Certificate", "Verification", "earlier_digest", "frames_digest", "verify"]

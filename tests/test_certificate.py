@@ -1,0 +1,287 @@
+"""Audit once, certify after (issue 13, items 1 and 2): the audit gives the same verdicts with 1 and N
+workers, the protection step's certificate verifies without an LP, and a tampered certificate is never
+trusted: (a) a witness point that violates a published equation, (b) an input changed after the audit,
+(c) a primary missing from the certificate, (d) a bound widened beyond its witness; each makes the
+verifier re-solve, and on a pattern that leaks, fail."""
+
+import json
+from dataclasses import replace
+
+import geopandas as gpd
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import CELL_B, CELL_C, cell_id
+from shapely.geometry import box
+
+from spatial_release import stages
+from spatial_release.fileio import sha256_file
+from spatial_release.period import Period
+from spatial_release.release import RELEASE_FILES
+from spatial_release.suppression import audit as audit_module
+from spatial_release.suppression.audit import Criterion, audit, default_workers
+from spatial_release.suppression.certificate import NO_POINT, Certificate, verify
+from spatial_release.suppression.complementary import protect
+from spatial_release.suppression.table import EQ, PRIMARY, PUBLISHED, SECONDARY, Relation, Table
+
+K = 5
+INPUTS = {"counts": "c0ffee", "candidate": "beef"}
+
+
+def many_components(groups: int = 40, seed: int = 7) -> Table:
+    """`groups` independent 3 x 3 tables (cells, row and column totals, a group total): with every group
+    total published and large, each group's withheld cells form components of their own."""
+    rng = np.random.default_rng(seed)
+    table = Table()
+    for g in range(groups):
+        cells = rng.integers(1, 12, size=(3, 3))
+        cells[rng.integers(0, 3), rng.integers(0, 3)] = rng.integers(1, K)  # at least one primary
+
+        def node(name: str, value: int) -> int:
+            status = PRIMARY if 1 <= value < K else PUBLISHED
+            return table.add("x", f"g{g}:{name}", 0, int(value), status)
+
+        leaf = {(i, j): node(f"c{i}{j}", cells[i, j]) for i in range(3) for j in range(3)}
+        rows = [node(f"r{i}", cells[i].sum()) for i in range(3)]
+        cols = [node(f"k{j}", cells[:, j].sum()) for j in range(3)]
+        total = node("t", cells.sum())
+        for i in range(3):
+            table.relations.append(Relation(EQ, rows[i], tuple(leaf[(i, j)] for j in range(3))))
+        for j in range(3):
+            table.relations.append(Relation(EQ, cols[j], tuple(leaf[(i, j)] for i in range(3))))
+        table.relations.append(Relation(EQ, total, tuple(rows)))
+        table.relations.append(Relation(EQ, total, tuple(cols)))
+    return table
+
+
+def copy_table(table: Table) -> Table:
+    return Table(list(table.level), list(table.area), list(table.bucket), list(table.value), list(table.status),
+                 list(table.relations), dict(table.index), dict(table.floor))
+
+
+@pytest.fixture(scope="module")
+def certified():
+    """A protected many-component table and its certificate (the protection step's audit)."""
+    table = many_components()
+    log = protect(table, K, {})
+    assert log.audit.passed
+    return table, Certificate.build(table, log.audit, INPUTS)
+
+
+def certified_audit(table: Table, certificate: Certificate, inputs=INPUTS):
+    """What the check does: verify, then solve only the components the certificate does not cover."""
+    verification = verify(table, certificate, inputs, Criterion(K))
+    again = verification.to_resolve()
+    result = audit(table, K, primaries=again) if again else None
+    passed = not verification.errors and (result is None or result.passed)
+    return passed, verification, result
+
+
+def leaky(table: Table, certificate: Certificate) -> tuple[Table, int, int]:
+    """The pattern with one necessary secondary published again (a buggy candidate whose certificate a
+    forger re-hashed): returns the table, the secondary and a primary it leaves unprotected."""
+    for secondary in table.secondaries():
+        broken = copy_table(table)
+        broken.status[secondary] = PUBLISHED
+        result = audit(broken, K, workers=1)
+        if not result.passed:
+            return broken, secondary, result.failures()[0].node
+    raise AssertionError("no secondary of the pattern is necessary")
+
+
+# ---- all cores: same verdicts whatever the worker count -------------------------------------------
+
+def test_verdicts_and_bounds_identical_with_1_and_2_workers(monkeypatch):
+    monkeypatch.setattr(audit_module, "PARALLEL_MIN_NODES", 0)  # small table: use the pool anyway
+    table = many_components(groups=60, seed=3)
+    for name in table.secondaries():
+        table.status[name] = PUBLISHED
+    one = audit(table, K, workers=1)
+    two = audit(table, K, workers=2)
+    assert two.workers == 2 and one.workers == 1
+    assert one.components == two.components > 20
+    assert one.intervals == two.intervals  # node, value, bounds, verdict, binding figures, kind
+    assert one.witnesses == two.witnesses
+    assert one.errors == two.errors and not one.passed  # primary suppression alone leaks
+
+
+def test_pattern_and_certificate_identical_with_1_and_2_workers(monkeypatch):
+    monkeypatch.setattr(audit_module, "PARALLEL_MIN_NODES", 0)
+    outcomes = []
+    for workers in ("1", "2"):
+        monkeypatch.setenv("SPATIAL_RELEASE_AUDIT_WORKERS", workers)
+        table = many_components(groups=50, seed=11)
+        log = protect(table, K, {})
+        assert log.audit.workers == int(workers)
+        certificate = Certificate.build(table, log.audit, INPUTS)
+        outcomes.append((table.status, certificate.primaries, certificate.points))
+    (status_1, primaries_1, points_1), (status_2, primaries_2, points_2) = outcomes
+    assert status_1 == status_2
+    pd.testing.assert_frame_equal(primaries_1, primaries_2)
+    pd.testing.assert_frame_equal(points_1, points_2)
+
+
+def test_workers_setting(monkeypatch):
+    monkeypatch.delenv("SPATIAL_RELEASE_AUDIT_WORKERS", raising=False)
+    import os
+    assert default_workers() == (os.cpu_count() or 1)
+    monkeypatch.setenv("SPATIAL_RELEASE_AUDIT_WORKERS", "3")
+    assert default_workers() == 3
+    for bad in ("0", "two"):
+        monkeypatch.setenv("SPATIAL_RELEASE_AUDIT_WORKERS", bad)
+        with pytest.raises(ValueError, match="SPATIAL_RELEASE_AUDIT_WORKERS"):
+            default_workers()
+
+
+# ---- the certificate verifies without an LP --------------------------------------------------------
+
+def test_an_honest_certificate_certifies_every_component(certified, monkeypatch):
+    table, certificate = certified
+    monkeypatch.setattr(audit_module.ComponentModel, "__init__", lambda *a, **k: pytest.fail("solved an LP"))
+    verification = verify(table, certificate, INPUTS, Criterion(K))
+    assert verification.rejected is None and not verification.unverified and not verification.errors
+    assert len(verification.certified) == certificate.primaries["component"].nunique() > 20
+    assert {i.node for i in verification.intervals} == set(table.primaries())
+    assert all(i.lo <= i.value - 1 and i.up >= max(K, i.value + 1) for i in verification.intervals)
+
+
+def test_the_certificate_round_trips_through_its_files(certified, tmp_path):
+    table, certificate = certified
+    certificate.write(tmp_path / "cert")
+    again = Certificate.read(tmp_path / "cert")
+    pd.testing.assert_frame_equal(again.primaries, certificate.primaries)
+    assert not verify(table, again, INPUTS, Criterion(K)).unverified
+    # a table file altered after the header was written: the whole certificate is unreadable
+    again.points.assign(value=again.points["value"] + 1).to_parquet(tmp_path / "cert" / "certificate_points.internal.parquet")
+    with pytest.raises(ValueError, match="sha256"):
+        Certificate.read(tmp_path / "cert")
+
+
+# ---- negative controls: a tampered certificate is never trusted ------------------------------------
+
+def _point_of(certificate: Certificate, node: int, which: str) -> int:
+    return int(certificate.primaries.set_index("node").loc[node, f"{which}_point"])
+
+
+def test_a_witness_altered_to_violate_an_equation_is_rejected(certified):
+    """(a) On the honest pattern the component is re-solved (and passes on its own merits); on a leaking
+    pattern whose certificate was forged to keep the old witness valid-looking, the check fails."""
+    table, certificate = certified
+    primary = table.primaries()[0]
+    pid = _point_of(certificate, primary, "lo")
+    points = certificate.points.copy()
+    first = points.index[points["point"] == pid][0]
+    points.loc[first, "value"] += 1  # one figure moved alone: its row and column no longer add up
+    tampered = replace(certificate, points=points)
+    passed, verification, result = certified_audit(table, tampered)
+    assert verification.invalid_points >= 1 and verification.unverified
+    assert "not a feasible integral point" in next(iter(verification.unverified.values()))
+    assert passed and result is not None and result.components >= 1  # re-solved, not trusted
+
+    broken, secondary, victim = leaky(table, certificate)
+    # the forger drops the now-published secondary from every point, so no point moves a published figure
+    forged_points = certificate.points[certificate.points["node"] != secondary]
+    forged = replace(certificate, points=forged_points)
+    passed, verification, result = certified_audit(broken, forged)
+    assert not passed and victim in verification.to_resolve()
+    assert victim in {i.node for i in result.failures()}
+
+
+def test_a_changed_input_hash_rejects_the_whole_certificate(certified):
+    """(b) Candidate cells edited after the audit: every component is re-solved; the leak is found."""
+    table, certificate = certified
+    broken, _, victim = leaky(table, certificate)
+    changed = {**INPUTS, "candidate": "edited"}
+    passed, verification, result = certified_audit(broken, certificate, changed)
+    assert verification.rejected == "inputs changed since the audit: candidate"
+    assert not verification.certified
+    assert not passed and victim in {i.node for i in result.failures()}
+
+
+def test_a_primary_missing_from_the_certificate_is_re_solved(certified):
+    """(c)"""
+    table, certificate = certified
+    primary = table.primaries()[3]
+    tampered = replace(certificate, primaries=certificate.primaries[certificate.primaries["node"] != primary])
+    passed, verification, result = certified_audit(table, tampered)
+    assert list(verification.unverified.values()) == ["a withheld primary the certificate does not cover"]
+    assert primary in verification.to_resolve() and passed and primary in {i.node for i in result.intervals}
+
+    broken, secondary, victim = leaky(table, certificate)
+    keep = certificate.primaries["node"] != victim
+    forged = replace(certificate, primaries=certificate.primaries[keep],
+                     points=certificate.points[certificate.points["node"] != secondary])
+    passed, verification, result = certified_audit(broken, forged)
+    assert not passed and victim in {i.node for i in result.failures()}
+
+
+def test_a_bound_widened_without_a_witness_is_rejected(certified):
+    """(d) The recorded bound no longer matches its witness (or the witness shows no protection)."""
+    table, certificate = certified
+    primaries = certificate.primaries.copy()
+    row = primaries.index[0]
+    primaries.loc[row, "lo"] -= 3  # wider than the witness shows
+    passed, verification, _ = certified_audit(table, replace(certificate, primaries=primaries))
+    assert "a bound its witness does not attain" in verification.unverified.values() and passed
+
+    broken, secondary, victim = leaky(table, certificate)
+    forged_primaries = certificate.primaries.copy()
+    at = forged_primaries.index[forged_primaries["node"] == victim][0]
+    # the forger claims protection with a point that is certainly feasible (the true table: no figure
+    # moved) and bounds that meet the criterion
+    empty = int(certificate.points["point"].max()) + 1
+    forged_primaries.loc[at, ["lo", "up", "lo_point", "up_point"]] = [broken.value[victim] - 1, 10 ** 6, empty, empty]
+    forged_points = pd.concat([certificate.points[certificate.points["node"] != secondary],
+                               pd.DataFrame({"point": [empty], "node": [victim], "value": [broken.value[victim]]})],
+                              ignore_index=True)
+    forged = replace(certificate, primaries=forged_primaries, points=forged_points)
+    passed, verification, result = certified_audit(broken, forged)
+    assert not passed and victim in verification.to_resolve()
+    assert victim in {i.node for i in result.failures()}
+
+
+def test_a_missing_witness_is_re_solved(certified):
+    table, certificate = certified
+    primaries = certificate.primaries.copy()
+    primaries.loc[primaries.index[1], "up_point"] = NO_POINT
+    passed, verification, result = certified_audit(table, replace(certificate, primaries=primaries))
+    assert len(verification.unverified) == 1 and passed and result.components == 1
+
+
+# ---- the stages: the check and publication verify instead of solving -------------------------------
+
+PERIOD = Period.parse("2018-Q1")
+BUCKET = pd.Timestamp("2018-01-10T05:00:00Z")
+
+
+def test_check_and_publication_verify_the_protection_steps_certificate(tmp_path, fixture_policy):
+    ctx = stages.ReleaseContext(fixture_policy, PERIOD, tmp_path / "work")
+    stages.run_ingest(ctx)
+    stages.run_counts(ctx)
+    stages.run_protect(ctx)
+    area = ctx.area
+    assert (area.root / "audit_certificate" / "certificate.internal.json").is_file()
+    outcome = stages.check_suppression_audit(ctx)
+    assert outcome.passed and outcome.figures["verified_by"] == "certificate"
+    assert outcome.figures["certified_share"] == 1.0 and outcome.figures["re_solved_share"] == 0.0
+    assert "verified from the protection step's certificate" in outcome.summary
+    internal = json.loads((area.root / "audit.internal.json").read_text())
+    assert internal["certificate"]["re_solved_components"] == 0 and internal["lps_solved"] == 0
+    [audit_outcome] = [o for o in stages.run_guarantees(ctx) if o.name == "suppression_audit"]
+    assert audit_outcome.passed and audit_outcome.figures["verified_by"] == "certificate"
+
+    # (b) on the stage: a candidate file edited after the audit (manifest re-signed): solved again, and
+    # the edit (the lonely device's cell C published: B beside it is recovered) is caught
+    cells = gpd.read_parquet(area.candidate / "cells.parquet")
+    corner = CELL_C
+    extra = gpd.GeoDataFrame({"cell_id": [cell_id(corner)], "bucket_start": [BUCKET], "n_devices": [1]},
+                             geometry=[box(corner[0], corner[1], corner[0] + 1000, corner[1] + 1000)], crs=cells.crs)
+    pd.concat([cells, extra], ignore_index=True).to_parquet(area.candidate / "cells.parquet", index=False)
+    manifest = stages.read_manifest(area)
+    replace(manifest, sha256={n: sha256_file(area.candidate / n) for n in RELEASE_FILES}).write(area.candidate)
+    outcome = stages.check_suppression_audit(ctx)
+    internal = json.loads((area.root / "audit.internal.json").read_text())
+    assert internal["certificate"]["rejected"].startswith("inputs changed since the audit: candidate/cells.parquet")
+    assert internal["certificate"]["certified_components"] == 0
+    assert not outcome.passed
+    assert {o.get("area_id") for o in outcome.offending} >= {cell_id(CELL_B)}
