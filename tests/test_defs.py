@@ -117,6 +117,15 @@ def test_release_job_publishes_the_fixture(tmp_path):
     metadata = event.materialization.metadata
     assert metadata["release_record"].value == str(folder / "release.json")
     assert "smallest published count | 3" in metadata["k_anonymity_report"].value
+    # the map and previews of what the public sees, from the published files only
+    page = metadata["map"].value
+    assert "![map](data:image/png;base64," in page and "2018-Q1" in page
+    assert cell_id(CELL_A) in page and cell_id(CELL_B) not in page and cell_id(CELL_C) not in page
+    assert [c.name for c in metadata["dagster/column_schema"].schema.columns] == list(cells.columns)
+    assert [c.name for c in metadata["margins_column_schema"].schema.columns] == list(margins.columns)
+    assert metadata["map_png"].value == str(folder / "report.png")
+    assert metadata["risk_journalist_cumulative_headroom"].value == pytest.approx(
+        0.20 - record["risk"]["cumulative"], rel=1e-3)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from spatial_release import stages
+from spatial_release import report, stages
 from spatial_release.defs.partitions import PERIOD_TAG, partitions_for, period_of, period_tags
 from spatial_release.defs.programmes import Programme
 from spatial_release.defs.release.checks import build_checks
@@ -174,6 +174,7 @@ def build_release_graph(programme: Programme) -> ReleaseGraph:
     def publication_metadata(target: Path, record: stages.ReleaseRecord, policy) -> dict:
         return {
             "period": record.period,
+            **release_report_metadata(target, policy),
             "release_record": dg.MetadataValue.path(str(target / stages.ReleaseRecord.FILE)),
             "release_dir": dg.MetadataValue.path(str(target)),
             "k_anonymity_report": dg.MetadataValue.md(k_anonymity_report(record.counts, policy.k)),
@@ -202,6 +203,25 @@ def build_release_graph(programme: Programme) -> ReleaseGraph:
     return ReleaseGraph(programme, assets, checks, release_job, publish_job,
                         release_schedule(programme, partitions_def, release_job),
                         publish_sensor(programme, release_job, publish_job))
+
+
+def _table_schema(path: Path) -> dg.TableSchema:
+    return dg.TableSchema(columns=[dg.TableColumn(c["name"], c["type"], description=c["description"])
+                                   for c in report.column_schema(path)])
+
+
+def release_report_metadata(target: Path, policy) -> dict:
+    """What the public sees, in the UI: the map with the headline, audit, risk, schema and preview of both
+    tables (report.report_markdown, from the published files only), both tables' column schemas, and the
+    map and page beside the release."""
+    metadata = {
+        "map": dg.MetadataValue.md(report.report_markdown(target, policy)),
+        "dagster/column_schema": _table_schema(target / "cells.parquet"),
+        "margins_column_schema": _table_schema(target / "margins.parquet"),
+        "report_html": dg.MetadataValue.path(str(target / report.REPORT_HTML)),
+    }
+    png = report.report_png_path(target)
+    return metadata if png is None else {**metadata, "map_png": dg.MetadataValue.path(str(png))}
 
 
 def release_schedule(programme: Programme, partitions_def: dg.TimeWindowPartitionsDefinition, job
