@@ -178,10 +178,10 @@ def run_engine(engine: str, micro_path: Path, region_km, k: int, range_pct: int)
     return summary
 
 
-def release_mode(persons: int, days: int, k: int, seed: int) -> None:
-    """The structure our releases publish: 250 m cells x hour with 1 km and 4 km parents and the hourly
-    total, one spatial hierarchy per bucket (empty cells folded into exact rest variables)."""
-    from spatial_release.suppression.release_system import DisclosureSpec, Structure, protect_release
+def release_counts(persons: int, days: int, seed: int):
+    """True counts with the structure our releases publish: 250 m cells x hour with 1 km and 4 km parents
+    and the hourly total (presence). Returns (true_cells, true_margins, structure)."""
+    from spatial_release.suppression.release_system import Structure
     from spatial_release.suppression.table import grid_chain
 
     cfg = SyntheticConfig(persons=persons, seed=seed, start=date(2018, 1, 8), days=days)
@@ -202,6 +202,15 @@ def release_mode(persons: int, days: int, k: int, seed: int) -> None:
                                                                                           area_id=TOTAL))
     true_margins = pd.concat(margins, ignore_index=True)[["level", "area_id", "bucket_start", "n"]]
     structure = Structure((grid_chain(250, [1000, 4000], ["grid_1000m", "grid_4000m"]),))
+    return true_cells, true_margins, structure
+
+
+def release_mode(persons: int, days: int, k: int, seed: int) -> None:
+    """The structure our releases publish: 250 m cells x hour with 1 km and 4 km parents and the hourly
+    total, one spatial hierarchy per bucket (empty cells folded into exact rest variables)."""
+    from spatial_release.suppression.release_system import DisclosureSpec, protect_release
+
+    true_cells, true_margins, structure = release_counts(persons, days, seed)
     started = time.perf_counter()
     protected, log, _ = protect_release(true_cells, true_margins, DisclosureSpec(structure, k, "presence"))
     seconds = time.perf_counter() - started

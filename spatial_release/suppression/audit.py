@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -450,7 +451,13 @@ def _to_table(job: _Job, solved: _Solved) -> _Solved:
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
-    # forkserver: workers start from a clean server process (no fork of a threaded Dagster process)
+    """Worker processes. A single-threaded caller (a script, a notebook, the benchmark) forks: cheap, and a
+    script without a `__main__` guard keeps working. A threaded one (a Dagster run) uses a fork server, so
+    no worker is forked from a process whose other threads may hold locks; there, as for any spawned
+    worker, the main module is imported again and must guard its entry point (Dagster's and the command
+    line's do)."""
+    if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
+        return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["spatial_release.suppression.audit"])
     return ProcessPoolExecutor(max_workers=workers, mp_context=context)

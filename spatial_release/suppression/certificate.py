@@ -217,7 +217,9 @@ def verify(table: Table, certificate: Certificate, inputs: Mapping[str, str], cr
     for c, nodes in enumerate(comps):
         comp_of[nodes] = c
     relations_of = table.relations_of()
+    relations = table.relations
     value, status = table.value, table.status
+    values = np.asarray(value, dtype=np.int64)
 
     def spoil(nodes: Iterable[int], reason: str) -> None:
         for n in nodes:
@@ -229,43 +231,85 @@ def verify(table: Table, certificate: Certificate, inputs: Mapping[str, str], cr
     if inputs.get(EARLIER) != certificate.inputs.get(EARLIER):
         for n in learned_from_earlier:
             for r in relations_of[n]:
-                spoil(table.relations[r].members(), "an earlier release the certificate did not see")
-    # 2. the true table (withheld figures at their true values) against every relation, once
-    for rel in table.relations:
-        if not _relation_holds(rel, value.__getitem__):
-            spoil(rel.members(), "the true table does not satisfy a relation of the published system")
-    for n in range(len(table)):
-        if status[n] != PUBLISHED and value[n] < table.lower_bound(n):
+                spoil(relations[r].members(), "an earlier release the certificate did not see")
+    # 2. the true table (withheld figures at their true values) against every relation, once: EQ
+    # relations as one integer residual each (children + rest - parent), the others one by one
+    eq = np.array([rel.kind == EQ for rel in relations], dtype=bool)
+    member_rel, member_node, member_coef = [], [], []
+    for r, rel in enumerate(relations):
+        if eq[r]:
+            members = rel.members()
+            member_rel.extend([r] * len(members))
+            member_node.extend(members)
+            member_coef.extend([-1, *([1] * (len(members) - 1))])
+    residual = np.zeros(len(relations), dtype=np.int64)
+    np.add.at(residual, np.asarray(member_rel, dtype=np.int64),
+              np.asarray(member_coef, dtype=np.int64) * values[np.asarray(member_node, dtype=np.int64)])
+    for r in np.flatnonzero(eq & (residual != 0)):
+        spoil(relations[r].members(), "the true table does not satisfy a relation of the published system")
+    for r in np.flatnonzero(~eq):
+        if not _relation_holds(relations[r], value.__getitem__):
+            spoil(relations[r].members(), "the true table does not satisfy a relation of the published system")
+    floors = table.floor
+    for n, f in floors.items():
+        if status[n] != PUBLISHED and value[n] < f:
             spoil([n], "a true value below its a-priori floor")
+    if any(status[n] != PUBLISHED and value[n] < 0 for n in range(len(table))):
+        spoil([n for n in range(len(table)) if status[n] != PUBLISHED and value[n] < 0], "a negative true value")
 
-    # 3. each witness point once
+    is_eq, residuals = eq.tolist(), residual.tolist()  # Python scalars: faster one at a time
+    # 3. each witness point once: a moved figure must be withheld and at least its floor; an EQ relation
+    # it touches keeps a zero residual (the true table's, checked above, plus the moves), any other
+    # touched relation is evaluated at the point
+    table_points = certificate.points.sort_values("point", kind="stable")
+    pids = table_points["point"].to_numpy(dtype=np.int64)
+    nodes_of = table_points["node"].to_numpy(dtype=np.int64)
+    values_of = table_points["value"].to_numpy(dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, pids[1:] != pids[:-1]]) if len(pids) else np.array([], dtype=np.int64)
+    ends = np.r_[starts[1:], len(pids)] if len(pids) else starts
+    slices = {int(pids[a]): (int(a), int(b)) for a, b in zip(starts, ends)}
     points: dict[int, dict[int, int]] = {}
-    for pid, group in certificate.points.groupby("point", sort=False):
-        points[int(pid)] = dict(zip(group["node"].tolist(), group["value"].tolist()))
     valid: dict[int, bool] = {}
 
+    def moved_of(pid: int) -> dict[int, int] | None:
+        if pid not in points and pid in slices:
+            a, b = slices[pid]
+            points[pid] = dict(zip(nodes_of[a:b].tolist(), values_of[a:b].tolist()))
+        return points.get(pid)
+
+    def check_point(moved: dict[int, int]) -> bool:
+        for n, v in moved.items():
+            if not (0 <= n < len(table)) or status[n] == PUBLISHED or v < floors.get(n, 0):
+                return False
+        change: dict[int, int] = {}
+        for n, v in moved.items():
+            step = v - value[n]
+            for r in relations_of[n]:
+                if is_eq[r]:
+                    change[r] = change.get(r, 0) + (-step if relations[r].parent == n else step)
+                else:
+                    change.setdefault(r, 0)
+        x = lambda n: moved.get(n, value[n])  # noqa: E731
+        return all((residuals[r] + delta == 0) if is_eq[r] else _relation_holds(relations[r], x)
+                   for r, delta in change.items())
+
     def point_ok(pid: int) -> bool:
-        if pid in valid:
-            return valid[pid]
-        moved = points.get(pid)
-        ok = moved is not None
-        if ok:
-            for n, v in moved.items():
-                if not (0 <= n < len(table)) or status[n] == PUBLISHED or v < table.lower_bound(n):
-                    ok = False
-                    break
-        if ok:
-            x = lambda n: moved.get(n, value[n])  # noqa: E731
-            touched = sorted({r for n in moved for r in relations_of[n]})
-            ok = all(_relation_holds(table.relations[r], x) for r in touched)
-        valid[pid] = ok
-        out.invalid_points += not ok
-        return ok
+        if pid not in valid:
+            moved = moved_of(pid)
+            valid[pid] = moved is not None and check_point(moved)
+            out.invalid_points += not valid[pid]
+        return valid[pid]
 
     # 4. every primary of every component
-    recorded = certificate.primaries.set_index("node")
-    recorded = recorded[~recorded.index.duplicated(keep=False)]
-    rows = recorded.to_dict("index")
+    primaries = certificate.primaries
+    node_col = primaries["node"].to_numpy(dtype=np.int64)
+    unique, counts = np.unique(node_col, return_counts=True)
+    once = set(unique[counts == 1].tolist())
+    row_of = {n: i for i, n in enumerate(node_col.tolist()) if n in once}
+    rec_value = primaries["value"].to_numpy(dtype=np.int64)
+    rec_lo, rec_up = primaries["lo"].to_numpy(dtype=float), primaries["up"].to_numpy(dtype=float)
+    rec_lo_point = primaries["lo_point"].to_numpy(dtype=np.int64)
+    rec_up_point = primaries["up_point"].to_numpy(dtype=np.int64)
     candidates: dict[int, list[Interval]] = {}
     for c in primary_comps:
         if c in out.unverified:
@@ -275,18 +319,18 @@ def verify(table: Table, certificate: Certificate, inputs: Mapping[str, str], cr
             if status[n] != PRIMARY:
                 continue
             reason = None
-            row = rows.get(n)
+            i = row_of.get(n)
             v = value[n]
-            if row is None:
+            if i is None:
                 reason = "a withheld primary the certificate does not cover"
-            elif int(row["value"]) != v:
+            elif int(rec_value[i]) != v:
                 reason = "a primary's value differs from the true count"
-            elif not (point_ok(int(row["lo_point"])) and point_ok(int(row["up_point"]))):
+            elif not (point_ok(int(rec_lo_point[i])) and point_ok(int(rec_up_point[i]))):
                 reason = "a witness point that is not a feasible integral point of the published system"
             else:
-                y_lo = points[int(row["lo_point"])].get(n, v)
-                y_up = points[int(row["up_point"])].get(n, v)
-                lo, up = float(row["lo"]), float(row["up"])
+                y_lo = points[int(rec_lo_point[i])].get(n, v)
+                y_up = points[int(rec_up_point[i])].get(n, v)
+                lo, up = float(rec_lo[i]), float(rec_up[i])
                 if lo != y_lo or not (up == y_up or (math.isinf(up) and up > 0)):
                     reason = "a bound its witness does not attain"
                 elif not (y_lo <= criterion.lower(v) and y_up >= criterion.upper(v)):
