@@ -205,8 +205,8 @@ def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
                                   "re_solved_because": reasons[:5]}
         share = certified / (certified + again) if certified + again else 1.0
         figures.update(certified_share=round(share, 4), re_solved_share=round(1 - share, 4))
-        how = (f"verified from the protection step's certificate ({share:.0%} of the components certified, "
-               f"{1 - share:.0%} re-solved{': ' + reasons[0] if reasons else ''})")
+        how = (f"verified from the protection step's certificate ({share:.0%} certified, {1 - share:.0%} "
+               f"re-solved{': ' + reasons[0] if reasons else ''})")
     write_json_atomic(area.root / "audit.internal.json", summary)
     text = (f"every withheld primary is protected; {how}" if result.passed else
             f"{summary['failures']} primaries recoverable or shown below k, {len(result.errors)} audit errors "

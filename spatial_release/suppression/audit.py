@@ -20,6 +20,19 @@ component. So the reported bounds are the attacker's integer bounds, never loose
 A primary with value v passes iff lo <= v - 1 and up >= max(k, v + 1): the value is neither pinned down
 nor shown to be below k. Infeasibility, a time-out or any solver error is a failure, never a pass.
 
+All cores: components are independent, so `audit` solves them in worker processes (`workers`, default
+$SPATIAL_RELEASE_AUDIT_WORKERS or os.cpu_count(); serial below PARALLEL_MIN_NODES figures). Each component
+goes to a worker as its own sub-table, renumbered in the whole table's order, with the whole table's bulk
+cap, so its LPs are exactly those of a serial audit; results are merged in component order, so verdicts,
+bounds, witnesses and the repair loop's pattern are the same whatever the worker count
+(tests/test_certificate.py). Threads were measured first: two HiGHS 1.16 solves in two threads took
+longer than one after the other (highspy's run() gave no parallel speed-up, and building the models is
+Python anyway), hence processes.
+
+Witness points: every bound of every audited primary keeps an integral point of the attacker's feasible
+set attaining it (`AuditResult.witnesses`), the raw material of the audit certificate
+(`suppression.certificate`), which lets the checks verify the audit instead of solving it again.
+
 Words (each has one meaning here):
 - *optimal* bound: the attacker's own optimum, from one LP (or MIP) per bound (`Interval.bounds ==
   "optimal"`; `audit(optimal_bounds=True)` asks for it on every bound);
