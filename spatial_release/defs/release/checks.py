@@ -89,7 +89,9 @@ def build_checks(programme: Programme, partitions_def, validated_pings, cell_cou
                   "No identifier or quasi-identifier column (or unit id value) of the input reaches a release file."),
         guarantee("suppression_audit", stages.check_suppression_audit,
                   "Attacker LP (HiGHS) over everything published: every withheld primary v keeps an integer "
-                  "interval with lo <= v - 1 and up >= max(k, v + 1). Infeasible, time-out or solver error fails.",
+                  "interval with lo <= v - 1 and up >= max(k, v + 1). Infeasible, time-out or solver error fails. "
+                  "Verifies the protection step's audit certificate (input hashes, witness points checked "
+                  "exactly) and solves only what it cannot certify; `spatial-release audit` solves from scratch.",
                   reports_progress=True),
         guarantee("suppression_budget", stages.check_suppression_budget,
                   "The share of unit counts in withheld cells stays within the policy's suppression budget."),
