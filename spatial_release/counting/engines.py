@@ -170,6 +170,19 @@ def _quiet_pandas_notes() -> Iterator[None]:
         yield
 
 
+def _stop_session_elsewhere(settings: SparkSettings) -> None:
+    """Stops this process's Spark session if it runs on another master or with other settings: getOrCreate()
+    would hand it back unchanged (a cluster run in a process that had a local[*] session would run locally)."""
+    from pyspark import SparkContext
+
+    running = SparkContext._active_spark_context
+    if running is None:
+        return
+    conf = running.getConf()
+    if running.master != settings.master or any(conf.get(k) != v for k, v in settings.conf.items()):
+        running.stop()  # the stale session object is replaced by the next getOrCreate()
+
+
 class SparkEngine:
     """Runs the counting SQL through PySpark. Intermediate tables are written as Parquet in a scratch folder
     that the Spark executors can reach (on a cluster: a shared path given as `scratch`)."""
@@ -184,8 +197,12 @@ class SparkEngine:
         self._own_scratch = scratch is None
         self.scratch = Path(scratch or tempfile.mkdtemp(prefix="spark-counting-"))
         self.scratch.mkdir(parents=True, exist_ok=True)
+        _stop_session_elsewhere(self.settings)
         builder = (SparkSession.builder.master(self.settings.master).appName(self.settings.app_name)
                    .config("spark.sql.session.timeZone", "UTC")
+                   # Owner-only scratch files (0600, folders 0700) on every executor, whatever the umask of
+                   # the cluster's workers: Hadoop's file systems apply this umask, not the process's.
+                   .config("spark.hadoop.fs.permissions.umask-mode", "077")
                    .config("spark.sql.shuffle.partitions", str(self.settings.shuffle_partitions))
                    .config("spark.sql.execution.arrow.pyspark.enabled", "true")
                    .config("spark.ui.enabled", "false")
