@@ -15,7 +15,9 @@ With `exhaustive`, every p-subset that contains an anchor is enumerated (small i
 case is then exact and the monotonicity properties hold exactly.
 
 Implementation: an inverted index key -> sorted unit ids, intersected smallest-first with early exit when
-only the target is left. No enumeration of all p-subsets in the sampled mode.
+only the target is left. No enumeration of all p-subsets in the sampled mode. Units and keys are coded by
+their sort order in KeySets (8 bytes per released (unit, key) pair, both directions); the risk step builds
+them in DuckDB (risk.keysets), estimate_risk from a DataFrame: the same key sets give the same figures.
 """
 
 from __future__ import annotations
@@ -75,11 +77,11 @@ def _intersect_sorted(small: np.ndarray, large: np.ndarray) -> np.ndarray:
 
 
 class InvertedIndex:
-    def __init__(self, unit_ids: np.ndarray, key_ids: np.ndarray, n_keys: int):
-        order = np.lexsort((unit_ids, key_ids))
-        self.units_sorted = unit_ids[order].astype(np.int64)
-        bounds = np.searchsorted(key_ids[order], np.arange(n_keys + 1))
-        self.starts, self.ends = bounds[:-1], bounds[1:]
+    """key code -> sorted unit codes, as one array of unit codes and the offset of each key's postings."""
+
+    def __init__(self, offsets: np.ndarray, units_sorted: np.ndarray):
+        self.units_sorted = units_sorted
+        self.starts, self.ends = offsets[:-1], offsets[1:]
         self._cache: dict[tuple[int, ...], int] = {}
 
     def postings(self, key: int) -> np.ndarray:
@@ -106,6 +108,41 @@ class InvertedIndex:
         return result
 
 
+@dataclass
+class KeySets:
+    """The released key sets of the window with integer codes: units numbered in their sort order, keys in
+    the sort order of their names. Both directions are compressed (CSR): unit u's sorted key codes are
+    unit_keys[unit_offsets[u]:unit_offsets[u + 1]], key k's sorted unit codes key_units[key_offsets[k]:...].
+    Memory: 8 bytes per released (unit, key) pair plus the unit and key tables, whatever the pings."""
+
+    key_zone: np.ndarray  # risk zone of each key code
+    unit_offsets: np.ndarray
+    unit_keys: np.ndarray
+    key_offsets: np.ndarray
+    key_units: np.ndarray
+
+    @property
+    def units(self) -> int:
+        return len(self.unit_offsets) - 1
+
+    @property
+    def keys(self) -> int:
+        return len(self.key_offsets) - 1
+
+    @staticmethod
+    def offsets(counts: np.ndarray) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+
+    @classmethod
+    def from_codes(cls, unit_codes: np.ndarray, key_codes: np.ndarray, key_zone: np.ndarray) -> "KeySets":
+        """From distinct (unit code, key code) pairs held in memory."""
+        n_units, n_keys = (int(unit_codes.max()) + 1 if len(unit_codes) else 0), len(key_zone)
+        by_unit = np.lexsort((key_codes, unit_codes))
+        by_key = np.lexsort((unit_codes, key_codes))
+        return cls(key_zone, cls.offsets(np.bincount(unit_codes, minlength=n_units)), key_codes[by_unit],
+                   cls.offsets(np.bincount(key_codes, minlength=n_keys)), unit_codes[by_key])
+
+
 def estimate_risk(unit_keys: pd.DataFrame, key_zone: pd.Series, params: RiskParams = RiskParams(),
                   population: dict[str, float] | None = None) -> RiskReport:
     """Per-zone re-identification risk of the released keys (see the module docstring for the figures).
@@ -120,20 +157,31 @@ def estimate_risk(unit_keys: pd.DataFrame, key_zone: pd.Series, params: RiskPara
     using k-anonymity", JAMIA 15(5), 2008 (and ARX's risk models). The adversary knowing p points of a
     trace is the unicity model of de Montjoye et al., "Unique in the Crowd: the privacy bounds of human
     mobility", Scientific Reports 3:1376, 2013 (four points single out 95 % of people in a mobile-phone
-    dataset). Raises ValueError when a key has no risk zone."""
+    dataset). Raises ValueError when a key has no risk zone. For key sets too large for a DataFrame,
+    build the KeySets in DuckDB (risk.keysets) and call estimate_key_sets."""
     started = time.perf_counter()
     pairs = unit_keys[["unit", "key"]].drop_duplicates()
-    unit_codes, units = pd.factorize(pairs["unit"], sort=True)
+    unit_codes, _ = pd.factorize(pairs["unit"], sort=True)
     key_codes, keys = pd.factorize(pairs["key"], sort=True)
     zones_of_key = key_zone.reindex(keys).to_numpy()
     if pd.isna(zones_of_key).any():
         missing = list(keys[pd.isna(zones_of_key)][:3])
         raise ValueError(f"keys without a risk zone: {missing}")
-    index = InvertedIndex(unit_codes, key_codes, len(keys))
-    by_unit = pd.Series(key_codes).groupby(unit_codes).apply(lambda s: np.sort(s.to_numpy()))
+    return estimate_key_sets(KeySets.from_codes(unit_codes, key_codes, zones_of_key), params, population,
+                             started)
+
+
+def estimate_key_sets(sets: KeySets, params: RiskParams = RiskParams(), population: dict[str, float] | None = None,
+                      started: float | None = None) -> RiskReport:
+    """estimate_risk on key sets already coded (units and keys numbered in their sort order): the figures
+    depend on the codes only, so the same key sets give the same report however they were built."""
+    started = time.perf_counter() if started is None else started
+    index = InvertedIndex(sets.key_offsets, sets.key_units)
+    zones_of_key = sets.key_zone
     rng = np.random.default_rng(params.seed)
     per_zone: dict[str, dict[str, list[float]]] = {}
-    for unit, unit_keys_arr in by_unit.items():
+    for unit in range(sets.units):
+        unit_keys_arr = sets.unit_keys[sets.unit_offsets[unit]:sets.unit_offsets[unit + 1]]
         zones = zones_of_key[unit_keys_arr]
         for zone in sorted(set(zones)):
             anchors = unit_keys_arr[zones == zone]
@@ -142,7 +190,7 @@ def estimate_risk(unit_keys: pd.DataFrame, key_zone: pd.Series, params: RiskPara
             entry["mean"].append(float(np.mean(risks)))
             entry["worst"].append(float(np.max(risks)))
             entry["n_inverse"].append(risks)
-    report = RiskReport(units=len(units), keys=len(keys))
+    report = RiskReport(units=sets.units, keys=sets.keys)
     all_means = []
     for zone in sorted(per_zone):
         entry = per_zone[zone]

@@ -12,8 +12,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pandas as pd
-
 from spatial_release.alerts import Alert, AlertRouting, DeliveryReport, Place, deliver
 from spatial_release.guarantees import CheckOutcome
 from spatial_release.ledger import Ledger
@@ -85,7 +83,7 @@ def review_programme(policy: Policy, ledger: Ledger, work_root: Path) -> Review:
             reviewed.append(_as_published(entry, figures))  # past retention: the published figure stands
             continue
         window = releases[:i][-policy.risk.window:] if policy.risk.window else releases[:i]
-        risk = assess_risk(ctx, ledger, pd.read_parquet(ctx.area.unit_keys), window)
+        risk = assess_risk(ctx, ledger, ctx.area.unit_keys, window)
         figure = risk.release_figure
         figures.append(figure if figure is not None else float("nan"))
         cumulative = cumulative_risk(figures)

@@ -3,6 +3,8 @@ earlier releases of its window, and the gate's decision (risk/risk.json)."""
 
 from __future__ import annotations
 
+import tempfile
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -13,9 +15,11 @@ from spatial_release.levels import LEAF
 from spatial_release.ledger import Ledger
 from spatial_release.period import Period
 from spatial_release.policy import Policy
-from spatial_release.risk import Adversary, decide, estimate_risk, pooled_figure, release_figure
+from spatial_release.risk import Adversary, decide, keysets, pooled_figure, release_figure
+from spatial_release.risk.estimator import estimate_key_sets
 from spatial_release.risk.landscape import Landscape, load_landscape
 from spatial_release.stages.context import ReleaseContext, WorkArea, ZoneLayers
+from spatial_release.stages.count import sql_path
 from spatial_release.stages.results import RiskAssessment, ZoneFigures
 
 # Column names that say which adversary each per-zone figure belongs to.
@@ -23,13 +27,32 @@ ZONE_LABELS = {"mean": "prosecutor_mean", "at_risk": "prosecutor_at_risk", "wors
                "journalist": "journalist_mean"}
 
 
-def released_keys(area: WorkArea) -> pd.DataFrame:
-    """unit, key for every published (cell, bucket) each unit was counted in (set semantics)."""
-    membership = pd.read_parquet(area.counts / "membership.internal.parquet")
-    cells = pd.read_parquet(area.candidate / "cells.parquet", columns=["cell_id", "bucket_start"])
-    keys = membership.merge(cells, on=["cell_id", "bucket_start"])
-    keys["key"] = keys["cell_id"] + "@" + keys["bucket_start"].dt.strftime("%Y-%m-%dT%H:%MZ")
-    return keys[["unit", "key", "cell_id"]].drop_duplicates(["unit", "key"])
+KEY_FORMAT = "%Y-%m-%dT%H:%MZ"  # a key is "<cell id>@<UTC start of its bucket>"
+
+
+def _parquet(path: Path) -> str:
+    return f"read_parquet('{sql_path(path)}')"
+
+
+def released_keys_sql(area: WorkArea) -> str:
+    """A DuckDB query of unit, key, cell_id for every published (cell, bucket) each unit was counted in (set
+    semantics), joining the membership to the candidate's cells in DuckDB (UTC session: keys name UTC
+    instants)."""
+    return (f"SELECT DISTINCT m.unit, m.cell_id || '@' || strftime(m.bucket_start, '{KEY_FORMAT}') AS key, m.cell_id "
+            f"FROM {_parquet(area.counts / 'membership.internal.parquet')} m "
+            f"JOIN (SELECT DISTINCT cell_id, bucket_start FROM {_parquet(area.candidate / 'cells.parquet')}) c "
+            "ON m.cell_id = c.cell_id AND m.bucket_start = c.bucket_start")
+
+
+def write_released_keys(area: WorkArea, path: Path) -> None:
+    """Write the candidate's per-unit key sets (unit, key, cell_id) to `path`, in DuckDB: nothing per
+    membership row is held in Python."""
+    with tempfile.TemporaryDirectory(prefix="risk-keys-") as spill, atomic_path(path) as tmp:
+        con = keysets.connect(spill)
+        try:
+            con.execute(f"COPY ({released_keys_sql(area)}) TO '{sql_path(tmp)}' (FORMAT parquet)")
+        finally:
+            con.close()
 
 
 def _risk_zone_of(ctx: ReleaseContext, cells: pd.Series) -> pd.Series:
@@ -102,41 +125,57 @@ def expired(policy: Policy, entry: dict, now: datetime) -> bool:
     return now - recorded > timedelta(days=policy.risk.key_retention_days)
 
 
-def _earlier_keys(ctx: ReleaseContext, entries: list[dict]) -> list[pd.DataFrame]:
-    """Per-unit key sets of this dataset's earlier releases. Releases of other programmes of the same
+def _earlier_keys(ctx: ReleaseContext, entries: list[dict]) -> list[Path]:
+    """Per-unit key set files of this dataset's earlier releases. Releases of other programmes of the same
     population count through their published figures in the cumulative risk; their key sets are not merged,
     because their keys are cells of another geometry and buckets that the risk zones here do not map."""
-    frames = []
+    paths = []
     now = datetime.now(timezone.utc)
     for entry in (e for e in entries if e["dataset"] == ctx.policy.name):
         path = ctx.area_of(entry["period"]).unit_keys
         if path.exists():
-            frames.append(pd.read_parquet(path))
+            paths.append(path)
         elif not expired(ctx.policy, entry, now):
             raise FileNotFoundError(f"the per-unit key sets of release {entry['period']} ({path}) are missing "
                                     "within their retention: the risk over the window cannot be estimated")
-    return frames
+    return paths
+
+
+def window_key_sets(ctx: ReleaseContext, unit_keys: pd.DataFrame | Path | None, earlier: list[dict]
+                    ) -> keysets.KeySets:
+    """The coded key sets of this release (a DataFrame, a key set file, or None: derived from the work area's
+    membership and candidate cells) and of the earlier releases of the window, built in DuckDB."""
+    if isinstance(unit_keys, pd.DataFrame):
+        current = "SELECT unit, key, cell_id FROM current_keys"
+    elif unit_keys is not None:
+        current = f"SELECT unit, key, cell_id FROM {_parquet(Path(unit_keys))}"
+    else:
+        current = released_keys_sql(ctx.area)
+    selects = [current] + [f"SELECT unit, key, cell_id FROM {_parquet(p)}" for p in _earlier_keys(ctx, earlier)]
+    frames = {"current_keys": unit_keys} if isinstance(unit_keys, pd.DataFrame) else None
+    return keysets.window_key_sets(selects, lambda cells: _risk_zone_of(ctx, cells), frames)
 
 
 def labelled_zones(frame: pd.DataFrame) -> list[ZoneFigures]:
     return [ZoneFigures.from_json(z) for z in frame.rename(columns=ZONE_LABELS).to_dict("records")]
 
 
-def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | None = None,
+def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | Path | None = None,
                 earlier: list[dict] | None = None) -> RiskAssessment:
-    """Per-zone risk of this release plus the earlier ones in the window, and the gate's decision."""
+    """Per-zone risk of this release plus the earlier ones in the window, and the gate's decision.
+
+    unit_keys: this release's per-unit key sets (unit, key, cell_id), as a DataFrame or a key set file;
+    None derives them from the work area. The window's key sets are read and coded in DuckDB (memory: the
+    units, the keys and 8 bytes per released (unit, key) pair, never a row per ping)."""
     policy, period = ctx.policy, ctx.period
     if policy.risk is None:
         raise ValueError(f"{policy.path}: no 'risk' section: a release without a risk estimate is blocked")
     landscape_path = policy.resolve(policy.risk.landscape)
     landscape, landscape_sha = load_landscape(landscape_path)
-    keys = released_keys(ctx.area) if unit_keys is None else unit_keys
     earlier = earlier_releases(policy, period, ledger) if earlier is None else earlier
-    window = pd.concat([keys, *_earlier_keys(ctx, earlier)], ignore_index=True)
-    zone_of_key = pd.Series(_risk_zone_of(ctx, window["cell_id"]).to_numpy(), index=window["key"].to_numpy())
-    zone_of_key = zone_of_key[~zone_of_key.index.duplicated()]
-    report = estimate_risk(window[["unit", "key"]], zone_of_key, landscape.params(),
-                           zone_population(policy, landscape, landscape_path, ctx.layers))
+    started = time.perf_counter()
+    report = estimate_key_sets(window_key_sets(ctx, unit_keys, earlier), landscape.params(),
+                               zone_population(policy, landscape, landscape_path, ctx.layers), started)
     # The gated figure follows the landscape's adversary (itself fixed by who is in the panel); every
     # figure of the report is labelled with the adversary it belongs to.
     adversary = Adversary(landscape.adversary)
@@ -156,11 +195,9 @@ def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | N
 
 def run_risk(ctx: ReleaseContext, ledger: Ledger) -> RiskAssessment:
     """Keep the candidate's per-unit key sets (internal, for later releases and reviews) and assess its risk."""
-    keys = released_keys(ctx.area)
     ctx.area.risk.mkdir(parents=True, exist_ok=True)
-    with atomic_path(ctx.area.unit_keys) as tmp:
-        keys.to_parquet(tmp, index=False)
-    assessment = assess_risk(ctx, ledger, keys)
+    write_released_keys(ctx.area, ctx.area.unit_keys)
+    assessment = assess_risk(ctx, ledger, ctx.area.unit_keys)
     assessment.write(ctx.area.risk)
     return assessment
 

@@ -1,0 +1,97 @@
+"""The window's released key sets, coded in DuckDB and streamed into the estimator's compact arrays.
+
+DuckDB reads the (unit, key, cell_id) rows (Parquet files or a view), numbers the distinct units and keys in
+their sort order (as pandas.factorize(sort=True) would, so the estimator's figures are the same as from a
+DataFrame), and streams the coded pairs, sorted, in record batches into two int32 arrays (by unit, by key).
+Python never holds a row per ping or per membership row, nor any key string but one per distinct key: memory
+is the unit and key tables plus 8 bytes per released (unit, key) pair; DuckDB spills its sorts to disk
+within its memory limit.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from spatial_release.risk.estimator import KeySets
+
+BATCH_ROWS = 1_000_000
+MEMORY_LIMIT = "1GB"
+
+
+def connect(spill: str) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection for the key sets: UTC (keys name UTC instants), bounded memory, spills to `spill`."""
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+    con.execute(f"SET temp_directory = '{spill}'")
+    con.execute("SET preserve_insertion_order = false")
+    return con
+
+
+def _scalar(con: duckdb.DuckDBPyConnection, query: str):
+    return con.execute(query).fetchall()[0][0]
+
+
+def _fill(con: duckdb.DuckDBPyConnection, query: str, n_groups: int, total: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stream `query` (two integer columns, sorted by the first) into the second column's int32 array and
+    the number of rows per value of the first."""
+    values = np.empty(total, dtype=np.int32)
+    counts = np.zeros(n_groups, dtype=np.int64)
+    at = 0
+    reader = con.sql(query).to_arrow_reader(BATCH_ROWS)
+    for batch in reader:
+        group = batch.column(0).to_numpy()
+        values[at:at + len(group)] = batch.column(1).to_numpy()
+        counts += np.bincount(group, minlength=n_groups)
+        at += len(group)
+    if at != total:
+        raise RuntimeError(f"the key sets changed while read: {at:,} pairs streamed, {total:,} counted")
+    return values, counts
+
+
+def load_key_sets(con: duckdb.DuckDBPyConnection, source: str,
+                  zone_of_cells: Callable[[pd.Series], pd.Series]) -> KeySets:
+    """KeySets of the rows of `source` (a relation with columns unit, key, cell_id; set semantics: a
+    repeated (unit, key) counts once). zone_of_cells: the risk zone of each cell id (index: cell id).
+    Raises ValueError when a key has no risk zone."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE risk_units AS SELECT unit, (row_number() OVER (ORDER BY unit) - 1)"
+                f"::INTEGER AS u FROM (SELECT DISTINCT unit FROM {source})")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE risk_keys AS SELECT key, cell_id, (row_number() OVER (ORDER BY key)"
+                f" - 1)::INTEGER AS k FROM (SELECT key, min(cell_id) AS cell_id FROM {source} GROUP BY key)")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE risk_pairs AS SELECT DISTINCT u.u, k.k FROM {source} s "
+                "JOIN risk_units u ON u.unit = s.unit JOIN risk_keys k ON k.key = s.key")
+    n_units = _scalar(con, "SELECT count(*) FROM risk_units")
+    cells = con.sql("SELECT cell_id FROM risk_keys ORDER BY k").to_arrow_table().column(0).to_pandas()
+    zones = zone_of_cells(cells.drop_duplicates())
+    key_zone = cells.map(zones).to_numpy(dtype=object)
+    if pd.isna(key_zone).any():
+        missing = con.execute("SELECT key FROM risk_keys WHERE k IN (SELECT unnest($1)) ORDER BY k LIMIT 3",
+                              [np.flatnonzero(pd.isna(key_zone))[:3].tolist()]).fetchall()
+        raise ValueError(f"keys without a risk zone: {[m[0] for m in missing]}")
+    total = _scalar(con, "SELECT count(*) FROM risk_pairs")
+    unit_keys, unit_counts = _fill(con, "SELECT u, k FROM risk_pairs ORDER BY u, k", n_units, total)
+    key_units, key_counts = _fill(con, "SELECT k, u FROM risk_pairs ORDER BY k, u", len(key_zone), total)
+    con.execute("DROP TABLE risk_pairs")
+    return KeySets(key_zone, KeySets.offsets(unit_counts), unit_keys, KeySets.offsets(key_counts), key_units)
+
+
+def window_key_sets(selects: list[str], zone_of_cells: Callable[[pd.Series], pd.Series],
+                    frames: dict[str, pd.DataFrame] | None = None) -> KeySets:
+    """KeySets of the union of `selects` (queries with columns unit, key, cell_id, e.g. over Parquet files),
+    which may name the DataFrames of `frames` as tables, read in DuckDB with its spill folder in a
+    temporary directory."""
+    with tempfile.TemporaryDirectory(prefix="risk-keys-") as spill:
+        con = connect(spill)
+        try:
+            for name, frame in (frames or {}).items():
+                con.register(name, frame)
+            con.execute("CREATE TEMP VIEW window_keys AS " + " UNION ALL ".join(
+                f"SELECT unit, key, cell_id FROM ({select})" for select in selects))
+            return load_key_sets(con, "window_keys", zone_of_cells)
+        finally:
+            con.close()

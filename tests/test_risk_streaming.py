@@ -1,0 +1,218 @@
+"""The risk step reads and codes the window's key sets in DuckDB (risk.keysets) instead of pandas: its per-zone
+figures and its gate decision are exactly those of the in-memory estimator it replaced, frozen below as the
+reference (the pandas key sets, factorize, the per-unit groupby, the list-based aggregation of commit
+8f8961b), on the test fixture, on a synthetic release through the stages, and on generated key set tables
+over a window of several files."""
+
+from datetime import date
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import fixture_pings, policy_dict, write_policy
+from spatial_release import stages
+from spatial_release.ledger import Ledger
+from spatial_release.period import Period
+from spatial_release.policy import load_policy
+from spatial_release.risk import Adversary, RiskParams, decide, release_figure
+from spatial_release.risk.estimator import RiskReport, ZoneRisk, _draw_risks, _intersect_sorted, estimate_key_sets
+from spatial_release.risk.keysets import window_key_sets
+from spatial_release.risk.landscape import load_landscape
+from spatial_release.stages.risk import _risk_zone_of, labelled_zones, zone_population
+from spatial_release.traces.synthetic import SyntheticConfig, generate_pings, write_pings
+
+PERIOD = Period.parse("2018-Q1")
+
+
+# ------------------------------------------------------------------ the reference: the in-memory estimator
+
+class _ReferenceIndex:
+    """The inverted index as it was: built from the pairs by a lexsort, postings as int64."""
+
+    def __init__(self, unit_ids: np.ndarray, key_ids: np.ndarray, n_keys: int):
+        order = np.lexsort((unit_ids, key_ids))
+        self.units = unit_ids[order].astype(np.int64)
+        bounds = np.searchsorted(key_ids[order], np.arange(n_keys + 1))
+        self.starts, self.ends = bounds[:-1], bounds[1:]
+
+    def anonymity(self, keys: list[int]) -> int:
+        ordered = sorted(keys, key=lambda k: (self.ends[k] - self.starts[k], k))
+        current = self.units[self.starts[ordered[0]]:self.ends[ordered[0]]]
+        for key in ordered[1:]:
+            if len(current) <= 1:
+                break
+            current = _intersect_sorted(current, self.units[self.starts[key]:self.ends[key]])
+        return max(len(current), 1)
+
+
+def reference_estimate(unit_keys: pd.DataFrame, key_zone: pd.Series, params: RiskParams,
+                       population: dict[str, float] | None = None) -> RiskReport:
+    pairs = unit_keys[["unit", "key"]].drop_duplicates()
+    unit_codes, units = pd.factorize(pairs["unit"], sort=True)
+    key_codes, keys = pd.factorize(pairs["key"], sort=True)
+    zones_of_key = key_zone.reindex(keys).to_numpy()
+    index = _ReferenceIndex(unit_codes, key_codes, len(keys))
+    by_unit = pd.Series(key_codes).groupby(unit_codes).apply(lambda s: np.sort(s.to_numpy()))
+    rng = np.random.default_rng(params.seed)
+    means: dict[str, list[float]] = {}
+    worsts: dict[str, list[float]] = {}
+    draws: dict[str, list[np.ndarray]] = {}
+    for unit_keys_arr in by_unit:
+        zones = zones_of_key[unit_keys_arr]
+        for zone in sorted(set(zones)):
+            risks = _draw_risks(index, unit_keys_arr, unit_keys_arr[zones == zone], params, rng)
+            means.setdefault(zone, []).append(float(np.mean(risks)))
+            worsts.setdefault(zone, []).append(float(np.max(risks)))
+            draws.setdefault(zone, []).append(risks)
+    zones_out = []
+    for zone in sorted(means):
+        share = min(1.0, len(means[zone]) / population[zone]) if population and population.get(zone) else None
+        journalist = (None if share is None else
+                      float(np.mean([np.mean(np.minimum(1.0, share * r)) for r in draws[zone]])))
+        zones_out.append(ZoneRisk(str(zone), len(means[zone]), float(np.mean(means[zone])),
+                                  float(np.mean(np.array(means[zone]) > params.threshold)),
+                                  float(np.max(worsts[zone])), journalist, share))
+    pooled = [m for zone in sorted(means) for m in means[zone]]
+    return RiskReport(zones_out, float(np.mean(pooled)) if pooled else 0.0, len(units), len(keys))
+
+
+def reference_released_keys(area: stages.WorkArea) -> pd.DataFrame:
+    """The candidate's key sets as the pandas step built them."""
+    membership = pd.read_parquet(area.counts / "membership.internal.parquet")
+    cells = pd.read_parquet(area.candidate / "cells.parquet", columns=["cell_id", "bucket_start"])
+    keys = membership.merge(cells, on=["cell_id", "bucket_start"])
+    keys["key"] = keys["cell_id"] + "@" + keys["bucket_start"].dt.strftime("%Y-%m-%dT%H:%MZ")
+    return keys[["unit", "key", "cell_id"]].drop_duplicates(["unit", "key"])
+
+
+def _same(report: RiskReport, reference: RiskReport) -> None:
+    assert report.zones == reference.zones  # every figure of every zone, exactly
+    assert (report.units, report.keys, report.pooled) == (reference.units, reference.keys, reference.pooled)
+
+
+# ------------------------------------------------------------------ through the stages
+
+def _assess_both(ctx: stages.ReleaseContext, ledger: Ledger):
+    assessment = stages.run_risk(ctx, ledger)
+    policy = ctx.policy
+    keys = reference_released_keys(ctx.area)
+    streamed = pd.read_parquet(ctx.area.unit_keys)
+    assert set(map(tuple, streamed[["unit", "key", "cell_id"]].to_numpy().tolist())) == \
+        set(map(tuple, keys.to_numpy().tolist()))
+    landscape_path = policy.resolve(policy.risk.landscape)
+    landscape, _ = load_landscape(landscape_path)
+    zone_of_key = pd.Series(_risk_zone_of(ctx, keys["cell_id"]).to_numpy(), index=keys["key"].to_numpy())
+    reference = reference_estimate(keys, zone_of_key[~zone_of_key.index.duplicated()], landscape.params(),
+                                   zone_population(policy, landscape, landscape_path, ctx.layers))
+    worst, figure = release_figure(reference, Adversary(landscape.adversary))
+    decision = decide(figure, worst.zone if worst else None, [], policy.risk.per_release_ceiling,
+                      policy.risk.cumulative_ceiling, policy.risk.warn_at)
+    assert assessment.zones == labelled_zones(reference.frame())
+    assert (assessment.status, assessment.release_figure, assessment.worst_zone, assessment.cumulative) == \
+        (decision.status, figure, decision.worst_zone, decision.cumulative)
+    assert (assessment.units, assessment.keys) == (reference.units, reference.keys)
+    # the publish step derives the key sets again from the work area, without the key set file
+    again = stages.assess_risk(ctx, ledger)
+    assert again.zones == assessment.zones and again.status == assessment.status
+    return assessment
+
+
+def test_fixture_release_has_the_reference_figures_and_decision(tmp_path, fixture_policy):
+    ctx = stages.ReleaseContext(fixture_policy, PERIOD, tmp_path / "work")
+    stages.run_ingest(ctx)
+    stages.run_counts(ctx)
+    stages.run_protect(ctx)
+    assessment = _assess_both(ctx, Ledger(tmp_path / "ledger", tmp_path / "releases"))
+    assert assessment.units > 0 and assessment.zones
+
+
+@pytest.mark.parametrize("population", [10_000, 5])  # 5: the gate blocks, on the same figures
+def test_fixture_decision_is_the_reference_one_when_blocked_too(tmp_path, population):
+    traces = tmp_path / "traces.csv"
+    fixture_pings().to_csv(traces, index=False)
+    policy = load_policy(write_policy(tmp_path, policy_dict(str(traces)), population=population))
+    ctx = stages.ReleaseContext(policy, PERIOD, tmp_path / "work")
+    stages.run_ingest(ctx)
+    stages.run_counts(ctx)
+    stages.run_protect(ctx)
+    assessment = _assess_both(ctx, Ledger(tmp_path / "ledger", tmp_path / "releases"))
+    assert (assessment.status == "block") == (population == 5)
+
+
+def test_synthetic_hourly_release_has_the_reference_figures(tmp_path):
+    """Generated pings (the project's generator) at 500 m x hour, risk zones the 2 km parents, p = 4."""
+    traces = write_pings(generate_pings(SyntheticConfig(persons=400, days=5, start=date(2018, 1, 8))),
+                         tmp_path / "pings.csv")
+    (tmp_path / "landscape.yaml").write_text(yaml.safe_dump(
+        {"version": 1, "points": 4, "draws": 6, "panel": "whole", "adversary": "prosecutor"}))
+    data = policy_dict(str(traces), name="synthetic", geometry={
+        "kind": "grid", "crs": "EPSG:32618", "size_m": 500, "parents_m": [2000]},
+        time={"bucket": "1h", "timezone": "America/New_York"}, suppression={"budget": 1.0})
+    data["source"].update(unit="device_id", time="local_time", identifiers=["device_id", "imsi", "age_band"],
+                          max_rejected_share=0.01)
+    data["risk"].update(zones="grid_2000m", per_release_ceiling=0.5, cumulative_ceiling=1.0)
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(data))
+    ctx = stages.ReleaseContext(load_policy(tmp_path / "policy.yaml"), PERIOD, tmp_path / "work")
+    stages.run_ingest(ctx)
+    stages.run_counts(ctx)
+    stages.run_protect(ctx)
+    assessment = _assess_both(ctx, Ledger(tmp_path / "ledger", tmp_path / "releases"))
+    assert assessment.units > 100 and len(assessment.zones) > 1
+
+
+# ------------------------------------------------------------------ generated key set tables, several files
+
+def _generated(seed: int, units: int, text_units: bool) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for u in range(units):
+        home = rng.integers(0, 6)
+        for _ in range(rng.integers(1, 9)):
+            cell = int(home + rng.integers(0, 3)) if rng.random() < 0.8 else int(rng.integers(0, 12))
+            bucket = int(rng.integers(0, 10))
+            rows.append((f"dev-{u:05d}" if text_units else u * 7 + 3, f"z{cell // 3}c{cell:02d}", bucket))
+    frame = pd.DataFrame(rows, columns=["unit", "cell_id", "bucket"])
+    frame["key"] = frame["cell_id"] + "@2018-01-" + (frame["bucket"] + 10).astype(str) + "T05:00Z"
+    return frame[["unit", "key", "cell_id"]]
+
+
+def _zone_of_cells(cells: pd.Series) -> pd.Series:
+    return pd.Series(cells.str.slice(0, 2).to_numpy(), index=cells.to_numpy())
+
+
+@pytest.mark.parametrize("text_units", [False, True])
+@pytest.mark.parametrize("params", [RiskParams(points=4, draws=8, seed=3), RiskParams(points=1, draws=3),
+                                    RiskParams(points=3, draws=20, threshold=0.05)])
+def test_generated_window_over_files_has_the_reference_figures(tmp_path, params, text_units):
+    parts = [_generated(seed, units, text_units) for seed, units in ((1, 700), (2, 400), (3, 500))]
+    parts[1] = pd.concat([parts[1], parts[1].head(50)])  # a repeated (unit, key) counts once
+    paths = []
+    for i, part in enumerate(parts[1:]):
+        paths.append(tmp_path / f"earlier-{i}.parquet")
+        part.to_parquet(paths[-1], index=False)
+    selects = ["SELECT * FROM current_keys"] + [f"SELECT * FROM read_parquet('{p}')" for p in paths]
+    window = pd.concat(parts, ignore_index=True)
+    key_zone = pd.Series(window["cell_id"].str.slice(0, 2).to_numpy(), index=window["key"].to_numpy())
+    key_zone = key_zone[~key_zone.index.duplicated()]
+    population = {"z0": 4000.0, "z1": 900.0, "z3": 2.0}
+    sets = window_key_sets(selects, _zone_of_cells, {"current_keys": parts[0]})
+    report = estimate_key_sets(sets, params, population)
+    _same(report, reference_estimate(window, key_zone, params, population))
+    assert report.units == window["unit"].nunique() and report.keys == window["key"].nunique()
+
+
+def test_generated_exhaustive_mode_has_the_reference_figures(tmp_path):
+    frame = _generated(4, 60, True)
+    params = RiskParams(points=2, exhaustive=True)
+    sets = window_key_sets(["SELECT * FROM current_keys"], _zone_of_cells, {"current_keys": frame})
+    key_zone = pd.Series(frame["cell_id"].str.slice(0, 2).to_numpy(), index=frame["key"].to_numpy())
+    _same(estimate_key_sets(sets, params), reference_estimate(frame, key_zone[~key_zone.index.duplicated()], params))
+
+
+def test_a_key_without_a_zone_is_refused():
+    frame = _generated(5, 20, False)
+    with pytest.raises(ValueError, match="keys without a risk zone"):
+        window_key_sets(["SELECT * FROM current_keys"], lambda cells: _zone_of_cells(cells).iloc[1:],
+                        {"current_keys": frame})
