@@ -1,0 +1,233 @@
+"""A throw-away Dagster deployment for the browser test: a fresh DAGSTER_HOME and output folder, the
+`spatial-release` command line run into that instance, `dagster-webserver` and `dagster-daemon` as
+subprocesses (each in its own process group, stopped by that group's id), and the GraphQL queries the test
+uses to wait for state and to find run ids. What the test checks it reads in the browser, not here."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent  # the venv running pytest holds spatial-release and the dagster commands
+LOCATION = "spatial_release"
+REPOSITORY = "__repository__"
+TICK_DONE = {"SKIPPED", "SUCCESS", "FAILURE"}
+
+
+def missing_browser() -> str | None:
+    """Why the browser test cannot run on this machine, or None: Chromium or Playwright is not installed."""
+    missing = []
+    if shutil.which("chromium") is None:
+        missing.append("the chromium browser (Debian package `chromium`)")
+    if importlib.util.find_spec("playwright") is None:
+        missing.append("the playwright package (pip install playwright==1.65.2)")
+    if not missing:
+        return None
+    return "not installed: " + " and ".join(missing) + "; .ci/run installs both, so CI runs this test"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Deployment:
+    root: Path
+    env: dict
+    port: int
+    procs: dict = field(default_factory=dict)
+    blocked_run: str = ""  # the refused re-run's id, and when it ended (time.monotonic())
+    blocked_at: float = 0.0
+
+    @classmethod
+    def create(cls, root: Path) -> "Deployment":
+        home = root / "dagster_home"
+        home.mkdir(parents=True)
+        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        out = root / "out"  # made by `spatial-release demo`, which refuses a folder it did not make
+        env = dict(os.environ, DAGSTER_HOME=str(home),
+                   SPATIAL_RELEASE_RELEASES=str(out / "releases"), SPATIAL_RELEASE_WORK=str(out / "work"),
+                   SPATIAL_RELEASE_LEDGER=str(out / "ledger"), SPATIAL_RELEASE_ALERTS=str(out / "alerts"),
+                   SPATIAL_RELEASE_SIGNING_KEY=str(root / "keys" / "ledger-ed25519.key"))
+        for name in ("SPATIAL_RELEASE_POLICIES", "SPATIAL_RELEASE_PUBLIC_KEY"):
+            env.pop(name, None)  # the project's policies/, and the key made beside the signing key
+        return cls(root, env, free_port())
+
+    @property
+    def out(self) -> Path:
+        return self.root / "out"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # --- processes -------------------------------------------------------------------------------------
+
+    def cli(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        """`spatial-release ARGS` in the project folder, into this deployment's instance; its output is
+        kept in cli-<command>.log."""
+        started = time.monotonic()
+        done = subprocess.run([str(BIN / "spatial-release"), *args], cwd=PROJECT_ROOT, env=self.env,
+                              capture_output=True, text=True, timeout=timeout)
+        log = self.root / f"cli-{args[0]}.log"
+        with log.open("a") as f:
+            f.write(f"$ spatial-release {' '.join(args)}\n-> exit {done.returncode} after "
+                    f"{time.monotonic() - started:.0f} s\n{done.stdout}{done.stderr}\n")
+        return done
+
+    def init_instance(self) -> None:
+        """Create the instance's SQLite storages once, before several processes open them: two processes
+        creating a fresh instance at the same time can both stamp its schema version (alembic then reports
+        "more than one head" and the code location fails to load)."""
+        subprocess.run([sys.executable, "-c", "import dagster as dg\n"
+                        "instance = dg.DagsterInstance.get()\n"
+                        "instance.get_runs(limit=1)\n"
+                        "instance.all_instigator_state()\n"
+                        "instance.fetch_materializations(dg.AssetKey('none'), limit=1)\n"],
+                       cwd=PROJECT_ROOT, env=self.env, check=True, capture_output=True, timeout=120)
+
+    def _start(self, name: str, argv: list[str]) -> None:
+        log = (self.root / f"{name}.log").open("w")
+        self.procs[name] = subprocess.Popen(argv, cwd=PROJECT_ROOT, env=self.env, stdout=log,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+
+    def start_webserver(self) -> None:
+        self._start("webserver", [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1",
+                                  "-p", str(self.port)])
+
+    def start_daemon(self) -> None:
+        self._start("daemon", [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"])
+
+    def stop(self) -> None:
+        """SIGTERM to each started process's group (its code servers and run workers), SIGKILL to what is
+        left after 20 s. Only the groups of the processes started here are signalled."""
+        for proc in self.procs.values():
+            _signal_group(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            while _group_alive(proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if _group_alive(proc.pid):  # a pgid is not reused while its group has a member: still ours
+                _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        path = self.root / f"{name}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    def save_logs(self, dest: Path) -> None:
+        dest.mkdir(parents=True, exist_ok=True)
+        for log in self.root.glob("*.log"):
+            shutil.copy2(log, dest / log.name)
+
+    def _alive(self, name: str) -> None:
+        proc = self.procs[name]
+        if proc.poll() is not None:
+            raise AssertionError(f"{name} exited with {proc.returncode}:\n{self.log_tail(name)}")
+
+    # --- GraphQL: waiting for state and finding run ids ------------------------------------------------
+
+    def graphql(self, query: str, variables: dict | None = None) -> dict:
+        body = json.dumps({"query": query, "variables": variables or {}}).encode()
+        request = urllib.request.Request(f"{self.url}/graphql", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=20) as response:
+            answer = json.load(response)
+        if answer.get("errors"):
+            raise AssertionError(f"GraphQL errors: {answer['errors']}")
+        return answer["data"]
+
+    def wait_for_location(self, timeout: float) -> None:
+        """Until the webserver serves the code location; its load error fails at once."""
+        query = """{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus
+                     locationOrLoadError { __typename ... on PythonError { message } } } } } }"""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._alive("webserver")
+            try:
+                entries = self.graphql(query)["workspaceOrError"]["locationEntries"]
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                entries = []
+            for entry in entries:
+                if entry["name"] == LOCATION and entry["loadStatus"] == "LOADED":
+                    loaded = entry["locationOrLoadError"] or {}
+                    if loaded.get("__typename") == "PythonError":
+                        raise AssertionError(f"the code location failed to load: {loaded['message']}")
+                    return
+            time.sleep(1)
+        raise AssertionError(f"the code location did not load in {timeout:.0f} s:\n{self.log_tail('webserver')}")
+
+    def sensor_ticks(self, sensor: str, limit: int = 5) -> list[dict]:
+        query = """query ($selector: SensorSelector!, $limit: Int) { sensorOrError(sensorSelector: $selector) {
+                     __typename ... on Sensor { sensorState { status ticks(limit: $limit) { status timestamp } } }
+                     ... on PythonError { message } } }"""
+        selector = {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY, "sensorName": sensor}
+        found = self.graphql(query, {"selector": selector, "limit": limit})["sensorOrError"]
+        if found["__typename"] != "Sensor":
+            raise AssertionError(f"sensor {sensor}: {found}")
+        return found["sensorState"]["ticks"]
+
+    def wait_for_tick(self, sensor: str, timeout: float) -> None:
+        """Until the daemon has finished one evaluation of the sensor."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._alive("daemon")
+            if any(t["status"] in TICK_DONE for t in self.sensor_ticks(sensor)):
+                return
+            time.sleep(1)
+        raise AssertionError(f"the daemon did not evaluate {sensor} in {timeout:.0f} s:\n{self.log_tail('daemon')}")
+
+    def runs(self, job: str, status: str | None = None) -> list[dict]:
+        """The runs of a job, newest first, each with its tags as a dict."""
+        query = """query ($filter: RunsFilter) { runsOrError(filter: $filter) { ... on Runs { results {
+                     runId status jobName tags { key value } } } } }"""
+        run_filter = {"pipelineName": job, **({"statuses": [status]} if status else {})}
+        results = self.graphql(query, {"filter": run_filter})["runsOrError"]["results"]
+        return [{**r, "tags": {t["key"]: t["value"] for t in r["tags"]}} for r in results]
+
+    def run_tags(self, run_id: str) -> dict:
+        query = """query ($runId: ID!) { runOrError(runId: $runId) { ... on Run { tags { key value } } } }"""
+        run = self.graphql(query, {"runId": run_id})["runOrError"]
+        return {t["key"]: t["value"] for t in run.get("tags", [])}
+
+    def wait_for_run_tag(self, run_id: str, key: str, deadline: float) -> dict:
+        """The run's tags once it carries `key`, or its tags as they are at the (monotonic) deadline."""
+        while True:
+            tags = self.run_tags(run_id)
+            if key in tags or time.monotonic() >= deadline:
+                return tags
+            time.sleep(2)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
