@@ -15,6 +15,8 @@ total; presence), protected once with `protect_release`. Then, in this process, 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import statistics
 import sys
 import time
@@ -32,13 +34,27 @@ from spatial_release.suppression.release_system import (  # noqa: E402
 )
 
 
+def cpu() -> tuple[float, float]:
+    """CPU seconds (user + system) of this process and of its finished children (the audit's workers)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
 def timed(fn, runs: int):
-    seconds, out = [], None
+    """Median wall seconds of `runs` calls, each call's wall seconds, the last result, and the median CPU
+    seconds of this process and of the workers per call (on a shared machine, wall time depends on the
+    load; the CPU split shows what the workers took off the main process)."""
+    seconds, own, children, out = [], [], [], None
     for _ in range(runs):
+        own_0, children_0 = cpu()
         started = time.perf_counter()
         out = fn()
         seconds.append(time.perf_counter() - started)
-    return statistics.median(seconds), seconds, out
+        own_1, children_1 = cpu()
+        own.append(own_1 - own_0)
+        children.append(children_1 - children_0)
+    cpu_text = f"CPU: main {statistics.median(own):.2f} s, workers {statistics.median(children):.2f} s"
+    return statistics.median(seconds), seconds, out, cpu_text
 
 
 def main() -> None:
@@ -64,22 +80,23 @@ def main() -> None:
 
     reference = None
     for workers in args.workers:
-        median, runs, (result, _) = timed(lambda: audit_published(true_cells, true_margins, cells, margins, spec,
+        median, runs, (result, _), cpu_text = timed(lambda: audit_published(true_cells, true_margins, cells, margins, spec,
                                                                   workers=workers), args.runs)
         bounds = [(i.node, i.lo, i.up, i.passed) for i in result.intervals]
         same = "reference" if reference is None else ("identical" if bounds == reference else "DIFFERENT")
         reference = reference or bounds
         print(f"audit (solve), {workers} worker(s): median {median:.2f} s of {[round(s, 2) for s in runs]}; "
               f"{result.components} components, {len(result.intervals)} primaries, passed {result.passed}, "
-              f"verdicts and bounds {same}")
-    median, runs, _ = timed(lambda: published_system(true_cells, true_margins, cells, margins, spec), args.runs)
+              f"verdicts and bounds {same}; {cpu_text}")
+    median, runs, _, _ = timed(lambda: published_system(true_cells, true_margins, cells, margins, spec), args.runs)
     print(f"published system alone: median {median:.2f} s of {[round(s, 2) for s in runs]}")
-    median, runs, (result, _, verification) = timed(
+    median, runs, (result, _, verification), cpu_text = timed(
         lambda: certify_published(true_cells, true_margins, cells, margins, spec, certificate,
                                   {"bench": "inputs"}), args.runs)
     print(f"check with the certificate (verify, no LP): median {median:.2f} s of {[round(s, 2) for s in runs]}; "
           f"{len(verification.certified)} components certified, {len(verification.unverified)} re-solved "
-          f"({sorted(set(verification.unverified.values()))[:3]}), passed {result.passed}")
+          f"({sorted(set(verification.unverified.values()))[:3]}), passed {result.passed}; {cpu_text}")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

@@ -285,3 +285,24 @@ def test_check_and_publication_verify_the_protection_steps_certificate(tmp_path,
     assert internal["certificate"]["certified_components"] == 0
     assert not outcome.passed
     assert {o.get("area_id") for o in outcome.offending} >= {cell_id(CELL_B)}
+
+
+def test_an_unbounded_upper_bound_is_witnessed_by_a_point_beyond_the_criterion():
+    """Nothing published caps the primary: the LP's max is unbounded, a ray is no point to check, so the
+    audit finds a point at max(k, v + 1) and the verifier accepts up = inf on that point only."""
+    table = Table()
+    total = table.add("x", "t", 0, 10, SECONDARY)
+    a = table.add("x", "a", 0, 2, PRIMARY)
+    b = table.add("x", "b", 0, 8, SECONDARY)
+    table.relations.append(Relation(EQ, total, (a, b)))
+    result = audit(table, K, optimal_bounds=True, workers=1)
+    [interval] = result.intervals
+    assert interval.up == float("inf") and result.witness_lps == 1
+    lo_point, up_point = result.witnesses[a]
+    assert up_point[a] >= K and lo_point.get(a, 2) <= 1
+    certificate = Certificate.build(table, result, INPUTS)
+    verification = verify(table, certificate, INPUTS, Criterion(K))
+    assert verification.certified == [0] and verification.intervals[0].up == float("inf")
+    # the same point cannot back a finite bound it does not attain
+    forged = certificate.primaries.assign(up=float(up_point[a] + 5))
+    assert verify(table, replace(certificate, primaries=forged), INPUTS, Criterion(K)).unverified
