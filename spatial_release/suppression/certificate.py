@@ -8,7 +8,7 @@ per-unit-derived and never goes into a release, a log or Dagster metadata):
   digest of the earlier releases the audit saw (`audit_with`; none at protection time);
 - the size of the linear system (figures, relations) and the components' count;
 - per withheld primary: its component, true value, the bounds the solver found (`lo`, `up`; `up` may be
-  +inf), and for each bound a witness: an integral point of the attacker's feasible set, stored as the
+  +inf), its verdict (a component's verdict is that of all its primaries), and for each bound a witness: an integral point of the attacker's feasible set, stored as the
   figures where it differs from the true table ({node: value}), shared between primaries.
 
 What "verify cheaply and exactly" means here. Protection needs, for each primary of value v, that the
@@ -89,7 +89,8 @@ class Certificate:
     relations: int
     components: int
     passed: bool
-    # node, component, value, lo, up, lo_point, up_point (point ids; NO_POINT when the solver gave none)
+    # node, component, value, lo, up, passed (the solver's verdict; a component's is that of all its
+    # primaries; the verifier never reads it), lo_point, up_point (point ids; NO_POINT when none)
     primaries: pd.DataFrame
     points: pd.DataFrame  # point, node, value
 
@@ -117,10 +118,12 @@ class Certificate:
                 interval = intervals.get(node)
                 lo_point, up_point = result.witnesses.get(node, (None, None))
                 rows.append((node, c, table.value[node], math.nan if interval is None else interval.lo,
-                             math.nan if interval is None else interval.up, point_id(lo_point), point_id(up_point)))
-        primaries = pd.DataFrame(rows, columns=["node", "component", "value", "lo", "up", "lo_point", "up_point"])
+                             math.nan if interval is None else interval.up, interval is not None and interval.passed,
+                             point_id(lo_point), point_id(up_point)))
+        columns = ["node", "component", "value", "lo", "up", "passed", "lo_point", "up_point"]
+        primaries = pd.DataFrame(rows, columns=columns)
         primaries = primaries.astype({"node": "int64", "component": "int64", "value": "int64", "lo": "float64",
-                                      "up": "float64", "lo_point": "int64", "up_point": "int64"})
+                                      "up": "float64", "passed": "bool", "lo_point": "int64", "up_point": "int64"})
         points = pd.DataFrame(point_rows, columns=["point", "node", "value"]).astype("int64")
         criterion = result.criterion or Criterion(result.k)
         return cls(dict(inputs), criterion.k, criterion.range_pct, f"HiGHS {highspy.Highs().version()}",
