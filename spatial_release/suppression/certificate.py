@@ -64,9 +64,11 @@ NO_POINT = -1
 
 
 def frames_digest(frames: Iterable[pd.DataFrame]) -> str:
-    """sha256 of a sequence of tables' contents (columns, then rows in key order)."""
+    """sha256 of a sequence of tables' contents (columns, then rows in key order); a geometry column is left
+    out (it follows from the cell id)."""
     digest = hashlib.sha256()
     for frame in frames:
+        frame = pd.DataFrame(frame[[c for c in frame.columns if str(frame[c].dtype) != "geometry"]])
         digest.update(json.dumps([str(c) for c in frame.columns]).encode())
         if len(frame):
             ordered = frame.sort_values(list(frame.columns)).reset_index(drop=True)
