@@ -114,6 +114,7 @@ def run_release(policy: str, period: str, traces: list[str] | None = None, out: 
     from spatial_release.defs.catalogue import programme_for
     from spatial_release.defs.execution import execute_release
     from spatial_release.defs.partitions import partitions_for
+    from spatial_release.defs.resources import ReleaseSettings
     from spatial_release.release import release_dir
     from spatial_release.traces.ingest import check_trace_files
 
@@ -124,6 +125,11 @@ def run_release(policy: str, period: str, traces: list[str] | None = None, out: 
     loaded = programme.programme.policy
     loaded.check_period(parsed)  # so is a period of the other cadence
     check_trace_files(loaded, parsed, config["traces"])  # so is a missing or unreadable trace file
+    try:  # a published period is refused before any run: no run, no red candidate in the UI
+        stages.refuse_if_published(stages.ReleaseContext(loaded, parsed, Path(config["work_dir"])),
+                                   ReleaseSettings(**config).ledger(), Path(config["releases_dir"]))
+    except stages.AlreadyPublished as published:
+        return RunOutcome(False, failures=(Failure("step", "validated_pings", str(published)),))
     try:
         run = execute_release(programme, parsed.partition_key, config, counting, _instance())
     except dg.DagsterUnknownPartitionError:  # before the first partition, or not yet over
@@ -135,7 +141,7 @@ def run_release(policy: str, period: str, traces: list[str] | None = None, out: 
         if not failures and run.publish is not None:  # another run published the period in between
             failures = (Failure("step", "published_release", f"{loaded.name} {parsed.label} was published by "
                                 "another run meanwhile; nothing written"),)
-        return RunOutcome(False, failures=failures)
+        return RunOutcome(False, failures=failures, alerts=run.alerts)
     target = release_dir(Path(config["releases_dir"]), loaded, parsed)
     # The operator's summary also shows internal figures (withheld cells and units) from the work area;
     # they are printed to the operator's terminal, never written beside the release.

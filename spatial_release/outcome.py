@@ -50,6 +50,7 @@ class RunOutcome:
     record: ReleaseRecord | None = None
     failures: tuple[Failure, ...] = ()
     internal: ProtectionSummary | None = field(default=None, repr=False)  # the operator's figures, never published
+    alerts: tuple[str, ...] = ()  # the alerts a blocked run delivered (one line each)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -63,7 +64,8 @@ class RunOutcome:
     def messages(self) -> list[str]:
         if self.published:
             return [f"published {self.release_dir}"]
-        return [line for failure in self.failures for line in failure.lines()]
+        return [line for failure in self.failures for line in failure.lines()] + [
+            f"alert: {line}" for line in self.alerts]
 
     def __iter__(self) -> Iterator:
         return iter((self.published, self.messages, self.record))

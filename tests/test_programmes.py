@@ -133,6 +133,8 @@ def test_a_blocked_rerun_of_a_published_period_never_plans_the_published_release
     assert "bikes/published_release" not in _planned(instance, again.candidate.run_id)
     [failure] = [e for e in again.candidate.all_events if e.event_type_value == "STEP_FAILURE"]
     assert failure.step_key == "bikes__validated_pings"  # the candidate fails, where the refusal is
+    # a deliberate refusal, with its reason, not a crash with a stack trace
+    assert "is already published" in failure.step_failure_data.user_failure_data.description
     # what the UI reads: the latest materialisation attempt of the published partition is the published one
     storage = instance.event_log_storage
     assert PARTITION not in storage.get_latest_asset_partition_materialization_attempts_without_materializations(
@@ -192,3 +194,23 @@ def test_a_policy_edited_after_the_graph_was_built_is_refused(tmp_path):
         assert "reload the code location" in str(changed)
     else:
         raise AssertionError("an edited policy file was used with a stale graph")
+
+
+def test_the_command_line_refuses_a_published_period_before_any_run(tmp_path):
+    from spatial_release import cli
+
+    paths = _policies(tmp_path / "policies", bikes={})
+    with dg.instance_for_test() as instance:
+        import os
+
+        os.environ["DAGSTER_HOME"] = instance.root_directory
+        try:
+            args = {"out": str(tmp_path / "out"), "ledger": str(tmp_path / "ledger")}
+            assert cli.run_release(str(paths["bikes"]), "2018-Q1", **args).published
+            runs = len(instance.get_runs())
+            again = cli.run_release(str(paths["bikes"]), "2018-Q1", **args)
+        finally:
+            del os.environ["DAGSTER_HOME"]
+        assert not again.published and again.exit_code == 1
+        assert "already published" in again.failures[0].message
+        assert len(instance.get_runs()) == runs == 2  # the release and publish runs; no red candidate run

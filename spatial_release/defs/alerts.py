@@ -14,12 +14,14 @@ from spatial_release.alerts import Alert, AlertRouting, deliver
 from spatial_release.defs.partitions import PERIOD_TAG
 from spatial_release.defs.programmes import Programme
 from spatial_release.defs.resources import ReleaseSettings
+from spatial_release.errors import Blocked
 from spatial_release.ledger import find_release
 from spatial_release.policy import Policy
 
 REVIEW_BREACH_CHECK = "published_within_budget"
 ALERT_TAG = "spatial_release/alert"
 BLOCKED_BY_TAG = "spatial_release/blocked_by"
+DELIVERY_TAG = "spatial_release/alert_delivery"
 
 
 @dataclass(frozen=True)
@@ -37,25 +39,32 @@ def _failed_checks(instance: dg.DagsterInstance, run_id: str) -> list:
     return [e for e in evaluations if not e.passed]
 
 
-def block_of(context: dg.RunFailureSensorContext) -> RunBlock:
-    failed = _failed_checks(context.instance, context.dagster_run.run_id)
+def _step_name(step_key: str) -> str:
+    """`demo__validated_pings` -> `validated_pings`: the asset (or check) a step materialises."""
+    return step_key.rsplit("__", 1)[-1]
+
+
+def block_of(instance: dg.DagsterInstance, run_id: str) -> RunBlock:
+    """Why the run failed, read back from its event log (the sensor and the command line both use it)."""
+    failed = _failed_checks(instance, run_id)
     if failed:
         first = failed[0]
         offending = first.metadata.get("offending")
         return RunBlock(first.check_name, first.description or "",
                         list(offending.value) if offending is not None else [])
-    for event in context.get_step_failure_events():
+    records = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+    for event in (r.dagster_event for r in records if r.dagster_event is not None):
         data = event.step_failure_data
         if data.user_failure_data is not None and data.user_failure_data.description:
             offending = data.user_failure_data.metadata.get("offending")
-            return RunBlock(event.step_key, data.user_failure_data.description,
+            return RunBlock(_step_name(event.step_key), data.user_failure_data.description,
                             list(offending.value) if offending is not None else [])
         if data.error is not None:
             error = data.error
             while error.cause is not None:
                 error = error.cause
-            return RunBlock(event.step_key, error.message.strip(), [])
-    return RunBlock("run", context.failure_event.message or "the run failed", [])
+            return RunBlock(_step_name(event.step_key), error.message.strip(), [])
+    return RunBlock("run", "the run failed before any step did", [])
 
 
 def _run_settings(run: dg.DagsterRun) -> ReleaseSettings:
@@ -68,14 +77,37 @@ def alert_of(run: dg.DagsterRun, block: RunBlock, policy: Policy, settings: Rele
     """The run's block as an Alert. A refused re-run of a published period says so (options for a
     published release); otherwise the release was never published."""
     period = run.tags.get(PERIOD_TAG, "unknown")
-    published = find_release(settings.ledger().read(), policy.name, period) is not None
+    try:
+        published = find_release(settings.ledger().read(), policy.name, period) is not None
+    except (Blocked, OSError):  # a ledger that does not verify: that is what blocked; say "never published"
+        published = False
     return Alert.build("blocked_release", policy.name, period, block.check, block.reason, block.offending,
                        run_id=run.run_id, published=published)
 
 
+def alert_failed_run(instance: dg.DagsterInstance, run: dg.DagsterRun, programme: Programme,
+                     log=None) -> str:
+    """Deliver the alert of a failed release or publish run of `programme` and tag the run with it (so the
+    alert shows on the run in the UI); returns the delivery's one-line summary. A review breach is
+    delivered by the review itself and only tagged here."""
+    block = block_of(instance, run.run_id)
+    if block.check == REVIEW_BREACH_CHECK:
+        instance.add_run_tags(run.run_id, {ALERT_TAG: "risk breach: alerts delivered by the review",
+                                           BLOCKED_BY_TAG: block.check})
+        return "review breach: its alerts were delivered by the review run (see its metadata)"
+    settings = _run_settings(run)
+    alert = alert_of(run, block, programme.policy, settings)
+    report = deliver(alert, AlertRouting.for_policy(programme.policy), Path(settings.alerts_dir))
+    instance.add_run_tags(run.run_id, {
+        ALERT_TAG: report.path.name if report.path else "alert file not written",
+        DELIVERY_TAG: report.summary()[:250], BLOCKED_BY_TAG: block.check})
+    return f"{alert.subject}: {alert.reason} -> {report.summary()}"
+
+
 def build_alert_sensor(programmes: dict[str, Programme]) -> dg.SensorDefinition:
-    """The alert sensor of the code location (it sees every run of it); a run is matched to its programme by
-    its job's name (`programmes`: job name -> programme)."""
+    """The alert sensor of the code location (it sees every run launched from it: the UI, schedules and
+    sensors; the command line delivers its own runs' alerts); a run is matched to its programme by its job's
+    name (`programmes`: job name -> programme)."""
 
     @dg.run_failure_sensor(name="failed_run_alert", default_status=dg.DefaultSensorStatus.RUNNING,
                            description="A blocked release (its release or publish run failed) becomes an alert "
@@ -88,19 +120,6 @@ def build_alert_sensor(programmes: dict[str, Programme]) -> dg.SensorDefinition:
         if programme is None:
             context.log.info(f"run {run.run_id} of {run.job_name} is no release: no alert")
             return
-        block = block_of(context)
-        if block.check == REVIEW_BREACH_CHECK:
-            context.log.info("review breach: its alerts were delivered by the review run (see its metadata)")
-            context.instance.add_run_tags(run.run_id, {ALERT_TAG: "delivered by the review",
-                                                       BLOCKED_BY_TAG: block.check})
-            return
-        settings = _run_settings(run)
-        policy = programme.policy
-        alert = alert_of(run, block, policy, settings)
-        report = deliver(alert, AlertRouting.for_policy(policy), Path(settings.alerts_dir))
-        context.log.info(f"{alert.subject}: {alert.reason} -> {report.summary()}")
-        context.instance.add_run_tags(run.run_id, {
-            ALERT_TAG: report.summary()[:200], BLOCKED_BY_TAG: block.check,
-            "spatial_release/alert_file": report.path.name if report.path else "not written"})
+        context.log.info(alert_failed_run(context.instance, run, programme))
 
     return failed_run_alert

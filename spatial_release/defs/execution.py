@@ -8,16 +8,19 @@ from dataclasses import dataclass
 
 import dagster as dg
 
+from spatial_release.defs.alerts import alert_failed_run
 from spatial_release.defs.catalogue import ProgrammeDefs
 from spatial_release.defs.release import CANDIDATE_TAG
 
 
 @dataclass(frozen=True)
 class ReleaseRun:
-    """The two runs of one release; the publish run is None when the candidate was blocked."""
+    """The two runs of one release; the publish run is None when the candidate was blocked. `alerts`: the
+    delivery of each failed run's alert (one line each)."""
 
     candidate: dg.ExecuteInProcessResult
     publish: dg.ExecuteInProcessResult | None
+    alerts: tuple[str, ...] = ()
 
     @property
     def results(self) -> list[dg.ExecuteInProcessResult]:
@@ -59,8 +62,15 @@ def execute_release(programme: ProgrammeDefs, partition_key: str, settings: dict
     candidate = defs.resolve_job_def(names.name("release_job")).execute_in_process(
         partition_key=partition_key, instance=instance, raise_on_error=False, run_config=run_config)
     if not candidate.success:
-        return ReleaseRun(candidate, None)
+        return ReleaseRun(candidate, None, _alert(instance, candidate, programme))
     publish = defs.resolve_job_def(names.name("publish_job")).execute_in_process(
         partition_key=partition_key, instance=instance, raise_on_error=False, run_config=run_config,
         tags={CANDIDATE_TAG: candidate.run_id})
-    return ReleaseRun(candidate, publish)
+    return ReleaseRun(candidate, publish, () if publish.success else _alert(instance, publish, programme))
+
+
+def _alert(instance: dg.DagsterInstance, result: dg.ExecuteInProcessResult, programme: ProgrammeDefs
+           ) -> tuple[str, ...]:
+    """A run executed here has no code-location origin, so the daemon's run-failure sensor never sees it:
+    its alert is delivered here, exactly as the sensor would (and tagged on the run)."""
+    return (alert_failed_run(instance, instance.get_run_by_id(result.run_id), programme.programme),)

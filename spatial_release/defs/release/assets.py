@@ -14,6 +14,7 @@ exactly the files that will be published.
 """
 
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,19 @@ def _run_is_live(instance: dg.DagsterInstance, run_id: str) -> bool | None:
     process's ephemeral instance)."""
     run = instance.get_run_by_id(run_id)
     return None if run is None else not run.is_finished
+
+
+@contextmanager
+def refusals_as_failures(step) -> Iterator[None]:
+    """A deliberate refusal on taking the work area (a published period, a work area another run owns) is a
+    step failure with its reason as the description, not a crash with a stack trace. What the step's body
+    raises is left to the step."""
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(step)
+        except (stages.AlreadyPublished, stages.WorkAreaBusy) as refused:
+            raise dg.Failure(description=str(refused), allow_retries=False) from None
+        yield
 
 
 @dataclass(frozen=True)
@@ -69,8 +83,8 @@ def build_release_graph(programme: Programme) -> ReleaseGraph:
         published = settings.published() if check_ledger else None
         run = context.run
         run_id = run.tags.get(CANDIDATE_TAG) or run.root_run_id or run.run_id  # a re-execution keeps its claim
-        return stages.work_area_step(ctx, published, run_id, starts_run,
-                                     lambda other: _run_is_live(context.instance, other))
+        return refusals_as_failures(stages.work_area_step(ctx, published, run_id, starts_run,
+                                                          lambda other: _run_is_live(context.instance, other)))
 
     @dg.asset(name="validated_pings", kinds={"duckdb", "parquet"}, **common,
               description=f"{policy_name}: the raw trace files mapped by the policy and validated; rejected "
