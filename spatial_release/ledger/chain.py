@@ -16,7 +16,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from spatial_release.fileio import atomic_path, folder_lock, remove_stale_temporaries
+from spatial_release.fileio import atomic_path, folder_lock, remove_stale_temporaries, restrict_umask
 from spatial_release.ledger.errors import ENTRIES, AlreadyRecorded, LedgerCorrupt, LedgerKeyError
 from spatial_release.ledger.keys import PUBLIC_KEY_ENV, key_id, load_signing_key, signing_key_path, trusted_public_key
 
@@ -163,6 +163,7 @@ def ledger_lock(folder: Path) -> Iterator[None]:
     """Exclusive lock over the ledger folder, re-entrant within a thread (the release gate holds it across
     its read, assessment and append, and the append takes it again). On entry, it rolls a crashed append
     forward (HEAD one behind) and removes temporaries that killed writers left."""
+    restrict_umask()  # the ledger may be the first thing a process writes (the command line's pre-flight)
     folder.mkdir(parents=True, exist_ok=True)
     key = str(folder.resolve())
     held: set[str] = getattr(_held, "folders", set())
