@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import duckdb
+import numpy as np
 
 from spatial_release.period import Period
 from spatial_release.policy import Policy
@@ -30,6 +31,21 @@ class BucketSlots:
     first_slot: int  # epoch_us // SLOT_US of the period's first instant
     slot_bucket: list[int]  # bucket number of each 15-minute slot of the period
     buckets: list[datetime]  # bucket number -> bucket start (UTC)
+
+    def arithmetic(self) -> tuple[int, int] | None:
+        """(offset, per) when every slot's bucket is (slot index + offset) // per, as for hours, or days in a
+        zone without daylight saving: the engines then compute buckets by arithmetic instead of looking up
+        the slot table. None when the buckets are uneven (days across a DST change, months)."""
+        if not self.slot_bucket:
+            return None
+        index = np.arange(len(self.slot_bucket), dtype=np.int64)
+        table = np.asarray(self.slot_bucket, dtype=np.int64)
+        per = int(np.argmax(table != table[0])) or len(table)  # slots in the first bucket (may be partial)
+        for width in sorted({per, int(np.bincount(table).max())}):
+            offset = width - per
+            if np.array_equal((index + offset) // width, table):
+                return offset, width
+        return None
 
 
 def bucket_slots(policy: Policy, period: Period) -> BucketSlots:

@@ -7,12 +7,13 @@ max(children) <= parent <= sum(children).
 Margins of `presence` are sums of their children's counts, which is exact because each unit is in one area
 per bucket; margins of `visitors` are distinct units counted from the memberships.
 
-The work is a scan of the pings in SQL (project, bucket, assign to areas; see `counting.plan`), the exact
-assignment of the unsure coordinates, then group-bys. Presence over one zoning is decided in the scan's own
-aggregation per (unit, bucket) (`_scan_presence_in_one_pass`); visitors and linked zonings pre-aggregate to
-one row per unit, bucket and areas first (`_scan_generic`). Everything the engine handles is
-integer-keyed: area keys, bucket numbers (a 15-minute slot table maps instants to buckets), ranks of area
-ids; ids and instants are decoded at the end, on the small count tables.
+The work is one scan of the pings in SQL (project, bucket, assign to areas; see `counting.plan`) that counts
+pings per (unit, bucket, area), the exact assignment of the unsure coordinates, then group-bys. Presence over
+one zoning whose area keys compare like its ids packs bucket and area into one key and uses the keys as
+ranks (`_scan_presence_by_area`); visitors, linked zonings and other keys go through `_scan_generic` and a
+dictionary of ranks. Everything the engine handles is integer-keyed: area keys, bucket numbers (hours by
+arithmetic, other buckets through a 15-minute slot table), ranks of area ids, parents' codes; ids and
+instants are decoded at the end, on the small count tables.
 """
 
 from __future__ import annotations
@@ -56,12 +57,23 @@ class CountResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def _keyed_sql(plans: Sequence[ZoningPlan], slots: BucketSlots, engine: Engine) -> str:
-    """WITH ... keyed AS (unit, b, lon, lat, unsure, k_0, k_1, ...): every ping with its bucket and area keys."""
+def _bucket_sql(slots: BucketSlots, engine: Engine, ts: str = "ts") -> str:
+    """The bucket number of a ping from its 15-minute slot (NULL outside the period): by arithmetic when the
+    buckets are even (hours), else by looking the slot up in the period's slot table."""
     d = engine.dialect
-    index = f"CAST(floor({d.epoch_us('ts')} / {SLOT_US}) AS BIGINT) - {slots.first_slot} + 1"
+    index = f"CAST(floor({d.epoch_us(ts)} / {SLOT_US}) AS BIGINT) - {slots.first_slot}"
     n_slots = len(slots.slot_bucket)
-    bucket = (f"CASE WHEN {index} BETWEEN 1 AND {n_slots} THEN {d.array_at(slots.slot_bucket, index)} END")
+    even = slots.arithmetic()
+    if even is not None:
+        offset, per = even
+        shifted = f"{index} + {offset}" if offset else index
+        return f"CASE WHEN {index} BETWEEN 0 AND {n_slots - 1} THEN {d.int_div(shifted, str(per))} END"
+    return f"CASE WHEN {index} BETWEEN 0 AND {n_slots - 1} THEN {d.array_at(slots.slot_bucket, f'{index} + 1')} END"
+
+
+def _keyed_sql(plans: Sequence[ZoningPlan], slots: BucketSlots, engine: Engine, source: str = "pings") -> str:
+    """WITH ... keyed AS (unit, b, lon, lat, unsure, k_0, k_1, ...): every ping of `source` with its bucket and
+    area keys."""
     columns: dict = {}  # projection layers -> (x, y) column names, shared by zonings in the same CRS
     parts = []
     for i, plan in enumerate(plans):
@@ -70,10 +82,15 @@ def _keyed_sql(plans: Sequence[ZoningPlan], slots: BucketSlots, engine: Engine) 
             columns[p.layers] = (p, f"px_{len(columns)}", f"py_{len(columns)}")
         _, x, y = columns[p.layers] if p is not None else (None, "", "")
         parts.append(zoning_sql(plan, i, x, y))
-    proj, carry = f"SELECT unit, lon, lat, {bucket} AS b FROM pings", ["unit", "lon", "lat", "b"]
+    proj, carry = f"SELECT unit, lon, lat, {_bucket_sql(slots, engine)} AS b FROM {source}", ["unit", "lon", "lat", "b"]
     for projection, x, y in columns.values():
         proj = projection.relation(f"({proj})", carry, x, y)
         carry += [x, y]
+    depth = max((len(part.layers) for part in parts), default=0)
+    for level in range(depth):  # each zoning's cell columns, one SELECT per layer
+        cols = [(name, expr) for part in parts if level < len(part.layers) for name, expr in part.layers[level]]
+        proj = f"SELECT {', '.join(carry)}, {', '.join(f'{e} AS {n}' for n, e in cols)} FROM ({proj})"
+        carry += [n for n, _ in cols]
     joins = " ".join(part.lookup_join for part in parts)
     classes = "".join(f", lookup_{i}.cls AS cls_{i}" for i, part in enumerate(parts) if part.lookup_join)
     unsure = " OR ".join(part.unsure for part in parts)
@@ -151,17 +168,30 @@ def _membership_sql(measure: str, z: int, single: bool, unsure_buckets: Sequence
 class _Decoded:
     """Turns engine results keyed by integers into (area_id, bucket_start, n) with Arrow's vectorised take."""
 
-    ids: np.ndarray  # rank -> area id
+    ids: np.ndarray  # area ids in rank order (id order)
     buckets: pd.Series  # bucket number -> bucket start
+    ranks: np.ndarray | None = None  # the rank the engine uses for each id, ascending; None: 0, 1, 2, ...
 
     def __post_init__(self) -> None:
         self.id_array = pa.array(self.ids.astype(str), pa.string())
         self.bucket_array = pa.array(self.buckets.to_numpy(), pa.timestamp("us", tz="UTC"))
+        if self.ranks is None:
+            self.ranks = np.arange(len(self.ids), dtype=np.int64)
+        self._dense = bool(len(self.ranks) == 0 or self.ranks[-1] == len(self.ranks) - 1)
 
-    def table(self, counts: pd.DataFrame, level: str | None = None, area: str = "rank") -> pa.Table:
+    def positions(self, ranks: np.ndarray) -> np.ndarray:
+        """Index into `ids` of each rank the engine returned."""
+        ranks = np.asarray(ranks, np.int64)
+        return ranks if self._dense else np.searchsorted(self.ranks, ranks)
+
+    def table(self, counts: pd.DataFrame, level: str | None = None, area: str = "rank",
+              names: np.ndarray | None = None) -> pa.Table:
+        """names: for area="parent", the parent ids its integer codes stand for."""
         b = pa.array(counts["b"].to_numpy(np.int64))
         if area == "rank":
-            ids = self.id_array.take(pa.array(counts["rank"].to_numpy(np.int64)))
+            ids = self.id_array.take(pa.array(self.positions(counts["rank"].to_numpy(np.int64))))
+        elif names is not None:
+            ids = pa.array(names, pa.string()).take(pa.array(counts[area].to_numpy(np.int64)))
         else:
             ids = pa.array(counts[area].astype(str).to_numpy(object), pa.string())
         columns = {"area_id": ids, "bucket_start": self.bucket_array.take(b),
@@ -172,34 +202,45 @@ class _Decoded:
 
 
 def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, buckets: pd.Series, keys_sql: str,
-                  member_sql: Callable[[], str]) -> tuple[_Decoded, pa.Table, list[pa.Table]]:
-    """Leaf counts (area_id, bucket_start, n) and margin frames (level, area_id, bucket_start, n)."""
-    keys = engine.fetch(keys_sql)["area"].to_numpy(np.int64)
-    ids = plan.ids_of_keys(keys).astype(object) if len(keys) else np.empty(0, object)
-    order = np.argsort(ids.astype(str), kind="stable")
-    ranks = np.empty(len(keys), np.int64)
-    ranks[order] = np.arange(len(keys))
-    engine.register_frame(f"dict_{z}", pd.DataFrame({"area": keys, "rank": ranks}))
-    decoded = _Decoded(ids[order], buckets)
+                  member_sql: Callable[[], str], key_ranks: bool = False) -> tuple[_Decoded, pa.Table, list[pa.Table]]:
+    """Leaf counts (area_id, bucket_start, n) and margin frames (level, area_id, bucket_start, n).
+
+    key_ranks: member_sql gives area keys as ranks, which `plan.keys_sort_like_ids` allows (no dictionary
+    join); else it joins dict_<z> (area key -> rank in id order)."""
+    if key_ranks:  # the areas counted, from the (small) leaf table
+        engine.materialize(f"member_{z}", member_sql())
+        engine.materialize(f"leaf_{z}", f"SELECT rank, b, count(*) AS n FROM member_{z} GROUP BY rank, b")
+        keys = np.sort(engine.fetch(f"SELECT DISTINCT rank AS area FROM leaf_{z}")["area"].to_numpy(np.int64))
+        ids = plan.ids_of_keys(keys).astype(object) if len(keys) else np.empty(0, object)
+        decoded = _Decoded(ids, buckets, keys)
+    else:
+        keys = engine.fetch(keys_sql)["area"].to_numpy(np.int64)
+        ids = plan.ids_of_keys(keys).astype(object) if len(keys) else np.empty(0, object)
+        order = np.argsort(ids.astype(str), kind="stable")
+        ranks = np.empty(len(keys), np.int64)
+        ranks[order] = np.arange(len(keys))
+        engine.register_frame(f"dict_{z}", pd.DataFrame({"area": keys, "rank": ranks}))
+        decoded = _Decoded(ids[order], buckets)
+        engine.materialize(f"member_{z}", member_sql())
+        engine.materialize(f"leaf_{z}", f"SELECT rank, b, count(*) AS n FROM member_{z} GROUP BY rank, b")
     hierarchy = plan.hierarchy(pd.Series(decoded.ids, dtype=object))
+    parents = {level: pd.factorize(hierarchy[level].astype(str).to_numpy(object)) for level in plan.parent_levels}
     engine.register_frame(f"hier_{z}", pd.DataFrame(
-        {"rank": np.arange(len(keys), dtype=np.int64),
-         **{level: hierarchy[level].astype(str).to_numpy(object) for level in plan.parent_levels}}))
-    engine.materialize(f"member_{z}", member_sql())
-    engine.materialize(f"leaf_{z}", f"SELECT rank, b, count(*) AS n FROM member_{z} GROUP BY rank, b")
+        {"rank": decoded.ranks, **{level: codes.astype(np.int64) for level, (codes, _) in parents.items()}}))
     leaf_counts = engine.fetch(f"SELECT rank, b, n FROM leaf_{z} ORDER BY rank, b")  # rank order is id order
     leaf = decoded.table(leaf_counts)
     margins = []
     if plan.level != LEAF:
         margins.append(decoded.table(leaf_counts, plan.level))
-    for level in plan.parent_levels:
+    for level in plan.parent_levels:  # parents as integer codes in the engine, named on the way out
         if measure == "presence":  # each unit is in one area per bucket, so a parent is the sum of its children
             sql = (f"SELECT h.{level} AS parent, c.b, CAST(sum(c.n) AS BIGINT) AS n FROM leaf_{z} c "
                    f"JOIN hier_{z} h ON h.rank = c.rank GROUP BY h.{level}, c.b")
         else:
             sql = (f"SELECT h.{level} AS parent, m.b, count(DISTINCT m.unit) AS n FROM member_{z} m "
                    f"JOIN hier_{z} h ON h.rank = m.rank GROUP BY h.{level}, m.b")
-        margins.append(decoded.table(engine.fetch(sql), level, area="parent"))
+        names = np.asarray(parents[level][1], dtype=object).astype(str)
+        margins.append(decoded.table(engine.fetch(sql), level, area="parent", names=names))
     total_sql = (f"SELECT b, CAST(sum(n) AS BIGINT) AS n FROM leaf_{z} GROUP BY b" if measure == "presence"
                  else f"SELECT b, count(DISTINCT unit) AS n FROM member_{z} GROUP BY b")
     totals = engine.fetch(total_sql).assign(total_area=plan.total_level)  # a total's one area is named as its level
@@ -243,83 +284,60 @@ def _scan_generic(engine: Engine, plans: Sequence[ZoningPlan], slots: BucketSlot
     return unsure_n, unsure_buckets
 
 
-def _scan_presence_in_one_pass(engine: Engine, plans: Sequence[ZoningPlan], slots: BucketSlots,
-                               pings: Sequence[Path], period: Period, seconds: dict, progress: Progress
-                               ) -> tuple[int, list[int]]:
-    """Presence for one zoning with small area keys, decided in the scan's own aggregation per (unit, bucket).
-
-    Per (unit, bucket) the scan keeps the ping count C, the smallest and largest area key a1 <= a2 and the
-    sums S1, S2 of the keys and of their squares. Since (k - a1)(a2 - k) >= 0 for every key, with equality only
-    at a1 and a2, the group holds no third area exactly when (a1 + a2) S1 - S2 - a1 a2 C = 0; then the count
-    at a2 is (S1 - C a1) / (a2 - a1) and the dominant area follows (ties: the smaller area id, compared in
-    SQL). Groups with three or more areas (kind 3) or with an unsure or outside ping (kind 4) are counted
-    area by area in a second scan filtered to them, where unsure pings keep their coordinates."""
+def _scan_presence_by_area(engine: Engine, plans: Sequence[ZoningPlan], slots: BucketSlots, pings: Sequence[Path],
+                           period: Period, seconds: dict, progress: Progress) -> tuple[int, list[int]]:
+    """Presence for one zoning whose area keys compare like its ids (`ZoningPlan.keys_sort_like_ids`), so a
+    key is its own rank: no dictionary join anywhere. One scan counts the pings per (unit, bucket, area) into
+    `obs`, the bucket and area packed into one BIGINT `bk` (one key column less to hash; see
+    `_BY_AREA_ROWS`): bk >= 0 a ping the SQL placed surely (in area bk % M - 1, or in none when bk % M = 0,
+    with M = key_bound + 1); bk <= -2 an unsure ping of bucket -bk - 2, whose coordinates are kept (they
+    are NULL elsewhere: mostly NULL columns cost little in the group-by); bk = -1 a ping outside the
+    period. The distinct unsure coordinates are then assigned exactly, and the dominant area of each
+    (unit, bucket) is one max per group (`_presence_sql`) over obs's rows."""
     t = time.perf_counter()
-    plan, d = plans[0], engine.dialect
+    d, m = engine.dialect, plans[0].key_bound + 1
     keyed = _keyed_sql(plans, slots, engine)
-    id1, id2 = plan.id_order_sql("a1", d), plan.id_order_sql("a2", d)
-    engine.materialize("member_pre", f"""{keyed},
-        flagged AS (SELECT unit, b, unsure OR k_0 IS NULL OR b IS NULL AS edge, k_0 AS k FROM keyed),
-        agg AS (SELECT unit, b, count(CASE WHEN edge THEN 1 END) AS e, count(CASE WHEN NOT edge THEN 1 END) AS c,
-                       min(CASE WHEN NOT edge THEN k END) AS a1, max(CASE WHEN NOT edge THEN k END) AS a2,
-                       {d.wide_sum("CASE WHEN NOT edge THEN k END")} AS s1,
-                       {d.wide_sum("CASE WHEN NOT edge THEN k * k END")} AS s2
-                FROM flagged GROUP BY unit, b),
-        decided AS (SELECT unit, b, a1, a2, c,
-                           CASE WHEN e > 0 THEN 4 WHEN a1 = a2 THEN 1
-                                WHEN (a1 + a2) * s1 - s2 - {d.wide("a1")} * a2 * c = 0 THEN 2 ELSE 3 END AS kind,
-                           CASE WHEN e > 0 OR a1 = a2 THEN 0
-                                ELSE CAST({d.int_div(f"s1 - {d.wide('c')} * a1", "a2 - a1")} AS BIGINT) END AS c2
-                    FROM agg)
-        SELECT unit, b, kind,
-               CASE WHEN kind = 1 THEN a1
-                    WHEN kind = 2 AND c - c2 > c2 THEN a1
-                    WHEN kind = 2 AND c2 > c - c2 THEN a2
-                    WHEN kind = 2 THEN (CASE WHEN {id1} < {id2} THEN a1 ELSE a2 END) END AS area
-        FROM decided""")
-    outside_period = int(engine.fetch("SELECT count(*) AS n FROM member_pre WHERE b IS NULL").iloc[0]["n"])
-    if outside_period:
-        off = int(engine.fetch(f"{keyed} SELECT count(*) AS n FROM keyed WHERE b IS NULL").iloc[0]["n"])
-        raise CountingError(f"{off} ping(s) in {[str(p) for p in pings]} fall outside period "
-                            f"{period.label}; the pings must come from the ingest step for the same period")
-    flagged = int(engine.fetch("SELECT count(*) AS n FROM member_pre WHERE kind >= 3").iloc[0]["n"])
-    if flagged:
-        engine.materialize("flagged_groups", "SELECT unit, b FROM member_pre WHERE kind >= 3")
-        engine.materialize("edge", f"""{keyed}
-            SELECT k.unit, k.b, k.unsure AS u, k.k_0, CASE WHEN k.unsure OR k.k_0 IS NULL THEN k.lon END AS ulon,
-                   CASE WHEN k.unsure OR k.k_0 IS NULL THEN k.lat END AS ulat, count(*) AS n
-            FROM keyed k WHERE EXISTS (SELECT 1 FROM flagged_groups g WHERE g.unit = k.unit AND g.b = k.b)
-            GROUP BY k.unit, k.b, k.unsure, k.k_0, CASE WHEN k.unsure OR k.k_0 IS NULL THEN k.lon END,
-                     CASE WHEN k.unsure OR k.k_0 IS NULL THEN k.lat END""")
-    else:
-        engine.view("edge", "SELECT unit, b, FALSE AS u, area AS k_0, CAST(NULL AS DOUBLE) AS ulon, "
-                            "CAST(NULL AS DOUBLE) AS ulat, CAST(1 AS BIGINT) AS n FROM member_pre WHERE FALSE")
+    engine.materialize("obs", f"""{keyed},
+        marked AS (SELECT unit,
+                          CASE WHEN b IS NULL THEN -1 WHEN unsure THEN -b - 2
+                               ELSE b * {m} + coalesce(k_0 + 1, 0) END AS bk,
+                          CASE WHEN unsure OR k_0 IS NULL THEN lon END AS ulon,
+                          CASE WHEN unsure OR k_0 IS NULL THEN lat END AS ulat FROM keyed)
+        SELECT unit, bk, ulon, ulat, count(*) AS n FROM marked GROUP BY unit, bk, ulon, ulat""")
+    engine.view("obs_rows", _BY_AREA_ROWS.format(div=d.int_div("bk", str(m)), m=m))
     t = _timed(seconds, "scan", t)
-    progress(f"scanned the pings into (unit, bucket) groups in {seconds['scan']:.1f} s; groups with three or more "
-             f"areas, or unsure or outside pings, counted area by area{'' if flagged else ' (none)'}")
-    unsure_n, unsure_buckets = _resolve_unsure(engine, plans, "edge")
+    _check_period(engine, "obs_rows", pings, period)
+    progress(f"scanned the pings into (unit, bucket, area) rows in {seconds['scan']:.1f} s")
+    unsure_n, unsure_buckets = _resolve_unsure(engine, plans, "obs_rows")
     engine.view("located", """
-        SELECT unit, b, k_0 AS a_0, n, ulon, ulat FROM edge WHERE NOT u
+        SELECT unit, b, a_0, n, ulon, ulat FROM obs_rows WHERE NOT u AND b IS NOT NULL
         UNION ALL
-        SELECT e.unit, e.b, nullif(f.f_0, -1) AS a_0, e.n, CASE WHEN f.f_0 = -1 THEN e.ulon END AS ulon,
-               CASE WHEN f.f_0 = -1 THEN e.ulat END AS ulat
-        FROM edge e JOIN fix f ON e.ulon = f.ulon AND e.ulat = f.ulat WHERE e.u""")
+        SELECT o.unit, o.b, nullif(f.f_0, -1) AS a_0, o.n, CASE WHEN f.f_0 = -1 THEN o.ulon END AS ulon,
+               CASE WHEN f.f_0 = -1 THEN o.ulat END AS ulat
+        FROM obs_rows o JOIN fix f ON o.ulon = f.ulon AND o.ulat = f.ulat WHERE o.u""")
     _timed(seconds, "exact", t)
     progress(f"assigned {unsure_n:,} distinct unsure coordinate(s) exactly in {seconds['exact']:.1f} s")
     return unsure_n, unsure_buckets
 
 
-def _fast_keys_sql() -> str:
-    return ("SELECT DISTINCT area FROM (SELECT area FROM member_pre WHERE kind <= 2 "
-            "UNION ALL SELECT a_0 AS area FROM located WHERE a_0 IS NOT NULL) a")
+# obs's rows unpacked: (unit, b, u: unsure, a_0: area surely placed, NULL if none or unsure, n, ulon, ulat)
+_BY_AREA_ROWS = """
+    SELECT unit, CASE WHEN bk >= 0 THEN {div} WHEN bk <= -2 THEN -bk - 2 END AS b, bk <= -2 AS u,
+           CASE WHEN bk >= 0 AND bk % {m} > 0 THEN bk % {m} - 1 END AS a_0, n, ulon, ulat FROM obs"""
 
 
-def _fast_membership_sql() -> str:
-    """member_0 (unit, b, rank): groups decided in the scan, then the flagged groups area by area."""
-    per_area = ("SELECT l.unit, l.b, d.rank, CAST(sum(l.n) AS BIGINT) AS n FROM located l "
-                "JOIN dict_0 d ON d.area = l.a_0 GROUP BY l.unit, l.b, d.rank")
-    return (f"SELECT m.unit, m.b, d.rank FROM member_pre m JOIN dict_0 d ON d.area = m.area WHERE m.kind <= 2 "
-            f"UNION ALL {_presence_sql(per_area)}")
+def _presence_by_area_sql(unsure_buckets: Sequence[int], m: int, dialect) -> str:
+    """member_0 (unit, b, rank) of `_scan_presence_by_area`: obs's rows as they are, except in the buckets
+    holding unsure pings (a literal list: no join over all rows), where the exactly assigned pings are
+    summed with the sure ones of their area first."""
+    bucket = dialect.int_div("bk", str(m))
+    sure = f"SELECT unit, {bucket} AS b, bk % {m} - 1 AS rank, n FROM obs WHERE bk >= 0 AND bk % {m} > 0"
+    if not unsure_buckets:
+        return _presence_sql(sure)
+    listed = ", ".join(str(int(b)) for b in unsure_buckets)
+    redone = ("SELECT unit, b, a_0 AS rank, CAST(sum(n) AS BIGINT) AS n FROM located "
+              f"WHERE a_0 IS NOT NULL AND b IN ({listed}) GROUP BY unit, b, a_0")
+    return f"{_presence_sql(f'{sure} AND {bucket} NOT IN ({listed})')} UNION ALL {_presence_sql(redone)}"
 
 
 def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Sequence[ZoningPlan], out_dir: Path,
@@ -345,8 +363,10 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
             engine.register_frame(f"lookup_{i}", plan.lookup.table)
     progress(f"counting on {engine.name}: scanning {len(pings)} file(s), assigning pings to "
              + "; ".join(f"{p.level}: {p.method}" for p in plans))
-    fast = policy.measure == "presence" and len(plans) == 1 and plans[0].key_bound is not None
-    scan = _scan_presence_in_one_pass if fast else _scan_generic
+    # presence over one zoning whose keys compare like its ids: obs's keys are the ranks (see the function)
+    by_area = (policy.measure == "presence" and len(plans) == 1 and plans[0].key_bound is not None
+               and plans[0].keys_sort_like_ids)
+    scan = _scan_presence_by_area if by_area else _scan_generic
     unsure_n, unsure_buckets = scan(engine, plans, slots, pings, period, seconds, progress)
     t = time.perf_counter()
     placed = engine.fetch(
@@ -354,18 +374,18 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
         "CAST(coalesce(sum(CASE WHEN a_0 IS NULL THEN n ELSE 0 END), 0) AS BIGINT) AS outside FROM located").iloc[0]
     beyond = int(engine.fetch("SELECT count(*) AS n FROM pings_beyond").iloc[0]["n"])  # never counted
     pings_outside = int(placed["outside"]) + beyond
-    # the one-pass scan keeps only flagged groups in `located`: the others are inside the geometry
-    pings_located = (int(engine.fetch("SELECT count(*) AS n FROM pings").iloc[0]["n"]) - int(placed["outside"])
-                     if fast else int(placed["inside"]))
+    pings_located = int(placed["inside"])
 
     margin_frames: list[pa.Table] = []
     for z, plan in enumerate(plans):
-        if fast:
-            keys_sql, member_sql = _fast_keys_sql(), _fast_membership_sql
+        keys_sql = f"SELECT DISTINCT a_{z} AS area FROM located WHERE a_0 IS NOT NULL AND a_{z} IS NOT NULL"
+        if by_area:
+            decoded, leaf, margins = _count_zoning(engine, plan, z, policy.measure, buckets, keys_sql,
+                                                   lambda: _presence_by_area_sql(unsure_buckets, plan.key_bound + 1,
+                                                                                 engine.dialect), key_ranks=True)
         else:
-            keys_sql = f"SELECT DISTINCT a_{z} AS area FROM located WHERE a_0 IS NOT NULL AND a_{z} IS NOT NULL"
             member_sql = (lambda z=z: _membership_sql(policy.measure, z, len(plans) == 1, unsure_buckets))
-        decoded, leaf, margins = _count_zoning(engine, plan, z, policy.measure, buckets, keys_sql, member_sql)
+            decoded, leaf, margins = _count_zoning(engine, plan, z, policy.measure, buckets, keys_sql, member_sql)
         if z == 0:
             main, cells = decoded, leaf
         margin_frames += margins

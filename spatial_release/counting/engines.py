@@ -23,8 +23,6 @@ import pandas as pd
 class Dialect(Protocol):
     def epoch_us(self, ts: str) -> str: ...
     def int_div(self, a: str, b: str) -> str: ...
-    def wide(self, expr: str) -> str: ...
-    def wide_sum(self, expr: str) -> str: ...
     def array_at(self, values: Sequence[int], index_1based: str) -> str: ...
 
 
@@ -34,13 +32,6 @@ class DuckDBDialect:
 
     def int_div(self, a: str, b: str) -> str:
         return f"(({a}) // ({b}))"
-
-    # 128-bit integers: exact sums of keys and squared keys whatever the number of pings in a group
-    def wide(self, expr: str) -> str:
-        return f"CAST({expr} AS HUGEINT)"
-
-    def wide_sum(self, expr: str) -> str:
-        return f"sum({expr})"  # DuckDB sums BIGINT into HUGEINT
 
     def array_at(self, values: Sequence[int], index_1based: str) -> str:
         return f"([{', '.join(map(str, values))}])[{index_1based}]"
@@ -52,12 +43,6 @@ class SparkDialect:
 
     def int_div(self, a: str, b: str) -> str:
         return f"(({a}) div ({b}))"
-
-    def wide(self, expr: str) -> str:
-        return f"CAST({expr} AS DECIMAL(38,0))"
-
-    def wide_sum(self, expr: str) -> str:
-        return f"sum(CAST({expr} AS DECIMAL(38,0)))"
 
     def array_at(self, values: Sequence[int], index_1based: str) -> str:
         # try_element_at: NULL (not an error) outside the array, like DuckDB's list indexing

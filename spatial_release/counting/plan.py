@@ -40,15 +40,21 @@ class ZoningPlan:
     compact: "CompactGrid | None" = None  # grid keys numbered within the pings' extent (small integers)
     key_bound: int | None = None  # every area key is in [0, key_bound); None: keys are not small
 
-    def id_order_sql(self, key: str, dialect) -> str:
-        """An SQL expression over an area key that sorts like the area ids (ties of presence go to the
-        smallest id). Zones: the key (zones are numbered in id order). Compact grid cells: the id itself."""
+    @property
+    def keys_sort_like_ids(self) -> bool:
+        """Whether area keys compare like the area ids (as strings), so a key can stand for its id's rank.
+        Zones: numbered in the order of their ids, which is the string order unless the ids are numbers (9 < 10,
+        '10' < '9'): checked. Compact grid cells ('{size}mE{x}N{y}'): when every x and every y in the box has
+        the same number of digits and no sign, ids compare like (ix, iy), which is the key order."""
         if self.compact is None:
-            return key
+            if self.lookup is None or self.key_bound is None:
+                return False
+            ids = self.ids_of_keys(np.arange(self.key_bound, dtype=np.int64)).astype(str)
+            return bool(np.all(ids[:-1] < ids[1:]))
         c, size = self.compact, int(self.grid_size)
-        ix = f"({dialect.int_div(key, str(c.ny))} + {c.ix0}) * {size}"
-        iy = f"(({key}) % {c.ny} + {c.iy0}) * {size}"
-        return f"('{size}mE' || CAST({ix} AS STRING) || 'N' || CAST({iy} AS STRING))"
+        xs, ys = (c.ix0 * size, (c.ix0 + c.nx - 1) * size), (c.iy0 * size, (c.iy0 + c.ny - 1) * size)
+        return (min(*xs, *ys) >= 0 and len(str(xs[0])) == len(str(xs[1]))
+                and len(str(ys[0])) == len(str(ys[1])))
 
     @property
     def method(self) -> str:
@@ -151,11 +157,24 @@ def zones_plan(level: str, layer: ZoneLayer, parent_levels: tuple[str, ...], tot
                       hierarchy, lookup=lookup, key_bound=len(layer.frame))
 
 
-def _near_edge(v: str, origin: float, size: float, guard: float) -> str:
-    """True when coordinate v lies within `guard` of a multiple of `size` past `origin`."""
-    rel = f"({v} - {num(origin)})"
-    low = f"floor({rel} / {num(size)}) * {num(size)}"
-    return f"({rel} - {low} < {num(guard)} OR {low} + {num(size)} - {rel} < {num(guard)})"
+Layer = tuple[tuple[str, str], ...]  # (column, expression over earlier columns), computed in one SELECT
+
+
+def _cell_layers(i: int, x: str, y: str, x0: float, y0: float, size: float) -> tuple[Layer, Layer]:
+    """Columns fx_i, fy_i (the position in units of `size` past (x0, y0)) and gx_i, gy_i (their floors): the
+    cell, and how close to its edges the point is, from one division and one floor per coordinate."""
+    fx = f"({x} / {num(size)})" if x0 == 0 else f"(({x} - {num(x0)}) / {num(size)})"
+    fy = f"({y} / {num(size)})" if y0 == 0 else f"(({y} - {num(y0)}) / {num(size)})"
+    return ((f"fx_{i}", fx), (f"fy_{i}", fy)), ((f"gx_{i}", f"floor(fx_{i})"), (f"gy_{i}", f"floor(fy_{i})"))
+
+
+def _near_edge(i: int, size: float, guard: float) -> str:
+    """True when the point lies within `guard` (CRS units) of an edge of its cell: its fractional position
+    in the cell, fx_i - gx_i, is within guard / size of 0 or 1. (The rounding of that fraction is below
+    1e-12 cells, far inside the guard band, whose width the SQL projection's error is a tenth of.)"""
+    g = guard / size
+    return (f"(fx_{i} - gx_{i} < {num(g)} OR fx_{i} - gx_{i} > {num(1 - g)} "
+            f"OR fy_{i} - gy_{i} < {num(g)} OR fy_{i} - gy_{i} > {num(1 - g)})")
 
 
 @dataclass(frozen=True)
@@ -163,6 +182,7 @@ class ZoningSql:
     key: str  # BIGINT area key, NULL when in no area (meaningful only when not unsure)
     unsure: str  # boolean
     lookup_join: str = ""  # LEFT JOIN clause bringing the lookup class in as column cls_<i>
+    layers: tuple[Layer, ...] = ()  # columns the key, the unsure test and the join read, computed first
 
 
 def zoning_sql(plan: ZoningPlan, i: int, x: str, y: str) -> ZoningSql:
@@ -171,23 +191,24 @@ def zoning_sql(plan: ZoningPlan, i: int, x: str, y: str) -> ZoningSql:
     if p is None:
         return ZoningSql("CAST(NULL AS BIGINT)", "TRUE")
     outside_validated = f"NOT {p.inside_validated_sql()}"
+    gx, gy = f"CAST(gx_{i} AS BIGINT)", f"CAST(gy_{i} AS BIGINT)"
     if plan.lookup is None:
         size, c = plan.grid_size, plan.compact
-        ix, iy = f"CAST(floor({x} / {num(size)}) AS BIGINT)", f"CAST(floor({y} / {num(size)}) AS BIGINT)"
-        unsure = (f"({outside_validated} OR {_near_edge(x, 0.0, size, p.guard)} "
-                  f"OR {_near_edge(y, 0.0, size, p.guard)}")
+        layers = _cell_layers(i, x, y, 0.0, 0.0, size)
+        unsure = f"({outside_validated} OR {_near_edge(i, size, p.guard)}"
         if c is None:
-            return ZoningSql(f"(({ix} + {KEY_OFFSET}) * {KEY_BASE} + ({iy} + {KEY_OFFSET}))", unsure + ")")
-        unsure += f" OR NOT ({ix} BETWEEN {c.ix0} AND {c.ix0 + c.nx - 1} AND {iy} BETWEEN {c.iy0} AND {c.iy0 + c.ny - 1}))"
-        return ZoningSql(f"(({ix} - {c.ix0}) * {c.ny} + ({iy} - {c.iy0}))", unsure)
+            return ZoningSql(f"(({gx} + {KEY_OFFSET}) * {KEY_BASE} + ({gy} + {KEY_OFFSET}))", unsure + ")",
+                             layers=layers)
+        unsure += (f" OR NOT (gx_{i} BETWEEN {c.ix0} AND {c.ix0 + c.nx - 1} "
+                   f"AND gy_{i} BETWEEN {c.iy0} AND {c.iy0 + c.ny - 1}))")
+        return ZoningSql(f"(({gx} - {c.ix0}) * {c.ny} + ({gy} - {c.iy0}))", unsure, layers=layers)
     lk = plan.lookup
-    gx, gy = f"floor(({x} - {num(lk.x0)}) / {num(lk.cell)})", f"floor(({y} - {num(lk.y0)}) / {num(lk.cell)})"
-    lk_sql = (f"CASE WHEN {gx} >= 0 AND {gx} < {lk.nx} AND {gy} >= 0 AND {gy} < {lk.ny} "
-              f"THEN CAST({gx} AS BIGINT) * {lk.ny} + CAST({gy} AS BIGINT) END")
+    layers = _cell_layers(i, x, y, lk.x0, lk.y0, lk.cell)
+    lk_sql = (f"CASE WHEN gx_{i} >= 0 AND gx_{i} < {lk.nx} AND gy_{i} >= 0 AND gy_{i} < {lk.ny} "
+              f"THEN {gx} * {lk.ny} + {gy} END")
     cls = f"cls_{i}"
     key = f"CASE WHEN {cls} >= 0 THEN {cls} END"
     unsure = (f"({outside_validated} OR coalesce({cls} = {BOUNDARY}, FALSE) "
-              f"OR {_near_edge(x, lk.x0, lk.cell, p.guard)} OR {_near_edge(y, lk.y0, lk.cell, p.guard)})")
+              f"OR {_near_edge(i, lk.cell, p.guard)})")
     join = f"LEFT JOIN lookup_{i} ON lookup_{i}.lk = {lk_sql}"
-    return ZoningSql(key, unsure, join)
-
+    return ZoningSql(key, unsure, join, layers)
