@@ -35,10 +35,11 @@ def _parquet(path: Path) -> str:
 
 
 def released_keys_sql(area: WorkArea) -> str:
-    """A DuckDB query of unit, key, cell_id for every published (cell, bucket) each unit was counted in (set
-    semantics), joining the membership to the candidate's cells in DuckDB (UTC session: keys name UTC
-    instants)."""
-    return (f"SELECT DISTINCT m.unit, m.cell_id || '@' || strftime(m.bucket_start, '{KEY_FORMAT}') AS key, m.cell_id "
+    """A DuckDB query of unit, key, cell_id for every published (cell, bucket) each unit was counted in,
+    joining the membership to the candidate's cells in DuckDB (UTC session: keys name UTC instants). A
+    streaming join, no DISTINCT: the membership has one row per (unit, cell, bucket), and the key sets
+    count a repeated (unit, key) once anyway (risk.keysets)."""
+    return (f"SELECT m.unit, m.cell_id || '@' || strftime(m.bucket_start, '{KEY_FORMAT}') AS key, m.cell_id "
             f"FROM {_parquet(area.counts / 'membership.internal.parquet')} m "
             f"JOIN (SELECT DISTINCT cell_id, bucket_start FROM {_parquet(area.candidate / 'cells.parquet')}) c "
             "ON m.cell_id = c.cell_id AND m.bucket_start = c.bucket_start")
