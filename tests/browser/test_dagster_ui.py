@@ -1,20 +1,24 @@
 """The Dagster UI in a real browser (issue 11, item 7).
 
 A fresh DAGSTER_HOME receives the demo release (`spatial-release demo`, in-process); `dagster-webserver` and
-`dagster-daemon` then serve it, and a re-run of the published period is refused (blocked on
-`demo/validated_pings`: already published) while the daemon runs, as in a deployment. Chromium, driven by
-Playwright, then reads in the UI: the `demo` asset graph, the map on the latest `demo/published_release`
-materialisation, the results of the checks of `demo/protected_table`, the blocked run's reason and the alert
-that `failed_run_alert` tags the blocked run with. GraphQL only waits for state and finds run ids.
+`dagster-daemon` then serve it. Chromium, driven by Playwright, first reads the published state: the `demo`
+asset graph (a), the map and period on the latest `demo/published_release` materialisation (b) and the results
+of the checks of `demo/protected_table` (c). Then the published period is released again: the command line
+refuses it before any run, and a run of partition 2018-01-01 of `demo_release_job` launched through the
+webserver (as from the UI) fails on `demo/validated_pings`. The browser then reads the refused run's reason
+(d), the alert the daemon's `failed_run_alert` tags it with (e; the alert file is read in the alerts folder)
+and that `demo/published_release` still shows 2018-01-01 as materialised, not failed (f; also read back
+through GraphQL). Otherwise GraphQL only launches the run, waits for state and finds run ids.
 
 Each view is saved as a screenshot in ci-artifacts/screenshots/ (and the processes' logs in
-ci-artifacts/dagster-ui-logs/), whether its check passes or not. Skips only where Chromium or Playwright is
-not installed; `.ci/run` installs both and sets SPATIAL_RELEASE_BROWSER_TEST=required, which turns that skip
-into a failure.
+ci-artifacts/dagster-ui-logs/) before its check, so it is kept whether the check passes or not. Skips only
+where Chromium or Playwright is not installed; `.ci/run` installs both and sets
+SPATIAL_RELEASE_BROWSER_TEST=required, which turns that skip into a failure.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -27,6 +31,8 @@ from ui_stack import PROJECT_ROOT, Deployment, missing_browser
 ARTIFACTS = PROJECT_ROOT / "ci-artifacts"
 SCREENSHOTS = ARTIFACTS / "screenshots"
 PERIOD = "2018-Q1"
+PARTITION = "2018-01-01"
+RELEASE_JOB = "demo_release_job"
 ASSETS = ("validated_pings", "cell_counts", "protected_table", "risk_assessment", "published_release", "risk_review")
 PROTECTED_TABLE_CHECKS = ("k_floor", "no_identifiers", "structural_zeros_hold", "suppression_audit",
                           "suppression_budget", "withheld_absent")
@@ -36,6 +42,7 @@ PASSED_LABELS = {"Succeeded", "Passed"}
 ALERT_TAG = "spatial_release/alert"
 BLOCKED_BY_TAG = "spatial_release/blocked_by"
 ALERT_WAIT_S = 90  # from the blocked run's end; failed_run_alert is evaluated every 30 s
+RUN_WAIT_S = 300  # queued, dequeued by the daemon, its run worker loads the code location, then fails
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"]
 
 _missing = missing_browser()
@@ -56,7 +63,7 @@ def deployment(tmp_path_factory):
         assert demo.returncode == 0, (
             f"spatial-release demo exited {demo.returncode}:\n{(demo.stdout + demo.stderr)[-2500:]}")
         d.wait_for_location(timeout=180)
-        [candidate] = d.runs("demo_release_job", "SUCCESS")
+        [candidate] = d.runs(RELEASE_JOB, "SUCCESS")
         assert candidate["tags"].get("spatial_release/period") == PERIOD, candidate
         assert d.runs("demo_publish_job", "SUCCESS"), "the demo's publish run is not in the instance"
 
@@ -64,18 +71,40 @@ def deployment(tmp_path_factory):
         # only sets its cursor to "now", so a run that failed before it never reaches it.
         d.start_daemon()
         d.wait_for_tick("failed_run_alert", timeout=180)
-        rerun = d.cli("release", "--policy", "policies/demo.yaml", "--period", PERIOD, "--out", str(d.out),
-                      "--ledger", str(d.out / "ledger"))
-        output = rerun.stdout + rerun.stderr
-        assert rerun.returncode == 1 and "already published" in output, (
-            f"the re-run of {PERIOD} exited {rerun.returncode}, expected 1 (already published):\n{output[-2500:]}")
-        d.blocked_at = time.monotonic()
-        [blocked] = d.runs("demo_release_job", "FAILURE")
-        d.blocked_run = blocked["runId"]
         yield d
     finally:
         d.stop()
         d.save_logs(ARTIFACTS / "dagster-ui-logs")
+
+
+class Blocked:
+    """The refused re-run launched through the webserver: its id and when it ended (time.monotonic())."""
+
+    def __init__(self, run_id: str, ended_at: float):
+        self.run_id, self.ended_at = run_id, ended_at
+
+
+@pytest.fixture(scope="module")
+def blocked(deployment):
+    """The published period released again, after (a)-(c) have read the published state: the command line
+    refuses it before creating any run; a run of its partition launched through the webserver (as from the
+    UI; the daemon dequeues it) fails."""
+    d = deployment
+    runs_before = {r["runId"] for r in d.runs(RELEASE_JOB)}
+    rerun = d.cli("release", "--policy", "policies/demo.yaml", "--period", PERIOD, "--out", str(d.out),
+                  "--ledger", str(d.out / "ledger"))
+    output = rerun.stdout + rerun.stderr
+    assert rerun.returncode == 1 and "already published" in output, (
+        f"the command line's re-run of {PERIOD} exited {rerun.returncode}, expected 1 (already published):\n"
+        f"{output[-2500:]}")
+    created = [r for r in d.runs(RELEASE_JOB) if r["runId"] not in runs_before]
+    assert not created, f"the command line's refused re-run of {PERIOD} created runs: {created}"
+
+    run_id = d.launch_partition_run(RELEASE_JOB, PARTITION)
+    status = d.wait_for_run(run_id, timeout=RUN_WAIT_S)
+    ended_at = time.monotonic()
+    assert status == "FAILURE", f"the re-run {run_id} of published {PERIOD} ended {status}, expected FAILURE"
+    return Blocked(run_id, ended_at)
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +140,16 @@ def open_view(page, deployment, path: str, ready: str) -> None:
         pass  # pages that poll never go idle; what the test reads is waited for explicitly
 
 
+def settle(wait, timeout: float = 15_000) -> bool:
+    """Wait for what a view should show, but give up quietly: the screenshot is taken either way and the
+    assertions after it say what the page showed instead."""
+    try:
+        wait(timeout=timeout)
+    except Exception:
+        return False
+    return True
+
+
 def screenshot(page, name: str) -> None:
     skip = page.get_by_role("button", name="Skip")
     if skip.count() and skip.first.is_visible():
@@ -123,7 +162,7 @@ def test_demo_asset_graph(deployment, page):
     open_view(page, deployment, "/locations/spatial_release/asset-groups/demo", "published_release")
     for asset in ASSETS:
         page.get_by_text(asset, exact=True).first.wait_for()
-    screenshot(page, "ui-01-demo-asset-graph")
+    screenshot(page, "ui-a-demo-asset-graph")
     header = page.get_by_text("Asset Group in").first.inner_text()
     assert "spatial_release" in header, header
     page.get_by_text("List", exact=True).first.click()
@@ -131,7 +170,7 @@ def test_demo_asset_graph(deployment, page):
     page.get_by_text(re.compile(r"^\d+ partitions$")).first.wait_for()  # the status column has loaded
     page.get_by_text("Loading...").first.wait_for(state="hidden")
     listed = page.inner_text("body")
-    screenshot(page, "ui-01b-demo-asset-list")
+    screenshot(page, "ui-a2-demo-asset-list")
     for asset in ASSETS:
         assert f"demo / {asset}" in listed, f"demo / {asset} is not listed in the demo group:\n{listed}"
 
@@ -152,7 +191,7 @@ def test_published_release_map_and_period(deployment, page):
         image.wait_for()
         page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=image.element_handle())
         image.scroll_into_view_if_needed()
-    screenshot(page, "ui-02-published-release-map")
+    screenshot(page, "ui-b-published-release-map")
     assert PERIOD in period_row.inner_text(), period_row.inner_text()
     assert map_row.count(), (f"the latest demo/published_release materialisation has no `map` metadata entry "
                              f"(the keys shown: {', '.join(keys)})")
@@ -179,48 +218,103 @@ def test_protected_table_checks_results(deployment, page):
     page.get_by_text("Latest execution").first.wait_for()
     labels = check_labels(page, PROTECTED_TABLE_CHECKS)
     detail = page.get_by_text("Evaluation result").first.locator("xpath=../..").inner_text()
-    screenshot(page, "ui-03-protected-table-checks")
+    screenshot(page, "ui-c-protected-table-checks")
     not_passed = {name: label for name, label in labels.items() if label not in PASSED_LABELS}
     assert not not_passed, (f"the checks of demo/protected_table for the published period {PERIOD} read "
                             f"{labels} in the check list (k_floor's latest execution: {' '.join(detail.split())})")
 
 
-def test_blocked_run_shows_reason(deployment, page):
+def test_blocked_run_shows_reason(deployment, blocked, page):
     """(d) The refused re-run's page says why: the period is already published (the failed step, selected
-    in the run's step list, shows its events)."""
-    open_view(page, deployment, f"/runs/{deployment.blocked_run}", deployment.blocked_run[:8])
+    in the run's step list, shows its events): a failure with its reason, not a stack trace."""
+    open_view(page, deployment, f"/runs/{blocked.run_id}", blocked.run_id[:8])
     errored = page.get_by_text(re.compile(r"^Errored \(\d+\)$")).first
     errored.locator("xpath=../..").get_by_text("demo__validated_pings", exact=True).click()
     reason = page.get_by_text(re.compile("already published")).first
-    reason.wait_for()
-    reason.scroll_into_view_if_needed()
-    screenshot(page, "ui-04-blocked-run-reason")
-    assert PERIOD in reason.inner_text(), reason.inner_text()
+    if settle(reason.wait_for):
+        reason.scroll_into_view_if_needed()
+    screenshot(page, "ui-d-blocked-run-reason")
+    assert reason.count(), (
+        f"the blocked run's page does not say 'already published':\n{page.inner_text('body')[-3000:]}")
+    shown = reason.inner_text()
+    assert PERIOD in shown and "demo" in shown, shown
     assert page.get_by_text("Failure", exact=True).first.is_visible()
+    body = page.inner_text("body")
+    assert "AlreadyPublished" not in body, f"the run page shows the refusal as a crash:\n{body[-3000:]}"
 
 
-def test_blocked_run_alert(deployment, page):
-    """(e) The daemon's failed_run_alert turns the blocked run into an alert and tags the run with it; the
-    run's tags (run page) and the runs list show it."""
-    run_id = deployment.blocked_run
-    tags = deployment.wait_for_run_tag(run_id, BLOCKED_BY_TAG, deadline=deployment.blocked_at + ALERT_WAIT_S)
+def tag_value(shown: str, key: str) -> str:
+    """The value shown after `key` in the tags dialog's text (key and value are adjacent cells)."""
+    match = re.search(re.escape(key) + r"\s*[:=]?\s*(\S+)", shown)
+    return match.group(1) if match else ""
+
+
+def test_blocked_run_alert(deployment, blocked, page):
+    """(e) The daemon's failed_run_alert turns the blocked run into an alert: it tags the run with the alert
+    file's name and the asset that blocked (validated_pings), the run page shows those tags, and the alert
+    file names the dataset and the period."""
+    run_id = blocked.run_id
+    tags = deployment.wait_for_run_tag(run_id, BLOCKED_BY_TAG, deadline=blocked.ended_at + ALERT_WAIT_S)
     open_view(page, deployment, f"/runs/{run_id}", "View tags and config")
     page.get_by_text("View tags and config").click()
     dialog = page.get_by_role("dialog").filter(has_text="Tags").first
     dialog.wait_for()
     shown = dialog.inner_text()
-    screenshot(page, "ui-05-blocked-run-tags")
+    screenshot(page, "ui-e-blocked-run-tags")
     page.keyboard.press("Escape")
-    open_view(page, deployment, "/runs", run_id[:8])
-    screenshot(page, "ui-06-runs-list")
-    row = page.get_by_text(run_id[:8], exact=True).first.locator(
-        "xpath=ancestor::div[contains(., 'demo_release_job')][1]").inner_text()
+    alerts_dir = deployment.out / "alerts"
     if BLOCKED_BY_TAG not in tags:
         ticks = deployment.sensor_ticks("failed_run_alert", limit=10)
-        alerts = sorted(p.name for p in (deployment.out / "alerts").glob("*"))
+        alerts = sorted(p.name for p in alerts_dir.glob("*"))
         pytest.fail(f"failed_run_alert did not tag the blocked run {run_id} within {ALERT_WAIT_S} s of its failure "
                     f"(the run's tags: {tags}; the sensor's last ticks: {[t['status'] for t in ticks]}; "
                     f"alerts folder: {alerts or 'empty'})")
-    for key in (ALERT_TAG, BLOCKED_BY_TAG):
-        assert key in shown, f"the run's tags dialog does not show {key}:\n{shown}"
-        assert key in row, f"the runs list does not show {key} on the blocked run:\n{row}"
+    assert tag_value(shown, ALERT_TAG).startswith("blocked_release-"), (
+        f"the run's tags dialog does not show {ALERT_TAG} = blocked_release-...:\n{shown}")
+    assert tag_value(shown, BLOCKED_BY_TAG) == "validated_pings", (
+        f"the run's tags dialog does not show {BLOCKED_BY_TAG} = validated_pings:\n{shown}")
+    assert tags[BLOCKED_BY_TAG] == "validated_pings", tags
+    alert_file = alerts_dir / tags[ALERT_TAG]
+    assert tags[ALERT_TAG].startswith("blocked_release-") and alert_file.is_file(), (
+        f"the alert file {tags[ALERT_TAG]} is not in {alerts_dir}: {sorted(p.name for p in alerts_dir.glob('*'))}")
+    alert = json.loads(alert_file.read_text())
+    assert (alert.get("dataset"), alert.get("period")) == ("demo", PERIOD), alert
+    assert alert.get("run_id") == run_id and alert.get("check") == "validated_pings", alert
+
+
+def holds(ranges: list, key: str) -> bool:
+    return any(start <= key <= end for start, end in ranges)
+
+
+def test_published_release_stays_materialised(deployment, blocked, page):
+    """(f) The refused re-run never planned demo/published_release (the candidate job stops before it): the
+    published partition still shows as materialised, not failed, in the asset's partitions view and in what
+    the webserver reports."""
+    d = deployment
+    [publish] = d.runs("demo_publish_job", "SUCCESS")
+    open_view(page, d, "/assets/demo/published_release?view=partitions", "Partitions")
+    counters = page.get_by_text(re.compile(r"^(Failed|Materialized|Materializing|Missing) \(\d+\)$"))
+    counters.nth(3).wait_for()
+    counts = {m.group(1): int(m.group(2)) for m in
+              (re.match(r"^(\w+) \((\d+)\)$", t.strip()) for t in counters.all_inner_texts()) if m}
+    page.get_by_text(re.compile(r"^Missing \(\d+\)$")).first.click()  # list the partitions that have a status
+    page.get_by_text(PARTITION, exact=True).filter(visible=True).last.click()
+    badge = page.get_by_text(re.compile(r"^(Materialized|Failed|Missing|Materializing)$")).filter(visible=True)
+    settle(badge.first.wait_for)
+    settle(page.get_by_text("Latest materialization").first.wait_for)
+    settle(page.get_by_text(publish["runId"][:8], exact=True).first.wait_for)
+    shown = " ".join(page.inner_text("body").split("Partitions Selected", 1)[-1].split())
+    screenshot(page, "ui-f-published-release-partition")
+    statuses = d.partition_statuses(["demo", "published_release"])
+    candidate = d.partition_statuses(["demo", "validated_pings"])
+    assert counts.get("Failed") == 0 and counts.get("Materialized", 0) >= 1, (
+        f"demo/published_release's partitions view counts {counts} after the refused re-run {blocked.run_id}")
+    assert badge.count() and badge.all_inner_texts()[0].strip() == "Materialized", (
+        f"demo/published_release {PARTITION} reads {badge.all_inner_texts()} after the refused re-run")
+    assert publish["runId"][:8] in shown and "demo_publish_job" in shown and blocked.run_id[:8] not in shown, (
+        f"demo/published_release {PARTITION}'s latest materialisation is not the publish run {publish['runId']}:"
+        f" {shown[:600]}")
+    assert holds(statuses["ranges"]["MATERIALIZED"], PARTITION), statuses
+    assert not holds(statuses["ranges"]["FAILED"], PARTITION) and statuses["stats"]["numFailed"] == 0, statuses
+    # the truth about the candidate: its latest attempt for the period was the refused one
+    assert holds(candidate["ranges"]["FAILED"], PARTITION), candidate

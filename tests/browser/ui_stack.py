@@ -24,6 +24,7 @@ BIN = Path(sys.executable).parent  # the venv running pytest holds spatial-relea
 LOCATION = "spatial_release"
 REPOSITORY = "__repository__"
 TICK_DONE = {"SKIPPED", "SUCCESS", "FAILURE"}
+RUN_DONE = {"SUCCESS", "FAILURE", "CANCELED"}
 
 
 def missing_browser() -> str | None:
@@ -50,8 +51,6 @@ class Deployment:
     env: dict
     port: int
     procs: dict = field(default_factory=dict)
-    blocked_run: str = ""  # the refused re-run's id, and when it ended (time.monotonic())
-    blocked_at: float = 0.0
 
     @classmethod
     def create(cls, root: Path) -> "Deployment":
@@ -203,6 +202,85 @@ class Deployment:
         run_filter = {"pipelineName": job, **({"statuses": [status]} if status else {})}
         results = self.graphql(query, {"filter": run_filter})["runsOrError"]["results"]
         return [{**r, "tags": {t["key"]: t["value"] for t in r["tags"]}} for r in results]
+
+    def partition_tags(self, job: str, partition: str) -> tuple[dict, str]:
+        """The tags and run config the job's partition set gives `partition`: what the launchpad fills in
+        when a partition is chosen in the UI."""
+        query = """query ($repo: RepositorySelector!, $name: String!, $partition: String!) {
+                     partitionSetOrError(repositorySelector: $repo, partitionSetName: $name) {
+                       __typename ... on PartitionSet { partition(partitionName: $partition) {
+                         tagsOrError { __typename ... on PartitionTags { results { key value } }
+                                       ... on PythonError { message } }
+                         runConfigOrError { __typename ... on PartitionRunConfig { yaml }
+                                            ... on PythonError { message } } } }
+                       ... on PythonError { message } } }"""
+        repo = {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY}
+        found = self.graphql(query, {"repo": repo, "name": f"{job}_partition_set",
+                                     "partition": partition})["partitionSetOrError"]
+        if found["__typename"] != "PartitionSet" or not found["partition"]:
+            raise AssertionError(f"no partition {partition} in {job}'s partition set: {found}")
+        tags, config = found["partition"]["tagsOrError"], found["partition"]["runConfigOrError"]
+        if tags["__typename"] != "PartitionTags" or config["__typename"] != "PartitionRunConfig":
+            raise AssertionError(f"partition {partition} of {job}: {tags} {config}")
+        return {t["key"]: t["value"] for t in tags["results"]}, config["yaml"]
+
+    def launch_partition_run(self, job: str, partition: str) -> str:
+        """Launch a run of one partition of `job` through the webserver, as the UI's launchpad does (the
+        partition's tags, among them dagster/partition, and its run config); returns the run id. The
+        instance's run coordinator may queue it: the daemon dequeues it."""
+        tags, run_config = self.partition_tags(job, partition)
+        tags.setdefault("dagster/partition", partition)
+        query = """mutation ($params: ExecutionParams!) { launchRun(executionParams: $params) { __typename
+                     ... on LaunchRunSuccess { run { runId } }
+                     ... on RunConfigValidationInvalid { errors { message } }
+                     ... on Error { message } } }"""
+        params = {"selector": {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY, "jobName": job},
+                  "runConfigData": run_config or "{}",
+                  "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in tags.items()]}}
+        launched = self.graphql(query, {"params": params})["launchRun"]
+        if launched["__typename"] != "LaunchRunSuccess":
+            raise AssertionError(f"launchRun of {job} partition {partition}: {launched}")
+        return launched["run"]["runId"]
+
+    def run_status(self, run_id: str) -> str:
+        query = """query ($runId: ID!) { runOrError(runId: $runId) { __typename ... on Run { status } } }"""
+        run = self.graphql(query, {"runId": run_id})["runOrError"]
+        return run.get("status", run["__typename"])
+
+    def wait_for_run(self, run_id: str, timeout: float) -> str:
+        """The run's status once it has ended (the daemon dequeues and launches it)."""
+        deadline = time.monotonic() + timeout
+        status = ""
+        while time.monotonic() < deadline:
+            self._alive("daemon")
+            status = self.run_status(run_id)
+            if status in RUN_DONE:
+                return status
+            time.sleep(2)
+        raise AssertionError(f"run {run_id} did not end in {timeout:.0f} s (status {status}):\n"
+                             f"{self.log_tail('daemon')}")
+
+    def partition_statuses(self, asset_path: list[str]) -> dict:
+        """The asset's partition statuses as the webserver reports them: {"MATERIALIZED": [(start, end)],
+        "FAILED": [...], "MATERIALIZING": [...]} (inclusive key ranges), and its partitionStats."""
+        query = """query ($keys: [AssetKeyInput!]) { assetNodes(assetKeys: $keys) {
+                     partitionStats { numMaterialized numFailed numMaterializing numPartitions }
+                     assetPartitionStatuses { __typename
+                       ... on TimePartitionStatuses { ranges { status startKey endKey } }
+                       ... on DefaultPartitionStatuses { materializedPartitions failedPartitions
+                                                         materializingPartitions } } } }"""
+        [node] = self.graphql(query, {"keys": [{"path": asset_path}]})["assetNodes"]
+        found = node["assetPartitionStatuses"]
+        ranges: dict = {"MATERIALIZED": [], "FAILED": [], "MATERIALIZING": []}
+        if found["__typename"] == "TimePartitionStatuses":
+            for r in found["ranges"]:
+                ranges.setdefault(r["status"], []).append((r["startKey"], r["endKey"]))
+        elif found["__typename"] == "DefaultPartitionStatuses":
+            for status in ("MATERIALIZED", "FAILED", "MATERIALIZING"):
+                ranges[status] = [(k, k) for k in found[f"{status.lower()}Partitions"]]
+        else:
+            raise AssertionError(f"partition statuses of {'/'.join(asset_path)}: {found}")
+        return {"ranges": ranges, "stats": node["partitionStats"]}
 
     def run_tags(self, run_id: str) -> dict:
         query = """query ($runId: ID!) { runOrError(runId: $runId) { ... on Run { tags { key value } } } }"""
