@@ -111,6 +111,7 @@ class RssSampler:
     def __exit__(self, *exc) -> None:
         self._done.set()
         self._thread.join()
+        self.samples.append((time.time(), self.process.memory_info().rss))  # after the last step's end
 
     def peak(self, start: float, end: float) -> int:
         """Largest sample in [start, end], with the first sample after `end` (a step shorter than the
