@@ -41,7 +41,7 @@ def build_review(programme: Programme) -> ReviewGraph:
     def risk_review(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
         policy = programme.load()
         done = stages.run_review(policy, settings.ledger(), Path(settings.work_dir), Path(settings.alerts_dir),
-                                 run_id=context.run_id)
+                                 run_id=context.run.run_id)
         review = done.review
         report_release_checks(context, programme, review)
         for breach, delivery in zip(review.breaches, done.deliveries):
