@@ -276,6 +276,10 @@ def test_counting_engine_resource_defaults_to_duckdb_and_refuses_unknown_engines
     area = stages.WorkArea(tmp_path / "work")
     with CountingEngine().open(area) as engine:
         assert engine.name == "duckdb"  # the embedded default
+    # a shared Spark scratch folder is per dataset and period: two programmes of one period never collide
+    spark = CountingEngine(engine="spark", scratch_dir=str(tmp_path / "scratch"))
+    first, second = (spark.scratch_for(stages.WorkArea(tmp_path / "work" / name / "2018-Q1")) for name in "ab")
+    assert first != second and first == tmp_path / "scratch" / "a" / "2018-Q1"
     with pytest.raises(ValueError, match="'polars' is not one of 'duckdb', 'spark'"):
         with CountingEngine(engine="polars").open(area):
             pass

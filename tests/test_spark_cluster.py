@@ -291,7 +291,7 @@ def test_counting_on_a_standalone_cluster_equals_duckdb_with_owner_only_files(tm
 
     # owner-only: what the executors wrote in the shared scratch (under the workers' 022 umask), the spark
     # run's work area, and the shuffle files the executors kept while the application ran
-    scratch = spark_cluster.scratch / spark_ctx.area.root.name
+    scratch = spark_cluster.scratch / spark_ctx.area.root.parent.name / spark_ctx.area.root.name  # <dataset>/<period>
     written = list(scratch.rglob("*"))
     assert any(p.name.startswith("part-") and p.suffix == ".parquet" for p in written), written
     readable = [(str(p), oct(stat.S_IMODE(p.lstat().st_mode)))

@@ -88,10 +88,16 @@ class CountingEngine(dg.ConfigurableResource):
                                     description="Scratch folder every Spark executor can reach (env "
                                                 "SPATIAL_RELEASE_SPARK_SCRATCH); default inside the work area.")
 
+    def scratch_for(self, area: WorkArea) -> Path:
+        """Spark's scratch folder for one work area: `<scratch_dir>/<dataset>/<period>` on shared storage (two
+        programmes releasing one period never share one), else inside the work area."""
+        return Path(self.scratch_dir) / area.root.parent.name / area.root.name if self.scratch_dir \
+            else area.counts / "spark"
+
     @contextmanager
     def open(self, area: WorkArea) -> Iterator[Engine]:
         if self.engine == "spark":
-            scratch = Path(self.scratch_dir) / area.root.name if self.scratch_dir else area.counts / "spark"
+            scratch = self.scratch_for(area)
             settings = SparkSettings(master=self.spark_master, conf=dict(self.spark_conf))
             with open_engine("spark", scratch=scratch, spark_settings=settings) as engine:
                 yield engine
