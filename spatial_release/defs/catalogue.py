@@ -82,10 +82,6 @@ class Catalogue:
     programmes: list[ProgrammeDefs]
     errors: list[ProgrammeError]
 
-    @property
-    def jobs(self) -> list:
-        return [job for p in self.programmes for job in p.jobs]
-
     def job_programmes(self) -> dict[str, Programme]:
         return {job.name: p.programme for p in self.programmes for job in p.jobs}
 
