@@ -11,9 +11,12 @@ tau-Argus runs through `pytauargus` (a port of the tau-Argus engine; install it 
 tau-Argus publishes empty cells as 0; our releases leave them out (an absent figure is "empty or
 withheld"), so the audit of each pattern uses that pattern's own publication of zeros.
 
-Each engine runs in its own process so that its peak memory (ru_maxrss) is its own. The engine
-`ours-pruned` adds the pruning pass (slower, fewer secondaries); `ours-compat` protects to the tau-Argus
-FREQ(k, p) criterion instead of ours, to compare secondaries on equal terms (never used for releases).
+Each engine runs in its own process so that its peak memory (ru_maxrss) is its own. Our engines are
+named <stage 1>[-compat][-pruned][-cells]: stage 1 `ours` (the constraint sweep) or `gauss` (Gaussian
+elimination, `suppression.elimination`), both followed by the LP audit-and-repair; `-pruned` adds the
+pruning pass over every non-empty secondary; `-compat` protects to the tau-Argus FREQ(k, p) criterion
+instead of ours, to compare secondaries on equal terms (never used for releases); `-cells` uses the
+"cells" cost (every non-empty figure costs the same) instead of the unit value.
 Every pattern is audited under both criteria: `audit_failures` (ours) and `compat_failures` (tau-Argus's).
 
     python bench/suppression_bench.py                      # 13,675 figures, 3,947 non-zero (4,000 persons)
@@ -141,11 +144,14 @@ def pattern_summary(table, statuses: list[str], k: int, range_pct: int) -> dict:
 
 def run_engine(engine: str, micro_path: Path, region_km, k: int, range_pct: int) -> dict:
     micro = pd.read_parquet(micro_path)
-    if engine in ("ours", "ours-pruned", "ours-compat"):
+    if not engine.startswith("tau-"):
+        # <method>[-compat][-pruned][-cells]: method "ours" (the sweep) or "gauss" (elimination)
+        parts = engine.split("-")
         table, depth = build(micro, region_km, k, zeros_published=False)
-        criterion = Criterion(k, range_pct) if engine == "ours-compat" else None
+        criterion = Criterion(k, range_pct) if "compat" in parts else None
         started = time.perf_counter()
-        protect(table, k, depth, prune_tries=200 if engine == "ours-pruned" else 0, criterion=criterion)
+        protect(table, k, depth, prune_tries=None if "pruned" in parts else 0, criterion=criterion,
+                method="gauss" if parts[0] == "gauss" else "sweep", cost="cells" if "cells" in parts else "unit_value")
         seconds = time.perf_counter() - started
         statuses = list(table.status)
         fresh, _ = build(micro, region_km, k, zeros_published=False)

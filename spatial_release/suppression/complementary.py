@@ -25,14 +25,17 @@ LP intervals like `audit.py`). Elimination is not used here: the sweep and the L
 
 from __future__ import annotations
 
-from collections import deque
+import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from spatial_release.errors import Blocked
 from spatial_release.levels import is_total
 from spatial_release.progress import Progress, silent
-from spatial_release.suppression.audit import AuditResult, Criterion, Interval, audit, components
-from spatial_release.suppression.table import PRIMARY, PUBLISHED, SECONDARY, Table
+from spatial_release.suppression.audit import (INF, TOL, AuditResult, ComponentModel, Criterion, Interval, Point, audit,
+                                              audit_component, components, table_cap)
+from spatial_release.suppression.elimination import eliminate
+from spatial_release.suppression.table import EQ, PRIMARY, PUBLISHED, SECONDARY, UNION, Table
 
 
 class SuppressionError(Blocked, RuntimeError):
@@ -48,7 +51,12 @@ class ProtectionLog:
     audit: AuditResult | None = None
 
 
+UNIT_VALUE, CELLS = "unit_value", "cells"
+SWEEP, GAUSS = "sweep", "gauss"
+
+
 def _weights(table: Table, level_depth: dict[str, int]) -> list[float]:
+    """The "unit_value" cost: (value + 1) x the level weight (leaves 1, each level above x4, totals 1000)."""
     out = []
     for i in range(len(table)):
         level = table.level[i]
@@ -57,8 +65,43 @@ def _weights(table: Table, level_depth: dict[str, int]) -> list[float]:
     return out
 
 
+Cost = str | Callable[[Table, int], float] | Sequence[float]
+
+
+def costs_for(table: Table, level_depth: dict[str, int], cost: Cost = UNIT_VALUE) -> list[float]:
+    """The information lost by withholding each figure, as the caller chooses:
+    - "unit_value" (default): (value + 1) x level weight, so small cells go before large ones and totals;
+    - "cells": every non-empty figure costs 1, empty ones 0 (minimise the number of figures withheld);
+    - a callable `cost(table, node) -> float`, or a sequence of one non-negative weight per node.
+    Ties (and, under "cells", the order among equal costs) fall back to the unit-value cost, then the key."""
+    if isinstance(cost, str):
+        if cost == UNIT_VALUE:
+            return _weights(table, level_depth)
+        if cost == CELLS:
+            return [1.0 if v > 0 else 0.0 for v in table.value]
+        raise ValueError(f"unknown cost {cost!r}: give 'unit_value', 'cells', a callable or one weight per node")
+    if callable(cost):
+        out = [float(cost(table, i)) for i in range(len(table))]
+    else:
+        out = [float(c) for c in cost]
+        if len(out) != len(table):
+            raise ValueError(f"{len(out)} cost weights for {len(table)} figures")
+    if any(not (c >= 0) for c in out):  # also catches NaN
+        raise ValueError("costs must be non-negative numbers")
+    return out
+
+
+class Costs(list):
+    """Per-node costs, with the unit-value cost kept alongside as the first tie-break."""
+
+    def __init__(self, costs: Sequence[float], unit: Sequence[float]):
+        super().__init__(costs)
+        self.unit = list(unit)
+
+
 def _sort_key(table: Table, costs: list[float], node: int) -> tuple:
-    return (costs[node], table.level[node], table.area[node], str(table.bucket[node]))
+    unit = getattr(costs, "unit", costs)
+    return (costs[node], unit[node], table.level[node], table.area[node], str(table.bucket[node]))
 
 
 def _withhold(table: Table, node: int) -> None:
@@ -102,12 +145,14 @@ def _sweep_relation(table: Table, costs: list[float], criterion: Criterion, rela
     return None
 
 
-def sweep(table: Table, costs: list[float], criterion: Criterion) -> int:
+def sweep(table: Table, costs: list[float], criterion: Criterion, kinds: tuple[str, ...] = (EQ, UNION)) -> int:
+    """Repeat until nothing changes: in every relation of the given kinds, withhold what it needs."""
     added = 0
     changed = True
+    relations = [r for r in table.relations if r.kind in kinds]
     while changed:
         changed = False
-        for relation in table.relations:
+        for relation in relations:
             while (node := _sweep_relation(table, costs, criterion, relation)) is not None:
                 _withhold(table, node)
                 added += 1
@@ -115,13 +160,13 @@ def sweep(table: Table, costs: list[float], criterion: Criterion) -> int:
     return added
 
 
-def _nearest_published(table: Table, costs: list[float], start: int, relations_of: list[list[int]]) -> int | None:
-    """Breadth-first from a primary through relations and withheld nodes: the cheapest published figure in
-    the first layer that has one."""
+def _layers(table: Table, start: int, relations_of: list[list[int]]) -> Iterator[tuple[list[int], list[int]]]:
+    """Breadth-first from `start` through relations and withheld nodes: per layer, (published figures met,
+    withheld figures met, which the next layer starts from)."""
     seen_nodes, seen_rel = {start}, set()
-    frontier = deque([start])
+    frontier = [start]
     while frontier:
-        layer, next_frontier = [], deque()
+        published, withheld = [], []
         for node in frontier:
             for r in relations_of[node]:
                 if r in seen_rel:
@@ -131,13 +176,17 @@ def _nearest_published(table: Table, costs: list[float], start: int, relations_o
                     if member in seen_nodes:
                         continue
                     seen_nodes.add(member)
-                    if table.status[member] == PUBLISHED:
-                        layer.append(member)
-                    else:
-                        next_frontier.append(member)
+                    (published if table.status[member] == PUBLISHED else withheld).append(member)
+        yield published, withheld
+        frontier = withheld
+
+
+def _nearest_published(table: Table, costs: list[float], start: int, relations_of: list[list[int]]) -> int | None:
+    """Breadth-first from a primary through relations and withheld nodes: the cheapest published figure in
+    the first layer that has one."""
+    for layer, _ in _layers(table, start, relations_of):
         if layer:
             return min(layer, key=lambda c: _sort_key(table, costs, c))
-        frontier = next_frontier
     return None
 
 
@@ -148,48 +197,171 @@ def _repair_choice(table: Table, costs: list[float], failure: Interval, relation
     return _nearest_published(table, costs, failure.node, relations_of)
 
 
-def _primaries_near(table: Table, node: int, relations_of: list[list[int]]) -> set[int]:
-    """Primaries in the components of the withheld figures that share a relation with `node`."""
-    seeds = {m for r in relations_of[node] for m in table.relations[r].members() if table.status[m] != PUBLISHED}
-    found: set[int] = set()
-    for component in components(table):
-        if seeds & set(component):
-            found.update(n for n in component if table.status[n] == PRIMARY)
-    return found
+QUICK_CHECKS = 6  # primaries nearest to a pruning candidate that are checked first, one LP per bound
+
+
+def _primaries_nearest(table: Table, start: int, relations_of: list[list[int]], limit: int) -> list[int]:
+    """Up to `limit` primaries, breadth-first from `start` through relations and withheld figures."""
+    found: list[int] = []
+    for _, withheld in _layers(table, start, relations_of):
+        found += [m for m in withheld if table.status[m] == PRIMARY]
+        if len(found) >= limit:
+            break
+    return found[:limit]
+
+
+def _quick_failure(model: ComponentModel, primaries: list[int], criterion: Criterion) -> bool:
+    """True if one of `primaries` fails on its LP bounds (the integer bounds are at least as narrow)."""
+    table = model.table
+    for p in primaries:
+        if p not in model.column:
+            continue
+        v = table.value[p]
+        for maximise in (True, False):
+            status, value, _, _ = model.bound(p, maximise)
+            if status == "unbounded":
+                continue
+            if status != "optimal":
+                return True  # let the try fail; the pattern keeps the secondary
+            if (maximise and math.floor(value + TOL) < criterion.upper(v)) or \
+                    (not maximise and math.ceil(value - TOL) > criterion.lower(v)):
+                return True
+    return False
 
 
 def prune(table: Table, k: int, costs: list[float], relations_of: list[list[int]], options: dict | None,
-          max_tries: int, criterion: Criterion | None = None) -> int:
-    """Give back secondaries that turned out unnecessary: try publishing the costliest ones again, one at
-    a time, and keep each only if every primary near it still passes the audit. Returns how many."""
+          max_tries: int | None, criterion: Criterion | None = None,
+          witnesses: dict[int, tuple[Point | None, Point | None]] | None = None,
+          reasons: dict[int, list[int]] | None = None) -> int:
+    """Give back secondaries that turned out unnecessary: try publishing the costliest ones again, one at a
+    time, and keep each only if every primary still passes. Returns how many were given back.
+
+    Cheap because of the audit's witness points: a witness of a primary's bound is an integral point of the
+    attacker's feasible set (as {node: value} where it leaves the true table). Publishing figure c only adds
+    y_c = value_c, so every witness that leaves c at its value stays feasible and keeps its bound: only the
+    primaries whose witness points move c can fail, and only they are audited again (often none: then c is
+    published with no LP at all). The LPs run on one HiGHS model per component of the pattern at the start
+    of the pass (publishing only splits components), where publishing c fixes c's column, so each try is
+    warm-started. Most tries fail, so each is first tried on a few primaries only, one LP per bound, and
+    stops at the first that fails (an LP bound that fails means the integer bound fails too): the
+    primaries the secondary was withheld for (`reasons`, from the elimination and the repair), then the
+    primaries nearest to it through the relations. Only a try that survives gets the full audit of every
+    affected primary. `witnesses`: the audit's points for the current pattern (None: audit first).
+    `max_tries` bounds the candidates visited (None: every non-empty secondary), costliest first."""
+    criterion = criterion or Criterion(k)
+    if witnesses is None:
+        first = audit(table, k, options, criterion=criterion, workers=1)
+        if first.errors or first.failures():
+            raise SuppressionError(f"prune needs a passing pattern: {first.summary()}")
+        witnesses = first.witnesses
+    # Witness points are shared (one dict per bulk LP), so the index is by point: node -> ids of the points
+    # that move it, point id -> the primaries whose bounds rest on it.
+    moved_by: dict[int, set[int]] = {}
+    resting: dict[int, set[int]] = {}
+    points: dict[int, Point] = {}
+    unknown: set[int] = set()  # primaries without a witness point for some bound: audited on every try
+
+    def index(primary: int, pair: tuple[Point | None, Point | None]) -> None:
+        for point in pair:
+            if point is None:
+                unknown.add(primary)
+                continue
+            pid = id(point)
+            if pid not in points:
+                points[pid] = point
+                for node in point:
+                    moved_by.setdefault(node, set()).add(pid)
+            resting.setdefault(pid, set()).add(primary)
+
+    def unindex(primary: int) -> None:
+        unknown.discard(primary)
+        for point in current.get(primary, (None, None)):
+            if point is not None:
+                resting.get(id(point), set()).discard(primary)
+
+    def affected_by(node: int) -> set[int]:
+        return {p for pid in moved_by.get(node, ()) for p in resting.get(pid, ())} | unknown
+
+    current = {p: witnesses.get(p, (None, None)) for p in table.primaries()}
+    for p, pair in current.items():
+        index(p, pair)
+    comp_of: dict[int, int] = {}
+    comps = components(table, relations_of)
+    for c, nodes in enumerate(comps):
+        for node in nodes:
+            comp_of[node] = c
+    models: dict[int, ComponentModel] = {}
+    cap = table_cap(table, criterion)
+    candidates = sorted((n for n in table.secondaries() if table.value[n] > 0),
+                        key=lambda n: _sort_key(table, costs, n), reverse=True)
+    if max_tries is not None:
+        candidates = candidates[:max_tries]
     released = 0
-    candidates = sorted((n for n in table.secondaries() if table.value[n] > 0), key=lambda n: -costs[n])
-    for node in candidates[:max_tries]:
+    for node in candidates:
+        comp = comp_of[node]
+        affected = sorted(p for p in affected_by(node) if comp_of.get(p) == comp)
         table.status[node] = PUBLISHED
-        near = _primaries_near(table, node, relations_of)
-        result = audit(table, k, options, primaries=near, criterion=criterion) if near else None
-        if result is not None and (result.errors or result.failures()):
-            table.status[node] = SECONDARY
-        else:
+        if not affected:
             released += 1
+            if comp in models:  # keep the component's model in step with the pattern
+                models[comp].highs.changeColBounds(models[comp].column[node], table.value[node], table.value[node])
+            continue
+        if comp not in models:
+            models[comp] = ComponentModel(table, comps[comp], relations_of, {"presolve": "off", **(options or {})})
+        model = models[comp]
+        col = model.column[node]
+        model.highs.changeColBounds(col, table.value[node], table.value[node])
+        suspects = [p for p in (reasons or {}).get(node, []) if table.status[p] == PRIMARY]
+        suspects += [p for p in _primaries_nearest(table, node, relations_of, QUICK_CHECKS) if p not in suspects]
+        if _quick_failure(model, suspects, criterion):
+            failed = True
+        else:
+            result = AuditResult(k=k, criterion=criterion)
+            audit_component(model, affected, criterion, result, cap=cap)
+            failed = bool(result.errors or result.failures() or len(result.intervals) != len(affected))
+        if failed:
+            table.status[node] = SECONDARY
+            [floor] = model.floors([node])
+            model.highs.changeColBounds(col, floor, INF)
+            continue
+        released += 1
+        for p in affected:
+            unindex(p)
+            current[p] = result.witnesses.get(p, (None, None))
+            index(p, current[p])
     return released
 
 
 def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int = 200,
-            options: dict | None = None, prune_tries: int = 0,
-            criterion: Criterion | None = None, progress: Progress = silent) -> ProtectionLog:
+            options: dict | None = None, prune_tries: int | None = 0,
+            criterion: Criterion | None = None, progress: Progress = silent, *,
+            method: str = SWEEP, cost: Cost = UNIT_VALUE) -> ProtectionLog:
     """Withhold secondaries in `table` (statuses change in place) until the audit passes.
 
     `table` holds every figure with its status (primaries already marked), `k` the threshold, `level_depth`
     each level's depth in its chain (for the cost weights), `criterion` the protection levels (default
     `Criterion(k)`), `options` HiGHS options for the audits, `max_rounds` the repair cap (reaching it is a
-    `SuppressionError`, never a pass), `prune_tries` how many costly secondaries the optional pruning pass
-    tries to give back. Returns the `ProtectionLog` with the audit of the final pattern."""
+    `SuppressionError`, never a pass), `prune_tries` how many costly secondaries the pruning pass tries to
+    give back (0: no pruning; None: every non-empty secondary). `method` is stage 1: "sweep" (the
+    constraint sweep on every relation) or "gauss" (Gaussian elimination on the EQ relations,
+    `suppression.elimination`, then the sweep on the UNION relations only, which are not linear
+    identities). `cost` is what a withheld figure costs (see `costs_for`). Stage 2, audit and repair, is
+    the same for both and keeps the guarantee. Returns the `ProtectionLog` with the audit of the final
+    pattern."""
     criterion = criterion or Criterion(k)
-    costs = _weights(table, level_depth)
+    costs = Costs(costs_for(table, level_depth, cost), _weights(table, level_depth))
     log = ProtectionLog()
-    log.sweep_secondaries = sweep(table, costs, criterion)
-    progress("suppression: constraint sweep done")  # counts of withheld figures stay internal (issue 9)
+    reasons: dict[int, list[int]] = {}  # secondary -> the primaries it was withheld for (pruning checks them first)
+    if method == GAUSS:
+        log.sweep_secondaries = eliminate(table, k, costs, lambda n: (-costs.unit[n], *_sort_key(table, costs, n)[2:]),
+                                          reasons)
+        log.sweep_secondaries += sweep(table, costs, criterion, kinds=(UNION,))
+        progress("suppression: Gaussian elimination done")
+    elif method == SWEEP:
+        log.sweep_secondaries = sweep(table, costs, criterion)
+        progress("suppression: constraint sweep done")  # counts of withheld figures stay internal (issue 9)
+    else:
+        raise ValueError(f"unknown method {method!r}: give 'sweep' or 'gauss'")
     relations_of = table.relations_of()
     intervals: dict[int, Interval] = {}
     totals = AuditResult(k=k, criterion=criterion)
@@ -223,6 +395,7 @@ def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int =
                 raise SuppressionError(f"{table.key(failure.node)} cannot be protected: no published figure "
                                        "is connected to it")
             if table.status[choice] == PUBLISHED:
+                reasons[choice] = [failure.node]
                 _withhold(table, choice)
                 log.repair_secondaries += 1
     # Every primary passed in the round that last audited it, and later rounds only withheld more, which
@@ -230,8 +403,9 @@ def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int =
     # audits the published files again, independently.)
     totals.intervals = [intervals[n] for n in sorted(intervals)]
     log.audit = totals
-    if prune_tries:
-        log.pruned = prune(table, k, costs, relations_of, options, prune_tries, criterion)
+    if prune_tries is None or prune_tries > 0:
+        log.pruned = prune(table, k, costs, relations_of, options, prune_tries, criterion, totals.witnesses,
+                           reasons)
         if log.pruned:  # the pattern changed: the audit of record is a fresh one
             log.audit = audit(table, k, options, criterion=criterion)
             if not log.audit.passed:
