@@ -211,21 +211,32 @@ def release_counts(persons: int, days: int, seed: int):
     return true_cells, true_margins, structure
 
 
-def release_mode(persons: int, days: int, k: int, seed: int) -> None:
+def release_mode(persons: int, days: int, k: int, seed: int, method: str | None = None,
+                 prune: bool = False) -> None:
     """The structure our releases publish: 250 m cells x hour with 1 km and 4 km parents and the hourly
-    total, one spatial hierarchy per bucket (empty cells folded into exact rest variables)."""
+    total, one spatial hierarchy per bucket (empty cells folded into exact rest variables). `method` /
+    `prune`: the keywords to try in `complementary.protect` (None: what `protect_release` passes)."""
+    import functools
+
+    from spatial_release.suppression import release_system
     from spatial_release.suppression.release_system import DisclosureSpec, protect_release
+
+    if method is not None or prune:  # the benchmark's own process: try the keywords without editing the caller
+        release_system.protect = functools.partial(protect, method=method or "sweep",
+                                                   prune_tries=None if prune else 0)
 
     true_cells, true_margins, structure = release_counts(persons, days, seed)
     started = time.perf_counter()
     protected, log, _ = protect_release(true_cells, true_margins, DisclosureSpec(structure, k, "presence"))
     seconds = time.perf_counter() - started
     audit_summary = log.audit.summary()
-    print(f"release mode: {persons} persons, {days} days of hourly buckets, 250 m cells")
+    print(f"release mode: {persons} persons, {days} days of hourly buckets, 250 m cells; "
+          f"method {method or 'as protect_release'}{', pruned' if prune else ''}")
     print(f"  figures {len(true_cells) + len(true_margins)}; published cells {len(protected.cells)}, "
           f"published margins {len(protected.margins)}; primaries {audit_summary['primaries_audited']}; "
-          f"secondaries {log.sweep_secondaries + log.repair_secondaries} "
-          f"(sweep {log.sweep_secondaries}, repair {log.repair_secondaries}, rounds {log.rounds})")
+          f"secondaries {log.sweep_secondaries + log.repair_secondaries - log.pruned} "
+          f"(stage 1 {log.sweep_secondaries}, repair {log.repair_secondaries}, rounds {log.rounds}, "
+          f"pruned {log.pruned})")
     print(f"  protect + audit {seconds:.1f} s (final audit {audit_summary['seconds']} s, "
           f"{audit_summary['components']} components, {audit_summary['lps_solved']} exact LPs, "
           f"{audit_summary['bulk_lps']} bulk LPs, failures {audit_summary['failures']}); "
@@ -244,12 +255,14 @@ def main() -> None:
     parser.add_argument("--release-mode", action="store_true",
                         help="time our own release structure instead (1-D per bucket); see --days")
     parser.add_argument("--days", type=int, default=7)
+    parser.add_argument("--method", choices=["sweep", "gauss"], help="release mode: stage 1 to use")
+    parser.add_argument("--prune", action="store_true", help="release mode: prune every secondary")
     parser.add_argument("--engine", help=argparse.SUPPRESS)
     parser.add_argument("--micro", help=argparse.SUPPRESS)
     args = parser.parse_args()
     region = tuple(args.region_km)
     if args.release_mode:
-        release_mode(args.persons, args.days, args.k, args.seed)
+        release_mode(args.persons, args.days, args.k, args.seed, args.method, args.prune)
         return
     if args.engine:  # child process
         print(json.dumps(run_engine(args.engine, Path(args.micro), region, args.k, args.range_pct)))

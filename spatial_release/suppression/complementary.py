@@ -1,26 +1,42 @@
 """Complementary suppression on the full linear system of a release, repaired until the LP audit passes.
 
-Stage 1, a constraint sweep: in every relation that holds a withheld primary, make sure the primary is not
-alone (it would be recovered by subtraction) and, when the parent is published, that the other withheld
-children carry at least max(k - v, 1) units (else the sum of the withheld cells, published implicitly,
-shows the primary to be below k). Empty children are free complements: they are already absent.
-Stage 2, audit and repair: audit every component with the attacker LP; for each failing primary withhold
-the published figure that binds the failing bound at the lowest cost per unit of reduced cost (the greedy
-reading of a Fischetti-Salazar capacity cut), falling back to the cheapest published figure nearest to the
-primary through the relations. Only the primaries that failed are re-audited (withholding more never
-narrows an interval, so a primary that passed keeps passing). Every round withholds at
-least one figure, so the loop ends; a round cap turns an unprotectable table into an error, never a pass.
+Stage 1 picks a first pattern, by one of two methods (`protect(method=...)`):
+- "gauss": Gaussian elimination in the manner of Statistics Norway's GaussSuppression
+  (`suppression.elimination`): candidates in descending cost order are published unless that would make a
+  primary, or a sum of primaries below the protection level, a linear combination of published figures.
+  It sees the EQ relations only; on UNION relations (visitors: max(children) <= parent <= sum(children),
+  not linear identities) the constraint sweep below runs instead.
+- "sweep": a constraint sweep on every relation: in every relation that holds a withheld primary, make
+  sure the primary is not alone (it would be recovered by subtraction) and, when the parent is published,
+  that the other withheld children carry at least max(k - v, 1) units (else the sum of the withheld cells,
+  published implicitly, shows the primary to be below k). Empty children are free complements: they are
+  already absent.
+Stage 2, audit and repair (the guarantee, whatever stage 1 did): audit every component with the attacker
+LP; for each failing primary withhold the published figure that binds the failing bound at the lowest cost
+per unit of reduced cost (the greedy reading of a Fischetti-Salazar capacity cut), falling back to the
+cheapest published figure nearest to the primary through the relations. Only the primaries that failed are
+re-audited (withholding more never narrows an interval, so a primary that passed keeps passing). Every
+round withholds at least one figure, so the loop ends; a round cap turns an unprotectable table into an
+error, never a pass.
+Stage 3, optional pruning (`prune_tries`): publish secondaries back, costliest first, when every primary
+still passes (see `prune`), then audit the final pattern afresh.
 
-Cost of withholding a figure: (value + 1) x a level weight (leaves 1, each level above x4, totals 1000),
-so small cells are preferred over large ones and over totals. Ties break on the node key, and the solver
-runs single-threaded, so the same input gives the same pattern (tests/test_golden_pattern.py pins one).
+Cost of withholding a figure (`protect(cost=...)`, see `costs_for`): by default (value + 1) x a level
+weight (leaves 1, each level above x4, totals 1000), so small cells are preferred over large ones and over
+totals; "cells" counts figures instead; or the caller's own weights. Ties break on the unit-value cost,
+then the node key, and the solver runs single-threaded, so the same input gives the same pattern
+(tests/test_golden_pattern.py pins one; tests/test_elimination.py checks it across audit worker counts).
+
+What releases should use (`RELEASE_METHOD`): measured with bench/suppression_bench.py (k = 5, 20,000
+persons, a 500 m x hour table with 2 km / 8 km / total and day margins), elimination + repair withholds
+81 non-empty figures where the sweep + repair withholds 135, and pruning gives back the few the repair
+over-withheld in seconds; see RELEASE_METHOD for the numbers behind pruning by default.
 
 References: the attacker problem and the capacity cuts are from Fischetti and Salazar-Gonzalez, "Solving
 the cell suppression problem on tabular data with linkable information", Management Science 47(7), 2001.
-Statistics Norway's GaussSuppression (Langsrud; R packages SSBtools and GaussSuppression) chooses
-secondaries by Gaussian elimination over the table's model matrix instead (a primary is safe from exact
-disclosure when it is no linear combination of published figures; its optional `ComputeIntervals` gives
-LP intervals like `audit.py`). Elimination is not used here: the sweep and the LP repair are.
+The elimination is Langsrud's ("Secondary cell suppression by Gaussian elimination: an algorithm suitable
+for handling issues with zeros and singletons", Journal of Official Statistics 40(4), 2024; R packages
+SSBtools and GaussSuppression).
 """
 
 from __future__ import annotations
@@ -36,6 +52,19 @@ from spatial_release.suppression.audit import (INF, TOL, AuditResult, ComponentM
                                               audit_component, components, table_cap)
 from spatial_release.suppression.elimination import eliminate
 from spatial_release.suppression.table import EQ, PRIMARY, PUBLISHED, SECONDARY, UNION, Table
+
+
+# The keywords releases should pass to `protect` (release_system.protect_release). `protect`'s own defaults
+# stay the historical ones (sweep, no pruning) so that a caller that names nothing gets the pattern it got.
+# Elimination: on the k = 5 benchmark table (bench/suppression_bench.py --persons 20000) 84 non-empty
+# secondaries (5,576 units) in 2.2 s, where the sweep needs 135 (13,619 units) in 6.0 s; in release mode
+# (1-D per bucket, --release-mode --persons 20000 --days 2) both give the same 128.
+# Pruning on by default: it now costs seconds (witness points skip the primaries a candidate cannot
+# affect; most tries are rejected by a few warm-started LPs), it never weakens the guarantee (the pruned
+# pattern is audited afresh, and a failing audit is an error), and it gives back what the repair
+# over-withheld: 3 of 84 at k = 5 (+4 s), 14 of 97 at k = 10 (+18 s; the old pass took 75-156 s), none
+# in release mode (+0.4 s of 12 s).
+RELEASE_METHOD = {"method": "gauss", "prune_tries": None}
 
 
 class SuppressionError(Blocked, RuntimeError):
@@ -354,7 +383,7 @@ def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int =
     reasons: dict[int, list[int]] = {}  # secondary -> the primaries it was withheld for (pruning checks them first)
     if method == GAUSS:
         log.sweep_secondaries = eliminate(table, k, costs, lambda n: (-costs.unit[n], *_sort_key(table, costs, n)[2:]),
-                                          reasons)
+                                          reasons, criterion.upper)
         log.sweep_secondaries += sweep(table, costs, criterion, kinds=(UNION,))
         progress("suppression: Gaussian elimination done")
     elif method == SWEEP:

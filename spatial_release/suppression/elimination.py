@@ -36,7 +36,7 @@ Stage 1 only prevents *exact* disclosure; the interval criterion (`verdicts.Crit
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from spatial_release.suppression.table import EQ, PRIMARY, PUBLISHED, SECONDARY, Table
 
@@ -94,14 +94,18 @@ def model_columns(table: Table) -> list[Vector]:
     return columns  # type: ignore[return-value]
 
 
-def virtual_sums(table: Table, k: int) -> list[list[int]]:
-    """Groups of primary children (two or more) of one EQ relation whose values add up to less than k."""
+def virtual_sums(table: Table, k: int, upper: Callable[[int], int] | None = None) -> list[list[int]]:
+    """Groups of primary children (two or more) of one EQ relation whose sum, if it were known, would cap a
+    member below the upper protection level it needs: `upper(v)` (default max(k, v + 1), our criterion,
+    where this means a sum below k; under tau-Argus's FREQ criterion, v + max(1, p% v), rarely)."""
+    upper = upper or (lambda v: max(k, v + 1))
     groups: set[tuple[int, ...]] = set()
     for rel in table.relations:
         if rel.kind != EQ:
             continue
         group = tuple(sorted(c for c in rel.children if table.status[c] == PRIMARY))
-        if len(group) >= 2 and sum(table.value[c] for c in group) < k:
+        total = sum(table.value[c] for c in group)
+        if len(group) >= 2 and any(upper(table.value[c]) > total for c in group):
             groups.add(group)
     return [list(g) for g in sorted(groups)]
 
@@ -180,12 +184,13 @@ class Echelon:
                 raise AssertionError("a tracked column entered the span of the published ones")
 
 
-def eliminate(table: Table, k: int, costs: Sequence[float], order_key, reasons: dict[int, list[int]] | None = None
-              ) -> int:
+def eliminate(table: Table, k: int, costs: Sequence[float], order_key, reasons: dict[int, list[int]] | None = None,
+              upper: Callable[[int], int] | None = None) -> int:
     """Withhold (status SECONDARY) the published figures that GaussSuppression-style elimination picks so
     that no primary and no small sum of primaries is a linear combination of published figures. `costs`
     per node (higher: published first), `order_key(node)` the deterministic tie-break. `reasons`, if given,
-    receives for each secondary the primaries it was withheld for. Returns how many."""
+    receives for each secondary the primaries it was withheld for; `upper` the upper protection level
+    (see `virtual_sums`). Returns how many."""
     columns = model_columns(table)
     candidates = [n for n in range(len(table)) if table.status[n] == PUBLISHED]
     candidates.sort(key=lambda n: (-costs[n], order_key(n)))
@@ -199,7 +204,7 @@ def eliminate(table: Table, k: int, costs: Sequence[float], order_key, reasons: 
         if columns[node]:
             echelon.track(columns[node])
             owners.append([node])
-    for group in virtual_sums(table, k):
+    for group in virtual_sums(table, k, upper):
         total: Vector = {}
         for node in group:
             for row, coef in columns[node].items():
