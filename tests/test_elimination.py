@@ -39,7 +39,8 @@ def grid_table(counts: np.ndarray, k: int, zeros_published: bool) -> Table:
     return cross_classified_table(leaf, space_parent, time_parent, space_level, time_level, k, zeros_published)
 
 
-DEPTH = {f"{s}x{t}": a + b for s, a in (("cell", 0), ("district", 1), ("total", 2)) for t, b in (("hour", 0), ("day", 1))}
+DEPTH = {f"{s}x{t}": a + b for s, a in (("cell", 0), ("district", 1), ("total", 2))
+         for t, b in (("hour", 0), ("day", 1))}
 
 
 def exact_primaries(table: Table, k: int) -> list[int]:
