@@ -21,8 +21,11 @@ Every pattern is audited under both criteria: `audit_failures` (ours) and `compa
 
     python bench/suppression_bench.py                      # 13,675 figures, 3,947 non-zero (4,000 persons)
     python bench/suppression_bench.py --persons 20000      # the same table denser: 5,885 non-zero figures
+    python bench/suppression_bench.py --persons 20000 --seed 11   # another draw of it: 5,762 non-zero
+    python bench/suppression_bench.py --persons 20000 --engines gauss gauss-pruned tau-modular  # a subset
     python bench/suppression_bench.py --release-mode --persons 85000 --days 7   # our release structure:
                                                            # ~87,000 published cells + 25,000 margins
+    python bench/suppression_bench.py --release-mode --persons 20000 --days 2 --method gauss --prune
 """
 
 from __future__ import annotations
@@ -251,7 +254,8 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--range-pct", type=int, default=10, help="tau-Argus FREQ protection range")
     parser.add_argument("--engines", nargs="+",
-                        default=["ours", "ours-compat", "ours-pruned", "tau-modular", "tau-optimal"])
+                        default=["ours", "ours-compat", "ours-pruned", "gauss", "gauss-pruned", "gauss-compat",
+                                 "gauss-compat-pruned", "tau-modular", "tau-optimal"])
     parser.add_argument("--release-mode", action="store_true",
                         help="time our own release structure instead (1-D per bucket); see --days")
     parser.add_argument("--days", type=int, default=7)
@@ -286,14 +290,15 @@ def main() -> None:
         rows.append(json.loads(lines[-1]))
     frame = pd.DataFrame(rows)
     print(frame.to_string(index=False))
-    ours = frame[frame["engine"] == "ours"]
-    if not ours.empty and "tau-modular" in set(frame["engine"]) and "seconds" in frame:
+    if "tau-modular" in set(frame["engine"]) and "seconds" in frame:
         mod = frame[frame["engine"] == "tau-modular"].iloc[0]
         if pd.notna(mod.get("seconds")):
-            o = ours.iloc[0]
-            print(f"ours / Modular: time {o['seconds'] / max(mod['seconds'], 1e-9):.2f}x, non-zero secondaries "
-                  f"{o['secondaries_nonzero'] / max(mod['secondaries_nonzero'], 1):.2f}x")
-
+            for _, row in frame[~frame["engine"].str.startswith("tau-")].iterrows():
+                if pd.isna(row.get("seconds")):
+                    continue
+                print(f"{row['engine']} / Modular: time {row['seconds'] / max(mod['seconds'], 1e-9):.2f}x, non-zero "
+                      f"secondaries {row['secondaries_nonzero'] / max(mod['secondaries_nonzero'], 1):.2f}x, withheld "
+                      f"value {row['withheld_value_secondary'] / max(mod['withheld_value_secondary'], 1):.2f}x")
 
 if __name__ == "__main__":
     main()
