@@ -14,6 +14,7 @@ import numpy as np
 
 from spatial_release.period import Period
 from spatial_release.policy import Policy
+from spatial_release.policy.model import PERIOD_RUNG, interval_sql
 
 SLOT_US = 900_000_000  # 15 minutes: every UTC offset in use is a multiple of it, so no bucket edge falls inside a slot
 
@@ -48,14 +49,25 @@ class BucketSlots:
         return None
 
 
-def bucket_slots(policy: Policy, period: Period) -> BucketSlots:
+def rung_interval_sql(policy: Policy, rung: str | None) -> str:
+    """The DuckDB interval of a time rung: the policy's bucket (None), a ladder rung, or the whole period
+    (months and quarters: DuckDB aligns month intervals on 2000-01-01, so 3 months are calendar quarters)."""
+    if rung is None:
+        return policy.time.bucket_interval_sql()
+    if rung == PERIOD_RUNG:
+        return "INTERVAL 3 months" if policy.period == "quarter" else "INTERVAL 1 month"
+    return interval_sql(rung)
+
+
+def bucket_slots(policy: Policy, period: Period, rung: str | None = None) -> BucketSlots:
     """Each 15-minute UTC slot of the period with its bucket in the policy's time zone (DuckDB's time_bucket),
-    checking that the slot's first and last microsecond fall in the same bucket."""
+    checking that the slot's first and last microsecond fall in the same bucket. `rung`: a rung of the
+    policy's time ladder instead of its bucket."""
     start, end = period.utc_window(policy.time.timezone)
     con = duckdb.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
-        interval, tz = policy.time.bucket_interval_sql(), _lit(policy.time.timezone)
+        interval, tz = rung_interval_sql(policy, rung), _lit(policy.time.timezone)
         rows = con.execute(
             f"SELECT epoch_us(t) // {SLOT_US} AS slot, time_bucket({interval}, t, {tz}) AS b, "
             f"time_bucket({interval}, t + INTERVAL 15 minute - INTERVAL 1 microsecond, {tz}) AS b_last "
@@ -75,6 +87,19 @@ def bucket_slots(policy: Policy, period: Period) -> BucketSlots:
     return BucketSlots(rows[0][0], [number[r[1]] for r in rows], buckets)
 
 
-def period_buckets(policy: Policy, period: Period) -> list[datetime]:
-    """Every bucket start (UTC) that overlaps the period, in the policy's time zone."""
-    return bucket_slots(policy, period).buckets
+def period_buckets(policy: Policy, period: Period, rung: str | None = None) -> list[datetime]:
+    """Every bucket start (UTC) that overlaps the period, in the policy's time zone (at `rung`, if given)."""
+    return bucket_slots(policy, period, rung).buckets
+
+
+def rung_parents(policy: Policy, period: Period, fine: str | None, coarse: str) -> dict[datetime, datetime]:
+    """The bucket of rung `coarse` that holds each bucket of rung `fine` (None: the policy's bucket), from
+    the two slot tables of the period: every slot of a fine bucket must fall in one coarse bucket, else the
+    ladder does not nest in this time zone and period (a CountingError, never a silent overlap)."""
+    a, b = bucket_slots(policy, period, fine), bucket_slots(policy, period, coarse)
+    parent: dict[int, int] = {}
+    for fine_bucket, coarse_bucket in zip(a.slot_bucket, b.slot_bucket):
+        if parent.setdefault(fine_bucket, coarse_bucket) != coarse_bucket:
+            raise CountingError(f"the {fine or policy.time.bucket} bucket starting {a.buckets[fine_bucket]} spans two "
+                                f"{coarse} buckets in {policy.time.timezone}: the time ladder does not nest")
+    return {a.buckets[f]: b.buckets[c] for f, c in parent.items()}

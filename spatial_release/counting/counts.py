@@ -32,7 +32,7 @@ from spatial_release.counting.engines import Engine
 from spatial_release.counting.outputs import _write_membership, _write_outside, _write_parquet
 from spatial_release.counting.pings import data_extent, register_pings, usable_area
 from spatial_release.counting.plan import ZoningPlan, zoning_sql
-from spatial_release.levels import LEAF
+from spatial_release.levels import LEAF, at_rung
 from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.progress import Progress, silent
@@ -201,9 +201,61 @@ class _Decoded:
         return pa.table(columns)
 
 
+@dataclass(frozen=True)
+class Rung:
+    """A coarser time rung of the policy's ladder: the coarse bucket number of each of the policy's buckets."""
+
+    name: str
+    of_bucket: np.ndarray  # policy bucket number -> coarse bucket number
+    buckets: pd.Series  # coarse bucket number -> bucket start (UTC)
+
+
+def ladder_rungs(policy: Policy, period: Period, slots: BucketSlots) -> list[Rung]:
+    """The rungs of the policy's time ladder over the period, each mapped from the policy's buckets through
+    the 15-minute slot tables: every slot of one policy bucket must fall in one coarse bucket (checked)."""
+    rungs = []
+    for name in policy.time.ladder:
+        coarse = bucket_slots(policy, period, name)
+        of_bucket = np.full(len(slots.buckets), -1, np.int64)
+        for fine_b, coarse_b in zip(slots.slot_bucket, coarse.slot_bucket):
+            if of_bucket[fine_b] not in (-1, coarse_b):
+                raise CountingError(f"the {policy.time.bucket} bucket starting {slots.buckets[fine_b]} spans two "
+                                    f"{name} buckets in {policy.time.timezone}: the time ladder does not nest")
+            of_bucket[fine_b] = coarse_b
+        starts = pd.Series(pd.to_datetime(coarse.buckets, utc=True)).astype("datetime64[us, UTC]")
+        rungs.append(Rung(name, of_bucket, starts))
+    return rungs
+
+
+def _count_rungs(engine: Engine, plan: ZoningPlan, z: int, decoded: _Decoded, rungs: Sequence[Rung]) -> list[pa.Table]:
+    """Figures of every level of zoning z at each coarser rung: the distinct units counted in the area in at
+    least one of the policy's buckets inside the coarse bucket (the union of the finer memberships, for
+    presence and visitors alike: one bike on seven days is one unit of the week)."""
+    frames = []
+    for r, rung in enumerate(rungs):
+        engine.register_frame(f"rung_{z}_{r}", pd.DataFrame({"b": np.arange(len(rung.of_bucket), dtype=np.int64),
+                                                             "cb": rung.of_bucket}))
+        coarse = _Decoded(decoded.ids, rung.buckets, decoded.ranks)
+        joined = f"member_{z} m JOIN rung_{z}_{r} t ON t.b = m.b"
+        leaf = engine.fetch(f"SELECT m.rank, t.cb AS b, count(DISTINCT m.unit) AS n FROM {joined} GROUP BY m.rank, t.cb")
+        frames.append(coarse.table(leaf, at_rung(plan.level, rung.name)))
+        for level in plan.parent_levels:
+            sql = (f"SELECT h.{level} AS parent, t.cb AS b, count(DISTINCT m.unit) AS n FROM {joined} "
+                   f"JOIN hier_{z} h ON h.rank = m.rank GROUP BY h.{level}, t.cb")
+            names = np.asarray(pd.factorize(plan.hierarchy(pd.Series(decoded.ids, dtype=object))[level]
+                                            .astype(str).to_numpy(object))[1], dtype=object).astype(str)
+            frames.append(coarse.table(engine.fetch(sql), at_rung(level, rung.name), area="parent", names=names))
+        totals = engine.fetch(f"SELECT t.cb AS b, count(DISTINCT m.unit) AS n FROM {joined} GROUP BY t.cb")
+        frames.append(coarse.table(totals.assign(total_area=plan.total_level), at_rung(plan.total_level, rung.name),
+                                   area="total_area"))
+    return frames
+
+
 def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, buckets: pd.Series, keys_sql: str,
-                  member_sql: Callable[[], str], key_ranks: bool = False) -> tuple[_Decoded, pa.Table, list[pa.Table]]:
-    """Leaf counts (area_id, bucket_start, n) and margin frames (level, area_id, bucket_start, n).
+                  member_sql: Callable[[], str], key_ranks: bool = False, rungs: Sequence[Rung] = ()
+                  ) -> tuple[_Decoded, pa.Table, list[pa.Table]]:
+    """Leaf counts (area_id, bucket_start, n) and margin frames (level, area_id, bucket_start, n), with the
+    figures of every coarser time rung among the margins (`_count_rungs`).
 
     key_ranks: member_sql gives area keys as ranks, which `plan.keys_sort_like_ids` allows (no dictionary
     join); else it joins dict_<z> (area key -> rank in id order)."""
@@ -245,6 +297,7 @@ def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, bucket
                  else f"SELECT b, count(DISTINCT unit) AS n FROM member_{z} GROUP BY b")
     totals = engine.fetch(total_sql).assign(total_area=plan.total_level)  # a total's one area is named as its level
     margins.append(decoded.table(totals, plan.total_level, area="total_area"))
+    margins += _count_rungs(engine, plan, z, decoded, rungs)
     return decoded, leaf, margins
 
 
@@ -351,11 +404,13 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
     only the pings inside the main geometry. out_dir: the counts folder (also the spill folder). engine:
     the SQL engine (DuckDB or Spark, `counting.engines`). progress: told what the scan does and how long.
     Raises CountingError when a ping falls outside the period's buckets (ingest should have quarantined
-    it) or a bucket edge falls inside a 15-minute slot."""
+    it) or a bucket edge falls inside a 15-minute slot. With a time ladder, the margins also hold every
+    level at each coarser rung (`<level>@<rung>`, see `_count_rungs`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     started = t = time.perf_counter()
     slots = bucket_slots(policy, period)
+    rungs = ladder_rungs(policy, period, slots)
     buckets = pd.Series(pd.to_datetime(slots.buckets, utc=True)).astype("datetime64[us, UTC]")
     register_pings(engine, pings, usable_area(policy))
     for i, plan in enumerate(plans):
@@ -382,10 +437,12 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
         if by_area:
             decoded, leaf, margins = _count_zoning(engine, plan, z, policy.measure, buckets, keys_sql,
                                                    lambda: _presence_by_area_sql(unsure_buckets, plan.key_bound + 1,
-                                                                                 engine.dialect), key_ranks=True)
+                                                                                 engine.dialect), key_ranks=True,
+                                                   rungs=rungs)
         else:
             member_sql = (lambda z=z: _membership_sql(policy.measure, z, len(plans) == 1, unsure_buckets))
-            decoded, leaf, margins = _count_zoning(engine, plan, z, policy.measure, buckets, keys_sql, member_sql)
+            decoded, leaf, margins = _count_zoning(engine, plan, z, policy.measure, buckets, keys_sql, member_sql,
+                                                   rungs=rungs)
         if z == 0:
             main, cells = decoded, leaf
         margin_frames += margins

@@ -223,9 +223,34 @@ class ZonesGeometry(_Strict):
 Geometry = Annotated[GridGeometry | ZonesGeometry, Field(discriminator="kind")]
 
 
+PERIOD_RUNG = "period"  # the coarsest time rung: the whole release period (a quarter or a month)
+_HOURS = {"h": 1, "d": 24, "w": 168}
+
+
+def _bucket_hours(bucket: str) -> int:
+    number, unit = BUCKET_PATTERN.match(bucket).groups()  # type: ignore[union-attr]
+    return int(number) * _HOURS[unit]
+
+
+def interval_sql(bucket: str) -> str:
+    """DuckDB interval of a bucket like 1h, 1d, 1w (weeks as 7 days, so they start on Mondays)."""
+    number, unit = BUCKET_PATTERN.match(bucket).groups()  # type: ignore[union-attr]
+    days_or_hours = {"h": ("hours", 1), "d": ("days", 1), "w": ("days", 7)}[unit]
+    return f"INTERVAL {int(number) * days_or_hours[1]} {days_or_hours[0]}"
+
+
 class TimeSpec(_Strict):
+    """The policy's time bucket and, optionally, its generalisation ladder: coarser buckets published where
+    a figure at the finer one is withheld (see `suppression.ladder`). Each rung must contain whole buckets of
+    the one below (a multiple of it; `period` is the whole release period), checked again on the real bucket
+    edges when counting, so a week figure always covers exactly its days."""
+
     bucket: str = Field(description="1h, 6h, 1d, 1w, ...")
     timezone: TimeZoneName
+    ladder: list[str] = Field(
+        default_factory=list,
+        description="coarser time rungs, finest first, e.g. [1w, period]: where a figure fails k at the "
+                    "policy's bucket, the release shows the finest rung above it that passes")
 
     @field_validator("bucket")
     @classmethod
@@ -234,10 +259,25 @@ class TimeSpec(_Strict):
             raise ValueError(f"bucket {value!r} is not a positive multiple of h, d or w (e.g. 1h, 1d, 1w)")
         return value
 
+    @model_validator(mode="after")
+    def _ladder_nests(self) -> "TimeSpec":
+        previous = self.bucket
+        for i, rung in enumerate(self.ladder):
+            if rung == PERIOD_RUNG:
+                if i != len(self.ladder) - 1:
+                    raise ValueError(f"ladder: {PERIOD_RUNG!r} is the coarsest rung and must come last")
+                continue
+            if not BUCKET_PATTERN.match(rung):
+                raise ValueError(f"ladder rung {rung!r} is neither {PERIOD_RUNG!r} nor a multiple of h, d or w")
+            coarse, fine = _bucket_hours(rung), _bucket_hours(previous)
+            if coarse <= fine or coarse % fine:
+                raise ValueError(f"ladder rung {rung!r} must be a larger multiple of {previous!r} (the rung "
+                                 "below it), so that each of its buckets is a union of whole finer buckets")
+            previous = rung
+        return self
+
     def bucket_interval_sql(self) -> str:
-        number, unit = BUCKET_PATTERN.match(self.bucket).groups()  # type: ignore[union-attr]
-        days_or_hours = {"h": ("hours", 1), "d": ("days", 1), "w": ("days", 7)}[unit]
-        return f"INTERVAL {int(number) * days_or_hours[1]} {days_or_hours[0]}"
+        return interval_sql(self.bucket)
 
 
 class SuppressionSpec(_Strict):

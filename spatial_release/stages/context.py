@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 from spatial_release.counting import period_buckets
+from spatial_release.counting.buckets import rung_parents
 from spatial_release.fileio import restrict_umask
 from spatial_release.geometry import Locator, ZoneLayer, make_locator
 from spatial_release.geometry.grid import CELL_ID
@@ -23,9 +24,10 @@ from spatial_release.ledger import Ledger
 from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.stages.results import CountsSummary
-from spatial_release.levels import LEAF, TOTAL, linked_total
+from spatial_release.levels import LEAF, TOTAL, at_rung, linked_total
+from spatial_release.suppression.ladder import time_links
 from spatial_release.suppression.release_system import DisclosureSpec, Structure
-from spatial_release.suppression.table import grid_chain, zones_chain
+from spatial_release.suppression.table import Chain, grid_chain, zones_chain
 
 T = TypeVar("T")
 
@@ -145,10 +147,12 @@ class ZoneLayers:
         return self._linked
 
 
-def release_structure(policy: Policy, layers: ZoneLayers, linked_covers_main: dict[str, bool]) -> Structure:
+def release_structure(policy: Policy, layers: ZoneLayers, linked_covers_main: dict[str, bool],
+                      period: Period | None = None) -> Structure:
     """The structure an outsider knows: every zoning's hierarchy (from the full zone lists, not only the
-    observed zones) and, where a linked zoning covers every counted ping, the identity of its bucket total
-    with the main total."""
+    observed zones), where a linked zoning covers every counted ping the identity of its bucket total with
+    the main total, and for a time ladder the same at every rung plus the links between rungs (`period`
+    gives the rungs' buckets; required with a ladder)."""
     geometry = policy.geometry
     if geometry.kind == "grid":
         chains = [grid_chain(geometry.size_m, geometry.parents_m, geometry.level_names())]
@@ -160,7 +164,14 @@ def release_structure(policy: Policy, layers: ZoneLayers, linked_covers_main: di
                                   linked_total(spec.name)))
         if linked_covers_main[spec.name]:
             identities.append((TOTAL, linked_total(spec.name)))
-    return Structure(tuple(chains), tuple(identities))
+    links: tuple = ()
+    if policy.time.ladder:
+        if period is None:
+            raise ValueError("a policy with a time ladder needs the period to know its rungs' buckets")
+        links = time_links(policy.time.ladder, lambda fine, coarse: rung_parents(policy, period, fine, coarse))
+        chains += [Chain(tuple(at_rung(level, link.coarse) for level in chain.levels), chain.parent_of,
+                         chain.children_count) for link in links for chain in list(chains)]
+    return Structure(tuple(chains), tuple(identities), links)
 
 
 @dataclass(frozen=True)
@@ -213,7 +224,7 @@ class ReleaseContext:
     def structure(self) -> Structure:
         """The release structure (known once the counts say which linked zonings cover every ping)."""
         return self._once("structure", lambda: release_structure(
-            self.policy, self.layers, CountsSummary.read(self.area.counts).linked_covers_main))
+            self.policy, self.layers, CountsSummary.read(self.area.counts).linked_covers_main, self.period))
 
     @property
     def disclosure(self) -> DisclosureSpec:

@@ -65,6 +65,10 @@ from spatial_release.suppression.verdicts import AuditResult, Criterion, Interva
 INF = highspy.kHighsInf
 TOL = 1e-6
 BULK_ROUNDS = 40
+# A fractional bulk vertex is retried as an integer program (`ComponentModel._bulk_integer`) in components of
+# at least this many withheld figures (below it the per-primary LPs are cheap), for at most this long.
+BULK_MIP_MIN = 500
+BULK_MIP_SECONDS = 30.0
 OPTIMAL, WITNESS = "optimal", "witness"  # what an Interval's bounds are (see the module docstring)
 WORKERS_ENV = "SPATIAL_RELEASE_AUDIT_WORKERS"
 # Below this many figures in the components to solve, starting worker processes costs more than it saves.
@@ -239,10 +243,34 @@ class ComponentModel:
         h.run()
         ok = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
         values = np.array(h.getSolution().col_value) if ok else None
+        if values is not None and not _is_integral(values) and len(idx) >= BULK_MIP_MIN:
+            values = self._bulk_integer(idx)
         h.changeColsCost(len(cols), cols, np.zeros(len(cols)))
         h.changeColsBounds(len(idx), idx, known, np.full(len(idx), INF))
         if values is None or not _is_integral(values):
             return None
+        return values
+
+    def _bulk_integer(self, withheld_cols: np.ndarray) -> np.ndarray | None:
+        """The bulk LP's vertex was fractional (UNION relations, several linked rungs): the same objective
+        as an integer program started from the true table (an integral feasible point, so the solver always
+        has an incumbent) for at most BULK_MIP_SECONDS. Any incumbent is an integral feasible point, which is
+        all a witness needs; its optimality does not matter. None when the solver gives no feasible point."""
+        h = self.highs
+        kinds = np.array([highspy.HighsVarType.kInteger] * len(withheld_cols))
+        h.changeColsIntegrality(len(withheld_cols), withheld_cols.astype(np.int32), kinds)
+        start = highspy.HighsSolution()
+        start.col_value = [float(self.table.value[n]) for n in self.nodes]
+        h.setOptionValue("time_limit", BULK_MIP_SECONDS)
+        try:
+            h.setSolution(start)
+            h.run()
+            feasible = h.getInfo().primal_solution_status == 2  # kSolutionStatusFeasible
+            values = np.array(h.getSolution().col_value) if feasible else None
+        finally:
+            h.setOptionValue("time_limit", INF)
+            h.changeColsIntegrality(len(withheld_cols), withheld_cols.astype(np.int32),
+                                    np.array([highspy.HighsVarType.kContinuous] * len(withheld_cols)))
         return values
 
     def integer_bound(self, node: int, maximise: bool) -> tuple[str, float]:
@@ -262,19 +290,29 @@ class ComponentModel:
                                     np.array([highspy.HighsVarType.kContinuous] * len(variables)))
         return status, value, values
 
-    def reach(self, node: int, target: float) -> Point | None:
-        """An integral feasible point where `node` is at least `target`, for an upper bound the LP found
-        unbounded (a ray is no point to check): maximise the node capped at the target. None if none."""
+    def toward(self, node: int, maximise: bool, target: float) -> tuple[str, float, np.ndarray]:
+        """(status, value, column values) of the integer max (min) of one node capped at (floored at)
+        `target`: an integral point reaching the target when one exists, else the integer optimum (the cap
+        does not bind below it). The cap keeps the MIP small: it stops as soon as the target is reached."""
         h = self.highs
         col = self.column[node]
         [floor] = self.floors([node])
-        h.changeColBounds(col, floor, max(float(target), floor))
+        if maximise:
+            h.changeColBounds(col, floor, max(float(target), floor))
+        else:
+            h.changeColBounds(col, max(float(target), floor), INF)
         try:
-            status, value, values, _ = self.bound(node, True)
+            status, value, values, _ = self.bound(node, maximise)
             if status == "optimal" and not _is_integral(values):
-                status, value, values = self.integer_point(node, True)
+                status, value, values = self.integer_point(node, maximise)
         finally:
             h.changeColBounds(col, floor, INF)
+        return status, value, values
+
+    def reach(self, node: int, target: float) -> Point | None:
+        """An integral feasible point where `node` is at least `target`, for an upper bound the LP found
+        unbounded (a ray is no point to check): maximise the node capped at the target. None if none."""
+        status, value, values = self.toward(node, True, target)
         if status != "optimal" or value < target - TOL or not _is_integral(values):
             return None
         return self.point(values)
@@ -342,7 +380,7 @@ def audit_component(model: ComponentModel, primaries: list[int], criterion: Crit
                                                                                  result, cap)
     for node in primaries:
         v = table.value[node]
-        bounds, integer_solve, binding, failed = {}, False, {False: (), True: ()}, False
+        bounds, integer_solve, binding, failed, capped = {}, False, {False: (), True: ()}, False, False
         points: dict[bool, Point | None] = {False: None, True: None}
         for maximise in (False, True):
             witness = (witness_up if maximise else witness_lo).get(node)
@@ -359,8 +397,23 @@ def audit_component(model: ComponentModel, primaries: list[int], criterion: Crit
                 break
             point_values = values
             if status == "optimal" and not _is_integral(values):
+                # A fractional vertex: the integer bound is at least as tight as the LP's, rounded inward.
+                # If that already fails the criterion, the verdict is a failure whatever the integer optimum
+                # (the reported bound is the rounded LP one: the attacker's is no looser). Otherwise only an
+                # integral point at the protection bound is needed (`toward`, a capped MIP), not the optimum.
+                # (`optimal_bounds` asks for the attacker's integer optimum instead: the full MIP.)
                 integer_solve = True
-                status, value, point_values = model.integer_point(node, maximise)
+                target = criterion.upper(v) if maximise else criterion.lower(v)
+                rounded = math.floor(value + TOL) if maximise else math.ceil(value - TOL)
+                if not optimal_bounds and ((rounded < target) if maximise else (rounded > target)):
+                    bounds[maximise] = float(rounded)
+                    binding[maximise] = _binding(model, duals)
+                    continue
+                if optimal_bounds:
+                    status, value, point_values = model.integer_point(node, maximise)
+                else:
+                    status, value, point_values = model.toward(node, maximise, target)
+                    capped = status == "optimal" and ((value >= target - TOL) if maximise else (value <= target + TOL))
                 result.mips_solved += 1
                 if status not in ("optimal", "unbounded"):
                     result.errors.append(f"{table.key(node)}: integer {'max' if maximise else 'min'} failed, "
@@ -382,7 +435,7 @@ def audit_component(model: ComponentModel, primaries: list[int], criterion: Crit
         low_ok, up_ok = lo <= criterion.lower(v), up >= criterion.upper(v)
         failing = "" if low_ok and up_ok else "both" if not (low_ok or up_ok) else "lower" if not low_ok else "upper"
         chosen = binding[True] if not up_ok else binding[False] if not low_ok else ()
-        kind = WITNESS if node in witness_lo or node in witness_up else OPTIMAL
+        kind = WITNESS if capped or node in witness_lo or node in witness_up else OPTIMAL
         result.intervals.append(Interval(node, v, float(lo), float(up), low_ok and up_ok, integer_solve, failing,
                                          chosen, kind))
 

@@ -21,11 +21,12 @@ from spatial_release.progress import Progress, silent
 from spatial_release.suppression.audit import AuditResult, Criterion, audit
 from spatial_release.suppression.certificate import Certificate, Verification, verify
 from spatial_release.suppression.complementary import ProtectionLog, protect
-from spatial_release.levels import LEAF
+from spatial_release.levels import LEAF, at_rung
 from spatial_release.suppression.primary import ProtectedTable, structural_zero_rows
+from spatial_release.suppression.ladder import UNOFFERED, TimeLink, add_absent_fine, offer_needed, relate_time
 from spatial_release.suppression.rules import below_k
 from spatial_release.suppression.table import (
-    EQ, PRIMARY, PUBLISHED, REST, SECONDARY, Chain, Relation, Table, build_table,
+    EMPTY, EQ, PRIMARY, PUBLISHED, REST, SECONDARY, Chain, Relation, Table, build_table,
 )
 
 CELL_KEY = ["cell_id", "bucket_start"]
@@ -34,10 +35,13 @@ MARGIN_KEY = ["level", "area_id", "bucket_start"]
 
 @dataclass(frozen=True)
 class Structure:
-    """What an outsider knows of the release's structure, independent of the counts."""
+    """What an outsider knows of the release's structure, independent of the counts: every zoning's chain
+    (at the policy's bucket and, renamed `<level>@<rung>`, at each rung of the time ladder), the identities
+    between totals, and the links between time rungs (`suppression.ladder.TimeLink`)."""
 
     chains: tuple[Chain, ...]
     identities: tuple[tuple[str, str], ...] = ()  # (level a, level b): the same figure in every bucket
+    time_links: tuple[TimeLink, ...] = ()
 
     def level_depth(self) -> dict[str, int]:
         depth: dict[str, int] = {}
@@ -45,6 +49,11 @@ class Structure:
             for d, level in enumerate(chain.levels):
                 depth.setdefault(level, d)
         return depth
+
+    @property
+    def rungs(self) -> tuple[str, ...]:
+        """The coarser time rungs of the ladder, finest first (empty without a ladder)."""
+        return tuple(link.coarse for link in self.time_links)
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,7 @@ class DisclosureSpec:
                    "buckets": [str(pd.Timestamp(b)) for b in self.buckets], "count_column": self.count_column,
                    "levels": [list(c.levels) for c in self.structure.chains],
                    "identities": [list(i) for i in self.structure.identities],
+                   "time_links": [link.digest_payload() for link in self.structure.time_links],
                    "criterion": [criterion.k, criterion.range_pct],
                    "solver_options": sorted((str(k), str(v)) for k, v in self.solver_options.items())}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
@@ -99,6 +109,14 @@ class DisclosureSpec:
     def zero_keys(self) -> list[tuple[str, object]]:
         """(cell, bucket) of every listed structural zero in every bucket."""
         return zero_keys(self.zeros, self.buckets)
+
+    def zero_keys_by_level(self) -> dict[str, list[tuple[str, object]]]:
+        """The structural zeros' (cell, bucket) keys by leaf level: the policy's bucket (published as 0) and
+        each rung of the ladder (empty there too, and known so by anyone who reads the public list)."""
+        out = {LEAF: self.zero_keys()}
+        for link in self.structure.time_links:
+            out[at_rung(LEAF, link.coarse)] = zero_keys(self.zeros, link.coarse_buckets())
+        return out
 
 
 def _leaves(cells: pd.DataFrame) -> pd.DataFrame:
@@ -109,14 +127,21 @@ def system_for(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: Discl
     """The linear system of the release: every figure from the true counts (primaries where below k),
     the relations of every chain and the identities between totals."""
     structure = spec.structure
-    table = build_table(_leaves(true_cells), true_margins, structure.chains, spec.k, spec.measure, spec.zero_keys())
+    zeros = spec.zero_keys_by_level()
+    known = {level: {(cell, pd.Timestamp(bucket)) for cell, bucket in keys} for level, keys in zeros.items()}
+    table = build_table(_leaves(true_cells), true_margins, structure.chains, spec.k, spec.measure, zeros,
+                        prepare=lambda t: add_absent_fine(t, structure.time_links, known))
     for level_a, level_b in structure.identities:
-        for i in range(len(table)):
-            if table.level[i] == level_a:
-                j = table.index.get((level_b, level_b, table.bucket[i]))
-                if j is None:
-                    raise ValueError(f"{level_b} has no count for bucket {table.bucket[i]} where {level_a} has one")
-                table.relations.append(Relation(EQ, i, (j,), None, None, level_a))
+        for rung in (None, *structure.rungs):
+            a, b = at_rung(level_a, rung), at_rung(level_b, rung)
+            for i in range(len(table)):
+                if table.level[i] == a:
+                    j = table.index.get((b, level_b, table.bucket[i]))
+                    if j is None:
+                        raise ValueError(f"{b} has no count for bucket {table.bucket[i]} where {a} has one")
+                    table.relations.append(Relation(EQ, i, (j,), None, None, a))
+    for link in structure.time_links:
+        relate_time(table, link)
     return table
 
 
@@ -136,7 +161,7 @@ def _frame(table: Table, nodes: list[int], leaf: bool) -> pd.DataFrame:
 
 def tables_from_status(table: Table, zeros: Iterable[str], buckets: Sequence[object],
                        true_cells: pd.DataFrame) -> ProtectedTable:
-    real = [i for i in range(len(table)) if table.status[i] != REST]
+    real = [i for i in range(len(table)) if table.status[i] not in (REST, UNOFFERED, EMPTY)]
     leaves = [i for i in real if table.level[i] == LEAF]
     margins = [i for i in real if table.level[i] != LEAF]
     published_leaves = [i for i in leaves if table.status[i] == PUBLISHED]
@@ -189,6 +214,7 @@ def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: 
     and repair secondaries, the final audit) and the solved system. Raises `SuppressionError` when the
     table cannot be protected."""
     table = system_for(true_cells, true_margins, spec)
+    offer_needed(table, spec.structure.time_links)
     log = protect(table, spec.k, spec.structure.level_depth(), options=dict(spec.solver_options),
                   criterion=spec.criterion, progress=progress)
     return tables_from_status(table, spec.zeros, spec.buckets, true_cells), log, table
@@ -222,7 +248,7 @@ def published_system(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publi
                 this_release.add((level, area, bucket))
     from_earlier = []
     for i in range(len(table)):
-        if table.status[i] == REST:
+        if table.status[i] in (REST, EMPTY):
             continue
         key = (table.level[i], table.area[i], pd.Timestamp(table.bucket[i]))
         if key in known:

@@ -15,15 +15,18 @@ most the parent), so the attacker is not weakened.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
 
-from spatial_release.levels import LEAF, TOTAL
+from spatial_release.levels import LEAF, RUNG_SEP, TOTAL
 from spatial_release.suppression.rules import below_k
 
 PUBLISHED, PRIMARY, SECONDARY, REST = "published", "primary", "secondary", "rest"
+# An empty figure (true value 0) kept as its own node because it sits in relations of two rungs (see
+# `ladder.add_absent_fine`): absent from the release like any empty figure, never a primary, free to withhold.
+EMPTY = "empty"
 EQ, UNION = "eq", "union"
 
 
@@ -112,21 +115,29 @@ def build_table(
     chains: Sequence[Chain],
     k: int,
     measure: str,
-    zero_leaves: Iterable[tuple[str, object]] = (),
+    zero_leaves: Iterable[tuple[str, object]] | Mapping[str, Iterable[tuple[str, object]]] = (),
+    prepare: Callable[[Table], None] | None = None,
 ) -> Table:
     """Nodes from the true counts (leaves: area_id, bucket_start, n; margins: level, area_id, bucket_start, n),
     primaries where 1 <= n < k, relations along every chain, and a rest variable where a parent has
-    absent children. `zero_leaves` are (cell, bucket) structural zeros published as 0."""
+    absent children. `zero_leaves` are (cell, bucket) structural zeros known to be 0: of the leaf level, or
+    by leaf level (`{"cell": [...], "cell@1w": [...]}`) when the chains include time rungs. `prepare` adds
+    nodes before any relation is built (the explicit empty figures of a time ladder). A chain of a coarser
+    time rung (levels `<level>@<rung>`) is UNION whatever the measure: a unit counted in an area in a week was
+    counted there on some day, possibly in other areas on other days, so a parent is no sum."""
     table = Table()
     for row in leaves.itertuples(index=False):
         table.add(LEAF, row.area_id, row.bucket_start, row.n, PRIMARY if below_k(row.n, k) else PUBLISHED)
     for row in margins.itertuples(index=False):
         table.add(row.level, row.area_id, row.bucket_start, row.n, PRIMARY if below_k(row.n, k) else PUBLISHED)
-    zero_leaves = set(zero_leaves)
-    kind = EQ if measure == "presence" else UNION
+    zeros_by_level = ({level: set(keys) for level, keys in zero_leaves.items()} if isinstance(zero_leaves, Mapping)
+                      else {LEAF: set(zero_leaves)})
+    if prepare is not None:
+        prepare(table)
     for chain in chains:
+        kind = EQ if measure == "presence" and RUNG_SEP not in chain.levels[0] else UNION
         for depth in range(len(chain.levels) - 1):
-            _relate_level(table, chain, depth, kind, zero_leaves)
+            _relate_level(table, chain, depth, kind, zeros_by_level.get(chain.levels[depth], set()))
     return table
 
 
@@ -138,13 +149,15 @@ def _relate_level(table: Table, chain: Chain, depth: int, kind: str, zero_leaves
     for i in range(len(table)):
         if table.level[i] == child_level:
             groups.setdefault((parent_of(table.area[i]), table.bucket[i]), []).append(i)
-    if child_level == LEAF:
+    if depth == 0:
         for cell, bucket in zero_leaves:
-            if (LEAF, cell, bucket) not in table.index:
+            if (child_level, cell, bucket) not in table.index:
                 key = (parent_of(cell), bucket)
                 zeros_in[key] = zeros_in.get(key, 0) + 1
     for (parent_area, bucket), children in sorted(groups.items(), key=lambda item: (str(item[0][1]), item[0][0])):
         parent = table.index.get((parent_level, parent_area, bucket))
+        if parent is None and all(table.status[c] == EMPTY for c in children):
+            parent = table.add(parent_level, parent_area, bucket, 0, EMPTY)  # empty too, and as unknown
         if parent is None:
             raise ValueError(f"no count for {parent_level} {parent_area} at {bucket}, parent of observed "
                              f"{child_level} areas: the margins do not cover the hierarchy")

@@ -1,0 +1,138 @@
+"""Time generalisation ladders: where a figure fails k at the policy's bucket, the release shows the same area
+at the finest coarser time rung that passes (a day -> its week -> the whole period), inside the one
+suppression system and its audit.
+
+Every rung is counted on its own: a coarser figure is the number of distinct units counted in the area in
+at least one of the policy's buckets inside the coarser bucket (one bike on seven days is one unit of the
+week, never seven; for `visitors` this is exactly the visitors of the week). So, at every level and for
+both measures, max(days) <= week <= sum(days): a UNION relation between rungs. Across space, a coarser
+rung is a union too (a bike counted in block A on Monday and in block B on Tuesday is in both weeks):
+UNION, even under `presence`, whose identities hold at the policy's bucket only. The audit models exactly
+these. Empty figures that sit in relations of two rungs are explicit variables (`add_absent_fine`), so the
+attacker the audit models knows no less than a real one.
+
+Which coarser figures are offered: a coarser figure is published only where it is needed, that is where one
+of the finer figures it covers is a primary (below k) at the rung below; elsewhere it is withheld at no cost
+(`UNOFFERED`), like an empty cell, and is a free complement. So each withheld figure climbs, locally, to the
+finest rung above it that passes k, and no cut line is ever drawn from the data: rung boundaries are the
+policy's buckets only. Coarser figures below k are primaries like any other, whether offered or not: an
+outsider who could derive one from the published figures learns a count below k.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pandas as pd
+
+from spatial_release.levels import at_rung, rung_of, space_level
+from spatial_release.suppression.table import EMPTY, PRIMARY, PUBLISHED, REST, UNION, Relation, Table
+
+UNOFFERED = "unoffered"  # a coarser-rung figure nobody needs: withheld at no cost, never published
+
+
+@dataclass(frozen=True)
+class TimeLink:
+    """Rung `fine` (None: the policy's bucket) under rung `coarse`: which coarse bucket holds each fine one."""
+
+    fine: str | None
+    coarse: str
+    parents: tuple[tuple[pd.Timestamp, pd.Timestamp], ...]  # (fine bucket start, coarse bucket start), UTC
+
+    def parent_map(self) -> dict[pd.Timestamp, pd.Timestamp]:
+        return {pd.Timestamp(a): pd.Timestamp(b) for a, b in self.parents}
+
+    def coarse_buckets(self) -> list[pd.Timestamp]:
+        return sorted({pd.Timestamp(b) for _, b in self.parents})
+
+    def digest_payload(self) -> list:
+        return [self.fine, self.coarse, [[str(pd.Timestamp(a)), str(pd.Timestamp(b))] for a, b in self.parents]]
+
+
+def time_links(rungs: list[str], parents_of) -> tuple[TimeLink, ...]:
+    """The links of a ladder (policy bucket, then `rungs`), with `parents_of(fine, coarse)` giving the bucket
+    map (`counting.buckets.rung_parents`)."""
+    links, fine = [], None
+    for rung in rungs:
+        mapping = parents_of(fine, rung)
+        links.append(TimeLink(fine, rung, tuple(sorted((pd.Timestamp(a), pd.Timestamp(b))
+                                                       for a, b in mapping.items()))))
+        fine = rung
+    return tuple(links)
+
+
+def _fine_nodes(table: Table, link: TimeLink):
+    """(node, coarse key) of every figure at the link's fine rung."""
+    parent = link.parent_map()
+    for i in range(len(table)):
+        if table.status[i] == REST or rung_of(table.level[i]) != link.fine:
+            continue
+        coarse_level = at_rung(space_level(table.level[i]), link.coarse)
+        yield i, (coarse_level, table.area[i], parent[pd.Timestamp(table.bucket[i])])
+
+
+def add_absent_fine(table: Table, links: tuple[TimeLink, ...],
+                    known_zeros: Mapping[str, set[tuple[str, pd.Timestamp]]] | None = None) -> int:
+    """Make every empty finer figure under a non-empty (or already explicit) coarser one an explicit `EMPTY`
+    node, coarsest link first, so that each empty figure is one variable shared by all its relations (its
+    space relation at its rung and its time relations). Folding such figures into per-relation rest variables
+    would decouple them, and an attacker who knows the structure would then be stronger than the audit: a
+    block absent on a Monday is at most its published week. Listed structural zeros (`known_zeros`, keys by
+    leaf level) are known to be 0 and stay out. Returns how many nodes were added."""
+    known_zeros = known_zeros or {}
+    added = 0
+    for link in reversed(links):
+        children: dict[pd.Timestamp, list[pd.Timestamp]] = {}
+        for fine, coarse in link.parents:
+            children.setdefault(pd.Timestamp(coarse), []).append(pd.Timestamp(fine))
+        coarse_nodes = [i for i in range(len(table))
+                        if table.status[i] != REST and rung_of(table.level[i]) == link.coarse]
+        for i in coarse_nodes:
+            level = at_rung(space_level(table.level[i]), link.fine)
+            zeros = known_zeros.get(level, set())
+            for bucket in children[pd.Timestamp(table.bucket[i])]:
+                key = (level, table.area[i], bucket)
+                if key not in table.index and (table.area[i], bucket) not in zeros:
+                    table.add(level, table.area[i], bucket, 0, EMPTY)
+                    added += 1
+    return added
+
+
+def relate_time(table: Table, link: TimeLink) -> int:
+    """Add, for every figure of the link's coarse rung, the relation with the figures of the same area at the
+    fine rung inside its bucket: max(fine) <= coarse <= sum(fine) (UNION), for both measures, since a coarser
+    figure counts the units counted in the area in at least one finer bucket. Empty finer figures are
+    explicit nodes (`add_absent_fine`) or listed structural zeros, known to be 0. Returns how many."""
+    groups: dict[tuple, list[int]] = {}
+    for i, key in _fine_nodes(table, link):
+        groups.setdefault(key, []).append(i)
+    for key, children in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1], str(item[0][2]))):
+        parent = table.index.get(key)
+        if parent is None:
+            raise ValueError(f"no count for {key[0]} {key[1]} at {key[2]}, the {link.coarse} bucket of observed "
+                             f"{link.fine or 'finest'} figures: the counts do not cover the time ladder")
+        table.relations.append(Relation(UNION, parent, tuple(sorted(children)), None, None, key[0]))
+    return len(groups)
+
+
+def offer_needed(table: Table, links: tuple[TimeLink, ...]) -> dict[str, int]:
+    """Withhold, as `UNOFFERED`, every coarser-rung figure that passes k but covers no primary at the rung
+    below (rung by rung, finest first, so a week that is itself a primary makes its period needed). Returns
+    how many figures each rung offers."""
+    offered: dict[str, int] = {}
+    for link in links:
+        needed = {key for i, key in _fine_nodes(table, link) if table.status[i] == PRIMARY}
+        count = 0
+        for i in range(len(table)):
+            if rung_of(table.level[i]) != link.coarse or table.status[i] != PUBLISHED:
+                continue
+            if (table.level[i], table.area[i], pd.Timestamp(table.bucket[i])) in needed:
+                count += 1
+            else:
+                table.status[i] = UNOFFERED
+        offered[link.coarse] = count
+    return offered
+
+
+__all__ = ["TimeLink", "UNOFFERED", "add_absent_fine", "offer_needed", "relate_time", "time_links"]

@@ -1,0 +1,165 @@
+"""The utility report of a release: how much of the true counts it shows, and at which level, in aggregates only.
+
+Computed from the true counts and the keys of the published files (never from the suppressor's own
+statuses), so anybody holding the counts can re-derive it:
+- per level and rung (`block`, `block@1w`, ...): the share of figures and of unit counts published, withheld
+  as primaries (below k), withheld as secondaries (at least k, needed, not published) and, at coarser rungs,
+  not needed (at least k, but no finer figure under it is below k, so the ladder never offered it);
+- per density stratum: the finest figures of each zoning (its leaf areas at the policy's bucket) in deciles
+  of their true size, with the same shares and the share of unit counts shown at the leaf level at any rung;
+- `finest_shown`: for each zoning, the share of the unit counts of its finest figures whose finest published
+  level is each (level, rung), trying the time rungs of the leaf level first, then each parent level's
+  (`block`, `block@1w`, `block@period`, `tract`, ...), or none.
+`shown_at_leaf` is the headline: the share of a zoning's finest unit counts shown at its own leaf level,
+at whichever time rung passes. No figure, key or interval of a single area leaves this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from spatial_release.levels import LEAF, at_rung, is_total
+from spatial_release.suppression.ladder import TimeLink
+from spatial_release.suppression.rules import below_k
+from spatial_release.suppression.table import Chain
+
+DEFINITION = (
+    "finest figures: each zoning's leaf areas at the policy's time bucket (true distinct-unit counts). "
+    "A finest figure is shown at a level when that level's figure of the same area (or its parent area) for "
+    "the bucket holding it is published; finest_shown gives, per zoning, the share of the finest figures' unit "
+    "counts whose finest published level is each level, time rungs of a level tried before the next spatial "
+    "level. shown_at_leaf: the share shown at the zoning's own leaf level, at any time rung. Withheld: primary "
+    "when below k, secondary when at least k and published nowhere although a finer figure under it (or, at "
+    "the policy's bucket, the figure itself) needed it; not_needed: a coarser-rung figure of at least k over "
+    "finer figures that all pass k.")
+STRATA = 10
+
+
+def _classify(true: pd.DataFrame, published: set, needed: set, k: int) -> pd.Series:
+    keys = list(zip(true["level"], true["area_id"], true["bucket_start"]))
+    is_pub = np.fromiter((key in published for key in keys), bool, len(keys))
+    is_needed = np.fromiter((key in needed for key in keys), bool, len(keys))
+    small = below_k(true["n"].to_numpy(), k)
+    return pd.Series(np.select([is_pub, small, is_needed], ["published", "primary", "secondary"], "not_needed"),
+                     index=true.index)
+
+
+def _shares(frame: pd.DataFrame) -> dict:
+    figures, units = len(frame), int(frame["n"].sum())
+    out = {"figures": figures, "unit_counts": units}
+    for status in ("published", "primary", "secondary", "not_needed"):
+        part = frame[frame["status"] == status]
+        out[status] = {"figures": len(part) / figures if figures else 0.0,
+                       "unit_counts": int(part["n"].sum()) / units if units else 0.0}
+    return out
+
+
+def _needed_keys(true: pd.DataFrame, links: Sequence[TimeLink], k: int) -> set:
+    """Keys of coarser-rung figures over at least one finer figure below k (rung by rung), plus every figure
+    at the policy's bucket (always offered)."""
+    needed = {key for key in zip(true["level"], true["area_id"], true["bucket_start"]) if "@" not in key[0]}
+    for link in links:
+        parent = link.parent_map()
+        fine = true[true["level"].map(lambda lv: (lv.split("@", 1)[1] if "@" in lv else None) == link.fine)]
+        small = fine[below_k(fine["n"], k)]
+        for row in small.itertuples(index=False):
+            base = row.level.split("@", 1)[0]
+            needed.add((at_rung(base, link.coarse), row.area_id, parent[pd.Timestamp(row.bucket_start)]))
+    return needed
+
+
+def _finest_levels(chain_levels: Sequence[str], rungs: Sequence[str | None]) -> list[str]:
+    return [at_rung(level, rung) for level in chain_levels if not is_total(level) for rung in rungs]
+
+
+def utility_report(true_cells: pd.DataFrame, true_margins: pd.DataFrame, published_cells: pd.DataFrame,
+                   published_margins: pd.DataFrame, chains: Sequence[Chain], links: Sequence[TimeLink],
+                   k: int) -> dict:
+    """The report (see the module docstring). `true_cells` (cell_id, bucket_start, n) and `true_margins`
+    (level, area_id, bucket_start, n): every non-empty figure; `published_*`: the release files' keys
+    (cell_id or level/area_id, bucket_start); `chains`: each zoning's levels, leaf first (policy bucket);
+    `links`: the time ladder (`Structure.time_links`)."""
+    true = pd.concat([true_cells.rename(columns={"cell_id": "area_id"}).assign(level=LEAF),
+                      true_margins], ignore_index=True)[["level", "area_id", "bucket_start", "n"]]
+    true["bucket_start"] = pd.to_datetime(true["bucket_start"], utc=True)
+    published = {(LEAF, c, pd.Timestamp(b)) for c, b in zip(published_cells["cell_id"],
+                                                             pd.to_datetime(published_cells["bucket_start"], utc=True))}
+    published |= set(zip(published_margins["level"], published_margins["area_id"],
+                         pd.to_datetime(published_margins["bucket_start"], utc=True)))
+    true["status"] = _classify(true, published, _needed_keys(true, links, k), k)
+    report: dict = {"definition": DEFINITION, "k": k, "rungs": [None, *[link.coarse for link in links]],
+                    "levels": {level: _shares(group) for level, group in true.groupby("level", sort=True)}}
+    rungs = [None, *[link.coarse for link in links]]
+    maps = {link.coarse: link.parent_map() for link in links}
+    zonings = {}
+    for chain in chains:
+        if "@" in chain.levels[0]:
+            continue
+        finest = true[true["level"] == chain.levels[0]].copy()
+        zonings[chain.levels[0]] = _zoning_report(finest, chain, rungs, maps, published)
+    report["zonings"] = zonings
+    return report
+
+
+def _bucket_at(bucket: pd.Timestamp, rung: str | None, rungs: Sequence[str | None], maps: dict) -> pd.Timestamp:
+    for step in rungs[1:rungs.index(rung) + 1]:
+        bucket = maps[step][bucket]
+    return bucket
+
+
+def _zoning_report(finest: pd.DataFrame, chain: Chain, rungs: Sequence[str | None], maps: dict,
+                   published: set) -> dict:
+    """finest_shown, shown_at_leaf and the density strata of one zoning's finest figures."""
+    levels = chain.levels
+    order = _finest_levels(levels, rungs)
+    total_units = int(finest["n"].sum())
+    shown = pd.Series("none", index=finest.index, dtype=object)
+    for idx, row in zip(finest.index, finest.itertuples(index=False)):
+        for level_name in order:
+            base, _, rung = level_name.partition("@")
+            rung = rung or None
+            area = _area_at(row.area_id, chain, base)
+            key = (level_name, area, _bucket_at(pd.Timestamp(row.bucket_start), rung, rungs, maps))
+            if key in published:
+                shown.at[idx] = level_name
+                break
+    finest = finest.assign(shown=shown)
+    by_level = finest.groupby("shown")["n"].sum()
+    leaf_levels = {at_rung(levels[0], rung) for rung in rungs}
+    strata = _strata(finest, leaf_levels)
+    return {"figures": len(finest), "unit_counts": total_units,
+            "finest_shown": {lv: (int(by_level.get(lv, 0)) / total_units if total_units else 0.0)
+                             for lv in [*order, "none"]},
+            "shown_at_leaf": (int(finest.loc[finest["shown"].isin(leaf_levels), "n"].sum()) / total_units
+                              if total_units else 0.0),
+            "strata": strata}
+
+
+def _area_at(area: str, chain: Chain, level: str) -> str:
+    """The area of `level` that holds `area` (an area of the chain's leaf level): the public hierarchy."""
+    for depth, name in enumerate(chain.levels):
+        if name == level:
+            return area
+        area = chain.parent_of[depth](area)
+    raise ValueError(f"{level!r} is not a level of the chain {chain.levels}")
+
+
+def _strata(finest: pd.DataFrame, leaf_levels: set) -> list[dict]:
+    """Deciles of the finest figures by true size (ranks, so ties never empty a stratum's neighbour)."""
+    if finest.empty:
+        return []
+    ranks = finest["n"].rank(method="first").to_numpy()
+    stratum = np.minimum((ranks - 1) * STRATA // len(finest), STRATA - 1).astype(int) + 1
+    out = []
+    for s in range(1, STRATA + 1):
+        part = finest[stratum == s]
+        if part.empty:
+            continue
+        units = int(part["n"].sum())
+        out.append({"stratum": s, **_shares(part),
+                    "shown_at_leaf": (int(part.loc[part["shown"].isin(leaf_levels), "n"].sum()) / units
+                                      if units else 0.0)})
+    return out
