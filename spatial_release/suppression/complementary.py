@@ -379,8 +379,9 @@ def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int =
     constraint sweep on every relation) or "gauss" (Gaussian elimination on the EQ relations,
     `suppression.elimination`, then the sweep on the UNION relations only, which are not linear
     identities). `cost` is what a withheld figure costs (see `costs_for`). Stage 2, audit and repair, is
-    the same for both and keeps the guarantee. Returns the `ProtectionLog` with the audit of the final
-    pattern."""
+    the same for both and keeps the guarantee. The defaults are the historical behaviour; releases should
+    pass `**RELEASE_METHOD` (elimination and pruning; the measurements are next to it). Returns the
+    `ProtectionLog` with the audit of the final pattern."""
     criterion = criterion or Criterion(k)
     costs = Costs(costs_for(table, level_depth, cost), _weights(table, level_depth))
     log = ProtectionLog()
