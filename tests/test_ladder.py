@@ -219,3 +219,45 @@ def test_a_ladder_that_does_not_nest_is_refused_with_the_field(tmp_path, fixture
     data["time"] = {"bucket": "1d", "timezone": "America/New_York", "ladder": ["period", "1w"]}
     with pytest.raises(PolicyError, match="coarsest"):
         load_policy(write_policy(tmp_path, data))
+
+
+def test_a_ladder_release_publishes_end_to_end_with_its_report(ladder_policy, tmp_path):
+    from spatial_release.cli import run_release
+    outcome = run_release(str(ladder_policy.path), "2018-Q1", out=str(tmp_path / "out"), ledger=str(tmp_path / "ledger"))
+    assert outcome.published, [f.message for f in outcome.failures]
+    record = outcome.record
+    by_level = record.counts.published_by_level
+    assert any("@" in level for level in by_level), by_level
+    margins = pd.read_parquet(outcome.release_dir / "margins.parquet")
+    assert margins["level"].value_counts().to_dict() == {k: v for k, v in by_level.items() if k != LEAF}
+    assert (outcome.release_dir / "report.html").is_file()
+
+
+def test_utility_report_is_re_derived_independently(ladder_policy, tmp_path):
+    import json
+    ctx = _run_to_candidate(ladder_policy, tmp_path)
+    report = json.loads((ctx.area.candidate / "manifest.json").read_text())["summary"]["utility"]
+    true_cells, true_margins = stages.read_true_counts(ctx.area)
+    cells = pd.read_parquet(ctx.area.candidate / "cells.parquet")
+    margins = pd.read_parquet(ctx.area.candidate / "margins.parquet")
+    published = {(c, pd.Timestamp(b)) for c, b in zip(cells["cell_id"], cells["bucket_start"])}
+    weeks = {(a, pd.Timestamp(b)) for lv, a, b in zip(margins["level"], margins["area_id"], margins["bucket_start"])
+             if lv == "cell@1w"}
+    periods = {a for lv, a in zip(margins["level"], margins["area_id"]) if lv == "cell@period"}
+    total = shown = at_day = 0
+    for row in true_cells.itertuples(index=False):
+        start = pd.Timestamp(row.bucket_start)
+        local = start.tz_convert("America/New_York")
+        monday = (local - pd.Timedelta(days=local.weekday())).normalize().tz_convert("UTC")
+        total += row.n
+        if (row.cell_id, start) in published:
+            shown += row.n
+            at_day += row.n
+        elif (row.cell_id, monday) in weeks or row.cell_id in periods:
+            shown += row.n
+    zoning = report["zonings"][LEAF]
+    assert zoning["unit_counts"] == total
+    assert zoning["shown_at_leaf"] == pytest.approx(shown / total)
+    assert zoning["finest_shown"][LEAF] == pytest.approx(at_day / total)
+    assert report["headline"][LEAF]["baseline"] <= report["headline"][LEAF]["shown_at_leaf"] + 1e-12
+    assert sum(s["figures"] for s in zoning["strata"]) == len(true_cells)

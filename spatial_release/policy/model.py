@@ -282,6 +282,11 @@ class TimeSpec(_Strict):
 
 class SuppressionSpec(_Strict):
     budget: float = Field(0.10, gt=0.0, le=1.0, description="largest share of unit counts in withheld cells")
+    climb: Literal["where_withheld", "to_budget"] = Field(
+        "where_withheld",
+        description="with a time ladder: where_withheld offers the coarser figure over every figure withheld as "
+                    "a primary; to_budget climbs only the main geometry's cells, and only as far as the budget "
+                    "needs (the steps that show the most withheld unit counts per finer bucket merged first)")
     zeros: str | None = Field(None, description="public list of structural-zero cell ids, relative to the policy")
     audit_with: list[str] = Field(
         default_factory=list,

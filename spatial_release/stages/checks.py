@@ -20,6 +20,7 @@ from spatial_release.release import read_tables
 from spatial_release.stages.context import Published, ReleaseContext, WorkArea
 from spatial_release.stages.count import measure_coverage, read_true_counts, sql_path
 from spatial_release.risk import BLOCK
+from spatial_release.suppression.utility import leaf_shown
 from spatial_release.stages.results import (
     AuditVerdict, IngestSummary, ProtectionManifest, ReleaseRecord, RiskAssessment,
 )
@@ -217,12 +218,13 @@ def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
 
 
 def check_suppression_budget(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:
-    """Re-derives the withheld share from the true counts and the published keys."""
+    """Re-derives the withheld share from the true counts and the published keys: with a time ladder, a cell's
+    unit counts are withheld when the release shows them at no rung of that cell (`utility.leaf_shown`)."""
     budget = ctx.policy.suppression.budget
-    cells, _ = _release_frames(ctx.area)
+    cells, margins = _release_frames(ctx.area)
     true_cells, _ = read_true_counts(ctx.area)
-    shown = pd.MultiIndex.from_frame(cells[["cell_id", "bucket_start"]])
-    withheld = ~pd.MultiIndex.from_frame(true_cells[["cell_id", "bucket_start"]]).isin(shown)
+    links = ctx.structure.time_links if ctx.policy.time.ladder else ()
+    withheld = ~leaf_shown(true_cells, cells, margins, links)
     outcome = guarantees.check_suppression_budget(int(true_cells.loc[withheld, "n"].sum()),
                                                   int(true_cells["n"].sum()), budget)
     if not outcome.passed:

@@ -232,4 +232,5 @@ class ReleaseContext:
         count column): the one spec that protection and the suppression audit share."""
         policy = self.policy
         return self._once("disclosure", lambda: DisclosureSpec(
-            self.structure, policy.k, policy.measure, self.zeros, tuple(self.buckets), policy.count_column))
+            self.structure, policy.k, policy.measure, self.zeros, tuple(self.buckets), policy.count_column,
+            climb=policy.suppression.climb, budget=policy.suppression.budget))

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
 from spatial_release.fileio import sha256_file
-from spatial_release.levels import LEAF
+from spatial_release.levels import LEAF, RUNG_SEP
 from spatial_release.progress import Progress, log_progress
 from spatial_release.release import RELEASE_FILES, release_tables, write_tables
 from spatial_release.stages.context import ReleaseContext, WorkArea
@@ -18,7 +19,8 @@ from spatial_release.stages.count import read_true_counts
 from spatial_release.stages.results import ProtectionManifest, ProtectionSummary
 from spatial_release.suppression.certificate import EARLIER, Certificate, earlier_digest
 from spatial_release.suppression.primary import ProtectedTable
-from spatial_release.suppression.release_system import protect_release
+from spatial_release.suppression.release_system import Structure, protect_release
+from spatial_release.suppression.utility import utility_report
 
 CERTIFICATE = "audit_certificate"  # folder of the work area (internal: per-unit-derived, never published)
 
@@ -51,6 +53,34 @@ def withheld_by_level(protected: ProtectedTable) -> dict[str, dict[str, int]]:
     return out
 
 
+def published_by_level(protected: ProtectedTable) -> dict[str, int]:
+    """How many figures each level publishes (cells with a unit, then every margin level)."""
+    counts = {LEAF: int((protected.cells["n"] > 0).sum())}
+    counts.update({str(k): int(v) for k, v in protected.margins["level"].value_counts().sort_index().items()})
+    return counts
+
+
+def release_utility(ctx: ReleaseContext, true_cells: pd.DataFrame, true_margins: pd.DataFrame,
+                    protected: ProtectedTable, progress: Progress = log_progress) -> dict:
+    """The utility report of the candidate and, with a time ladder, of the single-level release of the policy's
+    bucket at the same k (the baseline a user compares with: protected here on the same true counts)."""
+    structure, k = ctx.structure, ctx.policy.k
+    base_chains = [c for c in structure.chains if RUNG_SEP not in c.levels[0]]
+    report = utility_report(true_cells, true_margins, protected.cells, protected.margins, base_chains,
+                            structure.time_links, k)
+    if structure.time_links:
+        progress("utility: protecting the single-level release of the policy's bucket as the baseline")
+        base_margins = true_margins[~true_margins["level"].str.contains(RUNG_SEP, regex=False)]
+        spec = replace(ctx.disclosure, structure=Structure(tuple(base_chains), structure.identities))
+        baseline, _, _ = protect_release(true_cells, base_margins, spec)
+        report["baseline"] = utility_report(true_cells, base_margins, baseline.cells, baseline.margins,
+                                            base_chains, (), k)
+    report["headline"] = {zoning: {"shown_at_leaf": z["shown_at_leaf"],
+                                   "baseline": report.get("baseline", report)["zonings"][zoning]["shown_at_leaf"]}
+                          for zoning, z in report["zonings"].items()}
+    return report
+
+
 def run_protect(ctx: ReleaseContext, progress: Progress = log_progress) -> ProtectionSummary:
     """Suppress the true counts (k, complements over the release structure, structural zeros) and write the
     candidate files, the withheld cells (internal), the manifest the checks verify the files against, and
@@ -67,7 +97,8 @@ def run_protect(ctx: ReleaseContext, progress: Progress = log_progress) -> Prote
         **protected.summary(true_cells), by_level=withheld_by_level(protected),
         suppression={"sweep_secondaries": log.sweep_secondaries, "repair_secondaries": log.repair_secondaries,
                      "repair_rounds": log.rounds, "audit": log.audit.summary()},
-        crs=tables.cells.crs.to_string())
+        crs=tables.cells.crs.to_string(), published_by_level=published_by_level(protected),
+        ladder=table.ladder or None, utility=release_utility(ctx, true_cells, true_margins, protected, progress))
     ProtectionManifest(summary, {n: sha256_file(area.candidate / n) for n in RELEASE_FILES}).write(area.candidate)
     Certificate.build(table, log.audit, certificate_inputs(ctx)).write(certificate_dir(area))
     return summary

@@ -102,6 +102,8 @@ class PublicCounts(_Record):
     published_margins: int
     smallest_published_count: int | None
     structural_zero_cells_published: int
+    # published figures per level (`cell`, `tract`, `cell@1w`, ...): what the files show, so public
+    published_by_level: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,12 @@ class ProtectionSummary(_Record):
     by_level: dict[str, dict[str, int]]  # level -> primary, secondary, units_withheld
     suppression: dict[str, Any]  # sweep and repair secondaries, repair rounds, the audit's internal summary
     crs: str
+    published_by_level: dict[str, int] | None = None
+    ladder: dict[str, Any] | None = None  # what the time ladder offered (suppression.ladder)
+    # The utility report (suppression.utility) and, with a time ladder, the same for the single-level release
+    # of the policy's bucket at the same k. Internal: its shares of unit counts per level and stratum are sums
+    # of withheld figures that the audit never modelled, so they would add equations an attacker could use.
+    utility: dict[str, Any] | None = None
 
     def public_counts(self) -> PublicCounts:
         return PublicCounts(**{f.name: getattr(self, f.name) for f in fields(PublicCounts)})

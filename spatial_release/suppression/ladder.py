@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from spatial_release.levels import at_rung, rung_of, space_level
+from spatial_release.levels import LEAF, at_rung, rung_of, space_level
 from spatial_release.suppression.table import EMPTY, PRIMARY, PUBLISHED, REST, UNION, Relation, Table
 
 UNOFFERED = "unoffered"  # a coarser-rung figure nobody needs: withheld at no cost, never published
@@ -135,4 +135,99 @@ def offer_needed(table: Table, links: tuple[TimeLink, ...]) -> dict[str, int]:
     return offered
 
 
-__all__ = ["TimeLink", "UNOFFERED", "add_absent_fine", "offer_needed", "relate_time", "time_links"]
+MAX_CLIMBS = 6  # protection rounds of climb_to_budget (each offers more figures and protects again)
+
+
+def _leaf_ancestors(table: Table, links: tuple[TimeLink, ...]) -> dict[int, list[int]]:
+    """For each figure of the main cells at the policy's bucket, its coarser figures of the same cell (the
+    nodes that exist), finest rung first."""
+    maps = [link.parent_map() for link in links]
+    out: dict[int, list[int]] = {}
+    for i in range(len(table)):
+        if table.level[i] != LEAF or table.status[i] in (REST, EMPTY):
+            continue
+        bucket, chain = pd.Timestamp(table.bucket[i]), []
+        for link, parent in zip(links, maps):
+            bucket = parent[bucket]
+            j = table.index.get((at_rung(LEAF, link.coarse), table.area[i], bucket))
+            if j is not None:
+                chain.append(j)
+        out[i] = chain
+    return out
+
+
+def unshown_leaf_units(table: Table, ancestors: dict[int, list[int]]) -> tuple[int, int]:
+    """(unit counts of the main cells shown at no rung of their own cell, all their unit counts)."""
+    unshown = sum(table.value[i] for i, chain in ancestors.items()
+                  if table.status[i] != PUBLISHED and all(table.status[j] != PUBLISHED for j in chain))
+    return unshown, sum(table.value[i] for i in ancestors)
+
+
+def _choose_climbs(table: Table, ancestors: dict[int, list[int]], need: int) -> list[int]:
+    """Coarser cell figures to offer, greedily by unit counts they would show per policy bucket they merge
+    (the clinical ladders' "most information kept per unit of detail lost"), until they show `need` more
+    unit counts (at least one figure). Lazy greedy: a figure's gain only falls as others are chosen."""
+    import heapq
+    covers: dict[int, list[int]] = {}
+    for leaf, chain in ancestors.items():
+        for j in chain:
+            covers.setdefault(j, []).append(leaf)
+    shown = {leaf for leaf, chain in ancestors.items()
+             if table.status[leaf] == PUBLISHED or any(table.status[j] == PUBLISHED for j in chain)}
+
+    def gain(j: int) -> float:
+        return sum(table.value[leaf] for leaf in covers[j] if leaf not in shown) / len(covers[j])
+
+    heap = [(-gain(j), table.level[j], table.area[j], str(table.bucket[j]), j) for j in sorted(covers)
+            if table.status[j] == UNOFFERED]
+    heapq.heapify(heap)
+    chosen, gained = [], 0
+    while heap and (gained < need or not chosen):
+        neg, *key, j = heapq.heappop(heap)
+        current = gain(j)
+        if current <= 0:
+            continue
+        if current < -neg - 1e-12:  # stale: others shown some of its cells since it was queued
+            heapq.heappush(heap, (-current, *key, j))
+            continue
+        chosen.append(j)
+        newly = [leaf for leaf in covers[j] if leaf not in shown]
+        gained += sum(table.value[leaf] for leaf in newly)
+        shown.update(newly)
+    return chosen
+
+
+def climb_to_budget(table: Table, links: tuple[TimeLink, ...], budget: float, protect_once, progress=None):
+    """Suppression budget as a target: protect with no coarser figure offered; while the main cells' unit
+    counts shown at no rung exceed `budget`, offer the coarser cell figures that show the most of them per
+    merged bucket (`_choose_climbs`) and protect again. Other levels never climb here (the budget is about
+    the cells). Stops when the budget holds, when nothing is left to offer (the budget check then blocks the
+    release) or after MAX_CLIMBS rounds. Records what it did in `table.ladder`; returns the last
+    protection log."""
+    for i in range(len(table)):
+        if rung_of(table.level[i]) is not None and table.status[i] == PUBLISHED:
+            table.status[i] = UNOFFERED
+    ancestors = _leaf_ancestors(table, links)
+    log = protect_once()
+    unshown, total = unshown_leaf_units(table, ancestors)
+    before, offered, rounds = (unshown / total if total else 0.0), {link.coarse: 0 for link in links}, 0
+    while total and unshown / total > budget and rounds < MAX_CLIMBS:
+        chosen = _choose_climbs(table, ancestors, int(unshown - budget * total) + 1)
+        if not chosen:
+            break
+        for j in chosen:
+            table.status[j] = PUBLISHED
+            offered[rung_of(table.level[j])] += 1
+        rounds += 1
+        if progress:
+            progress(f"suppression: climbed the time ladder (round {rounds})")
+        log = protect_once()
+        unshown, total = unshown_leaf_units(table, ancestors)
+    table.ladder = {"climb": "to_budget", "budget": budget, "rounds": rounds, "offered": offered,
+                    "unshown_share_before": before, "unshown_share_after": unshown / total if total else 0.0,
+                    "budget_holds": (unshown / total if total else 0.0) <= budget}
+    return log
+
+
+__all__ = ["MAX_CLIMBS", "TimeLink", "UNOFFERED", "add_absent_fine", "climb_to_budget", "offer_needed",
+           "relate_time", "time_links", "unshown_leaf_units"]

@@ -23,7 +23,9 @@ from spatial_release.suppression.certificate import Certificate, Verification, v
 from spatial_release.suppression.complementary import ProtectionLog, protect
 from spatial_release.levels import LEAF, at_rung
 from spatial_release.suppression.primary import ProtectedTable, structural_zero_rows
-from spatial_release.suppression.ladder import UNOFFERED, TimeLink, add_absent_fine, offer_needed, relate_time
+from spatial_release.suppression.ladder import (
+    UNOFFERED, TimeLink, add_absent_fine, climb_to_budget, offer_needed, relate_time,
+)
 from spatial_release.suppression.rules import below_k
 from spatial_release.suppression.table import (
     EMPTY, EQ, PRIMARY, PUBLISHED, REST, SECONDARY, Chain, Relation, Table, build_table,
@@ -81,6 +83,8 @@ class DisclosureSpec:
     count_column: str = "n"
     criterion: Criterion | None = None
     solver_options: Mapping[str, object] = field(default_factory=dict)
+    climb: str = "where_withheld"  # with a time ladder: see `suppression.ladder` and the policy's suppression.climb
+    budget: float = 1.0  # the share of the main cells' unit counts that may stay unshown (climb = "to_budget")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "zeros", frozenset(self.zeros))
@@ -214,9 +218,17 @@ def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: 
     and repair secondaries, the final audit) and the solved system. Raises `SuppressionError` when the
     table cannot be protected."""
     table = system_for(true_cells, true_margins, spec)
-    offer_needed(table, spec.structure.time_links)
-    log = protect(table, spec.k, spec.structure.level_depth(), options=dict(spec.solver_options),
-                  criterion=spec.criterion, progress=progress)
+    links = spec.structure.time_links
+
+    def run() -> ProtectionLog:
+        return protect(table, spec.k, spec.structure.level_depth(), options=dict(spec.solver_options),
+                       criterion=spec.criterion, progress=progress)
+
+    if not links or spec.climb == "where_withheld":
+        table.ladder = {"climb": spec.climb, "offered": offer_needed(table, links)} if links else {}
+        log = run()
+    else:
+        log = climb_to_budget(table, links, spec.budget, run, progress)
     return tables_from_status(table, spec.zeros, spec.buckets, true_cells), log, table
 
 

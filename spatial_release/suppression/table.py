@@ -69,6 +69,8 @@ class Table:
     # A-priori lower bounds an outsider knows for withheld figures, by node (default 0): a listed
     # structural zero absent from the release holds at least one unit (it would be published as 0).
     floor: dict[int, int] = field(default_factory=dict)
+    # What the time ladder did (`release_system.protect_release`): figures offered per rung, climbing rounds.
+    ladder: dict = field(default_factory=dict)
 
     def add(self, level: str, area: str, bucket: object, value: int, status: str) -> int:
         key = (level, area, bucket)

@@ -71,6 +71,26 @@ def _needed_keys(true: pd.DataFrame, links: Sequence[TimeLink], k: int) -> set:
     return needed
 
 
+def leaf_shown(true_cells: pd.DataFrame, published_cells: pd.DataFrame, published_margins: pd.DataFrame,
+               links: Sequence[TimeLink]) -> np.ndarray:
+    """For each true (cell_id, bucket_start) figure: whether the release shows it at its own cell, at the
+    policy's bucket or at any coarser rung (`cell@<rung>` of the bucket holding it). Re-derived from the
+    files' keys only (the budget check's reading)."""
+    buckets = pd.to_datetime(true_cells["bucket_start"], utc=True)
+    cells_keys = pd.MultiIndex.from_arrays([published_cells["cell_id"],
+                                            pd.to_datetime(published_cells["bucket_start"], utc=True)])
+    shown = pd.MultiIndex.from_arrays([true_cells["cell_id"], buckets]).isin(cells_keys)
+    current = pd.Series(buckets.to_numpy(), index=true_cells.index)
+    for link in links:
+        parent = link.parent_map()
+        current = current.map(lambda b: parent[pd.Timestamp(b)])
+        level = at_rung(LEAF, link.coarse)
+        rows = published_margins[published_margins["level"] == level]
+        keys = pd.MultiIndex.from_arrays([rows["area_id"], pd.to_datetime(rows["bucket_start"], utc=True)])
+        shown |= pd.MultiIndex.from_arrays([true_cells["cell_id"], pd.to_datetime(current, utc=True)]).isin(keys)
+    return np.asarray(shown, dtype=bool)
+
+
 def _finest_levels(chain_levels: Sequence[str], rungs: Sequence[str | None]) -> list[str]:
     return [at_rung(level, rung) for level in chain_levels if not is_total(level) for rung in rungs]
 
