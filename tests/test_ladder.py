@@ -261,3 +261,65 @@ def test_utility_report_is_re_derived_independently(ladder_policy, tmp_path):
     assert zoning["finest_shown"][LEAF] == pytest.approx(at_day / total)
     assert report["headline"][LEAF]["baseline"] <= report["headline"][LEAF]["shown_at_leaf"] + 1e-12
     assert sum(s["figures"] for s in zoning["strata"]) == len(true_cells)
+
+
+def _budget_policy(tmp_path: Path, budget: float):
+    """The ladder pings plus one device alone in a cell of its own for the whole period: no rung of that
+    cell ever reaches k, so its unit count stays unshown whatever the ladder does."""
+    from pyproj import Transformer
+    lon, lat = Transformer.from_crs(CRS, "EPSG:4326", always_xy=True).transform(583_500, 4_508_500)
+    hermit = pd.DataFrame([{"device": "hermit", "when": "2018-01-10 10:15:00", "lon": round(lon, 7),
+                            "lat": round(lat, 7), "gender": "m"}])
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    traces = tmp_path / "traces.csv"
+    pd.concat([_ladder_pings(), hermit], ignore_index=True).to_csv(traces, index=False)
+    data = policy_dict(str(traces), k=5)
+    data["time"] = {"bucket": "1d", "timezone": "America/New_York", "ladder": ["1w", "period"]}
+    data["suppression"] = {"budget": budget, "climb": "to_budget"}
+    return load_policy(write_policy(tmp_path, data))
+
+
+def _unshown_share(ctx) -> float:
+    """The main cells' unit counts shown at no rung of their cell, re-derived from the files."""
+    true_cells, _ = stages.read_true_counts(ctx.area)
+    cells = pd.read_parquet(ctx.area.candidate / "cells.parquet")
+    margins = pd.read_parquet(ctx.area.candidate / "margins.parquet")
+    day = {(c, pd.Timestamp(b)) for c, b in zip(cells["cell_id"], cells["bucket_start"])}
+    week = {(a, pd.Timestamp(b)) for lv, a, b in zip(margins["level"], margins["area_id"], margins["bucket_start"])
+            if lv == "cell@1w"}
+    period = {a for lv, a in zip(margins["level"], margins["area_id"]) if lv == "cell@period"}
+    unshown = 0
+    for row in true_cells.itertuples(index=False):
+        start = pd.Timestamp(row.bucket_start)
+        local = start.tz_convert("America/New_York")
+        monday = (local - pd.Timedelta(days=local.weekday())).normalize().tz_convert("UTC")
+        if (row.cell_id, start) not in day and (row.cell_id, monday) not in week and row.cell_id not in period:
+            unshown += row.n
+    return unshown / true_cells["n"].sum()
+
+
+def test_budget_as_target_climbs_only_until_the_budget_holds(tmp_path):
+    probe = _run_to_candidate(_budget_policy(tmp_path / "probe", 0.99), tmp_path / "probe")
+    before = _unshown_share(probe)
+    margins = pd.read_parquet(probe.area.candidate / "margins.parquet")
+    assert not margins["level"].str.contains("@").any(), "a budget that holds at the finest rung needs no climb"
+    assert 0 < before < 0.99
+    target = float(before) / 2
+    ctx = _run_to_candidate(_budget_policy(tmp_path / "climb", target), tmp_path / "climb")
+    ladder = stages.read_manifest(ctx.area).summary.ladder
+    assert ladder["climb"] == "to_budget" and ladder["rounds"] >= 1 and sum(ladder["offered"].values()) >= 1
+    after = _unshown_share(ctx)
+    assert after <= target, (before, after, target)
+    outcome = stages.check_suppression_budget(ctx)
+    assert outcome.passed, outcome.summary
+    levels = set(pd.read_parquet(ctx.area.candidate / "margins.parquet")["level"])
+    assert {lv for lv in levels if "@" in lv} <= {"cell@1w", "cell@period"}  # only the cells climb
+
+
+def test_budget_that_even_the_coarsest_rung_cannot_meet_blocks_the_release(tmp_path):
+    ctx = _run_to_candidate(_budget_policy(tmp_path, 0.0001), tmp_path)
+    ladder = stages.read_manifest(ctx.area).summary.ladder
+    assert not ladder["budget_holds"]
+    outcome = stages.check_suppression_budget(ctx)
+    assert not outcome.passed  # negative control: the budget check blocks
+    assert _unshown_share(ctx) > 0.0001
