@@ -242,9 +242,11 @@ def main() -> None:
     temp = None if args.keep else tempfile.TemporaryDirectory(prefix="ladder-bench-")
     base = Path(args.keep or temp.name)
     started = time.perf_counter()
-    rows = {d: [run_in_subprocess(d, k, args, base) for k in args.k] for d in datasets}
-    for dataset, dataset_rows in rows.items():
-        print_table(dataset, dataset_rows)
+    rows = {}
+    for dataset in datasets:  # each table as soon as its dataset is done (a later one may run for long)
+        rows[dataset] = [run_in_subprocess(dataset, k, args, base) for k in args.k]
+        print_table(dataset, rows[dataset])
+        print(flush=True)
     all_rows = [r for dataset_rows in rows.values() for r in dataset_rows]
     if args.json:
         Path(args.json).write_text(json.dumps(all_rows, indent=1))

@@ -29,7 +29,9 @@ def public_counts_of(cells: pd.DataFrame, margins: pd.DataFrame, column: str) ->
     nonzero = cells[cells[column] > 0]
     return {"published_cells": len(nonzero), "published_margins": len(margins),
             "smallest_published_count": int(nonzero[column].min()),
-            "structural_zero_cells_published": int((cells[column] == 0).sum())}
+            "structural_zero_cells_published": int((cells[column] == 0).sum()),
+            "published_by_level": {"cell": len(nonzero),
+                                   **{str(k): int(v) for k, v in margins["level"].value_counts().sort_index().items()}}}
 
 PARTITION = "2018-01-01"
 

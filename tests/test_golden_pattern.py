@@ -127,15 +127,19 @@ def test_suppression_pattern_matches_golden():
 
 
 def test_golden_table_is_non_trivial():
-    """Guards the fixture itself: primaries and secondaries at several levels, in every bucket, under both
-    measures, and the structural zeros are never withheld (they are published as 0)."""
+    """Guards the fixture itself: primaries at several levels in every bucket under both measures,
+    secondaries under presence, and the structural zeros are never withheld (they are published as 0).
+    Visitors needs no secondary here since elimination + pruning (complementary.RELEASE_METHOD): its parents
+    are no sums (max(children) <= parent <= sum(children)) and the absent children already leave every
+    primary its interval; `pattern` asserts that an independent audit passes it."""
     rows = list(csv.DictReader(GOLDEN.open())) if GOLDEN.exists() else []
     if not rows:
         pytest.skip("no golden file yet")
     frame = pd.DataFrame(rows)
     for measure in ("presence", "visitors"):
         part = frame[frame["measure"] == measure]
-        assert {"primary", "secondary"} <= set(part["status"])
+        assert "primary" in set(part["status"])
+        assert measure != "presence" or "secondary" in set(part["status"])
         assert part["bucket_start"].nunique() == len(BUCKETS)
         assert part["level"].nunique() >= 2
     assert not frame["area_id"].isin(ZEROS).any()

@@ -196,8 +196,12 @@ def test_every_risk_figure_is_labelled_with_its_adversary(published_q1):
                    ceilings[0] - risk["release_figure"], ceilings[1] - risk["cumulative"]):
         assert f"{figure:.4g}" in values, figure
     page = (folder / "report.html").read_text()
-    for count in record["counts"].values():
-        assert f"<td>{count:,}</td>" in page
+    for name, count in record["counts"].items():
+        if name == "published_by_level":  # one row per level (and time rung)
+            assert all(f"published figures at {level}" in page and f"<td>{n:,}</td>" in page
+                       for level, n in count.items()), count
+        else:
+            assert f"<td>{count:,}</td>" in page
     assert f"<td>{record['period']}</td>" in page and f"<td>{record['k']}</td>" in page
 
 

@@ -47,6 +47,8 @@ def headline(record: ReleaseRecord, buckets: int) -> list[Line]:
         Line("structural zeros published (as 0)", readable(counts.structural_zero_cells_published)),
         Line("published margin figures", readable(counts.published_margins)),
         Line("smallest published count", readable(counts.smallest_published_count)),
+        # per level and time rung of a ladder (`cell@1w`: cell figures of the week rung)
+        *(Line(f"published figures at {level}", readable(n)) for level, n in (counts.published_by_level or {}).items()),
         Line("published at", record.published_at),
     ]
 

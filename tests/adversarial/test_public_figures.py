@@ -52,7 +52,9 @@ def test_release_json_and_metadata_carry_no_fact_about_withheld_cells(tmp_path):
     nonzero = cells[cells["n_devices"] > 0]
     assert record["counts"] == {"published_cells": len(nonzero), "published_margins": len(margins),
                                 "smallest_published_count": int(nonzero["n_devices"].min()),
-                                "structural_zero_cells_published": int((cells["n_devices"] == 0).sum())}
+                                "structural_zero_cells_published": int((cells["n_devices"] == 0).sum()),
+                                "published_by_level": {"cell": len(nonzero), **{
+                                    str(k): int(v) for k, v in margins["level"].value_counts().sort_index().items()}}}
     metadata_keys: set[str] = set()
     for event in result.get_asset_materialization_events():
         if event.asset_key.path[-1] == "risk_assessment":

@@ -33,6 +33,8 @@ def k_anonymity_report(counts: stages.PublicCounts, k: int) -> str:
         ("structural zeros published", counts.structural_zero_cells_published),
         ("margins published", counts.published_margins),
     ]
+    # per level and time rung (`tract@1w`: tract figures of the ladder's week rung), as the files show them
+    rows += [(f"published at {level}", n) for level, n in (counts.published_by_level or {}).items()]
     return "| measure | value |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
 
 
