@@ -231,6 +231,18 @@ def test_a_ladder_release_publishes_end_to_end_with_its_report(ladder_policy, tm
     margins = pd.read_parquet(outcome.release_dir / "margins.parquet")
     assert margins["level"].value_counts().to_dict() == {k: v for k, v in by_level.items() if k != LEAF}
     assert (outcome.release_dir / "report.html").is_file()
+    # the risk gate saw the coarser figures: each published cell week is a key of every unit counted in it
+    area = stages.ReleaseContext(ladder_policy, Period.parse("2018-Q1"), tmp_path / "out" / "work").area
+    keys = pd.read_parquet(area.unit_keys)
+    published_weeks = margins[margins["level"] == "cell@1w"]
+    assert len(published_weeks), "the fixture publishes no cell week: the check below would prove nothing"
+    week_keys = keys[keys["key"].str.contains("@1w@")]
+    assert set(week_keys["cell_id"]) == set(published_weeks["area_id"])
+    n_col = ladder_policy.count_column
+    for row in published_weeks.itertuples(index=False):
+        stamp = pd.Timestamp(row.bucket_start).strftime("%Y-%m-%dT%H:%MZ")
+        units = week_keys.loc[week_keys["key"] == f"{row.area_id}@1w@{stamp}", "unit"].nunique()
+        assert units == getattr(row, n_col)  # the week's key is held by exactly the units it counts
 
 
 def test_utility_report_is_re_derived_independently(ladder_policy, tmp_path):
@@ -323,3 +335,29 @@ def test_budget_that_even_the_coarsest_rung_cannot_meet_blocks_the_release(tmp_p
     outcome = stages.check_suppression_budget(ctx)
     assert not outcome.passed  # negative control: the budget check blocks
     assert _unshown_share(ctx) > 0.0001
+
+
+def test_a_blocked_risk_gate_proposes_the_ladder_rungs_with_their_figures(tmp_path):
+    from spatial_release.ledger import Ledger
+    from spatial_release.stages.risk import coarser_keys_sql, write_ladder_buckets
+    traces = tmp_path / "traces.csv"
+    _ladder_pings().to_csv(traces, index=False)
+    data = policy_dict(str(traces), k=5)
+    data["time"] = {"bucket": "1d", "timezone": "America/New_York", "ladder": ["1w", "period"]}
+    data["risk"]["per_release_ceiling"] = 0.0001  # every release blocks: the proposal must still be made
+    policy = load_policy(write_policy(tmp_path, data, population=1))
+    ctx = _run_to_candidate(policy, tmp_path)
+    risk = stages.run_risk(ctx, Ledger(tmp_path / "ledger"))
+    assert risk.status == "block"
+    assert [p["rung"] for p in risk.coarsening] == ["1w", "period"]
+    assert all(p["release_figure"] is not None for p in risk.coarsening)
+    outcome = stages.check_risk_budget(ctx)
+    assert not outcome.passed and ("coarsening proposed" in outcome.summary or "no rung" in outcome.summary)
+    # the keys a week release would show: exactly the units of each cell week that passes k
+    import duckdb
+    ladder = write_ladder_buckets(ctx)
+    keys = duckdb.connect().execute(coarser_keys_sql(ctx.area, ladder, "1w", policy.k)).df()
+    _, true_margins = stages.read_true_counts(ctx.area)
+    weeks = true_margins[(true_margins["level"] == "cell@1w") & (true_margins["n"] >= policy.k)]
+    assert len(weeks) and keys.groupby("key")["unit"].nunique().sort_values().tolist() == \
+        sorted(weeks["n"].tolist())

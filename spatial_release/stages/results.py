@@ -207,13 +207,16 @@ class RiskAssessment(RiskRecord):
     keys: int
     zones: list[ZoneFigures]
     seconds: float
+    # When the gate blocks a policy with a time ladder: per rung, the figures a release of the cells at that
+    # rung would get (stages.risk.propose_coarsening), finest first.
+    coarsening: list[dict[str, Any]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {**super().to_json(), "zones": [z.to_json() for z in self.zones]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "RiskAssessment":
-        return cls(**{**{f.name: data[f.name] for f in fields(cls)},
+        return cls(**{**{f.name: data[f.name] for f in fields(cls) if f.name in data},
                       "zones": [ZoneFigures.from_json(z) for z in data["zones"]]})
 
     def record(self) -> RiskRecord:

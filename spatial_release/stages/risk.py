@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from spatial_release.levels import LEAF
 from spatial_release.ledger import Ledger
 from spatial_release.period import Period
 from spatial_release.policy import Policy
-from spatial_release.risk import Adversary, decide, keysets, pooled_figure, release_figure
+from spatial_release.risk import BLOCK, Adversary, decide, keysets, pooled_figure, release_figure
 from spatial_release.risk.estimator import estimate_key_sets
 from spatial_release.risk.landscape import Landscape, load_landscape
 from spatial_release.stages.context import ReleaseContext, WorkArea, ZoneLayers
@@ -34,24 +35,56 @@ def _parquet(path: Path) -> str:
     return f"read_parquet('{sql_path(path)}')"
 
 
-def released_keys_sql(area: WorkArea) -> str:
+LADDER_BUCKETS = "ladder_buckets.parquet"  # counts/: (rung, fine, coarse) bucket starts of a time ladder
+
+
+def write_ladder_buckets(ctx: ReleaseContext) -> Path | None:
+    """The coarse bucket of each policy bucket at every rung of the policy's time ladder (public structure,
+    no unit in it), for the risk stage's keys; None without a ladder."""
+    links = ctx.structure.time_links if ctx.policy.time.ladder else ()
+    if not links:
+        return None
+    rows, current = [], {pd.Timestamp(a): pd.Timestamp(a) for a, _ in links[0].parents}
+    for link in links:
+        parent = link.parent_map()
+        current = {fine: parent[bucket] for fine, bucket in current.items()}
+        rows += [(link.coarse, fine, coarse) for fine, coarse in current.items()]
+    frame = pd.DataFrame(rows, columns=["rung", "fine", "coarse"])
+    path = ctx.area.counts / LADDER_BUCKETS
+    with atomic_path(path) as tmp:
+        frame.to_parquet(tmp, index=False)
+    return path
+
+
+def released_keys_sql(area: WorkArea, ladder: Path | None = None) -> str:
     """A DuckDB query of unit, key, cell_id for every published (cell, bucket) each unit was counted in,
     joining the membership to the candidate's cells in DuckDB (UTC session: keys name UTC instants). A
     streaming join, no DISTINCT: the membership has one row per (unit, cell, bucket), and the key sets
-    count a repeated (unit, key) once anyway (risk.keysets)."""
-    return (f"SELECT m.unit, m.cell_id || '@' || strftime(m.bucket_start, '{KEY_FORMAT}') AS key, m.cell_id "
-            f"FROM {_parquet(area.counts / 'membership.internal.parquet')} m "
-            f"JOIN (SELECT DISTINCT cell_id, bucket_start FROM {_parquet(area.candidate / 'cells.parquet')}) c "
-            "ON m.cell_id = c.cell_id AND m.bucket_start = c.bucket_start")
+    count a repeated (unit, key) once anyway (risk.keysets). With a time ladder (`ladder`, see
+    `write_ladder_buckets`) every published coarser cell figure is a key too ("<cell>@<rung>@<start>") of the
+    units counted in that cell in one of its buckets: what an outsider learns from the week's figure."""
+    membership = _parquet(area.counts / "membership.internal.parquet")
+    sql = (f"SELECT m.unit, m.cell_id || '@' || strftime(m.bucket_start, '{KEY_FORMAT}') AS key, m.cell_id "
+           f"FROM {membership} m "
+           f"JOIN (SELECT DISTINCT cell_id, bucket_start FROM {_parquet(area.candidate / 'cells.parquet')}) c "
+           "ON m.cell_id = c.cell_id AND m.bucket_start = c.bucket_start")
+    if ladder is None:
+        return sql
+    coarse = (f"SELECT DISTINCT substr(level, {len(LEAF) + 2}) AS rung, area_id, bucket_start "
+              f"FROM {_parquet(area.candidate / 'margins.parquet')} WHERE starts_with(level, '{LEAF}@')")
+    return (f"{sql} UNION ALL SELECT m.unit, m.cell_id || '@' || c.rung || '@' || strftime(c.bucket_start, "
+            f"'{KEY_FORMAT}') AS key, m.cell_id FROM {membership} m "
+            f"JOIN {_parquet(ladder)} r ON r.fine = m.bucket_start "
+            f"JOIN ({coarse}) c ON c.rung = r.rung AND c.area_id = m.cell_id AND c.bucket_start = r.coarse")
 
 
-def write_released_keys(area: WorkArea, path: Path) -> None:
+def write_released_keys(area: WorkArea, path: Path, ladder: Path | None = None) -> None:
     """Write the candidate's per-unit key sets (unit, key, cell_id) to `path`, in DuckDB: nothing per
     membership row is held in Python."""
     with tempfile.TemporaryDirectory(prefix="risk-keys-") as spill, atomic_path(path) as tmp:
         con = keysets.connect(spill)
         try:
-            con.execute(f"COPY ({released_keys_sql(area)}) TO '{sql_path(tmp)}' (FORMAT parquet)")
+            con.execute(f"COPY ({released_keys_sql(area, ladder)}) TO '{sql_path(tmp)}' (FORMAT parquet)")
         finally:
             con.close()
 
@@ -151,7 +184,7 @@ def window_key_sets(ctx: ReleaseContext, unit_keys: pd.DataFrame | Path | None, 
     elif unit_keys is not None:
         current = f"SELECT unit, key, cell_id FROM {_parquet(Path(unit_keys))}"
     else:
-        current = released_keys_sql(ctx.area)
+        current = released_keys_sql(ctx.area, write_ladder_buckets(ctx))
     selects = [current] + [f"SELECT unit, key, cell_id FROM {_parquet(p)}" for p in _earlier_keys(ctx, earlier)]
     frames = {"current_keys": unit_keys} if isinstance(unit_keys, pd.DataFrame) else None
     return keysets.window_key_sets(selects, lambda cells: _risk_zone_of(ctx, cells), frames)
@@ -194,11 +227,60 @@ def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | P
         seconds=round(report.seconds, 2))
 
 
+def coarser_keys_sql(area: WorkArea, ladder: Path, rung: str, k: int) -> str:
+    """The key sets of a release that would show the cells at `rung` only: every cell figure of that rung that
+    passes k (true counts: no complementary suppression, so at least as many keys as such a release would
+    show) as a key of each unit counted in it."""
+    level = f"{LEAF}@{rung}"
+    return (f"SELECT m.unit, m.cell_id || '@{rung}@' || strftime(r.coarse, '{KEY_FORMAT}') AS key, m.cell_id "
+            f"FROM {_parquet(area.counts / 'membership.internal.parquet')} m "
+            f"JOIN {_parquet(ladder)} r ON r.fine = m.bucket_start AND r.rung = '{rung}' "
+            f"JOIN (SELECT area_id, bucket_start FROM {_parquet(area.counts / 'margin_counts.parquet')} "
+            f"WHERE level = '{level}' AND n >= {int(k)}) c ON c.area_id = m.cell_id AND c.bucket_start = r.coarse")
+
+
+def propose_coarsening(ctx: ReleaseContext, ledger: Ledger, ladder: Path) -> list[dict]:
+    """Risk-driven coarsening, proposed: for each rung of the time ladder (finest first), the gate's figures
+    for a release that would show the cells at that rung instead of the policy's bucket, estimated with the
+    same landscape, window and ceilings. Applying one is a policy change in review (time.bucket), never a
+    run-time switch, like lowering k or raising a ceiling."""
+    proposals = []
+    for rung in ctx.policy.time.ladder:
+        with tempfile.TemporaryDirectory(prefix="risk-coarser-") as spill:
+            path = Path(spill) / "keys.parquet"
+            con = keysets.connect(spill)
+            try:
+                con.execute(f"COPY ({coarser_keys_sql(ctx.area, ladder, rung, ctx.policy.k)}) TO "
+                            f"'{sql_path(path)}' (FORMAT parquet)")
+            finally:
+                con.close()
+            assessment = assess_risk(ctx, ledger, path)
+        proposals.append({"rung": rung, "status": assessment.status, "worst_zone": assessment.worst_zone,
+                          "release_figure": assessment.release_figure, "cumulative": assessment.cumulative})
+    return proposals
+
+
+def _with_proposal(assessment: RiskAssessment, proposals: list[dict]) -> RiskAssessment:
+    passing = [p for p in proposals if p["status"] != BLOCK]
+    if passing:
+        best = passing[0]
+        note = (f"; coarsening proposed: cells at the ladder's {best['rung']} rung would give "
+                f"{best['release_figure']:.4g} (worst zone {best['worst_zone']}), within the ceilings: set "
+                f"time.bucket to {best['rung']} in a reviewed policy change")
+    else:
+        note = "; no rung of the time ladder passes the gate either: coarser zones or a larger k are needed"
+    return replace(assessment, reason=assessment.reason + note, coarsening=proposals)
+
+
 def run_risk(ctx: ReleaseContext, ledger: Ledger) -> RiskAssessment:
-    """Keep the candidate's per-unit key sets (internal, for later releases and reviews) and assess its risk."""
+    """Keep the candidate's per-unit key sets (internal, for later releases and reviews) and assess its risk;
+    when the gate blocks a policy with a time ladder, say which rung would pass (`propose_coarsening`)."""
     ctx.area.risk.mkdir(parents=True, exist_ok=True)
-    write_released_keys(ctx.area, ctx.area.unit_keys)
+    ladder = write_ladder_buckets(ctx)
+    write_released_keys(ctx.area, ctx.area.unit_keys, ladder)
     assessment = assess_risk(ctx, ledger, ctx.area.unit_keys)
+    if assessment.status == BLOCK and ladder is not None:
+        assessment = _with_proposal(assessment, propose_coarsening(ctx, ledger, ladder))
     assessment.write(ctx.area.risk)
     return assessment
 
