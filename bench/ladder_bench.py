@@ -27,12 +27,16 @@ Datasets (2018-Q1, policies written by this script into a temporary folder, with
   policy's `source.synthetic`, the column mapping of policies/demo.yaml), `--persons` persons (default 3000),
   a 500 m grid with 2 km and 8 km parents in EPSG:32618, bucket 1d, ladder [1w, period], suppression budget
   `--budget` (default 0.9, as for Citi Bike: the budget is a utility limit, and the sweep reports utility
-  itself), no structural zeros.
+  itself), no structural zeros. Measured on 2 cores (2026-11-30): at 300 persons a k = 5 run takes about
+  1.5 minutes; at the default 3000 persons the k = 5 protection was still in its audit after 17 minutes and was
+  stopped (its end was not measured): the default sweep of this dataset is long; `--persons 300` is a quick one.
 
 The stages run directly (ingest, counts, protect, guarantees: no Dagster, no risk gate), each (dataset, k) in
 its own fresh process (one at a time), so a crash in one leaves the others' figures; its wall time is the
-process's, protection seconds are `stages.run_protect`'s. The work areas are in a temporary folder, deleted at
-the end unless `--keep DIR` names one (then a failing run can be inspected and re-run with
+process's, protection seconds are `stages.run_protect`'s (the ladder release, its audit, the utility report and
+the baseline's protection). In the tables `cell` is the main geometry's leaf level (the wards; the 500 m grid
+cells), `fs <level>` a `finest_shown` share, ratio = ladder / baseline. The work areas are in a temporary
+folder, deleted at the end unless `--keep DIR` names one (then a failing run can be inspected and re-run with
 `--only DATASET --k K --keep DIR`).
 """
 
@@ -182,7 +186,8 @@ def _pct(x: float | None) -> str:
 
 
 def print_table(dataset: str, rows: list[dict]) -> None:
-    print(f"\n== {dataset} ({PERIOD}, bucket 1d, ladder [1w, period]) ==")
+    print(f"\n== {dataset} ({PERIOD}, bucket 1d, ladder [1w, period]; cell = the main geometry's areas, "
+          f"fs = finest_shown) ==")
     ok = [r for r in rows if r["status"] == "ok"]
     zonings = list(ok[0]["zonings"]) if ok else []
     header = ["k"]
