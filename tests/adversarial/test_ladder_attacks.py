@@ -84,6 +84,28 @@ def _scenario_two_weeks() -> list[tuple[str, int, tuple, int]]:
     return visits
 
 
+def _scenario_leaver() -> list[tuple[str, int, tuple, int]]:
+    """A and B hold the same five devices each day but Sunday, when one of A's devices is alone in A and
+    another sits in B: the parent's week is one less than A's week plus B's. Presence (one cell a day) then
+    ties the overlap of the two weeks to Sunday, the day A is below k."""
+    visits = [(f"a{i}", d, A, 3) for i in range(5) for d in range(6)]
+    visits += [("a0", 6, A, 3), ("a1", 6, B, 3)]
+    visits += [(f"b{i}", d, B, 3) for i in range(5) for d in range(6)]
+    return visits
+
+
+def _scenario_calendar_edges() -> list[tuple[str, int, tuple, int]]:
+    """Small days in the week of the DST change (Sunday 11 March 2018) and in the quarter's last, six-day
+    week (26-31 March): the rung maps must follow local days there."""
+    visits = []
+    for start in (56, 77):  # Monday 5 March, Monday 26 March
+        visits += [(f"e{start}_{i}", start + i, A, 3) for i in range(6)]          # one a day in A
+        visits += [(f"f{start}_{i}", start + d, C, 3) for i in range(5) for d in range(6)]
+        visits += [(f"g{start}", start + 5, D, 2), (f"g{start}", start + 5, A, 1)]  # Saturday: D (presence)
+    visits += [("late", 82, B, 3), ("late", 6 + 56, B, 3)]  # Saturday 31 March and DST Sunday 11 March in B
+    return visits
+
+
 def _pings(visits) -> pd.DataFrame:
     rows = []
     for device, offset, (x, y), n in visits:
@@ -161,7 +183,7 @@ class Attacker:
     """Every figure of the structure is a variable (no rest folding: all 4 cells x 90 days x 13 weeks x the
     period, the parent and the total at each rung); published figures are fixed."""
 
-    def __init__(self, published: dict[tuple, int], measure: str):
+    def __init__(self, published: dict[tuple, int], measure: str, overlap: bool = False):
         self.published = published
         self.col: dict[tuple, int] = {}
         weeks = sorted({_week_of(d) for d in DAYS})
@@ -197,6 +219,32 @@ class Attacker:
             ws = [self.col[(f"{base}@1w", area, w)] for w in weeks]
             self.rows.append(({**{w: 1.0 for w in ws}, period: -1.0}, 0.0, inf))
             self.rows += [({w: 1.0, period: -1.0}, -inf, 0.0) for w in ws]
+        if overlap:
+            assert measure == "presence"
+            self._overlap_cuts(weeks)
+
+    def _overlap_cuts(self, weeks) -> None:
+        """Presence only (one cell per unit per day), beyond anything the product claims to model: a unit in
+        the weeks of two cells c and e was in e on some day when it was not in c, so
+        |c_w & e_w| <= sum over the days d of min(c_w - c_d, e_d), and the parent's week
+        P_w >= c_w + e_w - |c_w & e_w|. Written with one auxiliary y_d <= c_w - c_d, y_d <= e_d per day."""
+        inf = highspy.kHighsInf
+        for w in weeks:
+            days = [d for d in DAYS if _week_of(d) == w]
+            parent = self.col[("grid_2000m@1w", PARENT, w)]
+            for c in CELLS:
+                for e in CELLS:
+                    if c == e:
+                        continue
+                    cw, ew = self.col[("cell@1w", c, w)], self.col[("cell@1w", e, w)]
+                    ys = []
+                    for d in days:
+                        self._var(("overlap", c, e, d))
+                        y = self.col[("overlap", c, e, d)]
+                        ys.append(y)
+                        self.rows.append(({y: 1.0, cw: -1.0, self.col[("cell", c, d)]: 1.0}, -inf, 0.0))
+                        self.rows.append(({y: 1.0, self.col[("cell", e, d)]: -1.0}, -inf, 0.0))
+                    self.rows.append(({parent: 1.0, cw: -1.0, ew: -1.0, **{y: 1.0 for y in ys}}, 0.0, inf))
 
     def _var(self, key: tuple) -> None:
         self.col[key] = len(self.col)
@@ -208,7 +256,7 @@ class Attacker:
         n = len(self.col)
         lo = np.zeros(n)
         up = np.full(n, highspy.kHighsInf)
-        for k_, v in self.published.items():
+        for k_, v in self.published.items():  # (aux variables stay in [0, inf))
             lo[self.col[k_]] = up[self.col[k_]] = v
         h.addVars(n, lo, up)
         h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.full(n, highspy.HighsVarType.kInteger))
@@ -231,8 +279,8 @@ class Attacker:
         return self.bound(key, False), self.bound(key, True)
 
 
-def _leaks(truth: dict[tuple, int], published: dict[tuple, int], measure: str) -> list[str]:
-    attacker = Attacker(published, measure)
+def _leaks(truth: dict[tuple, int], published: dict[tuple, int], measure: str, overlap: bool = False) -> list[str]:
+    attacker = Attacker(published, measure, overlap)
     out = []
     for key, v in sorted(truth.items(), key=str):
         if v >= K or key in published:
@@ -246,7 +294,8 @@ def _leaks(truth: dict[tuple, int], published: dict[tuple, int], measure: str) -
 
 # ---- tests -----------------------------------------------------------------------------------------------
 
-SCENARIOS = {"lonely_and_movers": _scenario_lonely_and_movers, "two_weeks": _scenario_two_weeks}
+SCENARIOS = {"lonely_and_movers": _scenario_lonely_and_movers, "two_weeks": _scenario_two_weeks,
+             "leaver": _scenario_leaver, "calendar_edges": _scenario_calendar_edges}
 EVERY_CASE = pytest.mark.parametrize("scenario, measure", [(s, m) for s in sorted(SCENARIOS)
                                                             for m in ("presence", "visitors")])
 
@@ -281,8 +330,25 @@ def test_published_figures_at_every_rung_are_the_true_distinct_counts_and_at_lea
 def test_independent_attacker_cannot_narrow_any_withheld_primary(scenario, measure, tmp_path):
     *_, truth, published = _released(scenario, measure, tmp_path)
     assert any(0 < v < K for v in truth.values())
-    leaks = _leaks(truth, published, measure)
+    leaks = _leaks(truth, published, measure, overlap=measure == "presence")
     assert not leaks, "\n".join(leaks)
+
+
+def test_the_overlap_cut_is_stronger_than_the_claimed_relations_and_sound():
+    """The attacker above is not vacuous: A holds the same 6 devices every day of a week (A's week = 6), B's
+    week is 5. Under presence nobody of A's week can have been in B on any day, so the parent's week is at
+    least 11; the claimed relations alone only say 7 (some day of B is >= 1, and that day's parent is A's 6
+    plus it)."""
+    published = {("cell", CELLS[0], WEEK0 + pd.Timedelta(days=i)): 6 for i in range(7)}
+    published[("cell@1w", CELLS[0], WEEK0)] = 6
+    published[("cell@1w", CELLS[1], WEEK0)] = 5
+    key = ("grid_2000m@1w", PARENT, WEEK0)
+    assert Attacker(published, "presence").interval(key)[0] == 7
+    assert Attacker(published, "presence", overlap=True).interval(key)[0] == 11
+    # and the cut is sound: 6 stayers in A, 5 in B on one day, and the parent's week is 11
+    members = pd.DataFrame([(f"a{i}", WEEK0 + pd.Timedelta(days=d), CELLS[0]) for i in range(6) for d in range(7)]
+                           + [(f"b{i}", WEEK0, CELLS[1]) for i in range(5)], columns=["device", "day", "cell"])
+    assert _true_figures(members)[key] == 11
 
 
 def _republish(cells, margins, col, keys, truth):
