@@ -106,12 +106,30 @@ def _scenario_calendar_edges() -> list[tuple[str, int, tuple, int]]:
     return visits
 
 
+def _scenario_random(seed: int = 3) -> list[tuple[str, int, tuple, int]]:
+    """Fuzz: 6-17 devices over two weeks, each stable (every day of week 1) or seen on 1-3 days, at home 75%
+    of the time; on a fifth of their days they also pass one ping through another cell (visitors: a second
+    visit; presence: never the dominant cell, so no ties)."""
+    rng = np.random.default_rng(seed)
+    corners, visits = [A, B, C, D], []
+    for dev in range(int(rng.integers(6, 18))):
+        home = corners[int(rng.integers(0, 4 if rng.random() < 0.6 else 2))]
+        days = range(7) if rng.integers(0, 3) == 0 else rng.choice(14, size=int(rng.integers(1, 4)), replace=False)
+        for d in days:
+            cell = home if rng.random() < 0.75 else corners[int(rng.integers(0, 4))]
+            visits.append((f"r{dev}", int(d), cell, 3))
+            other = corners[int(rng.integers(0, 4))]
+            if rng.random() < 0.2 and other != cell:
+                visits.append((f"r{dev}", int(d), other, 1))
+    return visits
+
+
 def _pings(visits) -> pd.DataFrame:
     rows = []
     for device, offset, (x, y), n in visits:
         day = WEEK0 + pd.Timedelta(days=offset)
         for j in range(n):
-            lon, lat = TO_LONLAT.transform(x + 150 + 200 * j, y + 250 + 150 * j)
+            lon, lat = TO_LONLAT.transform(x + 100 + (150 + 200 * j) % 800, y + 100 + (250 + 150 * j) % 800)
             rows.append({"device": device, "when": f"{day.date()} {8 + 3 * j:02d}:{10 + j:02d}:00",
                          "lon": round(lon, 7), "lat": round(lat, 7), "gender": "f"})
     return pd.DataFrame(rows)
@@ -295,7 +313,7 @@ def _leaks(truth: dict[tuple, int], published: dict[tuple, int], measure: str, o
 # ---- tests -----------------------------------------------------------------------------------------------
 
 SCENARIOS = {"lonely_and_movers": _scenario_lonely_and_movers, "two_weeks": _scenario_two_weeks,
-             "leaver": _scenario_leaver, "calendar_edges": _scenario_calendar_edges}
+             "leaver": _scenario_leaver, "calendar_edges": _scenario_calendar_edges, "random_seed3": _scenario_random}
 EVERY_CASE = pytest.mark.parametrize("scenario, measure", [(s, m) for s in sorted(SCENARIOS)
                                                             for m in ("presence", "visitors")])
 
