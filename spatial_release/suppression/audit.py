@@ -66,9 +66,14 @@ INF = highspy.kHighsInf
 TOL = 1e-6
 BULK_ROUNDS = 40
 # A fractional bulk vertex is retried as an integer program (`ComponentModel._bulk_integer`) in components of
-# at least this many withheld figures (below it the per-primary LPs are cheap), for at most this long.
+# at least this many withheld figures (below it the per-primary LPs are cheap).
+# The work limit is a node count, not a time: single-threaded HiGHS explores the same nodes on any machine,
+# so the incumbent, the next solves' warm starts and hence the repair loop's choices are the same on every
+# run (a time limit made them depend on the machine's load). The time limit only guards against a
+# pathological tree; reaching it never changes a verdict (each primary's bound is settled exactly after).
 BULK_MIP_MIN = 500
-BULK_MIP_SECONDS = 30.0
+BULK_MIP_NODES = 200
+BULK_MIP_SECONDS = 300.0
 OPTIMAL, WITNESS = "optimal", "witness"  # what an Interval's bounds are (see the module docstring)
 WORKERS_ENV = "SPATIAL_RELEASE_AUDIT_WORKERS"
 # Below this many figures in the components to solve, starting worker processes costs more than it saves.
@@ -254,14 +259,15 @@ class ComponentModel:
     def _bulk_integer(self, withheld_cols: np.ndarray) -> np.ndarray | None:
         """The bulk LP's vertex was fractional (UNION relations, several linked rungs): the same objective
         as an integer program started from the true table (an integral feasible point, so the solver always
-        has an incumbent) for at most BULK_MIP_SECONDS. Any incumbent is an integral feasible point, which is
-        all a witness needs; its optimality does not matter. None when the solver gives no feasible point."""
+        has an incumbent) for at most BULK_MIP_NODES branch-and-bound nodes. Any incumbent is an integral
+        feasible point, which is all a witness needs; its optimality does not matter. None when the solver gives no feasible point."""
         h = self.highs
         kinds = np.array([highspy.HighsVarType.kInteger] * len(withheld_cols))
         h.changeColsIntegrality(len(withheld_cols), withheld_cols.astype(np.int32), kinds)
         start = highspy.HighsSolution()
         start.col_value = [float(self.table.value[n]) for n in self.nodes]
         h.setOptionValue("time_limit", BULK_MIP_SECONDS)
+        h.setOptionValue("mip_max_nodes", BULK_MIP_NODES)
         try:
             h.setSolution(start)
             h.run()
@@ -269,6 +275,7 @@ class ComponentModel:
             values = np.array(h.getSolution().col_value) if feasible else None
         finally:
             h.setOptionValue("time_limit", INF)
+            h.setOptionValue("mip_max_nodes", 2**31 - 1)
             h.changeColsIntegrality(len(withheld_cols), withheld_cols.astype(np.int32),
                                     np.array([highspy.HighsVarType.kContinuous] * len(withheld_cols)))
         return values
