@@ -361,3 +361,18 @@ def test_a_blocked_risk_gate_proposes_the_ladder_rungs_with_their_figures(tmp_pa
     weeks = true_margins[(true_margins["level"] == "cell@1w") & (true_margins["n"] >= policy.k)]
     assert len(weeks) and keys.groupby("key")["unit"].nunique().sort_values().tolist() == \
         sorted(weeks["n"].tolist())
+
+
+def test_the_policy_cost_reaches_protection_and_both_patterns_pass_the_audit(tmp_path):
+    traces = tmp_path / "traces.csv"
+    _ladder_pings().to_csv(traces, index=False)
+    for cost in ("unit_value", "cells"):
+        data = policy_dict(str(traces), k=5)
+        data["suppression"] = {"budget": 0.99, "cost": cost}
+        folder = tmp_path / cost
+        folder.mkdir()
+        policy = load_policy(write_policy(folder, data))
+        assert policy.suppression.cost == cost
+        ctx = _run_to_candidate(policy, folder)
+        assert ctx.disclosure.cost == cost
+        assert stages.check_suppression_audit(ctx).passed

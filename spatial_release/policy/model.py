@@ -282,6 +282,11 @@ class TimeSpec(_Strict):
 
 class SuppressionSpec(_Strict):
     budget: float = Field(0.10, gt=0.0, le=1.0, description="largest share of unit counts in withheld cells")
+    cost: Literal["unit_value", "cells"] = Field(
+        "unit_value",
+        description="what a complementary suppression costs: unit_value ((n + 1) x a level weight: withhold "
+                    "small figures, keep unit counts) or cells (every non-empty figure alike: withhold fewer "
+                    "figures)")
     climb: Literal["where_withheld", "to_budget"] = Field(
         "where_withheld",
         description="with a time ladder: where_withheld offers the coarser figure over every figure withheld as "

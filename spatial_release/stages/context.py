@@ -233,4 +233,4 @@ class ReleaseContext:
         policy = self.policy
         return self._once("disclosure", lambda: DisclosureSpec(
             self.structure, policy.k, policy.measure, self.zeros, tuple(self.buckets), policy.count_column,
-            climb=policy.suppression.climb, budget=policy.suppression.budget))
+            cost=policy.suppression.cost, climb=policy.suppression.climb, budget=policy.suppression.budget))

@@ -83,6 +83,7 @@ class DisclosureSpec:
     count_column: str = "n"
     criterion: Criterion | None = None
     solver_options: Mapping[str, object] = field(default_factory=dict)
+    cost: str = "unit_value"  # what a secondary costs (complementary.costs_for): the policy's suppression.cost
     climb: str = "where_withheld"  # with a time ladder: see `suppression.ladder` and the policy's suppression.climb
     budget: float = 1.0  # the share of the main cells' unit counts that may stay unshown (climb = "to_budget")
 
@@ -228,7 +229,7 @@ def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: 
 
     def run() -> ProtectionLog:
         return protect(table, spec.k, spec.structure.level_depth(), options=dict(spec.solver_options),
-                       criterion=spec.criterion, progress=progress, **method)
+                       criterion=spec.criterion, progress=progress, cost=spec.cost, **method)
 
     if not links or spec.climb == "where_withheld":
         table.ladder = {"climb": spec.climb, "offered": offer_needed(table, links)} if links else {}
