@@ -245,27 +245,37 @@ def test_a_ladder_release_publishes_end_to_end_with_its_report(ladder_policy, tm
         assert units == getattr(row, n_col)  # the week's key is held by exactly the units it counts
 
 
+def _published_cell_rungs(ctx) -> tuple[set, set, set]:
+    """The candidate's published cell keys at each rung: (cell, day), (cell, week start), cells of the period."""
+    cells = pd.read_parquet(ctx.area.candidate / "cells.parquet")
+    margins = pd.read_parquet(ctx.area.candidate / "margins.parquet")
+    day = {(c, pd.Timestamp(b)) for c, b in zip(cells["cell_id"], cells["bucket_start"])}
+    week = {(a, pd.Timestamp(b)) for lv, a, b in zip(margins["level"], margins["area_id"], margins["bucket_start"])
+            if lv == "cell@1w"}
+    period = {a for lv, a in zip(margins["level"], margins["area_id"]) if lv == "cell@period"}
+    return day, week, period
+
+
+def _monday(start: pd.Timestamp) -> pd.Timestamp:
+    """The UTC start of the New York week (Monday 00:00) holding a day bucket."""
+    local = start.tz_convert("America/New_York")
+    return (local - pd.Timedelta(days=local.weekday())).normalize().tz_convert("UTC")
+
+
 def test_utility_report_is_re_derived_independently(ladder_policy, tmp_path):
     import json
     ctx = _run_to_candidate(ladder_policy, tmp_path)
     report = json.loads((ctx.area.candidate / "manifest.json").read_text())["summary"]["utility"]
-    true_cells, true_margins = stages.read_true_counts(ctx.area)
-    cells = pd.read_parquet(ctx.area.candidate / "cells.parquet")
-    margins = pd.read_parquet(ctx.area.candidate / "margins.parquet")
-    published = {(c, pd.Timestamp(b)) for c, b in zip(cells["cell_id"], cells["bucket_start"])}
-    weeks = {(a, pd.Timestamp(b)) for lv, a, b in zip(margins["level"], margins["area_id"], margins["bucket_start"])
-             if lv == "cell@1w"}
-    periods = {a for lv, a in zip(margins["level"], margins["area_id"]) if lv == "cell@period"}
+    true_cells, _ = stages.read_true_counts(ctx.area)
+    published, weeks, periods = _published_cell_rungs(ctx)
     total = shown = at_day = 0
     for row in true_cells.itertuples(index=False):
         start = pd.Timestamp(row.bucket_start)
-        local = start.tz_convert("America/New_York")
-        monday = (local - pd.Timedelta(days=local.weekday())).normalize().tz_convert("UTC")
         total += row.n
         if (row.cell_id, start) in published:
             shown += row.n
             at_day += row.n
-        elif (row.cell_id, monday) in weeks or row.cell_id in periods:
+        elif (row.cell_id, _monday(start)) in weeks or row.cell_id in periods:
             shown += row.n
     zoning = report["zonings"][LEAF]
     assert zoning["unit_counts"] == total
@@ -294,19 +304,11 @@ def _budget_policy(tmp_path: Path, budget: float):
 def _unshown_share(ctx) -> float:
     """The main cells' unit counts shown at no rung of their cell, re-derived from the files."""
     true_cells, _ = stages.read_true_counts(ctx.area)
-    cells = pd.read_parquet(ctx.area.candidate / "cells.parquet")
-    margins = pd.read_parquet(ctx.area.candidate / "margins.parquet")
-    day = {(c, pd.Timestamp(b)) for c, b in zip(cells["cell_id"], cells["bucket_start"])}
-    week = {(a, pd.Timestamp(b)) for lv, a, b in zip(margins["level"], margins["area_id"], margins["bucket_start"])
-            if lv == "cell@1w"}
-    period = {a for lv, a in zip(margins["level"], margins["area_id"]) if lv == "cell@period"}
-    unshown = 0
-    for row in true_cells.itertuples(index=False):
-        start = pd.Timestamp(row.bucket_start)
-        local = start.tz_convert("America/New_York")
-        monday = (local - pd.Timedelta(days=local.weekday())).normalize().tz_convert("UTC")
-        if (row.cell_id, start) not in day and (row.cell_id, monday) not in week and row.cell_id not in period:
-            unshown += row.n
+    day, week, period = _published_cell_rungs(ctx)
+    unshown = sum(row.n for row in true_cells.itertuples(index=False)
+                  if (row.cell_id, pd.Timestamp(row.bucket_start)) not in day
+                  and (row.cell_id, _monday(pd.Timestamp(row.bucket_start))) not in week
+                  and row.cell_id not in period)
     return unshown / true_cells["n"].sum()
 
 

@@ -232,6 +232,11 @@ def _count_rungs(engine: Engine, plan: ZoningPlan, z: int, decoded: _Decoded, ru
     least one of the policy's buckets inside the coarse bucket (the union of the finer memberships, for
     presence and visitors alike: one bike on seven days is one unit of the week)."""
     frames = []
+    if not rungs:
+        return frames
+    hierarchy = plan.hierarchy(pd.Series(decoded.ids, dtype=object))  # the same codes as hier_{z} (factorize)
+    names = {level: np.asarray(pd.factorize(hierarchy[level].astype(str).to_numpy(object))[1],
+                               dtype=object).astype(str) for level in plan.parent_levels}
     for r, rung in enumerate(rungs):
         engine.register_frame(f"rung_{z}_{r}", pd.DataFrame({"b": np.arange(len(rung.of_bucket), dtype=np.int64),
                                                              "cb": rung.of_bucket}))
@@ -242,9 +247,8 @@ def _count_rungs(engine: Engine, plan: ZoningPlan, z: int, decoded: _Decoded, ru
         for level in plan.parent_levels:
             sql = (f"SELECT h.{level} AS parent, t.cb AS b, count(DISTINCT m.unit) AS n FROM {joined} "
                    f"JOIN hier_{z} h ON h.rank = m.rank GROUP BY h.{level}, t.cb")
-            names = np.asarray(pd.factorize(plan.hierarchy(pd.Series(decoded.ids, dtype=object))[level]
-                                            .astype(str).to_numpy(object))[1], dtype=object).astype(str)
-            frames.append(coarse.table(engine.fetch(sql), at_rung(level, rung.name), area="parent", names=names))
+            frames.append(coarse.table(engine.fetch(sql), at_rung(level, rung.name), area="parent",
+                                       names=names[level]))
         totals = engine.fetch(f"SELECT t.cb AS b, count(DISTINCT m.unit) AS n FROM {joined} GROUP BY t.cb")
         frames.append(coarse.table(totals.assign(total_area=plan.total_level), at_rung(plan.total_level, rung.name),
                                    area="total_area"))

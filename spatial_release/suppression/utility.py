@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from spatial_release.levels import LEAF, at_rung, is_total
+from spatial_release.levels import LEAF, at_rung, is_total, rung_of, space_level
 from spatial_release.suppression.ladder import TimeLink
 from spatial_release.suppression.rules import below_k
 from spatial_release.suppression.table import Chain
@@ -60,14 +60,14 @@ def _shares(frame: pd.DataFrame) -> dict:
 def _needed_keys(true: pd.DataFrame, links: Sequence[TimeLink], k: int) -> set:
     """Keys of coarser-rung figures over at least one finer figure below k (rung by rung), plus every figure
     at the policy's bucket (always offered)."""
-    needed = {key for key in zip(true["level"], true["area_id"], true["bucket_start"]) if "@" not in key[0]}
+    needed = {key for key in zip(true["level"], true["area_id"], true["bucket_start"]) if rung_of(key[0]) is None}
     for link in links:
         parent = link.parent_map()
-        fine = true[true["level"].map(lambda lv: (lv.split("@", 1)[1] if "@" in lv else None) == link.fine)]
+        fine = true[true["level"].map(rung_of) == link.fine] if link.fine else true[true["level"].map(rung_of).isna()]
         small = fine[below_k(fine["n"], k)]
         for row in small.itertuples(index=False):
-            base = row.level.split("@", 1)[0]
-            needed.add((at_rung(base, link.coarse), row.area_id, parent[pd.Timestamp(row.bucket_start)]))
+            needed.add((at_rung(space_level(row.level), link.coarse), row.area_id,
+                        parent[pd.Timestamp(row.bucket_start)]))
     return needed
 
 
@@ -116,7 +116,7 @@ def utility_report(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publish
     maps = {link.coarse: link.parent_map() for link in links}
     zonings = {}
     for chain in chains:
-        if "@" in chain.levels[0]:
+        if rung_of(chain.levels[0]) is not None:
             continue
         finest = true[true["level"] == chain.levels[0]].copy()
         zonings[chain.levels[0]] = _zoning_report(finest, chain, rungs, maps, published)
@@ -139,9 +139,8 @@ def _zoning_report(finest: pd.DataFrame, chain: Chain, rungs: Sequence[str | Non
     shown = pd.Series("none", index=finest.index, dtype=object)
     for idx, row in zip(finest.index, finest.itertuples(index=False)):
         for level_name in order:
-            base, _, rung = level_name.partition("@")
-            rung = rung or None
-            area = _area_at(row.area_id, chain, base)
+            rung = rung_of(level_name)
+            area = _area_at(row.area_id, chain, space_level(level_name))
             key = (level_name, area, _bucket_at(pd.Timestamp(row.bucket_start), rung, rungs, maps))
             if key in published:
                 shown.at[idx] = level_name
