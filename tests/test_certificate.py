@@ -93,6 +93,7 @@ def leaky(table: Table, certificate: Certificate) -> tuple[Table, int, int]:
 
 def test_verdicts_and_bounds_identical_with_1_and_2_workers(monkeypatch):
     monkeypatch.setattr(audit_module, "PARALLEL_MIN_NODES", 0)  # small table: use the pool anyway
+    monkeypatch.setattr(audit_module, "PACK_NODES", 60)  # several jobs, so that both workers get some
     table = many_components(groups=60, seed=3)
     for name in table.secondaries():
         table.status[name] = PUBLISHED
@@ -105,8 +106,35 @@ def test_verdicts_and_bounds_identical_with_1_and_2_workers(monkeypatch):
     assert one.errors == two.errors and not one.passed  # primary suppression alone leaks
 
 
+def test_packing_components_changes_no_verdict_and_no_failing_bound(monkeypatch):
+    """Components packed into one model (audit.PACK_NODES) are a disjoint union: the same verdict for every
+    primary as one model per component, the same bounds where it fails (optimal bounds), and witness points
+    that are feasible points of the whole table (the certificate verifier accepts them)."""
+    table = many_components(groups=60, seed=3)
+    for name in table.secondaries():
+        table.status[name] = PUBLISHED
+    results = {}
+    for pack in (1, 10_000):
+        monkeypatch.setattr(audit_module, "PACK_NODES", pack)
+        results[pack] = audit(table, K, workers=1)
+    alone, packed = results[1], results[10_000]
+    assert len(audit_module.packs(table)) == 1 and packed.components == alone.components > 20
+    assert [(i.node, i.passed, i.failing) for i in alone.intervals] == \
+        [(i.node, i.passed, i.failing) for i in packed.intervals]
+    assert [(i.node, i.lo, i.up) for i in alone.intervals if not i.passed] == \
+        [(i.node, i.lo, i.up) for i in packed.intervals if not i.passed]
+    assert alone.failures() and not packed.errors
+    # every component without a failing primary is certified by the packed audit's witness points
+    verification = verify(table, Certificate.build(table, packed, INPUTS), INPUTS, Criterion(K))
+    failing = {i.node for i in packed.intervals if not i.passed}
+    expected = {c for c, nodes in enumerate(verification.components)
+                if any(table.status[n] == PRIMARY for n in nodes) and not failing & set(nodes)}
+    assert not verification.errors and set(verification.certified) == expected
+
+
 def test_pattern_and_certificate_identical_with_1_and_2_workers(monkeypatch):
     monkeypatch.setattr(audit_module, "PARALLEL_MIN_NODES", 0)
+    monkeypatch.setattr(audit_module, "PACK_NODES", 60)
     outcomes = []
     for workers in ("1", "2"):
         monkeypatch.setenv("SPATIAL_RELEASE_AUDIT_WORKERS", workers)

@@ -21,9 +21,10 @@ A primary with value v passes iff lo <= v - 1 and up >= max(k, v + 1): the value
 nor shown to be below k. Infeasibility, a time-out or any solver error is a failure, never a pass.
 
 All cores: components are independent, so `audit` solves them in worker processes (`workers`, default
-$SPATIAL_RELEASE_AUDIT_WORKERS or os.cpu_count(); serial below PARALLEL_MIN_NODES figures). Each component
-goes to a worker as its own sub-table, renumbered in the whole table's order, with the whole table's bulk
-cap, so its LPs are exactly those of a serial audit; results are merged in component order, so verdicts,
+$SPATIAL_RELEASE_AUDIT_WORKERS or os.cpu_count(); serial below PARALLEL_MIN_NODES figures). Each job (a
+component, or small components packed together, see PACK_NODES) goes to a worker as its own sub-table,
+renumbered in the whole table's order, with the whole table's bulk cap, so its LPs are exactly those of a
+serial audit; results are merged in component order, so verdicts,
 bounds, witnesses and the repair loop's pattern are the same whatever the worker count
 (tests/test_certificate.py). Threads were measured first: two HiGHS 1.16 solves in two threads took
 longer than one after the other (highspy's run() gave no parallel speed-up, and building the models is
@@ -78,7 +79,14 @@ OPTIMAL, WITNESS = "optimal", "witness"  # what an Interval's bounds are (see th
 WORKERS_ENV = "SPATIAL_RELEASE_AUDIT_WORKERS"
 # Below this many figures in the components to solve, starting worker processes costs more than it saves.
 PARALLEL_MIN_NODES = 20_000
-BATCH = 2048  # components handed to the pool at a time (bounds the memory of the pending sub-tables)
+BATCH = 2048  # jobs handed to the pool at a time (bounds the memory of the pending sub-tables)
+# Small components are solved together, PACK_NODES figures to a job: one HiGHS model holding several
+# components is their disjoint union (its LPs separate), so every bound and verdict is the one the component
+# alone gives, while the per-model and per-solve costs are paid once per pack instead of once per component.
+# Measured at 10 M pings (bench/release_bench.py; 47,659 components of median 9 figures): about 4 ms of
+# overhead per component, most of the audit. Packs are formed from the component order alone, never from the
+# number of workers, so the results stay the same whatever that number.
+PACK_NODES = 1000
 
 Point = dict  # a witness point: {node: integer value} where it differs from the node's `Table.value`
 
@@ -460,6 +468,7 @@ class _Job:
     options: dict
     criterion: Criterion
     optimal_bounds: bool
+    components: int = 1  # components packed into this job
 
 
 @dataclass
@@ -474,8 +483,30 @@ class _Solved:
     counts: dict = field(default_factory=dict)
 
 
+def packs(table: Table, primaries: set[int] | None = None) -> list[tuple[list[int], list[int], int]]:
+    """The audit's jobs: (figures, primaries to audit, number of components), each a component with
+    primaries to audit or several small ones packed together (PACK_NODES), in component order."""
+    work: list[tuple[list[int], list[int], int]] = []
+    nodes_in: list[int] = []
+    chosen_in: list[int] = []
+    count = 0
+    for nodes in components(table):
+        chosen = [n for n in nodes if table.status[n] == "primary" and (primaries is None or n in primaries)]
+        if not chosen:
+            continue
+        nodes_in += nodes
+        chosen_in += chosen
+        count += 1
+        if len(nodes_in) >= PACK_NODES:
+            work.append((nodes_in, chosen_in, count))
+            nodes_in, chosen_in, count = [], [], 0
+    if chosen_in:
+        work.append((nodes_in, chosen_in, count))
+    return work
+
+
 def _job(table: Table, nodes: list[int], chosen: list[int], relations_of: list[list[int]], cap: float,
-         options: dict, criterion: Criterion, optimal_bounds: bool) -> _Job:
+         options: dict, criterion: Criterion, optimal_bounds: bool, count: int = 1) -> _Job:
     rel_ids = sorted({r for n in nodes for r in relations_of[n]})
     members = sorted({m for r in rel_ids for m in table.relations[r].members()} | set(nodes))
     local = {node: i for i, node in enumerate(members)}
@@ -487,7 +518,7 @@ def _job(table: Table, nodes: list[int], chosen: list[int], relations_of: list[l
         rel = table.relations[r]
         sub.relations.append(Relation(rel.kind, local[rel.parent], tuple(local[c] for c in rel.children),
                                       None if rel.rest is None else local[rel.rest], rel.rest_children, rel.level))
-    return _Job(sub, members, [local[n] for n in chosen], cap, options, criterion, optimal_bounds)
+    return _Job(sub, members, [local[n] for n in chosen], cap, options, criterion, optimal_bounds, count)
 
 
 def _solve(job: _Job) -> _Solved:
@@ -580,23 +611,19 @@ def audit(table: Table, k: int, options: dict | None = None, primaries: set[int]
     result = AuditResult(k=k, criterion=criterion)
     result.errors.extend(inconsistent_relations(table))
     relations_of = table.relations_of()
-    work = []
-    for nodes in components(table):
-        chosen = [n for n in nodes if table.status[n] == "primary" and (primaries is None or n in primaries)]
-        if chosen:
-            work.append((nodes, chosen))
-    total = sum(len(chosen) for _, chosen in work)
-    size = sum(len(nodes) for nodes, _ in work)
+    work = packs(table, primaries)
+    total = sum(len(chosen) for _, chosen, _ in work)
+    size = sum(len(nodes) for nodes, _, _ in work)
     if size < PARALLEL_MIN_NODES:
         workers = 1
     result.workers = workers
     cap = table_cap(table, criterion)
-    jobs = (_job(table, nodes, chosen, relations_of, cap, dict(options or {}), criterion, optimal_bounds)
-            for nodes, chosen in work)
+    jobs = (_job(table, nodes, chosen, relations_of, cap, dict(options or {}), criterion, optimal_bounds, count)
+            for nodes, chosen, count in work)
     done, reported = 0, time.perf_counter()
     for job, solved in _solve_all(jobs, len(work), workers):
         solved = _to_table(job, solved)
-        result.components += 1
+        result.components += job.components
         result.intervals.extend(solved.intervals)
         result.errors.extend(solved.errors)
         result.witnesses.update(solved.witnesses)
