@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from spatial_release.suppression import audit as audit_module
 from test_audit import table_of  # noqa: E402 (tests/ is on the path, as for conftest)
+from spatial_release.suppression.certificate import Certificate, verify
 from spatial_release.suppression.audit import ComponentModel, Criterion, audit
 from spatial_release.suppression.complementary import costs_for, protect
 from spatial_release.suppression.elimination import eliminate, model_columns, virtual_sums
@@ -184,3 +185,9 @@ def test_final_pattern_passes_an_independent_audit(seed, k, cost, prune, compat)
     fresh = grid_table(counts, k, zeros_published=False)  # the pattern on a table built again
     fresh.status = list(table.status)
     assert audit(fresh, k, optimal_bounds=True, criterion=criterion, workers=1).passed
+    # the audit of record (after pruning: the intervals and points the pruning pass kept up to date) covers
+    # every primary of the final pattern once, and its witness points certify every component of it
+    assert sorted(i.node for i in log.audit.intervals) == fresh.primaries()
+    inputs = {"counts": "x"}
+    verification = verify(fresh, Certificate.build(table, log.audit, inputs), inputs, criterion or Criterion(k))
+    assert not verification.errors and not verification.unverified

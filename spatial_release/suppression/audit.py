@@ -528,8 +528,33 @@ def _solve(job: _Job) -> _Solved:
                            table.relations_of(), job.options)
     result = AuditResult(k=job.criterion.k, criterion=job.criterion)
     audit_component(model, job.primaries, job.criterion, result, job.optimal_bounds, job.cap)
-    return _Solved(result.intervals, result.errors, result.witnesses, result.lps_solved, result.bulk_lps,
+    witnesses = _own_component_points(table, result.witnesses) if job.components > 1 else result.witnesses
+    return _Solved(result.intervals, result.errors, witnesses, result.lps_solved, result.bulk_lps,
                    result.mips_solved, result.witness_lps)
+
+
+def _own_component_points(table: Table, witnesses: dict[int, tuple[Point | None, Point | None]]
+                          ) -> dict[int, tuple[Point | None, Point | None]]:
+    """Each primary's witness points restricted to its own component (the other components at their true
+    values). A point of a pack moves figures of several components; restricted, it is still feasible (the
+    components share no relation and the true table satisfies each), and a witness never depends on another
+    component's figures, which the pruning pass and the certificate rely on (publishing a figure can only
+    spoil the points of its own component). One dict per (shared point, component), as before."""
+    comp_of: dict[int, int] = {}
+    for c, nodes in enumerate(components(table)):
+        for node in nodes:
+            comp_of[node] = c
+    split: dict[tuple[int, int], Point] = {}
+
+    def own(point: Point | None, primary: int) -> Point | None:
+        if point is None:
+            return None
+        key = (id(point), comp_of[primary])
+        if key not in split:
+            split[key] = {n: v for n, v in point.items() if comp_of.get(n) == key[1]}
+        return split[key]
+
+    return {p: (own(lo, p), own(up, p)) for p, (lo, up) in witnesses.items()}
 
 
 def _to_table(job: _Job, solved: _Solved) -> _Solved:
