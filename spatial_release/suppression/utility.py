@@ -38,13 +38,28 @@ DEFINITION = (
 STRATA = 10
 
 
-def _classify(true: pd.DataFrame, published: set, needed: set, k: int) -> pd.Series:
-    keys = list(zip(true["level"], true["area_id"], true["bucket_start"]))
-    is_pub = np.fromiter((key in published for key in keys), bool, len(keys))
-    is_needed = np.fromiter((key in needed for key in keys), bool, len(keys))
+KEY = ["level", "area_id", "bucket_start"]
+
+
+def _keys(frame: pd.DataFrame) -> pd.MultiIndex:
+    """(level, area_id, bucket_start) of every row; buckets as UTC timestamps, so keys of any source match."""
+    return pd.MultiIndex.from_arrays([frame["level"].to_numpy(), frame["area_id"].to_numpy(),
+                                      pd.to_datetime(frame["bucket_start"], utc=True)], names=KEY)
+
+
+def _classify(true: pd.DataFrame, published: pd.MultiIndex, needed: pd.MultiIndex, k: int) -> pd.Series:
+    keys = _keys(true)
+    is_pub = np.asarray(keys.isin(published), dtype=bool)
+    is_needed = np.asarray(keys.isin(needed), dtype=bool)
     small = below_k(true["n"].to_numpy(), k)
     return pd.Series(np.select([is_pub, small, is_needed], ["published", "primary", "secondary"], "not_needed"),
                      index=true.index)
+
+
+def _mapped(values: pd.Series, fn) -> pd.Series:
+    """`fn` applied once per distinct value (areas and buckets repeat across hundreds of thousands of rows)."""
+    unique = pd.unique(values.to_numpy())
+    return values.map(dict(zip(unique, (fn(v) for v in unique))))
 
 
 def _shares(frame: pd.DataFrame) -> dict:
@@ -57,18 +72,20 @@ def _shares(frame: pd.DataFrame) -> dict:
     return out
 
 
-def _needed_keys(true: pd.DataFrame, links: Sequence[TimeLink], k: int) -> set:
+def _needed_keys(true: pd.DataFrame, links: Sequence[TimeLink], k: int) -> pd.MultiIndex:
     """Keys of coarser-rung figures over at least one finer figure below k (rung by rung), plus every figure
     at the policy's bucket (always offered)."""
-    needed = {key for key in zip(true["level"], true["area_id"], true["bucket_start"]) if rung_of(key[0]) is None}
+    rung = _mapped(true["level"], rung_of)
+    needed = [true.loc[rung.isna(), KEY]]
     for link in links:
         parent = link.parent_map()
-        fine = true[true["level"].map(rung_of) == link.fine] if link.fine else true[true["level"].map(rung_of).isna()]
-        small = fine[below_k(fine["n"], k)]
-        for row in small.itertuples(index=False):
-            needed.add((at_rung(space_level(row.level), link.coarse), row.area_id,
-                        parent[pd.Timestamp(row.bucket_start)]))
-    return needed
+        fine = true[rung == link.fine] if link.fine else true[rung.isna()]
+        small = fine[below_k(fine["n"].to_numpy(), k)]
+        needed.append(pd.DataFrame({
+            "level": _mapped(small["level"], lambda level: at_rung(space_level(level), link.coarse)),
+            "area_id": small["area_id"],
+            "bucket_start": _mapped(small["bucket_start"], lambda b: parent[pd.Timestamp(b)])}))
+    return _keys(pd.concat(needed, ignore_index=True))
 
 
 def leaf_shown(true_cells: pd.DataFrame, published_cells: pd.DataFrame, published_margins: pd.DataFrame,
@@ -105,10 +122,8 @@ def utility_report(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publish
     true = pd.concat([true_cells.rename(columns={"cell_id": "area_id"}).assign(level=LEAF),
                       true_margins], ignore_index=True)[["level", "area_id", "bucket_start", "n"]]
     true["bucket_start"] = pd.to_datetime(true["bucket_start"], utc=True)
-    published = {(LEAF, c, pd.Timestamp(b)) for c, b in zip(published_cells["cell_id"],
-                                                             pd.to_datetime(published_cells["bucket_start"], utc=True))}
-    published |= set(zip(published_margins["level"], published_margins["area_id"],
-                         pd.to_datetime(published_margins["bucket_start"], utc=True)))
+    published = _keys(pd.concat([published_cells.rename(columns={"cell_id": "area_id"}).assign(level=LEAF)[KEY],
+                                 published_margins[KEY]], ignore_index=True))
     true["status"] = _classify(true, published, _needed_keys(true, links, k), k)
     report: dict = {"definition": DEFINITION, "k": k, "rungs": [None, *[link.coarse for link in links]],
                     "levels": {level: _shares(group) for level, group in true.groupby("level", sort=True)}}
@@ -131,20 +146,21 @@ def _bucket_at(bucket: pd.Timestamp, rung: str | None, rungs: Sequence[str | Non
 
 
 def _zoning_report(finest: pd.DataFrame, chain: Chain, rungs: Sequence[str | None], maps: dict,
-                   published: set) -> dict:
+                   published: pd.MultiIndex) -> dict:
     """finest_shown, shown_at_leaf and the density strata of one zoning's finest figures."""
     levels = chain.levels
     order = _finest_levels(levels, rungs)
     total_units = int(finest["n"].sum())
     shown = pd.Series("none", index=finest.index, dtype=object)
-    for idx, row in zip(finest.index, finest.itertuples(index=False)):
-        for level_name in order:
-            rung = rung_of(level_name)
-            area = _area_at(row.area_id, chain, space_level(level_name))
-            key = (level_name, area, _bucket_at(pd.Timestamp(row.bucket_start), rung, rungs, maps))
-            if key in published:
-                shown.at[idx] = level_name
-                break
+    buckets = pd.to_datetime(finest["bucket_start"], utc=True)
+    for level_name in order:  # the finest published level first: each figure keeps the first level that shows it
+        rung = rung_of(level_name)
+        keys = pd.MultiIndex.from_arrays([
+            np.full(len(finest), level_name, dtype=object),
+            _mapped(finest["area_id"], lambda area: _area_at(area, chain, space_level(level_name))).to_numpy(),
+            pd.to_datetime(_mapped(buckets, lambda b: _bucket_at(pd.Timestamp(b), rung, rungs, maps)), utc=True)])
+        hit = np.asarray(keys.isin(published), dtype=bool) & (shown == "none").to_numpy()
+        shown[hit] = level_name
     finest = finest.assign(shown=shown)
     by_level = finest.groupby("shown")["n"].sum()
     leaf_levels = {at_rung(levels[0], rung) for rung in rungs}
