@@ -215,6 +215,29 @@ def test_a_witness_altered_to_violate_an_equation_is_rejected(certified):
     assert victim in {i.node for i in result.failures()}
 
 
+def test_a_figure_listed_twice_in_one_point_is_rejected(certified):
+    """A point that gives one figure two values has no single meaning. Forgery: the primary's up-point row
+    y becomes two rows, v - 1 then y + 1; their moves still add up to the old one (every relation still
+    balances when summed), while reading the point as {figure: last value} claims the wider bound y + 1.
+    Such a point is never a witness."""
+    table, certificate = certified
+    primary = table.primaries()[0]
+    v = table.value[primary]
+    pid = _point_of(certificate, primary, "up")
+    points = certificate.points
+    at = points.index[(points["point"] == pid) & (points["node"] == primary)]
+    assert len(at) == 1
+    y = int(points.loc[at[0], "value"])
+    pair = pd.DataFrame({"point": [pid, pid], "node": [primary, primary], "value": [v - 1, y + 1]})
+    doubled = pd.concat([points.loc[:at[0] - 1], pair, points.loc[at[0] + 1:]], ignore_index=True)
+    doubled = doubled.astype(points.dtypes.to_dict())
+    primaries = certificate.primaries.copy()
+    primaries.loc[primaries["node"] == primary, "up"] = float(y + 1)
+    verification = verify(table, replace(certificate, points=doubled, primaries=primaries), INPUTS, Criterion(K))
+    assert verification.invalid_points >= 1
+    assert any(primary in verification.components[c] for c in verification.unverified)
+
+
 def test_a_changed_input_hash_rejects_the_whole_certificate(certified):
     """(b) Candidate cells edited after the audit: every component is re-solved; the leak is found."""
     table, certificate = certified

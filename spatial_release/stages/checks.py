@@ -186,8 +186,10 @@ def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
             true_cells, true_margins, cells, margins, spec, certificate, certificate_inputs(ctx, earlier),
             earlier, progress)
         method = "certificate"
-    intervals = pd.DataFrame([{**table.key(i.node), "value": i.value, "attacker_lo": i.lo, "attacker_up": i.up,
-                               "passed": i.passed, "integer_solve": i.exact_integer} for i in result.intervals])
+    found = result.intervals
+    intervals = table.keys_frame([i.node for i in found]).assign(
+        value=[i.value for i in found], attacker_lo=[i.lo for i in found], attacker_up=[i.up for i in found],
+        passed=[i.passed for i in found], integer_solve=[i.exact_integer for i in found])
     with atomic_path(area.root / "audit_intervals.internal.parquet") as tmp:
         intervals.to_parquet(tmp, index=False)
     # Offending rows name the cell and what fails; the true value and the attacker's interval are

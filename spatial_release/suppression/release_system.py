@@ -196,10 +196,10 @@ def absent_listed_zero_floors(table: Table, zeros: Iterable[str], buckets: Seque
     known 0: it is no node of the table, and its parent's rest excludes it.) The suppressor does not model
     this: a listed zero that holds units contradicts the list, and that blocks the release on its own
     (guarantees.check_structural_zeros); the audit still sees the gap for what it is."""
-    listed = {(cell, pd.Timestamp(bucket)) for cell, bucket in zero_keys(zeros, buckets)}
+    zeros, listed = set(zeros), {pd.Timestamp(bucket) for bucket in buckets}
     return {i: 1 for i in range(len(table))
-            if table.level[i] == LEAF and table.status[i] != PUBLISHED
-            and (table.area[i], pd.Timestamp(table.bucket[i])) in listed}
+            if table.area[i] in zeros and table.level[i] == LEAF and table.status[i] != PUBLISHED
+            and pd.Timestamp(table.bucket[i]) in listed}
 
 
 def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: DisclosureSpec,
@@ -252,24 +252,24 @@ def published_system(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publi
 
     def learn(key: tuple, value: int) -> None:
         if key in known and known[key] != value:
-            conflicts.append(f"{key[0]} {key[1]} at {key[2]} is published as {known[key]} and as {value}")
+            at = pd.Timestamp(key[2], tz="UTC")
+            conflicts.append(f"{key[0]} {key[1]} at {at} is published as {known[key]} and as {value}")
         known.setdefault(key, value)
 
     this_release: set[tuple] = set()
     for n, (cells, margins) in enumerate([(published_cells, published_margins), *earlier]):
-        keys = [(LEAF, row.cell_id, pd.Timestamp(row.bucket_start), int(getattr(row, count_column)))
-                for row in cells.itertuples(index=False)]
-        keys += [(row.level, row.area_id, pd.Timestamp(row.bucket_start), int(getattr(row, count_column)))
-                 for row in margins.itertuples(index=False)]
-        for level, area, bucket, value in keys:
+        for level, area, bucket, value in _published_keys(cells, margins, count_column):
             learn((level, area, bucket), value)
             if n == 0:
                 this_release.add((level, area, bucket))
+    # Buckets are compared as instants (ns since the epoch, a naive time read as UTC), each distinct bucket
+    # converted once (a few thousand), not once per figure: hashing integers instead of Timestamps
+    as_instant = {bucket: _instant(bucket) for bucket in set(table.bucket)}
     from_earlier = []
     for i in range(len(table)):
         if table.status[i] in (REST, EMPTY):
             continue
-        key = (table.level[i], table.area[i], pd.Timestamp(table.bucket[i]))
+        key = (table.level[i], table.area[i], as_instant[table.bucket[i]])
         if key in known:
             table.status[i] = PUBLISHED
             table.value[i] = known[key]
@@ -279,6 +279,25 @@ def published_system(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publi
             table.status[i] = PRIMARY if below_k(table.value[i], k) else SECONDARY
     table.floor.update(absent_listed_zero_floors(table, spec.zeros, spec.buckets))
     return table, conflicts, from_earlier
+
+
+def _instant(bucket: object) -> int:
+    return pd.Timestamp(bucket).value
+
+
+def _published_keys(cells: pd.DataFrame, margins: pd.DataFrame, count_column: str
+                    ) -> Iterable[tuple[str, str, int, int]]:
+    """(level, area, bucket as an instant (`_instant`), value) of every figure of a release's files."""
+    for level, frame, area in ((None, cells, "cell_id"), ("", margins, "area_id")):
+        if frame.empty:
+            continue
+        levels = [LEAF] * len(frame) if level is None else frame["level"].tolist()
+        column = frame["bucket_start"]
+        if isinstance(column.dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_dtype(column.dtype):
+            buckets = pd.DatetimeIndex(column).as_unit("ns").asi8.tolist()  # = _instant of each, at once
+        else:
+            buckets = [_instant(b) for b in column]
+        yield from zip(levels, frame[area].tolist(), buckets, (int(v) for v in frame[count_column].tolist()))
 
 
 def audit_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, published_cells: pd.DataFrame,
