@@ -203,6 +203,22 @@ def test_generated_window_over_files_has_the_reference_figures(tmp_path, params,
     assert report.units == window["unit"].nunique() and report.keys == window["key"].nunique()
 
 
+def test_anonymity_sets_counted_in_small_chunks_give_the_reference_figures(monkeypatch):
+    """The batch count of anonymity sets (estimator._anonymity) split into chunks of a few candidates: the
+    same figures as the set-by-set reference, units with fewer keys than p included."""
+    from spatial_release.risk import estimator
+
+    monkeypatch.setattr(estimator, "CANDIDATES", 5)
+    frame = pd.concat([_generated(4, 300, False), _generated(5, 40, False).head(30)], ignore_index=True)
+    params = RiskParams(points=4, draws=6, seed=11)
+    sets = window_key_sets(["SELECT * FROM current_keys"], _zone_of_cells, {"current_keys": frame})
+    key_zone = pd.Series(frame["cell_id"].str.slice(0, 2).to_numpy(), index=frame["key"].to_numpy())
+    reference = reference_estimate(frame, key_zone[~key_zone.index.duplicated()], params)
+    assert min(np.diff(sets.unit_offsets)) < params.points  # some units hold fewer keys than p
+    assert reference.pooled < 1.0  # sets larger than one unit: the counts matter, not only the 1s
+    _same(estimate_key_sets(sets, params), reference)
+
+
 def test_generated_exhaustive_mode_has_the_reference_figures(tmp_path):
     frame = _generated(4, 60, True)
     params = RiskParams(points=2, exhaustive=True)

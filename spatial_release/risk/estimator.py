@@ -176,20 +176,33 @@ def estimate_key_sets(sets: KeySets, params: RiskParams = RiskParams(), populati
     """estimate_risk on key sets already coded (units and keys numbered in their sort order): the figures
     depend on the codes only, so the same key sets give the same report however they were built."""
     started = time.perf_counter() if started is None else started
-    index = InvertedIndex(sets.key_offsets, sets.key_units)
     zones_of_key = sets.key_zone
     rng = np.random.default_rng(params.seed)
-    per_zone: dict[str, dict[str, list[float]]] = {}
-    for unit in range(sets.units):
-        unit_keys_arr = sets.unit_keys[sets.unit_offsets[unit]:sets.unit_offsets[unit + 1]]
-        zones = zones_of_key[unit_keys_arr]
-        for zone in sorted(set(zones)):
-            anchors = unit_keys_arr[zones == zone]
-            risks = _draw_risks(index, unit_keys_arr, anchors, params, rng)
-            entry = per_zone.setdefault(zone, {"mean": [], "worst": [], "n_inverse": []})
-            entry["mean"].append(float(np.mean(risks)))
-            entry["worst"].append(float(np.max(risks)))
-            entry["n_inverse"].append(risks)
+    per_zone: dict[str, dict[str, list]] = {}
+    if params.exhaustive:
+        index = InvertedIndex(sets.key_offsets, sets.key_units)
+        for unit in range(sets.units):
+            unit_keys_arr = sets.unit_keys[sets.unit_offsets[unit]:sets.unit_offsets[unit + 1]]
+            zones = zones_of_key[unit_keys_arr]
+            for zone in sorted(set(zones)):
+                risks = _draw_risks(index, unit_keys_arr, unit_keys_arr[zones == zone], params, rng)
+                _record(per_zone, zone, risks)
+    else:
+        # The draws first (the same random stream, unit by unit, as `_draw_risks`), then every anonymity
+        # set at once (`_anonymity`): the same figures, without a Python loop per draw (at 10 M pings about
+        # 400,000 draws took 24 s one at a time).
+        entry_zones, drawn = [], []
+        for unit in range(sets.units):
+            unit_keys_arr = sets.unit_keys[sets.unit_offsets[unit]:sets.unit_offsets[unit + 1]]
+            zones = zones_of_key[unit_keys_arr]
+            for zone in sorted(set(zones)):
+                drawn.append(_draw_sets(unit_keys_arr, unit_keys_arr[zones == zone], params, rng))
+                entry_zones.append(zone)
+        risks = 1.0 / _anonymity(sets, drawn)
+        at = 0
+        for zone, block in zip(entry_zones, drawn):
+            _record(per_zone, zone, risks[at:at + len(block)])
+            at += len(block)
     report = RiskReport(units=sets.units, keys=sets.keys)
     all_means = []
     for zone in sorted(per_zone):
@@ -208,6 +221,72 @@ def estimate_key_sets(sets: KeySets, params: RiskParams = RiskParams(), populati
     report.pooled = float(np.mean(all_means)) if all_means else 0.0
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _record(per_zone: dict[str, dict[str, list]], zone: str, risks: np.ndarray) -> None:
+    entry = per_zone.setdefault(zone, {"mean": [], "worst": [], "n_inverse": []})
+    entry["mean"].append(float(np.mean(risks)))
+    entry["worst"].append(float(np.max(risks)))
+    entry["n_inverse"].append(risks)
+
+
+def _draw_sets(keys: np.ndarray, anchors: np.ndarray, params: RiskParams, rng: np.random.Generator) -> np.ndarray:
+    """The knowledge sets `_draw_risks` draws for one unit and anchor zone (the same calls on `rng`), one row
+    each: the anchor, then the first p - 1 keys other than the anchor in the draw's random order."""
+    p = params.points
+    anchor_picks = anchors[rng.integers(len(anchors), size=params.draws)]
+    orders = np.argsort(rng.random((params.draws, len(keys))), axis=1)
+    m = min(p, len(keys))
+    first = keys[orders[:, :m]]
+    is_anchor = first == anchor_picks[:, None]
+    keep = ~is_anchor
+    keep[~is_anchor.any(axis=1), m - 1] = False  # anchor not among the first m: the first m - 1 are the others
+    return np.column_stack([anchor_picks, first[keep].reshape(len(first), m - 1)])
+
+
+CANDIDATES = 8_000_000  # (draw, unit) candidates examined at a time by `_anonymity` (bounds its memory)
+
+
+def _anonymity(sets: KeySets, drawn: list[np.ndarray]) -> np.ndarray:
+    """max(1, number of units holding every key) of each drawn set, in order: the units of each set's rarest
+    key, kept while they hold the next rarest key, and so on (membership of (unit, key) pairs looked up in a
+    hash index). Exactly what InvertedIndex.anonymity computes set by set (its early exit only stops at a
+    count of 0 or 1)."""
+    n_keys = max(sets.keys, 1)
+    sizes = np.diff(sets.key_offsets)
+    pairs = pd.Index(np.repeat(np.arange(sets.units, dtype=np.int64), np.diff(sets.unit_offsets)) * n_keys
+                     + sets.unit_keys.astype(np.int64))
+    out = np.empty(sum(len(block) for block in drawn), dtype=np.int64)
+    at = 0
+    by_width: dict[int, list[tuple[int, np.ndarray]]] = {}
+    for block in drawn:
+        by_width.setdefault(block.shape[1], []).append((at, block))
+        at += len(block)
+    for blocks in by_width.values():
+        rows = np.concatenate([np.arange(a, a + len(b)) for a, b in blocks])
+        keysets = np.concatenate([b for _, b in blocks]).astype(np.int64)
+        # rarest key first in every set (ties by key code, as InvertedIndex orders them)
+        keysets = np.take_along_axis(keysets, np.lexsort((keysets, sizes[keysets]), axis=1), axis=1)
+        load = np.cumsum(sizes[keysets[:, 0]])
+        start = 0
+        while start < len(keysets):
+            end = max(start + 1, int(np.searchsorted(load, (load[start - 1] if start else 0) + CANDIDATES)))
+            out[rows[start:end]] = _anonymity_chunk(sets, pairs, n_keys, sizes, keysets[start:end])
+            start = end
+    return out
+
+
+def _anonymity_chunk(sets: KeySets, pairs: pd.Index, n_keys: int, sizes: np.ndarray,
+                     keysets: np.ndarray) -> np.ndarray:
+    counts = sizes[keysets[:, 0]]
+    owner = np.repeat(np.arange(len(keysets)), counts)
+    # the units of each rarest key: a ragged range per set over the key -> units postings
+    offsets = np.repeat(sets.key_offsets[keysets[:, 0]] - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+    units = sets.key_units[np.arange(len(owner)) + offsets].astype(np.int64)
+    for column in range(1, keysets.shape[1]):
+        holds = pairs.get_indexer(units * n_keys + keysets[owner, column]) >= 0
+        owner, units = owner[holds], units[holds]
+    return np.maximum(np.bincount(owner, minlength=len(keysets)), 1)
 
 
 def _draw_risks(index: InvertedIndex, keys: np.ndarray, anchors: np.ndarray, params: RiskParams,
