@@ -4,8 +4,10 @@ reference (the pandas key sets, factorize, the per-unit groupby, the list-based 
 8f8961b), on the test fixture, on a synthetic release through the stages, and on generated key set tables
 over a window of several files."""
 
+import json
 from datetime import date
 
+import geopandas as gpd
 import numpy as np
 import pandas as pd
 import pytest
@@ -232,3 +234,36 @@ def test_a_key_without_a_zone_is_refused():
     with pytest.raises(ValueError, match="keys without a risk zone"):
         window_key_sets(["SELECT * FROM current_keys"], lambda cells: _zone_of_cells(cells).iloc[1:],
                         {"current_keys": frame})
+
+
+def test_the_publish_step_reuses_the_estimate_only_for_byte_identical_inputs(tmp_path, fixture_policy, monkeypatch):
+    """The risk step's estimate is reused when the publish step's key sets (built again from the candidate and
+    the ledger's window), parameters and population are byte-identical; otherwise it is computed again.
+    Negative controls: a tampered saved digest, and a candidate that lost a published cell."""
+    from spatial_release.stages import risk as risk_stage
+
+    ctx = stages.ReleaseContext(fixture_policy, PERIOD, tmp_path / "work")
+    stages.run_ingest(ctx)
+    stages.run_counts(ctx)
+    stages.run_protect(ctx)
+    ledger = Ledger(tmp_path / "ledger", tmp_path / "releases")
+    first = stages.run_risk(ctx, ledger)
+    calls = []
+    real = risk_stage.estimate_key_sets
+    monkeypatch.setattr(risk_stage, "estimate_key_sets", lambda *a, **k: calls.append(1) or real(*a, **k))
+
+    again = stages.assess_risk(ctx, ledger)  # as the publish step calls it: no key set file
+    assert not calls and again.zones == first.zones and again.release_figure == first.release_figure
+
+    saved = ctx.area.risk / risk_stage.ESTIMATE
+    data = json.loads(saved.read_text())
+    data["report"]["zones"][0]["mean"] = 0.0  # a forged figure with a digest that no longer matches
+    data["digest"] = "0" * 64
+    saved.write_text(json.dumps(data))
+    assert stages.assess_risk(ctx, ledger).zones == first.zones and len(calls) == 1
+
+    cells_path = ctx.area.candidate / "cells.parquet"
+    cells = gpd.read_parquet(cells_path)
+    cells[cells[fixture_policy.count_column] > 0].iloc[1:].to_parquet(cells_path)  # one published cell fewer
+    changed = stages.assess_risk(ctx, ledger)
+    assert len(calls) == 2 and changed.keys < first.keys

@@ -22,7 +22,9 @@ them in DuckDB (risk.keysets), estimate_risk from a DataFrame: the same key sets
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import time
 from dataclasses import dataclass, field
 
@@ -57,6 +59,15 @@ class RiskReport:
     units: int = 0
     keys: int = 0
     seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return {"zones": [z.__dict__ for z in self.zones], "pooled": self.pooled, "units": self.units,
+                "keys": self.keys, "seconds": self.seconds}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "RiskReport":
+        return cls([ZoneRisk(**z) for z in data["zones"]], float(data["pooled"]), int(data["units"]),
+                   int(data["keys"]), float(data["seconds"]))
 
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame([z.__dict__ for z in self.zones])
@@ -129,6 +140,14 @@ class KeySets:
     def keys(self) -> int:
         return len(self.key_offsets) - 1
 
+    def digest(self) -> str:
+        """sha256 of the coded key sets (every array, with its type and shape): equal digests, equal sets."""
+        digest = hashlib.sha256()
+        for array in (self.key_zone.astype(str), self.unit_offsets, self.unit_keys, self.key_offsets, self.key_units):
+            digest.update(f"{array.dtype.str}{array.shape}".encode())
+            digest.update(np.ascontiguousarray(array).tobytes())
+        return digest.hexdigest()
+
     @staticmethod
     def offsets(counts: np.ndarray) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
@@ -169,6 +188,14 @@ def estimate_risk(unit_keys: pd.DataFrame, key_zone: pd.Series, params: RiskPara
         raise ValueError(f"keys without a risk zone: {missing}")
     return estimate_key_sets(KeySets.from_codes(unit_codes, key_codes, zones_of_key), params, population,
                              started)
+
+
+def estimate_digest(sets: KeySets, params: RiskParams, population: dict[str, float] | None) -> str:
+    """What `estimate_key_sets` depends on, as one sha256: the coded key sets, the parameters (points, draws,
+    seed, threshold, exhaustive) and the population per zone. The estimate is a pure function of these."""
+    payload = json.dumps({"params": params.__dict__, "population": sorted((population or {}).items()),
+                          "sets": sets.digest()}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()
 
 
 def estimate_key_sets(sets: KeySets, params: RiskParams = RiskParams(), population: dict[str, float] | None = None,

@@ -34,7 +34,9 @@ T = TypeVar("T")
 # Relative to a work area: per-unit data, deleted when the release's retention ends.
 PER_UNIT_ARTEFACTS = ("traces", "ingest/pings.parquet", "ingest/quarantine.parquet", "ingest/spill",
                       "counts/membership.internal.parquet", "counts/outside.parquet", "counts/spill",
-                      "risk/unit_keys.internal.parquet", "audit_intervals.internal.parquet", "audit_certificate")
+                      "risk/unit_keys.internal.parquet", "audit_intervals.internal.parquet", "audit_certificate",
+                      # aggregates, but keyed by a digest of the per-unit key sets: deleted with them
+                      "risk/estimate.internal.json")
 
 
 @dataclass(frozen=True)
