@@ -180,12 +180,19 @@ def window_key_sets(ctx: ReleaseContext, unit_keys: pd.DataFrame | Path | None, 
                     ) -> keysets.KeySets:
     """The coded key sets of this release (a DataFrame, a key set file, or None: derived from the work area's
     membership and candidate cells) and of the earlier releases of the window, built in DuckDB."""
+    if unit_keys is None:
+        # Written to a file first, as the risk step does: the query joins the membership (a row per unit and
+        # bucket) with the candidate, and load_key_sets reads its source three times; over the join itself
+        # DuckDB ran out of its 1 GB at 50 M pings, over the file it does not.
+        ctx.area.risk.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".released-keys-", dir=ctx.area.risk) as folder:  # owner-only
+            path = Path(folder) / "unit_keys.parquet"
+            write_released_keys(ctx.area, path, write_ladder_buckets(ctx))
+            return window_key_sets(ctx, path, earlier)
     if isinstance(unit_keys, pd.DataFrame):
         current = "SELECT unit, key, cell_id FROM current_keys"
-    elif unit_keys is not None:
-        current = f"SELECT unit, key, cell_id FROM {_parquet(Path(unit_keys))}"
     else:
-        current = released_keys_sql(ctx.area, write_ladder_buckets(ctx))
+        current = f"SELECT unit, key, cell_id FROM {_parquet(Path(unit_keys))}"
     selects = [current] + [f"SELECT unit, key, cell_id FROM {_parquet(p)}" for p in _earlier_keys(ctx, earlier)]
     frames = {"current_keys": unit_keys} if isinstance(unit_keys, pd.DataFrame) else None
     return keysets.window_key_sets(selects, lambda cells: _risk_zone_of(ctx, cells), frames)
