@@ -272,7 +272,8 @@ def main() -> None:
         print(json.dumps(WORKERS[args.worker](args)), flush=True)
         return
     print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d %H:%M %Z')}; "
-          f"command: python bench/release_bench.py {' '.join(sys.argv[1:])}", flush=True)
+          f"command: python bench/release_bench.py {' '.join(sys.argv[1:])}; counting's DuckDB memory limit: "
+          f"{os.environ.get('SPATIAL_RELEASE_DUCKDB_MEMORY_LIMIT') or 'DuckDB default (80 % of RAM)'}", flush=True)
     print_tables([bench_size(size, args) for size in args.pings], args)
     print(f"load at the end: {os.getloadavg()[0]:.2f}")
 
