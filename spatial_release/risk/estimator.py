@@ -273,18 +273,19 @@ def _draw_sets(keys: np.ndarray, anchors: np.ndarray, params: RiskParams, rng: n
     return np.column_stack([anchor_picks, first[keep].reshape(len(first), m - 1)])
 
 
-CANDIDATES = 4_000_000  # (draw, unit) candidates examined at a time by `_anonymity` (bounds its memory)
+CANDIDATES = 2_000_000  # (draw, unit) candidates examined at a time by `_anonymity` (bounds its memory)
 
 
 def _anonymity(sets: KeySets, drawn: list[np.ndarray]) -> np.ndarray:
     """max(1, number of units holding every key) of each drawn set, in order: the units of each set's rarest
-    key, kept while they hold the next rarest key, and so on (membership of (unit, key) pairs looked up in a
-    hash index). Exactly what InvertedIndex.anonymity computes set by set (its early exit only stops at a
+    key, kept while they hold the next rarest key, and so on (membership of (unit, key) pairs by a binary
+    search of the sorted pairs, `_held`). Exactly what InvertedIndex.anonymity computes set by set (its early exit only stops at a
     count of 0 or 1)."""
     n_keys = max(sets.keys, 1)
     sizes = np.diff(sets.key_offsets)
-    pairs = pd.Index(np.repeat(np.arange(sets.units, dtype=np.int64), np.diff(sets.unit_offsets)) * n_keys
-                     + sets.unit_keys.astype(np.int64))
+    # (unit, key) codes, sorted (units in order, each unit's keys sorted)
+    pairs = np.repeat(np.arange(sets.units, dtype=np.int64), np.diff(sets.unit_offsets)) * n_keys \
+        + sets.unit_keys.astype(np.int64)
     out = np.empty(sum(len(block) for block in drawn), dtype=np.int64)
     at = 0
     by_width: dict[int, list[tuple[int, np.ndarray]]] = {}
@@ -307,14 +308,27 @@ def _anonymity(sets: KeySets, drawn: list[np.ndarray]) -> np.ndarray:
     def count(task: tuple[np.ndarray, np.ndarray]) -> None:  # each task writes its own rows of `out`
         out[task[0]] = _anonymity_chunk(sets, pairs, n_keys, sizes, task[1])
 
-    # Threads: the hash lookups and array operations release the GIL (measured: two threads of
-    # Index.get_indexer take a third of the time of one after the other on this 2-core machine).
+    # Threads: numpy's sorts, searches and array operations release the GIL (the chunks are independent).
     with ThreadPoolExecutor(max_workers=max(1, min(os.cpu_count() or 1, len(tasks)))) as pool:
         list(pool.map(count, tasks))
     return out
 
 
-def _anonymity_chunk(sets: KeySets, pairs: pd.Index, n_keys: int, sizes: np.ndarray,
+def _held(pairs: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Whether each code of `wanted` is in the sorted `pairs`: a binary search of the needles in sorted order
+    (sorted needles walk `pairs` in order and stay in the cache: 3x faster than a hash index at 10 M pings,
+    without its memory)."""
+    if not len(pairs):
+        return np.zeros(len(wanted), dtype=bool)
+    order = np.argsort(wanted, kind="stable")
+    needles = wanted[order]
+    at = np.minimum(np.searchsorted(pairs, needles), len(pairs) - 1)
+    held = np.empty(len(wanted), dtype=bool)
+    held[order] = pairs[at] == needles
+    return held
+
+
+def _anonymity_chunk(sets: KeySets, pairs: np.ndarray, n_keys: int, sizes: np.ndarray,
                      keysets: np.ndarray) -> np.ndarray:
     counts = sizes[keysets[:, 0]]
     owner = np.repeat(np.arange(len(keysets)), counts)
@@ -322,7 +336,7 @@ def _anonymity_chunk(sets: KeySets, pairs: pd.Index, n_keys: int, sizes: np.ndar
     offsets = np.repeat(sets.key_offsets[keysets[:, 0]] - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
     units = sets.key_units[np.arange(len(owner)) + offsets].astype(np.int64)
     for column in range(1, keysets.shape[1]):
-        holds = pairs.get_indexer(units * n_keys + keysets[owner, column]) >= 0
+        holds = _held(pairs, units * n_keys + keysets[owner, column])
         owner, units = owner[holds], units[holds]
     return np.maximum(np.bincount(owner, minlength=len(keysets)), 1)
 
