@@ -238,6 +238,31 @@ def test_a_figure_listed_twice_in_one_point_is_rejected(certified):
     assert any(primary in verification.components[c] for c in verification.unverified)
 
 
+def test_moves_that_wrap_around_int64_do_not_balance_a_relation():
+    """Forgery by overflow: in a published total over six withheld figures, the primary's up-point claims 3
+    units more, one sibling 3 fewer, and four siblings each 2^62 more: the moves add up to 0 modulo 2^64,
+    which an int64 sum would accept. In exact integers the total is broken, and the point is no witness."""
+    table = Table()
+    children = [table.add("x", f"c{i}", 0, v, PRIMARY if v < K else SECONDARY) for i, v in enumerate([2, 6, 6, 6, 6, 6])]
+    total = table.add("x", "t", 0, 32, PUBLISHED)
+    table.relations.append(Relation(EQ, total, tuple(children)))
+    result = audit(table, K, workers=1)
+    assert result.passed
+    honest = Certificate.build(table, result, INPUTS)
+    assert not verify(table, honest, INPUTS, Criterion(K)).unverified
+    primary = children[0]
+    pid = _point_of(honest, primary, "up")
+    forged = {primary: 5, children[1]: 3, **{c: 6 + 2**62 for c in children[2:6]}}
+    assert sum(v - table.value[n] for n, v in forged.items()) == 2**64  # 0 modulo 2^64, not 0
+    points = honest.points
+    rows = pd.DataFrame({"point": pid, "node": list(forged), "value": list(forged.values())})
+    tampered_points = pd.concat([points[points["point"] != pid], rows], ignore_index=True).astype(points.dtypes.to_dict())
+    primaries = honest.primaries.copy()
+    primaries.loc[primaries["node"] == primary, "up"] = 5.0
+    verification = verify(table, replace(honest, points=tampered_points, primaries=primaries), INPUTS, Criterion(K))
+    assert verification.invalid_points >= 1 and verification.unverified
+
+
 def test_a_changed_input_hash_rejects_the_whole_certificate(certified):
     """(b) Candidate cells edited after the audit: every component is re-solved; the leak is found."""
     table, certificate = certified

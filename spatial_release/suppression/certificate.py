@@ -360,6 +360,9 @@ def verify(table: Table, certificate: Certificate, inputs: Mapping[str, str], cr
     return out
 
 
+EXACT_LIMIT = 2**40  # |values| up to this, summed over at most 2^22 moves per relation, stay far inside int64
+
+
 def _eq_points_valid(table: Table, relations_of: list[list[int]], eq: np.ndarray, residual: np.ndarray,
                      pids: np.ndarray, nodes: np.ndarray, values: np.ndarray) -> dict[int, bool]:
     """{point id: valid} for every point of (pids, nodes, values) whose moved figures touch EQ relations only:
@@ -391,6 +394,9 @@ def _eq_points_valid(table: Table, relations_of: list[list[int]], eq: np.ndarray
     np.logical_and.at(ok, (uniq[seen > 1] // np.int64(n_nodes + 1)), False)
     skip = np.zeros(len(point_ids), dtype=bool)
     np.logical_or.at(skip, point_of_entry[entry], other_kind)
+    # int64 sums could wrap around on huge values (four moves of 2^62 add up to 0 mod 2^64): a point with any
+    # value or true count beyond 2^40 is checked one by one, in Python's exact integers
+    np.logical_or.at(skip, point_of_entry, (np.abs(values) > EXACT_LIMIT) | (np.abs(true[safe]) > EXACT_LIMIT))
     step = (values - true[safe])[entry]
     delta = np.where(parent[rels] == safe[entry], -step, step)
     # one (point, relation) sum per pair: the residual after the moves
