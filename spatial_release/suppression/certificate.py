@@ -301,6 +301,7 @@ def verify(table: Table, certificate: Certificate, inputs: Mapping[str, str], cr
     # arrays: at 10 M pings a certificate holds over 250,000 points); a point touching any other relation
     # is evaluated one by one.
     valid: dict[int, bool] = _eq_points_valid(table, relations_of, eq, residual, pids, nodes_of, values_of)
+    counted_invalid: set[int] = set()
 
     def point_ok(pid: int) -> bool:
         if pid not in valid:
@@ -310,8 +311,6 @@ def verify(table: Table, certificate: Certificate, inputs: Mapping[str, str], cr
             counted_invalid.add(pid)
             out.invalid_points += 1
         return valid[pid]
-
-    counted_invalid: set[int] = set()
 
     # 4. every primary of every component
     primaries = certificate.primaries

@@ -288,12 +288,12 @@ def _instant(bucket: object) -> int:
 def _published_keys(cells: pd.DataFrame, margins: pd.DataFrame, count_column: str
                     ) -> Iterable[tuple[str, str, int, int]]:
     """(level, area, bucket as an instant (`_instant`), value) of every figure of a release's files."""
-    for level, frame, area in ((None, cells, "cell_id"), ("", margins, "area_id")):
+    for frame, area, level in ((cells, "cell_id", LEAF), (margins, "area_id", None)):
         if frame.empty:
             continue
-        levels = [LEAF] * len(frame) if level is None else frame["level"].tolist()
+        levels = [level] * len(frame) if level else frame["level"].tolist()
         column = frame["bucket_start"]
-        if isinstance(column.dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_dtype(column.dtype):
+        if pd.api.types.is_datetime64_any_dtype(column):
             buckets = pd.DatetimeIndex(column).as_unit("ns").asi8.tolist()  # = _instant of each, at once
         else:
             buckets = [_instant(b) for b in column]

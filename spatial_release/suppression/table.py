@@ -186,7 +186,7 @@ def _bucket_objects(column: pd.Series) -> list:
     """The buckets of a count column as Python objects. Datetimes become stdlib `datetime`s: equal to, and
     hashing like, the pandas Timestamps every caller looks them up with, but their hash is cached, and the
     system's index hashes each bucket several times (about 4x faster to build at 10 M pings)."""
-    if isinstance(column.dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_dtype(column.dtype):
+    if pd.api.types.is_datetime64_any_dtype(column):
         return list(column.dt.to_pydatetime())
     return list(column)
 
