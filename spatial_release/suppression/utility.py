@@ -57,9 +57,11 @@ def _classify(true: pd.DataFrame, published: pd.MultiIndex, needed: pd.MultiInde
 
 
 def _mapped(values: pd.Series, fn) -> pd.Series:
-    """`fn` applied once per distinct value (areas and buckets repeat across hundreds of thousands of rows)."""
-    unique = pd.unique(values.to_numpy())
-    return values.map(dict(zip(unique, (fn(v) for v in unique))))
+    """`fn` applied once per distinct value (areas and buckets repeat across hundreds of thousands of rows).
+    factorize keeps datetimes as integers: `to_numpy()` of a tz-aware column makes one Timestamp per row
+    (5 s at 700,000 figures)."""
+    codes, unique = pd.factorize(values, use_na_sentinel=False)
+    return pd.Series(pd.Index([fn(v) for v in unique]).take(codes), index=values.index)
 
 
 def _shares(frame: pd.DataFrame) -> dict:
@@ -100,7 +102,7 @@ def leaf_shown(true_cells: pd.DataFrame, published_cells: pd.DataFrame, publishe
     current = pd.Series(buckets.to_numpy(), index=true_cells.index)
     for link in links:
         parent = link.parent_map()
-        current = current.map(lambda b: parent[pd.Timestamp(b)])
+        current = _mapped(current, lambda b: parent[pd.Timestamp(b)])
         level = at_rung(LEAF, link.coarse)
         rows = published_margins[published_margins["level"] == level]
         keys = pd.MultiIndex.from_arrays([rows["area_id"], pd.to_datetime(rows["bucket_start"], utc=True)])
