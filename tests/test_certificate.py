@@ -382,3 +382,68 @@ def test_an_unbounded_upper_bound_is_witnessed_by_a_point_beyond_the_criterion()
     # the same point cannot back a finite bound it does not attain
     forged = certificate.primaries.assign(up=float(up_point[a] + 5))
     assert verify(table, replace(certificate, primaries=forged), INPUTS, Criterion(K)).unverified
+
+
+def test_publication_reuses_the_checks_audit_verdict_only_for_byte_identical_inputs(tmp_path, fixture_policy,
+                                                                                     monkeypatch):
+    """The publish step re-evaluates every guarantee; the audit's verdict is reused from the check when the
+    inputs, the structure, the certificate, the check's own outputs and the code are byte-identical, and
+    verified again otherwise. Negative controls: each of those changed makes the audit run again."""
+    from spatial_release.stages import checks, reuse
+    from spatial_release.suppression import release_system
+    from spatial_release.suppression.table import Chain
+
+    ctx = stages.ReleaseContext(fixture_policy, PERIOD, tmp_path / "work")
+    stages.run_ingest(ctx)
+    stages.run_counts(ctx)
+    stages.run_protect(ctx)
+    area = ctx.area
+    verified = []
+    real = checks.certify_published
+    monkeypatch.setattr(checks, "certify_published", lambda *a, **k: verified.append(1) or real(*a, **k))
+
+    first = stages.check_suppression_audit(ctx)
+    assert first.passed and len(verified) == 1 and "reused_verdict" not in first.figures
+    [again] = [o for o in stages.run_guarantees(ctx) if o.name == "suppression_audit"]
+    assert again.passed and again.figures["reused_verdict"] is True and len(verified) == 1
+    assert again.figures["verified_by"] == "certificate" and "reused" in again.summary
+
+    def verified_again() -> bool:
+        before = len(verified)
+        assert stages.check_suppression_audit(ctx).passed
+        return len(verified) == before + 1
+
+    # (a) the code changed
+    monkeypatch.setattr(reuse, "code_digest", lambda: "other code")
+    assert verified_again()
+    monkeypatch.undo()
+    monkeypatch.setattr(checks, "certify_published", lambda *a, **k: verified.append(1) or real(*a, **k))
+    assert verified_again()  # the real code again: its verdict was overwritten by the other code's
+    assert not verified_again()
+    # (b) the check's intervals file was removed
+    (area.root / "audit_intervals.internal.parquet").unlink()
+    assert verified_again() and not verified_again()
+    # (c) a certificate file edited (one byte appended; it still reads)
+    certificate = area.root / "audit_certificate" / "certificate.internal.json"
+    certificate.write_text(certificate.read_text() + " ")
+    assert verified_again() and not verified_again()
+    # (d) the structure answers differently (a zone file moved a cell to another parent), same files otherwise
+    structure = ctx.structure
+    chain = structure.chains[0]
+    moved = cell_id(CELL_B)
+    parent_of = (lambda area, real_parent=chain.parent_of[0]: "elsewhere" if area == moved else real_parent(area))
+    changed = replace(structure, chains=(Chain(chain.levels, (parent_of, *chain.parent_of[1:]),
+                                               chain.children_count), *structure.chains[1:]))
+    true_cells, true_margins = stages.read_true_counts(area)
+    assert (release_system.structure_digest(changed, true_cells, true_margins, ctx.zeros)
+            != release_system.structure_digest(structure, true_cells, true_margins, ctx.zeros))
+    ctx._cache["structure"] = changed
+    assert checks.audit_digest(ctx, [], true_cells, true_margins) != checks.audit_digest(
+        stages.ReleaseContext(fixture_policy, PERIOD, tmp_path / "work"), [], true_cells, true_margins)
+    # (e) a forged verdict file (digest of other inputs) is never trusted
+    ctx = stages.ReleaseContext(fixture_policy, PERIOD, tmp_path / "work")
+    saved = area.root / checks.AUDIT_VERDICT
+    data = json.loads(saved.read_text())
+    data["digest"] = "0" * 64
+    saved.write_text(json.dumps(data))
+    assert verified_again() and not verified_again()

@@ -257,7 +257,7 @@ def test_the_publish_step_reuses_the_estimate_only_for_byte_identical_inputs(tmp
 
     saved = ctx.area.risk / risk_stage.ESTIMATE
     data = json.loads(saved.read_text())
-    data["report"]["zones"][0]["mean"] = 0.0  # a forged figure with a digest that no longer matches
+    data["result"]["zones"][0]["mean"] = 0.0  # a forged figure with a digest that no longer matches
     data["digest"] = "0" * 64
     saved.write_text(json.dumps(data))
     assert stages.assess_risk(ctx, ledger).zones == first.zones and len(calls) == 1

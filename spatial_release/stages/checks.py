@@ -17,6 +17,7 @@ from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.progress import Progress, silent
 from spatial_release.release import read_tables
+from spatial_release.stages import reuse
 from spatial_release.stages.context import Published, ReleaseContext, WorkArea
 from spatial_release.stages.count import measure_coverage, read_true_counts, sql_path
 from spatial_release.risk import BLOCK
@@ -26,7 +27,7 @@ from spatial_release.stages.results import (
 )
 from spatial_release.stages.protect import certificate_dir, certificate_inputs
 from spatial_release.suppression.certificate import Certificate
-from spatial_release.suppression.release_system import audit_published, certify_published
+from spatial_release.suppression.release_system import audit_published, certify_published, structure_digest
 
 CheckOutcome = guarantees.CheckOutcome
 
@@ -165,13 +166,19 @@ def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
         if published is None:
             raise ValueError(f"{policy.path}: suppression.audit_with needs the published releases and ledger")
         earlier = [*earlier, *related_releases(policy, ctx.period, published)]
+    true_cells, true_margins = read_true_counts(area)
+    digest = None
+    if release is None and options is None:
+        digest = audit_digest(ctx, earlier, true_cells, true_margins)
+        reused = reused_audit_verdict(area, digest)
+        if reused is not None:
+            return reused
     if release is None:
         cells, margins = _release_frames(area)
     else:
         verify_release_files(release)
         tables = read_tables(release)
         cells, margins = tables.cells, tables.margins
-    true_cells, true_margins = read_true_counts(area)
     spec = ctx.disclosure if options is None else replace(ctx.disclosure, solver_options=options)
     certificate, method, verification = None, "solved", None
     if release is None and options is None:
@@ -216,7 +223,57 @@ def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
             f"({how}); first: {offending[0] if offending else None}; intervals in "
             f"{area.root / 'audit_intervals.internal.parquet'}")
     verdict = AuditVerdict(summary["passed"], summary["criterion"], summary["solver"])
-    return CheckOutcome("suppression_audit", result.passed, text, offending, {**verdict.to_json(), **figures})
+    outcome = CheckOutcome("suppression_audit", result.passed, text, offending, {**verdict.to_json(), **figures})
+    if digest is not None and outcome.passed:
+        save_audit_verdict(area, digest, outcome)
+    return outcome
+
+
+AUDIT_VERDICT = "audit_verdict.internal.json"  # the check's passing verdict, for byte-identical inputs
+AUDIT_OUTPUTS = ("audit_intervals.internal.parquet", "audit.internal.json")  # what the check writes beside it
+
+
+def audit_digest(ctx: ReleaseContext, earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]],
+                 true_cells: pd.DataFrame, true_margins: pd.DataFrame) -> str:
+    """sha256 of everything the candidate's audit verdict depends on (`reuse.digest_of` adds the code): the
+    certificate's inputs (true counts, candidate files, policy, disclosure spec, earlier releases), the
+    structure as evaluated on these counts (`structure_digest`: the zone files shape it, and no other hash
+    covers them) and the certificate's files."""
+    folder = certificate_dir(ctx.area)
+    certificate = ({p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file()}
+                   if folder.is_dir() else {})
+    return reuse.digest_of({
+        "suppression_audit": certificate_inputs(ctx, earlier),
+        "structure": structure_digest(ctx.structure, true_cells, true_margins, ctx.zeros),
+        "certificate": certificate})
+
+
+def save_audit_verdict(area: WorkArea, digest: str, outcome: CheckOutcome) -> None:
+    outputs = {name: sha256_file(area.root / name) for name in AUDIT_OUTPUTS}
+    reuse.save(area.root / AUDIT_VERDICT, digest, {"summary": outcome.summary, "figures": outcome.figures,
+                                                   "outputs": outputs})
+
+
+def reused_audit_verdict(area: WorkArea, digest: str) -> CheckOutcome | None:
+    """The check's passing verdict when it was reached on byte-identical inputs by the same code and its
+    internal outputs are still the ones it wrote; None otherwise (the audit is verified again). The publish
+    step re-evaluates every guarantee: this spares it verifying the certificate a second time (about 17 s at
+    10 M pings) when nothing changed since the check."""
+    saved = reuse.load_saved(area.root / AUDIT_VERDICT, digest)
+    if saved is None:
+        return None
+    try:
+        if any(sha256_file(area.root / name) != saved["outputs"][name] for name in AUDIT_OUTPUTS):
+            return None
+        figures = {**saved["figures"], "reused_verdict": True}
+        if figures.get("passed") is not True:
+            return None
+        AuditVerdict.from_json(figures)  # a readable verdict, or the audit is verified again
+        return CheckOutcome("suppression_audit", True, f"{saved['summary']} (the check's verdict, reused: "
+                                                        "inputs, structure, certificate and code byte-identical)",
+                            [], figures)
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
 
 
 def check_suppression_budget(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:

@@ -35,8 +35,8 @@ T = TypeVar("T")
 PER_UNIT_ARTEFACTS = ("traces", "ingest/pings.parquet", "ingest/quarantine.parquet", "ingest/spill",
                       "counts/membership.internal.parquet", "counts/outside.parquet", "counts/spill",
                       "risk/unit_keys.internal.parquet", "audit_intervals.internal.parquet", "audit_certificate",
-                      # aggregates, but keyed by a digest of the per-unit key sets: deleted with them
-                      "risk/estimate.internal.json")
+                      # aggregates, but keyed by digests of the per-unit data: deleted with it
+                      "risk/estimate.internal.json", "audit_verdict.internal.json")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,6 @@ earlier releases of its window, and the gate's decision (risk/risk.json)."""
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from dataclasses import replace
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from spatial_release.fileio import atomic_path, write_json_atomic
+from spatial_release.fileio import atomic_path
 from spatial_release.levels import LEAF
 from spatial_release.ledger import Ledger
 from spatial_release.period import Period
@@ -21,6 +20,7 @@ from spatial_release.risk import BLOCK, Adversary, decide, keysets, pooled_figur
 from spatial_release.risk.estimator import KeySets, RiskParams, RiskReport, estimate_digest, estimate_key_sets
 from spatial_release.risk.landscape import Landscape, load_landscape
 from spatial_release.stages.context import ReleaseContext, WorkArea, ZoneLayers
+from spatial_release.stages import reuse
 from spatial_release.stages.count import sql_path
 from spatial_release.stages.results import RiskAssessment, ZoneFigures
 
@@ -208,22 +208,21 @@ ESTIMATE = "estimate.internal.json"  # risk/: the last estimate and the sha256 o
 def estimate_once(area: WorkArea, sets: KeySets, params: RiskParams, population: dict[str, float] | None,
                   started: float) -> RiskReport:
     """`estimate_key_sets`, reusing the work area's last estimate when it was computed from byte-identical
-    inputs (`estimate_digest`: the coded key sets, the parameters and the population). The publish step builds
-    the key sets again from the candidate and the ledger's window, so it re-estimates whenever any of them
-    changed (another release in the window, an edited candidate) and otherwise reuses the risk step's
-    estimate instead of drawing every knowledge set again (about 14 s at 10 M pings). The decision is always
-    taken afresh, on the ledger read under the publication's lock."""
-    digest = estimate_digest(sets, params, population)
+    inputs by the same code (`estimate_digest`: the coded key sets, the parameters and the population;
+    `reuse.digest_of` adds the code). The publish step builds the key sets again from the candidate and the
+    ledger's window, so it re-estimates whenever any of them changed (another release in the window, an edited
+    candidate) and otherwise reuses the risk step's estimate instead of drawing every knowledge set again.
+    The decision is always taken afresh, on the ledger read under the publication's lock."""
+    digest = reuse.digest_of({"risk_estimate": estimate_digest(sets, params, population)})
     path = area.risk / ESTIMATE
-    try:
-        saved = json.loads(path.read_text())
-        if saved.get("digest") == digest:
-            return RiskReport.from_json(saved["report"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # no usable earlier estimate: compute it
+    saved = reuse.load_saved(path, digest)
+    if saved is not None:
+        try:
+            return RiskReport.from_json(saved)
+        except (KeyError, TypeError, ValueError):
+            pass  # an unreadable estimate: compute it
     report = estimate_key_sets(sets, params, population, started)
-    area.risk.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, {"digest": digest, "report": report.to_json()})
+    reuse.save(path, digest, report.to_json())
     return report
 
 

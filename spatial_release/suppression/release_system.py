@@ -21,7 +21,7 @@ from spatial_release.progress import Progress, silent
 from spatial_release.suppression.audit import AuditResult, Criterion, audit
 from spatial_release.suppression.certificate import Certificate, Verification, verify
 from spatial_release.suppression.complementary import RELEASE_METHOD, ProtectionLog, protect
-from spatial_release.levels import LEAF, at_rung
+from spatial_release.levels import LEAF, at_rung, space_level
 from spatial_release.suppression.primary import ProtectedTable, structural_zero_rows
 from spatial_release.suppression.ladder import (
     UNOFFERED, TimeLink, add_absent_fine, climb_to_budget, offer_needed, relate_time,
@@ -182,6 +182,36 @@ def tables_from_status(table: Table, zeros: Iterable[str], buckets: Sequence[obj
         withheld_margins=_frame(table, [i for i in margins if table.status[i] != PUBLISHED], leaf=False),
         structural_zero_conflicts=int(true_cells["cell_id"].isin(zeros).sum()),
     )
+
+
+def structure_digest(structure: Structure, true_cells: pd.DataFrame, true_margins: pd.DataFrame,
+                     zeros: Iterable[str]) -> str:
+    """sha256 of what the structure's functions answer wherever a system over these counts can ask them:
+    each chain's `parent_of` of every area the counts hold at a level of the same spatial level (any time
+    rung), and of every parent so reached, and `children_count` of every such parent. With the spec's own
+    digest (levels, identities, time links, zeros, buckets), equal digests mean the same system for the
+    same counts, whatever files the zonings were read from (zones files, their parents' columns)."""
+    areas: dict[str, set[str]] = {LEAF: {str(a) for a in pd.unique(true_cells["cell_id"])} | set(zeros)}
+    for level, group in true_margins.groupby("level", sort=False)["area_id"]:
+        areas.setdefault(space_level(str(level)), set()).update(str(a) for a in pd.unique(group))
+    digest = hashlib.sha256()
+    for chain in structure.chains:
+        current = set(areas.get(space_level(chain.levels[0]), ()))
+        for depth, (parent_of, count_of) in enumerate(zip(chain.parent_of, chain.children_count)):
+            mapping = sorted((area, _answer(parent_of, area)) for area in current)
+            current = {parent for _, parent in mapping} | areas.get(space_level(chain.levels[depth + 1]), set())
+            counts = sorted((parent, _answer(count_of, parent)) for parent in current)
+            digest.update(json.dumps([chain.levels[depth], mapping, counts]).encode())
+    return digest.hexdigest()
+
+
+def _answer(function, area: str) -> object:
+    """What a structure function answers for `area`, or the name of the error it raises (a zoning's map
+    refuses an area it does not hold): the digest records either, the same way every time."""
+    try:
+        return function(area)
+    except Exception as error:  # noqa: BLE001 - any refusal is an answer the digest must record
+        return f"!{type(error).__name__}"
 
 
 def zero_keys(zeros: Iterable[str], buckets: Sequence[object]) -> list[tuple[str, object]]:
@@ -362,4 +392,4 @@ def certify_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publ
 
 
 __all__ = ["DisclosureSpec", "Structure", "absent_listed_zero_floors", "audit_published", "certify_published",
-           "protect_release", "published_system", "system_for", "tables_from_status"]
+           "protect_release", "published_system", "structure_digest", "system_for", "tables_from_status"]

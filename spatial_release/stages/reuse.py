@@ -1,0 +1,58 @@
+"""Results a later step reuses instead of computing them again, only for byte-identical inputs.
+
+A release computes two expensive results twice: the suppression audit (the check, then the publish step, which
+re-evaluates every guarantee under the ledger lock) and the risk estimate (the risk step, then the publish
+step). Each is a pure function of files and settings. It is saved with the sha256 of everything it depends on,
+including the code that computed it (`code_digest`), and reused only when that digest is equal again; any
+changed byte, setting or line of code means computing it afresh.
+
+Trust: a saved result is trusted as the work area is. Whoever can write the work area can already change the
+true counts the guarantees are checked against, so a saved verdict widens nothing; the release folder and
+the ledger, which others read, are still written only by the publish step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from spatial_release.fileio import write_json_atomic
+
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+@lru_cache(maxsize=1)
+def code_digest() -> str:
+    """sha256 of every Python file of the installed spatial_release package (path and bytes): a result
+    computed by other code is never reused."""
+    digest = hashlib.sha256()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        digest.update(str(path.relative_to(PACKAGE)).encode() + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def digest_of(payload: object) -> str:
+    """sha256 of a JSON-able payload together with the code's digest."""
+    text = json.dumps({"code": code_digest(), "payload": payload}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def load_saved(path: Path, digest: str) -> dict | None:
+    """The result saved at `path` under `digest`, or None when there is none, it is unreadable, or it was
+    computed from other inputs."""
+    try:
+        saved = json.loads(path.read_text())
+        if isinstance(saved, dict) and saved.get("digest") == digest and isinstance(saved.get("result"), dict):
+            return saved["result"]
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def save(path: Path, digest: str, result: dict) -> None:
+    """Save `result` under `digest`, atomically (a crash leaves the old file or the new one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, {"digest": digest, "result": result})
