@@ -125,3 +125,51 @@ def test_monthly_series_blocks_the_twelfth():
 def test_missing_estimate_blocks():
     assert decide(None, None, [], 0.05, 0.2, 0.9).status == BLOCK
     assert decide(float("nan"), "z", [], 0.05, 0.2, 0.9).status == BLOCK
+
+
+def test_the_sampled_knowledge_sets_are_uniform_and_anchored_in_their_zone():
+    """The vectorised sampler (estimator.draw_knowledge): every set holds distinct keys of its unit, its first key
+    (the anchor) in the entry's zone; over many draws each anchor of a zone and each p-subset are equally
+    likely (chi-square against uniform, far beyond the 0.1 % critical value if the selection were biased).
+    Negative control: the same test rejects a sampler that always keeps the unit's first other keys."""
+    from itertools import combinations
+
+    from spatial_release.risk.estimator import KeySets, draw_knowledge
+
+    # unit 0 holds keys 0..6 (zone A: 0-4, zone B: 5-6); unit 1 holds 2 keys (fewer than p)
+    key_zone = np.array(["A"] * 5 + ["B"] * 2 + ["A"] * 2, dtype=object)
+    units = np.array([0] * 7 + [1, 1])
+    keys = np.array([0, 1, 2, 3, 4, 5, 6, 7, 8])
+    sets = KeySets.from_codes(units, keys, key_zone)
+    params = RiskParams(points=3, draws=21_000, seed=5)
+    drawn = draw_knowledge(sets, params)
+    assert list(drawn.zones) == ["A", "B"] and list(drawn.entry_zone) == [0, 1, 0]  # unit 0: A, B; unit 1: A
+    rows = {}
+    for row_numbers, known in drawn.by_width:
+        for r, k in zip(row_numbers, known):
+            rows[int(r)] = [int(x) for x in k]
+    assert sorted(rows) == list(range(3 * params.draws))
+    entry_of = {r: r // params.draws for r in rows}
+    for r, known in rows.items():
+        unit_keys = set(range(7)) if entry_of[r] < 2 else {7, 8}
+        assert len(set(known)) == len(known) == min(3, len(unit_keys)) and set(known) <= unit_keys
+        assert key_zone[known[0]] == "AB"[int(drawn.entry_zone[entry_of[r]])]
+
+    def chi_square(observed: dict, cells: list) -> float:
+        expected = sum(observed.values()) / len(cells)
+        return sum((observed.get(c, 0) - expected) ** 2 / expected for c in cells)
+
+    zone_a = [rows[r] for r in range(params.draws)]
+    anchors = {a: sum(1 for known in zone_a if known[0] == a) for a in range(5)}
+    assert chi_square(anchors, list(range(5))) < 18.5  # 4 degrees of freedom, p = 0.001
+    # given the anchor, the two others: a uniform 2-subset of the 6 other keys (15 subsets)
+    for a in range(5):
+        others = {}
+        for known in zone_a:
+            if known[0] == a:
+                pair = tuple(sorted(known[1:]))
+                others[pair] = others.get(pair, 0) + 1
+        cells = list(combinations(sorted(set(range(7)) - {a}), 2))
+        assert set(others) <= set(cells) and chi_square(others, cells) < 36.1  # 14 df, p = 0.001
+        biased = {tuple(sorted(set(range(7)) - {a}))[:2]: sum(others.values())}  # the first two others only
+        assert chi_square(biased, cells) > 36.1

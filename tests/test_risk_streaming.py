@@ -1,9 +1,10 @@
 """The risk step reads and codes the window's key sets in DuckDB (risk.keysets) instead of pandas: its per-zone
-figures and its gate decision are exactly those of the in-memory estimator it replaced, frozen below as the
-reference (the pandas key sets, factorize, the per-unit groupby, the list-based aggregation of commit
-8f8961b), on the test fixture, on a synthetic release through the stages, and on generated key set tables
-over a window of several files."""
+figures and its gate decision are exactly those of a plain in-memory reference (the pandas key sets, factorize,
+the per-unit groupby, the knowledge sets drawn one by one in Python as the estimator specifies them, set-by-set
+anonymity counts and list-based aggregation), on the test fixture, on a synthetic release through the stages,
+and on generated key set tables over a window of several files."""
 
+import itertools
 import json
 from datetime import date
 
@@ -19,7 +20,7 @@ from spatial_release.ledger import Ledger
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
 from spatial_release.risk import Adversary, RiskParams, decide, release_figure
-from spatial_release.risk.estimator import RiskReport, ZoneRisk, _draw_risks, _intersect_sorted, estimate_key_sets
+from spatial_release.risk.estimator import RiskReport, ZoneRisk, _intersect_sorted, estimate_key_sets
 from spatial_release.risk.keysets import window_key_sets
 from spatial_release.risk.landscape import load_landscape
 from spatial_release.stages.risk import _risk_zone_of, labelled_zones, zone_population
@@ -49,6 +50,38 @@ class _ReferenceIndex:
         return max(len(current), 1)
 
 
+def reference_draws(by_unit: list[np.ndarray], zones_of_key: np.ndarray, params: RiskParams
+                    ) -> list[list[list[int]]]:
+    """The knowledge sets of each (unit, anchor zone) entry, in unit then zone order, as the estimator specifies
+    them, in plain Python. Exhaustive: each anchor with each (p - 1)-subset of the other keys. Sampled, per draw
+    (row r = entry * S + draw): the anchor is the floor(U0[r] * a)-th of the unit's a keys in the zone, then
+    each other key the floor(U_j[r] * remaining)-th of the unit's keys not yet known (anchor excluded); U0,
+    U_1, ... drawn in that order, one value per row each."""
+    entries = [(keys, keys[zones_of_key[keys] == zone]) for keys in by_unit
+               for zone in sorted(set(zones_of_key[keys]))]
+    if params.exhaustive:
+        return [[[int(anchor), *rest] for anchor in anchors
+                 for rest in itertools.combinations([int(k) for k in keys if k != anchor],
+                                                    min(params.points - 1, len(keys) - 1))]
+                for keys, anchors in entries]
+    rows = len(entries) * params.draws
+    rng = np.random.default_rng(params.seed)
+    u0 = rng.random(rows)
+    us = [rng.random(rows) for _ in range(params.points - 1)]
+    drawn = []
+    for e, (keys, anchors) in enumerate(entries):
+        drawn.append([])
+        for s in range(params.draws):
+            r = e * params.draws + s
+            anchor = int(anchors[int(u0[r] * len(anchors))])
+            remaining = [int(k) for k in keys if k != anchor]
+            known = [anchor]
+            for j in range(min(params.points - 1, len(remaining))):
+                known.append(remaining.pop(int(us[j][r] * len(remaining))))
+            drawn[-1].append(known)
+    return drawn
+
+
 def reference_estimate(unit_keys: pd.DataFrame, key_zone: pd.Series, params: RiskParams,
                        population: dict[str, float] | None = None) -> RiskReport:
     pairs = unit_keys[["unit", "key"]].drop_duplicates()
@@ -56,15 +89,15 @@ def reference_estimate(unit_keys: pd.DataFrame, key_zone: pd.Series, params: Ris
     key_codes, keys = pd.factorize(pairs["key"], sort=True)
     zones_of_key = key_zone.reindex(keys).to_numpy()
     index = _ReferenceIndex(unit_codes, key_codes, len(keys))
-    by_unit = pd.Series(key_codes).groupby(unit_codes).apply(lambda s: np.sort(s.to_numpy()))
-    rng = np.random.default_rng(params.seed)
+    by_unit = list(pd.Series(key_codes).groupby(unit_codes).apply(lambda s: np.sort(s.to_numpy())))
+    drawn = iter(reference_draws(by_unit, zones_of_key, params))
     means: dict[str, list[float]] = {}
     worsts: dict[str, list[float]] = {}
     draws: dict[str, list[np.ndarray]] = {}
     for unit_keys_arr in by_unit:
         zones = zones_of_key[unit_keys_arr]
         for zone in sorted(set(zones)):
-            risks = _draw_risks(index, unit_keys_arr, unit_keys_arr[zones == zone], params, rng)
+            risks = np.array([1.0 / index.anonymity(known) for known in next(drawn)])
             means.setdefault(zone, []).append(float(np.mean(risks)))
             worsts.setdefault(zone, []).append(float(np.max(risks)))
             draws.setdefault(zone, []).append(risks)
