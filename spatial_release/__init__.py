@@ -2,6 +2,7 @@
 
 __version__ = "0.1.0"
 
+from spatial_release import codeversion as _codeversion  # noqa: F401 - the code's digest, taken at import
 from spatial_release.fileio import restrict_umask as _restrict_umask
 
 # Importing the package makes the process owner-only for new files (see fileio.restrict_umask); every

@@ -447,3 +447,21 @@ def test_publication_reuses_the_checks_audit_verdict_only_for_byte_identical_inp
     data["digest"] = "0" * 64
     saved.write_text(json.dumps(data))
     assert verified_again() and not verified_again()
+
+
+def test_the_code_digest_is_taken_at_import_not_from_the_files_at_the_time_of_use(tmp_path, monkeypatch):
+    """A process that keeps running the code it imported (a Dagster code server after an upgrade) must not
+    label its results with the digest of newer files on disk: the digest is the one taken at import."""
+    from spatial_release import codeversion
+    from spatial_release.stages import reuse
+
+    package = tmp_path / "package"
+    (package / "sub").mkdir(parents=True)
+    (package / "a.py").write_text("x = 1\n")
+    (package / "sub" / "b.py").write_text("y = 2\n")
+    before = codeversion.digest_of_files(package)
+    (package / "sub" / "b.py").write_text("y = 3\n")
+    assert codeversion.digest_of_files(package) != before  # any byte of any file changes it
+    imported = reuse.code_digest()
+    monkeypatch.setattr(codeversion, "digest_of_files", lambda *a: (_ for _ in ()).throw(AssertionError("re-read")))
+    assert reuse.code_digest() == imported == codeversion.CODE_DIGEST

@@ -15,23 +15,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import lru_cache
 from pathlib import Path
 
+from spatial_release import codeversion
 from spatial_release.fileio import write_json_atomic
 
-PACKAGE = Path(__file__).resolve().parents[1]
 
-
-@lru_cache(maxsize=1)
 def code_digest() -> str:
-    """sha256 of every Python file of the installed spatial_release package (path and bytes): a result
-    computed by other code is never reused."""
-    digest = hashlib.sha256()
-    for path in sorted(PACKAGE.rglob("*.py")):
-        digest.update(str(path.relative_to(PACKAGE)).encode() + b"\0")
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
+    """The digest of the code this process imported (`codeversion`): a result computed by other code is
+    never reused."""
+    return codeversion.CODE_DIGEST
 
 
 def digest_of(payload: object) -> str:
