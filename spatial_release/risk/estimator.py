@@ -340,14 +340,16 @@ CANDIDATES = 2_000_000  # (draw, unit) candidates examined at a time by `_anonym
 
 def _anonymity(sets: KeySets, groups: list[tuple[np.ndarray, np.ndarray]], total: int) -> np.ndarray:
     """max(1, number of units holding every key) of each drawn set (`groups`: row numbers and the sets of one
-    width), by row: the units of each set's rarest key, kept while they hold the next rarest key, and so on
-    (membership of (unit, key) pairs by a binary search of the sorted pairs, `_held`). Exactly what
-    InvertedIndex.anonymity computes set by set (its early exit only stops at a count of 0 or 1)."""
-    n_keys = max(sets.keys, 1)
+    width), by row: the units of each set's rarest key, kept while they hold the next rarest key, and so on.
+    Exactly what InvertedIndex.anonymity computes set by set (its early exit only stops at a count of 0 or 1).
+
+    Membership of (unit, key) is a binary search of key * units + unit in the key-major postings
+    (`key_major`), with the candidates ordered by the key they are searched for: the searches of one key stay
+    in its postings, in the cache, without sorting the candidates. At 50 M pings (550 M candidates) sorting
+    them for a search of the unit-major pairs took three times as long."""
+    n_units = max(sets.units, 1)
     sizes = np.diff(sets.key_offsets)
-    # (unit, key) codes, sorted (units in order, each unit's keys sorted)
-    pairs = np.repeat(np.arange(sets.units, dtype=np.int64), np.diff(sets.unit_offsets)) * n_keys \
-        + sets.unit_keys.astype(np.int64)
+    key_major = np.repeat(np.arange(sets.keys, dtype=np.int64), sizes) * n_units + sets.key_units.astype(np.int64)
     out = np.empty(total, dtype=np.int64)
     tasks = []
     for rows, keysets in groups:
@@ -362,7 +364,7 @@ def _anonymity(sets: KeySets, groups: list[tuple[np.ndarray, np.ndarray]], total
             start = end
 
     def count(task: tuple[np.ndarray, np.ndarray]) -> None:  # each task writes its own rows of `out`
-        out[task[0]] = _anonymity_chunk(sets, pairs, n_keys, sizes, task[1])
+        out[task[0]] = _anonymity_chunk(sets, key_major, n_units, sizes, task[1])
 
     # Threads: numpy's sorts, searches and array operations release the GIL (the chunks are independent).
     with ThreadPoolExecutor(max_workers=max(1, min(os.cpu_count() or 1, len(tasks)))) as pool:
@@ -370,32 +372,34 @@ def _anonymity(sets: KeySets, groups: list[tuple[np.ndarray, np.ndarray]], total
     return out
 
 
-def _held(pairs: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """Whether each code of `wanted` is in the sorted `pairs`: a binary search of the needles in sorted order
-    (sorted needles walk `pairs` in order and stay in the cache). Measured at 10 M pings against a hash index
-    of the pairs: 4.0 s against 3.4 s for every set, +420 MB against +980 MB of peak memory; the memory
-    decided (the 50 M release peaked at 4.5 GB with the index)."""
-    if not len(pairs):
-        return np.zeros(len(wanted), dtype=bool)
-    order = np.argsort(wanted, kind="stable")
-    needles = wanted[order]
-    at = np.minimum(np.searchsorted(pairs, needles), len(pairs) - 1)
-    held = np.empty(len(wanted), dtype=bool)
-    held[order] = pairs[at] == needles
-    return held
+def _ragged(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The indices starts[i], ..., starts[i] + counts[i] - 1 of every i, concatenated."""
+    shift = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+    return np.arange(int(counts.sum()), dtype=np.int64) + shift
 
 
-def _anonymity_chunk(sets: KeySets, pairs: np.ndarray, n_keys: int, sizes: np.ndarray,
+def _anonymity_chunk(sets: KeySets, key_major: np.ndarray, n_units: int, sizes: np.ndarray,
                      keysets: np.ndarray) -> np.ndarray:
-    counts = sizes[keysets[:, 0]]
-    owner = np.repeat(np.arange(len(keysets)), counts)
-    # the units of each rarest key: a ragged range per set over the key -> units postings
-    offsets = np.repeat(sets.key_offsets[keysets[:, 0]] - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
-    units = sets.key_units[np.arange(len(owner)) + offsets].astype(np.int64)
+    """The counts of one chunk of sets (each row's keys rarest first)."""
+    n = len(keysets)
+    if keysets.shape[1] == 1:
+        return np.maximum(sizes[keysets[:, 0]], 1)
+    order = np.argsort(keysets[:, 1], kind="stable")  # the sets by the key their candidates are searched for
+    counts = sizes[keysets[order, 0]]
+    owner = np.repeat(order, counts)  # candidates: the units of each set's rarest key, one set after another
+    units = sets.key_units[_ragged(sets.key_offsets[keysets[order, 0]], counts)].astype(np.int64)
+    last = len(key_major) - 1
     for column in range(1, keysets.shape[1]):
-        holds = _held(pairs, units * n_keys + keysets[owner, column])
-        owner, units = owner[holds], units[holds]
-    return np.maximum(np.bincount(owner, minlength=len(keysets)), 1)
+        if column > 1 and len(owner):  # the sets' runs of candidates, reordered by this column's key
+            starts = np.flatnonzero(np.concatenate([[True], owner[1:] != owner[:-1]]))
+            runs = np.diff(np.concatenate([starts, [len(owner)]]))
+            by_key = np.argsort(keysets[owner[starts], column], kind="stable")
+            moved = _ragged(starts[by_key], runs[by_key])
+            owner, units = owner[moved], units[moved]
+        wanted = keysets[owner, column] * n_units + units
+        held = key_major[np.minimum(np.searchsorted(key_major, wanted), last)] == wanted
+        owner, units = owner[held], units[held]
+    return np.maximum(np.bincount(owner, minlength=n), 1)
 
 
 def _draw_risks(index: InvertedIndex, keys: np.ndarray, anchors: np.ndarray, params: RiskParams) -> np.ndarray:
