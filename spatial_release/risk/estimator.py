@@ -271,7 +271,9 @@ def draw_knowledge(sets: KeySets, params: RiskParams) -> Draws:
     unit_sizes = np.diff(sets.unit_offsets)
     pair_unit = np.repeat(np.arange(sets.units, dtype=np.int64), unit_sizes)
     pair_zone = zone_of_key[sets.unit_keys]
-    by_zone = np.lexsort((sets.unit_keys, pair_zone, pair_unit))  # pairs ordered by unit, zone, key
+    # pairs ordered by unit, zone, key: a stable sort by (unit, zone) keeps each unit's keys sorted (a KeySets
+    # invariant); at 50 M pings 1.2 s against 9 s for the lexsort of the three columns
+    by_zone = np.argsort(pair_unit * len(zones) + pair_zone, kind="stable")
     unit_sorted, zone_sorted = pair_unit[by_zone], pair_zone[by_zone]
     starts = np.flatnonzero(np.concatenate([[True], (unit_sorted[1:] != unit_sorted[:-1])
                                             | (zone_sorted[1:] != zone_sorted[:-1])])) if len(by_zone) else \
