@@ -270,9 +270,10 @@ def test_a_key_without_a_zone_is_refused():
 
 
 def test_the_publish_step_reuses_the_estimate_only_for_byte_identical_inputs(tmp_path, fixture_policy, monkeypatch):
-    """The risk step's estimate is reused when the publish step's key sets (built again from the candidate and
-    the ledger's window), parameters and population are byte-identical; otherwise it is computed again.
-    Negative controls: a tampered saved digest, and a candidate that lost a published cell."""
+    """The risk step's estimate is reused by the publish step: keyed by the files the key sets derive from (no
+    key sets built at all), or else by the coded key sets (built again from the candidate and the ledger's
+    window), parameters and population. Negative controls: tampered saved digests, a risk zone that moved,
+    and a candidate that lost a published cell each make it compute the estimate again."""
     from spatial_release.stages import risk as risk_stage
 
     ctx = stages.ReleaseContext(fixture_policy, PERIOD, tmp_path / "work")
@@ -281,22 +282,37 @@ def test_the_publish_step_reuses_the_estimate_only_for_byte_identical_inputs(tmp
     stages.run_protect(ctx)
     ledger = Ledger(tmp_path / "ledger", tmp_path / "releases")
     first = stages.run_risk(ctx, ledger)
-    calls = []
-    real = risk_stage.estimate_key_sets
+    calls, built = [], []
+    real, real_sets = risk_stage.estimate_key_sets, risk_stage.window_key_sets
     monkeypatch.setattr(risk_stage, "estimate_key_sets", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(risk_stage, "window_key_sets", lambda *a, **k: built.append(1) or real_sets(*a, **k))
 
     again = stages.assess_risk(ctx, ledger)  # as the publish step calls it: no key set file
-    assert not calls and again.zones == first.zones and again.release_figure == first.release_figure
+    assert not calls and not built and again.zones == first.zones and again.release_figure == first.release_figure
 
-    saved = ctx.area.risk / risk_stage.ESTIMATE
-    data = json.loads(saved.read_text())
-    data["result"]["zones"][0]["mean"] = 0.0  # a forged figure with a digest that no longer matches
-    data["digest"] = "0" * 64
-    saved.write_text(json.dumps(data))
+    def forge(name: str) -> None:
+        saved = ctx.area.risk / name
+        data = json.loads(saved.read_text())
+        data["result"]["zones"][0]["mean"] = 0.0  # a forged figure with a digest that no longer matches
+        data["digest"] = "0" * 64
+        saved.write_text(json.dumps(data))
+
+    forge(risk_stage.ESTIMATE_BY_INPUTS)
+    assert stages.assess_risk(ctx, ledger).zones == first.zones and not calls and built  # by the key sets
+    forge(risk_stage.ESTIMATE_BY_INPUTS)
+    forge(risk_stage.ESTIMATE)
     assert stages.assess_risk(ctx, ledger).zones == first.zones and len(calls) == 1
+
+    real_zone = risk_stage._risk_zone_of
+    monkeypatch.setattr(risk_stage, "_risk_zone_of", lambda c, cells: real_zone(c, cells).map(lambda z: f"moved-{z}"))
+    moved = stages.assess_risk(ctx, ledger)
+    assert len(calls) == 2 and {z.zone for z in moved.zones} == {f"moved-{z.zone}" for z in first.zones}
+    monkeypatch.setattr(risk_stage, "_risk_zone_of", real_zone)
+    assert stages.assess_risk(ctx, ledger).zones == first.zones and len(calls) == 3  # the last save was "moved"
+    assert stages.assess_risk(ctx, ledger).zones == first.zones and len(calls) == 3
 
     cells_path = ctx.area.candidate / "cells.parquet"
     cells = gpd.read_parquet(cells_path)
     cells[cells[fixture_policy.count_column] > 0].iloc[1:].to_parquet(cells_path)  # one published cell fewer
     changed = stages.assess_risk(ctx, ledger)
-    assert len(calls) == 2 and changed.keys < first.keys
+    assert len(calls) == 4 and changed.keys < first.keys

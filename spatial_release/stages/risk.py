@@ -9,9 +9,10 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import duckdb
 import pandas as pd
 
-from spatial_release.fileio import atomic_path
+from spatial_release.fileio import atomic_path, sha256_file
 from spatial_release.levels import LEAF
 from spatial_release.ledger import Ledger
 from spatial_release.period import Period
@@ -176,10 +177,11 @@ def _earlier_keys(ctx: ReleaseContext, entries: list[dict]) -> list[Path]:
     return paths
 
 
-def window_key_sets(ctx: ReleaseContext, unit_keys: pd.DataFrame | Path | None, earlier: list[dict]
-                    ) -> keysets.KeySets:
+def window_key_sets(ctx: ReleaseContext, unit_keys: pd.DataFrame | Path | None, earlier: list[dict],
+                    earlier_keys: list[Path] | None = None) -> keysets.KeySets:
     """The coded key sets of this release (a DataFrame, a key set file, or None: derived from the work area's
-    membership and candidate cells) and of the earlier releases of the window, built in DuckDB."""
+    membership and candidate cells) and of the earlier releases of the window (`earlier_keys`: their key set
+    files, when already found), built in DuckDB."""
     if unit_keys is None:
         # Written to a file first, as the risk step does: the query joins the membership (a row per unit and
         # bucket) with the candidate, and load_key_sets reads its source three times; over the join itself
@@ -188,12 +190,13 @@ def window_key_sets(ctx: ReleaseContext, unit_keys: pd.DataFrame | Path | None, 
         with tempfile.TemporaryDirectory(prefix=".released-keys-", dir=ctx.area.risk) as folder:  # owner-only
             path = Path(folder) / "unit_keys.parquet"
             write_released_keys(ctx.area, path, write_ladder_buckets(ctx))
-            return window_key_sets(ctx, path, earlier)
+            return window_key_sets(ctx, path, earlier, earlier_keys)
     if isinstance(unit_keys, pd.DataFrame):
         current = "SELECT unit, key, cell_id FROM current_keys"
     else:
         current = f"SELECT unit, key, cell_id FROM {_parquet(Path(unit_keys))}"
-    selects = [current] + [f"SELECT unit, key, cell_id FROM {_parquet(p)}" for p in _earlier_keys(ctx, earlier)]
+    earlier_keys = _earlier_keys(ctx, earlier) if earlier_keys is None else earlier_keys
+    selects = [current] + [f"SELECT unit, key, cell_id FROM {_parquet(p)}" for p in earlier_keys]
     frames = {"current_keys": unit_keys} if isinstance(unit_keys, pd.DataFrame) else None
     return keysets.window_key_sets(selects, lambda cells: _risk_zone_of(ctx, cells), frames)
 
@@ -226,13 +229,72 @@ def estimate_once(area: WorkArea, sets: KeySets, params: RiskParams, population:
     return report
 
 
+ESTIMATE_BY_INPUTS = "estimate_inputs.internal.json"  # risk/: the same estimate, keyed by the files it derives from
+
+
+def window_inputs_digest(ctx: ReleaseContext, earlier_keys: list[Path], params: RiskParams,
+                         population: dict[str, float] | None) -> str:
+    """sha256 of what the window's estimate derives from when this release's key sets come from the work area
+    (`released_keys_sql`): the membership, the candidate files, the policy and period (the time ladder), the
+    earlier key set files, the risk zone of every cell they name (zone files shape it; no other hash covers
+    them), the parameters, the population and the code (`reuse.digest_of`). Hashing the files costs about a
+    second at 50 M pings; building the coded key sets again cost 28 s."""
+    area = ctx.area
+    membership = area.counts / "membership.internal.parquet"
+    sources = [membership, *earlier_keys]
+    con = duckdb.connect()
+    try:
+        cells = pd.Series(sorted({row[0] for path in sources for row in con.execute(
+            f"SELECT DISTINCT cell_id FROM {_parquet(path)}").fetchall()}), dtype=object)
+    finally:
+        con.close()
+    zones = _risk_zone_of(ctx, cells) if len(cells) else pd.Series(dtype=object)
+    return reuse.digest_of({
+        "risk_inputs": {name: sha256_file(path) for name, path in (
+            ("membership", membership), ("cells", area.candidate / "cells.parquet"),
+            ("margins", area.candidate / "margins.parquet"))},
+        "policy": ctx.policy.sha256, "period": ctx.period.label,
+        "earlier": [[str(path), sha256_file(path)] for path in earlier_keys],
+        "zones": [[str(c), str(z)] for c, z in zip(cells, zones.reindex(cells).to_numpy())],
+        "params": params.__dict__, "population": sorted((population or {}).items())})
+
+
+def estimate_window(ctx: ReleaseContext, unit_keys: pd.DataFrame | Path | None, earlier: list[dict],
+                    params: RiskParams, population: dict[str, float] | None, started: float,
+                    keys_from_area: bool = False) -> RiskReport:
+    """The estimate over this release's key sets and the earlier ones of the window. When this release's key
+    sets derive from the work area (the publish step, or the risk step that has just derived them), an
+    estimate saved for byte-identical source files is reused without building the key sets at all;
+    otherwise the coded key sets are built and `estimate_once` reuses or computes the estimate."""
+    earlier_keys = _earlier_keys(ctx, earlier)
+    inputs = None
+    if unit_keys is None or keys_from_area:
+        try:
+            inputs = window_inputs_digest(ctx, earlier_keys, params, population)
+        except (KeyError, ValueError, OSError, duckdb.Error):
+            inputs = None  # the key sets' own checks below name what is wrong with the inputs
+    if inputs is not None:
+        saved = reuse.load_saved(ctx.area.risk / ESTIMATE_BY_INPUTS, inputs)
+        if saved is not None:
+            try:
+                return RiskReport.from_json(saved)
+            except (KeyError, TypeError, ValueError):
+                pass  # unreadable: build the key sets
+    report = estimate_once(ctx.area, window_key_sets(ctx, unit_keys, earlier, earlier_keys), params, population,
+                           started)
+    if inputs is not None:
+        reuse.save(ctx.area.risk / ESTIMATE_BY_INPUTS, inputs, report.to_json())
+    return report
+
+
 def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | Path | None = None,
-                earlier: list[dict] | None = None) -> RiskAssessment:
+                earlier: list[dict] | None = None, keys_from_area: bool = False) -> RiskAssessment:
     """Per-zone risk of this release plus the earlier ones in the window, and the gate's decision.
 
     unit_keys: this release's per-unit key sets (unit, key, cell_id), as a DataFrame or a key set file;
-    None derives them from the work area. The window's key sets are read and coded in DuckDB (memory: the
-    units, the keys and 8 bytes per released (unit, key) pair, never a row per ping)."""
+    None derives them from the work area (`keys_from_area`: the file was just derived from it, as the risk
+    step does). The window's key sets are read and coded in DuckDB (memory: the units, the keys and 8 bytes
+    per released (unit, key) pair, never a row per ping)."""
     policy, period = ctx.policy, ctx.period
     if policy.risk is None:
         raise ValueError(f"{policy.path}: no 'risk' section: a release without a risk estimate is blocked")
@@ -240,8 +302,8 @@ def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | P
     landscape, landscape_sha = load_landscape(landscape_path)
     earlier = earlier_releases(policy, period, ledger) if earlier is None else earlier
     started = time.perf_counter()
-    report = estimate_once(ctx.area, window_key_sets(ctx, unit_keys, earlier), landscape.params(),
-                           zone_population(policy, landscape, landscape_path, ctx.layers), started)
+    params, population = landscape.params(), zone_population(policy, landscape, landscape_path, ctx.layers)
+    report = estimate_window(ctx, unit_keys, earlier, params, population, started, keys_from_area)
     # The gated figure follows the landscape's adversary (itself fixed by who is in the panel); every
     # figure of the report is labelled with the adversary it belongs to.
     adversary = Adversary(landscape.adversary)
@@ -310,7 +372,7 @@ def run_risk(ctx: ReleaseContext, ledger: Ledger) -> RiskAssessment:
     ctx.area.risk.mkdir(parents=True, exist_ok=True)
     ladder = write_ladder_buckets(ctx)
     write_released_keys(ctx.area, ctx.area.unit_keys, ladder)
-    assessment = assess_risk(ctx, ledger, ctx.area.unit_keys)
+    assessment = assess_risk(ctx, ledger, ctx.area.unit_keys, keys_from_area=True)
     if assessment.status == BLOCK and ladder is not None:
         assessment = _with_proposal(assessment, propose_coarsening(ctx, ledger, ladder))
     assessment.write(ctx.area.risk)
