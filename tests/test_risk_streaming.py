@@ -239,11 +239,13 @@ def test_generated_window_over_files_has_the_reference_figures(tmp_path, params,
 
 
 def test_anonymity_sets_counted_in_small_chunks_give_the_reference_figures(monkeypatch):
-    """The batch count of anonymity sets (estimator._anonymity) split into chunks of a few candidates: the
-    same figures as the set-by-set reference, units with fewer keys than p included."""
+    """The batch count of anonymity sets (estimator._anonymity) split into chunks of a few candidates, and the
+    draws built in chunks of a few units (fewer pairs than one unit holds, too): the same figures as the
+    set-by-set reference, units with fewer keys than p included."""
     from spatial_release.risk import estimator
 
     monkeypatch.setattr(estimator, "CANDIDATES", 5)
+    monkeypatch.setattr(estimator, "DRAW_PAIRS", 7)
     frame = pd.concat([_generated(4, 300, False), _generated(5, 40, False).head(30)], ignore_index=True)
     params = RiskParams(points=4, draws=6, seed=11)
     sets = window_key_sets(["SELECT * FROM current_keys"], _zone_of_cells, {"current_keys": frame})

@@ -259,55 +259,93 @@ class Draws:
     by_width: list[tuple[np.ndarray, np.ndarray]]
 
 
+DRAW_PAIRS = 2_000_000  # (unit, key) pairs per chunk of units in `draw_knowledge` (bounds its memory)
+
+
 def draw_knowledge(sets: KeySets, params: RiskParams) -> Draws:
-    """Every knowledge set of the sampled estimate, drawn for all entries at once (no Python loop per unit).
+    """Every knowledge set of the sampled estimate, drawn for all entries in arrays (no Python loop per unit).
 
     Per row r (entry e = r // S): the anchor is the floor(U0[r] * a)-th of the a keys the unit holds in the
     zone; the others are a uniform (p - 1)-subset of the unit's n - 1 other keys, by sequential selection:
     the j-th is the floor(U_j[r] * (n - 1 - j))-th key not yet chosen (shifted past the chosen ones in
-    ascending order). U0, U_1, ... are drawn from the seeded generator in that order, one value per row each.
-    The 10 M pings release had 83,000 entries: drawing them one by one took 6.6 s."""
+    ascending order). U0, U_1, ... are drawn from the seeded generator in that order, one value per row each,
+    before any set is built; the sets are then built chunk by chunk of units (DRAW_PAIRS), so memory is that
+    of the rows, not of every (unit, key) pair several times over (the 50 M release peaked 2.5 GB higher
+    when the pairs were sorted whole). The 10 M pings release had 83,000 entries: drawing them one by one
+    took 6.6 s."""
     zones, zone_of_key = np.unique(sets.key_zone, return_inverse=True)
-    unit_sizes = np.diff(sets.unit_offsets)
-    pair_unit = np.repeat(np.arange(sets.units, dtype=np.int64), unit_sizes)
-    pair_zone = zone_of_key[sets.unit_keys]
-    # pairs ordered by unit, zone, key: a stable sort by (unit, zone) keeps each unit's keys sorted (a KeySets
-    # invariant); at 50 M pings 1.2 s against 9 s for the lexsort of the three columns
-    by_zone = np.argsort(pair_unit * len(zones) + pair_zone, kind="stable")
-    unit_sorted, zone_sorted = pair_unit[by_zone], pair_zone[by_zone]
-    starts = np.flatnonzero(np.concatenate([[True], (unit_sorted[1:] != unit_sorted[:-1])
-                                            | (zone_sorted[1:] != zone_sorted[:-1])])) if len(by_zone) else \
-        np.zeros(0, dtype=np.int64)
-    anchors = np.diff(np.concatenate([starts, [len(by_zone)]]))
-    entry_unit, entry_zone = unit_sorted[starts], zone_sorted[starts]
-
-    draws = params.draws
+    chunks = _unit_chunks(sets)
+    entry_zone = np.concatenate([_entries(sets, zone_of_key, len(zones), a, b)[1] for a, b in chunks] or
+                                [np.zeros(0, dtype=np.int64)])
+    rows = len(entry_zone) * params.draws
     rng = np.random.default_rng(params.seed)
-    row_entry = np.repeat(np.arange(len(starts)), draws)
+    uniforms = [rng.random(rows) for _ in range(max(params.points, 1))]  # U0, U_1, ..., U_(p-1)
+    keys = np.zeros((rows, params.points), dtype=np.int32)
+    width = np.zeros(rows, dtype=np.int64)
+    at = 0
+    for a, b in chunks:
+        entry_unit, _, anchor_at, anchors, by_zone = _entries(sets, zone_of_key, len(zones), a, b)
+        end = at + len(entry_unit) * params.draws
+        keys[at:end], width[at:end] = _draw_rows(sets, params, entry_unit, anchor_at, anchors, by_zone,
+                                                 [u[at:end] for u in uniforms])
+        at = end
+    by_width = []
+    for w in np.unique(width):
+        chosen = np.flatnonzero(width == w)
+        by_width.append((chosen, keys[chosen, :w]))
+    return Draws(zones, entry_zone, by_width)
+
+
+def _unit_chunks(sets: KeySets) -> list[tuple[int, int]]:
+    """Ranges of units [a, b) holding about DRAW_PAIRS pairs each (at least one unit)."""
+    chunks, a = [], 0
+    while a < sets.units:
+        b = int(np.searchsorted(sets.unit_offsets, sets.unit_offsets[a] + DRAW_PAIRS, side="right")) - 1
+        b = min(max(b, a + 1), sets.units)
+        chunks.append((a, b))
+        a = b
+    return chunks
+
+
+def _entries(sets: KeySets, zone_of_key: np.ndarray, n_zones: int, a: int, b: int):
+    """The (unit, anchor zone) entries of units [a, b), in unit then zone order: their unit, zone, where their
+    anchors start in `by_zone` and how many there are, and `by_zone` (the global indices of the units' pairs
+    ordered by unit, zone, key: a stable sort by (unit, zone) keeps each unit's keys sorted, a KeySets
+    invariant)."""
+    lo, hi = int(sets.unit_offsets[a]), int(sets.unit_offsets[b])
+    pair_unit = np.repeat(np.arange(a, b, dtype=np.int64), np.diff(sets.unit_offsets[a:b + 1]))
+    code = pair_unit * n_zones + zone_of_key[sets.unit_keys[lo:hi]]
+    by_zone = np.argsort(code, kind="stable")
+    code = code[by_zone]
+    starts = np.flatnonzero(np.concatenate([[True], code[1:] != code[:-1]])) if len(code) else \
+        np.zeros(0, dtype=np.int64)
+    anchors = np.diff(np.concatenate([starts, [len(code)]]))
+    return code[starts] // n_zones, code[starts] % n_zones, starts, anchors, by_zone + lo
+
+
+def _draw_rows(sets: KeySets, params: RiskParams, entry_unit: np.ndarray, anchor_at: np.ndarray,
+               anchors: np.ndarray, by_zone: np.ndarray, uniforms: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The knowledge sets of some entries' rows (S per entry) from their uniforms, and each set's width."""
+    row_entry = np.repeat(np.arange(len(entry_unit)), params.draws)
     unit = entry_unit[row_entry]
     first = sets.unit_offsets[unit]  # where each row's unit's keys start in unit_keys
-    n = unit_sizes[unit]
-    pick = np.minimum((rng.random(len(row_entry)) * anchors[row_entry]).astype(np.int64), anchors[row_entry] - 1)
-    anchor_pair = by_zone[starts[row_entry] + pick]
+    n = sets.unit_offsets[unit + 1] - first
+    pick = np.minimum((uniforms[0] * anchors[row_entry]).astype(np.int64), anchors[row_entry] - 1)
+    anchor_pair = by_zone[anchor_at[row_entry] + pick]
     anchor_pos = anchor_pair - first
-    width = np.minimum(params.points, n)  # the anchor and width - 1 others
     chosen = np.zeros((len(row_entry), max(params.points - 1, 0)), dtype=np.int64)
     for j in range(params.points - 1):
-        u = rng.random(len(row_entry))
-        position = np.minimum((u * np.maximum(n - 1 - j, 1)).astype(np.int64), np.maximum(n - 2 - j, 0))
+        position = np.minimum((uniforms[j + 1] * np.maximum(n - 1 - j, 1)).astype(np.int64),
+                              np.maximum(n - 2 - j, 0))
         for earlier in np.sort(chosen[:, :j], axis=1).T:  # shift past the chosen ones, in ascending order
             position += position >= earlier
         chosen[:, j] = position
-    keys = np.empty((len(row_entry), params.points), dtype=np.int64)
+    keys = np.empty((len(row_entry), params.points), dtype=np.int32)
     keys[:, 0] = sets.unit_keys[anchor_pair]
     if params.points > 1:
         positions = chosen + (chosen >= anchor_pos[:, None])  # skip the anchor in the unit's key list
         keys[:, 1:] = sets.unit_keys[np.minimum(first[:, None] + positions, len(sets.unit_keys) - 1)]
-    by_width = []
-    for w in np.unique(width):
-        rows = np.flatnonzero(width == w)
-        by_width.append((rows, keys[rows, :w]))
-    return Draws(zones, entry_zone, by_width)
+    return keys, np.minimum(params.points, n)
 
 
 def _sampled_report(sets: KeySets, params: RiskParams, population: dict[str, float] | None,
