@@ -333,3 +333,39 @@ def test_tau_compatibility_criterion_is_weaker_than_ours():
     assert audit(table, k=5, criterion=Criterion(5, range_pct=10)).passed
     assert not audit(table, k=5).passed
     assert Criterion(5, 10).upper(2) == 3 and Criterion(5).upper(2) == 5 and Criterion(5, 10).lower(1) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 40).flatmap(lambda n: st.tuples(
+    st.just(n), st.lists(st.booleans(), min_size=n, max_size=n),
+    st.lists(st.tuples(st.integers(0, n - 1), st.lists(st.integers(0, n - 1), min_size=1, max_size=4, unique=True),
+                       st.one_of(st.none(), st.integers(0, n - 1))), max_size=25))))
+def test_components_are_the_connected_withheld_nodes_in_order(case):
+    """audit.components (union by minimum label in arrays) against a breadth-first search over the withheld
+    members of each relation: the same components, ordered by smallest node, nodes ascending."""
+    from spatial_release.suppression.audit import components
+    from spatial_release.suppression.table import EQ, PRIMARY, PUBLISHED, Relation, Table
+
+    n, withheld, relations = case
+    table = Table(level=["cell"] * n, area=[f"a{i}" for i in range(n)], bucket=[0] * n, value=[1] * n,
+                  status=[PRIMARY if w else PUBLISHED for w in withheld])
+    for parent, children, rest in relations:
+        table.relations.append(Relation(EQ, parent, tuple(c for c in children if c != parent), rest))
+    neighbours: dict[int, set[int]] = {i: set() for i in range(n) if withheld[i]}
+    for relation in table.relations:
+        hidden = [m for m in relation.members() if withheld[m]]
+        for a, b in itertools.combinations(hidden, 2):
+            neighbours[a].add(b)
+            neighbours[b].add(a)
+    expected, seen = [], set()
+    for start in sorted(neighbours):
+        if start in seen:
+            continue
+        group, frontier = {start}, [start]
+        while frontier:
+            for other in neighbours[frontier.pop()] - group:
+                group.add(other)
+                frontier.append(other)
+        seen |= group
+        expected.append(sorted(group))
+    assert components(table) == expected

@@ -120,26 +120,38 @@ def inconsistent_relations(table: Table) -> list[str]:
 
 
 def components(table: Table, relations_of: list[list[int]] | None = None) -> list[list[int]]:
-    """Connected components of withheld nodes, linked through shared relations (deterministic order)."""
-    parent = list(range(len(table)))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for relation in table.relations:
-        withheld = [m for m in relation.members() if table.status[m] != PUBLISHED]
-        for other in withheld[1:]:
-            a, b = find(withheld[0]), find(other)
-            if a != b:
-                parent[max(a, b)] = min(a, b)
-    groups: dict[int, list[int]] = {}
-    for node in range(len(table)):
-        if table.status[node] != PUBLISHED:
-            groups.setdefault(find(node), []).append(node)
-    return [groups[root] for root in sorted(groups)]
+    """Connected components of withheld nodes, linked through shared relations: in the order of their smallest
+    node, each one's nodes ascending. Union by minimum label over the links between consecutive withheld
+    members of each relation, with path halving to the roots, in arrays (a loop over 700,000 figures of the
+    10 M table took 1.6 s, and a release computes them four times). `relations_of` is not needed."""
+    n = len(table)
+    withheld = np.fromiter((status != PUBLISHED for status in table.status), dtype=bool, count=n)
+    sizes = np.fromiter((len(r.children) + 1 + (r.rest is not None) for r in table.relations), dtype=np.int64,
+                        count=len(table.relations))
+    members = np.fromiter((m for r in table.relations for m in r.members()), dtype=np.int64, count=int(sizes.sum()))
+    relation = np.repeat(np.arange(len(table.relations)), sizes)
+    keep = withheld[members]
+    members, relation = members[keep], relation[keep]
+    linked = relation[1:] == relation[:-1]
+    a, b = members[:-1][linked], members[1:][linked]
+    label = np.arange(n)
+    while True:  # each round joins the roots of every link still across two components (smaller root wins)
+        la, lb = label[a], label[b]
+        across = la != lb
+        if not across.any():
+            break
+        np.minimum.at(label, np.maximum(la[across], lb[across]), np.minimum(la[across], lb[across]))
+        while True:  # every node to its root
+            up = label[label]
+            if np.array_equal(up, label):
+                break
+            label = up
+    nodes = np.flatnonzero(withheld)
+    roots = label[nodes]
+    order = np.argsort(roots, kind="stable")  # components by smallest node (the root), nodes ascending in each
+    nodes, roots = nodes[order], roots[order]
+    return [part.tolist() for part in np.split(nodes, np.flatnonzero(roots[1:] != roots[:-1]) + 1)] if len(nodes) \
+        else []
 
 
 class ComponentModel:
