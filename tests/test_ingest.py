@@ -367,3 +367,22 @@ def test_corrupt_parquet_page_names_the_file(tmp_path):
     files = check_trace_files(policy, Q1)  # the footer reads: only the scan can find the corrupt page
     with pytest.raises(IngestError, match=r"b\.parquet: cannot read as parquet"):
         ingest_traces(policy, Q1, files, tmp_path / "out")
+
+
+def test_one_scan_writes_valid_pings_and_the_sorted_quarantine_in_batches(tmp_path, monkeypatch):
+    """Ingest validates each row once and splits every batch into the pings and the quarantine: with batches of
+    two rows, every valid ping is kept once, every rejected row is quarantined once in file and row order with
+    its raw values (raw values of valid rows are never carried), and no temporary file is left behind."""
+    from spatial_release.traces import ingest as ingest_module
+
+    monkeypatch.setattr(ingest_module, "OUTPUT_BATCH_ROWS", 2)
+    rows = [{**GOOD, "device": f"u{i}"} if i % 3 else {**GOOD, "device": f"u{i}", "lon": f"bad{i}"}
+            for i in range(20)]
+    result, quarantine, pings = _ingest(tmp_path, rows, max_rejected_share=0.9)
+    assert sorted(pings["unit"]) == sorted(f"u{i}" for i in range(20) if i % 3)
+    assert list(pings.columns) == ["unit", "ts", "lon", "lat", "src"]
+    assert quarantine["row"].tolist() == [i + 1 for i in range(20) if i % 3 == 0]  # sorted, 1-based data rows
+    assert quarantine["lon_raw"].tolist() == [f"bad{i}" for i in range(20) if i % 3 == 0]
+    assert set(quarantine["reason"]) == {"coordinate_not_a_number"} and result.pings_valid == len(pings)
+    assert not list((tmp_path / "out" / "spill").glob("rejected-*"))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.is_file()) == ["pings.parquet", "quarantine.parquet"]

@@ -18,11 +18,14 @@ quarantined as `missing_unit_id`, never counted as a unit.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from spatial_release.fileio import atomic_path
 from spatial_release.period import Period
@@ -35,6 +38,7 @@ from spatial_release.traces.sql import ident, sql_str
 from spatial_release.traces.timestamps import LocalClock, timestamp_sql
 
 PING_COLUMNS = ("unit", "ts", "lon", "lat")
+VALID_COLUMNS = (*PING_COLUMNS, "src")  # pings.parquet: src is the trace file's position
 QUARANTINE_COLUMNS = ("file", "row", "trip_end", "reason", "detail", "unit_raw", "time_raw", "lon_raw", "lat_raw")
 
 
@@ -220,18 +224,54 @@ def _quarantine_column(name: str) -> str:
     return "CAST(unit_raw AS VARCHAR) AS unit_raw" if name == "unit_raw" else name
 
 
+OUTPUT_BATCH_ROWS = 1_000_000
+
+
 def _write_outputs(con: duckdb.DuckDBPyConnection, pings_path: Path, quarantine_path: Path) -> None:
-    with atomic_path(pings_path) as tmp:
-        con.execute(
-            f"COPY (SELECT unit_raw AS unit, ts, lon, lat, src FROM checked WHERE reason IS NULL) "
-            f"TO {sql_str(str(tmp))} (FORMAT parquet)"
-        )
-    with atomic_path(quarantine_path) as tmp:
-        con.execute(
-            f"COPY (SELECT {', '.join(_quarantine_column(c) for c in QUARANTINE_COLUMNS)} FROM checked "
-            "WHERE reason IS NOT NULL "
-            f"ORDER BY file, row, trip_end) TO {sql_str(str(tmp))} (FORMAT parquet)"
-        )
+    """One scan of the validated view: each batch's valid pings go to pings.parquet, its rejected rows to a
+    temporary file, sorted into quarantine.parquet at the end. Validation (time zones, text to numbers) is
+    most of the cost of ingest: the two filtered COPYs this replaces validated every row twice (3.8 s + 3.7 s
+    at 10 M pings; one scan 5.6 s). The quarantine's raw values are selected for rejected rows only."""
+    kept = [f"CASE WHEN reason IS NULL THEN NULL ELSE {_quarantine_column(c).rsplit(' AS ', 1)[0]} END AS {c}"
+            for c in QUARANTINE_COLUMNS]
+    query = f"SELECT unit_raw AS unit, ts, lon, lat, src, {', '.join(kept)} FROM checked"
+    # in the spill folder, a per-unit artefact deleted at retention with the rest, should a kill leave it
+    spill = quarantine_path.parent / "spill"
+    spill.mkdir(parents=True, exist_ok=True)
+    rejected_tmp = spill / f"rejected-{uuid.uuid4().hex}.parquet"
+    pings_writer = rejected_writer = None
+    try:
+        with atomic_path(pings_path) as pings_tmp:
+            for batch in con.sql(query).to_arrow_reader(OUTPUT_BATCH_ROWS):
+                valid = pc.is_null(batch.column("reason"))
+                pings = batch.filter(valid).select(list(VALID_COLUMNS))
+                if pings_writer is None:
+                    pings_writer = pq.ParquetWriter(str(pings_tmp), pings.schema)
+                pings_writer.write_batch(pings)
+                rejected = batch.filter(pc.invert(valid)).select(list(QUARANTINE_COLUMNS))
+                if rejected.num_rows:
+                    if rejected_writer is None:
+                        rejected_writer = pq.ParquetWriter(str(rejected_tmp), rejected.schema)
+                    rejected_writer.write_batch(rejected)
+            if pings_writer is None:  # no row at all: an empty file with the columns
+                con.execute(f"COPY (SELECT unit_raw AS unit, ts, lon, lat, src FROM checked LIMIT 0) "
+                            f"TO {sql_str(str(pings_tmp))} (FORMAT parquet)")
+            else:
+                pings_writer.close()
+                pings_writer = None
+        source = (f"read_parquet({sql_str(str(rejected_tmp))})" if rejected_writer is not None else
+                  f"({query} LIMIT 0)")
+        if rejected_writer is not None:
+            rejected_writer.close()
+            rejected_writer = None
+        with atomic_path(quarantine_path) as tmp:
+            con.execute(f"COPY (SELECT {', '.join(QUARANTINE_COLUMNS)} FROM {source} ORDER BY file, row, trip_end) "
+                        f"TO {sql_str(str(tmp))} (FORMAT parquet)")
+    finally:
+        for writer in (pings_writer, rejected_writer):
+            if writer is not None:
+                writer.close()
+        rejected_tmp.unlink(missing_ok=True)
 
 
 def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir: Path,
