@@ -285,8 +285,8 @@ def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir
 
     Each valid ping is (unit, ts in UTC, lon, lat, src = the file's position in `files`); each rejected one
     is a quarantine row with file, row, trip end, reason, detail and its raw values (internal: they quote a
-    person's id and whereabouts). Validation is a view over the files, read once for the valid pings and
-    once for the quarantine, so memory stays bounded whatever the number of pings. Raises IngestError when
+    person's id and whereabouts). Validation is a view over the files, read once in record batches that are
+    split into the two files, so memory stays bounded whatever the number of pings. Raises IngestError when
     a file cannot be read at all (naming it, never quoting a row). The returned IngestResult carries the
     counts by reason and the first rejected rows by file, row and reason only."""
     source = policy.source
