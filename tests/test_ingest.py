@@ -369,6 +369,25 @@ def test_corrupt_parquet_page_names_the_file(tmp_path):
         ingest_traces(policy, Q1, files, tmp_path / "out")
 
 
+def test_a_corrupt_page_met_after_the_first_batch_names_the_file(tmp_path, monkeypatch):
+    """The one-scan ingest reads in batches: a page that only fails after batches were written surfaces through
+    pyarrow's reader (an OSError), and must still be an IngestError naming the file (hostile pass)."""
+    from spatial_release.traces import ingest as ingest_module
+
+    monkeypatch.setattr(ingest_module, "OUTPUT_BATCH_ROWS", 1000)
+    frame = pd.DataFrame({"device": [f"unit-{i:06d}-{i * 7919 % 10007}" for i in range(40_000)],
+                          "when": "2018-01-10 08:00:00", "lon": -74.05, "lat": 40.72, "gender": "f"})
+    good, bad = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    frame.to_parquet(good, compression="snappy", row_group_size=4_000)
+    data = bytearray(good.read_bytes())
+    for i in range(len(data) // 2, len(data) * 3 // 4, 5):  # pages of the later row groups only
+        data[i] = (data[i] * 31 + 7) % 256
+    bad.write_bytes(bytes(data))
+    policy = load_policy(write_policy(tmp_path, policy_dict(str(tmp_path / "*.parquet"))))
+    with pytest.raises(IngestError, match=r"b\.parquet: cannot read as parquet"):
+        ingest_traces(policy, Q1, check_trace_files(policy, Q1), tmp_path / "out")
+
+
 def test_one_scan_writes_valid_pings_and_the_sorted_quarantine_in_batches(tmp_path, monkeypatch):
     """Ingest validates each row once and splits every batch into the pings and the quarantine: with batches of
     two rows, every valid ping is kept once, every rejected row is quarantined once in file and row order with

@@ -167,7 +167,7 @@ def check_trace_files(policy: Policy, period: Period, traces: Sequence[str | Pat
 
 
 def unreadable_file(con: duckdb.DuckDBPyConnection, files: Sequence[Path], source: SourceSpec,
-                     exc: duckdb.Error) -> Exception:
+                     exc: Exception) -> Exception:
     """The error to raise when the scan of all files failed: an IngestError naming the file that cannot be
     read (a corrupt Parquet page shows only when it is decoded), or the original error if none is to blame."""
     columns = ", ".join(ident(c) for c in _mapped_fields(source))

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -318,7 +319,8 @@ def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir
     started = time.perf_counter()
     try:
         _write_outputs(con, pings_path, quarantine_path)
-    except duckdb.Error as exc:
+    except (duckdb.Error, pa.ArrowException, OSError) as exc:
+        # a corrupt page met after the first batch surfaces through pyarrow's reader, not as a DuckDB error
         raise unreadable_file(con, files, source, exc) from None
     progress(f"ingest: valid pings and quarantine written in {time.perf_counter() - started:.1f} s")
     con.execute(f"CREATE TEMP TABLE rejected AS SELECT * FROM read_parquet({sql_str(str(quarantine_path))})")
