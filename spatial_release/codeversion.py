@@ -1,18 +1,22 @@
-"""The digest of this process's code, taken when the package is imported.
+"""The digest of this process's code: the package's files and the versions of the libraries that compute.
 
 Saved results are reused only when the code that computed them is the code running now (`stages.reuse`).
-Hashing the files on disk at the moment of use would be wrong: a long-running process (a Dagster code
-server, a benchmark) keeps running the code it imported after the files are upgraded, and would label its
-results with the new code's digest. The package's import is when its modules are read, so the digest is
-taken then (about 150 files, a few milliseconds).
+The digest is taken when the package is imported. A long-running process (a Dagster code server, a
+benchmark) keeps running what it imported after the files are upgraded, and most modules are imported
+lazily, after the package: so the digest is valid only while the files and libraries on disk still hash to
+it. Once they differ, `current_digest` is None and nothing is reused or saved (an old process never labels
+its results with the new code's digest, nor a module imported after an upgrade with the old one).
 """
 
 from __future__ import annotations
 
 import hashlib
+from importlib import metadata
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
+# whose results a saved estimate or verdict depends on: random streams, solvers, readers and writers
+LIBRARIES = ("numpy", "pandas", "pyarrow", "duckdb", "highspy", "shapely", "pyproj", "geopandas")
 
 
 def digest_of_files(package: Path = PACKAGE) -> str:
@@ -24,4 +28,24 @@ def digest_of_files(package: Path = PACKAGE) -> str:
     return digest.hexdigest()
 
 
-CODE_DIGEST = digest_of_files()
+def library_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def digest_on_disk() -> str:
+    text = digest_of_files() + repr(sorted(library_versions().items()))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+CODE_DIGEST = digest_on_disk()
+
+
+def current_digest() -> str | None:
+    """The digest taken at import while the code on disk is unchanged since; None once it changed."""
+    return CODE_DIGEST if digest_on_disk() == CODE_DIGEST else None

@@ -447,11 +447,17 @@ def test_publication_reuses_the_checks_audit_verdict_only_for_byte_identical_inp
     data["digest"] = "0" * 64
     saved.write_text(json.dumps(data))
     assert verified_again() and not verified_again()
+    # (f) a manifest that no longer matches the candidate refuses it on the reuse path too
+    manifest = stages.read_manifest(area)
+    replace(manifest, sha256={n: "0" * 64 for n in RELEASE_FILES}).write(area.candidate)
+    with pytest.raises(checks.CandidateChanged):
+        stages.check_suppression_audit(ctx)
 
 
-def test_the_code_digest_is_taken_at_import_not_from_the_files_at_the_time_of_use(tmp_path, monkeypatch):
-    """A process that keeps running the code it imported (a Dagster code server after an upgrade) must not
-    label its results with the digest of newer files on disk: the digest is the one taken at import."""
+def test_the_code_digest_is_taken_at_import_and_void_once_the_code_on_disk_changes(tmp_path, monkeypatch):
+    """A process that keeps running the code it imported (a Dagster code server after an upgrade), or imports a
+    module after the files changed, must neither reuse a saved result nor save one: the digest is the one
+    taken at import while the files and libraries on disk still hash to it, and None after (hostile pass)."""
     from spatial_release import codeversion
     from spatial_release.stages import reuse
 
@@ -462,6 +468,17 @@ def test_the_code_digest_is_taken_at_import_not_from_the_files_at_the_time_of_us
     before = codeversion.digest_of_files(package)
     (package / "sub" / "b.py").write_text("y = 3\n")
     assert codeversion.digest_of_files(package) != before  # any byte of any file changes it
-    imported = reuse.code_digest()
-    monkeypatch.setattr(codeversion, "digest_of_files", lambda *a: (_ for _ in ()).throw(AssertionError("re-read")))
-    assert reuse.code_digest() == imported == codeversion.CODE_DIGEST
+    assert reuse.code_digest() == codeversion.CODE_DIGEST  # unchanged on disk: the import's digest
+    saved = tmp_path / "saved.json"
+    digest = reuse.digest_of({"x": 1})
+    reuse.save(saved, digest, {"figure": 1})
+    assert reuse.load_saved(saved, digest) == {"figure": 1}
+
+    monkeypatch.setattr(codeversion, "digest_of_files", lambda *a: "upgraded on disk")
+    assert reuse.code_digest() is None and reuse.digest_of({"x": 1}) is None
+    assert reuse.load_saved(saved, reuse.digest_of({"x": 1})) is None
+    reuse.save(saved, reuse.digest_of({"x": 1}), {"figure": 2})  # nothing saved, and the old result removed
+    assert not saved.exists()
+    monkeypatch.undo()
+    monkeypatch.setattr(codeversion, "library_versions", lambda: {"numpy": "another"})
+    assert reuse.code_digest() is None  # a library upgraded under the process

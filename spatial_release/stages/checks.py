@@ -57,11 +57,16 @@ def verify_release_files(folder: Path) -> ReleaseRecord:
     return record
 
 
-def _release_frames(area: WorkArea) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The candidate tables, after checking them against the manifest written with them."""
+def _verify_manifest(area: WorkArea) -> None:
+    """CandidateChanged unless the candidate files are the ones the protection step wrote."""
     for name, digest in ProtectionManifest.read(area.candidate).sha256.items():
         if sha256_file(area.candidate / name) != digest:
             raise CandidateChanged(f"{area.candidate / name} changed after it was written; re-run the release")
+
+
+def _release_frames(area: WorkArea) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The candidate tables, after checking them against the manifest written with them."""
+    _verify_manifest(area)
     tables = read_tables(area.candidate)
     return tables.cells, tables.margins
 
@@ -172,6 +177,7 @@ def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
         digest = audit_digest(ctx, earlier, true_cells, true_margins)
         reused = reused_audit_verdict(area, digest)
         if reused is not None:
+            _verify_manifest(area)  # as on the verifying path: an edited candidate is refused, not judged
             return reused
     if release is None:
         cells, margins = _release_frames(area)
@@ -234,11 +240,11 @@ AUDIT_OUTPUTS = ("audit_intervals.internal.parquet", "audit.internal.json")  # w
 
 
 def audit_digest(ctx: ReleaseContext, earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]],
-                 true_cells: pd.DataFrame, true_margins: pd.DataFrame) -> str:
+                 true_cells: pd.DataFrame, true_margins: pd.DataFrame) -> str | None:
     """sha256 of everything the candidate's audit verdict depends on (`reuse.digest_of` adds the code): the
     certificate's inputs (true counts, candidate files, policy, disclosure spec, earlier releases), the
     structure as evaluated on these counts (`structure_digest`: the zone files shape it, and no other hash
-    covers them) and the certificate's files."""
+    covers them) and the certificate's files. None when the code changed on disk since it was imported."""
     folder = certificate_dir(ctx.area)
     certificate = ({p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file()}
                    if folder.is_dir() else {})
@@ -254,7 +260,7 @@ def save_audit_verdict(area: WorkArea, digest: str, outcome: CheckOutcome) -> No
                                                    "outputs": outputs})
 
 
-def reused_audit_verdict(area: WorkArea, digest: str) -> CheckOutcome | None:
+def reused_audit_verdict(area: WorkArea, digest: str | None) -> CheckOutcome | None:
     """The check's passing verdict when it was reached on byte-identical inputs by the same code and its
     internal outputs are still the ones it wrote; None otherwise (the audit is verified again). The publish
     step re-evaluates every guarantee: this spares it verifying the certificate a second time (about 17 s at

@@ -21,21 +21,26 @@ from spatial_release import codeversion
 from spatial_release.fileio import write_json_atomic
 
 
-def code_digest() -> str:
-    """The digest of the code this process imported (`codeversion`): a result computed by other code is
-    never reused."""
-    return codeversion.CODE_DIGEST
+def code_digest() -> str | None:
+    """The digest of the code this process runs (`codeversion`), or None when the files or libraries on disk
+    changed since the package was imported: then nothing is reused or saved."""
+    return codeversion.current_digest()
 
 
-def digest_of(payload: object) -> str:
-    """sha256 of a JSON-able payload together with the code's digest."""
-    text = json.dumps({"code": code_digest(), "payload": payload}, sort_keys=True, default=str)
+def digest_of(payload: object) -> str | None:
+    """sha256 of a JSON-able payload together with the code's digest; None when the code is not known."""
+    code = code_digest()
+    if code is None:
+        return None
+    text = json.dumps({"code": code, "payload": payload}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def load_saved(path: Path, digest: str) -> dict | None:
-    """The result saved at `path` under `digest`, or None when there is none, it is unreadable, or it was
-    computed from other inputs."""
+def load_saved(path: Path, digest: str | None) -> dict | None:
+    """The result saved at `path` under `digest`, or None when there is none, it is unreadable, it was
+    computed from other inputs, or `digest` is None."""
+    if digest is None:
+        return None
     try:
         saved = json.loads(path.read_text())
         if isinstance(saved, dict) and saved.get("digest") == digest and isinstance(saved.get("result"), dict):
@@ -45,7 +50,11 @@ def load_saved(path: Path, digest: str) -> dict | None:
     return None
 
 
-def save(path: Path, digest: str, result: dict) -> None:
-    """Save `result` under `digest`, atomically (a crash leaves the old file or the new one)."""
+def save(path: Path, digest: str | None, result: dict) -> None:
+    """Save `result` under `digest`, atomically (a crash leaves the old file or the new one); with no digest
+    (the code changed on disk), remove what is there instead: it may describe other code."""
+    if digest is None:
+        path.unlink(missing_ok=True)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, {"digest": digest, "result": result})

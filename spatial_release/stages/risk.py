@@ -233,7 +233,7 @@ ESTIMATE_BY_INPUTS = "estimate_inputs.internal.json"  # risk/: the same estimate
 
 
 def window_inputs_digest(ctx: ReleaseContext, earlier_keys: list[Path], params: RiskParams,
-                         population: dict[str, float] | None) -> str:
+                         population: dict[str, float] | None) -> str | None:
     """sha256 of what the window's estimate derives from when this release's key sets come from the work area
     (`released_keys_sql`): the membership, the candidate files, the policy and period (the time ladder), the
     earlier key set files, the risk zone of every cell they name (zone files shape it; no other hash covers
