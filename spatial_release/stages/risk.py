@@ -208,6 +208,15 @@ def labelled_zones(frame: pd.DataFrame) -> list[ZoneFigures]:
 ESTIMATE = "estimate.internal.json"  # risk/: the last estimate and the sha256 of what it was computed from
 
 
+def _saved_report(path: Path, digest: str | None) -> RiskReport | None:
+    """The estimate saved at `path` under `digest`, or None (none, other inputs, or unreadable)."""
+    saved = reuse.load_saved(path, digest)
+    try:
+        return None if saved is None else RiskReport.from_json(saved)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def estimate_once(area: WorkArea, sets: KeySets, params: RiskParams, population: dict[str, float] | None,
                   started: float) -> RiskReport:
     """`estimate_key_sets`, reusing the work area's last estimate when it was computed from byte-identical
@@ -218,12 +227,9 @@ def estimate_once(area: WorkArea, sets: KeySets, params: RiskParams, population:
     The decision is always taken afresh, on the ledger read under the publication's lock."""
     digest = reuse.digest_of({"risk_estimate": estimate_digest(sets, params, population)})
     path = area.risk / ESTIMATE
-    saved = reuse.load_saved(path, digest)
+    saved = _saved_report(path, digest)
     if saved is not None:
-        try:
-            return RiskReport.from_json(saved)
-        except (KeyError, TypeError, ValueError):
-            pass  # an unreadable estimate: compute it
+        return saved
     report = estimate_key_sets(sets, params, population, started)
     reuse.save(path, digest, report.to_json())
     return report
@@ -273,13 +279,9 @@ def estimate_window(ctx: ReleaseContext, unit_keys: pd.DataFrame | Path | None, 
             inputs = window_inputs_digest(ctx, earlier_keys, params, population)
         except (KeyError, ValueError, OSError, duckdb.Error):
             inputs = None  # the key sets' own checks below name what is wrong with the inputs
-    if inputs is not None:
-        saved = reuse.load_saved(ctx.area.risk / ESTIMATE_BY_INPUTS, inputs)
-        if saved is not None:
-            try:
-                return RiskReport.from_json(saved)
-            except (KeyError, TypeError, ValueError):
-                pass  # unreadable: build the key sets
+    saved = _saved_report(ctx.area.risk / ESTIMATE_BY_INPUTS, inputs)
+    if saved is not None:
+        return saved
     report = estimate_once(ctx.area, window_key_sets(ctx, unit_keys, earlier, earlier_keys), params, population,
                            started)
     if inputs is not None:
