@@ -48,9 +48,10 @@ def _candidate_points() -> tuple[np.ndarray, np.ndarray]:
 LON, LAT = _candidate_points()
 
 
-def _pings(rows) -> pd.DataFrame:
+def _pings(rows, units: int | None = None) -> pd.DataFrame:
+    """units: None for text ids ('u3'), else integer ids offset by it (the packed path, `counting.packed`)."""
     return pd.DataFrame({
-        "unit": [f"u{u}" for u, _, _ in rows],
+        "unit": [f"u{u}" for u, _, _ in rows] if units is None else [units + u for u, _, _ in rows],
         "ts": pd.to_datetime([T0 + timedelta(hours=h) for _, h, _ in rows], utc=True),
         "lon": [LON[p] for _, _, p in rows],
         "lat": [LAT[p] for _, _, p in rows],
@@ -103,12 +104,14 @@ pings_strategy = st.lists(
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows=pings_strategy, measure=st.sampled_from(["presence", "visitors"]), fitted=st.booleans())
-def test_counts_match_brute_force_with_pyproj_placement(tmp_path, rows, measure, fitted):
-    """`fitted` (the pipeline's way, small keys) takes the one-pass presence path; the formula path with
-    wide keys takes the two-aggregation path. Day buckets give many (unit, day) groups with 3+ cells, ties
-    and points on cell edges."""
-    pings = _pings(rows)
+@given(rows=pings_strategy, measure=st.sampled_from(["presence", "visitors"]), fitted=st.booleans(),
+       units=st.sampled_from([None, 0, -3, 10**12]))
+def test_counts_match_brute_force_with_pyproj_placement(tmp_path, rows, measure, fitted, units):
+    """`fitted` (the pipeline's way, small keys) takes the packed-key path for presence with integer unit
+    ids and the one-pass SQL presence path with text ids; the formula path with wide keys takes the
+    two-aggregation path. Day buckets give many (unit, day) groups with 3+ cells, ties and points on cell
+    edges."""
+    pings = _pings(rows, units)
     policy = _grid_policy(measure)
     _, cells, margins = _count(tmp_path, pings, policy, fitted)
     exact = Grid(policy.geometry).locate(pings["lon"].to_numpy(), pings["lat"].to_numpy())
@@ -222,13 +225,14 @@ def _zones_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_zone_counts_match_the_strtree_including_boundaries_and_outside(tmp_path):
+@pytest.mark.parametrize("integer_units", [False, True])
+def test_zone_counts_match_the_strtree_including_boundaries_and_outside(tmp_path, integer_units):
     path = _zones_file(tmp_path)
     rng = np.random.default_rng(4)
     n = 3000
     lon = np.concatenate([rng.uniform(-74.12, -73.96, n), np.full(50, -74.05), rng.uniform(-74.1, -74.0, 50)])
     lat = np.concatenate([rng.uniform(40.68, 40.79, n), rng.uniform(40.70, 40.75, 50), np.full(50, 40.75)])
-    pings = pd.DataFrame({"unit": [f"u{i % 400}" for i in range(len(lon))],
+    pings = pd.DataFrame({"unit": [i % 400 if integer_units else f"u{i % 400}" for i in range(len(lon))],
                           "ts": pd.to_datetime([T0 + timedelta(hours=int(h)) for h in rng.integers(0, 72, len(lon))]),
                           "lon": lon, "lat": lat})
     data = policy_dict("unused.csv", geometry={"kind": "zones", "path": str(path), "id": "zone",
@@ -247,9 +251,10 @@ def test_zone_counts_match_the_strtree_including_boundaries_and_outside(tmp_path
     assert "lookup grid" in result.methods["cell"]
 
 
-def test_dominant_cell_ties_go_to_smallest_cell_id(tmp_path):
+@pytest.mark.parametrize("units", [None, 7])
+def test_dominant_cell_ties_go_to_smallest_cell_id(tmp_path, units):
     rows = [(0, 0, 5), (0, 1, 0), (0, 2, 0), (0, 3, 5)]  # two pings each in two cells, the same day
-    pings = _pings(rows)
+    pings = _pings(rows, units)
     _, cells, _ = _count(tmp_path, pings, _grid_policy())
     placed = Grid(_grid_policy().geometry).locate(pings["lon"].to_numpy(), pings["lat"].to_numpy())
     assert len(set(placed)) == 2
@@ -264,8 +269,9 @@ def test_bucket_follows_the_policy_time_zone(tmp_path):
     assert cells["bucket_start"].iloc[0] == pd.Timestamp("2018-01-10T05:00:00Z")
 
 
-def test_pings_outside_the_period_are_refused_not_dropped(tmp_path):
-    pings = pd.DataFrame({"unit": ["u", "v"], "ts": pd.to_datetime(["2018-01-11T04:30:00Z", "2018-04-01T04:30:00Z"]),
+@pytest.mark.parametrize("ids", [["u", "v"], [1, 2]])
+def test_pings_outside_the_period_are_refused_not_dropped(tmp_path, ids):
+    pings = pd.DataFrame({"unit": ids, "ts": pd.to_datetime(["2018-01-11T04:30:00Z", "2018-04-01T04:30:00Z"]),
                           "lon": [LON[0], LON[1]], "lat": [LAT[0], LAT[1]]})
     with pytest.raises(CountingError, match="1 ping\\(s\\) .* outside period 2018-Q1"):
         _count(tmp_path, pings, _grid_policy())

@@ -19,7 +19,9 @@ from pyproj import Transformer
 from conftest import policy_dict
 from spatial_release import stages
 from spatial_release.counting import count_pings, data_extent
+from spatial_release.counting import counts as counts_module
 from spatial_release.counting.buckets import bucket_slots
+from spatial_release.counting.packed import Packing, presence_from_keys
 from spatial_release.counting.engines import open_engine
 from spatial_release.counting.pings import footer_extent
 from spatial_release.counting.plan import CompactGrid, ZoningPlan
@@ -90,24 +92,101 @@ def _outputs(result) -> list[pd.DataFrame]:
     return [f.sort_values(list(f.columns)).reset_index(drop=True) for f in frames]
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_presence_by_area_equals_the_generic_path(tmp_path, seed, monkeypatch):
+def _spy_packing(monkeypatch) -> list:
+    """Records what `packing_for` decided in each count (None: an SQL path)."""
+    decided = []
+    real = counts_module.packing_for
+
+    def spy(*args):
+        decided.append(real(*args))
+        return decided[-1]
+
+    monkeypatch.setattr(counts_module, "packing_for", spy)
+    return decided
+
+
+@pytest.mark.parametrize("seed, unit_type", [(1, np.int64), (2, np.int32), (3, np.int16), (4, np.uint32)])
+def test_packed_keys_and_presence_by_area_equal_the_generic_path(tmp_path, seed, unit_type, monkeypatch):
     pings = _pings(seed, 400)
+    pings["unit"] = (pings["unit"] * 3 + (0 if unit_type == np.uint32 else -7)).astype(unit_type)
     path = tmp_path / "pings.parquet"
     pings.to_parquet(path)
     policy = _policy()
     results = {}
-    for way in ("by_area", "generic"):
+    decided = _spy_packing(monkeypatch)
+    for way in ("packed", "by_area", "generic"):
+        if way == "by_area":  # the SQL scan with keys as ranks
+            monkeypatch.setattr(counts_module, "packing_for", lambda *args: None)
         if way == "generic":  # keys as ranks refused: the dictionary of ranks and the generic scan
             monkeypatch.setattr(ZoningPlan, "keys_sort_like_ids", property(lambda self: False))
         with open_engine("duckdb", scratch=tmp_path / f"scratch_{way}") as engine:
             results[way] = stages.count_validated_pings(policy, PERIOD, [path], tmp_path / way, engine, silent)
-    fast, slow = results["by_area"], results["generic"]
-    assert fast.unsure_coordinates > 0
-    for a, b in zip(_outputs(fast), _outputs(slow)):
+    assert len(decided) == 1 and decided[0] is not None  # the first way did take the packed path
+    assert results["packed"].unsure_coordinates > 0
+    for way in ("by_area", "generic"):
+        fast, slow = results["packed"], results[way]
+        for a, b in zip(_outputs(fast), _outputs(slow)):
+            pd.testing.assert_frame_equal(a, b)
+        assert (fast.groups, fast.units, fast.unit_buckets, fast.pings_located, fast.pings_outside) == \
+            (slow.groups, slow.units, slow.unit_buckets, slow.pings_located, slow.pings_outside)
+    assert pd.read_parquet(results["packed"].membership_path)["unit"].dtype == unit_type
+
+
+@pytest.mark.parametrize("units, why", [(lambda u: "d" + u.astype(str), "text ids"),
+                                        (lambda u: u * 2**55, "a span of units x hours x cells over 2^62")])
+def test_packed_path_declines_what_it_cannot_pack_and_the_counts_are_the_same(tmp_path, monkeypatch, units, why):
+    pings = _pings(6, 300)
+    reference = tmp_path / "reference.parquet"
+    pings.to_parquet(reference)
+    pings["unit"] = units(pings["unit"])
+    path = tmp_path / "pings.parquet"
+    pings.to_parquet(path)
+    decided = _spy_packing(monkeypatch)
+    results = []
+    for name, source in (("declined", path), ("packed", reference)):
+        with open_engine("duckdb", scratch=tmp_path / f"scratch_{name}") as engine:
+            results.append(stages.count_validated_pings(_policy(), PERIOD, [source], tmp_path / name, engine, silent))
+    assert decided[0] is None and decided[1] is not None, why
+    declined, packed = (_outputs(r) for r in results)
+    for a, b in zip(declined[:2], packed[:2]):  # cells and margins: the unit ids do not show
         pd.testing.assert_frame_equal(a, b)
-    assert (fast.groups, fast.units, fast.unit_buckets, fast.pings_located, fast.pings_outside) == \
-        (slow.groups, slow.units, slow.unit_buckets, slow.pings_located, slow.pings_outside)
+    assert len(declined[2]) == len(packed[2])
+
+
+def _dominant_by_pandas(unit, bucket, area) -> pd.DataFrame:
+    """The dominant area of every (unit, bucket), worked out the long way: most pings, ties to the smallest."""
+    per = pd.DataFrame({"unit": unit, "b": bucket, "rank": area}).value_counts().rename("n").reset_index()
+    per = per.sort_values(["unit", "b", "n", "rank"], ascending=[True, True, False, True])
+    return per.drop_duplicates(["unit", "b"])[["unit", "b", "rank"]].reset_index(drop=True)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_presence_from_keys_is_the_dominant_area_with_ties_to_the_smallest(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 5_000))
+    unit_min, n_buckets, n_areas = int(rng.integers(-50, 50)), int(rng.integers(1, 6)), int(rng.integers(1, 5))
+    unit = rng.integers(unit_min, unit_min + 30, n)
+    bucket, area = rng.integers(0, n_buckets, n), rng.integers(0, n_areas, n)  # few areas: many ties
+    packing = Packing(unit_min, n_buckets, n_areas + 2, pa.int64())
+    keys = np.sort(((unit - unit_min) * n_buckets + bucket) * packing.slots + area + 1)
+    counts = presence_from_keys(keys, packing)
+    expected = _dominant_by_pandas(unit, bucket, area)
+    pd.testing.assert_frame_equal(counts.member.to_pandas(), expected, check_dtype=False)
+    leaf = expected.groupby(["rank", "b"]).size().rename("n").reset_index()
+    pd.testing.assert_frame_equal(counts.leaf.to_pandas(), leaf, check_dtype=False)
+    assert counts.units == expected["unit"].nunique()
+
+
+def test_presence_from_keys_negative_control_a_tie_to_the_larger_area_is_caught():
+    """The comparison above would see a tie broken the wrong way: the pandas reference differs from it."""
+    unit, bucket, area = np.array([0, 0, 0, 0]), np.zeros(4, np.int64), np.array([2, 1, 2, 1])
+    expected = _dominant_by_pandas(unit, bucket, area)
+    assert expected["rank"].tolist() == [1]
+    counts = presence_from_keys(np.sort((unit * 1 + bucket) * 5 + area + 1), Packing(0, 1, 5, pa.int64()))
+    assert counts.member.column("rank").to_pylist() == [1]
+    wrong = expected.assign(rank=2)
+    with pytest.raises(AssertionError):
+        pd.testing.assert_frame_equal(counts.member.to_pandas(), wrong, check_dtype=False)
 
 
 def test_extent_from_the_footers_is_the_scanned_one(tmp_path):

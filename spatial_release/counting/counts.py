@@ -30,6 +30,8 @@ import pyarrow as pa
 from spatial_release.counting.buckets import SLOT_US, BucketSlots, CountingError, bucket_slots, period_buckets
 from spatial_release.counting.engines import Engine
 from spatial_release.counting.outputs import _write_membership, _write_outside, _write_parquet
+from spatial_release.counting.packed import PackedCounts, Packing, PeriodMismatch, packing_for, presence_from_keys, \
+    scan_packed
 from spatial_release.counting.pings import data_extent, register_pings, usable_area
 from spatial_release.counting.plan import ZoningPlan, zoning_sql
 from spatial_release.levels import LEAF, at_rung
@@ -256,14 +258,23 @@ def _count_rungs(engine: Engine, plan: ZoningPlan, z: int, decoded: _Decoded, ru
 
 
 def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, buckets: pd.Series, keys_sql: str,
-                  member_sql: Callable[[], str], key_ranks: bool = False, rungs: Sequence[Rung] = ()
-                  ) -> tuple[_Decoded, pa.Table, list[pa.Table]]:
+                  member_sql: Callable[[], str], key_ranks: bool = False, rungs: Sequence[Rung] = (),
+                  given: PackedCounts | None = None) -> tuple[_Decoded, pa.Table, list[pa.Table]]:
     """Leaf counts (area_id, bucket_start, n) and margin frames (level, area_id, bucket_start, n), with the
     figures of every coarser time rung among the margins (`_count_rungs`).
 
     key_ranks: member_sql gives area keys as ranks, which `plan.keys_sort_like_ids` allows (no dictionary
-    join); else it joins dict_<z> (area key -> rank in id order)."""
-    if key_ranks:  # the areas counted, from the (small) leaf table
+    join); else it joins dict_<z> (area key -> rank in id order). given: the membership and leaf counts
+    already computed (`counting.packed`, keys as ranks), taken instead of member_sql."""
+    leaf_counts = None
+    if given is not None:
+        engine.register_frame(f"member_{z}", given.member)
+        engine.register_frame(f"leaf_{z}", given.leaf)
+        leaf_counts = given.leaf.to_pandas()  # sorted by rank, then bucket, as the ORDER BY below
+        keys = np.unique(leaf_counts["rank"].to_numpy(np.int64))
+        ids = plan.ids_of_keys(keys).astype(object) if len(keys) else np.empty(0, object)
+        decoded = _Decoded(ids, buckets, keys)
+    elif key_ranks:  # the areas counted, from the (small) leaf table
         engine.materialize(f"member_{z}", member_sql())
         engine.materialize(f"leaf_{z}", f"SELECT rank, b, count(*) AS n FROM member_{z} GROUP BY rank, b")
         keys = np.sort(engine.fetch(f"SELECT DISTINCT rank AS area FROM leaf_{z}")["area"].to_numpy(np.int64))
@@ -283,7 +294,8 @@ def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, bucket
     parents = {level: pd.factorize(hierarchy[level].astype(str).to_numpy(object)) for level in plan.parent_levels}
     engine.register_frame(f"hier_{z}", pd.DataFrame(
         {"rank": decoded.ranks, **{level: codes.astype(np.int64) for level, (codes, _) in parents.items()}}))
-    leaf_counts = engine.fetch(f"SELECT rank, b, n FROM leaf_{z} ORDER BY rank, b")  # rank order is id order
+    if leaf_counts is None:
+        leaf_counts = engine.fetch(f"SELECT rank, b, n FROM leaf_{z} ORDER BY rank, b")  # rank order is id order
     leaf = decoded.table(leaf_counts)
     margins = []
     if plan.level != LEAF:
@@ -311,12 +323,16 @@ def _timed(seconds: dict[str, float], name: str, started: float) -> float:
     return now
 
 
+def _outside_period(off: int, pings: Sequence[Path], period: Period) -> CountingError:
+    return CountingError(f"{off} ping(s) in {[str(p) for p in pings]} fall outside period "
+                         f"{period.label}; the pings must come from the ingest step for the same period")
+
+
 def _check_period(engine: Engine, table: str, pings: Sequence[Path], period: Period) -> None:
     off = int(engine.fetch(f"SELECT CAST(coalesce(sum(CASE WHEN b IS NULL THEN n ELSE 0 END), 0) AS BIGINT) "
                            f"AS off FROM {table}").iloc[0]["off"])
     if off:
-        raise CountingError(f"{off} ping(s) in {[str(p) for p in pings]} fall outside period "
-                            f"{period.label}; the pings must come from the ingest step for the same period")
+        raise _outside_period(off, pings, period)
 
 
 def _resolve_unsure(engine: Engine, plans: Sequence[ZoningPlan], table: str) -> tuple[int, list[int]]:
@@ -397,8 +413,29 @@ def _presence_by_area_sql(unsure_buckets: Sequence[int], m: int, dialect) -> str
     return f"{_presence_sql(f'{sure} AND {bucket} NOT IN ({listed})')} UNION ALL {_presence_sql(redone)}"
 
 
+def _scan_packed(engine: Engine, plans: Sequence[ZoningPlan], slots: BucketSlots, packing: Packing,
+                 pings: Sequence[Path], period: Period, seconds: dict, progress: Progress
+                 ) -> tuple[PackedCounts, int, int, int]:
+    """Presence by packed keys (`counting.packed`): (counts, unsure coordinates, pings located, pings in no
+    area); `outside_coordinates` is left in the engine for the outside file."""
+    t = time.perf_counter()
+    try:
+        scan = scan_packed(engine, _keyed_sql(plans, slots, engine), packing,
+                           lambda coords: _resolve_exactly(coords, plans))
+    except PeriodMismatch as exc:
+        raise _outside_period(exc.count, pings, period) from None
+    t = _timed(seconds, "scan", t)
+    progress(f"scanned the pings into packed (unit, bucket, area) keys in {seconds['scan']:.1f} s, "
+             f"{scan.unsure_coordinates:,} distinct unsure coordinate(s) assigned exactly")
+    engine.register_frame("outside_coordinates", scan.outside_coordinates)
+    located = len(scan.keys)
+    given = presence_from_keys(scan.keys, packing)
+    _timed(seconds, "exact", t)  # here: the dominant areas and leaf counts, from the sorted keys
+    return given, scan.unsure_coordinates, located, scan.pings_outside
+
+
 def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Sequence[ZoningPlan], out_dir: Path,
-                engine: Engine, progress: Progress = silent) -> CountResult:
+                engine: Engine, progress: Progress = silent, packed_keys: bool = True) -> CountResult:
     """Count distinct units per (area, bucket) of every zoning over the same validated pings; write the
     count tables into out_dir and return their paths and figures (CountResult).
 
@@ -409,7 +446,8 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
     the SQL engine (DuckDB or Spark, `counting.engines`). progress: told what the scan does and how long.
     Raises CountingError when a ping falls outside the period's buckets (ingest should have quarantined
     it) or a bucket edge falls inside a 15-minute slot. With a time ladder, the margins also hold every
-    level at each coarser rung (`<level>@<rung>`, see `_count_rungs`)."""
+    level at each coarser rung (`<level>@<rung>`, see `_count_rungs`). packed_keys: False keeps to the SQL
+    paths where `counting.packed` would apply (for comparing them; the results are the same)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     started = t = time.perf_counter()
@@ -422,18 +460,27 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
             engine.register_frame(f"lookup_{i}", plan.lookup.table)
     progress(f"counting on {engine.name}: scanning {len(pings)} file(s), assigning pings to "
              + "; ".join(f"{p.level}: {p.method}" for p in plans))
+    packing = packing_for(engine, policy.measure, plans, slots) if packed_keys else None
     # presence over one zoning whose keys compare like its ids: obs's keys are the ranks (see the function)
     by_area = (policy.measure == "presence" and len(plans) == 1 and plans[0].key_bound is not None
                and plans[0].keys_sort_like_ids)
-    scan = _scan_presence_by_area if by_area else _scan_generic
-    unsure_n, unsure_buckets = scan(engine, plans, slots, pings, period, seconds, progress)
+    given = None
+    if packing is not None:
+        given, unsure_n, pings_located, pings_outside = _scan_packed(engine, plans, slots, packing, pings, period,
+                                                                     seconds, progress)
+        unsure_buckets: list[int] = []
+        outside_sql = "SELECT ulon, ulat FROM outside_coordinates"
+    else:
+        scan = _scan_presence_by_area if by_area else _scan_generic
+        unsure_n, unsure_buckets = scan(engine, plans, slots, pings, period, seconds, progress)
+        placed = engine.fetch(
+            "SELECT CAST(coalesce(sum(CASE WHEN a_0 IS NOT NULL THEN n ELSE 0 END), 0) AS BIGINT) AS inside, "
+            "CAST(coalesce(sum(CASE WHEN a_0 IS NULL THEN n ELSE 0 END), 0) AS BIGINT) AS outside FROM located"
+        ).iloc[0]
+        pings_outside, pings_located = int(placed["outside"]), int(placed["inside"])
+        outside_sql = "SELECT DISTINCT ulon, ulat FROM located WHERE a_0 IS NULL"
     t = time.perf_counter()
-    placed = engine.fetch(
-        "SELECT CAST(coalesce(sum(CASE WHEN a_0 IS NOT NULL THEN n ELSE 0 END), 0) AS BIGINT) AS inside, "
-        "CAST(coalesce(sum(CASE WHEN a_0 IS NULL THEN n ELSE 0 END), 0) AS BIGINT) AS outside FROM located").iloc[0]
-    beyond = int(engine.fetch("SELECT count(*) AS n FROM pings_beyond").iloc[0]["n"])  # never counted
-    pings_outside = int(placed["outside"]) + beyond
-    pings_located = int(placed["inside"])
+    pings_outside += int(engine.fetch("SELECT count(*) AS n FROM pings_beyond").iloc[0]["n"])  # never counted
 
     margin_frames: list[pa.Table] = []
     for z, plan in enumerate(plans):
@@ -442,7 +489,7 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
             decoded, leaf, margins = _count_zoning(engine, plan, z, policy.measure, buckets, keys_sql,
                                                    lambda: _presence_by_area_sql(unsure_buckets, plan.key_bound + 1,
                                                                                  engine.dialect), key_ranks=True,
-                                                   rungs=rungs)
+                                                   rungs=rungs, given=given)
         else:
             member_sql = (lambda z=z: _membership_sql(policy.measure, z, len(plans) == 1, unsure_buckets))
             decoded, leaf, margins = _count_zoning(engine, plan, z, policy.measure, buckets, keys_sql, member_sql,
@@ -459,10 +506,14 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
     _write_parquet(margins.sort_by([("level", "ascending"), ("area_id", "ascending"),
                                     ("bucket_start", "ascending")]), margins_path)
     membership_path = _write_membership(engine, main, out_dir)
-    outside_path = _write_outside(engine, out_dir, pings_outside)
-    pairs = ("count(*)" if policy.measure == "presence"  # presence has one row per (unit, bucket)
-             else "(SELECT count(*) FROM (SELECT DISTINCT unit, b FROM member_0) s)")
-    summary = engine.fetch(f"SELECT count(DISTINCT unit) AS units, {pairs} AS unit_buckets FROM member_0").iloc[0]
+    outside_path = _write_outside(engine, out_dir, pings_outside, outside_sql)
+    if given is not None:
+        summary = {"units": given.units, "unit_buckets": given.member.num_rows}
+    else:
+        pairs = ("count(*)" if policy.measure == "presence"  # presence has one row per (unit, bucket)
+                 else "(SELECT count(*) FROM (SELECT DISTINCT unit, b FROM member_0) s)")
+        summary = engine.fetch(f"SELECT count(DISTINCT unit) AS units, {pairs} AS unit_buckets FROM member_0"
+                               ).iloc[0]
     covers = {
         plan.level: int(engine.fetch(f"SELECT count(*) AS n FROM located WHERE a_0 IS NOT NULL AND a_{z} IS NULL"
                                      ).iloc[0]["n"]) == 0

@@ -18,6 +18,7 @@ from typing import Protocol
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 
 
 class Dialect(Protocol):
@@ -102,7 +103,8 @@ class DuckDBEngine:
         files = "[" + ", ".join(_lit(str(p)) for p in paths) + "]"
         self.con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM read_parquet({files})")
 
-    def register_frame(self, name: str, frame: pd.DataFrame) -> None:
+    def register_frame(self, name: str, frame: pd.DataFrame | pa.Table) -> None:
+        """A table of the frame's rows (pandas or Arrow), copied in so later queries scan it in parallel."""
         self.con.register(f"{name}_frame", frame)
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM {name}_frame")
         self.con.unregister(f"{name}_frame")

@@ -45,13 +45,14 @@ def _write_membership(engine: Engine, main: _Decoded, out_dir: Path) -> Path:
     return path
 
 
-def _write_outside(engine: Engine, out_dir: Path, pings_outside: int) -> Path:
-    """The pings in no area of the main geometry, as they came in, kept for review."""
+def _write_outside(engine: Engine, out_dir: Path, pings_outside: int, coordinates_sql: str) -> Path:
+    """The pings in no area of the main geometry, as they came in, kept for review. coordinates_sql: the
+    distinct (ulon, ulat) of those pings."""
     path = out_dir / "outside.parquet"
     where = "" if pings_outside else " WHERE FALSE"
     # p.* keeps the ingest's `src` (the input file of each ping) when the pings carry it
     source = engine.export("outside", "SELECT p.* FROM pings p JOIN "
-                                      "(SELECT DISTINCT ulon, ulat FROM located WHERE a_0 IS NULL) o "
+                                      f"({coordinates_sql}) o "
                                       f"ON p.lon = o.ulon AND p.lat = o.ulat{where} "
                                       "UNION ALL SELECT * FROM pings_beyond")
     with atomic_path(path) as tmp:
