@@ -167,8 +167,8 @@ def test_presence_from_keys_is_the_dominant_area_with_ties_to_the_smallest(seed)
     unit_min, n_buckets, n_areas = int(rng.integers(-50, 50)), int(rng.integers(1, 6)), int(rng.integers(1, 5))
     unit = rng.integers(unit_min, unit_min + 30, n)
     bucket, area = rng.integers(0, n_buckets, n), rng.integers(0, n_areas, n)  # few areas: many ties
-    packing = Packing(unit_min, n_buckets, n_areas + 2, pa.int64())
-    keys = np.sort(((unit - unit_min) * n_buckets + bucket) * packing.slots + area + 1)
+    packing = Packing(unit_min, (n_buckets - 1).bit_length(), n_areas.bit_length() + 1, pa.int64())
+    keys = np.sort(((((unit - unit_min) << packing.bucket_bits) | bucket) << packing.slot_bits) | (area + 1))
     counts = presence_from_keys(keys, packing)
     expected = _dominant_by_pandas(unit, bucket, area)
     pd.testing.assert_frame_equal(counts.member.to_pandas(), expected, check_dtype=False)
@@ -182,7 +182,7 @@ def test_presence_from_keys_negative_control_a_tie_to_the_larger_area_is_caught(
     unit, bucket, area = np.array([0, 0, 0, 0]), np.zeros(4, np.int64), np.array([2, 1, 2, 1])
     expected = _dominant_by_pandas(unit, bucket, area)
     assert expected["rank"].tolist() == [1]
-    counts = presence_from_keys(np.sort((unit * 1 + bucket) * 5 + area + 1), Packing(0, 1, 5, pa.int64()))
+    counts = presence_from_keys(np.sort((((unit << 1) | bucket) << 3) | (area + 1)), Packing(0, 1, 3, pa.int64()))
     assert counts.member.column("rank").to_pylist() == [1]
     wrong = expected.assign(rank=2)
     with pytest.raises(AssertionError):

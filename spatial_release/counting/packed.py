@@ -1,17 +1,17 @@
 """Presence counted from one packed integer per ping: sorted in numpy, then run lengths instead of hash tables.
 
-When the unit ids are integers, each ping's (unit, bucket, area) fits one BIGINT
-    key = ((unit - unit_min) * n_buckets + bucket) * slots + slot,
-with slot = area key + 1, 0 for a ping in no area, and `slots - 1` for an unsure ping (near an edge, assigned
+When the unit ids are integers, each ping's (unit, bucket, area) fits one BIGINT of bit fields
+    key = ((unit - unit_min) << bucket_bits | bucket) << slot_bits | slot,
+with slot = area key + 1, 0 for a ping in no area, and all ones for an unsure ping (near an edge, assigned
 exactly afterwards). DuckDB computes the key in the same scan as the SQL projection (`counts._keyed_sql`);
 numpy sorts the keys (a vectorised sort of 10 M integers takes about 0.1 s here, against 2-3 s for the two
 hash aggregations over (unit, bucket, area) and then (unit, bucket) that it replaces), and every group is
 then a run of equal values:
 - runs of equal keys are the pings per (unit, bucket, area);
-- runs of equal key // slots are the (unit, bucket) pairs, their areas in ascending order, so the dominant
+- runs of equal key >> slot_bits are the (unit, bucket) pairs, their areas in ascending order; the dominant
   area (most pings, ties to the smallest key, which is the smallest id as `keys_sort_like_ids` requires) is
-  the first run holding the pair's largest count;
-- the leaf counts are the run lengths of (rank * n_buckets + bucket) over the dominant areas, sorted again.
+  one max per pair (`presence_from_keys`);
+- the leaf counts are the run lengths of (rank << bucket_bits | bucket) over the dominant areas, sorted again.
 The result is the same membership and the same counts as the SQL paths (tests/test_counting_paths.py
 compares the three on pings with ties, edges and pings in no area). Used for presence over one zoning on
 DuckDB (the data comes to this process); Spark, text unit ids and keys that would not fit keep the SQL paths.
@@ -32,32 +32,36 @@ from spatial_release.counting.buckets import BucketSlots
 from spatial_release.counting.engines import DuckDBEngine, Engine
 from spatial_release.counting.plan import ZoningPlan
 
-KEY_LIMIT = 2**62  # packed keys stay below this, far from BIGINT's overflow in the SQL that computes them
+KEY_BITS = 62  # packed keys stay below 2^62, clear of BIGINT's overflow in the SQL that computes them
 _INTEGER_UNITS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER"}
 
 
 @dataclass(frozen=True)
 class Packing:
+    """key = (((unit - unit_min) << bucket_bits | bucket) << slot_bits) | slot: bit fields, so that taking a
+    key apart is shifts and masks (numpy's integer division cost more than the sort)."""
+
     unit_min: int
-    n_buckets: int
-    slots: int  # area keys + 2: slot 0 is "in no area", the last one "unsure"
+    bucket_bits: int
+    slot_bits: int  # slots: area key + 1, 0 for "in no area", the largest value for "unsure"
     unit_type: pa.DataType  # the pings' unit column type, kept in the membership
 
     @property
     def unsure(self) -> int:
-        return self.slots - 1
+        return (1 << self.slot_bits) - 1
 
     def key_sql(self) -> str:
         """The packed key over `keyed`'s columns; NULL for a ping outside the period's buckets."""
         slot = f"CASE WHEN unsure THEN {self.unsure} ELSE coalesce(k_0 + 1, 0) END"
-        return (f"CASE WHEN b IS NOT NULL THEN ((CAST(unit AS BIGINT) - {self.unit_min}) * {self.n_buckets} + b) "
-                f"* {self.slots} + {slot} END")
+        return (f"CASE WHEN b IS NOT NULL THEN ((CAST(unit AS BIGINT) - {self.unit_min}) * {1 << self.bucket_bits} "
+                f"+ b) * {1 << self.slot_bits} + {slot} END")
 
 
 def packing_for(engine: Engine, measure: str, plans: Sequence[ZoningPlan], slots: BucketSlots) -> Packing | None:
     """The packing of these pings, or None when the packed path does not apply: not DuckDB, not presence over
-    one zoning whose keys compare like its ids, unit ids that are not integers, no pings, or keys that would
-    not fit (units x buckets x areas of 2^62 or more)."""
+    one zoning whose keys compare like its ids, unit ids that are not integers, no pings, or fields that would
+    not fit: units, buckets and areas in 62 bits, and as many pings as there are beside the area's bits
+    (`presence_from_keys` packs a run's ping count above its slot)."""
     if not isinstance(engine, DuckDBEngine) or measure != "presence" or len(plans) != 1:
         return None
     plan = plans[0]
@@ -66,12 +70,14 @@ def packing_for(engine: Engine, measure: str, plans: Sequence[ZoningPlan], slots
     kind = engine.fetch("SELECT typeof(unit) AS t FROM pings LIMIT 1")
     if kind.empty or kind.iloc[0]["t"] not in _INTEGER_UNITS:
         return None
-    low, high = engine.con.execute("SELECT min(unit), max(unit) FROM pings").fetchall()[0]
-    n_buckets, n_slots = len(slots.buckets), plan.key_bound + 2
-    if (int(high) - int(low) + 1) * n_buckets * n_slots >= KEY_LIMIT:
+    low, high, rows = engine.con.execute("SELECT min(unit), max(unit), count(*) FROM pings").fetchall()[0]
+    unit_bits = (int(high) - int(low)).bit_length()
+    bucket_bits = max(len(slots.buckets) - 1, 1).bit_length()
+    slot_bits = (plan.key_bound + 1).bit_length()  # slots 0 .. key_bound + 1, the last for unsure pings
+    if unit_bits + bucket_bits + slot_bits > KEY_BITS or int(rows).bit_length() + slot_bits > KEY_BITS:
         return None
     unit_type = engine.con.sql("SELECT unit FROM pings LIMIT 0").to_arrow_table().schema.field("unit").type
-    return Packing(int(low), n_buckets, n_slots, unit_type)
+    return Packing(int(low), bucket_bits, slot_bits, unit_type)
 
 
 @dataclass(frozen=True)
@@ -98,26 +104,44 @@ def scan_packed(engine: DuckDBEngine, keyed_sql: str, packing: Packing,
         f"""{keyed_sql} SELECT {packing.key_sql()} AS key,
                    CASE WHEN unsure OR k_0 IS NULL THEN lon END AS ulon,
                    CASE WHEN unsure OR k_0 IS NULL THEN lat END AS ulat FROM keyed""").to_arrow_table()
-    key = table.column("key").combine_chunks()
-    if key.null_count:
-        raise PeriodMismatch(key.null_count)
-    keys = key.to_numpy(zero_copy_only=False).astype(np.int64, copy=True)
-    odd_positions = pc.indices_nonzero(pc.is_valid(table.column("ulon").combine_chunks())).to_numpy()
-    odd = table.select(["ulon", "ulat"]).take(odd_positions).to_pandas()
-    del table, key
-    slot = keys[odd_positions] % packing.slots
+    if table.column("key").null_count:
+        raise PeriodMismatch(table.column("key").null_count)
+    keys, odd_positions, odd = _keys_and_odd_rows(table)
+    del table
+    slot = keys[odd_positions] & packing.unsure  # the slot field (unsure is all ones)
     unsure = slot == packing.unsure
     distinct = odd.loc[unsure].drop_duplicates(ignore_index=True)
     if len(distinct):
         fixed = exact_keys(distinct)  # ulon, ulat, f_0 (-1: in no area)
         found = odd.loc[unsure].merge(fixed, on=["ulon", "ulat"], how="left")["f_0"].to_numpy(np.int64)
         slot[unsure] = found + 1  # -1 (in no area) becomes slot 0
-        keys[odd_positions] = keys[odd_positions] - keys[odd_positions] % packing.slots + slot
+        keys[odd_positions] = (keys[odd_positions] & ~packing.unsure) | slot
     nowhere = slot == 0
     outside = odd.loc[nowhere].drop_duplicates(ignore_index=True)
     keys = np.delete(keys, odd_positions[nowhere])
     keys.sort()
     return PackedScan(keys, int(nowhere.sum()), outside, len(distinct))
+
+
+def _keys_and_odd_rows(table: pa.Table) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
+    """The keys as one writable array, and the positions and coordinates of the rows that kept theirs (in
+    no area or unsure), batch by batch: batches whose coordinates are all NULL, nearly all of them, are
+    passed over on their null count (combining the columns first cost 1.2 s at 10 M pings)."""
+    keys = np.empty(table.num_rows, np.int64)
+    positions, coordinates = [], []
+    offset = 0
+    for batch in table.to_batches():
+        rows = batch.num_rows
+        keys[offset:offset + rows] = batch.column(0).to_numpy(zero_copy_only=False)
+        lon = batch.column(1)
+        if lon.null_count < rows:
+            found = pc.indices_nonzero(pc.is_valid(lon))
+            positions.append(found.to_numpy() + offset)
+            coordinates.append(batch.select([1, 2]).take(found))
+        offset += rows
+    odd = (pa.Table.from_batches(coordinates).to_pandas() if coordinates
+           else pd.DataFrame({"ulon": np.empty(0), "ulat": np.empty(0)}))
+    return keys, np.concatenate(positions) if positions else np.empty(0, np.int64), odd
 
 
 def _run_starts(values: np.ndarray) -> np.ndarray:
@@ -142,29 +166,32 @@ class PackedCounts:
 
 
 def presence_from_keys(keys: np.ndarray, packing: Packing) -> PackedCounts:
-    """The dominant area of every (unit, bucket) and the leaf counts, from the sorted packed keys."""
+    """The dominant area of every (unit, bucket) and the leaf counts, from the sorted packed keys. The
+    dominant area is one max per (unit, bucket) over (pings << slot_bits | (mask - slot)): most pings, then
+    the smallest slot, which is the smallest area key."""
+    slot_mask, bucket_mask = (1 << packing.slot_bits) - 1, (1 << packing.bucket_bits) - 1
     starts = _run_starts(keys)
     pings = _run_lengths(starts, len(keys))  # pings per (unit, bucket, area)
-    area_runs = keys[starts]
-    del keys
-    pair = area_runs // packing.slots  # (unit - unit_min) * n_buckets + bucket
+    area = keys[starts]
+    del keys, starts
+    pair = area >> packing.slot_bits  # (unit - unit_min) << bucket_bits | bucket
+    score = (pings << packing.slot_bits) | (slot_mask - (area & slot_mask))
+    del area, pings
     pair_starts = _run_starts(pair)
-    most = np.maximum.reduceat(pings, pair_starts) if len(pair_starts) else pings[:0]
-    pair_of_run = np.repeat(np.arange(len(pair_starts)), _run_lengths(pair_starts, len(pair)))
-    top = np.flatnonzero(pings == most[pair_of_run])
-    first_top = top[_run_starts(pair_of_run[top])]  # areas ascend within a pair: the first top is the smallest
-    chosen_pair, rank = pair[first_top], area_runs[first_top] % packing.slots - 1
-    unit, bucket = chosen_pair // packing.n_buckets + packing.unit_min, chosen_pair % packing.n_buckets
-    units = len(_run_starts(unit))
-    leaf_key = np.sort(rank * packing.n_buckets + bucket)
+    best = np.maximum.reduceat(score, pair_starts) if len(pair_starts) else score
+    rank = slot_mask - (best & slot_mask) - 1
+    pair = pair[pair_starts]
+    unit, bucket = (pair >> packing.bucket_bits) + packing.unit_min, pair & bucket_mask
+    units = int(np.count_nonzero(unit[1:] != unit[:-1])) + 1 if len(unit) else 0
+    leaf_key = np.sort((rank << packing.bucket_bits) | bucket)
     leaf_starts = _run_starts(leaf_key)
     leaf_runs = leaf_key[leaf_starts]
     member = pa.table({"unit": pa.array(unit).cast(packing.unit_type), "b": pa.array(bucket),
                        "rank": pa.array(rank)})
-    leaf = pa.table({"rank": pa.array(leaf_runs // packing.n_buckets), "b": pa.array(leaf_runs % packing.n_buckets),
+    leaf = pa.table({"rank": pa.array(leaf_runs >> packing.bucket_bits), "b": pa.array(leaf_runs & bucket_mask),
                      "n": pa.array(_run_lengths(leaf_starts, len(leaf_key)))})
     return PackedCounts(member, leaf, units)
 
 
-__all__ = ["KEY_LIMIT", "PackedCounts", "PackedScan", "Packing", "PeriodMismatch", "packing_for",
+__all__ = ["KEY_BITS", "PackedCounts", "PackedScan", "Packing", "PeriodMismatch", "packing_for",
            "presence_from_keys", "scan_packed"]
