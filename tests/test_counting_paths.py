@@ -133,7 +133,8 @@ def test_packed_keys_and_presence_by_area_equal_the_generic_path(tmp_path, seed,
 
 
 @pytest.mark.parametrize("units, why", [(lambda u: "d" + u.astype(str), "text ids"),
-                                        (lambda u: u * 2**55, "a span of units x hours x cells over 2^62")])
+                                        (lambda u: u * 2**55, "a span of units x hours x cells over 2^62"),
+                                        (lambda u: u.astype("Int64").where(u != 3), "a NULL unit id")])
 def test_packed_path_declines_what_it_cannot_pack_and_the_counts_are_the_same(tmp_path, monkeypatch, units, why):
     pings = _pings(6, 300)
     reference = tmp_path / "reference.parquet"
@@ -221,3 +222,21 @@ def test_count_pings_without_the_footer_shortcut_is_the_same(tmp_path, monkeypat
             outputs.append(_outputs(count_pings(policy, PERIOD, [path], plans, tmp_path / way, engine)))
     for a, b in zip(*outputs):
         pd.testing.assert_frame_equal(a, b)
+
+
+def test_one_engine_counts_twice_through_both_paths(tmp_path):
+    """The packed path leaves its membership as a view of Arrow arrays, the SQL paths as a table under the
+    same name: counting again on the same engine, either way round, replaces it and gives the same tables."""
+    pings = _pings(7, 300)
+    path = tmp_path / "pings.parquet"
+    pings.to_parquet(path)
+    policy = _policy()
+    outputs = []
+    with open_engine("duckdb", scratch=tmp_path / "scratch") as engine:
+        plans = stages.zoning_plans(policy, engine, data_extent(engine, [path], (-88.0, -10.0, -62.0, 90.0)))
+        for i, packed in enumerate((True, False, True)):
+            result = count_pings(policy, PERIOD, [path], plans, tmp_path / f"out{i}", engine, packed_keys=packed)
+            outputs.append(_outputs(result))
+    for other in outputs[1:]:
+        for a, b in zip(outputs[0], other):
+            pd.testing.assert_frame_equal(a, b)

@@ -9,9 +9,11 @@ per bucket; margins of `visitors` are distinct units counted from the membership
 
 The work is one scan of the pings in SQL (project, bucket, assign to areas; see `counting.plan`) that counts
 pings per (unit, bucket, area), the exact assignment of the unsure coordinates, then group-bys. Presence over
-one zoning whose area keys compare like its ids packs bucket and area into one key and uses the keys as
-ranks (`_scan_presence_by_area`); visitors, linked zonings and other keys go through `_scan_generic` and a
-dictionary of ranks. Everything the engine handles is integer-keyed: area keys, bucket numbers (hours by
+one zoning whose area keys compare like its ids, on DuckDB with integer unit ids, packs unit, bucket and area
+into one integer per ping and finds the dominant areas by sorting those in numpy (`counting.packed`); with
+other unit ids or on Spark it packs bucket and area into one key and uses the keys as ranks
+(`_scan_presence_by_area`); visitors, linked zonings and other keys go through `_scan_generic` and a
+dictionary of ranks. All three give the same tables (tests/test_counting_paths.py). Everything the engine handles is integer-keyed: area keys, bucket numbers (hours by
 arithmetic, other buckets through a 15-minute slot table), ranks of area ids, parents' codes; ids and
 instants are decoded at the end, on the small count tables.
 """
@@ -268,7 +270,9 @@ def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, bucket
     already computed (`counting.packed`, keys as ranks), taken instead of member_sql."""
     leaf_counts = None
     if given is not None:
-        engine.register_frame(f"member_{z}", given.member)
+        # the membership as a view of its arrays (the packed path runs on DuckDB only): no copy of 40 M rows
+        # at 50 M pings; the leaf table, small, is copied in
+        engine.register_arrow_view(f"member_{z}", given.member)
         engine.register_frame(f"leaf_{z}", given.leaf)
         leaf_counts = given.leaf.to_pandas()  # sorted by rank, then bucket, as the ORDER BY below
         keys = np.unique(leaf_counts["rank"].to_numpy(np.int64))
@@ -428,8 +432,8 @@ def _scan_packed(engine: Engine, plans: Sequence[ZoningPlan], slots: BucketSlots
     progress(f"scanned the pings into packed (unit, bucket, area) keys in {seconds['scan']:.1f} s, "
              f"{scan.unsure_coordinates:,} distinct unsure coordinate(s) assigned exactly")
     engine.register_frame("outside_coordinates", scan.outside_coordinates)
-    located = len(scan.keys)
-    given = presence_from_keys(scan.keys, packing)
+    located = scan.located
+    given = presence_from_keys(scan.take_keys(), packing)
     _timed(seconds, "exact", t)  # here: the dominant areas and leaf counts, from the sorted keys
     return given, scan.unsure_coordinates, located, scan.pings_outside
 

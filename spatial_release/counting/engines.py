@@ -105,11 +105,27 @@ class DuckDBEngine:
 
     def register_frame(self, name: str, frame: pd.DataFrame | pa.Table) -> None:
         """A table of the frame's rows (pandas or Arrow), copied in so later queries scan it in parallel."""
+        self._drop(name)
         self.con.register(f"{name}_frame", frame)
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM {name}_frame")
         self.con.unregister(f"{name}_frame")
 
+    def _drop(self, name: str) -> None:
+        """Whatever holds the name, table or view (an Arrow view cannot be replaced by a table, nor the
+        reverse), so that one engine can count twice."""
+        kind = self.con.execute("SELECT table_type FROM information_schema.tables WHERE table_name = ?",
+                                [name]).fetchall()
+        for (table_type,) in kind:
+            self.con.execute(f"DROP {'VIEW' if table_type == 'VIEW' else 'TABLE'} IF EXISTS {name}")
+
+    def register_arrow_view(self, name: str, table: pa.Table, batch_rows: int = 1 << 20) -> None:
+        """A view of an Arrow table, without copying it; in batches, which DuckDB scans in parallel. The
+        engine keeps the table alive until it is closed."""
+        self._drop(name)
+        self.con.register(name, pa.Table.from_batches(table.to_batches(max_chunksize=batch_rows), table.schema))
+
     def materialize(self, name: str, sql: str) -> None:
+        self._drop(name)
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}")
 
     def view(self, name: str, sql: str) -> None:

@@ -59,9 +59,9 @@ class Packing:
 
 def packing_for(engine: Engine, measure: str, plans: Sequence[ZoningPlan], slots: BucketSlots) -> Packing | None:
     """The packing of these pings, or None when the packed path does not apply: not DuckDB, not presence over
-    one zoning whose keys compare like its ids, unit ids that are not integers, no pings, or fields that would
-    not fit: units, buckets and areas in 62 bits, and as many pings as there are beside the area's bits
-    (`presence_from_keys` packs a run's ping count above its slot)."""
+    one zoning whose keys compare like its ids, unit ids that are not integers or are NULL, no pings, or
+    fields that would not fit: units, buckets and areas in 62 bits, and as many pings as there are beside
+    the area's bits (`presence_from_keys` packs a run's ping count above its slot)."""
     if not isinstance(engine, DuckDBEngine) or measure != "presence" or len(plans) != 1:
         return None
     plan = plans[0]
@@ -70,7 +70,10 @@ def packing_for(engine: Engine, measure: str, plans: Sequence[ZoningPlan], slots
     kind = engine.fetch("SELECT typeof(unit) AS t FROM pings LIMIT 1")
     if kind.empty or kind.iloc[0]["t"] not in _INTEGER_UNITS:
         return None
-    low, high, rows = engine.con.execute("SELECT min(unit), max(unit), count(*) FROM pings").fetchall()[0]
+    low, high, rows, named = engine.con.execute(
+        "SELECT min(unit), max(unit), count(*), count(unit) FROM pings").fetchall()[0]
+    if named != rows:  # a NULL unit id (ingest quarantines them): the SQL paths count what they are given
+        return None
     unit_bits = (int(high) - int(low)).bit_length()
     bucket_bits = max(len(slots.buckets) - 1, 1).bit_length()
     slot_bits = (plan.key_bound + 1).bit_length()  # slots 0 .. key_bound + 1, the last for unsure pings
@@ -80,12 +83,21 @@ def packing_for(engine: Engine, measure: str, plans: Sequence[ZoningPlan], slots
     return Packing(int(low), bucket_bits, slot_bits, unit_type)
 
 
-@dataclass(frozen=True)
+@dataclass
 class PackedScan:
-    keys: np.ndarray  # packed keys of the pings placed in an area (sorted)
+    keys: np.ndarray | None  # packed keys of the pings placed in an area (sorted); None once taken
+    located: int  # how many: pings placed in an area
     pings_outside: int  # pings in no area of the zoning (not counting those beyond the usable area)
     outside_coordinates: pd.DataFrame  # ulon, ulat: the distinct coordinates of those pings
     unsure_coordinates: int  # distinct unsure coordinates assigned exactly
+
+    def take_keys(self) -> np.ndarray:
+        """The keys, no longer held here, so that `presence_from_keys` can free them as soon as it is done
+        with them (400 MB at 50 M pings)."""
+        keys, self.keys = self.keys, None
+        if keys is None:
+            raise ValueError("the packed keys were already taken")
+        return keys
 
 
 class PeriodMismatch(Exception):
@@ -120,7 +132,7 @@ def scan_packed(engine: DuckDBEngine, keyed_sql: str, packing: Packing,
     outside = odd.loc[nowhere].drop_duplicates(ignore_index=True)
     keys = np.delete(keys, odd_positions[nowhere])
     keys.sort()
-    return PackedScan(keys, int(nowhere.sum()), outside, len(distinct))
+    return PackedScan(keys, len(keys), int(nowhere.sum()), outside, len(distinct))
 
 
 def _keys_and_odd_rows(table: pa.Table) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
@@ -165,31 +177,53 @@ class PackedCounts:
     units: int
 
 
+def _narrow(values: np.ndarray, bits: int) -> np.ndarray:
+    """int32 when every value has at most 31 bits (half the memory of the membership's columns)."""
+    return values.astype(np.int32) if bits <= 31 else values
+
+
 def presence_from_keys(keys: np.ndarray, packing: Packing) -> PackedCounts:
-    """The dominant area of every (unit, bucket) and the leaf counts, from the sorted packed keys. The
-    dominant area is one max per (unit, bucket) over (pings << slot_bits | (mask - slot)): most pings, then
-    the smallest slot, which is the smallest area key."""
+    """The dominant area of every (unit, bucket) and the leaf counts, from the sorted packed keys (taken
+    over: freed on the way). The dominant area is one max per (unit, bucket) over
+    (pings << slot_bits | (mask - slot)): most pings, then the smallest slot, which is the smallest area key.
+    Arrays are updated in place where they can be: memory, not time, is the limit at 50 M pings."""
     slot_mask, bucket_mask = (1 << packing.slot_bits) - 1, (1 << packing.bucket_bits) - 1
+    total = len(keys)
     starts = _run_starts(keys)
-    pings = _run_lengths(starts, len(keys))  # pings per (unit, bucket, area)
     area = keys[starts]
-    del keys, starts
+    del keys
+    score = _run_lengths(starts, total)  # pings per (unit, bucket, area), then the score
+    del starts
+    score <<= packing.slot_bits
     pair = area >> packing.slot_bits  # (unit - unit_min) << bucket_bits | bucket
-    score = (pings << packing.slot_bits) | (slot_mask - (area & slot_mask))
-    del area, pings
+    area &= slot_mask
+    np.subtract(slot_mask, area, out=area)
+    score |= area
+    del area
     pair_starts = _run_starts(pair)
     best = np.maximum.reduceat(score, pair_starts) if len(pair_starts) else score
-    rank = slot_mask - (best & slot_mask) - 1
+    del score
+    best &= slot_mask
+    rank = slot_mask - 1 - best  # the dominant area's key
+    del best
     pair = pair[pair_starts]
-    unit, bucket = (pair >> packing.bucket_bits) + packing.unit_min, pair & bucket_mask
+    del pair_starts
+    bucket = pair & bucket_mask
+    pair >>= packing.bucket_bits
+    pair += packing.unit_min
+    unit = pair
     units = int(np.count_nonzero(unit[1:] != unit[:-1])) + 1 if len(unit) else 0
-    leaf_key = np.sort((rank << packing.bucket_bits) | bucket)
+    leaf_key = rank << packing.bucket_bits
+    leaf_key |= bucket
+    leaf_key.sort()
     leaf_starts = _run_starts(leaf_key)
     leaf_runs = leaf_key[leaf_starts]
-    member = pa.table({"unit": pa.array(unit).cast(packing.unit_type), "b": pa.array(bucket),
-                       "rank": pa.array(rank)})
     leaf = pa.table({"rank": pa.array(leaf_runs >> packing.bucket_bits), "b": pa.array(leaf_runs & bucket_mask),
                      "n": pa.array(_run_lengths(leaf_starts, len(leaf_key)))})
+    del leaf_key, leaf_starts, leaf_runs
+    member = pa.table({"unit": pa.array(unit).cast(packing.unit_type),
+                       "b": pa.array(_narrow(bucket, packing.bucket_bits)),
+                       "rank": pa.array(_narrow(rank, packing.slot_bits))})
     return PackedCounts(member, leaf, units)
 
 
