@@ -4,12 +4,7 @@ __version__ = "0.1.0"
 
 from spatial_release import codeversion as _codeversion  # noqa: F401 - the code's digest, taken at import
 from spatial_release.fileio import restrict_umask as _restrict_umask
-from spatial_release.memory import avoid_hugepage_stalls as _avoid_hugepage_stalls
 
 # Importing the package makes the process owner-only for new files (see fileio.restrict_umask); every
 # work area sets it again, in case the caller changed the umask after the import.
 _restrict_umask()
-
-# NumPy's huge page advice stalls large arrays in direct compaction on kernels whose THP defrag is `madvise`
-# (see spatial_release.memory): off for the process, unless NUMPY_MADVISE_HUGEPAGE=1.
-_avoid_hugepage_stalls()

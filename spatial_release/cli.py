@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spatial_release.errors import Blocked, ExitCode, PeriodError, UserError, kind_of
+from spatial_release.memory import avoid_hugepage_stalls
 from spatial_release.outcome import Failure, RunOutcome
 from spatial_release.period import Period
 
@@ -388,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     `--debug` adds the traceback."""
     args = build_parser().parse_args(argv)
     debug = getattr(args, "debug", False)
+    avoid_hugepage_stalls()  # the command line's process is the pipeline's own (spatial_release.memory)
     try:
         return args.func(args)
     except Blocked as exc:  # an untrustworthy ledger or a second release: blocked, not usage

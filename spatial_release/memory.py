@@ -1,29 +1,58 @@
-"""Process-wide memory advice for the pipeline's large arrays.
+"""Memory advice for the pipeline's large arrays.
 
 NumPy asks the kernel for transparent huge pages (madvise MADV_HUGEPAGE) on every large array. Where the
-kernel's THP defrag setting is `madvise` (the default on many distributions, and on the machines this was
-measured on), each first touch of such an array may stall in direct compaction. Measured on a 2-core VM:
-the packed-key presence pass (`counting.packed`) over 10 M pings took 10.3-11.7 s with the advice and
-1.6-2.3 s without it, and the whole 10 M counting step 13.7 s against 3.3 s (bench/release_bench.py). The
-advice changes no result, only how pages are handed out, so the package turns it off when imported (like
-the umask, `fileio.restrict_umask`). NUMPY_MADVISE_HUGEPAGE=1 in the environment keeps it on.
+kernel's THP defrag setting is `madvise` (the default on many distributions, and on the machine this was
+measured on), the first touch of such an array may stall in direct compaction. Measured on a 2-core VM: the
+packed-key presence pass (`counting.packed`) over 10 M pings took 10.3-11.7 s with the advice and
+1.6-2.3 s without it, and the 10 M counting step of a whole release 13.7 s against 3.3 s
+(bench/release_bench.py). The advice changes no result, only how pages are handed out.
+
+So the advice is off where the pipeline runs: process-wide in the processes the project owns (the command
+line, and any process that loads the Dagster definitions: `spatial_release.defs`), and for the duration of
+`count_pings` when the domain code is called from elsewhere (a notebook), restored afterwards. Setting
+NUMPY_MADVISE_HUGEPAGE=1 (NumPy's own variable) keeps the advice on everywhere.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+
+def _setter() -> Callable[[bool], bool] | None:
+    """NumPy's switch for the advice (the one its import calls with NUMPY_MADVISE_HUGEPAGE); it returns the
+    setting it replaces. None for a NumPy without it."""
+    try:
+        from numpy._core import multiarray
+    except ImportError:  # NumPy 1.x
+        from numpy.core import multiarray  # type: ignore[no-redef]
+    return getattr(multiarray, "_set_madvise_hugepage", None)
+
+
+def _user_keeps_advice() -> bool:
+    return os.environ.get("NUMPY_MADVISE_HUGEPAGE") not in (None, "", "0")
 
 
 def avoid_hugepage_stalls() -> bool:
-    """Turns NumPy's huge page advice off unless NUMPY_MADVISE_HUGEPAGE says otherwise; whether it is now off.
-    Uses NumPy's own switch for this (`_set_madvise_hugepage`, the function its import calls with the same
-    variable); a NumPy without it is left as it is."""
-    if os.environ.get("NUMPY_MADVISE_HUGEPAGE") not in (None, "", "0"):
-        return False
-    from numpy._core import multiarray
-
-    setter = getattr(multiarray, "_set_madvise_hugepage", None)
-    if setter is None:
+    """Turns the advice off for the whole process, unless NUMPY_MADVISE_HUGEPAGE says otherwise; whether it
+    is now off. For the project's own entry points only."""
+    setter = _setter()
+    if setter is None or _user_keeps_advice():
         return False
     setter(False)
     return True
+
+
+@contextmanager
+def hugepage_advice_off() -> Iterator[None]:
+    """The advice off inside the block (unless NUMPY_MADVISE_HUGEPAGE=1), as it was after it."""
+    setter = _setter()
+    if setter is None or _user_keeps_advice():
+        yield
+        return
+    previous = setter(False)
+    try:
+        yield
+    finally:
+        setter(previous)

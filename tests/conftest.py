@@ -131,3 +131,19 @@ def fixture_traces(tmp_path: Path) -> Path:
 @pytest.fixture
 def fixture_policy(tmp_path: Path, fixture_traces: Path):
     return load_policy(write_policy(tmp_path, policy_dict(str(fixture_traces))))
+
+
+def spy_packing(monkeypatch) -> list:
+    """Records what the counting step's `packing_for` decided in each count (None: an SQL path), so a test
+    can show that the packed path (spatial_release/counting/packed.py) did run, or did not."""
+    from spatial_release.counting import counts as counts_module
+
+    decided = []
+    real = counts_module.packing_for
+
+    def spy(*args):
+        decided.append(real(*args))
+        return decided[-1]
+
+    monkeypatch.setattr(counts_module, "packing_for", spy)
+    return decided

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pyproj import Transformer
 from shapely import box
 
-from conftest import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id, policy_dict
+from conftest import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id, policy_dict, spy_packing
 from spatial_release import stages
 from spatial_release.counting import count_pings, period_buckets
 from spatial_release.counting.counts import CountingError
@@ -226,7 +226,8 @@ def _zones_file(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("integer_units", [False, True])
-def test_zone_counts_match_the_strtree_including_boundaries_and_outside(tmp_path, integer_units):
+def test_zone_counts_match_the_strtree_including_boundaries_and_outside(tmp_path, integer_units, monkeypatch):
+    decided = spy_packing(monkeypatch)
     path = _zones_file(tmp_path)
     rng = np.random.default_rng(4)
     n = 3000
@@ -249,13 +250,16 @@ def test_zone_counts_match_the_strtree_including_boundaries_and_outside(tmp_path
     assert (pd.isna(layer.locate(outside["lon"].to_numpy(), outside["lat"].to_numpy()))).all()
     assert result.unsure_coordinates > 0  # the shared edge and the boundary lookup cells went the exact way
     assert "lookup grid" in result.methods["cell"]
+    assert (decided[0] is not None) is integer_units  # integer ids: the packed path; text: the SQL one
 
 
 @pytest.mark.parametrize("units", [None, 7])
-def test_dominant_cell_ties_go_to_smallest_cell_id(tmp_path, units):
+def test_dominant_cell_ties_go_to_smallest_cell_id(tmp_path, units, monkeypatch):
+    decided = spy_packing(monkeypatch)
     rows = [(0, 0, 5), (0, 1, 0), (0, 2, 0), (0, 3, 5)]  # two pings each in two cells, the same day
     pings = _pings(rows, units)
     _, cells, _ = _count(tmp_path, pings, _grid_policy())
+    assert (decided[0] is not None) is (units is not None)
     placed = Grid(_grid_policy().geometry).locate(pings["lon"].to_numpy(), pings["lat"].to_numpy())
     assert len(set(placed)) == 2
     assert cells[["cell_id", "n"]].values.tolist() == [[min(placed), 1]]
@@ -270,11 +274,13 @@ def test_bucket_follows_the_policy_time_zone(tmp_path):
 
 
 @pytest.mark.parametrize("ids", [["u", "v"], [1, 2]])
-def test_pings_outside_the_period_are_refused_not_dropped(tmp_path, ids):
+def test_pings_outside_the_period_are_refused_not_dropped(tmp_path, ids, monkeypatch):
+    decided = spy_packing(monkeypatch)
     pings = pd.DataFrame({"unit": ids, "ts": pd.to_datetime(["2018-01-11T04:30:00Z", "2018-04-01T04:30:00Z"]),
                           "lon": [LON[0], LON[1]], "lat": [LAT[0], LAT[1]]})
     with pytest.raises(CountingError, match="1 ping\\(s\\) .* outside period 2018-Q1"):
         _count(tmp_path, pings, _grid_policy())
+    assert (decided[0] is not None) is isinstance(ids[0], int)  # integer ids: refused by the packed path
 
 
 @pytest.mark.parametrize("bucket, first, count", [("1h", "2018-01-01T05:00", 2159), ("1d", "2018-01-01T05:00", 90),

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyproj import Transformer
 
-from conftest import policy_dict
+from conftest import policy_dict, spy_packing
 from spatial_release import stages
 from spatial_release.counting import count_pings, data_extent
 from spatial_release.counting import counts as counts_module
@@ -92,28 +92,17 @@ def _outputs(result) -> list[pd.DataFrame]:
     return [f.sort_values(list(f.columns)).reset_index(drop=True) for f in frames]
 
 
-def _spy_packing(monkeypatch) -> list:
-    """Records what `packing_for` decided in each count (None: an SQL path)."""
-    decided = []
-    real = counts_module.packing_for
-
-    def spy(*args):
-        decided.append(real(*args))
-        return decided[-1]
-
-    monkeypatch.setattr(counts_module, "packing_for", spy)
-    return decided
-
-
-@pytest.mark.parametrize("seed, unit_type", [(1, np.int64), (2, np.int32), (3, np.int16), (4, np.uint32)])
+@pytest.mark.parametrize("seed, unit_type", [(1, np.int64), (2, np.int32), (3, np.int16), (4, np.uint32),
+                                             (5, np.int8), (6, np.uint8), (7, np.uint16)])
 def test_packed_keys_and_presence_by_area_equal_the_generic_path(tmp_path, seed, unit_type, monkeypatch):
     pings = _pings(seed, 400)
-    pings["unit"] = (pings["unit"] * 3 + (0 if unit_type == np.uint32 else -7)).astype(unit_type)
+    unsigned = np.issubdtype(unit_type, np.unsignedinteger)
+    pings["unit"] = (pings["unit"] * 3 + (0 if unsigned else -7)).astype(unit_type)
     path = tmp_path / "pings.parquet"
     pings.to_parquet(path)
     policy = _policy()
     results = {}
-    decided = _spy_packing(monkeypatch)
+    decided = spy_packing(monkeypatch)
     for way in ("packed", "by_area", "generic"):
         if way == "by_area":  # the SQL scan with keys as ranks
             monkeypatch.setattr(counts_module, "packing_for", lambda *args: None)
@@ -127,8 +116,10 @@ def test_packed_keys_and_presence_by_area_equal_the_generic_path(tmp_path, seed,
         fast, slow = results["packed"], results[way]
         for a, b in zip(_outputs(fast), _outputs(slow)):
             pd.testing.assert_frame_equal(a, b)
-        assert (fast.groups, fast.units, fast.unit_buckets, fast.pings_located, fast.pings_outside) == \
-            (slow.groups, slow.units, slow.unit_buckets, slow.pings_located, slow.pings_outside)
+        assert (fast.groups, fast.units, fast.unit_buckets, fast.pings_located, fast.pings_outside,
+                fast.unsure_coordinates) == \
+            (slow.groups, slow.units, slow.unit_buckets, slow.pings_located, slow.pings_outside,
+             slow.unsure_coordinates)
     assert pd.read_parquet(results["packed"].membership_path)["unit"].dtype == unit_type
 
 
@@ -142,7 +133,7 @@ def test_packed_path_declines_what_it_cannot_pack_and_the_counts_are_the_same(tm
     pings["unit"] = units(pings["unit"])
     path = tmp_path / "pings.parquet"
     pings.to_parquet(path)
-    decided = _spy_packing(monkeypatch)
+    decided = spy_packing(monkeypatch)
     results = []
     for name, source in (("declined", path), ("packed", reference)):
         with open_engine("duckdb", scratch=tmp_path / f"scratch_{name}") as engine:
@@ -161,16 +152,7 @@ def _dominant_by_pandas(unit, bucket, area) -> pd.DataFrame:
     return per.drop_duplicates(["unit", "b"])[["unit", "b", "rank"]].reset_index(drop=True)
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_presence_from_keys_is_the_dominant_area_with_ties_to_the_smallest(seed):
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(1, 5_000))
-    unit_min, n_buckets, n_areas = int(rng.integers(-50, 50)), int(rng.integers(1, 6)), int(rng.integers(1, 5))
-    unit = rng.integers(unit_min, unit_min + 30, n)
-    bucket, area = rng.integers(0, n_buckets, n), rng.integers(0, n_areas, n)  # few areas: many ties
-    packing = Packing(unit_min, (n_buckets - 1).bit_length(), n_areas.bit_length() + 1, pa.int64())
-    keys = np.sort(((((unit - unit_min) << packing.bucket_bits) | bucket) << packing.slot_bits) | (area + 1))
-    counts = presence_from_keys(keys, packing)
+def _check_against_pandas(counts, unit, bucket, area) -> None:
     expected = _dominant_by_pandas(unit, bucket, area)
     pd.testing.assert_frame_equal(counts.member.to_pandas(), expected, check_dtype=False)
     leaf = expected.groupby(["rank", "b"]).size().rename("n").reset_index()
@@ -178,50 +160,35 @@ def test_presence_from_keys_is_the_dominant_area_with_ties_to_the_smallest(seed)
     assert counts.units == expected["unit"].nunique()
 
 
-def test_presence_from_keys_negative_control_a_tie_to_the_larger_area_is_caught():
-    """The comparison above would see a tie broken the wrong way: the pandas reference differs from it."""
+def _packed(unit, bucket, area, unit_min: int, n_buckets: int, n_areas: int):
+    packing = Packing(unit_min, max(n_buckets - 1, 1).bit_length(), (n_areas + 1).bit_length(), pa.int64())
+    keys = np.sort(((((unit - unit_min) << packing.bucket_bits) | bucket) << packing.slot_bits) | (area + 1))
+    return keys, packing
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_presence_from_keys_is_the_dominant_area_with_ties_to_the_smallest(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 5_000))
+    unit_min, n_buckets, n_areas = int(rng.integers(-50, 50)), int(rng.integers(1, 6)), int(rng.integers(1, 5))
+    unit = rng.integers(unit_min, unit_min + 30, n)
+    bucket, area = rng.integers(0, n_buckets, n), rng.integers(0, n_areas, n)  # few areas: many ties
+    keys, packing = _packed(unit, bucket, area, unit_min, n_buckets, n_areas)
+    _check_against_pandas(presence_from_keys(keys, packing), unit, bucket, area)
+
+
+def test_presence_from_keys_negative_control_the_check_catches_a_tie_broken_the_wrong_way():
+    """The check above would see a dominant area taken on the larger key: here two pings in area 1 and two
+    in area 2 give area 1; the same result with area 2 (a tie to the larger) fails the check."""
     unit, bucket, area = np.array([0, 0, 0, 0]), np.zeros(4, np.int64), np.array([2, 1, 2, 1])
-    expected = _dominant_by_pandas(unit, bucket, area)
-    assert expected["rank"].tolist() == [1]
-    counts = presence_from_keys(np.sort((((unit << 1) | bucket) << 3) | (area + 1)), Packing(0, 1, 3, pa.int64()))
+    keys, packing = _packed(unit, bucket, area, 0, 1, 3)
+    counts = presence_from_keys(keys, packing)
     assert counts.member.column("rank").to_pylist() == [1]
-    wrong = expected.assign(rank=2)
+    _check_against_pandas(counts, unit, bucket, area)
+    wrong = type(counts)(counts.member.set_column(2, "rank", pa.array([2])),
+                         counts.leaf.set_column(0, "rank", pa.array([2])), counts.units)
     with pytest.raises(AssertionError):
-        pd.testing.assert_frame_equal(counts.member.to_pandas(), wrong, check_dtype=False)
-
-
-def test_extent_from_the_footers_is_the_scanned_one(tmp_path):
-    pings = _pings(4, 2_000)
-    path = tmp_path / "pings.parquet"
-    pq.write_table(pa.Table.from_pandas(pings), path, row_group_size=300)
-    scanned = (pings["lon"].min(), pings["lat"].min(), pings["lon"].max(), pings["lat"].max())
-    assert footer_extent([path]) == scanned
-    with open_engine("duckdb", scratch=tmp_path / "scratch") as engine:
-        assert data_extent(engine, [path], (-88.0, -10.0, -62.0, 90.0)) == scanned
-        # a ping beyond the usable area: the footers' extent is not the answer, the scan (inside it) is
-        far = pd.concat([pings, pings.iloc[:1].assign(lon=120.0, ts=pings["ts"].iloc[0] + timedelta(seconds=1))])
-        far.to_parquet(tmp_path / "far.parquet")
-        assert data_extent(engine, [tmp_path / "far.parquet"], (-88.0, -10.0, -62.0, 90.0)) == scanned
-    pq.write_table(pa.Table.from_pandas(pings), tmp_path / "bare.parquet", write_statistics=False)
-    assert footer_extent([tmp_path / "bare.parquet"]) is None
-
-
-def test_count_pings_without_the_footer_shortcut_is_the_same(tmp_path, monkeypatch):
-    from spatial_release.counting import pings as pings_module
-
-    pings = _pings(5, 300)
-    path = tmp_path / "pings.parquet"
-    pings.to_parquet(path)
-    policy = _policy()
-    outputs = []
-    for way in ("footers", "scan"):
-        if way == "scan":
-            monkeypatch.setattr(pings_module, "footer_extent", lambda paths: None)
-        with open_engine("duckdb", scratch=tmp_path / f"scratch_{way}") as engine:
-            plans = stages.zoning_plans(policy, engine, data_extent(engine, [path], (-88.0, -10.0, -62.0, 90.0)))
-            outputs.append(_outputs(count_pings(policy, PERIOD, [path], plans, tmp_path / way, engine)))
-    for a, b in zip(*outputs):
-        pd.testing.assert_frame_equal(a, b)
+        _check_against_pandas(wrong, unit, bucket, area)
 
 
 def test_one_engine_counts_twice_through_both_paths(tmp_path):
@@ -240,3 +207,84 @@ def test_one_engine_counts_twice_through_both_paths(tmp_path):
     for other in outputs[1:]:
         for a, b in zip(outputs[0], other):
             pd.testing.assert_frame_equal(a, b)
+
+
+def test_packed_path_on_zones_with_pings_in_no_zone_equals_the_sql_path(tmp_path, monkeypatch):
+    """Zones leave pings in no area (slot 0) and unsure pings on shared edges that the exact assignment puts
+    in no zone: the packed path's outside counts, outside file and tables against the SQL path's."""
+    from test_counting import _zones_file
+
+    rng = np.random.default_rng(8)
+    n = 2_000
+    lon = np.concatenate([rng.uniform(-74.12, -73.96, n), np.full(40, -74.05), np.full(40, -74.10)])
+    lat = np.concatenate([rng.uniform(40.68, 40.79, n), rng.uniform(40.70, 40.75, 40), rng.uniform(40.6, 40.8, 40)])
+    pings = pd.DataFrame({"unit": rng.integers(0, 60, len(lon)).astype(np.int64),
+                          "ts": pd.Timestamp("2018-02-01T10:00:00Z")
+                          + pd.to_timedelta(rng.integers(0, 6 * 3600, len(lon)), unit="s"),
+                          "lon": lon, "lat": lat})
+    path = tmp_path / "pings.parquet"
+    pings.to_parquet(path)
+    data = policy_dict("unused.csv", geometry={"kind": "zones", "path": str(_zones_file(tmp_path)), "id": "zone",
+                                               "parents": [{"level": "district", "column": "district"}]},
+                       time={"bucket": "1h", "timezone": "America/New_York"})
+    policy = parse_policy(data, tmp_path / "inline.yaml")
+    decided = spy_packing(monkeypatch)
+    results = {}
+    for way in ("packed", "sql"):
+        if way == "sql":
+            monkeypatch.setattr(counts_module, "packing_for", lambda *args: None)
+        with open_engine("duckdb", scratch=tmp_path / f"scratch_{way}") as engine:
+            results[way] = stages.count_validated_pings(policy, PERIOD, [path], tmp_path / way, engine, silent)
+    assert decided[0] is not None
+    fast, slow = results["packed"], results["sql"]
+    assert fast.pings_outside > 0 and fast.unsure_coordinates > 0
+    for a, b in zip(_outputs(fast), _outputs(slow)):
+        pd.testing.assert_frame_equal(a, b)
+    outside = [pd.read_parquet(r.outside_path).sort_values(["unit", "ts", "lon", "lat"]).reset_index(drop=True)
+               for r in (fast, slow)]
+    pd.testing.assert_frame_equal(*outside)
+    assert (fast.groups, fast.units, fast.unit_buckets, fast.pings_located, fast.pings_outside,
+            fast.unsure_coordinates) == (slow.groups, slow.units, slow.unit_buckets, slow.pings_located,
+                                         slow.pings_outside, slow.unsure_coordinates)
+
+
+def test_packed_path_declines_past_the_memory_limit_and_reads_it(tmp_path, monkeypatch):
+    from spatial_release.counting import packed
+    from spatial_release.counting.engines import DuckDBEngine, DuckDBSettings
+
+    engine = DuckDBEngine(DuckDBSettings(memory_limit="2GB"))
+    assert 1.7 * 2**30 < packed._memory_limit(engine) < 2.0 * 10**9  # DuckDB reports '1.8 GiB'
+    engine.close()
+    pings = _pings(9, 200)
+    path = tmp_path / "pings.parquet"
+    pings.to_parquet(path)
+    decided = spy_packing(monkeypatch)
+    outputs = []
+    for bytes_per_ping in (packed.BYTES_PER_PING, 10**15):  # 200 pings x 10^15 bytes: past any limit
+        monkeypatch.setattr(packed, "BYTES_PER_PING", bytes_per_ping)
+        with open_engine("duckdb", scratch=tmp_path / f"scratch_{bytes_per_ping}") as engine:
+            outputs.append(_outputs(stages.count_validated_pings(_policy(), PERIOD, [path],
+                                                                 tmp_path / f"out_{bytes_per_ping}", engine, silent)))
+    assert decided[0] is not None and decided[1] is None
+    for a, b in zip(*outputs):
+        pd.testing.assert_frame_equal(a, b)
+
+
+def test_packed_path_declines_a_null_coordinate_which_the_sql_path_counts_outside(tmp_path, monkeypatch):
+    """Ingest quarantines NULL coordinates; a caller who passes one anyway gets the SQL path's answer (the
+    ping in no zone), not a zone made up from a NULL area key."""
+    from test_counting import _zones_file
+
+    pings = pd.DataFrame({"unit": np.array([1, 1, 2], np.int64),
+                          "ts": pd.to_datetime(["2018-02-01T10:00:00Z"] * 3),
+                          "lon": [-74.07, None, -74.02], "lat": [40.72, None, 40.72]})
+    path = tmp_path / "pings.parquet"
+    pings.to_parquet(path)
+    data = policy_dict("unused.csv", geometry={"kind": "zones", "path": str(_zones_file(tmp_path)), "id": "zone",
+                                               "parents": [{"level": "district", "column": "district"}]})
+    decided = spy_packing(monkeypatch)
+    with open_engine("duckdb", scratch=tmp_path / "scratch") as engine:
+        result = stages.count_validated_pings(parse_policy(data, tmp_path / "inline.yaml"), PERIOD, [path],
+                                              tmp_path / "out", engine, silent)
+    assert decided == [None]
+    assert (result.pings_located, result.pings_outside) == (2, 1)

@@ -37,6 +37,7 @@ from spatial_release.counting.packed import PackedCounts, Packing, PeriodMismatc
 from spatial_release.counting.pings import data_extent, register_pings, usable_area
 from spatial_release.counting.plan import ZoningPlan, zoning_sql
 from spatial_release.levels import LEAF, at_rung
+from spatial_release.memory import hugepage_advice_off
 from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.progress import Progress, silent
@@ -428,13 +429,13 @@ def _scan_packed(engine: Engine, plans: Sequence[ZoningPlan], slots: BucketSlots
                            lambda coords: _resolve_exactly(coords, plans))
     except PeriodMismatch as exc:
         raise _outside_period(exc.count, pings, period) from None
-    t = _timed(seconds, "scan", t)
+    t = _timed(seconds, "scan", t)  # here: the scan and the exact assignment of the unsure coordinates
     progress(f"scanned the pings into packed (unit, bucket, area) keys in {seconds['scan']:.1f} s, "
              f"{scan.unsure_coordinates:,} distinct unsure coordinate(s) assigned exactly")
     engine.register_frame("outside_coordinates", scan.outside_coordinates)
     located = scan.located
     given = presence_from_keys(scan.take_keys(), packing)
-    _timed(seconds, "exact", t)  # here: the dominant areas and leaf counts, from the sorted keys
+    _timed(seconds, "dominant", t)  # the dominant areas and leaf counts, from the sorted keys
     return given, scan.unsure_coordinates, located, scan.pings_outside
 
 
@@ -451,7 +452,14 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
     Raises CountingError when a ping falls outside the period's buckets (ingest should have quarantined
     it) or a bucket edge falls inside a 15-minute slot. With a time ladder, the margins also hold every
     level at each coarser rung (`<level>@<rung>`, see `_count_rungs`). packed_keys: False keeps to the SQL
-    paths where `counting.packed` would apply (for comparing them; the results are the same)."""
+    paths where `counting.packed` would apply (for comparing them; the results are the same). NumPy's huge
+    page advice is off while it runs (`spatial_release.memory`)."""
+    with hugepage_advice_off():
+        return _count_pings(policy, period, pings, plans, out_dir, engine, progress, packed_keys)
+
+
+def _count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Sequence[ZoningPlan], out_dir: Path,
+                 engine: Engine, progress: Progress, packed_keys: bool) -> CountResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     started = t = time.perf_counter()
@@ -470,6 +478,7 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
                and plans[0].keys_sort_like_ids)
     given = None
     if packing is not None:
+        assert by_area, "the packed path's membership stands in for the by-area SQL (see _count_zoning)"
         given, unsure_n, pings_located, pings_outside = _scan_packed(engine, plans, slots, packing, pings, period,
                                                                      seconds, progress)
         unsure_buckets: list[int] = []

@@ -116,7 +116,11 @@ class DuckDBEngine:
         kind = self.con.execute("SELECT table_type FROM information_schema.tables WHERE table_name = ?",
                                 [name]).fetchall()
         for (table_type,) in kind:
-            self.con.execute(f"DROP {'VIEW' if table_type == 'VIEW' else 'TABLE'} IF EXISTS {name}")
+            if table_type == "VIEW":
+                self.con.unregister(name)  # an Arrow view: the connection's own reference to the arrays too
+                self.con.execute(f"DROP VIEW IF EXISTS {name}")
+            else:
+                self.con.execute(f"DROP TABLE IF EXISTS {name}")
 
     def register_arrow_view(self, name: str, table: pa.Table, batch_rows: int = 1 << 20) -> None:
         """A view of an Arrow table, without copying it; in batches, which DuckDB scans in parallel. The
