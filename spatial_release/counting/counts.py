@@ -13,9 +13,10 @@ one zoning whose area keys compare like its ids, on DuckDB with integer unit ids
 into one integer per ping and finds the dominant areas by sorting those in numpy (`counting.packed`); with
 other unit ids or on Spark it packs bucket and area into one key and uses the keys as ranks
 (`_scan_presence_by_area`); visitors, linked zonings and other keys go through `_scan_generic` and a
-dictionary of ranks. All three give the same tables (tests/test_counting_paths.py). Everything the engine handles is integer-keyed: area keys, bucket numbers (hours by
-arithmetic, other buckets through a 15-minute slot table), ranks of area ids, parents' codes; ids and
-instants are decoded at the end, on the small count tables.
+dictionary of ranks. All three give the same tables (tests/test_counting_paths.py). Everything the engine
+handles is integer-keyed: area keys, bucket numbers (hours by arithmetic, other buckets through a 15-minute
+slot table), ranks of area ids, parents' codes; ids and instants are decoded at the end, on the small count
+tables.
 """
 
 from __future__ import annotations
