@@ -19,7 +19,7 @@ DuckDB (the data comes to this process); Spark, text unit ids and keys that woul
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,7 +130,7 @@ class PeriodMismatch(Exception):
 
 
 def scan_packed(engine: DuckDBEngine, keyed_sql: str, packing: Packing,
-                exact_keys) -> PackedScan:
+                exact_keys: Callable[[pd.DataFrame], pd.DataFrame]) -> PackedScan:
     """One scan: each ping's packed key, with the coordinates of the pings in no area or unsure; the unsure
     ones assigned by `exact_keys` (their distinct coordinates, as in the SQL paths). Raises PeriodMismatch."""
     table = engine.con.sql(
