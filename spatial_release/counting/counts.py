@@ -270,6 +270,9 @@ def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, bucket
     key_ranks: member_sql gives area keys as ranks, which `plan.keys_sort_like_ids` allows (no dictionary
     join); else it joins dict_<z> (area key -> rank in id order). given: the membership and leaf counts
     already computed (`counting.packed`, keys as ranks), taken instead of member_sql."""
+    def ids_of(keys: np.ndarray) -> np.ndarray:
+        return plan.ids_of_keys(keys).astype(object) if len(keys) else np.empty(0, object)
+
     leaf_counts = None
     if given is not None:
         # the membership as a view of its arrays (the packed path runs on DuckDB only): no copy of 40 M rows
@@ -278,17 +281,15 @@ def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, bucket
         engine.register_frame(f"leaf_{z}", given.leaf)
         leaf_counts = given.leaf.to_pandas()  # sorted by rank, then bucket, as the ORDER BY below
         keys = np.unique(leaf_counts["rank"].to_numpy(np.int64))
-        ids = plan.ids_of_keys(keys).astype(object) if len(keys) else np.empty(0, object)
-        decoded = _Decoded(ids, buckets, keys)
+        decoded = _Decoded(ids_of(keys), buckets, keys)
     elif key_ranks:  # the areas counted, from the (small) leaf table
         engine.materialize(f"member_{z}", member_sql())
         engine.materialize(f"leaf_{z}", f"SELECT rank, b, count(*) AS n FROM member_{z} GROUP BY rank, b")
         keys = np.sort(engine.fetch(f"SELECT DISTINCT rank AS area FROM leaf_{z}")["area"].to_numpy(np.int64))
-        ids = plan.ids_of_keys(keys).astype(object) if len(keys) else np.empty(0, object)
-        decoded = _Decoded(ids, buckets, keys)
+        decoded = _Decoded(ids_of(keys), buckets, keys)
     else:
         keys = engine.fetch(keys_sql)["area"].to_numpy(np.int64)
-        ids = plan.ids_of_keys(keys).astype(object) if len(keys) else np.empty(0, object)
+        ids = ids_of(keys)
         order = np.argsort(ids.astype(str), kind="stable")
         ranks = np.empty(len(keys), np.int64)
         ranks[order] = np.arange(len(keys))
