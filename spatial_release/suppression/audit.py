@@ -51,7 +51,7 @@ import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
@@ -60,7 +60,7 @@ import numpy as np
 
 from spatial_release.progress import Progress, silent
 
-from spatial_release.suppression.table import EQ, PUBLISHED, Relation, Table
+from spatial_release.suppression.table import EQ, PUBLISHED, Table
 from spatial_release.suppression.verdicts import AuditResult, Criterion, Interval
 
 INF = highspy.kHighsInf
@@ -119,19 +119,18 @@ def inconsistent_relations(table: Table) -> list[str]:
     return problems
 
 
-def components(table: Table, relations_of: list[list[int]] | None = None) -> list[list[int]]:
-    """Connected components of withheld nodes, linked through shared relations: in the order of their smallest
-    node, each one's nodes ascending. Union by minimum label over the links between consecutive withheld
-    members of each relation, with path halving to the roots, in arrays (a loop over 700,000 figures of the
-    10 M table took 1.6 s, and a release computes them four times). `relations_of` is not needed."""
+def linked_groups(table: Table, keep: np.ndarray) -> list[np.ndarray]:
+    """Connected components of the nodes where `keep` is True, linked through shared relations (only kept
+    members link): in the order of their smallest node, each one's nodes ascending. Union by minimum label over
+    the links between consecutive kept members of each relation, with path halving to the roots, in arrays (a
+    loop over 700,000 figures of the 10 M table took 1.6 s, and a release computes them several times)."""
     n = len(table)
-    withheld = np.fromiter((status != PUBLISHED for status in table.status), dtype=bool, count=n)
     sizes = np.fromiter((len(r.children) + 1 + (r.rest is not None) for r in table.relations), dtype=np.int64,
                         count=len(table.relations))
     members = np.fromiter((m for r in table.relations for m in r.members()), dtype=np.int64, count=int(sizes.sum()))
     relation = np.repeat(np.arange(len(table.relations)), sizes)
-    keep = withheld[members]
-    members, relation = members[keep], relation[keep]
+    kept = keep[members]
+    members, relation = members[kept], relation[kept]
     linked = relation[1:] == relation[:-1]
     a, b = members[:-1][linked], members[1:][linked]
     label = np.arange(n)
@@ -146,12 +145,18 @@ def components(table: Table, relations_of: list[list[int]] | None = None) -> lis
             if np.array_equal(up, label):
                 break
             label = up
-    nodes = np.flatnonzero(withheld)
+    nodes = np.flatnonzero(keep)
     roots = label[nodes]
     order = np.argsort(roots, kind="stable")  # components by smallest node (the root), nodes ascending in each
     nodes, roots = nodes[order], roots[order]
-    return [part.tolist() for part in np.split(nodes, np.flatnonzero(roots[1:] != roots[:-1]) + 1)] if len(nodes) \
-        else []
+    return np.split(nodes, np.flatnonzero(roots[1:] != roots[:-1]) + 1) if len(nodes) else []
+
+
+def components(table: Table, relations_of: list[list[int]] | None = None) -> list[list[int]]:
+    """Connected components of withheld nodes, linked through shared relations: in the order of their smallest
+    node, each one's nodes ascending. `relations_of` is not needed."""
+    withheld = np.fromiter((status != PUBLISHED for status in table.status), dtype=bool, count=len(table))
+    return [part.tolist() for part in linked_groups(table, withheld)]
 
 
 class ComponentModel:
@@ -522,14 +527,7 @@ def _job(table: Table, nodes: list[int], chosen: list[int], relations_of: list[l
     rel_ids = sorted({r for n in nodes for r in relations_of[n]})
     members = sorted({m for r in rel_ids for m in table.relations[r].members()} | set(nodes))
     local = {node: i for i, node in enumerate(members)}
-    sub = Table(level=[table.level[n] for n in members], area=[table.area[n] for n in members],
-                bucket=[table.bucket[n] for n in members], value=[table.value[n] for n in members],
-                status=[table.status[n] for n in members],
-                floor={local[n]: f for n, f in table.floor.items() if n in local})
-    for r in rel_ids:
-        rel = table.relations[r]
-        sub.relations.append(Relation(rel.kind, local[rel.parent], tuple(local[c] for c in rel.children),
-                                      None if rel.rest is None else local[rel.rest], rel.rest_children, rel.level))
+    sub = table.subtable(members, rel_ids)
     return _Job(sub, members, [local[n] for n in chosen], cap, options, criterion, optimal_bounds, count)
 
 
@@ -573,29 +571,36 @@ def _own_component_points(table: Table, witnesses: dict[int, tuple[Point | None,
     return {p: (own(lo, p), own(up, p)) for p, (lo, up) in witnesses.items()}
 
 
-def _to_table(job: _Job, solved: _Solved) -> _Solved:
-    """The sub-table's numbering mapped back to the whole table's (monotone, so every order is kept)."""
-    back = job.nodes
+def renumbered(intervals: list[Interval], witnesses: dict[int, tuple[Point | None, Point | None]],
+               back: Sequence[int]) -> tuple[list[Interval], dict[int, tuple[Point | None, Point | None]]]:
+    """Intervals and witness points of a sub-table (`Table.subtable`) in the whole table's numbering (`back`:
+    sub-table node -> node; monotone, so every order is kept). Shared points stay shared."""
 
     def point(p: Point | None) -> Point | None:
         return None if p is None else {back[n]: v for n, v in p.items()}
 
-    intervals = [Interval(back[i.node], i.value, i.lo, i.up, i.passed, i.exact_integer, i.failing,
-                          tuple((back[n], rc) for n, rc in i.binding), i.bounds) for i in solved.intervals]
+    mapped_intervals = [Interval(back[i.node], i.value, i.lo, i.up, i.passed, i.exact_integer, i.failing,
+                                 tuple((back[n], rc) for n, rc in i.binding), i.bounds) for i in intervals]
     mapped: dict[int, Point] = {}  # one dict per shared point, as in the worker
-    witnesses = {}
-    for node, (lo, up) in solved.witnesses.items():
+    mapped_witnesses = {}
+    for node, (lo, up) in witnesses.items():
         pair = []
         for p in (lo, up):
             if p is not None and id(p) not in mapped:
                 mapped[id(p)] = point(p)
             pair.append(None if p is None else mapped[id(p)])
-        witnesses[back[node]] = (pair[0], pair[1])
+        mapped_witnesses[back[node]] = (pair[0], pair[1])
+    return mapped_intervals, mapped_witnesses
+
+
+def _to_table(job: _Job, solved: _Solved) -> _Solved:
+    """The sub-table's numbering mapped back to the whole table's."""
+    intervals, witnesses = renumbered(solved.intervals, solved.witnesses, job.nodes)
     return _Solved(intervals, solved.errors, witnesses, solved.lps_solved, solved.bulk_lps, solved.mips_solved,
                    solved.witness_lps)
 
 
-def _pool(workers: int) -> ProcessPoolExecutor:
+def pool(workers: int) -> ProcessPoolExecutor:
     """Worker processes. A single-threaded caller (a script, a notebook, the benchmark) forks: cheap, and a
     script without a `__main__` guard keeps working. A threaded one (a Dagster run) uses a fork server, so
     no worker is forked from a process whose other threads may hold locks; there, as for any spawned
@@ -604,7 +609,7 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
         return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["spatial_release.suppression.audit"])
+    context.set_forkserver_preload(["spatial_release.suppression.audit", "spatial_release.suppression.blocks"])
     return ProcessPoolExecutor(max_workers=workers, mp_context=context)
 
 
@@ -614,12 +619,12 @@ def _solve_all(jobs: Iterator[_Job], n_jobs: int, workers: int) -> Iterator[tupl
         for job in jobs:
             yield job, _solve(job)
         return
-    with _pool(min(workers, n_jobs)) as pool:
+    with pool(min(workers, n_jobs)) as executor:
         batch: list[_Job] = []
 
         def run(batch: list[_Job]) -> Iterator[tuple[_Job, _Solved]]:
             chunk = max(1, len(batch) // (workers * 4))
-            yield from zip(batch, pool.map(_solve, batch, chunksize=chunk))
+            yield from zip(batch, executor.map(_solve, batch, chunksize=chunk))
 
         for job in jobs:
             batch.append(job)
@@ -632,7 +637,7 @@ def _solve_all(jobs: Iterator[_Job], n_jobs: int, workers: int) -> Iterator[tupl
 
 def audit(table: Table, k: int, options: dict | None = None, primaries: set[int] | None = None,
           optimal_bounds: bool = False, criterion: Criterion | None = None, progress: Progress = silent,
-          every_s: float = 5.0, workers: int | None = None) -> AuditResult:
+          every_s: float = 5.0, workers: int | None = None, cap: float | None = None) -> AuditResult:
     """Audit every withheld primary, or only those in `primaries` (the repair loop re-audits only the
     primaries that failed: withholding more figures only widens the attacker's feasible set, so a primary
     that passed keeps passing). With `optimal_bounds`, every bound is the attacker's optimum (two LPs per
@@ -643,7 +648,9 @@ def audit(table: Table, k: int, options: dict | None = None, primaries: set[int]
     levels. Parameters: `table` (statuses and values; withheld figures are unknowns of the LP), `k`,
     `options` (HiGHS option name -> value, e.g. a time limit), `progress` (called every `every_s`
     seconds), `workers` (processes solving components in parallel; default `default_workers()`: the
-    results are merged in component order, so they are the same whatever the number). Returns an
+    results are merged in component order, so they are the same whatever the number), `cap` (the bulk
+    witness LPs' cap on every variable, default `table_cap(table)`; a sub-table is given its whole table's).
+    Returns an
     `AuditResult`: one `Interval` per audited primary (in component order), its witness points and the
     errors; any solver status other than optimal/unbounded is an error, never a pass."""
     started = time.perf_counter()
@@ -658,7 +665,7 @@ def audit(table: Table, k: int, options: dict | None = None, primaries: set[int]
     if size < PARALLEL_MIN_NODES:
         workers = 1
     result.workers = workers
-    cap = table_cap(table, criterion)
+    cap = table_cap(table, criterion) if cap is None else cap
     jobs = (_job(table, nodes, chosen, relations_of, cap, dict(options or {}), criterion, optimal_bounds, count)
             for nodes, chosen, count in work)
     done, reported = 0, time.perf_counter()

@@ -265,7 +265,8 @@ def _quick_failure(model: ComponentModel, primaries: list[int], criterion: Crite
 def prune(table: Table, k: int, costs: list[float], relations_of: list[list[int]], options: dict | None,
           max_tries: int | None, criterion: Criterion | None = None,
           witnesses: dict[int, tuple[Point | None, Point | None]] | None = None,
-          reasons: dict[int, list[int]] | None = None, intervals: dict[int, Interval] | None = None) -> int:
+          reasons: dict[int, list[int]] | None = None, intervals: dict[int, Interval] | None = None,
+          cap: float | None = None) -> int:
     """Give back secondaries that turned out unnecessary: try publishing the costliest ones again, one at a
     time, and keep each only if every primary still passes. Returns how many were given back.
 
@@ -286,7 +287,7 @@ def prune(table: Table, k: int, costs: list[float], relations_of: list[list[int]
     is kept replaces the interval and witness points of every primary it audited; every other primary keeps a
     witness point that leaves the published figure at its value, so its interval still holds (its bounds are
     attained by a point of the smaller feasible set, and an optimal bound stays optimal there). They are then
-    the audit of the pruned pattern, and `witnesses` its certificate's points."""
+    the audit of the pruned pattern, and `witnesses` its certificate's points. `cap`: as `audit`'s."""
     criterion = criterion or Criterion(k)
     if witnesses is None:
         first = audit(table, k, options, criterion=criterion, workers=1)
@@ -330,7 +331,7 @@ def prune(table: Table, k: int, costs: list[float], relations_of: list[list[int]
         for node in nodes:
             comp_of[node] = c
     models: dict[int, ComponentModel] = {}
-    cap = table_cap(table, criterion)
+    cap = table_cap(table, criterion) if cap is None else cap
     candidates = sorted((n for n in table.secondaries() if table.value[n] > 0),
                         key=lambda n: _sort_key(table, costs, n), reverse=True)
     if max_tries is not None:
@@ -381,7 +382,8 @@ def prune(table: Table, k: int, costs: list[float], relations_of: list[list[int]
 def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int = 200,
             options: dict | None = None, prune_tries: int | None = 0,
             criterion: Criterion | None = None, progress: Progress = silent, *,
-            method: str = SWEEP, cost: Cost = UNIT_VALUE) -> ProtectionLog:
+            method: str = SWEEP, cost: Cost = UNIT_VALUE, workers: int | None = None,
+            cap: float | None = None) -> ProtectionLog:
     """Withhold secondaries in `table` (statuses change in place) until the audit passes.
 
     `table` holds every figure with its status (primaries already marked), `k` the threshold, `level_depth`
@@ -393,8 +395,26 @@ def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int =
     `suppression.elimination`, then the sweep on the UNION relations only, which are not linear
     identities). `cost` is what a withheld figure costs (see `costs_for`). Stage 2, audit and repair, is
     the same for both and keeps the guarantee. The defaults are the historical behaviour; releases should
-    pass `**RELEASE_METHOD` (elimination and pruning; the measurements are next to it). Returns the
-    `ProtectionLog` with the audit of the final pattern."""
+    pass `**RELEASE_METHOD` (elimination and pruning; the measurements are next to it). `workers`: processes
+    for the audit and, on a table of several independent blocks, for whole blocks (`suppression.blocks`; the
+    pattern is the same whatever the number); default `audit.default_workers()`. `cap`: the bulk witness
+    LPs' cap (see `audit`; a block is given its whole table's). Returns the `ProtectionLog` with the audit of
+    the final pattern."""
+    from spatial_release.suppression import blocks  # it runs `protect_whole` on each block
+
+    kwargs = dict(max_rounds=max_rounds, options=options, prune_tries=prune_tries, criterion=criterion,
+                  progress=progress, method=method, cost=cost, workers=workers, cap=cap)
+    if blocks.worth_splitting(table, prune_tries):
+        return blocks.protect_blocks(table, k, level_depth, **kwargs)
+    return protect_whole(table, k, level_depth, **kwargs)
+
+
+def protect_whole(table: Table, k: int, level_depth: dict[str, int], max_rounds: int = 200,
+                  options: dict | None = None, prune_tries: int | None = 0,
+                  criterion: Criterion | None = None, progress: Progress = silent, *,
+                  method: str = SWEEP, cost: Cost = UNIT_VALUE, workers: int | None = None,
+                  cap: float | None = None) -> ProtectionLog:
+    """`protect` on the whole table at once (no split into blocks): the algorithm itself."""
     criterion = criterion or Criterion(k)
     costs = Costs(costs_for(table, level_depth, cost), _weights(table, level_depth))
     log = ProtectionLog()
@@ -414,7 +434,8 @@ def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int =
     totals = AuditResult(k=k, criterion=criterion)
     to_audit: set[int] | None = None  # None: every primary
     while True:
-        result = audit(table, k, options, primaries=to_audit, criterion=criterion, progress=progress)
+        result = audit(table, k, options, primaries=to_audit, criterion=criterion, progress=progress,
+                       workers=workers, cap=cap)
         if result.errors:
             raise SuppressionError("; ".join(result.errors[:5]))
         for name in ("lps_solved", "bulk_lps", "mips_solved", "witness_lps", "seconds"):
@@ -452,7 +473,7 @@ def protect(table: Table, k: int, level_depth: dict[str, int], max_rounds: int =
     log.audit = totals
     if prune_tries is None or prune_tries > 0:
         log.pruned = prune(table, k, costs, relations_of, options, prune_tries, criterion, totals.witnesses,
-                           reasons, intervals)
+                           reasons, intervals, cap)
         # The audit of record is the pruned pattern's: the intervals and witness points `prune` kept up to date
         # (re-solving the whole table again took 72 s of a 10 M-ping release). The blocking check verifies
         # every witness point against the published files (`suppression.certificate`) and re-solves any

@@ -128,6 +128,23 @@ class Table:
         return pd.DataFrame({"level": [self.level[n] for n in nodes], "area_id": [self.area[n] for n in nodes],
                              "bucket_start": [text[b] for b in buckets]})
 
+    def subtable(self, members: Sequence[int], relation_ids: Iterable[int]) -> "Table":
+        """The figures `members` (ascending) with the relations `relation_ids` (ascending; every member of each
+        among `members`), renumbered in the same order: node i of the result is node members[i] here, so every
+        order the algorithms follow (node order, relation order, each relation's members) is kept."""
+        local = {node: i for i, node in enumerate(members)}
+        sub = Table(level=[self.level[n] for n in members], area=[self.area[n] for n in members],
+                    bucket=[self.bucket[n] for n in members], value=[self.value[n] for n in members],
+                    status=[self.status[n] for n in members],
+                    floor={local[n]: f for n, f in self.floor.items() if n in local}, ladder=dict(self.ladder))
+        sub.index = {(sub.level[i], sub.area[i], sub.bucket[i]): i for i in range(len(members))}
+        for r in relation_ids:
+            rel = self.relations[r]
+            sub.relations.append(Relation(rel.kind, local[rel.parent], tuple(local[c] for c in rel.children),
+                                          None if rel.rest is None else local[rel.rest], rel.rest_children,
+                                          rel.level))
+        return sub
+
     def relations_of(self) -> list[list[int]]:
         """For each node, the indices of the relations it belongs to."""
         out: list[list[int]] = [[] for _ in range(len(self))]

@@ -1,0 +1,198 @@
+"""Independent blocks of a release's linear system, protected chunk by chunk in worker processes.
+
+Two figures are in one block when a chain of relations links them (through any figure, published or not).
+No relation spans two blocks: an hourly release without a time ladder has one block per hour (1,080 in a
+quarter), a release with a ladder usually one block in all. Every stage of `complementary.protect_whole`
+decides a block's figures from that block alone:
+- the elimination visits candidates by cost and key (never by node number), and a block's columns touch
+  only its own inner figures, so the echelon rows of other blocks never meet them;
+- the UNION sweep works relation by relation;
+- the audit works on components of withheld figures, each inside one block, and a repair picks the
+  published figure that binds a failing bound, in the failing primary's own relations;
+- pruning (every secondary tried: `prune_tries` None or 0) gives a secondary back when every primary of its
+  component still passes, which its block alone decides.
+So each block protected on its own sub-table (`Table.subtable`, the same figures, relations and orders) gets
+the pattern the whole table gives it. One caveat, which tests/test_blocks.py watches on its tables: where a
+failing bound is degenerate (several published figures bind it), the figure the simplex names, and hence
+the repair's choice, may depend on what else shares the LP model; the audit packs small components into one
+model (`audit.PACK_NODES`), and a block's neighbours in its pack differ between the whole table and its
+chunk. The guarantee is untouched either way: every pattern passes the same audit.
+
+Blocks are grouped into chunks of at least CHUNK_NODES figures, in block order, from the table alone and
+never from the number of workers, and each chunk is protected serially (`protect_whole` with one audit
+worker), so the pattern, the verdicts and the witness points are the same with 1 and N workers.
+
+Why: at 10 M pings (bench/release_bench.py, 1,080 hourly blocks, 540,000 cells) the elimination is pure
+Python and the audit's job building ran in the calling process, on one core, while the other waited;
+protecting whole blocks in the workers puts every stage on every core.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from spatial_release.progress import Progress, silent
+from spatial_release.suppression.audit import default_workers, linked_groups, pool, renumbered, table_cap
+from spatial_release.suppression.complementary import ProtectionLog, costs_for, protect_whole
+from spatial_release.suppression.table import PRIMARY, SECONDARY, Table
+from spatial_release.suppression.verdicts import AuditResult, Criterion
+
+# Tables below this many figures are protected whole: splitting saves nothing there, and small tables keep
+# exactly the pattern they always had (tests/test_golden_pattern.py).
+BLOCKS_MIN_NODES = 20_000
+# Figures per chunk (a worker's job). Big enough that a job's fixed costs (the sub-table, its pickling, the
+# audit's setup) stay small beside its work; small enough for ~30 jobs per worker at 10 M pings, so that
+# the last job does not leave the other core idle for long.
+CHUNK_NODES = 10_000
+
+
+def worth_splitting(table: Table, prune_tries: int | None) -> bool:
+    """Big enough to split, and no cap on the pruning tries (a cap picks the costliest secondaries of the
+    whole table, which no block can know)."""
+    return len(table) >= BLOCKS_MIN_NODES and prune_tries in (None, 0)
+
+
+def independent_blocks(table: Table) -> list[np.ndarray]:
+    """The blocks of figures linked by relations, each one's nodes ascending, in the order of their
+    smallest node; a figure in no relation is a block of its own."""
+    return linked_groups(table, np.ones(len(table), dtype=bool))
+
+
+@dataclass
+class _Chunk:
+    """A worker's job: some blocks as one sub-table, and what `protect_whole` needs besides."""
+
+    table: Table
+    members: np.ndarray  # sub-table node -> node of the whole table
+    costs: list[float]  # the whole table's costs of `members` (a caller's callable sees the whole table)
+    k: int
+    level_depth: dict[str, int]
+    settings: dict  # protect_whole's keywords: max_rounds, options, prune_tries, criterion, method, cap
+
+
+@dataclass
+class _Protected:
+    members: np.ndarray
+    status: list[str]
+    log: ProtectionLog  # its audit in the whole table's numbering
+
+
+def _protect_chunk(chunk: _Chunk) -> _Protected:
+    """Protect one chunk (in this process or a worker), serially, and number its audit as the whole table."""
+    log = protect_whole(chunk.table, chunk.k, chunk.level_depth, cost=chunk.costs, workers=1, progress=silent,
+                        **chunk.settings)
+    if log.audit is not None:
+        log.audit.intervals, log.audit.witnesses = renumbered(log.audit.intervals, log.audit.witnesses,
+                                                              chunk.members.tolist())
+    return _Protected(chunk.members, chunk.table.status, log)
+
+
+def _chunks(table: Table, blocks: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(figures, relation ids) of each chunk: the blocks holding a withheld figure (the others have nothing
+    to protect), CHUNK_NODES figures or more to a chunk, in block order."""
+    status = np.array(table.status, dtype=object)
+    withheld = (status == PRIMARY) | (status == SECONDARY)
+    block_of = np.empty(len(table), dtype=np.int64)
+    for b, nodes in enumerate(blocks):
+        block_of[nodes] = b
+    parents = np.fromiter((r.parent for r in table.relations), dtype=np.int64, count=len(table.relations))
+    relation_block = block_of[parents]
+    order = np.argsort(relation_block, kind="stable")
+    starts = np.searchsorted(relation_block[order], np.arange(len(blocks) + 1))
+    out: list[tuple[np.ndarray, np.ndarray]] = []
+    nodes_in: list[np.ndarray] = []
+    relations_in: list[np.ndarray] = []
+    size = 0
+
+    def close() -> None:
+        out.append((np.sort(np.concatenate(nodes_in)), np.sort(np.concatenate(relations_in))))
+
+    for b, nodes in enumerate(blocks):
+        if not withheld[nodes].any():
+            continue
+        nodes_in.append(nodes)
+        relations_in.append(order[starts[b]:starts[b + 1]])
+        size += len(nodes)
+        if size >= CHUNK_NODES:
+            close()
+            nodes_in, relations_in, size = [], [], 0
+    if nodes_in:
+        close()
+    return out
+
+
+def _merge(table: Table, done: _Protected, log: ProtectionLog) -> None:
+    for node, status in zip(done.members.tolist(), done.status):
+        table.status[node] = status
+    part = done.log
+    log.sweep_secondaries += part.sweep_secondaries
+    log.repair_secondaries += part.repair_secondaries
+    log.pruned += part.pruned
+    log.rounds = max(log.rounds, part.rounds)
+    if part.audit is None:
+        return
+    audit = log.audit
+    audit.intervals.extend(part.audit.intervals)
+    audit.errors.extend(part.audit.errors)
+    audit.witnesses.update(part.audit.witnesses)
+    for name in ("components", "lps_solved", "bulk_lps", "mips_solved", "witness_lps", "seconds"):
+        setattr(audit, name, getattr(audit, name) + getattr(part.audit, name))
+
+
+def _in_order(jobs: Iterator[_Chunk], workers: int) -> Iterator[_Protected]:
+    """Each chunk protected, in chunk order; at most 2 x workers chunks pending, so only a few sub-tables
+    exist at once besides the whole table."""
+    if workers <= 1:
+        for job in jobs:
+            yield _protect_chunk(job)
+        return
+    with pool(workers) as executor:
+        pending: deque = deque()
+        for job in jobs:
+            pending.append(executor.submit(_protect_chunk, job))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def protect_blocks(table: Table, k: int, level_depth: dict[str, int], *, criterion: Criterion | None = None,
+                   progress: Progress = silent, cost="unit_value", workers: int | None = None,
+                   every_s: float = 5.0, **settings) -> ProtectionLog:
+    """`complementary.protect` block by block (see the module docstring): the statuses of `table` change in
+    place, and the returned log holds the audit of the final pattern in `table`'s numbering. Falls back to
+    `protect_whole` when fewer than two blocks hold a withheld figure."""
+    started = time.perf_counter()
+    criterion = criterion or Criterion(k)
+    workers = default_workers() if workers is None else max(1, int(workers))
+    chunks = _chunks(table, independent_blocks(table))
+    if len(chunks) < 2:
+        return protect_whole(table, k, level_depth, criterion=criterion, progress=progress, cost=cost,
+                             workers=workers, **settings)
+    costs = costs_for(table, level_depth, cost)
+    settings = {**settings, "criterion": criterion}
+    if settings.get("cap") is None:
+        settings["cap"] = table_cap(table, criterion)  # as the whole table's audit would cap its bulk LPs
+    jobs = (_Chunk(table.subtable(nodes.tolist(), relations.tolist()), nodes, [costs[n] for n in nodes.tolist()],
+                   k, level_depth, settings) for nodes, relations in chunks)
+    log = ProtectionLog(audit=AuditResult(k=k, criterion=criterion))
+    reported = time.perf_counter()
+    workers = min(workers, len(chunks))
+    for n, done in enumerate(_in_order(jobs, workers), start=1):
+        _merge(table, done, log)
+        if time.perf_counter() - reported >= every_s:
+            reported = time.perf_counter()
+            progress(f"suppression: {n / len(chunks):.0%} of the table protected, {reported - started:.0f} s")
+    log.audit.intervals.sort(key=lambda interval: interval.node)
+    log.audit.workers = workers
+    progress(f"suppression: every block protected in {time.perf_counter() - started:.1f} s "
+             f"({'every withheld primary protected' if log.audit.passed else 'some primaries NOT protected'})")
+    return log
+
+
+__all__ = ["BLOCKS_MIN_NODES", "CHUNK_NODES", "independent_blocks", "protect_blocks", "worth_splitting"]

@@ -1,0 +1,165 @@
+"""Protection block by block (`suppression.blocks`, issue 13): a table of independent blocks (one per bucket
+without a time ladder) is protected chunk by chunk, in worker processes, with the pattern the whole table
+gets; every pattern passes an independent audit; the result is the same with 1 and 2 workers; a relation
+that links two blocks makes them one; a failure in a worker's chunk is an error in the caller."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from test_golden_pattern import GOLDEN, K, STRUCTURE, ZEROS, pattern, render, true_counts
+
+from spatial_release.suppression import blocks
+from spatial_release.suppression import complementary
+from spatial_release.suppression.audit import Criterion, audit
+from spatial_release.suppression.certificate import Certificate, verify
+from spatial_release.suppression.complementary import RELEASE_METHOD, SuppressionError, protect, protect_whole
+from spatial_release.suppression.release_system import DisclosureSpec, system_for
+from spatial_release.suppression.table import EQ, PRIMARY, PUBLISHED, Relation, Table
+
+INPUTS = {"counts": "c0ffee", "candidate": "beef"}
+
+
+@pytest.fixture
+def split_everything(monkeypatch):
+    """Blocks for every table, one block to a chunk: the most splitting the module can do."""
+    monkeypatch.setattr(blocks, "BLOCKS_MIN_NODES", 0)
+    monkeypatch.setattr(blocks, "CHUNK_NODES", 1)
+
+
+def spied_protect_blocks(monkeypatch) -> list:
+    calls: list = []
+    real = blocks.protect_blocks
+
+    def spy(table, *args, **kwargs):
+        calls.append(len(blocks._chunks(table, blocks.independent_blocks(table))))
+        return real(table, *args, **kwargs)
+
+    monkeypatch.setattr(blocks, "protect_blocks", spy)
+    return calls
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_blocks_give_the_pinned_golden_pattern(split_everything, monkeypatch, workers):
+    """The golden table (three weekly buckets: three blocks) split into one chunk per block gives, under both
+    measures, exactly the pattern pinned in tests/golden/suppression_pattern.csv for the whole table."""
+    monkeypatch.setenv("SPATIAL_RELEASE_AUDIT_WORKERS", workers)
+    chunks = spied_protect_blocks(monkeypatch)
+    text = render([*pattern("presence"), *pattern("visitors")])  # `pattern` also runs an independent audit
+    assert chunks == [3, 3], "each measure's table was protected as three chunks"
+    assert text == GOLDEN.read_text()
+
+
+def bigger_counts(monkeypatch, buckets: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame, DisclosureSpec]:
+    """The golden fixture's grid over `buckets` hourly buckets, with other random counts."""
+    import test_golden_pattern as golden
+
+    hours = [pd.Timestamp("2018-01-01T05:00:00Z") + pd.Timedelta(hours=h) for h in range(buckets)]
+    with monkeypatch.context() as patch:
+        patch.setattr(golden, "BUCKETS", hours)
+        leaves, margins = true_counts("presence", seed=seed)
+    return leaves, margins, DisclosureSpec(STRUCTURE, K, "presence", frozenset(ZEROS), tuple(hours))
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_blocks_match_the_whole_table_and_pass_an_independent_audit(split_everything, monkeypatch, seed):
+    leaves, margins, spec = bigger_counts(monkeypatch, buckets=6, seed=seed)
+    level_depth = spec.structure.level_depth()
+    whole = system_for(leaves, margins, spec)
+    split = system_for(leaves, margins, spec)
+    chunks = spied_protect_blocks(monkeypatch)
+    log_whole = protect_whole(whole, K, level_depth, workers=1, **RELEASE_METHOD)
+    log_split = protect(split, K, level_depth, workers=2, **RELEASE_METHOD)
+    assert chunks == [6]
+    assert split.status == whole.status
+    assert split.secondaries(), "the fixture needs complementary suppression"
+    assert [(i.node, i.passed) for i in log_split.audit.intervals] == \
+        [(i.node, i.passed) for i in log_whole.audit.intervals]
+    assert [i.node for i in log_split.audit.intervals] == split.primaries()
+    assert log_split.audit.workers == 2
+    # re-derived, not taken from the log: the attacker's optimal bounds on the whole table, from scratch
+    independent = audit(split, K, optimal_bounds=True, workers=1)
+    assert independent.passed and len(independent.intervals) == len(split.primaries())
+    # the blocks' witness points, in the whole table's numbering, certify every component without an LP
+    verification = verify(split, Certificate.build(split, log_split.audit, INPUTS), INPUTS, Criterion(K))
+    assert not verification.errors and verification.rejected is None and not verification.unverified
+
+
+def test_one_and_two_workers_give_the_same_pattern_and_certificate(split_everything, monkeypatch):
+    leaves, margins, spec = bigger_counts(monkeypatch, buckets=5, seed=3)
+    outcomes = []
+    for workers in (1, 2):
+        table = system_for(leaves, margins, spec)
+        log = protect(table, K, spec.structure.level_depth(), workers=workers, **RELEASE_METHOD)
+        assert log.audit.workers == workers
+        certificate = Certificate.build(table, log.audit, INPUTS)
+        outcomes.append((table.status, certificate.primaries, certificate.points))
+    (status_1, primaries_1, points_1), (status_2, primaries_2, points_2) = outcomes
+    assert status_1 == status_2
+    pd.testing.assert_frame_equal(primaries_1, primaries_2)
+    pd.testing.assert_frame_equal(points_1, points_2)
+
+
+def two_rectangles(linked: bool) -> Table:
+    """Two 2 x 2 tables (cells, row and column totals) in two buckets, each with a primary; `linked` adds a
+    relation across the buckets (as a time ladder's would), which makes the two one block."""
+    table = Table()
+    nodes = {}
+    for bucket in (0, 1):
+        cells = {(0, 0): 2, (0, 1): 9, (1, 0): 8, (1, 1): 7}
+        for (i, j), v in cells.items():
+            nodes[bucket, i, j] = table.add("cell", f"c{i}{j}", bucket, v, PRIMARY if v < K else PUBLISHED)
+        for i in (0, 1):
+            row = table.add("row", f"r{i}", bucket, cells[i, 0] + cells[i, 1], PUBLISHED)
+            table.relations.append(Relation(EQ, row, (nodes[bucket, i, 0], nodes[bucket, i, 1])))
+        for j in (0, 1):
+            col = table.add("col", f"k{j}", bucket, cells[0, j] + cells[1, j], PUBLISHED)
+            table.relations.append(Relation(EQ, col, (nodes[bucket, 0, j], nodes[bucket, 1, j])))
+    table.add("lone", "x", 0, 3, PUBLISHED)  # in no relation: a block of its own, with nothing to protect
+    if linked:
+        both = table.add("span", "c00", "0-1", 2 + 9 + 2, PUBLISHED)
+        table.relations.append(Relation(EQ, both, (nodes[0, 0, 0], nodes[0, 0, 1], nodes[1, 0, 0])))
+    return table
+
+
+def test_blocks_are_the_groups_of_figures_linked_by_relations():
+    apart = two_rectangles(linked=False)
+    found = [b.tolist() for b in blocks.independent_blocks(apart)]
+    assert len(found) == 3 and sorted(len(b) for b in found) == [1, 8, 8]
+    # default chunk size: both rectangles in one chunk, the lone figure (nothing withheld) in none
+    chunks = blocks._chunks(apart, blocks.independent_blocks(apart))
+    assert [(len(nodes), len(relations)) for nodes, relations in chunks] == [(16, 8)]
+    linked = two_rectangles(linked=True)
+    assert sorted(len(b) for b in blocks.independent_blocks(linked)) == [1, 17]  # negative control
+
+
+def test_a_linked_table_is_protected_whole(split_everything, monkeypatch):
+    """A relation across two buckets joins them: one chunk, so `protect` falls back to the whole table."""
+    whole_calls = []
+    real = complementary.protect_whole
+
+    def spy(table, *args, **kwargs):
+        whole_calls.append(len(table))
+        return real(table, *args, **kwargs)
+
+    monkeypatch.setattr(blocks, "protect_whole", spy)
+    table = two_rectangles(linked=True)
+    protect(table, K, {}, workers=1, **RELEASE_METHOD)
+    assert whole_calls == [len(table)]
+    assert audit(table, K, optimal_bounds=True, workers=1).passed
+    whole_calls.clear()
+    apart = two_rectangles(linked=False)
+    protect(apart, K, {}, workers=1, **RELEASE_METHOD)
+    assert whole_calls == [8, 8], "two chunks of one rectangle each; the lone figure has nothing to protect"
+    assert apart.status[-1] == PUBLISHED
+    assert audit(apart, K, optimal_bounds=True, workers=1).passed
+
+
+def test_a_chunk_that_cannot_be_protected_stops_the_caller(split_everything):
+    """A published row total that contradicts its cells in one bucket: that chunk's audit finds the system
+    infeasible in a worker, and the caller gets the SuppressionError, never a pattern reported as protected."""
+    table = two_rectangles(linked=False)
+    row = table.index[("row", "r0", 1)]
+    table.value[row] += 1
+    with pytest.raises(SuppressionError, match="contradict the relations"):
+        protect(table, K, {}, workers=2, **RELEASE_METHOD)
