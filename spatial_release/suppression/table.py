@@ -213,9 +213,13 @@ def _relate_level(table: Table, chain: Chain, depth: int, kind: str, zero_leaves
     parent_of, count_of = chain.parent_of[depth], chain.children_count[depth]
     groups: dict[tuple[str, object], list[int]] = {}
     zeros_in: dict[tuple[str, object], int] = {}
-    for i in range(len(table)):
-        if table.level[i] == child_level:
-            groups.setdefault((parent_of(table.area[i]), table.bucket[i]), []).append(i)
+    parents: dict[str, str] = {}  # an area recurs in every bucket: its parent is worked out once
+    area, bucket = table.area, table.bucket
+    for i in [i for i, level in enumerate(table.level) if level == child_level]:
+        parent = parents.get(area[i])
+        if parent is None:
+            parent = parents[area[i]] = parent_of(area[i])
+        groups.setdefault((parent, bucket[i]), []).append(i)
     if depth == 0:
         for cell, bucket in zero_leaves:
             if (child_level, cell, bucket) not in table.index:
