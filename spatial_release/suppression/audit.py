@@ -500,50 +500,73 @@ class _Solved:
     counts: dict = field(default_factory=dict)
 
 
-def packs(table: Table, primaries: set[int] | None = None) -> list[tuple[list[int], list[int], int]]:
-    """The audit's jobs: (figures, primaries to audit, number of components), each a component with
-    primaries to audit or several small ones packed together (PACK_NODES), in component order."""
-    work: list[tuple[list[int], list[int], int]] = []
-    nodes_in: list[int] = []
-    chosen_in: list[int] = []
-    count = 0
+@dataclass
+class Pack:
+    """One job of the audit: a component with primaries to audit, or several small ones (PACK_NODES)."""
+
+    nodes: list[int]  # the figures of its components, component after component
+    chosen: list[int]  # the primaries to audit
+    components: list[list[int]]
+
+
+def packs(table: Table, primaries: set[int] | None = None) -> list[Pack]:
+    """The audit's jobs, in component order (see `Pack`)."""
+    work: list[Pack] = []
+    current = Pack([], [], [])
     for nodes in components(table):
         chosen = [n for n in nodes if table.status[n] == "primary" and (primaries is None or n in primaries)]
         if not chosen:
             continue
-        nodes_in += nodes
-        chosen_in += chosen
-        count += 1
-        if len(nodes_in) >= PACK_NODES:
-            work.append((nodes_in, chosen_in, count))
-            nodes_in, chosen_in, count = [], [], 0
-    if chosen_in:
-        work.append((nodes_in, chosen_in, count))
+        current.nodes += nodes
+        current.chosen += chosen
+        current.components.append(nodes)
+        if len(current.nodes) >= PACK_NODES:
+            work.append(current)
+            current = Pack([], [], [])
+    if current.chosen:
+        work.append(current)
     return work
 
 
-def _job(table: Table, nodes: list[int], chosen: list[int], relations_of: list[list[int]], cap: float,
-         options: dict, criterion: Criterion, optimal_bounds: bool, count: int = 1) -> _Job:
-    rel_ids = sorted({r for n in nodes for r in relations_of[n]})
-    members = sorted({m for r in rel_ids for m in table.relations[r].members()} | set(nodes))
+def _job(table: Table, pack: Pack, relations_of: list[list[int]], cap: float, options: dict, criterion: Criterion,
+         optimal_bounds: bool) -> _Job:
+    rel_ids = sorted({r for n in pack.nodes for r in relations_of[n]})
+    members = sorted({m for r in rel_ids for m in table.relations[r].members()} | set(pack.nodes))
     local = {node: i for i, node in enumerate(members)}
     sub = table.subtable(members, rel_ids)
-    return _Job(sub, members, [local[n] for n in chosen], cap, options, criterion, optimal_bounds, count)
+    return _Job(sub, members, [local[n] for n in pack.chosen], cap, options, criterion, optimal_bounds,
+                len(pack.components))
 
 
 def _solve(job: _Job) -> _Solved:
-    """Audit one component (in this process or a worker)."""
+    """Audit one job on its sub-table (in a worker process)."""
     table = job.table
     model = ComponentModel(table, [i for i in range(len(table)) if table.status[i] != PUBLISHED],
                            table.relations_of(), job.options)
-    result = AuditResult(k=job.criterion.k, criterion=job.criterion)
-    audit_component(model, job.primaries, job.criterion, result, job.optimal_bounds, job.cap)
-    witnesses = _own_component_points(table, result.witnesses) if job.components > 1 else result.witnesses
+    comps = components(table) if job.components > 1 else []
+    return _solved(model, job.primaries, comps, job.criterion, job.optimal_bounds, job.cap)
+
+
+def _solve_in_place(table: Table, pack: Pack, relations_of: list[list[int]], cap: float, options: dict,
+                    criterion: Criterion, optimal_bounds: bool) -> _Solved:
+    """Audit one job on the whole table (in this process): the very model `_solve` builds on its sub-table,
+    whose columns and rows come in the same order, without building the sub-table or renumbering back."""
+    model = ComponentModel(table, pack.nodes, relations_of, options)
+    comps = pack.components if len(pack.components) > 1 else []
+    return _solved(model, pack.chosen, comps, criterion, optimal_bounds, cap)
+
+
+def _solved(model: ComponentModel, primaries: list[int], comps: list[list[int]], criterion: Criterion,
+            optimal_bounds: bool, cap: float) -> _Solved:
+    """Audit `primaries` on `model`; `comps`: the components packed into it (empty: one)."""
+    result = AuditResult(k=criterion.k, criterion=criterion)
+    audit_component(model, primaries, criterion, result, optimal_bounds, cap)
+    witnesses = _own_component_points(comps, result.witnesses) if comps else result.witnesses
     return _Solved(result.intervals, result.errors, witnesses, result.lps_solved, result.bulk_lps,
                    result.mips_solved, result.witness_lps)
 
 
-def _own_component_points(table: Table, witnesses: dict[int, tuple[Point | None, Point | None]]
+def _own_component_points(comps: list[list[int]], witnesses: dict[int, tuple[Point | None, Point | None]]
                           ) -> dict[int, tuple[Point | None, Point | None]]:
     """Each primary's witness points restricted to its own component (the other components at their true
     values). A point of a pack moves figures of several components; restricted, it is still feasible (the
@@ -551,7 +574,7 @@ def _own_component_points(table: Table, witnesses: dict[int, tuple[Point | None,
     component's figures, which the pruning pass and the certificate rely on (publishing a figure can only
     spoil the points of its own component). One dict per (shared point, component), as before."""
     comp_of: dict[int, int] = {}
-    for c, nodes in enumerate(components(table)):
+    for c, nodes in enumerate(comps):
         for node in nodes:
             comp_of[node] = c
     # Each shared point is split once, in one pass over its items (filtering it once per component was
@@ -613,26 +636,21 @@ def pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers, mp_context=context)
 
 
-def _solve_all(jobs: Iterator[_Job], n_jobs: int, workers: int) -> Iterator[tuple[_Job, _Solved]]:
-    """Each component's result, in the order of `jobs` whatever the number of workers."""
-    if workers <= 1 or n_jobs <= 1:
-        for job in jobs:
-            yield job, _solve(job)
+def _solve_all(table: Table, work: list[Pack], relations_of: list[list[int]], cap: float, options: dict,
+               criterion: Criterion, optimal_bounds: bool, workers: int) -> Iterator[tuple[Pack, _Solved]]:
+    """Each job's result in the whole table's numbering, in the order of `work` whatever the number of
+    workers: solved in place by one worker, on sub-tables (`_job`) by several."""
+    if workers <= 1 or len(work) <= 1:
+        for pack in work:
+            yield pack, _solve_in_place(table, pack, relations_of, cap, options, criterion, optimal_bounds)
         return
-    with pool(min(workers, n_jobs)) as executor:
-        batch: list[_Job] = []
-
-        def run(batch: list[_Job]) -> Iterator[tuple[_Job, _Solved]]:
-            chunk = max(1, len(batch) // (workers * 4))
-            yield from zip(batch, executor.map(_solve, batch, chunksize=chunk))
-
-        for job in jobs:
-            batch.append(job)
-            if len(batch) >= BATCH:
-                yield from run(batch)
-                batch = []
-        if batch:
-            yield from run(batch)
+    with pool(min(workers, len(work))) as executor:
+        for start in range(0, len(work), BATCH):
+            batch = work[start:start + BATCH]
+            jobs = [_job(table, pack, relations_of, cap, options, criterion, optimal_bounds) for pack in batch]
+            chunk = max(1, len(jobs) // (workers * 4))
+            for pack, job, solved in zip(batch, jobs, executor.map(_solve, jobs, chunksize=chunk)):
+                yield pack, _to_table(job, solved)
 
 
 def audit(table: Table, k: int, options: dict | None = None, primaries: set[int] | None = None,
@@ -660,24 +678,22 @@ def audit(table: Table, k: int, options: dict | None = None, primaries: set[int]
     result.errors.extend(inconsistent_relations(table))
     relations_of = table.relations_of()
     work = packs(table, primaries)
-    total = sum(len(chosen) for _, chosen, _ in work)
-    size = sum(len(nodes) for nodes, _, _ in work)
+    total = sum(len(pack.chosen) for pack in work)
+    size = sum(len(pack.nodes) for pack in work)
     if size < PARALLEL_MIN_NODES:
         workers = 1
     result.workers = workers
     cap = table_cap(table, criterion) if cap is None else cap
-    jobs = (_job(table, nodes, chosen, relations_of, cap, dict(options or {}), criterion, optimal_bounds, count)
-            for nodes, chosen, count in work)
     done, reported = 0, time.perf_counter()
-    for job, solved in _solve_all(jobs, len(work), workers):
-        solved = _to_table(job, solved)
-        result.components += job.components
+    for pack, solved in _solve_all(table, work, relations_of, cap, dict(options or {}), criterion, optimal_bounds,
+                                   workers):
+        result.components += len(pack.components)
         result.intervals.extend(solved.intervals)
         result.errors.extend(solved.errors)
         result.witnesses.update(solved.witnesses)
         for name in ("lps_solved", "bulk_lps", "mips_solved", "witness_lps"):
             setattr(result, name, getattr(result, name) + getattr(solved, name))
-        done += len(job.primaries)
+        done += len(pack.chosen)
         if time.perf_counter() - reported >= every_s:
             reported = time.perf_counter()
             # shares and times only: counts of withheld primaries and components stay internal (issue 9)

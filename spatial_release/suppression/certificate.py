@@ -101,17 +101,26 @@ class Certificate:
         """The certificate of `table`'s final pattern from its audit (`result.intervals` and witnesses)."""
         intervals = {i.node: i for i in result.intervals}
         ids: dict[int, int] = {}
-        point_rows: list[tuple[int, int, int]] = []
+        # column lists, not row tuples: a frame from typed columns is built without converting objects
+        # (over a million point rows at 10 M pings)
+        point_col: list[int] = []
+        node_col: list[int] = []
+        value_col: list[int] = []
 
         def point_id(point: dict | None) -> int:
             if point is None:
                 return NO_POINT
-            if id(point) not in ids:
-                ids[id(point)] = len(ids)
-                point_rows.extend((ids[id(point)], int(n), int(v)) for n, v in sorted(point.items()))
-            return ids[id(point)]
+            pid = ids.get(id(point))
+            if pid is None:
+                pid = ids[id(point)] = len(ids)
+                moved = sorted(point)
+                point_col.extend([pid] * len(moved))
+                node_col.extend(moved)
+                value_col.extend([point[n] for n in moved])
+            return pid
 
-        rows = []
+        names = ("node", "component", "value", "lo", "up", "passed", "lo_point", "up_point")
+        node_l, comp_l, value_l, lo_l, up_l, passed_l, lo_point_l, up_point_l = ([] for _ in names)
         comps = components(table)
         for c, nodes in enumerate(comps):
             for node in nodes:
@@ -119,14 +128,19 @@ class Certificate:
                     continue
                 interval = intervals.get(node)
                 lo_point, up_point = result.witnesses.get(node, (None, None))
-                rows.append((node, c, table.value[node], math.nan if interval is None else interval.lo,
-                             math.nan if interval is None else interval.up, interval is not None and interval.passed,
-                             point_id(lo_point), point_id(up_point)))
-        columns = ["node", "component", "value", "lo", "up", "passed", "lo_point", "up_point"]
-        primaries = pd.DataFrame(rows, columns=columns)
-        primaries = primaries.astype({"node": "int64", "component": "int64", "value": "int64", "lo": "float64",
-                                      "up": "float64", "passed": "bool", "lo_point": "int64", "up_point": "int64"})
-        points = pd.DataFrame(point_rows, columns=["point", "node", "value"]).astype("int64")
+                node_l.append(node)
+                comp_l.append(c)
+                value_l.append(table.value[node])
+                lo_l.append(math.nan if interval is None else interval.lo)
+                up_l.append(math.nan if interval is None else interval.up)
+                passed_l.append(interval is not None and interval.passed)
+                lo_point_l.append(point_id(lo_point))
+                up_point_l.append(point_id(up_point))
+        types = (np.int64, np.int64, np.int64, np.float64, np.float64, bool, np.int64, np.int64)
+        primaries = pd.DataFrame({name: np.array(values, dtype=kind) for name, values, kind in zip(
+            names, (node_l, comp_l, value_l, lo_l, up_l, passed_l, lo_point_l, up_point_l), types)})
+        points = pd.DataFrame({"point": np.array(point_col, dtype=np.int64), "node": np.array(node_col, dtype=np.int64),
+                               "value": np.array(value_col, dtype=np.int64)})
         criterion = result.criterion or Criterion(result.k)
         return cls(dict(inputs), criterion.k, criterion.range_pct, f"HiGHS {highspy.Highs().version()}",
                    len(table), len(table.relations), len(comps), result.passed, primaries, points)

@@ -72,6 +72,9 @@ class Table:
     floor: dict[int, int] = field(default_factory=dict)
     # What the time ladder did (`release_system.protect_release`): figures offered per rung, climbing rounds.
     ladder: dict = field(default_factory=dict)
+    # `relations_of`, kept while `relations` is the same list of the same length (relations are only ever
+    # appended): a protection asks for it once per audit round and per check, 1 s each at 10 M pings.
+    _relations_of: tuple[list, int, list[list[int]]] | None = field(default=None, repr=False, compare=False)
 
     def add(self, level: str, area: str, bucket: object, value: int, status: str) -> int:
         key = (level, area, bucket)
@@ -146,11 +149,16 @@ class Table:
         return sub
 
     def relations_of(self) -> list[list[int]]:
-        """For each node, the indices of the relations it belongs to."""
+        """For each node, the indices of the relations it belongs to (shared: callers must not change it)."""
+        cached = self._relations_of
+        if cached is not None and cached[0] is self.relations and cached[1] == len(self.relations) \
+                and len(cached[2]) == len(self):
+            return cached[2]
         out: list[list[int]] = [[] for _ in range(len(self))]
         for r, relation in enumerate(self.relations):
             for node in relation.members():
                 out[node].append(r)
+        self._relations_of = (self.relations, len(self.relations), out)
         return out
 
 
