@@ -37,8 +37,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from spatial_release.progress import Progress, silent
-from spatial_release.suppression.audit import default_workers, linked_groups, pool, renumbered, table_cap
-from spatial_release.suppression.complementary import ProtectionLog, costs_for, protect_whole
+from spatial_release.suppression.audit import (default_workers, inconsistent_relations, linked_groups, pool,
+                                              renumbered, table_cap)
+from spatial_release.suppression.complementary import ProtectionLog, SuppressionError, costs_for, protect_whole
 from spatial_release.suppression.table import PRIMARY, SECONDARY, Table
 from spatial_release.suppression.verdicts import AuditResult, Criterion
 
@@ -140,6 +141,8 @@ def _merge(table: Table, done: _Protected, log: ProtectionLog) -> None:
     audit.intervals.extend(part.audit.intervals)
     audit.errors.extend(part.audit.errors)
     audit.witnesses.update(part.audit.witnesses)
+    # summed over chunks: `seconds` is the audit's time over all workers, not wall time, and `components` the
+    # components each chunk audited (a whole-table run reports its largest round's)
     for name in ("components", "lps_solved", "bulk_lps", "mips_solved", "witness_lps", "seconds"):
         setattr(audit, name, getattr(audit, name) + getattr(part.audit, name))
 
@@ -170,6 +173,11 @@ def protect_blocks(table: Table, k: int, level_depth: dict[str, int], *, criteri
     started = time.perf_counter()
     criterion = criterion or Criterion(k)
     workers = default_workers() if workers is None else max(1, int(workers))
+    # Blocks without a withheld figure go to no chunk, so no chunk's audit would see a contradiction among
+    # their published figures, which the whole table's audit reports: look for them here, on every block.
+    contradictions = inconsistent_relations(table)
+    if contradictions:
+        raise SuppressionError("; ".join(contradictions[:5]))
     chunks = _chunks(table, independent_blocks(table))
     if len(chunks) < 2:
         return protect_whole(table, k, level_depth, criterion=criterion, progress=progress, cost=cost,

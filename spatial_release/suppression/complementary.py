@@ -155,6 +155,12 @@ def _cheapest(table: Table, costs: list[float], candidates: list[int], at_least:
     return min(pool, key=lambda c: _sort_key(table, costs, c))
 
 
+def _first_found(node: int | None, otherwise: Callable[[], int | None]) -> int | None:
+    """`node` unless None (not `node or ...`: node 0 is a figure, and treating it as "none found" withheld a
+    parent instead of the cheapest child whenever the child was the table's first figure)."""
+    return otherwise() if node is None else node
+
+
 def _sweep_relation(table: Table, costs: list[float], criterion: Criterion, relation) -> int | None:
     """One suppression that a relation needs, or None when it looks locally safe."""
     members = relation.members()
@@ -164,7 +170,7 @@ def _sweep_relation(table: Table, costs: list[float], criterion: Criterion, rela
         if table.status[node] != PRIMARY:
             continue
         if len(withheld) < 2:
-            return _cheapest(table, costs, children) or _cheapest(table, costs, [relation.parent])
+            return _first_found(_cheapest(table, costs, children), lambda: _cheapest(table, costs, [relation.parent]))
         if node == relation.parent:
             mass = sum(table.value[c] for c in children if table.status[c] != PUBLISHED)
             if mass < 1:
@@ -173,8 +179,8 @@ def _sweep_relation(table: Table, costs: list[float], criterion: Criterion, rela
             others = sum(table.value[c] for c in children if c != node and table.status[c] != PUBLISHED)
             need = criterion.upper(table.value[node]) - table.value[node]
             if others < need:
-                return _cheapest(table, costs, [c for c in children if c != node], at_least=need - others) \
-                    or _cheapest(table, costs, [relation.parent])
+                return _first_found(_cheapest(table, costs, [c for c in children if c != node], at_least=need - others),
+                                    lambda: _cheapest(table, costs, [relation.parent]))
     return None
 
 
