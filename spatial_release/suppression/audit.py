@@ -23,10 +23,11 @@ nor shown to be below k. Infeasibility, a time-out or any solver error is a fail
 All cores: components are independent, so `audit` solves them in worker processes (`workers`, default
 $SPATIAL_RELEASE_AUDIT_WORKERS or os.cpu_count(); serial below PARALLEL_MIN_NODES figures). Each job (a
 component, or small components packed together, see PACK_NODES) goes to a worker as its own sub-table,
-renumbered in the whole table's order, with the whole table's bulk cap, so its LPs are exactly those of a
-serial audit; results are merged in component order, so verdicts,
-bounds, witnesses and the repair loop's pattern are the same whatever the worker count
-(tests/test_certificate.py). Threads were measured first: two HiGHS 1.16 solves in two threads took
+renumbered in the whole table's order, with the whole table's bulk cap, so its LPs are exactly those a
+single worker solves on the whole table (`_solve_in_place`: the same columns and rows in the same order,
+without the sub-table); results are merged in component order, so verdicts, bounds, witnesses and the
+repair loop's pattern are the same whatever the worker count (tests/test_certificate.py). A big table of
+independent blocks is split further up, by `suppression.blocks`, whose workers run this audit with one worker. Threads were measured first: two HiGHS 1.16 solves in two threads took
 longer than one after the other (highspy's run() gave no parallel speed-up, and building the models is
 Python anyway), hence processes.
 
