@@ -69,7 +69,8 @@ def bigger_counts(monkeypatch, buckets: int, seed: int, measure: str = "presence
 # under EQ (presence) and UNION (visitors) relations; seeds 1 and 4 under the sweep are the tables on which a
 # review found the split differing from the whole table (the sweep took node 0 for "none found")
 CASES = [("presence", RELEASE_METHOD, 1), ("presence", RELEASE_METHOD, 2), ("visitors", RELEASE_METHOD, 3),
-         ("presence", {"method": "sweep"}, 1), ("presence", {"method": "sweep"}, 4), ("visitors", {"method": "sweep"}, 1)]
+         ("presence", {"method": "sweep"}, 1), ("presence", {"method": "sweep"}, 4),
+         ("visitors", {"method": "sweep"}, 1)]
 
 
 @pytest.mark.parametrize("measure, method, seed", CASES)

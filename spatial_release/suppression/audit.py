@@ -27,7 +27,8 @@ renumbered in the whole table's order, with the whole table's bulk cap, so its L
 single worker solves on the whole table (`_solve_in_place`: the same columns and rows in the same order,
 without the sub-table); results are merged in component order, so verdicts, bounds, witnesses and the
 repair loop's pattern are the same whatever the worker count (tests/test_certificate.py). A big table of
-independent blocks is split further up, by `suppression.blocks`, whose workers run this audit with one worker. Threads were measured first: two HiGHS 1.16 solves in two threads took
+independent blocks is split further up, by `suppression.blocks`, whose workers run this audit with one
+worker. Threads were measured first: two HiGHS 1.16 solves in two threads took
 longer than one after the other (highspy's run() gave no parallel speed-up, and building the models is
 Python anyway), hence processes.
 
