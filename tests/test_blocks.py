@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from test_certificate import copy_table
+from test_certificate import assert_same_pattern_and_certificate, copy_table
 from test_golden_pattern import GOLDEN, K, STRUCTURE, ZEROS, pattern, render, true_counts
 
 from spatial_release.suppression import blocks
@@ -136,17 +136,13 @@ def test_a_contradiction_in_a_block_with_nothing_withheld_is_still_an_error(spli
 
 def test_one_and_two_workers_give_the_same_pattern_and_certificate(split_everything, monkeypatch):
     leaves, margins, spec = bigger_counts(monkeypatch, buckets=4, seed=3)
-    outcomes = []
+    protected = []
     for workers in (1, 2):
         table = system_for(leaves, margins, spec)
         log = protect(table, K, spec.structure.level_depth(), workers=workers, **RELEASE_METHOD)
         assert log.audit.workers == workers
-        certificate = Certificate.build(table, log.audit, INPUTS)
-        outcomes.append((table.status, certificate.primaries, certificate.points))
-    (status_1, primaries_1, points_1), (status_2, primaries_2, points_2) = outcomes
-    assert status_1 == status_2
-    pd.testing.assert_frame_equal(primaries_1, primaries_2)
-    pd.testing.assert_frame_equal(points_1, points_2)
+        protected.append((table, log))
+    assert_same_pattern_and_certificate(protected)
 
 
 def two_rectangles(linked: bool) -> Table:

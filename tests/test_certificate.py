@@ -132,21 +132,31 @@ def test_packing_components_changes_no_verdict_and_no_failing_bound(monkeypatch)
     assert not verification.errors and set(verification.certified) == expected
 
 
+def assert_same_pattern_and_certificate(protected: list[tuple[Table, object]]) -> None:
+    """The tables' statuses and their certificates' frames (primaries, witness points) are all equal."""
+    outcomes = []
+    for table, log in protected:
+        certificate = Certificate.build(table, log.audit, INPUTS)
+        outcomes.append((table.status, certificate.primaries, certificate.points))
+    (status_1, primaries_1, points_1), *others = outcomes
+    assert others
+    for status, primaries, points in others:
+        assert status == status_1
+        pd.testing.assert_frame_equal(primaries, primaries_1)
+        pd.testing.assert_frame_equal(points, points_1)
+
+
 def test_pattern_and_certificate_identical_with_1_and_2_workers(monkeypatch):
     monkeypatch.setattr(audit_module, "PARALLEL_MIN_NODES", 0)
     monkeypatch.setattr(audit_module, "PACK_NODES", 60)
-    outcomes = []
+    protected = []
     for workers in ("1", "2"):
         monkeypatch.setenv("SPATIAL_RELEASE_AUDIT_WORKERS", workers)
         table = many_components(groups=50, seed=11)
         log = protect(table, K, {})
         assert log.audit.workers == int(workers)
-        certificate = Certificate.build(table, log.audit, INPUTS)
-        outcomes.append((table.status, certificate.primaries, certificate.points))
-    (status_1, primaries_1, points_1), (status_2, primaries_2, points_2) = outcomes
-    assert status_1 == status_2
-    pd.testing.assert_frame_equal(primaries_1, primaries_2)
-    pd.testing.assert_frame_equal(points_1, points_2)
+        protected.append((table, log))
+    assert_same_pattern_and_certificate(protected)
 
 
 def test_workers_setting(monkeypatch):
