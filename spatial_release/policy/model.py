@@ -305,6 +305,12 @@ class RiskSpec(_Strict):
     know. Ceilings are changed here, in review, never at run time."""
 
     zones: str = Field(LEAF, description="level of the main geometry whose areas are the risk zones")
+    model: Literal["attack", "uniqueness"] = Field(
+        "attack",
+        description="what the gate reads: 'attack' (default), the success of the published attacks on aggregates "
+                    "(trajectory recovery and linkage, membership inference) run on the candidate; 'uniqueness', "
+                    "the upper bound that scores each unit's published keys as if its trajectory were recovered "
+                    "perfectly. Both are computed and reported whichever gates")
     landscape: str = Field(description="the auxiliary-landscape YAML, relative to the policy file")
     per_release_ceiling: float = Field(0.05, gt=0.0, le=1.0)
     cumulative_ceiling: float = Field(0.20, gt=0.0, le=1.0)

@@ -257,6 +257,7 @@ class Draws:
     zones: np.ndarray
     entry_zone: np.ndarray
     by_width: list[tuple[np.ndarray, np.ndarray]]
+    entry_unit: np.ndarray | None = None  # unit code per entry (the attack needs whose set each row is)
 
 
 DRAW_PAIRS = 2_000_000  # (unit, key) pairs per chunk of units in `draw_knowledge` (bounds its memory)
@@ -277,8 +278,9 @@ def draw_knowledge(sets: KeySets, params: RiskParams) -> Draws:
     chunks = _unit_chunks(sets)
     # Each chunk's entries are found twice: here to count the rows (every uniform is drawn before any set), and
     # below to build its sets, so that no chunk's sorted pairs are kept in between (about 1 s at 50 M pings).
-    entry_zone = np.concatenate([_entries(sets, zone_of_key, len(zones), a, b)[1] for a, b in chunks] or
-                                [np.zeros(0, dtype=np.int64)])
+    found = [_entries(sets, zone_of_key, len(zones), a, b)[:2] for a, b in chunks]
+    units_of_entries = np.concatenate([f[0] for f in found] or [np.zeros(0, dtype=np.int64)])
+    entry_zone = np.concatenate([f[1] for f in found] or [np.zeros(0, dtype=np.int64)])
     rows = len(entry_zone) * params.draws
     rng = np.random.default_rng(params.seed)
     uniforms = [rng.random(rows) for _ in range(max(params.points, 1))]  # U0, U_1, ..., U_(p-1)
@@ -295,7 +297,7 @@ def draw_knowledge(sets: KeySets, params: RiskParams) -> Draws:
     for w in np.unique(width):
         chosen = np.flatnonzero(width == w)
         by_width.append((chosen, keys[chosen, :w]))
-    return Draws(zones, entry_zone, by_width)
+    return Draws(zones, entry_zone, by_width, units_of_entries)
 
 
 def _unit_chunks(sets: KeySets) -> list[tuple[int, int]]:

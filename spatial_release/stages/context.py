@@ -31,6 +31,8 @@ from spatial_release.suppression.table import Chain, grid_chain, zones_chain
 
 T = TypeVar("T")
 
+LADDER_BUCKETS = "ladder_buckets.parquet"  # counts/: (rung, fine, coarse) bucket starts of a time ladder
+
 # Relative to a work area: per-unit data, deleted when the release's retention ends.
 PER_UNIT_ARTEFACTS = ("traces", "ingest/pings.parquet", "ingest/quarantine.parquet", "ingest/spill",
                       "counts/membership.internal.parquet", "counts/outside.parquet", "counts/spill",

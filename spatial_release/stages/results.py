@@ -174,6 +174,11 @@ class ZoneFigures(_Record):
     prosecutor_worst: float
     journalist_mean: float | None
     panel_share: float | None
+    # risk.model attack: the attacks' figures in the zone (risk.attack); attack_success is the worst of them
+    attack_linkage: float | None = None
+    attack_membership: float | None = None
+    attack_accuracy: float | None = None
+    attack_success: float | None = None
 
 
 @dataclass(frozen=True)
@@ -192,9 +197,16 @@ class RiskRecord(_Record):
     landscape_sha256: str
     points: int
     window_periods: list[str]
+    # The model the gate read ('attack' or 'uniqueness'), and the uniqueness figure of the worst zone, the upper
+    # bound ("perfect recovery"), reported whichever model gates; a warning when it is over the ceiling and
+    # the gated attack figure is not.
+    model: str = "uniqueness"
+    upper_bound: float | None = None
+    upper_bound_zone: str | None = None
+    warning: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RiskAssessment(RiskRecord):
     """Per-zone risk of the candidate with the earlier releases of its window, and the gate's decision: the
     release's risk record plus what the work area keeps (earlier figures, the panel, the zones)."""

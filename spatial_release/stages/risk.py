@@ -20,8 +20,10 @@ from spatial_release.policy import Policy
 from spatial_release.risk import BLOCK, Adversary, decide, keysets, pooled_figure, release_figure
 from spatial_release.risk.estimator import KeySets, RiskParams, RiskReport, estimate_digest, estimate_key_sets
 from spatial_release.risk.landscape import Landscape, load_landscape
-from spatial_release.stages.context import ReleaseContext, WorkArea, ZoneLayers
+from spatial_release.stages.context import LADDER_BUCKETS, ReleaseContext, WorkArea, ZoneLayers
 from spatial_release.stages import reuse
+from spatial_release.stages.attack import (attack_params, attack_pooled, with_attack_figures, worst_attack_zone)
+from spatial_release.stages import attack as attack_stage
 from spatial_release.stages.count import sql_path
 from spatial_release.stages.results import RiskAssessment, ZoneFigures
 
@@ -37,7 +39,6 @@ def _parquet(path: Path) -> str:
     return f"read_parquet('{sql_path(path)}')"
 
 
-LADDER_BUCKETS = "ladder_buckets.parquet"  # counts/: (rung, fine, coarse) bucket starts of a time ladder
 
 
 def write_ladder_buckets(ctx: ReleaseContext) -> Path | None:
@@ -290,13 +291,16 @@ def estimate_window(ctx: ReleaseContext, unit_keys: pd.DataFrame | Path | None, 
 
 
 def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | Path | None = None,
-                earlier: list[dict] | None = None, keys_from_area: bool = False) -> RiskAssessment:
+                earlier: list[dict] | None = None, keys_from_area: bool = False, rung: str | None = None
+                ) -> RiskAssessment:
     """Per-zone risk of this release plus the earlier ones in the window, and the gate's decision.
 
     unit_keys: this release's per-unit key sets (unit, key, cell_id), as a DataFrame or a key set file;
     None derives them from the work area (`keys_from_area`: the file was just derived from it, as the risk
     step does). The window's key sets are read and coded in DuckDB (memory: the units, the keys and 8 bytes
-    per released (unit, key) pair, never a row per ping)."""
+    per released (unit, key) pair, never a row per ping). Under `risk.model: attack` the attacks run on the
+    candidate's cells (`rung`: on the cells at that rung of the time ladder instead, for a coarsening proposal)
+    and gate; the uniqueness figure is reported beside them as the upper bound."""
     policy, period = ctx.policy, ctx.period
     if policy.risk is None:
         raise ValueError(f"{policy.path}: no 'risk' section: a release without a risk estimate is blocked")
@@ -309,18 +313,37 @@ def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | P
     # The gated figure follows the landscape's adversary (itself fixed by who is in the panel); every
     # figure of the report is labelled with the adversary it belongs to.
     adversary = Adversary(landscape.adversary)
-    worst, figure = release_figure(report, adversary)
+    bound_zone, bound = release_figure(report, adversary)
+    zones = labelled_zones(report.frame())
+    model = policy.risk.model
+    if model == "attack":
+        attack = attack_stage.attack_once(ctx, lambda cells: _risk_zone_of(ctx, cells), attack_params(landscape), rung)
+        zones = with_attack_figures(zones, attack, adversary)
+        worst_zone, figure = worst_attack_zone(zones)
+        pooled = attack_pooled(zones)
+        measure = "attack_success"
+    else:
+        worst_zone, figure = (bound_zone.zone if bound_zone else None), bound
+        pooled = pooled_figure(report, adversary)
+        measure = adversary.measure
     previous = [e["risk"]["release_figure"] for e in earlier]
-    decision = decide(figure, worst.zone if worst else None, previous, policy.risk.per_release_ceiling,
+    decision = decide(figure, worst_zone, previous, policy.risk.per_release_ceiling,
                       policy.risk.cumulative_ceiling, policy.risk.warn_at)
+    warning = None
+    if model == "attack" and bound is not None and bound > policy.risk.per_release_ceiling and \
+            figure is not None and figure <= policy.risk.per_release_ceiling:
+        warning = (f"the uniqueness upper bound (perfect trajectory recovery) of zone {bound_zone.zone} is "
+                   f"{bound:.3f}, over the ceiling {policy.risk.per_release_ceiling}; the attacks run on the "
+                   f"published figures reach {figure:.3f}: the gate reads the attacks (risk.model: attack)")
     return RiskAssessment(
-        status=decision.status, reason=f"{adversary.value} adversary: {decision.reason}",
-        worst_zone=decision.worst_zone, release_figure=figure, pooled=pooled_figure(report, adversary),
-        cumulative=decision.cumulative, headroom=decision.headroom, previous=previous, measure=adversary.measure,
+        status=decision.status, reason=f"{adversary.value} adversary, {model} model: {decision.reason}",
+        worst_zone=decision.worst_zone, release_figure=figure, pooled=pooled,
+        cumulative=decision.cumulative, headroom=decision.headroom, previous=previous, measure=measure,
         adversary=adversary.value, panel=landscape.panel, landscape_sha256=landscape_sha,
         landscape_version=landscape.version, points=landscape.points, units=report.units, keys=report.keys,
-        window_periods=[e["period"] for e in earlier] + [period.label], zones=labelled_zones(report.frame()),
-        seconds=round(report.seconds, 2))
+        window_periods=[e["period"] for e in earlier] + [period.label], zones=zones,
+        seconds=round(time.perf_counter() - started, 2), model=model, upper_bound=bound,
+        upper_bound_zone=bound_zone.zone if bound_zone else None, warning=warning)
 
 
 def coarser_keys_sql(area: WorkArea, ladder: Path, rung: str, k: int) -> str:
@@ -350,7 +373,7 @@ def propose_coarsening(ctx: ReleaseContext, ledger: Ledger, ladder: Path) -> lis
                             f"'{sql_path(path)}' (FORMAT parquet)")
             finally:
                 con.close()
-            assessment = assess_risk(ctx, ledger, path)
+            assessment = assess_risk(ctx, ledger, path, rung=rung)
         proposals.append({"rung": rung, "status": assessment.status, "worst_zone": assessment.worst_zone,
                           "release_figure": assessment.release_figure, "cumulative": assessment.cumulative})
     return proposals

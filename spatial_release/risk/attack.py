@@ -1,0 +1,578 @@
+"""Risk measured by attacking the release: trajectory recovery from the published counts, linkage with the
+adversary's known points, and membership inference. Domain code: no Dagster, no files.
+
+What the attacker holds (`ReleaseView`): the published cell figures of one zoning per bucket (area, bucket,
+count), the published bucket totals, where each area lies, and the measure. Nothing per unit.
+
+**Trajectory recovery** (Xu et al., "Trajectory Recovery From Ash: User Privacy Is NOT Preserved in
+Aggregated Mobility Data", WWW 2017). N trajectories (the largest bucket total) are chained bucket by bucket.
+At each bucket the published counts are slots: one per unit counted in each published area, a `WITHHELD`
+pseudo-area for the units the published figures do not place (under `presence` exactly the bucket total minus
+the published cells: the attacker knows how many are hidden, not where), and `ABSENT` for the N - total
+trajectories not seen in the bucket. Trajectories are linked to slots by one transportation problem per
+bucket (HiGHS; the paper's linear assignment with trajectories grouped by their state, which is the same
+optimum: trajectories in one state have the same costs), whose costs are
+  - the distance from the trajectory's last area (night, and every bucket of a day or longer: units stay);
+  - in the daytime hours of sub-day buckets, the distance from its predicted area (last + last move: units
+    keep going), the paper's daytime cost;
+  - across days, regularity: an area where the trajectory was at the same time the day before costs one
+    typical distance less (the paper links daily segments by their regularity; here every bucket is pulled
+    towards the day before, which needs no separate day-linking pass), and the area where its day began
+    costs one less again (units come back to where they spent the night);
+  - a unit that was absent tends to stay absent, and a hidden one hidden (one unit of cost to change).
+Under `visitors` a unit is in several areas per bucket and the counts add up to more than the bucket's units:
+each trajectory first gets one area (the transportation problem with the published counts as capacities),
+then each area's remaining slots go to the nearest trajectories not yet in it, so a recovered trajectory's
+bucket is a set of areas, as a unit's is.
+
+**Linkage.** The adversary knows p (area, bucket) points of a target, one in the anchor zone, drawn (seeded)
+from the target's true trace with `estimator.draw_knowledge` (the same draws as the uniqueness bound). A
+known point in a withheld area is known to the adversary, but the recovery can only place the target in
+`WITHHELD` there. Candidates are the recovered trajectories consistent with every known point (with the
+anchor alone when none is); the adversary picks one at random. Success means the pick is the target's: among
+all true trajectories (seen as the attacker sees them: withheld areas merged per bucket) the target's is the
+most similar to it (Jaccard over (area, bucket) points; a tie of t trajectories counts 1/t). With no candidate
+at all the adversary guesses among all recovered trajectories (success 1/N).
+
+**Membership inference** (Pyrgelis, Troncoso, De Cristofaro, "Knock Knock, Who's There? Membership Inference
+on Aggregate Location Data", NDSS 2018). The adversary says "in the data" when some recovered trajectory is
+consistent with all the target's known points. Its advantage is the rate at which the test fires on the
+release with the target (IN) minus the rate on the release without it (OUT), for the same knowledge. OUT is
+taken leave-one-out on the recovered trajectories: without the target, the trajectories recovered from it
+(those whose best match it is) are gone, and the test fires only if another consistent trajectory is left.
+So the advantage is the share of knowledge sets whose one consistent trajectory is the target's own.
+(Shadow non-members made of other units' points were tried first: they are not coherent traces, so the test
+told traces from chimeras, not members from non-members: 0.55 on the demo's weekly 500 m cells.)
+
+Per zone: `linkage` (mean success probability over the zone's targets), `membership` (advantage, floored at
+0) and `accuracy` of the recovery (share of a recovered trajectory's points that its best-matching true
+trajectory holds, averaged). The figures are lower bounds on what a better attacker could do; the
+uniqueness of each unit's published keys (`estimator`) is the upper bound and stays in the report.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import highspy
+import numpy as np
+
+from spatial_release.risk.estimator import KeySets, RiskParams, draw_knowledge, _ragged
+
+STAY_COST = 1.0  # cost of leaving ABSENT or WITHHELD, or of entering them: about one typical distance
+REGULARITY = 1.0  # the pull of where a trajectory was at the same time the day before (Xu's across-day link)
+HOME_PULL = 1.0  # the pull of where its day began (measured on a regular 150-unit city: accuracy 0.57 -> 0.70)
+HUB_COST = 4.0  # the long way round in a sparse problem: any area, at four typical distances
+FULL_ARCS = 5_000  # states x areas up to which every arc is in the transportation problem (measured: the sparse
+# problem with 24 nearest areas and the hub recovered a 300-unit city as well, 7x faster)
+BEST_PAIRS = 2_000_000  # (trajectory, unit) pairs examined at a time when matching trajectories to units
+
+
+@dataclass(frozen=True)
+class AttackParams:
+    points: int = 4  # p, points of the target's trace the adversary knows
+    draws: int = 10  # knowledge sets per target and anchor zone
+    seed: int = 20180101
+    neighbours: int = 24  # arcs from a state to its nearest areas in a sparse transportation problem
+    # Xu's daytime cost (distance from last + last move) in the view's daytime buckets. Off by default:
+    # on a regular 300-unit city at 250 m x 1 h it lowered recovery accuracy from 0.58 to 0.43 (units jump
+    # between anchors more than they keep going), and the gate runs the stronger variant.
+    velocity: bool = False
+
+    def knowledge(self) -> RiskParams:
+        return RiskParams(points=self.points, draws=self.draws, seed=self.seed)
+
+
+@dataclass(frozen=True)
+class ReleaseView:
+    """What the public sees of one zoning: the published figures of its finest level per bucket.
+
+    steps: number of buckets (0..T-1 in time order); xy: (L, 2) coordinates in metres of the L areas;
+    figure_step / figure_area / figure_count: the published area figures; totals[t]: the published number of
+    distinct units in bucket t, or -1 when withheld; additive: presence (one area per unit and bucket);
+    daytime[t]: units move in bucket t (sub-day buckets in the day); day_lag: buckets per day (None for
+    buckets of a day or more)."""
+
+    steps: int
+    xy: np.ndarray
+    figure_step: np.ndarray
+    figure_area: np.ndarray
+    figure_count: np.ndarray
+    totals: np.ndarray
+    additive: bool
+    daytime: np.ndarray | None = None
+    day_lag: int | None = None
+
+    @property
+    def areas(self) -> int:
+        return len(self.xy)
+
+    @property
+    def withheld(self) -> int:
+        """The pseudo-area of units the published figures do not place (code L)."""
+        return self.areas
+
+
+@dataclass
+class Recovered:
+    """The recovered trajectories as points (trajectory, bucket, area; area L is WITHHELD)."""
+
+    trajectories: int
+    traj: np.ndarray
+    step: np.ndarray
+    area: np.ndarray
+    seconds: float = 0.0
+
+
+@dataclass
+class ZoneAttack:
+    zone: str
+    units: int
+    linkage: float  # mean probability that the adversary's pick is the target's trajectory
+    membership: float  # advantage of the membership test over guessing (TPR - FPR, >= 0)
+    accuracy: float  # recovery accuracy over the trajectories that hold a point in the zone
+
+
+@dataclass
+class AttackReport:
+    zones: list[ZoneAttack] = field(default_factory=list)
+    trajectories: int = 0
+    accuracy: float = 0.0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return {"zones": [z.__dict__ for z in self.zones], "trajectories": self.trajectories,
+                "accuracy": self.accuracy, "seconds": self.seconds}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "AttackReport":
+        return cls([ZoneAttack(**z) for z in data["zones"]], int(data["trajectories"]), float(data["accuracy"]),
+                   float(data["seconds"]))
+
+
+# --- recovery -----------------------------------------------------------------------------------------------
+
+
+def _units_in(view: ReleaseView, step: int, counts: np.ndarray) -> int:
+    if view.totals[step] >= 0:
+        return int(view.totals[step])
+    return int(counts.sum() if view.additive else (counts.max() if len(counts) else 0))
+
+
+def recover_trajectories(view: ReleaseView, params: AttackParams = AttackParams()) -> Recovered:
+    """Chain the published counts into trajectories, bucket by bucket (see the module docstring)."""
+    started = time.perf_counter()
+    order = np.lexsort((view.figure_area, view.figure_step))
+    f_step, f_area, f_count = view.figure_step[order], view.figure_area[order], view.figure_count[order]
+    bounds = np.searchsorted(f_step, np.arange(view.steps + 1))
+    per_step = [(f_area[bounds[t]:bounds[t + 1]], f_count[bounds[t]:bounds[t + 1]].astype(np.int64))
+                for t in range(view.steps)]
+    n = max([_units_in(view, t, c) for t, (_, c) in enumerate(per_step)] + [0])
+    scale = _typical_distance(view.xy)
+    rng = np.random.default_rng(params.seed)
+    last = np.full(n, -1, dtype=np.int64)  # last area (-1: never seen; L: withheld)
+    prev = np.full(n, -1, dtype=np.int64)
+    absent = np.ones(n, dtype=bool)
+    lag = view.day_lag or 0
+    ring = np.full((max(lag, 1), n), -1, dtype=np.int64)  # where each trajectory was `lag` buckets ago
+    points: list[tuple[np.ndarray, np.ndarray]] = []
+    for t, (areas, counts) in enumerate(per_step):
+        moving = params.velocity and view.daytime is not None and bool(view.daytime[t])
+        yesterday = ring[t % lag] if lag else None
+        home = ring[0] if lag else None  # where the trajectory was in the day's first bucket
+        primary = _link_step(view, n, areas, counts, _units_in(view, t, counts), last, prev, absent, moving,
+                             yesterday, scale, rng, params.neighbours, home)
+        present = primary >= 0
+        points.append((np.flatnonzero(present), primary[present]))
+        if not view.additive:
+            points.append(_extra_slots(view, areas, counts, primary, scale))
+        prev = np.where(present, last, prev)
+        last = np.where(present, primary, last)
+        absent = ~present
+        if lag:
+            ring[t % lag] = primary
+    traj = np.concatenate([p[0] for p in points] or [np.zeros(0, dtype=np.int64)])
+    area = np.concatenate([p[1] for p in points] or [np.zeros(0, dtype=np.int64)])
+    step = np.concatenate([np.full(len(p[0]), i // (1 if view.additive else 2), dtype=np.int64)
+                           for i, p in enumerate(points)] or [np.zeros(0, dtype=np.int64)])
+    return Recovered(n, traj, step, area, time.perf_counter() - started)
+
+
+def _typical_distance(xy: np.ndarray) -> float:
+    """The median distance between areas (a sample of pairs): costs are in units of it."""
+    if len(xy) < 2:
+        return 1.0
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, len(xy), 4096), rng.integers(0, len(xy), 4096)
+    d = np.hypot(*(xy[a] - xy[b]).T)
+    d = d[d > 0]
+    return float(np.median(d)) if len(d) else 1.0
+
+
+def _link_step(view: ReleaseView, n: int, areas: np.ndarray, counts: np.ndarray, units: int, last: np.ndarray,
+               prev: np.ndarray, absent: np.ndarray, moving: bool, yesterday: np.ndarray | None, scale: float,
+               rng: np.random.Generator, neighbours: int, home: np.ndarray | None = None) -> np.ndarray:
+    """Each trajectory's area in this bucket (-1 absent, L withheld), by one transportation problem between
+    trajectory states and the bucket's slots."""
+    withheld_code = view.withheld
+    units = min(units, n)
+    ref_prev = prev if moving else np.full(n, -1, dtype=np.int64)
+    routine = yesterday if yesterday is not None else np.full(n, -1, dtype=np.int64)
+    start = home if home is not None else np.full(n, -1, dtype=np.int64)
+    state_key = np.stack([last, ref_prev, absent.astype(np.int64), routine, start], axis=1)
+    states, state_of = np.unique(state_key, axis=0, return_inverse=True)
+    state_of = state_of.ravel()
+    supply = np.bincount(state_of, minlength=len(states)).astype(float)
+    published = int(counts.sum())
+    if view.additive:
+        hidden = max(units - published, 0)
+        cell_cap = counts.astype(float)
+    else:
+        hidden = units  # at most every active unit is somewhere withheld
+        cell_cap = counts.astype(float)
+    demand_lo = np.concatenate([cell_cap if view.additive else np.zeros(len(counts)),
+                                [hidden if view.additive else 0.0], [float(n - units)]])
+    demand_hi = np.concatenate([cell_cap, [float(hidden)], [float(n - units)]])
+    if view.additive and published > units:  # inconsistent figures: let the cells take fewer
+        demand_lo[:len(counts)] = 0.0
+    cost_cells = _state_costs(view, states, areas, moving, scale)
+    flows = _transport(cost_cells, states, supply, demand_lo, demand_hi, withheld_code, neighbours)
+    return _allocate(flows, state_of, areas, withheld_code, yesterday, rng)
+
+
+def _state_costs(view: ReleaseView, states: np.ndarray, areas: np.ndarray, moving: bool, scale: float
+                 ) -> np.ndarray:
+    """Cost of sending a trajectory in each state to each published area of the bucket (states x areas)."""
+    last, prev, was_absent = states[:, 0], states[:, 1], states[:, 2].astype(bool)
+    known = (last >= 0) & (last < view.areas)
+    ref = np.zeros((len(states), 2))
+    ref[known] = view.xy[last[known]]
+    if moving:
+        going = known & (prev >= 0) & (prev < view.areas)
+        ref[going] = 2 * view.xy[last[going]] - view.xy[prev[going]]
+    target = view.xy[areas] if len(areas) else np.zeros((0, 2))
+    cost = np.hypot(ref[:, None, 0] - target[None, :, 0], ref[:, None, 1] - target[None, :, 1]) / scale
+    cost[~known] = STAY_COST  # never seen, or hidden: anywhere, at a typical distance
+    cost[was_absent] += STAY_COST
+    routine = states[:, 3]
+    cost[routine[:, None] == areas[None, :]] -= REGULARITY  # where it was at this time the day before
+    cost[states[:, 4][:, None] == areas[None, :]] -= HOME_PULL  # where its day began
+    return cost
+
+
+def _transport(cost_cells: np.ndarray, states: np.ndarray, supply: np.ndarray, demand_lo: np.ndarray,
+               demand_hi: np.ndarray, withheld_code: int, neighbours: int) -> dict[tuple[int, int], int]:
+    """Min-cost flows from states to the slots (published areas, then WITHHELD, then ABSENT): {(state, slot):
+    flow}. Arcs to every area when states x areas is small; otherwise to each state's nearest areas, plus a
+    hub reachable from every state at HUB_COST that reaches every area (so the problem is always feasible)."""
+    n_states, n_cells = cost_cells.shape
+    last, was_absent = states[:, 0], states[:, 2].astype(bool)
+    cost_hidden = np.where(last == withheld_code, 0.0, STAY_COST) + np.where(was_absent, STAY_COST, 0.0)
+    cost_absent = np.where(was_absent, 0.0, STAY_COST)
+    if n_states * n_cells <= FULL_ARCS or n_cells <= neighbours:
+        arc_state = np.repeat(np.arange(n_states), n_cells)
+        arc_slot = np.tile(np.arange(n_cells), n_states)
+        arc_cost = cost_cells.ravel()
+        hub = False
+    else:
+        near = np.argpartition(cost_cells, neighbours - 1, axis=1)[:, :neighbours]
+        arc_state = np.repeat(np.arange(n_states), neighbours)
+        arc_slot = near.ravel()
+        arc_cost = cost_cells[arc_state, arc_slot]
+        hub = True
+    states_idx = np.arange(n_states)
+    arc_state = np.concatenate([arc_state, states_idx, states_idx])
+    arc_slot = np.concatenate([arc_slot, np.full(n_states, n_cells), np.full(n_states, n_cells + 1)])
+    arc_cost = np.concatenate([arc_cost, cost_hidden, cost_absent])
+    n_arcs = len(arc_state)
+    n_slots = n_cells + 2
+    # rows: supply per state (=), demand per slot (between lo and hi), hub balance (= 0)
+    rows = [arc_state, n_states + arc_slot]
+    cols = [np.arange(n_arcs), np.arange(n_arcs)]
+    vals = [np.ones(n_arcs), np.ones(n_arcs)]
+    col_cost = [arc_cost]
+    n_cols = n_arcs
+    hub_row = n_states + n_slots
+    if hub:
+        into = np.arange(n_cols, n_cols + n_states)  # state -> hub
+        out = np.arange(n_cols + n_states, n_cols + n_states + n_cells)  # hub -> area
+        rows += [states_idx, np.full(n_states, hub_row), n_states + np.arange(n_cells), np.full(n_cells, hub_row)]
+        cols += [into, into, out, out]
+        vals += [np.ones(n_states), np.ones(n_states), np.ones(n_cells), -np.ones(n_cells)]
+        col_cost += [np.full(n_states, HUB_COST), np.zeros(n_cells)]
+        n_cols += n_states + n_cells
+    row_lo = np.concatenate([supply, demand_lo] + ([[0.0]] if hub else []))
+    row_hi = np.concatenate([supply, demand_hi] + ([[0.0]] if hub else []))
+    solution = _solve_lp(np.concatenate(col_cost), np.concatenate(rows), np.concatenate(cols),
+                         np.concatenate(vals), row_lo, row_hi, n_cols)
+    flows: dict[tuple[int, int], int] = {}
+    for a in np.flatnonzero(solution[:n_arcs] > 0.5):
+        flows[(int(arc_state[a]), int(arc_slot[a]))] = int(round(solution[a]))
+    if hub:
+        _route_hub(flows, np.rint(solution[n_arcs:n_arcs + n_states]).astype(int),
+                   np.rint(solution[n_arcs + n_states:]).astype(int))
+    return flows
+
+
+def _route_hub(flows: dict[tuple[int, int], int], into: np.ndarray, out: np.ndarray) -> None:
+    """Pair the flows through the hub (every route through it costs the same) into (state, area) flows."""
+    senders = [(int(s), int(f)) for s, f in enumerate(into) if f > 0]
+    receivers = [(int(c), int(f)) for c, f in enumerate(out) if f > 0]
+    i = j = 0
+    while i < len(senders) and j < len(receivers):
+        (s, fs), (c, fc) = senders[i], receivers[j]
+        moved = min(fs, fc)
+        flows[(s, c)] = flows.get((s, c), 0) + moved
+        senders[i], receivers[j] = (s, fs - moved), (c, fc - moved)
+        i += senders[i][1] == 0
+        j += receivers[j][1] == 0
+
+
+def _solve_lp(cost: np.ndarray, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, row_lo: np.ndarray,
+              row_hi: np.ndarray, n_cols: int) -> np.ndarray:
+    """min cost.x over x >= 0 with row_lo <= A x <= row_hi (A in triplets), by HiGHS's simplex: a transportation
+    problem's vertices are integral, so the flows are whole trajectories."""
+    order = np.lexsort((rows, cols))
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = n_cols, len(row_lo)
+    lp.col_cost_ = cost.astype(float)
+    lp.col_lower_ = np.zeros(n_cols)
+    lp.col_upper_ = np.full(n_cols, highspy.kHighsInf)
+    lp.row_lower_, lp.row_upper_ = row_lo.astype(float), row_hi.astype(float)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = np.searchsorted(cols, np.arange(n_cols + 1)).astype(np.int32)
+    lp.a_matrix_.index_ = rows.astype(np.int32)
+    lp.a_matrix_.value_ = vals.astype(float)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    h.setOptionValue("solver", "simplex")
+    h.passModel(lp)
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        raise RuntimeError(f"trajectory recovery: the transportation problem ended {h.modelStatusToString(h.getModelStatus())}")
+    return np.asarray(h.getSolution().col_value)
+
+
+def _allocate(flows: dict[tuple[int, int], int], state_of: np.ndarray, areas: np.ndarray, withheld_code: int,
+              yesterday: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
+    """Each trajectory's slot from its state's flows: within a state, trajectories that were in an area the day
+    before take that area's slots first (regularity), the others in a seeded random order."""
+    n_cells = len(areas)
+    result = np.full(len(state_of), -1, dtype=np.int64)
+    members = np.argsort(state_of, kind="stable")
+    starts = np.searchsorted(state_of[members], np.arange(state_of.max() + 2 if len(state_of) else 1))
+    by_state: dict[int, list[tuple[int, int]]] = {}
+    for (s, slot), f in flows.items():
+        by_state.setdefault(s, []).append((slot, f))
+    for s, outs in by_state.items():
+        pool = members[starts[s]:starts[s + 1]]
+        pool = pool[rng.permutation(len(pool))]
+        free = np.ones(len(pool), dtype=bool)
+        for slot, f in sorted(outs, key=lambda o: -o[1]):
+            code = -1 if slot == n_cells + 1 else (withheld_code if slot == n_cells else int(areas[slot]))
+            if yesterday is not None and code >= 0:
+                rank = np.argsort(~(free & (yesterday[pool] == code)), kind="stable")
+            else:
+                rank = np.arange(len(pool))
+            chosen = rank[free[rank]][:f]
+            result[pool[chosen]] = code
+            free[chosen] = False
+    return result
+
+
+def _extra_slots(view: ReleaseView, areas: np.ndarray, counts: np.ndarray, primary: np.ndarray, scale: float
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Visitors: each area's slots left after the first pass go to the nearest active trajectories not in it."""
+    used = np.bincount(primary[(primary >= 0) & (primary < view.areas)], minlength=view.areas)
+    active = np.flatnonzero(primary >= 0)
+    placed = (primary[active] >= 0) & (primary[active] < view.areas)
+    ref = np.zeros((len(active), 2))
+    ref[placed] = view.xy[primary[active][placed]]
+    traj, area = [], []
+    for a, c in zip(areas, counts):
+        left = int(c) - int(used[a])
+        if left <= 0 or not len(active):
+            continue
+        d = np.where(placed, np.hypot(*(ref - view.xy[a]).T) / scale, STAY_COST)
+        d[primary[active] == a] = np.inf
+        take = min(left, int(np.isfinite(d).sum()))
+        chosen = np.argpartition(d, take - 1)[:take] if take else np.zeros(0, dtype=np.int64)
+        traj.append(active[chosen])
+        area.append(np.full(len(chosen), a, dtype=np.int64))
+    return (np.concatenate(traj) if traj else np.zeros(0, dtype=np.int64),
+            np.concatenate(area) if area else np.zeros(0, dtype=np.int64))
+
+
+# --- linkage and membership ---------------------------------------------------------------------------------
+
+
+def _sets(owner: np.ndarray, key: np.ndarray, n_owners: int, n_keys: int, key_zone: np.ndarray) -> KeySets:
+    pairs = np.unique(owner.astype(np.int64) * n_keys + key.astype(np.int64))
+    return KeySets.from_codes((pairs // n_keys).astype(np.int64) if n_owners else pairs,
+                              (pairs % n_keys).astype(np.int64), key_zone) if len(pairs) else \
+        KeySets(key_zone, np.zeros(n_owners + 1, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                np.zeros(n_keys + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+
+def _padded(sets: KeySets, n_owners: int) -> KeySets:
+    """`sets` with owners numbered up to n_owners (owners with no key get empty rows)."""
+    missing = n_owners - sets.units
+    if missing <= 0:
+        return sets
+    offsets = np.concatenate([sets.unit_offsets, np.full(missing, sets.unit_offsets[-1])])
+    return KeySets(sets.key_zone, offsets, sets.unit_keys, sets.key_offsets, sets.key_units)
+
+
+def best_matches(recovered: KeySets, truth: KeySets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every recovered trajectory, the true units most similar to it (Jaccard over view keys): pairs
+    (trajectory, unit) of every tie, and each trajectory's best Jaccard and precision (share of its points
+    the best unit holds)."""
+    r_sizes = np.diff(recovered.unit_offsets)
+    v_sizes = np.diff(truth.unit_offsets)
+    k_sizes = np.diff(truth.key_offsets)
+    best_pairs = []
+    best_j = np.zeros(recovered.units)
+    precision = np.zeros(recovered.units)
+    load = np.cumsum(k_sizes[recovered.unit_keys])
+    at = 0
+    while at < recovered.units:
+        base = int(load[recovered.unit_offsets[at] - 1]) if recovered.unit_offsets[at] else 0
+        end_pair = int(np.searchsorted(load, base + BEST_PAIRS, side="right"))
+        end = max(at + 1, int(np.searchsorted(recovered.unit_offsets, end_pair, side="right")) - 1)
+        end = min(end, recovered.units)
+        lo, hi = int(recovered.unit_offsets[at]), int(recovered.unit_offsets[end])
+        keys = recovered.unit_keys[lo:hi].astype(np.int64)
+        owner = np.repeat(np.arange(at, end), r_sizes[at:end])
+        units = truth.key_units[_ragged(truth.key_offsets[keys], k_sizes[keys])].astype(np.int64)
+        owners = np.repeat(owner, k_sizes[keys])
+        code, inter = np.unique(owners * max(truth.units, 1) + units, return_counts=True)
+        r, v = code // max(truth.units, 1), code % max(truth.units, 1)
+        jac = inter / (r_sizes[r] + v_sizes[v] - inter)
+        top = np.zeros(end - at)
+        np.maximum.at(top, r - at, jac)
+        is_best = jac >= top[r - at] - 1e-12
+        best_pairs.append(code[is_best])
+        best_j[at:end] = top
+        prec = np.zeros(end - at)
+        np.maximum.at(prec, r[is_best] - at, inter[is_best] / r_sizes[r[is_best]])
+        precision[at:end] = prec
+        at = end
+    pairs = np.concatenate(best_pairs) if best_pairs else np.zeros(0, dtype=np.int64)
+    return pairs, best_j, precision
+
+
+def _candidates(sets: KeySets, keysets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, owner) of every owner of `sets` holding every key of a row of `keysets` (rows x width)."""
+    sizes = np.diff(sets.key_offsets)
+    keysets = np.take_along_axis(keysets, np.argsort(sizes[keysets], axis=1, kind="stable"), axis=1)
+    counts = sizes[keysets[:, 0]]
+    row = np.repeat(np.arange(len(keysets)), counts)
+    owner = sets.key_units[_ragged(sets.key_offsets[keysets[:, 0]], counts)].astype(np.int64)
+    n = max(sets.units, 1)
+    key_major = np.repeat(np.arange(sets.keys, dtype=np.int64), sizes) * n + sets.key_units.astype(np.int64)
+    last = len(key_major) - 1
+    for column in range(1, keysets.shape[1]):
+        if not len(row) or last < 0:
+            break
+        wanted = keysets[row, column].astype(np.int64) * n + owner
+        held = key_major[np.minimum(np.searchsorted(key_major, wanted), last)] == wanted
+        row, owner = row[held], owner[held]
+    return row, owner
+
+
+def attack_risk(view: ReleaseView, unit: np.ndarray, step: np.ndarray, area: np.ndarray, zone_of_area: np.ndarray,
+                params: AttackParams = AttackParams(), recovered: Recovered | None = None) -> AttackReport:
+    """Per-zone linkage and membership figures of the release `view` for the true memberships (unit, step,
+    area codes; units numbered 0..U-1), each area's risk zone (`zone_of_area`, strings)."""
+    started = time.perf_counter()
+    recovered = recover_trajectories(view, params) if recovered is None else recovered
+    n_areas = view.areas
+    width = n_areas + 1  # per bucket: the areas, then WITHHELD
+    published = np.zeros(view.steps * width, dtype=bool)
+    published[view.figure_step.astype(np.int64) * width + view.figure_area] = True
+    true_key = step.astype(np.int64) * width + area
+    view_key_of = np.arange(view.steps * width, dtype=np.int64)
+    hidden = ~published
+    view_key_of[hidden] = (view_key_of[hidden] // width) * width + n_areas  # withheld areas merge per bucket
+    zones = np.asarray(zone_of_area, dtype=object)
+    key_zone = np.concatenate([zones, ["(withheld)"]])[np.arange(view.steps * width) % width]
+    n_units = int(unit.max()) + 1 if len(unit) else 0
+    truth_cells = _sets(unit, true_key, n_units, view.steps * width, key_zone)
+    truth_view = _sets(unit, view_key_of[true_key], n_units, view.steps * width, key_zone)
+    rec = _padded(_sets(recovered.traj, recovered.step * width + recovered.area, recovered.trajectories,
+                        view.steps * width, key_zone), recovered.trajectories)
+    pairs, _, precision = best_matches(rec, truth_view)
+    ties = np.bincount(pairs // max(n_units, 1), minlength=rec.units) if len(pairs) else np.zeros(rec.units)
+    drawn = draw_knowledge(truth_cells, params.knowledge())
+    rows = len(drawn.entry_zone) * params.draws
+    success = np.zeros(rows)
+    member_hit = np.zeros(rows, dtype=bool)
+    out_hit = np.zeros(rows)
+    target = np.zeros(rows, dtype=np.int64)
+    for row_ids, keysets in drawn.by_width:
+        target[row_ids] = drawn.entry_unit[row_ids // params.draws]
+        view_sets = view_key_of[keysets.astype(np.int64)]  # withheld known points are WITHHELD to the recovery
+        success[row_ids], member_hit[row_ids], out_hit[row_ids] = _linkage(rec, view_sets, target[row_ids], pairs,
+                                                                           ties, n_units)
+    report = AttackReport(trajectories=recovered.trajectories,
+                          accuracy=float(precision.mean()) if len(precision) else 0.0)
+    entry_success = success.reshape(-1, params.draws).mean(axis=1) if rows else np.zeros(0)
+    for code, zone in enumerate(drawn.zones):
+        mine = drawn.entry_zone == code
+        if not mine.any():
+            continue
+        row_mask = np.repeat(mine, params.draws)
+        advantage = max(0.0, float(member_hit[row_mask].mean() - out_hit[row_mask].mean()))
+        in_zone = np.isin(rec.unit_keys, np.flatnonzero(key_zone == zone))
+        owners = np.unique(np.repeat(np.arange(rec.units), np.diff(rec.unit_offsets))[in_zone])
+        report.zones.append(ZoneAttack(zone=str(zone), units=int(mine.sum()), linkage=float(entry_success[mine].mean()),
+                                       membership=advantage,
+                                       accuracy=float(precision[owners].mean()) if len(owners) else 0.0))
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _linkage(rec: KeySets, view_sets: np.ndarray, target: np.ndarray, pairs: np.ndarray, ties: np.ndarray,
+             n_units: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # success, IN fires, P(OUT fires)
+    """Per knowledge set: the probability that a random consistent recovered trajectory is the target's (its
+    best match, a tie of t counting 1/t); whether the membership test fires on the release (some trajectory
+    is consistent with every point), and whether it would fire without the target (some consistent
+    trajectory is not the target's: leaving the target out removes the trajectories recovered from it).
+    With no consistent trajectory the adversary keeps those with the anchor; with none of those it guesses
+    (1/N)."""
+    success = np.full(len(view_sets), 1.0 / max(rec.units, 1))
+    row, owner = _candidates(rec, view_sets)
+    counts, own = _score(success, row, owner, target, pairs, ties, n_units, len(view_sets))
+    # OUT: the target's trajectory is gone; with two consistent trajectories or more one is left anyway, with
+    # one it is left unless it was the target's (a tie of t units: the target's with probability 1/t)
+    hit_in = counts > 0
+    hit_out = np.where(counts >= 2, 1.0, np.where(counts == 1, 1.0 - own, 0.0))
+    fallback = np.flatnonzero(~hit_in)
+    if len(fallback):
+        row, owner = _candidates(rec, view_sets[fallback, :1])
+        partial = success[fallback]
+        _score(partial, row, owner, target[fallback], pairs, ties, n_units, len(fallback))
+        success[fallback] = partial
+    return success, hit_in, hit_out
+
+
+def _score(success: np.ndarray, row: np.ndarray, owner: np.ndarray, target: np.ndarray, pairs: np.ndarray,
+           ties: np.ndarray, n_units: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """success[r] = mean over row r's candidates of [target among the candidate's best matches] / ties, for the
+    rows with a candidate; returns each row's number of candidates and the expected number of them that are
+    the target's (each candidate whose best matches tie t units, the target among them, counting 1/t)."""
+    counts = np.bincount(row, minlength=rows)
+    if not len(row):
+        return counts, np.zeros(rows)
+    wanted = owner * max(n_units, 1) + target[row]
+    found = pairs[np.minimum(np.searchsorted(pairs, wanted), max(len(pairs) - 1, 0))] == wanted if len(pairs) \
+        else np.zeros(len(row), dtype=bool)
+    good = np.bincount(row, weights=found / np.maximum(ties[owner], 1), minlength=rows)
+    some = counts > 0
+    success[some] = good[some] / counts[some]
+    return counts, good
+
+

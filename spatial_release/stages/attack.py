@@ -1,0 +1,197 @@
+"""The attack stage's inputs: the candidate's public cell figures as the public reads them (`risk.attack.
+ReleaseView`) and the true memberships, both coded from the work area; the attack itself is `risk.attack`.
+
+The view holds the main geometry's cells at the policy's bucket and the bucket totals: the figures from
+which trajectories are chained. Coarser rungs, parent areas and linked zonings are published too; the
+recovery does not use them (it is a lower bound, as every attack is), the uniqueness bound counts them.
+Coordinates are the areas' centroids in their UTM zone (metres), from the geometry in cells.parquet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from spatial_release.levels import LEAF, TOTAL, at_rung
+from spatial_release.risk import Adversary
+from spatial_release.risk.attack import AttackParams, AttackReport, ReleaseView, attack_risk
+from spatial_release.stages import reuse
+from spatial_release.stages.context import LADDER_BUCKETS, ReleaseContext
+from spatial_release.stages.results import ZoneFigures
+
+
+@dataclass
+class AttackInputs:
+    view: ReleaseView
+    unit: np.ndarray
+    step: np.ndarray
+    area: np.ndarray
+    zone_of_area: np.ndarray
+
+
+def _bucket_hours(bucket: str) -> float:
+    number, unit = int(bucket[:-1]), bucket[-1]
+    return number * {"h": 1, "d": 24, "w": 168}[unit]
+
+
+def _centroids(ctx: ReleaseContext, names: np.ndarray, shown: np.ndarray) -> np.ndarray:
+    """(x, y) in metres (the areas' UTM zone) of the areas that have a published figure (NaN for the others):
+    only published areas are places the recovery can put a trajectory."""
+    xy = np.full((len(names), 2), np.nan)
+    if not shown.any():
+        return xy
+    polygons = ctx.locator.geometries(pd.Series(names[shown]))
+    projected = polygons.to_crs(polygons.estimate_utm_crs()) if polygons.crs.is_geographic else polygons
+    centre = projected.centroid
+    xy[shown, 0], xy[shown, 1] = centre.x.to_numpy(), centre.y.to_numpy()
+    return xy
+
+
+def _figures(ctx: ReleaseContext, rung: str | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The cell figures (cell_id, bucket_start, n) and bucket totals (bucket_start, n) the public gets: the
+    candidate's, or at `rung`, those a release of the cells at that rung would publish (true counts >= k: no
+    complementary suppression, so at least as many figures as such a release would show)."""
+    area, count = ctx.area, ctx.policy.count_column
+    if rung is None:
+        cells = pd.read_parquet(area.candidate / "cells.parquet", columns=["cell_id", "bucket_start", count])
+        margins = pd.read_parquet(area.candidate / "margins.parquet")
+        totals = margins[(margins["level"] == TOTAL) & (margins["area_id"] == TOTAL)]
+        return (cells.rename(columns={count: "n"}),
+                totals[["bucket_start", count]].rename(columns={count: "n"}))
+    counts = pd.read_parquet(area.counts / "margin_counts.parquet")
+    shown = counts[counts["n"] >= ctx.policy.k]
+    cells = shown[shown["level"] == at_rung(LEAF, rung)].rename(columns={"area_id": "cell_id"})
+    totals = shown[(shown["level"] == at_rung(TOTAL, rung)) & (shown["area_id"] == TOTAL)]
+    return cells[["cell_id", "bucket_start", "n"]], totals[["bucket_start", "n"]]
+
+
+def _membership(ctx: ReleaseContext, rung: str | None) -> pd.DataFrame:
+    """unit, bucket_start, cell_id: the policy's buckets, or each unit's cells per bucket of `rung`."""
+    membership = pd.read_parquet(ctx.area.counts / "membership.internal.parquet",
+                                 columns=["unit", "bucket_start", "cell_id"])
+    if rung is None:
+        return membership
+    ladder = pd.read_parquet(ctx.area.counts / LADDER_BUCKETS)
+    parent = ladder[ladder["rung"] == rung].set_index("fine")["coarse"]
+    membership["bucket_start"] = membership["bucket_start"].map(parent)
+    return membership.dropna(subset=["bucket_start"]).drop_duplicates()
+
+
+def attack_inputs(ctx: ReleaseContext, zone_of_cells, rung: str | None = None) -> AttackInputs:
+    """The candidate's view (or its cells at `rung`) and the true memberships, coded: buckets in time order,
+    areas numbered over the membership's and the published cells (sorted), units in their sort order."""
+    cells, top = _figures(ctx, rung)
+    membership = _membership(ctx, rung)
+    period_buckets = [] if rung else list(pd.to_datetime(ctx.buckets, utc=True))
+    buckets = pd.DatetimeIndex(sorted(set(period_buckets) | set(membership["bucket_start"])
+                                      | set(cells["bucket_start"])))
+    names = np.array(sorted(set(membership["cell_id"]) | set(cells["cell_id"])), dtype=object)
+    totals = np.full(len(buckets), -1, dtype=np.int64)
+    totals[buckets.get_indexer(top["bucket_start"])] = top["n"].to_numpy()
+    hours = _bucket_hours(rung or ctx.policy.time.bucket) if rung != "period" else 24 * 90
+    daytime = day_lag = None
+    if hours < 24 and 24 % hours == 0:
+        local_hour = buckets.tz_convert(ctx.policy.time.timezone).hour
+        daytime = np.asarray((local_hour >= 7) & (local_hour < 22))
+        day_lag = int(24 // hours)
+    figure_area = pd.Index(names).get_indexer(cells["cell_id"]).astype(np.int64)
+    view = ReleaseView(
+        steps=len(buckets), xy=_centroids(ctx, names, np.isin(np.arange(len(names)), figure_area)),
+        figure_step=buckets.get_indexer(cells["bucket_start"]).astype(np.int64), figure_area=figure_area,
+        figure_count=cells["n"].to_numpy(dtype=np.int64), totals=totals,
+        additive=ctx.policy.measure == "presence" and rung is None, daytime=daytime, day_lag=day_lag)
+    unit_codes, _ = pd.factorize(membership["unit"], sort=True)
+    zones = zone_of_cells(pd.Series(names)).reindex(names).to_numpy(dtype=object)
+    return AttackInputs(view, unit_codes.astype(np.int64),
+                        buckets.get_indexer(membership["bucket_start"]).astype(np.int64),
+                        pd.Index(names).get_indexer(membership["cell_id"]).astype(np.int64), zones)
+
+
+def attack_params(landscape) -> AttackParams:
+    """The attacks' adversary is the landscape's: p known points, draws per target and anchor, seed."""
+    return AttackParams(points=landscape.points, draws=landscape.draws, seed=landscape.seed)
+
+
+def inputs_digest(inputs: AttackInputs, params: AttackParams) -> str:
+    """sha256 of everything `attack_risk` computes from (the coded view, memberships and zones, the
+    parameters): equal digests, equal reports."""
+    digest = hashlib.sha256(json.dumps({"params": params.__dict__, "additive": inputs.view.additive,
+                                        "steps": inputs.view.steps, "day_lag": inputs.view.day_lag},
+                                       sort_keys=True).encode())
+    view = inputs.view
+    arrays = [view.xy, view.figure_step, view.figure_area, view.figure_count, view.totals,
+              np.zeros(0) if view.daytime is None else view.daytime, inputs.unit, inputs.step, inputs.area,
+              inputs.zone_of_area.astype(str)]
+    for array in arrays:
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
+
+
+ATTACK = "attack.internal.json"  # risk/: the last attack report and the sha256 of its inputs
+
+
+def attack_once(ctx: ReleaseContext, zone_of_cells, params: AttackParams, rung: str | None = None
+                ) -> AttackReport:
+    """`attack_risk` on the candidate (or its cells at `rung`), reusing the work area's last report when it
+    was computed from identical coded inputs by the same code (the risk step, then the publish step)."""
+    inputs = attack_inputs(ctx, zone_of_cells, rung)
+    digest = reuse.digest_of({"attack": inputs_digest(inputs, params), "rung": rung})
+    path = ctx.area.risk / (ATTACK if rung is None else f"attack@{rung}.internal.json")
+    saved = reuse.load_saved(path, digest)
+    if saved is not None:
+        try:
+            return AttackReport.from_json(saved)
+        except (KeyError, TypeError, ValueError):
+            pass
+    report = attack_risk(inputs.view, inputs.unit, inputs.step, inputs.area, inputs.zone_of_area, params)
+    reuse.save(path, digest, report.to_json())
+    return report
+
+
+def attack_success(linkage: float, membership: float, adversary: Adversary, panel_share: float | None) -> float:
+    """The worst of the attacks in a zone. The prosecutor knows the target is in the data: the linkage success
+    itself. The journalist does not: a link succeeds only for a target that is in the panel (the zone's panel
+    share, as the uniqueness figure scales it), while the membership test is itself what it learns. Both
+    take the membership advantage into the worst, even the prosecutor, for whom it tells nothing new: a
+    conservative choice that costs nothing where the advantage is small."""
+    if adversary is Adversary.JOURNALIST and panel_share is not None:
+        linkage = linkage * panel_share
+    return max(linkage, membership)
+
+
+def with_attack_figures(zones: list[ZoneFigures], attack: AttackReport, adversary: Adversary) -> list[ZoneFigures]:
+    """The zones' figures with the attacks' beside the uniqueness ones. A zone the attacks score but no
+    published key names has uniqueness figures of 0 (nothing about it is published)."""
+    by_zone = {z.zone: z for z in zones}
+    out = []
+    for found in attack.zones:
+        base = by_zone.pop(found.zone, None) or ZoneFigures(found.zone, found.units, 0.0, 0.0, 0.0, None, None)
+        success = attack_success(found.linkage, found.membership, adversary, base.panel_share)
+        out.append(replace(base, attack_linkage=round(found.linkage, 6), attack_membership=round(found.membership, 6),
+                           attack_accuracy=round(found.accuracy, 6), attack_success=round(success, 6)))
+    # a zone with published keys but no attack entry has no unit with a known point there: nothing to attack
+    out += [replace(z, attack_linkage=0.0, attack_membership=0.0, attack_accuracy=0.0, attack_success=0.0)
+            for z in by_zone.values()]
+    return sorted(out, key=lambda z: z.zone)
+
+
+def worst_attack_zone(zones: list[ZoneFigures]) -> tuple[str | None, float | None]:
+    """The zone with the highest attack success and that figure: the release figure is the worst zone."""
+    scored = [z for z in zones if z.attack_success is not None]
+    if not scored:
+        return None, None
+    worst = max(scored, key=lambda z: (z.attack_success, z.zone))
+    return worst.zone, worst.attack_success
+
+
+def attack_pooled(zones: list[ZoneFigures]) -> float | None:
+    """The unit-weighted mean attack success over zones: reported, never gated on."""
+    scored = [z for z in zones if z.attack_success is not None and z.units]
+    if not scored:
+        return None
+    return sum(z.units * z.attack_success for z in scored) / sum(z.units for z in scored)
