@@ -31,7 +31,9 @@ known point in a withheld area is known to the adversary, but the recovery can o
 `WITHHELD` there. Candidates are the recovered trajectories consistent with every known point (with the
 anchor alone when none is); the adversary picks one at random. Success means the pick is the target's: among
 all true trajectories (seen as the attacker sees them: withheld areas merged per bucket) the target's is the
-most similar to it (Jaccard over (area, bucket) points; a tie of t trajectories counts 1/t). With no candidate
+most similar to it (Jaccard over (area, bucket) points; a tie of t trajectories counts 1/t), and it shows a
+published point of the target that the adversary did not know (a pick that is WITHHELD wherever it is not
+what the adversary knew reveals nothing). With no candidate
 at all the adversary guesses among all recovered trajectories (success 1/N).
 
 **Membership inference** (Pyrgelis, Troncoso, De Cristofaro, "Knock Knock, Who's There? Membership Inference
@@ -426,14 +428,16 @@ def _padded(sets: KeySets, n_owners: int) -> KeySets:
     return KeySets(sets.key_zone, offsets, sets.unit_keys, sets.key_offsets, sets.key_units)
 
 
-def best_matches(recovered: KeySets, truth: KeySets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def best_matches(recovered: KeySets, truth: KeySets, hidden_key: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """For every recovered trajectory, the true units most similar to it (Jaccard over view keys): pairs
-    (trajectory, unit) of every tie, and each trajectory's best Jaccard and precision (share of its points
-    the best unit holds)."""
+    (trajectory, unit) of every tie with the number of published keys (not `hidden_key`, the WITHHELD ones)
+    the two share, and each trajectory's best Jaccard and precision (share of its points the best unit
+    holds)."""
     r_sizes = np.diff(recovered.unit_offsets)
     v_sizes = np.diff(truth.unit_offsets)
     k_sizes = np.diff(truth.key_offsets)
-    best_pairs = []
+    best_pairs, best_shown = [], []
     best_j = np.zeros(recovered.units)
     precision = np.zeros(recovered.units)
     load = np.cumsum(k_sizes[recovered.unit_keys])
@@ -448,20 +452,25 @@ def best_matches(recovered: KeySets, truth: KeySets) -> tuple[np.ndarray, np.nda
         owner = np.repeat(np.arange(at, end), r_sizes[at:end])
         units = truth.key_units[_ragged(truth.key_offsets[keys], k_sizes[keys])].astype(np.int64)
         owners = np.repeat(owner, k_sizes[keys])
-        code, inter = np.unique(owners * max(truth.units, 1) + units, return_counts=True)
+        shown = ~np.repeat(hidden_key[keys], k_sizes[keys])
+        code, at_code, inter = np.unique(owners * max(truth.units, 1) + units, return_inverse=True,
+                                         return_counts=True)
+        inter_shown = np.bincount(at_code.ravel(), weights=shown, minlength=len(code))
         r, v = code // max(truth.units, 1), code % max(truth.units, 1)
         jac = inter / (r_sizes[r] + v_sizes[v] - inter)
         top = np.zeros(end - at)
         np.maximum.at(top, r - at, jac)
         is_best = jac >= top[r - at] - 1e-12
         best_pairs.append(code[is_best])
+        best_shown.append(inter_shown[is_best])
         best_j[at:end] = top
         prec = np.zeros(end - at)
         np.maximum.at(prec, r[is_best] - at, inter[is_best] / r_sizes[r[is_best]])
         precision[at:end] = prec
         at = end
     pairs = np.concatenate(best_pairs) if best_pairs else np.zeros(0, dtype=np.int64)
-    return pairs, best_j, precision
+    shared = np.concatenate(best_shown) if best_shown else np.zeros(0)
+    return pairs, shared, best_j, precision
 
 
 def _candidates(sets: KeySets, keysets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -504,7 +513,8 @@ def attack_risk(view: ReleaseView, unit: np.ndarray, step: np.ndarray, area: np.
     truth_view = _sets(unit, view_key_of[true_key], n_units, view.steps * width, key_zone)
     rec = _padded(_sets(recovered.traj, recovered.step * width + recovered.area, recovered.trajectories,
                         view.steps * width, key_zone), recovered.trajectories)
-    pairs, _, precision = best_matches(rec, truth_view)
+    hidden_key = np.arange(view.steps * width) % width == n_areas
+    pairs, shared, _, precision = best_matches(rec, truth_view, hidden_key)
     ties = np.bincount(pairs // max(n_units, 1), minlength=rec.units) if len(pairs) else np.zeros(rec.units)
     drawn = draw_knowledge(truth_cells, params.knowledge())
     rows = len(drawn.entry_zone) * params.draws
@@ -515,8 +525,8 @@ def attack_risk(view: ReleaseView, unit: np.ndarray, step: np.ndarray, area: np.
     for row_ids, keysets in drawn.by_width:
         target[row_ids] = drawn.entry_unit[row_ids // params.draws]
         view_sets = view_key_of[keysets.astype(np.int64)]  # withheld known points are WITHHELD to the recovery
-        success[row_ids], member_hit[row_ids], out_hit[row_ids] = _linkage(rec, view_sets, target[row_ids], pairs,
-                                                                           ties, n_units)
+        success[row_ids], member_hit[row_ids], out_hit[row_ids] = _linkage(
+            rec, view_sets, target[row_ids], pairs, shared, ties, n_units, hidden_key)
     report = AttackReport(trajectories=recovered.trajectories,
                           accuracy=float(precision.mean()) if len(precision) else 0.0)
     entry_success = success.reshape(-1, params.draws).mean(axis=1) if rows else np.zeros(0)
@@ -535,8 +545,8 @@ def attack_risk(view: ReleaseView, unit: np.ndarray, step: np.ndarray, area: np.
     return report
 
 
-def _linkage(rec: KeySets, view_sets: np.ndarray, target: np.ndarray, pairs: np.ndarray, ties: np.ndarray,
-             n_units: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # success, IN fires, P(OUT fires)
+def _linkage(rec: KeySets, view_sets: np.ndarray, target: np.ndarray, pairs: np.ndarray, shared: np.ndarray,
+             ties: np.ndarray, n_units: int, hidden_key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # success, IN fires, P(OUT fires)
     """Per knowledge set: the probability that a random consistent recovered trajectory is the target's (its
     best match, a tie of t counting 1/t); whether the membership test fires on the release (some trajectory
     is consistent with every point), and whether it would fire without the target (some consistent
@@ -545,7 +555,8 @@ def _linkage(rec: KeySets, view_sets: np.ndarray, target: np.ndarray, pairs: np.
     (1/N)."""
     success = np.full(len(view_sets), 1.0 / max(rec.units, 1))
     row, owner = _candidates(rec, view_sets)
-    counts, own = _score(success, row, owner, target, pairs, ties, n_units, len(view_sets))
+    known = _published_known(view_sets, hidden_key)
+    counts, own = _score(success, row, owner, target, pairs, shared, ties, n_units, known)
     # OUT: the target's trajectory is gone; with two consistent trajectories or more one is left anyway, with
     # one it is left unless it was the target's (a tie of t units: the target's with probability 1/t)
     hit_in = counts > 0
@@ -554,23 +565,38 @@ def _linkage(rec: KeySets, view_sets: np.ndarray, target: np.ndarray, pairs: np.
     if len(fallback):
         row, owner = _candidates(rec, view_sets[fallback, :1])
         partial = success[fallback]
-        _score(partial, row, owner, target[fallback], pairs, ties, n_units, len(fallback))
+        _score(partial, row, owner, target[fallback], pairs, shared, ties, n_units,
+               _published_known(view_sets[fallback, :1], hidden_key))
         success[fallback] = partial
     return success, hit_in, hit_out
 
 
+def _published_known(view_sets: np.ndarray, hidden_key: np.ndarray) -> np.ndarray:
+    """How many distinct published (not WITHHELD) points each knowledge set holds."""
+    ordered = np.sort(view_sets, axis=1)
+    distinct = np.concatenate([np.ones((len(ordered), 1), dtype=bool), ordered[:, 1:] != ordered[:, :-1]], axis=1)
+    return (distinct & ~hidden_key[ordered]).sum(axis=1)
+
+
 def _score(success: np.ndarray, row: np.ndarray, owner: np.ndarray, target: np.ndarray, pairs: np.ndarray,
-           ties: np.ndarray, n_units: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
+           shared: np.ndarray, ties: np.ndarray, n_units: int, known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """success[r] = mean over row r's candidates of [target among the candidate's best matches] / ties, for the
     rows with a candidate; returns each row's number of candidates and the expected number of them that are
-    the target's (each candidate whose best matches tie t units, the target among them, counting 1/t)."""
+    the target's (each candidate whose best matches tie t units, the target among them, counting 1/t).
+
+    A pick counts as the target's only if it tells the adversary something: it shares with the target at
+    least one published point beyond the `known` published points of the knowledge set. A trajectory that is
+    only WITHHELD where it is not what the adversary knew (units of a zone with nothing published) reveals
+    nothing, whoever it is."""
+    rows = len(known)
     counts = np.bincount(row, minlength=rows)
     if not len(row):
         return counts, np.zeros(rows)
     wanted = owner * max(n_units, 1) + target[row]
-    found = pairs[np.minimum(np.searchsorted(pairs, wanted), max(len(pairs) - 1, 0))] == wanted if len(pairs) \
-        else np.zeros(len(row), dtype=bool)
-    good = np.bincount(row, weights=found / np.maximum(ties[owner], 1), minlength=rows)
+    at = np.minimum(np.searchsorted(pairs, wanted), max(len(pairs) - 1, 0))
+    found = (pairs[at] == wanted) if len(pairs) else np.zeros(len(row), dtype=bool)
+    informative = found & (shared[at] > known[row]) if len(pairs) else found
+    good = np.bincount(row, weights=informative / np.maximum(ties[owner], 1), minlength=rows)
     some = counts > 0
     success[some] = good[some] / counts[some]
     return counts, good

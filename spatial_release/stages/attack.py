@@ -164,16 +164,29 @@ def attack_success(linkage: float, membership: float, adversary: Adversary, pane
     return max(linkage, membership)
 
 
+UNPUBLISHED_ZONES = "(zones with no published figure)"
+
+
 def with_attack_figures(zones: list[ZoneFigures], attack: AttackReport, adversary: Adversary) -> list[ZoneFigures]:
-    """The zones' figures with the attacks' beside the uniqueness ones. A zone the attacks score but no
-    published key names has uniqueness figures of 0 (nothing about it is published)."""
+    """The zones' figures with the attacks' beside the uniqueness ones. The attacks also score units anchored
+    in zones that no published figure names; naming such a zone (or its units) would tell the public that a
+    withheld area holds units, so they are reported and gated as one entry, UNPUBLISHED_ZONES, with the
+    worst of their figures and no unit count."""
     by_zone = {z.zone: z for z in zones}
-    out = []
+    out, hidden = [], []
     for found in attack.zones:
-        base = by_zone.pop(found.zone, None) or ZoneFigures(found.zone, found.units, 0.0, 0.0, 0.0, None, None)
-        success = attack_success(found.linkage, found.membership, adversary, base.panel_share)
-        out.append(replace(base, attack_linkage=round(found.linkage, 6), attack_membership=round(found.membership, 6),
-                           attack_accuracy=round(found.accuracy, 6), attack_success=round(success, 6)))
+        base = by_zone.pop(found.zone, None)
+        figures = dict(attack_linkage=round(found.linkage, 6), attack_membership=round(found.membership, 6),
+                       attack_accuracy=round(found.accuracy, 6),
+                       attack_success=round(attack_success(found.linkage, found.membership, adversary,
+                                                           base.panel_share if base else None), 6))
+        if base is None:
+            hidden.append(figures)
+        else:
+            out.append(replace(base, **figures))
+    if hidden:
+        out.append(ZoneFigures(UNPUBLISHED_ZONES, 0, 0.0, 0.0, 0.0, None, None,
+                               **{name: max(h[name] for h in hidden) for name in hidden[0]}))
     # a zone with published keys but no attack entry has no unit with a known point there: nothing to attack
     out += [replace(z, attack_linkage=0.0, attack_membership=0.0, attack_accuracy=0.0, attack_success=0.0)
             for z in by_zone.values()]

@@ -11,10 +11,11 @@ from pathlib import Path
 import pandas as pd
 
 from spatial_release.fileio import sha256_file
-from spatial_release.levels import LEAF, RUNG_SEP
+from spatial_release.levels import LEAF, RUNG_SEP, rung_of
 from spatial_release.progress import Progress, log_progress
-from spatial_release.release import RELEASE_FILES, release_tables, write_tables
-from spatial_release.stages.context import ReleaseContext, WorkArea
+from spatial_release.period import Period
+from spatial_release.release import RELEASE_FILES, read_tables, release_tables, write_tables
+from spatial_release.stages.context import Published, ReleaseContext, WorkArea
 from spatial_release.stages.count import read_true_counts
 from spatial_release.stages.results import ProtectionManifest, ProtectionSummary
 from spatial_release.suppression.certificate import EARLIER, Certificate, earlier_digest
@@ -81,7 +82,46 @@ def release_utility(ctx: ReleaseContext, true_cells: pd.DataFrame, true_margins:
     return report
 
 
-def run_protect(ctx: ReleaseContext, progress: Progress = log_progress) -> ProtectionSummary:
+def withheld_by_population(ctx: ReleaseContext, published: Published | None, true_cells: pd.DataFrame,
+                          true_margins: pd.DataFrame) -> frozenset[tuple[str, str, int]]:
+    """The keys (level, area, bucket in ns) of this release's non-empty figures that an earlier release of the
+    policy's population could have shown but did not: a level it publishes, a bucket its files name at that
+    level's time rung, and not among its figures (withheld or empty there: the public cannot tell). A later
+    release must not publish them (`release_system.force_withheld`), so two programmes of one population
+    agree figure by figure (a key is published with one value by either, or by neither) and a figure one
+    withheld never completes the other's equations. The same dataset and period is no earlier release."""
+    if published is None:
+        return frozenset()
+    from spatial_release.stages.risk import population_releases  # the risk stage owns the population's releases
+
+    mine = _keys(true_cells.assign(level=LEAF, area_id=true_cells["cell_id"]), true_margins)
+    forced: set[tuple[str, str, int]] = set()
+    for entry in population_releases(ctx.policy, published.ledger):
+        if entry["dataset"] == ctx.policy.name and entry["period"] == ctx.period.label:
+            continue
+        other = Period.parse(entry["period"])
+        if not (other.start < ctx.period.end and ctx.period.start < other.end):
+            continue
+        tables = read_tables(published.releases_root / entry["dataset"] / entry["period"])
+        theirs = _keys(tables.cells.assign(level=LEAF, area_id=tables.cells["cell_id"]), tables.margins)
+        shown = set(zip(theirs["level"], theirs["area_id"], theirs["bucket"]))
+        levels = set(theirs["level"])
+        buckets = theirs.groupby(theirs["level"].map(rung_of).fillna(""))["bucket"].agg(set).to_dict()
+        could = mine[mine["level"].isin(levels)]
+        could = could[[b in buckets.get(rung_of(level) or "", ()) for level, b in zip(could["level"], could["bucket"])]]
+        forced |= set(zip(could["level"], could["area_id"], could["bucket"])) - shown
+    return frozenset(forced)
+
+
+def _keys(cells: pd.DataFrame, margins: pd.DataFrame) -> pd.DataFrame:
+    frame = pd.concat([cells[["level", "area_id", "bucket_start"]], margins[["level", "area_id", "bucket_start"]]],
+                      ignore_index=True)
+    frame["bucket"] = pd.DatetimeIndex(pd.to_datetime(frame["bucket_start"], utc=True)).as_unit("ns").asi8
+    return frame
+
+
+def run_protect(ctx: ReleaseContext, progress: Progress = log_progress, published: Published | None = None
+                ) -> ProtectionSummary:
     """Suppress the true counts (k, complements over the release structure, structural zeros) and write the
     candidate files, the withheld cells (internal), the manifest the checks verify the files against, and
     the audit certificate (`suppression.certificate`) that lets the check and the publish step verify the
@@ -89,7 +129,8 @@ def run_protect(ctx: ReleaseContext, progress: Progress = log_progress) -> Prote
     policy, area = ctx.policy, ctx.area
     shutil.rmtree(certificate_dir(area), ignore_errors=True)  # never a certificate of an earlier candidate
     true_cells, true_margins = read_true_counts(area)
-    protected, log, table = protect_release(true_cells, true_margins, ctx.disclosure, progress=progress)
+    protected, log, table = protect_release(true_cells, true_margins, ctx.disclosure, progress=progress,
+                                            withhold=withheld_by_population(ctx, published, true_cells, true_margins))
     tables = release_tables(protected, ctx.locator, policy.count_column)
     write_tables(tables, area.candidate)
     protected.withheld_cells.to_parquet(area.candidate / "withheld_cells.internal.parquet", index=False)

@@ -232,8 +232,26 @@ def absent_listed_zero_floors(table: Table, zeros: Iterable[str], buckets: Seque
             and pd.Timestamp(table.bucket[i]) in listed}
 
 
+def force_withheld(table: Table, withhold: frozenset[tuple[str, str, int]]) -> list[int]:
+    """Mark the figures of `withhold` as withheld at no cost (`UNOFFERED`: never published, a free complement):
+    a figure that an earlier release of the population withheld is never published by a later one, so the
+    earlier release's audit stays true whatever the later one shows. Returns the figures marked."""
+    if not withhold:
+        return []
+    instants = {bucket: _instant(bucket) for bucket in set(table.bucket)}
+    marked = []
+    for i in range(len(table)):
+        if table.status[i] in (REST, EMPTY, PRIMARY):
+            continue
+        if (table.level[i], table.area[i], instants[table.bucket[i]]) in withhold:
+            table.status[i] = UNOFFERED
+            marked.append(i)
+    return marked
+
+
 def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: DisclosureSpec,
-                    progress: Progress = silent) -> tuple[ProtectedTable, ProtectionLog, Table]:
+                    progress: Progress = silent, withhold: frozenset[tuple[str, str, int]] = frozenset()
+                    ) -> tuple[ProtectedTable, ProtectionLog, Table]:
     """Primary and complementary suppression of one release.
 
     `true_cells` (cell_id, bucket_start, n) and `true_margins` (level, area_id, bucket_start, n) are the
@@ -245,10 +263,18 @@ def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: 
     published figure binding the failing bound, a greedy reading of their capacity cuts). Empty cells
     are free complements (absent anyway); structural zeros are published as 0.
 
+    `withhold`: keys (level, area, bucket as ns since the epoch) that must not be published, whatever their
+    count: figures an earlier release of the same population withheld (`force_withheld`). They are withheld
+    at no cost, like an empty cell, so they are free complements.
+
     Returns the protected tables (published and internal withheld frames), the protection log (sweep
     and repair secondaries, the final audit) and the solved system. Raises `SuppressionError` when the
     table cannot be protected."""
     table = system_for(true_cells, true_margins, spec)
+    forced = force_withheld(table, withhold)
+    if forced:
+        progress(f"suppression: {len(forced)} figure(s) withheld because an earlier release of the population "
+                 "withheld them")
     links = spec.structure.time_links
 
     # Elimination first, then audit-and-repair, then pruning (complementary.RELEASE_METHOD and the
@@ -266,6 +292,8 @@ def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: 
         log = run()
     else:
         log = climb_to_budget(table, links, spec.budget, run, progress)
+    for i in forced:  # withheld like any complement in the internal frames and the summary's withheld counts
+        table.status[i] = SECONDARY
     return tables_from_status(table, spec.zeros, spec.buckets, true_cells), log, table
 
 

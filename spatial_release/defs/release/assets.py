@@ -138,7 +138,7 @@ def build_release_graph(programme: Programme) -> ReleaseGraph:
         ctx = setup(context, settings)
         policy = ctx.policy
         with hold(context, settings, ctx):
-            counts = stages.run_protect(ctx, progress=context.log.info).public_counts()
+            counts = stages.run_protect(ctx, progress=context.log.info, published=settings.published()).public_counts()
         return dg.MaterializeResult(metadata={
             "period": ctx.period.label,
             "dagster/row_count": counts.published_cells + counts.structural_zero_cells_published,
