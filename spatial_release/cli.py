@@ -167,7 +167,9 @@ def _summary(record: ReleaseRecord, internal: ProtectionSummary, folder: Path) -
         f"checks    {', '.join(f'{k}: {v}' for k, v in record.checks.items())}",
         f"audit     {'passed' if audit.passed else 'FAILED'}: {audit.criterion}",
         f"risk      {risk.status}: worst zone {risk.worst_zone} {risk.release_figure:.4f} ({risk.measure}), "
-        f"cumulative {risk.cumulative:.4f}",
+        f"cumulative {risk.cumulative:.4f}" + (f"; upper bound {risk.upper_bound:.4f} (uniqueness, zone "
+                                               f"{risk.upper_bound_zone})" if risk.upper_bound is not None else ""),
+        *([f"warning   {risk.warning}"] if risk.warning else []),
         f"ledger    entry {record.ledger_entry[:16]}",
     ])
 

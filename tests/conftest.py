@@ -107,6 +107,20 @@ def policy_dict(traces: str, **overrides) -> dict:
     return data
 
 
+def uniqueness_model(data: dict) -> dict:
+    """`data` (a policy dict) gated on the uniqueness upper bound (`risk.model: uniqueness`): for the tests of
+    the gate's mechanics (ceilings, warn_at, reviews, the journalist's population) whose fixtures set the
+    figure through the uniqueness estimator's known closed forms. The attack model's own tests are in
+    tests/test_attack.py and test_risk_pipeline.py."""
+    data["risk"] = {**data["risk"], "model": "uniqueness"}
+    return data
+
+
+def uniqueness_policy_dict(traces: str, **overrides) -> dict:
+    """`policy_dict` gated on the uniqueness upper bound (see `uniqueness_model`)."""
+    return uniqueness_model(policy_dict(traces, **overrides))
+
+
 LANDSCAPE = {"version": 1, "points": 2, "draws": 5, "panel": "sample", "adversary": "journalist",
              "population": {"table": "population.csv"}}
 

@@ -17,7 +17,7 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult
 
-from conftest import CELL_A, CELL_B, DAY, cell_id, fixture_pings, policy_dict, write_policy
+from conftest import CELL_A, CELL_B, DAY, cell_id, fixture_pings, uniqueness_policy_dict, write_policy
 from spatial_release import stages
 from spatial_release.alerts import OPTIONS, Alert, AlertRouting, Place, deliver, places, read_alert_record
 from spatial_release.fileio import TEMPORARY
@@ -329,7 +329,7 @@ def test_a_crash_while_writing_leaves_no_partial_alert_and_still_sends(smtp_serv
 
 def test_routing_merges_the_policy_section_with_the_environment(tmp_path, fixture_traces, webhook):
     _, url = webhook
-    data = policy_dict(str(fixture_traces), alerts={"email_to": ["fixture-owner@example.org", "ops@example.org"],
+    data = uniqueness_policy_dict(str(fixture_traces), alerts={"email_to": ["fixture-owner@example.org", "ops@example.org"],
                                                     "slack_webhook_env": "FIXTURE_SLACK_WEBHOOK"})
     policy = load_policy(write_policy(tmp_path, data))
     routing = AlertRouting.for_policy(policy, _env(2525) | {"FIXTURE_SLACK_WEBHOOK": url})
@@ -345,7 +345,7 @@ def test_routing_merges_the_policy_section_with_the_environment(tmp_path, fixtur
 def test_a_policy_never_holds_a_webhook_url(tmp_path, fixture_traces):
     for alerts in ({"slack_webhook_env": f"https://hooks.slack.com/services/T0/B0/{SECRET_TOKEN}"},
                    {"email_to": ["not an address"]}, {"smtp_password": "x"}):
-        data = policy_dict(str(fixture_traces), alerts=alerts)
+        data = uniqueness_policy_dict(str(fixture_traces), alerts=alerts)
         with pytest.raises(PolicyError, match="alerts"):
             load_policy(write_policy(tmp_path, data))
 
@@ -357,7 +357,7 @@ def test_a_review_breach_is_emailed(smtp_server, tmp_path, monkeypatch):
     controller, inbox = smtp_server
     traces = tmp_path / "traces.csv"
     fixture_pings().to_csv(traces, index=False)
-    data = policy_dict(str(traces), alerts={"email_to": ["fixture-owner@example.org"]})
+    data = uniqueness_policy_dict(str(traces), alerts={"email_to": ["fixture-owner@example.org"]})
     policy_path = write_policy(tmp_path, data)
     policy, period = load_policy(policy_path), Period.parse("2018-Q1")
     ledger = Ledger(tmp_path / "ledger", tmp_path / "releases")
@@ -405,7 +405,7 @@ def test_a_blocked_release_reaches_people_through_the_dagster_alert_sensor(smtp_
         monkeypatch.setenv(name, value)
     traces = tmp_path / "traces.csv"
     fixture_pings().to_csv(traces, index=False)
-    policy = write_policy(tmp_path, policy_dict(str(traces)), population=5)  # the risk gate blocks
+    policy = write_policy(tmp_path, uniqueness_policy_dict(str(traces)), population=5)  # the risk gate blocks
     programme = programme_for(policy)
     settings = {"releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
                 "ledger_dir": str(tmp_path / "ledger"), "alerts_dir": str(tmp_path / "alerts")}
@@ -451,7 +451,7 @@ def test_a_release_blocked_on_the_command_line_alerts_by_itself_once(smtp_server
         monkeypatch.setenv(name, value)
     traces = tmp_path / "traces.csv"
     fixture_pings().to_csv(traces, index=False)
-    policy = write_policy(tmp_path, policy_dict(str(traces)), population=5)  # the risk gate blocks
+    policy = write_policy(tmp_path, uniqueness_policy_dict(str(traces)), population=5)  # the risk gate blocks
     outcome = cli.run_release(str(policy), "2018-Q1", out=str(tmp_path / "out"), ledger=str(tmp_path / "ledger"))
     assert not outcome.published and outcome.exit_code == 1
     [(_, message)] = inbox.messages

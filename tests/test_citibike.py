@@ -1,8 +1,9 @@
-"""The Citi Bike Jersey City Q1 2018 release, checked against an independent recomputation from the raw files.
+"""The Citi Bike Jersey City Q1 2018 releases, checked against an independent recomputation from the raw files.
 
 The recomputation uses pandas and geopandas only (no DuckDB, none of the project's ingest or counting code):
-it parses the three timestamp formats itself, assigns wards with a spatial join and takes each bike's
-dominant ward per local week (Monday 00:00 New York, the policy's 1w buckets).
+it parses the three timestamp formats itself, assigns wards with a spatial join and counts, as the policy's
+`measure: visitors` does, every bike in every ward it was in, per local day (midnight New York, the policy's
+1d buckets) and per local week (Monday, the ladder's 1w rung).
 """
 
 import json
@@ -15,7 +16,7 @@ from conftest import PROJECT_ROOT, SHARED_DATA, requires_shared
 from spatial_release import cli
 
 pytestmark = requires_shared
-K = 20  # the policy's k (prosecutor adversary, see policies/jc-bikes.yaml)
+K = 20  # the policy's k
 TZ = "America/New_York"
 
 
@@ -34,23 +35,24 @@ def _raw_pings() -> pd.DataFrame:
     local = pings["local"].dt.tz_localize(TZ, nonexistent="shift_forward", ambiguous=False)
     inside = (local >= pd.Timestamp("2018-01-01", tz=TZ)) & (local < pd.Timestamp("2018-04-01", tz=TZ))
     pings, naive = pings[inside], pings.loc[inside, "local"]
-    # the week's Monday in local wall time, then its UTC instant (weeks cross the March DST change)
-    monday = naive.dt.normalize() - pd.to_timedelta(naive.dt.day_of_week, unit="D")
-    return pings.assign(day=monday.dt.tz_localize(TZ).dt.tz_convert("UTC"))
+    # the local day's and the week's Monday's midnight, then their UTC instants (the March DST change)
+    day = naive.dt.normalize()
+    monday = day - pd.to_timedelta(naive.dt.day_of_week, unit="D")
+    return pings.assign(day=day.dt.tz_localize(TZ).dt.tz_convert("UTC"),
+                        week=monday.dt.tz_localize(TZ).dt.tz_convert("UTC"))
 
 
-def _expected_counts() -> tuple[dict, dict]:
+def _expected_counts() -> dict[str, dict]:
+    """Distinct bikes per (ward, day), (ward, week), day and week: visitors, every ward a bike was in."""
     pings = _raw_pings()
     wards = gpd.read_file(SHARED_DATA / "jersey-city/jc-wards.geojson")[["ward", "geometry"]]
     points = gpd.GeoDataFrame(pings, geometry=gpd.points_from_xy(pings["lon"], pings["lat"]), crs="EPSG:4326")
     joined = gpd.sjoin(points, wards, predicate="intersects", how="inner")
     joined = joined.sort_values("ward").groupby(level=0).head(1)  # boundary points go to the smallest ward
-    per = joined.groupby(["bike", "day", "ward"]).size().rename("n").reset_index()
-    per = per.sort_values(["bike", "day", "n", "ward"], ascending=[True, True, False, True])
-    dominant = per.drop_duplicates(["bike", "day"])
-    cells = dominant.groupby(["ward", "day"])["bike"].nunique().to_dict()
-    totals = dominant.groupby("day")["bike"].nunique().to_dict()
-    return cells, totals
+    return {"cell": joined.groupby(["ward", "day"])["bike"].nunique().to_dict(),
+            "cell@1w": joined.groupby(["ward", "week"])["bike"].nunique().to_dict(),
+            "total": joined.groupby("day")["bike"].nunique().to_dict(),
+            "total@1w": joined.groupby("week")["bike"].nunique().to_dict()}
 
 
 @pytest.fixture(scope="module")
@@ -65,54 +67,83 @@ def release(tmp_path_factory):
 def test_k_floor_over_devices_recomputed_from_raw_files(release):
     folder, _ = release
     cells = gpd.read_parquet(folder / "cells.parquet")
-    expected, _ = _expected_counts()
+    margins = pd.read_parquet(folder / "margins.parquet")
+    expected = _expected_counts()
     published = {(r.cell_id, r.bucket_start): r.n_devices for r in cells.itertuples()}
+    weeks = {(r.area_id, r.bucket_start): r.n_devices for r in margins.itertuples() if r.level == "cell@1w"}
     # every published figure is the true number of distinct bikes, and at least k
-    for key, n in published.items():
-        assert expected[key] == n and n >= K, key
-    # no group below k appears; groups of at least k are withheld only as complementary (secondary) cells
-    assert set(published) <= {key for key, n in expected.items() if n >= K}
-    assert any(n < K for n in expected.values())  # the quarter really has small groups to withhold
+    for figures, truth in ((published, expected["cell"]), (weeks, expected["cell@1w"])):
+        assert figures
+        for key, n in figures.items():
+            assert truth[key] == n and n >= K, key
+        assert set(figures) <= {key for key, n in truth.items() if n >= K}
+    assert any(n < K for n in expected["cell"].values())  # the quarter really has small groups to withhold
 
 
-def test_no_withheld_ward_is_recovered_from_the_weekly_total(release):
-    """An attack that needs no LP: subtract the published wards from the published weekly total. For every
-    ward-week below k, the other absent wards of that day must hold at least max(k - v, 1) bikes, or the
-    difference shows the withheld figure (or shows it is below k)."""
+def test_no_withheld_ward_day_is_bounded_by_the_published_figures(release):
+    """An attack that needs no LP. Under visitors a ward-day is at most its ward's published week and at most
+    the day's total, and at least the day's total less everything the other wards can hold (published
+    ward-days, and for the absent ones their published week, else the total). For every ward-day below k
+    those bounds must neither show it below k nor pin it."""
     folder, _ = release
     cells = gpd.read_parquet(folder / "cells.parquet")
     margins = pd.read_parquet(folder / "margins.parquet")
-    expected, _ = _expected_counts()
+    expected = _expected_counts()
     wards = sorted(gpd.read_file(SHARED_DATA / "jersey-city/jc-wards.geojson")["ward"])
-    published = {(r.cell_id, r.bucket_start) for r in cells.itertuples()}
+    published = {(r.cell_id, r.bucket_start): r.n_devices for r in cells.itertuples()}
+    week_of = {(r.area_id, r.bucket_start): r.n_devices for r in margins.itertuples() if r.level == "cell@1w"}
+    totals = {r.bucket_start: r.n_devices for r in margins.itertuples() if r.level == "total"}
+    monday = {day: (day.tz_convert(TZ).normalize() - pd.Timedelta(days=day.tz_convert(TZ).day_of_week)
+                    ).tz_convert("UTC") for day in totals}
     checked = 0
-    for day in {r.bucket_start for r in margins.itertuples() if r.level == "total"}:
-        absent = [w for w in wards if (w, day) not in published]
-        for ward in absent:
-            v = expected.get((ward, day), 0)
-            if 1 <= v < K:
-                others = sum(expected.get((w, day), 0) for w in absent if w != ward)
-                assert len(absent) >= 2 and others >= max(K - v, 1), (ward, day, v, others)
-                checked += 1
+    for day, total in totals.items():
+        for ward in wards:
+            v = expected["cell"].get((ward, day), 0)
+            if not 1 <= v < K or (ward, day) in published:
+                continue
+            upper = min(total, week_of.get((ward, monday[day]), total))
+            room = sum(published.get((w, day), week_of.get((w, monday[day]), total)) for w in wards if w != ward)
+            lower = max(total - room, 0)
+            assert upper >= max(K, v + 1) and lower <= v - 1, (ward, day, v, lower, upper)
+            checked += 1
     assert checked > 20
 
 
-def test_margins_are_true_weekly_totals(release):
+def test_margins_are_true_daily_and_weekly_totals(release):
     folder, _ = release
     margins = pd.read_parquet(folder / "margins.parquet")
-    _, totals = _expected_counts()
-    published = {r.bucket_start: r.n_devices for r in margins.itertuples() if r.level == "total"}
-    assert published == {day: n for day, n in totals.items() if n >= K}
+    expected = _expected_counts()
+    for level in ("total", "total@1w"):  # a weekly total is offered only where a daily one is below k
+        published = {r.bucket_start: r.n_devices for r in margins.itertuples() if r.level == level}
+        assert all(expected[level][b] == n and n >= K for b, n in published.items()), level
+    days = {r.bucket_start for r in margins.itertuples() if r.level == "total"}
+    assert days == {d for d, n in expected["total"].items() if n >= K}
+
+
+def test_every_ward_is_shown_at_week_resolution_or_finer(release):
+    """What the user gets, re-derived from the files: every ward at day or week resolution in at least 3/4
+    of its weeks (2018-Q1: A in 12 of 13, the others in all 13)."""
+    folder, _ = release
+    cells = gpd.read_parquet(folder / "cells.parquet")
+    margins = pd.read_parquet(folder / "margins.parquet")
+    local = cells["bucket_start"].dt.tz_convert(TZ).dt.normalize()
+    cells = cells.assign(week=(local - pd.to_timedelta(local.dt.day_of_week, unit="D")).dt.tz_convert("UTC"))
+    shown = set(zip(cells["cell_id"], cells["week"]))
+    weekly = margins[margins["level"] == "cell@1w"]
+    shown |= set(zip(weekly["area_id"], weekly["bucket_start"]))
+    weeks = set(_expected_counts()["total@1w"])
+    for ward in "ABCDEF":
+        assert sum((ward, w) in shown for w in weeks) >= 0.75 * len(weeks), ward
 
 
 def test_record_and_files_carry_no_identifier(release):
     folder, record = release
     assert record.unit == "devices" and record.count_column == "n_devices"
-    assert record.counts.published_cells >= 13 and "primary_cells" not in record.counts.to_json()  # every week of ward E
+    assert record.counts.published_cells >= 200 and "primary_cells" not in record.counts.to_json()  # ward-days
     internal = json.loads((folder.parents[2] / "work" / "jc-bikes" / "2018-Q1" / "audit.internal.json").read_text())
     assert record.audit.passed and internal["primaries_audited"] > 500  # wards and blocks
     margins = pd.read_parquet(folder / "margins.parquet")
-    assert {"block", "tract", "block_total", "total"} <= set(margins["level"])
+    assert {"block", "tract", "block_total", "total", "cell@1w", "block@1w", "tract@1w"} <= set(margins["level"])
     quasi = {"bikeid", "birth year", "gender", "usertype", "start station id", "end station id"}
     for name in ("cells.parquet", "margins.parquet"):
         assert not quasi & set(pd.read_parquet(folder / name).columns)
@@ -121,47 +152,71 @@ def test_record_and_files_carry_no_identifier(release):
     assert json.loads(text)["input"]["pings_outside_geometry"] > 0  # Manhattan and Hoboken ends, reported
 
 
-def test_monthly_releases_build_a_ledger_the_review_recomputes_and_the_gate_blocks_march(tmp_path):
-    from pathlib import Path
-
+def test_the_monthly_programme_publishes_after_the_quarter_and_agrees_with_it(release):
+    """In the quarter's ledger, January, February and March through the monthly programme all publish; a key
+    two releases publish has one value, and no figure an earlier release withheld is published by a later one;
+    the review job re-assesses the four releases from the retained per-unit data and gets their figures."""
     import dagster as dg
 
     from spatial_release import stages
-    from spatial_release.defs.resources import ReleaseSettings
     from spatial_release.defs.catalogue import programme_for
+    from spatial_release.defs.resources import ReleaseSettings
     from spatial_release.ledger import Ledger, read_ledger
-    from spatial_release.risk import cumulative_risk
     from spatial_release.policy import load_policy
+    from spatial_release.risk import cumulative_risk
 
+    quarter_folder, quarter = release
+    out = quarter_folder.parents[2]
     policy = PROJECT_ROOT / "policies/jc-bikes-monthly.yaml"
-    records = []
-    for month in ("2018-01", "2018-02"):
-        published, messages, record = cli.run_release(str(policy), month, out=str(tmp_path),
-                                                      ledger=str(tmp_path / "ledger"))
+    records = [quarter]
+    for month in ("2018-01", "2018-02", "2018-03"):
+        published, messages, record = cli.run_release(str(policy), month, out=str(out), ledger=str(out / "ledger"))
         assert published, messages
-        assert record.risk.adversary == "prosecutor"  # every bike of the fleet is in the data
+        assert record.risk.adversary == "prosecutor" and record.risk.model == "attack"
         records.append(record)
-    # March publishes a ward-C week: over the three-month window a bike known by four ward-weeks is singled
-    # out too often (prosecutor), and the gate blocks it; nothing of March is published or recorded
-    published, messages, _ = cli.run_release(str(policy), "2018-03", out=str(tmp_path),
-                                             ledger=str(tmp_path / "ledger"))
-    assert not published
-    assert any("risk_budget" in m and "prosecutor" in m and "zone C" in m for m in messages), messages
-    assert not (tmp_path / "releases" / "jc-bikes-monthly" / "2018-03").exists()
-    entries = read_ledger(tmp_path / "ledger")
-    assert [e["period"] for e in entries] == ["2018-01", "2018-02"]
+    entries = read_ledger(out / "ledger")
+    assert [(e["dataset"], e["period"]) for e in entries] == [
+        ("jc-bikes", "2018-Q1"), ("jc-bikes-monthly", "2018-01"), ("jc-bikes-monthly", "2018-02"),
+        ("jc-bikes-monthly", "2018-03")]
     figures = [r.risk.release_figure for r in records]
     assert records[-1].risk.cumulative == pytest.approx(cumulative_risk(figures))
-    assert records[-1].risk.window_periods == ["2018-01", "2018-02"]
-    # the review job re-assesses the programme from the retained key sets and gets the same figures
-    settings = ReleaseSettings(releases_dir=str(tmp_path / "releases"),
-                               work_dir=str(tmp_path / "work"), ledger_dir=str(tmp_path / "ledger"),
-                               alerts_dir=str(tmp_path / "alerts"))
+    # agreement, from the files and the work areas' true counts (what each release withheld)
+    key = ["level", "area_id", "bucket_start"]
+    folders = [quarter_folder] + [out / "releases" / "jc-bikes-monthly" / m for m in ("2018-01", "2018-02", "2018-03")]
+    works = [out / "work" / "jc-bikes" / "2018-Q1"] + [out / "work" / "jc-bikes-monthly" / m
+                                                         for m in ("2018-01", "2018-02", "2018-03")]
+    shared = 0
+    for i in range(len(folders)):
+        mine = _figures(folders[i])
+        withheld = _true_figures(works[i]).merge(mine[key], on=key, how="left", indicator=True)
+        withheld = withheld[withheld["_merge"] == "left_only"][key]
+        for later in folders[i + 1:]:
+            theirs = _figures(later)
+            both = mine.merge(theirs, on=key, suffixes=("_a", "_b"))
+            assert (both["n_a"] == both["n_b"]).all()
+            shared += len(both)
+            assert withheld.merge(theirs[key], on=key).empty
+    assert shared > 1000  # the ward-days, blocks, tracts and totals the programmes both publish
+    # the monthly programme's review re-assesses its releases with the same figures
+    settings = ReleaseSettings(releases_dir=str(out / "releases"), work_dir=str(out / "work"),
+                               ledger_dir=str(out / "ledger"), alerts_dir=str(out / "alerts"))
     result = dg.materialize([programme_for(policy).review.asset], resources={"settings": settings})
     [event] = result.get_asset_materialization_events()
     reviewed = event.materialization.metadata["review"].value
     assert [r["release_figure"] for r in reviewed] == pytest.approx(figures)
-    cumulative = event.materialization.metadata["risk_prosecutor_cumulative"].value  # rounded for reading
-    assert cumulative == pytest.approx(cumulative_risk(figures), rel=1e-3)
-    per_ward = stages.review_programme(load_policy(policy), Ledger(tmp_path / "ledger"), Path(tmp_path / "work"))
-    assert len(per_ward.releases) == 2 and not per_ward.breaches
+    per_zone = stages.review_programme(load_policy(policy), Ledger(out / "ledger"), out / "work")
+    assert len(per_zone.releases) == 4 and not per_zone.breaches
+
+
+def _figures(folder) -> pd.DataFrame:
+    cells, margins = pd.read_parquet(folder / "cells.parquet"), pd.read_parquet(folder / "margins.parquet")
+    cells = cells.assign(level="cell", area_id=cells["cell_id"])
+    return pd.concat([cells[["level", "area_id", "bucket_start", "n_devices"]],
+                      margins[["level", "area_id", "bucket_start", "n_devices"]]]).rename(columns={"n_devices": "n"})
+
+
+def _true_figures(work) -> pd.DataFrame:
+    cells = pd.read_parquet(work / "counts" / "cell_counts.parquet")
+    margins = pd.read_parquet(work / "counts" / "margin_counts.parquet")
+    return pd.concat([cells.assign(level="cell", area_id=cells["cell_id"])[["level", "area_id", "bucket_start", "n"]],
+                      margins[["level", "area_id", "bucket_start", "n"]]])

@@ -7,7 +7,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from conftest import fixture_pings, policy_dict, write_policy
+from conftest import fixture_pings, policy_dict, uniqueness_model, write_policy
 from spatial_release import release, stages
 from spatial_release.defs.catalogue import programme_for
 from spatial_release.defs.execution import execute_release
@@ -24,10 +24,13 @@ def _settings(tmp_path: Path, policy: Path) -> dict:
             "ledger_dir": str(tmp_path / "ledger"), "alerts_dir": str(tmp_path / "alerts")}
 
 
-def _policy(tmp_path: Path, population: int = 10_000) -> Path:
+def _policy(tmp_path: Path, population: int = 10_000, model: str = "uniqueness") -> Path:
+    """The fixture policy. Most tests here are of the gate's mechanics (ceilings, warn_at, reviews, alerts),
+    set through the journalist's population on the uniqueness figure; `model="attack"` for the attacks."""
     traces = tmp_path / "traces.csv"
     fixture_pings().to_csv(traces, index=False)
-    return write_policy(tmp_path, policy_dict(str(traces)), population=population)
+    data = policy_dict(str(traces))
+    return write_policy(tmp_path, uniqueness_model(data) if model == "uniqueness" else data, population=population)
 
 
 def _run(tmp_path, policy, instance=None):

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import fixture_pings, policy_dict, write_policy
+from conftest import fixture_pings, uniqueness_policy_dict, write_policy
 from spatial_release import stages
 from spatial_release.ledger import Ledger
 from spatial_release.period import Period
@@ -167,7 +167,7 @@ def test_fixture_release_has_the_reference_figures_and_decision(tmp_path, fixtur
 def test_fixture_decision_is_the_reference_one_when_blocked_too(tmp_path, population):
     traces = tmp_path / "traces.csv"
     fixture_pings().to_csv(traces, index=False)
-    policy = load_policy(write_policy(tmp_path, policy_dict(str(traces)), population=population))
+    policy = load_policy(write_policy(tmp_path, uniqueness_policy_dict(str(traces)), population=population))
     ctx = stages.ReleaseContext(policy, PERIOD, tmp_path / "work")
     stages.run_ingest(ctx)
     stages.run_counts(ctx)
@@ -182,7 +182,7 @@ def test_synthetic_hourly_release_has_the_reference_figures(tmp_path):
                          tmp_path / "pings.csv")
     (tmp_path / "landscape.yaml").write_text(yaml.safe_dump(
         {"version": 1, "points": 4, "draws": 6, "panel": "whole", "adversary": "prosecutor"}))
-    data = policy_dict(str(traces), name="synthetic", geometry={
+    data = uniqueness_policy_dict(str(traces), name="synthetic", geometry={
         "kind": "grid", "crs": "EPSG:32618", "size_m": 500, "parents_m": [2000]},
         time={"bucket": "1h", "timezone": "America/New_York"}, suppression={"budget": 1.0})
     data["source"].update(unit="device_id", time="local_time", identifiers=["device_id", "imsi", "age_band"],

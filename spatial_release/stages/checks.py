@@ -317,6 +317,8 @@ def check_risk_budget(ctx: ReleaseContext, published: Published | None = None) -
     risk = RiskAssessment.read(ctx.area.risk)
     figures = {"status": risk.status, "worst_zone": risk.worst_zone, "release_figure": risk.release_figure,
                "pooled": risk.pooled, "cumulative": risk.cumulative, "headroom": risk.headroom,
-               "measure": risk.measure, "adversary": risk.adversary}
-    return CheckOutcome("risk_budget", risk.status != BLOCK, risk.reason,
+               "measure": risk.measure, "adversary": risk.adversary, "model": risk.model,
+               "upper_bound": risk.upper_bound, "upper_bound_zone": risk.upper_bound_zone}
+    reason = risk.reason if not risk.warning else f"{risk.reason}. Warning: {risk.warning}"
+    return CheckOutcome("risk_budget", risk.status != BLOCK, reason,
                         [z.to_json() for z in risk.worst_zone_figures()], figures)

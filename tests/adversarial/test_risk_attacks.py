@@ -41,15 +41,15 @@ def test_the_shipped_landscapes_fit_their_panels():
 
 def _two_programmes(tmp_path, shared: bool) -> tuple[dict, dict]:
     """A monthly and a quarterly programme over the same devices, published into one ledger."""
-    from conftest import fixture_pings, policy_dict, write_policy
+    from conftest import fixture_pings, uniqueness_policy_dict, write_policy
     from spatial_release import cli
 
     traces = tmp_path / "traces.csv"
     fixture_pings().to_csv(traces, index=False)
     extra = {"population": "fixture-devices"} if shared else {}
-    monthly = write_policy(tmp_path, {**policy_dict(str(traces), name="fixture-monthly", period="month"), **extra},
+    monthly = write_policy(tmp_path, {**uniqueness_policy_dict(str(traces), name="fixture-monthly", period="month"), **extra},
                            name="monthly.yaml")
-    quarterly = write_policy(tmp_path, {**policy_dict(str(traces)), **extra}, name="quarterly.yaml")
+    quarterly = write_policy(tmp_path, {**uniqueness_policy_dict(str(traces)), **extra}, name="quarterly.yaml")
     ledger = str(tmp_path / "ledger")
     ok, messages, first = cli.run_release(str(monthly), "2018-01", out=str(tmp_path / "out"), ledger=ledger)
     assert ok, messages
@@ -78,7 +78,7 @@ def test_without_a_shared_population_the_budgets_stay_apart(tmp_path):
 def test_renaming_the_population_does_not_reset_the_budget(tmp_path):
     """Hostile pass: Q1 under `population: pop-one`, then Q2 of the same dataset under `pop-two` reported a
     cumulative figure of Q2 alone. A dataset's own releases always count."""
-    from conftest import fixture_pings, policy_dict, write_policy
+    from conftest import fixture_pings, uniqueness_policy_dict, write_policy
     from spatial_release import cli
     from spatial_release.risk import cumulative_risk
 
@@ -88,7 +88,7 @@ def test_renaming_the_population_does_not_reset_the_budget(tmp_path):
         if quarter == "2018-Q2":
             frame["when"] = frame["when"].str.replace("2018-01-10", "2018-04-10")
         frame.to_csv(traces, index=False)
-        policy = write_policy(tmp_path, {**policy_dict(str(traces)), "population": population})
+        policy = write_policy(tmp_path, {**uniqueness_policy_dict(str(traces)), "population": population})
         ok, messages, record = cli.run_release(str(policy), quarter, out=str(tmp_path / "out"),
                                                ledger=str(tmp_path / "ledger"))
         assert ok, messages
