@@ -378,3 +378,56 @@ def test_the_policy_cost_reaches_protection_and_both_patterns_pass_the_audit(tmp
         ctx = _run_to_candidate(policy, folder)
         assert ctx.disclosure.cost == cost
         assert stages.check_suppression_audit(ctx).passed
+
+
+def _attack_policy(tmp_path: Path, ceiling: float, coarsen: str):
+    traces = tmp_path / "traces.csv"
+    _ladder_pings().to_csv(traces, index=False)
+    data = policy_dict(str(traces), k=5)
+    data["time"] = {"bucket": "1d", "timezone": "America/New_York", "ladder": ["1w", "period"]}
+    data["risk"].update(model="attack", coarsen=coarsen, per_release_ceiling=ceiling, cumulative_ceiling=1.0)
+    return load_policy(write_policy(tmp_path, data))
+
+
+def _climbed(tmp_path: Path, ceiling: float, coarsen: str):
+    from spatial_release.ledger import Ledger
+    from spatial_release.stages.context import Published
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    policy = _attack_policy(tmp_path, ceiling, coarsen)
+    ctx = stages.ReleaseContext(policy, Period.parse("2018-Q1"), tmp_path / "work")
+    stages.run_ingest(ctx)
+    stages.run_counts(ctx)
+    ledger = Ledger(tmp_path / "ledger", tmp_path / "releases")
+    summary = stages.run_protect(ctx, published=Published(ledger, tmp_path / "releases"))
+    return ctx, summary, stages.run_risk(ctx, ledger)
+
+
+def test_a_zone_over_the_attack_gate_is_shown_coarser_and_the_frontier_says_so(tmp_path):
+    """risk.coarsen apply: the zone the attacks single out most is withheld at the policy's bucket and shown at
+    the ladder's next rung, in a release protected and audited again; the frontier records both
+    configurations, and release.json's part of it names them only. Negative control: the same policy with
+    coarsen propose is blocked by the gate."""
+    _, _, probe = _climbed(tmp_path / "probe", 1.0, "propose")
+    figures = sorted((z.attack_success, z.zone) for z in probe.zones if z.attack_success)
+    assert figures and figures[-1][0] > 0  # the fixture gives the attacks something: else the test proves nothing
+    worst_figure, worst_zone = figures[-1]
+    ceiling = worst_figure * 0.99
+    ctx, summary, risk = _climbed(tmp_path / "apply", ceiling, "apply")
+    first, *rest = summary.frontier
+    assert first["configuration"] == "as counted" and not first["passed"] and first["worst_zone_over"] == worst_zone
+    assert rest and worst_zone in rest[0]["zones_coarsened"]
+    cells = pd.read_parquet(ctx.area.candidate / "cells.parquet")
+    if summary.frontier[-1]["passed"]:
+        assert risk.status != "block" and risk.release_figure <= ceiling
+        climbed = {z for z, step in summary.frontier[-1]["zones_coarsened"].items() if step >= 1}
+        assert not set(cells["cell_id"]) & climbed  # their days are withheld...
+        margins = pd.read_parquet(ctx.area.candidate / "margins.parquet")
+        assert set(margins.loc[margins["level"].str.startswith(LEAF + "@"), "area_id"]) & climbed  # ...shown coarser
+    else:
+        assert risk.status == "block"
+    assert [row["configuration"] for row in risk.frontier] == [row["configuration"] for row in summary.frontier]
+    assert all(set(row) == {"configuration", "passed", "published"} for row in risk.frontier)
+    # negative control: without coarsening, the same ceiling blocks
+    _, unchanged, blocked = _climbed(tmp_path / "propose", ceiling, "propose")
+    assert unchanged.frontier is None and blocked.status == "block"

@@ -311,6 +311,12 @@ class RiskSpec(_Strict):
                     "(trajectory recovery and linkage, membership inference) run on the candidate; 'uniqueness', "
                     "the upper bound that scores each unit's published keys as if its trajectory were recovered "
                     "perfectly. Both are computed and reported whichever gates")
+    coarsen: Literal["propose", "apply"] = Field(
+        "propose",
+        description="when a risk zone is over the gate under risk.model attack: 'apply' withholds its cells at "
+                    "the policy's bucket (shown at the next rung of the time ladder, or by the parent areas) and "
+                    "protects again, rung by rung, until every zone passes (the frontier of what was tried is "
+                    "recorded); 'propose' only names the rung that would pass")
     landscape: str = Field(description="the auxiliary-landscape YAML, relative to the policy file")
     per_release_ceiling: float = Field(0.05, gt=0.0, le=1.0)
     cumulative_ceiling: float = Field(0.20, gt=0.0, le=1.0)

@@ -29,12 +29,11 @@ bucket is a set of areas, as a unit's is.
 from the target's true trace with `estimator.draw_knowledge` (the same draws as the uniqueness bound). A
 known point in a withheld area is known to the adversary, but the recovery can only place the target in
 `WITHHELD` there. Candidates are the recovered trajectories consistent with every known point (with the
-anchor alone when none is); the adversary picks one at random. Success means the pick is the target's: among
-all true trajectories (seen as the attacker sees them: withheld areas merged per bucket) the target's is the
+anchor alone when none is; with none of those, among all of them); the adversary picks one at random.
+Success means the pick is the target's: among all true trajectories (seen as the attacker sees them: withheld areas merged per bucket) the target's is the
 most similar to it (Jaccard over (area, bucket) points; a tie of t trajectories counts 1/t), and it shows a
 published point of the target that the adversary did not know (a pick that is WITHHELD wherever it is not
-what the adversary knew reveals nothing). With no candidate
-at all the adversary guesses among all recovered trajectories (success 1/N).
+what the adversary knew reveals nothing).
 
 **Membership inference** (Pyrgelis, Troncoso, De Cristofaro, "Knock Knock, Who's There? Membership Inference
 on Aggregate Location Data", NDSS 2018). The adversary says "in the data" when some recovered trajectory is
@@ -171,6 +170,9 @@ def recover_trajectories(view: ReleaseView, params: AttackParams = AttackParams(
     per_step = [(f_area[bounds[t]:bounds[t + 1]], f_count[bounds[t]:bounds[t + 1]].astype(np.int64))
                 for t in range(view.steps)]
     n = max([_units_in(view, t, c) for t, (_, c) in enumerate(per_step)] + [0])
+    if n == 0:  # nothing published at this resolution: nothing to chain
+        empty = np.zeros(0, dtype=np.int64)
+        return Recovered(0, empty, empty, empty, time.perf_counter() - started)
     scale = _typical_distance(view.xy)
     rng = np.random.default_rng(params.seed)
     last = np.full(n, -1, dtype=np.int64)  # last area (-1: never seen; L: withheld)
@@ -335,6 +337,8 @@ def _solve_lp(cost: np.ndarray, rows: np.ndarray, cols: np.ndarray, vals: np.nda
               row_hi: np.ndarray, n_cols: int) -> np.ndarray:
     """min cost.x over x >= 0 with row_lo <= A x <= row_hi (A in triplets), by HiGHS's simplex: a transportation
     problem's vertices are integral, so the flows are whole trajectories."""
+    if n_cols == 0 or len(row_lo) == 0:
+        return np.zeros(n_cols)
     order = np.lexsort((rows, cols))
     rows, cols, vals = rows[order], cols[order], vals[order]
     lp = highspy.HighsLp()
@@ -516,6 +520,7 @@ def attack_risk(view: ReleaseView, unit: np.ndarray, step: np.ndarray, area: np.
     hidden_key = np.arange(view.steps * width) % width == n_areas
     pairs, shared, _, precision = best_matches(rec, truth_view, hidden_key)
     ties = np.bincount(pairs // max(n_units, 1), minlength=rec.units) if len(pairs) else np.zeros(rec.units)
+    guess = _guess_success(pairs, shared, ties, n_units, rec.units)
     drawn = draw_knowledge(truth_cells, params.knowledge())
     rows = len(drawn.entry_zone) * params.draws
     success = np.zeros(rows)
@@ -526,7 +531,7 @@ def attack_risk(view: ReleaseView, unit: np.ndarray, step: np.ndarray, area: np.
         target[row_ids] = drawn.entry_unit[row_ids // params.draws]
         view_sets = view_key_of[keysets.astype(np.int64)]  # withheld known points are WITHHELD to the recovery
         success[row_ids], member_hit[row_ids], out_hit[row_ids] = _linkage(
-            rec, view_sets, target[row_ids], pairs, shared, ties, n_units, hidden_key)
+            rec, view_sets, target[row_ids], pairs, shared, ties, n_units, hidden_key, guess)
     report = AttackReport(trajectories=recovered.trajectories,
                           accuracy=float(precision.mean()) if len(precision) else 0.0)
     entry_success = success.reshape(-1, params.draws).mean(axis=1) if rows else np.zeros(0)
@@ -545,15 +550,28 @@ def attack_risk(view: ReleaseView, unit: np.ndarray, step: np.ndarray, area: np.
     return report
 
 
+def _guess_success(pairs: np.ndarray, shared: np.ndarray, ties: np.ndarray, n_units: int, n_traj: int
+                   ) -> np.ndarray:
+    """Per unit: the probability that a trajectory picked at random among all recovered ones is its own and
+    shows one of its published points (the adversary's guess when nothing fits its knowledge). No
+    trajectory, or none that shows anything, is a guess that never succeeds."""
+    guess = np.zeros(max(n_units, 1))
+    if not len(pairs) or not n_traj:
+        return guess
+    traj, unit = pairs // max(n_units, 1), pairs % max(n_units, 1)
+    np.add.at(guess, unit, (shared > 0) / np.maximum(ties[traj], 1))
+    return guess / n_traj
+
+
 def _linkage(rec: KeySets, view_sets: np.ndarray, target: np.ndarray, pairs: np.ndarray, shared: np.ndarray,
-             ties: np.ndarray, n_units: int, hidden_key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # success, IN fires, P(OUT fires)
+             ties: np.ndarray, n_units: int, hidden_key: np.ndarray, guess: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # success, IN fires, P(OUT fires)
     """Per knowledge set: the probability that a random consistent recovered trajectory is the target's (its
     best match, a tie of t counting 1/t); whether the membership test fires on the release (some trajectory
     is consistent with every point), and whether it would fire without the target (some consistent
     trajectory is not the target's: leaving the target out removes the trajectories recovered from it).
     With no consistent trajectory the adversary keeps those with the anchor; with none of those it guesses
-    (1/N)."""
-    success = np.full(len(view_sets), 1.0 / max(rec.units, 1))
+    among all of them (`_guess_success`: about 1/N)."""
+    success = guess[target].astype(float)
     row, owner = _candidates(rec, view_sets)
     known = _published_known(view_sets, hidden_key)
     counts, own = _score(success, row, owner, target, pairs, shared, ties, n_units, known)

@@ -18,7 +18,7 @@ import pandas as pd
 
 from spatial_release.levels import LEAF, TOTAL, at_rung
 from spatial_release.risk import Adversary
-from spatial_release.risk.attack import AttackParams, AttackReport, ReleaseView, attack_risk
+from spatial_release.risk.attack import AttackParams, AttackReport, ReleaseView, ZoneAttack, attack_risk
 from spatial_release.stages import reuse
 from spatial_release.stages.context import LADDER_BUCKETS, ReleaseContext
 from spatial_release.stages.results import ZoneFigures
@@ -51,17 +51,21 @@ def _centroids(ctx: ReleaseContext, names: np.ndarray, shown: np.ndarray) -> np.
     return xy
 
 
-def _figures(ctx: ReleaseContext, rung: str | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _figures(ctx: ReleaseContext, rung: str | None, proposal: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The cell figures (cell_id, bucket_start, n) and bucket totals (bucket_start, n) the public gets: the
-    candidate's, or at `rung`, those a release of the cells at that rung would publish (true counts >= k: no
+    candidate's at the policy's bucket, or at time rung `rung` (its `cell@rung` and `total@rung` margins). A
+    `proposal` at `rung` is a release of the cells at that rung instead: every true count >= k (no
     complementary suppression, so at least as many figures as such a release would show)."""
     area, count = ctx.area, ctx.policy.count_column
-    if rung is None:
-        cells = pd.read_parquet(area.candidate / "cells.parquet", columns=["cell_id", "bucket_start", count])
-        margins = pd.read_parquet(area.candidate / "margins.parquet")
-        totals = margins[(margins["level"] == TOTAL) & (margins["area_id"] == TOTAL)]
-        return (cells.rename(columns={count: "n"}),
-                totals[["bucket_start", count]].rename(columns={count: "n"}))
+    if not proposal:
+        margins = pd.read_parquet(area.candidate / "margins.parquet").rename(columns={count: "n"})
+        totals = margins[(margins["level"] == at_rung(TOTAL, rung)) & (margins["area_id"] == TOTAL)]
+        if rung is None:
+            cells = pd.read_parquet(area.candidate / "cells.parquet", columns=["cell_id", "bucket_start", count])
+            cells = cells.rename(columns={count: "n"})
+        else:
+            cells = margins[margins["level"] == at_rung(LEAF, rung)].rename(columns={"area_id": "cell_id"})
+        return cells[["cell_id", "bucket_start", "n"]], totals[["bucket_start", "n"]]
     counts = pd.read_parquet(area.counts / "margin_counts.parquet")
     shown = counts[counts["n"] >= ctx.policy.k]
     cells = shown[shown["level"] == at_rung(LEAF, rung)].rename(columns={"area_id": "cell_id"})
@@ -81,10 +85,12 @@ def _membership(ctx: ReleaseContext, rung: str | None) -> pd.DataFrame:
     return membership.dropna(subset=["bucket_start"]).drop_duplicates()
 
 
-def attack_inputs(ctx: ReleaseContext, zone_of_cells, rung: str | None = None) -> AttackInputs:
-    """The candidate's view (or its cells at `rung`) and the true memberships, coded: buckets in time order,
-    areas numbered over the membership's and the published cells (sorted), units in their sort order."""
-    cells, top = _figures(ctx, rung)
+def attack_inputs(ctx: ReleaseContext, zone_of_cells, rung: str | None = None, proposal: bool = False
+                  ) -> AttackInputs:
+    """The candidate's view at the policy's bucket or at time rung `rung` (see `_figures`) and the true
+    memberships, coded: buckets in time order, areas numbered over the membership's and the published cells
+    (sorted), units in their sort order."""
+    cells, top = _figures(ctx, rung, proposal)
     membership = _membership(ctx, rung)
     period_buckets = [] if rung else list(pd.to_datetime(ctx.buckets, utc=True))
     buckets = pd.DatetimeIndex(sorted(set(period_buckets) | set(membership["bucket_start"])
@@ -132,16 +138,17 @@ def inputs_digest(inputs: AttackInputs, params: AttackParams) -> str:
     return digest.hexdigest()
 
 
-ATTACK = "attack.internal.json"  # risk/: the last attack report and the sha256 of its inputs
+ATTACKS = "attacks"  # risk/attacks/: the last attack report of each view and the sha256 of its inputs
 
 
-def attack_once(ctx: ReleaseContext, zone_of_cells, params: AttackParams, rung: str | None = None
-                ) -> AttackReport:
-    """`attack_risk` on the candidate (or its cells at `rung`), reusing the work area's last report when it
-    was computed from identical coded inputs by the same code (the risk step, then the publish step)."""
-    inputs = attack_inputs(ctx, zone_of_cells, rung)
-    digest = reuse.digest_of({"attack": inputs_digest(inputs, params), "rung": rung})
-    path = ctx.area.risk / (ATTACK if rung is None else f"attack@{rung}.internal.json")
+def attack_once(ctx: ReleaseContext, zone_of_cells, params: AttackParams, rung: str | None = None,
+                proposal: bool = False) -> AttackReport:
+    """`attack_risk` on one view of the candidate (`attack_inputs`), reusing the work area's last report when
+    it was computed from identical coded inputs by the same code (the risk step, then the publish step)."""
+    inputs = attack_inputs(ctx, zone_of_cells, rung, proposal)
+    digest = reuse.digest_of({"attack": inputs_digest(inputs, params), "rung": rung, "proposal": proposal})
+    name = "cells" if rung is None else f"cells@{rung}{'-proposal' if proposal else ''}"
+    path = ctx.area.risk / ATTACKS / f"{name}.internal.json"
     saved = reuse.load_saved(path, digest)
     if saved is not None:
         try:
@@ -153,13 +160,38 @@ def attack_once(ctx: ReleaseContext, zone_of_cells, params: AttackParams, rung: 
     return report
 
 
+def attack_candidate(ctx: ReleaseContext, zone_of_cells, params: AttackParams) -> AttackReport:
+    """The attacks on every time resolution the candidate publishes cells at: the policy's bucket and each
+    rung of its time ladder (`cell@<rung>` figures), each a view of its own; per zone, the worst of them. (A
+    recovery over mixed resolutions is not attempted: each view gives the attacker the others as withheld.)"""
+    reports = [attack_once(ctx, zone_of_cells, params)]
+    for rung in ctx.policy.time.ladder:
+        reports.append(attack_once(ctx, zone_of_cells, params, rung))
+    return worst_of(reports)
+
+
+def worst_of(reports: list[AttackReport]) -> AttackReport:
+    """Per zone, the largest linkage and membership figures of several views (accuracy: the first view's)."""
+    merged: dict[str, ZoneAttack] = {}
+    for report in reports:
+        for zone in report.zones:
+            seen = merged.get(zone.zone)
+            if seen is None:
+                merged[zone.zone] = replace(zone)
+                continue
+            seen.linkage, seen.membership = max(seen.linkage, zone.linkage), max(seen.membership, zone.membership)
+            seen.units = max(seen.units, zone.units)
+    return AttackReport(sorted(merged.values(), key=lambda z: z.zone), reports[0].trajectories,
+                        reports[0].accuracy, sum(r.seconds for r in reports))
+
+
 def attack_success(linkage: float, membership: float, adversary: Adversary, panel_share: float | None) -> float:
     """The worst of the attacks in a zone. The prosecutor knows the target is in the data: the linkage success
     itself. The journalist does not: a link succeeds only for a target that is in the panel (the zone's panel
     share, as the uniqueness figure scales it), while the membership test is itself what it learns. Both
     take the membership advantage into the worst, even the prosecutor, for whom it tells nothing new: a
     conservative choice that costs nothing where the advantage is small."""
-    if adversary is Adversary.JOURNALIST and panel_share is not None:
+    if adversary is Adversary.JOURNALIST and panel_share is not None and panel_share == panel_share:  # not NaN
         linkage = linkage * panel_share
     return max(linkage, membership)
 

@@ -38,7 +38,7 @@ PER_UNIT_ARTEFACTS = ("traces", "ingest/pings.parquet", "ingest/quarantine.parqu
                       "counts/membership.internal.parquet", "counts/outside.parquet", "counts/spill",
                       "risk/unit_keys.internal.parquet", "audit_intervals.internal.parquet", "audit_certificate",
                       # aggregates, but keyed by digests of the per-unit data: deleted with it
-                      "risk/estimate.internal.json", "risk/estimate_inputs.internal.json",
+                      "risk/estimate.internal.json", "risk/estimate_inputs.internal.json", "risk/attacks",
                       "audit_verdict.internal.json")
 
 

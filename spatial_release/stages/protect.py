@@ -15,6 +15,7 @@ from spatial_release.levels import LEAF, RUNG_SEP, rung_of
 from spatial_release.progress import Progress, log_progress
 from spatial_release.period import Period
 from spatial_release.release import RELEASE_FILES, read_tables, release_tables, write_tables
+from spatial_release.stages import coarsen
 from spatial_release.stages.context import Published, ReleaseContext, WorkArea
 from spatial_release.stages.count import read_true_counts
 from spatial_release.stages.results import ProtectionManifest, ProtectionSummary
@@ -129,17 +130,33 @@ def run_protect(ctx: ReleaseContext, progress: Progress = log_progress, publishe
     policy, area = ctx.policy, ctx.area
     shutil.rmtree(certificate_dir(area), ignore_errors=True)  # never a certificate of an earlier candidate
     true_cells, true_margins = read_true_counts(area)
-    protected, log, table = protect_release(true_cells, true_margins, ctx.disclosure, progress=progress,
-                                            withhold=withheld_by_population(ctx, published, true_cells, true_margins))
-    tables = release_tables(protected, ctx.locator, policy.count_column)
-    write_tables(tables, area.candidate)
+    population = withheld_by_population(ctx, published, true_cells, true_margins)
+    climbing = coarsen.applies(ctx, published)
+    climb, frontier, ladder = coarsen.Climb(), [], list(policy.time.ladder)
+    cells_by_zone = coarsen.zone_cells(ctx, true_cells["cell_id"]) if climbing else {}
+    ceiling = coarsen.effective_ceiling(ctx, published) if climbing else 1.0
+    adversary, population_of_zone = coarsen.gate_adversary(ctx) if climbing else (None, None)
+    while True:
+        withhold = population | climb.keys(cells_by_zone, true_cells, true_margins, ladder)
+        protected, log, table = protect_release(true_cells, true_margins, ctx.disclosure, progress=progress,
+                                                withhold=frozenset(withhold))
+        tables = release_tables(protected, ctx.locator, policy.count_column)
+        write_tables(tables, area.candidate)
+        if not climbing:
+            break
+        report = coarsen.attack_written_candidate(ctx)
+        over = coarsen.over_the_gate(report, ceiling, adversary, population_of_zone)
+        frontier.append(coarsen.frontier_row(climb, ladder, len(tables.cells), len(tables.margins), over, ceiling))
+        if not over or not coarsen.climb_zones(climb, over, sorted(cells_by_zone), ladder, progress):
+            break
     protected.withheld_cells.to_parquet(area.candidate / "withheld_cells.internal.parquet", index=False)
     summary = ProtectionSummary(
         **protected.summary(true_cells), by_level=withheld_by_level(protected),
         suppression={"sweep_secondaries": log.sweep_secondaries, "repair_secondaries": log.repair_secondaries,
                      "repair_rounds": log.rounds, "audit": log.audit.summary()},
         crs=tables.cells.crs.to_string(), published_by_level=published_by_level(protected),
-        ladder=table.ladder or None, utility=release_utility(ctx, true_cells, true_margins, protected, progress))
+        ladder=table.ladder or None, utility=release_utility(ctx, true_cells, true_margins, protected, progress),
+        frontier=frontier or None)
     ProtectionManifest(summary, {n: sha256_file(area.candidate / n) for n in RELEASE_FILES}).write(area.candidate)
     Certificate.build(table, log.audit, certificate_inputs(ctx)).write(certificate_dir(area))
     return summary

@@ -132,6 +132,9 @@ class ProtectionSummary(_Record):
     # of the policy's bucket at the same k. Internal: its shares of unit counts per level and stratum are sums
     # of withheld figures that the audit never modelled, so they would add equations an attacker could use.
     utility: dict[str, Any] | None = None
+    # risk.coarsen apply: every configuration tried (zones coarsened, published figures, the attacks' worst
+    # zone and figure, passed), finest first; internal, the public part goes to release.json's risk section
+    frontier: list[dict[str, Any]] | None = None
 
     def public_counts(self) -> PublicCounts:
         return PublicCounts(**{f.name: getattr(self, f.name) for f in fields(PublicCounts)})
@@ -201,6 +204,9 @@ class RiskRecord(_Record):
     # bound ("perfect recovery"), reported whichever model gates; a warning when it is over the ceiling and
     # the gated attack figure is not.
     model: str = "uniqueness"
+    # risk.coarsen apply: the configurations protection tried, finest first (public part: which zones were
+    # coarsened to which rung, whether it passed, which one this release is)
+    frontier: list[dict[str, Any]] | None = None
     upper_bound: float | None = None
     upper_bound_zone: str | None = None
     warning: str | None = None

@@ -317,7 +317,9 @@ def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | P
     zones = labelled_zones(report.frame())
     model = policy.risk.model
     if model == "attack":
-        attack = attack_stage.attack_once(ctx, lambda cells: _risk_zone_of(ctx, cells), attack_params(landscape), rung)
+        zone_of = lambda cells: _risk_zone_of(ctx, cells)  # noqa: E731
+        attack = (attack_stage.attack_candidate(ctx, zone_of, attack_params(landscape)) if rung is None else
+                  attack_stage.attack_once(ctx, zone_of, attack_params(landscape), rung, proposal=True))
         zones = with_attack_figures(zones, attack, adversary)
         worst_zone, figure = worst_attack_zone(zones)
         pooled = attack_pooled(zones)
@@ -342,8 +344,19 @@ def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | P
         adversary=adversary.value, panel=landscape.panel, landscape_sha256=landscape_sha,
         landscape_version=landscape.version, points=landscape.points, units=report.units, keys=report.keys,
         window_periods=[e["period"] for e in earlier] + [period.label], zones=zones,
-        seconds=round(time.perf_counter() - started, 2), model=model, upper_bound=bound,
+        seconds=round(time.perf_counter() - started, 2), model=model, frontier=_public_frontier(ctx), upper_bound=bound,
         upper_bound_zone=bound_zone.zone if bound_zone else None, warning=warning)
+
+
+def _public_frontier(ctx: ReleaseContext) -> list[dict] | None:
+    """The public part of the configurations protection tried (`stages.coarsen`), from the candidate's manifest."""
+    from spatial_release.stages.coarsen import public_frontier
+    from spatial_release.stages.results import ProtectionManifest
+
+    try:
+        return public_frontier(ProtectionManifest.read(ctx.area.candidate).summary.frontier)
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def coarser_keys_sql(area: WorkArea, ladder: Path, rung: str, k: int) -> str:

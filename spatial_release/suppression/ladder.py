@@ -116,13 +116,14 @@ def relate_time(table: Table, link: TimeLink) -> int:
     return len(groups)
 
 
-def offer_needed(table: Table, links: tuple[TimeLink, ...]) -> dict[str, int]:
+def offer_needed(table: Table, links: tuple[TimeLink, ...], climb: frozenset[int] = frozenset()) -> dict[str, int]:
     """Withhold, as `UNOFFERED`, every coarser-rung figure that passes k but covers no primary at the rung
-    below (rung by rung, finest first, so a week that is itself a primary makes its period needed). Returns
-    how many figures each rung offers."""
+    below (rung by rung, finest first, so a week that is itself a primary makes its period needed). Figures
+    of `climb` (withheld before protection: by an earlier release of the population, or to coarsen a risk
+    zone) need their coarser figure as a primary does. Returns how many figures each rung offers."""
     offered: dict[str, int] = {}
     for link in links:
-        needed = {key for i, key in _fine_nodes(table, link) if table.status[i] == PRIMARY}
+        needed = {key for i, key in _fine_nodes(table, link) if table.status[i] == PRIMARY or i in climb}
         count = 0
         for i in range(len(table)):
             if rung_of(table.level[i]) != link.coarse or table.status[i] != PUBLISHED:

@@ -288,7 +288,7 @@ def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: 
                        criterion=spec.criterion, progress=progress, cost=spec.cost, **method)
 
     if not links or spec.climb == "where_withheld":
-        table.ladder = {"climb": spec.climb, "offered": offer_needed(table, links)} if links else {}
+        table.ladder = {"climb": spec.climb, "offered": offer_needed(table, links, frozenset(forced))} if links else {}
         log = run()
     else:
         log = climb_to_budget(table, links, spec.budget, run, progress)

@@ -1,0 +1,166 @@
+"""The finest release the risk gate allows: protect, attack the candidate, coarsen the zones over the gate, and
+again (`risk.coarsen: apply` under `risk.model: attack`).
+
+A zone over the gate climbs one step at a time, and only that zone (when every zone over the gate has climbed
+as far as it can, its units are singled out through the other zones they visit, and every zone climbs one
+step): first its cells' figures at the policy's
+bucket are withheld (shown at the next rung of the time ladder where the ladder offers it, else only through
+their parent areas and totals), then its figures at that rung too, and so on until the zone's cells are shown
+by their parents alone. Each step is one whole protection (k floor, complements, audit), so every
+configuration tried is a consistent, audited release; nothing is cut along lines drawn from the data (a zone
+is an area of the policy's risk level, a rung a bucket of its ladder). The frontier records every
+configuration tried, finest first: which zones were coarsened to which rung, how many figures it published,
+the zones still over the gate with their figures, and whether it passed. The risk step then assesses the chosen candidate
+as any other (and reuses the attacks computed here for identical files).
+
+The k floor and the audit need no such loop (a time ladder climbs locally where a figure is below k), and a
+suppression budget is met by `suppression.climb: to_budget`; a zone that is still over the gate with every
+step taken is left to the risk gate, which blocks the release.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from spatial_release.levels import LEAF, at_rung
+from spatial_release.progress import Progress
+from spatial_release.risk import Adversary
+from spatial_release.risk.attack import AttackReport
+from spatial_release.risk.landscape import load_landscape
+from spatial_release.stages.attack import attack_success
+from spatial_release.stages.context import Published, ReleaseContext
+
+FINEST = "as counted"  # the frontier's name for the policy's own bucket everywhere
+
+
+@dataclass
+class Climb:
+    """How far each zone has climbed: 0 shows its cells at the policy's bucket, s > 0 withholds them there and at
+    the first s - 1 rungs of the time ladder."""
+
+    steps: dict[str, int] = field(default_factory=dict)
+
+    def name(self, ladder: list[str]) -> str:
+        if not self.steps:
+            return FINEST
+        shown = {z: (ladder[s - 1] if s - 1 < len(ladder) else "parent areas only") for z, s in self.steps.items()}
+        return "; ".join(f"zone {z} at {r}" for z, r in sorted(shown.items()))
+
+    def keys(self, zone_cells: dict[str, list[str]], true_cells: pd.DataFrame, true_margins: pd.DataFrame,
+             ladder: list[str]) -> set[tuple[str, str, int]]:
+        """The figures the climb withholds: (level, area, bucket in ns)."""
+        keys: set[tuple[str, str, int]] = set()
+        for zone, step in self.steps.items():
+            cells = set(zone_cells.get(zone, ()))
+            levels = [LEAF] + [at_rung(LEAF, r) for r in ladder[:step - 1]]
+            frames = [true_cells.assign(level=LEAF, area_id=true_cells["cell_id"])] + \
+                [true_margins[true_margins["level"] == level] for level in levels[1:]]
+            for frame in frames:
+                mine = frame[frame["area_id"].isin(cells)]
+                instants = pd.DatetimeIndex(pd.to_datetime(mine["bucket_start"], utc=True)).as_unit("ns").asi8
+                keys |= set(zip(mine["level"], mine["area_id"], instants.tolist()))
+        return keys
+
+
+def effective_ceiling(ctx: ReleaseContext, published: Published) -> float:
+    """The largest release figure the gate lets through: the per-release ceiling, and what keeps the cumulative
+    figure under the programme ceiling given the earlier releases of the population."""
+    from spatial_release.risk import cumulative_risk
+    from spatial_release.stages.risk import earlier_releases
+
+    risk = ctx.policy.risk
+    previous = [e["risk"]["release_figure"] for e in earlier_releases(ctx.policy, ctx.period, published.ledger)]
+    spent = cumulative_risk(previous)
+    left = 1.0 - (1.0 - risk.cumulative_ceiling) / (1.0 - spent) if spent < 1 else 0.0
+    return min(risk.per_release_ceiling, left)
+
+
+def over_the_gate(report: AttackReport, ceiling: float, adversary: Adversary,
+                  population: dict[str, float] | None) -> dict[str, float]:
+    """Zones whose attack figure (`stages.attack.attack_success`, as the gate computes it) is over `ceiling`.
+    The journalist's panel share is the zone's units over its public population: every unit with a point in
+    the zone, published or not, so never a smaller share than the gate's (never a laxer loop)."""
+    over = {}
+    for z in report.zones:
+        share = min(1.0, z.units / population[z.zone]) if population and population.get(z.zone) else None
+        figure = attack_success(z.linkage, z.membership, adversary, share)
+        if figure > ceiling:
+            over[z.zone] = figure
+    return over
+
+
+def gate_adversary(ctx: ReleaseContext) -> tuple[Adversary, dict[str, float] | None]:
+    """The landscape's adversary and public population per zone, as the risk stage reads them."""
+    from spatial_release.stages.risk import zone_population
+
+    path = ctx.policy.resolve(ctx.policy.risk.landscape)
+    landscape, _ = load_landscape(path)
+    return Adversary(landscape.adversary), zone_population(ctx.policy, landscape, path, ctx.layers)
+
+
+def applies(ctx: ReleaseContext, published: Published | None) -> bool:
+    risk = ctx.policy.risk
+    return published is not None and risk is not None and risk.model == "attack" and risk.coarsen == "apply"
+
+
+def attack_written_candidate(ctx: ReleaseContext) -> AttackReport:
+    """The attacks on the candidate files as written (every rung), with the policy's landscape."""
+    from spatial_release.stages.attack import attack_candidate, attack_params
+    from spatial_release.stages.risk import _risk_zone_of, write_ladder_buckets
+
+    write_ladder_buckets(ctx)
+    landscape, _ = load_landscape(ctx.policy.resolve(ctx.policy.risk.landscape))
+    return attack_candidate(ctx, lambda cells: _risk_zone_of(ctx, cells), attack_params(landscape))
+
+
+def zone_cells(ctx: ReleaseContext, cells: pd.Series) -> dict[str, list[str]]:
+    from spatial_release.stages.risk import _risk_zone_of
+
+    zones = _risk_zone_of(ctx, cells.drop_duplicates())
+    out: dict[str, list[str]] = {}
+    for cell, zone in zones.items():
+        out.setdefault(str(zone), []).append(cell)
+    return out
+
+
+def frontier_row(climb: Climb, ladder: list[str], cells: int, margins: int, over: dict[str, float],
+                 ceiling: float) -> dict:
+    worst = max(over.items(), key=lambda item: (item[1], item[0]), default=None)
+    return {"configuration": climb.name(ladder), "zones_coarsened": dict(sorted(climb.steps.items())),
+            "published_cells": cells, "published_margins": margins,
+            "zones_over": {z: round(f, 6) for z, f in sorted(over.items())},
+            "worst_zone_over": worst[0] if worst else None, "ceiling": round(ceiling, 6), "passed": not over}
+
+
+def public_frontier(rows: list[dict] | None) -> list[dict] | None:
+    """What release.json may carry of the frontier: the configurations, which passed, which is this release.
+    The figures of configurations not published (their counts and attack figures) are facts about unpublished
+    data and stay internal."""
+    if not rows:
+        return None
+    return [{"configuration": r["configuration"], "passed": r["passed"], "published": i == len(rows) - 1}
+            for i, r in enumerate(rows)]
+
+
+def climb_zones(climb: Climb, over: dict[str, float], zones: list[str], ladder: list[str], progress: Progress
+                ) -> bool:
+    """One step up for every zone over the gate that can still climb. When none of them can (their units are
+    singled out through the other zones they visit), one step up for every zone that can. False when no zone
+    can climb any more."""
+    top = len(ladder) + 1  # every cell-level figure withheld: the zone shows through its parent areas alone
+
+    def up(candidates) -> bool:
+        moved = False
+        for zone in sorted(candidates):
+            if climb.steps.get(zone, 0) < top:
+                climb.steps[zone] = climb.steps.get(zone, 0) + 1
+                moved = True
+        return moved
+
+    moved = up(over) or up(zones)
+    if moved:
+        progress(f"risk: coarsening {climb.name(ladder)} (over the gate: "
+                 f"{', '.join(f'{z} {f:.3f}' for z, f in sorted(over.items()))})")
+    return moved
