@@ -31,7 +31,13 @@ Datasets (2018-Q1, policies written by this script into a temporary folder, with
   1.5 minutes; at the default 3000 persons the k = 5 protection was still in its audit after 17 minutes and was
   stopped (its end was not measured): the default sweep of this dataset is long; `--persons 300` is a quick one.
 
-The stages run directly (ingest, counts, protect, guarantees: no Dagster, no risk gate), each (dataset, k) in
+Every release passes through the risk gate (`GATE`: risk.model attack with coarsen apply, the shipped ceilings;
+the Citi Bike landscape is jersey-city.yaml, the synthetic one demo.yaml): the columns `shown (gated)` is the
+leaf share of the release the gate lets out (0 when it blocks), `leaf ladder` the same release's share before
+the gate's verdict (equal unless it blocks), and `risk gate`, `attack`, `upper bound`, `configuration` the
+gate's verdict, its attack figure, the uniqueness upper bound and the configuration protection chose.
+
+The stages run directly (ingest, counts, protect, risk, guarantees: no Dagster), each (dataset, k) in
 its own fresh process (one at a time), so a crash in one leaves the others' figures; its wall time is the
 process's, protection seconds are `stages.run_protect`'s (the ladder release, its audit, the utility report and
 the baseline's protection). In the tables `cell` is the main geometry's leaf level (the wards; the 500 m grid
@@ -85,7 +91,8 @@ def citibike_policy(k: int, budget: float) -> dict:
             "geometry": {"kind": "zones", "path": str(JC_DIR / "jc-wards.geojson"), "id": "ward",
                          "linked": [{"name": "block", "path": str(JC_DIR / "hudson-blocks-geo.geojson"),
                                      "id": "GEOID", "parents": [{"level": "tract", "prefix": 11}]}]},
-            "time": TIME, "suppression": {"budget": budget}}
+            "time": TIME, "suppression": {"budget": budget},
+            "risk": {**GATE, "landscape": str(ROOT / "policies" / "landscapes" / "jersey-city.yaml")}}
 
 
 def synthetic_policy(k: int, budget: float, persons: int) -> dict:
@@ -97,7 +104,13 @@ def synthetic_policy(k: int, budget: float, persons: int) -> dict:
     return {"name": "synthetic-ladder", "version": 1, "unit": "persons", "k": k, "measure": "presence",
             "source": source,
             "geometry": {"kind": "grid", "crs": "EPSG:32618", "size_m": 500, "parents_m": [2000, 8000]},
-            "time": TIME, "suppression": {"budget": budget}}
+            "time": TIME, "suppression": {"budget": budget},
+            "risk": {**GATE, "zones": "grid_8000m", "landscape": str(ROOT / "policies" / "landscapes" / "demo.yaml")}}
+
+
+# The risk gate every release of the sweep passes through (the shipped policies' settings): the utility is
+# measured on the release that passes every gate, after the zones over it were coarsened.
+GATE = {"model": "attack", "coarsen": "apply", "per_release_ceiling": 0.05, "cumulative_ceiling": 0.20}
 
 
 # ---- one (dataset, k): the worker process ----------------------------------------------------------------
@@ -117,17 +130,33 @@ def run_one(dataset: str, k: int, persons: int, budget: float, folder: Path) -> 
     policy_path = folder / f"{data['name']}.yaml"
     policy_path.write_text(yaml.safe_dump(data, sort_keys=False))
     policy = load_policy(policy_path)
+    from spatial_release.ledger import Ledger
+    from spatial_release.stages.context import Published
+
     ctx = stages.ReleaseContext(policy, Period.parse(PERIOD), folder / "work")
+    ledger = Ledger(folder / "ledger", folder / "releases")
+    published = Published(ledger, folder / "releases")
     seconds = {}
-    for stage, run in (("ingest", stages.run_ingest), ("counts", stages.run_counts), ("protect", stages.run_protect)):
+    for stage, run in (("ingest", stages.run_ingest), ("counts", stages.run_counts),
+                       ("protect", lambda c: stages.run_protect(c, published=published)),
+                       ("risk", lambda c: stages.run_risk(c, ledger))):
         start = time.perf_counter()
-        run(ctx)
+        result = run(ctx)
         seconds[stage] = round(time.perf_counter() - start, 2)
+    risk = result
     start = time.perf_counter()
     checks = stages.run_guarantees(ctx)
     seconds["guarantees"] = round(time.perf_counter() - start, 2)
     summary = json.loads((ctx.area.candidate / "manifest.json").read_text())["summary"]
-    return row_of(dataset, k, summary, checks, seconds)
+    row = row_of(dataset, k, summary, checks, seconds)
+    row["risk"] = {"status": risk.status, "worst_zone": risk.worst_zone, "attack": risk.release_figure,
+                   "upper_bound": risk.upper_bound,
+                   "configuration": (summary.get("frontier") or [{"configuration": "as counted"}])[-1]["configuration"],
+                   "tried": len(summary.get("frontier") or [])}
+    # Under the gates: a release the risk gate blocks shows nothing
+    for zoning in row["zonings"].values():
+        zoning["shown_gated"] = zoning["shown_at_leaf"] if risk.status != "block" else 0.0
+    return row
 
 
 def row_of(dataset: str, k: int, summary: dict, checks, seconds: dict) -> dict:
@@ -193,8 +222,9 @@ def print_table(dataset: str, rows: list[dict]) -> None:
     header = ["k"]
     for z in zonings:
         rungs = list(ok[0]["zonings"][z]["finest_shown_at_leaf_rungs"])
-        header += [f"{z}: leaf ladder", "baseline", "ratio", *[f"fs {lv}" for lv in rungs]]
-    header += ["offered", "protect s", "wall s", "audit", "guarantees"]
+        header += [f"{z}: shown (gated)", "leaf ladder", "baseline", "ratio", *[f"fs {lv}" for lv in rungs]]
+    header += ["risk gate", "attack", "upper bound", "configuration", "offered", "protect s", "wall s", "audit",
+               "guarantees"]
     lines = [header]
     for r in rows:
         if r["status"] != "ok":
@@ -206,11 +236,15 @@ def print_table(dataset: str, rows: list[dict]) -> None:
         cells = [str(r["k"])]
         for z in zonings:
             zr = r["zonings"][z]
-            cells += [_pct(zr["shown_at_leaf"]), _pct(zr["baseline"]),
+            cells += [_pct(zr.get("shown_gated")), _pct(zr["shown_at_leaf"]), _pct(zr["baseline"]),
                       "-" if zr["ratio"] is None else f"{zr['ratio']:.3f}",
                       *[_pct(v) for v in zr["finest_shown_at_leaf_rungs"].values()]]
         offered = " ".join(f"{rung}={n}" for rung, n in r["offered"].items()) or "-"
         failed = [g["name"] for g in r["guarantees"] if not g["passed"]]
+        risk = r.get("risk", {})
+        cells += [risk.get("status", "-"), "-" if risk.get("attack") is None else f"{risk['attack']:.4f}",
+                  "-" if risk.get("upper_bound") is None else f"{risk['upper_bound']:.4f}",
+                  risk.get("configuration", "-")]
         cells += [offered, f"{r['protection_seconds']:.1f}", f"{r['wall_seconds']:.1f}",
                   "passed" if r["audit_passed"] else "FAILED",
                   "all passed" if not failed else "FAILED: " + ",".join(failed)]

@@ -50,6 +50,13 @@ class _ReferenceIndex:
         return max(len(current), 1)
 
 
+
+@pytest.fixture
+def fixture_policy(tmp_path, fixture_traces):
+    """The conftest fixture policy gated on the uniqueness figure: this file tests that estimator's streaming."""
+    return load_policy(write_policy(tmp_path, uniqueness_policy_dict(str(fixture_traces))))
+
+
 def reference_draws(by_unit: list[np.ndarray], zones_of_key: np.ndarray, params: RiskParams
                     ) -> list[list[list[int]]]:
     """The knowledge sets of each (unit, anchor zone) entry, in unit then zone order, as the estimator specifies
