@@ -120,13 +120,26 @@ def reference_estimate(unit_keys: pd.DataFrame, key_zone: pd.Series, params: Ris
     return RiskReport(zones_out, float(np.mean(pooled)) if pooled else 0.0, len(units), len(keys))
 
 
-def reference_released_keys(area: stages.WorkArea) -> pd.DataFrame:
-    """The candidate's key sets as the pandas step built them."""
+def reference_released_keys(ctx: stages.ReleaseContext) -> pd.DataFrame:
+    """The candidate's key sets, in pandas: each unit's published cells, and the published parent areas of its
+    cells (level:area@bucket, the zone of the unit's cell) that lie in one risk zone."""
+    area = ctx.area
     membership = pd.read_parquet(area.counts / "membership.internal.parquet")
     cells = pd.read_parquet(area.candidate / "cells.parquet", columns=["cell_id", "bucket_start"])
     keys = membership.merge(cells, on=["cell_id", "bucket_start"])
     keys["key"] = keys["cell_id"] + "@" + keys["bucket_start"].dt.strftime("%Y-%m-%dT%H:%MZ")
-    return keys[["unit", "key", "cell_id"]].drop_duplicates(["unit", "key"])
+    frames = [keys[["unit", "key", "cell_id"]]]
+    margins = pd.read_parquet(area.candidate / "margins.parquet", columns=["level", "area_id", "bucket_start"])
+    hierarchy = ctx.locator.hierarchy(membership["cell_id"].drop_duplicates())
+    for level in ctx.policy.geometry.level_names():
+        up = membership.merge(hierarchy[["cell_id", level]], on="cell_id").rename(columns={level: "area_id"})
+        up = up.merge(margins[margins["level"] == level], on=["area_id", "bucket_start"])
+        zones = pd.Series(_risk_zone_of(ctx, hierarchy["cell_id"]).reindex(hierarchy["cell_id"]).to_numpy())
+        one_zone = zones.groupby(hierarchy[level].to_numpy()).nunique()
+        up = up[up["area_id"].map(one_zone) == 1]
+        up["key"] = level + ":" + up["area_id"] + "@" + up["bucket_start"].dt.strftime("%Y-%m-%dT%H:%MZ")
+        frames.append(up[["unit", "key", "cell_id"]])
+    return pd.concat(frames, ignore_index=True).drop_duplicates(["unit", "key"])
 
 
 def _same(report: RiskReport, reference: RiskReport) -> None:
@@ -139,7 +152,7 @@ def _same(report: RiskReport, reference: RiskReport) -> None:
 def _assess_both(ctx: stages.ReleaseContext, ledger: Ledger):
     assessment = stages.run_risk(ctx, ledger)
     policy = ctx.policy
-    keys = reference_released_keys(ctx.area)
+    keys = reference_released_keys(ctx)
     streamed = pd.read_parquet(ctx.area.unit_keys)
     assert set(map(tuple, streamed[["unit", "key", "cell_id"]].to_numpy().tolist())) == \
         set(map(tuple, keys.to_numpy().tolist()))

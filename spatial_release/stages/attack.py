@@ -85,11 +85,13 @@ def _membership(ctx: ReleaseContext, rung: str | None) -> pd.DataFrame:
     return membership.dropna(subset=["bucket_start"]).drop_duplicates()
 
 
-def attack_inputs(ctx: ReleaseContext, zone_of_cells, rung: str | None = None, proposal: bool = False
-                  ) -> AttackInputs:
-    """The candidate's view at the policy's bucket or at time rung `rung` (see `_figures`) and the true
-    memberships, coded: buckets in time order, areas numbered over the membership's and the published cells
-    (sorted), units in their sort order."""
+def attack_inputs(ctx: ReleaseContext, zone_of_cells, rung: str | None = None, proposal: bool = False,
+                  zoning: str | None = None) -> AttackInputs:
+    """The candidate's view of the main geometry's cells (or of a linked `zoning`'s areas) at the policy's
+    bucket or at time rung `rung` (see `_figures`) and the true memberships, coded: buckets in time order, areas
+    numbered over the membership's and the published areas (sorted), units in their sort order."""
+    if zoning is not None:
+        return _linked_inputs(ctx, zone_of_cells, zoning, rung)
     cells, top = _figures(ctx, rung, proposal)
     membership = _membership(ctx, rung)
     period_buckets = [] if rung else list(pd.to_datetime(ctx.buckets, utc=True))
@@ -112,6 +114,74 @@ def attack_inputs(ctx: ReleaseContext, zone_of_cells, rung: str | None = None, p
         additive=ctx.policy.measure == "presence" and rung is None, daytime=daytime, day_lag=day_lag)
     unit_codes, _ = pd.factorize(membership["unit"], sort=True)
     zones = zone_of_cells(pd.Series(names)).reindex(names).to_numpy(dtype=object)
+    return AttackInputs(view, unit_codes.astype(np.int64),
+                        buckets.get_indexer(membership["bucket_start"]).astype(np.int64),
+                        pd.Index(names).get_indexer(membership["cell_id"]).astype(np.int64), zones)
+
+
+OUTSIDE = "(outside the risk zones)"  # linked areas whose representative point is in no area of the main geometry
+
+
+def _linked_membership(ctx: ReleaseContext, zoning: str) -> pd.DataFrame:
+    """unit, bucket_start, cell_id (an area of the linked zoning) from the validated pings, counted as the
+    policy's measure counts them: every area a unit was in (visitors), or its dominant area (presence: most
+    pings, ties to the smallest id, as the counting breaks them)."""
+    pings = pd.read_parquet(ctx.area.ingest / "pings.parquet", columns=["unit", "ts", "lon", "lat"])
+    layer = ctx.layers.linked[zoning]
+    located = layer.locate(pings["lon"].to_numpy(), pings["lat"].to_numpy())
+    starts = pd.DatetimeIndex(pd.to_datetime(sorted(ctx.buckets), utc=True))
+    at = np.searchsorted(starts.asi8, pd.DatetimeIndex(pings["ts"]).as_unit("ns").asi8, side="right") - 1
+    frame = pd.DataFrame({"unit": pings["unit"].to_numpy(), "bucket_start": starts[np.clip(at, 0, None)],
+                          "cell_id": located})
+    frame = frame[(at >= 0) & pd.notna(frame["cell_id"])]
+    if ctx.policy.measure == "presence":
+        counted = frame.groupby(["unit", "bucket_start", "cell_id"]).size().rename("n").reset_index()
+        counted = counted.sort_values(["unit", "bucket_start", "n", "cell_id"], ascending=[True, True, False, True])
+        return counted.drop_duplicates(["unit", "bucket_start"])[["unit", "bucket_start", "cell_id"]]
+    return frame.drop_duplicates()
+
+
+def linked_areas_of_main(ctx: ReleaseContext, zoning: str, names: np.ndarray) -> np.ndarray:
+    """The main geometry's cell holding each linked area's representative point (None outside it)."""
+    points = ctx.layers.linked[zoning].geometries(pd.Series(names)).representative_point().to_crs("EPSG:4326")
+    return ctx.locator.locate(points.x.to_numpy(), points.y.to_numpy())
+
+
+def _linked_inputs(ctx: ReleaseContext, zone_of_cells, zoning: str, rung: str | None) -> AttackInputs:
+    """The view of a linked zoning's published areas (`<zoning>` or `<zoning>@<rung>` margins, its
+    `<zoning>_total` totals) and its memberships; each area's risk zone is the zone of the main geometry's
+    area holding its representative point."""
+    from spatial_release.levels import linked_total
+
+    count = ctx.policy.count_column
+    margins = pd.read_parquet(ctx.area.candidate / "margins.parquet").rename(columns={count: "n"})
+    cells = margins[margins["level"] == at_rung(zoning, rung)].rename(columns={"area_id": "cell_id"})
+    top = margins[(margins["level"] == at_rung(linked_total(zoning), rung))]
+    membership = _linked_membership(ctx, zoning)
+    if rung is not None:
+        ladder = pd.read_parquet(ctx.area.counts / LADDER_BUCKETS)
+        parent = ladder[ladder["rung"] == rung].set_index("fine")["coarse"]
+        membership = membership.assign(bucket_start=membership["bucket_start"].map(parent)).dropna().drop_duplicates()
+    buckets = pd.DatetimeIndex(sorted(set(membership["bucket_start"]) | set(cells["bucket_start"])))
+    names = np.array(sorted(set(membership["cell_id"]) | set(cells["cell_id"])), dtype=object)
+    totals = np.full(len(buckets), -1, dtype=np.int64)
+    totals[buckets.get_indexer(top["bucket_start"])] = top["n"].to_numpy()
+    polygons = ctx.layers.linked[zoning].geometries(pd.Series(names))
+    main = linked_areas_of_main(ctx, zoning, names)
+    main_zone = zone_of_cells(pd.Series([m for m in main if isinstance(m, str)]).drop_duplicates())
+    zones = np.array([main_zone.get(m, OUTSIDE) if isinstance(m, str) else OUTSIDE
+                      for m in main], dtype=object)
+    figure_area = pd.Index(names).get_indexer(cells["cell_id"]).astype(np.int64)
+    shown = np.isin(np.arange(len(names)), figure_area)
+    xy = np.full((len(names), 2), np.nan)
+    if shown.any():
+        projected = polygons[shown].to_crs(polygons[shown].estimate_utm_crs())
+        xy[shown, 0], xy[shown, 1] = projected.centroid.x.to_numpy(), projected.centroid.y.to_numpy()
+    view = ReleaseView(steps=len(buckets), xy=xy,
+                       figure_step=buckets.get_indexer(cells["bucket_start"]).astype(np.int64),
+                       figure_area=figure_area, figure_count=cells["n"].to_numpy(dtype=np.int64), totals=totals,
+                       additive=ctx.policy.measure == "presence" and rung is None)
+    unit_codes, _ = pd.factorize(membership["unit"], sort=True)
     return AttackInputs(view, unit_codes.astype(np.int64),
                         buckets.get_indexer(membership["bucket_start"]).astype(np.int64),
                         pd.Index(names).get_indexer(membership["cell_id"]).astype(np.int64), zones)
@@ -142,12 +212,13 @@ ATTACKS = "attacks"  # risk/attacks/: the last attack report of each view and th
 
 
 def attack_once(ctx: ReleaseContext, zone_of_cells, params: AttackParams, rung: str | None = None,
-                proposal: bool = False) -> AttackReport:
+                proposal: bool = False, zoning: str | None = None) -> AttackReport:
     """`attack_risk` on one view of the candidate (`attack_inputs`), reusing the work area's last report when
     it was computed from identical coded inputs by the same code (the risk step, then the publish step)."""
-    inputs = attack_inputs(ctx, zone_of_cells, rung, proposal)
-    digest = reuse.digest_of({"attack": inputs_digest(inputs, params), "rung": rung, "proposal": proposal})
-    name = "cells" if rung is None else f"cells@{rung}{'-proposal' if proposal else ''}"
+    inputs = attack_inputs(ctx, zone_of_cells, rung, proposal, zoning)
+    digest = reuse.digest_of({"attack": inputs_digest(inputs, params), "rung": rung, "proposal": proposal,
+                              "zoning": zoning})
+    name = (zoning or "cells") + ("" if rung is None else f"@{rung}{'-proposal' if proposal else ''}")
     path = ctx.area.risk / ATTACKS / f"{name}.internal.json"
     saved = reuse.load_saved(path, digest)
     if saved is not None:
@@ -161,12 +232,14 @@ def attack_once(ctx: ReleaseContext, zone_of_cells, params: AttackParams, rung: 
 
 
 def attack_candidate(ctx: ReleaseContext, zone_of_cells, params: AttackParams) -> AttackReport:
-    """The attacks on every time resolution the candidate publishes cells at: the policy's bucket and each
-    rung of its time ladder (`cell@<rung>` figures), each a view of its own; per zone, the worst of them. (A
-    recovery over mixed resolutions is not attempted: each view gives the attacker the others as withheld.)"""
-    reports = [attack_once(ctx, zone_of_cells, params)]
-    for rung in ctx.policy.time.ladder:
-        reports.append(attack_once(ctx, zone_of_cells, params, rung))
+    """The attacks on every zoning and time resolution the candidate publishes: the main geometry's cells and
+    each linked zoning's areas, at the policy's bucket and at each rung of its time ladder, each a view of its
+    own; per zone, the worst of them. (A recovery over mixed resolutions is not attempted: each view gives the
+    attacker the others as withheld.)"""
+    reports = []
+    for zoning in [None, *(spec.name for spec in ctx.policy.geometry.linked)]:
+        for rung in [None, *ctx.policy.time.ladder]:
+            reports.append(attack_once(ctx, zone_of_cells, params, rung, zoning=zoning))
     return worst_of(reports)
 
 

@@ -59,18 +59,92 @@ def write_ladder_buckets(ctx: ReleaseContext) -> Path | None:
     return path
 
 
+AREAS = "risk_areas.parquet"  # counts/: every published area level each leaf belongs to (public structure)
+LINKED_MEMBERSHIP = "linked_membership.internal.parquet"  # counts/: per unit, its areas of the linked zonings
+
+
+def write_risk_areas(ctx: ReleaseContext) -> Path | None:
+    """For the uniqueness keys of every zoning (`released_keys_sql`): the areas each leaf is in at the main
+    geometry's parent levels and, for the linked zonings, the leaf itself and its parents, with the main
+    geometry's cell holding it (whose risk zone the key takes), and each unit's linked areas per bucket
+    (from the validated pings, as the attacks count them). None when the geometry has neither."""
+    from spatial_release.stages.attack import linked_areas_of_main, _linked_membership
+
+    geometry = ctx.policy.geometry
+    rows = []
+    levels = geometry.level_names()
+    if levels:
+        cells = pd.read_parquet(ctx.area.counts / "membership.internal.parquet", columns=["cell_id"])["cell_id"]
+        hierarchy = ctx.locator.hierarchy(cells.drop_duplicates())
+        for level in levels:
+            rows.append(pd.DataFrame({"zoning": LEAF, "leaf": hierarchy["cell_id"], "level": level,
+                                      "area_id": hierarchy[level], "main_cell": hierarchy["cell_id"]}))
+    linked = []
+    for spec in geometry.linked:
+        membership = _linked_membership(ctx, spec.name).assign(zoning=spec.name)
+        linked.append(membership)
+        leaves = membership["cell_id"].drop_duplicates()
+        parents = ctx.layers.linked[spec.name].parent_table().set_index("cell_id").reindex(leaves.to_numpy())
+        main = linked_areas_of_main(ctx, spec.name, leaves.to_numpy())
+        for level in [spec.name, *(p.level for p in spec.parents)]:
+            area = leaves.to_numpy() if level == spec.name else parents[level].to_numpy()
+            rows.append(pd.DataFrame({"zoning": spec.name, "leaf": leaves.to_numpy(), "level": level, "area_id": area,
+                                      "main_cell": main}))
+    if not rows:
+        return None
+    areas = pd.concat(rows, ignore_index=True).dropna()
+    # A key belongs to one risk zone (the anchor of "I know she was in z"): an area over several risk zones
+    # (a 2 km parent over four 1 km zones, a tract across two wards) is left out of the keys; the attacks
+    # still read it (stages.attack views every zoning).
+    areas["zone"] = _risk_zone_of(ctx, areas["main_cell"]).reindex(areas["main_cell"]).to_numpy() \
+        if len(areas) else []
+    spread = areas.groupby(["zoning", "level", "area_id"])["zone"].transform("nunique")
+    path = ctx.area.counts / AREAS
+    with atomic_path(path) as tmp:
+        areas[spread == 1].drop(columns="zone").to_parquet(tmp, index=False)
+    if linked:
+        with atomic_path(ctx.area.counts / LINKED_MEMBERSHIP) as tmp:
+            pd.concat(linked, ignore_index=True).to_parquet(tmp, index=False)
+    return path
+
+
+def _zoning_keys_sql(area: WorkArea) -> list[str]:
+    """Keys of the published areas of every other level a unit is counted in: the main geometry's parents (of
+    its cell) and each linked zoning's areas (of its linked membership), at the policy's bucket."""
+    areas = area.counts / AREAS
+    if not areas.exists():
+        return []
+    margins = (f"(SELECT DISTINCT level, area_id, bucket_start FROM {_parquet(area.candidate / 'margins.parquet')})")
+    key = f"a.level || ':' || a.area_id || '@' || strftime({{bucket}}, '{KEY_FORMAT}')"
+    selects = [f"SELECT m.unit, {key.format(bucket='m.bucket_start')} AS key, a.main_cell AS cell_id "
+               f"FROM {_parquet(area.counts / 'membership.internal.parquet')} m "
+               f"JOIN {_parquet(areas)} a ON a.zoning = '{LEAF}' AND a.leaf = m.cell_id "
+               f"JOIN {margins} g ON g.level = a.level AND g.area_id = a.area_id AND g.bucket_start = m.bucket_start"]
+    linked = area.counts / LINKED_MEMBERSHIP
+    if linked.exists():
+        selects.append(f"SELECT l.unit, {key.format(bucket='l.bucket_start')} AS key, a.main_cell AS cell_id "
+                       f"FROM {_parquet(linked)} l "
+                       f"JOIN {_parquet(areas)} a ON a.zoning = l.zoning AND a.leaf = l.cell_id "
+                       f"JOIN {margins} g ON g.level = a.level AND g.area_id = a.area_id "
+                       "AND g.bucket_start = l.bucket_start")
+    return selects
+
+
 def released_keys_sql(area: WorkArea, ladder: Path | None = None) -> str:
     """A DuckDB query of unit, key, cell_id for every published (cell, bucket) each unit was counted in,
     joining the membership to the candidate's cells in DuckDB (UTC session: keys name UTC instants). A
     streaming join, no DISTINCT: the membership has one row per (unit, cell, bucket), and the key sets
     count a repeated (unit, key) once anyway (risk.keysets). With a time ladder (`ladder`, see
     `write_ladder_buckets`) every published coarser cell figure is a key too ("<cell>@<rung>@<start>") of the
-    units counted in that cell in one of its buckets: what an outsider learns from the week's figure."""
+    units counted in that cell in one of its buckets: what an outsider learns from the week's figure. Every
+    published area of the main geometry's parent levels and of the linked zonings a unit is counted in is a key
+    too (`write_risk_areas`: "<level>:<area>@<start>"), so the bound counts every zoning."""
     membership = _parquet(area.counts / "membership.internal.parquet")
     sql = (f"SELECT m.unit, m.cell_id || '@' || strftime(m.bucket_start, '{KEY_FORMAT}') AS key, m.cell_id "
            f"FROM {membership} m "
            f"JOIN (SELECT DISTINCT cell_id, bucket_start FROM {_parquet(area.candidate / 'cells.parquet')}) c "
            "ON m.cell_id = c.cell_id AND m.bucket_start = c.bucket_start")
+    sql = " UNION ALL ".join([sql, *_zoning_keys_sql(area)])
     if ladder is None:
         return sql
     coarse = (f"SELECT DISTINCT substr(level, {len(LEAF) + 2}) AS rung, area_id, bucket_start "
@@ -259,7 +333,8 @@ def window_inputs_digest(ctx: ReleaseContext, earlier_keys: list[Path], params: 
     return reuse.digest_of({
         "risk_inputs": {name: sha256_file(path) for name, path in (
             ("membership", membership), ("cells", area.candidate / "cells.parquet"),
-            ("margins", area.candidate / "margins.parquet"))},
+            ("margins", area.candidate / "margins.parquet"), ("areas", area.counts / AREAS),
+            ("linked", area.counts / LINKED_MEMBERSHIP)) if path.exists()},
         "policy": ctx.policy.sha256, "period": ctx.period.label,
         "earlier": [[str(path), sha256_file(path)] for path in earlier_keys],
         "zones": [[str(c), str(z)] for c, z in zip(cells, zones.reindex(cells).to_numpy())],
@@ -409,6 +484,7 @@ def run_risk(ctx: ReleaseContext, ledger: Ledger) -> RiskAssessment:
     when the gate blocks a policy with a time ladder, say which rung would pass (`propose_coarsening`)."""
     ctx.area.risk.mkdir(parents=True, exist_ok=True)
     ladder = write_ladder_buckets(ctx)
+    write_risk_areas(ctx)
     write_released_keys(ctx.area, ctx.area.unit_keys, ladder)
     assessment = assess_risk(ctx, ledger, ctx.area.unit_keys, keys_from_area=True)
     if assessment.status == BLOCK and ladder is not None:
