@@ -22,7 +22,7 @@ import shapely
 from spatial_release.counting.buckets import period_buckets
 from spatial_release.geometry.grid import CELL_ID
 from spatial_release.geometry.zones import ZoneLayer
-from spatial_release.levels import LEAF, is_total
+from spatial_release.levels import LEAF, is_total, space_level
 from spatial_release.period import Period
 from spatial_release.policy import Policy, TimeSpec, ZonesGeometry
 from spatial_release.stages.results import ReleaseRecord
@@ -92,8 +92,9 @@ def _zone_levels(policy: Policy) -> dict[str, gpd.GeoSeries]:
     for leaf_name, layer in layers:
         table = layer.parent_table()
         shapes = layer.frame.geometry.to_numpy()
-        if leaf_name is not None:
-            levels[leaf_name] = gpd.GeoSeries(shapes, index=pd.Index(table["cell_id"], name="area_id"), crs=layer.crs)
+        # the main geometry's own zones too: a coarser time rung of the cells (cell@1w) names them
+        levels[leaf_name or LEAF] = gpd.GeoSeries(shapes, index=pd.Index(table["cell_id"], name="area_id"),
+                                                  crs=layer.crs)
         for parent in layer.spec.parents:
             groups = pd.Series(np.arange(len(table))).groupby(table[parent.level].to_numpy())
             ids = list(groups.groups)
@@ -117,8 +118,9 @@ def area_geometries(margins: pd.DataFrame, geometry: dict, crs, policy: Policy |
         if shapes is None and policy is not None:
             if zone_levels is None:
                 zone_levels = _zone_levels(policy)
-            if level in zone_levels:
-                known = zone_levels[level]
+            space = space_level(level)  # a coarser time rung (block@1w) has its space level's areas
+            if space in zone_levels:
+                known = zone_levels[space]
                 shapes = known[known.index.isin(ids)]
         if shapes is not None:
             out[level] = shapes.to_crs(crs) if crs is not None and shapes.crs != crs else shapes

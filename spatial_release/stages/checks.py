@@ -136,19 +136,29 @@ def check_no_identifiers(ctx: ReleaseContext, published: Published | None = None
 
 
 def related_releases(policy: Policy, period: Period, published: Published) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
-    """Published (cells, margins) of the datasets in `suppression.audit_with` whose periods overlap this one."""
-    frames = []
-    for dataset in policy.suppression.audit_with:
-        for entry in published.ledger.releases(dataset):
-            other = Period.parse(entry["period"])
-            if other.start < period.end and period.start < other.end:
-                folder = published.releases_root / dataset / entry["period"]
-                verify_release_files(folder)
-                tables = read_tables(folder)
-                count_column = next(c for c in tables.margins.columns if c.startswith("n_"))
-                if count_column != policy.count_column:
-                    raise ValueError(f"{folder}: counts {count_column}, this policy counts {policy.count_column}")
-                frames.append((tables.cells, tables.margins))
+    """Published (cells, margins) of the releases whose periods overlap this one: of the datasets in
+    `suppression.audit_with`, and of every programme of the policy's population, whatever `audit_with` says
+    (two programmes over the same units must agree figure by figure: a key published twice with two values is
+    an audit failure)."""
+    from spatial_release.stages.risk import population_releases  # the risk stage owns the population's releases
+
+    entries = [e for dataset in policy.suppression.audit_with for e in published.ledger.releases(dataset)]
+    entries += population_releases(policy, published.ledger)
+    frames, seen = [], set()
+    for entry in entries:
+        key = (entry["dataset"], entry["period"])
+        if key in seen or key == (policy.name, period.label):
+            continue
+        seen.add(key)
+        other = Period.parse(entry["period"])
+        if other.start < period.end and period.start < other.end:
+            folder = published.releases_root / entry["dataset"] / entry["period"]
+            verify_release_files(folder)
+            tables = read_tables(folder)
+            count_column = next(c for c in tables.margins.columns if c.startswith("n_"))
+            if count_column != policy.count_column:
+                raise ValueError(f"{folder}: counts {count_column}, this policy counts {policy.count_column}")
+            frames.append((tables.cells, tables.margins))
     return frames
 
 
@@ -167,9 +177,9 @@ def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
     means solving everything. A published `release` folder (`spatial-release audit`) or explicit solver
     `options` always solve from scratch, independently of any certificate."""
     policy, area = ctx.policy, ctx.area
-    if policy.suppression.audit_with:
-        if published is None:
-            raise ValueError(f"{policy.path}: suppression.audit_with needs the published releases and ledger")
+    if policy.suppression.audit_with and published is None:
+        raise ValueError(f"{policy.path}: suppression.audit_with needs the published releases and ledger")
+    if published is not None:
         earlier = [*earlier, *related_releases(policy, ctx.period, published)]
     true_cells, true_margins = read_true_counts(area)
     digest = None

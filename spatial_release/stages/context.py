@@ -36,7 +36,7 @@ LADDER_BUCKETS = "ladder_buckets.parquet"  # counts/: (rung, fine, coarse) bucke
 # Relative to a work area: per-unit data, deleted when the release's retention ends.
 PER_UNIT_ARTEFACTS = ("traces", "ingest/pings.parquet", "ingest/quarantine.parquet", "ingest/spill",
                       "counts/membership.internal.parquet", "counts/outside.parquet", "counts/spill",
-                      "counts/linked_membership.internal.parquet",
+                      "counts/linked_membership.internal.parquet", "counts/risk_areas.parquet",
                       "risk/unit_keys.internal.parquet", "audit_intervals.internal.parquet", "audit_certificate",
                       # aggregates, but keyed by digests of the per-unit data: deleted with it
                       "risk/estimate.internal.json", "risk/estimate_inputs.internal.json", "risk/attacks",

@@ -71,6 +71,8 @@ def write_risk_areas(ctx: ReleaseContext) -> Path | None:
     from spatial_release.stages.attack import linked_areas_of_main, _linked_membership
 
     geometry = ctx.policy.geometry
+    if ctx.policy.risk is None:  # no risk zones: assess_risk refuses the release, saying so
+        return None
     rows = []
     levels = geometry.level_names()
     if levels:

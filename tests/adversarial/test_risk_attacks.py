@@ -3,6 +3,7 @@ programmes that count the same units."""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -96,3 +97,40 @@ def test_renaming_the_population_does_not_reset_the_budget(tmp_path):
             first = record.risk.release_figure
     assert record.risk.window_periods == ["2018-Q1", "2018-Q2"]
     assert record.risk.cumulative == pytest.approx(cumulative_risk([first, record.risk.release_figure]))
+
+
+def _conflicting_programmes(tmp_path, shared: bool):
+    """A monthly programme over every device, then a quarterly one over traces without one device of cell E
+    (6 -> 5 devices, still published at k = 3): the key (E, 2018-01-10) has two values. No `audit_with`."""
+    from conftest import CELL_E, cell_id, fixture_pings, uniqueness_policy_dict, write_policy
+    from spatial_release import cli
+
+    full, fewer = tmp_path / "full.csv", tmp_path / "fewer.csv"
+    pings = fixture_pings()
+    pings.to_csv(full, index=False)
+    pings[pings["device"] != "e0"].to_csv(fewer, index=False)
+    extra = {"population": "fixture-devices"} if shared else {}
+    monthly = write_policy(tmp_path, {**uniqueness_policy_dict(str(full), name="fixture-monthly", period="month"),
+                                      **extra}, name="monthly.yaml")
+    quarterly = write_policy(tmp_path, {**uniqueness_policy_dict(str(fewer)), **extra}, name="quarterly.yaml")
+    ledger, out = str(tmp_path / "ledger"), str(tmp_path / "out")
+    ok, messages, _ = cli.run_release(str(monthly), "2018-01", out=out, ledger=ledger)
+    assert ok, messages
+    assert cell_id(CELL_E) in set(pd.read_parquet(tmp_path / "out/releases/fixture-monthly/2018-01/cells.parquet")
+                                  ["cell_id"])
+    return cli.run_release(str(quarterly), "2018-Q1", out=out, ledger=ledger)
+
+
+def test_programmes_of_one_population_are_audited_together_without_audit_with(tmp_path):
+    """Red team round 2: a quarterly and a monthly programme of one population, no `audit_with`, published the
+    same key with two values. Every release of a population is now audited with the population's earlier
+    releases: the quarterly is refused by the audit."""
+    ok, messages, _ = _conflicting_programmes(tmp_path, shared=True)
+    assert not ok
+    assert any("suppression_audit" in m and "published as" in m for m in messages), messages
+
+
+def test_programmes_of_different_populations_are_not_compared(tmp_path):
+    """Control: without a shared population the two programmes count different units and both publish."""
+    ok, messages, _ = _conflicting_programmes(tmp_path, shared=False)
+    assert ok, messages
