@@ -57,8 +57,10 @@ def size_of(text: str) -> int:
     return int(float(text[:-1] if text[-1] in "kM" else text) * scale)
 
 
-def write_policy(folder: Path) -> Path:
-    """The benchmark's policy file: the demo programme at 500 m x hour with 2 km and 8 km parents."""
+def write_policy(folder: Path, risk_model: str = "attack") -> Path:
+    """The benchmark's policy file: the demo programme at 500 m x hour with 2 km and 8 km parents, gated on
+    `risk_model` (attack: the attacks run in protection's coarsening pass and are reused by the risk step;
+    uniqueness: the upper bound alone gates, as before the attacks existed)."""
     import yaml
 
     data = yaml.safe_load((ROOT / "policies" / "demo.yaml").read_text())
@@ -69,9 +71,10 @@ def write_policy(folder: Path) -> Path:
     data["time"] = {"bucket": "1h", "timezone": "America/New_York"}
     data["suppression"] = {"budget": 1.0, "zeros": str(ROOT / "policies" / "demo-structural-zeros.csv")}
     data["risk"].update(zones="grid_8000m", landscape=str(ROOT / "policies" / "landscapes" / "demo.yaml"),
-                        per_release_ceiling=1.0, cumulative_ceiling=1.0)
+                        per_release_ceiling=1.0, cumulative_ceiling=1.0, model=risk_model,
+                        coarsen="apply" if risk_model == "attack" else "propose")
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "release-bench.yaml"
+    path = folder / f"release-bench-{risk_model}.yaml"
     path.write_text("# Written by bench/release_bench.py\n" + yaml.safe_dump(data, sort_keys=False))
     return path
 
@@ -207,20 +210,21 @@ def bench_size(size: str, args) -> dict:
         data.mkdir(parents=True, exist_ok=True)
         print(f"generating {n:,} pings ({args.ids} ids) into {raw}", file=sys.stderr, flush=True)
         run_worker("generate", ["--raw", str(raw), "--pings", size, "--ids", args.ids])
-    policy = write_policy(data)
-    runs = []
+    policies = {model: write_policy(data, model) for model in args.risk_models}
+    runs: dict[str, list] = {model: [] for model in args.risk_models}
     for i in range(args.runs):
-        out = data / "run"
-        shutil.rmtree(out, ignore_errors=True)
-        run = run_worker("release", ["--raw", str(raw), "--policy", str(policy), "--out", str(out)])
-        if not run["published"]:
-            raise RuntimeError(f"the release of {size} pings was not published: {run['failures']}")
-        runs.append(run)
-        print(f"  {size} run {i + 1}: {run['wall']:.1f} s, peak RSS {run['rss_mb']:,.0f} MB", file=sys.stderr,
-              flush=True)
+        for model, policy in policies.items():  # the models alternate, run by run: the same machine state
+            out = data / "run"
+            shutil.rmtree(out, ignore_errors=True)
+            run = run_worker("release", ["--raw", str(raw), "--policy", str(policy), "--out", str(out)])
+            if not run["published"]:
+                raise RuntimeError(f"the release of {size} pings was not published: {run['failures']}")
+            runs[model].append(run)
+            print(f"  {size} {model} run {i + 1}: {run['wall']:.1f} s, peak RSS {run['rss_mb']:,.0f} MB",
+                  file=sys.stderr, flush=True)
     if not args.keep_output:
         shutil.rmtree(data / "run", ignore_errors=True)
-    return {"size": size, "pings": n, "runs": runs}
+    return [{"size": size, "pings": n, "risk_model": model, "runs": runs[model]} for model in args.risk_models]
 
 
 def _stage_totals(run: dict) -> dict[str, tuple[float, float]]:
@@ -236,7 +240,8 @@ def _stage_totals(run: dict) -> dict[str, tuple[float, float]]:
 def print_tables(results: list[dict], args) -> None:
     for result in results:
         runs = result["runs"]
-        print(f"\n{result['pings']:,} pings, {len(runs)} run(s); {runs[-1]['figures']}")
+        print(f"\n{result['pings']:,} pings, risk.model {result['risk_model']}, {len(runs)} run(s); "
+              f"{runs[-1]['figures']}")
         print("| stage | median wall | peak RSS |")
         print("|---|---|---|")
         per_run = [_stage_totals(r) for r in runs]
@@ -267,6 +272,8 @@ def main() -> None:
     parser.add_argument("--data", default=str(ROOT / "bench" / ".data" / "release"),
                         help="generated pings and the run's output folder are kept here")
     parser.add_argument("--keep-output", action="store_true", help="keep the last run's releases/ and work/")
+    parser.add_argument("--risk-models", nargs="+", default=["uniqueness", "attack"],
+                        choices=["uniqueness", "attack"], help="gate on each, side by side (default both)")
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(WORKERS[args.worker](args)), flush=True)
@@ -274,7 +281,7 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d %H:%M %Z')}; "
           f"command: python bench/release_bench.py {' '.join(sys.argv[1:])}; counting's DuckDB memory limit: "
           f"{os.environ.get('SPATIAL_RELEASE_DUCKDB_MEMORY_LIMIT') or 'DuckDB default (80 % of RAM)'}", flush=True)
-    print_tables([bench_size(size, args) for size in args.pings], args)
+    print_tables([result for size in args.pings for result in bench_size(size, args)], args)
     print(f"load at the end: {os.getloadavg()[0]:.2f}")
 
 
