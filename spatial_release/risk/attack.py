@@ -65,6 +65,7 @@ STAY_COST = 1.0  # cost of leaving ABSENT or WITHHELD, or of entering them: abou
 REGULARITY = 1.0  # the pull of where a trajectory was at the same time the day before (Xu's across-day link)
 HOME_PULL = 1.0  # the pull of where its day began (measured on a regular 150-unit city: accuracy 0.57 -> 0.70)
 HUB_COST = 4.0  # the long way round in a sparse problem: any area, at four typical distances
+MAX_STATES = 2_000  # trajectory states per bucket above which the day-before and home pulls leave the states
 FULL_ARCS = 5_000  # states x areas up to which every arc is in the transportation problem (measured: the sparse
 # problem with 24 nearest areas and the hub recovered a 300-unit city as well, 7x faster)
 BEST_PAIRS = 2_000_000  # (trajectory, unit) pairs examined at a time when matching trajectories to units
@@ -222,27 +223,84 @@ def _link_step(view: ReleaseView, n: int, areas: np.ndarray, counts: np.ndarray,
     withheld_code = view.withheld
     units = min(units, n)
     ref_prev = prev if moving else np.full(n, -1, dtype=np.int64)
-    routine = yesterday if yesterday is not None else np.full(n, -1, dtype=np.int64)
-    start = home if home is not None else np.full(n, -1, dtype=np.int64)
-    state_key = np.stack([last, ref_prev, absent.astype(np.int64), routine, start], axis=1)
-    states, state_of = np.unique(state_key, axis=0, return_inverse=True)
-    state_of = state_of.ravel()
+    states, state_of, coarse = _states(view, n, last, ref_prev, absent, yesterday, home)
     supply = np.bincount(state_of, minlength=len(states)).astype(float)
     published = int(counts.sum())
-    if view.additive:
-        hidden = max(units - published, 0)
-        cell_cap = counts.astype(float)
-    else:
-        hidden = units  # at most every active unit is somewhere withheld
-        cell_cap = counts.astype(float)
+    hidden = max(units - published, 0) if view.additive else units  # visitors: at most every active unit
+    cell_cap = counts.astype(float)
     demand_lo = np.concatenate([cell_cap if view.additive else np.zeros(len(counts)),
                                 [hidden if view.additive else 0.0], [float(n - units)]])
     demand_hi = np.concatenate([cell_cap, [float(hidden)], [float(n - units)]])
     if view.additive and published > units:  # inconsistent figures: let the cells take fewer
         demand_lo[:len(counts)] = 0.0
-    cost_cells = _state_costs(view, states, areas, moving, scale)
-    flows = _transport(cost_cells, states, supply, demand_lo, demand_hi, withheld_code, neighbours)
+    stays: dict[tuple[int, int], int] = {}
+    if coarse:
+        stays = _stay_first(view, states, areas, supply, demand_lo, demand_hi)
+    live = np.flatnonzero(supply > 0)
+    flows = dict(stays)
+    if len(live):
+        cost_cells = _state_costs(view, states[live], areas, moving, scale)
+        moved = _transport(cost_cells, states[live], supply[live], demand_lo, demand_hi, withheld_code, neighbours)
+        for (g, slot), f in moved.items():
+            flows[(int(live[g]), slot)] = flows.get((int(live[g]), slot), 0) + f
     return _allocate(flows, state_of, areas, withheld_code, yesterday, rng)
+
+
+def _states(view: ReleaseView, n: int, last: np.ndarray, ref_prev: np.ndarray, absent: np.ndarray,
+            yesterday: np.ndarray | None, home: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The trajectories' states (last area, previous area when moving, absent, where it was the day before,
+    where its day began) and each trajectory's state. Above MAX_STATES states, too many trajectories have
+    distinct histories for one problem per bucket: the states keep only where each trajectory is (and was,
+    and whether it was absent), and the day-before regularity acts inside each state, when its trajectories
+    are given their slots (`_allocate`): a weaker attacker, so a lower figure (the README says at which
+    scale). Returns (states, state of each trajectory, coarse)."""
+    none = np.full(n, -1, dtype=np.int64)
+    routine = yesterday if yesterday is not None else none
+    start = home if home is not None else none
+    width = view.areas + 2
+    coarse_key = ((last + 1) * width + (ref_prev + 1)) * 2 + absent.astype(np.int64)
+    if yesterday is not None or home is not None:
+        full_key = np.stack([coarse_key, routine, start], axis=1)
+        codes, state_of = np.unique(full_key, axis=0, return_inverse=True)
+        if len(codes) <= MAX_STATES:
+            coarse_of = codes[:, 0]
+            states = np.stack([coarse_of // 2 // width - 1, coarse_of // 2 % width - 1, coarse_of % 2, codes[:, 1],
+                               codes[:, 2]], axis=1)
+            return states, state_of.ravel(), False
+    codes, state_of = np.unique(coarse_key, return_inverse=True)
+    states = np.stack([codes // 2 // width - 1, codes // 2 % width - 1, codes % 2, np.full(len(codes), -1),
+                       np.full(len(codes), -1)], axis=1)
+    return states, state_of.ravel(), True
+
+
+def _stay_first(view: ReleaseView, states: np.ndarray, areas: np.ndarray, supply: np.ndarray,
+                demand_lo: np.ndarray, demand_hi: np.ndarray) -> dict[tuple[int, int], int]:
+    """Coarse states only (no regularity pulls): keep every trajectory that can stay where it is (its area
+    still has slots, hidden stays hidden, absent stays absent), before the transportation problem moves the
+    rest. With distance costs (a metric) and fixed costs for leaving the withheld and absent slots, some
+    optimal plan keeps that common mass in place, so this only makes the problem smaller: at night most
+    trajectories stay. `supply` and the demands are reduced in place."""
+    n_cells = len(areas)
+    slot_of_area = {int(a): i for i, a in enumerate(areas)}
+    last, was_absent = states[:, 0], states[:, 2].astype(bool)
+    stays: dict[tuple[int, int], int] = {}
+    for g in range(len(states)):
+        if was_absent[g]:
+            slot = n_cells + 1
+        elif last[g] == view.withheld:
+            slot = n_cells
+        else:
+            slot = slot_of_area.get(int(last[g]), -1)
+        if slot < 0:
+            continue
+        keep = int(min(supply[g], demand_hi[slot]))
+        if keep <= 0:
+            continue
+        stays[(g, slot)] = keep
+        supply[g] -= keep
+        demand_hi[slot] -= keep
+        demand_lo[slot] = max(demand_lo[slot] - keep, 0.0)
+    return stays
 
 
 def _state_costs(view: ReleaseView, states: np.ndarray, areas: np.ndarray, moving: bool, scale: float
