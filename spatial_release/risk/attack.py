@@ -585,11 +585,14 @@ def attack_risk(view: ReleaseView, unit: np.ndarray, step: np.ndarray, area: np.
     member_hit = np.zeros(rows, dtype=bool)
     out_hit = np.zeros(rows)
     target = np.zeros(rows, dtype=np.int64)
+    sizes = np.diff(rec.key_offsets)
     for row_ids, keysets in drawn.by_width:
         target[row_ids] = drawn.entry_unit[row_ids // params.draws]
         view_sets = view_key_of[keysets.astype(np.int64)]  # withheld known points are WITHHELD to the recovery
-        success[row_ids], member_hit[row_ids], out_hit[row_ids] = _linkage(
-            rec, view_sets, target[row_ids], pairs, shared, ties, n_units, hidden_key, guess)
+        for part in _row_chunks(sizes[view_sets].min(axis=1)):  # bounded memory: candidates per chunk
+            chunk = row_ids[part]
+            success[chunk], member_hit[chunk], out_hit[chunk] = _linkage(
+                rec, view_sets[part], target[chunk], pairs, shared, ties, n_units, hidden_key, guess)
     report = AttackReport(trajectories=recovered.trajectories,
                           accuracy=float(precision.mean()) if len(precision) else 0.0)
     entry_success = success.reshape(-1, params.draws).mean(axis=1) if rows else np.zeros(0)
@@ -606,6 +609,24 @@ def attack_risk(view: ReleaseView, unit: np.ndarray, step: np.ndarray, area: np.
                                        accuracy=float(precision[owners].mean()) if len(owners) else 0.0))
     report.seconds = time.perf_counter() - started
     return report
+
+
+CANDIDATES = 2_000_000  # (knowledge set, trajectory) candidates examined at a time (bounds the memory)
+
+
+def _row_chunks(load: np.ndarray) -> list[slice]:
+    """Consecutive slices of rows whose candidates (the postings of each row's rarest key, an upper bound on
+    what `_candidates` expands) add up to about CANDIDATES each (a row more than that is a chunk of its own).
+    The fallback to the anchor alone expands at most as much again."""
+    chunks, start, total = [], 0, 0
+    for i, n in enumerate(load.tolist()):
+        if total and total + n > CANDIDATES:
+            chunks.append(slice(start, i))
+            start, total = i, 0
+        total += n
+    if start < len(load):
+        chunks.append(slice(start, len(load)))
+    return chunks
 
 
 def _guess_success(pairs: np.ndarray, shared: np.ndarray, ties: np.ndarray, n_units: int, n_traj: int
