@@ -276,8 +276,9 @@ def _states(view: ReleaseView, n: int, last: np.ndarray, ref_prev: np.ndarray, a
 def _stay_first(view: ReleaseView, states: np.ndarray, areas: np.ndarray, supply: np.ndarray,
                 demand_lo: np.ndarray, demand_hi: np.ndarray) -> dict[tuple[int, int], int]:
     """Coarse states only (no regularity pulls): keep every trajectory that can stay where it is (its area
-    still has slots, hidden stays hidden, absent stays absent), before the transportation problem moves the
-    rest. With distance costs (a metric) and fixed costs for leaving the withheld and absent slots, some
+    still has slots it must fill, hidden stays hidden, absent stays absent), before the transportation problem
+    moves the rest. Only required slots (their lower demand) are filled so: a trajectory kept in an optional
+    slot (a visitors area) could be the one an exact demand elsewhere needs. With distance costs (a metric) and fixed costs for leaving the withheld and absent slots, some
     optimal plan keeps that common mass in place, so this only makes the problem smaller: at night most
     trajectories stay. `supply` and the demands are reduced in place."""
     n_cells = len(areas)
@@ -293,7 +294,7 @@ def _stay_first(view: ReleaseView, states: np.ndarray, areas: np.ndarray, supply
             slot = slot_of_area.get(int(last[g]), -1)
         if slot < 0:
             continue
-        keep = int(min(supply[g], demand_hi[slot]))
+        keep = int(min(supply[g], demand_lo[slot]))  # required slots only: optional ones may be needed elsewhere
         if keep <= 0:
             continue
         stays[(g, slot)] = keep

@@ -134,14 +134,27 @@ def frontier_row(climb: Climb, ladder: list[str], cells: int, margins: int, over
             "worst_zone_over": worst[0] if worst else None, "ceiling": round(ceiling, 6), "passed": not over}
 
 
-def public_frontier(rows: list[dict] | None) -> list[dict] | None:
-    """What release.json may carry of the frontier: the configurations, which passed, which is this release.
-    The figures of configurations not published (their counts and attack figures) are facts about unpublished
-    data and stay internal."""
+def public_frontier(rows: list[dict] | None, ladder: list[str] | None = None) -> list[dict] | None:
+    """What release.json may carry of the frontier: per configuration tried, how many zones were coarsened to
+    which rung, whether it passed, which is this release. No zone is named (a zone coarsened holds units, and
+    its cells may all be withheld) and no figure of a configuration not published (its counts and attack
+    figures are facts about unpublished data)."""
     if not rows:
         return None
-    return [{"configuration": r["configuration"], "passed": r["passed"], "published": i == len(rows) - 1}
-            for i, r in enumerate(rows)]
+    out = []
+    for i, row in enumerate(rows):
+        steps = list(row.get("zones_coarsened", {}).values())
+        by_step = {s: steps.count(s) for s in sorted(set(steps))}
+        shown = [f"{n} zone(s) at {_rung_name(s, ladder)}" for s, n in by_step.items()]
+        out.append({"configuration": "; ".join(shown) or FINEST, "passed": row["passed"],
+                    "published": i == len(rows) - 1})
+    return out
+
+
+def _rung_name(step: int, ladder: list[str] | None) -> str:
+    if ladder is not None and step - 1 < len(ladder):
+        return ladder[step - 1]
+    return "parent areas only" if ladder is not None else f"rung {step}"
 
 
 def climb_zones(climb: Climb, over: dict[str, float], zones: list[str], ladder: list[str], progress: Progress

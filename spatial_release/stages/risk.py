@@ -431,7 +431,7 @@ def _public_frontier(ctx: ReleaseContext) -> list[dict] | None:
     from spatial_release.stages.results import ProtectionManifest
 
     try:
-        return public_frontier(ProtectionManifest.read(ctx.area.candidate).summary.frontier)
+        return public_frontier(ProtectionManifest.read(ctx.area.candidate).summary.frontier, list(ctx.policy.time.ladder))
     except (OSError, ValueError, KeyError):
         return None
 

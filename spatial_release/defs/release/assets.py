@@ -24,7 +24,9 @@ from spatial_release import report, stages
 from spatial_release.defs.partitions import PERIOD_TAG, partitions_for, period_of, period_tags
 from spatial_release.defs.programmes import Programme
 from spatial_release.defs.release.checks import build_checks
-from spatial_release.defs.release.reports import k_anonymity_report, readable, risk_metadata, risk_report
+from spatial_release.defs.release.reports import (frontier_report, k_anonymity_report, readable, risk_metadata,
+                                                  risk_report)
+from spatial_release.stages.coarsen import public_frontier
 from spatial_release.defs.resources import CountingEngine, ReleaseSettings
 
 CANDIDATE_TAG = "spatial_release/candidate_run"
@@ -138,8 +140,11 @@ def build_release_graph(programme: Programme) -> ReleaseGraph:
         ctx = setup(context, settings)
         policy = ctx.policy
         with hold(context, settings, ctx):
-            counts = stages.run_protect(ctx, progress=context.log.info, published=settings.published()).public_counts()
+            summary = stages.run_protect(ctx, progress=context.log.info, published=settings.published())
+            counts = summary.public_counts()
+        frontier = public_frontier(summary.frontier, list(policy.time.ladder))
         return dg.MaterializeResult(metadata={
+            **({"coarsening_frontier": dg.MetadataValue.md(frontier_report(frontier))} if frontier else {}),
             "period": ctx.period.label,
             "dagster/row_count": counts.published_cells + counts.structural_zero_cells_published,
             "k_anonymity_report": dg.MetadataValue.md(k_anonymity_report(counts, policy.k)),

@@ -81,3 +81,12 @@ def risk_report(risk: stages.RiskAssessment, spec: RiskSpec | None) -> str:
                    "data; the journalist does not):\n\n"
                    "| zone | prosecutor: mean | prosecutor: share at risk | prosecutor: worst | "
                    "journalist: mean |\n|---|---|---|---|---|\n") + "\n".join(rows)
+
+
+def frontier_report(rows: list[dict]) -> str:
+    """The configurations the coarsening pass tried, finest first (public part only: no figure of the ones not
+    published)."""
+    lines = ["| configuration | passed the risk gate | published |", "|---|---|---|"]
+    lines += [f"| {r['configuration']} | {'yes' if r['passed'] else 'no'} | {'this release' if r['published'] else ''} |"
+              for r in rows]
+    return "\n".join(lines)
