@@ -227,7 +227,7 @@ PERIOD_RUNG = "period"  # the coarsest time rung: the whole release period (a qu
 _HOURS = {"h": 1, "d": 24, "w": 168}
 
 
-def _bucket_hours(bucket: str) -> int:
+def bucket_hours(bucket: str) -> int:
     number, unit = BUCKET_PATTERN.match(bucket).groups()  # type: ignore[union-attr]
     return int(number) * _HOURS[unit]
 
@@ -269,7 +269,7 @@ class TimeSpec(_Strict):
                 continue
             if not BUCKET_PATTERN.match(rung):
                 raise ValueError(f"ladder rung {rung!r} is neither {PERIOD_RUNG!r} nor a multiple of h, d or w")
-            coarse, fine = _bucket_hours(rung), _bucket_hours(previous)
+            coarse, fine = bucket_hours(rung), bucket_hours(previous)
             if coarse <= fine or coarse % fine:
                 raise ValueError(f"ladder rung {rung!r} must be a larger multiple of {previous!r} (the rung "
                                  "below it), so that each of its buckets is a union of whole finer buckets")

@@ -1,10 +1,11 @@
-"""The attack stage's inputs: the candidate's public cell figures as the public reads them (`risk.attack.
+"""The attack stage's inputs: the candidate's public figures as the public reads them (`risk.attack.
 ReleaseView`) and the true memberships, both coded from the work area; the attack itself is `risk.attack`.
 
-The view holds the main geometry's cells at the policy's bucket and the bucket totals: the figures from
-which trajectories are chained. Coarser rungs, parent areas and linked zonings are published too; the
-recovery does not use them (it is a lower bound, as every attack is), the uniqueness bound counts them.
-Coordinates are the areas' centroids in their UTM zone (metres), from the geometry in cells.parquet.
+One view per zoning (the main geometry's cells, each linked zoning's areas) and per time resolution the
+candidate publishes (the policy's bucket, each rung of its time ladder): its area figures and bucket totals,
+from which trajectories are chained. Parent areas are not chained (the recovery is a lower bound, as every
+attack is; the uniqueness bound counts them). Coordinates are the areas' centroids in their UTM zone
+(metres), from the policy's zone files or grid.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from spatial_release.levels import LEAF, TOTAL, at_rung
+from spatial_release.policy.model import PERIOD_RUNG, bucket_hours
 from spatial_release.risk import Adversary
 from spatial_release.risk.attack import AttackParams, AttackReport, ReleaseView, ZoneAttack, attack_risk
 from spatial_release.stages import reuse
@@ -33,18 +35,13 @@ class AttackInputs:
     zone_of_area: np.ndarray
 
 
-def _bucket_hours(bucket: str) -> float:
-    number, unit = int(bucket[:-1]), bucket[-1]
-    return number * {"h": 1, "d": 24, "w": 168}[unit]
-
-
-def _centroids(ctx: ReleaseContext, names: np.ndarray, shown: np.ndarray) -> np.ndarray:
+def _centroids(geometries, names: np.ndarray, shown: np.ndarray) -> np.ndarray:
     """(x, y) in metres (the areas' UTM zone) of the areas that have a published figure (NaN for the others):
-    only published areas are places the recovery can put a trajectory."""
+    only published areas are places the recovery can put a trajectory. `geometries`: area ids -> polygons."""
     xy = np.full((len(names), 2), np.nan)
     if not shown.any():
         return xy
-    polygons = ctx.locator.geometries(pd.Series(names[shown]))
+    polygons = geometries(pd.Series(names[shown]))
     projected = polygons.to_crs(polygons.estimate_utm_crs()) if polygons.crs.is_geographic else polygons
     centre = projected.centroid
     xy[shown, 0], xy[shown, 1] = centre.x.to_numpy(), centre.y.to_numpy()
@@ -73,59 +70,81 @@ def _figures(ctx: ReleaseContext, rung: str | None, proposal: bool = False) -> t
     return cells[["cell_id", "bucket_start", "n"]], totals[["bucket_start", "n"]]
 
 
-def _membership(ctx: ReleaseContext, rung: str | None) -> pd.DataFrame:
-    """unit, bucket_start, cell_id: the policy's buckets, or each unit's cells per bucket of `rung`."""
-    membership = pd.read_parquet(ctx.area.counts / "membership.internal.parquet",
-                                 columns=["unit", "bucket_start", "cell_id"])
+def _to_rung(ctx: ReleaseContext, membership: pd.DataFrame, rung: str | None) -> pd.DataFrame:
+    """The memberships per bucket of `rung` (a unit's areas over the policy's buckets inside it); unchanged at
+    the policy's bucket."""
     if rung is None:
         return membership
     ladder = pd.read_parquet(ctx.area.counts / LADDER_BUCKETS)
     parent = ladder[ladder["rung"] == rung].set_index("fine")["coarse"]
-    membership["bucket_start"] = membership["bucket_start"].map(parent)
-    return membership.dropna(subset=["bucket_start"]).drop_duplicates()
+    return membership.assign(bucket_start=membership["bucket_start"].map(parent)).dropna().drop_duplicates()
 
 
 def attack_inputs(ctx: ReleaseContext, zone_of_cells, rung: str | None = None, proposal: bool = False,
                   zoning: str | None = None) -> AttackInputs:
     """The candidate's view of the main geometry's cells (or of a linked `zoning`'s areas) at the policy's
     bucket or at time rung `rung` (see `_figures`) and the true memberships, coded: buckets in time order, areas
-    numbered over the membership's and the published areas (sorted), units in their sort order."""
-    if zoning is not None:
-        return _linked_inputs(ctx, zone_of_cells, zoning, rung)
-    cells, top = _figures(ctx, rung, proposal)
-    membership = _membership(ctx, rung)
+    numbered over the membership's and the published areas (sorted), units in their sort order. A linked area's
+    risk zone is that of the main geometry's area holding its representative point."""
+    if zoning is None:
+        cells, top = _figures(ctx, rung, proposal)
+        membership = pd.read_parquet(ctx.area.counts / "membership.internal.parquet",
+                                     columns=["unit", "bucket_start", "cell_id"])
+        geometries = ctx.locator.geometries
+        zones_of = lambda names: zone_of_cells(pd.Series(names)).reindex(names).to_numpy(dtype=object)  # noqa: E731
+    else:
+        from spatial_release.levels import linked_total
+
+        count = ctx.policy.count_column
+        margins = pd.read_parquet(ctx.area.candidate / "margins.parquet").rename(columns={count: "n"})
+        cells = margins[margins["level"] == at_rung(zoning, rung)].rename(columns={"area_id": "cell_id"})
+        top = margins[margins["level"] == at_rung(linked_total(zoning), rung)]
+        membership = _linked_membership(ctx, zoning)
+        geometries = ctx.layers.linked[zoning].geometries
+        zones_of = lambda names: _linked_zones(ctx, zone_of_cells, zoning, names)  # noqa: E731
+    membership = _to_rung(ctx, membership, rung)
     period_buckets = [] if rung else list(pd.to_datetime(ctx.buckets, utc=True))
     buckets = pd.DatetimeIndex(sorted(set(period_buckets) | set(membership["bucket_start"])
                                       | set(cells["bucket_start"])))
     names = np.array(sorted(set(membership["cell_id"]) | set(cells["cell_id"])), dtype=object)
     totals = np.full(len(buckets), -1, dtype=np.int64)
     totals[buckets.get_indexer(top["bucket_start"])] = top["n"].to_numpy()
-    hours = _bucket_hours(rung or ctx.policy.time.bucket) if rung != "period" else 24 * 90
+    hours = bucket_hours(rung or ctx.policy.time.bucket) if rung != PERIOD_RUNG else None
     daytime = day_lag = None
-    if hours < 24 and 24 % hours == 0:
+    if hours is not None and hours < 24 and 24 % hours == 0:
         local_hour = buckets.tz_convert(ctx.policy.time.timezone).hour
         daytime = np.asarray((local_hour >= 7) & (local_hour < 22))
         day_lag = int(24 // hours)
     figure_area = pd.Index(names).get_indexer(cells["cell_id"]).astype(np.int64)
     view = ReleaseView(
-        steps=len(buckets), xy=_centroids(ctx, names, np.isin(np.arange(len(names)), figure_area)),
+        steps=len(buckets), xy=_centroids(geometries, names, np.isin(np.arange(len(names)), figure_area)),
         figure_step=buckets.get_indexer(cells["bucket_start"]).astype(np.int64), figure_area=figure_area,
         figure_count=cells["n"].to_numpy(dtype=np.int64), totals=totals,
         additive=ctx.policy.measure == "presence" and rung is None, daytime=daytime, day_lag=day_lag)
     unit_codes, _ = pd.factorize(membership["unit"], sort=True)
-    zones = zone_of_cells(pd.Series(names)).reindex(names).to_numpy(dtype=object)
     return AttackInputs(view, unit_codes.astype(np.int64),
                         buckets.get_indexer(membership["bucket_start"]).astype(np.int64),
-                        pd.Index(names).get_indexer(membership["cell_id"]).astype(np.int64), zones)
+                        pd.Index(names).get_indexer(membership["cell_id"]).astype(np.int64), zones_of(names))
 
 
 OUTSIDE = "(outside the risk zones)"  # linked areas whose representative point is in no area of the main geometry
 
 
+def _linked_zones(ctx: ReleaseContext, zone_of_cells, zoning: str, names: np.ndarray) -> np.ndarray:
+    main = linked_areas_of_main(ctx, zoning, names)
+    main_zone = zone_of_cells(pd.Series([m for m in main if isinstance(m, str)]).drop_duplicates())
+    return np.array([main_zone.get(m, OUTSIDE) if isinstance(m, str) else OUTSIDE for m in main], dtype=object)
+
+
 def _linked_membership(ctx: ReleaseContext, zoning: str) -> pd.DataFrame:
     """unit, bucket_start, cell_id (an area of the linked zoning) from the validated pings, counted as the
     policy's measure counts them: every area a unit was in (visitors), or its dominant area (presence: most
-    pings, ties to the smallest id, as the counting breaks them)."""
+    pings, ties to the smallest id, as the counting breaks them). Read once per context: every view of the
+    zoning and the uniqueness keys use it."""
+    return ctx._once(f"linked_membership:{zoning}", lambda: _read_linked_membership(ctx, zoning))
+
+
+def _read_linked_membership(ctx: ReleaseContext, zoning: str) -> pd.DataFrame:
     pings = pd.read_parquet(ctx.area.ingest / "pings.parquet", columns=["unit", "ts", "lon", "lat"])
     layer = ctx.layers.linked[zoning]
     located = layer.locate(pings["lon"].to_numpy(), pings["lat"].to_numpy())
@@ -145,46 +164,6 @@ def linked_areas_of_main(ctx: ReleaseContext, zoning: str, names: np.ndarray) ->
     """The main geometry's cell holding each linked area's representative point (None outside it)."""
     points = ctx.layers.linked[zoning].geometries(pd.Series(names)).representative_point().to_crs("EPSG:4326")
     return ctx.locator.locate(points.x.to_numpy(), points.y.to_numpy())
-
-
-def _linked_inputs(ctx: ReleaseContext, zone_of_cells, zoning: str, rung: str | None) -> AttackInputs:
-    """The view of a linked zoning's published areas (`<zoning>` or `<zoning>@<rung>` margins, its
-    `<zoning>_total` totals) and its memberships; each area's risk zone is the zone of the main geometry's
-    area holding its representative point."""
-    from spatial_release.levels import linked_total
-
-    count = ctx.policy.count_column
-    margins = pd.read_parquet(ctx.area.candidate / "margins.parquet").rename(columns={count: "n"})
-    cells = margins[margins["level"] == at_rung(zoning, rung)].rename(columns={"area_id": "cell_id"})
-    top = margins[(margins["level"] == at_rung(linked_total(zoning), rung))]
-    membership = _linked_membership(ctx, zoning)
-    if rung is not None:
-        ladder = pd.read_parquet(ctx.area.counts / LADDER_BUCKETS)
-        parent = ladder[ladder["rung"] == rung].set_index("fine")["coarse"]
-        membership = membership.assign(bucket_start=membership["bucket_start"].map(parent)).dropna().drop_duplicates()
-    buckets = pd.DatetimeIndex(sorted(set(membership["bucket_start"]) | set(cells["bucket_start"])))
-    names = np.array(sorted(set(membership["cell_id"]) | set(cells["cell_id"])), dtype=object)
-    totals = np.full(len(buckets), -1, dtype=np.int64)
-    totals[buckets.get_indexer(top["bucket_start"])] = top["n"].to_numpy()
-    polygons = ctx.layers.linked[zoning].geometries(pd.Series(names))
-    main = linked_areas_of_main(ctx, zoning, names)
-    main_zone = zone_of_cells(pd.Series([m for m in main if isinstance(m, str)]).drop_duplicates())
-    zones = np.array([main_zone.get(m, OUTSIDE) if isinstance(m, str) else OUTSIDE
-                      for m in main], dtype=object)
-    figure_area = pd.Index(names).get_indexer(cells["cell_id"]).astype(np.int64)
-    shown = np.isin(np.arange(len(names)), figure_area)
-    xy = np.full((len(names), 2), np.nan)
-    if shown.any():
-        projected = polygons[shown].to_crs(polygons[shown].estimate_utm_crs())
-        xy[shown, 0], xy[shown, 1] = projected.centroid.x.to_numpy(), projected.centroid.y.to_numpy()
-    view = ReleaseView(steps=len(buckets), xy=xy,
-                       figure_step=buckets.get_indexer(cells["bucket_start"]).astype(np.int64),
-                       figure_area=figure_area, figure_count=cells["n"].to_numpy(dtype=np.int64), totals=totals,
-                       additive=ctx.policy.measure == "presence" and rung is None)
-    unit_codes, _ = pd.factorize(membership["unit"], sort=True)
-    return AttackInputs(view, unit_codes.astype(np.int64),
-                        buckets.get_indexer(membership["bucket_start"]).astype(np.int64),
-                        pd.Index(names).get_indexer(membership["cell_id"]).astype(np.int64), zones)
 
 
 def attack_params(landscape) -> AttackParams:
