@@ -15,8 +15,9 @@ import pytest
 
 from spatial_release import cli
 from spatial_release.ledger import (
-    ENTRIES, HEAD, AlreadyRecorded, LedgerCorrupt, LedgerKeyError, ReleasesMismatch, append_entry,
-    check_releases, entry_hash, public_key_path_for, read_ledger, signing_key_path,
+    ENTRIES, HEAD, AlreadyRecorded, Ledger, LedgerCorrupt, LedgerKeyError, PinMismatch, ReleasesMismatch,
+    append_entry, check_releases, entry_hash, forget_pin, pin_path, public_key_path_for, read_ledger,
+    signing_key_path,
 )
 
 
@@ -249,6 +250,10 @@ def test_cli_verify_cross_checks_releases(ledger, tmp_path, capsys):
     assert cli.main(["ledger", "verify", "--ledger", str(ledger), "--releases", str(releases)]) == 0
     for name in (ENTRIES, HEAD):
         (ledger / name).unlink()
+    # beside its pin, a deleted ledger is a rollback to nothing
+    assert cli.main(["ledger", "verify", "--ledger", str(ledger)]) == 1
+    assert "4 entries missing" in capsys.readouterr().err
+    forget_pin(ledger)  # where the pin is not (an auditor's machine), the releases still tell
     assert cli.main(["ledger", "verify", "--ledger", str(ledger)]) == 0  # alone, an empty ledger verifies
     assert cli.main(["ledger", "verify", "--ledger", str(ledger), "--releases", str(releases)]) == 1
     assert "does not record" in capsys.readouterr().err
@@ -280,10 +285,12 @@ _CHILD = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("existing", [0, 2])
-@pytest.mark.parametrize("crash_at, when", [(1, "before"), (1, "after"), (2, "before"), (2, "after")])
+@pytest.mark.parametrize("crash_at, when", [(1, "before"), (1, "after"), (2, "before"), (2, "after"),
+                                            (3, "before"), (3, "after")])
 def test_kill_9_at_every_step_of_an_append_is_rolled_forward(tmp_path, existing, crash_at, when):
-    """The append's renames are its steps: entries.jsonl (1), HEAD (2); the process is killed right before
-    or right after each. The next append must succeed, leave no temporary, and the ledger verify."""
+    """The append's renames are its steps: entries.jsonl (1), HEAD (2), the pin (3); the process is killed
+    right before or right after each. The next append must succeed, leave no temporary, and the ledger
+    verify against a pin that records it."""
     folder = tmp_path / "ledger"
     for i in range(existing):
         append_entry(folder, {"kind": "release", "dataset": "d", "period": f"2017-0{i + 1}"})
@@ -297,6 +304,9 @@ def test_kill_9_at_every_step_of_an_append_is_rolled_forward(tmp_path, existing,
     assert [e["seq"] for e in entries] == list(range(len(entries)))
     assert (folder / HEAD).read_text().split() == [str(len(entries)), entries[-1]["hash"]]
     assert not list(folder.glob(".*.tmp"))  # the killed writer's temporaries are gone
+    pin = json.loads(pin_path(folder).read_text())
+    assert (pin["entries"], pin["head"]) == (len(entries), entries[-1]["hash"])
+    assert not list(pin_path(folder).parent.glob(f".{pin_path(folder).name}.*.tmp"))
     periods = [e.get("period") for e in entries if e["kind"] == "release"]
     assert periods.count("2018-01") == (1 if len(survived) > existing else 0)
 
@@ -305,3 +315,94 @@ def test_cli_verify_of_a_mistyped_ledger_path_is_a_user_error(tmp_path, capsys):
     """Hostile pass: a path that does not exist read as "verifies: 0 entries", exit 0."""
     assert cli.main(["ledger", "verify", "--ledger", str(tmp_path / "no-such-ledger")]) == 2
     assert "not a ledger folder" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------- the last-head pin (issue 23, item 7)
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    """The ledger folder's files as an attacker or operator copies them, to put back later."""
+    return {name: (folder / name).read_bytes() for name in (ENTRIES, HEAD)}
+
+
+def _put_back(folder: Path, snapshot: dict[str, bytes]) -> None:
+    for name, data in snapshot.items():
+        (folder / name).write_bytes(data)
+
+
+def test_the_pin_is_kept_beside_the_signing_key(ledger):
+    # the test key is in conftest's scratch folder: the pin is there too, never in the user's home
+    path = pin_path(ledger)
+    assert path.parent == signing_key_path().with_name(signing_key_path().name + ".pins")
+    assert ledger not in path.parents and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    pin = json.loads(path.read_text())
+    entries = read_ledger(ledger)
+    assert (pin["ledger"], pin["entries"], pin["head"]) == (str(ledger.resolve()), 4, entries[-1]["hash"])
+
+
+def test_an_older_copy_of_the_ledger_put_back_is_behind_its_pin(ledger, capsys):
+    """Negative control: before the pin, the older copy verified (its chain, HEAD and signatures are all
+    the key's own) and the release recorded since vanished from the record."""
+    older = _snapshot(ledger)
+    append_entry(ledger, {"kind": "release", "dataset": "d", "period": "2018-05"})
+    _put_back(ledger, older)
+    with pytest.raises(PinMismatch, match=r"holds 4 entries but its pin .* records 5 .*: 1 entry missing"):
+        read_ledger(ledger)
+    assert cli.main(["ledger", "verify", "--ledger", str(ledger)]) == 1
+    err = capsys.readouterr().err
+    assert "does NOT verify" in err and str(pin_path(ledger)) in err and "1 entry missing" in err
+    with pytest.raises(PinMismatch):  # nor can the older copy be appended to (re-recording 2018-05)
+        append_entry(ledger, {"kind": "release", "dataset": "d", "period": "2018-05"})
+
+
+def test_a_ledger_replaced_by_another_of_the_same_length_diverges_from_its_pin(ledger, tmp_path):
+    other = tmp_path / "other"
+    for i in range(4):
+        append_entry(other, {"kind": "release", "dataset": "d", "period": f"2018-0{i + 1}", "risk": 0.0})
+    _put_back(ledger, _snapshot(other))  # signed by the same key: verifies on its own
+    with pytest.raises(PinMismatch, match="entry 3 is not the head its pin"):
+        read_ledger(ledger)
+
+
+def test_a_ledger_ahead_of_its_pin_is_accepted_and_re_pinned(ledger):
+    # a crash between HEAD's rename and the pin's: the pinned head is still in the chain
+    path = pin_path(ledger)
+    before = path.read_bytes()
+    append_entry(ledger, {"kind": "review"})
+    path.write_bytes(before)
+    assert len(read_ledger(ledger)) == 5  # a reader accepts it and writes nothing
+    assert path.read_bytes() == before
+    with Ledger(ledger).locked():  # a run's locked open re-pins
+        pass
+    assert json.loads(path.read_text())["entries"] == 5
+
+
+def test_first_use_pins_what_is_there(ledger):
+    forget_pin(ledger)  # a ledger written before pins existed
+    assert len(read_ledger(ledger)) == 4 and not pin_path(ledger).exists()
+    with Ledger(ledger).locked():
+        pass
+    assert json.loads(pin_path(ledger).read_text())["entries"] == 4
+
+
+def test_ledgers_sharing_a_key_have_a_pin_each(ledger, tmp_path):
+    other = tmp_path / "other"
+    append_entry(other, {"kind": "review"})
+    assert pin_path(other) != pin_path(ledger) and pin_path(other).parent == pin_path(ledger).parent
+    older = _snapshot(other)
+    append_entry(other, {"kind": "review"})
+    _put_back(other, older)
+    with pytest.raises(PinMismatch):
+        read_ledger(other)
+    assert len(read_ledger(ledger)) == 4  # the other ledger's rollback is its own
+
+
+def test_an_edited_pin_is_refused(ledger):
+    # lowering the pinned count would let an older copy pass: the pin is signed
+    path = pin_path(ledger)
+    pin = json.loads(path.read_text())
+    path.write_text(json.dumps({**pin, "entries": 2, "head": read_ledger(ledger)[1]["hash"]}))
+    with pytest.raises(PinMismatch, match="signature does not verify"):
+        read_ledger(ledger)
+    path.write_text("{not json")
+    with pytest.raises(PinMismatch, match="malformed"):
+        read_ledger(ledger)

@@ -15,10 +15,15 @@ What each property rests on:
 - **Concurrency**: `Ledger.locked()` is one exclusive, re-entrant (per thread) lock over the ledger folder;
   the release gate holds it across "already published?", the risk assessment and the append, and
   `append_entry` refuses a second release entry for a (dataset, period) whatever the caller did.
-- **Crashes**: an append replaces entries.jsonl then HEAD, each in one rename. A crash between them leaves
-  HEAD exactly one entry behind (or missing after the first append), which reads as valid only because
-  the extra entry is signed, and which the next locked operation repairs. Temporaries that a killed writer
-  left in the ledger folder are removed under the lock, so a live writer's temporary is never touched.
+- **Putting back an older copy of the ledger folder** (and hiding the releases published since): the
+  last-head pin, signed and kept beside the signing key, outside the ledger folder (`ledger.pin`); a
+  ledger behind its pin, or diverging from it, does not verify.
+- **Crashes**: an append replaces entries.jsonl, then HEAD, then the pin, each in one rename. A crash
+  between the first two leaves HEAD exactly one entry behind (or missing after the first append), which
+  reads as valid only because the extra entry is signed; one before the pin's rename leaves the ledger
+  ahead of its pin, which reads as valid because the pinned head is still in the chain. The next locked
+  operation repairs both. Temporaries that a killed writer left in the ledger folder are removed under
+  the lock, so a live writer's temporary is never touched.
 """
 
 from spatial_release.ledger.chain import (
@@ -27,18 +32,19 @@ from spatial_release.ledger.chain import (
 )
 from spatial_release.ledger.crosscheck import check_releases
 from spatial_release.ledger.errors import (
-    ENTRIES, AlreadyRecorded, LedgerCorrupt, LedgerError, LedgerKeyError, ReleasesMismatch,
+    ENTRIES, AlreadyRecorded, LedgerCorrupt, LedgerError, LedgerKeyError, PinMismatch, ReleasesMismatch,
 )
 from spatial_release.ledger.handle import Ledger
+from spatial_release.ledger.pin import PINS_SUFFIX, forget_pin, ledger_identity, pin_path, pins_folder
 from spatial_release.ledger.keys import (
     DEFAULT_SIGNING_KEY, PUBLIC_KEY_ENV, SIGNING_KEY_ENV, key_id, load_public_key, load_signing_key,
     public_key_path_for, signing_key_path, trusted_public_key,
 )
 
 __all__ = [
-    "DEFAULT_SIGNING_KEY", "ENTRIES", "GENESIS", "HEAD", "LOCK", "PUBLIC_KEY_ENV", "RESERVED", "SIGNING_KEY_ENV",
-    "AlreadyRecorded", "Ledger", "LedgerCorrupt", "LedgerError", "LedgerKeyError", "ReleasesMismatch",
-    "append_entry", "canonical", "check_releases", "entry_hash", "find_release", "key_id", "ledger_lock",
-    "load_public_key", "load_signing_key", "public_key_path_for", "read_ledger", "signing_key_path",
-    "trusted_public_key", "verify_chain",
+    "DEFAULT_SIGNING_KEY", "ENTRIES", "GENESIS", "HEAD", "LOCK", "PINS_SUFFIX", "PUBLIC_KEY_ENV", "RESERVED",
+    "SIGNING_KEY_ENV", "AlreadyRecorded", "Ledger", "LedgerCorrupt", "LedgerError", "LedgerKeyError",
+    "PinMismatch", "ReleasesMismatch", "append_entry", "canonical", "check_releases", "entry_hash", "find_release",
+    "forget_pin", "key_id", "ledger_identity", "ledger_lock", "load_public_key", "load_signing_key", "pin_path",
+    "pins_folder", "public_key_path_for", "read_ledger", "signing_key_path", "trusted_public_key", "verify_chain",
 ]

@@ -4,6 +4,7 @@ property rests on."""
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import re
@@ -19,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from spatial_release.fileio import atomic_path, folder_lock, remove_stale_temporaries, restrict_umask
 from spatial_release.ledger.errors import ENTRIES, AlreadyRecorded, LedgerCorrupt, LedgerKeyError
 from spatial_release.ledger.keys import PUBLIC_KEY_ENV, key_id, load_signing_key, signing_key_path, trusted_public_key
+from spatial_release.ledger.pin import check_pin, write_pin
 
 HEAD = "HEAD"
 LOCK = ".lock"
@@ -137,20 +139,34 @@ def _head_behind(folder: Path, entries: list[dict]) -> bool:
                               f"the ledger holds {len(entries)} ending {tip[:12]}...)")
 
 
-def _read(folder: Path, trusted: Callable[[], Ed25519PublicKey | None]) -> list[dict]:
+def _read_checked(folder: Path, trusted: Callable[[], Ed25519PublicKey | None],
+                  signing_key: Path | None = None) -> tuple[list[dict], bool]:
+    """The verified entries, and whether the pin should be (re)written (none yet, or the ledger ahead)."""
+    trusted = functools.cache(trusted)  # the chain and the pin verify under one key, read from disk once
     entries = _parse(folder)
     verify_chain(entries, trusted() if entries else None)  # an empty ledger needs no key
     _head_behind(folder, entries)
-    return entries
+    # last: a ledger that is corrupt in itself is reported as such, before any comparison with its pin
+    return entries, check_pin(folder, [e["hash"] for e in entries], trusted, signing_key)
 
 
-def read_ledger(folder: Path, public_key: Ed25519PublicKey | None = None) -> list[dict]:
-    """All entries of the ledger in `folder`, verified (chain, signatures, HEAD); [] for a ledger not yet
-    written. `public_key`: the key to verify under (default `trusted_public_key()`, never one from the
-    folder). Raises LedgerCorrupt naming the first bad entry or HEAD, or LedgerKeyError when there are
-    entries but no trusted key. HEAD one entry behind (a crash between the two renames of an append) reads
-    as valid; the next locked operation repairs it."""
-    return _read(folder, lambda: public_key if public_key is not None else trusted_public_key())
+def _read(folder: Path, trusted: Callable[[], Ed25519PublicKey | None],
+          signing_key: Path | None = None) -> list[dict]:
+    return _read_checked(folder, trusted, signing_key)[0]
+
+
+def read_ledger(folder: Path, public_key: Ed25519PublicKey | None = None, signing_key: Path | None = None
+                ) -> list[dict]:
+    """All entries of the ledger in `folder`, verified (chain, signatures, HEAD, and the last-head pin
+    beside the signing key, see `ledger.pin`); [] for a ledger not yet written. `public_key`: the key to
+    verify under (default `trusted_public_key()`, never one from the folder). `signing_key`: the private
+    key whose `.pins/` folder holds the pin (default `signing_key_path()`; it need not exist, only the pin
+    is read). Raises LedgerCorrupt naming the first bad entry or HEAD, PinMismatch when the ledger is
+    behind its pin (an older copy put back) or diverges from it, or LedgerKeyError when there are entries
+    but no trusted key. HEAD one entry behind (a crash between the two renames of an append) reads as
+    valid, and so does a ledger ahead of its pin (a crash before the pin's rename); the next locked
+    operation repairs both."""
+    return _read(folder, lambda: public_key if public_key is not None else trusted_public_key(), signing_key)
 
 
 # ----------------------------------------------------------------------------------------- lock, append
@@ -185,6 +201,15 @@ def _repair_head(folder: Path, entries: list[dict]) -> None:
         _write_head(folder, entries)
 
 
+def _repair_pin(folder: Path, entries: list[dict], stale: bool, signing_key: Path | None = None) -> None:
+    """Pin the ledger when `stale` (no pin yet, or the ledger ahead of it) and the private key is here to
+    sign it: an auditor's process, which holds only the public key, reads and compares but never pins.
+    An empty ledger is not pinned: there is nothing a rollback could remove."""
+    path = signing_key or signing_key_path()
+    if stale and entries and path.exists():
+        write_pin(folder, [e["hash"] for e in entries], load_signing_key(path, create=False), path)
+
+
 def _write_head(folder: Path, entries: list[dict]) -> None:
     with atomic_path(folder / HEAD) as tmp:
         tmp.write_text(f"{len(entries)} {entries[-1]['hash']}\n")
@@ -208,7 +233,8 @@ def append_entry(folder: Path, payload: dict, signing_key: Path | None = None) -
         raise ValueError("a ledger entry needs a 'kind' (release or review)")
     with ledger_lock(folder):
         key = load_signing_key(signing_key)
-        entries = read_ledger(folder, key.public_key())  # the appender trusts its own key only
+        # the appender trusts its own key only, and compares with the pin beside it
+        entries = read_ledger(folder, key.public_key(), signing_key)
         _repair_head(folder, entries)
         if payload["kind"] == "release":
             earlier = find_release(entries, payload.get("dataset"), payload.get("period"))
@@ -225,4 +251,7 @@ def append_entry(folder: Path, payload: dict, signing_key: Path | None = None) -
         with atomic_path(folder / ENTRIES) as tmp:
             tmp.write_text(text)
         _write_head(folder, [*entries, entry])
+        # after HEAD: a crash before this rename leaves the ledger one entry ahead of its pin, which reads
+        # as valid (the pinned head is still in the chain) and is re-pinned by the next locked operation
+        write_pin(folder, [e["hash"] for e in (*entries, entry)], key, signing_key or signing_key_path())
         return entry

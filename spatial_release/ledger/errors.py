@@ -30,5 +30,10 @@ class ReleasesMismatch(LedgerError):
     """releases/ and the ledger disagree: a folder the ledger does not know, or an entry without its folder."""
 
 
+class PinMismatch(LedgerError):
+    """The ledger is behind or diverges from its last-head pin (kept beside the signing key): an older copy
+    of the ledger was put back, or it was cut or replaced; or the pin itself does not verify."""
+
+
 class AlreadyRecorded(Blocked, FileExistsError):
     """The ledger already records a release of this (dataset, period); releases are immutable."""

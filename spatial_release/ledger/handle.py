@@ -9,7 +9,9 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from spatial_release.ledger.chain import _read, _repair_head, append_entry, find_release, ledger_lock
+from spatial_release.ledger.chain import (
+    _read, _read_checked, _repair_head, _repair_pin, append_entry, find_release, ledger_lock,
+)
 from spatial_release.ledger.crosscheck import check_releases
 from spatial_release.ledger.keys import load_signing_key, trusted_public_key
 
@@ -34,8 +36,9 @@ class Ledger:
         return load_signing_key(self.signing_key, create=False).public_key()
 
     def read(self) -> list[dict]:
-        """Every entry, verified under this handle's trusted key (see `read_ledger`)."""
-        return _read(self.folder, self._trusted)
+        """Every entry, verified under this handle's trusted key and compared with its pin (see
+        `read_ledger`)."""
+        return _read(self.folder, self._trusted, self.signing_key)
 
     def append(self, payload: dict) -> dict:
         """Append one signed entry with this handle's signing key (see `append_entry`)."""
@@ -51,9 +54,12 @@ class Ledger:
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold the ledger lock; a crashed append is rolled forward on entry."""
+        """Hold the ledger lock; on entry a crashed append is rolled forward (HEAD, then the pin), and a
+        ledger not pinned yet is pinned as it is (first use)."""
         with ledger_lock(self.folder):
-            _repair_head(self.folder, self.read())
+            entries, stale_pin = _read_checked(self.folder, self._trusted, self.signing_key)
+            _repair_head(self.folder, entries)
+            _repair_pin(self.folder, entries, stale_pin, self.signing_key)
             yield
 
     def checked_releases(self, dataset: str | None = None) -> list[dict]:
