@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -21,6 +22,7 @@ import pandas as pd
 from spatial_release import __version__
 from spatial_release.fileio import atomic_path, sha256_file, write_json_atomic
 from spatial_release.geometry.locate import Locator
+from spatial_release.ledger import ReleasesMismatch, find_release
 from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.suppression.primary import ProtectedTable
@@ -98,10 +100,26 @@ PENDING = "record.pending.json"
 
 
 STAGING_SUFFIX = ".publishing"
+# `.<period>.publishing.abandoned-<UTC time>`: a publication that never reached the ledger, kept aside
+ABANDONED = ".abandoned-"
 
 
 def staging_dir(target: Path) -> Path:
     return target.with_name(f".{target.name}{STAGING_SUFFIX}")
+
+
+def quarantine(staging: Path) -> Path:
+    """Move a staging folder that no ledger entry will ever finish aside, owner-only, and say so; never
+    delete it. Why kept: a publication that crashed before its ledger append leaves one, but so does a
+    published release renamed to its staging name; deleting either destroys the evidence of the second.
+    Returns the new folder, `.<period>.publishing.abandoned-<UTC time>`, which nothing finishes or checks."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    kept = staging.with_name(f"{staging.name}{ABANDONED}{stamp}")
+    os.rename(staging, kept)
+    os.chmod(kept, 0o700)  # it may hold unpublished tables: readable by the owner only
+    print(f"spatial-release: {staging} is a publication interrupted before its ledger entry (nothing was "
+          f"published); kept as {kept}. Look at it, then delete it", file=sys.stderr)
+    return kept
 
 
 def _render_report(staging: Path, record: dict, policy: Policy | None) -> tuple[str, ...]:
@@ -124,9 +142,10 @@ def publish(candidate: Path, target: Path, record: dict, register: Callable[[dic
     Order: files, their report (report.png, report.html) and the pending record go into a staging folder
     beside the target, every file hashed into the record; `register(record)`
     appends the ledger entry and returns its hash; release.json (with that hash) is written; one rename
-    makes the release visible. A crash before the ledger append leaves only the staging folder (removed
-    on the next attempt); a crash after it leaves a staging folder that `finish_pending` completes (see
-    `recover_interrupted`). Call under the ledger lock, so that no two publishers stage at once.
+    makes the release visible. A crash before the ledger append leaves only the staging folder (kept
+    aside by the next attempt, see `quarantine`); a crash after it leaves a staging folder that
+    `finish_pending` completes (see `recover_interrupted`). Call under the ledger lock, so that no two
+    publishers stage at once.
 
     candidate: the checked files' folder in the work area. target: the release folder (`release_dir`);
     FileExistsError if it exists. record: the release record without its file hashes (added here).
@@ -137,8 +156,9 @@ def publish(candidate: Path, target: Path, record: dict, register: Callable[[dic
     if target.exists():
         raise FileExistsError(f"{target} already exists; a published release is never overwritten")
     staging = staging_dir(target)
-    if staging.exists():
-        shutil.rmtree(staging)
+    if staging.exists():  # recover_interrupted ran first under the same lock: only a folder made by hand
+        _refuse_if_published(staging, target)
+        quarantine(staging)
     staging.mkdir(parents=True)
     for name in RELEASE_FILES:
         shutil.copyfile(candidate / name, staging / name)
@@ -170,18 +190,39 @@ def finish_pending(target: Path, entry_hash: str, entry_files: dict[str, str] | 
     return target
 
 
+def _refuse_if_published(staging: Path, target: Path) -> None:
+    """Raise ReleasesMismatch when a staging folder the ledger does not record holds a release.json: that
+    file is written only after the ledger append, so this is a published release whose entry is gone (an
+    older ledger put back, the release renamed out of sight), not a crashed publication."""
+    if (staging / "release.json").exists():
+        raise ReleasesMismatch(
+            f"{staging} holds a published release (its release.json is written only after the ledger entry) "
+            f"but the ledger does not record {target.parent.name} {target.name}: the ledger was rolled back "
+            "or edited and the release hidden under its staging name. Kept as it is; nothing is published "
+            "until the ledger that records it is put back")
+
+
 def recover_interrupted(releases_root: Path, entries: list[dict]) -> list[Path]:
-    """Roll every interrupted publication under `releases_root` forward or back; returns the releases it
-    finished. A staging folder whose release the ledger records (a crash after the append) is finished; one
-    it does not record (a crash before the append) published nothing and is removed. Call under the ledger
-    lock: every publisher stages under it, so no staging folder seen here belongs to a live publisher."""
+    """Roll every interrupted publication under `releases_root` forward, or keep it aside; returns the
+    releases it finished. A staging folder whose release the ledger records and whose release folder does
+    not exist (a crash after the append) is finished. One the ledger does not record is a crash before the
+    append (nothing published): it is moved aside, owner-only, and reported (`quarantine`), never deleted.
+    Evidence of tampering blocks (ReleasesMismatch) and is left in place: a staging folder holding a
+    release.json the ledger does not record, or one beside the release folder its ledger entry published.
+    Call under the ledger lock: every publisher stages under it, so no staging folder seen here belongs to
+    a live publisher."""
     finished = []
     for staging in sorted(releases_root.glob(f"*/.*{STAGING_SUFFIX}")):
         target = staging.parent / staging.name[1:-len(STAGING_SUFFIX)]
-        entry = next((e for e in entries if e.get("kind") == "release" and e.get("dataset") == target.parent.name
-                      and e.get("period") == target.name), None)
-        if entry is None or target.exists():
-            shutil.rmtree(staging)
+        entry = find_release(entries, target.parent.name, target.name)
+        if entry is None:
+            _refuse_if_published(staging, target)
+            quarantine(staging)
+        elif target.exists():
+            raise ReleasesMismatch(
+                f"{staging} sits beside {target}, which ledger entry {entry['seq']} published: a publication "
+                "never leaves both (its last step renames one into the other), so one was copied or renamed "
+                "by hand. Both are kept; compare them with the ledger entry")
         else:
             finished.append(finish_pending(target, entry["hash"], entry.get("files")))
     return finished

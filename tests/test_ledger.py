@@ -19,6 +19,7 @@ from spatial_release.ledger import (
     append_entry, check_releases, entry_hash, forget_pin, pin_path, public_key_path_for, read_ledger,
     signing_key_path,
 )
+from spatial_release.release import PENDING, recover_interrupted
 
 
 @pytest.fixture
@@ -406,3 +407,60 @@ def test_an_edited_pin_is_refused(ledger):
     path.write_text("{not json")
     with pytest.raises(PinMismatch, match="malformed"):
         read_ledger(ledger)
+
+
+# ---------------------------------------------- staging folders are evidence, never deleted (issue 23, item 7)
+
+def _staging(releases: Path, period: str, files: dict[str, str]) -> Path:
+    folder = releases / "d" / f".{period}.publishing"
+    folder.mkdir(parents=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def test_a_publication_crashed_before_its_ledger_entry_is_kept_aside(ledger, tmp_path, capsys):
+    """Negative control: the next run used to delete such a folder; it is now moved aside, owner-only,
+    reported, and kept (a crash before the append published nothing, but the folder may be evidence)."""
+    releases = tmp_path / "releases"
+    entries = read_ledger(ledger)
+    for entry in entries:
+        _publish_folder(releases, entry)
+    staging = _staging(releases, "2018-09", {PENDING: "{}", "cells.parquet": "tables"})
+    assert recover_interrupted(releases, entries) == []
+    [kept] = (releases / "d").glob(".2018-09.publishing.abandoned-*")
+    assert not staging.exists() and (kept / "cells.parquet").read_text() == "tables"
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o700
+    assert str(kept) in capsys.readouterr().err
+    check_releases(entries, releases)  # not a release: reported, not a mismatch
+    assert str(kept) in capsys.readouterr().err
+    assert recover_interrupted(releases, entries) == [] and kept.exists()  # nothing finishes or deletes it
+
+
+def test_a_published_release_hidden_under_its_staging_name_blocks(ledger, tmp_path):
+    """A staging folder holding release.json that the ledger does not record: the release was published
+    (release.json is written after the append) and its entry is gone. Blocked, kept where it is."""
+    releases = tmp_path / "releases"
+    entries = read_ledger(ledger)
+    for entry in entries[:3]:
+        _publish_folder(releases, entry)
+    hidden = releases / "d" / ".2018-04.publishing"
+    _publish_folder(releases, entries[3])
+    (releases / "d" / "2018-04").rename(hidden)
+    rolled_back = entries[:3]  # what an older ledger (without its pin) says
+    with pytest.raises(ReleasesMismatch, match="holds a published release"):
+        recover_interrupted(releases, rolled_back)
+    with pytest.raises(ReleasesMismatch, match=r"\.2018-04\.publishing holds a published release"):
+        check_releases(rolled_back, releases)
+    assert (hidden / "release.json").exists()
+
+
+def test_a_staging_folder_beside_its_published_release_blocks(ledger, tmp_path):
+    releases = tmp_path / "releases"
+    entries = read_ledger(ledger)
+    for entry in entries:
+        _publish_folder(releases, entry)
+    staging = _staging(releases, "2018-02", {PENDING: "{}"})
+    with pytest.raises(ReleasesMismatch, match="sits beside"):
+        recover_interrupted(releases, entries)
+    assert staging.exists() and (releases / "d" / "2018-02" / "release.json").exists()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from spatial_release.fileio import sha256_file
@@ -49,10 +51,35 @@ def _check_file_hashes(folder: Path, entry: dict) -> None:
                                    "records: the published file was altered or removed")
 
 
+def _hidden_folders(releases_root: Path) -> Iterator[Path]:
+    """Folders where a release folder would be, but hidden (a hidden period or dataset folder): staging
+    folders, publications kept aside, or a release renamed out of sight."""
+    for folder in sorted(releases_root.glob("*/*")):
+        if folder.is_dir() and (folder.name.startswith(".") or folder.parent.name.startswith(".")):
+            yield folder
+
+
+def _check_hidden(entries: list[dict], releases_root: Path) -> None:
+    """A hidden folder holding a release.json whose ledger entry this ledger does not have is a published
+    release hidden after the ledger was rolled back or edited: ReleasesMismatch. The others are reported
+    on stderr (kept for someone to look at), not checked."""
+    hashes = {e.get("hash") for e in entries if e.get("kind") == "release"}
+    for folder in _hidden_folders(releases_root):
+        record = _record_of(folder)
+        if record is not None and record.get("ledger_entry") not in hashes:
+            raise ReleasesMismatch(f"{folder} holds a published release (release.json names ledger entry "
+                                   f"{str(record.get('ledger_entry'))[:12]}...) that the ledger does not record: "
+                                   "the ledger was rolled back or edited and the release hidden")
+        print(f"spatial-release: {folder} is not a release (a publication interrupted, or in progress, or "
+              "kept aside); not checked", file=sys.stderr)
+
+
 def check_releases(entries: list[dict], releases_root: Path) -> None:
     """Every release entry has its folder, whose release.json names that entry and its file hashes, and
-    every release folder under `releases_root` has its entry. Raises ReleasesMismatch naming the first
-    disagreement: the ledger was edited, truncated or deleted, or a folder was added or removed by hand."""
+    every release folder under `releases_root` has its entry; no hidden folder there holds a release the
+    ledger does not record (other hidden folders are reported on stderr). Raises ReleasesMismatch naming
+    the first disagreement: the ledger was edited, truncated or deleted, or a folder was added, removed or
+    hidden by hand."""
     known = {(e.get("dataset"), e.get("period")): e for e in entries if e.get("kind") == "release"}
     for (dataset, period), entry in known.items():
         folder = releases_root / str(dataset) / str(period)
@@ -68,6 +95,7 @@ def check_releases(entries: list[dict], releases_root: Path) -> None:
         _check_file_hashes(folder, entry)
     if not releases_root.is_dir():
         return
+    _check_hidden(entries, releases_root)
     for dataset_dir in sorted(p for p in releases_root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         for folder in sorted(p for p in dataset_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
             if (dataset_dir.name, folder.name) not in known:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from spatial_release import cli
-from spatial_release.ledger import ENTRIES, HEAD, append_entry, entry_hash
+from spatial_release.ledger import ENTRIES, HEAD, append_entry, entry_hash, forget_pin, pin_path
 from test_release_io import two_quarter_policy
 
 
@@ -157,3 +157,33 @@ def test_any_figure_of_a_published_record_edited_blocks(programme, capsys):
     record["k"] = 50
     path.write_text(json.dumps(record))
     _assert_blocked(programme, capsys, "differs from the record ledger entry")
+
+
+def test_a_rolled_back_ledger_with_the_release_renamed_to_staging_blocks(programme, capsys):
+    """Issue 23, item 7. An older copy of the ledger folder (before Q2) put back, and Q2's release folder
+    renamed to its staging name: `ledger verify --releases` passed (the older ledger verifies, and the
+    cross-check skipped hidden folders) and the next run deleted the folder, so Q2 vanished without trace.
+    Now the pin beside the signing key blocks both, and the folder is kept; where the pin is not (an
+    auditor elsewhere, or a pin deleted), the hidden release.json blocks them."""
+    ledger, q2 = programme / "ledger", programme / "out/releases/fixture/2018-Q2"
+    older = {name: (ledger / name).read_bytes() for name in (ENTRIES, HEAD)}
+    assert _release(programme, programme / "policy.yaml", "2018-Q2") == 0
+    capsys.readouterr()
+    for name, data in older.items():
+        (ledger / name).write_bytes(data)
+    hidden = q2.with_name(".2018-Q2.publishing")
+    q2.rename(hidden)
+
+    assert _verify(programme) == 1
+    err = capsys.readouterr().err
+    assert "does NOT verify" in err and str(pin_path(ledger)) in err and "1 entry missing" in err
+    assert _release(programme, programme / "policy.yaml", "2018-Q2") == 1
+    assert "1 entry missing" in capsys.readouterr().err
+    assert (hidden / "release.json").exists() and not q2.exists()
+
+    forget_pin(ledger)
+    assert _verify(programme) == 1
+    assert ".2018-Q2.publishing holds a published release" in capsys.readouterr().err
+    assert _release(programme, programme / "policy.yaml", "2018-Q2") == 1
+    assert "holds a published release" in capsys.readouterr().err
+    assert (hidden / "release.json").exists() and not q2.exists()
