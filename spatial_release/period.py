@@ -11,6 +11,9 @@ from spatial_release.errors import PeriodError
 
 QUARTER = re.compile(r"^(\d{4})-Q([1-4])$")
 MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+# Years a period may fall in: no trace predates 1900, and the period's end must still be a date (9999-Q4 ends
+# in the year 10000, which `datetime.date` cannot hold; 0000-Q1 starts in a year it cannot hold either).
+FIRST_YEAR, LAST_YEAR = 1900, 9998
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,9 @@ class Period:
 
     @classmethod
     def parse(cls, label: str) -> "Period":
+        match = QUARTER.match(label) or MONTH.match(label)
+        if match and not FIRST_YEAR <= int(match[1]) <= LAST_YEAR:
+            raise PeriodError(f"period {label!r}: the year must be between {FIRST_YEAR} and {LAST_YEAR}")
         if match := QUARTER.match(label):
             year, quarter = int(match[1]), int(match[2])
             start = date(year, 3 * quarter - 2, 1)

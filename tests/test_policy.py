@@ -1,15 +1,21 @@
+import os
+import threading
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import PROJECT_ROOT, policy_dict, write_policy
+from conftest import K, PROJECT_ROOT, policy_dict, write_policy
+from spatial_release.errors import PeriodError
 from spatial_release.period import Period
-from spatial_release.policy import PolicyError, load_policy
+from spatial_release.policy import MAX_CONFIG_BYTES, PolicyError, load_policy
+from spatial_release.policy.loading import MAX_ZEROS_BYTES
+from spatial_release.policy.model import MAX_K
 
 
-@pytest.mark.parametrize("name", ["demo.yaml", "jc-bikes.yaml"])
+@pytest.mark.parametrize("name", sorted(p.name for p in (PROJECT_ROOT / "policies").glob("*.yaml")))
 def test_shipped_policies_load(name):
+    """Under the strict YAML loader too (no yes/no, merge keys or aliases in them or their landscapes)."""
     policy = load_policy(PROJECT_ROOT / "policies" / name)
     assert policy.k >= 2 and len(policy.sha256) == 64
 
@@ -82,6 +88,9 @@ def test_periods():
     assert start.isoformat() == "2018-01-01T05:00:00+00:00" and end.isoformat() == "2018-04-01T04:00:00+00:00"
     with pytest.raises(ValueError):
         Period.parse("2018-Q5")
+    for label in ("0000-Q1", "9999-Q4", "1899-12"):  # red team, issue 23: an internal error after ingest
+        with pytest.raises(PeriodError, match="the year must be between"):
+            Period.parse(label)
     with pytest.raises(ValueError):
         Period.from_partition_key("2018-02-01")
 
@@ -125,14 +134,123 @@ def test_duplicate_key_is_an_error_naming_file_and_key(tmp_path, text, key, line
     assert str(path) in message and f"duplicate key '{key}' on line {line + 2}" in message
 
 
-def test_yaml_merge_keys_are_not_duplicates(tmp_path):
-    data = policy_dict("x.csv")
-    text = yaml.safe_dump(data, sort_keys=False).replace("time:\n", "time: &t\n", 1)
-    path = tmp_path / "policy.yaml"
-    write_policy(tmp_path, data)
-    path.write_text(text + "x-copy:\n  <<: *t\n  bucket: 1h\n")
-    with pytest.raises(PolicyError, match="field 'x-copy'"):  # merged, then refused as an unknown field
+def _refused_line(tmp_path: Path, old: str, new: str) -> str:
+    """The PolicyError of the fixture policy with its line `old` replaced by the lines `new`; it names the
+    file and the line where `new` starts."""
+    text = yaml.safe_dump(policy_dict("x.csv"), sort_keys=False)
+    assert old in text
+    path = write_policy(tmp_path, policy_dict("x.csv"))
+    path.write_text(text.replace(old, new, 1))
+    line = text[:text.index(old)].count("\n") + 1
+    with pytest.raises(PolicyError) as caught:
         load_policy(path)
+    message = str(caught.value)
+    assert str(path) in message and f"line {line}" in message, message
+    return message
+
+
+@pytest.mark.parametrize("value", ["1:0", "0x2", "010", "1_0", "0b11", ".inf"])
+def test_yaml_11_numbers_are_refused_not_read_as_other_numbers(tmp_path, value):
+    """Red team, issue 23: `k: 1:0` loaded as k = 60 (YAML 1.1 sexagesimal) and `k: 0x2` as 2. The strict
+    loader reads plain scalars as YAML 1.2 does, and refuses those YAML 1.1 would read as another number."""
+    message = _refused_line(tmp_path, f"k: {K}\n", f"k: {value}\n")
+    assert "field 'k'" in message
+
+
+@pytest.mark.parametrize("value", ["yes", "No", "on", "OFF"])
+def test_yaml_11_booleans_are_refused(tmp_path, value):
+    message = _refused_line(tmp_path, "measure: presence\n", f"measure: {value}\n")
+    assert "field 'measure'" in message and "boolean" in message
+
+
+def test_yaml_merge_keys_are_refused(tmp_path):
+    """Red team, issue 23: `<<: {k: 2}` set k without a `k:` line a reviewer would see."""
+    message = _refused_line(tmp_path, f"k: {K}\n", "<<: {k: 2}\n")
+    assert "field '<<'" in message and "merge keys" in message
+
+
+def test_yaml_anchors_and_aliases_are_refused(tmp_path):
+    message = _refused_line(tmp_path, "time:\n", "x-defaults: &t\n  bucket: 1h\ntime:\n")
+    assert "field 'x-defaults'" in message and "aliases" in message
+    message = _refused_line(tmp_path, f"k: {K}\n", "k: *five\n")
+    assert "field 'k'" in message
+
+
+def test_yaml_12_values_still_load(tmp_path):
+    """What the strict loader reads like YAML 1.1 did: decimal ints and floats (1e-1 too), true/false,
+    null; quoted YAML 1.1 traps are text."""
+    data = policy_dict("x.csv")
+    data["source"]["missing_unit_values"] = ["yes", "1:0"]
+    text = yaml.safe_dump(data, sort_keys=False).replace("budget: 0.9", "budget: 9e-1")
+    path = write_policy(tmp_path, data)
+    path.write_text(text)
+    policy = load_policy(path)
+    assert policy.suppression.budget == 0.9 and policy.source.missing_unit_values == ["yes", "1:0"]
+
+
+def test_an_absurd_k_is_refused_at_load(tmp_path):
+    """Red team, issue 23: k = 10**23 loaded, and the run blocked after ingest with "no risk estimate"."""
+    assert "field 'k'" in _error_for(tmp_path, policy_dict("x.csv", k=10**23))
+    assert "field 'k'" in _error_for(tmp_path, policy_dict("x.csv", k=MAX_K + 1))
+    assert load_policy(write_policy(tmp_path, policy_dict("x.csv", k=MAX_K))).k == MAX_K
+
+
+def test_audit_with_names_a_programme_beside_the_policy(tmp_path):
+    """Red team, issue 23: `audit_with: [nope]` was accepted and audited with nothing."""
+    data = policy_dict("x.csv")
+    data["suppression"]["audit_with"] = ["nope"]
+    message = _error_for(tmp_path, data)
+    assert "field 'suppression.audit_with[0]'" in message and "'nope'" in message
+    write_policy(tmp_path, policy_dict("x.csv", name="nope"), name="nope.yaml")
+    data["suppression"]["audit_with"] = ["nope", "fixture"]  # a sibling programme, and itself
+    assert load_policy(write_policy(tmp_path, data)).suppression.audit_with == ["nope", "fixture"]
+
+
+def _unreadable_message(path: Path) -> str:
+    """load_policy's error for `path`, in a thread: a FIFO opened for reading would block it forever."""
+    errors: list[str] = []
+
+    def load() -> None:
+        try:
+            load_policy(path)
+        except PolicyError as exc:
+            errors.append(str(exc))
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    thread.join(20)
+    assert not thread.is_alive(), f"loading {path} hangs"
+    [message] = errors
+    return message
+
+
+def test_a_policy_that_is_no_regular_file_or_too_large_is_refused(tmp_path):
+    """Red team, issue 23: `--policy /dev/zero` was read until the process was OOM-killed."""
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge.yaml"
+    with huge.open("wb") as file:
+        file.truncate(MAX_CONFIG_BYTES + 1)  # sparse: costs no disk
+    specials = [Path("/dev/zero")] if Path("/dev/zero").exists() else []
+    for path in [*specials, fifo, tmp_path]:
+        message = _unreadable_message(path)
+        assert str(path) in message and "not a regular file" in message, message
+    message = _unreadable_message(huge)
+    assert str(huge) in message and "larger than the 4 MiB" in message
+
+
+@pytest.mark.parametrize("section, field, limit", [("risk", "landscape", MAX_CONFIG_BYTES),
+                                                   ("suppression", "zeros", MAX_ZEROS_BYTES)])
+def test_files_a_policy_names_are_bounded(tmp_path, section, field, limit):
+    huge = tmp_path / "huge"
+    with huge.open("wb") as file:
+        file.truncate(limit + 1)
+    data = policy_dict("x.csv")
+    data[section][field] = str(huge)
+    message = _error_for(tmp_path, data)
+    assert f"field '{section}.{field}'" in message and "larger than" in message
+    data[section][field] = "/dev/zero"
+    assert f"field '{section}.{field}'" in _error_for(tmp_path, data)
 
 
 @pytest.mark.parametrize("section, field, value", [
@@ -156,6 +274,8 @@ SECRET = "s3cr3t-token-4711"
     ("risk", "landscape", f"{SECRET}: [unclosed\n"),
     ("risk", "landscape", f"{SECRET}:x:0:0:root\n"),
     ("risk", "landscape", f"version: 1\n{SECRET}: 3\n"),
+    ("risk", "landscape", f"version: 1\n{SECRET}: 1:0\n"),  # refused by the strict loader: line only
+    ("risk", "landscape", f"version: 1\nx: {SECRET}\nx: 2\n"),
 ])
 def test_a_wrong_zeros_or_landscape_path_never_echoes_that_file(tmp_path, section, field, content):
     other = tmp_path / "private.txt"

@@ -1,61 +1,66 @@
-"""Reading a policy file: YAML that refuses a repeated key, the model's validation with errors naming file
-and field, and the files the policy names (structural zeros, landscape), checked before any work starts
-without ever quoting their content."""
+"""Reading a policy file: bounded reads of regular files only, strict YAML (`strict_yaml`: YAML 1.2 scalars,
+no repeated or merge keys, no aliases), the model's validation with errors naming file and field, and the
+files the policy names (structural zeros, landscape) and the programmes it audits with, checked before any
+work starts without ever quoting the content of a file it names."""
 
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
 
 from spatial_release.policy.model import Policy, PolicyError
+from spatial_release.policy.strict_yaml import StrictLoader, YamlRefused, field_name
 
-
-def _location(loc: tuple) -> str:
-    """Pydantic's ('source', 'time_formats', 1) as the policy author writes it: source.time_formats[1]."""
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "(top level)"
+# A policy or landscape is a page of reviewed YAML; far past any real one, and small enough to hold in memory.
+MAX_CONFIG_BYTES = 4 * 2**20
+# A structural-zeros list is one cell id a line, read whole: a few million cells of a national grid fit.
+MAX_ZEROS_BYTES = 64 * 2**20
 
 
 def _describe(error: dict) -> str:
-    return f"field '{_location(error['loc'])}': {error['msg']}"
+    return f"field '{field_name(list(error['loc']))}': {error['msg']}"
 
 
-class _DuplicateKey(yaml.YAMLError):
-    def __init__(self, key: object, line: int, first_line: int) -> None:
-        super().__init__(f"duplicate key {key!r} on line {line} (first on line {first_line})")
-
-
-class UniqueKeyLoader(yaml.SafeLoader):
-    """A SafeLoader that refuses a mapping with a repeated key. Plain YAML keeps the last value silently, so
-    a reviewed policy could show `k: 5` near the top and take `k: 2` from further down."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        first_line: dict[object, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # `<<: *defaults` merges are overridden by explicit keys on purpose
-            key = self.construct_object(key_node, deep=deep)
-            line = key_node.start_mark.line + 1
-            try:
-                if key in first_line:
-                    raise _DuplicateKey(key, line, first_line[key])
-                first_line[key] = line
-            except TypeError:
-                pass  # an unhashable key: SafeLoader reports it below
-        return super().construct_mapping(node, deep=deep)
-
-
-def load_yaml(raw: bytes, path: Path, what: str) -> object:
-    """Parse YAML with UniqueKeyLoader; an error names the file and the line, never quotes the file."""
+def read_config(path: Path, what: str, limit: int = MAX_CONFIG_BYTES) -> bytes:
+    """The bytes of the configuration file at `path` (`what`: "policy", "landscape"), refused with a
+    PolicyError naming the file when it is not a regular file or holds more than `limit` bytes: `/dev/zero`
+    named as a policy was read until the process was killed, and a FIFO blocks its reader forever."""
     try:
-        return yaml.load(raw, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except _DuplicateKey as exc:
-        raise PolicyError(f"{path}: not a valid {what}: {exc}") from None
+        # O_NONBLOCK: opening a FIFO that has no writer returns at once instead of waiting for one
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot read the {what} file ({exc.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # asked of the open file: no swap after the check
+        os.close(fd)
+        raise PolicyError(f"{path}: the {what} file is not a regular file (a device, a folder, a FIFO or a "
+                          "socket); name a file")
+    with os.fdopen(fd, "rb") as file:
+        try:
+            raw = file.read(limit + 1)  # one byte past the limit tells a file at the limit from a larger one
+        except OSError as exc:
+            raise PolicyError(f"{path}: cannot read the {what} file ({exc.strerror})") from None
+    if len(raw) > limit:
+        raise PolicyError(f"{path}: the {what} file is larger than the {_size(limit)} a {what} file may hold")
+    return raw
+
+
+def _size(limit: int) -> str:
+    return f"{limit / 2**20:g} MiB"
+
+
+def load_yaml(raw: bytes, path: Path, what: str, quote: bool = True) -> object:
+    """Parse YAML with the strict loader (`strict_yaml`); an error names the file and the line, and with
+    `quote` the field and the value (False for a file a policy names: the path may be any file)."""
+    try:
+        return yaml.load(raw, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except YamlRefused as exc:
+        detail = str(exc) if quote else f"line {exc.line}: {exc.reason}"
+        raise PolicyError(f"{path}: not a valid {what}: {detail}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
@@ -75,18 +80,22 @@ def parse_policy(data: object, path: Path) -> Policy:
         raise PolicyError(f"{path}: invalid policy: {details}") from None
 
 
-def _referenced_file(policy: Policy, field: str, relative: str) -> Path:
+def _referenced_file(policy: Policy, field: str, relative: str, limit: int) -> Path:
     target = policy.resolve(relative)
-    if not target.is_file():
+    if not target.is_file():  # a device or a FIFO is no file either: it is never opened
         state = "is not a file" if target.exists() else "does not exist"
         raise PolicyError(f"{policy.path}: field '{field}': {target} {state}")
+    if target.stat().st_size > limit:  # read whole, by this check and by the run
+        raise PolicyError(f"{policy.path}: field '{field}': {target} is larger than the {_size(limit)} such a "
+                          "file may hold")
     return target
 
 
 def _check_zeros_file(policy: Policy) -> None:
     from spatial_release.geometry.zeros import ZerosFileError, read_structural_zeros
 
-    target = _referenced_file(policy, "suppression.zeros", policy.suppression.zeros)  # type: ignore[arg-type]
+    target = _referenced_file(policy, "suppression.zeros", policy.suppression.zeros,  # type: ignore[arg-type]
+                              MAX_ZEROS_BYTES)
     try:
         read_structural_zeros(target)
     except ZerosFileError:
@@ -98,11 +107,10 @@ def _check_zeros_file(policy: Policy) -> None:
 def _check_landscape_file(policy: Policy) -> None:
     from spatial_release.risk.landscape import Landscape
 
-    target = _referenced_file(policy, "risk.landscape", policy.risk.landscape)  # type: ignore[union-attr]
+    target = _referenced_file(policy, "risk.landscape", policy.risk.landscape,  # type: ignore[union-attr]
+                              MAX_CONFIG_BYTES)
     try:
-        data = load_yaml(target.read_bytes(), target, "landscape")
-    except OSError as exc:
-        raise PolicyError(f"{policy.path}: field 'risk.landscape': cannot read {target} ({exc.strerror})") from None
+        data = load_yaml(read_config(target, "landscape"), target, "landscape", quote=False)
     except PolicyError as exc:
         raise PolicyError(f"{policy.path}: field 'risk.landscape': {exc}") from None
     try:
@@ -125,18 +133,46 @@ def check_referenced_files(policy: Policy) -> None:
         _check_landscape_file(policy)
 
 
+def programme_names(folder: Path) -> dict[str, Path]:
+    """The dataset `name` of every policy file directly in `folder` (its programmes), read without
+    validating the rest: a file that does not even parse is its own programme's error, not this one's."""
+    names: dict[str, Path] = {}
+    for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
+        try:
+            data = load_yaml(read_config(path, "policy"), path, "policy")
+        except PolicyError:
+            continue
+        if isinstance(data, dict) and isinstance(data.get("name"), str):
+            names.setdefault(data["name"], path)
+    return names
+
+
+def check_audit_with(policy: Policy) -> None:
+    """Each `suppression.audit_with` dataset is a programme of the policy's own folder (the policies folder
+    the code location reads). A mistyped name would otherwise audit with no release of it, silently."""
+    if not policy.suppression.audit_with:
+        return
+    folder = policy.path.parent
+    known = {**programme_names(folder), policy.name: policy.path}
+    for i, name in enumerate(policy.suppression.audit_with):
+        if name not in known:
+            raise PolicyError(f"{policy.path}: field 'suppression.audit_with[{i}]': {name!r} is not a programme "
+                              f"of {folder} (its policy files name {sorted(known)}); name the dataset of a "
+                              "policy file beside this one")
+
+
 def load_policy(path: str | Path) -> Policy:
     """Read, validate and return the policy file at `path`, with its resolved path and sha256 (which the
     release record and the audit compare). Raises PolicyError (a UserError, exit 2) naming the file and
-    the field: unreadable file, invalid YAML or a repeated key, a field the model refuses, a zeros list or
-    landscape that is missing or not such a file."""
+    the field: unreadable file, not a regular file or larger than MAX_CONFIG_BYTES, invalid YAML or YAML
+    that YAML 1.1 and 1.2 read differently, a repeated key, a merge key or an alias (`strict_yaml`), a field
+    the model refuses, a zeros list or landscape that is missing or not such a file, an `audit_with` dataset
+    that is no programme of the policy's folder."""
     path = Path(path).resolve()
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise PolicyError(f"{path}: cannot read the policy file ({exc.strerror})") from None
+    raw = read_config(path, "policy")
     policy = parse_policy(load_yaml(raw, path, "policy"), path)
     policy._path = path
     policy._sha256 = hashlib.sha256(raw).hexdigest()
     check_referenced_files(policy)
+    check_audit_with(policy)
     return policy

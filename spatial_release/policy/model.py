@@ -18,6 +18,7 @@ from spatial_release.period import Period
 
 BUCKET_PATTERN = re.compile(r"^([1-9][0-9]*)([hdw])$")
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
+MAX_K = 10**9
 
 
 class PolicyError(UserError, ValueError):
@@ -343,7 +344,9 @@ class Policy(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
     version: int = Field(ge=1)
     unit: Literal["persons", "devices"]
-    k: int = Field(ge=2, description="smallest publishable count; the boundary is inclusive (n >= k)")
+    # the ceiling: no population of units comes near a billion per cell, while a k past 64-bit integers
+    # (10**23 was tried) overflowed the counting and blocked with a misleading "no risk estimate"
+    k: int = Field(ge=2, le=MAX_K, description="smallest publishable count; the boundary is inclusive (n >= k)")
     measure: Literal["presence", "visitors"] = "presence"
     source: SourceSpec
     geometry: Geometry
