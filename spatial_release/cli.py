@@ -6,10 +6,12 @@ Exit codes (`spatial_release.errors`):
      published, another run owns the work area, or the ledger does not verify (edited, forged, truncated)
   2  user error: a bad policy or a file it names, a missing or unreadable trace file or one without a
      mapped column, a malformed period, one of the other cadence or outside the release partitions, a
-     folder that is not a release (all checked before any work starts; a file only the run can judge,
-     such as a zones file that is not a geometry, fails its step with exit 2 too)
-  3  internal error: a bug or an environment failure; the cause is printed in one line, the traceback
-     only with --debug (`spatial-release --debug release ...`)
+     folder that is not a release, an --out or --ledger that is a file, a --memory-limit DuckDB does not
+     read (all checked before any work starts; a file only the run can judge, such as a zones file that
+     is not a geometry, fails its step with exit 2 too)
+  3  internal error: a bug or an environment failure (a full disk is named, with what the next run does);
+     the cause is printed in one line, the traceback only with --debug (`spatial-release --debug release
+     ...`), which also lets Dagster's console log print each failed step's stack
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ import shutil
 import sys
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spatial_release.errors import Blocked, ExitCode, PeriodError, UserError, kind_of
+from spatial_release.errors import Blocked, ExitCode, PeriodError, UserError, is_disk_full, kind_of
 from spatial_release.memory import avoid_hugepage_stalls
 from spatial_release.outcome import Failure, RunOutcome
 from spatial_release.period import Period
@@ -56,6 +59,50 @@ def _settings_config(args: argparse.Namespace) -> dict:
     }
 
 
+def _check_folder(option: str, folder: Path) -> None:
+    """`folder` is a folder or can be made one: its nearest existing ancestor is a folder this process may
+    write in. Checked before the run, which would otherwise fail after ingest with a Python error."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"{option} {folder}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{option} {folder}: cannot write in {existing} (permission denied)")
+
+
+def check_folders(args: argparse.Namespace, config: dict) -> None:
+    """The folders of a release (`--out`, `--ledger`, and the four the settings resolve to, from --out or
+    the environment) are folders that can be written, before any work starts."""
+    for option in ("out", "ledger"):
+        if getattr(args, option):
+            _check_folder(f"--{option}", Path(getattr(args, option)).resolve())
+    for key in ("releases_dir", "work_dir", "ledger_dir", "alerts_dir"):
+        _check_folder(f"the {key.removesuffix('_dir')} folder", Path(config[key]))
+
+
+def check_counting(counting: dict | None) -> None:
+    """The DuckDB memory limit (`--memory-limit`, else SPATIAL_RELEASE_DUCKDB_MEMORY_LIMIT) is one DuckDB
+    reads; asking DuckDB itself keeps the accepted forms exactly the counting step's."""
+    import duckdb
+
+    from spatial_release.defs.resources import CountingEngine
+
+    given = (counting or {}).get("duckdb_memory_limit")
+    limit = given or CountingEngine(**(counting or {})).duckdb_memory_limit
+    if not limit:
+        return
+    con = duckdb.connect()
+    try:
+        con.execute("SET memory_limit = '" + limit.replace("'", "''") + "'")
+    except duckdb.Error as exc:
+        option = "--memory-limit" if given else "SPATIAL_RELEASE_DUCKDB_MEMORY_LIMIT"
+        problem = str(exc).splitlines()[0].split(": ", 1)[-1]
+        raise UserError(f"{option} {limit!r} is not a memory size such as 2GB or 512MB ({problem})") from None
+    finally:
+        con.close()
+
+
 def _failures(result) -> tuple[Failure, ...]:
     """Every failed blocking check with its offending rows (blocked), and every failed step with its reason:
     a step that refused on purpose (dg.Failure) is blocked; otherwise its root cause's class says the kind."""
@@ -75,8 +122,10 @@ def _failures(result) -> tuple[Failure, ...]:
                                         tuple(meta.get("offending") or ())))
                 continue
             cause = _innermost(data.error)
-            kind = ExitCode.INTERNAL if cause is None else (
-                ExitCode.BLOCKED if cause.cls_name == "DagsterAssetCheckFailedError" else kind_of(cause.cls_name))
+            checked = cause is not None and cause.cls_name == "DagsterAssetCheckFailedError"
+            if checked and any(f.kind == "check" for f in failures):
+                continue  # the step that stops on a failed blocking check: that check is named above
+            kind = ExitCode.INTERNAL if cause is None else (ExitCode.BLOCKED if checked else kind_of(cause.cls_name))
             failures.append(Failure("step", event.step_key, root_cause(data.error), exit_code=kind,
                                     traceback=data.error.to_string() if data.error else ""))
     return tuple(failures)
@@ -94,8 +143,24 @@ def root_cause(error) -> str:
     return error.message.strip() if error is not None else ""
 
 
+def _named_disk_full(failure: Failure, config: dict) -> Failure:
+    """A step that failed on a full disk, named as such with what the next run does about it (an OSError's
+    class and errno said nothing of either; the run's alert says the same, `defs.alerts`)."""
+    if failure.kind != "step" or not is_disk_full(failure.message):
+        return failure
+    if failure.name.endswith("published_release"):
+        where = (f"while publishing (the release folder under {config['releases_dir']}, its ledger entry at "
+                 f"{config['ledger_dir']})")
+        then = ("the next run finishes a publication the ledger recorded (and reports the period published) or, "
+                "if it recorded none, publishes afresh")
+    else:
+        where, then = f"in step {failure.name} (work area under {config['work_dir']})", "nothing was published"
+    return replace(failure, message=f"no space left on device {where}: {failure.message}. Free space on that "
+                                    f"device and run the release again: {then}")
+
+
 def run_release(policy: str, period: str, traces: list[str] | None = None, out: str | None = None,
-                ledger: str | None = None, counting: dict | None = None) -> RunOutcome:
+                ledger: str | None = None, counting: dict | None = None, debug: bool = False) -> RunOutcome:
     """Run the release of `policy` for one period in process, with the same jobs the UI runs (its
     programme's release job, then its publish job), and return its RunOutcome (published, release folder,
     record, failures).
@@ -104,10 +169,12 @@ def run_release(policy: str, period: str, traces: list[str] | None = None, out: 
     traces: trace files or globs (default: the policy's `source.paths`, or its synthetic generator).
     out: folder for releases/, work/ and alerts/ (default: the `settings` resource's defaults).
     ledger: the ledger folder (default: the project's `ledger/`). counting: the counting engine resource's
-    config (engine, spark_master, duckdb_memory_limit).
+    config (engine, spark_master, duckdb_memory_limit). debug: print each failed step's stack on the console
+    (otherwise the first line of its error only).
 
     Before the run starts, a bad policy, a malformed period or one of the other cadence, a period outside
-    the release partitions and a missing or unreadable trace file raise a UserError (nothing is written).
+    the release partitions, a missing or unreadable trace file, an output or ledger folder that is a file
+    and a memory limit DuckDB does not read raise a UserError (nothing is written).
     What stops the run itself is in the outcome's `failures`, never raised."""
     import dagster as dg
 
@@ -126,19 +193,21 @@ def run_release(policy: str, period: str, traces: list[str] | None = None, out: 
     loaded = programme.programme.policy
     loaded.check_period(parsed)  # so is a period of the other cadence
     check_trace_files(loaded, parsed, config["traces"])  # so is a missing or unreadable trace file
+    check_folders(args, config)  # and an --out or --ledger that is a file
+    check_counting(counting)  # and a memory limit the counting step would refuse
     try:  # a published period is refused before any run: no run, no red candidate in the UI
         stages.refuse_if_published(stages.ReleaseContext(loaded, parsed, Path(config["work_dir"])),
                                    ReleaseSettings(**config).ledger(), Path(config["releases_dir"]))
     except stages.AlreadyPublished as published:
         return RunOutcome(False, failures=(Failure("step", "validated_pings", str(published)),))
     try:
-        run = execute_release(programme, parsed.partition_key, config, counting, _instance())
+        run = execute_release(programme, parsed.partition_key, config, counting, _instance(), tracebacks=debug)
     except dg.DagsterUnknownPartitionError:  # before the first partition, or not yet over
         first = partitions_for(loaded.period).get_first_partition_key()
         raise PeriodError(f"period {period!r} is not a release partition: partitions start on "
                           f"{first} and end with the last period that is over") from None
     if not run.success:
-        failures = tuple(f for result in run.results for f in _failures(result))
+        failures = tuple(_named_disk_full(f, config) for result in run.results for f in _failures(result))
         if not failures and run.publish is not None:  # another run published the period in between
             failures = (Failure("step", "published_release", f"{loaded.name} {parsed.label} was published by "
                                 "another run meanwhile; nothing written"),)
@@ -206,7 +275,7 @@ def cmd_release(args: argparse.Namespace) -> int:
     """`release`: run the release job for --policy and --period (see run_release); exit 0 published,
     1 blocked, 2 a user error, 3 an internal failure."""
     return _report(run_release(args.policy, args.period, args.traces, args.out, args.ledger,
-                               _counting_config(args)), args.debug)
+                               _counting_config(args), args.debug), args.debug)
 
 
 def _project_root() -> Path:
@@ -232,7 +301,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"generating synthetic traces and publishing {policy.name} 2018-Q1 into {out} ...")
     started = time.perf_counter()
     # the demo keeps its own ledger beside its releases: the project's ledger/ is for real programmes
-    outcome = run_release(str(policy), "2018-Q1", None, str(out), str(out / "ledger"), _counting_config(args))
+    outcome = run_release(str(policy), "2018-Q1", None, str(out), str(out / "ledger"), _counting_config(args),
+                          args.debug)
     code = _report(outcome, args.debug)
     if outcome.published:
         print(f"wall time {time.perf_counter() - started:.1f} s")

@@ -6,8 +6,8 @@
 - `Blocked` (exit 1): a guarantee, a gate or the ledger refused publication: a failed blocking check, a
   release over its risk budget, a period already published, a work area another run owns, a ledger that
   does not verify (a corrupt or forged ledger is not a usage error: it blocks every release until repaired).
-- anything else is internal (exit 3): a bug or an environment failure. The command line prints its cause
-  in one line, and the traceback only with `--debug`.
+- anything else is internal (exit 3): a bug or an environment failure (a full disk is named as such,
+  `is_disk_full`). The command line prints its cause in one line, and the traceback only with `--debug`.
 
 Domain errors subclass one of the two classes (and keep their historical built-in base, e.g. ValueError,
 so that callers catching those still work). Errors raised inside a Dagster step reach the command line
@@ -16,7 +16,12 @@ only as the class name of their root cause; `kind_of` maps such a name back to i
 
 from __future__ import annotations
 
+import errno
+import os
 from enum import IntEnum
+
+# "No space left on device": how an OSError of a full disk (ENOSPC) reads, and DuckDB's and Arrow's too
+NO_SPACE = os.strerror(errno.ENOSPC)
 
 
 class ExitCode(IntEnum):
@@ -62,3 +67,10 @@ def kind_of(error: BaseException | str) -> ExitCode:
         if error in {cls.__name__ for cls in _subclasses(kind) | {kind}}:
             return kind.exit_code
     return ExitCode.INTERNAL
+
+
+def is_disk_full(message: str) -> bool:
+    """Whether an error's message is a full disk's (ENOSPC): all a Dagster step failure keeps of an OSError
+    is its class name and message. A full disk is an environment failure (exit 3) that the next run recovers
+    from; it is named as such, never reported as a blocked or withdrawn release."""
+    return NO_SPACE.lower() in message.lower()

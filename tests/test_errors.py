@@ -103,3 +103,103 @@ def test_an_output_folder_that_cannot_be_written_is_a_user_error(tmp_path, capsy
     assert cli.main(["demo", "--out", str(blocker / "demo")]) == 2
     err = capsys.readouterr().err
     assert err.count("error: --out") == 2 and "Traceback" not in err
+
+
+def _fixture_release(tmp_path: Path, zeros: bool = False) -> list[str]:
+    """`release` arguments for the fixture policy and traces in `tmp_path` (with `zeros`, a structural-zeros
+    list naming a cell that holds units: the `structural_zeros_hold` check blocks)."""
+    from conftest import CELL_A, cell_id, fixture_pings, policy_dict, write_policy
+
+    traces = tmp_path / "traces.csv"
+    fixture_pings().to_csv(traces, index=False)
+    data = policy_dict(str(traces))
+    if zeros:
+        (tmp_path / "zeros.csv").write_text(f"cell_id\n{cell_id(CELL_A)}\n")
+        data["suppression"]["zeros"] = "zeros.csv"
+    policy = write_policy(tmp_path, data)
+    return ["release", "--policy", str(policy), "--period", "2018-Q1", "--out", str(tmp_path / "out"),
+            "--ledger", str(tmp_path / "ledger")]
+
+
+def _without(argv: list[str], option: str) -> list[str]:
+    i = argv.index(option)
+    return argv[:i] + argv[i + 2:]
+
+
+def test_bad_folders_memory_limits_and_years_are_user_errors_before_any_work(tmp_path, capfd):
+    """Red team, issue 23: each ran ingest, then exited 3 with Python frames (the memory limit also raised
+    a blocked_release alert). Each is a usage error (2), in one line, before anything is written."""
+    argv = _fixture_release(tmp_path)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    cases = {
+        "--out": [*_without(argv, "--out"), "--out", str(a_file)],
+        "--ledger": [*_without(argv, "--ledger"), "--ledger", str(a_file)],
+        "--memory-limit": [*argv, "--memory-limit", "lots"],
+        "0000-Q1": [*_without(argv, "--period"), "--period", "0000-Q1"],
+        "9999-Q4": [*_without(argv, "--period"), "--period", "9999-Q4"],
+    }
+    for name, case in cases.items():
+        assert cli.main(case) == ExitCode.USER_ERROR, name
+        err = capfd.readouterr().err
+        assert err.startswith("error: ") and name in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "ledger").exists()
+
+
+def test_a_blocked_run_prints_no_stack_trace(tmp_path, capfd):
+    """Red team, issue 23: every blocked run printed Dagster's `Stack Trace:` blocks on stderr; only
+    --debug shows them now. The blocking check is named once, with its offending cell."""
+    argv = _fixture_release(tmp_path, zeros=True)
+    assert cli.main(argv) == ExitCode.BLOCKED
+    err = capfd.readouterr().err
+    assert "Stack Trace:" not in err and "Traceback" not in err and 'File "' not in err, err
+    assert "BLOCKED by check 'structural_zeros_hold'" in err and "DagsterAssetCheckFailedError" not in err
+
+
+def test_a_corrupt_parquet_page_is_a_user_error_without_frames(tmp_path, capfd):
+    """Red team, issue 23: a Parquet file whose footer reads but whose data page does not exited 2 with
+    Python frames on stderr."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from conftest import fixture_pings
+
+    argv = _fixture_release(tmp_path)
+    traces = tmp_path / "traces.parquet"
+    pq.write_table(pa.Table.from_pandas(fixture_pings()), traces)
+    raw = bytearray(traces.read_bytes())
+    page = pq.ParquetFile(traces).metadata.row_group(0).column(0).data_page_offset
+    raw[page + 20:page + 60] = b"\xff" * 40  # the first column's data page; the footer stays readable
+    traces.write_bytes(bytes(raw))
+    assert cli.main([*argv, "--traces", str(traces)]) == ExitCode.USER_ERROR
+    err = capfd.readouterr().err
+    assert "Stack Trace:" not in err and "Traceback" not in err and 'File "' not in err, err
+    assert f"{traces}: cannot read as parquet" in err
+
+
+def test_a_full_disk_at_the_ledger_append_is_named_and_the_next_run_finishes(tmp_path, capfd, monkeypatch):
+    """Red team, issue 23: ENOSPC after the ledger's entries were written, before HEAD: exit 3 with a
+    traceback, and an alert `blocked_release`, published, "withdraw the release". Now the exit names the
+    full disk and the ledger, the alert says what the next run does, and the next run finishes the release."""
+    import errno
+    import json
+
+    from spatial_release.ledger import chain
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    argv = _fixture_release(tmp_path)
+    monkeypatch.setattr(chain, "_write_head", full)
+    assert cli.main(argv) == ExitCode.INTERNAL
+    err = capfd.readouterr().err
+    assert "Stack Trace:" not in err and "Traceback" not in err, err
+    assert "no space left on device while publishing" in err and str(tmp_path / "ledger") in err
+    assert "the next run finishes" in err
+    [alert] = [json.loads(p.read_text()) for p in (tmp_path / "out" / "alerts").glob("*.json")]
+    assert alert["kind"] == "disk_full" and alert["published"] is False
+    assert "the ledger records the release" in alert["reason"]
+    assert not any("withdraw" in option for option in alert["options"])
+    monkeypatch.undo()
+    assert cli.main(argv) == ExitCode.BLOCKED  # space is back: the publication is finished, and refused again
+    assert "already published" in capfd.readouterr().err
+    assert (tmp_path / "out" / "releases" / "fixture" / "2018-Q1" / "release.json").is_file()

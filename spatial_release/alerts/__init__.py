@@ -1,4 +1,5 @@
-"""Alerts people receive: a blocked release, a published release now over its risk budget, a failed review.
+"""Alerts people receive: a blocked release, a published release now over its risk budget, a failed review,
+a run stopped by a full disk.
 
 - `alert`: the typed `Alert` (kind, dataset, period, check, reason, offending places, options, run id, UI
   link), its subject line, plain-text body and JSON; offending places are identifiers of cells and zones
@@ -13,7 +14,8 @@ No Dagster here: the run-failure sensor in `defs/alerts.py` builds an Alert and 
 """
 
 from spatial_release.alerts.alert import (
-    ACCEPT, COARSER, FIX_INPUT, KINDS, MAX_OFFENDING, OPTIONS, WITHDRAW, Alert, AlertKind, Place, places,
+    ACCEPT, COARSER, FIX_INPUT, FREE_SPACE, KINDS, MAX_OFFENDING, OPTIONS, WITHDRAW, Alert, AlertKind, Place,
+    places,
 )
 from spatial_release.alerts.channels import ChannelError, email_message, send_email, send_slack, slack_blocks
 from spatial_release.alerts.delivery import ChannelResult, DeliveryReport, deliver
@@ -21,8 +23,8 @@ from spatial_release.alerts.records import alert_path, read_alert_record, write_
 from spatial_release.alerts.routing import ENV_VARS, AlertRouting, SmtpSettings
 
 __all__ = [
-    "ACCEPT", "COARSER", "ENV_VARS", "FIX_INPUT", "KINDS", "MAX_OFFENDING", "OPTIONS", "WITHDRAW", "Alert",
-    "AlertKind", "AlertRouting", "ChannelError", "ChannelResult", "DeliveryReport", "Place", "SmtpSettings",
+    "ACCEPT", "COARSER", "ENV_VARS", "FIX_INPUT", "FREE_SPACE", "KINDS", "MAX_OFFENDING", "OPTIONS", "WITHDRAW",
+    "Alert", "AlertKind", "AlertRouting", "ChannelError", "ChannelResult", "DeliveryReport", "Place", "SmtpSettings",
     "alert_path", "deliver", "email_message", "places", "read_alert_record", "send_email", "send_slack",
     "slack_blocks", "write_alert",
 ]

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-AlertKind = Literal["blocked_release", "risk_breach", "failed_review"]
+AlertKind = Literal["blocked_release", "risk_breach", "failed_review", "disk_full"]
 KINDS: tuple[str, ...] = get_args(AlertKind)
 
 MAX_OFFENDING = 20
@@ -27,6 +27,10 @@ COARSER = "re-publish it coarser (larger cells or buckets, higher k)"
 ACCEPT = "accept the risk in review (a policy change with its reason)"
 OPTIONS = (WITHDRAW, COARSER, ACCEPT)
 FIX_INPUT = "fix the input (the trace files, the zeros list or the policy) and run the release again"
+# A full disk stopped the run: nothing to withdraw or accept; a publication the ledger recorded before the
+# disk filled is finished by the next run, under the ledger lock; one it did not record is set aside.
+FREE_SPACE = ("free space on the device and run the release again: it finishes a publication the ledger "
+              "recorded, or publishes afresh")
 
 # The fields of an offending row that name a place; nothing else of a row reaches an alert.
 PLACE_KEYS = {"cell_id": "cell", "area_id": None, "zone": "zone"}
@@ -156,7 +160,7 @@ class Alert:
         set_(self, "more_offending", int(self.more_offending) + max(0, len(found) - MAX_OFFENDING))
         set_(self, "reason", one_line(_without_rows(self.reason)) or "(no reason given)")
         if self.published is None:
-            set_(self, "published", self.kind != "blocked_release")
+            set_(self, "published", self.kind not in ("blocked_release", "disk_full"))
 
     @classmethod
     def build(cls, kind: AlertKind, dataset: str, period: str, check: str, reason: str,
@@ -172,6 +176,8 @@ class Alert:
     def options(self) -> tuple[str, ...]:
         """What can be done: withdraw, re-publish coarser, accept in review; for a release that was never
         published, which of them apply (and fixing the input, which comes first)."""
+        if self.kind == "disk_full":
+            return (FREE_SPACE,)
         if self.published:
             return OPTIONS
         risk = "risk" in self.check

@@ -14,7 +14,7 @@ from spatial_release.alerts import Alert, AlertRouting, deliver
 from spatial_release.defs.partitions import PERIOD_TAG
 from spatial_release.defs.programmes import Programme
 from spatial_release.defs.resources import ReleaseSettings
-from spatial_release.errors import Blocked
+from spatial_release.errors import Blocked, is_disk_full
 from spatial_release.ledger import find_release
 from spatial_release.policy import Policy
 
@@ -73,14 +73,26 @@ def _run_settings(run: dg.DagsterRun) -> ReleaseSettings:
     return ReleaseSettings(**{k: v for k, v in config.items() if k in ReleaseSettings.model_fields})
 
 
+def _disk_full_reason(block: RunBlock, recorded: bool, settings: ReleaseSettings) -> str:
+    """What a full disk left behind: a ledger entry whose folder the next run finishes, or nothing."""
+    left = ("the ledger records the release but its folder is not in place yet: the next run finishes it"
+            if recorded else "nothing was published")
+    return (f"no space left on device in {block.check} (ledger at {settings.ledger_dir}, releases under "
+            f"{settings.releases_dir}): {left}. Cause: {block.reason}")
+
+
 def alert_of(run: dg.DagsterRun, block: RunBlock, policy: Policy, settings: ReleaseSettings) -> Alert:
     """The run's block as an Alert. A refused re-run of a published period says so (options for a
-    published release); otherwise the release was never published."""
+    published release); a full disk says what it left behind (`disk_full`, never "withdraw"); otherwise
+    the release was never published."""
     period = run.tags.get(PERIOD_TAG, "unknown")
     try:
         published = find_release(settings.ledger().read(), policy.name, period) is not None
     except (Blocked, OSError):  # a ledger that does not verify: that is what blocked; say "never published"
         published = False
+    if is_disk_full(block.reason):
+        return Alert.build("disk_full", policy.name, period, block.check,
+                           _disk_full_reason(block, published, settings), run_id=run.run_id, published=False)
     return Alert.build("blocked_release", policy.name, period, block.check, block.reason, block.offending,
                        run_id=run.run_id, published=published)
 

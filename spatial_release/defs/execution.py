@@ -4,6 +4,7 @@ for that candidate run. The command line and the tests call this."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import dagster as dg
@@ -48,14 +49,42 @@ class ReleaseRun:
         return [e for r in self.results for e in r.get_asset_materialization_events()]
 
 
+class _FirstLineOfErrors(logging.Formatter):
+    """Dagster's console logger appends a failed step's error and its Python stack ("Stack Trace:") to the
+    event's line. The command line names every failure itself, in one line (cli._failures), so an error
+    record keeps its first line here: the full error stays in the run's event log (and --debug prints it)."""
+
+    def __init__(self, inner: logging.Formatter | None) -> None:
+        super().__init__()
+        self.inner = inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = self.inner.format(record)
+        return text.split("\n", 1)[0] if record.levelno >= logging.ERROR or record.exc_info else text
+
+
+@dg.logger(dg.colored_console_logger.config_schema,
+           description="Dagster's console logger with each error record cut to its first line (no stack).")
+def one_line_console_logger(init_context: dg.InitLoggerContext) -> logging.Logger:
+    logger = dg.colored_console_logger.logger_fn(init_context)
+    for handler in logger.handlers:
+        handler.setFormatter(_FirstLineOfErrors(handler.formatter))
+    return logger
+
+
 def execute_release(programme: ProgrammeDefs, partition_key: str, settings: dict, counting: dict | None = None,
-                    instance: dg.DagsterInstance | None = None, log_level: str = "INFO") -> ReleaseRun:
+                    instance: dg.DagsterInstance | None = None, log_level: str = "INFO",
+                    tracebacks: bool = False) -> ReleaseRun:
     """Run the release job of `programme` for one partition, then its publish job if the candidate passed.
 
     settings / counting: config of the `settings` and `counting` resources (ReleaseSettings, CountingEngine).
-    Raises dg.DagsterUnknownPartitionError for a partition outside the programme's partitions."""
+    tracebacks: print each failed step's error with its stack on the console (the command line's --debug);
+    otherwise its first line only. Raises dg.DagsterUnknownPartitionError for a partition outside the
+    programme's partitions."""
     instance = instance or dg.DagsterInstance.ephemeral()
     defs = programme.runnable()
+    if not tracebacks:
+        defs = dg.Definitions.merge(defs, dg.Definitions(loggers={"console": one_line_console_logger}))
     run_config = {"resources": {"settings": {"config": settings}, "counting": {"config": counting or {}}},
                   "loggers": {"console": {"config": {"log_level": log_level}}}}
     names = programme.programme
