@@ -293,10 +293,11 @@ def test_policy_lists_its_own_missing_unit_values(tmp_path):
                                       missing_unit_values=["unknown", "-1"])
     assert quarantine["row"].tolist() == [2] and pings["unit"].tolist() == [7, 8]
     (tmp_path / "text").mkdir()
-    quarantine, pings = _ingest_units(tmp_path / "text", ["x", " Unknown", "NULL"], "csv",
+    quarantine, pings = _ingest_units(tmp_path / "text", ["x", " Unknown", "NULL", "-", "-1.0"], "csv",
                                       missing_unit_values=["unknown", "-1"])
-    # NULL is no longer missing once the policy lists its own values (it may be a real id there)
-    assert quarantine["row"].tolist() == [2] and sorted(pings["unit"]) == ["NULL", "x"]
+    # The policy's list replaces the default one ('-' is an id here), but the common spellings of missing
+    # (NULL) stay missing (issue 23), and a listed number is missing however it is written (-1.0).
+    assert quarantine["row"].tolist() == [2, 3, 5] and sorted(pings["unit"]) == ["-", "x"]
 
 
 def test_integral_float_ids_are_the_integer_unit_across_files(tmp_path):

@@ -144,6 +144,40 @@ def test_nan_and_float_ids_count_the_units_the_rows_name(tmp_path, capsys):
     assert not {key for key, n in expected.items() if n < K} & set(published)  # below k: absent
 
 
+def test_one_bike_written_three_ways_is_one_unit(tmp_path, capsys):
+    """Issue 23: cell B holds two bikes; one of them is written `29590`, `29590.0` and `2.959e4` behind a
+    left-to-right mark with a soft hyphen inside, and rows whose id is `<NA>`, `#N/A` or `NaT` ping there too.
+    B holds k - 1 units and must stay withheld (before: 3 spellings made 3 devices, published at k = 3, and
+    each spelling of missing one more). The rows of missing ids are quarantined, not lost."""
+    rng = np.random.default_rng(23)
+    rows = []
+    spellings = {CELL_B: ["29590", "29590.0", "\u200e2.959\u00ade4", "41017"], CELL_A: ["u1", "u2", "u3"],
+                 CELL_E: [f"e{i}" for i in range(6)], CELL_D: [f"d{i}" for i in range(5)]}
+    for corner, ids in spellings.items():
+        lon, lat = lonlat_in(corner, len(ids), rng)
+        rows += [{"device": i, "when": "2018-01-10 12:00:00", "lon": float(x), "lat": float(y),
+                  "cell": cell_id(corner), "unit": i} for i, x, y in zip(ids, lon, lat)]
+    lon, lat = lonlat_in(CELL_B, 3, rng)
+    rows += [{"device": i, "when": "2018-01-10 12:00:00", "lon": float(x), "lat": float(y), "cell": cell_id(CELL_B),
+              "unit": None} for i, x, y in zip(["<NA>", "#N/A", "NaT"], lon, lat)]
+    frame = pd.DataFrame(rows)
+    frame["unit"] = frame["unit"].replace({"29590.0": "29590", "\u200e2.959\u00ade4": "29590"})
+    traces = tmp_path / "traces.csv"
+    frame.drop(columns=["cell", "unit"]).assign(gender="f").to_csv(traces, index=False)
+    data = policy_dict(str(traces))
+    data["source"]["max_rejected_share"] = 0.2
+    code = _release(tmp_path, write_policy(tmp_path, data))
+    assert code == 0, capsys.readouterr().err
+    known = frame.dropna(subset=["unit"])
+    expected = _expected_cells(known.assign(instant=known["when"].map(_instant)))
+    assert expected[(cell_id(CELL_B), "2018-01-10T05:00:00+00:00")] == K - 1
+    published = _published_cells(tmp_path)
+    assert all(expected[key] == n for key, n in published.items())
+    assert not {key for key, n in expected.items() if n < K} & set(published)  # B: withheld
+    [quarantine] = (tmp_path / "out").glob("work/**/quarantine.parquet")
+    assert pd.read_parquet(quarantine)["reason"].tolist() == ["missing_unit_id"] * 3
+
+
 # --- user mistakes: exit 2 before any work, naming the file and the field -----------------------------------
 
 def _traces_csv(tmp_path: Path, drop: str | None = None) -> Path:
