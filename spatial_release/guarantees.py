@@ -7,7 +7,9 @@ and the candidate release files; none trusts a figure reported by the suppressor
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -164,6 +166,65 @@ def _unit_id_columns(frame: pd.DataFrame, ids: set[str]) -> list[tuple[str, int]
     return found
 
 
+# Free text (the record's strings, report.html, the PNG's text chunks) is cut into words at blanks, quotes,
+# brackets and path or list separators; a word with a letter in it is also cut into its parts at `-_.@+:`,
+# so that `bike-29590.csv` yields `bike-29590.csv`, `bike`, `29590` and `csv`. A word made of digits and
+# number punctuation (`0.0038`, `1,234`, `-74.1`) or a number with a unit (`1.5em`, `2h`) is a figure, and a
+# word that starts with a date or a period (`2018-01-29`, `2026-12-01T20`, `2018-Q1`) is a time: neither is
+# read as an id, or every small integer id would collide with the report's figures. So a unit id written as
+# a bare number in prose is not found; the record's strings are also compared whole (a JSON string `"29590"`
+# is always found), and file names, the usual carrier, are no longer published at all.
+_WORD_SEPARATORS = re.compile(r"[\s/\\,;'\"()\[\]{}<>=|&?#`*]+")
+_PART_SEPARATORS = re.compile(r"[-_.@+:]+")
+_FIGURE = re.compile(r"^[-+]?[\d.,:%+\-eE]*\d[\d.,:%+\-]*$")
+_MEASURE = re.compile(r"^[-+]?\d+(\.\d+)?([eE][-+]?\d+)?[a-zA-Z%]{0,3}$")  # 1.5em, 12px, 2h, 3.2%
+_STARTS_WITH_DATE = re.compile(r"^\d{4}-(\d{2}|Q[1-4]|H[12]|W\d{2})")
+
+
+# An embedded image (`data:image/png;base64,...`) is binary: its base64 text is not words.
+_DATA_URI = re.compile(r"data:[\w/+.-]+;base64,[A-Za-z0-9+/=]+")
+
+
+def text_words(text: str) -> Iterator[str]:
+    """The words of free text that could carry a unit id (see above)."""
+    for word in _WORD_SEPARATORS.split(_DATA_URI.sub(" ", text)):
+        if not word or _FIGURE.match(word) or _MEASURE.match(word) or _STARTS_WITH_DATE.match(word):
+            continue
+        yield word
+        if any(c.isalpha() for c in word):
+            yield from (part for part in _PART_SEPARATORS.split(word) if part)
+
+
+def json_strings(value: object) -> Iterator[str]:
+    """Every string of a JSON value, keys included."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield str(key)
+            yield from json_strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from json_strings(item)
+    elif isinstance(value, str):
+        yield value
+
+
+def ids_in_texts(texts: dict[str, str | list[str]], unit_ids: set[str]) -> list[dict]:
+    """Problems (file, count; never the ids) for each text holding unit ids: `texts` maps a file name to its
+    free text, or to its list of text values (a JSON record's strings), each also compared whole."""
+    problems = []
+    for name, text in texts.items():
+        values = [text] if isinstance(text, str) else list(text)
+        found = {v.strip() for v in values if isinstance(text, list) and v.strip() in unit_ids}
+        found |= {w for v in values for w in text_words(v) if w in unit_ids}
+        if found:
+            problems.append({"file": name, "problem": f"{len(found)} unit id(s) in the text (not quoted)"})
+    return problems
+
+
+def record_texts(record: dict) -> list[str]:
+    return list(json_strings(json.loads(json.dumps(record, default=str))))
+
+
 def check_no_identifiers(
     files: dict[str, pd.DataFrame],
     record_keys: Iterable[str],
@@ -171,16 +232,18 @@ def check_no_identifiers(
     input_columns: Iterable[str],
     unit_ids: Iterable[str],
     count_column: str,
+    texts: dict[str, str | list[str]] | None = None,
 ) -> CheckOutcome:
     """No identifier or quasi-identifier of the input reaches a release file, by column name or by value.
 
     Only the release schema's columns may appear; no input column that the policy declares protected
     (and no other raw input column outside the schema) may be a column; no string value may equal a unit id;
-    no key of the release record may be a protected column's name.
+    no key of the release record may be a protected column's name; no unit id in the free text of `texts`
+    (the record's strings, the report), whole or as a part of a word (`ids_in_texts`).
     """
     protected = set(protected_columns)
     raw = set(input_columns)
-    ids = set(unit_ids)
+    ids = {str(i).strip() for i in unit_ids}
     problems: list[dict] = []
     for file, frame in files.items():
         allowed = expected_columns(count_column).get(file, [])
@@ -196,6 +259,7 @@ def check_no_identifiers(
                      for column, n in _unit_id_columns(frame, ids)]
     problems += [{"file": "release.json", "key": key, "problem": "protected column named in the record"}
                  for key in record_keys if key in protected]
+    problems += ids_in_texts(texts or {}, ids)
     passed = not problems
     summary = ("no identifier or quasi-identifier column or value in the release" if passed
                else f"{len(problems)} problem(s); first: {problems[0]}")

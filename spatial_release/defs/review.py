@@ -52,7 +52,7 @@ def build_review(programme: Programme) -> ReviewGraph:
         return dg.MaterializeResult(metadata={
             "releases_reviewed": len(review.releases), "breaches_found": len(review.breaches),
             f"risk_{review_adversary(policy)}_cumulative": float(f"{review.cumulative:.4g}"),
-            "breaches": dg.MetadataValue.json([b.to_json() for b in review.breaches]),
+            "breaches": dg.MetadataValue.json([b.public_json() for b in review.breaches]),
             "alerts": dg.MetadataValue.json([d.to_json() for d in done.deliveries]),
             "review": dg.MetadataValue.json([r.to_json() for r in review.releases]),
             "ledger_entry": review.ledger_entry,

@@ -95,5 +95,6 @@ class Coverage:
         files = "; ".join(f"{name}: {out:,} of {valid:,} ({out / max(valid, 1):.1%})" for name, (out, valid)
                           in worst if out)
         return (f"{self.pings_outside:,} of {self.pings_valid:,} valid pings ({self.share:.2%}) fall outside the "
-                f"geometry, over the policy's source.max_outside_share of {self.limit:.2%}; by file: {files}; "
+                f"geometry, over the policy's source.max_outside_share of {self.limit:.2%}; by file: {files} (names in "
+                f"the work area's ingest/ingest.json); "
                 f"{self.diagnosis}")

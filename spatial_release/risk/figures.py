@@ -7,6 +7,7 @@ The journalist does not: its figure scales 1/n by the panel's share of the zone'
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 
 from spatial_release.risk.estimator import RiskReport, ZoneRisk
@@ -40,3 +41,16 @@ def pooled_figure(report: RiskReport, adversary: Adversary) -> float | None:
     if not scored:
         return None
     return sum(z.units * getattr(z, adversary.zone_field) for z in scored) / sum(z.units for z in scored)
+
+
+PUBLIC_DIGITS = 3
+
+
+def public_ratio(value: float | None, digits: int = PUBLIC_DIGITS) -> float | None:
+    """A risk figure as release records, ledger entries and the UI carry it: rounded up to `digits`
+    significant digits. An exact ratio of unit counts (227/228, or a zone's share of unique units) names the
+    counts behind it, which need not be published figures; rounding up keeps the gate on the safe side."""
+    if value is None or value <= 0 or not math.isfinite(value):
+        return value
+    scale = 10 ** (digits - 1 - math.floor(math.log10(value)))
+    return math.ceil(round(value * scale, 6)) / scale

@@ -23,7 +23,7 @@ from spatial_release.stages.count import measure_coverage, read_true_counts, sql
 from spatial_release.risk import BLOCK
 from spatial_release.suppression.utility import leaf_shown
 from spatial_release.stages.results import (
-    AuditVerdict, IngestSummary, ProtectionManifest, ReleaseRecord, RiskAssessment,
+    AuditVerdict, CountsSummary, IngestSummary, ProtectionManifest, ReleaseInputs, ReleaseRecord, RiskAssessment,
 )
 from spatial_release.stages.protect import certificate_dir, certificate_inputs
 from spatial_release.suppression.certificate import Certificate
@@ -130,9 +130,11 @@ def check_no_identifiers(ctx: ReleaseContext, published: Published | None = None
     ingest = IngestSummary.read(area.ingest)
     record_keys = ReleaseRecord.key_names(policy, list(ingest.rejected_by_reason),
                                           list(ProtectionManifest.read(area.candidate).sha256))
+    inputs = ReleaseInputs.of(ingest, CountsSummary.read(area.counts))
     return guarantees.check_no_identifiers(
         {"cells.parquet": cells, "margins.parquet": margins}, record_keys, policy.source.protected_columns(),
-        ingest.input_columns, distinct_units(area.ingest / "pings.parquet"), policy.count_column)
+        ingest.input_columns, distinct_units(area.ingest / "pings.parquet"), policy.count_column,
+        texts={"release.json (input)": guarantees.record_texts(inputs.to_json())})
 
 
 def related_releases(policy: Policy, period: Period, published: Published) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
@@ -298,15 +300,22 @@ def check_suppression_budget(ctx: ReleaseContext, published: Published | None = 
     budget = ctx.policy.suppression.budget
     cells, margins = _release_frames(ctx.area)
     true_cells, _ = read_true_counts(ctx.area)
+    # Buckets cut by the period's edges (a week across the end of the quarter) are never publishable, so they
+    # are no part of what protection withholds; the summary says how many there are (public structure).
+    cut = ctx.structure.cut
+    true_cells = true_cells[~pd.to_datetime(true_cells["bucket_start"], utc=True).isin(pd.DatetimeIndex(cut))]
     links = ctx.structure.time_links if ctx.policy.time.ladder else ()
     withheld = ~leaf_shown(true_cells, cells, margins, links)
     outcome = guarantees.check_suppression_budget(int(true_cells.loc[withheld, "n"].sum()),
                                                   int(true_cells["n"].sum()), budget)
+    cut_note = (f"; {len(cut)} {ctx.policy.time.bucket} bucket(s) cut by the period's edges are not published and "
+                "not counted here" if cut else "")
     if not outcome.passed:
-        return outcome  # nothing is published, so the figures may explain the block
+        return replace(outcome, summary=outcome.summary + cut_note)  # nothing is published: the figures may explain
     # With the published cells, the withheld share would give the withheld total: keep it internal.
     return CheckOutcome(outcome.name, True, f"the unit counts in withheld cells are within the budget of "
-                                            f"{budget:.0%} (figures in the work area)", figures={"budget": budget})
+                                            f"{budget:.0%} (figures in the work area){cut_note}",
+                        figures={"budget": budget})
 
 
 GUARANTEES = (check_k_floor, check_structural_zeros, check_withheld_absent, check_no_identifiers,
@@ -330,5 +339,7 @@ def check_risk_budget(ctx: ReleaseContext, published: Published | None = None) -
                "measure": risk.measure, "adversary": risk.adversary, "model": risk.model,
                "upper_bound": risk.upper_bound, "upper_bound_zone": risk.upper_bound_zone}
     reason = risk.reason if not risk.warning else f"{risk.reason}. Warning: {risk.warning}"
-    return CheckOutcome("risk_budget", risk.status != BLOCK, reason,
-                        [z.to_json() for z in risk.worst_zone_figures()], figures)
+    # The offending row names the zone and its gated figure only: a zone's unit count, or an exact share of
+    # its units (227/228), is not a published figure (a ladder withholds `cell@period` of that zone).
+    offending = [{"zone": risk.worst_zone, risk.measure: risk.release_figure}] if risk.worst_zone else []
+    return CheckOutcome("risk_budget", risk.status != BLOCK, reason, offending, figures)

@@ -99,6 +99,12 @@ def _outside_points(ctx: ReleaseContext) -> pd.DataFrame:
         con.close()
 
 
+def _file_labels(files: list[str], names: dict[str, int]) -> dict[str, str]:
+    order = [Path(f).name for f in files]
+    return {name: (f"input file {order.index(name) + 1} of {len(order)}" if name in order else "the input files")
+            for name in names}
+
+
 def measure_coverage(ctx: ReleaseContext) -> coverage.Coverage:
     """Valid pings outside the geometry, by input file where the ingest recorded the file of each ping."""
     bounds = geometry_bounds(ctx)
@@ -110,7 +116,10 @@ def measure_coverage(ctx: ReleaseContext) -> coverage.Coverage:
         outside_by_file = outside["src"].map(lambda i: names[int(i)]).value_counts().to_dict()
     else:
         outside_by_file = {next(iter(valid_by_file)): len(outside)}
-    by_file = {name: (int(outside_by_file.get(name, 0)), int(valid)) for name, valid in valid_by_file.items()}
+    # Files are named by their place in the ingest's list: the outcome reaches Dagster metadata and alerts,
+    # and a per-device export's name is a unit id. ingest.json (owner-only work area) maps them to names.
+    label = _file_labels(ingest.files, valid_by_file)
+    by_file = {label[name]: (int(outside_by_file.get(name, 0)), int(valid)) for name, valid in valid_by_file.items()}
     return coverage.Coverage(sum(valid_by_file.values()), len(outside), ctx.policy.source.max_outside_share,
                              coverage.diagnose(outside["lon"].to_numpy(), outside["lat"].to_numpy(), bounds),
                              by_file)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
+from spatial_release.fileio import sha256_file
 from spatial_release.progress import Progress, log_progress
 from spatial_release.stages.context import ReleaseContext, WorkArea
 from spatial_release.stages.results import IngestSummary
@@ -24,6 +26,12 @@ def synthetic_traces(ctx: ReleaseContext) -> list[Path]:
     return [write_pings(generate_pings(config), ctx.area.traces / f"pings-{period.label}{suffix}")]
 
 
+def inputs_digest(files: Sequence[Path]) -> str:
+    """One sha256 over the files' own digests, in path order: the release names its inputs by content."""
+    digests = sorted((str(f), sha256_file(Path(f))) for f in files)
+    return hashlib.sha256("\n".join(d for _, d in digests).encode()).hexdigest()
+
+
 def run_ingest(ctx: ReleaseContext, traces: Sequence[str | Path] = (), progress: Progress = log_progress
                ) -> IngestSummary:
     """Read the trace files (default: the policy's source.paths, else its synthetic traces) into
@@ -38,7 +46,8 @@ def run_ingest(ctx: ReleaseContext, traces: Sequence[str | Path] = (), progress:
         pings_read=result.pings_read, pings_valid=result.pings_valid, pings_rejected=result.pings_rejected,
         rejected_share=result.rejected_share, rejected_by_reason=result.rejected_by_reason,
         max_rejected_share=limit, rejected_share_problem=result.rejected_share_problem(limit),
-        quarantine=str(result.quarantine_path), valid_by_file=result.valid_by_file)
+        quarantine=str(result.quarantine_path), valid_by_file=result.valid_by_file,
+        inputs_sha256=inputs_digest(files))
     summary.write(area.ingest)
     return summary
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+
+from PIL import Image
 
 from spatial_release import guarantees
 from spatial_release.ledger import Ledger, check_releases, find_release
 from spatial_release.ledger.crosscheck import record_hash
-from spatial_release.release import publish, recover_interrupted, release_dir
+from spatial_release.release import publish, recover_interrupted, release_dir, staging_dir
 from spatial_release.risk import BLOCK
-from spatial_release.stages.checks import GuaranteeFailed, run_guarantees
+from spatial_release.stages.checks import GuaranteeFailed, distinct_units, run_guarantees
 from spatial_release.stages.context import Published, ReleaseContext
 from spatial_release.stages.lock import AlreadyPublished
 from spatial_release.stages.results import (
@@ -26,6 +29,29 @@ def draft_record(ctx: ReleaseContext, checks: dict[str, str], audit: AuditVerdic
     inputs = ReleaseInputs.of(IngestSummary.read(area.ingest), CountsSummary.read(area.counts))
     return ReleaseRecord.build(ctx.policy, ctx.period, manifest.summary.public_counts(), inputs, manifest.sha256,
                                manifest.summary.crs, checks, audit, risk)
+
+
+def staged_texts(staging: Path, record: dict) -> dict[str, str | list[str]]:
+    """The free text of a staged release: the record's strings, report.html and report.png's text chunks."""
+    texts: dict[str, str | list[str]] = {"release.json": guarantees.record_texts(record)}
+    html, png = staging / "report.html", staging / "report.png"
+    if html.exists():
+        texts["report.html"] = html.read_text(errors="replace")
+    if png.exists():
+        with Image.open(png) as image:
+            texts["report.png (metadata)"] = [f"{k} {v}" for k, v in getattr(image, "text", {}).items()]
+    return texts
+
+
+def refuse_unit_ids_in_staged(ctx: ReleaseContext, staging: Path, record: dict) -> None:
+    """The last look before the ledger append: no unit id in the record or the report as staged (the
+    no_identifiers check ran on the tables before the report existed). A refusal removes the staging."""
+    problems = guarantees.ids_in_texts(staged_texts(staging, record),
+                                       set(distinct_units(ctx.area.ingest / "pings.parquet")))
+    if problems:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise GuaranteeFailed(guarantees.CheckOutcome(
+            "no_identifiers", False, f"{len(problems)} problem(s); first: {problems[0]}", problems))
 
 
 def run_publish(ctx: ReleaseContext, releases_root: Path, ledger: Ledger) -> tuple[Path, ReleaseRecord]:
@@ -60,6 +86,7 @@ def run_publish(ctx: ReleaseContext, releases_root: Path, ledger: Ledger) -> tup
         record = draft_record(ctx, {o.name: "passed" for o in outcomes}, audit, risk.record())
 
         def register(full_record: dict) -> str:
+            refuse_unit_ids_in_staged(ctx, staging_dir(target), full_record)
             entry = ledger.append({
                 "kind": "release", "dataset": policy.name, "period": period.label,
                 "policy": record.policy.to_json(), "files": ReleaseRecord.from_json(full_record).files,

@@ -64,6 +64,9 @@ class IngestSummary(_Record):
     rejected_share_problem: str | None
     quarantine: str
     valid_by_file: dict[str, int] | None = None  # absent from summaries written before it was recorded
+    # sha256 over the input files' digests, in name order: what a release says of its inputs (their names
+    # may carry a unit id: per-device exports such as `bike-29590.csv`)
+    inputs_sha256: str | None = None
 
     def pings_per_file(self) -> dict[str, int]:
         """Valid pings per input file name (one entry for all files where the ingest did not record it)."""
@@ -257,9 +260,12 @@ class PolicyRef(_Record):
 
 @dataclass(frozen=True)
 class ReleaseInputs(_Record):
-    """What went in: input files (names only), rows and pings read, quarantined and outside the geometry."""
+    """What went in: how many input files and a digest of their contents (never their names: a per-device
+    export such as `bike-29590.csv` names a unit), rows and pings read, quarantined and outside the
+    geometry."""
 
-    files: list[str]
+    files: int
+    files_sha256: str | None
     rows_read: int
     pings_read: int
     pings_rejected: int
@@ -268,7 +274,7 @@ class ReleaseInputs(_Record):
 
     @classmethod
     def of(cls, ingest: IngestSummary, counts: CountsSummary) -> "ReleaseInputs":
-        return cls([Path(f).name for f in ingest.files], ingest.rows_read, ingest.pings_read,
+        return cls(len(ingest.files), ingest.inputs_sha256, ingest.rows_read, ingest.pings_read,
                    ingest.pings_rejected, ingest.rejected_by_reason, counts.pings_outside_geometry)
 
 
@@ -393,6 +399,11 @@ class Breach(_Record):
     def to_json(self) -> dict[str, Any]:
         return {**self.release.to_json(), "per_release_ceiling": self.per_release_ceiling,
                 "cumulative_ceiling": self.cumulative_ceiling, "zone_figures": [z.to_json() for z in self.zone_figures]}
+
+    def public_json(self) -> dict[str, Any]:
+        """What the UI shows: the release's figures against the ceilings, not the zone's row (its unit count
+        and exact shares are not published figures)."""
+        return {k: v for k, v in self.to_json().items() if k != "zone_figures"}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Breach":

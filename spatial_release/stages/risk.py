@@ -17,7 +17,7 @@ from spatial_release.levels import LEAF
 from spatial_release.ledger import Ledger
 from spatial_release.period import Period
 from spatial_release.policy import Policy
-from spatial_release.risk import BLOCK, Adversary, decide, keysets, pooled_figure, release_figure
+from spatial_release.risk import BLOCK, Adversary, decide, keysets, pooled_figure, public_ratio, release_figure
 from spatial_release.risk.estimator import KeySets, RiskParams, RiskReport, estimate_digest, estimate_key_sets
 from spatial_release.risk.landscape import Landscape, load_landscape
 from spatial_release.stages.context import LADDER_BUCKETS, ReleaseContext, WorkArea, ZoneLayers
@@ -405,6 +405,7 @@ def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | P
         worst_zone, figure = (bound_zone.zone if bound_zone else None), bound
         pooled = pooled_figure(report, adversary)
         measure = adversary.measure
+    figure, pooled, bound = public_ratio(figure), public_ratio(pooled), public_ratio(bound)
     previous = [e["risk"]["release_figure"] for e in earlier]
     decision = decide(figure, worst_zone, previous, policy.risk.per_release_ceiling,
                       policy.risk.cumulative_ceiling, policy.risk.warn_at)

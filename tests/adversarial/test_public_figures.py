@@ -33,8 +33,8 @@ def _keys(obj: object) -> set[str]:
     return set()
 
 
-def _run(tmp_path: Path):
-    traces = tmp_path / "traces.csv"
+def _run(tmp_path: Path, trace_name: str = "traces.csv"):
+    traces = tmp_path / trace_name
     fixture_pings().to_csv(traces, index=False)
     policy = write_policy(tmp_path, policy_dict(str(traces)))
     config = {"releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
@@ -57,17 +57,11 @@ def test_release_json_and_metadata_carry_no_fact_about_withheld_cells(tmp_path):
                                     str(k): int(v) for k, v in margins["level"].value_counts().sort_index().items()}}}
     metadata_keys: set[str] = set()
     for event in result.get_asset_materialization_events():
-        if event.asset_key.path[-1] == "risk_assessment":
-            # the per-zone risk table counts the units of each zone's published keys: computed from published
-            # cells only (never from a withheld one), so it is no fact about withheld cells
-            continue
         for key, value in event.materialization.metadata.items():
             if key == "dagster/row_count" and event.asset_key.path[-1] in ("protected_table", "validated_pings"):
                 continue  # published cells (derivable from the tables) and valid pings (not units)
             metadata_keys |= {key} | _keys(getattr(value, "value", None))
     for evaluation in result.get_asset_check_evaluations():
-        if evaluation.check_name == "risk_budget":
-            continue  # the worst zone's row of the risk table (see above)
         for key, value in evaluation.metadata.items():
             metadata_keys |= {key} | _keys(getattr(value, "value", None))
     assert not WITHHELD_FACTS & metadata_keys, WITHHELD_FACTS & metadata_keys
@@ -76,3 +70,97 @@ def test_release_json_and_metadata_carry_no_fact_about_withheld_cells(tmp_path):
     internal = json.loads((work / "candidate" / "manifest.json").read_text())["summary"]
     assert internal["primary_cells"] == 2 and internal["unit_counts_withheld"] == 3
     assert json.loads((work / "audit.internal.json").read_text())["primaries_audited"] == 2
+
+
+def _metadata_entries(result) -> list[tuple[str, str, object]]:
+    """(asset or check, key, value) of every metadata entry of every materialisation and check evaluation."""
+    entries = [(event.asset_key.path[-1], key, getattr(value, "value", value))
+               for event in result.get_asset_materialization_events()
+               for key, value in event.materialization.metadata.items()]
+    return entries + [(evaluation.check_name, key, getattr(value, "value", value))
+                      for evaluation in result.get_asset_check_evaluations()
+                      for key, value in evaluation.metadata.items()]
+
+
+def _numbers(value: object) -> list[float]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in _numbers(v)]
+    if isinstance(value, list):
+        return [n for v in value for n in _numbers(v)]
+    return []
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (str(k), *_strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def test_no_exact_ratio_in_any_metadata_and_no_trace_file_name_anywhere(tmp_path):
+    """Per-device exports name a unit (`bike-29590.csv`): the fixture's traces are written as `export-a0.csv`,
+    a0 being one of its devices. Neither the name nor the id may reach release.json, report.html, report.png's
+    text, any Dagster metadata entry or description; and no metadata number may be an exact ratio (227/228
+    names 228 units): every fraction has at most 4 significant digits."""
+    result = _run(tmp_path, "export-a0.csv")
+    assert result.success
+    folder = tmp_path / "releases" / "fixture" / "2018-Q1"
+    record_text = (folder / "release.json").read_text()
+    record = json.loads(record_text)
+    assert "export-a0" not in record_text and '"a0"' not in record_text
+    assert record["input"]["files"] == 1 and len(record["input"]["files_sha256"]) == 64
+    html = (folder / "report.html").read_text()
+    assert "export-a0" not in html and "a0.csv" not in html
+    from PIL import Image
+    with Image.open(folder / "report.png") as image:
+        assert not any("a0" in f"{k} {v}" for k, v in image.text.items())
+    entries = _metadata_entries(result)
+    assert entries
+    for where, key, value in entries:
+        texts = _strings(value)
+        assert not any("export-a0" in t for t in texts), (where, key)
+        for number in _numbers(value):
+            if number != int(number):
+                assert float(f"{number:.4g}") == number, (where, key, number)
+    for evaluation in result.get_asset_check_evaluations():
+        assert "export-a0" not in (evaluation.description or "")
+
+
+def test_the_identifiers_check_finds_a_unit_id_in_the_record_and_the_report(tmp_path):
+    """Negative controls of the free-text scan: an id as a whole JSON string, as a part of a file name, in the
+    report's prose; and what it must not read as ids (figures, dates)."""
+    from spatial_release.guarantees import ids_in_texts
+    ids = {"a0", "29590", "7", "2018"}
+    assert ids_in_texts({"release.json": ["29590"]}, ids)
+    assert ids_in_texts({"release.json": ["exported from /data/bike-29590.csv"]}, ids)
+    assert ids_in_texts({"report.html": "<p>device a0 was here</p>"}, ids)
+    assert not ids_in_texts({"report.html": "<p>7 cells, 0.0074 share, 2018-01-29, 1,234 pings</p>"}, ids)
+    assert not ids_in_texts({"release.json": ["2018-Q1", "zone B at 0.0085"]}, ids)
+
+
+def test_publication_refuses_a_staged_report_that_names_a_unit(tmp_path, monkeypatch):
+    """The last look before the ledger append: a report that quotes a unit id (here a policy whose map title
+    would carry it is simulated by patching the renderer) is refused and nothing is published."""
+    import spatial_release.report as report_package
+
+    original = report_package.write_report
+
+    def leaky(staging, record, policy):
+        original(staging, record, policy)
+        html = staging / "report.html"
+        html.write_text(html.read_text() + "<p>traced device a1</p>")
+
+    monkeypatch.setattr(report_package, "write_report", leaky)
+    result = _run(tmp_path)
+    assert not result.success
+    assert not (tmp_path / "releases" / "fixture" / "2018-Q1").exists()
+    entries = tmp_path / "ledger" / "entries.jsonl"
+    assert not entries.exists() or '"fixture"' not in entries.read_text()
+    assert not list((tmp_path / "releases" / "fixture").glob(".*publishing"))

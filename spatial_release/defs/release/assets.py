@@ -105,7 +105,9 @@ def build_release_graph(programme: Programme) -> ReleaseGraph:
             "pings_rejected": summary.pings_rejected,
             "rejected_share": readable(summary.rejected_share),
             "rejected_by_reason": dg.MetadataValue.json(summary.rejected_by_reason),
-            "files": dg.MetadataValue.json(summary.files),
+            # the count and a content digest, never the names (a per-device export's name is a unit id)
+            "files": len(summary.files),
+            "files_sha256": summary.inputs_sha256 or "",
             "quarantine": dg.MetadataValue.path(summary.quarantine),
             "policy": f"{policy.name} v{policy.version}",
         })

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from spatial_release import stages
 from spatial_release.policy.model import RiskSpec
+from spatial_release.risk import public_ratio
 
 SIGNIFICANT = 4
+ZONE_DIGITS = 2
 
 
 def readable(value: float | None) -> float | None:
@@ -21,6 +23,10 @@ def readable(value: float | None) -> float | None:
 
 def _figure(value: float | None) -> str:
     return "-" if value is None else f"{value:.{SIGNIFICANT}g}"
+
+
+def _zone_figure(value: float | None) -> str:
+    return "-" if value is None else f"{public_ratio(value, ZONE_DIGITS):g}"
 
 
 def k_anonymity_report(counts: stages.PublicCounts, k: int) -> str:
@@ -74,8 +80,9 @@ def risk_report(risk: stages.RiskAssessment, spec: RiskSpec | None) -> str:
             f"| cumulative (programme) | {risk.adversary} | {_figure(risk.cumulative)} | "
             f"{_figure(room.get('cumulative_ceiling'))} | {_figure(room.get('cumulative_headroom'))} |\n\n")
     # No unit count per zone: a zone's count is not necessarily a published figure (it stays in risk.json).
-    rows = [f"| {z.zone} | {_figure(z.prosecutor_mean)} | {_figure(z.prosecutor_at_risk)} | "
-            f"{_figure(z.prosecutor_worst)} | {_figure(z.journalist_mean)} |"
+    # Two significant digits, rounded up: an exact per-zone ratio (227/228) names the zone's unit count.
+    rows = [f"| {z.zone} | {_zone_figure(z.prosecutor_mean)} | {_zone_figure(z.prosecutor_at_risk)} | "
+            f"{_zone_figure(z.prosecutor_worst)} | {_zone_figure(z.journalist_mean)} |"
             for z in sorted(risk.zones, key=lambda z: -z.prosecutor_mean)[:30]]
     return head + ("Per zone, the 30 riskiest by the prosecutor's mean (the prosecutor knows the unit is in the "
                    "data; the journalist does not):\n\n"
