@@ -12,6 +12,7 @@ import pytest
 from spatial_release import stages
 from spatial_release.levels import LEAF, at_rung
 from spatial_release.period import Period
+from spatial_release.stages.count import read_true_counts
 from spatial_release.policy import PolicyError, load_policy
 from spatial_release.suppression.audit import audit
 from spatial_release.suppression.ladder import UNOFFERED
@@ -60,17 +61,17 @@ def test_a_week_is_at_least_each_of_its_days_so_a_small_week_caps_a_withheld_day
 
 # ---- the whole pipeline on a ladder ------------------------------------------------------------------
 
-def _ladder_pings() -> pd.DataFrame:
+def _ladder_pings(first_day: str = "2018-01-08", n_days: int = 14) -> pd.DataFrame:
     """Devices over two weeks in four 1 km cells of one 2 km parent: some every day, some once."""
     from pyproj import Transformer
     to_lonlat = Transformer.from_crs(CRS, "EPSG:4326", always_xy=True)
     rng = np.random.default_rng(11)
     corners = [(580_000, 4_508_000), (581_000, 4_508_000), (580_000, 4_509_000), (581_000, 4_509_000)]
     rows = []
-    days = pd.date_range("2018-01-08", periods=14, freq="D")  # Monday 8 January: two whole weeks
+    days = pd.date_range(first_day, periods=n_days, freq="D")  # Monday 8 January: two whole weeks
     for device in range(40):
         home = corners[device % 4] if device < 36 else corners[3]
-        active = days if device % 3 == 0 else days[rng.choice(14, size=int(rng.integers(1, 5)), replace=False)]
+        active = days if device % 3 == 0 else days[rng.choice(n_days, size=int(rng.integers(1, 5)), replace=False)]
         for day in active:
             corner = home if rng.random() < 0.8 else corners[int(rng.integers(0, 4))]
             for hour in (9, 12, 17):
@@ -435,3 +436,58 @@ def test_a_zone_over_the_attack_gate_is_shown_coarser_and_the_frontier_says_so(t
     # negative control: without coarsening, the same ceiling blocks
     _, unchanged, blocked = _climbed(tmp_path / "propose", ceiling, "propose")
     assert unchanged.frontier is None and blocked.status == "block"
+
+
+def test_a_week_cut_by_the_end_of_the_quarter_is_never_published_under_the_week_key(tmp_path):
+    """Q1 2018 ends on Saturday 31 March: the week of Monday 26 March is cut. Its figure would be published
+    under the whole week's key with six days of units, and Q2 would publish the same key with the Sunday.
+    Re-derived from the files: no published week figure reaches past the period's end, the whole week before
+    it is published, and the cut week's days still are."""
+    traces = tmp_path / "traces.csv"
+    _ladder_pings("2018-03-19", 13).to_csv(traces, index=False)  # Monday 19 March to Saturday 31 March
+    data = policy_dict(str(traces), k=5)
+    data["time"] = {"bucket": "1d", "timezone": "America/New_York", "ladder": ["1w"]}
+    policy = load_policy(write_policy(tmp_path, data))
+    ctx = _run_to_candidate(policy, tmp_path)
+    end = pd.Timestamp("2018-04-01", tz="America/New_York").tz_convert("UTC")
+    margins = pd.read_parquet(ctx.area.candidate / "margins.parquet")
+    weeks = pd.to_datetime(margins.loc[margins["level"].str.endswith("@1w"), "bucket_start"], utc=True)
+    assert len(weeks), "no week figure published at all: the check below would prove nothing"
+    assert (weeks + pd.Timedelta(days=7) <= end).all(), sorted(set(weeks))
+    # the cut week is counted (the relations between rungs need it) and would pass k in some cell with a
+    # withheld day, so only the rule keeps it out
+    true_cells, true_margins = read_true_counts(ctx.area)
+    cut_week = pd.Timestamp("2018-03-26", tz="America/New_York").tz_convert("UTC")
+    true_cut = true_margins[(true_margins["level"] == "cell@1w")
+                            & (pd.to_datetime(true_margins["bucket_start"], utc=True) == cut_week)]
+    small_days = true_cells[(pd.to_datetime(true_cells["bucket_start"], utc=True) >= cut_week)
+                            & (true_cells["n"] < policy.k)]
+    assert (true_cut["n"] >= policy.k).any() and len(small_days)
+    cells = pd.read_parquet(ctx.area.candidate / "cells.parquet")
+    days = pd.to_datetime(cells["bucket_start"], utc=True)
+    assert (days >= pd.Timestamp("2018-03-26", tz="America/New_York").tz_convert("UTC")).any()
+
+
+def test_a_week_cut_by_the_end_of_a_month_is_withheld_at_the_policy_bucket(tmp_path):
+    """A monthly release of cell-weeks: January ends inside the week of Monday 29 January. Its figures hold
+    three days of units; a quarterly release of the same population would publish the whole week under the
+    same key. The cut week is counted but nothing of it is published; the whole week before it is."""
+    traces = tmp_path / "traces.csv"
+    _ladder_pings("2018-01-22", 10).to_csv(traces, index=False)  # Monday 22 to Wednesday 31 January
+    data = policy_dict(str(traces), k=5)
+    data["period"] = "month"
+    data["time"] = {"bucket": "1w", "timezone": "America/New_York"}
+    policy = load_policy(write_policy(tmp_path, data))
+    ctx = stages.ReleaseContext(policy, Period.parse("2018-01"), tmp_path / "work")
+    stages.run_ingest(ctx)
+    stages.run_counts(ctx)
+    stages.run_protect(ctx)
+    cut_week = pd.Timestamp("2018-01-29", tz="America/New_York").tz_convert("UTC")
+    cells = pd.read_parquet(ctx.area.candidate / "cells.parquet")
+    margins = pd.read_parquet(ctx.area.candidate / "margins.parquet")
+    published = pd.concat([pd.to_datetime(cells["bucket_start"], utc=True),
+                           pd.to_datetime(margins["bucket_start"], utc=True)])
+    assert (published < cut_week).all() and (published == cut_week - pd.Timedelta(days=7)).any()
+    true_cells, _ = read_true_counts(ctx.area)
+    cut_true = true_cells[pd.to_datetime(true_cells["bucket_start"], utc=True) == cut_week]
+    assert (cut_true["n"] >= policy.k).any()  # publishable by k: only the rule withholds it

@@ -87,6 +87,33 @@ def bucket_slots(policy: Policy, period: Period, rung: str | None = None) -> Buc
     return BucketSlots(rows[0][0], [number[r[1]] for r in rows], buckets)
 
 
+def partial_buckets(policy: Policy, period: Period, rung: str | None = None) -> set[int]:
+    """The buckets (numbers of `bucket_slots`) that reach outside the period: the first one when it starts
+    before the period, the last one when the period ends inside it (a week across the end of a month)."""
+    slots = bucket_slots(policy, period, rung)
+    start, end = period.utc_window(policy.time.timezone)
+    partial = {0} if slots.buckets and slots.buckets[0] < start else set()
+    con = duckdb.connect()
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        (holding_end,) = con.execute(
+            f"SELECT time_bucket({rung_interval_sql(policy, rung)}, TIMESTAMPTZ {_lit(end.isoformat())}, "
+            f"{_lit(policy.time.timezone)})").fetchone()
+    finally:
+        con.close()
+    if slots.buckets and holding_end == slots.buckets[-1]:
+        partial.add(len(slots.buckets) - 1)
+    return partial
+
+
+def cut_buckets(policy: Policy, period: Period, rung: str | None) -> list[datetime]:
+    """The starts of the buckets (of the policy's bucket, or of ladder rung `rung`) cut by the period's edges:
+    a key (area, bucket start) means one figure, so these are never published (`Structure.cut`,
+    `TimeLink.cut`)."""
+    starts = bucket_slots(policy, period, rung).buckets
+    return [starts[b] for b in sorted(partial_buckets(policy, period, rung))]
+
+
 def period_buckets(policy: Policy, period: Period, rung: str | None = None) -> list[datetime]:
     """Every bucket start (UTC) that overlaps the period, in the policy's time zone (at `rung`, if given)."""
     return bucket_slots(policy, period, rung).buckets

@@ -13,8 +13,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, TypeVar
 
+import pandas as pd
+
 from spatial_release.counting import period_buckets
-from spatial_release.counting.buckets import rung_parents
+from spatial_release.counting.buckets import cut_buckets, rung_parents
 from spatial_release.fileio import restrict_umask
 from spatial_release.geometry import Locator, ZoneLayer, make_locator
 from spatial_release.geometry.grid import CELL_ID
@@ -174,10 +176,12 @@ def release_structure(policy: Policy, layers: ZoneLayers, linked_covers_main: di
     if policy.time.ladder:
         if period is None:
             raise ValueError("a policy with a time ladder needs the period to know its rungs' buckets")
-        links = time_links(policy.time.ladder, lambda fine, coarse: rung_parents(policy, period, fine, coarse))
+        links = time_links(policy.time.ladder, lambda fine, coarse: rung_parents(policy, period, fine, coarse),
+                           lambda rung: cut_buckets(policy, period, rung))
         chains += [Chain(tuple(at_rung(level, link.coarse) for level in chain.levels), chain.parent_of,
                          chain.children_count) for link in links for chain in list(chains)]
-    return Structure(tuple(chains), tuple(identities), links)
+    cut = tuple(pd.Timestamp(b) for b in cut_buckets(policy, period, None)) if period is not None else ()
+    return Structure(tuple(chains), tuple(identities), links, cut)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,10 @@ class TimeLink:
     fine: str | None
     coarse: str
     parents: tuple[tuple[pd.Timestamp, pd.Timestamp], ...]  # (fine bucket start, coarse bucket start), UTC
+    # Coarse buckets cut by the period's edge (the week across the end of a quarter): counted, so that the
+    # relations between rungs stay exact, but never published: a key (area, bucket start) means one figure,
+    # and a later release of the population publishes the whole bucket under that key.
+    cut: tuple[pd.Timestamp, ...] = ()
 
     def parent_map(self) -> dict[pd.Timestamp, pd.Timestamp]:
         return {pd.Timestamp(a): pd.Timestamp(b) for a, b in self.parents}
@@ -50,14 +54,16 @@ class TimeLink:
         return [self.fine, self.coarse, [[str(pd.Timestamp(a)), str(pd.Timestamp(b))] for a, b in self.parents]]
 
 
-def time_links(rungs: list[str], parents_of) -> tuple[TimeLink, ...]:
+def time_links(rungs: list[str], parents_of, cut_of=lambda rung: ()) -> tuple[TimeLink, ...]:
     """The links of a ladder (policy bucket, then `rungs`), with `parents_of(fine, coarse)` giving the bucket
-    map (`counting.buckets.rung_parents`)."""
+    map (`counting.buckets.rung_parents`) and `cut_of(rung)` the rung's buckets cut by the period's edges
+    (`counting.buckets.cut_buckets`)."""
     links, fine = [], None
     for rung in rungs:
         mapping = parents_of(fine, rung)
         links.append(TimeLink(fine, rung, tuple(sorted((pd.Timestamp(a), pd.Timestamp(b))
-                                                       for a, b in mapping.items()))))
+                                                       for a, b in mapping.items())),
+                              tuple(sorted(pd.Timestamp(b) for b in cut_of(rung)))))
         fine = rung
     return tuple(links)
 
@@ -164,7 +170,19 @@ def unshown_leaf_units(table: Table, ancestors: dict[int, list[int]]) -> tuple[i
     return unshown, sum(table.value[i] for i in ancestors)
 
 
-def _choose_climbs(table: Table, ancestors: dict[int, list[int]], need: int) -> list[int]:
+def cut_figures(table: Table, links: tuple[TimeLink, ...], base_cut: tuple = ()) -> list[int]:
+    """The publishable figures whose bucket is cut by the period's edge: at the policy's bucket (`base_cut`,
+    e.g. a week across the end of a month) and at each rung (`TimeLink.cut`); those below k stay primaries
+    (an outsider who derives one learns a count below k)."""
+    cut = {(None, pd.Timestamp(b)) for b in base_cut} | {(link.coarse, pd.Timestamp(b))
+                                                          for link in links for b in link.cut}
+    if not cut:
+        return []
+    return [i for i in range(len(table)) if table.status[i] == PUBLISHED
+            and (rung_of(table.level[i]), pd.Timestamp(table.bucket[i])) in cut]
+
+
+def _choose_climbs(table: Table, ancestors: dict[int, list[int]], need: int, never: frozenset[int]) -> list[int]:
     """Coarser cell figures to offer, greedily by unit counts they would show per policy bucket they merge
     (the clinical ladders' "most information kept per unit of detail lost"), until they show `need` more
     unit counts (at least one figure). Lazy greedy: a figure's gain only falls as others are chosen."""
@@ -180,7 +198,7 @@ def _choose_climbs(table: Table, ancestors: dict[int, list[int]], need: int) -> 
         return sum(table.value[leaf] for leaf in covers[j] if leaf not in shown) / len(covers[j])
 
     heap = [(-gain(j), table.level[j], table.area[j], str(table.bucket[j]), j) for j in sorted(covers)
-            if table.status[j] == UNOFFERED]
+            if table.status[j] == UNOFFERED and j not in never]
     heapq.heapify(heap)
     chosen, gained = [], 0
     while heap and (gained < need or not chosen):
@@ -198,13 +216,14 @@ def _choose_climbs(table: Table, ancestors: dict[int, list[int]], need: int) -> 
     return chosen
 
 
-def climb_to_budget(table: Table, links: tuple[TimeLink, ...], budget: float, protect_once, progress=None):
+def climb_to_budget(table: Table, links: tuple[TimeLink, ...], budget: float, protect_once, progress=None,
+                    never: frozenset[int] = frozenset()):
     """Suppression budget as a target: protect with no coarser figure offered; while the main cells' unit
     counts shown at no rung exceed `budget`, offer the coarser cell figures that show the most of them per
     merged bucket (`_choose_climbs`) and protect again. Other levels never climb here (the budget is about
     the cells). Stops when the budget holds, when nothing is left to offer (the budget check then blocks the
-    release) or after MAX_CLIMBS rounds. Records what it did in `table.ladder`; returns the last
-    protection log."""
+    release) or after MAX_CLIMBS rounds. `never`: figures withheld whatever the budget (cut buckets, figures
+    an earlier release withheld). Records what it did in `table.ladder`; returns the last protection log."""
     for i in range(len(table)):
         if rung_of(table.level[i]) is not None and table.status[i] == PUBLISHED:
             table.status[i] = UNOFFERED
@@ -213,7 +232,7 @@ def climb_to_budget(table: Table, links: tuple[TimeLink, ...], budget: float, pr
     unshown, total = unshown_leaf_units(table, ancestors)
     before, offered, rounds = (unshown / total if total else 0.0), {link.coarse: 0 for link in links}, 0
     while total and unshown / total > budget and rounds < MAX_CLIMBS:
-        chosen = _choose_climbs(table, ancestors, int(unshown - budget * total) + 1)
+        chosen = _choose_climbs(table, ancestors, int(unshown - budget * total) + 1, never)
         if not chosen:
             break
         for j in chosen:
@@ -230,5 +249,5 @@ def climb_to_budget(table: Table, links: tuple[TimeLink, ...], budget: float, pr
     return log
 
 
-__all__ = ["MAX_CLIMBS", "TimeLink", "UNOFFERED", "add_absent_fine", "climb_to_budget", "offer_needed",
+__all__ = ["MAX_CLIMBS", "TimeLink", "UNOFFERED", "add_absent_fine", "climb_to_budget", "cut_figures", "offer_needed",
            "relate_time", "time_links", "unshown_leaf_units"]

@@ -24,7 +24,7 @@ from spatial_release.suppression.complementary import RELEASE_METHOD, Protection
 from spatial_release.levels import LEAF, at_rung, space_level
 from spatial_release.suppression.primary import ProtectedTable, structural_zero_rows
 from spatial_release.suppression.ladder import (
-    UNOFFERED, TimeLink, add_absent_fine, climb_to_budget, offer_needed, relate_time,
+    UNOFFERED, TimeLink, add_absent_fine, climb_to_budget, cut_figures, offer_needed, relate_time,
 )
 from spatial_release.suppression.rules import below_k
 from spatial_release.suppression.table import (
@@ -44,6 +44,9 @@ class Structure:
     chains: tuple[Chain, ...]
     identities: tuple[tuple[str, str], ...] = ()  # (level a, level b): the same figure in every bucket
     time_links: tuple[TimeLink, ...] = ()
+    # Buckets of the policy's bucket cut by the period's edges (a week across the end of a month): their
+    # figures are counted and withheld at no cost, never published under the whole bucket's key.
+    cut: tuple[pd.Timestamp, ...] = ()
 
     def level_depth(self) -> dict[str, int]:
         depth: dict[str, int] = {}
@@ -276,6 +279,12 @@ def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: 
         progress(f"suppression: {len(forced)} figure(s) withheld because an earlier release of the population "
                  "withheld them")
     links = spec.structure.time_links
+    cut = cut_figures(table, links, spec.structure.cut)
+    if cut:
+        progress(f"suppression: {len(cut)} figure(s) of buckets cut by the period's edges withheld")
+    for i in cut:  # a bucket cut by the period's edge: a free complement, never published
+        table.status[i] = UNOFFERED
+    forced = sorted(set(forced) | set(cut))
 
     # Elimination first, then audit-and-repair, then pruning (complementary.RELEASE_METHOD and the
     # measurements behind it). With a time ladder the system is one large linked component, where each
@@ -291,7 +300,7 @@ def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: 
         table.ladder = {"climb": spec.climb, "offered": offer_needed(table, links, frozenset(forced))} if links else {}
         log = run()
     else:
-        log = climb_to_budget(table, links, spec.budget, run, progress)
+        log = climb_to_budget(table, links, spec.budget, run, progress, never=frozenset(forced))
     for i in forced:  # withheld like any complement in the internal frames and the summary's withheld counts
         table.status[i] = SECONDARY
     return tables_from_status(table, spec.zeros, spec.buckets, true_cells), log, table
