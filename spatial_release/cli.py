@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spatial_release.errors import Blocked, ExitCode, PeriodError, UserError, is_disk_full, kind_of
+from spatial_release.ledger import forget_pin
 from spatial_release.memory import avoid_hugepage_stalls
 from spatial_release.outcome import Failure, RunOutcome
 from spatial_release.period import Period
@@ -291,7 +292,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if not (out / DEMO_MARKER).exists():
             print(f"{out} exists and was not made by `spatial-release demo`; choose another --out", file=sys.stderr)
             return 2
-        shutil.rmtree(out)  # the demo regenerates everything; a published release is never overwritten
+        # the demo regenerates everything (a published release is never overwritten): its ledger is deleted on
+        # purpose, so its pin goes too, or the new empty ledger would read as a rollback
+        forget_pin(out / "ledger")
+        shutil.rmtree(out)
     try:
         out.mkdir(parents=True)
     except OSError as exc:  # a folder the user cannot write: their mistake, not ours

@@ -303,7 +303,9 @@ def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: 
         log = climb_to_budget(table, links, spec.budget, run, progress, never=frozenset(forced))
     for i in forced:  # withheld like any complement in the internal frames and the summary's withheld counts
         table.status[i] = SECONDARY
-    return tables_from_status(table, spec.zeros, spec.buckets, true_cells), log, table
+    # a structural zero's 0 is shown in every bucket but the cut ones: nothing is published under their keys
+    shown_buckets = [b for b in spec.buckets if pd.Timestamp(b) not in set(spec.structure.cut)]
+    return tables_from_status(table, spec.zeros, shown_buckets, true_cells), log, table
 
 
 def published_system(true_cells: pd.DataFrame, true_margins: pd.DataFrame, published_cells: pd.DataFrame,
