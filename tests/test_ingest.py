@@ -1,5 +1,6 @@
 """Every ingest failure mode is quarantined with its reason, file and row; none vanishes silently."""
 
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
@@ -175,6 +176,46 @@ def test_typed_parquet_timestamps_with_and_without_zone(tmp_path):
     policy = load_policy(write_policy(tmp_path, policy_dict(str(tmp_path / "*.parquet"))))
     result = ingest_traces(policy, Q1, resolve_trace_paths(policy), tmp_path / "out")
     assert _utc(pd.read_parquet(result.pings_path)) == ["2018-03-01T15:00:00Z"] * 2
+
+
+def test_int96_timestamps_are_utc_instants(tmp_path):
+    """Issue 23: Parquet INT96 (Spark, Hive, legacy writers) stores UTC; it was read as a wall-clock time
+    in New York, so 13:00Z became 18:00Z. Beside it, a TIMESTAMP without a zone is still New York's wall
+    clock and one with a zone an instant."""
+    at = datetime(2018, 3, 1, 13, 0)
+    files = {  # name: (unit, Arrow type, value, INT96)
+        "a.parquet": ("u1", pa.timestamp("us", tz="UTC"), at.replace(tzinfo=timezone.utc), True),
+        "b.parquet": ("u2", pa.timestamp("us"), at, True),
+        "c.parquet": ("u3", pa.timestamp("us"), at - timedelta(hours=5), False),  # 08:00 EST
+        "d.parquet": ("u4", pa.timestamp("us", tz="Asia/Kolkata"), at.replace(tzinfo=timezone.utc), False),
+    }
+    for name, (unit, arrow_type, value, int96) in files.items():
+        table = pa.table({"device": [unit], "when": pa.array([value], arrow_type), "lon": [-74.05], "lat": [40.72],
+                          "gender": ["f"]})
+        pq.write_table(table, tmp_path / name, use_deprecated_int96_timestamps=int96)
+        physical = pq.read_metadata(tmp_path / name).schema.column(1).physical_type
+        assert (physical == "INT96") == int96
+    policy = load_policy(write_policy(tmp_path, policy_dict(str(tmp_path / "*.parquet"))))
+    result = ingest_traces(policy, Q1, resolve_trace_paths(policy), tmp_path / "out")
+    assert result.pings_rejected == 0
+    assert _utc(pd.read_parquet(result.pings_path)) == ["2018-03-01T13:00:00Z"] * 4
+
+
+@pytest.mark.parametrize("offset_format", [OFFSET, "%Y-%m-%dT%H:%M:%S%z", "%z %Y-%m-%d %H:%M:%S"])
+def test_utc_offsets_no_place_has_are_quarantined(tmp_path, offset_format):
+    """Issue 23: `+25:00` was taken and moved the instant by 25 hours. An offset beyond -14:00..+14:00 (or
+    with minutes over 59) is quarantined as offset_out_of_range, counted; -14:00 and +14:00 are instants."""
+    good = {"+14:00": "2018-02-28T20:00:00Z", "-14:00": "2018-03-02T00:00:00Z", "+05:30": "2018-03-01T04:30:00Z",
+            "-0500": "2018-03-01T15:00:00Z", "+00": "2018-03-01T10:00:00Z"}
+    bad = ["+25:00", "+2500", "+15", "-14:30", "+14:01", "+05:75", "-99:59"]
+    whens = [datetime(2018, 3, 1, 10).strftime(offset_format.replace("%z", offset)) for offset in [*good, *bad]]
+    rows = [{**GOOD, "device": f"u{i}", "when": when} for i, when in enumerate(whens)]
+    result, quarantine, pings = _ingest(tmp_path, rows, time_formats=[offset_format, NAIVE], max_rejected_share=1.0)
+    assert _utc(pings) == list(good.values())
+    assert result.rejected_by_reason == {"offset_out_of_range": len(bad)}
+    assert quarantine["row"].tolist() == list(range(len(good) + 1, len(rows) + 1))
+    assert all("outside -14:00 to +14:00" in d for d in quarantine["detail"])
+    assert result.pings_read == len(rows)
 
 
 Q4 = Period.parse("2018-Q4")

@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from spatial_release.errors import UserError
 from spatial_release.period import Period
@@ -86,21 +88,48 @@ def _reading(path: Path, file_format: str) -> Iterator[None]:
         raise IngestError(f"{path}: cannot read as {file_format}: {duckdb_problem(exc)}") from None
 
 
+def _parquet_view_sql(name: str, path: Path, replace: str = "") -> str:
+    return (f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * EXCLUDE (file_row_number){replace}, "
+            f"file_row_number + 1 AS __row FROM {_read_sql(path, 'parquet')}")
+
+
 def _register_raw(con: duckdb.DuckDBPyConnection, path: Path, file_format: str, name: str) -> dict[str, str]:
     """Make `name` the file's rows with a 1-based `__row`; return its column types.
 
     Parquet is a view (streamed, never loaded whole: files can hold hundreds of millions of pings); CSV is
-    read as text into a table, because its row numbers come from the order of the read."""
+    read as text into a table, because its row numbers come from the order of the read. A Parquet INT96
+    timestamp column is a TIMESTAMP WITH TIME ZONE (`_int96_as_utc`)."""
     with _reading(path, file_format):
         if file_format == "csv":
             # row_number() over () follows file order: DuckDB preserves insertion order for this scan.
             con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT row_number() OVER () AS __row, * "
                         f"FROM {_read_sql(path, file_format)}")
         else:
-            con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * EXCLUDE (file_row_number), "
-                        f"file_row_number + 1 AS __row FROM {_read_sql(path, file_format)}")
+            con.execute(_parquet_view_sql(name, path))  # DuckDB reads the footer first: its error is the clearer
+            utc = _int96_as_utc(path)
+            if utc:
+                con.execute(_parquet_view_sql(name, path, utc))
         rows = con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {name})").fetchall()
     return {col: dtype for col, dtype in rows}
+
+
+def _int96_columns(path: Path) -> list[str]:
+    """The file's top-level columns stored as Parquet INT96 (a nested column's path is not its name)."""
+    try:
+        schema = pq.read_metadata(path).schema
+    except (pa.ArrowException, OSError) as exc:
+        raise IngestError(f"{path}: cannot read as parquet: {exc}") from None
+    columns = (schema.column(i) for i in range(len(schema)))
+    return [c.name for c in columns if c.physical_type == "INT96" and c.path == c.name]
+
+
+def _int96_as_utc(path: Path) -> str:
+    """A REPLACE clause making each INT96 column an instant. INT96 timestamps (Spark, Hive, Impala and
+    other legacy writers) hold UTC, but DuckDB reads them as a TIMESTAMP without a zone, which ingest takes
+    for a wall-clock time in the policy's zone: 13:00Z became 18:00Z under America/New_York (issue 23).
+    timezone('UTC', ...) names the zone, whatever the connection's own."""
+    replaced = [f"timezone('UTC', {ident(c)}) AS {ident(c)}" for c in _int96_columns(path)]
+    return f" REPLACE ({', '.join(replaced)})" if replaced else ""
 
 
 def _describe_raw(con: duckdb.DuckDBPyConnection, path: Path, file_format: str) -> dict[str, str]:

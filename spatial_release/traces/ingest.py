@@ -259,8 +259,9 @@ def _ping_select(raw: str, path: Path, end: str, unit: str, time: str, lon: str,
                  types: dict[str, str], source: SourceSpec, clock: LocalClock) -> str:
     # The *_raw text columns only feed the quarantine: valid pings never pay for formatting them. The inner
     # query parses each timestamp once; the outer one turns a local time into its instant.
-    time_raw, instant, local = timestamp_sql(time, types[time], source)
-    instant, local = instant or "CAST(NULL AS TIMESTAMPTZ)", local or "CAST(NULL AS TIMESTAMP)"
+    time_sql = timestamp_sql(time, types[time], source)
+    instant = time_sql.instant or "CAST(NULL AS TIMESTAMPTZ)"
+    local = time_sql.local or "CAST(NULL AS TIMESTAMP)"
     return f"""
         SELECT * EXCLUDE (__instant, __local),
                coalesce(__instant, {clock.instant_sql('__local')}) AS ts,
@@ -269,8 +270,9 @@ def _ping_select(raw: str, path: Path, end: str, unit: str, time: str, lon: str,
             SELECT {sql_str(str(path))} AS file, __row AS row, {sql_str(end)} AS trip_end,
                    {_unit_sql(unit, types[unit])} AS unit_raw,
                    {_unit_missing_sql(unit, types[unit], source.missing_unit_values)} AS unit_missing,
-                   {time_raw} AS time_raw,
+                   {time_sql.raw} AS time_raw,
                    {_blank_sql(time, types[time])} AS time_missing,
+                   {time_sql.bad_offset} AS time_offset_bad,
                    CAST({ident(lon)} AS VARCHAR) AS lon_raw,
                    CAST({ident(lat)} AS VARCHAR) AS lat_raw,
                    {instant} AS __instant,
@@ -298,6 +300,9 @@ def _reason_sql(start_utc: str, end_utc: str, source: SourceSpec) -> tuple[str, 
          "'the unit id is missing (null, NaN, blank, a spelling of missing such as NA or #N/A, or one of '"
          "'source.missing_unit_values)'"),
         ("time_missing", "missing_timestamp", "'the timestamp is empty'"),
+        # before its instant is used: DuckDB's strptime shifts the instant by any offset it reads
+        ("time_offset_bad", "offset_out_of_range",
+         "'timestamp \"' || time_raw || '\" names a UTC offset outside -14:00 to +14:00 (or over 59 minutes)'"),
         ("time_nonexistent", "nonexistent_local_time",
          f"'local time \"' || time_raw || '\" does not exist in {source.timezone} (the clocks skipped it)'"),
         ("ts IS NULL", "unparseable_timestamp",

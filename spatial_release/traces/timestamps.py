@@ -10,6 +10,9 @@ is already an instant. Wall-clock times at a change of the clocks follow one rul
   York) is the earlier instant (daylight time, 05:30Z), as Python's zoneinfo reads it (fold=0). DuckDB's
   timezone() takes the later one and shifts skipped times by an hour, so it is not used for these: the
   offsets of the period's zone are computed here, with zoneinfo, and applied in SQL (`LocalClock`).
+A UTC offset no place has (beyond -14:00..+14:00, e.g. +25:00, which DuckDB's strptime takes) is
+quarantined as `offset_out_of_range`. A Parquet INT96 timestamp (Spark, Hive, legacy writers) holds UTC and
+is read as an instant (`traces.files`), never as a wall-clock time.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
 from spatial_release.policy import SourceSpec
@@ -96,19 +100,66 @@ class LocalClock:
         return f"coalesce(NOT {self._outside(local)} AND ({' OR '.join(gaps)}), false)" if gaps else "false"
 
 
+# A UTC offset no place has (`%z` beyond -14:00..+14:00, or minutes or seconds over 59), in RE2: DuckDB's
+# strptime takes +25:00 or +05:75 and shifts the instant by it (issue 23). The forms %z reads: +HH, +HHMM,
+# +HH:MM, +HH:MM:SS.
+_BAD_OFFSET = (r"[+-](?:(?:1[5-9]|[2-9]\d)(?::?\d\d){0,2}|\d\d:?[6-9]\d(?::?\d\d)?|\d\d:?\d\d:?[6-9]\d"
+               r"|14:?(?:0[1-9]|[1-5]\d)(?::?\d\d)?|14:?00:?(?:0[1-9]|[1-5]\d))")
+# What each strptime directive matches, to find where %z stands in the text (a rough guess is enough for
+# the rest: it only has to match the text the format parsed).
+_DIRECTIVE = {"Y": r"\d+", "y": r"\d+", "m": r"\d+", "d": r"\d+", "H": r"\d+", "I": r"\d+", "M": r"\d+",
+              "S": r"\d+", "f": r"\d+", "g": r"\d+", "n": r"\d+", "j": r"\d+", "z": r"[+-]\d\d(?::?\d\d){0,2}|Z",
+              "b": r"[A-Za-z.]+", "B": r"[A-Za-z.]+", "a": r"[A-Za-z.]+", "A": r"[A-Za-z.]+", "p": r"[A-Za-z.]+",
+              "Z": r"\S+", "%": "%"}
+_FORMAT_TOKEN = re.compile(r"%-?.|\s+|.", re.DOTALL)
+
+
+def _format_regex(spec: str, offset: str) -> str:
+    """An RE2 pattern of the texts `spec` parses, its first %z replaced by `offset`."""
+    out, seen_offset = [], False
+    for token in _FORMAT_TOKEN.findall(spec):
+        if token.isspace():
+            out.append(r"\s+")  # a blank in a format matches one or more
+        elif token.startswith("%") and len(token) > 1:
+            name = token[-1]
+            if name == "z" and not seen_offset:
+                out.append(f"(?:{offset})")
+                seen_offset = True
+            else:
+                out.append(f"(?:{_DIRECTIVE.get(name, '.+?')})")
+        else:
+            out.append(f"\\x{{{ord(token):X}}}")
+    return "".join(out)
+
+
+def _bad_offset_sql(text: str, specs: list[str]) -> str | None:
+    """True where a format with %z reads an offset no place has from the text (None: no format has %z)."""
+    patterns = [_format_regex(spec, _BAD_OFFSET) for spec in specs if "%z" in spec.replace("%%", "")]
+    return " OR ".join(f"regexp_full_match({text}, {sql_str(p)})" for p in patterns) or None
+
+
 def _try_strptime(text: str, specs: list[str]) -> str | None:
     return f"try_strptime({text}, [{', '.join(sql_str(f) for f in specs)}])" if specs else None
 
 
-def timestamp_sql(column: str, dtype: str, source: SourceSpec) -> tuple[str, str | None, str | None]:
-    """(raw text, instant, local time) expressions of a time column, by its stored type. The ping's instant
-    is the first of them that is not NULL, the local time read by a LocalClock."""
+class TimeSql(NamedTuple):
+    """SQL expressions of a time column. The ping's instant is `instant` where not NULL, else `local` read
+    by a LocalClock."""
+
+    raw: str  # the value as text, for the quarantine
+    instant: str | None
+    local: str | None
+    bad_offset: str = "false"  # true where the text names a UTC offset no place has: quarantined
+
+
+def timestamp_sql(column: str, dtype: str, source: SourceSpec) -> TimeSql:
+    """The expressions of a time column, by its stored type and the policy's formats."""
     col = ident(column)
     raw = f"CAST({col} AS VARCHAR)"
     if dtype.startswith("TIMESTAMP WITH TIME ZONE"):
-        return raw, col, None
+        return TimeSql(raw, col, None)
     if dtype.startswith("TIMESTAMP"):
-        return raw, None, col
+        return TimeSql(raw, None, col)
     text = f"trim({raw})"
     instant_specs = [f for f in source.time_formats if _names_instant(f)]
     utc_specs = [f for f in source.time_formats if _names_utc(f)]
@@ -116,4 +167,4 @@ def timestamp_sql(column: str, dtype: str, source: SourceSpec) -> tuple[str, str
     instants = [e for e in (_try_strptime(text, instant_specs),
                             f"CAST({_try_strptime(text, utc_specs)} AS TIMESTAMPTZ)" if utc_specs else None) if e]
     instant = f"coalesce({', '.join(instants)})" if instants else None
-    return raw, instant, _try_strptime(text, local_specs)
+    return TimeSql(raw, instant, _try_strptime(text, local_specs), _bad_offset_sql(text, instant_specs) or "false")
