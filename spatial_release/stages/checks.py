@@ -137,15 +137,16 @@ def check_no_identifiers(ctx: ReleaseContext, published: Published | None = None
         texts={"release.json (input)": guarantees.record_texts(inputs.to_json())})
 
 
-def related_releases(policy: Policy, period: Period, published: Published) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
+def related_releases(policy: Policy, period: Period, published: Published, inputs: Sequence[str] = ()
+                     ) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
     """Published (cells, margins) of the releases whose periods overlap this one: of the datasets in
     `suppression.audit_with`, and of every programme of the policy's population, whatever `audit_with` says
     (two programmes over the same units must agree figure by figure: a key published twice with two values is
-    an audit failure)."""
+    an audit failure). `inputs`: the release's input file digests (the population is keyed on the data too)."""
     from spatial_release.stages.risk import population_releases  # the risk stage owns the population's releases
 
     entries = [e for dataset in policy.suppression.audit_with for e in published.ledger.releases(dataset)]
-    entries += population_releases(policy, published.ledger)
+    entries += population_releases(policy, published.ledger, inputs)
     frames, seen = [], set()
     for entry in entries:
         key = (entry["dataset"], entry["period"])
@@ -182,7 +183,8 @@ def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
     if policy.suppression.audit_with and published is None:
         raise ValueError(f"{policy.path}: suppression.audit_with needs the published releases and ledger")
     if published is not None:
-        earlier = [*earlier, *related_releases(policy, ctx.period, published)]
+        from spatial_release.stages.risk import release_inputs  # the risk stage owns the population's releases
+        earlier = [*earlier, *related_releases(policy, ctx.period, published, release_inputs(ctx))]
     true_cells, true_margins = read_true_counts(area)
     digest = None
     if release is None and options is None:

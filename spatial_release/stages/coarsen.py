@@ -68,10 +68,11 @@ def effective_ceiling(ctx: ReleaseContext, published: Published) -> float:
     """The largest release figure the gate lets through: the per-release ceiling, and what keeps the cumulative
     figure under the programme ceiling given the earlier releases of the population."""
     from spatial_release.risk import cumulative_risk
-    from spatial_release.stages.risk import earlier_releases
+    from spatial_release.stages.risk import earlier_releases, release_inputs
 
     risk = ctx.policy.risk
-    previous = [e["risk"]["release_figure"] for e in earlier_releases(ctx.policy, ctx.period, published.ledger)]
+    previous = [e["risk"]["release_figure"] for e in earlier_releases(ctx.policy, ctx.period, published.ledger,
+                                                                        release_inputs(ctx))]
     spent = cumulative_risk(previous)
     left = 1.0 - (1.0 - risk.cumulative_ceiling) / (1.0 - spent) if spent < 1 else 0.0
     return min(risk.per_release_ceiling, left)

@@ -26,10 +26,14 @@ def synthetic_traces(ctx: ReleaseContext) -> list[Path]:
     return [write_pings(generate_pings(config), ctx.area.traces / f"pings-{period.label}{suffix}")]
 
 
-def inputs_digest(files: Sequence[Path]) -> str:
-    """One sha256 over the files' own digests, in path order: the release names its inputs by content."""
-    digests = sorted((str(f), sha256_file(Path(f))) for f in files)
-    return hashlib.sha256("\n".join(d for _, d in digests).encode()).hexdigest()
+def file_digests(files: Sequence[Path]) -> list[str]:
+    """Each input file's sha256, in path order."""
+    return [sha256_file(Path(f)) for f in sorted(files, key=str)]
+
+
+def inputs_digest(digests: Sequence[str]) -> str:
+    """One sha256 over the files' own digests: the release names its inputs by content, not by name."""
+    return hashlib.sha256("\n".join(digests).encode()).hexdigest()
 
 
 def run_ingest(ctx: ReleaseContext, traces: Sequence[str | Path] = (), progress: Progress = log_progress
@@ -40,6 +44,7 @@ def run_ingest(ctx: ReleaseContext, traces: Sequence[str | Path] = (), progress:
     files = resolve_trace_paths(policy, traces, ctx.period) if (traces or policy.source.paths) else \
         synthetic_traces(ctx)
     result = ingest_traces(policy, ctx.period, files, area.ingest, progress)
+    digests = file_digests(files)
     limit = policy.source.max_rejected_share
     summary = IngestSummary(
         files=list(result.files), input_columns=list(result.input_columns), rows_read=result.rows_read,
@@ -47,7 +52,7 @@ def run_ingest(ctx: ReleaseContext, traces: Sequence[str | Path] = (), progress:
         rejected_share=result.rejected_share, rejected_by_reason=result.rejected_by_reason,
         max_rejected_share=limit, rejected_share_problem=result.rejected_share_problem(limit),
         quarantine=str(result.quarantine_path), valid_by_file=result.valid_by_file,
-        inputs_sha256=inputs_digest(files))
+        inputs_sha256=inputs_digest(digests), input_digests=sorted(set(digests)))
     summary.write(area.ingest)
     return summary
 

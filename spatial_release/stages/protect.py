@@ -93,11 +93,11 @@ def withheld_by_population(ctx: ReleaseContext, published: Published | None, tru
     withheld never completes the other's equations. The same dataset and period is no earlier release."""
     if published is None:
         return frozenset()
-    from spatial_release.stages.risk import population_releases  # the risk stage owns the population's releases
+    from spatial_release.stages.risk import population_releases, release_inputs  # the risk stage owns them
 
     mine = _keys(true_cells.assign(level=LEAF, area_id=true_cells["cell_id"]), true_margins)
     forced: set[tuple[str, str, int]] = set()
-    for entry in population_releases(ctx.policy, published.ledger):
+    for entry in population_releases(ctx.policy, published.ledger, release_inputs(ctx)):
         if entry["dataset"] == ctx.policy.name and entry["period"] == ctx.period.label:
             continue
         other = Period.parse(entry["period"])

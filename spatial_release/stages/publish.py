@@ -91,6 +91,9 @@ def run_publish(ctx: ReleaseContext, releases_root: Path, ledger: Ledger) -> tup
                 "kind": "release", "dataset": policy.name, "period": period.label,
                 "policy": record.policy.to_json(), "files": ReleaseRecord.from_json(full_record).files,
                 "risk": risk.record().to_json(), "population": policy.population_key,
+                # the input files by content: a programme over the same data is of the same population,
+                # whatever its label (stages.risk.population_releases)
+                "inputs": IngestSummary.read(ctx.area.ingest).input_digests or [],
                 # the whole record as published (minus the entry hash it will carry): an edit of any figure
                 # of release.json shows in the cross-check
                 "record_sha256": record_hash(full_record),

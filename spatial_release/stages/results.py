@@ -67,6 +67,7 @@ class IngestSummary(_Record):
     # sha256 over the input files' digests, in name order: what a release says of its inputs (their names
     # may carry a unit id: per-device exports such as `bike-29590.csv`)
     inputs_sha256: str | None = None
+    input_digests: list[str] | None = None  # each file's sha256, sorted: the population is keyed on them
 
     def pings_per_file(self) -> dict[str, int]:
         """Valid pings per input file name (one entry for all files where the ingest did not record it)."""

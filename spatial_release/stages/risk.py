@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -25,7 +26,7 @@ from spatial_release.stages import reuse
 from spatial_release.stages.attack import (attack_params, attack_pooled, with_attack_figures, worst_attack_zone)
 from spatial_release.stages import attack as attack_stage
 from spatial_release.stages.count import sql_path
-from spatial_release.stages.results import RiskAssessment, ZoneFigures
+from spatial_release.stages.results import IngestSummary, RiskAssessment, ZoneFigures
 
 # Column names that say which adversary each per-zone figure belongs to.
 ZONE_LABELS = {"mean": "prosecutor_mean", "at_risk": "prosecutor_at_risk", "worst": "prosecutor_worst",
@@ -209,20 +210,33 @@ def population_of(entry: dict) -> str:
     return entry.get("population") or entry["dataset"]
 
 
-def population_releases(policy: Policy, ledger: Ledger) -> list[dict]:
+def population_releases(policy: Policy, ledger: Ledger, inputs: Iterable[str] = ()) -> list[dict]:
     """Every release, of any programme, drawn on the policy's population (ledger order), from a ledger read
     under its lock and cross-checked with releases/ (a deleted or truncated ledger must not reset the
-    cumulative risk)."""
+    cumulative risk).
+
+    The population is keyed on the data too: a release that read one of the same input files (by content:
+    `inputs`, the sha256 of this release's files, and those the dataset's own releases recorded) is of the
+    population whatever its label says, so a copy of a policy under another name and without `population:`
+    spends the same budget and is audited with it."""
+    entries = ledger.checked_releases()
     # A dataset's own earlier releases always count, whatever population they were recorded under: renaming
     # the population must not reset the budget (hostile pass of issue 9).
-    return [e for e in ledger.checked_releases()
-            if population_of(e) == policy.population_key or e["dataset"] == policy.name]
+    own = [e for e in entries if population_of(e) == policy.population_key or e["dataset"] == policy.name]
+    files = set(inputs) | {digest for e in own for digest in e.get("inputs") or ()}
+    return [e for e in entries if e in own or files & set(e.get("inputs") or ())]
 
 
-def earlier_releases(policy: Policy, period: Period, ledger: Ledger) -> list[dict]:
+def release_inputs(ctx: ReleaseContext) -> list[str]:
+    """The sha256 of each input file of the release (empty before ingest, or for an older ingest summary)."""
+    path = ctx.area.ingest / IngestSummary.FILE
+    return list(IngestSummary.read(ctx.area.ingest).input_digests or []) if path.exists() else []
+
+
+def earlier_releases(policy: Policy, period: Period, ledger: Ledger, inputs: Iterable[str] = ()) -> list[dict]:
     """The earlier releases in the risk window: this dataset's and those of every programme that shares its
     population (a quarterly and a monthly programme over the same bikes spend one budget)."""
-    entries = [e for e in population_releases(policy, ledger)
+    entries = [e for e in population_releases(policy, ledger, inputs)
                if not (e["dataset"] == policy.name and e["period"] == period.label)]
     window = policy.risk.window if policy.risk else None
     return entries[-window:] if window else entries
@@ -383,7 +397,7 @@ def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | P
         raise ValueError(f"{policy.path}: no 'risk' section: a release without a risk estimate is blocked")
     landscape_path = policy.resolve(policy.risk.landscape)
     landscape, landscape_sha = load_landscape(landscape_path)
-    earlier = earlier_releases(policy, period, ledger) if earlier is None else earlier
+    earlier = earlier_releases(policy, period, ledger, release_inputs(ctx)) if earlier is None else earlier
     started = time.perf_counter()
     params, population = landscape.params(), zone_population(policy, landscape, landscape_path, ctx.layers)
     report = estimate_window(ctx, unit_keys, earlier, params, population, started, keys_from_area)

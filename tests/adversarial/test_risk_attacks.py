@@ -40,17 +40,20 @@ def test_the_shipped_landscapes_fit_their_panels():
     assert (demo.panel, demo.adversary) == ("sample", "journalist")  # subscribers among residents
 
 
-def _two_programmes(tmp_path, shared: bool) -> tuple[dict, dict]:
-    """A monthly and a quarterly programme over the same devices, published into one ledger."""
+def _two_programmes(tmp_path, shared: bool, same_files: bool = True) -> tuple[dict, dict]:
+    """A monthly and a quarterly programme over the same devices, published into one ledger; with
+    `same_files` False, the quarterly reads its own export of them (other bytes: the ids renamed)."""
     from conftest import fixture_pings, uniqueness_policy_dict, write_policy
     from spatial_release import cli
 
-    traces = tmp_path / "traces.csv"
+    traces, other = tmp_path / "traces.csv", tmp_path / "other-export.csv"
     fixture_pings().to_csv(traces, index=False)
+    fixture_pings().assign(device=lambda f: "x-" + f["device"]).to_csv(other, index=False)
     extra = {"population": "fixture-devices"} if shared else {}
     monthly = write_policy(tmp_path, {**uniqueness_policy_dict(str(traces), name="fixture-monthly", period="month"), **extra},
                            name="monthly.yaml")
-    quarterly = write_policy(tmp_path, {**uniqueness_policy_dict(str(traces)), **extra}, name="quarterly.yaml")
+    quarterly = write_policy(tmp_path, {**uniqueness_policy_dict(str(traces if same_files else other)), **extra},
+                             name="quarterly.yaml")
     ledger = str(tmp_path / "ledger")
     ok, messages, first = cli.run_release(str(monthly), "2018-01", out=str(tmp_path / "out"), ledger=ledger)
     assert ok, messages
@@ -70,10 +73,21 @@ def test_programmes_of_one_population_spend_one_cumulative_budget(tmp_path):
     assert quarterly.cumulative > quarterly.release_figure > 0
 
 
-def test_without_a_shared_population_the_budgets_stay_apart(tmp_path):
-    """Control: programmes that do not say they share units keep their own budgets."""
-    _, quarterly = _two_programmes(tmp_path, shared=False)
+def test_without_a_shared_population_or_shared_files_the_budgets_stay_apart(tmp_path):
+    """Control: programmes that neither say they share units nor read one file keep their own budgets."""
+    _, quarterly = _two_programmes(tmp_path, shared=False, same_files=False)
     assert quarterly.cumulative == pytest.approx(quarterly.release_figure)
+
+
+def test_a_copy_of_a_programme_without_its_population_line_spends_the_same_budget(tmp_path):
+    """Red team round 2: a copy of a policy under a new name and with no `population:` line, over the same
+    files and into the same ledger, started a fresh budget (0.0112 instead of 0.0224). The population is
+    keyed on the input files' contents too: the copy's cumulative figure includes the first programme's."""
+    from spatial_release.risk import cumulative_risk
+
+    monthly, quarterly = _two_programmes(tmp_path, shared=False, same_files=True)
+    assert quarterly.window_periods == ["2018-01", "2018-Q1"]
+    assert quarterly.cumulative == pytest.approx(cumulative_risk([monthly.release_figure, quarterly.release_figure]))
 
 
 def test_renaming_the_population_does_not_reset_the_budget(tmp_path):
