@@ -203,3 +203,40 @@ def test_a_full_disk_at_the_ledger_append_is_named_and_the_next_run_finishes(tmp
     assert cli.main(argv) == ExitCode.BLOCKED  # space is back: the publication is finished, and refused again
     assert "already published" in capfd.readouterr().err
     assert (tmp_path / "out" / "releases" / "fixture" / "2018-Q1" / "release.json").is_file()
+
+
+def test_an_alert_names_neither_a_trace_file_nor_a_unit_id(tmp_path):
+    """Red team, issue 23: alerts quoted trace paths, and `Alert.build(never=...)` was never given the ids.
+    A per-device export `bike-e0.parquet` (e0 is a device of the fixture) whose data page is corrupt stops
+    the ingest: the alert (file, e-mail and Slack text) names the file by position only."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from conftest import fixture_pings
+
+    argv = _fixture_release(tmp_path)
+    traces = tmp_path / "bike-e0.parquet"
+    pq.write_table(pa.Table.from_pandas(fixture_pings()), traces)
+    raw = bytearray(traces.read_bytes())
+    page = pq.ParquetFile(traces).metadata.row_group(0).column(0).data_page_offset
+    raw[page + 20:page + 60] = b"\xff" * 40
+    traces.write_bytes(bytes(raw))
+    assert cli.main([*argv, "--traces", str(traces)]) != 0
+    alerts = list((tmp_path / "out" / "alerts").glob("*.json"))
+    assert alerts, "the failed ingest sent no alert: the check below would prove nothing"
+    for path in alerts:
+        text = path.read_text()
+        assert "bike-e0" not in text and '"e0"' not in text, text
+        assert "input file 1 of 1" in json.loads(text)["reason"]
+
+
+def test_alert_masks_unit_ids_inside_words_and_trace_files_by_position():
+    from spatial_release.alerts import Alert, mask_files
+
+    reason = mask_files("no pings were read from ['/data/bike-29590.csv', '/data/b.csv']",
+                        ["/data/bike-29590.csv", "/data/b.csv"])
+    assert "29590" not in reason and "input file 1 of 2" in reason and "input file 2 of 2" in reason
+    alert = Alert.build("blocked_release", "ds", "2018-Q1", "rejected_share", "device a0 and dev-29590 and a01",
+                        never={"a0", "29590"})
+    assert "a0 " not in alert.reason and "29590" not in alert.reason and "a01" in alert.reason

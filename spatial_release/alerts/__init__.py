@@ -15,7 +15,7 @@ No Dagster here: the run-failure sensor in `defs/alerts.py` builds an Alert and 
 
 from spatial_release.alerts.alert import (
     ACCEPT, COARSER, FIX_INPUT, FREE_SPACE, KINDS, MAX_OFFENDING, OPTIONS, WITHDRAW, Alert, AlertKind, Place,
-    places,
+    mask_files, places,
 )
 from spatial_release.alerts.channels import ChannelError, email_message, send_email, send_slack, slack_blocks
 from spatial_release.alerts.delivery import ChannelResult, DeliveryReport, deliver
@@ -25,6 +25,6 @@ from spatial_release.alerts.routing import ENV_VARS, AlertRouting, SmtpSettings
 __all__ = [
     "ACCEPT", "COARSER", "ENV_VARS", "FIX_INPUT", "FREE_SPACE", "KINDS", "MAX_OFFENDING", "OPTIONS", "WITHDRAW",
     "Alert", "AlertKind", "AlertRouting", "ChannelError", "ChannelResult", "DeliveryReport", "Place", "SmtpSettings",
-    "alert_path", "deliver", "email_message", "places", "read_alert_record", "send_email", "send_slack",
+    "alert_path", "deliver", "email_message", "mask_files", "places", "read_alert_record", "send_email", "send_slack",
     "slack_blocks", "write_alert",
 ]

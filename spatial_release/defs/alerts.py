@@ -10,12 +10,14 @@ from pathlib import Path
 
 import dagster as dg
 
-from spatial_release.alerts import Alert, AlertRouting, deliver
+from spatial_release import stages
+from spatial_release.alerts import Alert, AlertRouting, deliver, mask_files
 from spatial_release.defs.partitions import PERIOD_TAG
 from spatial_release.defs.programmes import Programme
 from spatial_release.defs.resources import ReleaseSettings
-from spatial_release.errors import Blocked, is_disk_full
+from spatial_release.errors import Blocked, UserError, is_disk_full
 from spatial_release.ledger import find_release
+from spatial_release.period import Period
 from spatial_release.policy import Policy
 
 REVIEW_BREACH_CHECK = "published_within_budget"
@@ -90,11 +92,23 @@ def alert_of(run: dg.DagsterRun, block: RunBlock, policy: Policy, settings: Rele
         published = find_release(settings.ledger().read(), policy.name, period) is not None
     except (Blocked, OSError):  # a ledger that does not verify: that is what blocked; say "never published"
         published = False
+    ids, files = _never_quoted(policy, period, settings)
     if is_disk_full(block.reason):
         return Alert.build("disk_full", policy.name, period, block.check,
-                           _disk_full_reason(block, published, settings), run_id=run.run_id, published=False)
-    return Alert.build("blocked_release", policy.name, period, block.check, block.reason, block.offending,
-                       run_id=run.run_id, published=published)
+                           mask_files(_disk_full_reason(block, published, settings), files), never=ids,
+                           run_id=run.run_id, published=False)
+    return Alert.build("blocked_release", policy.name, period, block.check, mask_files(block.reason, files),
+                       block.offending, never=ids, run_id=run.run_id, published=published)
+
+
+def _never_quoted(policy: Policy, period: str, settings: ReleaseSettings) -> tuple[set[str], list[str]]:
+    """The unit ids and trace files of the run's release (`stages.never_quoted`); none where the period or
+    the work area cannot be read (a malformed period: nothing was ingested)."""
+    try:
+        ctx = stages.ReleaseContext(policy, Period.parse(period), Path(settings.work_dir))
+        return stages.never_quoted(ctx, settings.traces)
+    except (UserError, Blocked, OSError, ValueError):
+        return set(), []
 
 
 def alert_failed_run(instance: dg.DagsterInstance, run: dg.DagsterRun, programme: Programme,

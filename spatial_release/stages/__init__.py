@@ -13,8 +13,8 @@ them, loaded once):
 from spatial_release.stages.checks import (
     GUARANTEES, INPUT_CHECKS, CandidateChanged, GuaranteeFailed, ReleaseTampered, check_k_floor,
     check_no_identifiers, check_outside_share, check_rejected_share, check_risk_budget, check_structural_zeros,
-    check_suppression_audit, check_suppression_budget, check_withheld_absent, related_releases, run_guarantees,
-    verify_release_files,
+    check_suppression_audit, check_suppression_budget, check_withheld_absent, never_quoted, related_releases,
+    run_guarantees, verify_release_files,
 )
 from spatial_release.stages.context import (
     PER_UNIT_ARTEFACTS, Published, ReleaseContext, WorkArea, ZoneLayers, release_structure, structural_zeros,
@@ -43,7 +43,7 @@ __all__ = [
     "WorkArea", "WorkAreaBusy", "ZoneLayers", "assess_risk", "check_k_floor", "check_no_identifiers",
     "check_outside_share", "check_rejected_share", "check_risk_budget", "check_structural_zeros",
     "check_suppression_audit", "check_suppression_budget", "check_withheld_absent", "count_validated_pings",
-    "key_set_path", "latest_review", "measure_coverage", "programme_outcome", "prune_per_unit_artefacts",
+    "key_set_path", "latest_review", "measure_coverage", "never_quoted", "programme_outcome", "prune_per_unit_artefacts",
     "read_counts_summary", "read_ingest_summary", "read_manifest", "read_risk", "read_true_counts",
     "refuse_if_published", "related_releases", "release_structure", "review_outcome", "review_programme",
     "review_trigger",

@@ -18,6 +18,7 @@ from spatial_release.policy import Policy
 from spatial_release.progress import Progress, silent
 from spatial_release.release import read_tables
 from spatial_release.stages import reuse
+from spatial_release.traces.files import resolve_trace_paths
 from spatial_release.stages.context import Published, ReleaseContext, WorkArea
 from spatial_release.stages.count import measure_coverage, read_true_counts, sql_path
 from spatial_release.risk import BLOCK
@@ -120,6 +121,20 @@ def distinct_units(pings: Path) -> list[str]:
     finally:
         con.close()
     return [r[0] for r in rows]
+
+
+def never_quoted(ctx: ReleaseContext, traces: Sequence[str | Path] = ()) -> tuple[set[str], list[str]]:
+    """What an alert about this release must never quote: the unit ids its ingest saw (none before ingest)
+    and its trace files (from the ingest, else as the policy and `traces` name them)."""
+    pings = ctx.area.ingest / "pings.parquet"
+    ids = set(distinct_units(pings)) if pings.exists() else set()
+    summary = ctx.area.ingest / IngestSummary.FILE
+    if summary.exists():
+        return ids, list(IngestSummary.read(ctx.area.ingest).files)
+    try:
+        return ids, [str(p) for p in resolve_trace_paths(ctx.policy, traces, ctx.period)]
+    except (OSError, ValueError):  # unresolvable patterns: the alert says so in the policy's own words
+        return ids, []
 
 
 def check_no_identifiers(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:

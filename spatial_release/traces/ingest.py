@@ -71,7 +71,9 @@ class IngestResult:
     def rejected_share_problem(self, limit: float) -> str | None:
         """A sentence describing why the rejected share is over `limit`, or None when it is within it."""
         if self.pings_read == 0:
-            return f"no pings were read from {list(self.files)}"
+            # the number of files, not their names: this sentence reaches Dagster metadata and alerts, and a
+            # per-device export's name is a unit id (the work area's ingest.json lists them)
+            return f"no pings were read from the {len(self.files)} input file(s) (names in ingest/ingest.json)"
         if self.rejected_share <= limit:
             return None
         reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(self.rejected_by_reason.items()))
