@@ -211,6 +211,36 @@ def test_per_unit_data_is_pruned_after_retention_and_the_figure_still_counts(tmp
         stages.review_programme(policy, ledger, work)
 
 
+
+def test_an_audit_after_retention_does_not_write_the_intervals_back(tmp_path, monkeypatch):
+    """Red team, issue 23: `audit` after retention re-created audit_intervals.internal.parquet, a per-unit
+    file retention had deleted. The audit still runs on the kept true counts; the intervals are not kept."""
+    from datetime import datetime, timedelta, timezone
+
+    import spatial_release.cli as cli_module
+
+    policy_path = _policy(tmp_path)
+    assert _run(tmp_path, policy_path).success
+    policy = load_policy(policy_path)
+    work, intervals = tmp_path / "work", tmp_path / "work/fixture/2018-Q1/audit_intervals.internal.parquet"
+    later = datetime.now(timezone.utc) + timedelta(days=policy.risk.key_retention_days + 1)
+    assert stages.prune_per_unit_artefacts(policy, Ledger(tmp_path / "ledger"), work, now=later) == ["2018-Q1"]
+    assert not intervals.exists()
+
+    class Later(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return later
+
+    monkeypatch.setattr(cli_module, "datetime", Later)
+    argv = ["audit", str(tmp_path / "releases/fixture/2018-Q1"), "--policy", str(policy_path), "--work", str(work),
+            "--ledger", str(tmp_path / "ledger")]
+    assert cli_module.main(argv) == 0
+    assert not intervals.exists()
+    monkeypatch.setattr(cli_module, "datetime", datetime)  # control: within retention the audit keeps them
+    assert cli_module.main(argv) == 0 and intervals.exists()
+
+
 def test_past_warn_at_publishes_with_a_warning(tmp_path):
     # every fixture cell's units share one trace, so the journalist figure is 1 / population = 0.04:
     # past warn_at (0.75 x 0.05 = 0.0375), under the ceiling

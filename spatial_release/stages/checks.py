@@ -183,7 +183,7 @@ def related_releases(policy: Policy, period: Period, published: Published, input
 def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
                             earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = (),
                             release: Path | None = None, published: Published | None = None,
-                            progress: Progress = silent) -> CheckOutcome:
+                            progress: Progress = silent, keep_intervals: bool = True) -> CheckOutcome:
     """The attacker LP over the candidate files (or a published release folder): withheld figures are
     those absent from the files, and from the overlapping releases of the datasets in
     `suppression.audit_with` when `published` says where they are. Writes the per-primary intervals to
@@ -193,7 +193,8 @@ def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
     (`suppression.certificate`: input hashes, witness points checked exactly against the published
     system); only the components it cannot certify are solved, and a missing or unreadable certificate
     means solving everything. A published `release` folder (`spatial-release audit`) or explicit solver
-    `options` always solve from scratch, independently of any certificate."""
+    `options` always solve from scratch, independently of any certificate. `keep_intervals` False: the
+    intervals are not written (a release past its key retention, whose per-unit artefacts were deleted)."""
     policy, area = ctx.policy, ctx.area
     if policy.suppression.audit_with and published is None:
         raise ValueError(f"{policy.path}: suppression.audit_with needs the published releases and ledger")
@@ -232,8 +233,9 @@ def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
     intervals = table.keys_frame([i.node for i in found]).assign(
         value=[i.value for i in found], attacker_lo=[i.lo for i in found], attacker_up=[i.up for i in found],
         passed=[i.passed for i in found], integer_solve=[i.exact_integer for i in found])
-    with atomic_path(area.root / "audit_intervals.internal.parquet") as tmp:
-        intervals.to_parquet(tmp, index=False)
+    if keep_intervals:
+        with atomic_path(area.root / "audit_intervals.internal.parquet") as tmp:
+            intervals.to_parquet(tmp, index=False)
     # Offending rows name the cell and what fails; the true value and the attacker's interval are
     # per-unit facts that stay in the internal intervals file (never in a log or Dagster metadata).
     offending = [{**table.key(i.node), "failing": i.failing} for i in result.failures()[:20]]
