@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from spatial_release.errors import Blocked
 from spatial_release.progress import Progress, silent
 from spatial_release.suppression.audit import (default_workers, inconsistent_relations, linked_groups, pool,
                                               renumbered, table_cap)
@@ -159,9 +160,21 @@ def _in_order(jobs: Iterator[_Chunk], workers: int) -> Iterator[_Protected]:
         for job in jobs:
             pending.append(executor.submit(_protect_chunk, job))
             if len(pending) >= 2 * workers:
-                yield pending.popleft().result()
+                yield _result(pending.popleft())
         while pending:
-            yield pending.popleft().result()
+            yield _result(pending.popleft())
+
+
+def _result(future) -> _Protected:
+    """A chunk's result; a refusal raised in the worker (`SuppressionError`, a `Blocked`) is raised here as
+    itself, without the worker's traceback as its cause: the command line reads a failed step's kind from
+    its innermost cause, and the `_RemoteTraceback` the pool attaches made a named refusal an internal
+    error (exit 3, its traceback in the alert). Any other error keeps the worker's traceback."""
+    try:
+        return future.result()
+    except Blocked as error:
+        error.__cause__ = None
+        raise error from None
 
 
 def protect_blocks(table: Table, k: int, level_depth: dict[str, int], *, criterion: Criterion | None = None,
