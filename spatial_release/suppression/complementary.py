@@ -17,7 +17,9 @@ per unit of reduced cost (the greedy reading of a Fischetti-Salazar capacity cut
 cheapest published figure nearest to the primary through the relations. Only the primaries that failed are
 re-audited (withholding more never narrows an interval, so a primary that passed keeps passing). Every
 round withholds at least one figure, so the loop ends; a round cap turns an unprotectable table into an
-error, never a pass.
+error, never a pass, and so does a round that finds nothing left to withhold for primaries failing on the
+current pattern (`unprotectable`: a named refusal, a `Blocked`). A failure whose surroundings an earlier
+repair of the same round withheld is no such case: its interval is stale, and the next round audits it.
 Stage 3, optional pruning (`prune_tries`): publish secondaries back, costliest first, when every primary
 still passes (see `prune`), then audit the final pattern afresh.
 
@@ -73,6 +75,25 @@ RELEASE_METHOD = {"method": "gauss", "prune_tries": None}
 
 class SuppressionError(Blocked, RuntimeError):
     """The table cannot be protected (or audited); nothing may be published."""
+
+
+def figure_name(table: Table, node: int) -> str:
+    """A figure as a refusal names it: its level, area and bucket (never its count, which stays internal)."""
+    key = table.key(node)
+    return f"{key['level']} {key['area_id']} at {key['bucket_start']}"
+
+
+def unprotectable(table: Table, failures: Sequence[Interval], limit: int = 5) -> str:
+    """The refusal of primaries that fail the audit on the current pattern while no published figure is left
+    that binds their failing bound or is linked to them: withholding more cannot widen their intervals (what
+    pins them is structure an outsider knows, e.g. a public lower bound). Names the figures and the failing
+    bound, never a count or a bound's value."""
+    named = [f"{figure_name(table, f.node)} ({f.failing or 'both'} bound)" for f in failures[:limit]]
+    more = f" and {len(failures) - limit} more" if len(failures) > limit else ""
+    return (f"cannot be protected: {', '.join(named)}{more}: the audit still narrows "
+            f"{'its' if len(failures) == 1 else 'their'} interval with every figure linked to "
+            f"{'it' if len(failures) == 1 else 'them'} withheld, so no further suppression helps; "
+            "nothing is published (a coarser cell or bucket is needed)")
 
 
 @dataclass
@@ -456,22 +477,28 @@ def protect_whole(table: Table, k: int, level_depth: dict[str, int], max_rounds:
         if not failures:
             break
         if log.rounds >= max_rounds:
-            keys = [table.key(f.node) for f in failures[:5]]
+            keys = ", ".join(figure_name(table, f.node) for f in failures[:5])
             raise SuppressionError(f"{len(failures)} primaries still unprotected after {max_rounds} rounds: {keys}")
         log.rounds += 1
         progress(f"suppression: repair round {log.rounds}")
         to_audit = {f.node for f in failures}
+        # Each failure's interval is that of the pattern at the start of the round, and the repairs of the
+        # failures before it in this round may have withheld every published figure around it (a sparse
+        # bucket: the cells, their parents and the bucket total all withheld): finding nothing left to
+        # withhold is then no verdict, the next round's audit says whether it is protected now. Only a round
+        # that can withhold nothing at all, for failures audited on the current pattern, is a refusal.
+        withheld_now = 0
         for failure in failures:
             if table.status[failure.node] == PUBLISHED:
                 continue
             choice = _repair_choice(table, costs, failure, relations_of)
-            if choice is None:
-                raise SuppressionError(f"{table.key(failure.node)} cannot be protected: no published figure "
-                                       "is connected to it")
-            if table.status[choice] == PUBLISHED:
+            if choice is not None and table.status[choice] == PUBLISHED:
                 reasons[choice] = [failure.node]
                 _withhold(table, choice)
                 log.repair_secondaries += 1
+                withheld_now += 1
+        if not withheld_now:
+            raise SuppressionError(unprotectable(table, failures))
     # Every primary passed in the round that last audited it, and later rounds only withheld more, which
     # never narrows an interval: the merged intervals are the final pattern's audit. (The blocking check
     # audits the published files again, independently.)
