@@ -213,7 +213,9 @@ def run_release(policy: str, period: str, traces: list[str] | None = None, out: 
         if not failures and run.publish is not None:  # another run published the period in between
             failures = (Failure("step", "published_release", f"{loaded.name} {parsed.label} was published by "
                                 "another run meanwhile; nothing written"),)
-        return RunOutcome(False, failures=failures, alerts=run.alerts)
+        ingest = stages.WorkArea.for_release(Path(config["work_dir"]), loaded, parsed).ingest
+        files = tuple(stages.IngestSummary.read(ingest).files) if (ingest / stages.IngestSummary.FILE).exists() else ()
+        return RunOutcome(False, failures=failures, alerts=run.alerts, input_files=files)
     target = release_dir(Path(config["releases_dir"]), loaded, parsed)
     # The operator's summary also shows internal figures (withheld cells and units) from the work area;
     # they are printed to the operator's terminal, never written beside the release.
@@ -261,12 +263,20 @@ def _add_engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory-limit", help="DuckDB memory limit for counting, e.g. 2GB (it spills past it)")
 
 
+def _file_legend(outcome: RunOutcome) -> list[str]:
+    """For the operator's terminal only: which file each "input file i of n" in the messages is."""
+    text, n = "\n".join(outcome.messages), len(outcome.input_files)
+    return [f"input file {i} of {n} is {path}" for i, path in enumerate(outcome.input_files, 1)
+            if f"input file {i} of {n}" in text]
+
+
 def _report(outcome: RunOutcome, debug: bool) -> int:
     """Print the summary of a published release, or why the run did not publish; return the exit code."""
     if outcome.published:
         print(_summary(outcome.record, outcome.internal, outcome.release_dir))
     else:
         print("\n".join(outcome.messages), file=sys.stderr)
+        print("\n".join(_file_legend(outcome)), file=sys.stderr)
         for failure in outcome.failures:
             if debug and failure.traceback:
                 print(failure.traceback, file=sys.stderr)

@@ -167,7 +167,8 @@ def _unit_id_columns(frame: pd.DataFrame, ids: set[str]) -> list[tuple[str, int]
 
 
 # Free text (the record's strings, report.html, the PNG's text chunks) is cut into words at blanks, quotes,
-# brackets and path or list separators; a word with a letter in it is also cut into its parts at `-_.@+:`,
+# brackets and path or list separators; a word with a letter in it is also cut into its parts at `-_.@+`
+# (parts of 3 characters or more),
 # so that `bike-29590.csv` yields `bike-29590.csv`, `bike`, `29590` and `csv`. A word made of digits and
 # number punctuation (`0.0038`, `1,234`, `-74.1`) or a number with a unit (`1.5em`, `2h`) is a figure, and a
 # word that starts with a date or a period (`2018-01-29`, `2026-12-01T20`, `2018-Q1`) is a time: neither is
@@ -175,7 +176,8 @@ def _unit_id_columns(frame: pd.DataFrame, ids: set[str]) -> list[tuple[str, int]
 # a bare number in prose is not found; the record's strings are also compared whole (a JSON string `"29590"`
 # is always found), and file names, the usual carrier, are no longer published at all.
 _WORD_SEPARATORS = re.compile(r"[\s/\\,;'\"()\[\]{}<>=|&?#`*]+")
-_PART_SEPARATORS = re.compile(r"[-_.@+:]+")
+_PART_SEPARATORS = re.compile(r"[-_.@+]+")
+MIN_PART = 3  # shorter parts (`utf-8`, `wave-2`) are everyday words: a 1- or 2-character id is found whole only
 _FIGURE = re.compile(r"^[-+]?[\d.,:%+\-eE]*\d[\d.,:%+\-]*$")
 _MEASURE = re.compile(r"^[-+]?\d+(\.\d+)?([eE][-+]?\d+)?[a-zA-Z%]{0,3}$")  # 1.5em, 12px, 2h, 3.2%
 _STARTS_WITH_DATE = re.compile(r"^\d{4}-(\d{2}|Q[1-4]|H[12]|W\d{2})")
@@ -192,7 +194,7 @@ def text_words(text: str) -> Iterator[str]:
             continue
         yield word
         if any(c.isalpha() for c in word):
-            yield from (part for part in _PART_SEPARATORS.split(word) if part)
+            yield from (part for part in _PART_SEPARATORS.split(word) if len(part) >= MIN_PART)
 
 
 def json_strings(value: object) -> Iterator[str]:

@@ -51,6 +51,9 @@ class RunOutcome:
     failures: tuple[Failure, ...] = ()
     internal: ProtectionSummary | None = field(default=None, repr=False)  # the operator's figures, never published
     alerts: tuple[str, ...] = ()  # the alerts a blocked run delivered (one line each)
+    # The trace files in the ingest's order: messages name them by position ("input file 2 of 3", since the
+    # Dagster log and alerts travel further than the operator); the command line prints the legend.
+    input_files: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> ExitCode:

@@ -62,7 +62,7 @@ def test_rejected_share_over_limit_is_explained(tmp_path):
     result, _, _ = _ingest(tmp_path, rows, max_rejected_share=0.5)
     problem = result.rejected_share_problem(0.5)
     assert problem is not None
-    assert "2 of 3 pings rejected" in problem and "t.csv row 2" in problem and "quarantine" in problem
+    assert "2 of 3 pings rejected" in problem and "input file 1 of 1 row 2" in problem and "quarantine" in problem
     assert "coordinate_not_a_number" in problem and "unparseable_timestamp" in problem
     assert '"bad"' not in problem and '"x"' not in problem  # raw values stay in the internal quarantine
 

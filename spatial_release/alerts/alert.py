@@ -121,7 +121,7 @@ def _without_rows(text: str) -> str:
 # A reason is masked word by word (and each word part by part, as the identifiers check reads text), so a
 # set of a million unit ids costs one pass over the reason, not a million.
 _WORD = re.compile(r"[^\s/\\,;'\"()\[\]{}<>=|&?#`*]+")
-_PART = re.compile(r"[^-_.@+:]+")
+_PART = re.compile(r"[^-_.@+]+")
 
 
 def _mask(text: str, never: Iterable[str]) -> str:

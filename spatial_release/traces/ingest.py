@@ -416,7 +416,9 @@ def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir
         # whose pings fall outside the geometry; a SMALLINT costs next to nothing in the Parquet file.
         selects.append(f"SELECT *, CAST({i} AS SMALLINT) AS src FROM "
                        f"({_pings_of_file(f'raw_{i}', path, types, source, clock)})")
-        progress(f"ingest: {path.name}: {rows:,} rows")
+        # files by position: the progress reaches the Dagster event log, and a per-device export's name is a
+        # unit id (the work area's ingest.json lists the names in this order)
+        progress(f"ingest: input file {i + 1} of {len(files)}: {rows:,} rows")
     con.execute(f"CREATE TEMP VIEW checked AS SELECT *, {reason} AS reason, {detail} AS detail "
                 f"FROM ({' UNION ALL '.join(selects)})")
     pings_path = out_dir / "pings.parquet"
@@ -432,8 +434,9 @@ def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir
     by_reason = dict(con.execute("SELECT reason, count(*) FROM rejected GROUP BY reason ORDER BY reason").fetchall())
     # File, row and reason only: the detail quotes the raw values (a person's id, time and place), which stay
     # in the internal quarantine file and out of logs and check messages.
+    place = {str(f): f"input file {i + 1} of {len(files)}" for i, f in enumerate(files)}  # never the name
     examples = tuple(
-        f"{file} row {row}{' ' + trip_end if trip_end else ''}: {reason_}"
+        f"{place.get(file, 'an input file')} row {row}{' ' + trip_end if trip_end else ''}: {reason_}"
         for file, row, trip_end, reason_ in con.execute(
             "SELECT file, row, trip_end, reason FROM rejected ORDER BY file, row, trip_end LIMIT 3"
         ).fetchall()

@@ -82,8 +82,16 @@ def test_the_swapped_file_is_named_among_several(tmp_path, capsys):
     code, text = _run(capsys, "--policy", str(policy), "--period", "2018-Q1", "--out", str(tmp_path / "out"),
                       "--ledger", str(tmp_path / "ledger"))
     assert code == 1, text
-    assert f"traces-2018-02.csv: {len(bad):,} of {len(bad):,} (100.0%)" in text
-    assert "traces-2018-01.csv: 0 of" not in text  # a file with nothing outside is not listed
+    # files are named by their place in the ingest's list (a per-device export's name is a unit id); the
+    # owner-only ingest.json maps the place to the name
+    import json
+    files = json.loads((tmp_path / "out/work/fixture/2018-Q1/ingest/ingest.json").read_text())["files"]
+    bad_place = [i for i, f in enumerate(files, 1) if f.endswith("traces-2018-02.csv")][0]
+    assert f"input file {bad_place} of 2: {len(bad):,} of {len(bad):,} (100.0%)" in text
+    assert f"input file {3 - bad_place} of 2: 0 of" not in text  # a file with nothing outside is not listed
+    # the name is on the operator's terminal only, in the legend the command line prints
+    named = [line for line in text.splitlines() if "traces-2018-02.csv" in line]
+    assert named == [f"input file {bad_place} of 2 is {tmp_path / 'traces-2018-02.csv'}"], named
 
 
 @requires_shared

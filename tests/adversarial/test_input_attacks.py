@@ -104,7 +104,7 @@ def test_a_local_time_the_clocks_skipped_is_quarantined_not_moved(tmp_path, caps
     frame.to_csv(traces, index=False)
     code = _release(tmp_path, write_policy(tmp_path, policy_dict(str(traces))))
     err = capsys.readouterr().err
-    assert code == 1 and "nonexistent_local_time" in err and "traces.csv row 1" in err
+    assert code == 1 and "nonexistent_local_time" in err and "input file 1 of 1 row 1" in err
     assert _nothing_published(tmp_path)
 
 

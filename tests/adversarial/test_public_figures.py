@@ -143,6 +143,9 @@ def test_the_identifiers_check_finds_a_unit_id_in_the_record_and_the_report(tmp_
     assert ids_in_texts({"report.html": "<p>device a0 was here</p>"}, ids)
     assert not ids_in_texts({"report.html": "<p>7 cells, 0.0074 share, 2018-01-29, 1,234 pings</p>"}, ids)
     assert not ids_in_texts({"release.json": ["2018-Q1", "zone B at 0.0085"]}, ids)
+    # small integer ids against the report's everyday words (CSS, encodings, CRS codes)
+    assert not ids_in_texts({"report.html": "margin:.5em 0;padding:0 utf-8 EPSG:4326 h3"},
+                            {"0", "8", "4326", "5"})
 
 
 def test_publication_refuses_a_staged_report_that_names_a_unit(tmp_path, monkeypatch):
