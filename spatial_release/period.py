@@ -9,8 +9,11 @@ from zoneinfo import ZoneInfo
 
 from spatial_release.errors import PeriodError
 
-QUARTER = re.compile(r"^(\d{4})-Q([1-4])$")
-MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+# ASCII digits, matched whole (`fullmatch`): Python's \d takes any Unicode digit and `$` matches before a
+# trailing newline, so `２０１８-Q1` and '2018-Q1\n' were periods whose label, written into the release's folder
+# name, is not the folder the publish step looks for (published, then an internal error: red team, issue 23).
+QUARTER = re.compile(r"([0-9]{4})-Q([1-4])")
+MONTH = re.compile(r"([0-9]{4})-(0[1-9]|1[0-2])")
 # Years a period may fall in: no trace predates 1900, and the period's end must still be a date (9999-Q4 ends
 # in the year 10000, which `datetime.date` cannot hold; 0000-Q1 starts in a year it cannot hold either).
 FIRST_YEAR, LAST_YEAR = 1900, 9998
@@ -24,15 +27,15 @@ class Period:
 
     @classmethod
     def parse(cls, label: str) -> "Period":
-        match = QUARTER.match(label) or MONTH.match(label)
+        match = QUARTER.fullmatch(label) or MONTH.fullmatch(label)
         if match and not FIRST_YEAR <= int(match[1]) <= LAST_YEAR:
             raise PeriodError(f"period {label!r}: the year must be between {FIRST_YEAR} and {LAST_YEAR}")
-        if match := QUARTER.match(label):
+        if match := QUARTER.fullmatch(label):
             year, quarter = int(match[1]), int(match[2])
             start = date(year, 3 * quarter - 2, 1)
             end = date(year + 1, 1, 1) if quarter == 4 else date(year, 3 * quarter + 1, 1)
             return cls(label, start, end)
-        if match := MONTH.match(label):
+        if match := MONTH.fullmatch(label):
             year, month = int(match[1]), int(match[2])
             start = date(year, month, 1)
             end = date(year + 1, 1, 1) if month == 12 else date(year, month + 1, 1)
@@ -50,7 +53,7 @@ class Period:
     @property
     def kind(self) -> str:
         """'quarter' or 'month', as a policy's `period` names its cadence."""
-        return "quarter" if QUARTER.match(self.label) else "month"
+        return "quarter" if QUARTER.fullmatch(self.label) else "month"
 
     @property
     def partition_key(self) -> str:

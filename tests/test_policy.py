@@ -95,6 +95,15 @@ def test_periods():
         Period.from_partition_key("2018-02-01")
 
 
+@pytest.mark.parametrize("label", ["\uff12\uff10\uff11\uff18-Q1", "\u0662\u0660\u0661\u0668-Q1", "2018-Q\uff11",
+                                   "\uff12\uff10\uff11\uff18-01", "2018-Q1\n", "2018-01\n", "2018-Q1\r\n", " 2018-Q1"])
+def test_period_is_ascii_digits_matched_whole(label):
+    """Red team, issue 23: Python's \\d takes any Unicode digit and `$` matches before a final newline, so
+    these were periods; the fullwidth one published a release folder the publish step then could not find."""
+    with pytest.raises(PeriodError, match="neither a quarter"):
+        Period.parse(label)
+
+
 def test_bad_strptime_format_names_file_and_item(tmp_path):
     data = policy_dict("x.csv")
     data["source"]["time_formats"] = ["%Y-%m-%d %H:%M:%S", "%Y-%m-%d %Q"]

@@ -263,6 +263,16 @@ def test_period_outside_the_partitions_exits_2(tmp_path, capsys, period):
     assert _nothing_published(tmp_path) and not (tmp_path / "out" / "work").exists()
 
 
+@pytest.mark.parametrize("period", ["\uff12\uff10\uff11\uff18-Q1", "2018-Q1\n"], ids=["fullwidth", "newline"])
+def test_period_of_other_digits_or_a_trailing_newline_exits_2_before_any_work(tmp_path, capsys, period):
+    """Red team, issue 23: `--period ２０１８-Q1` or $'2018-Q1\\n' published releases/fixture/2018-Q1, then
+    exited 3 (the publish step looked for the fullwidth folder name). A usage error, before any work."""
+    code = _release(tmp_path, _policy_with(tmp_path), period=period)
+    err = capsys.readouterr().err
+    assert code == 2 and repr(period) in err and "Traceback" not in err, err
+    assert _nothing_published(tmp_path) and not (tmp_path / "out" / "work").exists()
+
+
 def test_command_line_process_prints_no_traceback(tmp_path):
     """The installed entry point, as a user runs it: the message and exit code, nothing else."""
     policy = _policy_with(tmp_path)
