@@ -16,16 +16,15 @@ from spatial_release.fileio import atomic_path, sha256_file, write_json_atomic
 from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.progress import Progress, silent
-from spatial_release.release import read_tables
+from spatial_release.release import AuditVerdict, ReleaseInputs, ReleaseRecord, read_tables
 from spatial_release.stages import reuse
 from spatial_release.traces.files import resolve_trace_paths
 from spatial_release.stages.context import Published, ReleaseContext, WorkArea
 from spatial_release.stages.count import measure_coverage, read_true_counts, sql_path
 from spatial_release.risk import BLOCK
 from spatial_release.suppression.utility import leaf_shown
-from spatial_release.stages.results import (
-    AuditVerdict, CountsSummary, IngestSummary, ProtectionManifest, ReleaseInputs, ReleaseRecord, RiskAssessment,
-)
+from spatial_release.stages.risk import population_releases, release_inputs
+from spatial_release.stages.results import CountsSummary, IngestSummary, ProtectionManifest, RiskAssessment
 from spatial_release.stages.protect import certificate_dir, certificate_inputs
 from spatial_release.suppression.certificate import Certificate
 from spatial_release.suppression.release_system import audit_published, certify_published, structure_digest
@@ -158,7 +157,6 @@ def related_releases(policy: Policy, period: Period, published: Published, input
     `suppression.audit_with`, and of every programme of the policy's population, whatever `audit_with` says
     (two programmes over the same units must agree figure by figure: a key published twice with two values is
     an audit failure). `inputs`: the release's input file digests (the population is keyed on the data too)."""
-    from spatial_release.stages.risk import population_releases  # the risk stage owns the population's releases
 
     entries = [e for dataset in policy.suppression.audit_with for e in published.ledger.releases(dataset)]
     entries += population_releases(policy, published.ledger, inputs)
@@ -199,7 +197,6 @@ def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
     if policy.suppression.audit_with and published is None:
         raise ValueError(f"{policy.path}: suppression.audit_with needs the published releases and ledger")
     if published is not None:
-        from spatial_release.stages.risk import release_inputs  # the risk stage owns the population's releases
         earlier = [*earlier, *related_releases(policy, ctx.period, published, release_inputs(ctx))]
     true_cells, true_margins = read_true_counts(area)
     digest = None

@@ -26,13 +26,16 @@ import pandas as pd
 
 from spatial_release.levels import LEAF, at_rung
 from spatial_release.progress import Progress
-from spatial_release.risk import Adversary
+from spatial_release.risk import Adversary, cumulative_risk
 from spatial_release.risk.attack import AttackReport
 from spatial_release.risk.landscape import load_landscape
-from spatial_release.stages.attack import attack_success
+from spatial_release.stages.attack import attack_candidate, attack_params, attack_success
 from spatial_release.stages.context import Published, ReleaseContext
+from spatial_release.stages.frontier import FINEST
+from spatial_release.stages.risk import (
+    _risk_zone_of, earlier_releases, release_inputs, write_ladder_buckets, zone_population,
+)
 
-FINEST = "as counted"  # the frontier's name for the policy's own bucket everywhere
 
 
 @dataclass
@@ -67,8 +70,6 @@ class Climb:
 def effective_ceiling(ctx: ReleaseContext, published: Published) -> float:
     """The largest release figure the gate lets through: the per-release ceiling, and what keeps the cumulative
     figure under the programme ceiling given the earlier releases of the population."""
-    from spatial_release.risk import cumulative_risk
-    from spatial_release.stages.risk import earlier_releases, release_inputs
 
     risk = ctx.policy.risk
     previous = [e["risk"]["release_figure"] for e in earlier_releases(ctx.policy, ctx.period, published.ledger,
@@ -94,7 +95,6 @@ def over_the_gate(report: AttackReport, ceiling: float, adversary: Adversary,
 
 def gate_adversary(ctx: ReleaseContext) -> tuple[Adversary, dict[str, float] | None]:
     """The landscape's adversary and public population per zone, as the risk stage reads them."""
-    from spatial_release.stages.risk import zone_population
 
     path = ctx.policy.resolve(ctx.policy.risk.landscape)
     landscape, _ = load_landscape(path)
@@ -108,8 +108,6 @@ def applies(ctx: ReleaseContext, published: Published | None) -> bool:
 
 def attack_written_candidate(ctx: ReleaseContext) -> AttackReport:
     """The attacks on the candidate files as written (every rung), with the policy's landscape."""
-    from spatial_release.stages.attack import attack_candidate, attack_params
-    from spatial_release.stages.risk import _risk_zone_of, write_ladder_buckets
 
     write_ladder_buckets(ctx)
     landscape, _ = load_landscape(ctx.policy.resolve(ctx.policy.risk.landscape))
@@ -117,7 +115,6 @@ def attack_written_candidate(ctx: ReleaseContext) -> AttackReport:
 
 
 def zone_cells(ctx: ReleaseContext, cells: pd.Series) -> dict[str, list[str]]:
-    from spatial_release.stages.risk import _risk_zone_of
 
     zones = _risk_zone_of(ctx, cells.drop_duplicates())
     out: dict[str, list[str]] = {}
@@ -133,29 +130,6 @@ def frontier_row(climb: Climb, ladder: list[str], cells: int, margins: int, over
             "published_cells": cells, "published_margins": margins,
             "zones_over": {z: round(f, 6) for z, f in sorted(over.items())},
             "worst_zone_over": worst[0] if worst else None, "ceiling": round(ceiling, 6), "passed": not over}
-
-
-def public_frontier(rows: list[dict] | None, ladder: list[str] | None = None) -> list[dict] | None:
-    """What release.json may carry of the frontier: per configuration tried, how many zones were coarsened to
-    which rung, whether it passed, which is this release. No zone is named (a zone coarsened holds units, and
-    its cells may all be withheld) and no figure of a configuration not published (its counts and attack
-    figures are facts about unpublished data)."""
-    if not rows:
-        return None
-    out = []
-    for i, row in enumerate(rows):
-        steps = list(row.get("zones_coarsened", {}).values())
-        by_step = {s: steps.count(s) for s in sorted(set(steps))}
-        shown = [f"{n} zone(s) at {_rung_name(s, ladder)}" for s, n in by_step.items()]
-        out.append({"configuration": "; ".join(shown) or FINEST, "passed": row["passed"],
-                    "published": i == len(rows) - 1})
-    return out
-
-
-def _rung_name(step: int, ladder: list[str] | None) -> str:
-    if ladder is not None and step - 1 < len(ladder):
-        return ladder[step - 1]
-    return "parent areas only" if ladder is not None else f"rung {step}"
 
 
 def climb_zones(climb: Climb, over: dict[str, float], zones: list[str], ladder: list[str], progress: Progress

@@ -26,6 +26,7 @@ from spatial_release.stages import reuse
 from spatial_release.stages.attack import (attack_params, attack_pooled, with_attack_figures, worst_attack_zone)
 from spatial_release.stages import attack as attack_stage
 from spatial_release.stages.count import sql_path
+from spatial_release.stages.frontier import public_frontier
 from spatial_release.stages.results import IngestSummary, RiskAssessment, ZoneFigures
 
 # Column names that say which adversary each per-zone figure belongs to.
@@ -442,7 +443,6 @@ def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | P
 
 def _public_frontier(ctx: ReleaseContext) -> list[dict] | None:
     """The public part of the configurations protection tried (`stages.coarsen`), from the candidate's manifest."""
-    from spatial_release.stages.coarsen import public_frontier
     from spatial_release.stages.results import ProtectionManifest
 
     try:

@@ -26,7 +26,7 @@ from spatial_release.defs.programmes import Programme
 from spatial_release.defs.release.checks import build_checks
 from spatial_release.defs.release.reports import (frontier_report, k_anonymity_report, readable, risk_metadata,
                                                   risk_report)
-from spatial_release.stages.coarsen import public_frontier
+from spatial_release.stages.frontier import public_frontier
 from spatial_release.defs.resources import CountingEngine, ReleaseSettings
 
 CANDIDATE_TAG = "spatial_release/candidate_run"
