@@ -41,6 +41,7 @@ from spatial_release.progress import Progress, silent
 from spatial_release.suppression.audit import (default_workers, inconsistent_relations, linked_groups, pool,
                                               renumbered, table_cap)
 from spatial_release.suppression.complementary import ProtectionLog, SuppressionError, costs_for, protect_whole
+from spatial_release.suppression.method import ProtectionMethod
 from spatial_release.suppression.table import PRIMARY, SECONDARY, Table
 from spatial_release.suppression.verdicts import AuditResult, Criterion
 
@@ -201,7 +202,9 @@ def protect_blocks(table: Table, k: int, level_depth: dict[str, int], *, criteri
         settings["cap"] = table_cap(table, criterion)  # as the whole table's audit would cap its bulk LPs
     jobs = (_Chunk(table.subtable(nodes.tolist(), relations.tolist()), nodes, [costs[n] for n in nodes.tolist()],
                    k, level_depth, settings) for nodes, relations in chunks)
-    log = ProtectionLog(audit=AuditResult(k=k, criterion=criterion))
+    log = ProtectionLog(audit=AuditResult(k=k, criterion=criterion), method=ProtectionMethod(
+        stage1=settings.get("method", "sweep"), prune_tries=settings.get("prune_tries", 0), cost=cost,
+        max_rounds=settings.get("max_rounds", 200), workers=workers))
     reported = time.perf_counter()
     workers = min(workers, len(chunks))
     for n, done in enumerate(_in_order(jobs, workers), start=1):

@@ -53,6 +53,7 @@ from spatial_release.progress import Progress, silent
 from spatial_release.suppression.audit import (INF, TOL, AuditResult, ComponentModel, Criterion, Interval, Point, audit,
                                               audit_component, components, table_cap)
 from spatial_release.suppression.elimination import eliminate
+from spatial_release.suppression.method import ProtectionMethod
 from spatial_release.suppression.table import EQ, PRIMARY, PUBLISHED, SECONDARY, UNION, Table
 
 
@@ -103,6 +104,7 @@ class ProtectionLog:
     rounds: int = 0
     pruned: int = 0
     audit: AuditResult | None = None
+    method: ProtectionMethod | None = None  # what ran: `method.describe()` is the release record's sentence
 
 
 UNIT_VALUE, CELLS = "unit_value", "cells"
@@ -444,7 +446,8 @@ def protect_whole(table: Table, k: int, level_depth: dict[str, int], max_rounds:
     """`protect` on the whole table at once (no split into blocks): the algorithm itself."""
     criterion = criterion or Criterion(k)
     costs = Costs(costs_for(table, level_depth, cost), _weights(table, level_depth))
-    log = ProtectionLog()
+    log = ProtectionLog(method=ProtectionMethod(stage1=method, prune_tries=prune_tries, cost=cost,
+                                                max_rounds=max_rounds, workers=workers, cap=cap))
     reasons: dict[int, list[int]] = {}  # secondary -> the primaries it was withheld for (pruning checks them first)
     if method == GAUSS:
         log.sweep_secondaries = eliminate(table, k, costs, lambda n: (-costs.unit[n], *_sort_key(table, costs, n)[2:]),
