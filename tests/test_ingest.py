@@ -201,6 +201,28 @@ def test_int96_timestamps_are_utc_instants(tmp_path):
     assert _utc(pd.read_parquet(result.pings_path)) == ["2018-03-01T13:00:00Z"] * 4
 
 
+@pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
+def test_parquet_timestamps_of_every_unit_are_microsecond_instants(tmp_path, unit):
+    """Red-team re-test of issue 23: `pandas.to_parquet` writes TIMESTAMP(NANOS); DuckDB reads it as
+    TIMESTAMP_NS (or TIMESTAMPTZ_NS when UTC-adjusted), which crashed counting (`epoch_us(TIMESTAMPTZ_NS)`)
+    or ingest (a CASE mixing TIMESTAMPTZ and TIMESTAMP_NS). Every unit, naive (New York's wall clock),
+    UTC-aware and Kolkata-aware, in one union: the same instant, written as microsecond TIMESTAMPTZ."""
+    at = datetime(2018, 3, 1, 13, 0, 0, 123456)
+    files = {"naive": ("u1", None, at - timedelta(hours=5)), "utc": ("u2", "UTC", at.replace(tzinfo=timezone.utc)),
+             "kolkata": ("u3", "Asia/Kolkata", at.replace(tzinfo=timezone.utc))}
+    for name, (device, tz, value) in files.items():
+        table = pa.table({"device": [device], "when": pa.array([value], pa.timestamp(unit, tz=tz)),
+                          "lon": [-74.05], "lat": [40.72], "gender": ["f"]})
+        pq.write_table(table, tmp_path / f"{name}.parquet")
+    policy = load_policy(write_policy(tmp_path, policy_dict(str(tmp_path / "*.parquet"))))
+    result = ingest_traces(policy, Q1, resolve_trace_paths(policy), tmp_path / "out")
+    assert result.pings_rejected == 0
+    assert pq.read_schema(result.pings_path).field("ts").type == pa.timestamp("us", tz="UTC")
+    kept = {"s": at.replace(microsecond=0), "ms": at.replace(microsecond=123000)}.get(unit, at)
+    assert pd.read_parquet(result.pings_path).sort_values("unit")["ts"].tolist() == \
+        [pd.Timestamp(kept, tz="UTC")] * 3
+
+
 @pytest.mark.parametrize("offset_format", [OFFSET, "%Y-%m-%dT%H:%M:%S%z", "%z %Y-%m-%d %H:%M:%S"])
 def test_utc_offsets_no_place_has_are_quarantined(tmp_path, offset_format):
     """Issue 23: `+25:00` was taken and moved the instant by 25 hours. An offset beyond -14:00..+14:00 (or

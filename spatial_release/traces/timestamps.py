@@ -152,14 +152,23 @@ class TimeSql(NamedTuple):
     bad_offset: str = "false"  # true where the text names a UTC offset no place has: quarantined
 
 
+def _is_instant_type(dtype: str) -> bool:
+    """A DuckDB timestamp type that names an instant: TIMESTAMP WITH TIME ZONE (TIMESTAMPTZ, microseconds)
+    or TIMESTAMPTZ_NS (a Parquet TIMESTAMP(NANOS) adjusted to UTC)."""
+    return dtype.startswith("TIMESTAMPTZ") or "WITH TIME ZONE" in dtype
+
+
 def timestamp_sql(column: str, dtype: str, source: SourceSpec) -> TimeSql:
-    """The expressions of a time column, by its stored type and the policy's formats."""
+    """The expressions of a time column, by its stored type and the policy's formats. A typed timestamp of
+    any unit (TIMESTAMP_S, _MS, _NS: `pandas.to_parquet` writes nanoseconds) is cast to microseconds, the
+    unit of everything downstream: a TIMESTAMP_NS beside the clock's TIMESTAMPTZ failed to bind at ingest,
+    and a TIMESTAMPTZ_NS reached counting's epoch_us(), which has no such overload (red team, issue 23)."""
     col = ident(column)
     raw = f"CAST({col} AS VARCHAR)"
-    if dtype.startswith("TIMESTAMP WITH TIME ZONE"):
-        return TimeSql(raw, col, None)
+    if _is_instant_type(dtype):
+        return TimeSql(raw, f"CAST({col} AS TIMESTAMPTZ)", None)
     if dtype.startswith("TIMESTAMP"):
-        return TimeSql(raw, None, col)
+        return TimeSql(raw, None, f"CAST({col} AS TIMESTAMP)")
     text = f"trim({raw})"
     instant_specs = [f for f in source.time_formats if _names_instant(f)]
     utc_specs = [f for f in source.time_formats if _names_utc(f)]

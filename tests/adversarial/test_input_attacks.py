@@ -108,6 +108,29 @@ def test_a_local_time_the_clocks_skipped_is_quarantined_not_moved(tmp_path, caps
     assert _nothing_published(tmp_path)
 
 
+def test_parquet_timestamps_of_every_unit_publish_the_instants_of_the_raw_rows(tmp_path, capsys):
+    """Red-team re-test of issue 23: Parquet TIMESTAMP(NANOS), what `pandas.to_parquet` writes, exited 3
+    (naive: counting's epoch_us had no TIMESTAMPTZ_NS overload; UTC-aware: ingest could not bind a CASE
+    mixing it with TIMESTAMPTZ). The pings near midnight, spread over eight files: each Parquet unit (s, ms,
+    us, ns), naive New York wall time or UTC-aware; a file read an hour off would move pings across a day."""
+    frame = _pings_near_midnight()
+    frame = frame.assign(unit=frame["device"], instant=frame["when"].map(_instant))
+    kinds = [(unit, tz) for unit in ("s", "ms", "us", "ns") for tz in (None, "UTC")]
+    traces = []
+    for i, (unit, tz) in enumerate(kinds):
+        part = frame.iloc[i::len(kinds)]
+        whens = [t if tz else t.astimezone(NEW_YORK).replace(tzinfo=None) for t in part["instant"]]
+        table = pa.table({"device": part["device"].tolist(), "when": pa.array(whens, pa.timestamp(unit, tz=tz)),
+                          "lon": part["lon"].tolist(), "lat": part["lat"].tolist(), "gender": part["gender"].tolist()})
+        traces.append(tmp_path / f"traces-{unit}-{tz or 'naive'}.parquet")
+        pq.write_table(table, traces[-1])
+    code = _release(tmp_path, write_policy(tmp_path, policy_dict(str(tmp_path / "traces-*.parquet"))))
+    assert code == 0, capsys.readouterr().err
+    expected = _expected_cells(frame)
+    assert min(expected.values()) >= K  # nothing to withhold: every figure must be published as it is
+    assert _published_cells(tmp_path) == expected
+
+
 # --- unit ids -------------------------------------------------------------------------------------------
 
 def test_nan_and_float_ids_count_the_units_the_rows_name(tmp_path, capsys):
