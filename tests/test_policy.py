@@ -6,11 +6,13 @@ import pytest
 import yaml
 
 from conftest import K, PROJECT_ROOT, policy_dict, write_policy
+from spatial_release import cli
 from spatial_release.errors import PeriodError
 from spatial_release.period import Period
 from spatial_release.policy import MAX_CONFIG_BYTES, PolicyError, load_policy
 from spatial_release.policy.loading import MAX_ZEROS_BYTES
 from spatial_release.policy.model import MAX_K
+from spatial_release.policy.strict_yaml import MAX_DEPTH, StrictLoader
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (PROJECT_ROOT / "policies").glob("*.yaml")))
@@ -183,6 +185,50 @@ def test_yaml_anchors_and_aliases_are_refused(tmp_path):
     assert "field 'x-defaults'" in message and "aliases" in message
     message = _refused_line(tmp_path, f"k: {K}\n", "k: *five\n")
     assert "field 'k'" in message
+
+
+@pytest.mark.parametrize("value", ['!!int "4_0"', '!!int "1:0"', '!!int "0x4"', '!!int "0o4"', '!!int "0b100"',
+                                   "!!float 3", '!!str "3"', "!local 3", "! 3"])
+def test_explicit_yaml_tags_are_refused(tmp_path, value):
+    """Red-team re-test: `k: !!int "4_0"` loaded as k = 40 (Python's int() reads underscores) and
+    `!!int "0x4"` raised ValueError (exit 3, internal error). Every explicit tag is refused, naming the line."""
+    message = _refused_line(tmp_path, f"k: {K}\n", f"k: {value}\n")
+    assert "field 'k'" in message and "explicit tags" in message
+
+
+@pytest.mark.parametrize("nested", ["deep: " + "[" * 100_000 + "]" * 100_000 + "\n",
+                                    "deep: " + "{a: " * 3_000 + "1" + "}" * 3_000 + "\n"])
+def test_deep_nesting_is_refused_before_it_is_composed(tmp_path, nested):
+    """Red-team re-test: 100,000 nested lists (or 3,000 mappings) raised RecursionError (exit 3). Past
+    MAX_DEPTH levels the loader refuses, naming the file and the line, without recursing further."""
+    message = _refused_line(tmp_path, "time:\n", nested + "time:\n")
+    assert f"nested deeper than {MAX_DEPTH} levels" in message
+
+
+def test_nesting_up_to_the_bound_and_a_tagged_landscape(tmp_path):
+    """A list nested MAX_DEPTH - 1 levels under the top-level mapping still parses (the bound is not off by
+    one); a landscape is read with the same loader, so a tag there is refused too, quoting no content."""
+    text = "deep: " + "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1) + "\n"
+    assert yaml.load(text, Loader=StrictLoader)["deep"] is not None
+    with pytest.raises(yaml.YAMLError, match="nested deeper"):
+        yaml.load("deep: " + "[" * MAX_DEPTH + "]" * MAX_DEPTH + "\n", Loader=StrictLoader)
+    block = "deep:\n" + "".join("  " * i + "a:\n" for i in range(1, 40)) + "  " * 40 + "b: 1\n"
+    with pytest.raises(yaml.YAMLError, match=f"line {MAX_DEPTH}, .*nested deeper"):  # block style too
+        yaml.load(block, Loader=StrictLoader)
+    path = write_policy(tmp_path, policy_dict("x.csv"))
+    (tmp_path / "landscape.yaml").write_text((tmp_path / "landscape.yaml").read_text() + "seed: !!int \"4_0\"\n")
+    with pytest.raises(PolicyError, match=r"field 'risk.landscape'.*line \d+: an explicit tag") as caught:
+        load_policy(path)
+    assert "4_0" not in str(caught.value)
+
+
+def test_a_tagged_policy_exits_2_on_the_command_line(tmp_path, capsys):
+    path = write_policy(tmp_path, policy_dict("x.csv"))
+    path.write_text(path.read_text().replace(f"k: {K}\n", 'k: !!int "0x4"\n'))
+    code = cli.main(["release", "--policy", str(path), "--period", "2018-01", "--traces", str(tmp_path / "x.csv"),
+                     "--out", str(tmp_path / "out"), "--ledger", str(tmp_path / "ledger")])
+    err = capsys.readouterr().err
+    assert code == 2 and str(path) in err and "explicit tags" in err and "internal error" not in err
 
 
 def test_yaml_12_values_still_load(tmp_path):

@@ -165,7 +165,8 @@ def load_policy(path: str | Path) -> Policy:
     """Read, validate and return the policy file at `path`, with its resolved path and sha256 (which the
     release record and the audit compare). Raises PolicyError (a UserError, exit 2) naming the file and
     the field: unreadable file, not a regular file or larger than MAX_CONFIG_BYTES, invalid YAML or YAML
-    that YAML 1.1 and 1.2 read differently, a repeated key, a merge key or an alias (`strict_yaml`), a field
+    that YAML 1.1 and 1.2 read differently, a repeated key, a merge key, an alias, an explicit tag or nesting
+    deeper than 32 levels (`strict_yaml`), a field
     the model refuses, a zeros list or landscape that is missing or not such a file, an `audit_with` dataset
     that is no programme of the policy's folder."""
     path = Path(path).resolve()

@@ -6,6 +6,11 @@ elsewhere, and a repeated key keeps its last value silently. `StrictLoader` reso
 YAML 1.2 core schema does (decimal ints and floats, true/false, null; everything else is text) and refuses,
 naming the line and the field, every plain scalar that YAML 1.1 reads as another number or a boolean, merge
 keys, anchors and aliases, and repeated keys. Quoting a value always makes it text.
+
+It also refuses explicit tags (`!!int "4_0"` was constructed by Python's int(), which reads `4_0` as 40 and
+raised a ValueError on `0x4`; a tag makes a quoted value a number, so what looks like text is not) and
+nesting deeper than MAX_DEPTH levels (the composer recurses once per level: `[[[...]]]` 100,000 deep raised
+RecursionError, an internal error instead of a refusal naming the line).
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ BOOL = "tag:yaml.org,2002:bool"
 NULL = "tag:yaml.org,2002:null"
 _TYPED = (INT, FLOAT, BOOL)
 _MAX_DIGITS = 30  # far above any sensible figure; Python refuses ints past 4300 digits with a ValueError
+# A policy or landscape nests a few levels (section, list, mapping); 32 is far past any real one and far below
+# the interpreter's recursion limit, which the composer and the constructor both recurse towards.
+MAX_DEPTH = 32
 
 # the YAML 1.2 core schema (https://yaml.org/spec/1.2.2/#1032-tag-resolution), decimal ints only
 _RESOLVERS = [
@@ -80,6 +88,7 @@ class StrictLoader(yaml.SafeLoader):
         self._fields.append(part)
         try:
             event = self.peek_event()
+            self._check_depth_and_tag(event)
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
                 # a value written once and used twice is two fields a reviewer reads as one
                 raise self._refuse(event.start_mark, "anchors (&name) and aliases (*name) are not allowed: "
@@ -88,6 +97,20 @@ class StrictLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._fields.pop()
+
+    def _check_depth_and_tag(self, event: yaml.Event) -> None:
+        """Refuse a node nested deeper than MAX_DEPTH (checked before composing it, so no deep recursion ever
+        starts) and a node with an explicit tag (`!!int`, `!!str`, `!local`, `!`): only the schema types."""
+        if len(self._fields) > MAX_DEPTH:
+            raise self._refuse(event.start_mark, f"nested deeper than {MAX_DEPTH} levels: a policy or landscape "
+                                                 "is a few levels deep",
+                               f"nesting deeper than {MAX_DEPTH} levels (not allowed)")
+        tag = getattr(event, "tag", None)
+        if tag is not None:
+            # the value's type is the schema's reading of what is written: `!!int "4_0"` was 40
+            spelt = tag.replace("tag:yaml.org,2002:", "!!")[:40]
+            raise self._refuse(event.start_mark, f"explicit tags ({spelt}) are not allowed: write a number in "
+                                                 "plain decimals, and quote text", "an explicit tag (not allowed)")
 
     def compose_scalar_node(self, anchor: str | None) -> yaml.ScalarNode:
         node = super().compose_scalar_node(anchor)
