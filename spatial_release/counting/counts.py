@@ -32,7 +32,8 @@ import pyarrow as pa
 
 from spatial_release.counting.buckets import SLOT_US, BucketSlots, CountingError, bucket_slots, period_buckets
 from spatial_release.counting.engines import Engine
-from spatial_release.counting.outputs import _write_membership, _write_outside, _write_parquet
+from spatial_release.counting.decoded import DecodedKeys
+from spatial_release.counting.outputs import write_membership, write_outside, write_parquet
 from spatial_release.counting.packed import PackedCounts, Packing, PeriodMismatch, packing_for, presence_from_keys, \
     scan_packed
 from spatial_release.counting.pings import data_extent, register_pings, usable_area
@@ -170,43 +171,6 @@ def _membership_sql(measure: str, z: int, single: bool, unsure_buckets: Sequence
     return f"{_presence_sql(sure + f' AND o.b NOT IN ({listed})')} UNION ALL {_presence_sql(redone)}"
 
 
-@dataclass
-class _Decoded:
-    """Turns engine results keyed by integers into (area_id, bucket_start, n) with Arrow's vectorised take."""
-
-    ids: np.ndarray  # area ids in rank order (id order)
-    buckets: pd.Series  # bucket number -> bucket start
-    ranks: np.ndarray | None = None  # the rank the engine uses for each id, ascending; None: 0, 1, 2, ...
-
-    def __post_init__(self) -> None:
-        self.id_array = pa.array(self.ids.astype(str), pa.string())
-        self.bucket_array = pa.array(self.buckets.to_numpy(), pa.timestamp("us", tz="UTC"))
-        if self.ranks is None:
-            self.ranks = np.arange(len(self.ids), dtype=np.int64)
-        self._dense = bool(len(self.ranks) == 0 or self.ranks[-1] == len(self.ranks) - 1)
-
-    def positions(self, ranks: np.ndarray) -> np.ndarray:
-        """Index into `ids` of each rank the engine returned."""
-        ranks = np.asarray(ranks, np.int64)
-        return ranks if self._dense else np.searchsorted(self.ranks, ranks)
-
-    def table(self, counts: pd.DataFrame, level: str | None = None, area: str = "rank",
-              names: np.ndarray | None = None) -> pa.Table:
-        """names: for area="parent", the parent ids its integer codes stand for."""
-        b = pa.array(counts["b"].to_numpy(np.int64))
-        if area == "rank":
-            ids = self.id_array.take(pa.array(self.positions(counts["rank"].to_numpy(np.int64))))
-        elif names is not None:
-            ids = pa.array(names, pa.string()).take(pa.array(counts[area].to_numpy(np.int64)))
-        else:
-            ids = pa.array(counts[area].astype(str).to_numpy(object), pa.string())
-        columns = {"area_id": ids, "bucket_start": self.bucket_array.take(b),
-                   "n": pa.array(counts["n"].to_numpy(np.int64))}
-        if level is not None:
-            columns = {"level": pa.array(np.full(len(counts), level, dtype=object), pa.string()), **columns}
-        return pa.table(columns)
-
-
 @dataclass(frozen=True)
 class Rung:
     """A coarser time rung of the policy's ladder: the coarse bucket number of each of the policy's buckets."""
@@ -233,7 +197,7 @@ def ladder_rungs(policy: Policy, period: Period, slots: BucketSlots) -> list[Run
     return rungs
 
 
-def _count_rungs(engine: Engine, plan: ZoningPlan, z: int, decoded: _Decoded, rungs: Sequence[Rung]) -> list[pa.Table]:
+def _count_rungs(engine: Engine, plan: ZoningPlan, z: int, decoded: DecodedKeys, rungs: Sequence[Rung]) -> list[pa.Table]:
     """Figures of every level of zoning z at each coarser rung: the distinct units counted in the area in at
     least one of the policy's buckets inside the coarse bucket (the union of the finer memberships, for
     presence and visitors alike: one bike on seven days is one unit of the week)."""
@@ -246,7 +210,7 @@ def _count_rungs(engine: Engine, plan: ZoningPlan, z: int, decoded: _Decoded, ru
     for r, rung in enumerate(rungs):
         engine.register_frame(f"rung_{z}_{r}", pd.DataFrame({"b": np.arange(len(rung.of_bucket), dtype=np.int64),
                                                              "cb": rung.of_bucket}))
-        coarse = _Decoded(decoded.ids, rung.buckets, decoded.ranks)
+        coarse = DecodedKeys(decoded.ids, rung.buckets, decoded.ranks)
         joined = f"member_{z} m JOIN rung_{z}_{r} t ON t.b = m.b"
         leaf = engine.fetch(f"SELECT m.rank, t.cb AS b, count(DISTINCT m.unit) AS n FROM {joined} GROUP BY m.rank, t.cb")
         frames.append(coarse.table(leaf, at_rung(plan.level, rung.name)))
@@ -263,7 +227,7 @@ def _count_rungs(engine: Engine, plan: ZoningPlan, z: int, decoded: _Decoded, ru
 
 def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, buckets: pd.Series, keys_sql: str,
                   member_sql: Callable[[], str], key_ranks: bool = False, rungs: Sequence[Rung] = (),
-                  given: PackedCounts | None = None) -> tuple[_Decoded, pa.Table, list[pa.Table]]:
+                  given: PackedCounts | None = None) -> tuple[DecodedKeys, pa.Table, list[pa.Table]]:
     """Leaf counts (area_id, bucket_start, n) and margin frames (level, area_id, bucket_start, n), with the
     figures of every coarser time rung among the margins (`_count_rungs`).
 
@@ -281,12 +245,12 @@ def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, bucket
         engine.register_frame(f"leaf_{z}", given.leaf)
         leaf_counts = given.leaf.to_pandas()  # sorted by rank, then bucket, as the ORDER BY below
         keys = np.unique(leaf_counts["rank"].to_numpy(np.int64))
-        decoded = _Decoded(ids_of(keys), buckets, keys)
+        decoded = DecodedKeys(ids_of(keys), buckets, keys)
     elif key_ranks:  # the areas counted, from the (small) leaf table
         engine.materialize(f"member_{z}", member_sql())
         engine.materialize(f"leaf_{z}", f"SELECT rank, b, count(*) AS n FROM member_{z} GROUP BY rank, b")
         keys = np.sort(engine.fetch(f"SELECT DISTINCT rank AS area FROM leaf_{z}")["area"].to_numpy(np.int64))
-        decoded = _Decoded(ids_of(keys), buckets, keys)
+        decoded = DecodedKeys(ids_of(keys), buckets, keys)
     else:
         keys = engine.fetch(keys_sql)["area"].to_numpy(np.int64)
         ids = ids_of(keys)
@@ -294,7 +258,7 @@ def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, bucket
         ranks = np.empty(len(keys), np.int64)
         ranks[order] = np.arange(len(keys))
         engine.register_frame(f"dict_{z}", pd.DataFrame({"area": keys, "rank": ranks}))
-        decoded = _Decoded(ids[order], buckets)
+        decoded = DecodedKeys(ids[order], buckets)
         engine.materialize(f"member_{z}", member_sql())
         engine.materialize(f"leaf_{z}", f"SELECT rank, b, count(*) AS n FROM member_{z} GROUP BY rank, b")
     hierarchy = plan.hierarchy(pd.Series(decoded.ids, dtype=object))
@@ -516,12 +480,12 @@ def _count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: S
     t = _timed(seconds, "count", t)
 
     cells_path, margins_path = out_dir / "cell_counts.parquet", out_dir / "margin_counts.parquet"
-    _write_parquet(cells.rename_columns(["cell_id", "bucket_start", "n"]), cells_path)  # sorted by the engine
+    write_parquet(cells.rename_columns(["cell_id", "bucket_start", "n"]), cells_path)  # sorted by the engine
     margins = pa.concat_tables(margin_frames)
-    _write_parquet(margins.sort_by([("level", "ascending"), ("area_id", "ascending"),
+    write_parquet(margins.sort_by([("level", "ascending"), ("area_id", "ascending"),
                                     ("bucket_start", "ascending")]), margins_path)
-    membership_path = _write_membership(engine, main, out_dir)
-    outside_path = _write_outside(engine, out_dir, pings_outside, outside_sql)
+    membership_path = write_membership(engine, main, out_dir)
+    outside_path = write_outside(engine, out_dir, pings_outside, outside_sql)
     if given is not None:
         summary = {"units": given.units, "unit_buckets": given.member.num_rows}
     else:

@@ -9,15 +9,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spatial_release.counting.buckets import _lit
+from spatial_release.counting.decoded import DecodedKeys
 from spatial_release.counting.engines import Engine
 from spatial_release.fileio import atomic_path
 
-def _write_parquet(table: pa.Table, path: Path) -> None:
+
+def write_parquet(table: pa.Table, path: Path) -> None:
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
 
 
-def _write_membership(engine: Engine, main: _Decoded, out_dir: Path) -> Path:
+def write_membership(engine: Engine, main: DecodedKeys, out_dir: Path) -> Path:
     """unit, bucket_start, cell_id for the main geometry: who was counted where (internal, never published).
     The cell ids join as an ENUM of the ids counted, so the Parquet writer gets dictionary codes instead of
     a string per row (half the cost; the file's column is a plain string column all the same, nullable as
@@ -45,7 +47,7 @@ def _write_membership(engine: Engine, main: _Decoded, out_dir: Path) -> Path:
     return path
 
 
-def _write_outside(engine: Engine, out_dir: Path, pings_outside: int, coordinates_sql: str) -> Path:
+def write_outside(engine: Engine, out_dir: Path, pings_outside: int, coordinates_sql: str) -> Path:
     """The pings in no area of the main geometry, as they came in, kept for review. coordinates_sql: the
     distinct (ulon, ulat) of those pings."""
     path = out_dir / "outside.parquet"

@@ -44,10 +44,6 @@ def _inside(lon: np.ndarray, lat: np.ndarray, bounds: Bounds) -> np.ndarray:
     return (lon >= west) & (lon <= east) & (lat >= south) & (lat <= north)
 
 
-def outside_bounds_mask(lon: np.ndarray, lat: np.ndarray, bounds: Bounds) -> np.ndarray:
-    return ~_inside(np.asarray(lon, float), np.asarray(lat, float), bounds)
-
-
 def diagnose(lon: np.ndarray, lat: np.ndarray, bounds: Bounds) -> str:
     """A sentence on what the outside points look like, from the hypotheses that explain most of them."""
     lon, lat = np.asarray(lon, float), np.asarray(lat, float)

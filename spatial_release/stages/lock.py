@@ -11,7 +11,7 @@ from spatial_release.errors import Blocked
 from spatial_release.fileio import folder_lock, remove_stale_temporaries
 from spatial_release.ledger import Ledger, find_release
 from spatial_release.release import recover_interrupted, release_dir
-from spatial_release.stages.context import Published, ReleaseContext, WorkArea
+from spatial_release.stages.context import Published, ReleaseContext
 
 
 class AlreadyPublished(Blocked, FileExistsError):
@@ -36,10 +36,6 @@ def refuse_if_published(ctx: ReleaseContext, ledger: Ledger, releases_root: Path
         recorded = f"ledger entry {entry['seq']}" if entry else "a folder the ledger does not record"
         raise AlreadyPublished(f"{policy.name} {period.label} is already published: {target} ({recorded}). "
                                "A published release, and the work area its audit reads, are never overwritten")
-
-
-def work_lock_path(area: WorkArea) -> Path:
-    return area.lock
 
 
 @contextmanager

@@ -1,0 +1,47 @@
+"""Engine results keyed by integers (area ranks, bucket numbers) turned back into area ids and bucket starts:
+shared by the counting step and the writers of its outputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+
+@dataclass
+class DecodedKeys:
+    """Turns engine results keyed by integers into (area_id, bucket_start, n) with Arrow's vectorised take."""
+
+    ids: np.ndarray  # area ids in rank order (id order)
+    buckets: pd.Series  # bucket number -> bucket start
+    ranks: np.ndarray | None = None  # the rank the engine uses for each id, ascending; None: 0, 1, 2, ...
+
+    def __post_init__(self) -> None:
+        self.id_array = pa.array(self.ids.astype(str), pa.string())
+        self.bucket_array = pa.array(self.buckets.to_numpy(), pa.timestamp("us", tz="UTC"))
+        if self.ranks is None:
+            self.ranks = np.arange(len(self.ids), dtype=np.int64)
+        self._dense = bool(len(self.ranks) == 0 or self.ranks[-1] == len(self.ranks) - 1)
+
+    def positions(self, ranks: np.ndarray) -> np.ndarray:
+        """Index into `ids` of each rank the engine returned."""
+        ranks = np.asarray(ranks, np.int64)
+        return ranks if self._dense else np.searchsorted(self.ranks, ranks)
+
+    def table(self, counts: pd.DataFrame, level: str | None = None, area: str = "rank",
+              names: np.ndarray | None = None) -> pa.Table:
+        """names: for area="parent", the parent ids its integer codes stand for."""
+        b = pa.array(counts["b"].to_numpy(np.int64))
+        if area == "rank":
+            ids = self.id_array.take(pa.array(self.positions(counts["rank"].to_numpy(np.int64))))
+        elif names is not None:
+            ids = pa.array(names, pa.string()).take(pa.array(counts[area].to_numpy(np.int64)))
+        else:
+            ids = pa.array(counts[area].astype(str).to_numpy(object), pa.string())
+        columns = {"area_id": ids, "bucket_start": self.bucket_array.take(b),
+                   "n": pa.array(counts["n"].to_numpy(np.int64))}
+        if level is not None:
+            columns = {"level": pa.array(np.full(len(counts), level, dtype=object), pa.string()), **columns}
+        return pa.table(columns)
