@@ -383,7 +383,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     ledger = Ledger(Path(args.ledger).resolve() if args.ledger else Path(ReleaseSettings().ledger_dir))
     published = stages.Published(ledger, folder.parents[1])
     # Past its key retention a release's per-unit artefacts were deleted on purpose: re-auditing it must not
-    # write its per-primary intervals back (red team, issue 23).
+    # write its per-primary intervals back.
     entry = find_release(ledger.read(), record.dataset, record.period) if ledger.folder.is_dir() else None
     retained = entry is None or policy.risk is None or not expired(policy, entry, datetime.now(timezone.utc))
     outcome = stages.check_suppression_audit(ctx, release=folder, published=published, keep_intervals=retained)

@@ -476,7 +476,7 @@ def _count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: S
         if z == 0:
             main, cells = decoded, leaf
         margin_frames += margins
-        progress(f"counted {plan.level}")  # group counts stay in counts.json (internal): issue 9, finding 12
+        progress(f"counted {plan.level}")  # group counts stay in counts.json (internal)
     t = _timed(seconds, "count", t)
 
     cells_path, margins_path = out_dir / "cell_counts.parquet", out_dir / "margin_counts.parquet"

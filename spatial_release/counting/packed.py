@@ -33,8 +33,8 @@ from spatial_release.counting.plan import ZoningPlan
 
 KEY_BITS = 62  # packed keys stay below 2^62, clear of BIGINT's overflow in the SQL that computes them
 # Memory of the packed path in this process, per ping: the scan's Arrow result (key and two mostly-NULL
-# coordinate columns, 24 bytes) and the keys (8 bytes). Measured: peak RSS 1.8 GB at 50 M pings, DuckDB's
-# own buffers included. The path is taken only when this fits in DuckDB's memory limit, the budget the user
+# coordinate columns, 24 bytes) and the keys (8 bytes); bench/release_bench.py measures the peak with DuckDB's
+# own buffers. The path is taken only when this fits in DuckDB's memory limit, the budget the user
 # set for counting; past it the SQL paths run, and spill.
 BYTES_PER_PING = 32
 _UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "KB": 10**3, "MB": 10**6, "GB": 10**9,

@@ -271,13 +271,13 @@ def draw_knowledge(sets: KeySets, params: RiskParams) -> Draws:
     the j-th is the floor(U_j[r] * (n - 1 - j))-th key not yet chosen (shifted past the chosen ones in
     ascending order). U0, U_1, ... are drawn from the seeded generator in that order, one value per row each,
     before any set is built; the sets are then built chunk by chunk of units (DRAW_PAIRS), so memory is that
-    of the rows, not of every (unit, key) pair several times over (the 50 M release peaked 2.5 GB higher
-    when the pairs were sorted whole). The 10 M pings release had 83,000 entries: drawing them one by one
-    took 6.6 s."""
+    of the rows, not of every (unit, key) pair several times over (sorting the pairs whole multiplied the
+    peak memory at scale); drawing entries one by one in Python was the slowest part of the estimate."""
     zones, zone_of_key = np.unique(sets.key_zone, return_inverse=True)
     chunks = _unit_chunks(sets)
     # Each chunk's entries are found twice: here to count the rows (every uniform is drawn before any set), and
-    # below to build its sets, so that no chunk's sorted pairs are kept in between (about 1 s at 50 M pings).
+    # below to build its sets, so that no chunk's sorted pairs are kept in between (the second pass is cheap
+    # next to holding them).
     found = [_entries(sets, zone_of_key, len(zones), a, b)[:2] for a, b in chunks]
     units_of_entries = np.concatenate([f[0] for f in found] or [np.zeros(0, dtype=np.int64)])
     entry_zone = np.concatenate([f[1] for f in found] or [np.zeros(0, dtype=np.int64)])

@@ -241,7 +241,7 @@ def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
     figures = {"verified_by": method}
     how = "solved with the attacker LP"
     if verification is not None:
-        # counts of components are facts about withheld figures (issue 9): internal; shares are public
+        # counts of components are facts about withheld figures: internal; shares are public
         certified, again = len(verification.certified), len(verification.unverified)
         reasons = sorted(set(verification.unverified.values()))
         summary["certificate"] = {"certified_components": certified, "re_solved_components": again,

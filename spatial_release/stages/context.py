@@ -105,7 +105,7 @@ class Published:
 
 def _is_grid_cell(cell_id: str, size_m: int) -> bool:
     """`cell_id` names a cell of the grid exactly as the counting names it: a leading zero or an off-grid
-    corner would be published as a false 0 beside the real cell (hostile pass of issue 9)."""
+    corner would be published as a false 0 beside the real cell."""
     match = CELL_ID.match(cell_id)
     if match is None:
         return False

@@ -222,7 +222,7 @@ def population_releases(policy: Policy, ledger: Ledger, inputs: Iterable[str] = 
     spends the same budget and is audited with it."""
     entries = ledger.checked_releases()
     # A dataset's own earlier releases always count, whatever population they were recorded under: renaming
-    # the population must not reset the budget (hostile pass of issue 9).
+    # the population must not reset the budget.
     own = [e for e in entries if population_of(e) == policy.population_key or e["dataset"] == policy.name]
     files = set(inputs) | {digest for e in own for digest in e.get("inputs") or ()}
     return [e for e in entries if e in own or files & set(e.get("inputs") or ())]

@@ -120,7 +120,7 @@ def build_release_graph(programme: Programme) -> ReleaseGraph:
         ctx = setup(context, settings)
         with hold(context, settings, ctx), counting.open(ctx.area) as engine:
             summary = stages.run_counts(ctx, engine, progress=context.log.info)
-        # The number of groups and of units counted are facts about withheld cells (finding 12 of issue 9):
+        # The number of groups and of units counted are facts about withheld cells:
         # they stay in counts.json, in the owner-only work area, out of the event log and metadata.
         summary_file = ctx.area.counts / stages.CountsSummary.FILE
         context.log.info(f"counted; figures in {summary_file} (internal)")

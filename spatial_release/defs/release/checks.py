@@ -17,7 +17,7 @@ from spatial_release.guarantees import CheckOutcome
 from spatial_release.risk import WARN
 
 # partitions_def on asset checks is a preview feature; it was verified on the pinned dagster 1.13.27 and is
-# what makes a check evaluate only its run's partition (see ../shared/notes/dagster.md, section 2.1).
+# what makes a check evaluate only its run's partition.
 warnings.filterwarnings("ignore", message=".*partitions_def on an AssetCheckSpec.*")
 
 
