@@ -267,6 +267,27 @@ def test_local_time_in_the_spring_forward_gap_is_quarantined(tmp_path, typed):
     assert _utc(pings) == ["2018-03-11T06:59:59Z", "2018-03-11T07:00:00Z"]
 
 
+@pytest.mark.parametrize("formats", [[OFFSET, ZONE_NAME, NAIVE], [ZONE_NAME, NAIVE, OFFSET]])
+def test_a_zone_name_does_not_make_a_skipped_local_time_an_instant(tmp_path, formats):
+    """Red-team re-test of issue 23: `%Z` took 02:30 America/New_York on 2018-03-11, which never happened,
+    as 07:30Z, while 02:30 without a zone was quarantined. Now both are nonexistent_local_time, in any zone
+    with a gap (Paris's is another day), whatever the name's case; an offset, UTC, a fixed-offset name and
+    times beside the gap are instants."""
+    whens = {"2018-03-11 02:30:00 America/New_York": None, "2018-03-11 02:00:00 america/new_york": None,
+             "2018-03-25 02:30:00 Europe/Paris": None, "2018-03-11 02:30:00": None,
+             "2018-03-11 01:59:59 America/New_York": "2018-03-11T06:59:59Z",
+             "2018-03-11 03:30:00 America/New_York": "2018-03-11T07:30:00Z",
+             "2018-03-11 02:30:00 Europe/Paris": "2018-03-11T01:30:00Z",
+             "2018-03-11 02:30:00 UTC": "2018-03-11T02:30:00Z", "2018-03-11 02:30:00 GMT+05:30": "2018-03-10T21:00:00Z",
+             "2018-03-11 02:30:00-05:00": "2018-03-11T07:30:00Z"}
+    rows = [{**GOOD, "device": f"u{i}", "when": when} for i, when in enumerate(whens)]
+    result, quarantine, pings = _ingest(tmp_path, rows, time_formats=formats, max_rejected_share=1.0)
+    assert result.rejected_by_reason == {"nonexistent_local_time": 4}
+    assert quarantine["row"].tolist() == [1, 2, 3, 4]
+    got = dict(zip(pings["unit"], pings["ts"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")))
+    assert got == {f"u{i}": instant for i, instant in enumerate(whens.values()) if instant}
+
+
 @pytest.mark.parametrize("typed", [False, True])
 def test_ambiguous_fall_back_local_time_is_the_earlier_instant(tmp_path, typed):
     # 2018-11-04 in New York: 01:00-01:59 happens twice (EDT, then EST); the rule takes the first (EDT).

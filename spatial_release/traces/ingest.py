@@ -40,7 +40,7 @@ from spatial_release.traces.files import (  # noqa: F401 - re-exported: the trac
     IngestError, check_trace_files, expand_patterns, open_file, resolve_trace_paths, unreadable_file,
 )
 from spatial_release.traces.sql import ident, sql_str
-from spatial_release.traces.timestamps import LocalClock, timestamp_sql
+from spatial_release.traces.timestamps import LocalClock, timestamp_sql, zone_gap_sql
 
 PING_COLUMNS = ("unit", "ts", "lon", "lat")
 VALID_COLUMNS = (*PING_COLUMNS, "src")  # pings.parquet: src is the trace file's position
@@ -267,7 +267,8 @@ def _ping_select(raw: str, path: Path, end: str, unit: str, time: str, lon: str,
     return f"""
         SELECT * EXCLUDE (__instant, __local),
                coalesce(__instant, {clock.instant_sql('__local')}) AS ts,
-               __instant IS NULL AND {clock.nonexistent_sql('__local')} AS time_nonexistent
+               (__instant IS NULL AND {clock.nonexistent_sql('__local')})
+                   OR {zone_gap_sql('time_raw', '__instant', types[time], source)} AS time_nonexistent
         FROM (
             SELECT {sql_str(str(path))} AS file, __row AS row, {sql_str(end)} AS trip_end,
                    {_unit_sql(unit, types[unit])} AS unit_raw,

@@ -10,6 +10,9 @@ is already an instant. Wall-clock times at a change of the clocks follow one rul
   York) is the earlier instant (daylight time, 05:30Z), as Python's zoneinfo reads it (fold=0). DuckDB's
   timezone() takes the later one and shifts skipped times by an hour, so it is not used for these: the
   offsets of the period's zone are computed here, with zoneinfo, and applied in SQL (`LocalClock`).
+A text with a zone name (`%Z`) follows the first rule too: DuckDB's strptime moves a skipped time by the gap,
+so such a text is found by its round trip (`zone_gap_sql`) and quarantined; for a repeated time, strptime's
+%Z takes the later instant, which this module does not change (documented in the README).
 A UTC offset no place has (beyond -14:00..+14:00, e.g. +25:00, which DuckDB's strptime takes) is
 quarantined as `offset_out_of_range`. A Parquet INT96 timestamp (Spark, Hive, legacy writers) holds UTC and
 is read as an instant (`traces.files`), never as a wall-clock time.
@@ -114,22 +117,27 @@ _DIRECTIVE = {"Y": r"\d+", "y": r"\d+", "m": r"\d+", "d": r"\d+", "H": r"\d+", "
 _FORMAT_TOKEN = re.compile(r"%-?.|\s+|.", re.DOTALL)
 
 
-def _format_regex(spec: str, offset: str) -> str:
-    """An RE2 pattern of the texts `spec` parses, its first %z replaced by `offset`."""
+def _format_parts(spec: str, offset: str) -> list[tuple[str, str]]:
+    """Each token of `spec` with an RE2 pattern of the texts it parses, its first %z replaced by `offset`."""
     out, seen_offset = [], False
     for token in _FORMAT_TOKEN.findall(spec):
         if token.isspace():
-            out.append(r"\s+")  # a blank in a format matches one or more
+            out.append((token, r"\s+"))  # a blank in a format matches one or more
         elif token.startswith("%") and len(token) > 1:
             name = token[-1]
             if name == "z" and not seen_offset:
-                out.append(f"(?:{offset})")
+                out.append((token, f"(?:{offset})"))
                 seen_offset = True
             else:
-                out.append(f"(?:{_DIRECTIVE.get(name, '.+?')})")
+                out.append((token, f"(?:{_DIRECTIVE.get(name, '.+?')})"))
         else:
-            out.append(f"\\x{{{ord(token):X}}}")
-    return "".join(out)
+            out.append((token, f"\\x{{{ord(token):X}}}"))
+    return out
+
+
+def _format_regex(spec: str, offset: str) -> str:
+    """An RE2 pattern of the texts `spec` parses, its first %z replaced by `offset`."""
+    return "".join(pattern for _, pattern in _format_parts(spec, offset))
 
 
 def _bad_offset_sql(text: str, specs: list[str]) -> str | None:
@@ -140,6 +148,50 @@ def _bad_offset_sql(text: str, specs: list[str]) -> str | None:
 
 def _try_strptime(text: str, specs: list[str]) -> str | None:
     return f"try_strptime({text}, [{', '.join(sql_str(f) for f in specs)}])" if specs else None
+
+
+def _zone_split_regex(spec: str) -> str:
+    """An RE2 pattern of the texts a format with %Z parses, in three groups: before the zone name, the zone
+    name, after it."""
+    parts = _format_parts(spec, _DIRECTIVE["z"])
+    at = next(i for i, (token, _) in enumerate(parts) if token.startswith("%") and token.endswith("Z"))
+    before, after = ("".join(p for _, p in parts[:at]), "".join(p for _, p in parts[at + 1:]))
+    return f"^({before})({_DIRECTIVE['Z']})({after})$"
+
+
+def _zone_gap_of_spec(text: str, instant: str, spec: str) -> str:
+    """True where `text`, parsed by `spec` (with %Z) as `instant`, names a wall-clock time its zone skipped:
+    DuckDB's strptime moves such a time by the gap (02:30 America/New_York on 2018-03-11 became 07:30Z,
+    03:30 local), so the instant's own wall-clock time in that zone is not the text's. The text's wall-clock
+    time is the text read with the zone name replaced by UTC. Only a zone that timezone() knows by name is
+    looked up (a name outside pg_timezone_names, e.g. `GMT+05:30`, is a fixed offset: no gap), and a
+    lookup of an unknown name is never evaluated (it raises, losing the file)."""
+    split = sql_str(_zone_split_regex(spec))
+    zone = f"regexp_extract({text}, {split}, 2)"
+    known = f"lower({zone}) IN (SELECT lower(name) FROM pg_timezone_names())"
+    safe_zone = f"CASE WHEN {known} THEN {zone} ELSE 'UTC' END"
+    wall = f"CAST(try_strptime(regexp_replace({text}, {split}, '\\1UTC\\3'), {sql_str(spec)}) AS TIMESTAMP)"
+    return f"coalesce({known} AND timezone({safe_zone}, {instant}) <> {wall}, false)"
+
+
+def _has_zone_name(spec: str) -> bool:
+    return "%Z" in spec.replace("%%", "")
+
+
+def zone_gap_sql(text: str, instant: str, dtype: str, source: SourceSpec) -> str:
+    """True where a text timestamp's instant came from a format with %Z and the text names a local time
+    that zone skipped: quarantined as nonexistent_local_time, as the same time without a zone is. text: the
+    raw value as text; instant: the parsed instant (`TimeSql.instant`). The formats are tried in order, as
+    try_strptime does, so the format that parsed a text is the one checked."""
+    instant_specs = [f for f in source.time_formats if _names_instant(f)]
+    if not dtype == "VARCHAR" or not any(map(_has_zone_name, instant_specs)):
+        return "false"
+    text = f"trim({text})"
+    last = max(i for i, spec in enumerate(instant_specs) if _has_zone_name(spec))
+    whens = [f"WHEN {_try_strptime(text, [spec])} IS NOT NULL THEN "
+             f"{_zone_gap_of_spec(text, instant, spec) if _has_zone_name(spec) else 'false'}"
+             for spec in instant_specs[:last + 1]]
+    return f"CASE WHEN {instant} IS NULL THEN false {' '.join(whens)} ELSE false END"
 
 
 class TimeSql(NamedTuple):
