@@ -459,3 +459,30 @@ def test_a_release_blocked_on_the_command_line_alerts_by_itself_once(smtp_server
     [line] = outcome.alerts
     assert "email: sent" in line and any(m.startswith("alert: ") for m in outcome.messages)
     assert len(list((tmp_path / "out" / "alerts").glob("blocked_release-*.json"))) == 1
+
+
+def test_a_step_failure_reason_is_the_message_without_the_class_path():
+    """Red-team re-test: a ReleasesMismatch blocking a step reached the alert as
+    `spatial_release.ledger.errors.ReleasesMismatch: releases/ ...`; the reason is the message alone."""
+    import dagster as dg
+
+    from spatial_release.defs.alerts import block_of, message_only
+    from spatial_release.ledger import ReleasesMismatch
+
+    reason = "releases/ holds fixture/2018-Q2, which the ledger does not record: put it back"
+
+    @dg.op(name="fixture__risk_assessment")
+    def failing_step() -> None:
+        raise ReleasesMismatch(reason)
+
+    @dg.job
+    def blocked() -> None:
+        failing_step()
+
+    with dg.instance_for_test() as instance:
+        run = blocked.execute_in_process(instance=instance, raise_on_error=False)
+        block = block_of(instance, run.run_id)
+    assert (block.check, block.reason) == ("risk_assessment", reason)
+    # only the class's own prefix goes: a message that starts like "field 'k': ..." is left alone
+    assert message_only("field 'k': not a number\n", "PolicyError") == "field 'k': not a number"
+    assert message_only("ReleasesMismatch: x", "ReleasesMismatch") == "x"

@@ -5,6 +5,7 @@ itself (tags and the sensor tick's log). A review breach is delivered by the rev
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,8 +66,20 @@ def block_of(instance: dg.DagsterInstance, run_id: str) -> RunBlock:
             error = data.error
             while error.cause is not None:
                 error = error.cause
-            return RunBlock(_step_name(event.step_key), error.message.strip(), [])
+            return RunBlock(_step_name(event.step_key), message_only(error.message, error.cls_name), [])
     return RunBlock("run", "the run failed before any step did", [])
+
+
+def message_only(message: str, cls_name: str | None) -> str:
+    """An error's message without the `module.Class: ` that Dagster's error info puts before it
+    (`spatial_release.ledger.errors.ReleasesMismatch: releases/ ...`): an alert's reader needs the reason,
+    not the Python class path."""
+    message = message.strip()
+    if cls_name:
+        prefix = re.match(rf"(?:[A-Za-z_][\w]*\.)*{re.escape(cls_name)}: ", message)
+        if prefix:
+            return message[prefix.end():].strip()
+    return message
 
 
 def _run_settings(run: dg.DagsterRun) -> ReleaseSettings:
