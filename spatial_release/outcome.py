@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Literal
 from spatial_release.errors import ExitCode
 
 if TYPE_CHECKING:
-    from spatial_release.stages.results import ProtectionSummary, ReleaseRecord
+    from spatial_release.release import ReleaseRecord
+    from spatial_release.stages.results import ProtectionSummary
 
 
 @dataclass(frozen=True)

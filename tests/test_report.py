@@ -224,9 +224,9 @@ def test_a_release_published_before_reports_still_verifies(tmp_path, monkeypatch
     root = tmp_path / "old"
     root.mkdir()
     two_quarter_policy(root)
-    from spatial_release import release
+    from spatial_release.stages import publish as publish_stage
     with monkeypatch.context() as patch:
-        patch.setattr(release, "_render_report", lambda staging, record, policy: ())
+        patch.setattr(publish_stage, "report_renderer", lambda policy: lambda staging, record: ())
         assert _release(root, "2018-Q1") == 0
     old = _folder(root)
     assert sorted(p.name for p in old.iterdir()) == ["cells.parquet", "margins.parquet", "release.json"]

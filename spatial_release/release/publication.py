@@ -1,8 +1,7 @@
-"""The release folder `<releases>/<dataset>/<period>/`: cells.parquet, margins.parquet, release.json, and
-the report rendered from them (report.png, report.html; `spatial_release.report`).
-
-The candidate files are written into the work area first, checked there, and published by copying them
-into a staging folder that is renamed into place: a crash leaves no release or the whole release.
+"""Publication of a release folder `<releases>/<dataset>/<period>/`, all or nothing: the checked candidate
+files (written into the work area first) and their rendered report are copied into a staging folder beside
+the target with a pending record, the ledger entry is appended, release.json is written and one rename makes
+the release visible. A crash leaves no release or the whole release (`recover_interrupted`).
 """
 
 from __future__ import annotations
@@ -12,89 +11,16 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import geopandas as gpd
-import pandas as pd
-
-from spatial_release import __version__
-from spatial_release.fileio import atomic_path, sha256_file, write_json_atomic
-from spatial_release.geometry.locate import Locator
+from spatial_release.fileio import sha256_file, write_json_atomic
 from spatial_release.ledger import ReleasesMismatch, find_release
-from spatial_release.period import Period
-from spatial_release.policy import Policy
-from spatial_release.suppression.primary import ProtectedTable
+from spatial_release.release.files import RELEASE_FILES, file_hashes
 
-RELEASE_FILES = ("cells.parquet", "margins.parquet")
-
-
-@dataclass(frozen=True)
-class ReleaseTables:
-    cells: gpd.GeoDataFrame
-    margins: pd.DataFrame
-
-
-def release_tables(protected: ProtectedTable, locator: Locator, count_column: str) -> ReleaseTables:
-    """The published tables of a protected table: only the figures it publishes (withheld ones are absent),
-    the count as `count_column` (`n_persons` or `n_devices`), each cell with its geometry from `locator`."""
-    cells = protected.cells.rename(columns={"n": count_column})
-    cells[count_column] = cells[count_column].astype("int64")
-    geometry = locator.geometries(cells["cell_id"])
-    cells = gpd.GeoDataFrame(cells[["cell_id", "bucket_start", count_column]], geometry=geometry)
-    margins = protected.margins.rename(columns={"n": count_column})[["level", "area_id", "bucket_start", count_column]]
-    margins[count_column] = margins[count_column].astype("int64")
-    return ReleaseTables(cells, margins.reset_index(drop=True))
-
-
-def write_tables(tables: ReleaseTables, folder: Path) -> None:
-    """Write cells.parquet (GeoParquet) and margins.parquet into `folder`, each file atomically."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with atomic_path(folder / "cells.parquet") as tmp:
-        tables.cells.to_parquet(tmp, index=False)
-    with atomic_path(folder / "margins.parquet") as tmp:
-        tables.margins.to_parquet(tmp, index=False)
-
-
-def read_tables(folder: Path) -> ReleaseTables:
-    return ReleaseTables(gpd.read_parquet(folder / "cells.parquet"), pd.read_parquet(folder / "margins.parquet"))
-
-
-def release_dir(releases_root: Path, policy: Policy, period: Period) -> Path:
-    """`<releases_root>/<dataset>/<period>`: where a release of `policy` for `period` is published."""
-    return releases_root / policy.name / period.label
-
-
-def build_record(policy: Policy, period: Period, summary: dict, ingest: dict, files: dict[str, str],
-                 crs: str, checks: dict[str, str], audit: dict | None = None, risk: dict | None = None) -> dict:
-    return {
-        "dataset": policy.name,
-        "period": period.label,
-        "policy": {"name": policy.name, "version": policy.version, "sha256": policy.sha256},
-        "k": policy.k,
-        "k_boundary": "inclusive: a count n is published only if n >= k",
-        "unit": policy.unit,
-        "count_column": policy.count_column,
-        "measure": policy.measure,
-        "geometry": {**policy.geometry.model_dump(exclude={"path"}), "crs": crs},
-        "time": policy.time.model_dump(),
-        "bucket_start": "UTC instant of the bucket's start in the policy's time zone",
-        "counts": summary,
-        "complementary_suppression": (
-            "applied on the full linear system of the release (every level of every zoning and the bucket "
-            "totals): constraint sweep, then attacker-LP audit and repair"
-        ),
-        "audit": audit,
-        "risk": risk,
-        "ledger_entry": None,
-        "input": ingest,
-        "checks": checks,
-        "software": {"spatial_release": __version__},
-        "published_at": datetime.now(timezone.utc).isoformat(),
-        "files": files,
-    }
-
+# Renders the release's report files into a folder from the tables there and the (pending) record; returns
+# the names of the files it wrote (e.g. `stages.publish.render_report`).
+Renderer = Callable[[Path, dict], tuple[str, ...]]
 
 PENDING = "record.pending.json"
 
@@ -122,21 +48,8 @@ def quarantine(staging: Path) -> Path:
     return kept
 
 
-def _render_report(staging: Path, record: dict, policy: Policy | None) -> tuple[str, ...]:
-    """report.png and report.html in the staging folder, from the staged tables and the pending record only
-    (what the public will see). A rendering failure removes the staging folder: nothing is published."""
-    # imported here: the report reads stages.results, whose package imports this module
-    from spatial_release.report import REPORT_FILES, write_report
-    try:
-        write_report(staging, record, policy)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return REPORT_FILES
-
-
-def publish(candidate: Path, target: Path, record: dict, register: Callable[[dict], str],
-            policy: Policy | None = None) -> Path:
+def publish(candidate: Path, target: Path, record: dict, register: Callable[[dict], str], render: Renderer
+            ) -> Path:
     """Publish the checked candidate files with their record and a ledger entry, all or nothing.
 
     Order: files, their report (report.png, report.html) and the pending record go into a staging folder
@@ -149,9 +62,10 @@ def publish(candidate: Path, target: Path, record: dict, register: Callable[[dic
 
     candidate: the checked files' folder in the work area. target: the release folder (`release_dir`);
     FileExistsError if it exists. record: the release record without its file hashes (added here).
-    register: appends the record's ledger entry (e.g. `Ledger.append`) and returns its hash. policy: the
-    release's policy, for the report's zone geometries and risk ceilings (`report.release_view`). Returns
-    target.
+    register: appends the record's ledger entry (e.g. `Ledger.append`) and returns its hash. render: writes
+    the report files into the staging folder from the staged tables and the pending record only (what the
+    public will see) and returns their names; if it fails, the staging folder is removed and nothing is
+    published. Returns target.
     """
     if target.exists():
         raise FileExistsError(f"{target} already exists; a published release is never overwritten")
@@ -162,8 +76,12 @@ def publish(candidate: Path, target: Path, record: dict, register: Callable[[dic
     staging.mkdir(parents=True)
     for name in RELEASE_FILES:
         shutil.copyfile(candidate / name, staging / name)
-    names = (*RELEASE_FILES, *_render_report(staging, record, policy))
-    record = {**record, "files": {name: sha256_file(staging / name) for name in names}}
+    try:
+        reports = render(staging, record)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    record = {**record, "files": file_hashes(staging, (*RELEASE_FILES, *reports))}
     write_json_atomic(staging / PENDING, record)
     entry_hash = register(record)
     return finish_pending(target, entry_hash)

@@ -4,7 +4,7 @@ margins.parquet, the release record) plus public geometry (grid ids, the policy'
 exactly what the public sees: an area absent from the files is not drawn, whether it was empty or withheld,
 and no per-unit figure is read. Figures are rounded to 4 significant digits; exact values stay in the files.
 
-Publication (`release.publish`) writes `report.png` and `report.html` into the release folder and hashes them
+Publication (`release.publish`, given `write_report` by `stages.publish`) writes `report.png` and `report.html` into the release folder and hashes them
 with the other files, so the ledger's cross-check covers them. For Dagster metadata (no dagster import here):
 
     from spatial_release import report

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import shapely
 from pyproj import CRS
 
-from spatial_release.stages.results import BUCKET_START
+from spatial_release.release import BUCKET_START
 
 SIGNIFICANT = 4
 WKT_CHARS = 44  # a geometry in a preview: the start of its WKT

@@ -25,7 +25,7 @@ from spatial_release.geometry.zones import ZoneLayer
 from spatial_release.levels import LEAF, is_total, space_level
 from spatial_release.period import Period
 from spatial_release.policy import Policy, TimeSpec, ZonesGeometry
-from spatial_release.stages.results import ReleaseRecord
+from spatial_release.release import ReleaseRecord
 
 
 class ReportError(ValueError):

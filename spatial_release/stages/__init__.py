@@ -26,9 +26,9 @@ from spatial_release.stages.ingest import read_ingest_summary, run_ingest, synth
 from spatial_release.stages.lock import AlreadyPublished, WorkAreaBusy, refuse_if_published, work_area_step
 from spatial_release.stages.protect import read_manifest, run_protect
 from spatial_release.stages.publish import run_publish
+from spatial_release.release import PublicCounts, ReleaseRecord
 from spatial_release.stages.results import (
-    IngestSummary, CountsSummary, ProtectionManifest, ProtectionSummary, PublicCounts, ReleaseRecord, Review,
-    RiskAssessment,
+    IngestSummary, CountsSummary, ProtectionManifest, ProtectionSummary, Review, RiskAssessment,
 )
 from spatial_release.stages.review import (
     REVIEW_CHECK, ReviewRun, latest_review, programme_outcome, prune_per_unit_artefacts, review_outcome,

@@ -7,17 +7,18 @@ from pathlib import Path
 
 from PIL import Image
 
-from spatial_release import guarantees
+from spatial_release import guarantees, report
 from spatial_release.ledger import Ledger, check_releases, find_release
 from spatial_release.ledger.crosscheck import record_hash
-from spatial_release.release import publish, recover_interrupted, release_dir, staging_dir
+from spatial_release.policy import Policy
+from spatial_release.release import (
+    AuditVerdict, ReleaseInputs, ReleaseRecord, RiskRecord, publish, recover_interrupted, release_dir, staging_dir,
+)
 from spatial_release.risk import BLOCK
 from spatial_release.stages.checks import GuaranteeFailed, distinct_units, run_guarantees
 from spatial_release.stages.context import Published, ReleaseContext
 from spatial_release.stages.lock import AlreadyPublished
-from spatial_release.stages.results import (
-    AuditVerdict, CountsSummary, IngestSummary, ProtectionManifest, ReleaseInputs, ReleaseRecord, RiskRecord,
-)
+from spatial_release.stages.results import CountsSummary, IngestSummary, ProtectionManifest
 from spatial_release.stages.risk import assess_risk
 
 
@@ -29,6 +30,17 @@ def draft_record(ctx: ReleaseContext, checks: dict[str, str], audit: AuditVerdic
     inputs = ReleaseInputs.of(IngestSummary.read(area.ingest), CountsSummary.read(area.counts))
     return ReleaseRecord.build(ctx.policy, ctx.period, manifest.summary.public_counts(), inputs, manifest.sha256,
                                manifest.summary.crs, checks, audit, risk)
+
+
+def report_renderer(policy: Policy | None):
+    """`publish`'s renderer: report.png and report.html (`report.write_report`) from the staged tables and the
+    pending record; `policy` gives the report its zone geometries and risk ceilings."""
+
+    def render(staging: Path, record: dict) -> tuple[str, ...]:
+        report.write_report(staging, record, policy)
+        return report.REPORT_FILES
+
+    return render
 
 
 def staged_texts(staging: Path, record: dict) -> dict[str, str | list[str]]:
@@ -100,5 +112,5 @@ def run_publish(ctx: ReleaseContext, releases_root: Path, ledger: Ledger) -> tup
             })
             return entry["hash"]
 
-        publish(ctx.area.candidate, target, record.to_json(), register, policy=policy)
+        publish(ctx.area.candidate, target, record.to_json(), register, report_renderer(policy))
     return target, ReleaseRecord.read(target)

@@ -1,0 +1,60 @@
+"""The files of a release folder `<releases>/<dataset>/<period>/`: the published tables (cells.parquet,
+margins.parquet), where a release lives, and the sha256 of its files."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import geopandas as gpd
+import pandas as pd
+
+from spatial_release.fileio import atomic_path, sha256_file
+from spatial_release.geometry.locate import Locator
+from spatial_release.period import Period
+from spatial_release.policy import Policy
+from spatial_release.suppression.primary import ProtectedTable
+
+RELEASE_FILES = ("cells.parquet", "margins.parquet")
+
+
+@dataclass(frozen=True)
+class ReleaseTables:
+    cells: gpd.GeoDataFrame
+    margins: pd.DataFrame
+
+
+def release_tables(protected: ProtectedTable, locator: Locator, count_column: str) -> ReleaseTables:
+    """The published tables of a protected table: only the figures it publishes (withheld ones are absent),
+    the count as `count_column` (`n_persons` or `n_devices`), each cell with its geometry from `locator`."""
+    cells = protected.cells.rename(columns={"n": count_column})
+    cells[count_column] = cells[count_column].astype("int64")
+    geometry = locator.geometries(cells["cell_id"])
+    cells = gpd.GeoDataFrame(cells[["cell_id", "bucket_start", count_column]], geometry=geometry)
+    margins = protected.margins.rename(columns={"n": count_column})[["level", "area_id", "bucket_start", count_column]]
+    margins[count_column] = margins[count_column].astype("int64")
+    return ReleaseTables(cells, margins.reset_index(drop=True))
+
+
+def write_tables(tables: ReleaseTables, folder: Path) -> None:
+    """Write cells.parquet (GeoParquet) and margins.parquet into `folder`, each file atomically."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with atomic_path(folder / "cells.parquet") as tmp:
+        tables.cells.to_parquet(tmp, index=False)
+    with atomic_path(folder / "margins.parquet") as tmp:
+        tables.margins.to_parquet(tmp, index=False)
+
+
+def read_tables(folder: Path) -> ReleaseTables:
+    return ReleaseTables(gpd.read_parquet(folder / "cells.parquet"), pd.read_parquet(folder / "margins.parquet"))
+
+
+def release_dir(releases_root: Path, policy: Policy, period: Period) -> Path:
+    """`<releases_root>/<dataset>/<period>`: where a release of `policy` for `period` is published."""
+    return releases_root / policy.name / period.label
+
+
+def file_hashes(folder: Path, names: Iterable[str]) -> dict[str, str]:
+    """The sha256 of each named file in `folder`, by name: what a record's `files` holds."""
+    return {name: sha256_file(folder / name) for name in names}
