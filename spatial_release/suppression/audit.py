@@ -5,7 +5,7 @@ This is the attacker problem of Fischetti and Salazar-Gonzalez ("Solving the cel
 tabular data with linkable information", Management Science 47(7), 2001): for a withheld cell i, minimise
 and maximise y_i subject to the table's linear relations, the published figures fixed at their values
 and the a-priori bounds of the withheld ones; the pattern protects i when the interval [min, max] reaches
-i's protection levels (here: the `Criterion`). See ../shared/notes/suppression.md, section 5(b).
+i's protection levels (here: the `Criterion`).
 
 One model per connected component of withheld figures (withheld nodes linked by a shared relation).
 Published figures that appear in the component's relations are columns fixed at their value, so the
@@ -17,8 +17,9 @@ Integrality: the simplex returns a vertex. If that optimal vertex is integral, t
 the LP optimum; if it is fractional, the integer optimum is computed with HiGHS's MIP solver on the same
 component. So the reported bounds are the attacker's integer bounds, never looser.
 
-A primary with value v passes iff lo <= v - 1 and up >= max(k, v + 1): the value is neither pinned down
-nor shown to be below k. Infeasibility, a time-out or any solver error is a failure, never a pass.
+A primary passes when its interval meets the `Criterion` (`Criterion.passes`; by default lo <= v - 1 and
+up >= max(k, v + 1): the value is neither pinned down nor shown to be below k). Infeasibility, a time-out
+or any solver error is a failure, never a pass.
 
 All cores: components are independent, so `audit` solves them in worker processes (`workers`, default
 $SPATIAL_RELEASE_AUDIT_WORKERS or os.cpu_count(); serial below PARALLEL_MIN_NODES figures). Each job (a
@@ -85,8 +86,8 @@ BATCH = 2048  # jobs handed to the pool at a time (bounds the memory of the pend
 # Small components are solved together, PACK_NODES figures to a job: one HiGHS model holding several
 # components is their disjoint union (its LPs separate), so every bound and verdict is the one the component
 # alone gives, while the per-model and per-solve costs are paid once per pack instead of once per component.
-# Measured at 10 M pings (bench/release_bench.py; 47,659 components of median 9 figures): about 4 ms of
-# overhead per component, most of the audit. Packs are formed from the component order alone, never from the
+# A large release has tens of thousands of components of a few figures each, where the per-model overhead was
+# most of the audit (bench/release_bench.py). Packs are formed from the component order alone, never from the
 # number of workers, so the results stay the same whatever that number.
 PACK_NODES = 1000
 
@@ -125,7 +126,7 @@ def linked_groups(table: Table, keep: np.ndarray) -> list[np.ndarray]:
     """Connected components of the nodes where `keep` is True, linked through shared relations (only kept
     members link): in the order of their smallest node, each one's nodes ascending. Union by minimum label over
     the links between consecutive kept members of each relation, with path halving to the roots, in arrays (a
-    loop over 700,000 figures of the 10 M table took 1.6 s, and a release computes them several times)."""
+    Python loop over the figures was slow on a large release, which computes them several times)."""
     n = len(table)
     sizes = np.fromiter((len(r.children) + 1 + (r.rest is not None) for r in table.relations), dtype=np.int64,
                         count=len(table.relations))
@@ -307,10 +308,6 @@ class ComponentModel:
                                     np.array([highspy.HighsVarType.kContinuous] * len(withheld_cols)))
         return values
 
-    def integer_bound(self, node: int, maximise: bool) -> tuple[str, float]:
-        status, value, _ = self.integer_point(node, maximise)
-        return status, value
-
     def integer_point(self, node: int, maximise: bool) -> tuple[str, float, np.ndarray]:
         """(status, value, column values) of the integer (MIP) min or max of one node."""
         h = self.highs
@@ -466,11 +463,10 @@ def audit_component(model: ComponentModel, primaries: list[int], criterion: Crit
         result.witnesses[node] = (points[False], points[True])
         lo = math.ceil(bounds[False] - TOL)
         up = INF if math.isinf(bounds[True]) else math.floor(bounds[True] + TOL)
-        low_ok, up_ok = lo <= criterion.lower(v), up >= criterion.upper(v)
-        failing = "" if low_ok and up_ok else "both" if not (low_ok or up_ok) else "lower" if not low_ok else "upper"
-        chosen = binding[True] if not up_ok else binding[False] if not low_ok else ()
+        failing = criterion.failing(v, lo, up)
+        chosen = binding[True] if failing in ("upper", "both") else binding[False] if failing == "lower" else ()
         kind = WITNESS if capped or node in witness_lo or node in witness_up else OPTIMAL
-        result.intervals.append(Interval(node, v, float(lo), float(up), low_ok and up_ok, integer_solve, failing,
+        result.intervals.append(Interval(node, v, float(lo), float(up), not failing, integer_solve, failing,
                                          chosen, kind))
 
 
@@ -698,7 +694,7 @@ def audit(table: Table, k: int, options: dict | None = None, primaries: set[int]
         done += len(pack.chosen)
         if time.perf_counter() - reported >= every_s:
             reported = time.perf_counter()
-            # shares and times only: counts of withheld primaries and components stay internal (issue 9)
+            # shares and times only: counts of withheld primaries and components stay internal
             progress(f"audit: {done / total:.0%} of the withheld primaries, {reported - started:.0f} s")
     result.seconds = time.perf_counter() - started
     if total:

@@ -1,5 +1,5 @@
 """Audit once, certify after: the protection step's audit leaves a certificate that the `suppression_audit`
-check and the publish step verify instead of solving the attacker LPs again (issue 13, item 1).
+check and the publish step verify instead of solving the attacker LPs again.
 
 What the certificate holds (owner-only work area; it carries true values of withheld primaries, so it is
 per-unit-derived and never goes into a release, a log or Dagster metadata):
@@ -214,163 +214,199 @@ def verify(table: Table, certificate: Certificate, inputs: Mapping[str, str], cr
     inputs now; `learned_from_earlier` the figures published only by earlier releases (withheld here).
     See the module docstring for what is checked. Never solves an LP."""
     out = Verification(components=components(table))
-    comps = out.components
-    primary_comps = [c for c, nodes in enumerate(comps) if any(table.status[n] == PRIMARY for n in nodes)]
-
-    def reject_all(reason: str) -> Verification:
-        out.rejected = reason
-        out.unverified = {c: reason for c in primary_comps}
-        return out
-
     out.errors.extend(inconsistent_relations(table))
+    primary_comps = [c for c, nodes in enumerate(out.components) if any(table.status[n] == PRIMARY for n in nodes)]
+    rejected = _rejected(table, certificate, inputs, criterion)
+    if rejected is not None:
+        out.rejected = rejected
+        out.unverified = {c: rejected for c in primary_comps}
+        return out
+    checks = _Checks(table, out)
+    if inputs.get(EARLIER) != certificate.inputs.get(EARLIER):
+        checks.spoil_next_to(learned_from_earlier, "an earlier release the certificate did not see")
+    checks.check_true_table()
+    points = _WitnessPoints(table, checks, certificate.points, out)
+    recorded = _Recorded(certificate.primaries)
+    certified: dict[int, list[Interval]] = {}
+    for c in primary_comps:
+        if c in out.unverified:
+            continue
+        intervals = _certify_component(table, out.components[c], recorded, points, criterion)
+        if isinstance(intervals, str):
+            out.unverified[c] = intervals
+        else:
+            certified[c] = intervals
+    out.certified = [c for c in primary_comps if c not in out.unverified]
+    out.intervals = [i for c in out.certified for i in certified[c]]
+    return out
+
+
+def _rejected(table: Table, certificate: Certificate, inputs: Mapping[str, str], criterion: Criterion) -> str | None:
+    """Why the whole certificate is unusable (another criterion, changed inputs, another system), or None."""
     if (certificate.k, certificate.range_pct) != (criterion.k, criterion.range_pct):
-        return reject_all("the certificate is for another criterion")
+        return "the certificate is for another criterion"
     changed = sorted(name for name in set(inputs) | set(certificate.inputs)
                      if name != EARLIER and inputs.get(name) != certificate.inputs.get(name))
     if changed:
-        return reject_all(f"inputs changed since the audit: {', '.join(changed)}")
+        return f"inputs changed since the audit: {', '.join(changed)}"
     if (certificate.nodes, certificate.relations) != (len(table), len(table.relations)):
-        return reject_all("the certificate is for another linear system")
+        return "the certificate is for another linear system"
+    return None
 
-    comp_of = np.full(len(table), -1, dtype=np.int64)
-    for c, nodes in enumerate(comps):
-        comp_of[nodes] = c
-    relations_of = table.relations_of()
-    relations = table.relations
-    value, status = table.value, table.status
-    values = np.asarray(value, dtype=np.int64)
 
-    def spoil(nodes: Iterable[int], reason: str) -> None:
+class _Checks:
+    """Steps 1 and 2 of the module docstring, and what step 3 needs from them: the components they send to
+    the solver (`spoil`) and each EQ relation's integer residual in the true table."""
+
+    def __init__(self, table: Table, out: Verification):
+        self.table, self.out = table, out
+        self.comp_of = np.full(len(table), -1, dtype=np.int64)
+        for c, nodes in enumerate(out.components):
+            self.comp_of[nodes] = c
+        self.relations_of = table.relations_of()
+        self.eq = np.array([rel.kind == EQ for rel in table.relations], dtype=bool)
+        self.residual = np.zeros(len(table.relations), dtype=np.int64)
+
+    def spoil(self, nodes: Iterable[int], reason: str) -> None:
+        """Send the components of `nodes` to the solver, with the first reason found."""
         for n in nodes:
-            c = int(comp_of[n])
+            c = int(self.comp_of[n])
             if c >= 0:
-                out.unverified.setdefault(c, reason)
+                self.out.unverified.setdefault(c, reason)
 
-    # 1. earlier releases the certificate did not see: the components next to a figure they publish
-    if inputs.get(EARLIER) != certificate.inputs.get(EARLIER):
-        for n in learned_from_earlier:
-            for r in relations_of[n]:
-                spoil(relations[r].members(), "an earlier release the certificate did not see")
-    # 2. the true table (withheld figures at their true values) against every relation, once: EQ
-    # relations as one integer residual each (children + rest - parent), the others one by one
-    eq = np.array([rel.kind == EQ for rel in relations], dtype=bool)
-    member_rel, member_node, member_coef = [], [], []
-    for r, rel in enumerate(relations):
-        if eq[r]:
-            members = rel.members()
-            member_rel.extend([r] * len(members))
-            member_node.extend(members)
-            member_coef.extend([-1, *([1] * (len(members) - 1))])
-    residual = np.zeros(len(relations), dtype=np.int64)
-    np.add.at(residual, np.asarray(member_rel, dtype=np.int64),
-              np.asarray(member_coef, dtype=np.int64) * values[np.asarray(member_node, dtype=np.int64)])
-    for r in np.flatnonzero(eq & (residual != 0)):
-        spoil(relations[r].members(), "the true table does not satisfy a relation of the published system")
-    for r in np.flatnonzero(~eq):
-        if not _relation_holds(relations[r], value.__getitem__):
-            spoil(relations[r].members(), "the true table does not satisfy a relation of the published system")
-    floors = table.floor
-    for n, f in floors.items():
-        if status[n] != PUBLISHED and value[n] < f:
-            spoil([n], "a true value below its a-priori floor")
-    if any(status[n] != PUBLISHED and value[n] < 0 for n in range(len(table))):
-        spoil([n for n in range(len(table)) if status[n] != PUBLISHED and value[n] < 0], "a negative true value")
+    def spoil_next_to(self, nodes: Iterable[int], reason: str) -> None:
+        relations = self.table.relations
+        for n in nodes:
+            for r in self.relations_of[n]:
+                self.spoil(relations[r].members(), reason)
 
-    is_eq, residuals = eq.tolist(), residual.tolist()  # Python scalars: faster one at a time
-    # 3. each witness point once: a moved figure must be withheld and at least its floor; an EQ relation
-    # it touches keeps a zero residual (the true table's, checked above, plus the moves), any other
-    # touched relation is evaluated at the point
-    table_points = certificate.points.sort_values("point", kind="stable")
-    pids = table_points["point"].to_numpy(dtype=np.int64)
-    nodes_of = table_points["node"].to_numpy(dtype=np.int64)
-    values_of = table_points["value"].to_numpy(dtype=np.int64)
-    starts = np.flatnonzero(np.r_[True, pids[1:] != pids[:-1]]) if len(pids) else np.array([], dtype=np.int64)
-    ends = np.r_[starts[1:], len(pids)] if len(pids) else starts
-    slices = {int(pids[a]): (int(a), int(b)) for a, b in zip(starts, ends)}
-    points: dict[int, dict[int, int]] = {}
+    def check_true_table(self) -> None:
+        """The true table (withheld figures at their true values) against every relation, once: EQ relations
+        as one integer residual each (children + rest - parent), the others one by one; then the floors."""
+        table, relations, eq = self.table, self.table.relations, self.eq
+        member_rel, member_node, member_coef = [], [], []
+        for r, rel in enumerate(relations):
+            if eq[r]:
+                members = rel.members()
+                member_rel.extend([r] * len(members))
+                member_node.extend(members)
+                member_coef.extend([-1, *([1] * (len(members) - 1))])
+        values = np.asarray(table.value, dtype=np.int64)
+        np.add.at(self.residual, np.asarray(member_rel, dtype=np.int64),
+                  np.asarray(member_coef, dtype=np.int64) * values[np.asarray(member_node, dtype=np.int64)])
+        broken = "the true table does not satisfy a relation of the published system"
+        for r in np.flatnonzero(eq & (self.residual != 0)):
+            self.spoil(relations[r].members(), broken)
+        for r in np.flatnonzero(~eq):
+            if not _relation_holds(relations[r], table.value.__getitem__):
+                self.spoil(relations[r].members(), broken)
+        value, status = table.value, table.status
+        for n, f in table.floor.items():
+            if status[n] != PUBLISHED and value[n] < f:
+                self.spoil([n], "a true value below its a-priori floor")
+        negative = [n for n in range(len(table)) if status[n] != PUBLISHED and value[n] < 0]
+        if negative:
+            self.spoil(negative, "a negative true value")
 
-    def moved_of(pid: int) -> dict[int, int] | None:
-        if pid not in points and pid in slices:
-            a, b = slices[pid]
-            points[pid] = dict(zip(nodes_of[a:b].tolist(), values_of[a:b].tolist()))
-        return points.get(pid)
 
-    def check_point(moved: dict[int, int]) -> bool:
+class _WitnessPoints:
+    """Step 3: each witness point checked once, in integer arithmetic: a moved figure must be withheld and at
+    least its floor; an EQ relation it touches keeps a zero residual (the true table's, checked in step 2,
+    plus the moves), any other touched relation is evaluated at the point."""
+
+    def __init__(self, table: Table, checks: _Checks, frame: pd.DataFrame, out: Verification):
+        self.table, self.out = table, out
+        self.relations_of = checks.relations_of
+        self.is_eq, self.residuals = checks.eq.tolist(), checks.residual.tolist()  # Python scalars: faster one at a time
+        ordered = frame.sort_values("point", kind="stable")
+        pids = ordered["point"].to_numpy(dtype=np.int64)
+        self.nodes_of = ordered["node"].to_numpy(dtype=np.int64)
+        self.values_of = ordered["value"].to_numpy(dtype=np.int64)
+        starts = np.flatnonzero(np.r_[True, pids[1:] != pids[:-1]]) if len(pids) else np.array([], dtype=np.int64)
+        ends = np.r_[starts[1:], len(pids)] if len(pids) else starts
+        self.slices = {int(pids[a]): (int(a), int(b)) for a, b in zip(starts, ends)}
+        self.points: dict[int, dict[int, int]] = {}
+        # Points that touch EQ relations only are checked all at once (the same test as `_valid`, in arrays:
+        # at 10 M pings a certificate holds over 250,000 points); a point touching any other relation is
+        # evaluated one by one.
+        self.valid: dict[int, bool] = _eq_points_valid(table, checks.relations_of, checks.eq, checks.residual, pids,
+                                                       self.nodes_of, self.values_of)
+        self.counted_invalid: set[int] = set()
+
+    def moved(self, pid: int) -> dict[int, int] | None:
+        """The point's moved figures {node: value}, or None when the certificate has no such point."""
+        if pid not in self.points and pid in self.slices:
+            a, b = self.slices[pid]
+            self.points[pid] = dict(zip(self.nodes_of[a:b].tolist(), self.values_of[a:b].tolist()))
+        return self.points.get(pid)
+
+    def ok(self, pid: int) -> bool:
+        if pid not in self.valid:
+            moved = self.moved(pid)
+            self.valid[pid] = moved is not None and self._valid(moved)
+        if not self.valid[pid] and pid not in self.counted_invalid:
+            self.counted_invalid.add(pid)
+            self.out.invalid_points += 1
+        return self.valid[pid]
+
+    def _valid(self, moved: dict[int, int]) -> bool:
+        table, relations, is_eq = self.table, self.table.relations, self.is_eq
+        value, status, floors = table.value, table.status, table.floor
         for n, v in moved.items():
             if not (0 <= n < len(table)) or status[n] == PUBLISHED or v < floors.get(n, 0):
                 return False
         change: dict[int, int] = {}
         for n, v in moved.items():
             step = v - value[n]
-            for r in relations_of[n]:
+            for r in self.relations_of[n]:
                 if is_eq[r]:
                     change[r] = change.get(r, 0) + (-step if relations[r].parent == n else step)
                 else:
                     change.setdefault(r, 0)
         x = lambda n: moved.get(n, value[n])  # noqa: E731
-        return all((residuals[r] + delta == 0) if is_eq[r] else _relation_holds(relations[r], x)
+        return all((self.residuals[r] + delta == 0) if is_eq[r] else _relation_holds(relations[r], x)
                    for r, delta in change.items())
 
-    # Points that touch EQ relations only are checked all at once (the same test as check_point, in
-    # arrays: at 10 M pings a certificate holds over 250,000 points); a point touching any other relation
-    # is evaluated one by one.
-    valid: dict[int, bool] = _eq_points_valid(table, relations_of, eq, residual, pids, nodes_of, values_of)
-    counted_invalid: set[int] = set()
 
-    def point_ok(pid: int) -> bool:
-        if pid not in valid:
-            moved = moved_of(pid)
-            valid[pid] = moved is not None and check_point(moved)
-        if not valid[pid] and pid not in counted_invalid:
-            counted_invalid.add(pid)
-            out.invalid_points += 1
-        return valid[pid]
+class _Recorded:
+    """The certificate's rows of primaries, by node (a node recorded twice has no row: it is not covered)."""
 
-    # 4. every primary of every component
-    primaries = certificate.primaries
-    node_col = primaries["node"].to_numpy(dtype=np.int64)
-    unique, counts = np.unique(node_col, return_counts=True)
-    once = set(unique[counts == 1].tolist())
-    row_of = {n: i for i, n in enumerate(node_col.tolist()) if n in once}
-    rec_value = primaries["value"].to_numpy(dtype=np.int64)
-    rec_lo, rec_up = primaries["lo"].to_numpy(dtype=float), primaries["up"].to_numpy(dtype=float)
-    rec_lo_point = primaries["lo_point"].to_numpy(dtype=np.int64)
-    rec_up_point = primaries["up_point"].to_numpy(dtype=np.int64)
-    candidates: dict[int, list[Interval]] = {}
-    for c in primary_comps:
-        if c in out.unverified:
+    def __init__(self, primaries: pd.DataFrame):
+        node_col = primaries["node"].to_numpy(dtype=np.int64)
+        unique, counts = np.unique(node_col, return_counts=True)
+        once = set(unique[counts == 1].tolist())
+        self.row_of = {n: i for i, n in enumerate(node_col.tolist()) if n in once}
+        self.value = primaries["value"].to_numpy(dtype=np.int64)
+        self.lo, self.up = primaries["lo"].to_numpy(dtype=float), primaries["up"].to_numpy(dtype=float)
+        self.lo_point = primaries["lo_point"].to_numpy(dtype=np.int64)
+        self.up_point = primaries["up_point"].to_numpy(dtype=np.int64)
+
+
+def _certify_component(table: Table, nodes: list[int], recorded: _Recorded, points: _WitnessPoints,
+                       criterion: Criterion) -> list[Interval] | str:
+    """Step 4 for one component: the witnessed interval of each of its primaries, or the first reason one of
+    them does not verify."""
+    intervals = []
+    for n in nodes:
+        if table.status[n] != PRIMARY:
             continue
-        intervals = []
-        for n in comps[c]:
-            if status[n] != PRIMARY:
-                continue
-            reason = None
-            i = row_of.get(n)
-            v = value[n]
-            if i is None:
-                reason = "a withheld primary the certificate does not cover"
-            elif int(rec_value[i]) != v:
-                reason = "a primary's value differs from the true count"
-            elif not (point_ok(int(rec_lo_point[i])) and point_ok(int(rec_up_point[i]))):
-                reason = "a witness point that is not a feasible integral point of the published system"
-            else:
-                y_lo = moved_of(int(rec_lo_point[i])).get(n, v)
-                y_up = moved_of(int(rec_up_point[i])).get(n, v)
-                lo, up = float(rec_lo[i]), float(rec_up[i])
-                if lo != y_lo or not (up == y_up or (math.isinf(up) and up > 0)):
-                    reason = "a bound its witness does not attain"
-                elif not (y_lo <= criterion.lower(v) and y_up >= criterion.upper(v)):
-                    reason = "the witnesses do not meet the protection criterion"
-                else:
-                    intervals.append(Interval(n, v, float(y_lo), up, True, False, "", (), "witness"))
-            if reason is not None:
-                out.unverified[c] = reason
-                break
-        else:
-            candidates[c] = intervals
-    out.certified = [c for c in primary_comps if c not in out.unverified]
-    out.intervals = [i for c in out.certified for i in candidates[c]]
-    return out
+        i = recorded.row_of.get(n)
+        v = table.value[n]
+        if i is None:
+            return "a withheld primary the certificate does not cover"
+        if int(recorded.value[i]) != v:
+            return "a primary's value differs from the true count"
+        lo_point, up_point = int(recorded.lo_point[i]), int(recorded.up_point[i])
+        if not (points.ok(lo_point) and points.ok(up_point)):
+            return "a witness point that is not a feasible integral point of the published system"
+        y_lo, y_up = points.moved(lo_point).get(n, v), points.moved(up_point).get(n, v)
+        lo, up = float(recorded.lo[i]), float(recorded.up[i])
+        if lo != y_lo or not (up == y_up or (math.isinf(up) and up > 0)):
+            return "a bound its witness does not attain"
+        if not criterion.passes(v, y_lo, y_up):
+            return "the witnesses do not meet the protection criterion"
+        intervals.append(Interval(n, v, float(y_lo), up, True, False, "", (), "witness"))
+    return intervals
 
 
 EXACT_LIMIT = 2**40  # |values| up to this, summed over at most 2^22 moves per relation, stay far inside int64

@@ -73,8 +73,8 @@ class Table:
     # What the time ladder did (`release_system.protect_release`): figures offered per rung, climbing rounds.
     ladder: dict = field(default_factory=dict)
     # `relations_of`, kept while `relations` is the same list of the same length and the nodes the same number:
-    # a protection asks for it once per audit round and per check, 1 s each at 10 M pings. Relations are only
-    # ever appended (replacing one in place would leave the cache stale; nothing here does). Not pickled.
+    # a protection asks for it once per audit round and per check, each a pass over every relation. Relations
+    # are only ever appended (replacing one in place would leave the cache stale; nothing here does). Not pickled.
     _relations_of: tuple[list, int, list[list[int]]] | None = field(default=None, repr=False, compare=False)
 
     def __getstate__(self) -> dict:

@@ -36,6 +36,21 @@ class Criterion:
     def upper(self, v: int) -> int:
         return max(self.k, v + 1) if self.range_pct is None else v + self._step(v)
 
+    def reaches_lower(self, v: int, lo: float) -> bool:
+        return lo <= self.lower(v)
+
+    def reaches_upper(self, v: int, up: float) -> bool:
+        return up >= self.upper(v)
+
+    def passes(self, v: int, lo: float, up: float) -> bool:
+        """Whether the interval [lo, up] protects a primary of value v."""
+        return self.reaches_lower(v, lo) and self.reaches_upper(v, up)
+
+    def failing(self, v: int, lo: float, up: float) -> str:
+        """Which bound of [lo, up] fails for a primary of value v: "lower", "upper", "both" or "" (it passes)."""
+        low_ok, up_ok = self.reaches_lower(v, lo), self.reaches_upper(v, up)
+        return "" if low_ok and up_ok else "both" if not (low_ok or up_ok) else "lower" if not low_ok else "upper"
+
     def describe(self) -> str:
         if self.range_pct is None:
             return "for each primary v: integer lo <= v - 1 and integer up >= max(k, v + 1)"
