@@ -10,7 +10,7 @@ from spatial_release import cli
 from spatial_release.errors import PeriodError
 from spatial_release.period import Period
 from spatial_release.policy import MAX_CONFIG_BYTES, PolicyError, load_policy
-from spatial_release.policy.loading import MAX_ZEROS_BYTES
+from spatial_release.policy.loading import MAX_POPULATION_BYTES, MAX_ZEROS_BYTES
 from spatial_release.policy.model import MAX_K
 from spatial_release.policy.strict_yaml import MAX_DEPTH, StrictLoader
 
@@ -340,6 +340,63 @@ def test_a_wrong_zeros_or_landscape_path_never_echoes_that_file(tmp_path, sectio
     message = _error_for(tmp_path, data)
     assert f"field '{section}.{field}'" in message and str(other) in message
     assert SECRET not in message
+
+
+def _population_table_is(tmp_path: Path, make) -> tuple[Path, Path]:
+    """The fixture policy, its landscape's population.csv replaced by what `make(path)` puts there."""
+    policy = write_policy(tmp_path, policy_dict("x.csv"))
+    table = tmp_path / "population.csv"
+    table.unlink()
+    make(table)
+    return policy, table
+
+
+def _sparse(size: int):
+    def make(path: Path) -> None:
+        with path.open("wb") as file:
+            file.truncate(size)  # sparse: costs no disk
+    return make
+
+
+@pytest.mark.parametrize("make, problem", [
+    (lambda p: p.symlink_to("/dev/zero"), "not a regular file"),
+    (os.mkfifo, "not a regular file"),
+    (lambda p: p.mkdir(), "not a regular file"),
+    (_sparse(MAX_POPULATION_BYTES + 1), "larger than the 64 MiB"),
+    (lambda p: None, "cannot read"),
+    (lambda p: p.write_text(f"{SECRET},when\n1,2\n"), "not a population table"),
+    (lambda p: p.write_text(f"zone,population\n1km,{SECRET}\n"), "not a population table"),
+])
+def test_the_population_table_of_the_landscape_is_checked_at_load(tmp_path, make, problem):
+    """Red-team re-test: the table a landscape names (`population: {table: ...}`) was read by the risk stage
+    only, without a bound or a type check: a symlink to /dev/zero ran out of memory, a 20 GB sparse file
+    raised MemoryError, a FIFO hung, all after counting and protection (exit 3). It is read at policy load
+    now, bounded, a regular file only, and never quoted."""
+    if make is os.mkfifo and not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs here")
+    policy, table = _population_table_is(tmp_path, make)
+    message = _unreadable_message(policy)
+    assert str(policy) in message and "field 'risk.landscape'" in message and "population.table" in message
+    assert str(table) in message and problem in message and SECRET not in message, message
+
+
+def test_a_population_table_on_dev_zero_exits_2_before_any_work(tmp_path, fixture_traces, capsys):
+    policy, _ = _population_table_is(tmp_path, lambda p: p.symlink_to("/dev/zero"))
+    policy.write_text(policy.read_text().replace("x.csv", str(fixture_traces)))
+    code = cli.main(["release", "--policy", str(policy), "--period", "2018-01", "--traces", str(fixture_traces),
+                     "--out", str(tmp_path / "out"), "--ledger", str(tmp_path / "ledger")])
+    err = capsys.readouterr().err
+    assert code == 2 and "population.table" in err and "not a regular file" in err, err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.parquet"))
+
+
+def test_a_good_population_table_is_read_as_the_risk_stage_reads_it(tmp_path):
+    from spatial_release.risk.landscape import load_landscape, read_population_table
+
+    load_policy(write_policy(tmp_path, policy_dict("x.csv"), population=7))
+    landscape, _ = load_landscape(tmp_path / "landscape.yaml")
+    population = read_population_table(tmp_path / "landscape.yaml", landscape)
+    assert population and set(population.values()) == {7.0}
 
 
 def test_missing_unit_values_default_and_override(tmp_path):

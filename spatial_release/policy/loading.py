@@ -20,6 +20,8 @@ from spatial_release.policy.strict_yaml import StrictLoader, YamlRefused, field_
 MAX_CONFIG_BYTES = 4 * 2**20
 # A structural-zeros list is one cell id a line, read whole: a few million cells of a national grid fit.
 MAX_ZEROS_BYTES = 64 * 2**20
+# A landscape's population table is one zone a line, read whole by the risk stage: as large as a zeros list.
+MAX_POPULATION_BYTES = MAX_ZEROS_BYTES
 
 
 def _describe(error: dict) -> str:
@@ -105,7 +107,7 @@ def _check_zeros_file(policy: Policy) -> None:
 
 
 def _check_landscape_file(policy: Policy) -> None:
-    from spatial_release.risk.landscape import Landscape
+    from spatial_release.risk.landscape import Landscape, LandscapeError, read_population_table
 
     target = _referenced_file(policy, "risk.landscape", policy.risk.landscape,  # type: ignore[union-attr]
                               MAX_CONFIG_BYTES)
@@ -114,7 +116,7 @@ def _check_landscape_file(policy: Policy) -> None:
     except PolicyError as exc:
         raise PolicyError(f"{policy.path}: field 'risk.landscape': {exc}") from None
     try:
-        Landscape.model_validate(data)
+        landscape = Landscape.model_validate(data)
     except ValidationError as exc:
         # Only the landscape's own field names are shown: a key the schema does not know is file content.
         known = set(Landscape.model_fields)
@@ -122,6 +124,11 @@ def _check_landscape_file(policy: Policy) -> None:
                             "schema does not have" for e in exc.errors())
         raise PolicyError(f"{policy.path}: field 'risk.landscape': {target} is not a valid landscape: "
                           f"{details}") from None
+    try:
+        # read here, before any work: the risk stage reads it again after counting and protection have run
+        read_population_table(target, landscape)
+    except LandscapeError as exc:
+        raise PolicyError(f"{policy.path}: field 'risk.landscape': {exc}") from None
 
 
 def check_referenced_files(policy: Policy) -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import io
 from pathlib import Path
 from typing import Literal
 
-import yaml
+import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from spatial_release.errors import UserError
+from spatial_release.policy.model import PolicyError
 from spatial_release.risk.estimator import RiskParams
 from spatial_release.risk.figures import Adversary
 
@@ -63,17 +65,53 @@ class Landscape(BaseModel):
 
 
 def load_landscape(path: Path) -> tuple[Landscape, str]:
-    """The landscape and the sha256 of its bytes (the sensor watches that hash)."""
+    """The landscape and the sha256 of its bytes (the sensor watches that hash), read as the policy's check
+    read it: a bounded read of a regular file and the strict YAML loader, quoting nothing of the file."""
+    from spatial_release.policy.loading import load_yaml, read_config
+
     try:
-        raw = path.read_bytes()
-        landscape = Landscape.model_validate(yaml.safe_load(raw))
-    except OSError as exc:
-        raise LandscapeError(f"{path}: cannot read the landscape file ({exc.strerror})") from None
+        raw = read_config(path, "landscape")
+        landscape = Landscape.model_validate(load_yaml(raw, path, "landscape", quote=False))
+    except PolicyError as exc:
+        raise LandscapeError(str(exc)) from None
     except ValidationError as exc:
         fields = "; ".join((f"field '{'.'.join(map(str, e['loc']))}': " if e["loc"] else "") + e["msg"]
                            for e in exc.errors())
         raise LandscapeError(f"{path}: invalid landscape: {fields}") from None
     return landscape, hashlib.sha256(raw).hexdigest()
+
+
+def population_table_path(landscape_path: Path, landscape: Landscape) -> Path | None:
+    """The population table the landscape at `landscape_path` names (relative to it), or None; symlinks are
+    not resolved, so messages name what the landscape names (the read follows them)."""
+    if landscape.population is None or not landscape.population.table:
+        return None
+    return landscape_path.parent / landscape.population.table
+
+
+def read_population_table(landscape_path: Path, landscape: Landscape) -> dict[str, float] | None:
+    """Public population per zone from the landscape's `population.table` (None when it names none): a
+    bounded read of a regular file (a symlink to /dev/zero ran out of memory, a FIFO hung, and both only after
+    counting and protection had run), then columns `zone` and `population`, the latter numbers. Raises
+    LandscapeError naming the landscape, the field and the table, never quoting the table's content."""
+    from spatial_release.policy.loading import MAX_POPULATION_BYTES, read_config
+
+    target = population_table_path(landscape_path, landscape)
+    if target is None:
+        return None
+    where = f"{landscape_path}: field 'population.table'"
+    try:
+        raw = read_config(target, "population table", MAX_POPULATION_BYTES)
+    except PolicyError as exc:
+        raise LandscapeError(f"{where}: {exc}") from None
+    try:
+        table = pd.read_csv(io.BytesIO(raw), dtype={"zone": str})
+        population = table["population"].astype(float)
+        zones = table["zone"]
+    except (ValueError, KeyError, pd.errors.ParserError, UnicodeDecodeError):
+        raise LandscapeError(f"{where}: {target} is not a population table (a CSV with columns 'zone' and "
+                             "'population', a number on every row)") from None
+    return dict(zip(zones, population))
 
 
 def landscape_hash(path: Path) -> str:
