@@ -11,7 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spatial_release.suppression.audit import audit
-from spatial_release.suppression.complementary import SuppressionError, protect
+from spatial_release.suppression.complementary import SuppressionError
+from spatial_release.suppression.method import ProtectionMethod
+from spatial_release.suppression.protection import protect
 from spatial_release.suppression.release_system import DisclosureSpec, Structure, system_for
 from spatial_release.suppression.table import (
     EQ, PRIMARY, PUBLISHED, SECONDARY, UNION, Relation, Table, zones_chain,
@@ -35,6 +37,8 @@ def intervals(result) -> dict:
     return {i.node: (i.lo, i.up) for i in result.intervals}
 
 
+# The constraint sweep without pruning, which these tests were written for (the default is the release method)
+SWEEP = ProtectionMethod.sweep()
 RECT = [("r1", ["x11", "x12"]), ("r2", ["x21", "x22"]), ("c1", ["x11", "x21"]), ("c2", ["x12", "x22"])]
 
 
@@ -212,8 +216,8 @@ def test_protect_repairs_failing_patterns_and_is_deterministic():
     first, second = build(), build()
     first.status[first.index[("x", "c", 0)]] = U  # let the suppressor choose
     second.status[second.index[("x", "c", 0)]] = U
-    log = protect(first, k=5, level_depth={})
-    protect(second, k=5, level_depth={})
+    log = protect(first, k=5, level_depth={}, method=SWEEP)
+    protect(second, k=5, level_depth={}, method=SWEEP)
     assert first.status == second.status and log.audit.passed
     assert audit(first, k=5).passed  # an independent re-audit agrees
     assert first.status[first.index[("x", "T", 0)]] == U  # the total is the most expensive: kept
@@ -222,7 +226,7 @@ def test_protect_repairs_failing_patterns_and_is_deterministic():
 def test_protect_repair_loop_is_exercised():
     # the sweep sees only one relation at a time; the odd cycle needs the LP repair to find the binding cell
     table = odd_cycle(others=U)
-    log = protect(table, k=3, level_depth={})
+    log = protect(table, k=3, level_depth={}, method=SWEEP)
     assert log.audit.passed and audit(table, k=3).passed
     assert log.repair_secondaries >= 1 and log.rounds >= 1
 
@@ -230,14 +234,15 @@ def test_protect_repair_loop_is_exercised():
 def test_protect_climbs_single_child_chains_to_the_top():
     # a cell alone in its district, alone in the total: only withholding the whole chain protects it
     table = table_of({"T": (2, U), "D": (2, U), "a": (2, P)}, [("T", ["D"]), ("D", ["a"])])
-    log = protect(table, k=5, level_depth={})
+    log = protect(table, k=5, level_depth={}, method=SWEEP)
     assert log.audit.passed and table.status == [S, S, P]
 
 
 def test_protect_turns_solver_failure_into_an_error():
     table = table_of({"T": (12, U), "a": (2, P), "b": (10, U)}, [("T", ["a", "b"])])
     with pytest.raises(SuppressionError, match="solver status"):
-        protect(table, k=5, level_depth={}, options={"simplex_iteration_limit": 0, "presolve": "off"})
+        protect(table, k=5, level_depth={}, method=SWEEP,
+                options={"simplex_iteration_limit": 0, "presolve": "off"})
 
 
 # ---- property test: the audit equals brute-force integer enumeration ------------------------------
@@ -311,8 +316,8 @@ def test_audit_matches_brute_force(values, k, publish):
 
 def test_pruning_gives_back_unneeded_secondaries_and_keeps_the_audit_passing():
     plain, pruned = odd_cycle(others=U), odd_cycle(others=U)
-    protect(plain, k=3, level_depth={})
-    log = protect(pruned, k=3, level_depth={}, prune_tries=50)
+    protect(plain, k=3, level_depth={}, method=SWEEP)
+    log = protect(pruned, k=3, level_depth={}, method=SWEEP.with_prune_tries(50))
     assert log.audit.passed and audit(pruned, k=3, optimal_bounds=True).passed
     assert len(pruned.secondaries()) == len(plain.secondaries()) - log.pruned
     assert log.pruned >= 1  # the repair rounds over-withheld on this table

@@ -1,9 +1,11 @@
-"""Protection block by block (`suppression.blocks`, issue 13): a table of independent blocks (one per bucket
+"""Protection block by block (`suppression.blocks`): a table of independent blocks (one per bucket
 without a time ladder) is protected chunk by chunk, in worker processes, with the pattern the whole table
 gets; every pattern passes an independent audit; the result is the same with 1 and 2 workers; a relation
 that links two blocks makes them one; a failure in a worker's chunk is an error in the caller."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -14,7 +16,9 @@ from spatial_release.suppression import blocks
 from spatial_release.suppression import complementary
 from spatial_release.suppression.audit import Criterion, audit
 from spatial_release.suppression.certificate import Certificate, verify
-from spatial_release.suppression.complementary import RELEASE_METHOD, SuppressionError, protect, protect_whole
+from spatial_release.suppression.complementary import SuppressionError, protect_whole
+from spatial_release.suppression.method import ProtectionMethod
+from spatial_release.suppression.protection import protect
 from spatial_release.suppression.release_system import DisclosureSpec, system_for
 from spatial_release.suppression.table import EQ, PRIMARY, PUBLISHED, Relation, Table
 
@@ -68,9 +72,9 @@ def bigger_counts(monkeypatch, buckets: int, seed: int, measure: str = "presence
 # the release method (elimination, pruning) and the historical default (the constraint sweep, no pruning),
 # under EQ (presence) and UNION (visitors) relations; seeds 1 and 4 under the sweep are the tables on which a
 # review found the split differing from the whole table (the sweep took node 0 for "none found")
-CASES = [("presence", RELEASE_METHOD, 1), ("presence", RELEASE_METHOD, 2), ("visitors", RELEASE_METHOD, 3),
-         ("presence", {"method": "sweep"}, 1), ("presence", {"method": "sweep"}, 4),
-         ("visitors", {"method": "sweep"}, 1)]
+RELEASE, SWEEP = ProtectionMethod.release(), ProtectionMethod.sweep()
+CASES = [("presence", RELEASE, 1), ("presence", RELEASE, 2), ("visitors", RELEASE, 3),
+         ("presence", SWEEP, 1), ("presence", SWEEP, 4), ("visitors", SWEEP, 1)]
 
 
 @pytest.mark.parametrize("measure, method, seed", CASES)
@@ -81,8 +85,8 @@ def test_blocks_match_the_whole_table_and_pass_an_independent_audit(split_everyt
     whole = system_for(leaves, margins, spec)
     split = system_for(leaves, margins, spec)
     chunks = spied_chunks(monkeypatch)
-    log_whole = protect_whole(whole, K, level_depth, workers=1, **method)
-    log_split = protect(split, K, level_depth, workers=2, **method)
+    log_whole = protect_whole(whole, K, level_depth, replace(method, workers=1))
+    log_split = protect(split, K, level_depth, replace(method, workers=2))
     assert chunks == [4]
     assert split.status == whole.status
     assert split.secondaries() or measure == "visitors", "the fixture needs complementary suppression"
@@ -114,10 +118,10 @@ def one_row_per_bucket(buckets: int = 2) -> Table:
 def test_the_sweep_takes_the_first_figure_when_it_is_the_cheapest(split_everything):
     """Negative control for the review's finding: node 0 is a figure, not "none found"."""
     whole = one_row_per_bucket()
-    protect_whole(whole, K, {"cell": 0, "row": 1}, workers=1, method="sweep")
+    protect_whole(whole, K, {"cell": 0, "row": 1}, ProtectionMethod.sweep(workers=1))
     assert [(whole.area[n], whole.bucket[n]) for n in whole.secondaries()] == [("a", 0), ("a", 1)]
     split = one_row_per_bucket()
-    protect(split, K, {"cell": 0, "row": 1}, workers=1, method="sweep")
+    protect(split, K, {"cell": 0, "row": 1}, ProtectionMethod.sweep(workers=1))
     assert split.status == whole.status
 
 
@@ -129,9 +133,9 @@ def test_a_contradiction_in_a_block_with_nothing_withheld_is_still_an_error(spli
     table.status[b] = PUBLISHED  # bucket 2: nothing withheld
     table.value[b] = 3  # 5 + 3 + 6 != 13
     with pytest.raises(SuppressionError, match="contradicts its children"):
-        protect_whole(copy_table(table), K, {}, workers=1, **RELEASE_METHOD)
+        protect_whole(copy_table(table), K, {}, ProtectionMethod(workers=1))
     with pytest.raises(SuppressionError, match="contradicts its children"):
-        protect(table, K, {}, workers=1, **RELEASE_METHOD)
+        protect(table, K, {}, ProtectionMethod(workers=1))
 
 
 def test_one_and_two_workers_give_the_same_pattern_and_certificate(split_everything, monkeypatch):
@@ -139,7 +143,7 @@ def test_one_and_two_workers_give_the_same_pattern_and_certificate(split_everyth
     protected = []
     for workers in (1, 2):
         table = system_for(leaves, margins, spec)
-        log = protect(table, K, spec.structure.level_depth(), workers=workers, **RELEASE_METHOD)
+        log = protect(table, K, spec.structure.level_depth(), ProtectionMethod(workers=workers))
         assert log.audit.workers == workers
         protected.append((table, log))
     assert_same_pattern_and_certificate(protected)
@@ -189,12 +193,12 @@ def test_a_linked_table_is_protected_whole(split_everything, monkeypatch):
 
     monkeypatch.setattr(blocks, "protect_whole", spy)
     table = two_rectangles(linked=True)
-    protect(table, K, {}, workers=1, **RELEASE_METHOD)
+    protect(table, K, {}, ProtectionMethod(workers=1))
     assert whole_calls == [len(table)]
     assert audit(table, K, optimal_bounds=True, workers=1).passed
     whole_calls.clear()
     apart = two_rectangles(linked=False)
-    protect(apart, K, {}, workers=1, **RELEASE_METHOD)
+    protect(apart, K, {}, ProtectionMethod(workers=1))
     assert whole_calls == [8, 8], "two chunks of one rectangle each; the lone figure has nothing to protect"
     assert apart.status[-1] == PUBLISHED
     assert audit(apart, K, optimal_bounds=True, workers=1).passed
@@ -207,4 +211,4 @@ def test_a_chunk_that_cannot_be_protected_stops_the_caller(split_everything):
     row = table.index[("row", "r0", 1)]
     table.value[row] += 1
     with pytest.raises(SuppressionError, match="contradict the relations"):
-        protect(table, K, {}, workers=2, **RELEASE_METHOD)
+        protect(table, K, {}, ProtectionMethod(workers=2))

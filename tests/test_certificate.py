@@ -1,4 +1,4 @@
-"""Audit once, certify after (issue 13, items 1 and 2): the audit gives the same verdicts with 1 and N
+"""Audit once, certify after: the audit gives the same verdicts with 1 and N
 workers, the protection step's certificate verifies without an LP, and a tampered certificate is never
 trusted: (a) a witness point that violates a published equation, (b) an input changed after the audit,
 (c) a primary missing from the certificate, (d) a bound widened beyond its witness; each makes the
@@ -21,7 +21,8 @@ from spatial_release.release import RELEASE_FILES
 from spatial_release.suppression import audit as audit_module
 from spatial_release.suppression.audit import Criterion, audit, default_workers
 from spatial_release.suppression.certificate import NO_POINT, Certificate, verify
-from spatial_release.suppression.complementary import protect
+from spatial_release.suppression.method import ProtectionMethod
+from spatial_release.suppression.protection import protect
 from spatial_release.suppression.table import EQ, PRIMARY, PUBLISHED, SECONDARY, Relation, Table
 
 K = 5
@@ -63,7 +64,7 @@ def copy_table(table: Table) -> Table:
 def certified():
     """A protected many-component table and its certificate (the protection step's audit)."""
     table = many_components()
-    log = protect(table, K, {})
+    log = protect(table, K, {}, ProtectionMethod.sweep())
     assert log.audit.passed
     return table, Certificate.build(table, log.audit, INPUTS)
 
@@ -153,7 +154,7 @@ def test_pattern_and_certificate_identical_with_1_and_2_workers(monkeypatch):
     for workers in ("1", "2"):
         monkeypatch.setenv("SPATIAL_RELEASE_AUDIT_WORKERS", workers)
         table = many_components(groups=50, seed=11)
-        log = protect(table, K, {})
+        log = protect(table, K, {}, ProtectionMethod.sweep())
         assert log.audit.workers == int(workers)
         protected.append((table, log))
     assert_same_pattern_and_certificate(protected)

@@ -1,4 +1,4 @@
-"""Stage 1 by Gaussian elimination (`suppression.elimination`) and `protect(method="gauss")`.
+"""Stage 1 by Gaussian elimination (`suppression.elimination`) and `protect` with `ProtectionMethod(stage1="gauss")`.
 
 Each test can fail: the elimination's own guarantee (no primary exactly recoverable) is checked with the
 LP audit, which knows nothing of the elimination, and with a negative control (publishing one of its
@@ -19,7 +19,9 @@ from spatial_release.suppression import audit as audit_module
 from test_audit import table_of  # noqa: E402 (tests/ is on the path, as for conftest)
 from spatial_release.suppression.certificate import Certificate, verify
 from spatial_release.suppression.audit import ComponentModel, Criterion, audit
-from spatial_release.suppression.complementary import costs_for, protect
+from spatial_release.suppression.costs import costs_for
+from spatial_release.suppression.method import ProtectionMethod
+from spatial_release.suppression.protection import protect
 from spatial_release.suppression.elimination import eliminate, model_columns, virtual_sums
 from spatial_release.suppression.table import (
     PRIMARY, PUBLISHED, SECONDARY, UNION, Relation, Table, cross_classified_table,
@@ -112,7 +114,7 @@ def test_two_primaries_below_k_alone_in_a_relation_get_a_complement():
     assert virtual_sums(again, 3) == [] and stage1(again, 3) == 0
     # and the final pattern of protect passes the audit that would have caught the sum
     final = table_of(nodes, [("T", ["a", "b", "c"])])
-    assert protect(final, 5, {}, method="gauss").audit.passed and audit(final, 5).passed
+    assert protect(final, 5, {}, ProtectionMethod(prune_tries=0)).audit.passed and audit(final, 5).passed
 
 
 def test_model_columns_are_sums_of_non_empty_inner_figures():
@@ -135,7 +137,7 @@ def test_same_input_gives_the_same_pattern(monkeypatch):
         monkeypatch.setattr(audit_module, "PARALLEL_MIN_NODES", 0)  # small tables use the pool too
         monkeypatch.setenv("SPATIAL_RELEASE_AUDIT_WORKERS", workers)
         table = grid_table(random_counts(4, cells=10, hours=5), 5, zeros_published=False)
-        log = protect(table, 5, DEPTH, method="gauss", prune_tries=None)
+        log = protect(table, 5, DEPTH, ProtectionMethod())
         assert log.audit.passed
         patterns.append(list(table.status))
     assert patterns[0] == patterns[1] == patterns[2]
@@ -147,7 +149,7 @@ def test_union_relations_are_protected_by_the_sweep():
     nodes = {"T": (3, P), "a": (2, U), "b": (1, U), "c": (1, U)}  # 3 visitors over the day, 2 + 1 + 1 per hour
     table = table_of(nodes, [("T", ["a", "b", "c"])], kind=UNION)
     assert not audit(table, 5).passed  # the primary alone is not protected: 2 <= T <= 4 < k
-    log = protect(table, 5, {}, method="gauss")
+    log = protect(table, 5, {}, ProtectionMethod(prune_tries=0))
     assert log.audit.passed and audit(table, 5, optimal_bounds=True).passed
     assert table.secondaries()
     # mixed: an EQ hierarchy whose parents are also in a UNION relation
@@ -155,7 +157,7 @@ def test_union_relations_are_protected_by_the_sweep():
                       "b1": (9, U), "b2": (11, U)}, [("A", ["a1", "a2"]), ("B", ["b1", "b2"])])
     mixed.relations.append(Relation(UNION, mixed.index[("x", "T", 0)],
                                     (mixed.index[("x", "A", 0)], mixed.index[("x", "B", 0)])))
-    log = protect(mixed, 5, {}, method="gauss", prune_tries=None)
+    log = protect(mixed, 5, {}, ProtectionMethod())
     assert log.audit.passed and audit(mixed, 5, optimal_bounds=True).passed
 
 
@@ -169,7 +171,7 @@ def test_costs_are_the_callers_choice():
     with pytest.raises(ValueError, match="cost weights"):
         costs_for(table, DEPTH, [1.0])
     with pytest.raises(ValueError, match="unknown method"):
-        protect(table, 5, DEPTH, method="optimal")
+        ProtectionMethod(stage1="optimal")
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -179,7 +181,7 @@ def test_final_pattern_passes_an_independent_audit(seed, k, cost, prune, compat)
     counts = random_counts(seed)
     table = grid_table(counts, k, zeros_published=False)
     criterion = Criterion(k, 10) if compat else None
-    log = protect(table, k, DEPTH, method="gauss", cost=cost, prune_tries=None if prune else 0,
+    log = protect(table, k, DEPTH, ProtectionMethod(cost=cost, prune_tries=None if prune else 0),
                   criterion=criterion)
     assert log.audit.passed
     fresh = grid_table(counts, k, zeros_published=False)  # the pattern on a table built again

@@ -1,7 +1,7 @@
-"""Golden suppression pattern (issue 10, item 7): which figures a fixed table withholds, pinned.
+"""Golden suppression pattern: which figures a fixed table withholds, pinned.
 
-The complementary-suppression heuristic (sweep, then audit-and-repair) is deterministic: the same counts
-give the same pattern. This test fixes a small but non-trivial table -- a 16 x 16 grid of 500 m cells
+The complementary-suppression heuristic (the release method: elimination, audit-and-repair, pruning) is
+deterministic: the same counts give the same pattern. This test fixes a small but non-trivial table -- a 16 x 16 grid of 500 m cells
 with 1 km and 2 km parents and the bucket total, three weekly buckets, k = 5, two structural-zero cells,
 counted once as `presence` (EQ relations) and once as `visitors` (UNION relations) -- and compares every
 withheld figure (level, area, bucket, primary or secondary) with `tests/golden/suppression_pattern.csv`.
@@ -26,6 +26,7 @@ import csv
 import io
 import os
 import random
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -75,7 +76,7 @@ def true_counts(measure: str, seed: int = 10) -> tuple[pd.DataFrame, pd.DataFram
     margins = []
     children = leaves.rename(columns={"cell_id": "area_id"}).assign(level=LEAF)
     for size, level in [*zip(PARENTS, PARENT_LEVELS), (None, TOTAL)]:
-        keyed = children.assign(parent=TOTAL if size is None else children["area_id"].map(lambda a: _parent(a, size)))
+        keyed = children.assign(parent=TOTAL if size is None else children["area_id"].map(partial(_parent, size=size)))
         grouped = keyed.groupby(["parent", "bucket_start"])["n"]
         if measure == "presence":
             n = grouped.sum()
@@ -129,7 +130,7 @@ def test_suppression_pattern_matches_golden():
 def test_golden_table_is_non_trivial():
     """Guards the fixture itself: primaries at several levels in every bucket under both measures,
     secondaries under presence, and the structural zeros are never withheld (they are published as 0).
-    Visitors needs no secondary here since elimination + pruning (complementary.RELEASE_METHOD): its parents
+    Visitors needs no secondary here since elimination + pruning (the release method, `ProtectionMethod`): its parents
     are no sums (max(children) <= parent <= sum(children)) and the absent children already leave every
     primary its interval; `pattern` asserts that an independent audit passes it."""
     rows = list(csv.DictReader(GOLDEN.open())) if GOLDEN.exists() else []

@@ -9,7 +9,7 @@ decides a block's figures from that block alone:
 - the UNION sweep works relation by relation;
 - the audit works on components of withheld figures, each inside one block, and a repair picks the
   published figure that binds a failing bound, in the failing primary's own relations;
-- pruning (every secondary tried: `prune_tries` None or 0) gives a secondary back when every primary of its
+- pruning (every secondary tried: `ProtectionMethod.prune_tries` None or 0) gives a secondary back when every primary of its
   component still passes, which its block alone decides.
 So each block protected on its own sub-table (`Table.subtable`, the same figures, relations and orders) gets
 the pattern the whole table gives it. One caveat, which tests/test_blocks.py watches on its tables: where a
@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -40,7 +40,8 @@ from spatial_release.errors import Blocked
 from spatial_release.progress import Progress, silent
 from spatial_release.suppression.audit import (default_workers, inconsistent_relations, linked_groups, pool,
                                               renumbered, table_cap)
-from spatial_release.suppression.complementary import ProtectionLog, SuppressionError, costs_for, protect_whole
+from spatial_release.suppression.complementary import ProtectionLog, SuppressionError, protect_whole
+from spatial_release.suppression.costs import costs_for
 from spatial_release.suppression.method import ProtectionMethod
 from spatial_release.suppression.table import PRIMARY, SECONDARY, Table
 from spatial_release.suppression.verdicts import AuditResult, Criterion
@@ -54,10 +55,10 @@ BLOCKS_MIN_NODES = 20_000
 CHUNK_NODES = 10_000
 
 
-def worth_splitting(table: Table, prune_tries: int | None) -> bool:
+def worth_splitting(table: Table, method: ProtectionMethod) -> bool:
     """Big enough to split, and no cap on the pruning tries (a cap picks the costliest secondaries of the
     whole table, which no block can know)."""
-    return len(table) >= BLOCKS_MIN_NODES and prune_tries in (None, 0)
+    return len(table) >= BLOCKS_MIN_NODES and method.prune_tries in (None, 0)
 
 
 def independent_blocks(table: Table) -> list[np.ndarray]:
@@ -72,10 +73,13 @@ class _Chunk:
 
     table: Table
     members: np.ndarray  # sub-table node -> node of the whole table
-    costs: list[float]  # the whole table's costs of `members` (a caller's callable sees the whole table)
     k: int
     level_depth: dict[str, int]
-    settings: dict  # protect_whole's keywords: max_rounds, options, prune_tries, criterion, method, cap
+    # the caller's method with the whole table's costs of `members` (a caller's callable sees the whole
+    # table), its cap, and one audit worker
+    method: ProtectionMethod
+    criterion: Criterion
+    options: Mapping | None
 
 
 @dataclass
@@ -87,8 +91,8 @@ class _Protected:
 
 def _protect_chunk(chunk: _Chunk) -> _Protected:
     """Protect one chunk (in this process or a worker), serially, and number its audit as the whole table."""
-    log = protect_whole(chunk.table, chunk.k, chunk.level_depth, cost=chunk.costs, workers=1, progress=silent,
-                        **chunk.settings)
+    log = protect_whole(chunk.table, chunk.k, chunk.level_depth, chunk.method, criterion=chunk.criterion,
+                        options=chunk.options, progress=silent)
     if log.audit is not None:
         log.audit.intervals, log.audit.witnesses = renumbered(log.audit.intervals, log.audit.witnesses,
                                                               chunk.members.tolist())
@@ -178,15 +182,15 @@ def _result(future) -> _Protected:
         raise error from None
 
 
-def protect_blocks(table: Table, k: int, level_depth: dict[str, int], *, criterion: Criterion | None = None,
-                   progress: Progress = silent, cost="unit_value", workers: int | None = None,
-                   every_s: float = 5.0, **settings) -> ProtectionLog:
-    """`complementary.protect` block by block (see the module docstring): the statuses of `table` change in
+def protect_blocks(table: Table, k: int, level_depth: dict[str, int], method: ProtectionMethod = ProtectionMethod(),
+                   *, criterion: Criterion | None = None, options: Mapping | None = None,
+                   progress: Progress = silent, every_s: float = 5.0) -> ProtectionLog:
+    """`protection.protect` block by block (see the module docstring): the statuses of `table` change in
     place, and the returned log holds the audit of the final pattern in `table`'s numbering. Falls back to
     `protect_whole` when fewer than two blocks hold a withheld figure."""
     started = time.perf_counter()
     criterion = criterion or Criterion(k)
-    workers = default_workers() if workers is None else max(1, int(workers))
+    workers = default_workers() if method.workers is None else max(1, int(method.workers))
     # Blocks without a withheld figure go to no chunk, so no chunk's audit would see a contradiction among
     # their published figures, which the whole table's audit reports: look for them here, on every block.
     contradictions = inconsistent_relations(table)
@@ -194,17 +198,14 @@ def protect_blocks(table: Table, k: int, level_depth: dict[str, int], *, criteri
         raise SuppressionError("; ".join(contradictions[:5]))
     chunks = _chunks(table, independent_blocks(table))
     if len(chunks) < 2:
-        return protect_whole(table, k, level_depth, criterion=criterion, progress=progress, cost=cost,
-                             workers=workers, **settings)
-    costs = costs_for(table, level_depth, cost)
-    settings = {**settings, "criterion": criterion}
-    if settings.get("cap") is None:
-        settings["cap"] = table_cap(table, criterion)  # as the whole table's audit would cap its bulk LPs
-    jobs = (_Chunk(table.subtable(nodes.tolist(), relations.tolist()), nodes, [costs[n] for n in nodes.tolist()],
-                   k, level_depth, settings) for nodes, relations in chunks)
-    log = ProtectionLog(audit=AuditResult(k=k, criterion=criterion), method=ProtectionMethod(
-        stage1=settings.get("method", "sweep"), prune_tries=settings.get("prune_tries", 0), cost=cost,
-        max_rounds=settings.get("max_rounds", 200), workers=workers))
+        return protect_whole(table, k, level_depth, method, criterion=criterion, options=options,
+                             progress=progress)
+    costs = costs_for(table, level_depth, method.cost)
+    cap = table_cap(table, criterion) if method.cap is None else method.cap  # as the whole table's audit caps
+    jobs = (_Chunk(table.subtable(nodes.tolist(), relations.tolist()), nodes, k, level_depth,
+                   replace(method, cost=[costs[n] for n in nodes.tolist()], workers=1, cap=cap), criterion, options)
+            for nodes, relations in chunks)
+    log = ProtectionLog(audit=AuditResult(k=k, criterion=criterion), method=method)
     reported = time.perf_counter()
     workers = min(workers, len(chunks))
     for n, done in enumerate(_in_order(jobs, workers), start=1):

@@ -4,9 +4,10 @@ what ran (its `describe()` is the method sentence of a release's public record).
 
 The default is the release method: Gaussian elimination for the first pattern, the attacker-LP audit and
 repair, then pruning every secondary the audit lets go. Elimination withholds fewer figures than the
-constraint sweep on the benchmark tables (bench/suppression_bench.py, numbers in the README), and pruning
-never weakens the guarantee (the pruned pattern is audited afresh, a failing audit is an error) while
-giving back what the repair over-withheld. A release with a time ladder is not pruned: its system is one
+constraint sweep on the benchmark tables (bench/suppression_bench.py records the numbers), and pruning
+never weakens the guarantee (a secondary is given back only when every primary it may affect still
+passes, and the blocking check audits the published files again) while giving back what the repair
+over-withheld. A release with a time ladder is not pruned: its system is one
 large linked component, where each pruning try is an audit of that whole component.
 """
 

@@ -13,16 +13,18 @@ import hashlib
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
 from spatial_release.progress import Progress, silent
 from spatial_release.suppression.audit import AuditResult, Criterion, audit
 from spatial_release.suppression.certificate import Certificate, Verification, verify
-from spatial_release.suppression.complementary import RELEASE_METHOD, ProtectionLog, protect
+from spatial_release.suppression.complementary import ProtectionLog
 from spatial_release.levels import LEAF, at_rung, space_level
+from spatial_release.suppression.method import ProtectionMethod
 from spatial_release.suppression.primary import ProtectedTable, structural_zero_rows
+from spatial_release.suppression.protection import protect
 from spatial_release.suppression.ladder import (
     UNOFFERED, TimeLink, add_absent_fine, climb_to_budget, cut_figures, offer_needed, relate_time,
 )
@@ -75,7 +77,10 @@ class DisclosureSpec:
     - `buckets`: every bucket start of the period (where the structural zeros are published);
     - `count_column`: the count column of the release files (e.g. `n_devices`);
     - `criterion`: the protection levels a withheld primary must reach (default `Criterion(k)`);
-    - `solver_options`: HiGHS options for the attacker LPs (e.g. a time limit; default none).
+    - `solver_options`: HiGHS options for the attacker LPs (e.g. a time limit; default none);
+    - `method`: how protection chooses the pattern (default: the release method, `ProtectionMethod`), at the
+      spec's `cost` (the policy's suppression.cost; None: the method's own). With a time ladder it runs without
+      pruning (`protect_release`).
     """
 
     structure: Structure
@@ -86,11 +91,16 @@ class DisclosureSpec:
     count_column: str = "n"
     criterion: Criterion | None = None
     solver_options: Mapping[str, object] = field(default_factory=dict)
-    cost: str = "unit_value"  # what a secondary costs (complementary.costs_for): the policy's suppression.cost
+    cost: str | None = None  # what a secondary costs (costs.costs_for): the policy's suppression.cost
     climb: str = "where_withheld"  # with a time ladder: see `suppression.ladder` and the policy's suppression.climb
     budget: float = 1.0  # the share of the main cells' unit counts that may stay unshown (climb = "to_budget")
+    method: ProtectionMethod = ProtectionMethod()
 
     def __post_init__(self) -> None:
+        if self.cost is None:
+            object.__setattr__(self, "cost", self.method.cost)
+        elif self.method.cost != self.cost:
+            object.__setattr__(self, "method", replace(self.method, cost=self.cost))
         object.__setattr__(self, "zeros", frozenset(self.zeros))
         object.__setattr__(self, "buckets", tuple(self.buckets))
         if self.criterion is None:
@@ -262,16 +272,16 @@ def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: 
     is withheld as a primary; further figures are withheld as secondaries until the attacker's LP
     (Fischetti and Salazar-Gonzalez, "Solving the cell suppression problem on tabular data with linkable
     information", Management Science 47(7), 2001) can neither pin a primary down nor show it below k
-    (`complementary.protect`: a constraint sweep, then audit-and-repair where each repair withholds the
-    published figure binding the failing bound, a greedy reading of their capacity cuts). Empty cells
-    are free complements (absent anyway); structural zeros are published as 0.
+    (`protection.protect` with `spec.method`: elimination, then audit-and-repair where each repair withholds
+    the published figure binding the failing bound, a greedy reading of their capacity cuts, then pruning).
+    Empty cells are free complements (absent anyway); structural zeros are published as 0.
 
     `withhold`: keys (level, area, bucket as ns since the epoch) that must not be published, whatever their
     count: figures an earlier release of the same population withheld (`force_withheld`). They are withheld
     at no cost, like an empty cell, so they are free complements.
 
-    Returns the protected tables (published and internal withheld frames), the protection log (sweep
-    and repair secondaries, the final audit) and the solved system. Raises `SuppressionError` when the
+    Returns the protected tables (published and internal withheld frames), the protection log (stage-1
+    and repair secondaries, the final audit, the method that ran) and the solved system. Raises `SuppressionError` when the
     table cannot be protected."""
     table = system_for(true_cells, true_margins, spec)
     forced = force_withheld(table, withhold)
@@ -286,15 +296,14 @@ def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: 
         table.status[i] = UNOFFERED
     forced = sorted(set(forced) | set(cut))
 
-    # Elimination first, then audit-and-repair, then pruning (complementary.RELEASE_METHOD and the
-    # measurements behind it). With a time ladder the system is one large linked component, where each
-    # pruning try is an audit of that component (measured on Citi Bike Q1 at k = 10: over 2 minutes for the
-    # first tries, against 34 s for the whole protection without it), so ladders are not pruned.
-    method = dict(RELEASE_METHOD) if not links else {**RELEASE_METHOD, "prune_tries": 0}
+    # With a time ladder the system is one large linked component, where each pruning try is an audit of
+    # that whole component (minutes for the first tries on a quarter of Citi Bike, where the protection
+    # without pruning takes well under one), so ladders are not pruned.
+    method = spec.method if not links else spec.method.with_prune_tries(0)
 
     def run() -> ProtectionLog:
-        return protect(table, spec.k, spec.structure.level_depth(), options=dict(spec.solver_options),
-                       criterion=spec.criterion, progress=progress, cost=spec.cost, **method)
+        return protect(table, spec.k, spec.structure.level_depth(), method, criterion=spec.criterion,
+                       options=dict(spec.solver_options), progress=progress)
 
     if not links or spec.climb == "where_withheld":
         table.ladder = {"climb": spec.climb, "offered": offer_needed(table, links, frozenset(forced))} if links else {}

@@ -1,4 +1,4 @@
-"""Sparse fine releases (red-team issue 23, item 10): a synthetic city of 300 persons at 250 m x 1 h, k = 5,
+"""Sparse fine releases: a synthetic city of 300 persons at 250 m x 1 h, k = 5,
 crashed protection with "cannot be protected: no published figure is connected to it" (exit 3, the
 worker's traceback in the alert).
 
@@ -25,7 +25,9 @@ import pytest
 from spatial_release.errors import Blocked, ExitCode, kind_of
 from spatial_release.suppression import blocks
 from spatial_release.suppression.audit import audit
-from spatial_release.suppression.complementary import RELEASE_METHOD, SuppressionError, protect, protect_whole
+from spatial_release.suppression.complementary import SuppressionError, protect_whole
+from spatial_release.suppression.method import ProtectionMethod
+from spatial_release.suppression.protection import protect
 from spatial_release.suppression.table import PUBLISHED, Relation, Table, build_table, grid_chain
 
 K = 5
@@ -81,8 +83,8 @@ def independent_audit(table: Table):
 def test_a_sparse_bucket_is_protected_by_withholding(shape, method):
     """Each of these shapes raised "no published figure is connected to it" before the fix."""
     table = sparse_bucket(*shape)
-    kwargs = RELEASE_METHOD if method == "release" else {}
-    log = protect_whole(table, K, DEPTH, workers=1, **kwargs)
+    chosen = ProtectionMethod.release(workers=1) if method == "release" else ProtectionMethod.sweep(workers=1)
+    log = protect_whole(table, K, DEPTH, chosen)
     assert log.audit.passed
     result = independent_audit(table)
     assert result.passed, result.summary()
@@ -96,7 +98,7 @@ def test_many_sparse_hours_through_the_blocks(monkeypatch):
     monkeypatch.setattr(blocks, "CHUNK_NODES", 1)
     table = joined([sparse_bucket(1 + h % 3, 1 + h % 2, 1 + (h // 2) % 2, BUCKET + pd.Timedelta(hours=h))
                     for h in range(4)])
-    log = protect(table, K, DEPTH, workers=2, **RELEASE_METHOD)
+    log = protect(table, K, DEPTH, ProtectionMethod(workers=2))
     assert log.audit.passed and independent_audit(table).passed
 
 
@@ -112,7 +114,7 @@ def pinned_table(bucket=BUCKET) -> Table:
 def test_an_unprotectable_primary_is_a_named_refusal():
     table = pinned_table()
     with pytest.raises(SuppressionError) as raised:
-        protect_whole(table, K, DEPTH, workers=1, **RELEASE_METHOD)
+        protect_whole(table, K, DEPTH, ProtectionMethod(workers=1))
     message = str(raised.value)
     assert isinstance(raised.value, Blocked) and kind_of(raised.value) == ExitCode.BLOCKED
     assert "cell 250mE0N2000 at 2018-01-04T14:00:00+00:00" in message and "lower bound" in message
@@ -129,7 +131,7 @@ def test_a_refusal_in_a_block_worker_stays_a_named_refusal(monkeypatch):
     monkeypatch.setattr(blocks, "CHUNK_NODES", 1)
     table = joined([sparse_bucket(bucket=BUCKET), pinned_table(BUCKET + pd.Timedelta(hours=1))])
     with pytest.raises(SuppressionError) as raised:
-        protect(table, K, DEPTH, workers=2, **RELEASE_METHOD)
+        protect(table, K, DEPTH, ProtectionMethod(workers=2))
     error, innermost = raised.value, raised.value
     while innermost.__cause__ is not None:
         innermost = innermost.__cause__
