@@ -20,6 +20,7 @@ import resource
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +31,11 @@ from suppression_bench import release_counts  # noqa: E402
 
 from spatial_release.suppression.certificate import Certificate  # noqa: E402
 from spatial_release.suppression.release_system import (  # noqa: E402
-    DisclosureSpec, audit_published, certify_published, protect_release, published_system,
+    DisclosureSpec,
+    audit_published,
+    certify_published,
+    protect_release,
+    published_system,
 )
 
 
@@ -80,8 +85,8 @@ def main() -> None:
 
     reference = None
     for workers in args.workers:
-        median, runs, (result, _), cpu_text = timed(lambda: audit_published(true_cells, true_margins, cells, margins, spec,
-                                                                  workers=workers), args.runs)
+        median, runs, (result, _), cpu_text = timed(partial(audit_published, true_cells, true_margins, cells, margins, spec,
+                                                            workers=workers), args.runs)
         bounds = [(i.node, i.lo, i.up, i.passed) for i in result.intervals]
         same = "reference" if reference is None else ("identical" if bounds == reference else "DIFFERENT")
         reference = reference or bounds

@@ -119,6 +119,7 @@ def run_one(dataset: str, k: int, persons: int, budget: float, folder: Path) -> 
     """Write the policy, run ingest -> counts -> protect -> guarantees, and return the row."""
     _scratch_environment(folder / "scratch")
     import logging
+
     import yaml
     # the stages' progress messages (with times) go to the run's stderr.log
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

@@ -107,7 +107,7 @@ class RssSampler:
             if self._done.wait(self.every):
                 return
 
-    def __enter__(self) -> "RssSampler":
+    def __enter__(self) -> RssSampler:
         self._thread.start()
         return self
 

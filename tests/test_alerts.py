@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult
+from conftest import CELL_A, CELL_B, cell_id, fixture_pings, uniqueness_policy_dict, write_policy
 
-from conftest import CELL_A, CELL_B, DAY, cell_id, fixture_pings, uniqueness_policy_dict, write_policy
 from spatial_release import stages
 from spatial_release.alerts import OPTIONS, Alert, AlertRouting, Place, deliver, places, read_alert_record
 from spatial_release.fileio import TEMPORARY
 from spatial_release.ledger import Ledger
 from spatial_release.period import Period
-from spatial_release.policy import PolicyError, load_policy, parse_policy
+from spatial_release.policy import PolicyError, load_policy
 
 SECRET_TOKEN = "XoXsEcReTtOkEn"
 BUCKET = "2018-01-10T05:00:00+00:00"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spatial_release.risk.attack import (AttackParams, ReleaseView, attack_risk, recover_trajectories)
+from spatial_release.risk.attack import AttackParams, ReleaseView, attack_risk, recover_trajectories
 
 
 def regular_city(units: int, side: int, days: int, k: int, seed: int = 1, cell_m: float = 250.0,

@@ -11,8 +11,8 @@ import json
 import geopandas as gpd
 import pandas as pd
 import pytest
-
 from conftest import PROJECT_ROOT, SHARED_DATA, requires_shared
+
 from spatial_release import cli
 
 pytestmark = requires_shared

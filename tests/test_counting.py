@@ -1,19 +1,19 @@
 """Counts are of distinct units per (cell, bucket), checked against a brute-force recomputation that places
 every ping with pyproj (grids) or the STRtree (zones) directly, never with the SQL path under test."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import geopandas as gpd
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id, policy_dict, spy_packing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyproj import Transformer
 from shapely import box
 
-from conftest import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id, policy_dict, spy_packing
 from spatial_release import stages
 from spatial_release.counting import count_pings, period_buckets
 from spatial_release.counting.counts import CountingError
@@ -23,7 +23,7 @@ from spatial_release.period import Period
 from spatial_release.policy import Policy, parse_policy
 from spatial_release.progress import silent
 
-T0 = datetime(2018, 1, 10, 5, 0, tzinfo=timezone.utc)  # local midnight in New York
+T0 = datetime(2018, 1, 10, 5, 0, tzinfo=UTC)  # local midnight in New York
 PERIOD = Period.parse("2018-Q1")
 SIZE = 250
 TO_LONLAT = Transformer.from_crs("EPSG:32618", "EPSG:4326", always_xy=True)
@@ -288,7 +288,7 @@ def test_pings_outside_the_period_are_refused_not_dropped(tmp_path, ids, monkeyp
 def test_period_buckets(bucket, first, count):
     buckets = period_buckets(_grid_policy("presence", bucket), PERIOD)
     # Q1 2018 has 90 days; the DST change on 11 March makes one local day 23 hours long
-    assert buckets[0].astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M") == first
+    assert buckets[0].astimezone(UTC).strftime("%Y-%m-%dT%H:%M") == first
     assert len(buckets) == count
 
 

@@ -6,26 +6,22 @@
   pings outside the period's hours;
 - the pings' extent from the Parquet footers instead of a scan."""
 
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from conftest import policy_dict, spy_packing
 from pyproj import Transformer
 
-from conftest import policy_dict, spy_packing
 from spatial_release import stages
 from spatial_release.counting import count_pings, data_extent
 from spatial_release.counting import counts as counts_module
 from spatial_release.counting.buckets import bucket_slots
-from spatial_release.counting.packed import Packing, presence_from_keys
 from spatial_release.counting.engines import open_engine
-from spatial_release.counting.pings import footer_extent
+from spatial_release.counting.packed import Packing, presence_from_keys
 from spatial_release.counting.plan import CompactGrid, ZoningPlan
-from spatial_release.geometry import Grid
 from spatial_release.geometry.grid import cell_name
 from spatial_release.period import Period
 from spatial_release.policy import parse_policy
@@ -56,7 +52,6 @@ def test_bucket_arithmetic_is_the_slot_table_or_refused(bucket, timezone):
 
 
 def test_compact_keys_compare_like_ids_only_when_the_digits_agree():
-    grid = Grid(_policy().geometry)
     for box, expected in ((CompactGrid(2269, 17978, 109, 111), True),  # the city: 6-digit x, 7-digit y
                           (CompactGrid(390, 17978, 20, 5), False)):  # x from 97,500 to 102,250: 5 and 6 digits
         plan = ZoningPlan("cell", (), "total", None, None, None, None, grid_size=250.0, compact=box,

@@ -10,15 +10,25 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from conftest import (
+    CELL_A,
+    CELL_B,
+    CELL_C,
+    CELL_D,
+    CELL_E,
+    PROJECT_ROOT,
+    K,
+    cell_id,
+    fixture_pings,
+    policy_dict,
+    write_policy,
+)
 
-from conftest import (CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, PROJECT_ROOT, cell_id, fixture_pings, policy_dict,
-                      write_policy)
 from spatial_release import cli, stages
 from spatial_release.definitions import defs as load_definitions
 from spatial_release.defs.catalogue import programme_for
 from spatial_release.defs.execution import execute_release
 from spatial_release.defs.partitions import PERIOD_TAG, quarterly
-from spatial_release.defs.programmes import DATASET_TAG
 from spatial_release.fileio import sha256_file
 from spatial_release.stages import protect as protect_stage
 from spatial_release.suppression import primary

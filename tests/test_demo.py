@@ -4,8 +4,8 @@ import json
 
 import geopandas as gpd
 import pandas as pd
-
 from conftest import PROJECT_ROOT
+
 from spatial_release import cli
 from spatial_release.geometry.zeros import read_structural_zeros
 

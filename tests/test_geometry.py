@@ -4,12 +4,12 @@ import geopandas as gpd
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import SHARED_DATA, requires_shared
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyproj import Transformer
 from shapely import Point, box, unary_union
 
-from conftest import SHARED_DATA, requires_shared
 from spatial_release.geometry import Grid, ZoneLayer
 from spatial_release.policy import GridGeometry, ZonesGeometry
 

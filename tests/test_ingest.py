@@ -1,6 +1,6 @@
 """Every ingest failure mode is quarantined with its reason, file and row; none vanishes silently."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -8,8 +8,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import PROJECT_ROOT, SHARED_DATA, policy_dict, requires_shared, write_policy
 
-from conftest import SHARED_DATA, policy_dict, requires_shared, write_policy, PROJECT_ROOT
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
 from spatial_release.traces.ingest import IngestError, check_trace_files, ingest_traces, resolve_trace_paths
@@ -184,10 +184,10 @@ def test_int96_timestamps_are_utc_instants(tmp_path):
     clock and one with a zone an instant."""
     at = datetime(2018, 3, 1, 13, 0)
     files = {  # name: (unit, Arrow type, value, INT96)
-        "a.parquet": ("u1", pa.timestamp("us", tz="UTC"), at.replace(tzinfo=timezone.utc), True),
+        "a.parquet": ("u1", pa.timestamp("us", tz="UTC"), at.replace(tzinfo=UTC), True),
         "b.parquet": ("u2", pa.timestamp("us"), at, True),
         "c.parquet": ("u3", pa.timestamp("us"), at - timedelta(hours=5), False),  # 08:00 EST
-        "d.parquet": ("u4", pa.timestamp("us", tz="Asia/Kolkata"), at.replace(tzinfo=timezone.utc), False),
+        "d.parquet": ("u4", pa.timestamp("us", tz="Asia/Kolkata"), at.replace(tzinfo=UTC), False),
     }
     for name, (unit, arrow_type, value, int96) in files.items():
         table = pa.table({"device": [unit], "when": pa.array([value], arrow_type), "lon": [-74.05], "lat": [40.72],
@@ -208,8 +208,8 @@ def test_parquet_timestamps_of_every_unit_are_microsecond_instants(tmp_path, uni
     or ingest (a CASE mixing TIMESTAMPTZ and TIMESTAMP_NS). Every unit, naive (New York's wall clock),
     UTC-aware and Kolkata-aware, in one union: the same instant, written as microsecond TIMESTAMPTZ."""
     at = datetime(2018, 3, 1, 13, 0, 0, 123456)
-    files = {"naive": ("u1", None, at - timedelta(hours=5)), "utc": ("u2", "UTC", at.replace(tzinfo=timezone.utc)),
-             "kolkata": ("u3", "Asia/Kolkata", at.replace(tzinfo=timezone.utc))}
+    files = {"naive": ("u1", None, at - timedelta(hours=5)), "utc": ("u2", "UTC", at.replace(tzinfo=UTC)),
+             "kolkata": ("u3", "Asia/Kolkata", at.replace(tzinfo=UTC))}
     for name, (device, tz, value) in files.items():
         table = pa.table({"device": [device], "when": pa.array([value], pa.timestamp(unit, tz=tz)),
                           "lon": [-74.05], "lat": [40.72], "gender": ["f"]})
@@ -305,7 +305,7 @@ def test_ambiguous_fall_back_local_time_is_the_earlier_instant(tmp_path, typed):
 def test_utc_window_and_local_rule_agree_with_zoneinfo_every_quarter_hour(tmp_path):
     """Every quarter hour of two days around each change of 2018 (and a plain day), as naive text, against
     Python's zoneinfo with fold=0 (the earlier instant) and its round trip (a gap does not round-trip)."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
     from zoneinfo import ZoneInfo
 
     tz = ZoneInfo("America/New_York")
@@ -313,7 +313,7 @@ def test_utc_window_and_local_rule_agree_with_zoneinfo_every_quarter_hour(tmp_pa
         whens = [day + timedelta(minutes=15 * i) for i in range(4 * 48)]
         expected = {}
         for i, local in enumerate(whens):
-            instant = local.replace(tzinfo=tz).astimezone(timezone.utc)
+            instant = local.replace(tzinfo=tz).astimezone(UTC)
             if instant.astimezone(tz).replace(tzinfo=None) == local:
                 expected[f"u{i}"] = instant.strftime("%Y-%m-%dT%H:%M:%SZ")
         folder = tmp_path / period.label / str(day.date())

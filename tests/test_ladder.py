@@ -8,17 +8,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import CRS, policy_dict, write_policy
 
 from spatial_release import stages
 from spatial_release.levels import LEAF, at_rung
 from spatial_release.period import Period
-from spatial_release.stages.count import read_true_counts
 from spatial_release.policy import PolicyError, load_policy
+from spatial_release.stages.count import read_true_counts
 from spatial_release.suppression.audit import audit
-from spatial_release.suppression.ladder import UNOFFERED
-from spatial_release.suppression.release_system import protect_release, system_for
+from spatial_release.suppression.release_system import system_for
 from spatial_release.suppression.table import EMPTY, PRIMARY, PUBLISHED, SECONDARY, UNION, Relation, Table
-from conftest import CRS, policy_dict, write_policy
 
 P, S, U = PRIMARY, SECONDARY, PUBLISHED
 

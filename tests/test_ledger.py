@@ -4,6 +4,7 @@ period), and every crash point (a real kill -9) leaves a state the next append r
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -15,8 +16,21 @@ import pytest
 
 from spatial_release import cli
 from spatial_release.ledger import (
-    ENTRIES, HEAD, AlreadyRecorded, Ledger, LedgerCorrupt, LedgerKeyError, PinMismatch, ReleasesMismatch,
-    append_entry, check_releases, entry_hash, forget_pin, pin_path, public_key_path_for, read_ledger,
+    ENTRIES,
+    HEAD,
+    AlreadyRecorded,
+    Ledger,
+    LedgerCorrupt,
+    LedgerKeyError,
+    PinMismatch,
+    ReleasesMismatch,
+    append_entry,
+    check_releases,
+    entry_hash,
+    forget_pin,
+    pin_path,
+    public_key_path_for,
+    read_ledger,
     signing_key_path,
 )
 from spatial_release.release import PENDING, recover_interrupted
@@ -395,6 +409,99 @@ def test_ledgers_sharing_a_key_have_a_pin_each(ledger, tmp_path):
     with pytest.raises(PinMismatch):
         read_ledger(other)
     assert len(read_ledger(ledger)) == 4  # the other ledger's rollback is its own
+
+
+def test_a_copy_at_another_path_behind_its_pin_does_not_verify(ledger, tmp_path, capsys):
+    """Red-team re-test: keyed by the ledger's path, a copy of the ledger folder elsewhere started with no
+    pin, so a copy from before the last release verified and took appends. Keyed by the genesis, the copy
+    finds the original's pin wherever it lives."""
+    copy = tmp_path / "elsewhere" / "ledger"
+    shutil.copytree(ledger, copy)
+    append_entry(ledger, {"kind": "release", "dataset": "d", "period": "2018-05"})
+    assert pin_path(copy) == pin_path(ledger)
+    with pytest.raises(PinMismatch, match=r"holds 4 entries but its pin .* records 5 .*: 1 entry missing"):
+        read_ledger(copy)
+    assert cli.main(["ledger", "verify", "--ledger", str(copy)]) == 1
+    assert "does NOT verify" in capsys.readouterr().err
+    with pytest.raises(PinMismatch):  # nor does the copy take the release the original has
+        append_entry(copy, {"kind": "release", "dataset": "d", "period": "2018-05"})
+
+
+def test_a_copy_that_went_ahead_leaves_the_original_behind(ledger, tmp_path):
+    """One genesis, one pin: whichever copy moves ahead is the ledger; the other is behind (or diverges)."""
+    copy = tmp_path / "elsewhere"
+    shutil.copytree(ledger, copy)
+    assert len(read_ledger(copy)) == 4  # an exact copy is the pinned ledger
+    append_entry(copy, {"kind": "review"})
+    assert json.loads(pin_path(ledger).read_text())["ledger"] == str(copy.resolve())  # the path: information
+    with pytest.raises(PinMismatch, match="1 entry missing"):
+        read_ledger(ledger)
+    (copy / ENTRIES).write_text("".join(line + "\n" for line in _lines(copy)[:4]))  # cut the copy back
+    (copy / HEAD).write_text(f"4 {json.loads(_lines(copy)[3])['hash']}\n")
+    with pytest.raises(PinMismatch, match="1 entry missing"):
+        read_ledger(copy)
+
+
+def test_a_legit_second_ledger_elsewhere_has_its_own_pin(ledger, tmp_path):
+    other = tmp_path / "elsewhere" / "ledger"
+    append_entry(other, {"kind": "release", "dataset": "d", "period": "2018-01"})
+    assert len(read_ledger(other)) == 1 and pin_path(other) != pin_path(ledger)
+    assert json.loads(pin_path(other).read_text())["genesis"] == read_ledger(other)[0]["hash"]
+    forget_pin(other)  # forgetting one ledger's pin leaves the other's
+    assert not pin_path(other).exists() and pin_path(ledger).exists()
+
+
+def test_forget_pin_of_a_deleted_ledger_and_of_one_still_there(ledger):
+    forget_pin(ledger)  # by its genesis
+    assert not pin_path(ledger).exists()
+    with Ledger(ledger).locked():
+        pass
+    path = pin_path(ledger)
+    for name in (ENTRIES, HEAD):
+        (ledger / name).unlink()
+    with pytest.raises(PinMismatch, match="4 entries missing"):  # deleted where it was pinned
+        read_ledger(ledger)
+    forget_pin(ledger)  # no genesis left: by the path its pin records
+    assert not path.exists() and read_ledger(ledger) == []
+
+
+def _legacy_pin(folder: Path, entries: int) -> Path:
+    """A pin as written before pins were keyed by genesis: named by the path's hash, no `genesis`."""
+    import base64
+    import hashlib
+
+    from spatial_release.ledger import key_id, load_signing_key, pins_folder
+    from spatial_release.ledger.pin import _signed_bytes
+
+    key = load_signing_key(signing_key_path(), create=False)
+    body = {"ledger": str(folder.resolve()), "entries": entries, "head": read_ledger(folder)[entries - 1]["hash"],
+            "pinned_at": "2018-01-01T00:00:00+00:00", "signer": key_id(key.public_key())}
+    body["signature"] = base64.b64encode(key.sign(_signed_bytes(body))).decode()
+    path = pins_folder() / f"{hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:32]}.json"
+    path.write_text(json.dumps(body))
+    return path
+
+
+def test_a_path_keyed_pin_from_before_is_read_and_migrated(ledger):
+    legacy = _legacy_pin(ledger, 4)
+    forget_genesis = pin_path(ledger)
+    forget_genesis.unlink()
+    assert len(read_ledger(ledger)) == 4  # compared as this ledger's own pin
+    older = _snapshot(ledger)
+    with Ledger(ledger).locked():  # migrated: the genesis-keyed pin replaces it
+        pass
+    assert forget_genesis.exists() and not legacy.exists()
+    append_entry(ledger, {"kind": "review"})
+    _put_back(ledger, older)
+    with pytest.raises(PinMismatch, match="1 entry missing"):
+        read_ledger(ledger)
+    forget_pin(ledger)
+    _legacy_pin(ledger, 4)
+    lines = _lines(ledger)
+    _write(ledger, lines[:3])
+    (ledger / HEAD).write_text(f"3 {json.loads(lines[2])['hash']}\n")
+    with pytest.raises(PinMismatch, match="1 entry missing"):  # a ledger behind its path-keyed pin
+        read_ledger(ledger)
 
 
 def test_an_edited_pin_is_refused(ledger):

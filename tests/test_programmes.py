@@ -6,8 +6,8 @@ from pathlib import Path
 
 import dagster as dg
 import yaml
-
 from conftest import PROJECT_ROOT, fixture_pings, policy_dict, write_policy
+
 from spatial_release.defs.catalogue import build_catalogue, programme_for
 from spatial_release.defs.execution import execute_release
 from spatial_release.defs.partitions import PERIOD_TAG, monthly, quarterly

@@ -10,8 +10,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import DAY, fixture_pings, uniqueness_policy_dict, write_policy
 
-from conftest import DAY, fixture_pings, policy_dict, write_policy, uniqueness_policy_dict
 from spatial_release import stages
 from spatial_release.fileio import atomic_path, remove_stale_temporaries
 from spatial_release.ledger import Ledger, check_releases, read_ledger
@@ -124,7 +124,6 @@ def test_kill_9_at_every_step_of_a_publication_is_repaired_by_the_next_run(prepa
         assert child.returncode == -9, child.stderr
         crashed += 1
         ctx = stages.ReleaseContext(policy, period, root / "work")
-        area = ctx.area
         ledger = Ledger(root / "ledger", root / "releases")
         target, record = stages.run_publish(ctx, root / "releases", ledger)
         [entry] = [e for e in read_ledger(root / "ledger") if e["kind"] == "release"]

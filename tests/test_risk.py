@@ -104,7 +104,8 @@ def test_quarterly_worked_example():
         outcomes.append((d.status, None if d.cumulative is None else round(d.cumulative, 3)))
         if d.status != BLOCK:
             previous.append(figure)
-    assert outcomes == [(PUBLISH, 0.031), (PUBLISH, 0.074), (WARN, 0.119), (BLOCK, round(1 - 0.969 * 0.956 * 0.951 * 0.948, 3))]
+    assert outcomes == [(PUBLISH, 0.031), (PUBLISH, 0.074), (WARN, 0.119),
+                        (BLOCK, round(1 - 0.969 * 0.956 * 0.951 * 0.948, 3))]
     for pooled in (0.004, 0.005, 0.006, 0.006):  # the pooled figures would have waved all four through
         assert decide(pooled, "pooled", [], 0.05, 0.20, 0.9).status == PUBLISH
 

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import fixture_pings, uniqueness_policy_dict, write_policy
+
 from spatial_release import stages
 from spatial_release.ledger import Ledger
 from spatial_release.period import Period

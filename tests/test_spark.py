@@ -14,15 +14,15 @@ import geopandas as gpd
 import numpy as np
 import pandas as pd
 import pytest
-from shapely import box
-
 from conftest import policy_dict
+from shapely import box
+from test_counting import _edge_points
+
 from spatial_release import stages
 from spatial_release.counting.engines import SparkSettings, open_engine
 from spatial_release.period import Period
 from spatial_release.policy import parse_policy
 from spatial_release.progress import silent
-from test_counting import _edge_points
 
 HAVE_SPARK = importlib.util.find_spec("pyspark") is not None and shutil.which("java") is not None
 if not HAVE_SPARK and os.environ.get("CI"):
@@ -94,8 +94,10 @@ def test_spark_zones_with_linked_zoning_and_outside_pings_equal_duckdb(tmp_path)
     lat = np.concatenate([rng.uniform(40.69, 40.76, n), rng.uniform(40.70, 40.75, 200)])
     pings = _hourly_pings_across_dst(lon, lat, int_ids=False)
     data = policy_dict("unused.csv", geometry={
-        "kind": "zones", "path": str(tmp_path / "main.geojson"), "id": "zone", "parents": [{"level": "district", "column": "district"}],
-        "linked": [{"name": "block", "path": str(tmp_path / "blocks.geojson"), "id": "block", "parents": [{"level": "row", "prefix": 3}]}]},
+        "kind": "zones", "path": str(tmp_path / "main.geojson"), "id": "zone",
+        "parents": [{"level": "district", "column": "district"}],
+        "linked": [{"name": "block", "path": str(tmp_path / "blocks.geojson"), "id": "block",
+                    "parents": [{"level": "row", "prefix": 3}]}]},
         time={"bucket": "1d", "timezone": "America/New_York"})
     policy = parse_policy(data, tmp_path / "inline.yaml")
     duck, spark = _run("duckdb", policy, pings, tmp_path), _run("spark", policy, pings, tmp_path)

@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import CELL_A, CELL_D, TO_LONLAT, fixture_pings, policy_dict
+
 from spatial_release import stages
 from spatial_release.defs.resources import CountingEngine
 from spatial_release.period import Period
@@ -176,7 +176,7 @@ class Cluster:
     def stop(self) -> None:
         """The driver, the workers (each with its executors: one process group), then the master; SIGKILL
         after 20 s."""
-        for name, process in reversed(self.processes):
+        for _name, process in reversed(self.processes):
             try:
                 os.killpg(process.pid, signal.SIGTERM)
             except ProcessLookupError:

@@ -2,8 +2,8 @@
 
 import dagster as dg
 import pytest
-
 from conftest import fixture_pings, policy_dict, write_policy
+
 from spatial_release.defs.catalogue import programme_for
 from spatial_release.defs.execution import execute_release
 from spatial_release.period import Period

@@ -4,8 +4,8 @@ from datetime import date
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import PROJECT_ROOT
+
 from spatial_release.geometry import Grid
 from spatial_release.geometry.zeros import ZerosFileError, read_structural_zeros
 from spatial_release.policy import GridGeometry
