@@ -16,8 +16,9 @@ What each property rests on:
   the release gate holds it across "already published?", the risk assessment and the append, and
   `append_entry` refuses a second release entry for a (dataset, period) whatever the caller did.
 - **Putting back an older copy of the ledger folder** (and hiding the releases published since): the
-  last-head pin, signed and kept beside the signing key, outside the ledger folder (`ledger.pin`); a
-  ledger behind its pin, or diverging from it, does not verify.
+  last-head pin, signed and kept beside the signing key, outside the ledger folder, keyed by the ledger's
+  genesis so that a copy at another path finds it too (`ledger.pin`); a ledger behind its pin, or
+  diverging from it, does not verify, wherever it lives.
 - **Crashes**: an append replaces entries.jsonl, then HEAD, then the pin, each in one rename. A crash
   between the first two leaves HEAD exactly one entry behind (or missing after the first append), which
   reads as valid only because the extra entry is signed; one before the pin's rename leaves the ledger

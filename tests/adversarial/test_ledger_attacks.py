@@ -25,13 +25,20 @@ def published_q1(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture
-def programme(published_q1, tmp_path) -> Path:
-    root = tmp_path / "programme"
-    shutil.copytree(published_q1, root)
+def _copy_programme(source: Path, root: Path) -> Path:
+    shutil.copytree(source, root)
     # the copy keeps every path under the new root (the policy names its trace file by absolute path)
     policy = root / "policy.yaml"
-    policy.write_text(policy.read_text().replace(str(published_q1), str(root)))
+    policy.write_text(policy.read_text().replace(str(source), str(root)))
+    return root
+
+
+@pytest.fixture
+def programme(published_q1, tmp_path) -> Path:
+    # Each test's copy is the same ledger (one genesis, so one pin): a test's copy that published Q2 would
+    # leave the next test's copy behind that pin. Each test starts its ledger over, deliberately.
+    root = _copy_programme(published_q1, tmp_path / "programme")
+    forget_pin(root / "ledger")
     return root
 
 
@@ -187,3 +194,34 @@ def test_a_rolled_back_ledger_with_the_release_renamed_to_staging_blocks(program
     assert _release(programme, programme / "policy.yaml", "2018-Q2") == 1
     assert "holds a published release" in capsys.readouterr().err
     assert (hidden / "release.json").exists() and not q2.exists()
+
+
+def test_a_copy_of_the_ledger_and_releases_at_another_path_cannot_publish_behind_its_pin(programme, tmp_path,
+                                                                                       capsys):
+    """Red-team re-test: the pin was keyed by the ledger's path, so a copy of the ledger and releases folders
+    at another path started with no pin; publishing a period into the copy that the original had published
+    since re-published it with a cumulative risk that left that release out, and `ledger verify` passed. The
+    pin is keyed by the ledger's genesis now: the copy is behind the original's pin wherever it lives."""
+    capsys.readouterr()
+    copy = _copy_programme(programme, tmp_path / "elsewhere")
+    assert _release(programme, programme / "policy.yaml", "2018-Q2") == 0
+    capsys.readouterr()
+    assert _verify(copy) == 1
+    err = capsys.readouterr().err
+    assert "does NOT verify" in err and str(pin_path(copy / "ledger")) in err and "1 entry missing" in err
+    assert _release(copy, copy / "policy.yaml", "2018-Q2") == 1
+    assert "1 entry missing" in capsys.readouterr().err
+    assert not (copy / "out/releases/fixture/2018-Q2").exists()
+    assert _verify(programme) == 0  # the original is the pinned ledger
+
+
+def test_a_second_ledger_at_another_path_is_not_a_copy(programme, tmp_path, capsys):
+    """Control: a ledger of its own (its own genesis) beside the first, under the same key, publishes and
+    verifies with its own pin, and the first still goes on."""
+    other = tmp_path / "other"
+    other.mkdir()
+    policy = two_quarter_policy(other)
+    assert _release(other, policy, "2018-Q1") == 0 and _release(other, policy, "2018-Q2") == 0
+    assert _verify(other) == 0
+    assert pin_path(other / "ledger") != pin_path(programme / "ledger")
+    assert _release(programme, programme / "policy.yaml", "2018-Q2") == 0 and _verify(programme) == 0
