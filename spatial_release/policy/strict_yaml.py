@@ -98,9 +98,10 @@ class StrictLoader(yaml.SafeLoader):
         finally:
             self._fields.pop()
 
-    def _check_depth_and_tag(self, event: yaml.Event) -> None:
+    def _check_depth_and_tag(self, event: Any) -> None:
         """Refuse a node nested deeper than MAX_DEPTH (checked before composing it, so no deep recursion ever
-        starts) and a node with an explicit tag (`!!int`, `!!str`, `!local`, `!`): only the schema types."""
+        starts) and a node with an explicit tag (`!!int`, `!!str`, `!local`, `!`): only the schema types.
+        `event`: the node's first parser event, as `peek_event` returns it."""
         if len(self._fields) > MAX_DEPTH:
             raise self._refuse(event.start_mark, f"nested deeper than {MAX_DEPTH} levels: a policy or landscape "
                                                  "is a few levels deep",
