@@ -18,12 +18,12 @@ from spatial_release.release.publication import (
     staging_dir,
 )
 from spatial_release.release.record import (
-    BUCKET_START, COMPLEMENTARY, K_BOUNDARY, AuditVerdict, PolicyRef, PublicCounts, Record, ReleaseInputs,
+    BUCKET_START, K_BOUNDARY, AuditVerdict, PolicyRef, PublicCounts, Record, ReleaseInputs,
     ReleaseRecord, RiskRecord,
 )
 
 __all__ = [
-    "ABANDONED", "BUCKET_START", "COMPLEMENTARY", "K_BOUNDARY", "PENDING", "RELEASE_FILES", "STAGING_SUFFIX",
+    "ABANDONED", "BUCKET_START", "K_BOUNDARY", "PENDING", "RELEASE_FILES", "STAGING_SUFFIX",
     "AuditVerdict", "PolicyRef", "PublicCounts", "Record", "ReleaseInputs", "ReleaseRecord", "ReleaseTables",
     "Renderer", "RiskRecord", "file_hashes", "finish_pending", "publish", "quarantine", "read_tables",
     "recover_interrupted", "release_dir", "release_tables", "staging_dir", "write_tables",

@@ -152,8 +152,6 @@ class ReleaseInputs(Record):
 
 K_BOUNDARY = "inclusive: a count n is published only if n >= k"
 BUCKET_START = "UTC instant of the bucket's start in the policy's time zone"
-COMPLEMENTARY = ("applied on the full linear system of the release (every level of every zoning and the bucket "
-                 "totals): constraint sweep, then attacker-LP audit and repair")
 
 
 @dataclass(frozen=True)
@@ -173,7 +171,7 @@ class ReleaseRecord(Record):
     time: dict[str, Any]  # the policy's time spec
     bucket_start: str
     counts: PublicCounts
-    complementary_suppression: str
+    complementary_suppression: str  # the method that protected the release, as its protection step ran it
     audit: AuditVerdict | None
     risk: RiskRecord | None
     ledger_entry: str | None
@@ -194,10 +192,13 @@ class ReleaseRecord(Record):
     @classmethod
     def build(cls, policy: Policy, period: Period, counts: PublicCounts, inputs: ReleaseInputs,
               files: dict[str, str], crs: str, checks: dict[str, str], audit: AuditVerdict | None = None,
-              risk: RiskRecord | None = None) -> "ReleaseRecord":
+              risk: RiskRecord | None = None, *, method: str) -> "ReleaseRecord":
+        """The record before publication (no ledger entry yet). `method`: the sentence the protection step
+        recorded for the method it ran (`suppression.ProtectionMethod.describe()`, kept in the protection
+        manifest), never a fixed text."""
         return cls(policy.name, period.label, PolicyRef.of(policy), policy.k, K_BOUNDARY, policy.unit,
                    policy.count_column, policy.measure, {**policy.geometry.model_dump(exclude={"path"}), "crs": crs},
-                   policy.time.model_dump(), BUCKET_START, counts, COMPLEMENTARY, audit, risk, None, inputs, checks,
+                   policy.time.model_dump(), BUCKET_START, counts, method, audit, risk, None, inputs, checks,
                    {"spatial_release": __version__}, datetime.now(timezone.utc).isoformat(), files)
 
     def to_json(self) -> dict[str, Any]:

@@ -27,9 +27,12 @@ def draft_record(ctx: ReleaseContext, checks: dict[str, str], audit: AuditVerdic
     """The release record of the candidate, before publication gives it its file hashes and ledger entry."""
     area = ctx.area
     manifest = ProtectionManifest.read(area.candidate)
+    if manifest.method is None:
+        raise RuntimeError(f"{area.candidate / ProtectionManifest.FILE} does not say which method protected the "
+                           "candidate (written before it was recorded): run the protection step again")
     inputs = ReleaseInputs.of(IngestSummary.read(area.ingest), CountsSummary.read(area.counts))
     return ReleaseRecord.build(ctx.policy, ctx.period, manifest.summary.public_counts(), inputs, manifest.sha256,
-                               manifest.summary.crs, checks, audit, risk)
+                               manifest.summary.crs, checks, audit, risk, method=manifest.method)
 
 
 def report_renderer(policy: Policy | None):

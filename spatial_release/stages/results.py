@@ -99,18 +99,21 @@ class ProtectionSummary(Record):
 
 @dataclass(frozen=True)
 class ProtectionManifest(Record):
-    """The candidate's internal summary and the sha256 of each candidate file the checks read."""
+    """The candidate's internal summary, the sha256 of each candidate file the checks read, and the method
+    that protected it as the release record states it (`ProtectionMethod.describe()` of the protection log;
+    None in a manifest written before it was recorded)."""
 
     FILE: ClassVar[str] = "manifest.json"
     summary: ProtectionSummary
     sha256: dict[str, str]
+    method: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"summary": self.summary.to_json(), "sha256": self.sha256}
+        return {"summary": self.summary.to_json(), "sha256": self.sha256, "method": self.method}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "ProtectionManifest":
-        return cls(ProtectionSummary.from_json(data["summary"]), data["sha256"])
+        return cls(ProtectionSummary.from_json(data["summary"]), data["sha256"], data.get("method"))
 
 
 @dataclass(frozen=True)
