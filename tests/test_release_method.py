@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 
+from test_ladder import ladder_policy  # noqa: F401 - the fixture
+
 from spatial_release.cli import run_release
 from spatial_release.stages import protect as protect_stage
 from spatial_release.stages.results import ProtectionManifest
-from test_ladder import ladder_policy  # noqa: F401 - the fixture
 
 PRUNING = "pruning"
 

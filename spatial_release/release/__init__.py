@@ -11,15 +11,35 @@ is passed in to `publish`.
 """
 
 from spatial_release.release.files import (
-    RELEASE_FILES, ReleaseTables, file_hashes, read_tables, release_dir, release_tables, write_tables,
+    RELEASE_FILES,
+    ReleaseTables,
+    file_hashes,
+    read_tables,
+    release_dir,
+    release_tables,
+    write_tables,
 )
 from spatial_release.release.publication import (
-    ABANDONED, PENDING, STAGING_SUFFIX, Renderer, finish_pending, publish, quarantine, recover_interrupted,
+    ABANDONED,
+    PENDING,
+    STAGING_SUFFIX,
+    Renderer,
+    finish_pending,
+    publish,
+    quarantine,
+    recover_interrupted,
     staging_dir,
 )
 from spatial_release.release.record import (
-    BUCKET_START, K_BOUNDARY, AuditVerdict, PolicyRef, PublicCounts, Record, ReleaseInputs,
-    ReleaseRecord, RiskRecord,
+    BUCKET_START,
+    K_BOUNDARY,
+    AuditVerdict,
+    PolicyRef,
+    PublicCounts,
+    Record,
+    ReleaseInputs,
+    ReleaseRecord,
+    RiskRecord,
 )
 
 __all__ = [

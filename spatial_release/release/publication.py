@@ -11,7 +11,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from spatial_release.fileio import sha256_file, write_json_atomic
@@ -39,7 +39,7 @@ def quarantine(staging: Path) -> Path:
     delete it. Why kept: a publication that crashed before its ledger append leaves one, but so does a
     published release renamed to its staging name; deleting either destroys the evidence of the second.
     Returns the new folder, `.<period>.publishing.abandoned-<UTC time>`, which nothing finishes or checks."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     kept = staging.with_name(f"{staging.name}{ABANDONED}{stamp}")
     os.rename(staging, kept)
     os.chmod(kept, 0o700)  # it may hold unpublished tables: readable by the owner only

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -109,7 +109,7 @@ class PolicyRef(Record):
     sha256: str
 
     @classmethod
-    def of(cls, policy: Policy) -> "PolicyRef":
+    def of(cls, policy: Policy) -> PolicyRef:
         return cls(policy.name, policy.version, policy.sha256)
 
 
@@ -145,7 +145,7 @@ class ReleaseInputs(Record):
     pings_outside_geometry: int
 
     @classmethod
-    def of(cls, ingest: IngestFigures, counts: CountsFigures) -> "ReleaseInputs":
+    def of(cls, ingest: IngestFigures, counts: CountsFigures) -> ReleaseInputs:
         return cls(len(ingest.files), ingest.inputs_sha256, ingest.rows_read, ingest.pings_read,
                    ingest.pings_rejected, ingest.rejected_by_reason, counts.pings_outside_geometry)
 
@@ -192,14 +192,14 @@ class ReleaseRecord(Record):
     @classmethod
     def build(cls, policy: Policy, period: Period, counts: PublicCounts, inputs: ReleaseInputs,
               files: dict[str, str], crs: str, checks: dict[str, str], audit: AuditVerdict | None = None,
-              risk: RiskRecord | None = None, *, method: str) -> "ReleaseRecord":
+              risk: RiskRecord | None = None, *, method: str) -> ReleaseRecord:
         """The record before publication (no ledger entry yet). `method`: the sentence the protection step
         recorded for the method it ran (`suppression.ProtectionMethod.describe()`, kept in the protection
         manifest), never a fixed text."""
         return cls(policy.name, period.label, PolicyRef.of(policy), policy.k, K_BOUNDARY, policy.unit,
                    policy.count_column, policy.measure, {**policy.geometry.model_dump(exclude={"path"}), "crs": crs},
                    policy.time.model_dump(), BUCKET_START, counts, method, audit, risk, None, inputs, checks,
-                   {"spatial_release": __version__}, datetime.now(timezone.utc).isoformat(), files)
+                   {"spatial_release": __version__}, datetime.now(UTC).isoformat(), files)
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
@@ -209,7 +209,7 @@ class ReleaseRecord(Record):
         return out
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "ReleaseRecord":
+    def from_json(cls, data: dict[str, Any]) -> ReleaseRecord:
         values = {f.name: data[f.name] for f in fields(cls)}
         for name, kind in cls.NESTED.items():
             values[name] = None if data[name] is None else kind.from_json(data[name])

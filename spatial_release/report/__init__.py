@@ -4,8 +4,9 @@ margins.parquet, the release record) plus public geometry (grid ids, the policy'
 exactly what the public sees: an area absent from the files is not drawn, whether it was empty or withheld,
 and no per-unit figure is read. Figures are rounded to 4 significant digits; exact values stay in the files.
 
-Publication (`release.publish`, given `write_report` by `stages.publish`) writes `report.png` and `report.html` into the release folder and hashes them
-with the other files, so the ledger's cross-check covers them. For Dagster metadata (no dagster import here):
+Publication (`release.publish`, given `write_report` by `stages.publish`) writes `report.png` and
+`report.html` into the release folder and hashes them with the other files, so the ledger's cross-check
+covers them. For Dagster metadata (no dagster import here):
 
     from spatial_release import report
     folder = ...  # the release folder, e.g. the published_release asset's output
@@ -24,7 +25,13 @@ sha256 is checked) and adds the zone geometries of zone levels and the per-relea
 
 from spatial_release.report.mapping import cell_figures, map_figure, render_map_png
 from spatial_release.report.page import (
-    REPORT_FILES, REPORT_HTML, REPORT_PNG, render_report_html, report_markdown, report_png_path, risk_lines,
+    REPORT_FILES,
+    REPORT_HTML,
+    REPORT_PNG,
+    render_report_html,
+    report_markdown,
+    report_png_path,
+    risk_lines,
     write_report,
 )
 from spatial_release.report.tables import column_schema, readable, table_preview

@@ -13,7 +13,12 @@ from spatial_release.policy import Policy
 from spatial_release.release import ReleaseRecord
 from spatial_release.report.mapping import render_map_png
 from spatial_release.report.tables import (
-    column_schema, markdown_table, preview_rows, readable, schema_markdown, table_preview,
+    column_schema,
+    markdown_table,
+    preview_rows,
+    readable,
+    schema_markdown,
+    table_preview,
 )
 from spatial_release.report.view import ReleaseView, read_release_view
 

@@ -12,7 +12,14 @@ from spatial_release.ledger import Ledger, check_releases, find_release
 from spatial_release.ledger.crosscheck import record_hash
 from spatial_release.policy import Policy
 from spatial_release.release import (
-    AuditVerdict, ReleaseInputs, ReleaseRecord, RiskRecord, publish, recover_interrupted, release_dir, staging_dir,
+    AuditVerdict,
+    ReleaseInputs,
+    ReleaseRecord,
+    RiskRecord,
+    publish,
+    recover_interrupted,
+    release_dir,
+    staging_dir,
 )
 from spatial_release.risk import BLOCK
 from spatial_release.stages.checks import GuaranteeFailed, distinct_units, run_guarantees

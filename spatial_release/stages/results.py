@@ -112,7 +112,7 @@ class ProtectionManifest(Record):
         return {"summary": self.summary.to_json(), "sha256": self.sha256, "method": self.method}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "ProtectionManifest":
+    def from_json(cls, data: dict[str, Any]) -> ProtectionManifest:
         return cls(ProtectionSummary.from_json(data["summary"]), data["sha256"], data.get("method"))
 
 
@@ -155,7 +155,7 @@ class RiskAssessment(RiskRecord):
         return {**super().to_json(), "zones": [z.to_json() for z in self.zones]}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "RiskAssessment":
+    def from_json(cls, data: dict[str, Any]) -> RiskAssessment:
         return cls(**{**{f.name: data[f.name] for f in fields(cls) if f.name in data},
                       "zones": [ZoneFigures.from_json(z) for z in data["zones"]]})
 
@@ -212,7 +212,7 @@ class Breach(Record):
         return {k: v for k, v in self.to_json().items() if k != "zone_figures"}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Breach":
+    def from_json(cls, data: dict[str, Any]) -> Breach:
         return cls(ReviewedRelease.from_json(data), data["per_release_ceiling"], data["cumulative_ceiling"],
                    [ZoneFigures.from_json(z) for z in data["zone_figures"]])
 
@@ -235,7 +235,7 @@ class Review(Record):
         return out if self.ledger_entry is None else {**out, "ledger_entry": self.ledger_entry}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Review":
+    def from_json(cls, data: dict[str, Any]) -> Review:
         return cls(data["dataset"], data["landscape_sha256"], [ReviewedRelease.from_json(r) for r in data["releases"]],
                    data["cumulative"], [Breach.from_json(b) for b in data["breaches"]], data.get("ledger_entry"))
 
