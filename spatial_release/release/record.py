@@ -26,6 +26,7 @@ class Record:
     before a field existed gets the field's default)."""
 
     FILE: ClassVar[str] = ""
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # every record is a dataclass (for `fields` and its type)
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -181,7 +182,7 @@ class ReleaseRecord(Record):
     published_at: str
     files: dict[str, str]
 
-    NESTED: ClassVar[dict[str, type]] = {"policy": PolicyRef, "counts": PublicCounts, "audit": AuditVerdict,
+    NESTED: ClassVar[dict[str, type[Record]]] = {"policy": PolicyRef, "counts": PublicCounts, "audit": AuditVerdict,
                                          "risk": RiskRecord, "input": ReleaseInputs}
 
     @property

@@ -157,6 +157,8 @@ def run_protect(ctx: ReleaseContext, progress: Progress = log_progress, publishe
         crs=tables.cells.crs.to_string(), published_by_level=published_by_level(protected),
         ladder=table.ladder or None, utility=release_utility(ctx, true_cells, true_margins, protected, progress),
         frontier=frontier or None)
+    if log.method is None:  # the record states the method that ran, never a guess
+        raise RuntimeError("the protection log does not record the method that protected the candidate")
     ProtectionManifest(summary, {n: sha256_file(area.candidate / n) for n in RELEASE_FILES},
                        method=log.method.describe()).write(area.candidate)
     Certificate.build(table, log.audit, certificate_inputs(ctx)).write(certificate_dir(area))
