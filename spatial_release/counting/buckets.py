@@ -96,11 +96,13 @@ def partial_buckets(policy: Policy, period: Period, rung: str | None = None) -> 
     con = duckdb.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
-        (holding_end,) = con.execute(
+        row = con.execute(
             f"SELECT time_bucket({rung_interval_sql(policy, rung)}, TIMESTAMPTZ {_lit(end.isoformat())}, "
             f"{_lit(policy.time.timezone)})").fetchone()
     finally:
         con.close()
+    assert row is not None  # a SELECT without FROM returns one row
+    (holding_end,) = row
     if slots.buckets and holding_end == slots.buckets[-1]:
         partial.add(len(slots.buckets) - 1)
     return partial

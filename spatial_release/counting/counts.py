@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -31,11 +32,17 @@ import pandas as pd
 import pyarrow as pa
 
 from spatial_release.counting.buckets import SLOT_US, BucketSlots, CountingError, bucket_slots, period_buckets
-from spatial_release.counting.engines import Engine
 from spatial_release.counting.decoded import DecodedKeys
+from spatial_release.counting.engines import DuckDBEngine, Engine
 from spatial_release.counting.outputs import write_membership, write_outside, write_parquet
-from spatial_release.counting.packed import PackedCounts, Packing, PeriodMismatch, packing_for, presence_from_keys, \
-    scan_packed
+from spatial_release.counting.packed import (
+    PackedCounts,
+    Packing,
+    PeriodMismatch,
+    packing_for,
+    presence_from_keys,
+    scan_packed,
+)
 from spatial_release.counting.pings import data_extent, register_pings, usable_area
 from spatial_release.counting.plan import ZoningPlan, zoning_sql
 from spatial_release.levels import LEAF, at_rung
@@ -201,7 +208,7 @@ def _count_rungs(engine: Engine, plan: ZoningPlan, z: int, decoded: DecodedKeys,
     """Figures of every level of zoning z at each coarser rung: the distinct units counted in the area in at
     least one of the policy's buckets inside the coarse bucket (the union of the finer memberships, for
     presence and visitors alike: one bike on seven days is one unit of the week)."""
-    frames = []
+    frames: list[pa.Table] = []
     if not rungs:
         return frames
     hierarchy = plan.hierarchy(pd.Series(decoded.ids, dtype=object))  # the same codes as hier_{z} (factorize)
@@ -241,6 +248,7 @@ def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, bucket
     if given is not None:
         # the membership as a view of its arrays (the packed path runs on DuckDB only): no copy of 40 M rows
         # at 50 M pings; the leaf table, small, is copied in
+        assert isinstance(engine, DuckDBEngine), "the packed path runs on DuckDB only (packing_for)"
         engine.register_arrow_view(f"member_{z}", given.member)
         engine.register_frame(f"leaf_{z}", given.leaf)
         leaf_counts = given.leaf.to_pandas()  # sorted by rank, then bucket, as the ORDER BY below
@@ -339,7 +347,9 @@ def _scan_presence_by_area(engine: Engine, plans: Sequence[ZoningPlan], slots: B
     period. The distinct unsure coordinates are then assigned exactly, and the dominant area of each
     (unit, bucket) is one max per group (`_presence_sql`) over obs's rows."""
     t = time.perf_counter()
-    d, m = engine.dialect, plans[0].key_bound + 1
+    key_bound = plans[0].key_bound
+    assert key_bound is not None, "presence by area needs small area keys (see _count_pings)"
+    d, m = engine.dialect, key_bound + 1
     keyed = _keyed_sql(plans, slots, engine)
     engine.materialize("obs", f"""{keyed},
         marked AS (SELECT unit,
@@ -389,6 +399,7 @@ def _scan_packed(engine: Engine, plans: Sequence[ZoningPlan], slots: BucketSlots
                  ) -> tuple[PackedCounts, int, int, int]:
     """Presence by packed keys (`counting.packed`): (counts, unsure coordinates, pings located, pings in no
     area); `outside_coordinates` is left in the engine for the outside file."""
+    assert isinstance(engine, DuckDBEngine), "the packed path runs on DuckDB only (packing_for)"
     t = time.perf_counter()
     try:
         scan = scan_packed(engine, _keyed_sql(plans, slots, engine), packing,
@@ -465,12 +476,12 @@ def _count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: S
     for z, plan in enumerate(plans):
         keys_sql = f"SELECT DISTINCT a_{z} AS area FROM located WHERE a_0 IS NOT NULL AND a_{z} IS NOT NULL"
         if by_area:
+            assert plan.key_bound is not None  # by_area: the one zoning's keys are small
             decoded, leaf, margins = _count_zoning(engine, plan, z, policy.measure, buckets, keys_sql,
-                                                   lambda: _presence_by_area_sql(unsure_buckets, plan.key_bound + 1,
-                                                                                 engine.dialect), key_ranks=True,
-                                                   rungs=rungs, given=given)
+                                                   partial(_presence_by_area_sql, unsure_buckets, plan.key_bound + 1,
+                                                           engine.dialect), key_ranks=True, rungs=rungs, given=given)
         else:
-            member_sql = (lambda z=z: _membership_sql(policy.measure, z, len(plans) == 1, unsure_buckets))
+            member_sql = partial(_membership_sql, policy.measure, z, len(plans) == 1, unsure_buckets)
             decoded, leaf, margins = _count_zoning(engine, plan, z, policy.measure, buckets, keys_sql, member_sql,
                                                    rungs=rungs)
         if z == 0:

@@ -28,7 +28,10 @@ class DecodedKeys:
     def positions(self, ranks: np.ndarray) -> np.ndarray:
         """Index into `ids` of each rank the engine returned."""
         ranks = np.asarray(ranks, np.int64)
-        return ranks if self._dense else np.searchsorted(self.ranks, ranks)
+        if self._dense:
+            return ranks
+        assert self.ranks is not None  # set by __post_init__
+        return np.searchsorted(self.ranks, ranks)
 
     def table(self, counts: pd.DataFrame, level: str | None = None, area: str = "rank",
               names: np.ndarray | None = None) -> pa.Table:

@@ -8,8 +8,8 @@ assignments), materialise intermediate tables, and hand back small results or an
 from __future__ import annotations
 
 import shutil
-import warnings
 import tempfile
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -51,8 +51,10 @@ class SparkDialect:
 
 
 class Engine(Protocol):
-    dialect: Dialect
     name: str
+
+    @property
+    def dialect(self) -> Dialect: ...  # read-only here, so each engine's own dialect class satisfies it
 
     def register_parquet(self, name: str, paths: Sequence[Path]) -> None: ...
     def register_frame(self, name: str, frame: pd.DataFrame) -> None: ...
@@ -145,8 +147,9 @@ class DuckDBEngine:
         return self.con
 
     def describe(self) -> dict:
-        memory, threads = self.con.execute("SELECT current_setting('memory_limit'), current_setting('threads')"
-                                           ).fetchone()
+        row = self.con.execute("SELECT current_setting('memory_limit'), current_setting('threads')").fetchone()
+        assert row is not None  # a SELECT without FROM returns one row
+        memory, threads = row
         return {"engine": self.name, "memory_limit": memory, "threads": int(threads)}
 
     def close(self) -> None:

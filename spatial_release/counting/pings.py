@@ -13,6 +13,7 @@ from spatial_release.counting.engines import Engine
 from spatial_release.geometry.coverage import crs_area_of_use
 from spatial_release.policy import Policy
 
+
 def usable_area(policy: Policy) -> tuple[float, float, float, float] | None:
     """Lon/lat box outside which a ping is outside the geometry before any counting: a grid has a cell for
     every point, but outside its CRS's area of use the projection is extrapolated and a ping there (a

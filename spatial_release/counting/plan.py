@@ -16,11 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from pyproj import CRS
 
 from spatial_release.geometry.grid import KEY_BASE, KEY_OFFSET, Grid, cell_name
 from spatial_release.geometry.lookup import BOUNDARY, ZoneLookup, build_zone_lookup
-from pyproj import CRS
-
 from spatial_release.geometry.sqlproj import SqlProjection, fitted_projection, num, validated_projection
 from spatial_release.geometry.zones import ZoneLayer
 from spatial_release.levels import TOTAL
@@ -37,7 +36,7 @@ class ZoningPlan:
     hierarchy: Callable[[pd.Series], pd.DataFrame]  # cell_id (area id) plus one column per parent level
     grid_size: float | None = None
     lookup: ZoneLookup | None = None
-    compact: "CompactGrid | None" = None  # grid keys numbered within the pings' extent (small integers)
+    compact: CompactGrid | None = None  # grid keys numbered within the pings' extent (small integers)
     key_bound: int | None = None  # every area key is in [0, key_bound); None: keys are not small
 
     @property
@@ -51,6 +50,7 @@ class ZoningPlan:
                 return False
             ids = self.ids_of_keys(np.arange(self.key_bound, dtype=np.int64)).astype(str)
             return bool(np.all(ids[:-1] < ids[1:]))
+        assert self.grid_size is not None  # a compact grid is a grid
         c, size = self.compact, int(self.grid_size)
         xs, ys = (c.ix0 * size, (c.ix0 + c.nx - 1) * size), (c.iy0 * size, (c.iy0 + c.ny - 1) * size)
         return (min(*xs, *ys) >= 0 and len(str(xs[0])) == len(str(xs[1]))
@@ -105,7 +105,7 @@ class CompactGrid:
     ny: int
 
     @classmethod
-    def around(cls, grid: Grid, extent: Extent) -> "CompactGrid | None":
+    def around(cls, grid: Grid, extent: Extent) -> CompactGrid | None:
         w, s, e, n = extent
         t = np.linspace(0.0, 1.0, 201)
         lon = np.concatenate([w + (e - w) * t, np.full(201, e), w + (e - w) * t, np.full(201, w)])
@@ -194,6 +194,7 @@ def zoning_sql(plan: ZoningPlan, i: int, x: str, y: str) -> ZoningSql:
     gx, gy = f"CAST(gx_{i} AS BIGINT)", f"CAST(gy_{i} AS BIGINT)"
     if plan.lookup is None:
         size, c = plan.grid_size, plan.compact
+        assert size is not None  # no lookup: a grid, whose plan has its cell size
         layers = _cell_layers(i, x, y, 0.0, 0.0, size)
         unsure = f"({outside_validated} OR {_near_edge(i, size, p.guard)}"
         if c is None:
