@@ -47,8 +47,8 @@ class PeriodError(UserError, ValueError):
     """A period label that is malformed, of the wrong cadence for the policy, or not a release partition."""
 
 
-def _subclasses(cls: type) -> set[type]:
-    found = set()
+def _subclasses(cls: type[Exception]) -> set[type[Exception]]:
+    found: set[type[Exception]] = set()
     for sub in cls.__subclasses__():
         found |= {sub, *_subclasses(sub)}
     return found

@@ -14,8 +14,19 @@ No Dagster here: the run-failure sensor in `defs/alerts.py` builds an Alert and 
 """
 
 from spatial_release.alerts.alert import (
-    ACCEPT, COARSER, FIX_INPUT, FREE_SPACE, KINDS, MAX_OFFENDING, OPTIONS, WITHDRAW, Alert, AlertKind, Place,
-    mask_files, places,
+    ACCEPT,
+    COARSER,
+    FIX_INPUT,
+    FREE_SPACE,
+    KINDS,
+    MAX_OFFENDING,
+    OPTIONS,
+    WITHDRAW,
+    Alert,
+    AlertKind,
+    Place,
+    mask_files,
+    places,
 )
 from spatial_release.alerts.channels import ChannelError, email_message, send_email, send_slack, slack_blocks
 from spatial_release.alerts.delivery import ChannelResult, DeliveryReport, deliver

@@ -67,7 +67,7 @@ class Place:
         return {k: v for k, v in (("id", self.id), ("level", self.level), ("bucket", self.bucket)) if v is not None}
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> "Place | None":
+    def from_row(cls, row: Mapping[str, Any]) -> Place | None:
         """The place a check's offending row names (its cell_id, area_id with level, or zone, and bucket),
         or None when it names none; every other field of the row is ignored."""
         for key, level in PLACE_KEYS.items():
@@ -75,11 +75,10 @@ class Place:
             if value is None:
                 continue
             level = level or row.get("level")
-            bucket = next((row[b] for b in BUCKET_KEYS if row.get(b) is not None), None)
-            bucket = bucket.isoformat() if hasattr(bucket, "isoformat") else bucket
-            values = [str(value), level, None if bucket is None else str(bucket)]
-            if all(v is None or _is_identifier(v) for v in values):
-                return cls(*values)
+            found = next((row[b] for b in BUCKET_KEYS if row.get(b) is not None), None)
+            bucket = None if found is None else str(found.isoformat() if hasattr(found, "isoformat") else found)
+            if all(v is None or _is_identifier(v) for v in (str(value), level, bucket)):
+                return cls(str(value), level, bucket)
             return None
         return None
 
@@ -91,6 +90,7 @@ def places(items: Iterable[Place | Mapping[str, Any] | str], never: Iterable[str
     banned = {str(v) for v in never}
     found: list[Place] = []
     for item in items:
+        place: Place | None
         if isinstance(item, Place):
             place = item
         elif isinstance(item, Mapping):
@@ -192,7 +192,7 @@ class Alert:
     @classmethod
     def build(cls, kind: AlertKind, dataset: str, period: str, check: str, reason: str,
               offending: Iterable[Place | Mapping[str, Any] | str] = (), *, never: Iterable[str] = (),
-              **rest: Any) -> "Alert":
+              **rest: Any) -> Alert:
         """An Alert whose offending places and reason carry none of `never` (e.g. the input's unit ids):
         such places are dropped and such values in the reason are masked."""
         never = {str(v).strip() for v in never}
@@ -242,7 +242,7 @@ class Alert:
                 "run_id": self.run_id, "ui_url": self.ui_url, "subject": self.subject}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Alert":
+    def from_json(cls, data: Mapping[str, Any]) -> Alert:
         return cls(data["kind"], data["dataset"], data["period"], data["check"], data["reason"],
                    tuple(Place(**p) for p in data.get("offending", [])), data.get("more_offending", 0),
                    data.get("run_id"), data.get("ui_url"), data.get("published"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ def write_alert(folder: Path, payload: Alert | dict) -> Path:
     a re-run writes the same alert once."""
     path = alert_path(folder, payload)
     if not path.exists():
-        write_json_atomic(path, {**alert_body(payload), "written_at": datetime.now(timezone.utc).isoformat()})
+        write_json_atomic(path, {**alert_body(payload), "written_at": datetime.now(UTC).isoformat()})
     return path
 
 

@@ -41,7 +41,7 @@ class SmtpSettings(_Frozen):
     user: str | None = None
     password: SecretStr | None = None
     starttls: bool = False
-    timeout: float = Field(10.0, gt=0, description="seconds for the connection and each command")
+    timeout: float = Field(default=10.0, gt=0, description="seconds for the connection and each command")
 
 
 def _addresses(text: str, variable: str, problems: list[str]) -> tuple[str, ...]:
@@ -94,11 +94,11 @@ class AlertRouting(_Frozen):
     smtp: SmtpSettings | None = None
     slack_webhook_url: SecretStr | None = None
     slack_webhook_variable: str | None = None  # where the URL came from, for reports
-    slack_timeout: int = Field(10, gt=0, description="seconds for the webhook call")
+    slack_timeout: int = Field(default=10, gt=0, description="seconds for the webhook call")
     problems: dict[str, str] = Field(default_factory=dict)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "AlertRouting":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> AlertRouting:
         """The deployment's routing: SPATIAL_RELEASE_SMTP_HOST, _SMTP_PORT (default 25, or 587 with
         STARTTLS), _SMTP_FROM, _SMTP_TO (a comma list), _SMTP_USER and _SMTP_PASSWORD (both or neither),
         _SMTP_STARTTLS (true/false), SPATIAL_RELEASE_SLACK_WEBHOOK_URL. Never raises."""
@@ -116,7 +116,7 @@ class AlertRouting(_Frozen):
         return cls(email_to=to, smtp=smtp, slack_webhook_url=url, slack_webhook_variable=variable,
                    problems=problems)
 
-    def merged(self, spec: AlertsSpec | None, environ: Mapping[str, str] | None = None) -> "AlertRouting":
+    def merged(self, spec: AlertsSpec | None, environ: Mapping[str, str] | None = None) -> AlertRouting:
         """This routing with a policy's `alerts:` section: its recipients are added to the deployment's, and
         the webhook variable it names (read from the environment) replaces the deployment's webhook."""
         if spec is None:
@@ -135,7 +135,7 @@ class AlertRouting(_Frozen):
         return self.model_copy(update=update)
 
     @classmethod
-    def for_policy(cls, policy, environ: Mapping[str, str] | None = None) -> "AlertRouting":
+    def for_policy(cls, policy, environ: Mapping[str, str] | None = None) -> AlertRouting:
         """The deployment's routing merged with `policy.alerts` (a Policy, or None for the deployment's
         alone)."""
         return cls.from_env(environ).merged(getattr(policy, "alerts", None), environ)

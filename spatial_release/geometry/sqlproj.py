@@ -59,7 +59,8 @@ class SqlProjection:
     def relation(self, source: str, carry: list[str], x: str, y: str) -> str:
         """SELECT carry..., x, y FROM source, with source holding lon, lat and the carried columns."""
         keep = ", ".join(dict.fromkeys([*carry, "lon", "lat"]))
-        sql, names = f"SELECT {keep} FROM {source}", []
+        sql = f"SELECT {keep} FROM {source}"
+        names: list[str] = []
         for layer in self.layers:
             cols = ", ".join(f"{expr} AS {name}" for name, expr in layer)
             previous = "".join(f", {n}" for n in names)
@@ -69,7 +70,19 @@ class SqlProjection:
 
 
 def _params(crs: CRS) -> dict[str, float]:
-    return {p.name: p.value for p in crs.coordinate_operation.params}
+    operation = crs.coordinate_operation
+    if operation is None:
+        raise ValueError(f"{crs.name} has no coordinate operation to write as SQL")
+    # pyproj's stub types Param.value as str; a numeric parameter (all of these formulas') is a float.
+    return {p.name: p.value for p in operation.params}  # type: ignore[misc]
+
+
+def _ellipsoid(crs: CRS) -> tuple[float, float]:
+    """The semi-major axis (metres) and the flattening of `crs`'s ellipsoid."""
+    ellipsoid = crs.ellipsoid
+    if ellipsoid is None:
+        raise ValueError(f"{crs.name} has no ellipsoid to write as SQL")
+    return ellipsoid.semi_major_metre, 1 / ellipsoid.inverse_flattening
 
 
 def _tm_alpha(n: float) -> list[float]:
@@ -105,7 +118,7 @@ def _chebyshev(c: str, j: int, kind: str) -> str:
 
 def transverse_mercator_layers(crs: CRS) -> Layers:
     p = _params(crs)
-    a, f = crs.ellipsoid.semi_major_metre, 1 / crs.ellipsoid.inverse_flattening
+    a, f = _ellipsoid(crs)
     n, e = f / (2 - f), math.sqrt(f * (2 - f))
     big_a = a / (1 + n) * (1 + n**2 / 4 + n**4 / 64 + n**6 / 256)
     alpha = _tm_alpha(n)
@@ -127,7 +140,7 @@ def transverse_mercator_layers(crs: CRS) -> Layers:
 
 def lambert_azimuthal_layers(crs: CRS) -> Layers:
     p = _params(crs)
-    a, f = crs.ellipsoid.semi_major_metre, 1 / crs.ellipsoid.inverse_flattening
+    a, f = _ellipsoid(crs)
     e2 = f * (2 - f)
     e = math.sqrt(e2)
 
