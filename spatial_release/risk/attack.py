@@ -30,10 +30,10 @@ from the target's true trace with `estimator.draw_knowledge` (the same draws as 
 known point in a withheld area is known to the adversary, but the recovery can only place the target in
 `WITHHELD` there. Candidates are the recovered trajectories consistent with every known point (with the
 anchor alone when none is; with none of those, among all of them); the adversary picks one at random.
-Success means the pick is the target's: among all true trajectories (seen as the attacker sees them: withheld areas merged per bucket) the target's is the
-most similar to it (Jaccard over (area, bucket) points; a tie of t trajectories counts 1/t), and it shows a
-published point of the target that the adversary did not know (a pick that is WITHHELD wherever it is not
-what the adversary knew reveals nothing).
+Success means the pick is the target's: among all true trajectories (seen as the attacker sees them: withheld
+areas merged per bucket) the target's is the most similar to it (Jaccard over (area, bucket) points; a tie of t
+trajectories counts 1/t), and it shows a published point of the target that the adversary did not know (a pick
+that is WITHHELD wherever it is not what the adversary knew reveals nothing).
 
 **Membership inference** (Pyrgelis, Troncoso, De Cristofaro, "Knock Knock, Who's There? Membership Inference
 on Aggregate Location Data", NDSS 2018). The adversary says "in the data" when some recovered trajectory is
@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 import highspy
 import numpy as np
 
-from spatial_release.risk.estimator import KeySets, RiskParams, draw_knowledge, _ragged
+from spatial_release.risk.estimator import KeySets, RiskParams, _ragged, draw_knowledge
 
 STAY_COST = 1.0  # cost of leaving ABSENT or WITHHELD, or of entering them: about one typical distance
 REGULARITY = 1.0  # the pull of where a trajectory was at the same time the day before (Xu's across-day link)
@@ -148,7 +148,7 @@ class AttackReport:
                 "accuracy": self.accuracy, "seconds": self.seconds}
 
     @classmethod
-    def from_json(cls, data: dict) -> "AttackReport":
+    def from_json(cls, data: dict) -> AttackReport:
         return cls([ZoneAttack(**z) for z in data["zones"]], int(data["trajectories"]), float(data["accuracy"]),
                    float(data["seconds"]))
 
@@ -278,9 +278,9 @@ def _stay_first(view: ReleaseView, states: np.ndarray, areas: np.ndarray, supply
     """Coarse states only (no regularity pulls): keep every trajectory that can stay where it is (its area
     still has slots it must fill, hidden stays hidden, absent stays absent), before the transportation problem
     moves the rest. Only required slots (their lower demand) are filled so: a trajectory kept in an optional
-    slot (a visitors area) could be the one an exact demand elsewhere needs. With distance costs (a metric) and fixed costs for leaving the withheld and absent slots, some
-    optimal plan keeps that common mass in place, so this only makes the problem smaller: at night most
-    trajectories stay. `supply` and the demands are reduced in place."""
+    slot (a visitors area) could be the one an exact demand elsewhere needs. With distance costs (a metric) and
+    fixed costs for leaving the withheld and absent slots, some optimal plan keeps that common mass in place, so
+    this only makes the problem smaller: at night most trajectories stay. `supply` and the demands are reduced in place."""
     n_cells = len(areas)
     slot_of_area = {int(a): i for i, a in enumerate(areas)}
     last, was_absent = states[:, 0], states[:, 2].astype(bool)
@@ -417,7 +417,8 @@ def _solve_lp(cost: np.ndarray, rows: np.ndarray, cols: np.ndarray, vals: np.nda
     h.passModel(lp)
     h.run()
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-        raise RuntimeError(f"trajectory recovery: the transportation problem ended {h.modelStatusToString(h.getModelStatus())}")
+        raise RuntimeError("trajectory recovery: the transportation problem ended "
+                           f"{h.modelStatusToString(h.getModelStatus())}")
     return np.asarray(h.getSolution().col_value)
 
 
@@ -644,7 +645,8 @@ def _guess_success(pairs: np.ndarray, shared: np.ndarray, ties: np.ndarray, n_un
 
 
 def _linkage(rec: KeySets, view_sets: np.ndarray, target: np.ndarray, pairs: np.ndarray, shared: np.ndarray,
-             ties: np.ndarray, n_units: int, hidden_key: np.ndarray, guess: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # success, IN fires, P(OUT fires)
+             ties: np.ndarray, n_units: int, hidden_key: np.ndarray,
+             guess: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # success, IN fires, P(OUT fires)
     """Per knowledge set: the probability that a random consistent recovered trajectory is the target's (its
     best match, a tie of t counting 1/t); whether the membership test fires on the release (some trajectory
     is consistent with every point), and whether it would fire without the target (some consistent

@@ -68,7 +68,7 @@ class RiskReport:
                 "keys": self.keys, "seconds": self.seconds}
 
     @classmethod
-    def from_json(cls, data: dict) -> "RiskReport":
+    def from_json(cls, data: dict) -> RiskReport:
         return cls([ZoneRisk(**z) for z in data["zones"]], float(data["pooled"]), int(data["units"]),
                    int(data["keys"]), float(data["seconds"]))
 
@@ -156,7 +156,7 @@ class KeySets:
         return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
 
     @classmethod
-    def from_codes(cls, unit_codes: np.ndarray, key_codes: np.ndarray, key_zone: np.ndarray) -> "KeySets":
+    def from_codes(cls, unit_codes: np.ndarray, key_codes: np.ndarray, key_zone: np.ndarray) -> KeySets:
         """From distinct (unit code, key code) pairs held in memory."""
         n_units, n_keys = (int(unit_codes.max()) + 1 if len(unit_codes) else 0), len(key_zone)
         by_unit = np.lexsort((key_codes, unit_codes))
@@ -257,7 +257,7 @@ class Draws:
     zones: np.ndarray
     entry_zone: np.ndarray
     by_width: list[tuple[np.ndarray, np.ndarray]]
-    entry_unit: np.ndarray | None = None  # unit code per entry (the attack needs whose set each row is)
+    entry_unit: np.ndarray  # unit code per entry (the attack needs whose set each row is)
 
 
 DRAW_PAIRS = 2_000_000  # (unit, key) pairs per chunk of units in `draw_knowledge` (bounds its memory)
@@ -293,7 +293,7 @@ def draw_knowledge(sets: KeySets, params: RiskParams) -> Draws:
         keys[at:end], width[at:end] = _draw_rows(sets, params, entry_unit, anchor_at, anchors, by_zone,
                                                  [u[at:end] for u in uniforms])
         at = end
-    by_width = []
+    by_width: list[tuple[np.ndarray, np.ndarray]] = []
     for w in np.unique(width):
         chosen = np.flatnonzero(width == w)
         by_width.append((chosen, keys[chosen, :w]))
