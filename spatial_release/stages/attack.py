@@ -257,20 +257,23 @@ def with_attack_figures(zones: list[ZoneFigures], attack: AttackReport, adversar
     withheld area holds units, so they are reported and gated as one entry, UNPUBLISHED_ZONES, with the
     worst of their figures and no unit count."""
     by_zone = {z.zone: z for z in zones}
-    out, hidden = [], []
+    out: list[ZoneFigures] = []
+    hidden: list[tuple[float, float, float, float]] = []  # linkage, membership, accuracy, success
     for found in attack.zones:
         base = by_zone.pop(found.zone, None)
-        figures = dict(attack_linkage=round(found.linkage, 6), attack_membership=round(found.membership, 6),
-                       attack_accuracy=round(found.accuracy, 6),
-                       attack_success=round(attack_success(found.linkage, found.membership, adversary,
-                                                           base.panel_share if base else None), 6))
+        figures = (round(found.linkage, 6), round(found.membership, 6), round(found.accuracy, 6),
+                   round(attack_success(found.linkage, found.membership, adversary,
+                                        base.panel_share if base else None), 6))
         if base is None:
             hidden.append(figures)
         else:
-            out.append(replace(base, **figures))
+            linkage, membership, accuracy, success = figures
+            out.append(replace(base, attack_linkage=linkage, attack_membership=membership, attack_accuracy=accuracy,
+                               attack_success=success))
     if hidden:
-        out.append(ZoneFigures(UNPUBLISHED_ZONES, 0, 0.0, 0.0, 0.0, None, None,
-                               **{name: max(h[name] for h in hidden) for name in hidden[0]}))
+        linkage, membership, accuracy, success = (max(column) for column in zip(*hidden))
+        out.append(ZoneFigures(UNPUBLISHED_ZONES, 0, 0.0, 0.0, 0.0, None, None, attack_linkage=linkage,
+                               attack_membership=membership, attack_accuracy=accuracy, attack_success=success))
     # a zone with published keys but no attack entry has no unit with a known point there: nothing to attack
     out += [replace(z, attack_linkage=0.0, attack_membership=0.0, attack_accuracy=0.0, attack_success=0.0)
             for z in by_zone.values()]
@@ -288,7 +291,7 @@ def worst_attack_zone(zones: list[ZoneFigures]) -> tuple[str | None, float | Non
 
 def attack_pooled(zones: list[ZoneFigures]) -> float | None:
     """The unit-weighted mean attack success over zones: reported, never gated on."""
-    scored = [z for z in zones if z.attack_success is not None and z.units]
+    scored = [(z.units, z.attack_success) for z in zones if z.attack_success is not None and z.units]
     if not scored:
         return None
-    return sum(z.units * z.attack_success for z in scored) / sum(z.units for z in scored)
+    return sum(units * success for units, success in scored) / sum(units for units, _ in scored)

@@ -17,17 +17,17 @@ from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.progress import Progress, silent
 from spatial_release.release import AuditVerdict, ReleaseInputs, ReleaseRecord, read_tables
+from spatial_release.risk import BLOCK
 from spatial_release.stages import reuse
-from spatial_release.traces.files import resolve_trace_paths
 from spatial_release.stages.context import Published, ReleaseContext, WorkArea
 from spatial_release.stages.count import measure_coverage, read_true_counts, sql_path
-from spatial_release.risk import BLOCK
-from spatial_release.suppression.utility import leaf_shown
-from spatial_release.stages.risk import population_releases, release_inputs
-from spatial_release.stages.results import CountsSummary, IngestSummary, ProtectionManifest, RiskAssessment
 from spatial_release.stages.protect import certificate_dir, certificate_inputs
+from spatial_release.stages.results import CountsSummary, IngestSummary, ProtectionManifest, RiskAssessment
+from spatial_release.stages.risk import population_releases, release_inputs
 from spatial_release.suppression.certificate import Certificate
 from spatial_release.suppression.release_system import audit_published, certify_published, structure_digest
+from spatial_release.suppression.utility import leaf_shown
+from spatial_release.traces.files import resolve_trace_paths
 
 CheckOutcome = guarantees.CheckOutcome
 
@@ -238,7 +238,7 @@ def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
     offending = [{**table.key(i.node), "failing": i.failing} for i in result.failures()[:20]]
     offending += [{"error": e} for e in result.errors[:20]]
     summary = result.summary()
-    figures = {"verified_by": method}
+    figures: dict[str, str | float] = {"verified_by": method}
     how = "solved with the attacker LP"
     if verification is not None:
         # counts of components are facts about withheld figures: internal; shares are public

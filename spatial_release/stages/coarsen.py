@@ -30,12 +30,15 @@ from spatial_release.risk import Adversary, cumulative_risk
 from spatial_release.risk.attack import AttackReport
 from spatial_release.risk.landscape import load_landscape
 from spatial_release.stages.attack import attack_candidate, attack_params, attack_success
-from spatial_release.stages.context import Published, ReleaseContext
+from spatial_release.stages.context import Published, ReleaseContext, risk_spec
 from spatial_release.stages.frontier import FINEST
 from spatial_release.stages.risk import (
-    _risk_zone_of, earlier_releases, release_inputs, write_ladder_buckets, zone_population,
+    _risk_zone_of,
+    earlier_releases,
+    release_inputs,
+    write_ladder_buckets,
+    zone_population,
 )
-
 
 
 @dataclass
@@ -71,7 +74,7 @@ def effective_ceiling(ctx: ReleaseContext, published: Published) -> float:
     """The largest release figure the gate lets through: the per-release ceiling, and what keeps the cumulative
     figure under the programme ceiling given the earlier releases of the population."""
 
-    risk = ctx.policy.risk
+    risk = risk_spec(ctx.policy)
     previous = [e["risk"]["release_figure"] for e in earlier_releases(ctx.policy, ctx.period, published.ledger,
                                                                         release_inputs(ctx))]
     spent = cumulative_risk(previous)
@@ -96,7 +99,7 @@ def over_the_gate(report: AttackReport, ceiling: float, adversary: Adversary,
 def gate_adversary(ctx: ReleaseContext) -> tuple[Adversary, dict[str, float] | None]:
     """The landscape's adversary and public population per zone, as the risk stage reads them."""
 
-    path = ctx.policy.resolve(ctx.policy.risk.landscape)
+    path = ctx.policy.resolve(risk_spec(ctx.policy).landscape)
     landscape, _ = load_landscape(path)
     return Adversary(landscape.adversary), zone_population(ctx.policy, landscape, path, ctx.layers)
 
@@ -110,7 +113,7 @@ def attack_written_candidate(ctx: ReleaseContext) -> AttackReport:
     """The attacks on the candidate files as written (every rung), with the policy's landscape."""
 
     write_ladder_buckets(ctx)
-    landscape, _ = load_landscape(ctx.policy.resolve(ctx.policy.risk.landscape))
+    landscape, _ = load_landscape(ctx.policy.resolve(risk_spec(ctx.policy).landscape))
     return attack_candidate(ctx, lambda cells: _risk_zone_of(ctx, cells), attack_params(landscape))
 
 

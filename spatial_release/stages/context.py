@@ -8,10 +8,11 @@ A Dagster run may execute each step in its own process, so each step builds its 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import pandas as pd
 
@@ -23,10 +24,10 @@ from spatial_release.geometry.grid import CELL_ID
 from spatial_release.geometry.locate import make_linked_locators
 from spatial_release.geometry.zeros import ZerosFileError, read_structural_zeros
 from spatial_release.ledger import Ledger
-from spatial_release.period import Period
-from spatial_release.policy import Policy
-from spatial_release.stages.results import CountsSummary
 from spatial_release.levels import LEAF, TOTAL, at_rung, linked_total
+from spatial_release.period import Period
+from spatial_release.policy import Policy, RiskSpec
+from spatial_release.stages.results import CountsSummary
 from spatial_release.suppression.ladder import time_links
 from spatial_release.suppression.release_system import DisclosureSpec, Structure
 from spatial_release.suppression.table import Chain, grid_chain, zones_chain
@@ -45,6 +46,14 @@ PER_UNIT_ARTEFACTS = ("traces", "ingest/pings.parquet", "ingest/quarantine.parqu
                       "audit_verdict.internal.json")
 
 
+def risk_spec(policy: Policy) -> RiskSpec:
+    """The policy's `risk` section, for the steps that run only with one (`assess_risk` refuses a release
+    without it)."""
+    if policy.risk is None:
+        raise ValueError(f"{policy.path}: no 'risk' section")
+    return policy.risk
+
+
 @dataclass(frozen=True)
 class WorkArea:
     """Internal artefacts of one (dataset, period); never published."""
@@ -55,7 +64,7 @@ class WorkArea:
         restrict_umask()  # whatever the caller did to the umask since import: owner-only from creation
 
     @classmethod
-    def for_release(cls, work_root: Path, policy: Policy, period: Period) -> "WorkArea":
+    def for_release(cls, work_root: Path, policy: Policy, period: Period) -> WorkArea:
         return cls(work_root / policy.name / period.label)
 
     def per_unit_artefacts(self) -> list[Path]:
@@ -126,6 +135,8 @@ def structural_zeros(policy: Policy, locator: Locator | None = None) -> frozense
         unknown = sorted(z for z in zeros if not _is_grid_cell(z, geometry.size_m))
     else:
         layer = locator if locator is not None else make_locator(policy)
+        if not isinstance(layer, ZoneLayer):
+            raise TypeError(f"a zones policy's main geometry is a ZoneLayer, not {type(layer).__name__}")
         unknown = sorted(zeros - set(layer.parent_table()["cell_id"]))
     if unknown:
         raise ZerosFileError(f"{path}: {len(unknown)} listed cell(s) are not cells of the policy's geometry, "
@@ -148,6 +159,15 @@ class ZoneLayers:
         return self._main
 
     @property
+    def main_zones(self) -> ZoneLayer:
+        """The main geometry as polygon zones (its frame, its parent table): a zones policy's only."""
+        main = self.main
+        if not isinstance(main, ZoneLayer):
+            raise TypeError(f"the main geometry of policy {self.policy.name!r} is a {self.policy.geometry.kind}, "
+                            "not zones")
+        return main
+
+    @property
     def linked(self) -> dict[str, ZoneLayer]:
         """One zone layer per linked zoning, by name, in the policy's order."""
         if self._linked is None:
@@ -165,7 +185,7 @@ def release_structure(policy: Policy, layers: ZoneLayers, linked_covers_main: di
     if geometry.kind == "grid":
         chains = [grid_chain(geometry.size_m, geometry.parents_m, geometry.level_names())]
     else:
-        chains = [zones_chain(LEAF, layers.main.parent_table(), geometry.level_names())]
+        chains = [zones_chain(LEAF, layers.main_zones.parent_table(), geometry.level_names())]
     identities = []
     for spec, layer in zip(geometry.linked, layers.linked.values()):
         chains.append(zones_chain(spec.name, layer.parent_table(), [p.level for p in spec.parents],

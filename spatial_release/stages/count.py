@@ -11,16 +11,16 @@ import duckdb
 import pandas as pd
 
 from spatial_release.counting import CountResult, count_pings, data_extent
-from spatial_release.counting.pings import usable_area
 from spatial_release.counting.engines import Engine, open_engine
+from spatial_release.counting.pings import usable_area
 from spatial_release.counting.plan import Extent, ZoningPlan, evaluate_with, grid_plan, zones_plan
 from spatial_release.geometry import Grid, coverage
+from spatial_release.levels import LEAF, TOTAL, linked_total
 from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.progress import Progress, log_progress
 from spatial_release.stages.context import ReleaseContext, WorkArea, ZoneLayers
 from spatial_release.stages.results import CountsSummary, IngestSummary
-from spatial_release.levels import LEAF, TOTAL, linked_total
 
 
 def zoning_plans(policy: Policy, engine: Engine, extent: Extent | None = None, layers: ZoneLayers | None = None
@@ -33,7 +33,7 @@ def zoning_plans(policy: Policy, engine: Engine, extent: Extent | None = None, l
     if geometry.kind == "grid":
         plans = [grid_plan(LEAF, Grid(geometry), levels, evaluate, extent)]
     else:
-        plans = [zones_plan(LEAF, layers.main, levels, TOTAL, evaluate, extent=extent)]
+        plans = [zones_plan(LEAF, layers.main_zones, levels, TOTAL, evaluate, extent=extent)]
     for spec in geometry.linked:
         plans.append(zones_plan(spec.name, layers.linked[spec.name], tuple(p.level for p in spec.parents),
                                 linked_total(spec.name), evaluate, extent=extent))
@@ -85,7 +85,7 @@ def geometry_bounds(ctx: ReleaseContext) -> coverage.Bounds:
     use."""
     if ctx.policy.geometry.kind == "grid":
         return coverage.crs_area_of_use(ctx.policy.geometry.crs)
-    west, south, east, north = ctx.locator.frame.to_crs("EPSG:4326").total_bounds
+    west, south, east, north = ctx.layers.main_zones.frame.to_crs("EPSG:4326").total_bounds
     return (float(west), float(south), float(east), float(north))
 
 

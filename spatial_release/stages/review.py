@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from spatial_release.alerts import Alert, AlertRouting, DeliveryReport, Place, deliver
@@ -19,7 +19,7 @@ from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.risk import cumulative_risk
 from spatial_release.risk.landscape import landscape_hash, load_landscape
-from spatial_release.stages.context import ReleaseContext, WorkArea
+from spatial_release.stages.context import ReleaseContext, WorkArea, risk_spec
 from spatial_release.stages.results import Breach, Review, ReviewedRelease
 from spatial_release.stages.risk import assess_risk, expired, population_releases
 
@@ -41,7 +41,7 @@ def prune_per_unit_artefacts(policy: Policy, ledger: Ledger, work_root: Path, no
     """Delete every per-unit artefact (WorkArea.per_unit_artefacts) of the releases older than the policy's
     `risk.key_retention_days`; returns their periods. Such releases keep counting in the cumulative figure
     (from the ledger) but no longer in the per-unit window of later estimates."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     pruned = []
     for entry in ledger.releases(policy.name):
         if not expired(policy, entry, now):
@@ -67,6 +67,7 @@ def review_programme(policy: Policy, ledger: Ledger, work_root: Path) -> Review:
     when it was published; the cumulative figure is recomputed from the new figures. A release now over the
     per-release ceiling, or that pushes the cumulative figure over the programme ceiling, is a breach."""
     releases = population_releases(policy, ledger)
+    spec = risk_spec(policy)
     reviewed: list[ReviewedRelease] = []
     figures: list[float] = []
     breaches: list[Breach] = []
@@ -77,12 +78,12 @@ def review_programme(policy: Policy, ledger: Ledger, work_root: Path) -> Review:
             continue
         ctx = ReleaseContext(policy, Period.parse(entry["period"]), work_root)
         if not ctx.area.unit_keys.exists():
-            if not expired(policy, entry, datetime.now(timezone.utc)):
+            if not expired(policy, entry, datetime.now(UTC)):
                 raise FileNotFoundError(f"{ctx.area.unit_keys}: key sets of {entry['period']} are missing within "
                                         "their retention; cannot review it")
             reviewed.append(_as_published(entry, figures))  # past retention: the published figure stands
             continue
-        window = releases[:i][-policy.risk.window:] if policy.risk.window else releases[:i]
+        window = releases[:i][-spec.window:] if spec.window else releases[:i]
         risk = assess_risk(ctx, ledger, ctx.area.unit_keys, window)
         figure = risk.release_figure
         figures.append(figure if figure is not None else float("nan"))
@@ -90,10 +91,9 @@ def review_programme(policy: Policy, ledger: Ledger, work_root: Path) -> Review:
         row = ReviewedRelease(policy.name, entry["period"], entry["seq"], True, figure, cumulative, risk.worst_zone,
                               entry["risk"]["release_figure"], risk.pooled)
         reviewed.append(row)
-        if figure is None or figure > policy.risk.per_release_ceiling or cumulative > policy.risk.cumulative_ceiling:
-            breaches.append(Breach(row, policy.risk.per_release_ceiling, policy.risk.cumulative_ceiling,
-                                   risk.worst_zone_figures()))
-    landscape_sha = load_landscape(policy.resolve(policy.risk.landscape))[1]
+        if figure is None or figure > spec.per_release_ceiling or cumulative > spec.cumulative_ceiling:
+            breaches.append(Breach(row, spec.per_release_ceiling, spec.cumulative_ceiling, risk.worst_zone_figures()))
+    landscape_sha = load_landscape(policy.resolve(spec.landscape))[1]
     return Review(policy.name, landscape_sha, reviewed, cumulative_risk(figures) if figures else 0.0, breaches)
 
 
@@ -151,7 +151,7 @@ def run_review(policy: Policy, ledger: Ledger, work_root: Path, alerts_dir: Path
                            "breaches": [b.period for b in review.breaches]})
     review = replace(review, ledger_entry=entry["hash"])
     review.write_to(reviews_folder(work_root, policy.name) / f"review-{entry['seq']:06d}.json")
-    adversary = load_landscape(policy.resolve(policy.risk.landscape))[0].adversary.value if review.breaches else None
+    adversary = load_landscape(policy.resolve(risk_spec(policy).landscape))[0].adversary.value if review.breaches else None
     routing = routing or AlertRouting.for_policy(policy)
     deliveries = [deliver(breach_alert(policy, breach, adversary, run_id), routing, alerts_dir)
                   for breach in review.breaches]

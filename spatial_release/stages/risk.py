@@ -7,24 +7,24 @@ import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
 import pandas as pd
 
 from spatial_release.fileio import atomic_path, sha256_file
-from spatial_release.levels import LEAF
 from spatial_release.ledger import Ledger
+from spatial_release.levels import LEAF
 from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.risk import BLOCK, Adversary, decide, keysets, pooled_figure, public_ratio, release_figure
 from spatial_release.risk.estimator import KeySets, RiskParams, RiskReport, estimate_digest, estimate_key_sets
 from spatial_release.risk.landscape import Landscape, load_landscape
-from spatial_release.stages.context import LADDER_BUCKETS, ReleaseContext, WorkArea, ZoneLayers
-from spatial_release.stages import reuse
-from spatial_release.stages.attack import (attack_params, attack_pooled, with_attack_figures, worst_attack_zone)
 from spatial_release.stages import attack as attack_stage
+from spatial_release.stages import reuse
+from spatial_release.stages.attack import attack_params, attack_pooled, with_attack_figures, worst_attack_zone
+from spatial_release.stages.context import LADDER_BUCKETS, ReleaseContext, WorkArea, ZoneLayers, risk_spec
 from spatial_release.stages.count import sql_path
 from spatial_release.stages.frontier import public_frontier
 from spatial_release.stages.results import IngestSummary, RiskAssessment, ZoneFigures
@@ -70,7 +70,7 @@ def write_risk_areas(ctx: ReleaseContext) -> Path | None:
     geometry's parent levels and, for the linked zonings, the leaf itself and its parents, with the main
     geometry's cell holding it (whose risk zone the key takes), and each unit's linked areas per bucket
     (from the validated pings, as the attacks count them). None when the geometry has neither."""
-    from spatial_release.stages.attack import linked_areas_of_main, _linked_membership
+    from spatial_release.stages.attack import _linked_membership, linked_areas_of_main
 
     geometry = ctx.policy.geometry
     if ctx.policy.risk is None:  # no risk zones: assess_risk refuses the release, saying so
@@ -171,7 +171,7 @@ def write_released_keys(area: WorkArea, path: Path, ladder: Path | None = None) 
 
 
 def _risk_zone_of(ctx: ReleaseContext, cells: pd.Series) -> pd.Series:
-    level = ctx.policy.risk.zones
+    level = risk_spec(ctx.policy).zones
     if level == LEAF:
         return pd.Series(cells.to_numpy(), index=cells.to_numpy())
     hierarchy = ctx.locator.hierarchy(cells.drop_duplicates())
@@ -190,15 +190,18 @@ def zone_population(policy: Policy, landscape: Landscape, landscape_path: Path, 
         return dict(zip(table["zone"], table["population"].astype(float)))
     if policy.geometry.kind != "zones":
         return None
+    if landscape.population.path is None:
+        raise ValueError(f"{landscape_path}: population names neither a table nor polygons")
     import geopandas as gpd
 
     source = gpd.read_file((landscape_path.parent / landscape.population.path).resolve())
-    layer = (layers or ZoneLayers(policy)).main
+    layer = (layers or ZoneLayers(policy)).main_zones
     zones = layer.frame[[policy.geometry.id, "geometry"]].rename(columns={policy.geometry.id: "cell_id"})
-    if policy.risk.zones != LEAF:
-        parents = layer.parent_table()[["cell_id", policy.risk.zones]]
-        zones = zones.merge(parents, on="cell_id").dissolve(by=policy.risk.zones).reset_index()
-        zones = zones.rename(columns={policy.risk.zones: "zone"})
+    level = risk_spec(policy).zones
+    if level != LEAF:
+        parents = layer.parent_table()[["cell_id", level]]
+        zones = zones.merge(parents, on="cell_id").dissolve(by=level).reset_index()
+        zones = zones.rename(columns={level: "zone"})
     else:
         zones = zones.rename(columns={"cell_id": "zone"})
     points = source.set_geometry(source.representative_point()).to_crs(zones.crs)
@@ -250,7 +253,7 @@ def key_set_path(work_root: Path, policy: Policy, period_label: str) -> Path:
 def expired(policy: Policy, entry: dict, now: datetime) -> bool:
     """Whether a release entry is past the policy's key retention (its per-unit data may be gone)."""
     recorded = datetime.fromisoformat(entry["recorded_at"])
-    return now - recorded > timedelta(days=policy.risk.key_retention_days)
+    return now - recorded > timedelta(days=risk_spec(policy).key_retention_days)
 
 
 def _earlier_keys(ctx: ReleaseContext, entries: list[dict]) -> list[Path]:
@@ -258,7 +261,7 @@ def _earlier_keys(ctx: ReleaseContext, entries: list[dict]) -> list[Path]:
     population count through their published figures in the cumulative risk; their key sets are not merged,
     because their keys are cells of another geometry and buckets that the risk zones here do not map."""
     paths = []
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     for entry in (e for e in entries if e["dataset"] == ctx.policy.name):
         path = ctx.area_of(entry["period"]).unit_keys
         if path.exists():
@@ -425,8 +428,8 @@ def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | P
     decision = decide(figure, worst_zone, previous, policy.risk.per_release_ceiling,
                       policy.risk.cumulative_ceiling, policy.risk.warn_at)
     warning = None
-    if model == "attack" and bound is not None and bound > policy.risk.per_release_ceiling and \
-            figure is not None and figure <= policy.risk.per_release_ceiling:
+    if model == "attack" and bound_zone is not None and bound is not None and \
+            bound > policy.risk.per_release_ceiling and figure is not None and figure <= policy.risk.per_release_ceiling:
         warning = (f"the uniqueness upper bound (perfect trajectory recovery) of zone {bound_zone.zone} is "
                    f"{bound:.3f}, over the ceiling {policy.risk.per_release_ceiling}; the attacks run on the "
                    f"published figures reach {figure:.3f}: the gate reads the attacks (risk.model: attack)")
