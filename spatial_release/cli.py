@@ -24,7 +24,7 @@ import sys
 import time
 import traceback
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -224,7 +224,9 @@ def run_release(policy: str, period: str, traces: list[str] | None = None, out: 
 
 
 def _summary(record: ReleaseRecord, internal: ProtectionSummary, folder: Path) -> str:
-    counts, inputs, audit, risk = record.counts, record.input, record.audit, record.risk
+    counts, inputs, audit, risk, entry = record.counts, record.input, record.audit, record.risk, record.ledger_entry
+    if audit is None or risk is None or entry is None:
+        raise ValueError(f"{folder}: a published release's record has its audit, risk and ledger entry")
     return "\n".join([
         f"release   {folder}",
         f"dataset   {record.dataset} {record.period} (policy v{record.policy.version}, "
@@ -243,7 +245,7 @@ def _summary(record: ReleaseRecord, internal: ProtectionSummary, folder: Path) -
         f"cumulative {risk.cumulative:.4f}" + (f"; upper bound {risk.upper_bound:.4f} (uniqueness, zone "
                                                f"{risk.upper_bound_zone})" if risk.upper_bound is not None else ""),
         *([f"warning   {risk.warning}"] if risk.warning else []),
-        f"ledger    entry {record.ledger_entry[:16]}",
+        f"ledger    entry {entry[:16]}",
     ])
 
 
@@ -273,7 +275,9 @@ def _file_legend(outcome: RunOutcome) -> list[str]:
 def _report(outcome: RunOutcome, debug: bool) -> int:
     """Print the summary of a published release, or why the run did not publish; return the exit code."""
     if outcome.published:
-        print(_summary(outcome.record, outcome.internal, outcome.release_dir))
+        record, internal, folder = outcome.record, outcome.internal, outcome.release_dir
+        assert record is not None and internal is not None and folder is not None, "a published run has all three"
+        print(_summary(record, internal, folder))
     else:
         print("\n".join(outcome.messages), file=sys.stderr)
         print("\n".join(_file_legend(outcome)), file=sys.stderr)
@@ -385,7 +389,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     # Past its key retention a release's per-unit artefacts were deleted on purpose: re-auditing it must not
     # write its per-primary intervals back.
     entry = find_release(ledger.read(), record.dataset, record.period) if ledger.folder.is_dir() else None
-    retained = entry is None or policy.risk is None or not expired(policy, entry, datetime.now(timezone.utc))
+    retained = entry is None or policy.risk is None or not expired(policy, entry, datetime.now(UTC))
     outcome = stages.check_suppression_audit(ctx, release=folder, published=published, keep_intervals=retained)
     internal = json.loads((area.root / "audit.internal.json").read_text())  # the operator's own figures
     print(f"audit of {folder}: {'PASSED' if outcome.passed else 'FAILED'}: {outcome.summary} "

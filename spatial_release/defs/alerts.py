@@ -6,8 +6,10 @@ itself (tags and the sensor tick's log). A review breach is delivered by the rev
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -36,15 +38,27 @@ class RunBlock:
     offending: list
 
 
-def _failed_checks(instance: dg.DagsterInstance, run_id: str) -> list:
+def _failed_checks(instance: dg.DagsterInstance, run_id: str) -> list[dg.AssetCheckEvaluation]:
     records = instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
     evaluations = [r.dagster_event.event_specific_data for r in records if r.dagster_event is not None]
-    return [e for e in evaluations if not e.passed]
+    return [e for e in evaluations if isinstance(e, dg.AssetCheckEvaluation) and not e.passed]
 
 
-def _step_name(step_key: str) -> str:
+def _step_name(step_key: str | None) -> str:
     """`demo__validated_pings` -> `validated_pings`: the asset (or check) a step materialises."""
+    assert step_key is not None, "a step's event names its step"
     return step_key.rsplit("__", 1)[-1]
+
+
+def _offending(metadata: Mapping[str, dg.MetadataValue]) -> list:
+    """The rows of a check's or a failure's `offending` metadata (a JSON list), none when it has none."""
+    offending = metadata.get("offending")
+    if offending is None:
+        return []
+    rows = offending.value
+    if not isinstance(rows, Iterable):
+        raise TypeError(f"offending metadata is not a list of rows: {rows!r}")
+    return list(rows)
 
 
 def block_of(instance: dg.DagsterInstance, run_id: str) -> RunBlock:
@@ -52,16 +66,13 @@ def block_of(instance: dg.DagsterInstance, run_id: str) -> RunBlock:
     failed = _failed_checks(instance, run_id)
     if failed:
         first = failed[0]
-        offending = first.metadata.get("offending")
-        return RunBlock(first.check_name, first.description or "",
-                        list(offending.value) if offending is not None else [])
+        return RunBlock(first.check_name, first.description or "", _offending(first.metadata))
     records = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
     for event in (r.dagster_event for r in records if r.dagster_event is not None):
         data = event.step_failure_data
         if data.user_failure_data is not None and data.user_failure_data.description:
-            offending = data.user_failure_data.metadata.get("offending")
             return RunBlock(_step_name(event.step_key), data.user_failure_data.description,
-                            list(offending.value) if offending is not None else [])
+                            _offending(data.user_failure_data.metadata))
         if data.error is not None:
             error = data.error
             while error.cause is not None:
@@ -84,7 +95,8 @@ def message_only(message: str, cls_name: str | None) -> str:
 
 def _run_settings(run: dg.DagsterRun) -> ReleaseSettings:
     """The folders the failed run used (its `settings` config), else the deployment's defaults."""
-    config = (run.run_config or {}).get("resources", {}).get("settings", {}).get("config", {})
+    run_config: dict[str, Any] = dict(run.run_config or {})  # nested config dicts, as Dagster keeps them
+    config = run_config.get("resources", {}).get("settings", {}).get("config", {})
     return ReleaseSettings(**{k: v for k, v in config.items() if k in ReleaseSettings.model_fields})
 
 

@@ -32,7 +32,8 @@ class ReleaseRun:
         """Whether the publish run wrote the release (it writes nothing for a period another run published
         between the two runs)."""
         return self.publish is not None and any(
-            e.asset_key.path[-1] == "published_release" for e in self.publish.get_asset_materialization_events())
+            e.asset_key is not None and e.asset_key.path[-1] == "published_release"
+            for e in self.publish.get_asset_materialization_events())
 
     @property
     def success(self) -> bool:
@@ -102,4 +103,6 @@ def _alert(instance: dg.DagsterInstance, result: dg.ExecuteInProcessResult, prog
            ) -> tuple[str, ...]:
     """A run executed here has no code-location origin, so the daemon's run-failure sensor never sees it:
     its alert is delivered here, exactly as the sensor would (and tagged on the run)."""
-    return (alert_failed_run(instance, instance.get_run_by_id(result.run_id), programme.programme),)
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None, "the run was executed in this instance"
+    return (alert_failed_run(instance, run, programme.programme),)

@@ -23,13 +23,18 @@ from spatial_release.stages import Published, ReleaseContext, WorkArea
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _env(name: str, default: str | None = None) -> Callable[[], str | None]:
-    """A default read from the environment when the resource is built."""
+def _env(name: str) -> Callable[[], str | None]:
+    """A default read from the environment when the resource is built (None when it is not set)."""
+    return lambda: os.environ.get(name)
+
+
+def _env_or(name: str, default: str) -> Callable[[], str]:
+    """A default read from the environment when the resource is built, `default` when it is not set."""
     return lambda: os.environ.get(name, default)
 
 
 def _project(env: str, relative: str) -> Callable[[], str]:
-    return _env(env, str(PROJECT_ROOT / relative))
+    return _env_or(env, str(PROJECT_ROOT / relative))
 
 
 class ReleaseSettings(dg.ConfigurableResource):
@@ -71,7 +76,7 @@ class CountingEngine(dg.ConfigurableResource):
     ('local[*]', or a cluster URL such as 'spark://host:7077'). Suppression, audit and risk always run here,
     on the aggregated tables. Both engines give identical counts (a test compares them row for row)."""
 
-    engine: str = Field(default_factory=_env("SPATIAL_RELEASE_ENGINE", "duckdb"),
+    engine: str = Field(default_factory=_env_or("SPATIAL_RELEASE_ENGINE", "duckdb"),
                         description="duckdb or spark (env SPATIAL_RELEASE_ENGINE).")
     duckdb_memory_limit: str | None = Field(default_factory=_env("SPATIAL_RELEASE_DUCKDB_MEMORY_LIMIT"),
                                             description="DuckDB memory limit, e.g. 2GB; past it DuckDB spills "
@@ -79,7 +84,7 @@ class CountingEngine(dg.ConfigurableResource):
     duckdb_threads: int | None = Field(default_factory=_env_int("SPATIAL_RELEASE_DUCKDB_THREADS"),
                                        description="DuckDB threads; default all cores "
                                                    "(env SPATIAL_RELEASE_DUCKDB_THREADS).")
-    spark_master: str = Field(default_factory=_env("SPARK_MASTER", "local[*]"),
+    spark_master: str = Field(default_factory=_env_or("SPARK_MASTER", "local[*]"),
                               description="Spark master URL: local[*], spark://host:7077, yarn, k8s://... "
                                           "(env SPARK_MASTER).")
     spark_conf: dict[str, str] = Field(default={}, description="Extra Spark settings, e.g. spark.executor.memory.")
@@ -98,10 +103,10 @@ class CountingEngine(dg.ConfigurableResource):
     def open(self, area: WorkArea) -> Iterator[Engine]:
         if self.engine == "spark":
             scratch = self.scratch_for(area)
-            settings = SparkSettings(master=self.spark_master, conf=dict(self.spark_conf))
-            with open_engine("spark", scratch=scratch, spark_settings=settings) as engine:
+            spark = SparkSettings(master=self.spark_master, conf=dict(self.spark_conf))
+            with open_engine("spark", scratch=scratch, spark_settings=spark) as engine:
                 yield engine
         else:
-            settings = DuckDBSettings(memory_limit=self.duckdb_memory_limit, threads=self.duckdb_threads)
-            with open_engine(self.engine, scratch=area.counts / "spill", duckdb_settings=settings) as engine:
+            duck = DuckDBSettings(memory_limit=self.duckdb_memory_limit, threads=self.duckdb_threads)
+            with open_engine(self.engine, scratch=area.counts / "spill", duckdb_settings=duck) as engine:
                 yield engine

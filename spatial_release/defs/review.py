@@ -65,6 +65,7 @@ def build_review(programme: Programme) -> ReviewGraph:
     def published_within_budget(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings
                                 ) -> dg.AssetCheckResult:
         review = stages.latest_review(Path(settings.work_dir), programme.policy.name)
+        assert review is not None, "the risk_review asset writes its review before this check runs"
         return check_result(stages.programme_outcome(review))
 
     job = dg.define_asset_job(programme.name("risk_review_job"), selection=dg.AssetSelection.assets(risk_review),

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import dagster as dg
 
@@ -24,10 +25,9 @@ from spatial_release import report, stages
 from spatial_release.defs.partitions import PERIOD_TAG, partitions_for, period_of, period_tags
 from spatial_release.defs.programmes import Programme
 from spatial_release.defs.release.checks import build_checks
-from spatial_release.defs.release.reports import (frontier_report, k_anonymity_report, readable, risk_metadata,
-                                                  risk_report)
-from spatial_release.stages.frontier import public_frontier
+from spatial_release.defs.release.reports import frontier_report, k_anonymity_report, readable, risk_metadata, risk_report
 from spatial_release.defs.resources import CountingEngine, ReleaseSettings
+from spatial_release.stages.frontier import public_frontier
 
 CANDIDATE_TAG = "spatial_release/candidate_run"
 
@@ -67,10 +67,20 @@ class ReleaseGraph:
         return [self.release_job, self.publish_job]
 
 
+class _AssetArgs(TypedDict):
+    """What every asset of a programme's graph is given."""
+
+    partitions_def: dg.PartitionsDefinition
+    group_name: str
+    key_prefix: list[str]
+    owners: list[str]
+    tags: dict[str, str]
+
+
 def build_release_graph(programme: Programme) -> ReleaseGraph:
     partitions_def = partitions_for(programme.cadence)
     policy_name = programme.policy.name
-    common = {"partitions_def": partitions_def, "group_name": programme.prefix, "key_prefix": [programme.prefix],
+    common: _AssetArgs = {"partitions_def": partitions_def, "group_name": programme.prefix, "key_prefix": [programme.prefix],
               "owners": programme.owners, "tags": {"dataset": programme.prefix}}
 
     def setup(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> stages.ReleaseContext:
@@ -193,6 +203,7 @@ def build_release_graph(programme: Programme) -> ReleaseGraph:
         yield dg.MaterializeResult(metadata=publication_metadata(target, record, policy))
 
     def publication_metadata(target: Path, record: stages.ReleaseRecord, policy) -> dict:
+        assert record.risk is not None, "a published release's record carries its risk assessment"
         return {
             "period": record.period,
             **release_report_metadata(target, policy),

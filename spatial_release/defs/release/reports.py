@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from spatial_release import stages
 from spatial_release.policy.model import RiskSpec
+from spatial_release.release import RiskRecord
 from spatial_release.risk import public_ratio
 
 SIGNIFICANT = 4
@@ -44,7 +45,7 @@ def k_anonymity_report(counts: stages.PublicCounts, k: int) -> str:
     return "| measure | value |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
 
 
-def headroom(risk: stages.RiskRecord, spec: RiskSpec | None) -> dict[str, float | None]:
+def headroom(risk: RiskRecord, spec: RiskSpec | None) -> dict[str, float | None]:
     """Both ceilings and what is left under each: per release (the worst zone's figure) and cumulative."""
     if spec is None:
         return {}
@@ -54,7 +55,7 @@ def headroom(risk: stages.RiskRecord, spec: RiskSpec | None) -> dict[str, float 
             "cumulative_ceiling": spec.cumulative_ceiling, "cumulative_headroom": cumulative}
 
 
-def risk_metadata(risk: stages.RiskRecord, spec: RiskSpec | None) -> dict[str, object]:
+def risk_metadata(risk: RiskRecord, spec: RiskSpec | None) -> dict[str, str | float | None]:
     """Numeric risk metadata, each key naming its adversary (`risk_journalist_worst_zone`, ...)."""
     adversary = risk.adversary
     figures = {
