@@ -9,9 +9,10 @@ Time: every ping becomes the UTC instant its timestamp names, by the rule in `tr
 local time the clocks skipped is quarantined as `nonexistent_local_time`; one they repeated is the earlier
 instant).
 
-Unit ids: integer columns stay integers; other ids are text without what draws nothing (format characters
-anywhere, blanks at the ends), every number written one exact way, so that 1234.0, 1.234e3, +1234, 01234
-and an integer 1234 are one unit, in any file (`_with_unit`). A missing id (null, NaN or infinite, blank
+Unit ids: integer columns stay integers; other ids are text without what draws nothing (control and format
+characters anywhere, accents, blanks at the ends), digits of any script in ASCII, a grouped number's marks
+removed, every number written one exact way, so that 1234.0, 1.234e3, +1234, 01234, 1,234, １２３４ and an
+integer 1234 are one unit, in any file (`_with_unit`). Case is kept (README). A missing id (null, NaN or infinite, blank
 text, a common spelling of missing such as `<NA>` or `#N/A`, or one of the policy's
 `source.missing_unit_values`, compared case-insensitively) is quarantined as `missing_unit_id`, never
 counted as a unit.
@@ -20,7 +21,9 @@ counted as a unit.
 from __future__ import annotations
 
 import re
+import sys
 import time
+import unicodedata
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -103,8 +106,51 @@ BLANK_CHARACTERS = (" \t\r\n\x0b\x0c\x00\x85\u00a0\u1680\u180e" + "".join(chr(c)
 _INVISIBLE = (r"\p{Cf}\x{034F}\x{115F}\x{1160}\x{17B4}\x{17B5}\x{180B}-\x{180F}\x{3164}\x{FE00}-\x{FE0F}"
               r"\x{FFA0}\x{E0000}-\x{E0FFF}")
 _BLANK = "".join(f"\\x{{{ord(c):X}}}" for c in BLANK_CHARACTERS)
-# RE2 (DuckDB's regexes): blanks and invisibles at either end, and invisibles anywhere.
-_NOT_DRAWN = sql_str(f"^[{_BLANK}{_INVISIBLE}]+|[{_BLANK}{_INVISIBLE}]+$|[{_INVISIBLE}]")
+# RE2 (DuckDB's regexes). Removed anywhere: the invisibles and every control character (category Cc: a
+# trailing DEL made `29590\x7f` another unit than 29590, red-team re-test of issue 23).
+_HIDDEN = sql_str(f"[\\p{{Cc}}{_INVISIBLE}]")
+# After accents are stripped: blanks at either end (a blank id is missing).
+_ENDS = sql_str(f"^[{_BLANK}]+|[{_BLANK}]+$")
+# The ids that need none of the Unicode steps: printable ASCII without blank, comma or apostrophe (the
+# grouping marks). Most ids: one regex on them is the whole cost (`_clean_text_layers`).
+_PLAIN = sql_str(r"[!-&(-+\--~]+")
+# Digits of every script (category Nd: fullwidth `２９５９０`, Arabic-Indic `٢٩٥٩٠`...) as ASCII digits, and
+# the signs and point a number can be written with outside ASCII (U+2212 minus, fullwidth + - .): each
+# spelling was another unit (red-team re-test of issue 23). translate() with all 650 digits builds its map
+# a row (7 s a 200 000 ids), so each character's digit is computed from its code point instead: Unicode's
+# digits come in runs of ten from a zero, each run inside one aligned block of 16 code points starting at
+# offset 0 or 6, but for the mathematical digits (five runs, U+1D7CE-U+1D7FF). 0.1 s a 200 000 ids.
+_ZEROS = tuple(c for c in range(0x80, sys.maxunicode + 1)
+               if unicodedata.category(chr(c)) == "Nd" and unicodedata.digit(chr(c)) == 0)
+_MATH_DIGITS = (0x1D7CE, 0x1D7FF)
+_SIGNS = {"\u2212": "-", "\ufe62": "+", "\ufe63": "-", "\uff0b": "+", "\uff0d": "-", "\uff0e": "."}
+_NOT_ASCII_NUMERAL = sql_str("[" + "".join(f"\\x{{{z:X}}}-\\x{{{z + 9:X}}}" for z in _ZEROS)
+                             + "".join(f"\\x{{{ord(c):X}}}" for c in _SIGNS) + "]")
+
+
+def _ascii_numeral_sql(char: str) -> str:
+    """One character as ASCII: a digit of any script its digit, a sign or point its ASCII one, else itself."""
+    cp = f"unicode({char})"
+    blocks = {offset: ", ".join(str(z >> 4) for z in _ZEROS if z % 16 == offset and
+                                not _MATH_DIGITS[0] <= z <= _MATH_DIGITS[1]) for offset in (0, 6)}
+    digit = (f"CASE WHEN {cp} BETWEEN {_MATH_DIGITS[0]} AND {_MATH_DIGITS[1]} THEN ({cp} - {_MATH_DIGITS[0]}) % 10 "
+             f"WHEN ({cp} >> 4) IN ({blocks[6]}) AND ({cp} & 15) >= 6 THEN ({cp} & 15) - 6 "
+             f"WHEN ({cp} >> 4) IN ({blocks[0]}) AND ({cp} & 15) <= 9 THEN {cp} & 15 END")
+    sign = "CASE " + " ".join(f"WHEN {char} = {sql_str(c)} THEN {sql_str(a)}" for c, a in _SIGNS.items())
+    return f"coalesce(CAST({digit} AS VARCHAR), {sign} ELSE {char} END)"
+
+
+def _ascii_numerals_sql(text: str) -> str:
+    """`text` with its digits, signs and point in ASCII; a text without any outside ASCII is not split."""
+    each = f"array_to_string(list_transform(string_split({text}, ''), lambda c: {_ascii_numeral_sql('c')}), '')"
+    return f"CASE WHEN regexp_matches({text}, {_NOT_ASCII_NUMERAL}) THEN {each} ELSE {text} END"
+
+
+# A number with its digits grouped (`29,590`, `29 590`, `29<U+202F>590`, `1'000`): only where removing the
+# marks leaves a number is a mark removed, so `u 1` or `a,b` stay as written.
+_GROUP_MARKS = " ,'\u00a0\u2007\u2009\u202f\u066c\u2019"
+_GROUP_MARK = "".join(f"\\x{{{ord(c):X}}}" for c in _GROUP_MARKS)
+_GROUPED = sql_str(f"[+-]?[0-9]+(?:[{_GROUP_MARK}][0-9]+)+(?:\\.[0-9]*)?")
 
 # A number written in decimal, as text: sign, leading zeros, whole digits, fraction digits, trailing zeros,
 # exponent (the zeros apart, so that the common spellings, 29590.0 or 007, need no string arithmetic). The
@@ -127,12 +173,26 @@ def _is_fractional_type(dtype: str) -> bool:
     return dtype in FLOAT_TYPES or dtype.startswith("DECIMAL")
 
 
-def _visible_sql(text: str) -> str:
-    """The text without what draws nothing: invisibles anywhere, blanks at the ends. An ASCII text whose
-    first and last characters are drawn has nothing to strip, so it skips the regex (most ids: the regex
-    costs about 0.2 s a 2 M ids, the test 0.03 s)."""
-    return (f"CASE WHEN strlen({text}) = length({text}) AND ascii({text}) > 32 AND ascii(right({text}, 1)) > 32 "
-            f"THEN {text} ELSE regexp_replace({text}, {_NOT_DRAWN}, '', 'g') END")
+def _visible_text_sql(text: str) -> str:
+    """A text id that is not plain ASCII without what may make one id look like several: controls and
+    invisibles anywhere, accents (strip_accents: decomposed, every combining mark removed, recomposed; so NFC
+    and NFD spellings of `josé`, a mark on a digit `29590<U+0301>`, and `jose` are one unit), blanks at its
+    ends. Merging spellings can only lower a count, never publish one unit as several."""
+    return f"regexp_replace(strip_accents(regexp_replace({text}, {_HIDDEN}, '', 'g')), {_ENDS}, '', 'g')"
+
+
+def _clean_text_layers(raw: str, text: str) -> str:
+    """`raw` plus `__unit_text`: the id `text` written one way: visible (`_visible_text_sql`), its numerals in
+    ASCII, a grouped number's marks removed. A plain ASCII id skips all of it: one regex decides (about
+    0.1 s a 2 M ids); the other steps run on the rest only (CASE evaluates a branch on its rows alone), each
+    in its own layer so that no step is computed twice."""
+    plain = f"SELECT *, regexp_full_match({text}, {_PLAIN}) AS __unit_plain FROM {raw}"
+    visible = f"SELECT *, CASE WHEN __unit_plain THEN {text} ELSE {_visible_text_sql(text)} END AS __unit_visible FROM ({plain})"
+    ascii_ = (f"SELECT * EXCLUDE (__unit_visible), CASE WHEN __unit_plain THEN __unit_visible "
+              f"ELSE {_ascii_numerals_sql('__unit_visible')} END AS __unit_ascii FROM ({visible})")
+    grouped = (f"CASE WHEN __unit_plain THEN __unit_ascii WHEN regexp_full_match(__unit_ascii, {_GROUPED}) "
+               f"THEN regexp_replace(__unit_ascii, {sql_str(f'[{_GROUP_MARK}]')}, '', 'g') ELSE __unit_ascii END")
+    return f"(SELECT * EXCLUDE (__unit_plain, __unit_ascii), {grouped} AS __unit_text FROM ({ascii_}))"
 
 
 def _shifted_sql(number: str) -> tuple[str, str]:
@@ -156,16 +216,17 @@ def _decimal_sql(number: str) -> str:
             f"|| CASE WHEN {frac} = '' THEN '' ELSE '.' || {frac} END END")
 
 
-def _id_text_sql(column: str, dtype: str) -> str:
-    """A non-integer id as text, before numbers are written out: a float column's integral values as the
-    integer (TRY_CAST: DuckDB may evaluate the THEN branch on rows the condition excludes, NaN or 1e300);
-    text without what draws nothing."""
+def _with_id_text(raw: str, column: str, dtype: str) -> str:
+    """`raw` plus `__unit_text`, a non-integer id as text before numbers are written out: a float column's
+    integral values as the integer (TRY_CAST: DuckDB may evaluate the THEN branch on rows the condition
+    excludes, NaN or 1e300); other ids written one way (`_clean_text_layers`)."""
     col = ident(column)
-    if _is_fractional_type(dtype):
-        finite = f"isfinite({col}) AND " if dtype in FLOAT_TYPES else ""
-        return (f"CASE WHEN {finite}{col} = trunc({col}) AND abs({col}) < 9.2e18 "
-                f"THEN CAST(TRY_CAST({col} AS BIGINT) AS VARCHAR) ELSE CAST({col} AS VARCHAR) END")
-    return _visible_sql(f"CAST({col} AS VARCHAR)")
+    if not _is_fractional_type(dtype):
+        return _clean_text_layers(raw, f"CAST({col} AS VARCHAR)")
+    finite = f"isfinite({col}) AND " if dtype in FLOAT_TYPES else ""
+    text = (f"CASE WHEN {finite}{col} = trunc({col}) AND abs({col}) < 9.2e18 "
+            f"THEN CAST(TRY_CAST({col} AS BIGINT) AS VARCHAR) ELSE CAST({col} AS VARCHAR) END")
+    return f"(SELECT *, {text} AS __unit_text FROM {raw})"
 
 
 def _with_unit(raw: str, column: str, dtype: str) -> str:
@@ -188,8 +249,7 @@ def _with_unit(raw: str, column: str, dtype: str) -> str:
             f"CASE WHEN suffix(__unit_text, '.0') THEN left(__unit_text, -2) ELSE __unit_text END "
             f"WHEN {digits} = '' THEN __unit_text ELSE {_decimal_sql('__unit_number')} END")
     return (f"(SELECT * EXCLUDE (__unit_number), {unit} AS __unit FROM ("
-            f"SELECT *, {parts} AS __unit_number FROM ("
-            f"SELECT *, {_id_text_sql(column, dtype)} AS __unit_text FROM {raw})))")
+            f"SELECT *, {parts} AS __unit_number FROM {_with_id_text(raw, column, dtype)}))")
 
 
 def _unit_sql(column: str, dtype: str) -> str:

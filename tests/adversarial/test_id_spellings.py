@@ -7,7 +7,9 @@ integer the spellings were made of, never with the code under test."""
 
 from __future__ import annotations
 
+import sys
 import tempfile
+import unicodedata
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +31,15 @@ FORMAT_CHARACTERS = ("\u00ad\u061c\u180e\u200b\u200c\u200d\u200e\u200f\u2060\u20
                      + "".join(map(chr, range(0x206a, 0x2070))) + "\ufeff\ufff9\ufffa\ufffb\U000110bd\U000e0001"
                      + "".join(map(chr, range(0xe0020, 0xe0080, 7))))
 BLANKS = " \t\u00a0\u2003\u202f\u3000"
+# Red-team re-test of issue 23: what else made one id several. The zero of every script's digits (category
+# Nd, derived here with unicodedata), grouping marks, control characters (category Cc; no NUL, no line
+# break: a CSV field), combining marks (category Mn) and the minus signs that are not ASCII.
+ZEROS = tuple(chr(c) for c in range(0x80, sys.maxunicode + 1)
+              if unicodedata.category(chr(c)) == "Nd" and unicodedata.digit(chr(c)) == 0)
+GROUP_MARKS = " ,'\u00a0\u202f\u2009"
+CONTROLS = "\x01\x08\x1b\x7f\x85\x9f"
+MARKS = "\u0300\u0301\u0308\u0327\u0338\u20d7\u1ab0"
+MINUSES = "-\u2212\uff0d\ufe63"
 MISSING = ("<NA>", "#N/A", "NaT", "inf", "-inf", "nan", "null", "None", "NA", "N/A", '""')
 
 
@@ -49,11 +60,20 @@ def _rows(ids: list[str]) -> pd.DataFrame:
     return pd.DataFrame({"device": ids, **{k: [v] * len(ids) for k, v in OTHER.items()}})
 
 
+def _grouped(digits: str, mark: str) -> str:
+    """`digits` in groups of three from the right, `mark` between them (`29,590`)."""
+    head = len(digits) % 3 or 3
+    return mark.join([digits[:head]] + [digits[i:i + 3] for i in range(head, len(digits), 3)])
+
+
 @st.composite
 def _numeral(draw, n: int) -> str:
-    """`n` written as an integer, an integral decimal or in scientific notation, any sign and padding."""
+    """`n` written as an integer, an integral decimal or in scientific notation, any sign and padding; the
+    first two with their digits grouped or not."""
     digits, sign = str(abs(n)), "-" if n < 0 else draw(st.sampled_from(["", "+"]))
     form = draw(st.sampled_from(["integer", "decimal", "scientific"]))
+    if form != "scientific" and draw(st.booleans()):
+        digits = _grouped(digits, draw(st.sampled_from(GROUP_MARKS)))
     if form == "integer":
         return sign + "0" * draw(st.integers(0, 3)) + digits
     if form == "decimal":
@@ -78,9 +98,22 @@ def _disguised(draw, text: str) -> str:
 
 
 @st.composite
+def _respelled(draw, text: str) -> str:
+    """`text` with its digits in other scripts (each digit in one of a few), a minus that is not ASCII,
+    control characters and combining marks anywhere."""
+    zeros = draw(st.lists(st.sampled_from(ZEROS), min_size=1, max_size=3))
+    chars = [chr(ord(draw(st.sampled_from(["0", *zeros]))) + int(c)) if c.isdigit() else
+             draw(st.sampled_from(MINUSES)) if c == "-" else c for c in text]
+    for extra in (CONTROLS, MARKS):
+        for _ in range(draw(st.integers(0, 2))):
+            chars.insert(draw(st.integers(0, len(chars))), draw(st.sampled_from(extra)))
+    return "".join(chars)
+
+
+@st.composite
 def _spellings_of_one_id(draw) -> tuple[int, list[str]]:
     n = draw(st.one_of(st.integers(-10**6, 10**9), st.integers(10**15, 10**30)))  # over 15 digits: no rounding
-    return n, draw(st.lists(_numeral(n).flatmap(_disguised), min_size=2, max_size=8))
+    return n, draw(st.lists(_numeral(n).flatmap(_respelled).flatmap(_disguised), min_size=2, max_size=8))
 
 
 @settings(max_examples=30, deadline=None)
@@ -126,9 +159,56 @@ def test_long_ids_keep_every_digit(tmp_path):
 
 
 def test_text_that_is_no_integer_stays_text(tmp_path):
-    """Only numbers are written out: codes, hex, several points, inner spaces and fractions are ids as
-    written (a fraction's trailing zeros apart), and 12.5 is not 12 or 13."""
-    ids = ["u1", "0x1F", "1.2.3", "12 5", "12.5", "12.50", "1e999", "-", "e5"]
+    """Only numbers are written out: codes, hex, several points, inner spaces and commas between other than
+    digits, and fractions are ids as written (a fraction's trailing zeros apart), and 12.5 is not 12 or 13.
+    Case is kept: `AB12` and `ab12` are two units (a code's case can be all that tells two devices apart;
+    README)."""
+    ids = ["u1", "0x1F", "1.2.3", "u 1", "a,b", "12 b", "12.5", "12.50", "1e999", "-", "e5", "AB12", "ab12"]
     result, quarantine, pings = _ingest(tmp_path, {"t.csv": _rows(ids)}, missing_unit_values=["unknown"])
     assert quarantine.empty
-    assert sorted(pings["unit"].unique()) == sorted(["u1", "0x1F", "1.2.3", "12 5", "12.5", "1e999", "-", "e5"])
+    assert sorted(pings["unit"].unique()) == sorted(
+        ["u1", "0x1F", "1.2.3", "u 1", "a,b", "12 b", "12.5", "1e999", "-", "e5", "AB12", "ab12"])
+
+
+def test_the_red_team_spellings_of_one_bike_are_one_unit(tmp_path):
+    """Red-team re-test of issue 23: each of these was one more unit beside 29590 (a 2-unit cell published
+    as 3 at k = 3): digits of other scripts, grouped digits, a control character, a combining mark, a
+    Unicode minus. Beside them, NFC and NFD spellings of `josé` (and `jose`: accents are stripped) are one
+    unit, and 29591 and -29590 stay others."""
+    bike = ["29590", "\uff12\uff19\uff15\uff19\uff10", "\u0662\u0669\u0665\u0669\u0660", "\u0968\u096f\u096b\u096f\u0966",
+            "29,590", "29 590", "29\u00a0590", "29\u202f590", "29590\x7f", "\x1b29590", "29590\u0301",
+            "\uff12\uff19,\uff15\uff19\uff10.0", "2\u0301.959e4", "\U0001d7d0\U0001d7d7\U0001d7d3\U0001d7d7\U0001d7ce"]
+    minus = ["-29590", "\u221229590", "\u2212\uff12\uff19\uff15\uff19\uff10", "-29,590"]
+    names = ["jos\u00e9", "jose\u0301", "jose", "\u200ejose\u0301 "]
+    result, quarantine, pings = _ingest(tmp_path, {"t.csv": _rows(bike + minus + names + ["29591"])})
+    assert quarantine.empty
+    expected = ["29590"] * len(bike) + ["-29590"] * len(minus) + ["jose"] * len(names) + ["29591"]
+    assert sorted(pings["unit"]) == sorted(expected)
+
+
+def test_a_grouped_number_is_its_number_and_other_marks_stay(tmp_path):
+    """A grouping mark goes only where the rest is a number: `12 5` and `1,2` are 125 and 12 (merging
+    can only lower a count); `12 5 a`, `,12` and `12,` keep them."""
+    ids = ["12 5", "125", "1,2", "1'000'000", "1\u2009000.50", "12 5 a", ",12", "12,", "1,,2"]
+    result, quarantine, pings = _ingest(tmp_path, {"t.csv": _rows(ids)})
+    assert quarantine.empty
+    assert sorted(pings["unit"]) == sorted(["125", "125", "12", "1000000", "1000.5", "12 5 a", ",12", "12,", "1,,2"])
+
+
+def test_every_unicode_digit_is_its_ascii_digit_and_nothing_else_changes():
+    """The numerals step computes a digit from its code point (no table of 650 digits): checked here on
+    every code point against unicodedata, alone and in a text."""
+    import duckdb
+
+    from spatial_release.traces.ingest import _ascii_numerals_sql
+
+    signs = {"\u2212": "-", "\ufe62": "+", "\ufe63": "-", "\uff0b": "+", "\uff0d": "-", "\uff0e": "."}
+    con = duckdb.connect()
+    inside = _ascii_numerals_sql("'x' || t || 'y'")
+    got = con.execute(f"SELECT i, {_ascii_numerals_sql('t')}, {inside} "
+                      f"FROM (SELECT i, chr(CAST(i AS INTEGER)) AS t FROM range(1, {sys.maxunicode + 1}) r(i) "
+                      "WHERE i NOT BETWEEN 55296 AND 57343)").fetchall()
+    for i, alone, inside in got:
+        char = chr(i)
+        expected = str(unicodedata.digit(char)) if unicodedata.category(char) == "Nd" else signs.get(char, char)
+        assert (alone, inside) == (expected, f"x{expected}y"), hex(i)

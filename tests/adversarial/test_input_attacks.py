@@ -167,14 +167,18 @@ def test_nan_and_float_ids_count_the_units_the_rows_name(tmp_path, capsys):
     assert not {key for key, n in expected.items() if n < K} & set(published)  # below k: absent
 
 
-def test_one_bike_written_three_ways_is_one_unit(tmp_path, capsys):
+@pytest.mark.parametrize("bike", [["29590.0", "\u200e2.959\u00ade4"],
+                                  ["\uff12\uff19\uff15\uff19\uff10", "29,590\x7f", "\u0662\u0669\u0665\u0669\u0660\u0301",
+                                   "29\u202f590"]], ids=["issue-23", "re-test"])
+def test_one_bike_written_three_ways_is_one_unit(tmp_path, capsys, bike):
     """Issue 23: cell B holds two bikes; one of them is written `29590`, `29590.0` and `2.959e4` behind a
     left-to-right mark with a soft hyphen inside, and rows whose id is `<NA>`, `#N/A` or `NaT` ping there too.
     B holds k - 1 units and must stay withheld (before: 3 spellings made 3 devices, published at k = 3, and
-    each spelling of missing one more). The rows of missing ids are quarantined, not lost."""
+    each spelling of missing one more). The rows of missing ids are quarantined, not lost. Its re-test: in
+    fullwidth or Arabic-Indic digits, grouped, with a DEL or a combining mark."""
     rng = np.random.default_rng(23)
     rows = []
-    spellings = {CELL_B: ["29590", "29590.0", "\u200e2.959\u00ade4", "41017"], CELL_A: ["u1", "u2", "u3"],
+    spellings = {CELL_B: ["29590", *bike, "41017"], CELL_A: ["u1", "u2", "u3"],
                  CELL_E: [f"e{i}" for i in range(6)], CELL_D: [f"d{i}" for i in range(5)]}
     for corner, ids in spellings.items():
         lon, lat = lonlat_in(corner, len(ids), rng)
@@ -184,7 +188,7 @@ def test_one_bike_written_three_ways_is_one_unit(tmp_path, capsys):
     rows += [{"device": i, "when": "2018-01-10 12:00:00", "lon": float(x), "lat": float(y), "cell": cell_id(CELL_B),
               "unit": None} for i, x, y in zip(["<NA>", "#N/A", "NaT"], lon, lat)]
     frame = pd.DataFrame(rows)
-    frame["unit"] = frame["unit"].replace({"29590.0": "29590", "\u200e2.959\u00ade4": "29590"})
+    frame["unit"] = frame["unit"].replace({spelling: "29590" for spelling in bike})
     traces = tmp_path / "traces.csv"
     frame.drop(columns=["cell", "unit"]).assign(gender="f").to_csv(traces, index=False)
     data = policy_dict(str(traces))
