@@ -7,7 +7,7 @@ import pandas as pd
 from conftest import PROJECT_ROOT
 
 from spatial_release import cli
-from spatial_release.geometry.zeros import read_structural_zeros
+from spatial_release.policy.zeros import read_structural_zeros
 
 
 def test_demo_publishes(tmp_path, capsys):

@@ -11,11 +11,11 @@ from spatial_release.outcome import Failure, RunOutcome
 
 
 def test_domain_errors_have_their_kind():
-    from spatial_release.geometry.zeros import ZerosFileError
     from spatial_release.geometry.zones import ZoneFileError
     from spatial_release.ledger import AlreadyRecorded, LedgerCorrupt, LedgerKeyError, ReleasesMismatch
     from spatial_release.period import Period
     from spatial_release.policy import PolicyError
+    from spatial_release.policy.zeros import ZerosFileError
     from spatial_release.risk.landscape import LandscapeError
     from spatial_release.traces.ingest import IngestError
 

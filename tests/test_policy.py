@@ -4,15 +4,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import PROJECT_ROOT, K, policy_dict, write_policy
 
-from conftest import K, PROJECT_ROOT, policy_dict, write_policy
 from spatial_release import cli
+from spatial_release.configfile import MAX_DEPTH, MAX_POPULATION_BYTES, MAX_ZEROS_BYTES, StrictLoader
 from spatial_release.errors import PeriodError
 from spatial_release.period import Period
 from spatial_release.policy import MAX_CONFIG_BYTES, PolicyError, load_policy
-from spatial_release.policy.loading import MAX_POPULATION_BYTES, MAX_ZEROS_BYTES
 from spatial_release.policy.model import MAX_K
-from spatial_release.policy.strict_yaml import MAX_DEPTH, StrictLoader
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (PROJECT_ROOT / "policies").glob("*.yaml")))

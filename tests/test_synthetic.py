@@ -7,8 +7,8 @@ import pytest
 from conftest import PROJECT_ROOT
 
 from spatial_release.geometry import Grid
-from spatial_release.geometry.zeros import ZerosFileError, read_structural_zeros
 from spatial_release.policy import GridGeometry
+from spatial_release.policy.zeros import ZerosFileError, read_structural_zeros
 from spatial_release.traces.synthetic import SyntheticConfig, empty_cells, generate_pings
 
 SMALL = SyntheticConfig(persons=400, days=14, start=date(2018, 1, 1), seed=11)

@@ -11,15 +11,34 @@ files beside it). Errors about those files name the
 file and the field but never quote their content: a mistyped path may point at any file on the machine.
 """
 
+from spatial_release.configfile import StrictLoader
 from spatial_release.policy.loading import (
-    MAX_CONFIG_BYTES, check_audit_with, check_referenced_files, load_policy, load_yaml, parse_policy, read_config,
+    MAX_CONFIG_BYTES,
+    check_audit_with,
+    check_referenced_files,
+    load_policy,
+    load_yaml,
+    parse_policy,
+    read_config,
 )
 from spatial_release.policy.model import (
-    BUCKET_PATTERN, DEFAULT_MISSING_UNIT_VALUES, NAME_PATTERN, Geometry, GridGeometry, LinkedZoning, Policy,
-    PolicyError, RiskSpec, SourceSpec, SuppressionSpec, SyntheticSource, TimeSpec, TripEnd, ZoneParent,
+    BUCKET_PATTERN,
+    DEFAULT_MISSING_UNIT_VALUES,
+    NAME_PATTERN,
+    Geometry,
+    GridGeometry,
+    LinkedZoning,
+    Policy,
+    PolicyError,
+    RiskSpec,
+    SourceSpec,
+    SuppressionSpec,
+    SyntheticSource,
+    TimeSpec,
+    TripEnd,
+    ZoneParent,
     ZonesGeometry,
 )
-from spatial_release.policy.strict_yaml import StrictLoader
 
 __all__ = [
     "BUCKET_PATTERN", "DEFAULT_MISSING_UNIT_VALUES", "NAME_PATTERN", "Geometry", "GridGeometry", "LinkedZoning",

@@ -6,22 +6,19 @@ work starts without ever quoting the content of a file it names."""
 from __future__ import annotations
 
 import hashlib
-import os
-import stat
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
+from spatial_release.configfile import (
+    MAX_CONFIG_BYTES,
+    MAX_ZEROS_BYTES,
+    field_name,
+    size_text,
+)
+from spatial_release.configfile import load_yaml as _load_yaml
+from spatial_release.configfile import read_config as _read_config
 from spatial_release.policy.model import Policy, PolicyError
-from spatial_release.policy.strict_yaml import StrictLoader, YamlRefused, field_name
-
-# A policy or landscape is a page of reviewed YAML; far past any real one, and small enough to hold in memory.
-MAX_CONFIG_BYTES = 4 * 2**20
-# A structural-zeros list is one cell id a line, read whole: a few million cells of a national grid fit.
-MAX_ZEROS_BYTES = 64 * 2**20
-# A landscape's population table is one zone a line, read whole by the risk stage: as large as a zeros list.
-MAX_POPULATION_BYTES = MAX_ZEROS_BYTES
 
 
 def _describe(error: dict) -> str:
@@ -29,45 +26,13 @@ def _describe(error: dict) -> str:
 
 
 def read_config(path: Path, what: str, limit: int = MAX_CONFIG_BYTES) -> bytes:
-    """The bytes of the configuration file at `path` (`what`: "policy", "landscape"), refused with a
-    PolicyError naming the file when it is not a regular file or holds more than `limit` bytes: `/dev/zero`
-    named as a policy was read until the process was killed, and a FIFO blocks its reader forever."""
-    try:
-        # O_NONBLOCK: opening a FIFO that has no writer returns at once instead of waiting for one
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise PolicyError(f"{path}: cannot read the {what} file ({exc.strerror})") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # asked of the open file: no swap after the check
-        os.close(fd)
-        raise PolicyError(f"{path}: the {what} file is not a regular file (a device, a folder, a FIFO or a "
-                          "socket); name a file")
-    with os.fdopen(fd, "rb") as file:
-        try:
-            raw = file.read(limit + 1)  # one byte past the limit tells a file at the limit from a larger one
-        except OSError as exc:
-            raise PolicyError(f"{path}: cannot read the {what} file ({exc.strerror})") from None
-    if len(raw) > limit:
-        raise PolicyError(f"{path}: the {what} file is larger than the {_size(limit)} a {what} file may hold")
-    return raw
-
-
-def _size(limit: int) -> str:
-    return f"{limit / 2**20:g} MiB"
+    """`configfile.read_config`, refusing with a PolicyError (the policy's files are the user's to fix)."""
+    return _read_config(path, what, limit, PolicyError)
 
 
 def load_yaml(raw: bytes, path: Path, what: str, quote: bool = True) -> object:
-    """Parse YAML with the strict loader (`strict_yaml`); an error names the file and the line, and with
-    `quote` the field and the value (False for a file a policy names: the path may be any file)."""
-    try:
-        return yaml.load(raw, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except YamlRefused as exc:
-        detail = str(exc) if quote else f"line {exc.line}: {exc.reason}"
-        raise PolicyError(f"{path}: not a valid {what}: {detail}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(exc, "problem", None) or "unreadable"
-        raise PolicyError(f"{path}: not valid YAML{where}: {problem}") from None
+    """`configfile.load_yaml`, refusing with a PolicyError."""
+    return _load_yaml(raw, path, what, quote, PolicyError)
 
 
 def parse_policy(data: object, path: Path) -> Policy:
@@ -88,13 +53,13 @@ def _referenced_file(policy: Policy, field: str, relative: str, limit: int) -> P
         state = "is not a file" if target.exists() else "does not exist"
         raise PolicyError(f"{policy.path}: field '{field}': {target} {state}")
     if target.stat().st_size > limit:  # read whole, by this check and by the run
-        raise PolicyError(f"{policy.path}: field '{field}': {target} is larger than the {_size(limit)} such a "
+        raise PolicyError(f"{policy.path}: field '{field}': {target} is larger than the {size_text(limit)} such a "
                           "file may hold")
     return target
 
 
 def _check_zeros_file(policy: Policy) -> None:
-    from spatial_release.geometry.zeros import ZerosFileError, read_structural_zeros
+    from spatial_release.policy.zeros import ZerosFileError, read_structural_zeros
 
     target = _referenced_file(policy, "suppression.zeros", policy.suppression.zeros,  # type: ignore[arg-type]
                               MAX_ZEROS_BYTES)

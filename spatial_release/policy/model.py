@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import duckdb
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from spatial_release.errors import UserError
+from spatial_release.configfile import ConfigFileError
 from spatial_release.levels import LEAF, TOTAL, linked_total
 from spatial_release.period import Period
 
@@ -21,7 +21,7 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
 MAX_K = 10**9
 
 
-class PolicyError(UserError, ValueError):
+class PolicyError(ConfigFileError):
     """A policy file is missing, unreadable or invalid; the message names the file and the field."""
 
 
@@ -131,7 +131,7 @@ class SourceSpec(_Strict):
     synthetic: SyntheticSource | None = None
 
     @model_validator(mode="after")
-    def _columns_match_format(self) -> "SourceSpec":
+    def _columns_match_format(self) -> SourceSpec:
         if self.format == "pings":
             missing = [f for f in ("time", "lon", "lat") if getattr(self, f) is None]
             if missing:
@@ -181,7 +181,7 @@ class GridGeometry(_Strict):
     linked: list[LinkedZoning] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _parents_nest(self) -> "GridGeometry":
+    def _parents_nest(self) -> GridGeometry:
         previous = self.size_m
         for size in self.parents_m:
             if size <= previous or size % previous:
@@ -204,7 +204,7 @@ class ZoneParent(_Strict):
     prefix: int | None = Field(None, gt=0)
 
     @model_validator(mode="after")
-    def _one_source(self) -> "ZoneParent":
+    def _one_source(self) -> ZoneParent:
         if (self.column is None) == (self.prefix is None):
             raise ValueError("give exactly one of 'column' or 'prefix'")
         return self
@@ -261,7 +261,7 @@ class TimeSpec(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _ladder_nests(self) -> "TimeSpec":
+    def _ladder_nests(self) -> TimeSpec:
         previous = self.bucket
         for i, rung in enumerate(self.ladder):
             if rung == PERIOD_RUNG:
@@ -403,7 +403,7 @@ class Policy(_Strict):
         return candidate if candidate.is_absolute() else (self.path.parent / candidate).resolve()
 
     @model_validator(mode="after")
-    def _level_names_unique(self) -> "Policy":
+    def _level_names_unique(self) -> Policy:
         names = self.margin_levels()
         repeated = sorted({n for n in names if names.count(n) > 1} | ({LEAF} & set(names)))
         if repeated:
@@ -411,7 +411,7 @@ class Policy(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _risk_level_exists(self) -> "Policy":
+    def _risk_level_exists(self) -> Policy:
         if self.risk and self.risk.zones not in (LEAF, *self.geometry.level_names()):
             raise ValueError(f"risk.zones {self.risk.zones!r} is not {LEAF!r} nor a level of the main geometry "
                              f"{self.geometry.level_names()}")

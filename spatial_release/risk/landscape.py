@@ -10,8 +10,8 @@ from typing import Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from spatial_release.configfile import MAX_POPULATION_BYTES, ConfigFileError, load_yaml, read_config
 from spatial_release.errors import UserError
-from spatial_release.policy.model import PolicyError
 from spatial_release.risk.estimator import RiskParams
 from spatial_release.risk.figures import Adversary
 
@@ -46,7 +46,7 @@ class Landscape(BaseModel):
     population: PopulationSource | None = None
 
     @model_validator(mode="after")
-    def _adversary_fits_the_panel(self) -> "Landscape":
+    def _adversary_fits_the_panel(self) -> Landscape:
         # The adversary is not a free choice: it follows from who is in the panel. When the panel is the
         # whole population, the outsider knows the target is in the data (prosecutor); a journalist figure
         # would divide the risk by a census crowd the target does not hide in.
@@ -67,12 +67,10 @@ class Landscape(BaseModel):
 def load_landscape(path: Path) -> tuple[Landscape, str]:
     """The landscape and the sha256 of its bytes (the sensor watches that hash), read as the policy's check
     read it: a bounded read of a regular file and the strict YAML loader, quoting nothing of the file."""
-    from spatial_release.policy.loading import load_yaml, read_config
-
     try:
         raw = read_config(path, "landscape")
         landscape = Landscape.model_validate(load_yaml(raw, path, "landscape", quote=False))
-    except PolicyError as exc:
+    except ConfigFileError as exc:
         raise LandscapeError(str(exc)) from None
     except ValidationError as exc:
         fields = "; ".join((f"field '{'.'.join(map(str, e['loc']))}': " if e["loc"] else "") + e["msg"]
@@ -94,15 +92,13 @@ def read_population_table(landscape_path: Path, landscape: Landscape) -> dict[st
     bounded read of a regular file (a symlink to /dev/zero ran out of memory, a FIFO hung, and both only after
     counting and protection had run), then columns `zone` and `population`, the latter numbers. Raises
     LandscapeError naming the landscape, the field and the table, never quoting the table's content."""
-    from spatial_release.policy.loading import MAX_POPULATION_BYTES, read_config
-
     target = population_table_path(landscape_path, landscape)
     if target is None:
         return None
     where = f"{landscape_path}: field 'population.table'"
     try:
         raw = read_config(target, "population table", MAX_POPULATION_BYTES)
-    except PolicyError as exc:
+    except ConfigFileError as exc:
         raise LandscapeError(f"{where}: {exc}") from None
     try:
         table = pd.read_csv(io.BytesIO(raw), dtype={"zone": str})

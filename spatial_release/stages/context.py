@@ -22,11 +22,11 @@ from spatial_release.fileio import restrict_umask
 from spatial_release.geometry import Locator, ZoneLayer, make_locator
 from spatial_release.geometry.grid import CELL_ID
 from spatial_release.geometry.locate import make_linked_locators
-from spatial_release.geometry.zeros import ZerosFileError, read_structural_zeros
 from spatial_release.ledger import Ledger
 from spatial_release.levels import LEAF, TOTAL, at_rung, linked_total
 from spatial_release.period import Period
 from spatial_release.policy import Policy, RiskSpec
+from spatial_release.policy.zeros import ZerosFileError, read_structural_zeros
 from spatial_release.stages.results import CountsSummary
 from spatial_release.suppression.ladder import time_links
 from spatial_release.suppression.release_system import DisclosureSpec, Structure

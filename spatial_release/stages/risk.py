@@ -20,7 +20,7 @@ from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.risk import BLOCK, Adversary, decide, keysets, pooled_figure, public_ratio, release_figure
 from spatial_release.risk.estimator import KeySets, RiskParams, RiskReport, estimate_digest, estimate_key_sets
-from spatial_release.risk.landscape import Landscape, load_landscape
+from spatial_release.risk.landscape import Landscape, load_landscape, read_population_table
 from spatial_release.stages import attack as attack_stage
 from spatial_release.stages import reuse
 from spatial_release.stages.attack import attack_params, attack_pooled, with_attack_figures, worst_attack_zone
@@ -185,9 +185,8 @@ def zone_population(policy: Policy, landscape: Landscape, landscape_path: Path, 
     representative point (zones geometry only; a grid has no polygons to join)."""
     if landscape.population is None:
         return None
-    if landscape.population.table:
-        table = pd.read_csv((landscape_path.parent / landscape.population.table).resolve(), dtype={"zone": str})
-        return dict(zip(table["zone"], table["population"].astype(float)))
+    if landscape.population.table:  # the bounded, checked read the policy's load made too
+        return read_population_table(landscape_path, landscape)
     if policy.geometry.kind != "zones":
         return None
     if landscape.population.path is None:
