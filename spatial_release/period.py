@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from zoneinfo import ZoneInfo
 
 from spatial_release.errors import PeriodError
@@ -26,7 +26,7 @@ class Period:
     end: date  # first day after the period
 
     @classmethod
-    def parse(cls, label: str) -> "Period":
+    def parse(cls, label: str) -> Period:
         match = QUARTER.fullmatch(label) or MONTH.fullmatch(label)
         if match and not FIRST_YEAR <= int(match[1]) <= LAST_YEAR:
             raise PeriodError(f"period {label!r}: the year must be between {FIRST_YEAR} and {LAST_YEAR}")
@@ -43,7 +43,7 @@ class Period:
         raise PeriodError(f"period {label!r} is neither a quarter like 2018-Q1 nor a month like 2018-01")
 
     @classmethod
-    def from_partition_key(cls, key: str) -> "Period":
+    def from_partition_key(cls, key: str) -> Period:
         """Dagster's quarterly partition keys are the quarter's first day, e.g. 2018-01-01."""
         start = date.fromisoformat(key)
         if start.day != 1 or start.month not in (1, 4, 7, 10):
@@ -64,6 +64,6 @@ class Period:
         tz = ZoneInfo(tz_name)
 
         def local_midnight(day: date) -> datetime:
-            return datetime(day.year, day.month, day.day, tzinfo=tz).astimezone(timezone.utc)
+            return datetime(day.year, day.month, day.day, tzinfo=tz).astimezone(UTC)
 
         return local_midnight(self.start), local_midnight(self.end)

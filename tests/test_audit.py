@@ -2,7 +2,7 @@
 property test against brute-force enumeration of the integer solutions."""
 
 import itertools
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
@@ -16,7 +16,14 @@ from spatial_release.suppression.method import ProtectionMethod
 from spatial_release.suppression.protection import protect
 from spatial_release.suppression.release_system import DisclosureSpec, Structure, system_for
 from spatial_release.suppression.table import (
-    EQ, PRIMARY, PUBLISHED, SECONDARY, UNION, Relation, Table, zones_chain,
+    EQ,
+    PRIMARY,
+    PUBLISHED,
+    SECONDARY,
+    UNION,
+    Relation,
+    Table,
+    zones_chain,
 )
 
 P, S, U = PRIMARY, SECONDARY, PUBLISHED
@@ -247,7 +254,7 @@ def test_protect_turns_solver_failure_into_an_error():
 
 # ---- property test: the audit equals brute-force integer enumeration ------------------------------
 
-BUCKET = datetime(2018, 1, 1, tzinfo=timezone.utc)
+BUCKET = datetime(2018, 1, 1, tzinfo=UTC)
 LEAVES = ["a1", "a2", "b1", "b2", "b3"]
 HIERARCHY = pd.DataFrame({"cell_id": LEAVES, "district": ["A", "A", "B", "B", "B"]})
 CAP = 16  # values are at most 3, so any feasible finite bound is below 16; reaching it means unbounded

@@ -10,10 +10,9 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 from test_certificate import assert_same_pattern_and_certificate, copy_table
-from test_golden_pattern import GOLDEN, K, STRUCTURE, ZEROS, pattern, render, true_counts
+from test_golden_pattern import GOLDEN, STRUCTURE, ZEROS, K, pattern, render, true_counts
 
-from spatial_release.suppression import blocks
-from spatial_release.suppression import complementary
+from spatial_release.suppression import blocks, complementary
 from spatial_release.suppression.audit import Criterion, audit
 from spatial_release.suppression.certificate import Certificate, verify
 from spatial_release.suppression.complementary import SuppressionError, protect_whole

@@ -14,17 +14,23 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_audit import table_of  # noqa: E402 (tests/ is on the path, as for conftest)
 
 from spatial_release.suppression import audit as audit_module
-from test_audit import table_of  # noqa: E402 (tests/ is on the path, as for conftest)
-from spatial_release.suppression.certificate import Certificate, verify
 from spatial_release.suppression.audit import ComponentModel, Criterion, audit
+from spatial_release.suppression.certificate import Certificate, verify
 from spatial_release.suppression.costs import costs_for
+from spatial_release.suppression.elimination import eliminate, model_columns, virtual_sums
 from spatial_release.suppression.method import ProtectionMethod
 from spatial_release.suppression.protection import protect
-from spatial_release.suppression.elimination import eliminate, model_columns, virtual_sums
 from spatial_release.suppression.table import (
-    PRIMARY, PUBLISHED, SECONDARY, UNION, Relation, Table, cross_classified_table,
+    PRIMARY,
+    PUBLISHED,
+    SECONDARY,
+    UNION,
+    Relation,
+    Table,
+    cross_classified_table,
 )
 
 P, S, U = PRIMARY, SECONDARY, PUBLISHED

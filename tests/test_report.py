@@ -20,15 +20,15 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import shapely
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-
 from conftest import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, SIZE, cell_id, policy_dict, write_policy
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from test_release_io import prepare, two_quarter_policy
+
 from spatial_release import cli, report, stages
 from spatial_release.fileio import sha256_file
 from spatial_release.ledger import ENTRIES, Ledger, read_ledger
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
-from test_release_io import prepare, two_quarter_policy
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 GRID_ID = re.compile(r"\d+mE-?\d+N-?\d+")

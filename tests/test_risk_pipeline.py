@@ -1,13 +1,13 @@
 """The risk gate, the ledger entry and the review automation, through the Dagster job."""
 
 import json
-import os
+from datetime import UTC
 from pathlib import Path
 
 import dagster as dg
 import pytest
-
 from conftest import fixture_pings, policy_dict, uniqueness_model, write_policy
+
 from spatial_release import release, stages
 from spatial_release.defs.catalogue import programme_for
 from spatial_release.defs.execution import execute_release
@@ -186,7 +186,7 @@ KEPT_AFTER_RETENTION = {
 
 
 def test_per_unit_data_is_pruned_after_retention_and_the_figure_still_counts(tmp_path):
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     policy_path = _policy(tmp_path)
     assert _run(tmp_path, policy_path).success
@@ -201,7 +201,7 @@ def test_per_unit_data_is_pruned_after_retention_and_the_figure_still_counts(tmp
     assert all(p.exists() for p in per_unit)
     assert stages.prune_per_unit_artefacts(policy, ledger, work) == []  # within retention: kept
     assert all(p.exists() for p in per_unit)
-    later = datetime.now(timezone.utc) + timedelta(days=policy.risk.key_retention_days + 1)
+    later = datetime.now(UTC) + timedelta(days=policy.risk.key_retention_days + 1)
     assert stages.prune_per_unit_artefacts(policy, ledger, work, now=later) == ["2018-Q1"]
     remaining = {str(p.relative_to(area)) for p in area.rglob("*") if p.is_file()}
     assert remaining <= KEPT_AFTER_RETENTION, remaining - KEPT_AFTER_RETENTION
@@ -215,7 +215,7 @@ def test_per_unit_data_is_pruned_after_retention_and_the_figure_still_counts(tmp
 def test_an_audit_after_retention_does_not_write_the_intervals_back(tmp_path, monkeypatch):
     """Red team, issue 23: `audit` after retention re-created audit_intervals.internal.parquet, a per-unit
     file retention had deleted. The audit still runs on the kept true counts; the intervals are not kept."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     import spatial_release.cli as cli_module
 
@@ -223,7 +223,7 @@ def test_an_audit_after_retention_does_not_write_the_intervals_back(tmp_path, mo
     assert _run(tmp_path, policy_path).success
     policy = load_policy(policy_path)
     work, intervals = tmp_path / "work", tmp_path / "work/fixture/2018-Q1/audit_intervals.internal.parquet"
-    later = datetime.now(timezone.utc) + timedelta(days=policy.risk.key_retention_days + 1)
+    later = datetime.now(UTC) + timedelta(days=policy.risk.key_retention_days + 1)
     assert stages.prune_per_unit_artefacts(policy, Ledger(tmp_path / "ledger"), work, now=later) == ["2018-Q1"]
     assert not intervals.exists()
 

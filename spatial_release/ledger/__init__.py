@@ -28,19 +28,41 @@ What each property rests on:
 """
 
 from spatial_release.ledger.chain import (
-    GENESIS, HEAD, LOCK, RESERVED, append_entry, canonical, entry_hash, find_release, ledger_lock, read_ledger,
+    GENESIS,
+    HEAD,
+    LOCK,
+    RESERVED,
+    append_entry,
+    canonical,
+    entry_hash,
+    find_release,
+    ledger_lock,
+    read_ledger,
     verify_chain,
 )
 from spatial_release.ledger.crosscheck import check_releases
 from spatial_release.ledger.errors import (
-    ENTRIES, AlreadyRecorded, LedgerCorrupt, LedgerError, LedgerKeyError, PinMismatch, ReleasesMismatch,
+    ENTRIES,
+    AlreadyRecorded,
+    LedgerCorrupt,
+    LedgerError,
+    LedgerKeyError,
+    PinMismatch,
+    ReleasesMismatch,
 )
 from spatial_release.ledger.handle import Ledger
-from spatial_release.ledger.pin import PINS_SUFFIX, forget_pin, ledger_identity, pin_path, pins_folder
 from spatial_release.ledger.keys import (
-    DEFAULT_SIGNING_KEY, PUBLIC_KEY_ENV, SIGNING_KEY_ENV, key_id, load_public_key, load_signing_key,
-    public_key_path_for, signing_key_path, trusted_public_key,
+    DEFAULT_SIGNING_KEY,
+    PUBLIC_KEY_ENV,
+    SIGNING_KEY_ENV,
+    key_id,
+    load_public_key,
+    load_signing_key,
+    public_key_path_for,
+    signing_key_path,
+    trusted_public_key,
 )
+from spatial_release.ledger.pin import PINS_SUFFIX, forget_pin, ledger_identity, pin_path, pins_folder
 
 __all__ = [
     "DEFAULT_SIGNING_KEY", "ENTRIES", "GENESIS", "HEAD", "LOCK", "PINS_SUFFIX", "PUBLIC_KEY_ENV", "RESERVED",

@@ -11,7 +11,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -243,7 +243,7 @@ def append_entry(folder: Path, payload: dict, signing_key: Path | None = None) -
                                       f"(entry {earlier['seq']}); a (dataset, period) is recorded once")
         entry = {k: v for k, v in payload.items() if k not in RESERVED}
         entry.update(seq=len(entries), prev_hash=entries[-1]["hash"] if entries else GENESIS,
-                     recorded_at=payload.get("recorded_at") or datetime.now(timezone.utc).isoformat(),
+                     recorded_at=payload.get("recorded_at") or datetime.now(UTC).isoformat(),
                      signer=key_id(key.public_key()))
         entry["hash"] = entry_hash(entry)
         entry["signature"] = _sign(entry, key)

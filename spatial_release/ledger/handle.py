@@ -10,7 +10,13 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from spatial_release.ledger.chain import (
-    _read, _read_checked, _repair_head, _repair_pin, append_entry, find_release, ledger_lock,
+    _read,
+    _read_checked,
+    _repair_head,
+    _repair_pin,
+    append_entry,
+    find_release,
+    ledger_lock,
 )
 from spatial_release.ledger.crosscheck import check_releases
 from spatial_release.ledger.keys import load_signing_key, trusted_public_key
@@ -26,7 +32,7 @@ class Ledger:
     public_key: Path | None = None
     signing_key: Path | None = None
 
-    def with_releases(self, releases_root: Path) -> "Ledger":
+    def with_releases(self, releases_root: Path) -> Ledger:
         """The same ledger, cross-checked against `releases_root`."""
         return replace(self, releases_root=releases_root)
 

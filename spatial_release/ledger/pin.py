@@ -35,7 +35,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -224,7 +224,7 @@ def write_pin(folder: Path, hashes: list[str], key: Ed25519PrivateKey, signing_k
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     _remove_stale_pin_temporaries(path)
     pin = Pin(ledger_identity(folder), len(hashes), hashes[-1], hashes[0])
-    body = {**asdict(pin), "pinned_at": datetime.now(timezone.utc).isoformat(), "signer": key_id(key.public_key())}
+    body = {**asdict(pin), "pinned_at": datetime.now(UTC).isoformat(), "signer": key_id(key.public_key())}
     body["signature"] = base64.b64encode(key.sign(_signed_bytes(body))).decode()
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")

@@ -10,29 +10,66 @@ them, loaded once):
     run_guarantees(ctx); run_publish(ctx, Path("releases"), ledger)
 """
 
+from spatial_release.release import PublicCounts, ReleaseRecord
 from spatial_release.stages.checks import (
-    GUARANTEES, INPUT_CHECKS, CandidateChanged, GuaranteeFailed, ReleaseTampered, check_k_floor,
-    check_no_identifiers, check_outside_share, check_rejected_share, check_risk_budget, check_structural_zeros,
-    check_suppression_audit, check_suppression_budget, check_withheld_absent, never_quoted, related_releases,
-    run_guarantees, verify_release_files,
+    GUARANTEES,
+    INPUT_CHECKS,
+    CandidateChanged,
+    GuaranteeFailed,
+    ReleaseTampered,
+    check_k_floor,
+    check_no_identifiers,
+    check_outside_share,
+    check_rejected_share,
+    check_risk_budget,
+    check_structural_zeros,
+    check_suppression_audit,
+    check_suppression_budget,
+    check_withheld_absent,
+    never_quoted,
+    related_releases,
+    run_guarantees,
+    verify_release_files,
 )
 from spatial_release.stages.context import (
-    PER_UNIT_ARTEFACTS, Published, ReleaseContext, WorkArea, ZoneLayers, release_structure, structural_zeros,
+    PER_UNIT_ARTEFACTS,
+    Published,
+    ReleaseContext,
+    WorkArea,
+    ZoneLayers,
+    release_structure,
+    structural_zeros,
 )
 from spatial_release.stages.count import (
-    count_validated_pings, measure_coverage, read_counts_summary, read_true_counts, run_counts, zoning_plans,
+    count_validated_pings,
+    measure_coverage,
+    read_counts_summary,
+    read_true_counts,
+    run_counts,
+    zoning_plans,
 )
 from spatial_release.stages.ingest import read_ingest_summary, run_ingest, synthetic_traces
 from spatial_release.stages.lock import AlreadyPublished, WorkAreaBusy, refuse_if_published, work_area_step
 from spatial_release.stages.protect import read_manifest, run_protect
 from spatial_release.stages.publish import run_publish
-from spatial_release.release import PublicCounts, ReleaseRecord
 from spatial_release.stages.results import (
-    IngestSummary, CountsSummary, ProtectionManifest, ProtectionSummary, Review, RiskAssessment,
+    CountsSummary,
+    IngestSummary,
+    ProtectionManifest,
+    ProtectionSummary,
+    Review,
+    RiskAssessment,
 )
 from spatial_release.stages.review import (
-    REVIEW_CHECK, ReviewRun, latest_review, programme_outcome, prune_per_unit_artefacts, review_outcome,
-    review_programme, review_trigger, run_review,
+    REVIEW_CHECK,
+    ReviewRun,
+    latest_review,
+    programme_outcome,
+    prune_per_unit_artefacts,
+    review_outcome,
+    review_programme,
+    review_trigger,
+    run_review,
 )
 from spatial_release.stages.risk import assess_risk, key_set_path, read_risk, run_risk
 

@@ -12,8 +12,8 @@ import pandas as pd
 
 from spatial_release.fileio import sha256_file
 from spatial_release.levels import LEAF, RUNG_SEP, rung_of
-from spatial_release.progress import Progress, log_progress
 from spatial_release.period import Period
+from spatial_release.progress import Progress, log_progress
 from spatial_release.release import RELEASE_FILES, read_tables, release_tables, write_tables
 from spatial_release.stages import coarsen
 from spatial_release.stages.context import Published, ReleaseContext, WorkArea

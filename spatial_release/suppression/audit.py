@@ -62,7 +62,6 @@ import highspy
 import numpy as np
 
 from spatial_release.progress import Progress, silent
-
 from spatial_release.suppression.table import EQ, PUBLISHED, Table
 from spatial_release.suppression.verdicts import AuditResult, Criterion, Interval
 

@@ -38,8 +38,14 @@ import numpy as np
 
 from spatial_release.errors import Blocked
 from spatial_release.progress import Progress, silent
-from spatial_release.suppression.audit import (default_workers, inconsistent_relations, linked_groups, pool,
-                                              renumbered, table_cap)
+from spatial_release.suppression.audit import (
+    default_workers,
+    inconsistent_relations,
+    linked_groups,
+    pool,
+    renumbered,
+    table_cap,
+)
 from spatial_release.suppression.complementary import ProtectionLog, SuppressionError, protect_whole
 from spatial_release.suppression.costs import costs_for
 from spatial_release.suppression.method import ProtectionMethod

@@ -97,7 +97,7 @@ class Certificate:
     points: pd.DataFrame  # point, node, value
 
     @classmethod
-    def build(cls, table: Table, result: AuditResult, inputs: Mapping[str, str]) -> "Certificate":
+    def build(cls, table: Table, result: AuditResult, inputs: Mapping[str, str]) -> Certificate:
         """The certificate of `table`'s final pattern from its audit (`result.intervals` and witnesses)."""
         intervals = {i.node: i for i in result.intervals}
         ids: dict[int, int] = {}
@@ -162,7 +162,7 @@ class Certificate:
         })
 
     @classmethod
-    def read(cls, folder: Path) -> "Certificate":
+    def read(cls, folder: Path) -> Certificate:
         """The certificate in `folder`; ValueError when it is missing, incomplete or altered."""
         try:
             header = json.loads((folder / HEADER).read_text())

@@ -47,8 +47,19 @@ from dataclasses import dataclass, field
 
 from spatial_release.errors import Blocked
 from spatial_release.progress import Progress, silent
-from spatial_release.suppression.audit import (INF, TOL, AuditResult, ComponentModel, Criterion, Interval, Point, audit,
-                                              audit_component, components, table_cap)
+from spatial_release.suppression.audit import (
+    INF,
+    TOL,
+    AuditResult,
+    ComponentModel,
+    Criterion,
+    Interval,
+    Point,
+    audit,
+    audit_component,
+    components,
+    table_cap,
+)
 from spatial_release.suppression.costs import Costs
 from spatial_release.suppression.elimination import eliminate
 from spatial_release.suppression.method import GAUSS, ProtectionMethod

@@ -58,7 +58,7 @@ class Costs:
     unit: list[float]
 
     @classmethod
-    def of(cls, table: Table, level_depth: dict[str, int], cost: Cost = UNIT_VALUE) -> "Costs":
+    def of(cls, table: Table, level_depth: dict[str, int], cost: Cost = UNIT_VALUE) -> Costs:
         return cls(table, costs_for(table, level_depth, cost), unit_value_costs(table, level_depth))
 
     def __getitem__(self, node: int) -> float:

@@ -61,17 +61,17 @@ class ProtectionMethod:
             raise ValueError(f"prune_tries {self.prune_tries} is negative: give None (every secondary) or a count")
 
     @classmethod
-    def release(cls, **changes) -> "ProtectionMethod":
+    def release(cls, **changes) -> ProtectionMethod:
         """The release method (the default): elimination, audit and repair, pruning every secondary."""
         return cls(**changes)
 
     @classmethod
-    def sweep(cls, **changes) -> "ProtectionMethod":
+    def sweep(cls, **changes) -> ProtectionMethod:
         """The constraint sweep on every relation, audit and repair, no pruning (the method before
         elimination; kept to compare patterns)."""
         return cls(**{"stage1": SWEEP, "prune_tries": 0, **changes})
 
-    def with_prune_tries(self, prune_tries: int | None) -> "ProtectionMethod":
+    def with_prune_tries(self, prune_tries: int | None) -> ProtectionMethod:
         return replace(self, prune_tries=prune_tries)
 
     @property

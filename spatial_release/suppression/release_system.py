@@ -17,20 +17,35 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
+from spatial_release.levels import LEAF, at_rung, space_level
 from spatial_release.progress import Progress, silent
 from spatial_release.suppression.audit import AuditResult, Criterion, audit
 from spatial_release.suppression.certificate import Certificate, Verification, verify
 from spatial_release.suppression.complementary import ProtectionLog
-from spatial_release.levels import LEAF, at_rung, space_level
+from spatial_release.suppression.ladder import (
+    UNOFFERED,
+    TimeLink,
+    add_absent_fine,
+    climb_to_budget,
+    cut_figures,
+    offer_needed,
+    relate_time,
+)
 from spatial_release.suppression.method import ProtectionMethod
 from spatial_release.suppression.primary import ProtectedTable, structural_zero_rows
 from spatial_release.suppression.protection import protect
-from spatial_release.suppression.ladder import (
-    UNOFFERED, TimeLink, add_absent_fine, climb_to_budget, cut_figures, offer_needed, relate_time,
-)
 from spatial_release.suppression.rules import below_k
 from spatial_release.suppression.table import (
-    EMPTY, EQ, PRIMARY, PUBLISHED, REST, SECONDARY, Chain, Relation, Table, build_table,
+    EMPTY,
+    EQ,
+    PRIMARY,
+    PUBLISHED,
+    REST,
+    SECONDARY,
+    Chain,
+    Relation,
+    Table,
+    build_table,
 )
 
 CELL_KEY = ["cell_id", "bucket_start"]

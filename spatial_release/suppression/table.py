@@ -135,7 +135,7 @@ class Table:
         return pd.DataFrame({"level": [self.level[n] for n in nodes], "area_id": [self.area[n] for n in nodes],
                              "bucket_start": [text[b] for b in buckets]})
 
-    def subtable(self, members: Sequence[int], relation_ids: Iterable[int]) -> "Table":
+    def subtable(self, members: Sequence[int], relation_ids: Iterable[int]) -> Table:
         """The figures `members` (ascending) with the relations `relation_ids` (ascending; every member of each
         among `members`), renumbered in the same order: node i of the result is node members[i] here, so every
         order the algorithms follow (node order, relation order, each relation's members) is kept."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import highspy
 
+
 @dataclass(frozen=True)
 class Criterion:
     """What "protected" means for a withheld primary of value v: the attacker's integer interval [lo, up]

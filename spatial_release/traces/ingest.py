@@ -40,7 +40,12 @@ from spatial_release.period import Period
 from spatial_release.policy import Policy, SourceSpec
 from spatial_release.progress import Progress, silent
 from spatial_release.traces.files import (  # noqa: F401 - re-exported: the traces' public entry points
-    IngestError, check_trace_files, expand_patterns, open_file, resolve_trace_paths, unreadable_file,
+    IngestError,
+    check_trace_files,
+    expand_patterns,
+    open_file,
+    resolve_trace_paths,
+    unreadable_file,
 )
 from spatial_release.traces.sql import ident, sql_str
 from spatial_release.traces.timestamps import LocalClock, timestamp_sql, zone_gap_sql

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
 from spatial_release.policy import SourceSpec
 from spatial_release.traces.sql import ident, sql_str
-
 
 # Formats naming an instant: an offset (%z) or a zone name (%Z); `%%` is a literal percent sign.
 _OFFSET_DIRECTIVE = re.compile(r"%[zZ]")
@@ -58,7 +57,7 @@ class LocalClock:
     last_offset: timedelta
 
     @classmethod
-    def around(cls, zone: str, start_utc: datetime, end_utc: datetime) -> "LocalClock":
+    def around(cls, zone: str, start_utc: datetime, end_utc: datetime) -> LocalClock:
         tz = ZoneInfo(zone)
         first, end = start_utc - timedelta(days=2), end_utc + timedelta(days=2)
 
@@ -73,7 +72,7 @@ class LocalClock:
             while hi - lo > 1:  # the first second of the new offset (changes fall on whole seconds)
                 mid = (lo + hi) // 2
                 lo, hi = (mid, hi) if offset(mid) == offset(lo) else (lo, mid)
-            at = datetime.fromtimestamp(hi, timezone.utc).replace(tzinfo=None)
+            at = datetime.fromtimestamp(hi, UTC).replace(tzinfo=None)
             changes.append((at + offset(lo), offset(lo), at + offset(hi)))
         margin = timedelta(days=1)  # no zone is more than a day from UTC
         return cls(zone, first.replace(tzinfo=None) + margin, end.replace(tzinfo=None) - margin,

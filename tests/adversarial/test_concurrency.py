@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 
 import pytest
+from test_release_io import QUARTER_DAYS, prepare, two_quarter_policy
 
 from spatial_release import stages
 from spatial_release.fileio import sha256_file
 from spatial_release.ledger import read_ledger
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
-from test_release_io import QUARTER_DAYS, prepare, two_quarter_policy
 
 _PUBLISHER = textwrap.dedent("""
     import json, sys, time

@@ -8,8 +8,8 @@ import json
 
 import numpy as np
 import pandas as pd
+from conftest import PROJECT_ROOT, SHARED_DATA, fixture_pings, policy_dict, requires_shared, write_policy
 
-from conftest import SHARED_DATA, fixture_pings, policy_dict, requires_shared, write_policy, PROJECT_ROOT
 from spatial_release import cli
 from spatial_release.geometry import coverage
 

@@ -15,9 +15,10 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from hypothesis import given, settings, strategies as st
-
 from conftest import policy_dict, write_policy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
 from spatial_release.traces.ingest import ingest_traces, resolve_trace_paths

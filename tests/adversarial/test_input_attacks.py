@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -21,9 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from conftest import CELL_A, CELL_B, CELL_D, CELL_E, K, cell_id, fixture_pings, lonlat_in, policy_dict, write_policy
 
-from conftest import CELL_A, CELL_B, CELL_D, CELL_E, K, cell_id, fixture_pings, lonlat_in, policy_dict, \
-    write_policy
 from spatial_release import cli
 
 NEW_YORK = ZoneInfo("America/New_York")
@@ -49,7 +48,7 @@ def _published_cells(tmp_path: Path) -> dict[tuple[str, str], int]:
 def _expected_cells(rows: pd.DataFrame) -> dict[tuple[str, str], int]:
     """Distinct units per (cell, local day), the day's start as a UTC instant: from `cell` and `instant`."""
     day = rows["instant"].map(lambda t: datetime(*t.astimezone(NEW_YORK).timetuple()[:3], tzinfo=NEW_YORK)
-                              .astimezone(timezone.utc).isoformat())
+                              .astimezone(UTC).isoformat())
     counts = rows.assign(day=day).groupby(["cell", "day"])["unit"].nunique()
     return {key: int(n) for key, n in counts.items()}
 
@@ -57,7 +56,7 @@ def _expected_cells(rows: pd.DataFrame) -> dict[tuple[str, str], int]:
 def _instant(text: str) -> datetime:
     """The instant a raw timestamp names, by hand: an offset if it has one, else New York wall time."""
     stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=NEW_YORK)).astimezone(timezone.utc)
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=NEW_YORK)).astimezone(UTC)
 
 
 # --- time zones -----------------------------------------------------------------------------------------

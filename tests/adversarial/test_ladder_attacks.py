@@ -21,9 +21,9 @@ import highspy
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import CRS, policy_dict, write_policy
 from pyproj import Transformer
 
-from conftest import CRS, policy_dict, write_policy
 from spatial_release import stages
 from spatial_release.period import Period
 from spatial_release.policy import load_policy

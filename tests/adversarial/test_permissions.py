@@ -9,6 +9,7 @@ import os
 import stat
 
 from conftest import fixture_pings, policy_dict, write_policy
+
 from spatial_release import cli
 
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import dagster as dg
 import geopandas as gpd
 import pandas as pd
-
 from conftest import fixture_pings, policy_dict, write_policy
+
 from spatial_release.defs.catalogue import programme_for
 from spatial_release.defs.execution import execute_release
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import PROJECT_ROOT
+
 from spatial_release.risk.landscape import LandscapeError, load_landscape
 
 
@@ -44,6 +44,7 @@ def _two_programmes(tmp_path, shared: bool, same_files: bool = True) -> tuple[di
     """A monthly and a quarterly programme over the same devices, published into one ledger; with
     `same_files` False, the quarterly reads its own export of them (other bytes: the ids renamed)."""
     from conftest import fixture_pings, uniqueness_policy_dict, write_policy
+
     from spatial_release import cli
 
     traces, other = tmp_path / "traces.csv", tmp_path / "other-export.csv"
@@ -94,6 +95,7 @@ def test_renaming_the_population_does_not_reset_the_budget(tmp_path):
     """Hostile pass: Q1 under `population: pop-one`, then Q2 of the same dataset under `pop-two` reported a
     cumulative figure of Q2 alone. A dataset's own releases always count."""
     from conftest import fixture_pings, uniqueness_policy_dict, write_policy
+
     from spatial_release import cli
     from spatial_release.risk import cumulative_risk
 
@@ -117,6 +119,7 @@ def _conflicting_programmes(tmp_path, shared: bool):
     """A monthly programme over every device, then a quarterly one over traces without one device of cell E
     (6 -> 5 devices, still published at k = 3): the key (E, 2018-01-10) has two values. No `audit_with`."""
     from conftest import CELL_E, cell_id, fixture_pings, uniqueness_policy_dict, write_policy
+
     from spatial_release import cli
 
     full, fewer = tmp_path / "full.csv", tmp_path / "fewer.csv"

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
 import geopandas as gpd
 import numpy as np
-
+import pandas as pd
 from conftest import DAY, SIZE, cell_id, fixture_pings, lonlat_in, policy_dict, write_policy
+
 from spatial_release import cli
-from spatial_release.suppression.audit import audit
 from spatial_release.levels import LEAF, TOTAL
+from spatial_release.suppression.audit import audit
 from spatial_release.suppression.release_system import DisclosureSpec, Structure, audit_published, protect_release
 from spatial_release.suppression.table import grid_chain
 

@@ -25,7 +25,6 @@ import shutil
 import time
 
 import pytest
-
 from ui_stack import PROJECT_ROOT, Deployment, missing_browser
 
 ARTIFACTS = PROJECT_ROOT / "ci-artifacts"

@@ -53,7 +53,7 @@ class Deployment:
     procs: dict = field(default_factory=dict)
 
     @classmethod
-    def create(cls, root: Path) -> "Deployment":
+    def create(cls, root: Path) -> Deployment:
         home = root / "dagster_home"
         home.mkdir(parents=True)
         (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
