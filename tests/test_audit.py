@@ -283,8 +283,8 @@ def test_audit_matches_brute_force(values, k, publish):
     values = dict(zip(LEAVES, values))
     margins = {"A": values["a1"] + values["a2"], "B": values["b1"] + values["b2"] + values["b3"]}
     margins["total"] = margins["A"] + margins["B"]
-    leaves = pd.DataFrame({"area_id": [l for l in LEAVES if values[l] > 0],
-                           "bucket_start": BUCKET, "n": [values[l] for l in LEAVES if values[l] > 0]})
+    leaves = pd.DataFrame({"area_id": [leaf for leaf in LEAVES if values[leaf] > 0],
+                           "bucket_start": BUCKET, "n": [values[leaf] for leaf in LEAVES if values[leaf] > 0]})
     margin_rows = pd.DataFrame([{"level": "district" if a != "total" else "total", "area_id": a,
                                  "bucket_start": BUCKET, "n": n} for a, n in margins.items() if n > 0])
     if margin_rows.empty:
@@ -299,7 +299,7 @@ def test_audit_matches_brute_force(values, k, publish):
         node = table.index.get((level, name, BUCKET))
         if node is not None and table.status[node] == PUBLISHED and not flag:
             table.status[node] = SECONDARY
-    known_leaves = {l for l in LEAVES if (n := table.index.get(("cell", l, BUCKET))) is not None
+    known_leaves = {leaf for leaf in LEAVES if (n := table.index.get(("cell", leaf, BUCKET))) is not None
                     and table.status[n] == PUBLISHED}
     known_margins = {a: margins[a] for a in ("A", "B", "total")
                      if (n := table.index.get(("total" if a == "total" else "district", a, BUCKET))) is not None

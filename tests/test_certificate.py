@@ -38,7 +38,7 @@ def many_components(groups: int = 40, seed: int = 7) -> Table:
         cells = rng.integers(1, 12, size=(3, 3))
         cells[rng.integers(0, 3), rng.integers(0, 3)] = rng.integers(1, K)  # at least one primary
 
-        def node(name: str, value: int) -> int:
+        def node(name: str, value: int, g: int = g) -> int:
             status = PRIMARY if 1 <= value < K else PUBLISHED
             return table.add("x", f"g{g}:{name}", 0, int(value), status)
 
@@ -191,7 +191,8 @@ def test_the_certificate_round_trips_through_its_files(certified, tmp_path):
     pd.testing.assert_frame_equal(again.primaries, certificate.primaries)
     assert not verify(table, again, INPUTS, Criterion(K)).unverified
     # a table file altered after the header was written: the whole certificate is unreadable
-    again.points.assign(value=again.points["value"] + 1).to_parquet(tmp_path / "cert" / "certificate_points.internal.parquet")
+    again.points.assign(value=again.points["value"] + 1).to_parquet(
+        tmp_path / "cert" / "certificate_points.internal.parquet")
     with pytest.raises(ValueError, match="sha256"):
         Certificate.read(tmp_path / "cert")
 
@@ -442,7 +443,11 @@ def test_publication_reuses_the_checks_audit_verdict_only_for_byte_identical_inp
     structure = ctx.structure
     chain = structure.chains[0]
     moved = cell_id(CELL_B)
-    parent_of = (lambda area, real_parent=chain.parent_of[0]: "elsewhere" if area == moved else real_parent(area))
+    real_parent = chain.parent_of[0]
+
+    def parent_of(area: str) -> str:
+        return "elsewhere" if area == moved else real_parent(area)
+
     changed = replace(structure, chains=(Chain(chain.levels, (parent_of, *chain.parent_of[1:]),
                                                chain.children_count), *structure.chains[1:]))
     true_cells, true_margins = stages.read_true_counts(area)

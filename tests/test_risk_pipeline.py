@@ -72,7 +72,7 @@ def test_crash_between_ledger_and_rename_rolls_forward(tmp_path, monkeypatch, cr
     policy_path = _policy(tmp_path)
     policy, period = load_policy(policy_path), Period.parse("2018-Q1")
     ctx = stages.ReleaseContext(policy, period, tmp_path / "work")
-    area = ctx.area
+    _ = ctx.area  # the work area is made before the stages run
     ledger = Ledger(tmp_path / "ledger")
     stages.run_ingest(ctx)
     stages.run_counts(ctx)

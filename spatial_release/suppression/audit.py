@@ -287,7 +287,8 @@ class ComponentModel:
         """The bulk LP's vertex was fractional (UNION relations, several linked rungs): the same objective
         as an integer program started from the true table (an integral feasible point, so the solver always
         has an incumbent) for at most BULK_MIP_NODES branch-and-bound nodes. Any incumbent is an integral
-        feasible point, which is all a witness needs; its optimality does not matter. None when the solver gives no feasible point."""
+        feasible point, which is all a witness needs; its optimality does not matter. None when the solver gives no
+        feasible point."""
         h = self.highs
         kinds = np.array([highspy.HighsVarType.kInteger] * len(withheld_cols))
         h.changeColsIntegrality(len(withheld_cols), withheld_cols.astype(np.int32), kinds)

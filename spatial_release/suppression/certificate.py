@@ -8,8 +8,9 @@ per-unit-derived and never goes into a release, a log or Dagster metadata):
   digest of the earlier releases the audit saw (`audit_with`; none at protection time);
 - the size of the linear system (figures, relations) and the components' count;
 - per withheld primary: its component, true value, the bounds the solver found (`lo`, `up`; `up` may be
-  +inf), its verdict (a component's verdict is that of all its primaries), and for each bound a witness: an integral point of the attacker's feasible set, stored as the
-  figures where it differs from the true table ({node: value}), shared between primaries.
+  +inf), its verdict (a component's verdict is that of all its primaries), and for each bound a witness: an
+  integral point of the attacker's feasible set, stored as the figures where it differs from the true table
+  ({node: value}), shared between primaries.
 
 What "verify cheaply and exactly" means here. Protection needs, for each primary of value v, that the
 attacker's integer interval reaches lo <= v - 1 and up >= max(k, v + 1) (`Criterion`). An attacker can

@@ -83,9 +83,10 @@ def _needed_keys(true: pd.DataFrame, links: Sequence[TimeLink], k: int) -> pd.Mu
         fine = true[rung == link.fine] if link.fine else true[rung.isna()]
         small = fine[below_k(fine["n"].to_numpy(), k)]
         needed.append(pd.DataFrame({
-            "level": _mapped(small["level"], lambda level: at_rung(space_level(level), link.coarse)),
+            "level": _mapped(small["level"],
+                             lambda level, coarse=link.coarse: at_rung(space_level(level), coarse)),
             "area_id": small["area_id"],
-            "bucket_start": _mapped(small["bucket_start"], lambda b: parent[pd.Timestamp(b)])}))
+            "bucket_start": _mapped(small["bucket_start"], lambda b, parent=parent: parent[pd.Timestamp(b)])}))
     return _keys(pd.concat(needed, ignore_index=True))
 
 
@@ -101,7 +102,7 @@ def leaf_shown(true_cells: pd.DataFrame, published_cells: pd.DataFrame, publishe
     current = pd.Series(buckets.to_numpy(), index=true_cells.index)
     for link in links:
         parent = link.parent_map()
-        current = _mapped(current, lambda b: parent[pd.Timestamp(b)])
+        current = _mapped(current, lambda b, parent=parent: parent[pd.Timestamp(b)])
         level = at_rung(LEAF, link.coarse)
         rows = published_margins[published_margins["level"] == level]
         keys = pd.MultiIndex.from_arrays([rows["area_id"], pd.to_datetime(rows["bucket_start"], utc=True)])
@@ -155,11 +156,12 @@ def _zoning_report(finest: pd.DataFrame, chain: Chain, rungs: Sequence[str | Non
     shown = pd.Series("none", index=finest.index, dtype=object)
     buckets = pd.to_datetime(finest["bucket_start"], utc=True)
     for level_name in order:  # the finest published level first: each figure keeps the first level that shows it
-        rung = rung_of(level_name)
+        rung, space = rung_of(level_name), space_level(level_name)
         keys = pd.MultiIndex.from_arrays([
             np.full(len(finest), level_name, dtype=object),
-            _mapped(finest["area_id"], lambda area: _area_at(area, chain, space_level(level_name))).to_numpy(),
-            pd.to_datetime(_mapped(buckets, lambda b: _bucket_at(pd.Timestamp(b), rung, rungs, maps)), utc=True)])
+            _mapped(finest["area_id"], lambda area, space=space: _area_at(area, chain, space)).to_numpy(),
+            pd.to_datetime(_mapped(buckets, lambda b, rung=rung: _bucket_at(pd.Timestamp(b), rung, rungs, maps)),
+                           utc=True)])
         hit = np.asarray(keys.isin(published), dtype=bool) & (shown == "none").to_numpy()
         shown[hit] = level_name
     finest = finest.assign(shown=shown)

@@ -192,7 +192,8 @@ def _clean_text_layers(raw: str, text: str) -> str:
     0.1 s a 2 M ids); the other steps run on the rest only (CASE evaluates a branch on its rows alone), each
     in its own layer so that no step is computed twice."""
     plain = f"SELECT *, regexp_full_match({text}, {_PLAIN}) AS __unit_plain FROM {raw}"
-    visible = f"SELECT *, CASE WHEN __unit_plain THEN {text} ELSE {_visible_text_sql(text)} END AS __unit_visible FROM ({plain})"
+    visible = (f"SELECT *, CASE WHEN __unit_plain THEN {text} ELSE {_visible_text_sql(text)} END AS __unit_visible "
+               f"FROM ({plain})")
     ascii_ = (f"SELECT * EXCLUDE (__unit_visible), CASE WHEN __unit_plain THEN __unit_visible "
               f"ELSE {_ascii_numerals_sql('__unit_visible')} END AS __unit_ascii FROM ({visible})")
     grouped = (f"CASE WHEN __unit_plain THEN __unit_ascii WHEN regexp_full_match(__unit_ascii, {_GROUPED}) "

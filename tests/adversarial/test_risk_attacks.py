@@ -51,7 +51,8 @@ def _two_programmes(tmp_path, shared: bool, same_files: bool = True) -> tuple[di
     fixture_pings().to_csv(traces, index=False)
     fixture_pings().assign(device=lambda f: "x-" + f["device"]).to_csv(other, index=False)
     extra = {"population": "fixture-devices"} if shared else {}
-    monthly = write_policy(tmp_path, {**uniqueness_policy_dict(str(traces), name="fixture-monthly", period="month"), **extra},
+    monthly = write_policy(tmp_path,
+                           {**uniqueness_policy_dict(str(traces), name="fixture-monthly", period="month"), **extra},
                            name="monthly.yaml")
     quarterly = write_policy(tmp_path, {**uniqueness_policy_dict(str(traces if same_files else other)), **extra},
                              name="quarterly.yaml")
