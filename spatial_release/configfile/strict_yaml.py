@@ -80,7 +80,7 @@ class StrictLoader(yaml.SafeLoader):
     def _refuse(self, mark: yaml.Mark, problem: str, reason: str, *last: object) -> YamlRefused:
         return YamlRefused(mark.line + 1, field_name([*self._fields, *last]), problem, reason)
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         if isinstance(index, yaml.ScalarNode):
             part: object = index.value  # a mapping's value: its key
         else:
@@ -113,8 +113,9 @@ class StrictLoader(yaml.SafeLoader):
             raise self._refuse(event.start_mark, f"explicit tags ({spelt}) are not allowed: write a number in "
                                                  "plain decimals, and quote text", "an explicit tag (not allowed)")
 
-    def compose_scalar_node(self, anchor: str | None) -> yaml.ScalarNode:
-        node = super().compose_scalar_node(anchor)
+    # types-PyYAML's stub types `anchor` as dict[Any, Node]; PyYAML passes the event's anchor, a str or None
+    def compose_scalar_node(self, anchor: str | None) -> yaml.ScalarNode:  # type: ignore[override]
+        node = super().compose_scalar_node(anchor)  # type: ignore[arg-type]  # the stub's anchor type, as above
         if node.style is None:  # plain: its type comes from the schema (quoted scalars are text)
             problem = self._plain_problem(node)
             if problem:
@@ -139,8 +140,9 @@ class StrictLoader(yaml.SafeLoader):
                 f"underscores or infinite) that YAML 1.2 reads as {new_value!r}: write the number in plain "
                 "decimals, or quote it as text"), "a YAML 1.1 number that YAML 1.2 reads otherwise (not allowed)"
 
-    def compose_mapping_node(self, anchor: str | None) -> yaml.MappingNode:
-        node = super().compose_mapping_node(anchor)
+    # types-PyYAML's stub types `anchor` as dict[Any, Node]; PyYAML passes the event's anchor, a str or None
+    def compose_mapping_node(self, anchor: str | None) -> yaml.MappingNode:  # type: ignore[override]
+        node = super().compose_mapping_node(anchor)  # type: ignore[arg-type]  # the stub's anchor type, as above
         first_line: dict[object, int] = {}
         for key_node, _ in node.value:
             if not isinstance(key_node, yaml.ScalarNode):

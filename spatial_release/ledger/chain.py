@@ -60,8 +60,8 @@ def _parse(folder: Path) -> list[dict]:
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = path.read_bytes()[:exc.start].count(b"\n")
-        raise LedgerCorrupt(line, "not UTF-8 text") from None
+        at = path.read_bytes()[:exc.start].count(b"\n")
+        raise LedgerCorrupt(at, "not UTF-8 text") from None
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last entry
@@ -84,11 +84,13 @@ def verify_chain(entries: list[dict], public_key: Ed25519PublicKey | None) -> No
     hash (GENESIS for the first); each hash matches the content; each entry is signed by `public_key`
     (its `signer` is that key and its signature verifies). Raises LedgerCorrupt at the first bad entry, or
     LedgerKeyError when there are entries and `public_key` is None."""
-    if entries and public_key is None:
+    if not entries:
+        return
+    if public_key is None:
         raise LedgerKeyError(f"no trusted public key to verify the ledger's signatures: pass --public-key, set "
                              f"{PUBLIC_KEY_ENV}, or keep the signing key's .pub at {signing_key_path()}.pub")
     previous = GENESIS
-    trusted = key_id(public_key) if public_key is not None else None
+    trusted = key_id(public_key)
     for index, entry in enumerate(entries):
         if entry.get("seq") != index:
             raise LedgerCorrupt(index, f"sequence number {entry.get('seq')!r} where {index} was expected "
@@ -112,8 +114,8 @@ def _read_head(folder: Path) -> tuple[int, str] | None:
     if not path.exists():
         return None
     try:
-        count, last = path.read_text().split()
-        count = int(count)
+        count_text, last = path.read_text().split()
+        count = int(count_text)
     except (ValueError, UnicodeDecodeError):
         raise LedgerCorrupt(None, "malformed (expected '<number of entries> <hash of the last entry>')") from None
     if count < 0 or not (_HASH.match(last)):
@@ -215,7 +217,7 @@ def _write_head(folder: Path, entries: list[dict]) -> None:
         tmp.write_text(f"{len(entries)} {entries[-1]['hash']}\n")
 
 
-def find_release(entries: list[dict], dataset: str, period: str) -> dict | None:
+def find_release(entries: list[dict], dataset: str | None, period: str | None) -> dict | None:
     """The release entry of (dataset, period), or None; a (dataset, period) is recorded at most once."""
     return next((e for e in entries if e.get("kind") == "release" and e.get("dataset") == dataset
                  and e.get("period") == period), None)

@@ -9,6 +9,7 @@ import hashlib
 from pathlib import Path
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from spatial_release.configfile import (
     MAX_CONFIG_BYTES,
@@ -21,7 +22,7 @@ from spatial_release.configfile import read_config as _read_config
 from spatial_release.policy.model import Policy, PolicyError
 
 
-def _describe(error: dict) -> str:
+def _describe(error: ErrorDetails) -> str:
     return f"field '{field_name(list(error['loc']))}': {error['msg']}"
 
 

@@ -93,7 +93,7 @@ class TripEnd(_Strict):
 class SyntheticSource(_Strict):
     """Generate traces with the built-in generator when no trace files are given (demo policies)."""
 
-    persons: int = Field(3000, ge=1)
+    persons: int = Field(default=3000, ge=1)
     seed: int = 20180101
     file_format: Literal["csv", "parquet"] = "parquet"
 
@@ -123,9 +123,9 @@ class SourceSpec(_Strict):
         default_factory=list,
         description="identifier and quasi-identifier columns of the input; none may reach a release",
     )
-    max_rejected_share: float = Field(0.01, ge=0.0, le=1.0)
+    max_rejected_share: float = Field(default=0.01, ge=0.0, le=1.0)
     max_outside_share: float = Field(
-        0.01, ge=0.0, le=1.0,
+        default=0.01, ge=0.0, le=1.0,
         description="ceiling on the share of valid pings outside the geometry (swapped axes, wrong region)",
     )
     synthetic: SyntheticSource | None = None
@@ -201,7 +201,7 @@ class ZoneParent(_Strict):
 
     level: str = Field(pattern=NAME_PATTERN)
     column: str | None = None
-    prefix: int | None = Field(None, gt=0)
+    prefix: int | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _one_source(self) -> ZoneParent:
@@ -282,18 +282,18 @@ class TimeSpec(_Strict):
 
 
 class SuppressionSpec(_Strict):
-    budget: float = Field(0.10, gt=0.0, le=1.0, description="largest share of unit counts in withheld cells")
+    budget: float = Field(default=0.10, gt=0.0, le=1.0, description="largest share of unit counts in withheld cells")
     cost: Literal["unit_value", "cells"] = Field(
-        "unit_value",
+        default="unit_value",
         description="what a complementary suppression costs: unit_value ((n + 1) x a level weight: withhold "
                     "small figures, keep unit counts) or cells (every non-empty figure alike: withhold fewer "
                     "figures)")
     climb: Literal["where_withheld", "to_budget"] = Field(
-        "where_withheld",
+        default="where_withheld",
         description="with a time ladder: where_withheld offers the coarser figure over every figure withheld as "
                     "a primary; to_budget climbs only the main geometry's cells, and only as far as the budget "
                     "needs (the steps that show the most withheld unit counts per finer bucket merged first)")
-    zeros: str | None = Field(None, description="public list of structural-zero cell ids, relative to the policy")
+    zeros: str | None = Field(default=None, description="public list of structural-zero cell ids, relative to the policy")
     audit_with: list[str] = Field(
         default_factory=list,
         description="other datasets published over the same units, cells and buckets (e.g. a monthly and a "
@@ -305,25 +305,25 @@ class RiskSpec(_Strict):
     parent level such as a coarse grid), fixed across releases; the landscape file states what outsiders
     know. Ceilings are changed here, in review, never at run time."""
 
-    zones: str = Field(LEAF, description="level of the main geometry whose areas are the risk zones")
+    zones: str = Field(default=LEAF, description="level of the main geometry whose areas are the risk zones")
     model: Literal["attack", "uniqueness"] = Field(
-        "attack",
+        default="attack",
         description="what the gate reads: 'attack' (default), the success of the published attacks on aggregates "
                     "(trajectory recovery and linkage, membership inference) run on the candidate; 'uniqueness', "
                     "the upper bound that scores each unit's published keys as if its trajectory were recovered "
                     "perfectly. Both are computed and reported whichever gates")
     coarsen: Literal["propose", "apply"] = Field(
-        "propose",
+        default="propose",
         description="when a risk zone is over the gate under risk.model attack: 'apply' withholds its cells at "
                     "the policy's bucket (shown at the next rung of the time ladder, or by the parent areas) and "
                     "protects again, rung by rung, until every zone passes (the frontier of what was tried is "
                     "recorded); 'propose' only names the rung that would pass")
     landscape: str = Field(description="the auxiliary-landscape YAML, relative to the policy file")
-    per_release_ceiling: float = Field(0.05, gt=0.0, le=1.0)
-    cumulative_ceiling: float = Field(0.20, gt=0.0, le=1.0)
-    warn_at: float = Field(0.75, gt=0.0, le=1.0)
-    window: int | None = Field(None, ge=1, description="earlier releases counted; None: the whole programme")
-    key_retention_days: int = Field(730, ge=1, description="how long per-unit key sets are kept for reviews")
+    per_release_ceiling: float = Field(default=0.05, gt=0.0, le=1.0)
+    cumulative_ceiling: float = Field(default=0.20, gt=0.0, le=1.0)
+    warn_at: float = Field(default=0.75, gt=0.0, le=1.0)
+    window: int | None = Field(default=None, ge=1, description="earlier releases counted; None: the whole programme")
+    key_retention_days: int = Field(default=730, ge=1, description="how long per-unit key sets are kept for reviews")
 
 
 class AlertsSpec(_Strict):
@@ -335,7 +335,7 @@ class AlertsSpec(_Strict):
     email_to: list[Annotated[str, Field(pattern=r"^[^@\s,;<>]+@[^@\s,;<>]+\.[^@\s,;<>]+$")]] = Field(
         default_factory=list, description="e-mail addresses, added to SPATIAL_RELEASE_SMTP_TO")
     slack_webhook_env: str | None = Field(
-        None, pattern=r"^[A-Z][A-Z0-9_]*$",
+        default=None, pattern=r"^[A-Z][A-Z0-9_]*$",
         description="name of the environment variable holding this programme's Slack incoming-webhook URL "
                     "(instead of SPATIAL_RELEASE_SLACK_WEBHOOK_URL); the URL itself is a secret")
 
@@ -356,7 +356,7 @@ class Policy(_Strict):
     alerts: AlertsSpec | None = None
     period: Literal["quarter", "month"] = "quarter"
     population: str | None = Field(
-        None, pattern=NAME_PATTERN,
+        default=None, pattern=NAME_PATTERN,
         description="the units this programme draws on; policies that name the same population (e.g. a "
                     "quarterly and a monthly programme over the same bikes) share one cumulative risk budget; "
                     "default: the policy's own name",
