@@ -134,26 +134,31 @@ def run_protect(ctx: ReleaseContext, progress: Progress = log_progress, publishe
     climbing = coarsen.applies(ctx, published)
     climb, frontier, ladder = coarsen.Climb(), [], list(policy.time.ladder)
     cells_by_zone = coarsen.zone_cells(ctx, true_cells["cell_id"]) if climbing else {}
-    ceiling = coarsen.effective_ceiling(ctx, published) if climbing else 1.0
-    adversary, population_of_zone = coarsen.gate_adversary(ctx) if climbing else (None, None)
+    # the attack gate of the climbing loop: (ceiling, adversary, public population per zone), when it climbs
+    gate = ((coarsen.effective_ceiling(ctx, published), *coarsen.gate_adversary(ctx))
+            if climbing and published is not None else None)
     while True:
         withhold = population | climb.keys(cells_by_zone, true_cells, true_margins, ladder)
         protected, log, table = protect_release(true_cells, true_margins, ctx.disclosure, progress=progress,
                                                 withhold=frozenset(withhold))
         tables = release_tables(protected, ctx.locator, policy.count_column)
         write_tables(tables, area.candidate)
-        if not climbing:
+        if gate is None:  # not climbing
             break
+        ceiling, adversary, population_of_zone = gate
         report = coarsen.attack_written_candidate(ctx)
         over = coarsen.over_the_gate(report, ceiling, adversary, population_of_zone)
         frontier.append(coarsen.frontier_row(climb, ladder, len(tables.cells), len(tables.margins), over, ceiling))
         if not over or not coarsen.climb_zones(climb, over, sorted(cells_by_zone), ladder, progress):
             break
     protected.withheld_cells.to_parquet(area.candidate / "withheld_cells.internal.parquet", index=False)
+    audit = log.audit
+    if audit is None:  # every protection audits its pattern: the record states that audit, never a guess
+        raise RuntimeError("the protection log does not record the audit of the candidate")
     summary = ProtectionSummary(
         **protected.summary(true_cells), by_level=withheld_by_level(protected),
         suppression={"sweep_secondaries": log.sweep_secondaries, "repair_secondaries": log.repair_secondaries,
-                     "repair_rounds": log.rounds, "audit": log.audit.summary()},
+                     "repair_rounds": log.rounds, "audit": audit.summary()},
         crs=tables.cells.crs.to_string(), published_by_level=published_by_level(protected),
         ladder=table.ladder or None, utility=release_utility(ctx, true_cells, true_margins, protected, progress),
         frontier=frontier or None)
@@ -161,7 +166,7 @@ def run_protect(ctx: ReleaseContext, progress: Progress = log_progress, publishe
         raise RuntimeError("the protection log does not record the method that protected the candidate")
     ProtectionManifest(summary, {n: sha256_file(area.candidate / n) for n in RELEASE_FILES},
                        method=log.method.describe()).write(area.candidate)
-    Certificate.build(table, log.audit, certificate_inputs(ctx)).write(certificate_dir(area))
+    Certificate.build(table, audit, certificate_inputs(ctx)).write(certificate_dir(area))
     return summary
 
 

@@ -198,7 +198,11 @@ class ComponentModel:
                          for n in nodes])
 
     def _add_rows(self, relations: Iterable) -> None:
-        lower, upper, starts, index, values = [], [], [], [], []
+        lower: list[float] = []
+        upper: list[float] = []
+        starts: list[int] = []
+        index: list[int] = []
+        values: list[float] = []
 
         def row(coefs: dict[int, float], lo: float, up: float) -> None:
             starts.append(len(index))
@@ -411,7 +415,8 @@ def audit_component(model: ComponentModel, primaries: list[int], criterion: Crit
                                                                                  result, cap)
     for node in primaries:
         v = table.value[node]
-        bounds, integer_solve, binding, failed, capped = {}, False, {False: (), True: ()}, False, False
+        bounds, integer_solve, failed, capped = {}, False, False, False
+        binding: dict[bool, tuple[tuple[int, float], ...]] = {False: (), True: ()}
         points: dict[bool, Point | None] = {False: None, True: None}
         for maximise in (False, True):
             witness = (witness_up if maximise else witness_lo).get(node)
@@ -597,8 +602,8 @@ def renumbered(intervals: list[Interval], witnesses: dict[int, tuple[Point | Non
     """Intervals and witness points of a sub-table (`Table.subtable`) in the whole table's numbering (`back`:
     sub-table node -> node; monotone, so every order is kept). Shared points stay shared."""
 
-    def point(p: Point | None) -> Point | None:
-        return None if p is None else {back[n]: v for n, v in p.items()}
+    def point(p: Point) -> Point:
+        return {back[n]: v for n, v in p.items()}
 
     mapped_intervals = [Interval(back[i.node], i.value, i.lo, i.up, i.passed, i.exact_integer, i.failing,
                                  tuple((back[n], rc) for n, rc in i.binding), i.bounds) for i in intervals]

@@ -139,7 +139,7 @@ def _chunks(table: Table, blocks: list[np.ndarray]) -> list[tuple[np.ndarray, np
     return out
 
 
-def _merge(table: Table, done: _Protected, log: ProtectionLog) -> None:
+def _merge(table: Table, done: _Protected, log: ProtectionLog, audit: AuditResult) -> None:
     for node, status in zip(done.members.tolist(), done.status):
         table.status[node] = status
     part = done.log
@@ -149,7 +149,6 @@ def _merge(table: Table, done: _Protected, log: ProtectionLog) -> None:
     log.rounds = max(log.rounds, part.rounds)
     if part.audit is None:
         return
-    audit = log.audit
     audit.intervals.extend(part.audit.intervals)
     audit.errors.extend(part.audit.errors)
     audit.witnesses.update(part.audit.witnesses)
@@ -211,18 +210,19 @@ def protect_blocks(table: Table, k: int, level_depth: dict[str, int], method: Pr
     jobs = (_Chunk(table.subtable(nodes.tolist(), relations.tolist()), nodes, k, level_depth,
                    replace(method, cost=[costs[n] for n in nodes.tolist()], workers=1, cap=cap), criterion, options)
             for nodes, relations in chunks)
-    log = ProtectionLog(audit=AuditResult(k=k, criterion=criterion), method=method)
+    audit = AuditResult(k=k, criterion=criterion)  # the log's audit, merged over the chunks
+    log = ProtectionLog(audit=audit, method=method)
     reported = time.perf_counter()
     workers = min(workers, len(chunks))
     for n, done in enumerate(_in_order(jobs, workers), start=1):
-        _merge(table, done, log)
+        _merge(table, done, log, audit)
         if time.perf_counter() - reported >= every_s:
             reported = time.perf_counter()
             progress(f"suppression: {n / len(chunks):.0%} of the table protected, {reported - started:.0f} s")
-    log.audit.intervals.sort(key=lambda interval: interval.node)
-    log.audit.workers = workers
+    audit.intervals.sort(key=lambda interval: interval.node)
+    audit.workers = workers
     progress(f"suppression: every block protected in {time.perf_counter() - started:.1f} s "
-             f"({'every withheld primary protected' if log.audit.passed else 'some primaries NOT protected'})")
+             f"({'every withheld primary protected' if audit.passed else 'some primaries NOT protected'})")
     return log
 
 

@@ -285,7 +285,9 @@ class _Checks:
         """The true table (withheld figures at their true values) against every relation, once: EQ relations
         as one integer residual each (children + rest - parent), the others one by one; then the floors."""
         table, relations, eq = self.table, self.table.relations, self.eq
-        member_rel, member_node, member_coef = [], [], []
+        member_rel: list[int] = []
+        member_node: list[int] = []
+        member_coef: list[int] = []
         for r, rel in enumerate(relations):
             if eq[r]:
                 members = rel.members()
@@ -296,11 +298,11 @@ class _Checks:
         np.add.at(self.residual, np.asarray(member_rel, dtype=np.int64),
                   np.asarray(member_coef, dtype=np.int64) * values[np.asarray(member_node, dtype=np.int64)])
         broken = "the true table does not satisfy a relation of the published system"
-        for r in np.flatnonzero(eq & (self.residual != 0)):
-            self.spoil(relations[r].members(), broken)
-        for r in np.flatnonzero(~eq):
-            if not _relation_holds(relations[r], table.value.__getitem__):
-                self.spoil(relations[r].members(), broken)
+        for bad in np.flatnonzero(eq & (self.residual != 0)):
+            self.spoil(relations[bad].members(), broken)
+        for other in np.flatnonzero(~eq):
+            if not _relation_holds(relations[other], table.value.__getitem__):
+                self.spoil(relations[other].members(), broken)
         value, status = table.value, table.status
         for n, f in table.floor.items():
             if status[n] != PUBLISHED and value[n] < f:
@@ -400,7 +402,10 @@ def _certify_component(table: Table, nodes: list[int], recorded: _Recorded, poin
         lo_point, up_point = int(recorded.lo_point[i]), int(recorded.up_point[i])
         if not (points.ok(lo_point) and points.ok(up_point)):
             return "a witness point that is not a feasible integral point of the published system"
-        y_lo, y_up = points.moved(lo_point).get(n, v), points.moved(up_point).get(n, v)
+        lo_moved, up_moved = points.moved(lo_point), points.moved(up_point)
+        if lo_moved is None or up_moved is None:  # never after ok(): it holds only for points the certificate has
+            return "a witness point that is not a feasible integral point of the published system"
+        y_lo, y_up = lo_moved.get(n, v), up_moved.get(n, v)
         lo, up = float(recorded.lo[i]), float(recorded.up[i])
         if lo != y_lo or not (up == y_up or (math.isinf(up) and up > 0)):
             return "a bound its witness does not attain"

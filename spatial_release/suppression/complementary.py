@@ -41,6 +41,7 @@ SSBtools and GaussSuppression).
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -169,7 +170,8 @@ def _layers(table: Table, start: int, relations_of: list[list[int]]) -> Iterator
     seen_nodes, seen_rel = {start}, set()
     frontier = [start]
     while frontier:
-        published, withheld = [], []
+        published: list[int] = []
+        withheld: list[int] = []
         for node in frontier:
             for r in relations_of[node]:
                 if r in seen_rel:
@@ -270,7 +272,7 @@ class WitnessIndex:
                     self._moved_by.setdefault(node, set()).add(pid)
             self._resting.setdefault(pid, set()).add(primary)
 
-    def affected_by(self, node: int) -> set[int]:
+    def affected_by(self, node: int) -> builtins.set[int]:  # `set` is the method above
         """The primaries whose bounds publishing `node` may narrow."""
         return {p for pid in self._moved_by.get(node, ()) for p in self._resting.get(pid, ())} | self._unknown
 
@@ -476,6 +478,8 @@ def protect_whole(table: Table, k: int, level_depth: dict[str, int], method: Pro
     intervals = _audit_and_repair(table, k, costs, criterion, method, options, relations_of, reasons, log, progress)
     if method.prunes:
         totals = log.audit
+        if totals is None:  # _audit_and_repair sets it
+            raise RuntimeError("the protection log does not record the audit before pruning")
         pruned = prune(table, costs, criterion, totals.witnesses, method=method, reasons=reasons, options=options,
                        relations_of=relations_of)
         log.pruned = pruned.released

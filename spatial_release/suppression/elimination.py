@@ -87,7 +87,9 @@ def model_columns(table: Table) -> list[Vector]:
                         out.pop(row, None)
             columns[top] = out
             stack.pop()
-        return columns[node]
+        column = columns[node]
+        assert column is not None  # the loop ends when node's column is set
+        return column
 
     for node in range(len(table)):
         expand(node)

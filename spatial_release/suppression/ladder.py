@@ -200,14 +200,15 @@ def _choose_climbs(table: Table, ancestors: dict[int, list[int]], need: int, nev
     heap = [(-gain(j), table.level[j], table.area[j], str(table.bucket[j]), j) for j in sorted(covers)
             if table.status[j] == UNOFFERED and j not in never]
     heapq.heapify(heap)
-    chosen, gained = [], 0
+    chosen: list[int] = []
+    gained = 0
     while heap and (gained < need or not chosen):
-        neg, *key, j = heapq.heappop(heap)
+        neg, level, area, bucket, j = heapq.heappop(heap)
         current = gain(j)
         if current <= 0:
             continue
         if current < -neg - 1e-12:  # stale: others shown some of its cells since it was queued
-            heapq.heappush(heap, (-current, *key, j))
+            heapq.heappush(heap, (-current, level, area, bucket, j))
             continue
         chosen.append(j)
         newly = [leaf for leaf in covers[j] if leaf not in shown]
@@ -237,7 +238,10 @@ def climb_to_budget(table: Table, links: tuple[TimeLink, ...], budget: float, pr
             break
         for j in chosen:
             table.status[j] = PUBLISHED
-            offered[rung_of(table.level[j])] += 1
+            rung = rung_of(table.level[j])
+            if rung is None:  # _choose_climbs offers coarser figures only
+                raise ValueError(f"{table.key(j)} is not a coarser figure and cannot be offered")
+            offered[rung] += 1
         rounds += 1
         if progress:
             progress(f"suppression: climbed the time ladder (round {rounds})")

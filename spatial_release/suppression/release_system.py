@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 import pandas as pd
 
@@ -192,7 +193,7 @@ def _frame(table: Table, nodes: list[int], leaf: bool) -> pd.DataFrame:
     return frame.sort_values(MARGIN_KEY).reset_index(drop=True)
 
 
-def tables_from_status(table: Table, zeros: Iterable[str], buckets: Sequence[object],
+def tables_from_status(table: Table, zeros: Iterable[str], buckets: Sequence[datetime],
                        true_cells: pd.DataFrame) -> ProtectedTable:
     real = [i for i in range(len(table)) if table.status[i] not in (REST, UNOFFERED, EMPTY)]
     leaves = [i for i in real if table.level[i] == LEAF]
@@ -224,7 +225,7 @@ def structure_digest(structure: Structure, true_cells: pd.DataFrame, true_margin
         areas.setdefault(space_level(str(level)), set()).update(str(a) for a in pd.unique(group))
     digest = hashlib.sha256()
     for chain in structure.chains:
-        current = set(areas.get(space_level(chain.levels[0]), ()))
+        current: set[object] = set(areas.get(space_level(chain.levels[0]), ()))
         for depth, (parent_of, count_of) in enumerate(zip(chain.parent_of, chain.children_count)):
             mapping = sorted((area, _answer(parent_of, area)) for area in current)
             current = {parent for _, parent in mapping} | areas.get(space_level(chain.levels[depth + 1]), set())
@@ -233,7 +234,7 @@ def structure_digest(structure: Structure, true_cells: pd.DataFrame, true_margin
     return digest.hexdigest()
 
 
-def _answer(function, area: str) -> object:
+def _answer(function, area: object) -> object:
     """What a structure function answers for `area`, or the name of the error it raises (a zoning's map
     refuses an area it does not hold): the digest records either, the same way every time."""
     try:
@@ -428,7 +429,7 @@ def certify_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publ
     started = time.perf_counter()
     table, conflicts, from_earlier = published_system(true_cells, true_margins, published_cells,
                                                       published_margins, spec, earlier)
-    verification = verify(table, certificate, inputs, spec.criterion, from_earlier)
+    verification = verify(table, certificate, inputs, spec.criterion or Criterion(spec.k), from_earlier)
     progress(f"audit: certificate verified in {time.perf_counter() - started:.1f} s")
     again = verification.to_resolve()
 

@@ -173,7 +173,7 @@ def build_table(
     k: int,
     measure: str,
     zero_leaves: Iterable[tuple[str, object]] | Mapping[str, Iterable[tuple[str, object]]] = (),
-    prepare: Callable[[Table], None] | None = None,
+    prepare: Callable[[Table], object] | None = None,
 ) -> Table:
     """Nodes from the true counts (leaves: area_id, bucket_start, n; margins: level, area_id, bucket_start, n),
     primaries where 1 <= n < k, relations along every chain, and a rest variable where a parent has
@@ -226,12 +226,12 @@ def _relate_level(table: Table, chain: Chain, depth: int, kind: str, zero_leaves
     groups: dict[tuple[str, object], list[int]] = {}
     zeros_in: dict[tuple[str, object], int] = {}
     parents: dict[str, str] = {}  # an area recurs in every bucket: its parent is worked out once
-    area, bucket = table.area, table.bucket
+    area, buckets = table.area, table.bucket
     for i in [i for i, level in enumerate(table.level) if level == child_level]:
-        parent = parents.get(area[i])
-        if parent is None:
-            parent = parents[area[i]] = parent_of(area[i])
-        groups.setdefault((parent, bucket[i]), []).append(i)
+        parent_name = parents.get(area[i])
+        if parent_name is None:
+            parent_name = parents[area[i]] = parent_of(area[i])
+        groups.setdefault((parent_name, buckets[i]), []).append(i)
     if depth == 0:
         for cell, bucket in zero_leaves:
             if (child_level, cell, bucket) not in table.index:

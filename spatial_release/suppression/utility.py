@@ -65,7 +65,7 @@ def _mapped(values: pd.Series, fn) -> pd.Series:
 
 def _shares(frame: pd.DataFrame) -> dict:
     figures, units = len(frame), int(frame["n"].sum())
-    out = {"figures": figures, "unit_counts": units}
+    out: dict[str, int | dict[str, float]] = {"figures": figures, "unit_counts": units}
     for status in ("published", "primary", "secondary", "not_needed"):
         part = frame[frame["status"] == status]
         out[status] = {"figures": len(part) / figures if figures else 0.0,

@@ -28,14 +28,14 @@ class Criterion:
     k: int
     range_pct: float | None = None
 
-    def _step(self, v: int) -> int:
-        return max(1, math.ceil(v * self.range_pct / 100 - 1e-9))
+    def _step(self, v: int, range_pct: float) -> int:
+        return max(1, math.ceil(v * range_pct / 100 - 1e-9))
 
     def lower(self, v: int) -> int:
-        return v - 1 if self.range_pct is None else max(0, v - self._step(v))
+        return v - 1 if self.range_pct is None else max(0, v - self._step(v, self.range_pct))
 
     def upper(self, v: int) -> int:
-        return max(self.k, v + 1) if self.range_pct is None else v + self._step(v)
+        return max(self.k, v + 1) if self.range_pct is None else v + self._step(v, self.range_pct)
 
     def reaches_lower(self, v: int, lo: float) -> bool:
         return lo <= self.lower(v)

@@ -141,7 +141,7 @@ def _describe_raw(con: duckdb.DuckDBPyConnection, path: Path, file_format: str) 
 
 def _mapped_fields(source: SourceSpec) -> dict[str, list[str]]:
     """Each mapped column with the policy fields that name it (e.g. 'lat' <- source.lat)."""
-    fields = {"source.unit": source.unit}
+    fields: dict[str, str | None] = {"source.unit": source.unit}
     if source.format == "pings":
         fields.update({"source.time": source.time, "source.lon": source.lon, "source.lat": source.lat})
     else:
@@ -149,7 +149,9 @@ def _mapped_fields(source: SourceSpec) -> dict[str, list[str]]:
             fields.update({f"source.{name}.{part}": getattr(end, part) for part in ("time", "lon", "lat")})
     out: dict[str, list[str]] = {}
     for name, column in fields.items():
-        out.setdefault(column, []).append(name)  # type: ignore[arg-type]
+        if column is None:  # SourceSpec's validator requires every column of its format
+            raise ValueError(f"policy field {name} names no column")
+        out.setdefault(column, []).append(name)
     return out
 
 

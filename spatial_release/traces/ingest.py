@@ -477,7 +477,10 @@ def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir
     for i, path in enumerate(files):
         types = open_file(con, path, source, f"raw_{i}")
         columns.update(c for c in types if c != "__row")
-        rows = con.execute(f"SELECT count(*) FROM raw_{i}").fetchone()[0]
+        counted = con.execute(f"SELECT count(*) FROM raw_{i}").fetchone()
+        if counted is None:  # count(*) always answers one row
+            raise RuntimeError(f"no row count for {path}")
+        rows = counted[0]
         rows_read += rows
         # `src` (the file's position) lets later checks say which file a ping came from, e.g. the file
         # whose pings fall outside the geometry; a SMALLINT costs next to nothing in the Parquet file.
