@@ -4,7 +4,7 @@ manifest) and the true counts, and re-derives its verdict with `spatial_release.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import duckdb
@@ -24,9 +24,16 @@ from spatial_release.stages.count import measure_coverage, read_true_counts, sql
 from spatial_release.stages.protect import certificate_dir, certificate_inputs
 from spatial_release.stages.results import CountsSummary, IngestSummary, ProtectionManifest, RiskAssessment
 from spatial_release.stages.risk import population_releases, release_inputs
-from spatial_release.suppression.certificate import Certificate
-from spatial_release.suppression.release_system import audit_published, certify_published, structure_digest
+from spatial_release.suppression.certificate import Certificate, Verification
+from spatial_release.suppression.release_system import (
+    DisclosureSpec,
+    audit_published,
+    certify_published,
+    structure_digest,
+)
+from spatial_release.suppression.table import Table
 from spatial_release.suppression.utility import leaf_shown
+from spatial_release.suppression.verdicts import AuditResult
 from spatial_release.traces.files import resolve_trace_paths
 
 CheckOutcome = guarantees.CheckOutcome
@@ -206,39 +213,77 @@ def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
         if reused is not None:
             _verify_manifest(area)  # as on the verifying path: an edited candidate is refused, not judged
             return reused
-    if release is None:
-        cells, margins = _release_frames(area)
-    else:
-        verify_release_files(release)
-        tables = read_tables(release)
-        cells, margins = tables.cells, tables.margins
+    cells, margins = _audited_files(area, release)
     spec = ctx.disclosure if options is None else replace(ctx.disclosure, solver_options=options)
-    certificate, method, verification = None, "solved", None
-    if release is None and options is None:
+    run = _solve_or_certify(ctx, spec, (true_cells, true_margins), (cells, margins), earlier,
+                            certify=release is None and options is None, progress=progress)
+    if keep_intervals:
+        _write_intervals(area, run)
+    outcome, summary = _audit_outcome(area, run)
+    write_json_atomic(area.root / "audit.internal.json", summary)
+    if digest is not None and outcome.passed:
+        save_audit_verdict(area, digest, outcome)
+    return outcome
+
+
+@dataclass(frozen=True)
+class _AuditRun:
+    """One audit of a release's files: its result, the system it solved and how it was reached."""
+
+    result: AuditResult
+    table: Table
+    method: str  # "certificate", "solved" or "solved (no usable certificate)"
+    verification: Verification | None
+
+
+def _audited_files(area: WorkArea, release: Path | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The candidate's files, or a published release folder's once its files match its record."""
+    if release is None:
+        return _release_frames(area)
+    verify_release_files(release)
+    tables = read_tables(release)
+    return tables.cells, tables.margins
+
+
+def _solve_or_certify(ctx: ReleaseContext, spec: DisclosureSpec, truth: tuple[pd.DataFrame, pd.DataFrame],
+                      files: tuple[pd.DataFrame, pd.DataFrame],
+                      earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]], certify: bool,
+                      progress: Progress) -> _AuditRun:
+    """Verify the protection step's certificate and solve what it cannot certify (`certify`), else solve
+    everything; a missing or unreadable certificate means solving everything."""
+    certificate, method = None, "solved"
+    if certify:
         try:
-            certificate = Certificate.read(certificate_dir(area))
+            certificate = Certificate.read(certificate_dir(ctx.area))
         except ValueError:
             method = "solved (no usable certificate)"
     if certificate is None:
-        result, table = audit_published(true_cells, true_margins, cells, margins, spec, earlier, progress)
-    else:
-        result, table, verification = certify_published(
-            true_cells, true_margins, cells, margins, spec, certificate, certificate_inputs(ctx, earlier),
-            earlier, progress)
-        method = "certificate"
-    found = result.intervals
-    intervals = table.keys_frame([i.node for i in found]).assign(
+        result, table = audit_published(*truth, *files, spec, earlier, progress)
+        return _AuditRun(result, table, method, None)
+    result, table, verification = certify_published(*truth, *files, spec, certificate,
+                                                    certificate_inputs(ctx, earlier), earlier, progress)
+    return _AuditRun(result, table, "certificate", verification)
+
+
+def _write_intervals(area: WorkArea, run: _AuditRun) -> None:
+    """The per-primary intervals (true value, attacker's bounds): internal, in the owner-only work area."""
+    found = run.result.intervals
+    intervals = run.table.keys_frame([i.node for i in found]).assign(
         value=[i.value for i in found], attacker_lo=[i.lo for i in found], attacker_up=[i.up for i in found],
         passed=[i.passed for i in found], integer_solve=[i.exact_integer for i in found])
-    if keep_intervals:
-        with atomic_path(area.root / "audit_intervals.internal.parquet") as tmp:
-            intervals.to_parquet(tmp, index=False)
+    with atomic_path(area.root / "audit_intervals.internal.parquet") as tmp:
+        intervals.to_parquet(tmp, index=False)
+
+
+def _audit_outcome(area: WorkArea, run: _AuditRun) -> tuple[CheckOutcome, dict]:
+    """The check's outcome (public: verdict, shares, offending cells named) and the internal summary."""
+    result, verification = run.result, run.verification
     # Offending rows name the cell and what fails; the true value and the attacker's interval are
     # per-unit facts that stay in the internal intervals file (never in a log or Dagster metadata).
-    offending = [{**table.key(i.node), "failing": i.failing} for i in result.failures()[:20]]
+    offending = [{**run.table.key(i.node), "failing": i.failing} for i in result.failures()[:20]]
     offending += [{"error": e} for e in result.errors[:20]]
     summary = result.summary()
-    figures: dict[str, str | float] = {"verified_by": method}
+    figures: dict[str, str | float] = {"verified_by": run.method}
     how = "solved with the attacker LP"
     if verification is not None:
         # counts of components are facts about withheld figures: internal; shares are public
@@ -251,16 +296,12 @@ def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
         figures.update(certified_share=round(share, 4), re_solved_share=round(1 - share, 4))
         how = (f"verified from the protection step's certificate ({share:.0%} certified, {1 - share:.0%} "
                f"re-solved{': ' + reasons[0] if reasons else ''})")
-    write_json_atomic(area.root / "audit.internal.json", summary)
     text = (f"every withheld primary is protected; {how}" if result.passed else
             f"{summary['failures']} primaries recoverable or shown below k, {len(result.errors)} audit errors "
             f"({how}); first: {offending[0] if offending else None}; intervals in "
             f"{area.root / 'audit_intervals.internal.parquet'}")
     verdict = AuditVerdict(summary["passed"], summary["criterion"], summary["solver"])
-    outcome = CheckOutcome("suppression_audit", result.passed, text, offending, {**verdict.to_json(), **figures})
-    if digest is not None and outcome.passed:
-        save_audit_verdict(area, digest, outcome)
-    return outcome
+    return CheckOutcome("suppression_audit", result.passed, text, offending, {**verdict.to_json(), **figures}), summary
 
 
 AUDIT_VERDICT = "audit_verdict.internal.json"  # the check's passing verdict, for byte-identical inputs

@@ -658,7 +658,8 @@ def _solve_all(table: Table, work: list[Pack], relations_of: list[list[int]], ca
 
 def audit(table: Table, k: int, options: dict | None = None, primaries: set[int] | None = None,
           optimal_bounds: bool = False, criterion: Criterion | None = None, progress: Progress = silent,
-          every_s: float = 5.0, workers: int | None = None, cap: float | None = None) -> AuditResult:
+          every_s: float = 5.0, workers: int | None = None, cap: float | None = None,
+          closing_line: bool = True) -> AuditResult:
     """Audit every withheld primary, or only those in `primaries` (the repair loop re-audits only the
     primaries that failed: withholding more figures only widens the attacker's feasible set, so a primary
     that passed keeps passing). With `optimal_bounds`, every bound is the attacker's optimum (two LPs per
@@ -668,7 +669,8 @@ def audit(table: Table, k: int, options: dict | None = None, primaries: set[int]
     connected component of withheld figures; `criterion` (default `Criterion(k)`) holds the protection
     levels. Parameters: `table` (statuses and values; withheld figures are unknowns of the LP), `k`,
     `options` (HiGHS option name -> value, e.g. a time limit), `progress` (called every `every_s`
-    seconds), `workers` (processes solving components in parallel; default `default_workers()`: the
+    seconds, and with a closing line unless `closing_line` is False: a caller whose audit is a part of its
+    own reports its own), `workers` (processes solving components in parallel; default `default_workers()`: the
     results are merged in component order, so they are the same whatever the number), `cap` (the bulk
     witness LPs' cap on every variable, default `table_cap(table)`; a sub-table is given its whole table's).
     Returns an
@@ -702,7 +704,7 @@ def audit(table: Table, k: int, options: dict | None = None, primaries: set[int]
             # shares and times only: counts of withheld primaries and components stay internal
             progress(f"audit: {done / total:.0%} of the withheld primaries, {reported - started:.0f} s")
     result.seconds = time.perf_counter() - started
-    if total:
+    if total and closing_line:
         progress(f"audit: done in {result.seconds:.1f} s, "
                  f"{'every withheld primary protected' if not result.failures() else 'some primaries NOT protected'}")
     return result

@@ -432,14 +432,9 @@ def certify_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publ
     verification = verify(table, certificate, inputs, spec.criterion or Criterion(spec.k), from_earlier)
     progress(f"audit: certificate verified in {time.perf_counter() - started:.1f} s")
     again = verification.to_resolve()
-
-    def partial(message: str) -> None:  # the re-solve's own closing line would read as the whole audit's
-        if not message.startswith("audit: done in"):
-            progress(message)
-
-    if again:
+    if again:  # the re-solve is a part of this audit: its closing line is the one below
         result = audit(table, spec.k, dict(spec.solver_options), primaries=again, criterion=spec.criterion,
-                       progress=partial, workers=workers)
+                       progress=progress, workers=workers, closing_line=False)
         result.errors = [e for e in result.errors if e not in verification.errors]
     else:
         result = AuditResult(k=spec.k, criterion=spec.criterion)
