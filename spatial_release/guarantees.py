@@ -210,7 +210,7 @@ def json_strings(value: object) -> Iterator[str]:
         yield value
 
 
-def ids_in_texts(texts: dict[str, str | list[str]], unit_ids: set[str]) -> list[dict]:
+def ids_in_texts(texts: dict[str, str | list[str]], unit_ids: set[str] | frozenset[str]) -> list[dict]:
     """Problems (file, count; never the ids) for each text holding unit ids: `texts` maps a file name to its
     free text, or to its list of text values (a JSON record's strings), each also compared whole."""
     problems = []

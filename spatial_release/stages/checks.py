@@ -129,11 +129,22 @@ def distinct_units(pings: Path) -> list[str]:
     return [r[0] for r in rows]
 
 
+def unit_ids(ctx: ReleaseContext) -> frozenset[str]:
+    """The unit ids of the release's validated pings (none before ingest), read once per context and pings
+    file: publication scans the tables and then the staged report with them. Keyed by the file's size and
+    modification time, so a re-ingest in the same context is read afresh."""
+    pings = ctx.area.ingest / "pings.parquet"
+    if not pings.exists():
+        return frozenset()
+    stat = pings.stat()
+    key = f"unit_ids:{stat.st_size}:{stat.st_mtime_ns}"
+    return ctx._once(key, lambda: frozenset(distinct_units(pings)))
+
+
 def never_quoted(ctx: ReleaseContext, traces: Sequence[str | Path] = ()) -> tuple[set[str], list[str]]:
     """What an alert about this release must never quote: the unit ids its ingest saw (none before ingest)
     and its trace files (from the ingest, else as the policy and `traces` name them)."""
-    pings = ctx.area.ingest / "pings.parquet"
-    ids = set(distinct_units(pings)) if pings.exists() else set()
+    ids = set(unit_ids(ctx))
     summary = ctx.area.ingest / IngestSummary.FILE
     if summary.exists():
         return ids, list(IngestSummary.read(ctx.area.ingest).files)
@@ -154,7 +165,7 @@ def check_no_identifiers(ctx: ReleaseContext, published: Published | None = None
     inputs = ReleaseInputs.of(ingest, CountsSummary.read(area.counts))
     return guarantees.check_no_identifiers(
         {"cells.parquet": cells, "margins.parquet": margins}, record_keys, policy.source.protected_columns(),
-        ingest.input_columns, distinct_units(area.ingest / "pings.parquet"), policy.count_column,
+        ingest.input_columns, unit_ids(ctx), policy.count_column,
         texts={"release.json (input)": guarantees.record_texts(inputs.to_json())})
 
 

@@ -22,7 +22,7 @@ from spatial_release.release import (
     staging_dir,
 )
 from spatial_release.risk import BLOCK
-from spatial_release.stages.checks import GuaranteeFailed, distinct_units, run_guarantees
+from spatial_release.stages.checks import GuaranteeFailed, run_guarantees, unit_ids
 from spatial_release.stages.context import Published, ReleaseContext
 from spatial_release.stages.lock import AlreadyPublished
 from spatial_release.stages.results import CountsSummary, IngestSummary, ProtectionManifest
@@ -68,8 +68,7 @@ def staged_texts(staging: Path, record: dict) -> dict[str, str | list[str]]:
 def refuse_unit_ids_in_staged(ctx: ReleaseContext, staging: Path, record: dict) -> None:
     """The last look before the ledger append: no unit id in the record or the report as staged (the
     no_identifiers check ran on the tables before the report existed). A refusal removes the staging."""
-    problems = guarantees.ids_in_texts(staged_texts(staging, record),
-                                       set(distinct_units(ctx.area.ingest / "pings.parquet")))
+    problems = guarantees.ids_in_texts(staged_texts(staging, record), unit_ids(ctx))
     if problems:
         shutil.rmtree(staging, ignore_errors=True)
         raise GuaranteeFailed(guarantees.CheckOutcome(

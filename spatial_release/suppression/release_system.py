@@ -329,7 +329,8 @@ def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: 
     for i in forced:  # withheld like any complement in the internal frames and the summary's withheld counts
         table.status[i] = SECONDARY
     # a structural zero's 0 is shown in every bucket but the cut ones: nothing is published under their keys
-    shown_buckets = [b for b in spec.buckets if pd.Timestamp(b) not in set(spec.structure.cut)]
+    cut_buckets = set(spec.structure.cut)
+    shown_buckets = [b for b in spec.buckets if pd.Timestamp(b) not in cut_buckets]
     return tables_from_status(table, spec.zeros, shown_buckets, true_cells), log, table
 
 
