@@ -381,20 +381,21 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(f"error: no true counts under {area.counts}; give --work", file=sys.stderr)
         return 2
     from spatial_release.defs.resources import ReleaseSettings
-    from spatial_release.ledger import Ledger, find_release
+    from spatial_release.ledger import Ledger
     from spatial_release.stages.risk import expired
+    from spatial_release.suppression.verdicts import AuditSummary
 
     ledger = Ledger(Path(args.ledger).resolve() if args.ledger else Path(ReleaseSettings().ledger_dir))
     published = stages.Published(ledger, folder.parents[1])
     # Past its key retention a release's per-unit artefacts were deleted on purpose: re-auditing it must not
     # write its per-primary intervals back.
-    entry = find_release(ledger.read(), record.dataset, record.period) if ledger.folder.is_dir() else None
+    entry = ledger.recorded(record.dataset, record.period) if ledger.folder.is_dir() else None
     retained = entry is None or policy.risk is None or not expired(policy, entry, datetime.now(UTC))
     outcome = stages.check_suppression_audit(ctx, release=folder, published=published, keep_intervals=retained)
-    internal = json.loads((area.root / "audit.internal.json").read_text())  # the operator's own figures
+    internal = AuditSummary.read(area.root)  # the operator's own figures
     print(f"audit of {folder}: {'PASSED' if outcome.passed else 'FAILED'}: {outcome.summary} "
-          f"({internal['primaries_audited']} withheld primaries audited in {internal['components']} components, "
-          f"{internal['lps_solved']} LPs)")
+          f"({internal.primaries_audited} withheld primaries audited in {internal.components} components, "
+          f"{internal.lps_solved} LPs)")
     for row in outcome.offending[:20]:
         print(f"    offending: {json.dumps(row, default=str)}")
     print(f"per-primary intervals (internal, never publish): {area.root / 'audit_intervals.internal.parquet'}"

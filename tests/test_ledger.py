@@ -571,3 +571,27 @@ def test_a_staging_folder_beside_its_published_release_blocks(ledger, tmp_path):
     with pytest.raises(ReleasesMismatch, match="sits beside"):
         recover_interrupted(releases, entries)
     assert staging.exists() and (releases / "d" / "2018-02" / "release.json").exists()
+
+
+def test_release_entries_are_typed_and_a_signed_entry_missing_a_field_is_reported_as_corrupt(tmp_path):
+    ledger = tmp_path / "typed"
+    append_entry(ledger, {"kind": "release", "dataset": "d", "period": "2018-01", "population": "bikes",
+                          "inputs": ["a" * 64], "risk": {"release_figure": 0.01}})
+    append_entry(ledger, {"kind": "review", "dataset": "d"})
+    append_entry(ledger, {"kind": "release", "dataset": "d", "period": "2018-02"})
+    handle = Ledger(ledger)
+    first, second = handle.releases("d")
+    assert (first.seq, first.key, first.population, first.inputs, first.release_figure) == \
+        (0, ("d", "2018-01"), "bikes", ("a" * 64,), 0.01)
+    assert (second.seq, second.population, second.inputs, second.release_figure) == (2, "d", (), None)
+    assert handle.recorded("d", "2018-02") == second and handle.recorded("d", "2018-03") is None
+    # the gate cannot count a release that records no figure as having spent nothing
+    from spatial_release.stages.risk import spent_figures
+
+    assert spent_figures([first]) == [0.01]
+    with pytest.raises(LedgerCorrupt, match="records no risk figure"):
+        spent_figures([first, second])
+    # a release entry, validly signed, whose period is not a string: a clear ledger error, not a KeyError
+    append_entry(ledger, {"kind": "release", "dataset": "d", "period": 2018})
+    with pytest.raises(LedgerCorrupt, match=r"ledger entry 3 .*'period' is int, expected str"):
+        handle.releases("d")

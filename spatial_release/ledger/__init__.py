@@ -35,12 +35,12 @@ from spatial_release.ledger.chain import (
     append_entry,
     canonical,
     entry_hash,
-    find_release,
     ledger_lock,
     read_ledger,
     verify_chain,
 )
 from spatial_release.ledger.crosscheck import check_releases
+from spatial_release.ledger.entries import ReleaseEntry, find_release, release_entries
 from spatial_release.ledger.errors import (
     ENTRIES,
     AlreadyRecorded,
@@ -67,7 +67,8 @@ from spatial_release.ledger.pin import PINS_SUFFIX, forget_pin, ledger_identity,
 __all__ = [
     "DEFAULT_SIGNING_KEY", "ENTRIES", "GENESIS", "HEAD", "LOCK", "PINS_SUFFIX", "PUBLIC_KEY_ENV", "RESERVED",
     "SIGNING_KEY_ENV", "AlreadyRecorded", "Ledger", "LedgerCorrupt", "LedgerError", "LedgerKeyError",
-    "PinMismatch", "ReleasesMismatch", "append_entry", "canonical", "check_releases", "entry_hash", "find_release",
-    "forget_pin", "key_id", "ledger_identity", "ledger_lock", "load_public_key", "load_signing_key", "pin_path",
-    "pins_folder", "public_key_path_for", "read_ledger", "signing_key_path", "trusted_public_key", "verify_chain",
+    "PinMismatch", "ReleaseEntry", "ReleasesMismatch", "append_entry", "canonical", "check_releases",
+    "entry_hash", "find_release", "forget_pin", "key_id", "ledger_identity", "ledger_lock", "load_public_key",
+    "load_signing_key", "pin_path", "pins_folder", "public_key_path_for", "read_ledger", "release_entries",
+    "signing_key_path", "trusted_public_key", "verify_chain",
 ]

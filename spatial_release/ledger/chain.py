@@ -18,6 +18,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from spatial_release.fileio import atomic_path, folder_lock, remove_stale_temporaries, restrict_umask
+from spatial_release.ledger.entries import find_release
 from spatial_release.ledger.errors import ENTRIES, AlreadyRecorded, LedgerCorrupt, LedgerKeyError
 from spatial_release.ledger.keys import PUBLIC_KEY_ENV, key_id, load_signing_key, signing_key_path, trusted_public_key
 from spatial_release.ledger.pin import check_pin, write_pin
@@ -217,12 +218,6 @@ def _write_head(folder: Path, entries: list[dict]) -> None:
         tmp.write_text(f"{len(entries)} {entries[-1]['hash']}\n")
 
 
-def find_release(entries: list[dict], dataset: str | None, period: str | None) -> dict | None:
-    """The release entry of (dataset, period), or None; a (dataset, period) is recorded at most once."""
-    return next((e for e in entries if e.get("kind") == "release" and e.get("dataset") == dataset
-                 and e.get("period") == period), None)
-
-
 def append_entry(folder: Path, payload: dict, signing_key: Path | None = None) -> dict:
     """Append one signed entry to the ledger in `folder`, under the lock, atomically; return the entry.
 
@@ -242,7 +237,7 @@ def append_entry(folder: Path, payload: dict, signing_key: Path | None = None) -
             earlier = find_release(entries, payload.get("dataset"), payload.get("period"))
             if earlier is not None:
                 raise AlreadyRecorded(f"the ledger already records {payload.get('dataset')} {payload.get('period')} "
-                                      f"(entry {earlier['seq']}); a (dataset, period) is recorded once")
+                                      f"(entry {earlier.seq}); a (dataset, period) is recorded once")
         entry = {k: v for k, v in payload.items() if k not in RESERVED}
         entry.update(seq=len(entries), prev_hash=entries[-1]["hash"] if entries else GENESIS,
                      recorded_at=payload.get("recorded_at") or datetime.now(UTC).isoformat(),

@@ -15,10 +15,10 @@ from spatial_release.ledger.chain import (
     _repair_head,
     _repair_pin,
     append_entry,
-    find_release,
     ledger_lock,
 )
 from spatial_release.ledger.crosscheck import check_releases
+from spatial_release.ledger.entries import ReleaseEntry, find_release, release_entries
 from spatial_release.ledger.keys import load_signing_key, trusted_public_key
 
 
@@ -50,11 +50,11 @@ class Ledger:
         """Append one signed entry with this handle's signing key (see `append_entry`)."""
         return append_entry(self.folder, payload, self.signing_key)
 
-    def releases(self, dataset: str | None = None) -> list[dict]:
+    def releases(self, dataset: str | None = None) -> list[ReleaseEntry]:
         """The release entries (of `dataset` only, when given), verified, without the cross-check."""
-        return [e for e in self.read() if e["kind"] == "release" and (dataset is None or e["dataset"] == dataset)]
+        return release_entries(self.read(), dataset)
 
-    def recorded(self, dataset: str, period: str) -> dict | None:
+    def recorded(self, dataset: str, period: str) -> ReleaseEntry | None:
         """The release entry of (dataset, period), or None."""
         return find_release(self.read(), dataset, period)
 
@@ -68,11 +68,11 @@ class Ledger:
             _repair_pin(self.folder, entries, stale_pin, self.signing_key)
             yield
 
-    def checked_releases(self, dataset: str | None = None) -> list[dict]:
+    def checked_releases(self, dataset: str | None = None) -> list[ReleaseEntry]:
         """Release entries after the cross-check with releases/ (when this handle knows where it is), read
         under the lock so a publication between its append and its rename is never half seen."""
         with self.locked():
             entries = self.read()
             if self.releases_root is not None:
                 check_releases(entries, self.releases_root)
-        return [e for e in entries if e["kind"] == "release" and (dataset is None or e["dataset"] == dataset)]
+        return release_entries(entries, dataset)

@@ -138,9 +138,9 @@ def recover_interrupted(releases_root: Path, entries: list[dict]) -> list[Path]:
             quarantine(staging)
         elif target.exists():
             raise ReleasesMismatch(
-                f"{staging} sits beside {target}, which ledger entry {entry['seq']} published: a publication "
+                f"{staging} sits beside {target}, which ledger entry {entry.seq} published: a publication "
                 "never leaves both (its last step renames one into the other), so one was copied or renamed "
                 "by hand. Both are kept; compare them with the ledger entry")
         else:
-            finished.append(finish_pending(target, entry["hash"], entry.get("files")))
+            finished.append(finish_pending(target, entry.hash, dict(entry.files) if entry.files is not None else None))
     return finished

@@ -12,7 +12,7 @@ import pandas as pd
 
 from spatial_release import guarantees
 from spatial_release.errors import Blocked
-from spatial_release.fileio import atomic_path, sha256_file, write_json_atomic
+from spatial_release.fileio import atomic_path, sha256_file
 from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.progress import Progress, silent
@@ -33,7 +33,7 @@ from spatial_release.suppression.release_system import (
 )
 from spatial_release.suppression.table import Table
 from spatial_release.suppression.utility import leaf_shown
-from spatial_release.suppression.verdicts import AuditResult
+from spatial_release.suppression.verdicts import AuditResult, AuditSummary, CertificateSummary
 from spatial_release.traces.files import resolve_trace_paths
 
 CheckOutcome = guarantees.CheckOutcome
@@ -180,13 +180,13 @@ def related_releases(policy: Policy, period: Period, published: Published, input
     entries += population_releases(policy, published.ledger, inputs)
     frames, seen = [], set()
     for entry in entries:
-        key = (entry["dataset"], entry["period"])
+        key = entry.key
         if key in seen or key == (policy.name, period.label):
             continue
         seen.add(key)
-        other = Period.parse(entry["period"])
+        other = Period.parse(entry.period)
         if other.start < period.end and period.start < other.end:
-            folder = published.releases_root / entry["dataset"] / entry["period"]
+            folder = published.releases_root / entry.dataset / entry.period
             verify_release_files(folder)
             tables = read_tables(folder)
             count_column = next(c for c in tables.margins.columns if c.startswith("n_"))
@@ -231,7 +231,7 @@ def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
     if keep_intervals:
         _write_intervals(area, run)
     outcome, summary = _audit_outcome(area, run)
-    write_json_atomic(area.root / "audit.internal.json", summary)
+    summary.write(area.root)
     if digest is not None and outcome.passed:
         save_audit_verdict(area, digest, outcome)
     return outcome
@@ -286,7 +286,7 @@ def _write_intervals(area: WorkArea, run: _AuditRun) -> None:
         intervals.to_parquet(tmp, index=False)
 
 
-def _audit_outcome(area: WorkArea, run: _AuditRun) -> tuple[CheckOutcome, dict]:
+def _audit_outcome(area: WorkArea, run: _AuditRun) -> tuple[CheckOutcome, AuditSummary]:
     """The check's outcome (public: verdict, shares, offending cells named) and the internal summary."""
     result, verification = run.result, run.verification
     # Offending rows name the cell and what fails; the true value and the attacker's interval are
@@ -300,23 +300,23 @@ def _audit_outcome(area: WorkArea, run: _AuditRun) -> tuple[CheckOutcome, dict]:
         # counts of components are facts about withheld figures: internal; shares are public
         certified, again = len(verification.certified), len(verification.unverified)
         reasons = sorted(set(verification.unverified.values()))
-        summary["certificate"] = {"certified_components": certified, "re_solved_components": again,
-                                  "rejected": verification.rejected, "invalid_points": verification.invalid_points,
-                                  "re_solved_because": reasons[:5]}
+        summary = replace(summary, certificate=CertificateSummary(
+            certified_components=certified, re_solved_components=again, rejected=verification.rejected,
+            invalid_points=verification.invalid_points, re_solved_because=reasons[:5]))
         share = certified / (certified + again) if certified + again else 1.0
         figures.update(certified_share=round(share, 4), re_solved_share=round(1 - share, 4))
         how = (f"verified from the protection step's certificate ({share:.0%} certified, {1 - share:.0%} "
                f"re-solved{': ' + reasons[0] if reasons else ''})")
     text = (f"every withheld primary is protected; {how}" if result.passed else
-            f"{summary['failures']} primaries recoverable or shown below k, {len(result.errors)} audit errors "
+            f"{summary.failures} primaries recoverable or shown below k, {len(result.errors)} audit errors "
             f"({how}); first: {offending[0] if offending else None}; intervals in "
             f"{area.root / 'audit_intervals.internal.parquet'}")
-    verdict = AuditVerdict(summary["passed"], summary["criterion"], summary["solver"])
+    verdict = AuditVerdict(summary.passed, summary.criterion, summary.solver)
     return CheckOutcome("suppression_audit", result.passed, text, offending, {**verdict.to_json(), **figures}), summary
 
 
 AUDIT_VERDICT = "audit_verdict.internal.json"  # the check's passing verdict, for byte-identical inputs
-AUDIT_OUTPUTS = ("audit_intervals.internal.parquet", "audit.internal.json")  # what the check writes beside it
+AUDIT_OUTPUTS = ("audit_intervals.internal.parquet", AuditSummary.FILE)  # what the check writes beside it
 
 
 def audit_digest(ctx: ReleaseContext, earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]],

@@ -36,6 +36,7 @@ from spatial_release.stages.risk import (
     _risk_zone_of,
     earlier_releases,
     release_inputs,
+    spent_figures,
     write_ladder_buckets,
     zone_population,
 )
@@ -75,8 +76,7 @@ def effective_ceiling(ctx: ReleaseContext, published: Published) -> float:
     figure under the programme ceiling given the earlier releases of the population."""
 
     risk = risk_spec(ctx.policy)
-    previous = [e["risk"]["release_figure"] for e in earlier_releases(ctx.policy, ctx.period, published.ledger,
-                                                                        release_inputs(ctx))]
+    previous = spent_figures(earlier_releases(ctx.policy, ctx.period, published.ledger, release_inputs(ctx)))
     spent = cumulative_risk(previous)
     left = 1.0 - (1.0 - risk.cumulative_ceiling) / (1.0 - spent) if spent < 1 else 0.0
     return min(risk.per_release_ceiling, left)

@@ -33,7 +33,7 @@ def refuse_if_published(ctx: ReleaseContext, ledger: Ledger, releases_root: Path
         recover_interrupted(releases_root, entries)
         entry = find_release(entries, policy.name, period.label)
     if entry is not None or target.exists():
-        recorded = f"ledger entry {entry['seq']}" if entry else "a folder the ledger does not record"
+        recorded = f"ledger entry {entry.seq}" if entry else "a folder the ledger does not record"
         raise AlreadyPublished(f"{policy.name} {period.label} is already published: {target} ({recorded}). "
                                "A published release, and the work area its audit reads, are never overwritten")
 

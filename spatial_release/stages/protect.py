@@ -98,12 +98,12 @@ def withheld_by_population(ctx: ReleaseContext, published: Published | None, tru
     mine = _keys(true_cells.assign(level=LEAF, area_id=true_cells["cell_id"]), true_margins)
     forced: set[tuple[str, str, int]] = set()
     for entry in population_releases(ctx.policy, published.ledger, release_inputs(ctx)):
-        if entry["dataset"] == ctx.policy.name and entry["period"] == ctx.period.label:
+        if entry.key == (ctx.policy.name, ctx.period.label):
             continue
-        other = Period.parse(entry["period"])
+        other = Period.parse(entry.period)
         if not (other.start < ctx.period.end and ctx.period.start < other.end):
             continue
-        tables = read_tables(published.releases_root / entry["dataset"] / entry["period"])
+        tables = read_tables(published.releases_root / entry.dataset / entry.period)
         theirs = _keys(tables.cells.assign(level=LEAF, area_id=tables.cells["cell_id"]), tables.margins)
         shown = set(zip(theirs["level"], theirs["area_id"], theirs["bucket"]))
         levels = set(theirs["level"])
@@ -158,7 +158,7 @@ def run_protect(ctx: ReleaseContext, progress: Progress = log_progress, publishe
     summary = ProtectionSummary(
         **protected.summary(true_cells), by_level=withheld_by_level(protected),
         suppression={"sweep_secondaries": log.sweep_secondaries, "repair_secondaries": log.repair_secondaries,
-                     "repair_rounds": log.rounds, "audit": audit.summary()},
+                     "repair_rounds": log.rounds, "audit": audit.summary().to_json()},
         crs=tables.cells.crs.to_string(), published_by_level=published_by_level(protected),
         ladder=table.ladder or None, utility=release_utility(ctx, true_cells, true_margins, protected, progress),
         frontier=frontier or None)

@@ -14,14 +14,14 @@ from pathlib import Path
 
 from spatial_release.alerts import Alert, AlertRouting, DeliveryReport, Place, deliver
 from spatial_release.guarantees import CheckOutcome
-from spatial_release.ledger import Ledger
+from spatial_release.ledger import Ledger, ReleaseEntry
 from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.risk import cumulative_risk
 from spatial_release.risk.landscape import landscape_hash, load_landscape
 from spatial_release.stages.context import ReleaseContext, WorkArea, risk_spec
 from spatial_release.stages.results import Breach, Review, ReviewedRelease
-from spatial_release.stages.risk import assess_risk, expired, population_releases
+from spatial_release.stages.risk import assess_risk, expired, population_releases, spent_figures
 
 REVIEW_CHECK = "within_risk_budget"
 
@@ -46,17 +46,17 @@ def prune_per_unit_artefacts(policy: Policy, ledger: Ledger, work_root: Path, no
     for entry in ledger.releases(policy.name):
         if not expired(policy, entry, now):
             continue
-        area = WorkArea.for_release(work_root, policy, Period.parse(entry["period"]))
+        area = WorkArea.for_release(work_root, policy, Period.parse(entry.period))
         removed = [_remove(path) for path in area.per_unit_artefacts()]
         if any(removed):
-            pruned.append(entry["period"])
+            pruned.append(entry.period)
     return pruned
 
 
-def _as_published(entry: dict, figures: list[float]) -> ReviewedRelease:
+def _as_published(entry: ReleaseEntry, figures: list[float]) -> ReviewedRelease:
     """A release counted with its published figure (another programme's, or past its retention)."""
-    figures.append(entry["risk"]["release_figure"])
-    return ReviewedRelease(entry["dataset"], entry["period"], entry["seq"], False, entry["risk"]["release_figure"],
+    figures.extend(spent_figures([entry]))
+    return ReviewedRelease(entry.dataset, entry.period, entry.seq, False, entry.release_figure,
                            cumulative_risk(figures))
 
 
@@ -72,14 +72,14 @@ def review_programme(policy: Policy, ledger: Ledger, work_root: Path) -> Review:
     figures: list[float] = []
     breaches: list[Breach] = []
     for i, entry in enumerate(releases):
-        if entry["dataset"] != policy.name:
+        if entry.dataset != policy.name:
             # another programme over the same units: its published figure spends this budget too
             reviewed.append(_as_published(entry, figures))
             continue
-        ctx = ReleaseContext(policy, Period.parse(entry["period"]), work_root)
+        ctx = ReleaseContext(policy, Period.parse(entry.period), work_root)
         if not ctx.area.unit_keys.exists():
             if not expired(policy, entry, datetime.now(UTC)):
-                raise FileNotFoundError(f"{ctx.area.unit_keys}: key sets of {entry['period']} are missing within "
+                raise FileNotFoundError(f"{ctx.area.unit_keys}: key sets of {entry.period} are missing within "
                                         "their retention; cannot review it")
             reviewed.append(_as_published(entry, figures))  # past retention: the published figure stands
             continue
@@ -88,8 +88,8 @@ def review_programme(policy: Policy, ledger: Ledger, work_root: Path) -> Review:
         figure = risk.release_figure
         figures.append(figure if figure is not None else float("nan"))
         cumulative = cumulative_risk(figures)
-        row = ReviewedRelease(policy.name, entry["period"], entry["seq"], True, figure, cumulative, risk.worst_zone,
-                              entry["risk"]["release_figure"], risk.pooled)
+        row = ReviewedRelease(policy.name, entry.period, entry.seq, True, figure, cumulative, risk.worst_zone,
+                              entry.release_figure, risk.pooled)
         reviewed.append(row)
         if figure is None or figure > spec.per_release_ceiling or cumulative > spec.cumulative_ceiling:
             breaches.append(Breach(row, spec.per_release_ceiling, spec.cumulative_ceiling, risk.worst_zone_figures()))

@@ -14,7 +14,7 @@ import duckdb
 import pandas as pd
 
 from spatial_release.fileio import atomic_path, sha256_file
-from spatial_release.ledger import Ledger
+from spatial_release.ledger import Ledger, LedgerCorrupt, ReleaseEntry
 from spatial_release.levels import LEAF
 from spatial_release.period import Period
 from spatial_release.policy import Policy
@@ -209,11 +209,19 @@ def zone_population(policy: Policy, landscape: Landscape, landscape_path: Path, 
     return joined.groupby("zone")[landscape.population.value].sum().astype(float).to_dict()
 
 
-def population_of(entry: dict) -> str:
-    return entry.get("population") or entry["dataset"]
+def spent_figures(entries: Iterable[ReleaseEntry]) -> list[float]:
+    """The risk figure each earlier release spent of the budget. Every published release has one (the gate
+    blocks a release without an estimate), so an entry without it cannot be counted as spending nothing."""
+    figures = []
+    for entry in entries:
+        if entry.release_figure is None:
+            raise LedgerCorrupt(entry.seq, f"release {entry.dataset} {entry.period} records no risk figure: the "
+                                           "budget it spent is unknown")
+        figures.append(entry.release_figure)
+    return figures
 
 
-def population_releases(policy: Policy, ledger: Ledger, inputs: Iterable[str] = ()) -> list[dict]:
+def population_releases(policy: Policy, ledger: Ledger, inputs: Iterable[str] = ()) -> list[ReleaseEntry]:
     """Every release, of any programme, drawn on the policy's population (ledger order), from a ledger read
     under its lock and cross-checked with releases/ (a deleted or truncated ledger must not reset the
     cumulative risk).
@@ -225,9 +233,9 @@ def population_releases(policy: Policy, ledger: Ledger, inputs: Iterable[str] = 
     entries = ledger.checked_releases()
     # A dataset's own earlier releases always count, whatever population they were recorded under: renaming
     # the population must not reset the budget.
-    own = [e for e in entries if population_of(e) == policy.population_key or e["dataset"] == policy.name]
-    files = set(inputs) | {digest for e in own for digest in e.get("inputs") or ()}
-    return [e for e in entries if e in own or files & set(e.get("inputs") or ())]
+    own = [e for e in entries if e.population == policy.population_key or e.dataset == policy.name]
+    files = set(inputs) | {digest for e in own for digest in e.inputs}
+    return [e for e in entries if e in own or files & set(e.inputs)]
 
 
 def release_inputs(ctx: ReleaseContext) -> list[str]:
@@ -236,11 +244,12 @@ def release_inputs(ctx: ReleaseContext) -> list[str]:
     return list(IngestSummary.read(ctx.area.ingest).input_digests or []) if path.exists() else []
 
 
-def earlier_releases(policy: Policy, period: Period, ledger: Ledger, inputs: Iterable[str] = ()) -> list[dict]:
+def earlier_releases(policy: Policy, period: Period, ledger: Ledger, inputs: Iterable[str] = ()
+                     ) -> list[ReleaseEntry]:
     """The earlier releases in the risk window: this dataset's and those of every programme that shares its
     population (a quarterly and a monthly programme over the same bikes spend one budget)."""
     entries = [e for e in population_releases(policy, ledger, inputs)
-               if not (e["dataset"] == policy.name and e["period"] == period.label)]
+               if e.key != (policy.name, period.label)]
     window = policy.risk.window if policy.risk else None
     return entries[-window:] if window else entries
 
@@ -249,29 +258,28 @@ def key_set_path(work_root: Path, policy: Policy, period_label: str) -> Path:
     return WorkArea(work_root / policy.name / period_label).unit_keys
 
 
-def expired(policy: Policy, entry: dict, now: datetime) -> bool:
+def expired(policy: Policy, entry: ReleaseEntry, now: datetime) -> bool:
     """Whether a release entry is past the policy's key retention (its per-unit data may be gone)."""
-    recorded = datetime.fromisoformat(entry["recorded_at"])
-    return now - recorded > timedelta(days=risk_spec(policy).key_retention_days)
+    return now - entry.recorded_at > timedelta(days=risk_spec(policy).key_retention_days)
 
 
-def _earlier_keys(ctx: ReleaseContext, entries: list[dict]) -> list[Path]:
+def _earlier_keys(ctx: ReleaseContext, entries: list[ReleaseEntry]) -> list[Path]:
     """Per-unit key set files of this dataset's earlier releases. Releases of other programmes of the same
     population count through their published figures in the cumulative risk; their key sets are not merged,
     because their keys are cells of another geometry and buckets that the risk zones here do not map."""
     paths = []
     now = datetime.now(UTC)
-    for entry in (e for e in entries if e["dataset"] == ctx.policy.name):
-        path = ctx.area_of(entry["period"]).unit_keys
+    for entry in (e for e in entries if e.dataset == ctx.policy.name):
+        path = ctx.area_of(entry.period).unit_keys
         if path.exists():
             paths.append(path)
         elif not expired(ctx.policy, entry, now):
-            raise FileNotFoundError(f"the per-unit key sets of release {entry['period']} ({path}) are missing "
+            raise FileNotFoundError(f"the per-unit key sets of release {entry.period} ({path}) are missing "
                                     "within their retention: the risk over the window cannot be estimated")
     return paths
 
 
-def window_key_sets(ctx: ReleaseContext, unit_keys: pd.DataFrame | Path | None, earlier: list[dict],
+def window_key_sets(ctx: ReleaseContext, unit_keys: pd.DataFrame | Path | None, earlier: list[ReleaseEntry],
                     earlier_keys: list[Path] | None = None) -> keysets.KeySets:
     """The coded key sets of this release (a DataFrame, a key set file, or None: derived from the work area's
     membership and candidate cells) and of the earlier releases of the window (`earlier_keys`: their key set
@@ -360,7 +368,7 @@ def window_inputs_digest(ctx: ReleaseContext, earlier_keys: list[Path], params: 
         "params": params.__dict__, "population": sorted((population or {}).items())})
 
 
-def estimate_window(ctx: ReleaseContext, unit_keys: pd.DataFrame | Path | None, earlier: list[dict],
+def estimate_window(ctx: ReleaseContext, unit_keys: pd.DataFrame | Path | None, earlier: list[ReleaseEntry],
                     params: RiskParams, population: dict[str, float] | None, started: float,
                     keys_from_area: bool = False) -> RiskReport:
     """The estimate over this release's key sets and the earlier ones of the window. When this release's key
@@ -385,7 +393,7 @@ def estimate_window(ctx: ReleaseContext, unit_keys: pd.DataFrame | Path | None, 
 
 
 def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | Path | None = None,
-                earlier: list[dict] | None = None, keys_from_area: bool = False, rung: str | None = None
+                earlier: list[ReleaseEntry] | None = None, keys_from_area: bool = False, rung: str | None = None
                 ) -> RiskAssessment:
     """Per-zone risk of this release plus the earlier ones in the window, and the gate's decision.
 
@@ -423,7 +431,7 @@ def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | P
         pooled = pooled_figure(report, adversary)
         measure = adversary.measure
     figure, pooled, bound = public_ratio(figure), public_ratio(pooled), public_ratio(bound)
-    previous = [e["risk"]["release_figure"] for e in earlier]
+    previous = spent_figures(earlier)
     decision = decide(figure, worst_zone, previous, policy.risk.per_release_ceiling,
                       policy.risk.cumulative_ceiling, policy.risk.warn_at)
     warning = None
@@ -438,7 +446,7 @@ def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | P
         cumulative=decision.cumulative, headroom=decision.headroom, previous=previous, measure=measure,
         adversary=adversary.value, panel=landscape.panel, landscape_sha256=landscape_sha,
         landscape_version=landscape.version, points=landscape.points, units=report.units, keys=report.keys,
-        window_periods=[e["period"] for e in earlier] + [period.label], zones=zones,
+        window_periods=[e.period for e in earlier] + [period.label], zones=zones,
         seconds=round(time.perf_counter() - started, 2), model=model, frontier=_public_frontier(ctx), upper_bound=bound,
         upper_bound_zone=bound_zone.zone if bound_zone else None, warning=warning)
 

@@ -3,10 +3,15 @@ audit's result (the LP machinery is in `suppression.audit`)."""
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
 
 import highspy
+
+from spatial_release.fileio import write_json_atomic
 
 
 @dataclass(frozen=True)
@@ -108,21 +113,67 @@ class AuditResult:
         margins = [i.margin(criterion) for i in self.intervals]
         return min(margins) if margins else None
 
-    def summary(self) -> dict:
+    def summary(self) -> AuditSummary:
         smallest = self.smallest_margin()
-        return {
-            "passed": self.passed,
-            "primaries_audited": len(self.intervals),
-            "failures": len(self.failures()),
-            "errors": self.errors[:20],
-            "components": self.components,
-            "lps_solved": self.lps_solved,
-            "bulk_lps": self.bulk_lps,
-            "mips_solved": self.mips_solved,
-            "witness_lps": self.witness_lps,
-            "workers": self.workers,
-            "smallest_margin_to_bound": None if smallest is None or math.isinf(smallest) else smallest,
-            "criterion": (self.criterion or Criterion(self.k)).describe(),
-            "solver": f"HiGHS {highspy.Highs().version()}",
-            "seconds": round(self.seconds, 3),
-        }
+        return AuditSummary(
+            passed=self.passed, primaries_audited=len(self.intervals), failures=len(self.failures()),
+            errors=self.errors[:20], components=self.components, lps_solved=self.lps_solved,
+            bulk_lps=self.bulk_lps, mips_solved=self.mips_solved, witness_lps=self.witness_lps,
+            workers=self.workers,
+            smallest_margin_to_bound=None if smallest is None or math.isinf(smallest) else smallest,
+            criterion=(self.criterion or Criterion(self.k)).describe(),
+            solver=f"HiGHS {highspy.Highs().version()}", seconds=round(self.seconds, 3))
+
+
+@dataclass(frozen=True)
+class CertificateSummary:
+    """How the blocking audit used the protection step's certificate: components certified from its witness
+    points, components re-solved (and the first reasons), points rejected or invalid."""
+
+    certified_components: int
+    re_solved_components: int
+    rejected: str | None  # why the whole certificate was not usable
+    invalid_points: int
+    re_solved_because: list[str]
+
+
+@dataclass(frozen=True)
+class AuditSummary:
+    """The audit's internal summary (audit.internal.json in the work area, owner-only): counts of withheld
+    primaries, components and LPs are facts about withheld figures, never published."""
+
+    FILE = "audit.internal.json"
+
+    passed: bool
+    primaries_audited: int
+    failures: int
+    errors: list[str]
+    components: int
+    lps_solved: int
+    bulk_lps: int
+    mips_solved: int
+    witness_lps: int
+    workers: int
+    smallest_margin_to_bound: float | None
+    criterion: str
+    solver: str
+    seconds: float
+    certificate: CertificateSummary | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        if self.certificate is None:
+            del data["certificate"]  # the file has no such key when the audit was solved, not certified
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AuditSummary:
+        certificate = data.get("certificate")
+        return cls(**{**data, "certificate": CertificateSummary(**certificate) if certificate else None})
+
+    def write(self, folder: Path) -> None:
+        write_json_atomic(folder / self.FILE, self.to_json())
+
+    @classmethod
+    def read(cls, folder: Path) -> AuditSummary:
+        return cls.from_json(json.loads((folder / cls.FILE).read_text()))

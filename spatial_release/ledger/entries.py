@@ -1,0 +1,97 @@
+"""Typed views of verified ledger entries: what the stages read of a release entry, by attribute.
+
+The ledger stores and signs plain JSON objects (their canonical bytes are what the chain hashes); readers
+get a `ReleaseEntry` instead, built once from the verified object, so a misspelt field is a type error and
+a signed entry that lacks a field a reader needs is reported as a corrupt ledger entry, not a KeyError deep
+in the risk stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from spatial_release.ledger.errors import LedgerCorrupt
+
+
+def _corrupt(entry: Mapping[str, Any], reason: str) -> LedgerCorrupt:
+    seq = entry.get("seq")
+    return LedgerCorrupt(seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
+                         f"release entry field {reason}")
+
+
+def _field(entry: Mapping[str, Any], name: str, kind: type) -> Any:
+    value = entry.get(name)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise _corrupt(entry, f"{name!r} is {type(value).__name__}, expected {kind.__name__}")
+    return value
+
+
+def _strings(entry: Mapping[str, Any], name: str) -> tuple[str, ...]:
+    values = entry.get(name) or []
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise _corrupt(entry, f"{name!r} is not a list of strings")
+    return tuple(values)
+
+
+@dataclass(frozen=True)
+class ReleaseEntry:
+    """One published release as its (verified) ledger entry records it.
+
+    population: the population key the release spent its budget on (the dataset's name for entries written
+    before populations were recorded). inputs: sha256 of each input file (empty for older entries).
+    files: the release files' sha256 by name, as the release record lists them. release_figure: the risk
+    figure the gate published (None when the gate had none)."""
+
+    seq: int
+    hash: str
+    dataset: str
+    period: str
+    recorded_at: datetime
+    population: str
+    inputs: tuple[str, ...]
+    files: Mapping[str, str] | None
+    release_figure: float | None
+    record_sha256: str | None
+
+    @classmethod
+    def from_entry(cls, entry: Mapping[str, Any]) -> ReleaseEntry:
+        """The typed view of a verified release entry; LedgerCorrupt when a field is missing or mistyped."""
+        dataset = _field(entry, "dataset", str)
+        risk = entry.get("risk") or {}
+        figure = risk.get("release_figure") if isinstance(risk, Mapping) else None
+        if figure is not None and (not isinstance(figure, int | float) or isinstance(figure, bool)):
+            raise _corrupt(entry, "'risk.release_figure' is not a number")
+        files = entry.get("files")
+        if files is not None and not isinstance(files, Mapping):
+            raise _corrupt(entry, "'files' is not an object")
+        try:
+            recorded_at = datetime.fromisoformat(_field(entry, "recorded_at", str))
+        except ValueError:
+            raise _corrupt(entry, "'recorded_at' is not an ISO time") from None
+        return cls(seq=_field(entry, "seq", int), hash=_field(entry, "hash", str), dataset=dataset,
+                   period=_field(entry, "period", str), recorded_at=recorded_at,
+                   population=entry.get("population") or dataset, inputs=_strings(entry, "inputs"),
+                   files=dict(files) if files is not None else None,
+                   release_figure=float(figure) if figure is not None else None,
+                   record_sha256=entry.get("record_sha256"))
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(dataset, period): what a release is recorded under, once."""
+        return self.dataset, self.period
+
+
+def release_entries(entries: Iterable[Mapping[str, Any]], dataset: str | None = None) -> list[ReleaseEntry]:
+    """The release entries among verified ledger entries (of `dataset` only, when given), in ledger order."""
+    return [ReleaseEntry.from_entry(e) for e in entries
+            if e.get("kind") == "release" and (dataset is None or e.get("dataset") == dataset)]
+
+
+def find_release(entries: Iterable[Mapping[str, Any]], dataset: str | None, period: str | None
+                 ) -> ReleaseEntry | None:
+    """The release entry of (dataset, period), or None; a (dataset, period) is recorded at most once."""
+    return next((ReleaseEntry.from_entry(e) for e in entries if e.get("kind") == "release"
+                 and e.get("dataset") == dataset and e.get("period") == period), None)
