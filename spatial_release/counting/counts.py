@@ -435,11 +435,27 @@ def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Se
         return _count_pings(policy, period, pings, plans, out_dir, engine, progress, packed_keys)
 
 
-def _count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Sequence[ZoningPlan], out_dir: Path,
-                 engine: Engine, progress: Progress, packed_keys: bool) -> CountResult:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    seconds: dict[str, float] = {}
-    started = t = time.perf_counter()
+@dataclass(frozen=True)
+class _CountRun:
+    """One count: its inputs, the period's buckets and rungs, and the seconds each phase took (filled in as
+    it runs)."""
+
+    policy: Policy
+    period: Period
+    pings: Sequence[Path]
+    plans: Sequence[ZoningPlan]
+    engine: Engine
+    progress: Progress
+    slots: BucketSlots
+    rungs: list[Rung]
+    buckets: pd.Series  # bucket number -> bucket start (UTC)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _start_count(policy: Policy, period: Period, pings: Sequence[Path], plans: Sequence[ZoningPlan], engine: Engine,
+                 progress: Progress) -> _CountRun:
+    """The run's buckets and rungs (a ladder that does not nest fails here, before any scan), with the pings
+    and the zonings' lookup tables registered on the engine."""
     slots = bucket_slots(policy, period)
     rungs = ladder_rungs(policy, period, slots)
     buckets = pd.Series(pd.to_datetime(slots.buckets, utc=True)).astype("datetime64[us, UTC]")
@@ -449,72 +465,120 @@ def _count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: S
             engine.register_frame(f"lookup_{i}", plan.lookup.table)
     progress(f"counting on {engine.name}: scanning {len(pings)} file(s), assigning pings to "
              + "; ".join(f"{p.level}: {p.method}" for p in plans))
-    packing = packing_for(engine, policy.measure, plans, slots) if packed_keys else None
-    # presence over one zoning whose keys compare like its ids: obs's keys are the ranks (see the function)
-    by_area = (policy.measure == "presence" and len(plans) == 1 and plans[0].key_bound is not None
+    return _CountRun(policy, period, pings, plans, engine, progress, slots, rungs, buckets)
+
+
+@dataclass(frozen=True)
+class _Scanned:
+    """What the scan of the pings leaves for the counts, whichever path it took."""
+
+    by_area: bool  # presence over one zoning whose keys compare like its ids: the keys are the ranks
+    given: PackedCounts | None  # the packed path's membership and leaf counts
+    unsure_coordinates: int
+    unsure_buckets: list[int]
+    pings_located: int
+    pings_outside: int  # in no area of the main geometry, not yet counting the pings beyond the usable area
+    outside_sql: str  # the coordinates of the pings in no area
+
+
+def _scan_pings(run: _CountRun, packed_keys: bool) -> _Scanned:
+    engine, plans, measure = run.engine, run.plans, run.policy.measure
+    packing = packing_for(engine, measure, plans, run.slots) if packed_keys else None
+    by_area = (measure == "presence" and len(plans) == 1 and plans[0].key_bound is not None
                and plans[0].keys_sort_like_ids)
-    given = None
     if packing is not None:
         assert by_area, "the packed path's membership stands in for the by-area SQL (see _count_zoning)"
-        given, unsure_n, pings_located, pings_outside = _scan_packed(engine, plans, slots, packing, pings, period,
-                                                                     seconds, progress)
-        unsure_buckets: list[int] = []
-        outside_sql = "SELECT ulon, ulat FROM outside_coordinates"
-    else:
-        scan = _scan_presence_by_area if by_area else _scan_generic
-        unsure_n, unsure_buckets = scan(engine, plans, slots, pings, period, seconds, progress)
-        placed = engine.fetch(
-            "SELECT CAST(coalesce(sum(CASE WHEN a_0 IS NOT NULL THEN n ELSE 0 END), 0) AS BIGINT) AS inside, "
-            "CAST(coalesce(sum(CASE WHEN a_0 IS NULL THEN n ELSE 0 END), 0) AS BIGINT) AS outside FROM located"
-        ).iloc[0]
-        pings_outside, pings_located = int(placed["outside"]), int(placed["inside"])
-        outside_sql = "SELECT DISTINCT ulon, ulat FROM located WHERE a_0 IS NULL"
-    t = time.perf_counter()
-    pings_outside += int(engine.fetch("SELECT count(*) AS n FROM pings_beyond").iloc[0]["n"])  # never counted
+        given, unsure_n, pings_located, pings_outside = _scan_packed(engine, plans, run.slots, packing, run.pings,
+                                                                     run.period, run.seconds, run.progress)
+        return _Scanned(by_area, given, unsure_n, [], pings_located, pings_outside,
+                        "SELECT ulon, ulat FROM outside_coordinates")
+    scan = _scan_presence_by_area if by_area else _scan_generic
+    unsure_n, unsure_buckets = scan(engine, plans, run.slots, run.pings, run.period, run.seconds, run.progress)
+    placed = engine.fetch(
+        "SELECT CAST(coalesce(sum(CASE WHEN a_0 IS NOT NULL THEN n ELSE 0 END), 0) AS BIGINT) AS inside, "
+        "CAST(coalesce(sum(CASE WHEN a_0 IS NULL THEN n ELSE 0 END), 0) AS BIGINT) AS outside FROM located"
+    ).iloc[0]
+    return _Scanned(by_area, None, unsure_n, unsure_buckets, int(placed["inside"]), int(placed["outside"]),
+                    "SELECT DISTINCT ulon, ulat FROM located WHERE a_0 IS NULL")
 
+
+def _count_one_zoning(run: _CountRun, scanned: _Scanned, z: int, plan: ZoningPlan
+                      ) -> tuple[DecodedKeys, pa.Table, list[pa.Table]]:
+    engine, measure = run.engine, run.policy.measure
+    keys_sql = f"SELECT DISTINCT a_{z} AS area FROM located WHERE a_0 IS NOT NULL AND a_{z} IS NOT NULL"
+    if scanned.by_area:
+        assert plan.key_bound is not None  # by_area: the one zoning's keys are small
+        member_sql = partial(_presence_by_area_sql, scanned.unsure_buckets, plan.key_bound + 1, engine.dialect)
+        return _count_zoning(engine, plan, z, measure, run.buckets, keys_sql, member_sql, key_ranks=True,
+                             rungs=run.rungs, given=scanned.given)
+    member_sql = partial(_membership_sql, measure, z, len(run.plans) == 1, scanned.unsure_buckets)
+    return _count_zoning(engine, plan, z, measure, run.buckets, keys_sql, member_sql, rungs=run.rungs)
+
+
+def _count_zonings(run: _CountRun, scanned: _Scanned) -> tuple[DecodedKeys, pa.Table, list[pa.Table]]:
+    """The main zoning's decoded keys and leaf counts, and the margin frames of every zoning."""
     margin_frames: list[pa.Table] = []
-    for z, plan in enumerate(plans):
-        keys_sql = f"SELECT DISTINCT a_{z} AS area FROM located WHERE a_0 IS NOT NULL AND a_{z} IS NOT NULL"
-        if by_area:
-            assert plan.key_bound is not None  # by_area: the one zoning's keys are small
-            decoded, leaf, margins = _count_zoning(engine, plan, z, policy.measure, buckets, keys_sql,
-                                                   partial(_presence_by_area_sql, unsure_buckets, plan.key_bound + 1,
-                                                           engine.dialect), key_ranks=True, rungs=rungs, given=given)
-        else:
-            member_sql = partial(_membership_sql, policy.measure, z, len(plans) == 1, unsure_buckets)
-            decoded, leaf, margins = _count_zoning(engine, plan, z, policy.measure, buckets, keys_sql, member_sql,
-                                                   rungs=rungs)
+    for z, plan in enumerate(run.plans):
+        decoded, leaf, margins = _count_one_zoning(run, scanned, z, plan)
         if z == 0:
             main, cells = decoded, leaf
         margin_frames += margins
-        progress(f"counted {plan.level}")  # group counts stay in counts.json (internal)
-    t = _timed(seconds, "count", t)
+        run.progress(f"counted {plan.level}")  # group counts stay in counts.json (internal)
+    return main, cells, margin_frames
 
+
+def _write_count_tables(cells: pa.Table, margin_frames: Sequence[pa.Table], out_dir: Path) -> tuple[Path, Path]:
     cells_path, margins_path = out_dir / "cell_counts.parquet", out_dir / "margin_counts.parquet"
     write_parquet(cells.rename_columns(["cell_id", "bucket_start", "n"]), cells_path)  # sorted by the engine
     margins = pa.concat_tables(margin_frames)
     write_parquet(margins.sort_by([("level", "ascending"), ("area_id", "ascending"),
                                     ("bucket_start", "ascending")]), margins_path)
-    membership_path = write_membership(engine, main, out_dir)
-    outside_path = write_outside(engine, out_dir, pings_outside, outside_sql)
+    return cells_path, margins_path
+
+
+def _units_counted(engine: Engine, measure: str, given: PackedCounts | None) -> tuple[int, int]:
+    """(distinct units, distinct (unit, bucket) pairs) of the main zoning's membership."""
     if given is not None:
-        summary = {"units": given.units, "unit_buckets": given.member.num_rows}
-    else:
-        pairs = ("count(*)" if policy.measure == "presence"  # presence has one row per (unit, bucket)
-                 else "(SELECT count(*) FROM (SELECT DISTINCT unit, b FROM member_0) s)")
-        summary = engine.fetch(f"SELECT count(DISTINCT unit) AS units, {pairs} AS unit_buckets FROM member_0"
-                               ).iloc[0]
-    covers = {
+        return int(given.units), int(given.member.num_rows)
+    pairs = ("count(*)" if measure == "presence"  # presence has one row per (unit, bucket)
+             else "(SELECT count(*) FROM (SELECT DISTINCT unit, b FROM member_0) s)")
+    summary = engine.fetch(f"SELECT count(DISTINCT unit) AS units, {pairs} AS unit_buckets FROM member_0").iloc[0]
+    return int(summary["units"]), int(summary["unit_buckets"])
+
+
+def _linked_coverage(engine: Engine, plans: Sequence[ZoningPlan]) -> dict[str, bool]:
+    """Per linked zoning: every located ping lies in one of its areas."""
+    return {
         plan.level: int(engine.fetch(f"SELECT count(*) AS n FROM located WHERE a_0 IS NOT NULL AND a_{z} IS NULL"
                                      ).iloc[0]["n"]) == 0
         for z, plan in enumerate(plans) if z > 0
     }
+
+
+def _count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Sequence[ZoningPlan], out_dir: Path,
+                 engine: Engine, progress: Progress, packed_keys: bool) -> CountResult:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    run = _start_count(policy, period, pings, plans, engine, progress)
+    scanned = _scan_pings(run, packed_keys)
+    t = time.perf_counter()
+    pings_outside = scanned.pings_outside + int(
+        engine.fetch("SELECT count(*) AS n FROM pings_beyond").iloc[0]["n"])  # never counted
+    main, cells, margin_frames = _count_zonings(run, scanned)
+    t = _timed(run.seconds, "count", t)
+
+    cells_path, margins_path = _write_count_tables(cells, margin_frames, out_dir)
+    membership_path = write_membership(engine, main, out_dir)
+    outside_path = write_outside(engine, out_dir, pings_outside, scanned.outside_sql)
+    units, unit_buckets = _units_counted(engine, policy.measure, scanned.given)
+    covers = _linked_coverage(engine, plans)
+    seconds = run.seconds
     _timed(seconds, "write", t)
     seconds["total"] = round(time.perf_counter() - started, 3)
-    progress(f"counting done in {seconds['total']:.1f} s: {pings_located:,} pings located, {pings_outside:,} "
-             "outside the geometry")
-    return CountResult(cells_path, margins_path, membership_path, outside_path, len(cells), int(summary["units"]),
-                       int(summary["unit_buckets"]), pings_located, pings_outside, unsure_n, covers,
+    progress(f"counting done in {seconds['total']:.1f} s: {scanned.pings_located:,} pings located, "
+             f"{pings_outside:,} outside the geometry")
+    return CountResult(cells_path, margins_path, membership_path, outside_path, len(cells), units, unit_buckets,
+                       scanned.pings_located, pings_outside, scanned.unsure_coordinates, covers,
                        {p.level: p.method for p in plans}, seconds)
 
 

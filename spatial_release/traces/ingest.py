@@ -447,30 +447,25 @@ def _write_outputs(con: duckdb.DuckDBPyConnection, pings_path: Path, quarantine_
         rejected_tmp.unlink(missing_ok=True)
 
 
-def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir: Path,
-                  progress: Progress = silent) -> IngestResult:
-    """Read, map and validate every trace file; write `pings.parquet` and `quarantine.parquet` into out_dir.
+@dataclass(frozen=True)
+class _OpenedFiles:
+    """The trace files registered on the connection: each one's pings as a SELECT, and what was read."""
 
-    policy: the columns, time formats, time zone and missing-id texts (`source`). period: pings outside it
-    are quarantined (`outside_period`). files: the trace files, e.g. from `resolve_trace_paths` (CSV or
-    Parquet). out_dir: where the two Parquet files go (and DuckDB's spill folder). progress: told each
-    file's row count and the write time.
+    selects: tuple[str, ...]
+    columns: frozenset[str]
+    rows_read: int
 
-    Each valid ping is (unit, ts in UTC, lon, lat, src = the file's position in `files`); each rejected one
-    is a quarantine row with file, row, trip end, reason, detail and its raw values (internal: they quote a
-    person's id and whereabouts). Validation is a view over the files, read once in record batches that are
-    split into the two files, so memory stays bounded whatever the number of pings. Raises IngestError when
-    a file cannot be read at all (naming it, never quoting a row). The returned IngestResult carries the
-    counts by reason and the first rejected rows by file, row and reason only."""
-    source = policy.source
-    out_dir.mkdir(parents=True, exist_ok=True)
+
+def _connect(out_dir: Path) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET preserve_insertion_order = false")
     con.execute(f"SET temp_directory = {sql_str(str(out_dir / 'spill'))}")
-    start, end = period.utc_window(policy.time.timezone)
-    reason, detail = _reason_sql(sql_str(start.isoformat()), sql_str(end.isoformat()), source)
-    clock = LocalClock.around(source.timezone, start, end)
+    return con
+
+
+def _open_files(con: duckdb.DuckDBPyConnection, files: Sequence[Path], source: SourceSpec, clock: LocalClock,
+                progress: Progress) -> _OpenedFiles:
     columns: set[str] = set()
     selects: list[str] = []
     rows_read = 0
@@ -489,10 +484,11 @@ def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir
         # files by position: the progress reaches the Dagster event log, and a per-device export's name is a
         # unit id (the work area's ingest.json lists the names in this order)
         progress(f"ingest: input file {i + 1} of {len(files)}: {rows:,} rows")
-    con.execute(f"CREATE TEMP VIEW checked AS SELECT *, {reason} AS reason, {detail} AS detail "
-                f"FROM ({' UNION ALL '.join(selects)})")
-    pings_path = out_dir / "pings.parquet"
-    quarantine_path = out_dir / "quarantine.parquet"
+    return _OpenedFiles(tuple(selects), frozenset(columns), rows_read)
+
+
+def _write_checked(con: duckdb.DuckDBPyConnection, files: Sequence[Path], source: SourceSpec, pings_path: Path,
+                   quarantine_path: Path, progress: Progress) -> None:
     started = time.perf_counter()
     try:
         _write_outputs(con, pings_path, quarantine_path)
@@ -500,6 +496,11 @@ def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir
         # a corrupt page met after the first batch surfaces through pyarrow's reader, not as a DuckDB error
         raise unreadable_file(con, files, source, exc) from None
     progress(f"ingest: valid pings and quarantine written in {time.perf_counter() - started:.1f} s")
+
+
+def _rejections(con: duckdb.DuckDBPyConnection, quarantine_path: Path, files: Sequence[Path]
+                ) -> tuple[dict[str, int], tuple[str, ...]]:
+    """(rejected pings by reason, the first rejected rows named by file position, row and reason)."""
     con.execute(f"CREATE TEMP TABLE rejected AS SELECT * FROM read_parquet({sql_str(str(quarantine_path))})")
     by_reason = dict(con.execute("SELECT reason, count(*) FROM rejected GROUP BY reason ORDER BY reason").fetchall())
     # File, row and reason only: the detail quotes the raw values (a person's id, time and place), which stay
@@ -511,6 +512,36 @@ def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir
             "SELECT file, row, trip_end, reason FROM rejected ORDER BY file, row, trip_end LIMIT 3"
         ).fetchall()
     )
+    return by_reason, examples
+
+
+def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir: Path,
+                  progress: Progress = silent) -> IngestResult:
+    """Read, map and validate every trace file; write `pings.parquet` and `quarantine.parquet` into out_dir.
+
+    policy: the columns, time formats, time zone and missing-id texts (`source`). period: pings outside it
+    are quarantined (`outside_period`). files: the trace files, e.g. from `resolve_trace_paths` (CSV or
+    Parquet). out_dir: where the two Parquet files go (and DuckDB's spill folder). progress: told each
+    file's row count and the write time.
+
+    Each valid ping is (unit, ts in UTC, lon, lat, src = the file's position in `files`); each rejected one
+    is a quarantine row with file, row, trip end, reason, detail and its raw values (internal: they quote a
+    person's id and whereabouts). Validation is a view over the files, read once in record batches that are
+    split into the two files, so memory stays bounded whatever the number of pings. Raises IngestError when
+    a file cannot be read at all (naming it, never quoting a row). The returned IngestResult carries the
+    counts by reason and the first rejected rows by file, row and reason only."""
+    source = policy.source
+    out_dir.mkdir(parents=True, exist_ok=True)
+    con = _connect(out_dir)
+    start, end = period.utc_window(policy.time.timezone)
+    reason, detail = _reason_sql(sql_str(start.isoformat()), sql_str(end.isoformat()), source)
+    opened = _open_files(con, files, source, LocalClock.around(source.timezone, start, end), progress)
+    con.execute(f"CREATE TEMP VIEW checked AS SELECT *, {reason} AS reason, {detail} AS detail "
+                f"FROM ({' UNION ALL '.join(opened.selects)})")
+    pings_path = out_dir / "pings.parquet"
+    quarantine_path = out_dir / "quarantine.parquet"
+    _write_checked(con, files, source, pings_path, quarantine_path, progress)
+    by_reason, examples = _rejections(con, quarantine_path, files)
     per_src = dict(con.execute(f"SELECT src, count(*) FROM read_parquet({sql_str(str(pings_path))}) "
                                "GROUP BY src").fetchall())
     valid = sum(per_src.values())
@@ -520,8 +551,8 @@ def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir
         pings_path=pings_path,
         quarantine_path=quarantine_path,
         files=tuple(str(f) for f in files),
-        input_columns=tuple(sorted(columns)),
-        rows_read=rows_read,
+        input_columns=tuple(sorted(opened.columns)),
+        rows_read=opened.rows_read,
         pings_read=pings_read,
         pings_valid=pings_read - sum(by_reason.values()),
         rejected_by_reason=by_reason,

@@ -14,7 +14,7 @@ exactly the files that will be published.
 """
 
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
@@ -27,6 +27,7 @@ from spatial_release.defs.programmes import Programme
 from spatial_release.defs.release.checks import build_checks
 from spatial_release.defs.release.reports import frontier_report, k_anonymity_report, readable, risk_metadata, risk_report
 from spatial_release.defs.resources import CountingEngine, ReleaseSettings
+from spatial_release.policy import Policy
 from spatial_release.stages.frontier import public_frontier
 
 CANDIDATE_TAG = "spatial_release/candidate_run"
@@ -77,35 +78,48 @@ class _AssetArgs(TypedDict):
     tags: dict[str, str]
 
 
-def build_release_graph(programme: Programme) -> ReleaseGraph:
-    partitions_def = partitions_for(programme.cadence)
-    policy_name = programme.policy.name
-    common: _AssetArgs = {"partitions_def": partitions_def, "group_name": programme.prefix, "key_prefix": [programme.prefix],
-              "owners": programme.owners, "tags": {"dataset": programme.prefix}}
+@dataclass(frozen=True)
+class _GraphScope:
+    """One programme's graph: what its assets' definitions and steps share."""
 
-    def setup(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> stages.ReleaseContext:
+    programme: Programme
+    partitions_def: dg.TimeWindowPartitionsDefinition
+
+    @property
+    def policy_name(self) -> str:
+        return self.programme.policy.name
+
+    def asset_args(self) -> _AssetArgs:
+        programme = self.programme
+        return {"partitions_def": self.partitions_def, "group_name": programme.prefix,
+                "key_prefix": [programme.prefix], "owners": programme.owners, "tags": {"dataset": programme.prefix}}
+
+    def release_context(self, context: dg.AssetExecutionContext, settings: ReleaseSettings) -> stages.ReleaseContext:
         """The step's release context (the policy as the graph was built from it)."""
-        return settings.context(programme.load(), period_of(context.partition_key, partitions_def))
+        return settings.context(self.programme.load(), period_of(context.partition_key, self.partitions_def))
 
-    def hold(context: dg.AssetExecutionContext, settings: ReleaseSettings, ctx: stages.ReleaseContext,
-             starts_run: bool = False, check_ledger: bool = True):
-        """Hold the work area for this step (stages.work_area_step): a period the ledger records is refused
-        before anything is written, and a step of a run that no longer owns the area stops. A publish run
-        acts for the candidate run that launched it."""
-        published = settings.published() if check_ledger else None
-        run = context.run
-        run_id = run.tags.get(CANDIDATE_TAG) or run.root_run_id or run.run_id  # a re-execution keeps its claim
-        return refusals_as_failures(stages.work_area_step(ctx, published, run_id, starts_run,
-                                                          lambda other: _run_is_live(context.instance, other)))
 
-    @dg.asset(name="validated_pings", kinds={"duckdb", "parquet"}, **common,
-              description=f"{policy_name}: the raw trace files mapped by the policy and validated; rejected "
+def _hold(context: dg.AssetExecutionContext, settings: ReleaseSettings, ctx: stages.ReleaseContext,
+          starts_run: bool = False, check_ledger: bool = True) -> AbstractContextManager[None]:
+    """Hold the work area for this step (stages.work_area_step): a period the ledger records is refused
+    before anything is written, and a step of a run that no longer owns the area stops. A publish run
+    acts for the candidate run that launched it."""
+    published = settings.published() if check_ledger else None
+    run = context.run
+    run_id = run.tags.get(CANDIDATE_TAG) or run.root_run_id or run.run_id  # a re-execution keeps its claim
+    return refusals_as_failures(stages.work_area_step(ctx, published, run_id, starts_run,
+                                                      lambda other: _run_is_live(context.instance, other)))
+
+
+def _validated_pings_asset(scope: _GraphScope) -> dg.AssetsDefinition:
+    @dg.asset(name="validated_pings", kinds={"duckdb", "parquet"}, **scope.asset_args(),
+              description=f"{scope.policy_name}: the raw trace files mapped by the policy and validated; rejected "
                           "pings are counted by reason and quarantined (owner-only work area).")
     def validated_pings(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
-        ctx = setup(context, settings)
+        ctx = scope.release_context(context, settings)
         policy = ctx.policy
         context.log.info(f"ingesting {policy.name} {ctx.period.label} into {ctx.area.ingest}")
-        with hold(context, settings, ctx, starts_run=True):
+        with _hold(context, settings, ctx, starts_run=True):
             summary = stages.run_ingest(ctx, settings.traces, progress=context.log.info)
         context.log.info(f"{summary.pings_valid} valid pings, {summary.pings_rejected} quarantined")
         return dg.MaterializeResult(metadata={
@@ -122,13 +136,17 @@ def build_release_graph(programme: Programme) -> ReleaseGraph:
             "policy": f"{policy.name} v{policy.version}",
         })
 
-    @dg.asset(name="cell_counts", deps=[validated_pings], kinds={"duckdb", "parquet"}, **common,
-              description=f"{policy_name}: distinct units per (cell, bucket) and per margin, before any "
+    return validated_pings
+
+
+def _cell_counts_asset(scope: _GraphScope, validated_pings: dg.AssetsDefinition) -> dg.AssetsDefinition:
+    @dg.asset(name="cell_counts", deps=[validated_pings], kinds={"duckdb", "parquet"}, **scope.asset_args(),
+              description=f"{scope.policy_name}: distinct units per (cell, bucket) and per margin, before any "
                           "suppression (internal; never published as is).")
     def cell_counts(context: dg.AssetExecutionContext, settings: ReleaseSettings,
                     counting: CountingEngine) -> dg.MaterializeResult:
-        ctx = setup(context, settings)
-        with hold(context, settings, ctx), counting.open(ctx.area) as engine:
+        ctx = scope.release_context(context, settings)
+        with _hold(context, settings, ctx), counting.open(ctx.area) as engine:
             summary = stages.run_counts(ctx, engine, progress=context.log.info)
         # The number of groups and of units counted are facts about withheld cells:
         # they stay in counts.json, in the owner-only work area, out of the event log and metadata.
@@ -145,13 +163,17 @@ def build_release_graph(programme: Programme) -> ReleaseGraph:
             "seconds": dg.MetadataValue.json(summary.seconds),
         })
 
-    @dg.asset(name="protected_table", deps=[cell_counts], kinds={"highs", "parquet"}, **common,
-              description=f"{policy_name}: the candidate release after primary (below k) and complementary "
+    return cell_counts
+
+
+def _protected_table_asset(scope: _GraphScope, cell_counts: dg.AssetsDefinition) -> dg.AssetsDefinition:
+    @dg.asset(name="protected_table", deps=[cell_counts], kinds={"highs", "parquet"}, **scope.asset_args(),
+              description=f"{scope.policy_name}: the candidate release after primary (below k) and complementary "
                           "suppression; the blocking checks on it stand between the candidate and publication.")
     def protected_table(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
-        ctx = setup(context, settings)
+        ctx = scope.release_context(context, settings)
         policy = ctx.policy
-        with hold(context, settings, ctx):
+        with _hold(context, settings, ctx):
             summary = stages.run_protect(ctx, progress=context.log.info, published=settings.published())
             counts = summary.public_counts()
         frontier = public_frontier(summary.frontier, list(policy.time.ladder))
@@ -165,12 +187,16 @@ def build_release_graph(programme: Programme) -> ReleaseGraph:
             "policy": f"{policy.name} v{policy.version}",
         })
 
-    @dg.asset(name="risk_assessment", deps=[protected_table], kinds={"python"}, **common,
-              description=f"{policy_name}: per-zone re-identification risk of the candidate with the ledger's "
+    return protected_table
+
+
+def _risk_assessment_asset(scope: _GraphScope, protected_table: dg.AssetsDefinition) -> dg.AssetsDefinition:
+    @dg.asset(name="risk_assessment", deps=[protected_table], kinds={"python"}, **scope.asset_args(),
+              description=f"{scope.policy_name}: per-zone re-identification risk of the candidate with the ledger's "
                           "earlier releases of the same population, against both ceilings.")
     def risk_assessment(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
-        ctx = setup(context, settings)
-        with hold(context, settings, ctx):
+        ctx = scope.release_context(context, settings)
+        with _hold(context, settings, ctx):
             risk = stages.run_risk(ctx, settings.ledger())
         return dg.MaterializeResult(metadata={
             "period": ctx.period.label,
@@ -180,16 +206,21 @@ def build_release_graph(programme: Programme) -> ReleaseGraph:
             "landscape_sha256": risk.landscape_sha256,
         })
 
+    return risk_assessment
+
+
+def _published_release_asset(scope: _GraphScope, protected_table: dg.AssetsDefinition,
+                             risk_assessment: dg.AssetsDefinition) -> dg.AssetsDefinition:
     @dg.asset(name="published_release", deps=[protected_table, risk_assessment], kinds={"parquet"},
-              output_required=False, **common,
-              description=f"{policy_name}: the published release folder (cells.parquet, margins.parquet, "
+              output_required=False, **scope.asset_args(),
+              description=f"{scope.policy_name}: the published release folder (cells.parquet, margins.parquet, "
                           "release.json, report.html, report.png) and its ledger entry, written together.")
     def published_release(context: dg.AssetExecutionContext, settings: ReleaseSettings
                           ) -> Iterator[dg.MaterializeResult]:
-        ctx = setup(context, settings)
+        ctx = scope.release_context(context, settings)
         policy = ctx.policy
         try:
-            with hold(context, settings, ctx, check_ledger=False):  # run_publish checks, locked
+            with _hold(context, settings, ctx, check_ledger=False):  # run_publish checks, locked
                 target, record = stages.run_publish(ctx, Path(settings.releases_dir), settings.ledger())
         except stages.AlreadyPublished as exists:
             # The partition keeps its published materialisation: nothing is written and nothing failed.
@@ -202,38 +233,56 @@ def build_release_graph(programme: Programme) -> ReleaseGraph:
             raise dg.Failure(description=str(exists), allow_retries=False) from None
         yield dg.MaterializeResult(metadata=publication_metadata(target, record, policy))
 
-    def publication_metadata(target: Path, record: stages.ReleaseRecord, policy) -> dict:
-        assert record.risk is not None, "a published release's record carries its risk assessment"
-        return {
-            "period": record.period,
-            **release_report_metadata(target, policy),
-            "release_record": dg.MetadataValue.path(str(target / stages.ReleaseRecord.FILE)),
-            "release_dir": dg.MetadataValue.path(str(target)),
-            "k_anonymity_report": dg.MetadataValue.md(k_anonymity_report(record.counts, policy.k)),
-            "published_cells": record.counts.published_cells,
-            "smallest_published_count": record.counts.smallest_published_count,
-            **risk_metadata(record.risk, policy.risk),
-            "ledger_entry": record.ledger_entry,
-            "policy": f"{policy.name} v{policy.version}",
-            "policy_sha256": policy.sha256,
-        }
+    return published_release
 
-    assets = [validated_pings, cell_counts, protected_table, risk_assessment, published_release]
-    checks = build_checks(programme, partitions_def, validated_pings, cell_counts, protected_table,
-                          risk_assessment, published_release)
-    candidate = dg.AssetSelection.assets(validated_pings, cell_counts, protected_table, risk_assessment)
-    release_job = dg.define_asset_job(
-        programme.name("release_job"), selection=candidate,
-        config=period_tags(partitions_def), tags=programme.tags(),
-        description=f"{policy_name}: ingest, count, protect and assess one period (the candidate), with every "
+
+def publication_metadata(target: Path, record: stages.ReleaseRecord, policy: Policy) -> dict:
+    assert record.risk is not None, "a published release's record carries its risk assessment"
+    return {
+        "period": record.period,
+        **release_report_metadata(target, policy),
+        "release_record": dg.MetadataValue.path(str(target / stages.ReleaseRecord.FILE)),
+        "release_dir": dg.MetadataValue.path(str(target)),
+        "k_anonymity_report": dg.MetadataValue.md(k_anonymity_report(record.counts, policy.k)),
+        "published_cells": record.counts.published_cells,
+        "smallest_published_count": record.counts.smallest_published_count,
+        **risk_metadata(record.risk, policy.risk),
+        "ledger_entry": record.ledger_entry,
+        "policy": f"{policy.name} v{policy.version}",
+        "policy_sha256": policy.sha256,
+    }
+
+
+def _release_job(scope: _GraphScope, candidate: list[dg.AssetsDefinition]) -> object:
+    return dg.define_asset_job(
+        scope.programme.name("release_job"), selection=dg.AssetSelection.assets(*candidate),
+        config=period_tags(scope.partitions_def), tags=scope.programme.tags(),
+        description=f"{scope.policy_name}: ingest, count, protect and assess one period (the candidate), with every "
                     "blocking check; when it succeeds the publish sensor publishes it.")
-    publish_job = dg.define_asset_job(
-        programme.name("publish_job"), selection=dg.AssetSelection.assets(published_release),
-        config=period_tags(partitions_def), tags=programme.tags(),
-        description=f"{policy_name}: publish a checked candidate (re-evaluates every guarantee and the risk gate "
-                    "under the ledger lock) and write its ledger entry.")
+
+
+def _publish_job(scope: _GraphScope, published_release: dg.AssetsDefinition) -> object:
+    return dg.define_asset_job(
+        scope.programme.name("publish_job"), selection=dg.AssetSelection.assets(published_release),
+        config=period_tags(scope.partitions_def), tags=scope.programme.tags(),
+        description=f"{scope.policy_name}: publish a checked candidate (re-evaluates every guarantee and the risk "
+                    "gate under the ledger lock) and write its ledger entry.")
+
+
+def build_release_graph(programme: Programme) -> ReleaseGraph:
+    scope = _GraphScope(programme, partitions_for(programme.cadence))
+    validated_pings = _validated_pings_asset(scope)
+    cell_counts = _cell_counts_asset(scope, validated_pings)
+    protected_table = _protected_table_asset(scope, cell_counts)
+    risk_assessment = _risk_assessment_asset(scope, protected_table)
+    published_release = _published_release_asset(scope, protected_table, risk_assessment)
+    assets = [validated_pings, cell_counts, protected_table, risk_assessment, published_release]
+    checks = build_checks(programme, scope.partitions_def, validated_pings, cell_counts, protected_table,
+                          risk_assessment, published_release)
+    release_job = _release_job(scope, [validated_pings, cell_counts, protected_table, risk_assessment])
+    publish_job = _publish_job(scope, published_release)
     return ReleaseGraph(programme, assets, checks, release_job, publish_job,
-                        release_schedule(programme, partitions_def, release_job),
+                        release_schedule(programme, scope.partitions_def, release_job),
                         publish_sensor(programme, release_job, publish_job))
 
 
