@@ -381,3 +381,24 @@ def test_components_are_the_connected_withheld_nodes_in_order(case):
         seen |= group
         expected.append(sorted(group))
     assert components(table) == expected
+
+
+def test_progress_events_carry_their_step_and_a_sub_step_drops_only_its_closing_event():
+    from spatial_release.progress import ProgressEvent, without_closing
+
+    table = rectangle(2, 5, 7, 3, {"x11": P, "x12": S, "x21": S, "x22": S})
+    events: list[str] = []
+    audit(table, k=3, progress=events.append, every_s=0.0)
+    assert events and all(isinstance(e, ProgressEvent) and e.step == "audit" for e in events)
+    closing = [e for e in events if isinstance(e, ProgressEvent) and e.done]
+    assert len(closing) == 1 and closing[0] == events[-1] and closing[0].share == 1.0
+    assert "every withheld primary protected" in closing[0]  # the text is unchanged for a reader of logs
+
+    outer: list[str] = []
+    audit(table, k=3, progress=without_closing(outer.append, "audit"), every_s=0.0)
+    assert len(outer) == len(events) - 1 and not any(isinstance(e, ProgressEvent) and e.done for e in outer)
+    # another step's closing event, and plain text, pass through
+    forward = without_closing(outer.append, "audit")
+    forward(ProgressEvent("suppression", "suppression: done", done=True))
+    forward("plain text")
+    assert outer[-2:] == ["suppression: done", "plain text"]

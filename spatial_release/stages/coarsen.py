@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from spatial_release.levels import LEAF, at_rung
-from spatial_release.progress import Progress
+from spatial_release.progress import Progress, ProgressEvent
 from spatial_release.risk import Adversary, cumulative_risk
 from spatial_release.risk.attack import AttackReport
 from spatial_release.risk.landscape import load_landscape
@@ -152,6 +152,6 @@ def climb_zones(climb: Climb, over: dict[str, float], zones: list[str], ladder: 
 
     moved = up(over) or up(zones)
     if moved:
-        progress(f"risk: coarsening {climb.name(ladder)} (over the gate: "
-                 f"{', '.join(f'{z} {f:.3f}' for z, f in sorted(over.items()))})")
+        progress(ProgressEvent("risk", f"risk: coarsening {climb.name(ladder)} (over the gate: "
+                               f"{', '.join(f'{z} {f:.3f}' for z, f in sorted(over.items()))})"))
     return moved

@@ -13,7 +13,7 @@ import pandas as pd
 from spatial_release.fileio import sha256_file
 from spatial_release.levels import LEAF, RUNG_SEP, rung_of
 from spatial_release.period import Period
-from spatial_release.progress import Progress, log_progress
+from spatial_release.progress import Progress, ProgressEvent, log_progress
 from spatial_release.release import RELEASE_FILES, read_tables, release_tables, write_tables
 from spatial_release.stages import coarsen
 from spatial_release.stages.context import Published, ReleaseContext, WorkArea
@@ -71,7 +71,8 @@ def release_utility(ctx: ReleaseContext, true_cells: pd.DataFrame, true_margins:
     report = utility_report(true_cells, true_margins, protected.cells, protected.margins, base_chains,
                             structure.time_links, k)
     if structure.time_links:
-        progress("utility: protecting the single-level release of the policy's bucket as the baseline")
+        progress(ProgressEvent("utility", "utility: protecting the single-level release of the policy's bucket as the "
+                                            "baseline"))
         base_margins = true_margins[~true_margins["level"].str.contains(RUNG_SEP, regex=False)]
         spec = replace(ctx.disclosure, structure=Structure(tuple(base_chains), structure.identities))
         baseline, _, _ = protect_release(true_cells, base_margins, spec)

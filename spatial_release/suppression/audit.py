@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 import highspy
 import numpy as np
 
-from spatial_release.progress import Progress, silent
+from spatial_release.progress import Progress, ProgressEvent, silent
 from spatial_release.suppression.table import EQ, PUBLISHED, Table
 from spatial_release.suppression.verdicts import AuditResult, Criterion, Interval
 
@@ -658,8 +658,7 @@ def _solve_all(table: Table, work: list[Pack], relations_of: list[list[int]], ca
 
 def audit(table: Table, k: int, options: dict | None = None, primaries: set[int] | None = None,
           optimal_bounds: bool = False, criterion: Criterion | None = None, progress: Progress = silent,
-          every_s: float = 5.0, workers: int | None = None, cap: float | None = None,
-          closing_line: bool = True) -> AuditResult:
+          every_s: float = 5.0, workers: int | None = None, cap: float | None = None) -> AuditResult:
     """Audit every withheld primary, or only those in `primaries` (the repair loop re-audits only the
     primaries that failed: withholding more figures only widens the attacker's feasible set, so a primary
     that passed keeps passing). With `optimal_bounds`, every bound is the attacker's optimum (two LPs per
@@ -668,14 +667,13 @@ def audit(table: Table, k: int, options: dict | None = None, primaries: set[int]
     Implements the attacker LPs of Fischetti and Salazar-Gonzalez (2001, Management Science) on each
     connected component of withheld figures; `criterion` (default `Criterion(k)`) holds the protection
     levels. Parameters: `table` (statuses and values; withheld figures are unknowns of the LP), `k`,
-    `options` (HiGHS option name -> value, e.g. a time limit), `progress` (called every `every_s`
-    seconds, and with a closing line unless `closing_line` is False: a caller whose audit is a part of its
-    own reports its own), `workers` (processes solving components in parallel; default `default_workers()`: the
-    results are merged in component order, so they are the same whatever the number), `cap` (the bulk
-    witness LPs' cap on every variable, default `table_cap(table)`; a sub-table is given its whole table's).
-    Returns an
-    `AuditResult`: one `Interval` per audited primary (in component order), its witness points and the
-    errors; any solver status other than optimal/unbounded is an error, never a pass."""
+    `options` (HiGHS option name -> value, e.g. a time limit), `progress` (`ProgressEvent`s of step `audit`,
+    every `every_s` seconds, and a closing one, `done`, that a caller whose audit is a part of its own step
+    drops with `progress.without_closing`), `workers` (processes solving components in parallel; default
+    `default_workers()`: the results are merged in component order, so they are the same whatever the
+    number), `cap` (the bulk witness LPs' cap on every variable, default `table_cap(table)`; a sub-table is
+    given its whole table's). Returns an `AuditResult`: one `Interval` per audited primary (in component
+    order), its witness points and the errors; any solver status other than optimal/unbounded is an error, never a pass."""
     started = time.perf_counter()
     criterion = criterion or Criterion(k)
     workers = default_workers() if workers is None else max(1, int(workers))
@@ -702,11 +700,14 @@ def audit(table: Table, k: int, options: dict | None = None, primaries: set[int]
         if time.perf_counter() - reported >= every_s:
             reported = time.perf_counter()
             # shares and times only: counts of withheld primaries and components stay internal
-            progress(f"audit: {done / total:.0%} of the withheld primaries, {reported - started:.0f} s")
+            progress(ProgressEvent("audit", f"audit: {done / total:.0%} of the withheld primaries, "
+                                            f"{reported - started:.0f} s", share=done / total,
+                                   seconds=reported - started))
     result.seconds = time.perf_counter() - started
-    if total and closing_line:
-        progress(f"audit: done in {result.seconds:.1f} s, "
-                 f"{'every withheld primary protected' if not result.failures() else 'some primaries NOT protected'}")
+    if total:
+        verdict = 'every withheld primary protected' if not result.failures() else 'some primaries NOT protected'
+        progress(ProgressEvent("audit", f"audit: done in {result.seconds:.1f} s, {verdict}", share=1.0,
+                               seconds=result.seconds, done=True))
     return result
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from spatial_release.errors import Blocked
-from spatial_release.progress import Progress, silent
+from spatial_release.progress import Progress, ProgressEvent, silent
 from spatial_release.suppression.audit import (
     default_workers,
     inconsistent_relations,
@@ -218,11 +218,15 @@ def protect_blocks(table: Table, k: int, level_depth: dict[str, int], method: Pr
         _merge(table, done, log, audit)
         if time.perf_counter() - reported >= every_s:
             reported = time.perf_counter()
-            progress(f"suppression: {n / len(chunks):.0%} of the table protected, {reported - started:.0f} s")
+            progress(ProgressEvent("suppression", f"suppression: {n / len(chunks):.0%} of the table protected, "
+                                                   f"{reported - started:.0f} s", share=n / len(chunks),
+                                   seconds=reported - started))
     audit.intervals.sort(key=lambda interval: interval.node)
     audit.workers = workers
-    progress(f"suppression: every block protected in {time.perf_counter() - started:.1f} s "
-             f"({'every withheld primary protected' if audit.passed else 'some primaries NOT protected'})")
+    seconds = time.perf_counter() - started
+    progress(ProgressEvent("suppression", f"suppression: every block protected in {seconds:.1f} s ("
+                           f"{'every withheld primary protected' if audit.passed else 'some primaries NOT protected'})",
+                           share=1.0, seconds=seconds, done=True))
     return log
 
 

@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from spatial_release.errors import Blocked
-from spatial_release.progress import Progress, silent
+from spatial_release.progress import Progress, ProgressEvent, silent
 from spatial_release.suppression.audit import (
     INF,
     TOL,
@@ -389,10 +389,10 @@ def _first_pattern(table: Table, k: int, costs: Costs, criterion: Criterion, sta
         withheld = eliminate(table, k, costs.cost, lambda n: (-costs.unit[n], *costs.key(n)[2:]), reasons,
                              criterion.upper)
         withheld += sweep(table, costs, criterion, kinds=(UNION,))
-        progress("suppression: Gaussian elimination done")
+        progress(ProgressEvent("suppression", "suppression: Gaussian elimination done"))
         return withheld
     withheld = sweep(table, costs, criterion)
-    progress("suppression: constraint sweep done")  # counts of withheld figures stay internal
+    progress(ProgressEvent("suppression", "suppression: constraint sweep done"))  # counts of withheld figures stay internal
     return withheld
 
 
@@ -454,7 +454,7 @@ def _audit_and_repair(table: Table, k: int, costs: Costs, criterion: Criterion, 
             raise SuppressionError(f"{len(failures)} primaries still unprotected after {method.max_rounds} rounds: "
                                    f"{keys}")
         log.rounds += 1
-        progress(f"suppression: repair round {log.rounds}")
+        progress(ProgressEvent("suppression", f"suppression: repair round {log.rounds}"))
         to_audit = {f.node for f in failures}
         log.repair_secondaries += _repair(table, costs, failures, relations_of, reasons)
     # Every primary passed in the round that last audited it, and later rounds only withheld more, which

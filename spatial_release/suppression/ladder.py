@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from spatial_release.levels import LEAF, at_rung, rung_of, space_level
+from spatial_release.progress import Progress, ProgressEvent
 from spatial_release.suppression.table import EMPTY, PRIMARY, PUBLISHED, REST, UNION, Relation, Table
 
 UNOFFERED = "unoffered"  # a coarser-rung figure nobody needs: withheld at no cost, never published
@@ -217,7 +218,7 @@ def _choose_climbs(table: Table, ancestors: dict[int, list[int]], need: int, nev
     return chosen
 
 
-def climb_to_budget(table: Table, links: tuple[TimeLink, ...], budget: float, protect_once, progress=None,
+def climb_to_budget(table: Table, links: tuple[TimeLink, ...], budget: float, protect_once, progress: Progress | None = None,
                     never: frozenset[int] = frozenset()):
     """Suppression budget as a target: protect with no coarser figure offered; while the main cells' unit
     counts shown at no rung exceed `budget`, offer the coarser cell figures that show the most of them per
@@ -244,7 +245,7 @@ def climb_to_budget(table: Table, links: tuple[TimeLink, ...], budget: float, pr
             offered[rung] += 1
         rounds += 1
         if progress:
-            progress(f"suppression: climbed the time ladder (round {rounds})")
+            progress(ProgressEvent("suppression", f"suppression: climbed the time ladder (round {rounds})"))
         log = protect_once()
         unshown, total = unshown_leaf_units(table, ancestors)
     table.ladder = {"climb": "to_budget", "budget": budget, "rounds": rounds, "offered": offered,

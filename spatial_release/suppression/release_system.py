@@ -19,7 +19,7 @@ from datetime import datetime
 import pandas as pd
 
 from spatial_release.levels import LEAF, at_rung, space_level
-from spatial_release.progress import Progress, silent
+from spatial_release.progress import Progress, ProgressEvent, silent, without_closing
 from spatial_release.suppression.audit import AuditResult, Criterion, audit
 from spatial_release.suppression.certificate import Certificate, Verification, verify
 from spatial_release.suppression.complementary import ProtectionLog
@@ -302,12 +302,13 @@ def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: 
     table = system_for(true_cells, true_margins, spec)
     forced = force_withheld(table, withhold)
     if forced:
-        progress(f"suppression: {len(forced)} figure(s) withheld because an earlier release of the population "
-                 "withheld them")
+        progress(ProgressEvent("suppression", f"suppression: {len(forced)} figure(s) withheld because an earlier "
+                                              "release of the population withheld them"))
     links = spec.structure.time_links
     cut = cut_figures(table, links, spec.structure.cut)
     if cut:
-        progress(f"suppression: {len(cut)} figure(s) of buckets cut by the period's edges withheld")
+        progress(ProgressEvent("suppression", f"suppression: {len(cut)} figure(s) of buckets cut by the "
+                                              "period's edges withheld"))
     for i in cut:  # a bucket cut by the period's edge: a free complement, never published
         table.status[i] = UNOFFERED
     forced = sorted(set(forced) | set(cut))
@@ -431,11 +432,12 @@ def certify_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publ
     table, conflicts, from_earlier = published_system(true_cells, true_margins, published_cells,
                                                       published_margins, spec, earlier)
     verification = verify(table, certificate, inputs, spec.criterion or Criterion(spec.k), from_earlier)
-    progress(f"audit: certificate verified in {time.perf_counter() - started:.1f} s")
+    progress(ProgressEvent("audit", f"audit: certificate verified in {time.perf_counter() - started:.1f} s",
+                           seconds=time.perf_counter() - started))
     again = verification.to_resolve()
-    if again:  # the re-solve is a part of this audit: its closing line is the one below
+    if again:  # the re-solve is a part of this audit: its closing message is the one below
         result = audit(table, spec.k, dict(spec.solver_options), primaries=again, criterion=spec.criterion,
-                       progress=progress, workers=workers, closing_line=False)
+                       progress=without_closing(progress, "audit"), workers=workers)
         result.errors = [e for e in result.errors if e not in verification.errors]
     else:
         result = AuditResult(k=spec.k, criterion=spec.criterion)
@@ -446,8 +448,10 @@ def certify_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publ
     result.seconds = time.perf_counter() - started
     if result.intervals or result.errors:
         share = len(verification.unverified) / max(1, len(verification.certified) + len(verification.unverified))
-        progress(f"audit: done in {result.seconds:.1f} s from the certificate ({share:.0%} re-solved), "
-                 f"{'every withheld primary protected' if result.passed else 'some primaries NOT protected'}")
+        progress(ProgressEvent(
+            "audit", f"audit: done in {result.seconds:.1f} s from the certificate ({share:.0%} re-solved), "
+                     f"{'every withheld primary protected' if result.passed else 'some primaries NOT protected'}",
+            share=1.0, seconds=result.seconds, done=True))
     return result, table, verification
 
 

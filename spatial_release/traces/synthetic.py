@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from pyproj import Transformer
 
 from spatial_release.fileio import atomic_path
+from spatial_release.progress import Progress, ProgressEvent
 
 # Default city: centred on Jersey City / lower Manhattan in UTM zone 18N (EPSG:32618).
 CENTRE_XY = (581_000.0, 4_509_000.0)
@@ -154,7 +155,7 @@ def generate_pings(cfg: SyntheticConfig = SyntheticConfig()) -> pd.DataFrame:
 
 
 def write_pings_in_chunks(cfg: SyntheticConfig, path: Path, pings: int, chunk_persons: int = 20_000,
-                          integer_ids: bool = False, progress=None) -> int:
+                          integer_ids: bool = False, progress: Progress | None = None) -> int:
     """Stream about `pings` pings (exactly that many: the last chunk is cut) to one Parquet file, generating
     `chunk_persons` persons at a time with their own seeds, so memory stays bounded at any size.
     Columns: device_id (text, or int64 with integer_ids), local_time, lon, lat. Returns the rows written."""
@@ -173,7 +174,7 @@ def write_pings_in_chunks(cfg: SyntheticConfig, path: Path, pings: int, chunk_pe
             written += len(frame)
             chunk += 1
             if progress:
-                progress(f"generated {written:,} of {pings:,} pings")
+                progress(ProgressEvent("generate", f"generated {written:,} of {pings:,} pings", share=written / pings))
     return written
 
 
