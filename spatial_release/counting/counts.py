@@ -49,7 +49,7 @@ from spatial_release.levels import LEAF, at_rung
 from spatial_release.memory import hugepage_advice_off
 from spatial_release.period import Period
 from spatial_release.policy import Policy
-from spatial_release.progress import Progress, silent
+from spatial_release.progress import Progress, ProgressEvent, silent
 
 RANK_BASE = 4294967296  # 2^32: presence packs (ping count, -rank) into one BIGINT to take the max in one pass
 
@@ -328,11 +328,13 @@ def _scan_generic(engine: Engine, plans: Sequence[ZoningPlan], slots: BucketSlot
     engine.materialize("obs", _stage_a_sql(plans, slots, engine))
     t = _timed(seconds, "scan", t)
     _check_period(engine, "obs", pings, period)
-    progress(f"scanned the pings into (unit, bucket, area) rows in {seconds['scan']:.1f} s")
+    progress(ProgressEvent("counting", f"scanned the pings into (unit, bucket, area) rows in {seconds['scan']:.1f} s",
+                           seconds=seconds["scan"]))
     unsure_n, unsure_buckets = _resolve_unsure(engine, plans, "obs")
     engine.view("located", _located_sql(len(plans)))
     _timed(seconds, "exact", t)
-    progress(f"assigned {unsure_n:,} distinct unsure coordinate(s) exactly in {seconds['exact']:.1f} s")
+    progress(ProgressEvent("counting", f"assigned {unsure_n:,} distinct unsure coordinate(s) exactly in "
+                                       f"{seconds['exact']:.1f} s", seconds=seconds["exact"]))
     return unsure_n, unsure_buckets
 
 
@@ -361,7 +363,8 @@ def _scan_presence_by_area(engine: Engine, plans: Sequence[ZoningPlan], slots: B
     engine.view("obs_rows", _BY_AREA_ROWS.format(div=d.int_div("bk", str(m)), m=m))
     t = _timed(seconds, "scan", t)
     _check_period(engine, "obs_rows", pings, period)
-    progress(f"scanned the pings into (unit, bucket, area) rows in {seconds['scan']:.1f} s")
+    progress(ProgressEvent("counting", f"scanned the pings into (unit, bucket, area) rows in {seconds['scan']:.1f} s",
+                           seconds=seconds["scan"]))
     unsure_n, unsure_buckets = _resolve_unsure(engine, plans, "obs_rows")
     engine.view("located", """
         SELECT unit, b, a_0, n, ulon, ulat FROM obs_rows WHERE NOT u AND b IS NOT NULL
@@ -370,7 +373,8 @@ def _scan_presence_by_area(engine: Engine, plans: Sequence[ZoningPlan], slots: B
                CASE WHEN f.f_0 = -1 THEN o.ulat END AS ulat
         FROM obs_rows o JOIN fix f ON o.ulon = f.ulon AND o.ulat = f.ulat WHERE o.u""")
     _timed(seconds, "exact", t)
-    progress(f"assigned {unsure_n:,} distinct unsure coordinate(s) exactly in {seconds['exact']:.1f} s")
+    progress(ProgressEvent("counting", f"assigned {unsure_n:,} distinct unsure coordinate(s) exactly in "
+                                       f"{seconds['exact']:.1f} s", seconds=seconds["exact"]))
     return unsure_n, unsure_buckets
 
 
@@ -407,8 +411,9 @@ def _scan_packed(engine: Engine, plans: Sequence[ZoningPlan], slots: BucketSlots
     except PeriodMismatch as exc:
         raise _outside_period(exc.count, pings, period) from None
     t = _timed(seconds, "scan", t)  # here: the scan and the exact assignment of the unsure coordinates
-    progress(f"scanned the pings into packed (unit, bucket, area) keys in {seconds['scan']:.1f} s, "
-             f"{scan.unsure_coordinates:,} distinct unsure coordinate(s) assigned exactly")
+    progress(ProgressEvent("counting", f"scanned the pings into packed (unit, bucket, area) keys in "
+                                       f"{seconds['scan']:.1f} s, {scan.unsure_coordinates:,} distinct unsure "
+                                       "coordinate(s) assigned exactly", seconds=seconds["scan"]))
     engine.register_frame("outside_coordinates", scan.outside_coordinates)
     located = scan.located
     given = presence_from_keys(scan.take_keys(), packing)
@@ -463,8 +468,8 @@ def _start_count(policy: Policy, period: Period, pings: Sequence[Path], plans: S
     for i, plan in enumerate(plans):
         if plan.lookup is not None:
             engine.register_frame(f"lookup_{i}", plan.lookup.table)
-    progress(f"counting on {engine.name}: scanning {len(pings)} file(s), assigning pings to "
-             + "; ".join(f"{p.level}: {p.method}" for p in plans))
+    progress(ProgressEvent("counting", f"counting on {engine.name}: scanning {len(pings)} file(s), assigning "
+                                       "pings to " + "; ".join(f"{p.level}: {p.method}" for p in plans)))
     return _CountRun(policy, period, pings, plans, engine, progress, slots, rungs, buckets)
 
 
@@ -523,7 +528,7 @@ def _count_zonings(run: _CountRun, scanned: _Scanned) -> tuple[DecodedKeys, pa.T
         if z == 0:
             main, cells = decoded, leaf
         margin_frames += margins
-        run.progress(f"counted {plan.level}")  # group counts stay in counts.json (internal)
+        run.progress(ProgressEvent("counting", f"counted {plan.level}"))  # group counts stay in counts.json (internal)
     return main, cells, margin_frames
 
 
@@ -575,8 +580,9 @@ def _count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: S
     seconds = run.seconds
     _timed(seconds, "write", t)
     seconds["total"] = round(time.perf_counter() - started, 3)
-    progress(f"counting done in {seconds['total']:.1f} s: {scanned.pings_located:,} pings located, "
-             f"{pings_outside:,} outside the geometry")
+    progress(ProgressEvent("counting", f"counting done in {seconds['total']:.1f} s: {scanned.pings_located:,} pings "
+                                       f"located, {pings_outside:,} outside the geometry", share=1.0,
+                           seconds=seconds["total"], done=True))
     return CountResult(cells_path, margins_path, membership_path, outside_path, len(cells), units, unit_buckets,
                        scanned.pings_located, pings_outside, scanned.unsure_coordinates, covers,
                        {p.level: p.method for p in plans}, seconds)

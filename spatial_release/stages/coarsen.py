@@ -152,6 +152,7 @@ def climb_zones(climb: Climb, over: dict[str, float], zones: list[str], ladder: 
 
     moved = up(over) or up(zones)
     if moved:
-        progress(ProgressEvent("risk", f"risk: coarsening {climb.name(ladder)} (over the gate: "
-                               f"{', '.join(f'{z} {f:.3f}' for z, f in sorted(over.items()))})"))
+        # zones only: their figures are the candidate's, unpublished (the run log is operator-facing)
+        progress(ProgressEvent("risk", f"risk: coarsening {climb.name(ladder)} (over the gate: zones "
+                                       f"{', '.join(sorted(over))})"))
     return moved

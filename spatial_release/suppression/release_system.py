@@ -302,13 +302,13 @@ def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: 
     table = system_for(true_cells, true_margins, spec)
     forced = force_withheld(table, withhold)
     if forced:
-        progress(ProgressEvent("suppression", f"suppression: {len(forced)} figure(s) withheld because an earlier "
-                                              "release of the population withheld them"))
+        progress(ProgressEvent("suppression", "suppression: figures an earlier release of the population withheld "
+                                              "are withheld here too"))
     links = spec.structure.time_links
     cut = cut_figures(table, links, spec.structure.cut)
     if cut:
-        progress(ProgressEvent("suppression", f"suppression: {len(cut)} figure(s) of buckets cut by the "
-                                              "period's edges withheld"))
+        progress(ProgressEvent("suppression", "suppression: the figures of buckets cut by the period's edges are "
+                                              "withheld"))
     for i in cut:  # a bucket cut by the period's edge: a free complement, never published
         table.status[i] = UNOFFERED
     forced = sorted(set(forced) | set(cut))
@@ -349,7 +349,9 @@ def published_system(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publi
     def learn(key: tuple, value: int) -> None:
         if key in known and known[key] != value:
             at = pd.Timestamp(key[2], tz="UTC")
-            conflicts.append(f"{key[0]} {key[1]} at {at} is published as {known[key]} and as {value}")
+            # identifiers only: one of the two values is the candidate's, unpublished (it would reach the
+            # check's metadata, the run log and the alert)
+            conflicts.append(f"{key[0]} {key[1]} at {at} is published with two different values")
         known.setdefault(key, value)
 
     this_release: set[tuple] = set()

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from spatial_release.fileio import atomic_path
 from spatial_release.period import Period
 from spatial_release.policy import Policy, SourceSpec
-from spatial_release.progress import Progress, silent
+from spatial_release.progress import Progress, ProgressEvent, silent
 from spatial_release.traces.files import (  # noqa: F401 - re-exported: the traces' public entry points
     IngestError,
     check_trace_files,
@@ -483,7 +483,8 @@ def _open_files(con: duckdb.DuckDBPyConnection, files: Sequence[Path], source: S
                        f"({_pings_of_file(f'raw_{i}', path, types, source, clock)})")
         # files by position: the progress reaches the Dagster event log, and a per-device export's name is a
         # unit id (the work area's ingest.json lists the names in this order)
-        progress(f"ingest: input file {i + 1} of {len(files)}: {rows:,} rows")
+        progress(ProgressEvent("ingest", f"ingest: input file {i + 1} of {len(files)}: {rows:,} rows",
+                               share=(i + 1) / len(files)))
     return _OpenedFiles(tuple(selects), frozenset(columns), rows_read)
 
 
@@ -495,7 +496,9 @@ def _write_checked(con: duckdb.DuckDBPyConnection, files: Sequence[Path], source
     except (duckdb.Error, pa.ArrowException, OSError) as exc:
         # a corrupt page met after the first batch surfaces through pyarrow's reader, not as a DuckDB error
         raise unreadable_file(con, files, source, exc) from None
-    progress(f"ingest: valid pings and quarantine written in {time.perf_counter() - started:.1f} s")
+    seconds = time.perf_counter() - started
+    progress(ProgressEvent("ingest", f"ingest: valid pings and quarantine written in {seconds:.1f} s", share=1.0,
+                           seconds=seconds, done=True))
 
 
 def _rejections(con: duckdb.DuckDBPyConnection, quarantine_path: Path, files: Sequence[Path]
