@@ -286,13 +286,22 @@ def _write_intervals(area: WorkArea, run: _AuditRun) -> None:
         intervals.to_parquet(tmp, index=False)
 
 
+def _place_of(row: dict) -> str:
+    """An offending row as words: its place and what fails (an alert drops a row quoted as a dict)."""
+    if "error" in row:
+        return str(row["error"])
+    where = row.get("cell_id") or f"{row.get('level')} {row.get('area_id')}"
+    return f"{where} at {row.get('bucket_start') or row.get('bucket')} ({row.get('failing')})"
+
+
 def _audit_outcome(area: WorkArea, run: _AuditRun) -> tuple[CheckOutcome, AuditSummary]:
     """The check's outcome (public: verdict, shares, offending cells named) and the internal summary."""
     result, verification = run.result, run.verification
     # Offending rows name the cell and what fails; the true value and the attacker's interval are
     # per-unit facts that stay in the internal intervals file (never in a log or Dagster metadata).
     offending = [{**run.table.key(i.node), "failing": i.failing} for i in result.failures()[:20]]
-    offending += [{"error": e} for e in result.errors[:20]]
+    offending += [{**c, "failing": "published with two values"} for c in result.conflicts[:20]]
+    offending += [{"error": e} for e in result.errors[:20] if not e.startswith("releases contradict")]
     summary = result.summary()
     figures: dict[str, str | float] = {"verified_by": run.method}
     how = "solved with the attacker LP"
@@ -309,7 +318,7 @@ def _audit_outcome(area: WorkArea, run: _AuditRun) -> tuple[CheckOutcome, AuditS
                f"re-solved{': ' + reasons[0] if reasons else ''})")
     text = (f"every withheld primary is protected; {how}" if result.passed else
             f"{summary.failures} primaries recoverable or shown below k, {len(result.errors)} audit errors "
-            f"({how}); first: {offending[0] if offending else None}; intervals in "
+            f"({how}); first: {_place_of(offending[0]) if offending else None}; intervals in "
             f"{area.root / 'audit_intervals.internal.parquet'}")
     verdict = AuditVerdict(summary.passed, summary.criterion, summary.solver)
     return CheckOutcome("suppression_audit", result.passed, text, offending, {**verdict.to_json(), **figures}), summary

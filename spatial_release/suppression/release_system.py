@@ -338,20 +338,21 @@ def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: 
 def published_system(true_cells: pd.DataFrame, true_margins: pd.DataFrame, published_cells: pd.DataFrame,
                      published_margins: pd.DataFrame, spec: DisclosureSpec,
                      earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = ()
-                     ) -> tuple[Table, list[str], list[int]]:
+                     ) -> tuple[Table, list[dict[str, str]], list[int]]:
     """The release as an outsider sees it (see `audit_published`): the system, the conflicts between
-    releases, and the figures known only from the `earlier` releases."""
+    releases (the figures published with two values, by level, area and bucket), and the figures known only
+    from the `earlier` releases."""
     count_column, k = spec.count_column, spec.k
     table = system_for(true_cells, true_margins, spec)
     known: dict[tuple, int] = {}
-    conflicts: list[str] = []
+    conflicts: list[dict[str, str]] = []
 
     def learn(key: tuple, value: int) -> None:
         if key in known and known[key] != value:
-            at = pd.Timestamp(key[2], tz="UTC")
             # identifiers only: one of the two values is the candidate's, unpublished (it would reach the
             # check's metadata, the run log and the alert)
-            conflicts.append(f"{key[0]} {key[1]} at {at} is published with two different values")
+            conflicts.append({"level": str(key[0]), "area_id": str(key[1]),
+                              "bucket_start": pd.Timestamp(key[2], tz="UTC").isoformat()})
         known.setdefault(key, value)
 
     this_release: set[tuple] = set()
@@ -416,8 +417,16 @@ def audit_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publis
                                            earlier)
     result = audit(table, spec.k, dict(spec.solver_options), criterion=spec.criterion, progress=progress,
                    workers=workers)
-    result.errors.extend(f"releases contradict each other: {c}" for c in conflicts)
+    _record_conflicts(result, conflicts)
     return result, table
+
+
+def _record_conflicts(result: AuditResult, conflicts: list[dict[str, str]]) -> None:
+    """Two releases that publish one figure with two values fail the audit; each is an error (the internal
+    summary) and a named place (the check's offending rows, the alert)."""
+    result.conflicts.extend(conflicts)
+    result.errors.extend(f"releases contradict each other: {c['level']} {c['area_id']} at {c['bucket_start']} is "
+                         "published with two values" for c in conflicts)
 
 
 def certify_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, published_cells: pd.DataFrame,
@@ -446,7 +455,7 @@ def certify_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publ
     result.errors[:0] = verification.errors
     result.intervals = sorted([*verification.intervals, *result.intervals], key=lambda i: i.node)
     result.components = len(verification.certified) + len(verification.unverified)
-    result.errors.extend(f"releases contradict each other: {c}" for c in conflicts)
+    _record_conflicts(result, conflicts)
     result.seconds = time.perf_counter() - started
     if result.intervals or result.errors:
         share = len(verification.unverified) / max(1, len(verification.certified) + len(verification.unverified))

@@ -89,6 +89,8 @@ class AuditResult:
     criterion: Criterion | None = None
     intervals: list[Interval] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # figures two releases publish with two values: {"level", "area_id", "bucket_start"}, also in `errors`
+    conflicts: list[dict[str, str]] = field(default_factory=list)
     components: int = 0
     lps_solved: int = 0
     mips_solved: int = 0

@@ -147,10 +147,13 @@ def test_programmes_of_one_population_are_audited_together_without_audit_with(tm
     releases: the quarterly is refused by the audit."""
     ok, messages, _ = _conflicting_programmes(tmp_path, shared=True)
     assert not ok
-    conflicts = [m for m in messages if "suppression_audit" in m and "published with two different values" in m]
+    conflicts = [m for m in messages if "suppression_audit" in m and "published with two values" in m]
     assert conflicts, messages
     # the candidate's value is unpublished: the refusal names the figure, never its two values
     assert not any(re.search(r"published as \d+ and as \d+", m) for m in messages), messages
+    # ...and names it by level, area and bucket, as the check's offending rows do (what an alert lists)
+    assert any(re.search(r"first: \S+ \S+ at \d{4}-\d\d-\d\dT[\d:+]+ \(published with two values\)", m)
+               for m in conflicts), conflicts
 
 
 def test_programmes_of_different_populations_are_not_compared(tmp_path):
