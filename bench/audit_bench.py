@@ -76,31 +76,39 @@ def main() -> None:
     spec = DisclosureSpec(structure, args.k, "presence")
     started = time.perf_counter()
     protected, log, table = protect_release(true_cells, true_margins, spec)
-    print(f"{args.persons} persons, {args.days} days: {len(true_cells) + len(true_margins)} figures, "
-          f"{len(protected.cells)} cells and {len(protected.margins)} margins published; protection "
-          f"{time.perf_counter() - started:.1f} s (audit {log.audit.seconds:.1f} s, {log.audit.workers} workers, "
-          f"{log.rounds} repair rounds)")
+    print(
+        f"{args.persons} persons, {args.days} days: {len(true_cells) + len(true_margins)} figures, "
+        f"{len(protected.cells)} cells and {len(protected.margins)} margins published; protection "
+        f"{time.perf_counter() - started:.1f} s (audit {log.audit.seconds:.1f} s, {log.audit.workers} workers, "
+        f"{log.rounds} repair rounds)"
+    )
     certificate = Certificate.build(table, log.audit, {"bench": "inputs"})
     cells, margins = protected.cells, protected.margins
 
     reference = None
     for workers in args.workers:
-        median, runs, (result, _), cpu_text = timed(partial(audit_published, true_cells, true_margins, cells, margins, spec,
-                                                            workers=workers), args.runs)
+        median, runs, (result, _), cpu_text = timed(
+            partial(audit_published, true_cells, true_margins, cells, margins, spec, workers=workers), args.runs
+        )
         bounds = [(i.node, i.lo, i.up, i.passed) for i in result.intervals]
         same = "reference" if reference is None else ("identical" if bounds == reference else "DIFFERENT")
         reference = reference or bounds
-        print(f"audit (solve), {workers} worker(s): median {median:.2f} s of {[round(s, 2) for s in runs]}; "
-              f"{result.components} components, {len(result.intervals)} primaries, passed {result.passed}, "
-              f"verdicts and bounds {same}; {cpu_text}")
+        print(
+            f"audit (solve), {workers} worker(s): median {median:.2f} s of {[round(s, 2) for s in runs]}; "
+            f"{result.components} components, {len(result.intervals)} primaries, passed {result.passed}, "
+            f"verdicts and bounds {same}; {cpu_text}"
+        )
     median, runs, _, _ = timed(lambda: published_system(true_cells, true_margins, cells, margins, spec), args.runs)
     print(f"published system alone: median {median:.2f} s of {[round(s, 2) for s in runs]}")
     median, runs, (result, _, verification), cpu_text = timed(
-        lambda: certify_published(true_cells, true_margins, cells, margins, spec, certificate,
-                                  {"bench": "inputs"}), args.runs)
-    print(f"check with the certificate (verify, no LP): median {median:.2f} s of {[round(s, 2) for s in runs]}; "
-          f"{len(verification.certified)} components certified, {len(verification.unverified)} re-solved "
-          f"({sorted(set(verification.unverified.values()))[:3]}), passed {result.passed}; {cpu_text}")
+        lambda: certify_published(true_cells, true_margins, cells, margins, spec, certificate, {"bench": "inputs"}),
+        args.runs,
+    )
+    print(
+        f"check with the certificate (verify, no LP): median {median:.2f} s of {[round(s, 2) for s in runs]}; "
+        f"{len(verification.certified)} components certified, {len(verification.unverified)} re-solved "
+        f"({sorted(set(verification.unverified.values()))[:3]}), passed {result.passed}; {cpu_text}"
+    )
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 

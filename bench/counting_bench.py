@@ -73,8 +73,9 @@ def zones_file(n: int, data_dir: Path) -> Path:
     rng = np.random.default_rng(5)
     cx, cy = CENTRE_XY
     frame_box = shapely.box(cx - 12_000, cy - 12_000, cx + 12_000, cy + 12_000)
-    seeds = shapely.multipoints(np.column_stack([cx + rng.uniform(-12_000, 12_000, n),
-                                                 cy + rng.uniform(-12_000, 12_000, n)]))
+    seeds = shapely.multipoints(
+        np.column_stack([cx + rng.uniform(-12_000, 12_000, n), cy + rng.uniform(-12_000, 12_000, n)])
+    )
     cells = [c.intersection(frame_box) for c in shapely.get_parts(shapely.voronoi_polygons(seeds, extend_to=frame_box))]
     zones = gpd.GeoDataFrame({"zone": [f"z{i:04d}" for i in range(len(cells))]}, geometry=cells, crs="EPSG:32618")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,13 +97,18 @@ def bench_policy(zones: Path | None = None):
     data["suppression"].pop("zeros", None)
     data["risk"]["zones"] = "grid_4000m"
     if zones is not None:
-        data["geometry"] = {"kind": "zones", "path": str(zones), "id": "zone",
-                            "parents": [{"level": "district", "prefix": 3}]}
+        data["geometry"] = {
+            "kind": "zones",
+            "path": str(zones),
+            "id": "zone",
+            "parents": [{"level": "district", "prefix": 3}],
+        }
         data["risk"]["zones"] = "district"
     return parse_policy(data, ROOT / "policies" / "bench.yaml")
 
 
 # ---------------------------------------------------------------- workers (each runs in its own process)
+
 
 def work_generate(args) -> dict:
     from spatial_release.traces.synthetic import SyntheticConfig, write_pings_in_chunks
@@ -124,8 +130,9 @@ def work_read(args) -> dict:
     import duckdb
 
     con = duckdb.connect()
-    row = con.execute(f"SELECT count(*), sum(hash(unit)), sum(epoch_us(ts)), sum(lon), sum(lat) "
-                      f"FROM read_parquet('{args.pings}')").fetchone()
+    row = con.execute(
+        f"SELECT count(*), sum(hash(unit)), sum(epoch_us(ts)), sum(lon), sum(lat) FROM read_parquet('{args.pings}')"
+    ).fetchone()
     return {"rows": row[0]}
 
 
@@ -137,9 +144,12 @@ def work_count(args) -> dict:
     policy = bench_policy(zones)
     out = Path(args.out)
     settings = DuckDBSettings(memory_limit=args.memory_limit)
-    with open_engine(args.engine, scratch=out / "spill", duckdb_settings=settings,
-                     spark_settings=SparkSettings(shuffle_partitions=16,
-                                                  conf={"spark.driver.memory": "6g"})) as engine:
+    with open_engine(
+        args.engine,
+        scratch=out / "spill",
+        duckdb_settings=settings,
+        spark_settings=SparkSettings(shuffle_partitions=16, conf={"spark.driver.memory": "6g"}),
+    ) as engine:
         progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
         if zones is None:
             # The grid policy's counting step (`stages.count_validated_pings`, whose `zoning_plans` is this one
@@ -153,16 +163,24 @@ def work_count(args) -> dict:
 
             pings = [Path(args.pings)]
             extent = data_extent(engine, pings, usable_area(policy))
-            plans = [grid_plan(LEAF, Grid(policy.geometry), tuple(policy.geometry.level_names()),
-                               evaluate_with(engine), extent)]
+            plans = [
+                grid_plan(LEAF, Grid(policy.geometry), tuple(policy.geometry.level_names()), evaluate_with(engine), extent)
+            ]
             result = count_pings(policy, Period.parse(PERIOD), pings, plans, out, engine, progress)
         else:
             from spatial_release import stages
 
-            result = stages.count_validated_pings(policy, Period.parse(PERIOD), [Path(args.pings)], out, engine,
-                                                  progress=progress)
-    return {"rows": result.pings_located, "groups": result.groups, "units": result.units,
-            "unsure": result.unsure_coordinates, "stages": result.seconds, **_group_counts(out)}
+            result = stages.count_validated_pings(
+                policy, Period.parse(PERIOD), [Path(args.pings)], out, engine, progress=progress
+            )
+    return {
+        "rows": result.pings_located,
+        "groups": result.groups,
+        "units": result.units,
+        "unsure": result.unsure_coordinates,
+        "stages": result.seconds,
+        **_group_counts(out),
+    }
 
 
 def work_pandas(args) -> dict:
@@ -172,7 +190,8 @@ def work_pandas(args) -> dict:
 
     frame = pd.read_parquet(args.pings, columns=["unit", "ts", "lon", "lat"])
     x, y = Transformer.from_crs("EPSG:4326", "EPSG:32618", always_xy=True).transform(
-        frame["lon"].to_numpy(), frame["lat"].to_numpy())
+        frame["lon"].to_numpy(), frame["lat"].to_numpy()
+    )
     frame["ix"] = np.floor(x / 250).astype("int64")
     frame["iy"] = np.floor(y / 250).astype("int64")
     frame["hour"] = frame["ts"].dt.tz_convert("America/New_York").dt.floor("h", ambiguous=True, nonexistent="shift_forward")
@@ -202,8 +221,8 @@ def _project_cells(lon, lat):
     to_utm = Transformer.from_crs("EPSG:4326", REF_CRS, always_xy=True)
     ix, iy = np.empty(len(lon), np.int64), np.empty(len(lon), np.int64)
     for s in range(0, len(lon), 4_000_000):
-        x, y = to_utm.transform(lon[s:s + 4_000_000], lat[s:s + 4_000_000])
-        ix[s:s + 4_000_000], iy[s:s + 4_000_000] = np.floor(x / REF_SIZE), np.floor(y / REF_SIZE)
+        x, y = to_utm.transform(lon[s : s + 4_000_000], lat[s : s + 4_000_000])
+        ix[s : s + 4_000_000], iy[s : s + 4_000_000] = np.floor(x / REF_SIZE), np.floor(y / REF_SIZE)
     return ix, iy
 
 
@@ -216,16 +235,19 @@ def work_duckdb_job(args) -> dict:
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET preserve_insertion_order = false")
-    pings = con.sql(f"SELECT unit, epoch_us(ts) // {HOUR_US} AS hour, lon, lat "
-                    f"FROM read_parquet('{args.pings}')").to_arrow_table()
+    pings = con.sql(
+        f"SELECT unit, epoch_us(ts) // {HOUR_US} AS hour, lon, lat FROM read_parquet('{args.pings}')"
+    ).to_arrow_table()
     ix, iy = _project_cells(pings["lon"].to_numpy(), pings["lat"].to_numpy())
     con.register("located", pa.table({"unit": pings["unit"], "hour": pings["hour"], "ix": ix, "iy": iy}))
     del pings
     # pings per (unit, hour, cell), then the dominant cell per (unit, hour): most pings, then smallest cell
-    con.execute("CREATE TEMP TABLE dominant AS SELECT unit, hour, "
-                "arg_max(ix, (n, -ix, -iy)) AS ix, arg_max(iy, (n, -ix, -iy)) AS iy FROM "
-                "(SELECT unit, hour, ix, iy, count(*) AS n FROM located GROUP BY unit, hour, ix, iy) "
-                "GROUP BY unit, hour")
+    con.execute(
+        "CREATE TEMP TABLE dominant AS SELECT unit, hour, "
+        "arg_max(ix, (n, -ix, -iy)) AS ix, arg_max(iy, (n, -ix, -iy)) AS iy FROM "
+        "(SELECT unit, hour, ix, iy, count(*) AS n FROM located GROUP BY unit, hour, ix, iy) "
+        "GROUP BY unit, hour"
+    )
     con.unregister("located")
     hour_ts = f"make_timestamptz(hour * {HOUR_US})"
 
@@ -233,16 +255,24 @@ def work_duckdb_job(args) -> dict:
         return f"'{size}mE' || CAST({ix} * {size} AS VARCHAR) || 'N' || CAST({iy} * {size} AS VARCHAR)"
 
     con.execute("CREATE TEMP TABLE cells AS SELECT ix, iy, hour, count(*) AS n FROM dominant GROUP BY ix, iy, hour")
-    con.execute(f"COPY (SELECT {cell_id(REF_SIZE, 'ix', 'iy')} AS cell_id, {hour_ts} AS bucket_start, n "
-                f"FROM cells) TO '{out / 'cell_counts.parquet'}' (FORMAT parquet)")
+    con.execute(
+        f"COPY (SELECT {cell_id(REF_SIZE, 'ix', 'iy')} AS cell_id, {hour_ts} AS bucket_start, n "
+        f"FROM cells) TO '{out / 'cell_counts.parquet'}' (FORMAT parquet)"
+    )
     parents = " UNION ALL ".join(
         f"SELECT 'grid_{p}m' AS level, {cell_id(p, f'ix // {p // REF_SIZE}', f'iy // {p // REF_SIZE}')} AS area_id, "
         f"{hour_ts} AS bucket_start, sum(n)::BIGINT AS n FROM cells "
-        f"GROUP BY ix // {p // REF_SIZE}, iy // {p // REF_SIZE}, hour" for p in REF_PARENTS)
-    con.execute(f"COPY ({parents} UNION ALL SELECT 'total', 'total', {hour_ts}, sum(n)::BIGINT FROM cells "
-                f"GROUP BY hour) TO '{out / 'margin_counts.parquet'}' (FORMAT parquet)")
-    con.execute(f"COPY (SELECT unit, {hour_ts} AS bucket_start, {cell_id(REF_SIZE, 'ix', 'iy')} AS cell_id "
-                f"FROM dominant) TO '{out / 'membership.internal.parquet'}' (FORMAT parquet)")
+        f"GROUP BY ix // {p // REF_SIZE}, iy // {p // REF_SIZE}, hour"
+        for p in REF_PARENTS
+    )
+    con.execute(
+        f"COPY ({parents} UNION ALL SELECT 'total', 'total', {hour_ts}, sum(n)::BIGINT FROM cells "
+        f"GROUP BY hour) TO '{out / 'margin_counts.parquet'}' (FORMAT parquet)"
+    )
+    con.execute(
+        f"COPY (SELECT unit, {hour_ts} AS bucket_start, {cell_id(REF_SIZE, 'ix', 'iy')} AS cell_id "
+        f"FROM dominant) TO '{out / 'membership.internal.parquet'}' (FORMAT parquet)"
+    )
     return {"rows": len(ix), **_group_counts(out)}
 
 
@@ -274,22 +304,46 @@ def work_pandas_job(args) -> dict:
         return f"{size}mE" + (ix * size).astype(str) + "N" + (iy * size).astype(str)
 
     cells = dominant.groupby(["ix", "iy", "hour"], sort=False).size().rename("n").reset_index()
-    pd.DataFrame({"cell_id": cell_id(REF_SIZE, cells["ix"], cells["iy"]), "bucket_start": stamp(cells["hour"]),
-                  "n": cells["n"].astype(np.int64)}).to_parquet(out / "cell_counts.parquet", index=False)
+    pd.DataFrame(
+        {
+            "cell_id": cell_id(REF_SIZE, cells["ix"], cells["iy"]),
+            "bucket_start": stamp(cells["hour"]),
+            "n": cells["n"].astype(np.int64),
+        }
+    ).to_parquet(out / "cell_counts.parquet", index=False)
     margins = []
     for p in REF_PARENTS:
         f = p // REF_SIZE
-        parent = cells.assign(px=cells["ix"] // f, py=cells["iy"] // f).groupby(["px", "py", "hour"], sort=False)[
-            "n"].sum().reset_index()
-        margins.append(pd.DataFrame({"level": f"grid_{p}m", "area_id": cell_id(p, parent["px"], parent["py"]),
-                                     "bucket_start": stamp(parent["hour"]), "n": parent["n"].astype(np.int64)}))
+        parent = (
+            cells.assign(px=cells["ix"] // f, py=cells["iy"] // f)
+            .groupby(["px", "py", "hour"], sort=False)["n"]
+            .sum()
+            .reset_index()
+        )
+        margins.append(
+            pd.DataFrame(
+                {
+                    "level": f"grid_{p}m",
+                    "area_id": cell_id(p, parent["px"], parent["py"]),
+                    "bucket_start": stamp(parent["hour"]),
+                    "n": parent["n"].astype(np.int64),
+                }
+            )
+        )
     totals = cells.groupby("hour", sort=False)["n"].sum().reset_index()
-    margins.append(pd.DataFrame({"level": "total", "area_id": "total", "bucket_start": stamp(totals["hour"]),
-                                 "n": totals["n"].astype(np.int64)}))
+    margins.append(
+        pd.DataFrame(
+            {"level": "total", "area_id": "total", "bucket_start": stamp(totals["hour"]), "n": totals["n"].astype(np.int64)}
+        )
+    )
     pd.concat(margins, ignore_index=True).to_parquet(out / "margin_counts.parquet", index=False)
-    pd.DataFrame({"unit": dominant["unit"].to_numpy(), "bucket_start": stamp(dominant["hour"]),
-                  "cell_id": cell_id(REF_SIZE, dominant["ix"], dominant["iy"]).to_numpy()}
-                 ).to_parquet(out / "membership.internal.parquet", index=False)
+    pd.DataFrame(
+        {
+            "unit": dominant["unit"].to_numpy(),
+            "bucket_start": stamp(dominant["hour"]),
+            "cell_id": cell_id(REF_SIZE, dominant["ix"], dominant["iy"]).to_numpy(),
+        }
+    ).to_parquet(out / "membership.internal.parquet", index=False)
     return {"rows": rows, **_group_counts(out)}
 
 
@@ -297,15 +351,25 @@ def _group_counts(out: Path) -> dict:
     """Rows of the three outputs (cell groups, margin groups, membership), read back from the files' footers."""
     import pyarrow.parquet as pq
 
-    return {name: pq.ParquetFile(out / f"{name}.parquet").metadata.num_rows
-            for name in ("cell_counts", "margin_counts", "membership.internal")}
+    return {
+        name: pq.ParquetFile(out / f"{name}.parquet").metadata.num_rows
+        for name in ("cell_counts", "margin_counts", "membership.internal")
+    }
 
 
-WORKERS = {"generate": work_generate, "ingest": work_ingest, "read": work_read, "count": work_count,
-           "pandas": work_pandas, "duckdb-job": work_duckdb_job, "pandas-job": work_pandas_job}
+WORKERS = {
+    "generate": work_generate,
+    "ingest": work_ingest,
+    "read": work_read,
+    "count": work_count,
+    "pandas": work_pandas,
+    "duckdb-job": work_duckdb_job,
+    "pandas-job": work_pandas_job,
+}
 
 
 # ---------------------------------------------------------------- the driver
+
 
 def _folder_size(path: Path) -> int:
     total = 0
@@ -351,16 +415,24 @@ def run_worker(name: str, extra: list[str], spill_dir: Path | None = None) -> di
     if proc.returncode != 0:
         raise RuntimeError(f"worker {name} failed (exit {proc.returncode}): {' '.join(cmd)}")
     result = json.loads(output.strip().splitlines()[-1])
-    result.update(wall=wall, cpu=usage.ru_utime + usage.ru_stime,
-                  rss_mb=max(usage.ru_maxrss / 1024, peak_tree[0] / 2**20), spill_mb=peak_spill[0] / 2**20)
+    result.update(
+        wall=wall,
+        cpu=usage.ru_utime + usage.ru_stime,
+        rss_mb=max(usage.ru_maxrss / 1024, peak_tree[0] / 2**20),
+        spill_mb=peak_spill[0] / 2**20,
+    )
     return result
 
 
 def _summarise(runs: list[dict]) -> dict:
     best = dict(runs[-1])
-    best.update(wall=statistics.median(r["wall"] for r in runs), walls=[round(r["wall"], 2) for r in runs],
-                cpu=statistics.median(r["cpu"] for r in runs),
-                rss_mb=max(r["rss_mb"] for r in runs), spill_mb=max(r["spill_mb"] for r in runs))
+    best.update(
+        wall=statistics.median(r["wall"] for r in runs),
+        walls=[round(r["wall"], 2) for r in runs],
+        cpu=statistics.median(r["cpu"] for r in runs),
+        rss_mb=max(r["rss_mb"] for r in runs),
+        spill_mb=max(r["spill_mb"] for r in runs),
+    )
     return best
 
 
@@ -397,13 +469,17 @@ def check_same_outputs(folders: dict[str, Path], exact_rows: int) -> str:
             rows_a, rows_b = (con.execute(f"SELECT count(*) FROM {x}").fetchone()[0] for x in (a, b))
             assert rows_a == rows_b, f"{name}: {output} has {rows_b:,} rows, the pipeline's {rows_a:,}"
             if output != "membership.internal" or rows_a <= exact_rows:
-                diff = con.execute(f"SELECT (SELECT count(*) FROM (FROM {a} EXCEPT ALL FROM {b})) + "
-                                   f"(SELECT count(*) FROM (FROM {b} EXCEPT ALL FROM {a}))").fetchone()[0]
+                diff = con.execute(
+                    f"SELECT (SELECT count(*) FROM (FROM {a} EXCEPT ALL FROM {b})) + "
+                    f"(SELECT count(*) FROM (FROM {b} EXCEPT ALL FROM {a}))"
+                ).fetchone()[0]
                 assert diff == 0, f"{name}: {output} differs from the pipeline's in {diff:,} rows"
                 how = "row for row"
             else:
-                sums = [con.execute(f"SELECT sum(hash(unit, bucket_start, cell_id)::HUGEINT) FROM {x}").fetchone()[0]
-                        for x in (a, b)]
+                sums = [
+                    con.execute(f"SELECT sum(hash(unit, bucket_start, cell_id)::HUGEINT) FROM {x}").fetchone()[0]
+                    for x in (a, b)
+                ]
                 assert sums[0] == sums[1], f"{name}: {output} differs from the pipeline's (checksum)"
                 how = "by checksum"
             notes.append(f"{name} {output}: {rows_a:,} rows equal {how}")
@@ -422,8 +498,16 @@ def bench_one(size: str, ids: str, args) -> list[dict]:
     rows = []
     contenders = [c for c in CONTENDERS if c in args.only]
     if "ingest" in contenders or not pings.exists():
-        rows.append(("ingest", _median_runs("ingest", ["--raw", str(raw), "--pings-dir", str(pings_dir)],
-                                            args.repeat if "ingest" in contenders else 1)))
+        rows.append(
+            (
+                "ingest",
+                _median_runs(
+                    "ingest",
+                    ["--raw", str(raw), "--pings-dir", str(pings_dir)],
+                    args.repeat if "ingest" in contenders else 1,
+                ),
+            )
+        )
     plans, folders = {}, {}
     for name in contenders:
         if name == "ingest":
@@ -449,8 +533,12 @@ def bench_one(size: str, ids: str, args) -> list[dict]:
             if name in folders:
                 shutil.rmtree(folders[name], ignore_errors=True)
             runs[name].append(run_worker(worker, extra, spill))
-            print(f"    {name}: {runs[name][-1]['wall']:.2f} s, CPU {runs[name][-1]['cpu']:.2f} s, "
-                  f"peak RSS {runs[name][-1]['rss_mb']:.0f} MB", file=sys.stderr, flush=True)
+            print(
+                f"    {name}: {runs[name][-1]['wall']:.2f} s, CPU {runs[name][-1]['cpu']:.2f} s, "
+                f"peak RSS {runs[name][-1]['rss_mb']:.0f} MB",
+                file=sys.stderr,
+                flush=True,
+            )
     rows += [(name, _summarise(r)) for name, r in runs.items()]
     check = ""
     if "count" in folders and len(folders) > 1 and not args.zones:
@@ -460,44 +548,69 @@ def bench_one(size: str, ids: str, args) -> list[dict]:
     by_name = dict(rows)
     count = by_name.get("count")
     for name, r in rows:
-        table.append({"size": size, "ids": ids, "step": name, "pings": r["rows"], **r, "check": check,
-                      "x_pandas": by_name["pandas"]["wall"] / r["wall"] if "pandas" in by_name else None,
-                      "x_count": r["wall"] / count["wall"] if count else None,
-                      "x_read": r["wall"] / by_name["read"]["wall"] if "read" in by_name else None})
+        table.append(
+            {
+                "size": size,
+                "ids": ids,
+                "step": name,
+                "pings": r["rows"],
+                **r,
+                "check": check,
+                "x_pandas": by_name["pandas"]["wall"] / r["wall"] if "pandas" in by_name else None,
+                "x_count": r["wall"] / count["wall"] if count else None,
+                "x_read": r["wall"] / by_name["read"]["wall"] if "read" in by_name else None,
+            }
+        )
     if args.keep_data is False and size == "500M":
         shutil.rmtree(data, ignore_errors=True)
     return table
 
 
 def print_table(rows: list[dict]) -> None:
-    print("| pings | ids | step | median wall (runs) | median CPU | pings/s | peak RSS | spill "
-          "| wall / pipeline's | time vs read floor |")
+    print(
+        "| pings | ids | step | median wall (runs) | median CPU | pings/s | peak RSS | spill "
+        "| wall / pipeline's | time vs read floor |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         count_ratio = f"{r['x_count']:.2f}x" if r["x_count"] else "-"
         read_ratio = f"{r['x_read']:.2f}x" if r["x_read"] else "-"
-        print(f"| {r['pings']:,} | {r['ids']} | {r['step']} | {r['wall']:.2f} s ({', '.join(map(str, r['walls']))}) "
-              f"| {r['cpu']:.2f} s | {r['pings'] / r['wall'] / 1e6:.2f} M | {r['rss_mb']:,.0f} MB | {r['spill_mb']:,.0f} MB "
-              f"| {count_ratio} | {read_ratio} |")
+        print(
+            f"| {r['pings']:,} | {r['ids']} | {r['step']} | {r['wall']:.2f} s ({', '.join(map(str, r['walls']))}) "
+            f"| {r['cpu']:.2f} s | {r['pings'] / r['wall'] / 1e6:.2f} M | {r['rss_mb']:,.0f} MB | {r['spill_mb']:,.0f} MB "
+            f"| {count_ratio} | {read_ratio} |"
+        )
     for r in rows:
         if r["step"] == "count":
             others = {o["step"]: o for o in rows if o["size"] == r["size"] and o["ids"] == r["ids"]}
-            ratios = [f"{others[name]['wall'] / r['wall']:.2f}x faster than {name}"
-                      for name in ("duckdb-job", "pandas-job", "pandas", "spark") if name in others]
+            ratios = [
+                f"{others[name]['wall'] / r['wall']:.2f}x faster than {name}"
+                for name in ("duckdb-job", "pandas-job", "pandas", "spark")
+                if name in others
+            ]
             if ratios:
-                print(f"  {r['size']} {r['ids']}: the pipeline's counting is " + ", ".join(ratios)
-                      + " (median wall times, whole processes)")
+                print(
+                    f"  {r['size']} {r['ids']}: the pipeline's counting is "
+                    + ", ".join(ratios)
+                    + " (median wall times, whole processes)"
+                )
         if r["step"] in ("count", "spark") and "stages" in r:
-            print(f"  {r['size']} {r['ids']} {r['step']}: stages {r['stages']}, {r['groups']:,} cell-hour groups, "
-                  f"{r['units']:,} units, {r['unsure']:,} unsure coordinates assigned by pyproj")
+            print(
+                f"  {r['size']} {r['ids']} {r['step']}: stages {r['stages']}, {r['groups']:,} cell-hour groups, "
+                f"{r['units']:,} units, {r['unsure']:,} unsure coordinates assigned by pyproj"
+            )
     for check in dict.fromkeys(r["check"] for r in rows if r["check"]):
         print(f"  outputs checked: {check}")
 
 
 def run_downstream(args) -> None:
-    for script, extra in (("suppression_bench.py", ["--release-mode", "--persons", str(args.suppression_persons),
-                                                    "--days", str(args.suppression_days)]),
-                          ("risk_bench.py", ["--persons", str(args.risk_persons), "--days", str(args.risk_days)])):
+    for script, extra in (
+        (
+            "suppression_bench.py",
+            ["--release-mode", "--persons", str(args.suppression_persons), "--days", str(args.suppression_days)],
+        ),
+        ("risk_bench.py", ["--persons", str(args.risk_persons), "--days", str(args.risk_days)]),
+    ):
         cmd = [sys.executable, str(ROOT / "bench" / script), *extra]
         print(f"\n$ python bench/{script} {' '.join(extra)}", flush=True)
         started = time.perf_counter()
@@ -505,8 +618,11 @@ def run_downstream(args) -> None:
         _, status, usage = os.wait4(proc.pid, 0)
         lines = [line for line in proc.stdout.read().splitlines() if not line.startswith("Running HiGHS")]
         print("\n".join(lines))
-        print(f"(wall {time.perf_counter() - started:.1f} s, peak RSS {usage.ru_maxrss / 1024:,.0f} MB, "
-              f"exit {os.waitstatus_to_exitcode(status)})", flush=True)
+        print(
+            f"(wall {time.perf_counter() - started:.1f} s, peak RSS {usage.ru_maxrss / 1024:,.0f} MB, "
+            f"exit {os.waitstatus_to_exitcode(status)})",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -517,19 +633,26 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", default=["10M", "50M"], choices=sorted(SIZES))
     parser.add_argument("--ids", nargs="+", default=["int"], choices=["text", "int"])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--only", nargs="+", default=["ingest", "read", "count", "duckdb-job", "pandas-job"],
-                        choices=list(CONTENDERS))
-    parser.add_argument("--exact-rows", type=int, default=20_000_000,
-                        help="compare memberships up to this many rows row for row (larger: count and checksum)")
+    parser.add_argument(
+        "--only", nargs="+", default=["ingest", "read", "count", "duckdb-job", "pandas-job"], choices=list(CONTENDERS)
+    )
+    parser.add_argument(
+        "--exact-rows",
+        type=int,
+        default=20_000_000,
+        help="compare memberships up to this many rows row for row (larger: count and checksum)",
+    )
     parser.add_argument("--spark", action="store_true", help="also time the counting step on local[*] Spark")
     parser.add_argument("--memory-limit", help="DuckDB memory_limit for the counting step, e.g. 2GB")
-    parser.add_argument("--zones", type=int, help="count into this many polygon zones (Voronoi, EPSG:4326) "
-                                                  "instead of the 250 m grid")
+    parser.add_argument(
+        "--zones", type=int, help="count into this many polygon zones (Voronoi, EPSG:4326) instead of the 250 m grid"
+    )
     parser.add_argument("--zones-file", help=argparse.SUPPRESS)
     parser.add_argument("--data", default=str(ROOT / "bench" / ".data"), help="generated inputs are kept here")
     parser.add_argument("--keep-data", action="store_true", help="keep the 500M-ping files after the run")
-    parser.add_argument("--downstream", action="store_true",
-                        help="also time suppression + audit and the risk estimator on generated tables")
+    parser.add_argument(
+        "--downstream", action="store_true", help="also time suppression + audit and the risk estimator on generated tables"
+    )
     parser.add_argument("--suppression-persons", type=int, default=20_000)
     parser.add_argument("--suppression-days", type=int, default=7)
     parser.add_argument("--risk-persons", type=int, default=100_000)
@@ -542,8 +665,11 @@ def main() -> None:
         return
     if args.spark and "spark" not in args.only:
         args.only.append("spark")
-    print(f"machine: {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}; command: "
-          f"python bench/counting_bench.py {' '.join(sys.argv[1:])}", flush=True)
+    print(
+        f"machine: {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}; command: "
+        f"python bench/counting_bench.py {' '.join(sys.argv[1:])}",
+        flush=True,
+    )
     rows = []
     for size in args.sizes:
         for ids in args.ids:

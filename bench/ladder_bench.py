@@ -74,38 +74,74 @@ def _scratch_environment(folder: Path) -> None:
     for name in ("LEDGER", "RELEASES", "WORK", "ALERTS"):
         os.environ[f"SPATIAL_RELEASE_{name}"] = str(folder / name.lower())
     os.environ["SPATIAL_RELEASE_SIGNING_KEY"] = str(folder / "keys" / "ledger-ed25519.key")
-    for name in ("PUBLIC_KEY", "SMTP_HOST", "SMTP_PORT", "SMTP_FROM", "SMTP_TO", "SMTP_USER", "SMTP_PASSWORD",
-                 "SMTP_STARTTLS", "SLACK_WEBHOOK_URL"):
+    for name in (
+        "PUBLIC_KEY",
+        "SMTP_HOST",
+        "SMTP_PORT",
+        "SMTP_FROM",
+        "SMTP_TO",
+        "SMTP_USER",
+        "SMTP_PASSWORD",
+        "SMTP_STARTTLS",
+        "SLACK_WEBHOOK_URL",
+    ):
         os.environ.pop(f"SPATIAL_RELEASE_{name}", None)
 
 
 # ---- policies -------------------------------------------------------------------------------------------
 
+
 def citibike_policy(k: int, budget: float) -> dict:
     """policies/jc-bikes.yaml's source mapping (paths made absolute), wards + blocks, 1d with the ladder."""
     import yaml
+
     source = yaml.safe_load((ROOT / "policies" / "jc-bikes.yaml").read_text())["source"]
     source["paths"] = [str(CITIBIKE_DIR / Path(p).name) for p in source["paths"]]
-    return {"name": "jc-bikes-ladder", "version": 1, "unit": "devices", "k": k, "measure": "presence",
-            "source": source,
-            "geometry": {"kind": "zones", "path": str(JC_DIR / "jc-wards.geojson"), "id": "ward",
-                         "linked": [{"name": "block", "path": str(JC_DIR / "hudson-blocks-geo.geojson"),
-                                     "id": "GEOID", "parents": [{"level": "tract", "prefix": 11}]}]},
-            "time": TIME, "suppression": {"budget": budget},
-            "risk": {**GATE, "landscape": str(ROOT / "policies" / "landscapes" / "jersey-city.yaml")}}
+    return {
+        "name": "jc-bikes-ladder",
+        "version": 1,
+        "unit": "devices",
+        "k": k,
+        "measure": "presence",
+        "source": source,
+        "geometry": {
+            "kind": "zones",
+            "path": str(JC_DIR / "jc-wards.geojson"),
+            "id": "ward",
+            "linked": [
+                {
+                    "name": "block",
+                    "path": str(JC_DIR / "hudson-blocks-geo.geojson"),
+                    "id": "GEOID",
+                    "parents": [{"level": "tract", "prefix": 11}],
+                }
+            ],
+        },
+        "time": TIME,
+        "suppression": {"budget": budget},
+        "risk": {**GATE, "landscape": str(ROOT / "policies" / "landscapes" / "jersey-city.yaml")},
+    }
 
 
 def synthetic_policy(k: int, budget: float, persons: int) -> dict:
     """policies/demo.yaml's source mapping, traces generated at ingest (`source.synthetic`), 500 m grid."""
     import yaml
+
     source = yaml.safe_load((ROOT / "policies" / "demo.yaml").read_text())["source"]
     source.pop("paths", None)
     source["synthetic"] = {**source.get("synthetic", {}), "persons": persons}
-    return {"name": "synthetic-ladder", "version": 1, "unit": "persons", "k": k, "measure": "presence",
-            "source": source,
-            "geometry": {"kind": "grid", "crs": "EPSG:32618", "size_m": 500, "parents_m": [2000, 8000]},
-            "time": TIME, "suppression": {"budget": budget},
-            "risk": {**GATE, "zones": "grid_8000m", "landscape": str(ROOT / "policies" / "landscapes" / "demo.yaml")}}
+    return {
+        "name": "synthetic-ladder",
+        "version": 1,
+        "unit": "persons",
+        "k": k,
+        "measure": "presence",
+        "source": source,
+        "geometry": {"kind": "grid", "crs": "EPSG:32618", "size_m": 500, "parents_m": [2000, 8000]},
+        "time": TIME,
+        "suppression": {"budget": budget},
+        "risk": {**GATE, "zones": "grid_8000m", "landscape": str(ROOT / "policies" / "landscapes" / "demo.yaml")},
+    }
 
 
 # The risk gate every release of the sweep passes through (the shipped policies' settings): the utility is
@@ -115,12 +151,14 @@ GATE = {"model": "attack", "coarsen": "apply", "per_release_ceiling": 0.05, "cum
 
 # ---- one (dataset, k): the worker process ----------------------------------------------------------------
 
+
 def run_one(dataset: str, k: int, persons: int, budget: float, folder: Path) -> dict:
     """Write the policy, run ingest -> counts -> protect -> guarantees, and return the row."""
     _scratch_environment(folder / "scratch")
     import logging
 
     import yaml
+
     # the stages' progress messages (with times) go to the run's stderr.log
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from spatial_release import stages
@@ -138,9 +176,12 @@ def run_one(dataset: str, k: int, persons: int, budget: float, folder: Path) -> 
     ledger = Ledger(folder / "ledger", folder / "releases")
     published = Published(ledger, folder / "releases")
     seconds = {}
-    for stage, run in (("ingest", stages.run_ingest), ("counts", stages.run_counts),
-                       ("protect", lambda c: stages.run_protect(c, published=published)),
-                       ("risk", lambda c: stages.run_risk(c, ledger))):
+    for stage, run in (
+        ("ingest", stages.run_ingest),
+        ("counts", stages.run_counts),
+        ("protect", lambda c: stages.run_protect(c, published=published)),
+        ("risk", lambda c: stages.run_risk(c, ledger)),
+    ):
         start = time.perf_counter()
         result = run(ctx)
         seconds[stage] = round(time.perf_counter() - start, 2)
@@ -150,10 +191,14 @@ def run_one(dataset: str, k: int, persons: int, budget: float, folder: Path) -> 
     seconds["guarantees"] = round(time.perf_counter() - start, 2)
     summary = json.loads((ctx.area.candidate / "manifest.json").read_text())["summary"]
     row = row_of(dataset, k, summary, checks, seconds)
-    row["risk"] = {"status": risk.status, "worst_zone": risk.worst_zone, "attack": risk.release_figure,
-                   "upper_bound": risk.upper_bound,
-                   "configuration": (summary.get("frontier") or [{"configuration": "as counted"}])[-1]["configuration"],
-                   "tried": len(summary.get("frontier") or [])}
+    row["risk"] = {
+        "status": risk.status,
+        "worst_zone": risk.worst_zone,
+        "attack": risk.release_figure,
+        "upper_bound": risk.upper_bound,
+        "configuration": (summary.get("frontier") or [{"configuration": "as counted"}])[-1]["configuration"],
+        "tried": len(summary.get("frontier") or []),
+    }
     # Under the gates: a release the risk gate blocks shows nothing
     for zoning in row["zonings"].values():
         zoning["shown_gated"] = zoning["shown_at_leaf"] if risk.status != "block" else 0.0
@@ -166,28 +211,54 @@ def row_of(dataset: str, k: int, summary: dict, checks, seconds: dict) -> dict:
     for zoning, head in utility["headline"].items():
         shares = utility["zonings"][zoning]["finest_shown"]
         rungs = [lv for lv in shares if lv == zoning or lv.startswith(f"{zoning}@")]
-        zonings[zoning] = {"shown_at_leaf": head["shown_at_leaf"], "baseline": head["baseline"],
-                           "ratio": head["shown_at_leaf"] / head["baseline"] if head["baseline"] else None,
-                           "finest_shown_at_leaf_rungs": {lv: shares[lv] for lv in rungs},
-                           "finest_shown_none": shares.get("none")}
+        zonings[zoning] = {
+            "shown_at_leaf": head["shown_at_leaf"],
+            "baseline": head["baseline"],
+            "ratio": head["shown_at_leaf"] / head["baseline"] if head["baseline"] else None,
+            "finest_shown_at_leaf_rungs": {lv: shares[lv] for lv in rungs},
+            "finest_shown_none": shares.get("none"),
+        }
     audit = summary["suppression"]["audit"]
-    return {"dataset": dataset, "k": k, "status": "ok", "zonings": zonings,
-            "ladder": summary.get("ladder"), "offered": (summary.get("ladder") or {}).get("offered", {}),
-            "share_withheld": summary["share_withheld"], "protection_seconds": seconds["protect"],
-            "stage_seconds": seconds, "audit_passed": bool(audit["passed"]),
-            "audit": {key: audit.get(key) for key in ("primaries_audited", "failures", "errors", "seconds")},
-            "guarantees": [{"name": c.name, "passed": bool(c.passed), "summary": c.summary} for c in checks],
-            "guarantees_passed": all(c.passed for c in checks)}
+    return {
+        "dataset": dataset,
+        "k": k,
+        "status": "ok",
+        "zonings": zonings,
+        "ladder": summary.get("ladder"),
+        "offered": (summary.get("ladder") or {}).get("offered", {}),
+        "share_withheld": summary["share_withheld"],
+        "protection_seconds": seconds["protect"],
+        "stage_seconds": seconds,
+        "audit_passed": bool(audit["passed"]),
+        "audit": {key: audit.get(key) for key in ("primaries_audited", "failures", "errors", "seconds")},
+        "guarantees": [{"name": c.name, "passed": bool(c.passed), "summary": c.summary} for c in checks],
+        "guarantees_passed": all(c.passed for c in checks),
+    }
 
 
 # ---- the sweep ---------------------------------------------------------------------------------------------
+
 
 def run_in_subprocess(dataset: str, k: int, args: argparse.Namespace, base: Path) -> dict:
     folder = base / f"{dataset}-k{k}"
     folder.mkdir(parents=True, exist_ok=True)
     out, log = folder / "row.json", folder / "stderr.log"
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", dataset, "--k", str(k),
-           "--persons", str(args.persons), "--budget", str(args.budget), "--out", str(out), "--keep", str(folder)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        dataset,
+        "--k",
+        str(k),
+        "--persons",
+        str(args.persons),
+        "--budget",
+        str(args.budget),
+        "--out",
+        str(out),
+        "--keep",
+        str(folder),
+    ]
     print(f"... {dataset} k={k}: running (log {log})", flush=True)
     start = time.perf_counter()
     with log.open("w") as errors:
@@ -197,9 +268,15 @@ def run_in_subprocess(dataset: str, k: int, args: argparse.Namespace, base: Path
         row = json.loads(out.read_text())
     else:
         tail = log.read_text().strip().splitlines()[-25:]
-        row = {"dataset": dataset, "k": k, "status": "error", "returncode": code, "error": "\n".join(tail),
-               "reproduce": f"{sys.executable} bench/ladder_bench.py --only {dataset} --k {k} "
-                            f"--persons {args.persons} --budget {args.budget} --keep /tmp/ladder-{dataset}-k{k}"}
+        row = {
+            "dataset": dataset,
+            "k": k,
+            "status": "error",
+            "returncode": code,
+            "error": "\n".join(tail),
+            "reproduce": f"{sys.executable} bench/ladder_bench.py --only {dataset} --k {k} "
+            f"--persons {args.persons} --budget {args.budget} --keep /tmp/ladder-{dataset}-k{k}",
+        }
         print(f"!!! {dataset} k={k} FAILED (exit {code}); last lines of {log}:", flush=True)
         print("\n".join(f"!!!   {line}" for line in tail), flush=True)
     row["wall_seconds"] = wall
@@ -216,16 +293,26 @@ def _pct(x: float | None) -> str:
 
 
 def print_table(dataset: str, rows: list[dict]) -> None:
-    print(f"\n== {dataset} ({PERIOD}, bucket 1d, ladder [1w, period]; cell = the main geometry's areas, "
-          f"fs = finest_shown) ==")
+    print(
+        f"\n== {dataset} ({PERIOD}, bucket 1d, ladder [1w, period]; cell = the main geometry's areas, fs = finest_shown) =="
+    )
     ok = [r for r in rows if r["status"] == "ok"]
     zonings = list(ok[0]["zonings"]) if ok else []
     header = ["k"]
     for z in zonings:
         rungs = list(ok[0]["zonings"][z]["finest_shown_at_leaf_rungs"])
         header += [f"{z}: shown (gated)", "leaf ladder", "baseline", "ratio", *[f"fs {lv}" for lv in rungs]]
-    header += ["risk gate", "attack", "upper bound", "configuration", "offered", "protect s", "wall s", "audit",
-               "guarantees"]
+    header += [
+        "risk gate",
+        "attack",
+        "upper bound",
+        "configuration",
+        "offered",
+        "protect s",
+        "wall s",
+        "audit",
+        "guarantees",
+    ]
     lines = [header]
     for r in rows:
         if r["status"] != "ok":
@@ -237,18 +324,29 @@ def print_table(dataset: str, rows: list[dict]) -> None:
         cells = [str(r["k"])]
         for z in zonings:
             zr = r["zonings"][z]
-            cells += [_pct(zr.get("shown_gated")), _pct(zr["shown_at_leaf"]), _pct(zr["baseline"]),
-                      "-" if zr["ratio"] is None else f"{zr['ratio']:.3f}",
-                      *[_pct(v) for v in zr["finest_shown_at_leaf_rungs"].values()]]
+            cells += [
+                _pct(zr.get("shown_gated")),
+                _pct(zr["shown_at_leaf"]),
+                _pct(zr["baseline"]),
+                "-" if zr["ratio"] is None else f"{zr['ratio']:.3f}",
+                *[_pct(v) for v in zr["finest_shown_at_leaf_rungs"].values()],
+            ]
         offered = " ".join(f"{rung}={n}" for rung, n in r["offered"].items()) or "-"
         failed = [g["name"] for g in r["guarantees"] if not g["passed"]]
         risk = r.get("risk", {})
-        cells += [risk.get("status", "-"), "-" if risk.get("attack") is None else f"{risk['attack']:.4f}",
-                  "-" if risk.get("upper_bound") is None else f"{risk['upper_bound']:.4f}",
-                  risk.get("configuration", "-")]
-        cells += [offered, f"{r['protection_seconds']:.1f}", f"{r['wall_seconds']:.1f}",
-                  "passed" if r["audit_passed"] else "FAILED",
-                  "all passed" if not failed else "FAILED: " + ",".join(failed)]
+        cells += [
+            risk.get("status", "-"),
+            "-" if risk.get("attack") is None else f"{risk['attack']:.4f}",
+            "-" if risk.get("upper_bound") is None else f"{risk['upper_bound']:.4f}",
+            risk.get("configuration", "-"),
+        ]
+        cells += [
+            offered,
+            f"{r['protection_seconds']:.1f}",
+            f"{r['wall_seconds']:.1f}",
+            "passed" if r["audit_passed"] else "FAILED",
+            "all passed" if not failed else "FAILED: " + ",".join(failed),
+        ]
         lines.append(cells)
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     for line in lines:
@@ -274,6 +372,7 @@ def main() -> None:
         return
 
     from spatial_release.suppression.utility import DEFINITION
+
     print(f"utility.DEFINITION: {DEFINITION}\n", flush=True)
     datasets = [args.only] if args.only else list(DATASETS)
     if "citibike" in datasets and not (CITIBIKE_DIR.is_dir() and JC_DIR.is_dir()):

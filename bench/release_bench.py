@@ -39,15 +39,25 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 PERIOD = "2018-Q1"
-SIZES = {"200k": 200_000, "1M": 1_000_000, "2M": 2_000_000, "5M": 5_000_000, "10M": 10_000_000,
-         "50M": 50_000_000}
+SIZES = {"200k": 200_000, "1M": 1_000_000, "2M": 2_000_000, "5M": 5_000_000, "10M": 10_000_000, "50M": 50_000_000}
 STAGES = ("ingest", "counting", "protection", "checks", "risk", "publish", "other")
 # The Dagster step of each asset and asset check, by the last part of its name.
-STAGE_OF_STEP = {"validated_pings": "ingest", "rejected_share": "ingest", "cell_counts": "counting",
-                 "outside_share": "counting", "protected_table": "protection", "k_floor": "checks",
-                 "structural_zeros_hold": "checks", "withheld_absent": "checks", "no_identifiers": "checks",
-                 "suppression_audit": "checks", "suppression_budget": "checks", "risk_assessment": "risk",
-                 "risk_budget": "risk", "published_release": "publish"}
+STAGE_OF_STEP = {
+    "validated_pings": "ingest",
+    "rejected_share": "ingest",
+    "cell_counts": "counting",
+    "outside_share": "counting",
+    "protected_table": "protection",
+    "k_floor": "checks",
+    "structural_zeros_hold": "checks",
+    "withheld_absent": "checks",
+    "no_identifiers": "checks",
+    "suppression_audit": "checks",
+    "suppression_budget": "checks",
+    "risk_assessment": "risk",
+    "risk_budget": "risk",
+    "published_release": "publish",
+}
 
 
 def size_of(text: str) -> int:
@@ -70,9 +80,14 @@ def write_policy(folder: Path, risk_model: str = "attack") -> Path:
     data["geometry"] = {"kind": "grid", "crs": "EPSG:32618", "size_m": 500, "parents_m": [2000, 8000]}
     data["time"] = {"bucket": "1h", "timezone": "America/New_York"}
     data["suppression"] = {"budget": 1.0, "zeros": str(ROOT / "policies" / "demo-structural-zeros.csv")}
-    data["risk"].update(zones="grid_8000m", landscape=str(ROOT / "policies" / "landscapes" / "demo.yaml"),
-                        per_release_ceiling=1.0, cumulative_ceiling=1.0, model=risk_model,
-                        coarsen="apply" if risk_model == "attack" else "propose")
+    data["risk"].update(
+        zones="grid_8000m",
+        landscape=str(ROOT / "policies" / "landscapes" / "demo.yaml"),
+        per_release_ceiling=1.0,
+        cumulative_ceiling=1.0,
+        model=risk_model,
+        coarsen="apply" if risk_model == "attack" else "propose",
+    )
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"release-bench-{risk_model}.yaml"
     path.write_text("# Written by bench/release_bench.py\n" + yaml.safe_dump(data, sort_keys=False))
@@ -80,6 +95,7 @@ def write_policy(folder: Path, risk_model: str = "attack") -> Path:
 
 
 # ---------------------------------------------------------------- workers (each runs in its own process)
+
 
 def work_generate(args) -> dict:
     from spatial_release.traces.synthetic import SyntheticConfig, write_pings_in_chunks
@@ -144,9 +160,16 @@ def _steps(instance, sampler: RssSampler) -> list[dict]:
         for key in sorted(starts, key=starts.get):
             end = ends.get(key, starts[key])
             name = next((n for n in STAGE_OF_STEP if key.endswith(n)), key)
-            steps.append({"run": run.job_name, "step": name, "stage": STAGE_OF_STEP.get(name, "other"),
-                          "wall": end - starts[key], "rss_mb": sampler.peak(starts[key], end) / 2**20,
-                          "failed": key in failed})
+            steps.append(
+                {
+                    "run": run.job_name,
+                    "step": name,
+                    "stage": STAGE_OF_STEP.get(name, "other"),
+                    "wall": end - starts[key],
+                    "rss_mb": sampler.peak(starts[key], end) / 2**20,
+                    "failed": key in failed,
+                }
+            )
     return steps
 
 
@@ -170,19 +193,27 @@ def work_release(args) -> dict:
 
     area = stages.WorkArea.for_release(out / "work", load_policy(args.policy), Period.parse(PERIOD))
     risk = stages.read_risk(area) if (area.risk / stages.RiskAssessment.FILE).exists() else None
-    return {"published": outcome.published, "exit_code": outcome.exit_code,
-            "failures": [f"{f.kind} {f.name}: {f.message}" for f in outcome.failures],
-            "steps": _steps(instance, sampler), "release_wall": release_wall,
-            "figures": {"cells_published": record.counts.published_cells if record else None,
-                        "margins_published": record.counts.published_margins if record else None,
-                        "risk_units": risk and risk.units, "risk_keys": risk and risk.keys,
-                        "risk_seconds": risk and risk.seconds}}
+    return {
+        "published": outcome.published,
+        "exit_code": outcome.exit_code,
+        "failures": [f"{f.kind} {f.name}: {f.message}" for f in outcome.failures],
+        "steps": _steps(instance, sampler),
+        "release_wall": release_wall,
+        "figures": {
+            "cells_published": record.counts.published_cells if record else None,
+            "margins_published": record.counts.published_margins if record else None,
+            "risk_units": risk and risk.units,
+            "risk_keys": risk and risk.keys,
+            "risk_seconds": risk and risk.seconds,
+        },
+    }
 
 
 WORKERS = {"generate": work_generate, "release": work_release}
 
 
 # ---------------------------------------------------------------- the driver
+
 
 def run_worker(name: str, extra: list[str]) -> dict:
     """Run one worker in a fresh process: its result, wall time and peak RSS (MB, wait4's ru_maxrss)."""
@@ -220,8 +251,11 @@ def bench_size(size: str, args) -> dict:
             if not run["published"]:
                 raise RuntimeError(f"the release of {size} pings was not published: {run['failures']}")
             runs[model].append(run)
-            print(f"  {size} {model} run {i + 1}: {run['wall']:.1f} s, peak RSS {run['rss_mb']:,.0f} MB",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  {size} {model} run {i + 1}: {run['wall']:.1f} s, peak RSS {run['rss_mb']:,.0f} MB",
+                file=sys.stderr,
+                flush=True,
+            )
     if not args.keep_output:
         shutil.rmtree(data / "run", ignore_errors=True)
     return [{"size": size, "pings": n, "risk_model": model, "runs": runs[model]} for model in args.risk_models]
@@ -240,18 +274,21 @@ def _stage_totals(run: dict) -> dict[str, tuple[float, float]]:
 def print_tables(results: list[dict], args) -> None:
     for result in results:
         runs = result["runs"]
-        print(f"\n{result['pings']:,} pings, risk.model {result['risk_model']}, {len(runs)} run(s); "
-              f"{runs[-1]['figures']}")
+        print(f"\n{result['pings']:,} pings, risk.model {result['risk_model']}, {len(runs)} run(s); {runs[-1]['figures']}")
         print("| stage | median wall | peak RSS |")
         print("|---|---|---|")
         per_run = [_stage_totals(r) for r in runs]
         for stage in STAGES:
             walls = [t[stage][0] for t in per_run]
-            print(f"| {stage} | {statistics.median(walls):.1f} s ({', '.join(f'{w:.1f}' for w in walls)}) "
-                  f"| {max(t[stage][1] for t in per_run):,.0f} MB |")
+            print(
+                f"| {stage} | {statistics.median(walls):.1f} s ({', '.join(f'{w:.1f}' for w in walls)}) "
+                f"| {max(t[stage][1] for t in per_run):,.0f} MB |"
+            )
         walls = [r["wall"] for r in runs]
-        print(f"| **whole release** | {statistics.median(walls):.1f} s ({', '.join(f'{w:.1f}' for w in walls)}) "
-              f"| {max(r['rss_mb'] for r in runs):,.0f} MB |")
+        print(
+            f"| **whole release** | {statistics.median(walls):.1f} s ({', '.join(f'{w:.1f}' for w in walls)}) "
+            f"| {max(r['rss_mb'] for r in runs):,.0f} MB |"
+        )
         print("\nsteps (median wall, peak RSS):")
         names = [(s["run"], s["step"], s["stage"]) for s in runs[0]["steps"]]
         for i, (job, step, stage) in enumerate(names):
@@ -269,18 +306,29 @@ def main() -> None:
     parser.add_argument("--pings", nargs="+", default=["10M"], help="sizes: 10M, 50M, 2M, 500k ...")
     parser.add_argument("--ids", default="int", choices=["int", "text"])
     parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--data", default=str(ROOT / "bench" / ".data" / "release"),
-                        help="generated pings and the run's output folder are kept here")
+    parser.add_argument(
+        "--data",
+        default=str(ROOT / "bench" / ".data" / "release"),
+        help="generated pings and the run's output folder are kept here",
+    )
     parser.add_argument("--keep-output", action="store_true", help="keep the last run's releases/ and work/")
-    parser.add_argument("--risk-models", nargs="+", default=["uniqueness", "attack"],
-                        choices=["uniqueness", "attack"], help="gate on each, side by side (default both)")
+    parser.add_argument(
+        "--risk-models",
+        nargs="+",
+        default=["uniqueness", "attack"],
+        choices=["uniqueness", "attack"],
+        help="gate on each, side by side (default both)",
+    )
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(WORKERS[args.worker](args)), flush=True)
         return
-    print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d %H:%M %Z')}; "
-          f"command: python bench/release_bench.py {' '.join(sys.argv[1:])}; counting's DuckDB memory limit: "
-          f"{os.environ.get('SPATIAL_RELEASE_DUCKDB_MEMORY_LIMIT') or 'DuckDB default (80 % of RAM)'}", flush=True)
+    print(
+        f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d %H:%M %Z')}; "
+        f"command: python bench/release_bench.py {' '.join(sys.argv[1:])}; counting's DuckDB memory limit: "
+        f"{os.environ.get('SPATIAL_RELEASE_DUCKDB_MEMORY_LIMIT') or 'DuckDB default (80 % of RAM)'}",
+        flush=True,
+    )
     print_tables([result for size in args.pings for result in bench_size(size, args)], args)
     print(f"load at the end: {os.getloadavg()[0]:.2f}")
 

@@ -37,9 +37,13 @@ def main() -> None:
     started = time.perf_counter()
     pings = generate_pings(SyntheticConfig(persons=args.persons, days=args.days, start=date(2018, 1, 1)))
     grid = Grid(GridGeometry(kind="grid", crs="EPSG:32618", size_m=500, parents_m=[8000]))
-    frame = pd.DataFrame({"unit": pings["device_id"],
-                          "cell_id": grid.locate(pings["lon"].to_numpy(), pings["lat"].to_numpy()),
-                          "day": pd.to_datetime(pings["local_time"]).dt.strftime("%Y-%m-%d")})
+    frame = pd.DataFrame(
+        {
+            "unit": pings["device_id"],
+            "cell_id": grid.locate(pings["lon"].to_numpy(), pings["lat"].to_numpy()),
+            "day": pd.to_datetime(pings["local_time"]).dt.strftime("%Y-%m-%d"),
+        }
+    )
     per = frame.groupby(["unit", "day", "cell_id"]).size().rename("n").reset_index()
     per = per.sort_values(["unit", "day", "n", "cell_id"], ascending=[True, True, False, True])
     member = per.drop_duplicates(["unit", "day"])
@@ -53,11 +57,15 @@ def main() -> None:
     prepared = time.perf_counter() - started
     report = estimate_risk(keys, key_zone, RiskParams(points=args.points, draws=args.draws))
     worst = report.worst_zone()
-    print(f"persons {args.persons}, days {args.days}: {report.units} units with released keys, {report.keys} keys, "
-          f"{len(keys)} unit-key pairs, {len(report.zones)} zones (data prepared in {prepared:.1f} s)")
-    print(f"estimator: {report.seconds:.1f} s for p={args.points}, S={args.draws} "
-          f"({report.units / report.seconds:,.0f} units/s); worst zone {worst.zone} mean {worst.mean:.4f}, "
-          f"pooled {report.pooled:.4f}; peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    print(
+        f"persons {args.persons}, days {args.days}: {report.units} units with released keys, {report.keys} keys, "
+        f"{len(keys)} unit-key pairs, {len(report.zones)} zones (data prepared in {prepared:.1f} s)"
+    )
+    print(
+        f"estimator: {report.seconds:.1f} s for p={args.points}, S={args.draws} "
+        f"({report.units / report.seconds:,.0f} units/s); worst zone {worst.zone} mean {worst.mean:.4f}, "
+        f"pooled {report.pooled:.4f}; peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB"
+    )
 
 
 if __name__ == "__main__":

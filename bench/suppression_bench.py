@@ -66,8 +66,9 @@ LEAF_M, MID_M, TOP_M = 500, 2000, 8000
 
 def make_microdata(persons: int, seed: int, region_km: tuple[int, int]) -> pd.DataFrame:
     """(person, space, hour) memberships inside a region anchored at the synthetic city's south-west."""
-    cfg = SyntheticConfig(persons=persons, seed=seed, start=date(2018, 1, 10), days=1,
-                          periphery_radius_m=max(region_km) * 1000 / 2)
+    cfg = SyntheticConfig(
+        persons=persons, seed=seed, start=date(2018, 1, 10), days=1, periphery_radius_m=max(region_km) * 1000 / 2
+    )
     pings = generate_pings(cfg)
     grid = Grid(GridGeometry(kind="grid", crs="EPSG:32618", size_m=LEAF_M))
     ix, iy = grid.indices(pings["lon"].to_numpy(), pings["lat"].to_numpy())
@@ -75,16 +76,19 @@ def make_microdata(persons: int, seed: int, region_km: tuple[int, int]) -> pd.Da
     y0 = int(cfg.centre[1] // TOP_M * TOP_M - TOP_M * (region_km[1] // 16))
     rx, ry = ix - x0 // LEAF_M, iy - y0 // LEAF_M
     inside = (rx >= 0) & (ry >= 0) & (rx < region_km[0] * 2) & (ry < region_km[1] * 2)
-    frame = pd.DataFrame({"person": pings["device_id"], "rx": rx, "ry": ry,
-                          "hour": pd.to_datetime(pings["local_time"]).dt.hour})[inside]
+    frame = pd.DataFrame(
+        {"person": pings["device_id"], "rx": rx, "ry": ry, "hour": pd.to_datetime(pings["local_time"]).dt.hour}
+    )[inside]
     per = frame.groupby(["person", "hour", "rx", "ry"]).size().rename("n").reset_index()
     per = per.sort_values(["person", "hour", "n", "rx", "ry"], ascending=[True, True, False, True, True])
     dominant = per.drop_duplicates(["person", "hour"])
-    return pd.DataFrame({
-        "person": dominant["person"].to_numpy(),
-        "space": [f"c{x:03d}_{y:03d}" for x, y in zip(dominant["rx"], dominant["ry"])],
-        "hour": [f"h{h:02d}" for h in dominant["hour"]],
-    })
+    return pd.DataFrame(
+        {
+            "person": dominant["person"].to_numpy(),
+            "space": [f"c{x:03d}_{y:03d}" for x, y in zip(dominant["rx"], dominant["ry"])],
+            "hour": [f"h{h:02d}" for h in dominant["hour"]],
+        }
+    )
 
 
 def hierarchy(region_km: tuple[int, int]) -> tuple[dict, dict, dict, dict]:
@@ -160,9 +164,11 @@ def run_engine(engine: str, micro_path: Path, region_km, k: int, range_pct: int)
         table, depth = build(micro, region_km, k, zeros_published=False)
         criterion = Criterion(k, range_pct) if "compat" in parts else None
         started = time.perf_counter()
-        method = ProtectionMethod(stage1="gauss" if parts[0] == "gauss" else "sweep",
-                                  prune_tries=None if "pruned" in parts else 0,
-                                  cost="cells" if "cells" in parts else "unit_value")
+        method = ProtectionMethod(
+            stage1="gauss" if parts[0] == "gauss" else "sweep",
+            prune_tries=None if "pruned" in parts else 0,
+            cost="cells" if "cells" in parts else "unit_value",
+        )
         protect(table, k, depth, method, criterion=criterion)
         seconds = time.perf_counter() - started
         statuses = list(table.status)
@@ -177,9 +183,16 @@ def run_engine(engine: str, micro_path: Path, region_km, k: int, range_pct: int)
         micro_tau = micro.assign(one=1)[["space", "hour", "one"]]
         os.chdir(workdir)  # the engine writes its log and scratch files into the working directory
         started = time.perf_counter()
-        result = tau_protect(micro_tau, tables=[["space", "hour"]], response="one",
-                             safety_rules=f"FREQ({k},{range_pct})", suppress=method, hrc=hrc,
-                             totcode="Total", workdir=str(workdir))
+        result = tau_protect(
+            micro_tau,
+            tables=[["space", "hour"]],
+            response="one",
+            safety_rules=f"FREQ({k},{range_pct})",
+            suppress=method,
+            hrc=hrc,
+            totcode="Total",
+            workdir=str(workdir),
+        )
         seconds = time.perf_counter() - started
         rows = pd.DataFrame(result.tables[0].rows)
         table, _ = build(micro, region_km, k, zeros_published=True)
@@ -191,8 +204,13 @@ def run_engine(engine: str, micro_path: Path, region_km, k: int, range_pct: int)
             node = table.index[key]
             statuses[node] = status_of.get(row.status, PUBLISHED)
         summary = pattern_summary(table, statuses, k, range_pct)
-    summary.update({"engine": engine, "seconds": round(seconds, 2),
-                    "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)})
+    summary.update(
+        {
+            "engine": engine,
+            "seconds": round(seconds, 2),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        }
+    )
     return summary
 
 
@@ -214,17 +232,22 @@ def release_counts(persons: int, days: int, seed: int):
     true_cells = member.groupby(["cell_id", "bucket_start"]).size().rename("n").reset_index()
     hier = grid.hierarchy(true_cells["cell_id"].drop_duplicates())
     joined = member.merge(hier, on="cell_id")
-    margins = [joined.groupby([lvl, "bucket_start"]).size().rename("n").reset_index()
-               .rename(columns={lvl: "area_id"}).assign(level=lvl) for lvl in ("grid_1000m", "grid_4000m")]
-    margins.append(member.groupby("bucket_start").size().rename("n").reset_index().assign(level=TOTAL,
-                                                                                          area_id=TOTAL))
+    margins = [
+        joined.groupby([lvl, "bucket_start"])
+        .size()
+        .rename("n")
+        .reset_index()
+        .rename(columns={lvl: "area_id"})
+        .assign(level=lvl)
+        for lvl in ("grid_1000m", "grid_4000m")
+    ]
+    margins.append(member.groupby("bucket_start").size().rename("n").reset_index().assign(level=TOTAL, area_id=TOTAL))
     true_margins = pd.concat(margins, ignore_index=True)[["level", "area_id", "bucket_start", "n"]]
     structure = Structure((grid_chain(250, [1000, 4000], ["grid_1000m", "grid_4000m"]),))
     return true_cells, true_margins, structure
 
 
-def release_mode(persons: int, days: int, k: int, seed: int, method: str | None = None,
-                 prune: bool = False) -> None:
+def release_mode(persons: int, days: int, k: int, seed: int, method: str | None = None, prune: bool = False) -> None:
     """The structure our releases publish: 250 m cells x hour with 1 km and 4 km parents and the hourly
     total, one spatial hierarchy per bucket (empty cells folded into exact rest variables). `method` /
     `prune`: the stage 1 and pruning to try (None and False: the release method, as `protect_release` runs
@@ -236,21 +259,26 @@ def release_mode(persons: int, days: int, k: int, seed: int, method: str | None 
         chosen = ProtectionMethod(stage1=method or "sweep", prune_tries=None if prune else 0)
     true_cells, true_margins, structure = release_counts(persons, days, seed)
     started = time.perf_counter()
-    protected, log, _ = protect_release(true_cells, true_margins,
-                                        DisclosureSpec(structure, k, "presence", method=chosen))
+    protected, log, _ = protect_release(true_cells, true_margins, DisclosureSpec(structure, k, "presence", method=chosen))
     seconds = time.perf_counter() - started
     audit_summary = log.audit.summary()
-    print(f"release mode: {persons} persons, {days} days of hourly buckets, 250 m cells; "
-          f"method {method or 'as protect_release'}{', pruned' if prune else ''}")
-    print(f"  figures {len(true_cells) + len(true_margins)}; published cells {len(protected.cells)}, "
-          f"published margins {len(protected.margins)}; primaries {audit_summary['primaries_audited']}; "
-          f"secondaries {log.sweep_secondaries + log.repair_secondaries - log.pruned} "
-          f"(stage 1 {log.sweep_secondaries}, repair {log.repair_secondaries}, rounds {log.rounds}, "
-          f"pruned {log.pruned})")
-    print(f"  protect + audit {seconds:.1f} s (final audit {audit_summary['seconds']} s, "
-          f"{audit_summary['components']} components, {audit_summary['lps_solved']} exact LPs, "
-          f"{audit_summary['bulk_lps']} bulk LPs, failures {audit_summary['failures']}); "
-          f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    print(
+        f"release mode: {persons} persons, {days} days of hourly buckets, 250 m cells; "
+        f"method {method or 'as protect_release'}{', pruned' if prune else ''}"
+    )
+    print(
+        f"  figures {len(true_cells) + len(true_margins)}; published cells {len(protected.cells)}, "
+        f"published margins {len(protected.margins)}; primaries {audit_summary['primaries_audited']}; "
+        f"secondaries {log.sweep_secondaries + log.repair_secondaries - log.pruned} "
+        f"(stage 1 {log.sweep_secondaries}, repair {log.repair_secondaries}, rounds {log.rounds}, "
+        f"pruned {log.pruned})"
+    )
+    print(
+        f"  protect + audit {seconds:.1f} s (final audit {audit_summary['seconds']} s, "
+        f"{audit_summary['components']} components, {audit_summary['lps_solved']} exact LPs, "
+        f"{audit_summary['bulk_lps']} bulk LPs, failures {audit_summary['failures']}); "
+        f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB"
+    )
 
 
 def main() -> None:
@@ -260,11 +288,24 @@ def main() -> None:
     parser.add_argument("--region-km", type=int, nargs=2, default=[16, 8])
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--range-pct", type=int, default=10, help="tau-Argus FREQ protection range")
-    parser.add_argument("--engines", nargs="+",
-                        default=["ours", "ours-compat", "ours-pruned", "gauss", "gauss-pruned", "gauss-compat",
-                                 "gauss-compat-pruned", "tau-modular", "tau-optimal"])
-    parser.add_argument("--release-mode", action="store_true",
-                        help="time our own release structure instead (1-D per bucket); see --days")
+    parser.add_argument(
+        "--engines",
+        nargs="+",
+        default=[
+            "ours",
+            "ours-compat",
+            "ours-pruned",
+            "gauss",
+            "gauss-pruned",
+            "gauss-compat",
+            "gauss-compat-pruned",
+            "tau-modular",
+            "tau-optimal",
+        ],
+    )
+    parser.add_argument(
+        "--release-mode", action="store_true", help="time our own release structure instead (1-D per bucket); see --days"
+    )
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--method", choices=["sweep", "gauss"], help="release mode: stage 1 to use")
     parser.add_argument("--prune", action="store_true", help="release mode: prune every secondary")
@@ -283,12 +324,26 @@ def main() -> None:
     micro.to_parquet(micro_path)
     table, _ = build(micro, region, args.k, zeros_published=False)
     nonzero = sum(1 for v in table.value if v > 0)
-    print(f"table: {len(table)} figures ({nonzero} non-zero), {len(table.relations)} relations, "
-          f"{len(table.primaries())} primaries (1 <= n < {args.k}); {len(micro)} memberships; region {region} km")
+    print(
+        f"table: {len(table)} figures ({nonzero} non-zero), {len(table.relations)} relations, "
+        f"{len(table.primaries())} primaries (1 <= n < {args.k}); {len(micro)} memberships; region {region} km"
+    )
     rows = []
     for engine in args.engines:
-        command = [sys.executable, __file__, "--engine", engine, "--micro", str(micro_path), "--k", str(args.k),
-                   "--range-pct", str(args.range_pct), "--region-km", *map(str, region)]
+        command = [
+            sys.executable,
+            __file__,
+            "--engine",
+            engine,
+            "--micro",
+            str(micro_path),
+            "--k",
+            str(args.k),
+            "--range-pct",
+            str(args.range_pct),
+            "--region-km",
+            *map(str, region),
+        ]
         done = subprocess.run(command, capture_output=True, text=True)
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
         if done.returncode != 0 or not lines:
@@ -303,9 +358,12 @@ def main() -> None:
             for _, row in frame[~frame["engine"].str.startswith("tau-")].iterrows():
                 if pd.isna(row.get("seconds")):
                     continue
-                print(f"{row['engine']} / Modular: time {row['seconds'] / max(mod['seconds'], 1e-9):.2f}x, non-zero "
-                      f"secondaries {row['secondaries_nonzero'] / max(mod['secondaries_nonzero'], 1):.2f}x, withheld "
-                      f"value {row['withheld_value_secondary'] / max(mod['withheld_value_secondary'], 1):.2f}x")
+                print(
+                    f"{row['engine']} / Modular: time {row['seconds'] / max(mod['seconds'], 1e-9):.2f}x, non-zero "
+                    f"secondaries {row['secondaries_nonzero'] / max(mod['secondaries_nonzero'], 1):.2f}x, withheld "
+                    f"value {row['withheld_value_secondary'] / max(mod['withheld_value_secondary'], 1):.2f}x"
+                )
+
 
 if __name__ == "__main__":
     main()

@@ -112,24 +112,37 @@ def _failures(result) -> tuple[Failure, ...]:
     for evaluation in result.get_asset_check_evaluations():
         if not evaluation.passed:
             meta = {k: v.value for k, v in evaluation.metadata.items()}
-            failures.append(Failure("check", evaluation.check_name, meta.get("summary", ""),
-                                    tuple(meta.get("offending") or ()), evaluation.asset_key.to_user_string()))
+            failures.append(
+                Failure(
+                    "check",
+                    evaluation.check_name,
+                    meta.get("summary", ""),
+                    tuple(meta.get("offending") or ()),
+                    evaluation.asset_key.to_user_string(),
+                )
+            )
     for event in result.all_events:
         if event.event_type_value == "STEP_FAILURE":
             data = event.step_failure_data
             refused = data.user_failure_data
             if refused is not None and refused.description:
                 meta = {k: v.value for k, v in refused.metadata.items()}
-                failures.append(Failure("step", event.step_key, refused.description,
-                                        tuple(meta.get("offending") or ())))
+                failures.append(Failure("step", event.step_key, refused.description, tuple(meta.get("offending") or ())))
                 continue
             cause = _innermost(data.error)
             checked = cause is not None and cause.cls_name == "DagsterAssetCheckFailedError"
             if checked and any(f.kind == "check" for f in failures):
                 continue  # the step that stops on a failed blocking check: that check is named above
             kind = ExitCode.INTERNAL if cause is None else (ExitCode.BLOCKED if checked else kind_of(cause.cls_name))
-            failures.append(Failure("step", event.step_key, root_cause(data.error), exit_code=kind,
-                                    traceback=data.error.to_string() if data.error else ""))
+            failures.append(
+                Failure(
+                    "step",
+                    event.step_key,
+                    root_cause(data.error),
+                    exit_code=kind,
+                    traceback=data.error.to_string() if data.error else "",
+                )
+            )
     return tuple(failures)
 
 
@@ -151,18 +164,32 @@ def _named_disk_full(failure: Failure, config: dict) -> Failure:
     if failure.kind != "step" or not is_disk_full(failure.message):
         return failure
     if failure.name.endswith("published_release"):
-        where = (f"while publishing (the release folder under {config['releases_dir']}, its ledger entry at "
-                 f"{config['ledger_dir']})")
-        then = ("the next run finishes a publication the ledger recorded (and reports the period published) or, "
-                "if it recorded none, publishes afresh")
+        where = (
+            f"while publishing (the release folder under {config['releases_dir']}, its ledger entry at "
+            f"{config['ledger_dir']})"
+        )
+        then = (
+            "the next run finishes a publication the ledger recorded (and reports the period published) or, "
+            "if it recorded none, publishes afresh"
+        )
     else:
         where, then = f"in step {failure.name} (work area under {config['work_dir']})", "nothing was published"
-    return replace(failure, message=f"no space left on device {where}: {failure.message}. Free space on that "
-                                    f"device and run the release again: {then}")
+    return replace(
+        failure,
+        message=f"no space left on device {where}: {failure.message}. Free space on that "
+        f"device and run the release again: {then}",
+    )
 
 
-def run_release(policy: str, period: str, traces: list[str] | None = None, out: str | None = None,
-                ledger: str | None = None, counting: dict | None = None, debug: bool = False) -> RunOutcome:
+def run_release(
+    policy: str,
+    period: str,
+    traces: list[str] | None = None,
+    out: str | None = None,
+    ledger: str | None = None,
+    counting: dict | None = None,
+    debug: bool = False,
+) -> RunOutcome:
     """Run the release of `policy` for one period in process, with the same jobs the UI runs (its
     programme's release job, then its publish job), and return its RunOutcome (published, release folder,
     record, failures).
@@ -198,21 +225,31 @@ def run_release(policy: str, period: str, traces: list[str] | None = None, out: 
     check_folders(args, config)  # and an --out or --ledger that is a file
     check_counting(counting)  # and a memory limit the counting step would refuse
     try:  # a published period is refused before any run: no run, no red candidate in the UI
-        stages.refuse_if_published(stages.ReleaseContext(loaded, parsed, Path(config["work_dir"])),
-                                   ReleaseSettings(**config).ledger(), Path(config["releases_dir"]))
+        stages.refuse_if_published(
+            stages.ReleaseContext(loaded, parsed, Path(config["work_dir"])),
+            ReleaseSettings(**config).ledger(),
+            Path(config["releases_dir"]),
+        )
     except stages.AlreadyPublished as published:
         return RunOutcome(False, failures=(Failure("step", "validated_pings", str(published)),))
     try:
         run = execute_release(programme, parsed.partition_key, config, counting, _instance(), tracebacks=debug)
     except dg.DagsterUnknownPartitionError:  # before the first partition, or not yet over
         first = partitions_for(loaded.period).get_first_partition_key()
-        raise PeriodError(f"period {period!r} is not a release partition: partitions start on "
-                          f"{first} and end with the last period that is over") from None
+        raise PeriodError(
+            f"period {period!r} is not a release partition: partitions start on "
+            f"{first} and end with the last period that is over"
+        ) from None
     if not run.success:
         failures = tuple(_named_disk_full(f, config) for result in run.results for f in _failures(result))
         if not failures and run.publish is not None:  # another run published the period in between
-            failures = (Failure("step", "published_release", f"{loaded.name} {parsed.label} was published by "
-                                "another run meanwhile; nothing written"),)
+            failures = (
+                Failure(
+                    "step",
+                    "published_release",
+                    f"{loaded.name} {parsed.label} was published by another run meanwhile; nothing written",
+                ),
+            )
         ingest = stages.WorkArea.for_release(Path(config["work_dir"]), loaded, parsed).ingest
         files = tuple(stages.IngestSummary.read(ingest).files) if (ingest / stages.IngestSummary.FILE).exists() else ()
         return RunOutcome(False, failures=failures, alerts=run.alerts, input_files=files)
@@ -227,26 +264,32 @@ def _summary(record: ReleaseRecord, internal: ProtectionSummary, folder: Path) -
     counts, inputs, audit, risk, entry = record.counts, record.input, record.audit, record.risk, record.ledger_entry
     if audit is None or risk is None or entry is None:
         raise ValueError(f"{folder}: a published release's record has its audit, risk and ledger entry")
-    return "\n".join([
-        f"release   {folder}",
-        f"dataset   {record.dataset} {record.period} (policy v{record.policy.version}, "
-        f"k={record.k} over {record.unit}, {record.measure}, buckets {record.bucket})",
-        f"input     {inputs.pings_read} pings read, {inputs.pings_rejected} quarantined, "
-        f"{inputs.pings_outside_geometry} outside the geometry",
-        f"cells     {counts.published_cells} published (smallest count {counts.smallest_published_count}), "
-        f"{internal.primary_cells} withheld below k, {internal.secondary_cells} withheld as complements, "
-        f"{counts.structural_zero_cells_published} structural zeros",
-        f"margins   {counts.published_margins} published, {internal.withheld_margins} withheld",
-        f"withheld  {internal.unit_counts_withheld} of {internal.unit_counts_total} unit counts "
-        f"({internal.share_withheld:.2%}); withheld figures are internal: release.json does not carry them",
-        f"checks    {', '.join(f'{k}: {v}' for k, v in record.checks.items())}",
-        f"audit     {'passed' if audit.passed else 'FAILED'}: {audit.criterion}",
-        f"risk      {risk.status}: worst zone {risk.worst_zone} {risk.release_figure:.4f} ({risk.measure}), "
-        f"cumulative {risk.cumulative:.4f}" + (f"; upper bound {risk.upper_bound:.4f} (uniqueness, zone "
-                                               f"{risk.upper_bound_zone})" if risk.upper_bound is not None else ""),
-        *([f"warning   {risk.warning}"] if risk.warning else []),
-        f"ledger    entry {entry[:16]}",
-    ])
+    return "\n".join(
+        [
+            f"release   {folder}",
+            f"dataset   {record.dataset} {record.period} (policy v{record.policy.version}, "
+            f"k={record.k} over {record.unit}, {record.measure}, buckets {record.bucket})",
+            f"input     {inputs.pings_read} pings read, {inputs.pings_rejected} quarantined, "
+            f"{inputs.pings_outside_geometry} outside the geometry",
+            f"cells     {counts.published_cells} published (smallest count {counts.smallest_published_count}), "
+            f"{internal.primary_cells} withheld below k, {internal.secondary_cells} withheld as complements, "
+            f"{counts.structural_zero_cells_published} structural zeros",
+            f"margins   {counts.published_margins} published, {internal.withheld_margins} withheld",
+            f"withheld  {internal.unit_counts_withheld} of {internal.unit_counts_total} unit counts "
+            f"({internal.share_withheld:.2%}); withheld figures are internal: release.json does not carry them",
+            f"checks    {', '.join(f'{k}: {v}' for k, v in record.checks.items())}",
+            f"audit     {'passed' if audit.passed else 'FAILED'}: {audit.criterion}",
+            f"risk      {risk.status}: worst zone {risk.worst_zone} {risk.release_figure:.4f} ({risk.measure}), "
+            f"cumulative {risk.cumulative:.4f}"
+            + (
+                f"; upper bound {risk.upper_bound:.4f} (uniqueness, zone {risk.upper_bound_zone})"
+                if risk.upper_bound is not None
+                else ""
+            ),
+            *([f"warning   {risk.warning}"] if risk.warning else []),
+            f"ledger    entry {entry[:16]}",
+        ]
+    )
 
 
 def _counting_config(args: argparse.Namespace) -> dict:
@@ -259,8 +302,12 @@ def _counting_config(args: argparse.Namespace) -> dict:
 
 
 def _add_engine_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--engine", choices=["duckdb", "spark"], default=os.environ.get("SPATIAL_RELEASE_ENGINE", "duckdb"),
-                        help="counting engine (default duckdb; spark needs pip install '.[spark]' and Java)")
+    parser.add_argument(
+        "--engine",
+        choices=["duckdb", "spark"],
+        default=os.environ.get("SPATIAL_RELEASE_ENGINE", "duckdb"),
+        help="counting engine (default duckdb; spark needs pip install '.[spark]' and Java)",
+    )
     parser.add_argument("--spark-master", help="Spark master URL, e.g. spark://host:7077 (default local[*])")
     parser.add_argument("--memory-limit", help="DuckDB memory limit for counting, e.g. 2GB (it spills past it)")
 
@@ -268,8 +315,11 @@ def _add_engine_options(parser: argparse.ArgumentParser) -> None:
 def _file_legend(outcome: RunOutcome) -> list[str]:
     """For the operator's terminal only: which file each "input file i of n" in the messages is."""
     text, n = "\n".join(outcome.messages), len(outcome.input_files)
-    return [f"input file {i} of {n} is {path}" for i, path in enumerate(outcome.input_files, 1)
-            if f"input file {i} of {n}" in text]
+    return [
+        f"input file {i} of {n} is {path}"
+        for i, path in enumerate(outcome.input_files, 1)
+        if f"input file {i} of {n}" in text
+    ]
 
 
 def _report(outcome: RunOutcome, debug: bool) -> int:
@@ -290,8 +340,10 @@ def _report(outcome: RunOutcome, debug: bool) -> int:
 def cmd_release(args: argparse.Namespace) -> int:
     """`release`: run the release job for --policy and --period (see run_release); exit 0 published,
     1 blocked, 2 a user error, 3 an internal failure."""
-    return _report(run_release(args.policy, args.period, args.traces, args.out, args.ledger,
-                               _counting_config(args), args.debug), args.debug)
+    return _report(
+        run_release(args.policy, args.period, args.traces, args.out, args.ledger, _counting_config(args), args.debug),
+        args.debug,
+    )
 
 
 def _project_root() -> Path:
@@ -320,8 +372,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"generating synthetic traces and publishing {policy.name} 2018-Q1 into {out} ...")
     started = time.perf_counter()
     # the demo keeps its own ledger beside its releases: the project's ledger/ is for real programmes
-    outcome = run_release(str(policy), "2018-Q1", None, str(out), str(out / "ledger"), _counting_config(args),
-                          args.debug)
+    outcome = run_release(str(policy), "2018-Q1", None, str(out), str(out / "ledger"), _counting_config(args), args.debug)
     code = _report(outcome, args.debug)
     if outcome.published:
         print(f"wall time {time.perf_counter() - started:.1f} s")
@@ -371,8 +422,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
         return 1
     policy = load_policy(args.policy or _project_root() / "policies" / f"{record.dataset}.yaml")
     if policy.sha256 != record.policy.sha256:
-        print(f"error: {policy.path} is not the policy this release was made with "
-              f"(sha256 {record.policy.sha256[:12]}...)", file=sys.stderr)
+        print(
+            f"error: {policy.path} is not the policy this release was made with (sha256 {record.policy.sha256[:12]}...)",
+            file=sys.stderr,
+        )
         return 2
     work = Path(args.work).resolve() if args.work else folder.parents[2] / "work"
     ctx = stages.ReleaseContext(policy, Period.parse(record.period), work)
@@ -393,13 +446,18 @@ def cmd_audit(args: argparse.Namespace) -> int:
     retained = entry is None or policy.risk is None or not expired(policy, entry, datetime.now(UTC))
     outcome = stages.check_suppression_audit(ctx, release=folder, published=published, keep_intervals=retained)
     internal = AuditSummary.read(area.root)  # the operator's own figures
-    print(f"audit of {folder}: {'PASSED' if outcome.passed else 'FAILED'}: {outcome.summary} "
-          f"({internal.primaries_audited} withheld primaries audited in {internal.components} components, "
-          f"{internal.lps_solved} LPs)")
+    print(
+        f"audit of {folder}: {'PASSED' if outcome.passed else 'FAILED'}: {outcome.summary} "
+        f"({internal.primaries_audited} withheld primaries audited in {internal.components} components, "
+        f"{internal.lps_solved} LPs)"
+    )
     for row in outcome.offending[:20]:
         print(f"    offending: {json.dumps(row, default=str)}")
-    print(f"per-primary intervals (internal, never publish): {area.root / 'audit_intervals.internal.parquet'}"
-          if retained else "per-primary intervals not kept: the release is past its key retention")
+    print(
+        f"per-primary intervals (internal, never publish): {area.root / 'audit_intervals.internal.parquet'}"
+        if retained
+        else "per-primary intervals not kept: the release is past its key retention"
+    )
     return 0 if outcome.passed else 1
 
 
@@ -423,8 +481,7 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
         print(f"ledger {folder} does NOT verify: {exc}", file=sys.stderr)
         return 1
     checked = f", every release folder under {Path(args.releases).resolve()} matches" if args.releases else ""
-    print(f"ledger {folder} verifies: {len(entries)} entries, head {entries[-1]['hash'][:16] if entries else '-'}"
-          f"{checked}")
+    print(f"ledger {folder} verifies: {len(entries)} entries, head {entries[-1]['hash'][:16] if entries else '-'}{checked}")
     return 0
 
 
@@ -445,8 +502,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     release = sub.add_parser("release", help="run the release job for one policy and period", parents=[common])
     release.add_argument("--policy", required=True)
-    release.add_argument("--period", required=True, help="a quarter such as 2018-Q1 (or a month, 2018-01, "
-                                                          "for policies with period: month)")
+    release.add_argument(
+        "--period", required=True, help="a quarter such as 2018-Q1 (or a month, 2018-01, for policies with period: month)"
+    )
     release.add_argument("--traces", nargs="+", help="trace files or globs (default: the policy's source.paths)")
     release.add_argument("--out", help="output folder: releases/ and work/ go under it")
     release.add_argument("--ledger", help="ledger folder")
@@ -462,16 +520,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     ledger = sub.add_parser("ledger", help="the release ledger")
     ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True)
-    verify = ledger_sub.add_parser("verify", help="verify the chain and signatures; report the first bad entry",
-                                   parents=[common])
+    verify = ledger_sub.add_parser(
+        "verify", help="verify the chain and signatures; report the first bad entry", parents=[common]
+    )
     verify.add_argument("--ledger", help="ledger folder (default: the project's ledger/)")
-    verify.add_argument("--public-key", help="the trusted Ed25519 public key (PEM); default "
-                                             "$SPATIAL_RELEASE_PUBLIC_KEY, else the .pub beside the signing key")
+    verify.add_argument(
+        "--public-key",
+        help="the trusted Ed25519 public key (PEM); default "
+        "$SPATIAL_RELEASE_PUBLIC_KEY, else the .pub beside the signing key",
+    )
     verify.add_argument("--releases", help="releases folder to cross-check against the ledger")
     verify.set_defaults(func=cmd_ledger_verify)
 
-    generate = sub.add_parser("generate", help="write synthetic ping traces (CSV or Parquet by suffix)",
-                              parents=[common])
+    generate = sub.add_parser("generate", help="write synthetic ping traces (CSV or Parquet by suffix)", parents=[common])
     generate.add_argument("--out", required=True)
     generate.add_argument("--persons", type=int, default=3000)
     generate.add_argument("--seed", type=int, default=20180101)
@@ -499,8 +560,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the command line's last resort: the cause, not a traceback
         if debug:
             traceback.print_exc()
-        print(f"internal error: {type(exc).__name__}: {str(exc).strip() or repr(exc)}"
-              f"{'' if debug else ' (run with --debug for the traceback)'}", file=sys.stderr)
+        print(
+            f"internal error: {type(exc).__name__}: {str(exc).strip() or repr(exc)}"
+            f"{'' if debug else ' (run with --debug for the traceback)'}",
+            file=sys.stderr,
+        )
         return ExitCode.INTERNAL
 
 

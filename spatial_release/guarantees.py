@@ -38,13 +38,14 @@ def expected_columns(count_column: str) -> dict[str, list[str]]:
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:
-    return [{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row.items()}
-            for row in frame.head(MAX_LISTED).to_dict("records")]
+    return [
+        {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row.items()}
+        for row in frame.head(MAX_LISTED).to_dict("records")
+    ]
 
 
 def _with_truth(published: pd.DataFrame, truth: pd.DataFrame, key: list[str], count_column: str) -> pd.DataFrame:
-    merged = published[[*key, count_column]].merge(
-        truth[[*key, "n"]].rename(columns={"n": "true_n"}), on=key, how="left")
+    merged = published[[*key, count_column]].merge(truth[[*key, "n"]].rename(columns={"n": "true_n"}), on=key, how="left")
     merged["true_n"] = merged["true_n"].fillna(0).astype("int64")
     return merged
 
@@ -80,12 +81,11 @@ def check_k_floor(
     passed = bad_cells.empty and bad_margins.empty
     summary = (
         f"all {len(c)} published cells and {len(m)} margins hold >= {k} units"
-        if passed else
-        f"{len(bad_cells)} published cell(s) and {len(bad_margins)} margin(s) hold fewer than {k} units or "
+        if passed
+        else f"{len(bad_cells)} published cell(s) and {len(bad_margins)} margin(s) hold fewer than {k} units or "
         f"misreport their count; first: {_records(pd.concat([bad_cells, bad_margins]).head(1))}"
     )
-    return CheckOutcome("k_floor", passed, summary,
-                        _records(bad_cells) + _records(bad_margins), figures)
+    return CheckOutcome("k_floor", passed, summary, _records(bad_cells) + _records(bad_margins), figures)
 
 
 def check_structural_zeros(true_cells: pd.DataFrame, zeros: Iterable[str]) -> CheckOutcome:
@@ -100,17 +100,21 @@ def check_structural_zeros(true_cells: pd.DataFrame, zeros: Iterable[str]) -> Ch
     offending = _records(held[CELL_KEY])
     figures = {"listed_zero_cells": len(zeros), "conflicts": int(len(held))}
     if held.empty:
-        return CheckOutcome("structural_zeros_hold", True,
-                            f"none of the {len(zeros)} listed structural-zero cells holds a unit", [], figures)
+        return CheckOutcome(
+            "structural_zeros_hold", True, f"none of the {len(zeros)} listed structural-zero cells holds a unit", [], figures
+        )
     first = offending[0]
     more = f" ({len(held) - 1} more listed cell-buckets hold units)" if len(held) > 1 else ""
-    summary = (f"{first['cell_id']} at {first['bucket_start']} is listed as a structural zero but holds at "
-               f"least one unit; the zeros list is wrong{more}: correct it and run the release again")
+    summary = (
+        f"{first['cell_id']} at {first['bucket_start']} is listed as a structural zero but holds at "
+        f"least one unit; the zeros list is wrong{more}: correct it and run the release again"
+    )
     return CheckOutcome("structural_zeros_hold", False, summary, offending, figures)
 
 
-def _key_problems(frame: pd.DataFrame, key: list[str], truth: pd.DataFrame, k: int,
-                  zeros: frozenset[str], count_column: str, file: str) -> list[dict]:
+def _key_problems(
+    frame: pd.DataFrame, key: list[str], truth: pd.DataFrame, k: int, zeros: frozenset[str], count_column: str, file: str
+) -> list[dict]:
     problems: list[dict] = []
     null_rows = frame[frame.drop(columns=["geometry"], errors="ignore").isna().any(axis=1)]
     if "geometry" in frame.columns:
@@ -123,8 +127,7 @@ def _key_problems(frame: pd.DataFrame, key: list[str], truth: pd.DataFrame, k: i
     problems += [{"file": file, "problem": "withheld key present", **r} for r in _records(withheld[key])]
     zero_ok = merged["cell_id"].isin(zeros) if "cell_id" in merged.columns else False
     zero_rows = merged[(merged[count_column] == 0) & ~((merged["true_n"] == 0) & zero_ok)]
-    problems += [{"file": file, "problem": "zero row that is not a structural zero", **r}
-                 for r in _records(zero_rows[key])]
+    problems += [{"file": file, "problem": "zero row that is not a structural zero", **r} for r in _records(zero_rows[key])]
     return problems
 
 
@@ -142,17 +145,18 @@ def check_withheld_absent(
     problems: list[dict] = []
     for file, frame in (("cells.parquet", cells), ("margins.parquet", margins)):
         extra = [c for c in frame.columns if c not in expected_columns(count_column)[file]]
-        problems += [{"file": file, "problem": "unexpected column (a flag or a gap marker?)", "column": c}
-                     for c in extra]
+        problems += [{"file": file, "problem": "unexpected column (a flag or a gap marker?)", "column": c} for c in extra]
         if count_column in frame.columns and not pd.api.types.is_integer_dtype(frame[count_column]):
             problems.append({"file": file, "problem": f"{count_column} is {frame[count_column].dtype}, not integer"})
     problems += _key_problems(cells, CELL_KEY, true_cells, k, zeros, count_column, "cells.parquet")
     problems += _key_problems(margins, MARGIN_KEY, true_margins, k, frozenset(), count_column, "margins.parquet")
     passed = not problems
-    summary = ("no withheld key, null, flag or false zero in the release" if passed
-               else f"{len(problems)} problem(s); first: {problems[0]}")
-    return CheckOutcome("withheld_absent", passed, summary, problems[:MAX_LISTED],
-                        {"problems": len(problems)})
+    summary = (
+        "no withheld key, null, flag or false zero in the release"
+        if passed
+        else f"{len(problems)} problem(s); first: {problems[0]}"
+    )
+    return CheckOutcome("withheld_absent", passed, summary, problems[:MAX_LISTED], {"problems": len(problems)})
 
 
 def _unit_id_columns(frame: pd.DataFrame, ids: set[str]) -> list[tuple[str, int]]:
@@ -257,25 +261,48 @@ def check_no_identifiers(
                 problems.append({"file": file, "column": column, "problem": kind})
         # The leaked values are unit ids: named by column and counted, never quoted (the outcome reaches the
         # run log, Dagster metadata and alerts).
-        problems += [{"file": file, "column": column, "problem": f"{n} value(s) equal to a unit id (not quoted)"}
-                     for column, n in _unit_id_columns(frame, ids)]
-    problems += [{"file": "release.json", "key": key, "problem": "protected column named in the record"}
-                 for key in record_keys if key in protected]
+        problems += [
+            {"file": file, "column": column, "problem": f"{n} value(s) equal to a unit id (not quoted)"}
+            for column, n in _unit_id_columns(frame, ids)
+        ]
+    problems += [
+        {"file": "release.json", "key": key, "problem": "protected column named in the record"}
+        for key in record_keys
+        if key in protected
+    ]
     problems += ids_in_texts(texts or {}, ids)
     passed = not problems
-    summary = ("no identifier or quasi-identifier column or value in the release" if passed
-               else f"{len(problems)} problem(s); first: {problems[0]}")
-    return CheckOutcome("no_identifiers", passed, summary, problems[:MAX_LISTED],
-                        {"protected_columns": sorted(protected), "problems": len(problems)})
+    summary = (
+        "no identifier or quasi-identifier column or value in the release"
+        if passed
+        else f"{len(problems)} problem(s); first: {problems[0]}"
+    )
+    return CheckOutcome(
+        "no_identifiers",
+        passed,
+        summary,
+        problems[:MAX_LISTED],
+        {"protected_columns": sorted(protected), "problems": len(problems)},
+    )
 
 
 def check_suppression_budget(unit_counts_withheld: int, unit_counts_total: int, budget: float) -> CheckOutcome:
     share = unit_counts_withheld / unit_counts_total if unit_counts_total else 0.0
     passed = unit_counts_total > 0 and share <= budget
-    summary = (f"{share:.2%} of unit counts are in withheld cells (budget {budget:.0%})" if unit_counts_total
-               else "no unit was counted: nothing to publish")
-    return CheckOutcome("suppression_budget", passed, summary, [],
-                        {"share_withheld": share, "budget": budget, "unit_counts_withheld": unit_counts_withheld,
-                         "unit_counts_total": unit_counts_total})
-
-
+    summary = (
+        f"{share:.2%} of unit counts are in withheld cells (budget {budget:.0%})"
+        if unit_counts_total
+        else "no unit was counted: nothing to publish"
+    )
+    return CheckOutcome(
+        "suppression_budget",
+        passed,
+        summary,
+        [],
+        {
+            "share_withheld": share,
+            "budget": budget,
+            "unit_counts_withheld": unit_counts_withheld,
+            "unit_counts_total": unit_counts_total,
+        },
+    )

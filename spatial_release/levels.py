@@ -42,5 +42,4 @@ def rung_of(level: str) -> str | None:
     return level.split(RUNG_SEP, 1)[1] if RUNG_SEP in level else None
 
 
-__all__ = ["LEAF", "RUNG_SEP", "TOTAL", "TOTAL_SUFFIX", "at_rung", "is_total", "linked_total", "rung_of",
-           "space_level"]
+__all__ = ["LEAF", "RUNG_SEP", "TOTAL", "TOTAL_SUFFIX", "at_rung", "is_total", "linked_total", "rung_of", "space_level"]

@@ -33,8 +33,10 @@ class Failure:
 
     def lines(self) -> list[str]:
         if self.kind == "check":
-            return [f"BLOCKED by check '{self.name}' on '{self.asset}': {self.message}",
-                    *(f"    offending: {json.dumps(row, default=str)}" for row in self.offending[:10])]
+            return [
+                f"BLOCKED by check '{self.name}' on '{self.asset}': {self.message}",
+                *(f"    offending: {json.dumps(row, default=str)}" for row in self.offending[:10]),
+            ]
         return [f"FAILED step '{self.name}': {self.message}"]
 
 
@@ -68,8 +70,7 @@ class RunOutcome:
     def messages(self) -> list[str]:
         if self.published:
             return [f"published {self.release_dir}"]
-        return [line for failure in self.failures for line in failure.lines()] + [
-            f"alert: {line}" for line in self.alerts]
+        return [line for failure in self.failures for line in failure.lines()] + [f"alert: {line}" for line in self.alerts]
 
     def __iter__(self) -> Iterator:
         return iter((self.published, self.messages, self.record))

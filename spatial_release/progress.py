@@ -31,8 +31,9 @@ class ProgressEvent(str):
     seconds: float | None
     done: bool
 
-    def __new__(cls, step: str, text: str, *, share: float | None = None, seconds: float | None = None,
-                done: bool = False) -> ProgressEvent:
+    def __new__(
+        cls, step: str, text: str, *, share: float | None = None, seconds: float | None = None, done: bool = False
+    ) -> ProgressEvent:
         event = super().__new__(cls, text)
         event.step, event.share, event.seconds, event.done = step, share, seconds, done
         return event
@@ -57,6 +58,7 @@ def without_closing(progress: Progress, step: str) -> Progress:
             progress(message)
 
     return forward
+
 
 logger = logging.getLogger("spatial_release")
 

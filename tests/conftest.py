@@ -15,8 +15,16 @@ for _name in ("LEDGER", "RELEASES", "WORK", "ALERTS"):
 os.environ["SPATIAL_RELEASE_SIGNING_KEY"] = str(_SCRATCH / "keys" / "ledger-ed25519.key")
 os.environ.pop("SPATIAL_RELEASE_PUBLIC_KEY", None)
 # ...nor send alerts to the user's SMTP server or Slack: tests that send start their own servers.
-for _name in ("SMTP_HOST", "SMTP_PORT", "SMTP_FROM", "SMTP_TO", "SMTP_USER", "SMTP_PASSWORD", "SMTP_STARTTLS",
-              "SLACK_WEBHOOK_URL"):
+for _name in (
+    "SMTP_HOST",
+    "SMTP_PORT",
+    "SMTP_FROM",
+    "SMTP_TO",
+    "SMTP_USER",
+    "SMTP_PASSWORD",
+    "SMTP_STARTTLS",
+    "SLACK_WEBHOOK_URL",
+):
     os.environ.pop(f"SPATIAL_RELEASE_{_name}", None)
 
 import numpy as np
@@ -69,8 +77,15 @@ def fixture_pings() -> pd.DataFrame:
     def add(device: str, corner: tuple[int, int], n_pings: int, gender: str = "f") -> None:
         lon, lat = lonlat_in(corner, n_pings, rng)
         for i in range(n_pings):
-            rows.append({"device": device, "when": f"{DAY} {8 + i % 12:02d}:{i % 60:02d}:00",
-                         "lon": round(float(lon[i]), 7), "lat": round(float(lat[i]), 7), "gender": gender})
+            rows.append(
+                {
+                    "device": device,
+                    "when": f"{DAY} {8 + i % 12:02d}:{i % 60:02d}:00",
+                    "lon": round(float(lon[i]), 7),
+                    "lat": round(float(lat[i]), 7),
+                    "gender": gender,
+                }
+            )
 
     for i in range(3):
         add(f"a{i}", CELL_A, 2)
@@ -92,15 +107,27 @@ def policy_dict(traces: str, **overrides) -> dict:
         "k": K,
         "measure": "presence",
         "source": {
-            "format": "pings", "paths": [traces], "unit": "device", "time": "when", "lon": "lon", "lat": "lat",
-            "time_formats": ["%Y-%m-%d %H:%M:%S"], "timezone": "America/New_York",
-            "identifiers": ["device", "gender"], "max_rejected_share": 0.0,
+            "format": "pings",
+            "paths": [traces],
+            "unit": "device",
+            "time": "when",
+            "lon": "lon",
+            "lat": "lat",
+            "time_formats": ["%Y-%m-%d %H:%M:%S"],
+            "timezone": "America/New_York",
+            "identifiers": ["device", "gender"],
+            "max_rejected_share": 0.0,
         },
         "geometry": {"kind": "grid", "crs": CRS, "size_m": SIZE, "parents_m": [2 * SIZE]},
         "time": {"bucket": "1d", "timezone": "America/New_York"},
         "suppression": {"budget": 0.9},
-        "risk": {"zones": "cell", "landscape": "landscape.yaml", "per_release_ceiling": 0.05,
-                 "cumulative_ceiling": 0.2, "warn_at": 0.75},
+        "risk": {
+            "zones": "cell",
+            "landscape": "landscape.yaml",
+            "per_release_ceiling": 0.05,
+            "cumulative_ceiling": 0.2,
+            "warn_at": 0.75,
+        },
     }
     for key, value in overrides.items():
         data[key] = value
@@ -121,8 +148,14 @@ def uniqueness_policy_dict(traces: str, **overrides) -> dict:
     return uniqueness_model(policy_dict(traces, **overrides))
 
 
-LANDSCAPE = {"version": 1, "points": 2, "draws": 5, "panel": "sample", "adversary": "journalist",
-             "population": {"table": "population.csv"}}
+LANDSCAPE = {
+    "version": 1,
+    "points": 2,
+    "draws": 5,
+    "panel": "sample",
+    "adversary": "journalist",
+    "population": {"table": "population.csv"},
+}
 
 
 def write_policy(folder: Path, data: dict, name: str = "policy.yaml", population: int = 10_000) -> Path:

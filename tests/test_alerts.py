@@ -93,11 +93,18 @@ def _env(smtp_port: int | None = None, url: str | None = None, **extra) -> dict[
 
 
 def _alert(**overrides) -> Alert:
-    fields = {"kind": "risk_breach", "dataset": "jc-bikes", "period": "2018-Q1", "check": "within_risk_budget",
-              "reason": "zone C: prosecutor release figure 0.099 over the per-release ceiling 0.05",
-              "offending": ({"zone": "C", "units": 31, "prosecutor_mean": 0.099},
-                            {"cell_id": cell_id(CELL_A), "bucket_start": BUCKET, "n_devices": 3}),
-              "run_id": "0f3c1d2e-run"}
+    fields = {
+        "kind": "risk_breach",
+        "dataset": "jc-bikes",
+        "period": "2018-Q1",
+        "check": "within_risk_budget",
+        "reason": "zone C: prosecutor release figure 0.099 over the per-release ceiling 0.05",
+        "offending": (
+            {"zone": "C", "units": 31, "prosecutor_mean": 0.099},
+            {"cell_id": cell_id(CELL_A), "bucket_start": BUCKET, "n_devices": 3},
+        ),
+        "run_id": "0f3c1d2e-run",
+    }
     return Alert(**(fields | overrides))
 
 
@@ -109,8 +116,15 @@ def _body(message: Message) -> str:
     return message.get_payload(decode=True).decode()
 
 
-EXPECTED = ["jc-bikes", "2018-Q1", "within_risk_budget", "zone C: prosecutor release figure 0.099",
-            f"cell {cell_id(CELL_A)}, bucket {BUCKET}", "zone C", *OPTIONS]
+EXPECTED = [
+    "jc-bikes",
+    "2018-Q1",
+    "within_risk_budget",
+    "zone C: prosecutor release figure 0.099",
+    f"cell {cell_id(CELL_A)}, bucket {BUCKET}",
+    "zone C",
+    *OPTIONS,
+]
 
 
 def test_an_alert_arrives_by_email_and_by_slack_webhook_naming_every_field(smtp_server, webhook, tmp_path):
@@ -197,8 +211,7 @@ def test_no_channel_configured_still_writes_the_alert(tmp_path):
 
 def test_misconfigured_variables_fail_their_channel_by_name_without_showing_secrets(webhook, tmp_path):
     _, url = webhook
-    env = _env(2525, "not-a-url-" + SECRET_TOKEN, SPATIAL_RELEASE_SMTP_STARTTLS="maybe",
-               SPATIAL_RELEASE_SMTP_USER="relay")
+    env = _env(2525, "not-a-url-" + SECRET_TOKEN, SPATIAL_RELEASE_SMTP_STARTTLS="maybe", SPATIAL_RELEASE_SMTP_USER="relay")
     routing = AlertRouting.from_env(env)
     report = deliver(_alert(), routing, tmp_path)
     email, slack = report.result("email"), report.result("slack")
@@ -216,8 +229,9 @@ def test_starttls_is_required_when_configured_and_a_login_is_used(tmp_path):
         return AuthResult(success=True)
 
     inbox = _Inbox()
-    controller = Controller(inbox, hostname="127.0.0.1", port=_free_port(), authenticator=authenticator,
-                            auth_require_tls=False)
+    controller = Controller(
+        inbox, hostname="127.0.0.1", port=_free_port(), authenticator=authenticator, auth_require_tls=False
+    )
     controller.start()
     try:
         login = {"SPATIAL_RELEASE_SMTP_USER": "relay", "SPATIAL_RELEASE_SMTP_PASSWORD": "pw-" + SECRET_TOKEN}
@@ -246,23 +260,39 @@ def test_offending_places_keep_identifier_fields_only():
         {"error": "solver time-out"},
     ]
     found = places(rows)
-    assert [str(p) for p in found] == [f"cell {cell_id(CELL_B)}, bucket {BUCKET}",
-                                      f"grid_2000m 2000mE582000N4508000, bucket {BUCKET}", "zone C"]
-    alert = Alert.build("blocked_release", "fixture", "2018-Q1", "no_identifiers",
-                        "1 problem(s); first: {'value': 'lonely', 'problem': 'value equal to a unit id'}",
-                        rows + ["lonely", "b1"], never=UNIT_IDS, run_id="r1")
+    assert [str(p) for p in found] == [
+        f"cell {cell_id(CELL_B)}, bucket {BUCKET}",
+        f"grid_2000m 2000mE582000N4508000, bucket {BUCKET}",
+        "zone C",
+    ]
+    alert = Alert.build(
+        "blocked_release",
+        "fixture",
+        "2018-Q1",
+        "no_identifiers",
+        "1 problem(s); first: {'value': 'lonely', 'problem': 'value equal to a unit id'}",
+        rows + ["lonely", "b1"],
+        never=UNIT_IDS,
+        run_id="r1",
+    )
     shown = json.dumps(alert.to_json()) + alert.text
     assert "lonely" not in shown and "b1" not in shown and "gender" not in shown and "74.05" not in shown
     assert alert.reason == "1 problem(s); first: (row)" and len(alert.offending) == 3
     # without the unit ids at hand, the rows' identifier fields and a reason cut of its quoted rows still
     # leave none of them; a unit id given as a bare place string is what `never` is for
-    plain = Alert("blocked_release", "fixture", "2018-Q1", "k_floor",
-                  "1 published cell(s) hold fewer than 3 units; first: [{'cell_id': 'x', 'device': 'lonely', "
-                  "'true_n': 1}]", tuple(rows[:4]))
+    plain = Alert(
+        "blocked_release",
+        "fixture",
+        "2018-Q1",
+        "k_floor",
+        "1 published cell(s) hold fewer than 3 units; first: [{'cell_id': 'x', 'device': 'lonely', 'true_n': 1}]",
+        tuple(rows[:4]),
+    )
     shown = json.dumps(plain.to_json()) + plain.text
     assert "lonely" not in shown and "b1" not in shown and "true_n" not in shown and len(plain.offending) == 3
-    masked = Alert.build("blocked_release", "fixture", "2018-Q1", "k_floor", "device lonely alone", ["lonely"],
-                         never=UNIT_IDS)
+    masked = Alert.build(
+        "blocked_release", "fixture", "2018-Q1", "k_floor", "device lonely alone", ["lonely"], never=UNIT_IDS
+    )
     assert masked.reason == "device [unit id] alone" and masked.offending == ()
     with pytest.raises(ValueError, match="not an identifier"):
         Place("b1,2018-01-10 08:00:00,-74.05,40.71")
@@ -329,8 +359,10 @@ def test_a_crash_while_writing_leaves_no_partial_alert_and_still_sends(smtp_serv
 
 def test_routing_merges_the_policy_section_with_the_environment(tmp_path, fixture_traces, webhook):
     _, url = webhook
-    data = uniqueness_policy_dict(str(fixture_traces), alerts={"email_to": ["fixture-owner@example.org", "ops@example.org"],
-                                                    "slack_webhook_env": "FIXTURE_SLACK_WEBHOOK"})
+    data = uniqueness_policy_dict(
+        str(fixture_traces),
+        alerts={"email_to": ["fixture-owner@example.org", "ops@example.org"], "slack_webhook_env": "FIXTURE_SLACK_WEBHOOK"},
+    )
     policy = load_policy(write_policy(tmp_path, data))
     routing = AlertRouting.for_policy(policy, _env(2525) | {"FIXTURE_SLACK_WEBHOOK": url})
     assert routing.email_to == ("ops@example.org", "fixture-owner@example.org")
@@ -338,13 +370,24 @@ def test_routing_merges_the_policy_section_with_the_environment(tmp_path, fixtur
     assert routing.slack_webhook_url.get_secret_value() == url and SECRET_TOKEN not in repr(routing)
     missing = AlertRouting.for_policy(policy, _env(2525, url))  # the programme's own webhook is not set
     assert "FIXTURE_SLACK_WEBHOOK" in missing.problems["slack"]
-    assert AlertRouting.from_env({"SPATIAL_RELEASE_SMTP_HOST": "mx", "SPATIAL_RELEASE_SMTP_FROM": "a@b.org",
-                                  "SPATIAL_RELEASE_SMTP_STARTTLS": "yes"}).smtp.port == 587
+    assert (
+        AlertRouting.from_env(
+            {
+                "SPATIAL_RELEASE_SMTP_HOST": "mx",
+                "SPATIAL_RELEASE_SMTP_FROM": "a@b.org",
+                "SPATIAL_RELEASE_SMTP_STARTTLS": "yes",
+            }
+        ).smtp.port
+        == 587
+    )
 
 
 def test_a_policy_never_holds_a_webhook_url(tmp_path, fixture_traces):
-    for alerts in ({"slack_webhook_env": f"https://hooks.slack.com/services/T0/B0/{SECRET_TOKEN}"},
-                   {"email_to": ["not an address"]}, {"smtp_password": "x"}):
+    for alerts in (
+        {"slack_webhook_env": f"https://hooks.slack.com/services/T0/B0/{SECRET_TOKEN}"},
+        {"email_to": ["not an address"]},
+        {"smtp_password": "x"},
+    ):
         data = uniqueness_policy_dict(str(fixture_traces), alerts=alerts)
         with pytest.raises(PolicyError, match="alerts"):
             load_policy(write_policy(tmp_path, data))
@@ -391,8 +434,7 @@ def test_a_review_breach_is_emailed(smtp_server, tmp_path, monkeypatch):
     assert again.deliveries[0].result("email").status == "already sent" and len(inbox.messages) == 1
 
 
-def test_a_blocked_release_reaches_people_through_the_dagster_alert_sensor(smtp_server, webhook, tmp_path,
-                                                                            monkeypatch):
+def test_a_blocked_release_reaches_people_through_the_dagster_alert_sensor(smtp_server, webhook, tmp_path, monkeypatch):
     """End to end: the risk gate blocks a release run; the run-failure sensor e-mails and posts the alert
     with dataset, period, check, reason, offending zone and options, and tags the failed run with it."""
     import dagster as dg
@@ -407,18 +449,32 @@ def test_a_blocked_release_reaches_people_through_the_dagster_alert_sensor(smtp_
     fixture_pings().to_csv(traces, index=False)
     policy = write_policy(tmp_path, uniqueness_policy_dict(str(traces)), population=5)  # the risk gate blocks
     programme = programme_for(policy)
-    settings = {"releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
-                "ledger_dir": str(tmp_path / "ledger"), "alerts_dir": str(tmp_path / "alerts")}
+    settings = {
+        "releases_dir": str(tmp_path / "releases"),
+        "work_dir": str(tmp_path / "work"),
+        "ledger_dir": str(tmp_path / "ledger"),
+        "alerts_dir": str(tmp_path / "alerts"),
+    }
     with dg.instance_for_test() as instance:
         # as the UI or a schedule launches it (execute_release, the command line's path, alerts by itself)
-        run = programme.runnable().resolve_job_def("fixture_release_job").execute_in_process(
-            partition_key="2018-01-01", instance=instance, raise_on_error=False,
-            run_config={"resources": {"settings": {"config": settings}}})
+        run = (
+            programme.runnable()
+            .resolve_job_def("fixture_release_job")
+            .execute_in_process(
+                partition_key="2018-01-01",
+                instance=instance,
+                raise_on_error=False,
+                run_config={"resources": {"settings": {"config": settings}}},
+            )
+        )
         assert not run.success and inbox.messages == []
         [event] = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
         context = dg.build_run_status_sensor_context(
-            sensor_name="failed_run_alert", dagster_instance=instance,
-            dagster_run=instance.get_run_by_id(run.run_id), dagster_event=event.dagster_event).for_run_failure()
+            sensor_name="failed_run_alert",
+            dagster_instance=instance,
+            dagster_run=instance.get_run_by_id(run.run_id),
+            dagster_event=event.dagster_event,
+        ).for_run_failure()
         programme.alert_sensor()(context)
         tags = instance.get_run_by_id(run.run_id).tags
     [(recipients, message)] = inbox.messages

@@ -11,8 +11,17 @@ import pytest
 from spatial_release.risk.attack import AttackParams, ReleaseView, attack_risk, recover_trajectories
 
 
-def regular_city(units: int, side: int, days: int, k: int, seed: int = 1, cell_m: float = 250.0,
-                 merge: int = 1, hours: int = 1, plant: bool = False):
+def regular_city(
+    units: int,
+    side: int,
+    days: int,
+    k: int,
+    seed: int = 1,
+    cell_m: float = 250.0,
+    merge: int = 1,
+    hours: int = 1,
+    plant: bool = False,
+):
     """Units with a home, a workplace within three cells and their own hours, every day the same, released
     hourly (or every `hours`) on a side x side grid of `cell_m` cells (cells merged `merge` x `merge`): the
     (cell, bucket) counts >= k are published with the bucket totals. Zones are the grid's four quadrants;
@@ -43,12 +52,25 @@ def regular_city(units: int, side: int, days: int, k: int, seed: int = 1, cell_m
     shown = np.flatnonzero(count >= k)
     xy = np.array([(i % width * cell_m * merge, i // width * cell_m * merge) for i in range(n_areas)], dtype=float)
     half = side // merge / 2
-    zones = np.array(["P" if i % width >= side // merge else
-                      f"q{int(i % width >= half)}{int(i // width >= half)}" for i in range(n_areas)], dtype=object)
+    zones = np.array(
+        [
+            "P" if i % width >= side // merge else f"q{int(i % width >= half)}{int(i // width >= half)}"
+            for i in range(n_areas)
+        ],
+        dtype=object,
+    )
     presence = hours == 1
     totals = np.bincount(step, minlength=steps) if presence else np.full(steps, -1)
-    view = ReleaseView(steps, xy, shown // n_areas, shown % n_areas, count[shown], totals, presence,
-                       day_lag=24 // hours if 24 % hours == 0 and hours < 24 else None)
+    view = ReleaseView(
+        steps,
+        xy,
+        shown // n_areas,
+        shown % n_areas,
+        count[shown],
+        totals,
+        presence,
+        day_lag=24 // hours if 24 % hours == 0 and hours < 24 else None,
+    )
     return view, unit, step, area, zones
 
 
@@ -166,8 +188,7 @@ def test_visitors_buckets_are_sets_of_areas():
     view, unit, step, area, zones = regular_city(150, 16, 1, k=2, hours=3)
     recovered = recover_trajectories(view, PARAMS)
     placed = recovered.area < view.areas
-    got = np.bincount(recovered.step[placed] * view.areas + recovered.area[placed],
-                      minlength=view.steps * view.areas)
+    got = np.bincount(recovered.step[placed] * view.areas + recovered.area[placed], minlength=view.steps * view.areas)
     want = np.zeros(view.steps * view.areas, dtype=np.int64)
     want[view.figure_step * view.areas + view.figure_area] = view.figure_count
     assert (got == want).all()

@@ -35,8 +35,9 @@ def table_of(nodes: dict, relations: list, kind: str = EQ) -> Table:
     for name, (value, status) in nodes.items():
         table.add("x", name, 0, value, status)
     for parent, children in relations:
-        table.relations.append(Relation(kind, table.index[("x", parent, 0)],
-                                        tuple(table.index[("x", c, 0)] for c in children)))
+        table.relations.append(
+            Relation(kind, table.index[("x", parent, 0)], tuple(table.index[("x", c, 0)] for c in children))
+        )
     return table
 
 
@@ -57,6 +58,7 @@ def rectangle(x11, x12, x21, x22, statuses) -> Table:
 
 
 # ---- negative controls: each must fail ------------------------------------------------------------
+
 
 def test_n1_lone_primary_with_all_totals_published():
     result = audit(table_of({"T": (10, U), "a": (2, P), "b": (8, U)}, [("T", ["a", "b"])]), k=5)
@@ -85,16 +87,17 @@ def test_n4_published_total_altered_by_one_is_an_error_not_a_pass():
 
 
 def test_n4_inconsistent_fully_published_relation():
-    table = table_of({"T": (11, U), "a": (2, P), "b": (8, U), "c": (4, U), "d": (5, U)},
-                     [("T", ["a", "b"]), ("c", ["d"])])
+    table = table_of({"T": (11, U), "a": (2, P), "b": (8, U), "c": (4, U), "d": (5, U)}, [("T", ["a", "b"]), ("c", ["d"])])
     result = audit(table, k=3)
     assert not result.passed and any("contradicts" in e for e in result.errors)
 
 
 def test_n5_parent_with_a_single_child():
     # a district made of one cell: withholding the cell alone leaves it equal to the published district
-    table = table_of({"T": (13, U), "D1": (3, U), "D2": (10, U), "a": (3, P), "b": (6, U), "c": (4, U)},
-                     [("T", ["D1", "D2"]), ("D1", ["a"]), ("D2", ["b", "c"])])
+    table = table_of(
+        {"T": (13, U), "D1": (3, U), "D2": (10, U), "a": (3, P), "b": (6, U), "c": (4, U)},
+        [("T", ["D1", "D2"]), ("D1", ["a"]), ("D2", ["b", "c"])],
+    )
     result = audit(table, k=5)
     assert not result.passed and list(intervals(result).values()) == [(3.0, 3.0)]
 
@@ -142,8 +145,9 @@ def odd_cycle(others: str) -> Table:
     nodes = {f"x{i}": (v, others) for i, v in enumerate([2, 4, 2, 4, 2])}
     nodes["x0"] = (2, P)
     nodes.update({"R1": (8, U), "R2": (8, U), "R3": (8, U), "R4": (6, U)})
-    return table_of(nodes, [("R1", ["x1", "x3"]), ("R2", ["x4", "x1", "x0"]), ("R3", ["x2", "x3", "x0"]),
-                            ("R4", ["x1", "x2"])])
+    return table_of(
+        nodes, [("R1", ["x1", "x3"]), ("R2", ["x4", "x1", "x0"]), ("R3", ["x2", "x3", "x0"]), ("R4", ["x1", "x2"])]
+    )
 
 
 def test_n8_only_integer_rounding_discloses():
@@ -163,8 +167,9 @@ def test_n9_removing_any_necessary_secondary_fails():
         assert not audit(rectangle(2, 5, 7, 3, {**statuses, secondary: U}), k=3).passed, secondary
 
 
-@pytest.mark.parametrize("options", [{"time_limit": 0.0}, {"simplex_iteration_limit": 0},
-                                     {"presolve": "off", "simplex_iteration_limit": 0}])
+@pytest.mark.parametrize(
+    "options", [{"time_limit": 0.0}, {"simplex_iteration_limit": 0}, {"presolve": "off", "simplex_iteration_limit": 0}]
+)
 def test_n10_forced_solver_failure_is_an_error(options):
     # optimal bounds: every bound is an LP solve (with presolve, HiGHS may finish a tiny witness LP before any
     # limit applies, and a witness that was found is a valid one)
@@ -201,6 +206,7 @@ def test_n11_absent_listed_zero_is_known_to_hold_a_unit():
 
 
 # ---- positive controls --------------------------------------------------------------------------
+
 
 def test_p1_rectangle_with_enough_mass_passes():
     table = rectangle(2, 5, 7, 3, {"x11": P, "x12": S, "x21": S, "x22": S})
@@ -248,8 +254,7 @@ def test_protect_climbs_single_child_chains_to_the_top():
 def test_protect_turns_solver_failure_into_an_error():
     table = table_of({"T": (12, U), "a": (2, P), "b": (10, U)}, [("T", ["a", "b"])])
     with pytest.raises(SuppressionError, match="solver status"):
-        protect(table, k=5, level_depth={}, method=SWEEP,
-                options={"simplex_iteration_limit": 0, "presolve": "off"})
+        protect(table, k=5, level_depth={}, method=SWEEP, options={"simplex_iteration_limit": 0, "presolve": "off"})
 
 
 # ---- property test: the audit equals brute-force integer enumeration ------------------------------
@@ -262,8 +267,11 @@ CAP = 16  # values are at most 3, so any feasible finite bound is below 16; reac
 
 def _brute_force(values: dict, known_leaves: set, known_margins: dict) -> dict:
     unknown = [leaf for leaf in LEAVES if leaf not in known_leaves]
-    grids = np.array(list(itertools.product(range(CAP + 1), repeat=len(unknown))), dtype=np.int64) \
-        if unknown else np.zeros((1, 0), dtype=np.int64)
+    grids = (
+        np.array(list(itertools.product(range(CAP + 1), repeat=len(unknown))), dtype=np.int64)
+        if unknown
+        else np.zeros((1, 0), dtype=np.int64)
+    )
     columns = {leaf: grids[:, j] for j, leaf in enumerate(unknown)}
     columns.update({leaf: np.full(len(grids), values[leaf]) for leaf in known_leaves})
     sums = {"A": columns["a1"] + columns["a2"], "B": columns["b1"] + columns["b2"] + columns["b3"]}
@@ -277,21 +285,33 @@ def _brute_force(values: dict, known_leaves: set, known_margins: dict) -> dict:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(values=st.lists(st.integers(0, 3), min_size=5, max_size=5), k=st.integers(2, 4),
-       publish=st.lists(st.booleans(), min_size=8, max_size=8))
+@given(
+    values=st.lists(st.integers(0, 3), min_size=5, max_size=5),
+    k=st.integers(2, 4),
+    publish=st.lists(st.booleans(), min_size=8, max_size=8),
+)
 def test_audit_matches_brute_force(values, k, publish):
     values = dict(zip(LEAVES, values))
     margins = {"A": values["a1"] + values["a2"], "B": values["b1"] + values["b2"] + values["b3"]}
     margins["total"] = margins["A"] + margins["B"]
-    leaves = pd.DataFrame({"area_id": [leaf for leaf in LEAVES if values[leaf] > 0],
-                           "bucket_start": BUCKET, "n": [values[leaf] for leaf in LEAVES if values[leaf] > 0]})
-    margin_rows = pd.DataFrame([{"level": "district" if a != "total" else "total", "area_id": a,
-                                 "bucket_start": BUCKET, "n": n} for a, n in margins.items() if n > 0])
+    leaves = pd.DataFrame(
+        {
+            "area_id": [leaf for leaf in LEAVES if values[leaf] > 0],
+            "bucket_start": BUCKET,
+            "n": [values[leaf] for leaf in LEAVES if values[leaf] > 0],
+        }
+    )
+    margin_rows = pd.DataFrame(
+        [
+            {"level": "district" if a != "total" else "total", "area_id": a, "bucket_start": BUCKET, "n": n}
+            for a, n in margins.items()
+            if n > 0
+        ]
+    )
     if margin_rows.empty:
         return
     structure = Structure((zones_chain("cell", HIERARCHY, ["district"]),))
-    table = system_for(leaves.rename(columns={"area_id": "cell_id"}), margin_rows,
-                       DisclosureSpec(structure, k, "presence"))
+    table = system_for(leaves.rename(columns={"area_id": "cell_id"}), margin_rows, DisclosureSpec(structure, k, "presence"))
     # a random pattern over the non-primary figures; primaries are always withheld
     names = [*LEAVES, "A", "B", "total"]
     for flag, name in zip(publish, names):
@@ -299,11 +319,17 @@ def test_audit_matches_brute_force(values, k, publish):
         node = table.index.get((level, name, BUCKET))
         if node is not None and table.status[node] == PUBLISHED and not flag:
             table.status[node] = SECONDARY
-    known_leaves = {leaf for leaf in LEAVES if (n := table.index.get(("cell", leaf, BUCKET))) is not None
-                    and table.status[n] == PUBLISHED}
-    known_margins = {a: margins[a] for a in ("A", "B", "total")
-                     if (n := table.index.get(("total" if a == "total" else "district", a, BUCKET))) is not None
-                     and table.status[n] == PUBLISHED}
+    known_leaves = {
+        leaf
+        for leaf in LEAVES
+        if (n := table.index.get(("cell", leaf, BUCKET))) is not None and table.status[n] == PUBLISHED
+    }
+    known_margins = {
+        a: margins[a]
+        for a in ("A", "B", "total")
+        if (n := table.index.get(("total" if a == "total" else "district", a, BUCKET))) is not None
+        and table.status[n] == PUBLISHED
+    }
     result = audit(table, k, optimal_bounds=True)
     fast = {i.node: i for i in audit(table, k).intervals}
     assert not result.errors
@@ -348,10 +374,22 @@ def test_tau_compatibility_criterion_is_weaker_than_ours():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(1, 40).flatmap(lambda n: st.tuples(
-    st.just(n), st.lists(st.booleans(), min_size=n, max_size=n),
-    st.lists(st.tuples(st.integers(0, n - 1), st.lists(st.integers(0, n - 1), min_size=1, max_size=4, unique=True),
-                       st.one_of(st.none(), st.integers(0, n - 1))), max_size=25))))
+@given(
+    st.integers(1, 40).flatmap(
+        lambda n: st.tuples(
+            st.just(n),
+            st.lists(st.booleans(), min_size=n, max_size=n),
+            st.lists(
+                st.tuples(
+                    st.integers(0, n - 1),
+                    st.lists(st.integers(0, n - 1), min_size=1, max_size=4, unique=True),
+                    st.one_of(st.none(), st.integers(0, n - 1)),
+                ),
+                max_size=25,
+            ),
+        )
+    )
+)
 def test_components_are_the_connected_withheld_nodes_in_order(case):
     """audit.components (union by minimum label in arrays) against a breadth-first search over the withheld
     members of each relation: the same components, ordered by smallest node, nodes ascending."""
@@ -359,8 +397,13 @@ def test_components_are_the_connected_withheld_nodes_in_order(case):
     from spatial_release.suppression.table import EQ, PRIMARY, PUBLISHED, Relation, Table
 
     n, withheld, relations = case
-    table = Table(level=["cell"] * n, area=[f"a{i}" for i in range(n)], bucket=[0] * n, value=[1] * n,
-                  status=[PRIMARY if w else PUBLISHED for w in withheld])
+    table = Table(
+        level=["cell"] * n,
+        area=[f"a{i}" for i in range(n)],
+        bucket=[0] * n,
+        value=[1] * n,
+        status=[PRIMARY if w else PUBLISHED for w in withheld],
+    )
     for parent, children, rest in relations:
         table.relations.append(Relation(EQ, parent, tuple(c for c in children if c != parent), rest))
     neighbours: dict[int, set[int]] = {i: set() for i in range(n) if withheld[i]}

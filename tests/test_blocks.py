@@ -56,8 +56,9 @@ def test_blocks_give_the_pinned_golden_pattern(split_everything, monkeypatch, wo
     assert text == GOLDEN.read_text()
 
 
-def bigger_counts(monkeypatch, buckets: int, seed: int, measure: str = "presence"
-                  ) -> tuple[pd.DataFrame, pd.DataFrame, DisclosureSpec]:
+def bigger_counts(
+    monkeypatch, buckets: int, seed: int, measure: str = "presence"
+) -> tuple[pd.DataFrame, pd.DataFrame, DisclosureSpec]:
     """The golden fixture's grid over `buckets` hourly buckets, with other random counts."""
     import test_golden_pattern as golden
 
@@ -72,13 +73,18 @@ def bigger_counts(monkeypatch, buckets: int, seed: int, measure: str = "presence
 # under EQ (presence) and UNION (visitors) relations; seeds 1 and 4 under the sweep are the tables on which a
 # review found the split differing from the whole table (the sweep took node 0 for "none found")
 RELEASE, SWEEP = ProtectionMethod.release(), ProtectionMethod.sweep()
-CASES = [("presence", RELEASE, 1), ("presence", RELEASE, 2), ("visitors", RELEASE, 3),
-         ("presence", SWEEP, 1), ("presence", SWEEP, 4), ("visitors", SWEEP, 1)]
+CASES = [
+    ("presence", RELEASE, 1),
+    ("presence", RELEASE, 2),
+    ("visitors", RELEASE, 3),
+    ("presence", SWEEP, 1),
+    ("presence", SWEEP, 4),
+    ("visitors", SWEEP, 1),
+]
 
 
 @pytest.mark.parametrize("measure, method, seed", CASES)
-def test_blocks_match_the_whole_table_and_pass_an_independent_audit(split_everything, monkeypatch, measure, method,
-                                                                   seed):
+def test_blocks_match_the_whole_table_and_pass_an_independent_audit(split_everything, monkeypatch, measure, method, seed):
     leaves, margins, spec = bigger_counts(monkeypatch, buckets=4, seed=seed, measure=measure)
     level_depth = spec.structure.level_depth()
     whole = system_for(leaves, margins, spec)
@@ -89,8 +95,7 @@ def test_blocks_match_the_whole_table_and_pass_an_independent_audit(split_everyt
     assert chunks == [4]
     assert split.status == whole.status
     assert split.secondaries() or measure == "visitors", "the fixture needs complementary suppression"
-    assert [(i.node, i.passed) for i in log_split.audit.intervals] == \
-        [(i.node, i.passed) for i in log_whole.audit.intervals]
+    assert [(i.node, i.passed) for i in log_split.audit.intervals] == [(i.node, i.passed) for i in log_whole.audit.intervals]
     assert [i.node for i in log_split.audit.intervals] == split.primaries()
     assert log_split.audit.workers == 2
     # re-derived, not taken from the log: the attacker's optimal bounds on the whole table, from scratch

@@ -56,8 +56,16 @@ def many_components(groups: int = 40, seed: int = 7) -> Table:
 
 
 def copy_table(table: Table) -> Table:
-    return Table(list(table.level), list(table.area), list(table.bucket), list(table.value), list(table.status),
-                 list(table.relations), dict(table.index), dict(table.floor))
+    return Table(
+        list(table.level),
+        list(table.area),
+        list(table.bucket),
+        list(table.value),
+        list(table.status),
+        list(table.relations),
+        dict(table.index),
+        dict(table.floor),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +100,7 @@ def leaky(table: Table, certificate: Certificate) -> tuple[Table, int, int]:
 
 # ---- all cores: same verdicts whatever the worker count -------------------------------------------
 
+
 def test_verdicts_and_bounds_identical_with_1_and_2_workers(monkeypatch):
     monkeypatch.setattr(audit_module, "PARALLEL_MIN_NODES", 0)  # small table: use the pool anyway
     monkeypatch.setattr(audit_module, "PACK_NODES", 60)  # several jobs, so that both workers get some
@@ -120,16 +129,21 @@ def test_packing_components_changes_no_verdict_and_no_failing_bound(monkeypatch)
         results[pack] = audit(table, K, workers=1)
     alone, packed = results[1], results[10_000]
     assert len(audit_module.packs(table)) == 1 and packed.components == alone.components > 20
-    assert [(i.node, i.passed, i.failing) for i in alone.intervals] == \
-        [(i.node, i.passed, i.failing) for i in packed.intervals]
-    assert [(i.node, i.lo, i.up) for i in alone.intervals if not i.passed] == \
-        [(i.node, i.lo, i.up) for i in packed.intervals if not i.passed]
+    assert [(i.node, i.passed, i.failing) for i in alone.intervals] == [
+        (i.node, i.passed, i.failing) for i in packed.intervals
+    ]
+    assert [(i.node, i.lo, i.up) for i in alone.intervals if not i.passed] == [
+        (i.node, i.lo, i.up) for i in packed.intervals if not i.passed
+    ]
     assert alone.failures() and not packed.errors
     # every component without a failing primary is certified by the packed audit's witness points
     verification = verify(table, Certificate.build(table, packed, INPUTS), INPUTS, Criterion(K))
     failing = {i.node for i in packed.intervals if not i.passed}
-    expected = {c for c, nodes in enumerate(verification.components)
-                if any(table.status[n] == PRIMARY for n in nodes) and not failing & set(nodes)}
+    expected = {
+        c
+        for c, nodes in enumerate(verification.components)
+        if any(table.status[n] == PRIMARY for n in nodes) and not failing & set(nodes)
+    }
     assert not verification.errors and set(verification.certified) == expected
 
 
@@ -163,6 +177,7 @@ def test_pattern_and_certificate_identical_with_1_and_2_workers(monkeypatch):
 def test_workers_setting(monkeypatch):
     monkeypatch.delenv("SPATIAL_RELEASE_AUDIT_WORKERS", raising=False)
     import os
+
     assert default_workers() == (os.cpu_count() or 1)
     monkeypatch.setenv("SPATIAL_RELEASE_AUDIT_WORKERS", "3")
     assert default_workers() == 3
@@ -173,6 +188,7 @@ def test_workers_setting(monkeypatch):
 
 
 # ---- the certificate verifies without an LP --------------------------------------------------------
+
 
 def test_an_honest_certificate_certifies_every_component(certified, monkeypatch):
     table, certificate = certified
@@ -192,12 +208,14 @@ def test_the_certificate_round_trips_through_its_files(certified, tmp_path):
     assert not verify(table, again, INPUTS, Criterion(K)).unverified
     # a table file altered after the header was written: the whole certificate is unreadable
     again.points.assign(value=again.points["value"] + 1).to_parquet(
-        tmp_path / "cert" / "certificate_points.internal.parquet")
+        tmp_path / "cert" / "certificate_points.internal.parquet"
+    )
     with pytest.raises(ValueError, match="sha256"):
         Certificate.read(tmp_path / "cert")
 
 
 # ---- negative controls: a tampered certificate is never trusted ------------------------------------
+
 
 def _point_of(certificate: Certificate, node: int, which: str) -> int:
     return int(certificate.primaries.set_index("node").loc[node, f"{which}_point"])
@@ -241,7 +259,7 @@ def test_a_figure_listed_twice_in_one_point_is_rejected(certified):
     assert len(at) == 1
     y = int(points.loc[at[0], "value"])
     pair = pd.DataFrame({"point": [pid, pid], "node": [primary, primary], "value": [v - 1, y + 1]})
-    doubled = pd.concat([points.loc[:at[0] - 1], pair, points.loc[at[0] + 1:]], ignore_index=True)
+    doubled = pd.concat([points.loc[: at[0] - 1], pair, points.loc[at[0] + 1 :]], ignore_index=True)
     doubled = doubled.astype(points.dtypes.to_dict())
     primaries = certificate.primaries.copy()
     primaries.loc[primaries["node"] == primary, "up"] = float(y + 1)
@@ -297,8 +315,11 @@ def test_a_primary_missing_from_the_certificate_is_re_solved(certified):
 
     broken, secondary, victim = leaky(table, certificate)
     keep = certificate.primaries["node"] != victim
-    forged = replace(certificate, primaries=certificate.primaries[keep],
-                     points=certificate.points[certificate.points["node"] != secondary])
+    forged = replace(
+        certificate,
+        primaries=certificate.primaries[keep],
+        points=certificate.points[certificate.points["node"] != secondary],
+    )
     passed, verification, result = certified_audit(broken, forged)
     assert not passed and victim in {i.node for i in result.failures()}
 
@@ -318,10 +339,14 @@ def test_a_bound_widened_without_a_witness_is_rejected(certified):
     # the forger claims protection with a point that is certainly feasible (the true table: no figure
     # moved) and bounds that meet the criterion
     empty = int(certificate.points["point"].max()) + 1
-    forged_primaries.loc[at, ["lo", "up", "lo_point", "up_point"]] = [broken.value[victim] - 1, 10 ** 6, empty, empty]
-    forged_points = pd.concat([certificate.points[certificate.points["node"] != secondary],
-                               pd.DataFrame({"point": [empty], "node": [victim], "value": [broken.value[victim]]})],
-                              ignore_index=True)
+    forged_primaries.loc[at, ["lo", "up", "lo_point", "up_point"]] = [broken.value[victim] - 1, 10**6, empty, empty]
+    forged_points = pd.concat(
+        [
+            certificate.points[certificate.points["node"] != secondary],
+            pd.DataFrame({"point": [empty], "node": [victim], "value": [broken.value[victim]]}),
+        ],
+        ignore_index=True,
+    )
     forged = replace(certificate, primaries=forged_primaries, points=forged_points)
     passed, verification, result = certified_audit(broken, forged)
     assert not passed and victim in verification.to_resolve()
@@ -362,8 +387,11 @@ def test_check_and_publication_verify_the_protection_steps_certificate(tmp_path,
     # the edit (the lonely device's cell C published: B beside it is recovered) is caught
     cells = gpd.read_parquet(area.candidate / "cells.parquet")
     corner = CELL_C
-    extra = gpd.GeoDataFrame({"cell_id": [cell_id(corner)], "bucket_start": [BUCKET], "n_devices": [1]},
-                             geometry=[box(corner[0], corner[1], corner[0] + 1000, corner[1] + 1000)], crs=cells.crs)
+    extra = gpd.GeoDataFrame(
+        {"cell_id": [cell_id(corner)], "bucket_start": [BUCKET], "n_devices": [1]},
+        geometry=[box(corner[0], corner[1], corner[0] + 1000, corner[1] + 1000)],
+        crs=cells.crs,
+    )
     pd.concat([cells, extra], ignore_index=True).to_parquet(area.candidate / "cells.parquet", index=False)
     manifest = stages.read_manifest(area)
     replace(manifest, sha256={n: sha256_file(area.candidate / n) for n in RELEASE_FILES}).write(area.candidate)
@@ -396,8 +424,7 @@ def test_an_unbounded_upper_bound_is_witnessed_by_a_point_beyond_the_criterion()
     assert verify(table, replace(certificate, primaries=forged), INPUTS, Criterion(K)).unverified
 
 
-def test_publication_reuses_the_checks_audit_verdict_only_for_byte_identical_inputs(tmp_path, fixture_policy,
-                                                                                     monkeypatch):
+def test_publication_reuses_the_checks_audit_verdict_only_for_byte_identical_inputs(tmp_path, fixture_policy, monkeypatch):
     """The publish step re-evaluates every guarantee; the audit's verdict is reused from the check when the
     inputs, the structure, the certificate, the check's own outputs and the code are byte-identical, and
     verified again otherwise. Negative controls: each of those changed makes the audit run again."""
@@ -448,14 +475,18 @@ def test_publication_reuses_the_checks_audit_verdict_only_for_byte_identical_inp
     def parent_of(area: str) -> str:
         return "elsewhere" if area == moved else real_parent(area)
 
-    changed = replace(structure, chains=(Chain(chain.levels, (parent_of, *chain.parent_of[1:]),
-                                               chain.children_count), *structure.chains[1:]))
+    changed = replace(
+        structure,
+        chains=(Chain(chain.levels, (parent_of, *chain.parent_of[1:]), chain.children_count), *structure.chains[1:]),
+    )
     true_cells, true_margins = stages.read_true_counts(area)
-    assert (release_system.structure_digest(changed, true_cells, true_margins, ctx.zeros)
-            != release_system.structure_digest(structure, true_cells, true_margins, ctx.zeros))
+    assert release_system.structure_digest(changed, true_cells, true_margins, ctx.zeros) != release_system.structure_digest(
+        structure, true_cells, true_margins, ctx.zeros
+    )
     ctx._cache["structure"] = changed
     assert checks.audit_digest(ctx, [], true_cells, true_margins) != checks.audit_digest(
-        stages.ReleaseContext(fixture_policy, PERIOD, tmp_path / "work"), [], true_cells, true_margins)
+        stages.ReleaseContext(fixture_policy, PERIOD, tmp_path / "work"), [], true_cells, true_margins
+    )
     # (e) a forged verdict file (digest of other inputs) is never trusted
     ctx = stages.ReleaseContext(fixture_policy, PERIOD, tmp_path / "work")
     saved = area.root / checks.AUDIT_VERDICT

@@ -25,12 +25,16 @@ def _raw_pings() -> pd.DataFrame:
     for month in (1, 2, 3):
         trips = pd.read_csv(SHARED_DATA / f"citibike-jc/JC-20180{month}-citibike-tripdata.csv")
         for end, prefix in (("starttime", "start"), ("stoptime", "end")):
-            frames.append(pd.DataFrame({
-                "bike": trips["bikeid"].astype(str),
-                "local": pd.to_datetime(trips[end], format="mixed"),
-                "lon": trips[f"{prefix} station longitude"],
-                "lat": trips[f"{prefix} station latitude"],
-            }))
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "bike": trips["bikeid"].astype(str),
+                        "local": pd.to_datetime(trips[end], format="mixed"),
+                        "lon": trips[f"{prefix} station longitude"],
+                        "lat": trips[f"{prefix} station latitude"],
+                    }
+                )
+            )
     pings = pd.concat(frames, ignore_index=True)
     local = pings["local"].dt.tz_localize(TZ, nonexistent="shift_forward", ambiguous=False)
     inside = (local >= pd.Timestamp("2018-01-01", tz=TZ)) & (local < pd.Timestamp("2018-04-01", tz=TZ))
@@ -38,8 +42,7 @@ def _raw_pings() -> pd.DataFrame:
     # the local day's and the week's Monday's midnight, then their UTC instants (the March DST change)
     day = naive.dt.normalize()
     monday = day - pd.to_timedelta(naive.dt.day_of_week, unit="D")
-    return pings.assign(day=day.dt.tz_localize(TZ).dt.tz_convert("UTC"),
-                        week=monday.dt.tz_localize(TZ).dt.tz_convert("UTC"))
+    return pings.assign(day=day.dt.tz_localize(TZ).dt.tz_convert("UTC"), week=monday.dt.tz_localize(TZ).dt.tz_convert("UTC"))
 
 
 def _expected_counts() -> dict[str, dict]:
@@ -49,17 +52,20 @@ def _expected_counts() -> dict[str, dict]:
     points = gpd.GeoDataFrame(pings, geometry=gpd.points_from_xy(pings["lon"], pings["lat"]), crs="EPSG:4326")
     joined = gpd.sjoin(points, wards, predicate="intersects", how="inner")
     joined = joined.sort_values("ward").groupby(level=0).head(1)  # boundary points go to the smallest ward
-    return {"cell": joined.groupby(["ward", "day"])["bike"].nunique().to_dict(),
-            "cell@1w": joined.groupby(["ward", "week"])["bike"].nunique().to_dict(),
-            "total": joined.groupby("day")["bike"].nunique().to_dict(),
-            "total@1w": joined.groupby("week")["bike"].nunique().to_dict()}
+    return {
+        "cell": joined.groupby(["ward", "day"])["bike"].nunique().to_dict(),
+        "cell@1w": joined.groupby(["ward", "week"])["bike"].nunique().to_dict(),
+        "total": joined.groupby("day")["bike"].nunique().to_dict(),
+        "total@1w": joined.groupby("week")["bike"].nunique().to_dict(),
+    }
 
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory):
     out = tmp_path_factory.mktemp("citibike")
-    published, messages, record = cli.run_release(str(PROJECT_ROOT / "policies/jc-bikes.yaml"), "2018-Q1",
-                                                  out=str(out), ledger=str(out / "ledger"))
+    published, messages, record = cli.run_release(
+        str(PROJECT_ROOT / "policies/jc-bikes.yaml"), "2018-Q1", out=str(out), ledger=str(out / "ledger")
+    )
     assert published, messages
     return out / "releases" / "jc-bikes" / "2018-Q1", record
 
@@ -93,8 +99,10 @@ def test_no_withheld_ward_day_is_bounded_by_the_published_figures(release):
     published = {(r.cell_id, r.bucket_start): r.n_devices for r in cells.itertuples()}
     week_of = {(r.area_id, r.bucket_start): r.n_devices for r in margins.itertuples() if r.level == "cell@1w"}
     totals = {r.bucket_start: r.n_devices for r in margins.itertuples() if r.level == "total"}
-    monday = {day: (day.tz_convert(TZ).normalize() - pd.Timedelta(days=day.tz_convert(TZ).day_of_week)
-                    ).tz_convert("UTC") for day in totals}
+    monday = {
+        day: (day.tz_convert(TZ).normalize() - pd.Timedelta(days=day.tz_convert(TZ).day_of_week)).tz_convert("UTC")
+        for day in totals
+    }
     checked = 0
     for day, total in totals.items():
         for ward in wards:
@@ -176,21 +184,25 @@ def test_the_monthly_programme_publishes_after_the_quarter_and_agrees_with_it(re
         records.append(record)
     entries = read_ledger(out / "ledger")
     assert [(e["dataset"], e["period"]) for e in entries] == [
-        ("jc-bikes", "2018-Q1"), ("jc-bikes-monthly", "2018-01"), ("jc-bikes-monthly", "2018-02"),
-        ("jc-bikes-monthly", "2018-03")]
+        ("jc-bikes", "2018-Q1"),
+        ("jc-bikes-monthly", "2018-01"),
+        ("jc-bikes-monthly", "2018-02"),
+        ("jc-bikes-monthly", "2018-03"),
+    ]
     figures = [r.risk.release_figure for r in records]
     assert records[-1].risk.cumulative == pytest.approx(cumulative_risk(figures))
     # agreement, from the files and the work areas' true counts (what each release withheld)
     key = ["level", "area_id", "bucket_start"]
     folders = [quarter_folder] + [out / "releases" / "jc-bikes-monthly" / m for m in ("2018-01", "2018-02", "2018-03")]
-    works = [out / "work" / "jc-bikes" / "2018-Q1"] + [out / "work" / "jc-bikes-monthly" / m
-                                                         for m in ("2018-01", "2018-02", "2018-03")]
+    works = [out / "work" / "jc-bikes" / "2018-Q1"] + [
+        out / "work" / "jc-bikes-monthly" / m for m in ("2018-01", "2018-02", "2018-03")
+    ]
     shared = 0
     for i in range(len(folders)):
         mine = _figures(folders[i])
         withheld = _true_figures(works[i]).merge(mine[key], on=key, how="left", indicator=True)
         withheld = withheld[withheld["_merge"] == "left_only"][key]
-        for later in folders[i + 1:]:
+        for later in folders[i + 1 :]:
             theirs = _figures(later)
             both = mine.merge(theirs, on=key, suffixes=("_a", "_b"))
             assert (both["n_a"] == both["n_b"]).all()
@@ -198,8 +210,12 @@ def test_the_monthly_programme_publishes_after_the_quarter_and_agrees_with_it(re
             assert withheld.merge(theirs[key], on=key).empty
     assert shared > 1000  # the ward-days, blocks, tracts and totals the programmes both publish
     # the monthly programme's review re-assesses its releases with the same figures
-    settings = ReleaseSettings(releases_dir=str(out / "releases"), work_dir=str(out / "work"),
-                               ledger_dir=str(out / "ledger"), alerts_dir=str(out / "alerts"))
+    settings = ReleaseSettings(
+        releases_dir=str(out / "releases"),
+        work_dir=str(out / "work"),
+        ledger_dir=str(out / "ledger"),
+        alerts_dir=str(out / "alerts"),
+    )
     result = dg.materialize([programme_for(policy).review.asset], resources={"settings": settings})
     [event] = result.get_asset_materialization_events()
     reviewed = event.materialization.metadata["review"].value
@@ -211,12 +227,20 @@ def test_the_monthly_programme_publishes_after_the_quarter_and_agrees_with_it(re
 def _figures(folder) -> pd.DataFrame:
     cells, margins = pd.read_parquet(folder / "cells.parquet"), pd.read_parquet(folder / "margins.parquet")
     cells = cells.assign(level="cell", area_id=cells["cell_id"])
-    return pd.concat([cells[["level", "area_id", "bucket_start", "n_devices"]],
-                      margins[["level", "area_id", "bucket_start", "n_devices"]]]).rename(columns={"n_devices": "n"})
+    return pd.concat(
+        [
+            cells[["level", "area_id", "bucket_start", "n_devices"]],
+            margins[["level", "area_id", "bucket_start", "n_devices"]],
+        ]
+    ).rename(columns={"n_devices": "n"})
 
 
 def _true_figures(work) -> pd.DataFrame:
     cells = pd.read_parquet(work / "counts" / "cell_counts.parquet")
     margins = pd.read_parquet(work / "counts" / "margin_counts.parquet")
-    return pd.concat([cells.assign(level="cell", area_id=cells["cell_id"])[["level", "area_id", "bucket_start", "n"]],
-                      margins[["level", "area_id", "bucket_start", "n"]]])
+    return pd.concat(
+        [
+            cells.assign(level="cell", area_id=cells["cell_id"])[["level", "area_id", "bucket_start", "n"]],
+            margins[["level", "area_id", "bucket_start", "n"]],
+        ]
+    )

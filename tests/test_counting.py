@@ -30,9 +30,12 @@ TO_LONLAT = Transformer.from_crs("EPSG:32618", "EPSG:4326", always_xy=True)
 
 
 def _grid_policy(measure: str = "presence", bucket: str = "1d", crs: str = "EPSG:32618") -> Policy:
-    data = policy_dict("unused.csv", measure=measure,
-                       geometry={"kind": "grid", "crs": crs, "size_m": SIZE, "parents_m": [2 * SIZE]},
-                       time={"bucket": bucket, "timezone": "America/New_York"})
+    data = policy_dict(
+        "unused.csv",
+        measure=measure,
+        geometry={"kind": "grid", "crs": crs, "size_m": SIZE, "parents_m": [2 * SIZE]},
+        time={"bucket": bucket, "timezone": "America/New_York"},
+    )
     return parse_policy(data, Path("inline.yaml"))
 
 
@@ -50,12 +53,14 @@ LON, LAT = _candidate_points()
 
 def _pings(rows, units: int | None = None) -> pd.DataFrame:
     """units: None for text ids ('u3'), else integer ids offset by it (the packed path, `counting.packed`)."""
-    return pd.DataFrame({
-        "unit": [f"u{u}" for u, _, _ in rows] if units is None else [units + u for u, _, _ in rows],
-        "ts": pd.to_datetime([T0 + timedelta(hours=h) for _, h, _ in rows], utc=True),
-        "lon": [LON[p] for _, _, p in rows],
-        "lat": [LAT[p] for _, _, p in rows],
-    })
+    return pd.DataFrame(
+        {
+            "unit": [f"u{u}" for u, _, _ in rows] if units is None else [units + u for u, _, _ in rows],
+            "ts": pd.to_datetime([T0 + timedelta(hours=h) for _, h, _ in rows], utc=True),
+            "lon": [LON[p] for _, _, p in rows],
+            "lat": [LAT[p] for _, _, p in rows],
+        }
+    )
 
 
 def _count(tmp_path: Path, pings: pd.DataFrame, policy: Policy, fitted: bool = True):
@@ -89,8 +94,10 @@ def _brute_force(pings: pd.DataFrame, cells_of_pings: np.ndarray, measure: str, 
 
 
 def _as_dicts(cells: pd.DataFrame, margins: pd.DataFrame):
-    return ({(r.cell_id, r.bucket_start): r.n for r in cells.itertuples()},
-            {(r.level, r.area_id, r.bucket_start): r.n for r in margins.itertuples()})
+    return (
+        {(r.cell_id, r.bucket_start): r.n for r in cells.itertuples()},
+        {(r.level, r.area_id, r.bucket_start): r.n for r in margins.itertuples()},
+    )
 
 
 def _parent_500(cell: str) -> str:
@@ -104,8 +111,12 @@ pings_strategy = st.lists(
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows=pings_strategy, measure=st.sampled_from(["presence", "visitors"]), fitted=st.booleans(),
-       units=st.sampled_from([None, 0, -3, 10**12]))
+@given(
+    rows=pings_strategy,
+    measure=st.sampled_from(["presence", "visitors"]),
+    fitted=st.booleans(),
+    units=st.sampled_from([None, 0, -3, 10**12]),
+)
 def test_counts_match_brute_force_with_pyproj_placement(tmp_path, rows, measure, fitted, units):
     """`fitted` (the pipeline's way, small keys) takes the packed-key path for presence with integer unit
     ids and the one-pass SQL presence path with text ids; the formula path with wide keys takes the
@@ -141,8 +152,9 @@ def _edge_points(crs: str, size: int, n: int, seed: int, spread: int = 2000) -> 
     """n points on or within a few micrometres of cell edges of a `size` grid in `crs`, around its origin area."""
     rng = np.random.default_rng(seed)
     to_lonlat = Transformer.from_crs(crs, "EPSG:4326", always_xy=True)
-    centre = Transformer.from_crs("EPSG:4326", crs, always_xy=True).transform(*{
-        "EPSG:32618": (-74.05, 40.72), "EPSG:3035": (10.0, 52.0), "EPSG:3857": (-74.05, 40.72)}[crs])
+    centre = Transformer.from_crs("EPSG:4326", crs, always_xy=True).transform(
+        *{"EPSG:32618": (-74.05, 40.72), "EPSG:3035": (10.0, 52.0), "EPSG:3857": (-74.05, 40.72)}[crs]
+    )
     ix = np.floor(centre[0] / size) + rng.integers(-spread, spread, n)
     iy = np.floor(centre[1] / size) + rng.integers(-spread, spread, n)
     offset = rng.choice([0.0, 1e-6, -1e-6, 3e-6, -3e-6, 0.5], n)
@@ -153,15 +165,23 @@ def _edge_points(crs: str, size: int, n: int, seed: int, spread: int = 2000) -> 
     return to_lonlat.transform(x, y)
 
 
-@pytest.mark.parametrize("crs, fitted", [("EPSG:32618", True), ("EPSG:32618", False), ("EPSG:3035", True),
-                                         ("EPSG:3035", False), ("EPSG:3857", True), ("EPSG:3857", False)])
+@pytest.mark.parametrize(
+    "crs, fitted",
+    [
+        ("EPSG:32618", True),
+        ("EPSG:32618", False),
+        ("EPSG:3035", True),
+        ("EPSG:3035", False),
+        ("EPSG:3857", True),
+        ("EPSG:3857", False),
+    ],
+)
 def test_every_ping_gets_pyproj_cell(tmp_path, crs, fitted):
     """Each ping is its own unit, so the membership file shows where each one was placed. `fitted`: the
     pipeline's polynomial fitted to the pings' extent; else the full formula (none for Web Mercator)."""
     # a city region (+-50 km) for the fitted polynomial; +-500 km, where no polynomial is accurate enough, else
     lon, lat = _edge_points(crs, SIZE, 20_000, seed=11, spread=200 if fitted else 2000)
-    pings = pd.DataFrame({"unit": [f"p{i}" for i in range(len(lon))], "ts": pd.Timestamp(T0),
-                          "lon": lon, "lat": lat})
+    pings = pd.DataFrame({"unit": [f"p{i}" for i in range(len(lon))], "ts": pd.Timestamp(T0), "lon": lon, "lat": lat})
     policy = _grid_policy(crs=crs)
     result, _, _ = _count(tmp_path, pings, policy, fitted)
     placed = pd.read_parquet(result.membership_path).set_index("unit")["cell_id"]
@@ -190,8 +210,7 @@ def test_sql_placement_without_the_guard_band_would_be_wrong(tmp_path, monkeypat
     shifted = SqlProjection(real.crs, real.method, layers, 0.0, real.area)
     monkeypatch.setattr(plan_module, "validated_projection", lambda crs, **_: shifted)
     lon, lat = _edge_points("EPSG:32618", SIZE, 5_000, seed=3)
-    pings = pd.DataFrame({"unit": [f"p{i}" for i in range(len(lon))], "ts": pd.Timestamp(T0),
-                          "lon": lon, "lat": lat})
+    pings = pd.DataFrame({"unit": [f"p{i}" for i in range(len(lon))], "ts": pd.Timestamp(T0), "lon": lon, "lat": lat})
     policy = _grid_policy()
     result, _, _ = _count(tmp_path, pings, policy, fitted=False)
     placed = pd.read_parquet(result.membership_path).set_index("unit")["cell_id"].reindex(pings["unit"])
@@ -217,9 +236,9 @@ def _zones_file(tmp_path: Path) -> Path:
     but separate from it."""
     zones = gpd.GeoDataFrame(
         {"zone": ["z2", "z1", "z3"], "district": ["d1", "d1", "d2"]},
-        geometry=[box(-74.05, 40.70, -74.00, 40.75), box(-74.10, 40.70, -74.05, 40.75),
-                  box(-74.00, 40.75, -73.98, 40.77)],
-        crs="EPSG:4326")
+        geometry=[box(-74.05, 40.70, -74.00, 40.75), box(-74.10, 40.70, -74.05, 40.75), box(-74.00, 40.75, -73.98, 40.77)],
+        crs="EPSG:4326",
+    )
     path = tmp_path / "zones.geojson"
     zones.to_file(path, driver="GeoJSON")
     return path
@@ -233,11 +252,23 @@ def test_zone_counts_match_the_strtree_including_boundaries_and_outside(tmp_path
     n = 3000
     lon = np.concatenate([rng.uniform(-74.12, -73.96, n), np.full(50, -74.05), rng.uniform(-74.1, -74.0, 50)])
     lat = np.concatenate([rng.uniform(40.68, 40.79, n), rng.uniform(40.70, 40.75, 50), np.full(50, 40.75)])
-    pings = pd.DataFrame({"unit": [i % 400 if integer_units else f"u{i % 400}" for i in range(len(lon))],
-                          "ts": pd.to_datetime([T0 + timedelta(hours=int(h)) for h in rng.integers(0, 72, len(lon))]),
-                          "lon": lon, "lat": lat})
-    data = policy_dict("unused.csv", geometry={"kind": "zones", "path": str(path), "id": "zone",
-                                               "parents": [{"level": "district", "column": "district"}]})
+    pings = pd.DataFrame(
+        {
+            "unit": [i % 400 if integer_units else f"u{i % 400}" for i in range(len(lon))],
+            "ts": pd.to_datetime([T0 + timedelta(hours=int(h)) for h in rng.integers(0, 72, len(lon))]),
+            "lon": lon,
+            "lat": lat,
+        }
+    )
+    data = policy_dict(
+        "unused.csv",
+        geometry={
+            "kind": "zones",
+            "path": str(path),
+            "id": "zone",
+            "parents": [{"level": "district", "column": "district"}],
+        },
+    )
     policy = parse_policy(data, tmp_path / "inline.yaml")
     result, cells, margins = _count(tmp_path, pings, policy)
     layer = make_locator(policy)
@@ -267,8 +298,7 @@ def test_dominant_cell_ties_go_to_smallest_cell_id(tmp_path, units, monkeypatch)
 
 def test_bucket_follows_the_policy_time_zone(tmp_path):
     # 23:30 in New York on 10 January is 04:30 UTC on the 11th: it belongs to the local day of the 10th
-    pings = pd.DataFrame({"unit": ["u"], "ts": pd.to_datetime(["2018-01-11T04:30:00Z"]), "lon": [LON[0]],
-                          "lat": [LAT[0]]})
+    pings = pd.DataFrame({"unit": ["u"], "ts": pd.to_datetime(["2018-01-11T04:30:00Z"]), "lon": [LON[0]], "lat": [LAT[0]]})
     _, cells, _ = _count(tmp_path, pings, _grid_policy())
     assert cells["bucket_start"].iloc[0] == pd.Timestamp("2018-01-10T05:00:00Z")
 
@@ -276,15 +306,28 @@ def test_bucket_follows_the_policy_time_zone(tmp_path):
 @pytest.mark.parametrize("ids", [["u", "v"], [1, 2]])
 def test_pings_outside_the_period_are_refused_not_dropped(tmp_path, ids, monkeypatch):
     decided = spy_packing(monkeypatch)
-    pings = pd.DataFrame({"unit": ids, "ts": pd.to_datetime(["2018-01-11T04:30:00Z", "2018-04-01T04:30:00Z"]),
-                          "lon": [LON[0], LON[1]], "lat": [LAT[0], LAT[1]]})
+    pings = pd.DataFrame(
+        {
+            "unit": ids,
+            "ts": pd.to_datetime(["2018-01-11T04:30:00Z", "2018-04-01T04:30:00Z"]),
+            "lon": [LON[0], LON[1]],
+            "lat": [LAT[0], LAT[1]],
+        }
+    )
     with pytest.raises(CountingError, match="1 ping\\(s\\) .* outside period 2018-Q1"):
         _count(tmp_path, pings, _grid_policy())
     assert (decided[0] is not None) is isinstance(ids[0], int)  # integer ids: refused by the packed path
 
 
-@pytest.mark.parametrize("bucket, first, count", [("1h", "2018-01-01T05:00", 2159), ("1d", "2018-01-01T05:00", 90),
-                                                  ("1w", "2018-01-01T05:00", 13), ("6h", "2018-01-01T05:00", 360)])
+@pytest.mark.parametrize(
+    "bucket, first, count",
+    [
+        ("1h", "2018-01-01T05:00", 2159),
+        ("1d", "2018-01-01T05:00", 90),
+        ("1w", "2018-01-01T05:00", 13),
+        ("6h", "2018-01-01T05:00", 360),
+    ],
+)
 def test_period_buckets(bucket, first, count):
     buckets = period_buckets(_grid_policy("presence", bucket), PERIOD)
     # Q1 2018 has 90 days; the DST change on 11 March makes one local day 23 hours long
@@ -299,7 +342,6 @@ def test_fixture_counts_distinct_devices_not_pings(tmp_path, fixture_policy):
     summary = stages.run_counts(ctx)
     cells, margins = stages.read_true_counts(area)
     counts = dict(zip(cells["cell_id"], cells["n"]))
-    assert counts == {cell_id(CELL_A): K, cell_id(CELL_B): 2, cell_id(CELL_C): 1, cell_id(CELL_D): 5,
-                      cell_id(CELL_E): 6}
+    assert counts == {cell_id(CELL_A): K, cell_id(CELL_B): 2, cell_id(CELL_C): 1, cell_id(CELL_D): 5, cell_id(CELL_E): 6}
     assert summary.units == 17 and summary.pings_outside_geometry == 0
     assert dict(zip(margins["area_id"], margins["n"]))["total"] == 17

@@ -31,15 +31,27 @@ PERIOD = Period.parse("2018-Q1")
 
 
 def _policy(bucket: str = "1h", timezone: str = "America/New_York", measure: str = "presence"):
-    data = policy_dict("unused.csv", measure=measure,
-                       geometry={"kind": "grid", "crs": "EPSG:32618", "size_m": 250, "parents_m": [1000]},
-                       time={"bucket": bucket, "timezone": timezone})
+    data = policy_dict(
+        "unused.csv",
+        measure=measure,
+        geometry={"kind": "grid", "crs": "EPSG:32618", "size_m": 250, "parents_m": [1000]},
+        time={"bucket": bucket, "timezone": timezone},
+    )
     return parse_policy(data, Path("inline.yaml"))
 
 
-@pytest.mark.parametrize("bucket, timezone", [("1h", "America/New_York"), ("6h", "America/New_York"),
-                                              ("1d", "America/New_York"), ("1d", "UTC"), ("1w", "Asia/Kolkata"),
-                                              ("1h", "Asia/Kathmandu"), ("2h", "Australia/Lord_Howe")])
+@pytest.mark.parametrize(
+    "bucket, timezone",
+    [
+        ("1h", "America/New_York"),
+        ("6h", "America/New_York"),
+        ("1d", "America/New_York"),
+        ("1d", "UTC"),
+        ("1w", "Asia/Kolkata"),
+        ("1h", "Asia/Kathmandu"),
+        ("2h", "Australia/Lord_Howe"),
+    ],
+)
 def test_bucket_arithmetic_is_the_slot_table_or_refused(bucket, timezone):
     slots = bucket_slots(_policy(bucket, timezone), PERIOD)
     even = slots.arithmetic()
@@ -52,10 +64,13 @@ def test_bucket_arithmetic_is_the_slot_table_or_refused(bucket, timezone):
 
 
 def test_compact_keys_compare_like_ids_only_when_the_digits_agree():
-    for box, expected in ((CompactGrid(2269, 17978, 109, 111), True),  # the city: 6-digit x, 7-digit y
-                          (CompactGrid(390, 17978, 20, 5), False)):  # x from 97,500 to 102,250: 5 and 6 digits
-        plan = ZoningPlan("cell", (), "total", None, None, None, None, grid_size=250.0, compact=box,
-                          key_bound=box.nx * box.ny)
+    for box, expected in (
+        (CompactGrid(2269, 17978, 109, 111), True),  # the city: 6-digit x, 7-digit y
+        (CompactGrid(390, 17978, 20, 5), False),
+    ):  # x from 97,500 to 102,250: 5 and 6 digits
+        plan = ZoningPlan(
+            "cell", (), "total", None, None, None, None, grid_size=250.0, compact=box, key_bound=box.nx * box.ny
+        )
         assert plan.keys_sort_like_ids is expected
         keys = np.arange(box.nx * box.ny)
         ids = cell_name(250, *box.decode(keys)).astype(str)
@@ -76,19 +91,25 @@ def _pings(seed: int, n: int) -> pd.DataFrame:
     y[corner] = 4_509_000.0 + iy[corner] * 250 + rng.choice([-1e-7, 0.0, 1e-7], corner.sum())
     lon, lat = to_lonlat.transform(x, y)
     start = pd.Timestamp("2018-02-01T10:00:00Z")
-    return pd.DataFrame({"unit": rng.integers(0, 6, n).astype(np.int64),
-                         "ts": start + pd.to_timedelta(rng.integers(0, 4 * 3600, n), unit="s"),
-                         "lon": lon, "lat": lat})
+    return pd.DataFrame(
+        {
+            "unit": rng.integers(0, 6, n).astype(np.int64),
+            "ts": start + pd.to_timedelta(rng.integers(0, 4 * 3600, n), unit="s"),
+            "lon": lon,
+            "lat": lat,
+        }
+    )
 
 
 def _outputs(result) -> list[pd.DataFrame]:
-    frames = [pd.read_parquet(p) for p in (result.cell_counts_path, result.margin_counts_path,
-                                           result.membership_path)]
+    frames = [pd.read_parquet(p) for p in (result.cell_counts_path, result.margin_counts_path, result.membership_path)]
     return [f.sort_values(list(f.columns)).reset_index(drop=True) for f in frames]
 
 
-@pytest.mark.parametrize("seed, unit_type", [(1, np.int64), (2, np.int32), (3, np.int16), (4, np.uint32),
-                                             (5, np.int8), (6, np.uint8), (7, np.uint16)])
+@pytest.mark.parametrize(
+    "seed, unit_type",
+    [(1, np.int64), (2, np.int32), (3, np.int16), (4, np.uint32), (5, np.int8), (6, np.uint8), (7, np.uint16)],
+)
 def test_packed_keys_and_presence_by_area_equal_the_generic_path(tmp_path, seed, unit_type, monkeypatch):
     pings = _pings(seed, 400)
     unsigned = np.issubdtype(unit_type, np.unsignedinteger)
@@ -111,16 +132,25 @@ def test_packed_keys_and_presence_by_area_equal_the_generic_path(tmp_path, seed,
         fast, slow = results["packed"], results[way]
         for a, b in zip(_outputs(fast), _outputs(slow)):
             pd.testing.assert_frame_equal(a, b)
-        assert (fast.groups, fast.units, fast.unit_buckets, fast.pings_located, fast.pings_outside,
-                fast.unsure_coordinates) == \
-            (slow.groups, slow.units, slow.unit_buckets, slow.pings_located, slow.pings_outside,
-             slow.unsure_coordinates)
+        assert (
+            fast.groups,
+            fast.units,
+            fast.unit_buckets,
+            fast.pings_located,
+            fast.pings_outside,
+            fast.unsure_coordinates,
+        ) == (slow.groups, slow.units, slow.unit_buckets, slow.pings_located, slow.pings_outside, slow.unsure_coordinates)
     assert pd.read_parquet(results["packed"].membership_path)["unit"].dtype == unit_type
 
 
-@pytest.mark.parametrize("units, why", [(lambda u: "d" + u.astype(str), "text ids"),
-                                        (lambda u: u * 2**55, "a span of units x hours x cells over 2^62"),
-                                        (lambda u: u.astype("Int64").where(u != 3), "a NULL unit id")])
+@pytest.mark.parametrize(
+    "units, why",
+    [
+        (lambda u: "d" + u.astype(str), "text ids"),
+        (lambda u: u * 2**55, "a span of units x hours x cells over 2^62"),
+        (lambda u: u.astype("Int64").where(u != 3), "a NULL unit id"),
+    ],
+)
 def test_packed_path_declines_what_it_cannot_pack_and_the_counts_are_the_same(tmp_path, monkeypatch, units, why):
     pings = _pings(6, 300)
     reference = tmp_path / "reference.parquet"
@@ -180,8 +210,9 @@ def test_presence_from_keys_negative_control_the_check_catches_a_tie_broken_the_
     counts = presence_from_keys(keys, packing)
     assert counts.member.column("rank").to_pylist() == [1]
     _check_against_pandas(counts, unit, bucket, area)
-    wrong = type(counts)(counts.member.set_column(2, "rank", pa.array([2])),
-                         counts.leaf.set_column(0, "rank", pa.array([2])), counts.units)
+    wrong = type(counts)(
+        counts.member.set_column(2, "rank", pa.array([2])), counts.leaf.set_column(0, "rank", pa.array([2])), counts.units
+    )
     with pytest.raises(AssertionError):
         _check_against_pandas(wrong, unit, bucket, area)
 
@@ -213,15 +244,26 @@ def test_packed_path_on_zones_with_pings_in_no_zone_equals_the_sql_path(tmp_path
     n = 2_000
     lon = np.concatenate([rng.uniform(-74.12, -73.96, n), np.full(40, -74.05), np.full(40, -74.10)])
     lat = np.concatenate([rng.uniform(40.68, 40.79, n), rng.uniform(40.70, 40.75, 40), rng.uniform(40.6, 40.8, 40)])
-    pings = pd.DataFrame({"unit": rng.integers(0, 60, len(lon)).astype(np.int64),
-                          "ts": pd.Timestamp("2018-02-01T10:00:00Z")
-                          + pd.to_timedelta(rng.integers(0, 6 * 3600, len(lon)), unit="s"),
-                          "lon": lon, "lat": lat})
+    pings = pd.DataFrame(
+        {
+            "unit": rng.integers(0, 60, len(lon)).astype(np.int64),
+            "ts": pd.Timestamp("2018-02-01T10:00:00Z") + pd.to_timedelta(rng.integers(0, 6 * 3600, len(lon)), unit="s"),
+            "lon": lon,
+            "lat": lat,
+        }
+    )
     path = tmp_path / "pings.parquet"
     pings.to_parquet(path)
-    data = policy_dict("unused.csv", geometry={"kind": "zones", "path": str(_zones_file(tmp_path)), "id": "zone",
-                                               "parents": [{"level": "district", "column": "district"}]},
-                       time={"bucket": "1h", "timezone": "America/New_York"})
+    data = policy_dict(
+        "unused.csv",
+        geometry={
+            "kind": "zones",
+            "path": str(_zones_file(tmp_path)),
+            "id": "zone",
+            "parents": [{"level": "district", "column": "district"}],
+        },
+        time={"bucket": "1h", "timezone": "America/New_York"},
+    )
     policy = parse_policy(data, tmp_path / "inline.yaml")
     decided = spy_packing(monkeypatch)
     results = {}
@@ -235,12 +277,19 @@ def test_packed_path_on_zones_with_pings_in_no_zone_equals_the_sql_path(tmp_path
     assert fast.pings_outside > 0 and fast.unsure_coordinates > 0
     for a, b in zip(_outputs(fast), _outputs(slow)):
         pd.testing.assert_frame_equal(a, b)
-    outside = [pd.read_parquet(r.outside_path).sort_values(["unit", "ts", "lon", "lat"]).reset_index(drop=True)
-               for r in (fast, slow)]
+    outside = [
+        pd.read_parquet(r.outside_path).sort_values(["unit", "ts", "lon", "lat"]).reset_index(drop=True)
+        for r in (fast, slow)
+    ]
     pd.testing.assert_frame_equal(*outside)
-    assert (fast.groups, fast.units, fast.unit_buckets, fast.pings_located, fast.pings_outside,
-            fast.unsure_coordinates) == (slow.groups, slow.units, slow.unit_buckets, slow.pings_located,
-                                         slow.pings_outside, slow.unsure_coordinates)
+    assert (fast.groups, fast.units, fast.unit_buckets, fast.pings_located, fast.pings_outside, fast.unsure_coordinates) == (
+        slow.groups,
+        slow.units,
+        slow.unit_buckets,
+        slow.pings_located,
+        slow.pings_outside,
+        slow.unsure_coordinates,
+    )
 
 
 def test_packed_path_declines_past_the_memory_limit_and_reads_it(tmp_path, monkeypatch):
@@ -258,8 +307,13 @@ def test_packed_path_declines_past_the_memory_limit_and_reads_it(tmp_path, monke
     for bytes_per_ping in (packed.BYTES_PER_PING, 10**15):  # 200 pings x 10^15 bytes: past any limit
         monkeypatch.setattr(packed, "BYTES_PER_PING", bytes_per_ping)
         with open_engine("duckdb", scratch=tmp_path / f"scratch_{bytes_per_ping}") as engine:
-            outputs.append(_outputs(stages.count_validated_pings(_policy(), PERIOD, [path],
-                                                                 tmp_path / f"out_{bytes_per_ping}", engine, silent)))
+            outputs.append(
+                _outputs(
+                    stages.count_validated_pings(
+                        _policy(), PERIOD, [path], tmp_path / f"out_{bytes_per_ping}", engine, silent
+                    )
+                )
+            )
     assert decided[0] is not None and decided[1] is None
     for a, b in zip(*outputs):
         pd.testing.assert_frame_equal(a, b)
@@ -270,16 +324,29 @@ def test_packed_path_declines_a_null_coordinate_which_the_sql_path_counts_outsid
     ping in no zone), not a zone made up from a NULL area key."""
     from test_counting import _zones_file
 
-    pings = pd.DataFrame({"unit": np.array([1, 1, 2], np.int64),
-                          "ts": pd.to_datetime(["2018-02-01T10:00:00Z"] * 3),
-                          "lon": [-74.07, None, -74.02], "lat": [40.72, None, 40.72]})
+    pings = pd.DataFrame(
+        {
+            "unit": np.array([1, 1, 2], np.int64),
+            "ts": pd.to_datetime(["2018-02-01T10:00:00Z"] * 3),
+            "lon": [-74.07, None, -74.02],
+            "lat": [40.72, None, 40.72],
+        }
+    )
     path = tmp_path / "pings.parquet"
     pings.to_parquet(path)
-    data = policy_dict("unused.csv", geometry={"kind": "zones", "path": str(_zones_file(tmp_path)), "id": "zone",
-                                               "parents": [{"level": "district", "column": "district"}]})
+    data = policy_dict(
+        "unused.csv",
+        geometry={
+            "kind": "zones",
+            "path": str(_zones_file(tmp_path)),
+            "id": "zone",
+            "parents": [{"level": "district", "column": "district"}],
+        },
+    )
     decided = spy_packing(monkeypatch)
     with open_engine("duckdb", scratch=tmp_path / "scratch") as engine:
-        result = stages.count_validated_pings(parse_policy(data, tmp_path / "inline.yaml"), PERIOD, [path],
-                                              tmp_path / "out", engine, silent)
+        result = stages.count_validated_pings(
+            parse_policy(data, tmp_path / "inline.yaml"), PERIOD, [path], tmp_path / "out", engine, silent
+        )
     assert decided == [None]
     assert (result.pings_located, result.pings_outside) == (2, 1)

@@ -39,11 +39,17 @@ defs = load_definitions()  # the code location as Dagster's tools load it (lazil
 def public_counts_of(cells: pd.DataFrame, margins: pd.DataFrame, column: str) -> dict:
     """The counts a release.json may carry, re-derived from the published tables alone."""
     nonzero = cells[cells[column] > 0]
-    return {"published_cells": len(nonzero), "published_margins": len(margins),
-            "smallest_published_count": int(nonzero[column].min()),
-            "structural_zero_cells_published": int((cells[column] == 0).sum()),
-            "published_by_level": {"cell": len(nonzero),
-                                   **{str(k): int(v) for k, v in margins["level"].value_counts().sort_index().items()}}}
+    return {
+        "published_cells": len(nonzero),
+        "published_margins": len(margins),
+        "smallest_published_count": int(nonzero[column].min()),
+        "structural_zero_cells_published": int((cells[column] == 0).sum()),
+        "published_by_level": {
+            "cell": len(nonzero),
+            **{str(k): int(v) for k, v in margins["level"].value_counts().sort_index().items()},
+        },
+    }
+
 
 PARTITION = "2018-01-01"
 
@@ -54,9 +60,19 @@ def test_definitions_load():
         assert defs.resolve_job_def(f"{prefix}_release_job").partitions_def == partitions
     assert defs.resolve_job_def("jc_bikes_monthly_release_job").partitions_def.get_first_partition_key() == "2018-01-01"
     checks = {key.name for key in defs.resolve_asset_graph().asset_check_keys if key.asset_key.path[0] == "demo"}
-    assert checks == {"rejected_share", "outside_share", "k_floor", "withheld_absent", "no_identifiers", "suppression_audit",
-                      "structural_zeros_hold", "suppression_budget", "risk_budget", "published_within_budget",
-                      "within_risk_budget"}
+    assert checks == {
+        "rejected_share",
+        "outside_share",
+        "k_floor",
+        "withheld_absent",
+        "no_identifiers",
+        "suppression_audit",
+        "structural_zeros_hold",
+        "suppression_budget",
+        "risk_budget",
+        "published_within_budget",
+        "within_risk_budget",
+    }
     for key in defs.resolve_asset_graph().asset_check_keys:
         if key.asset_key.path[-1] != "published_release":  # nothing downstream to block
             assert defs.resolve_asset_graph().get_check_spec(key).blocking, key
@@ -69,16 +85,22 @@ def test_schedule_requests_the_quarter_that_just_closed(tmp_path, monkeypatch):
     assert schedule.cron_schedule == "0 0 1 */3 *"
     from spatial_release.defs.resources import ReleaseSettings
 
-    context = dg.build_schedule_context(scheduled_execution_time=datetime(2018, 4, 1),
-                                        resources={"settings": ReleaseSettings()},
-                                        repository_def=defs.get_repository_def())
+    context = dg.build_schedule_context(
+        scheduled_execution_time=datetime(2018, 4, 1),
+        resources={"settings": ReleaseSettings()},
+        repository_def=defs.get_repository_def(),
+    )
     [request] = schedule.evaluate_tick(context).run_requests
     assert request.partition_key == "2018-01-01" and request.tags[PERIOD_TAG] == "2018-Q1"
 
 
 def _settings(tmp_path: Path) -> dict:
-    return {"releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
-            "ledger_dir": str(tmp_path / "ledger"), "alerts_dir": str(tmp_path / "alerts")}
+    return {
+        "releases_dir": str(tmp_path / "releases"),
+        "work_dir": str(tmp_path / "work"),
+        "ledger_dir": str(tmp_path / "ledger"),
+        "alerts_dir": str(tmp_path / "alerts"),
+    }
 
 
 def _run(tmp_path: Path, policy: Path, instance: dg.DagsterInstance | None = None):
@@ -106,8 +128,13 @@ def test_release_job_publishes_the_fixture(tmp_path):
     assert all(e.passed for e in result.get_asset_check_evaluations())
     assert len(result.get_asset_check_evaluations()) == 10
     folder = tmp_path / "releases" / "fixture" / "2018-Q1"
-    assert sorted(p.name for p in folder.iterdir()) == ["cells.parquet", "margins.parquet", "release.json",
-                                                        "report.html", "report.png"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "cells.parquet",
+        "margins.parquet",
+        "release.json",
+        "report.html",
+        "report.png",
+    ]
     cells = gpd.read_parquet(folder / "cells.parquet")
     assert b"geo" in pq.read_schema(folder / "cells.parquet").metadata and cells.crs.to_epsg() == 32618
     assert list(cells.columns) == ["cell_id", "bucket_start", "n_devices", "geometry"]
@@ -117,8 +144,9 @@ def test_release_job_publishes_the_fixture(tmp_path):
     assert list(margins.columns) == ["level", "area_id", "bucket_start", "n_devices"]
     assert (margins["n_devices"] >= K).all()
     record = json.loads((folder / "release.json").read_text())
-    assert record["files"] == {n: sha256_file(folder / n)
-                               for n in ("cells.parquet", "margins.parquet", "report.png", "report.html")}
+    assert record["files"] == {
+        n: sha256_file(folder / n) for n in ("cells.parquet", "margins.parquet", "report.png", "report.html")
+    }
     assert record["unit"] == "devices" and record["k"] == K and "inclusive" in record["k_boundary"]
     assert record["complementary_suppression"].startswith("applied") and record["audit"]["passed"]
     assert record["counts"] == public_counts_of(cells, margins, "n_devices")
@@ -126,8 +154,7 @@ def test_release_job_publishes_the_fixture(tmp_path):
     assert internal["primaries_audited"] == 2  # B and C protect each other
     text = (folder / "release.json").read_text()
     assert "lonely" not in text and "gender" not in text and '"device"' not in text
-    [event] = [e for e in result.get_asset_materialization_events()
-               if e.asset_key.path == ["fixture", "published_release"]]
+    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key.path == ["fixture", "published_release"]]
     metadata = event.materialization.metadata
     assert metadata["release_record"].value == str(folder / "release.json")
     assert "smallest published count | 3" in metadata["k_anonymity_report"].value
@@ -139,7 +166,8 @@ def test_release_job_publishes_the_fixture(tmp_path):
     assert [c.name for c in metadata["margins_column_schema"].schema.columns] == list(margins.columns)
     assert metadata["map_png"].value == str(folder / "report.png")
     assert metadata["risk_journalist_cumulative_headroom"].value == pytest.approx(
-        0.20 - record["risk"]["cumulative"], rel=1e-3)
+        0.20 - record["risk"]["cumulative"], rel=1e-3
+    )
 
 
 @pytest.fixture
@@ -150,9 +178,17 @@ def leaky_suppressor(monkeypatch):
     def leaky(*args, **kwargs):
         table, log, system = original(*args, **kwargs)
         leak = table.withheld_cells[table.withheld_cells["cell_id"] == cell_id(CELL_B)].drop(columns="reason")
-        return primary.ProtectedTable(pd.concat([table.cells, leak], ignore_index=True), table.margins,
-                                      table.withheld_cells, table.withheld_margins,
-                                      table.structural_zero_conflicts), log, system
+        return (
+            primary.ProtectedTable(
+                pd.concat([table.cells, leak], ignore_index=True),
+                table.margins,
+                table.withheld_cells,
+                table.withheld_margins,
+                table.structural_zero_conflicts,
+            ),
+            log,
+            system,
+        )
 
     monkeypatch.setattr(protect_stage, "protect_release", leaky)
 
@@ -187,8 +223,21 @@ def test_a_published_release_is_never_overwritten(tmp_path):
 
 def test_cli_release_publishes(tmp_path, capsys):
     # --memory-limit reaches the counting resource: DuckDB runs the counting step under it
-    code = cli.main(["release", "--policy", str(_policy_file(tmp_path)), "--period", "2018-Q1",
-                     "--out", str(tmp_path / "out"), "--ledger", str(tmp_path / "ledger"), "--memory-limit", "300MB"])
+    code = cli.main(
+        [
+            "release",
+            "--policy",
+            str(_policy_file(tmp_path)),
+            "--period",
+            "2018-Q1",
+            "--out",
+            str(tmp_path / "out"),
+            "--ledger",
+            str(tmp_path / "ledger"),
+            "--memory-limit",
+            "300MB",
+        ]
+    )
     assert code == 0
     captured = capsys.readouterr()
     assert "3 published" in captured.out and str(tmp_path / "out" / "releases" / "fixture" / "2018-Q1") in captured.out
@@ -198,8 +247,19 @@ def test_cli_release_publishes(tmp_path, capsys):
 
 
 def test_cli_blocked_release_names_check_and_cell(tmp_path, capsys, leaky_suppressor):
-    code = cli.main(["release", "--policy", str(_policy_file(tmp_path)), "--period", "2018-Q1",
-                     "--out", str(tmp_path / "out"), "--ledger", str(tmp_path / "ledger")])
+    code = cli.main(
+        [
+            "release",
+            "--policy",
+            str(_policy_file(tmp_path)),
+            "--period",
+            "2018-Q1",
+            "--out",
+            str(tmp_path / "out"),
+            "--ledger",
+            str(tmp_path / "ledger"),
+        ]
+    )
     assert code == 1
     err = capsys.readouterr().err
     assert "BLOCKED by check 'k_floor'" in err and cell_id(CELL_B) in err
@@ -209,15 +269,43 @@ def test_cli_blocked_release_names_check_and_cell(tmp_path, capsys, leaky_suppre
 def test_cli_bad_policy_is_a_usage_error(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nversion: 1\n")
-    assert cli.main(["release", "--policy", str(bad), "--period", "2018-Q1", "--out", str(tmp_path),
-                     "--ledger", str(tmp_path / "ledger")]) == 2
+    assert (
+        cli.main(
+            [
+                "release",
+                "--policy",
+                str(bad),
+                "--period",
+                "2018-Q1",
+                "--out",
+                str(tmp_path),
+                "--ledger",
+                str(tmp_path / "ledger"),
+            ]
+        )
+        == 2
+    )
     assert f"{bad}" in capsys.readouterr().err
 
 
 def _publish_with_cli(tmp_path) -> Path:
     policy = _policy_file(tmp_path)
-    assert cli.main(["release", "--policy", str(policy), "--period", "2018-Q1", "--out", str(tmp_path / "out"),
-                     "--ledger", str(tmp_path / "ledger")]) == 0
+    assert (
+        cli.main(
+            [
+                "release",
+                "--policy",
+                str(policy),
+                "--period",
+                "2018-Q1",
+                "--out",
+                str(tmp_path / "out"),
+                "--ledger",
+                str(tmp_path / "ledger"),
+            ]
+        )
+        == 0
+    )
     return policy
 
 
@@ -264,8 +352,9 @@ def test_progress_of_ingest_counting_and_audit_is_in_the_run_log(tmp_path):
     assert any(m.startswith("counting on duckdb: scanning 1 file(s)") for m in messages)
     assert any(m.startswith("counting done in") for m in messages)
     assert any(m.startswith("suppression: ") for m in messages)
-    assert sum(m.startswith("audit: done in") and "every withheld primary protected" in m
-               for m in messages) == 2  # protect, then the check
+    assert (
+        sum(m.startswith("audit: done in") and "every withheld primary protected" in m for m in messages) == 2
+    )  # protect, then the check
     # no count of withheld figures or components in the run log (issue 9, finding 12)
     assert not any("withheld primaries in" in m or "components" in m or "cell groups" in m for m in messages)
 

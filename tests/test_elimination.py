@@ -43,13 +43,11 @@ def grid_table(counts: np.ndarray, k: int, zeros_published: bool) -> Table:
     time_parent = {f"h{j}": "day" for j in range(n_hours)}
     space_level = {f"c{i}": "cell" for i in range(n_cells)} | {"d0": "district", "d1": "district", "T": "total"}
     time_level = {f"h{j}": "hour" for j in range(n_hours)} | {"day": "day"}
-    leaf = {(f"c{i}", f"h{j}"): int(counts[i, j]) for i in range(n_cells) for j in range(n_hours)
-            if counts[i, j] > 0}
+    leaf = {(f"c{i}", f"h{j}"): int(counts[i, j]) for i in range(n_cells) for j in range(n_hours) if counts[i, j] > 0}
     return cross_classified_table(leaf, space_parent, time_parent, space_level, time_level, k, zeros_published)
 
 
-DEPTH = {f"{s}x{t}": a + b for s, a in (("cell", 0), ("district", 1), ("total", 2))
-         for t, b in (("hour", 0), ("day", 1))}
+DEPTH = {f"{s}x{t}": a + b for s, a in (("cell", 0), ("district", 1), ("total", 2)) for t, b in (("hour", 0), ("day", 1))}
 
 
 def exact_primaries(table: Table, k: int) -> list[int]:
@@ -127,8 +125,9 @@ def test_model_columns_are_sums_of_non_empty_inner_figures():
     table = grid_table(np.array([[2, 0], [3, 4]]), 5, zeros_published=False)
     columns = model_columns(table)
     total = table.index[("totalxday", "T", "day")]
-    assert sorted(columns[total]) == sorted(table.index[("cellxhour", c, h)] for c, h in
-                                            (("c0", "h0"), ("c1", "h0"), ("c1", "h1")))
+    assert sorted(columns[total]) == sorted(
+        table.index[("cellxhour", c, h)] for c, h in (("c0", "h0"), ("c1", "h0"), ("c1", "h1"))
+    )
     assert columns[table.index[("cellxhour", "c0", "h1")]] == {}  # empty: known to hold nothing
 
 
@@ -159,10 +158,13 @@ def test_union_relations_are_protected_by_the_sweep():
     assert log.audit.passed and audit(table, 5, optimal_bounds=True).passed
     assert table.secondaries()
     # mixed: an EQ hierarchy whose parents are also in a UNION relation
-    mixed = table_of({"T": (30, U), "A": (14, U), "B": (20, U), "a1": (3, P), "a2": (11, U),
-                      "b1": (9, U), "b2": (11, U)}, [("A", ["a1", "a2"]), ("B", ["b1", "b2"])])
-    mixed.relations.append(Relation(UNION, mixed.index[("x", "T", 0)],
-                                    (mixed.index[("x", "A", 0)], mixed.index[("x", "B", 0)])))
+    mixed = table_of(
+        {"T": (30, U), "A": (14, U), "B": (20, U), "a1": (3, P), "a2": (11, U), "b1": (9, U), "b2": (11, U)},
+        [("A", ["a1", "a2"]), ("B", ["b1", "b2"])],
+    )
+    mixed.relations.append(
+        Relation(UNION, mixed.index[("x", "T", 0)], (mixed.index[("x", "A", 0)], mixed.index[("x", "B", 0)]))
+    )
     log = protect(mixed, 5, {}, ProtectionMethod())
     assert log.audit.passed and audit(mixed, 5, optimal_bounds=True).passed
 
@@ -181,14 +183,18 @@ def test_costs_are_the_callers_choice():
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000), k=st.integers(3, 6), cost=st.sampled_from(["unit_value", "cells"]),
-       prune=st.booleans(), compat=st.booleans())
+@given(
+    seed=st.integers(0, 10_000),
+    k=st.integers(3, 6),
+    cost=st.sampled_from(["unit_value", "cells"]),
+    prune=st.booleans(),
+    compat=st.booleans(),
+)
 def test_final_pattern_passes_an_independent_audit(seed, k, cost, prune, compat):
     counts = random_counts(seed)
     table = grid_table(counts, k, zeros_published=False)
     criterion = Criterion(k, 10) if compat else None
-    log = protect(table, k, DEPTH, ProtectionMethod(cost=cost, prune_tries=None if prune else 0),
-                  criterion=criterion)
+    log = protect(table, k, DEPTH, ProtectionMethod(cost=cost, prune_tries=None if prune else 0), criterion=criterion)
     assert log.audit.passed
     fresh = grid_table(counts, k, zeros_published=False)  # the pattern on a table built again
     fresh.status = list(table.status)

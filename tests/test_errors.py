@@ -58,7 +58,9 @@ def test_run_outcome_exit_code_and_messages():
     check = Failure("check", "k_floor", "1 cell below k", ({"cell_id": "a"},), "protected_table")
     assert RunOutcome(False, failures=(check,)).exit_code == ExitCode.BLOCKED
     assert RunOutcome(False, failures=(check,)).messages == [
-        "BLOCKED by check 'k_floor' on 'protected_table': 1 cell below k", '    offending: {"cell_id": "a"}']
+        "BLOCKED by check 'k_floor' on 'protected_table': 1 cell below k",
+        '    offending: {"cell_id": "a"}',
+    ]
     bug = Failure("step", "cell_counts", "KeyError: 'x'", exit_code=ExitCode.INTERNAL)
     assert RunOutcome(False, failures=(check, bug)).exit_code == ExitCode.INTERNAL
     assert RunOutcome(False).exit_code == ExitCode.INTERNAL  # failed without saying why
@@ -70,8 +72,19 @@ def test_a_policy_with_no_trace_source_is_a_user_error_before_the_run(tmp_path, 
     data = policy_dict("unused")
     data["source"]["paths"] = []  # no paths, no traces given, no synthetic section
     policy = write_policy(tmp_path, data)
-    code = cli.main(["release", "--policy", str(policy), "--period", "2018-Q1", "--out", str(tmp_path / "out"),
-                     "--ledger", str(tmp_path / "ledger")])
+    code = cli.main(
+        [
+            "release",
+            "--policy",
+            str(policy),
+            "--period",
+            "2018-Q1",
+            "--out",
+            str(tmp_path / "out"),
+            "--ledger",
+            str(tmp_path / "ledger"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "source.paths" in err and "source.synthetic" in err, err
     assert not (tmp_path / "out" / "work").exists()  # nothing started
@@ -117,13 +130,22 @@ def _fixture_release(tmp_path: Path, zeros: bool = False) -> list[str]:
         (tmp_path / "zeros.csv").write_text(f"cell_id\n{cell_id(CELL_A)}\n")
         data["suppression"]["zeros"] = "zeros.csv"
     policy = write_policy(tmp_path, data)
-    return ["release", "--policy", str(policy), "--period", "2018-Q1", "--out", str(tmp_path / "out"),
-            "--ledger", str(tmp_path / "ledger")]
+    return [
+        "release",
+        "--policy",
+        str(policy),
+        "--period",
+        "2018-Q1",
+        "--out",
+        str(tmp_path / "out"),
+        "--ledger",
+        str(tmp_path / "ledger"),
+    ]
 
 
 def _without(argv: list[str], option: str) -> list[str]:
     i = argv.index(option)
-    return argv[:i] + argv[i + 2:]
+    return argv[:i] + argv[i + 2 :]
 
 
 def test_bad_folders_memory_limits_and_years_are_user_errors_before_any_work(tmp_path, capfd):
@@ -168,7 +190,7 @@ def test_a_corrupt_parquet_page_is_a_user_error_without_frames(tmp_path, capfd):
     pq.write_table(pa.Table.from_pandas(fixture_pings()), traces)
     raw = bytearray(traces.read_bytes())
     page = pq.ParquetFile(traces).metadata.row_group(0).column(0).data_page_offset
-    raw[page + 20:page + 60] = b"\xff" * 40  # the first column's data page; the footer stays readable
+    raw[page + 20 : page + 60] = b"\xff" * 40  # the first column's data page; the footer stays readable
     traces.write_bytes(bytes(raw))
     assert cli.main([*argv, "--traces", str(traces)]) == ExitCode.USER_ERROR
     err = capfd.readouterr().err
@@ -220,7 +242,7 @@ def test_an_alert_names_neither_a_trace_file_nor_a_unit_id(tmp_path):
     pq.write_table(pa.Table.from_pandas(fixture_pings()), traces)
     raw = bytearray(traces.read_bytes())
     page = pq.ParquetFile(traces).metadata.row_group(0).column(0).data_page_offset
-    raw[page + 20:page + 60] = b"\xff" * 40
+    raw[page + 20 : page + 60] = b"\xff" * 40
     traces.write_bytes(bytes(raw))
     assert cli.main([*argv, "--traces", str(traces)]) != 0
     alerts = list((tmp_path / "out" / "alerts").glob("*.json"))
@@ -234,9 +256,11 @@ def test_an_alert_names_neither_a_trace_file_nor_a_unit_id(tmp_path):
 def test_alert_masks_unit_ids_inside_words_and_trace_files_by_position():
     from spatial_release.alerts import Alert, mask_files
 
-    reason = mask_files("no pings were read from ['/data/bike-29590.csv', '/data/b.csv']",
-                        ["/data/bike-29590.csv", "/data/b.csv"])
+    reason = mask_files(
+        "no pings were read from ['/data/bike-29590.csv', '/data/b.csv']", ["/data/bike-29590.csv", "/data/b.csv"]
+    )
     assert "29590" not in reason and "input file 1 of 2" in reason and "input file 2 of 2" in reason
-    alert = Alert.build("blocked_release", "ds", "2018-Q1", "rejected_share", "device a0 and dev-29590 and a01",
-                        never={"a0", "29590"})
+    alert = Alert.build(
+        "blocked_release", "ds", "2018-Q1", "rejected_share", "device a0 and dev-29590 and a01", never={"a0", "29590"}
+    )
     assert "a0 " not in alert.reason and "29590" not in alert.reason and "a01" in alert.reason

@@ -75,8 +75,11 @@ def test_zone_assignment_agrees_with_geopandas_sjoin():
     minx, miny, maxx, maxy = wards.total_bounds
     lon, lat = rng.uniform(minx, maxx, 5000), rng.uniform(miny, maxy, 5000)
     # add points exactly on ward boundary vertices: they touch two wards and go to the smaller id
-    vertices = np.array(wards.geometry.iloc[0].exterior.coords)[:50] if wards.geometry.iloc[0].geom_type == "Polygon" \
+    vertices = (
+        np.array(wards.geometry.iloc[0].exterior.coords)[:50]
+        if wards.geometry.iloc[0].geom_type == "Polygon"
         else np.array(wards.geometry.iloc[0].geoms[0].exterior.coords)[:50]
+    )
     lon, lat = np.concatenate([lon, vertices[:, 0]]), np.concatenate([lat, vertices[:, 1]])
     ours = layer.locate(lon, lat)
     points = gpd.GeoDataFrame(geometry=gpd.points_from_xy(lon, lat), crs=wards.crs)

@@ -95,9 +95,17 @@ def pattern(measure: str) -> list[dict]:
     _, log, table = protect_release(leaves, margins, spec)
     assert log.audit.passed
     assert audit(table, K).passed  # the pattern pinned below protects every primary
-    rows = [{"measure": measure, "level": table.level[i], "area_id": table.area[i],
-             "bucket_start": pd.Timestamp(table.bucket[i]).isoformat(), "status": table.status[i]}
-            for i in range(len(table)) if table.status[i] not in (PUBLISHED, REST)]
+    rows = [
+        {
+            "measure": measure,
+            "level": table.level[i],
+            "area_id": table.area[i],
+            "bucket_start": pd.Timestamp(table.bucket[i]).isoformat(),
+            "status": table.status[i],
+        }
+        for i in range(len(table))
+        if table.status[i] not in (PUBLISHED, REST)
+    ]
     return sorted(rows, key=lambda r: tuple(r[f] for f in FIELDS))
 
 
@@ -122,9 +130,11 @@ def test_suppression_pattern_matches_golden():
         old = set(expected.splitlines()[1:])
         new = set(text.splitlines()[1:])
         gone, added = sorted(old - new), sorted(new - old)
-        pytest.fail(f"the suppression pattern changed: {len(gone)} rows no longer withheld as pinned, "
-                    f"{len(added)} new; first gone {gone[:5]}, first new {added[:5]}. If the change is "
-                    "intended, regenerate with UPDATE_GOLDEN=1 and commit the reviewed diff.")
+        pytest.fail(
+            f"the suppression pattern changed: {len(gone)} rows no longer withheld as pinned, "
+            f"{len(added)} new; first gone {gone[:5]}, first new {added[:5]}. If the change is "
+            "intended, regenerate with UPDATE_GOLDEN=1 and commit the reviewed diff."
+        )
 
 
 def test_golden_table_is_non_trivial():

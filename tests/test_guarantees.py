@@ -5,7 +5,6 @@ and one device with 40 pings alone in a cell. Negative controls edit the candida
 suppressor would, and each check must reject them by re-deriving the truth from the counts.
 """
 
-
 from dataclasses import replace
 
 import geopandas as gpd
@@ -58,8 +57,11 @@ def _margins(area):
 
 def _row(cell, n):
     corner = [int(v) for v in cell.removeprefix("1000mE").split("N")]
-    return gpd.GeoDataFrame({"cell_id": [cell], "bucket_start": [BUCKET], "n_devices": [n]},
-                            geometry=[box(corner[0], corner[1], corner[0] + 1000, corner[1] + 1000)], crs="EPSG:32618")
+    return gpd.GeoDataFrame(
+        {"cell_id": [cell], "bucket_start": [BUCKET], "n_devices": [n]},
+        geometry=[box(corner[0], corner[1], corner[0] + 1000, corner[1] + 1000)],
+        crs="EPSG:32618",
+    )
 
 
 def test_all_guarantees_pass_on_the_protected_fixture(protected):
@@ -67,9 +69,15 @@ def test_all_guarantees_pass_on_the_protected_fixture(protected):
     area = ctx.area
     outcomes = stages.run_guarantees(ctx)
     assert [(o.name, o.passed) for o in outcomes] == [
-        ("rejected_share", True), ("outside_share", True), ("k_floor", True), ("structural_zeros_hold", True),
-        ("withheld_absent", True), ("no_identifiers", True), ("suppression_audit", True),
-        ("suppression_budget", True)]
+        ("rejected_share", True),
+        ("outside_share", True),
+        ("k_floor", True),
+        ("structural_zeros_hold", True),
+        ("withheld_absent", True),
+        ("no_identifiers", True),
+        ("suppression_audit", True),
+        ("suppression_budget", True),
+    ]
     published = dict(zip(_cells(area)["cell_id"], _cells(area)["n_devices"]))
     # re-derived from the fixture's construction, not from the suppressor's report
     assert published == {cell_id(CELL_A): K, cell_id(CELL_D): 5, cell_id(CELL_E): 6}
@@ -105,15 +113,17 @@ def test_k_floor_rejects_a_misreported_count(protected):
 def test_k_floor_rejects_a_margin_below_k(protected):
     ctx = protected
     area = ctx.area
-    extra = pd.DataFrame({"level": ["grid_2000m"], "area_id": ["2000mE582000N4508000"],
-                          "bucket_start": [BUCKET], "n_devices": [1]})
+    extra = pd.DataFrame(
+        {"level": ["grid_2000m"], "area_id": ["2000mE582000N4508000"], "bucket_start": [BUCKET], "n_devices": [1]}
+    )
     # that parent holds B, C and D (8 devices), so a 1 is a misreport...
     margins = pd.concat([_margins(area), extra], ignore_index=True)
     _tamper(area, margins=margins)
     assert not stages.check_k_floor(ctx).passed
     # ...and a margin of a bucket that truly holds no unit (0 < k) is rejected too
-    small = pd.DataFrame({"level": ["total"], "area_id": ["total"],
-                          "bucket_start": [pd.Timestamp("2018-02-01T05:00:00Z")], "n_devices": [0]})
+    small = pd.DataFrame(
+        {"level": ["total"], "area_id": ["total"], "bucket_start": [pd.Timestamp("2018-02-01T05:00:00Z")], "n_devices": [0]}
+    )
     _tamper(area, margins=pd.concat([_margins(area), small], ignore_index=True))
     assert not stages.check_k_floor(ctx).passed
 
@@ -173,7 +183,10 @@ def test_no_identifiers_rejects_an_identifier_column(protected):
     _tamper(area, cells=_cells(area).assign(gender="f"))
     outcome = stages.check_no_identifiers(ctx)
     assert not outcome.passed and outcome.offending[0] == {
-        "file": "cells.parquet", "column": "gender", "problem": "protected input column"}
+        "file": "cells.parquet",
+        "column": "gender",
+        "problem": "protected input column",
+    }
 
 
 def test_no_identifiers_rejects_a_unit_id_value(protected):
@@ -252,8 +265,12 @@ def test_suppression_audit_rejects_primary_only_suppression(tmp_path, fixture_tr
     assert stages.check_k_floor(ctx).passed  # every published figure is >= k...
     outcome = stages.check_suppression_audit(ctx)
     assert not outcome.passed, outcome.summary  # ...and yet P1 - E shows A holds at most 3 < k
-    assert {"level": "cell", "area_id": cell_id(CELL_A), "bucket_start": BUCKET.isoformat(),
-            "failing": "upper"} in outcome.offending
+    assert {
+        "level": "cell",
+        "area_id": cell_id(CELL_A),
+        "bucket_start": BUCKET.isoformat(),
+        "failing": "upper",
+    } in outcome.offending
     # the interval itself stays in the internal work area, never in the check's metadata
     intervals = pd.read_parquet(area.root / "audit_intervals.internal.parquet")
     [a] = intervals[intervals["area_id"] == cell_id(CELL_A)].to_dict("records")
@@ -304,8 +321,10 @@ def test_structural_zeros_hold_blocks_a_listed_zero_that_holds_units(tmp_path, f
     outcome = stages.check_structural_zeros(ctx)
     assert not outcome.passed and outcome.name == "structural_zeros_hold"
     assert outcome.offending == [{"cell_id": cell_id(CELL_C), "bucket_start": BUCKET.isoformat()}]
-    assert (f"{cell_id(CELL_C)} at {BUCKET.isoformat()} is listed as a structural zero but holds at least "
-            "one unit; the zeros list is wrong" in outcome.summary)
+    assert (
+        f"{cell_id(CELL_C)} at {BUCKET.isoformat()} is listed as a structural zero but holds at least "
+        "one unit; the zeros list is wrong" in outcome.summary
+    )
     assert "lonely" not in repr(outcome)
     audit = stages.check_suppression_audit(ctx)
     assert not audit.passed

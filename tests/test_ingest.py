@@ -90,8 +90,15 @@ def test_missing_file_is_named(tmp_path):
 
 
 def test_parquet_with_typed_timestamps(tmp_path):
-    frame = pd.DataFrame({"device": ["u1", "u2"], "when": pd.to_datetime(["2018-01-10 08:00", "2018-01-11 09:30"]),
-                          "lon": [-74.05, -74.06], "lat": [40.72, 40.73], "gender": ["f", "m"]})
+    frame = pd.DataFrame(
+        {
+            "device": ["u1", "u2"],
+            "when": pd.to_datetime(["2018-01-10 08:00", "2018-01-11 09:30"]),
+            "lon": [-74.05, -74.06],
+            "lat": [40.72, 40.73],
+            "gender": ["f", "m"],
+        }
+    )
     path = tmp_path / "t.parquet"
     frame.to_parquet(path)
     policy = load_policy(write_policy(tmp_path, policy_dict(str(path))))
@@ -123,18 +130,26 @@ def test_citibike_three_timestamp_formats_load_through_policy_alone(tmp_path):
 def test_typed_parquet_failures_are_quarantined_with_their_row(tmp_path):
     """Parquet is streamed (no table of raw text): typed values are checked as they are and the quarantine
     still names the 1-based data row of each rejected ping. Integer ids stay integers."""
-    frame = pd.DataFrame({
-        "device": pd.array([11, None, 13, 14, 15], dtype="Int64"),
-        "when": pd.to_datetime(["2018-01-10 08:00", "2018-01-10 09:00", None, "2018-01-10 10:00",
-                                "2018-05-01 00:00"]),
-        "lon": [-74.05, -74.05, -74.05, float("nan"), -74.05], "lat": [40.72] * 5, "gender": ["f"] * 5})
+    frame = pd.DataFrame(
+        {
+            "device": pd.array([11, None, 13, 14, 15], dtype="Int64"),
+            "when": pd.to_datetime(["2018-01-10 08:00", "2018-01-10 09:00", None, "2018-01-10 10:00", "2018-05-01 00:00"]),
+            "lon": [-74.05, -74.05, -74.05, float("nan"), -74.05],
+            "lat": [40.72] * 5,
+            "gender": ["f"] * 5,
+        }
+    )
     path = tmp_path / "t.parquet"
     frame.to_parquet(path)
     policy = load_policy(write_policy(tmp_path, policy_dict(str(path))))
     result = ingest_traces(policy, Q1, resolve_trace_paths(policy), tmp_path / "out")
     quarantine = pd.read_parquet(result.quarantine_path)
     assert dict(zip(quarantine["row"], quarantine["reason"])) == {
-        2: "missing_unit_id", 3: "missing_timestamp", 4: "coordinate_not_a_number", 5: "outside_period"}
+        2: "missing_unit_id",
+        3: "missing_timestamp",
+        4: "coordinate_not_a_number",
+        5: "outside_period",
+    }
     pings = pd.read_parquet(result.pings_path)
     assert pings["unit"].tolist() == [11] and str(pings["unit"].dtype) == "int64"
     assert result.pings_read == 5 and result.pings_valid + result.pings_rejected == 5
@@ -142,20 +157,31 @@ def test_typed_parquet_failures_are_quarantined_with_their_row(tmp_path):
 
 # --- time zones: every timestamp is the instant it names, whatever mix of formats the file uses ---------
 
-NAIVE, OFFSET, ZONE_NAME, LITERAL_Z = "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M:%S%z", "%Y-%m-%d %H:%M:%S %Z", \
-    "%Y-%m-%dT%H:%M:%SZ"
+NAIVE, OFFSET, ZONE_NAME, LITERAL_Z = (
+    "%Y-%m-%d %H:%M:%S",
+    "%Y-%m-%d %H:%M:%S%z",
+    "%Y-%m-%d %H:%M:%S %Z",
+    "%Y-%m-%dT%H:%M:%SZ",
+)
 
 
 def _utc(pings: pd.DataFrame) -> list[str]:
     return pings.sort_values("unit")["ts"].dt.strftime("%Y-%m-%dT%H:%M:%SZ").tolist()
 
 
-@pytest.mark.parametrize("formats", [[NAIVE, OFFSET, ZONE_NAME, LITERAL_Z], [LITERAL_Z, ZONE_NAME, OFFSET, NAIVE],
-                                     [OFFSET, NAIVE]])
+@pytest.mark.parametrize(
+    "formats", [[NAIVE, OFFSET, ZONE_NAME, LITERAL_Z], [LITERAL_Z, ZONE_NAME, OFFSET, NAIVE], [OFFSET, NAIVE]]
+)
 def test_naive_and_offset_timestamps_in_one_file_give_their_utc_instant(tmp_path, formats):
-    whens = {"u1": "2018-03-01 10:00:00", "u2": "2018-03-01 15:00:00+00:00", "u3": "2018-03-01 10:00:00-05:00",
-             "u4": "2018-03-01 20:30:00+05:30", "u5": "2018-03-01 15:00:00 UTC", "u6": "2018-03-01T15:00:00Z",
-             "u7": "2018-07-01 11:00:00"}
+    whens = {
+        "u1": "2018-03-01 10:00:00",
+        "u2": "2018-03-01 15:00:00+00:00",
+        "u3": "2018-03-01 10:00:00-05:00",
+        "u4": "2018-03-01 20:30:00+05:30",
+        "u5": "2018-03-01 15:00:00 UTC",
+        "u6": "2018-03-01T15:00:00Z",
+        "u7": "2018-07-01 11:00:00",
+    }
     if OFFSET not in formats or ZONE_NAME not in formats:
         whens = {u: w for u, w in whens.items() if u in ("u1", "u2", "u3", "u4")}
     rows = [{**GOOD, "device": unit, "when": when} for unit, when in whens.items()]
@@ -168,8 +194,9 @@ def test_naive_and_offset_timestamps_in_one_file_give_their_utc_instant(tmp_path
 
 
 def test_typed_parquet_timestamps_with_and_without_zone(tmp_path):
-    naive = pd.DataFrame({"device": ["u1"], "when": pd.to_datetime(["2018-03-01 10:00"]), "lon": [-74.05],
-                          "lat": [40.72], "gender": ["f"]})
+    naive = pd.DataFrame(
+        {"device": ["u1"], "when": pd.to_datetime(["2018-03-01 10:00"]), "lon": [-74.05], "lat": [40.72], "gender": ["f"]}
+    )
     aware = naive.assign(device="u2", when=pd.to_datetime(["2018-03-01 20:30"]).tz_localize("Asia/Kolkata"))
     naive.to_parquet(tmp_path / "a.parquet")
     aware.to_parquet(tmp_path / "b.parquet")
@@ -190,8 +217,9 @@ def test_int96_timestamps_are_utc_instants(tmp_path):
         "d.parquet": ("u4", pa.timestamp("us", tz="Asia/Kolkata"), at.replace(tzinfo=UTC), False),
     }
     for name, (unit, arrow_type, value, int96) in files.items():
-        table = pa.table({"device": [unit], "when": pa.array([value], arrow_type), "lon": [-74.05], "lat": [40.72],
-                          "gender": ["f"]})
+        table = pa.table(
+            {"device": [unit], "when": pa.array([value], arrow_type), "lon": [-74.05], "lat": [40.72], "gender": ["f"]}
+        )
         pq.write_table(table, tmp_path / name, use_deprecated_int96_timestamps=int96)
         physical = pq.read_metadata(tmp_path / name).schema.column(1).physical_type
         assert (physical == "INT96") == int96
@@ -208,27 +236,41 @@ def test_parquet_timestamps_of_every_unit_are_microsecond_instants(tmp_path, uni
     or ingest (a CASE mixing TIMESTAMPTZ and TIMESTAMP_NS). Every unit, naive (New York's wall clock),
     UTC-aware and Kolkata-aware, in one union: the same instant, written as microsecond TIMESTAMPTZ."""
     at = datetime(2018, 3, 1, 13, 0, 0, 123456)
-    files = {"naive": ("u1", None, at - timedelta(hours=5)), "utc": ("u2", "UTC", at.replace(tzinfo=UTC)),
-             "kolkata": ("u3", "Asia/Kolkata", at.replace(tzinfo=UTC))}
+    files = {
+        "naive": ("u1", None, at - timedelta(hours=5)),
+        "utc": ("u2", "UTC", at.replace(tzinfo=UTC)),
+        "kolkata": ("u3", "Asia/Kolkata", at.replace(tzinfo=UTC)),
+    }
     for name, (device, tz, value) in files.items():
-        table = pa.table({"device": [device], "when": pa.array([value], pa.timestamp(unit, tz=tz)),
-                          "lon": [-74.05], "lat": [40.72], "gender": ["f"]})
+        table = pa.table(
+            {
+                "device": [device],
+                "when": pa.array([value], pa.timestamp(unit, tz=tz)),
+                "lon": [-74.05],
+                "lat": [40.72],
+                "gender": ["f"],
+            }
+        )
         pq.write_table(table, tmp_path / f"{name}.parquet")
     policy = load_policy(write_policy(tmp_path, policy_dict(str(tmp_path / "*.parquet"))))
     result = ingest_traces(policy, Q1, resolve_trace_paths(policy), tmp_path / "out")
     assert result.pings_rejected == 0
     assert pq.read_schema(result.pings_path).field("ts").type == pa.timestamp("us", tz="UTC")
     kept = {"s": at.replace(microsecond=0), "ms": at.replace(microsecond=123000)}.get(unit, at)
-    assert pd.read_parquet(result.pings_path).sort_values("unit")["ts"].tolist() == \
-        [pd.Timestamp(kept, tz="UTC")] * 3
+    assert pd.read_parquet(result.pings_path).sort_values("unit")["ts"].tolist() == [pd.Timestamp(kept, tz="UTC")] * 3
 
 
 @pytest.mark.parametrize("offset_format", [OFFSET, "%Y-%m-%dT%H:%M:%S%z", "%z %Y-%m-%d %H:%M:%S"])
 def test_utc_offsets_no_place_has_are_quarantined(tmp_path, offset_format):
     """Issue 23: `+25:00` was taken and moved the instant by 25 hours. An offset beyond -14:00..+14:00 (or
     with minutes over 59) is quarantined as offset_out_of_range, counted; -14:00 and +14:00 are instants."""
-    good = {"+14:00": "2018-02-28T20:00:00Z", "-14:00": "2018-03-02T00:00:00Z", "+05:30": "2018-03-01T04:30:00Z",
-            "-0500": "2018-03-01T15:00:00Z", "+00": "2018-03-01T10:00:00Z"}
+    good = {
+        "+14:00": "2018-02-28T20:00:00Z",
+        "-14:00": "2018-03-02T00:00:00Z",
+        "+05:30": "2018-03-01T04:30:00Z",
+        "-0500": "2018-03-01T15:00:00Z",
+        "+00": "2018-03-01T10:00:00Z",
+    }
     bad = ["+25:00", "+2500", "+15", "-14:30", "+14:01", "+05:75", "-99:59"]
     whens = [datetime(2018, 3, 1, 10).strftime(offset_format.replace("%z", offset)) for offset in [*good, *bad]]
     rows = [{**GOOD, "device": f"u{i}", "when": when} for i, when in enumerate(whens)]
@@ -273,13 +315,18 @@ def test_a_zone_name_does_not_make_a_skipped_local_time_an_instant(tmp_path, for
     as 07:30Z, while 02:30 without a zone was quarantined. Now both are nonexistent_local_time, in any zone
     with a gap (Paris's is another day), whatever the name's case; an offset, UTC, a fixed-offset name and
     times beside the gap are instants."""
-    whens = {"2018-03-11 02:30:00 America/New_York": None, "2018-03-11 02:00:00 america/new_york": None,
-             "2018-03-25 02:30:00 Europe/Paris": None, "2018-03-11 02:30:00": None,
-             "2018-03-11 01:59:59 America/New_York": "2018-03-11T06:59:59Z",
-             "2018-03-11 03:30:00 America/New_York": "2018-03-11T07:30:00Z",
-             "2018-03-11 02:30:00 Europe/Paris": "2018-03-11T01:30:00Z",
-             "2018-03-11 02:30:00 UTC": "2018-03-11T02:30:00Z", "2018-03-11 02:30:00 GMT+05:30": "2018-03-10T21:00:00Z",
-             "2018-03-11 02:30:00-05:00": "2018-03-11T07:30:00Z"}
+    whens = {
+        "2018-03-11 02:30:00 America/New_York": None,
+        "2018-03-11 02:00:00 america/new_york": None,
+        "2018-03-25 02:30:00 Europe/Paris": None,
+        "2018-03-11 02:30:00": None,
+        "2018-03-11 01:59:59 America/New_York": "2018-03-11T06:59:59Z",
+        "2018-03-11 03:30:00 America/New_York": "2018-03-11T07:30:00Z",
+        "2018-03-11 02:30:00 Europe/Paris": "2018-03-11T01:30:00Z",
+        "2018-03-11 02:30:00 UTC": "2018-03-11T02:30:00Z",
+        "2018-03-11 02:30:00 GMT+05:30": "2018-03-10T21:00:00Z",
+        "2018-03-11 02:30:00-05:00": "2018-03-11T07:30:00Z",
+    }
     rows = [{**GOOD, "device": f"u{i}", "when": when} for i, when in enumerate(whens)]
     result, quarantine, pings = _ingest(tmp_path, rows, time_formats=formats, max_rejected_share=1.0)
     assert result.rejected_by_reason == {"nonexistent_local_time": 4}
@@ -291,10 +338,20 @@ def test_a_zone_name_does_not_make_a_skipped_local_time_an_instant(tmp_path, for
 @pytest.mark.parametrize("typed", [False, True])
 def test_ambiguous_fall_back_local_time_is_the_earlier_instant(tmp_path, typed):
     # 2018-11-04 in New York: 01:00-01:59 happens twice (EDT, then EST); the rule takes the first (EDT).
-    whens = ["2018-11-04 00:59:00", "2018-11-04 01:00:00", "2018-11-04 01:30:00", "2018-11-04 01:59:59",
-             "2018-11-04 02:00:00"]
-    expected = ["2018-11-04T04:59:00Z", "2018-11-04T05:00:00Z", "2018-11-04T05:30:00Z", "2018-11-04T05:59:59Z",
-                "2018-11-04T07:00:00Z"]
+    whens = [
+        "2018-11-04 00:59:00",
+        "2018-11-04 01:00:00",
+        "2018-11-04 01:30:00",
+        "2018-11-04 01:59:59",
+        "2018-11-04 02:00:00",
+    ]
+    expected = [
+        "2018-11-04T04:59:00Z",
+        "2018-11-04T05:00:00Z",
+        "2018-11-04T05:30:00Z",
+        "2018-11-04T05:59:59Z",
+        "2018-11-04T07:00:00Z",
+    ]
     if not typed:  # text can still name the second occurrence, with its offset
         whens.append("2018-11-04 01:30:00-05:00")
         expected.append("2018-11-04T06:30:00Z")
@@ -327,14 +384,17 @@ def test_utc_window_and_local_rule_agree_with_zoneinfo_every_quarter_hour(tmp_pa
 
 # --- unit ids: a missing id is quarantined in every physical type, never counted as a unit -------------
 
+
 def _ingest_units(tmp_path: Path, units: list, file_format: str, arrow_type=None, **source_overrides):
     """A file whose `device` column holds `units`; Parquet keeps the Arrow type as given (a NaN stays a NaN:
     pandas would have turned it into a null)."""
     path = tmp_path / f"t.{file_format}"
     other = {"when": "2018-01-10 08:00:00", "lon": -74.05, "lat": 40.72, "gender": "f"}
     if file_format == "parquet":
-        columns = {"device": pa.array(units, type=arrow_type, from_pandas=False),
-                   **{name: pa.array([value] * len(units)) for name, value in other.items()}}
+        columns = {
+            "device": pa.array(units, type=arrow_type, from_pandas=False),
+            **{name: pa.array([value] * len(units)) for name, value in other.items()},
+        }
         pq.write_table(pa.table(columns), path)
     else:
         pd.DataFrame({"device": units, **other}).to_csv(path, index=False)
@@ -349,17 +409,32 @@ NAN = float("nan")
 
 
 @pytest.mark.parametrize("file_format", ["parquet", "csv"])
-@pytest.mark.parametrize("units, arrow_type", [
-    ([1.5, NAN, 3.0], pa.float64()), ([1.5, NAN, 3.0], pa.float32()), ([1, None, 3], pa.int64()),
-    (["a", None, "c"], pa.string()), (["a", "", "c"], pa.string()), (["a", "  ", "c"], pa.string()),
-    (["a", "\t", "c"], pa.string()), (["a", "NULL", "c"], pa.string()), (["a", "NA", "c"], pa.string()),
-    (["a", " n/a ", "c"], pa.string()), (["a", "nan", "c"], pa.string()), (["a", "None", "c"], pa.string()),
-    (["a", "-", "c"], pa.string()),
-    # invisible blanks (hostile pass): each alone was a unit, so k - 1 real units plus it published as k
-    (["a", "\u00a0", "c"], pa.string()), (["a", "\u200b", "c"], pa.string()), (["a", "\u3000", "c"], pa.string()),
-    (["a", "\u00a0NA\u00a0", "c"], pa.string()), (["a", "\ufeff", "c"], pa.string()),
-    (["a", "\x00", "c"], pa.string()),
-], ids=lambda u: repr(u))
+@pytest.mark.parametrize(
+    "units, arrow_type",
+    [
+        ([1.5, NAN, 3.0], pa.float64()),
+        ([1.5, NAN, 3.0], pa.float32()),
+        ([1, None, 3], pa.int64()),
+        (["a", None, "c"], pa.string()),
+        (["a", "", "c"], pa.string()),
+        (["a", "  ", "c"], pa.string()),
+        (["a", "\t", "c"], pa.string()),
+        (["a", "NULL", "c"], pa.string()),
+        (["a", "NA", "c"], pa.string()),
+        (["a", " n/a ", "c"], pa.string()),
+        (["a", "nan", "c"], pa.string()),
+        (["a", "None", "c"], pa.string()),
+        (["a", "-", "c"], pa.string()),
+        # invisible blanks (hostile pass): each alone was a unit, so k - 1 real units plus it published as k
+        (["a", "\u00a0", "c"], pa.string()),
+        (["a", "\u200b", "c"], pa.string()),
+        (["a", "\u3000", "c"], pa.string()),
+        (["a", "\u00a0NA\u00a0", "c"], pa.string()),
+        (["a", "\ufeff", "c"], pa.string()),
+        (["a", "\x00", "c"], pa.string()),
+    ],
+    ids=lambda u: repr(u),
+)
 def test_missing_unit_ids_are_quarantined_in_every_physical_type(tmp_path, units, arrow_type, file_format):
     quarantine, pings = _ingest_units(tmp_path, units, file_format, arrow_type)
     assert quarantine[["row", "reason"]].to_dict("records") == [{"row": 2, "reason": "missing_unit_id"}]
@@ -373,12 +448,12 @@ def test_infinite_float_id_is_missing(tmp_path):
 
 
 def test_policy_lists_its_own_missing_unit_values(tmp_path):
-    quarantine, pings = _ingest_units(tmp_path, [7, -1, 8], "parquet", pa.int32(),
-                                      missing_unit_values=["unknown", "-1"])
+    quarantine, pings = _ingest_units(tmp_path, [7, -1, 8], "parquet", pa.int32(), missing_unit_values=["unknown", "-1"])
     assert quarantine["row"].tolist() == [2] and pings["unit"].tolist() == [7, 8]
     (tmp_path / "text").mkdir()
-    quarantine, pings = _ingest_units(tmp_path / "text", ["x", " Unknown", "NULL", "-", "-1.0"], "csv",
-                                      missing_unit_values=["unknown", "-1"])
+    quarantine, pings = _ingest_units(
+        tmp_path / "text", ["x", " Unknown", "NULL", "-", "-1.0"], "csv", missing_unit_values=["unknown", "-1"]
+    )
     # The policy's list replaces the default one ('-' is an id here), but the common spellings of missing
     # (NULL) stay missing (issue 23), and a listed number is missing however it is written (-1.0).
     assert quarantine["row"].tolist() == [2, 3, 5] and sorted(pings["unit"]) == ["-", "x"]
@@ -389,8 +464,7 @@ def test_integral_float_ids_are_the_integer_unit_across_files(tmp_path):
     pd.DataFrame({"device": pd.array([1234, 5], dtype="int64"), **base}).to_parquet(tmp_path / "a.parquet")
     pd.DataFrame({"device": [1234.0, 12.5, 5.0], **base}).to_parquet(tmp_path / "b.parquet")
     decimals = pa.array([Decimal("1234.00"), Decimal("7.25")], pa.decimal128(10, 2))
-    pq.write_table(pa.table({"device": decimals, **{k: pa.array([v] * 2) for k, v in base.items()}}),
-                   tmp_path / "c.parquet")
+    pq.write_table(pa.table({"device": decimals, **{k: pa.array([v] * 2) for k, v in base.items()}}), tmp_path / "c.parquet")
     policy = load_policy(write_policy(tmp_path, policy_dict(str(tmp_path / "*.parquet"))))
     result = ingest_traces(policy, Q1, resolve_trace_paths(policy), tmp_path / "out")
     pings = pd.read_parquet(result.pings_path)
@@ -398,6 +472,7 @@ def test_integral_float_ids_are_the_integer_unit_across_files(tmp_path):
 
 
 # --- input errors: found before any work where possible, naming the file and the field, never a raw row ----
+
 
 def test_check_trace_files_before_any_work(tmp_path):
     good = tmp_path / "good.csv"
@@ -430,8 +505,9 @@ def test_missing_column_of_a_headerless_file_does_not_echo_its_first_row(tmp_pat
 def test_ragged_csv_never_takes_a_data_row_for_the_header(tmp_path):
     traces = tmp_path / "t.csv"
     header = ",".join(GOOD)
-    traces.write_text(f"{header}\nu1,2018-01-10 08:00:00,-74.05,40.72,f\nSECRET-ID-42,2018-01-10 08:00:00,-74.05,"
-                      "40.72,f,extra,more\n")
+    traces.write_text(
+        f"{header}\nu1,2018-01-10 08:00:00,-74.05,40.72,f\nSECRET-ID-42,2018-01-10 08:00:00,-74.05,40.72,f,extra,more\n"
+    )
     policy = load_policy(write_policy(tmp_path, policy_dict(str(traces))))
     with pytest.raises(IngestError) as caught:
         check_trace_files(policy, Q1)
@@ -440,8 +516,15 @@ def test_ragged_csv_never_takes_a_data_row_for_the_header(tmp_path):
 
 
 def test_corrupt_parquet_page_names_the_file(tmp_path):
-    frame = pd.DataFrame({"device": [f"unit-{i:06d}-{i * 7919 % 10007}" for i in range(20_000)],
-                          "when": "2018-01-10 08:00:00", "lon": -74.05, "lat": 40.72, "gender": "f"})
+    frame = pd.DataFrame(
+        {
+            "device": [f"unit-{i:06d}-{i * 7919 % 10007}" for i in range(20_000)],
+            "when": "2018-01-10 08:00:00",
+            "lon": -74.05,
+            "lat": 40.72,
+            "gender": "f",
+        }
+    )
     good, bad = tmp_path / "a.parquet", tmp_path / "b.parquet"
     frame.to_parquet(good, compression="snappy")
     data = bytearray(good.read_bytes())
@@ -460,8 +543,15 @@ def test_a_corrupt_page_met_after_the_first_batch_names_the_file(tmp_path, monke
     from spatial_release.traces import ingest as ingest_module
 
     monkeypatch.setattr(ingest_module, "OUTPUT_BATCH_ROWS", 1000)
-    frame = pd.DataFrame({"device": [f"unit-{i:06d}-{i * 7919 % 10007}" for i in range(40_000)],
-                          "when": "2018-01-10 08:00:00", "lon": -74.05, "lat": 40.72, "gender": "f"})
+    frame = pd.DataFrame(
+        {
+            "device": [f"unit-{i:06d}-{i * 7919 % 10007}" for i in range(40_000)],
+            "when": "2018-01-10 08:00:00",
+            "lon": -74.05,
+            "lat": 40.72,
+            "gender": "f",
+        }
+    )
     good, bad = tmp_path / "a.parquet", tmp_path / "b.parquet"
     frame.to_parquet(good, compression="snappy", row_group_size=4_000)
     data = bytearray(good.read_bytes())
@@ -480,8 +570,7 @@ def test_one_scan_writes_valid_pings_and_the_sorted_quarantine_in_batches(tmp_pa
     from spatial_release.traces import ingest as ingest_module
 
     monkeypatch.setattr(ingest_module, "OUTPUT_BATCH_ROWS", 2)
-    rows = [{**GOOD, "device": f"u{i}"} if i % 3 else {**GOOD, "device": f"u{i}", "lon": f"bad{i}"}
-            for i in range(20)]
+    rows = [{**GOOD, "device": f"u{i}"} if i % 3 else {**GOOD, "device": f"u{i}", "lon": f"bad{i}"} for i in range(20)]
     result, quarantine, pings = _ingest(tmp_path, rows, max_rejected_share=0.9)
     assert sorted(pings["unit"]) == sorted(f"u{i}" for i in range(20) if i % 3)
     assert list(pings.columns) == ["unit", "ts", "lon", "lat", "src"]

@@ -24,6 +24,7 @@ P, S, U = PRIMARY, SECONDARY, PUBLISHED
 
 # ---- the audit across rungs: negative controls ------------------------------------------------------
 
+
 def _week_and_days(week: int, days: dict[str, tuple[int, str]], week_status: str = U) -> Table:
     table = Table()
     w = table.add("cell@1w", "c", 0, week, week_status)
@@ -60,9 +61,11 @@ def test_a_week_is_at_least_each_of_its_days_so_a_small_week_caps_a_withheld_day
 
 # ---- the whole pipeline on a ladder ------------------------------------------------------------------
 
+
 def _ladder_pings(first_day: str = "2018-01-08", n_days: int = 14) -> pd.DataFrame:
     """Devices over two weeks in four 1 km cells of one 2 km parent: some every day, some once."""
     from pyproj import Transformer
+
     to_lonlat = Transformer.from_crs(CRS, "EPSG:4326", always_xy=True)
     rng = np.random.default_rng(11)
     corners = [(580_000, 4_508_000), (581_000, 4_508_000), (580_000, 4_509_000), (581_000, 4_509_000)]
@@ -76,8 +79,15 @@ def _ladder_pings(first_day: str = "2018-01-08", n_days: int = 14) -> pd.DataFra
             for hour in (9, 12, 17):
                 x, y = corner[0] + rng.uniform(100, 900), corner[1] + rng.uniform(100, 900)
                 lon, lat = to_lonlat.transform(x, y)
-                rows.append({"device": f"d{device}", "when": f"{day.date()} {hour:02d}:15:00",
-                             "lon": round(lon, 7), "lat": round(lat, 7), "gender": "f"})
+                rows.append(
+                    {
+                        "device": f"d{device}",
+                        "when": f"{day.date()} {hour:02d}:15:00",
+                        "lon": round(lon, 7),
+                        "lat": round(lat, 7),
+                        "gender": "f",
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -102,13 +112,13 @@ def _run_to_candidate(policy, tmp_path: Path):
 def _presence_membership(pings: pd.DataFrame, policy) -> pd.DataFrame:
     """(device, day, cell) by the policy's presence rule, re-derived here with pandas and pyproj."""
     from pyproj import Transformer
+
     to_xy = Transformer.from_crs("EPSG:4326", CRS, always_xy=True)
     x, y = to_xy.transform(pings["lon"].to_numpy(), pings["lat"].to_numpy())
     size = policy.geometry.size_m
     cells = [f"{size}mE{int(a // size * size)}N{int(b // size * size)}" for a, b in zip(x, y)]
     local = pd.to_datetime(pings["when"]).dt.tz_localize("America/New_York")
-    frame = pd.DataFrame({"device": pings["device"], "cell": cells,
-                          "day": local.dt.floor("D").dt.tz_convert("UTC")})
+    frame = pd.DataFrame({"device": pings["device"], "cell": cells, "day": local.dt.floor("D").dt.tz_convert("UTC")})
     n = frame.groupby(["device", "day", "cell"]).size().rename("n").reset_index()
     n = n.sort_values(["device", "day", "n", "cell"], ascending=[True, True, False, True])
     return n.drop_duplicates(["device", "day"])[["device", "day", "cell"]]
@@ -117,10 +127,19 @@ def _presence_membership(pings: pd.DataFrame, policy) -> pd.DataFrame:
 def test_every_rung_counts_distinct_units_and_published_figures_match_the_raw_pings(ladder_policy, tmp_path):
     ctx = _run_to_candidate(ladder_policy, tmp_path)
     members = _presence_membership(_ladder_pings(), ladder_policy)
-    members["week"] = members["day"].dt.tz_convert("America/New_York").dt.tz_localize(None).dt.to_period(
-        "W-SUN").dt.start_time.dt.tz_localize("America/New_York").dt.tz_convert("UTC")
-    members["parent"] = members["cell"].map(lambda c: (lambda e, n: f"2000mE{e // 2000 * 2000}N{n // 2000 * 2000}")(
-        *map(int, c.removeprefix("1000mE").split("N"))))
+    members["week"] = (
+        members["day"]
+        .dt.tz_convert("America/New_York")
+        .dt.tz_localize(None)
+        .dt.to_period("W-SUN")
+        .dt.start_time.dt.tz_localize("America/New_York")
+        .dt.tz_convert("UTC")
+    )
+    members["parent"] = members["cell"].map(
+        lambda c: (lambda e, n: f"2000mE{e // 2000 * 2000}N{n // 2000 * 2000}")(
+            *map(int, c.removeprefix("1000mE").split("N"))
+        )
+    )
     expected = {}
     for level, area in ((LEAF, "cell"), ("grid_2000m", "parent")):
         for (a, b), n in members.groupby([area, "day"])["device"].nunique().items():
@@ -171,8 +190,11 @@ def test_additive_identities_hold_where_all_their_terms_are_published(ladder_pol
     weeks = margins[margins["level"] == "cell@1w"]
     unions = 0
     for row in weeks.itertuples(index=False):
-        days = cells[(cells["cell_id"] == row.area_id) & (cells["bucket_start"] >= row.bucket_start)
-                     & (cells["bucket_start"] < row.bucket_start + pd.Timedelta(days=7))]
+        days = cells[
+            (cells["cell_id"] == row.area_id)
+            & (cells["bucket_start"] >= row.bucket_start)
+            & (cells["bucket_start"] < row.bucket_start + pd.Timedelta(days=7))
+        ]
         assert (days[col].max() if len(days) else 0) <= getattr(row, col)
         unions += 1
     assert checked + unions > 0, "the candidate offers no identity and no week to check"
@@ -184,12 +206,17 @@ def test_coarser_figures_are_offered_only_over_a_withheld_finer_figure(ladder_po
     margins = pd.read_parquet(ctx.area.candidate / "margins.parquet")
     k = ladder_policy.k
     small_days = true_cells[true_cells["n"] < k]
-    small_weeks = {(r.area_id, r.bucket_start) for r in true_margins[
-        (true_margins["level"] == "cell@1w") & (true_margins["n"] < k)].itertuples()}
+    small_weeks = {
+        (r.area_id, r.bucket_start)
+        for r in true_margins[(true_margins["level"] == "cell@1w") & (true_margins["n"] < k)].itertuples()
+    }
     for row in margins[margins["level"] == "cell@1w"].itertuples(index=False):
         start = pd.Timestamp(row.bucket_start)
-        under = small_days[(small_days["cell_id"] == row.area_id) & (small_days["bucket_start"] >= start)
-                           & (small_days["bucket_start"] < start + pd.Timedelta(days=7))]
+        under = small_days[
+            (small_days["cell_id"] == row.area_id)
+            & (small_days["bucket_start"] >= start)
+            & (small_days["bucket_start"] < start + pd.Timedelta(days=7))
+        ]
         assert len(under), f"{row.area_id} week {start} was published though none of its days is below k"
     for row in margins[margins["level"] == "cell@period"].itertuples(index=False):
         assert any(a == row.area_id for a, _ in small_weeks)
@@ -202,14 +229,15 @@ def test_the_audit_of_the_published_files_models_the_rungs(ladder_policy, tmp_pa
     ctx = _run_to_candidate(ladder_policy, tmp_path)
     true_cells, true_margins = stages.read_true_counts(ctx.area)
     table = system_for(true_cells, true_margins, ctx.disclosure)
-    kinds = {(table.level[r.parent].partition("@")[2], r.kind) for r in table.relations
-             if "@" in table.level[r.parent]}
+    kinds = {(table.level[r.parent].partition("@")[2], r.kind) for r in table.relations if "@" in table.level[r.parent]}
     assert kinds and all(kind == UNION for _, kind in kinds)
-    time_relations = [r for r in table.relations if table.level[r.parent] == "cell@1w"
-                      and all(table.level[c] == LEAF for c in r.children)]
+    time_relations = [
+        r for r in table.relations if table.level[r.parent] == "cell@1w" and all(table.level[c] == LEAF for c in r.children)
+    ]
     assert time_relations, "no relation ties a cell's week to its days"
-    assert any(table.status[c] == EMPTY for r in time_relations for c in r.children), \
+    assert any(table.status[c] == EMPTY for r in time_relations for c in r.children), (
         "empty days under a non-empty week must be explicit variables"
+    )
 
 
 def test_a_ladder_that_does_not_nest_is_refused_with_the_field(tmp_path, fixture_traces):
@@ -224,6 +252,7 @@ def test_a_ladder_that_does_not_nest_is_refused_with_the_field(tmp_path, fixture
 
 def test_a_ladder_release_publishes_end_to_end_with_its_report(ladder_policy, tmp_path):
     from spatial_release.cli import run_release
+
     outcome = run_release(str(ladder_policy.path), "2018-Q1", out=str(tmp_path / "out"), ledger=str(tmp_path / "ledger"))
     assert outcome.published, [f.message for f in outcome.failures]
     record = outcome.record
@@ -251,8 +280,11 @@ def _published_cell_rungs(ctx) -> tuple[set, set, set]:
     cells = pd.read_parquet(ctx.area.candidate / "cells.parquet")
     margins = pd.read_parquet(ctx.area.candidate / "margins.parquet")
     day = {(c, pd.Timestamp(b)) for c, b in zip(cells["cell_id"], cells["bucket_start"])}
-    week = {(a, pd.Timestamp(b)) for lv, a, b in zip(margins["level"], margins["area_id"], margins["bucket_start"])
-            if lv == "cell@1w"}
+    week = {
+        (a, pd.Timestamp(b))
+        for lv, a, b in zip(margins["level"], margins["area_id"], margins["bucket_start"])
+        if lv == "cell@1w"
+    }
     period = {a for lv, a in zip(margins["level"], margins["area_id"]) if lv == "cell@period"}
     return day, week, period
 
@@ -265,6 +297,7 @@ def _monday(start: pd.Timestamp) -> pd.Timestamp:
 
 def test_utility_report_is_re_derived_independently(ladder_policy, tmp_path):
     import json
+
     ctx = _run_to_candidate(ladder_policy, tmp_path)
     report = json.loads((ctx.area.candidate / "manifest.json").read_text())["summary"]["utility"]
     true_cells, _ = stages.read_true_counts(ctx.area)
@@ -290,9 +323,11 @@ def _budget_policy(tmp_path: Path, budget: float):
     """The ladder pings plus one device alone in a cell of its own for the whole period: no rung of that
     cell ever reaches k, so its unit count stays unshown whatever the ladder does."""
     from pyproj import Transformer
+
     lon, lat = Transformer.from_crs(CRS, "EPSG:4326", always_xy=True).transform(583_500, 4_508_500)
-    hermit = pd.DataFrame([{"device": "hermit", "when": "2018-01-10 10:15:00", "lon": round(lon, 7),
-                            "lat": round(lat, 7), "gender": "m"}])
+    hermit = pd.DataFrame(
+        [{"device": "hermit", "when": "2018-01-10 10:15:00", "lon": round(lon, 7), "lat": round(lat, 7), "gender": "m"}]
+    )
     tmp_path.mkdir(parents=True, exist_ok=True)
     traces = tmp_path / "traces.csv"
     pd.concat([_ladder_pings(), hermit], ignore_index=True).to_csv(traces, index=False)
@@ -306,10 +341,13 @@ def _unshown_share(ctx) -> float:
     """The main cells' unit counts shown at no rung of their cell, re-derived from the files."""
     true_cells, _ = stages.read_true_counts(ctx.area)
     day, week, period = _published_cell_rungs(ctx)
-    unshown = sum(row.n for row in true_cells.itertuples(index=False)
-                  if (row.cell_id, pd.Timestamp(row.bucket_start)) not in day
-                  and (row.cell_id, _monday(pd.Timestamp(row.bucket_start))) not in week
-                  and row.cell_id not in period)
+    unshown = sum(
+        row.n
+        for row in true_cells.itertuples(index=False)
+        if (row.cell_id, pd.Timestamp(row.bucket_start)) not in day
+        and (row.cell_id, _monday(pd.Timestamp(row.bucket_start))) not in week
+        and row.cell_id not in period
+    )
     return unshown / true_cells["n"].sum()
 
 
@@ -343,6 +381,7 @@ def test_budget_that_even_the_coarsest_rung_cannot_meet_blocks_the_release(tmp_p
 def test_a_blocked_risk_gate_proposes_the_ladder_rungs_with_their_figures(tmp_path):
     from spatial_release.ledger import Ledger
     from spatial_release.stages.risk import coarser_keys_sql, write_ladder_buckets
+
     traces = tmp_path / "traces.csv"
     _ladder_pings().to_csv(traces, index=False)
     data = policy_dict(str(traces), k=5)
@@ -358,12 +397,12 @@ def test_a_blocked_risk_gate_proposes_the_ladder_rungs_with_their_figures(tmp_pa
     assert not outcome.passed and ("coarsening proposed" in outcome.summary or "no rung" in outcome.summary)
     # the keys a week release would show: exactly the units of each cell week that passes k
     import duckdb
+
     ladder = write_ladder_buckets(ctx)
     keys = duckdb.connect().execute(coarser_keys_sql(ctx.area, ladder, "1w", policy.k)).df()
     _, true_margins = stages.read_true_counts(ctx.area)
     weeks = true_margins[(true_margins["level"] == "cell@1w") & (true_margins["n"] >= policy.k)]
-    assert len(weeks) and keys.groupby("key")["unit"].nunique().sort_values().tolist() == \
-        sorted(weeks["n"].tolist())
+    assert len(weeks) and keys.groupby("key")["unit"].nunique().sort_values().tolist() == sorted(weeks["n"].tolist())
 
 
 def test_the_policy_cost_reaches_protection_and_both_patterns_pass_the_audit(tmp_path):
@@ -457,10 +496,12 @@ def test_a_week_cut_by_the_end_of_the_quarter_is_never_published_under_the_week_
     # withheld day, so only the rule keeps it out
     true_cells, true_margins = read_true_counts(ctx.area)
     cut_week = pd.Timestamp("2018-03-26", tz="America/New_York").tz_convert("UTC")
-    true_cut = true_margins[(true_margins["level"] == "cell@1w")
-                            & (pd.to_datetime(true_margins["bucket_start"], utc=True) == cut_week)]
-    small_days = true_cells[(pd.to_datetime(true_cells["bucket_start"], utc=True) >= cut_week)
-                            & (true_cells["n"] < policy.k)]
+    true_cut = true_margins[
+        (true_margins["level"] == "cell@1w") & (pd.to_datetime(true_margins["bucket_start"], utc=True) == cut_week)
+    ]
+    small_days = true_cells[
+        (pd.to_datetime(true_cells["bucket_start"], utc=True) >= cut_week) & (true_cells["n"] < policy.k)
+    ]
     assert (true_cut["n"] >= policy.k).any() and len(small_days)
     cells = pd.read_parquet(ctx.area.candidate / "cells.parquet")
     days = pd.to_datetime(cells["bucket_start"], utc=True)
@@ -484,8 +525,9 @@ def test_a_week_cut_by_the_end_of_a_month_is_withheld_at_the_policy_bucket(tmp_p
     cut_week = pd.Timestamp("2018-01-29", tz="America/New_York").tz_convert("UTC")
     cells = pd.read_parquet(ctx.area.candidate / "cells.parquet")
     margins = pd.read_parquet(ctx.area.candidate / "margins.parquet")
-    published = pd.concat([pd.to_datetime(cells["bucket_start"], utc=True),
-                           pd.to_datetime(margins["bucket_start"], utc=True)])
+    published = pd.concat(
+        [pd.to_datetime(cells["bucket_start"], utc=True), pd.to_datetime(margins["bucket_start"], utc=True)]
+    )
     assert (published < cut_week).all() and (published == cut_week - pd.Timedelta(days=7)).any()
     true_cells, _ = read_true_counts(ctx.area)
     cut_true = true_cells[pd.to_datetime(true_cells["bucket_start"], utc=True) == cut_week]

@@ -1,12 +1,26 @@
 import subprocess
 import sys
 
-DOMAIN = ["spatial_release.policy", "spatial_release.period", "spatial_release.traces.ingest",
-          "spatial_release.traces.synthetic", "spatial_release.geometry", "spatial_release.counting",
-          "spatial_release.suppression", "spatial_release.guarantees", "spatial_release.release",
-          "spatial_release.stages", "spatial_release.risk", "spatial_release.ledger", "spatial_release.alerts",
-          "spatial_release.suppression.release_system", "spatial_release.suppression.rules", "spatial_release.levels",
-          "spatial_release.suppression.verdicts", "spatial_release.report"]
+DOMAIN = [
+    "spatial_release.policy",
+    "spatial_release.period",
+    "spatial_release.traces.ingest",
+    "spatial_release.traces.synthetic",
+    "spatial_release.geometry",
+    "spatial_release.counting",
+    "spatial_release.suppression",
+    "spatial_release.guarantees",
+    "spatial_release.release",
+    "spatial_release.stages",
+    "spatial_release.risk",
+    "spatial_release.ledger",
+    "spatial_release.alerts",
+    "spatial_release.suppression.release_system",
+    "spatial_release.suppression.rules",
+    "spatial_release.levels",
+    "spatial_release.suppression.verdicts",
+    "spatial_release.report",
+]
 
 
 def test_domain_packages_do_not_import_dagster():
@@ -31,6 +45,7 @@ def _module_name(path: Path) -> str:
 def _imports(path: Path, name: str, modules: set[str]) -> set[str]:
     """Every module of the package that `path` imports, at any depth of the file (a lazy import inside a
     function is an arrow too: it only hides a cycle from the interpreter)."""
+
     def known(target: str) -> str:
         while target and target not in modules:
             target = target.rpartition(".")[0]
@@ -48,8 +63,7 @@ def _imports(path: Path, name: str, modules: set[str]) -> set[str]:
                     anchor = anchor.rpartition(".")[0]
                 base = f"{anchor}.{base}" if base else anchor
             if base.startswith("spatial_release"):
-                found |= {known(f"{base}.{a.name}") if f"{base}.{a.name}" in modules else known(base)
-                          for a in node.names}
+                found |= {known(f"{base}.{a.name}") if f"{base}.{a.name}" in modules else known(base) for a in node.names}
     return found - {name, ""}
 
 
@@ -114,7 +128,8 @@ def test_packages_form_layers_no_arrow_runs_back_up():
     packages: dict[str, set[str]] = {}
     for module, targets in _graph().items():
         packages.setdefault(_package_of(module), set()).update(
-            _package_of(t) for t in targets if _package_of(t) != _package_of(module))
+            _package_of(t) for t in targets if _package_of(t) != _package_of(module)
+        )
     assert _cycles(packages) == []
 
 

@@ -120,8 +120,16 @@ def test_a_forged_entry_appended_with_head_left_one_behind_is_detected(ledger):
     # finding 7: the state a crash between the two renames leaves is accepted only for a signed entry
     lines = _lines(ledger)
     last = json.loads(lines[-1])
-    forged = {"kind": "release", "dataset": "d", "period": "2018-05", "risk": 0.0, "seq": 4,
-              "prev_hash": last["hash"], "recorded_at": last["recorded_at"], "signer": last["signer"]}
+    forged = {
+        "kind": "release",
+        "dataset": "d",
+        "period": "2018-05",
+        "risk": 0.0,
+        "seq": 4,
+        "prev_hash": last["hash"],
+        "recorded_at": last["recorded_at"],
+        "signer": last["signer"],
+    }
     forged["hash"] = entry_hash(forged)
     forged["signature"] = last["signature"]
     _write(ledger, lines + [json.dumps(forged)])
@@ -212,16 +220,19 @@ def test_cli_verify_needs_only_the_public_key(ledger, tmp_path, monkeypatch, cap
     assert "no trusted public key" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("damage, where", [
-    (lambda f: (f / ENTRIES).write_text((f / ENTRIES).read_text() + "{not json\n"), "line 5"),
-    (lambda f: (f / ENTRIES).write_text((f / ENTRIES).read_text() + "[1, 2]\n"), "line 5"),
-    (lambda f: (f / ENTRIES).write_text((f / ENTRIES).read_text().replace("\n", "\n\n", 1)), "line 2"),
-    (lambda f: (f / ENTRIES).write_bytes(b"\xff\xfe\n" + (f / ENTRIES).read_bytes()), "line 1"),
-    (lambda f: (f / ENTRIES).write_text('{"seq": "x"}\n'), "line 1"),
-    (lambda f: (f / HEAD).write_text("garbage\n"), "HEAD"),
-    (lambda f: (f / HEAD).write_text("four abc\n"), "HEAD"),
-    (lambda f: (f / HEAD).write_text("-1 " + "0" * 64 + "\n"), "HEAD"),
-])
+@pytest.mark.parametrize(
+    "damage, where",
+    [
+        (lambda f: (f / ENTRIES).write_text((f / ENTRIES).read_text() + "{not json\n"), "line 5"),
+        (lambda f: (f / ENTRIES).write_text((f / ENTRIES).read_text() + "[1, 2]\n"), "line 5"),
+        (lambda f: (f / ENTRIES).write_text((f / ENTRIES).read_text().replace("\n", "\n\n", 1)), "line 2"),
+        (lambda f: (f / ENTRIES).write_bytes(b"\xff\xfe\n" + (f / ENTRIES).read_bytes()), "line 1"),
+        (lambda f: (f / ENTRIES).write_text('{"seq": "x"}\n'), "line 1"),
+        (lambda f: (f / HEAD).write_text("garbage\n"), "HEAD"),
+        (lambda f: (f / HEAD).write_text("four abc\n"), "HEAD"),
+        (lambda f: (f / HEAD).write_text("-1 " + "0" * 64 + "\n"), "HEAD"),
+    ],
+)
 def test_cli_reports_malformed_ledgers_without_a_traceback(ledger, capsys, damage, where):
     damage(ledger)
     assert cli.main(["ledger", "verify", "--ledger", str(ledger)]) == 1
@@ -300,8 +311,9 @@ _CHILD = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("existing", [0, 2])
-@pytest.mark.parametrize("crash_at, when", [(1, "before"), (1, "after"), (2, "before"), (2, "after"),
-                                            (3, "before"), (3, "after")])
+@pytest.mark.parametrize(
+    "crash_at, when", [(1, "before"), (1, "after"), (2, "before"), (2, "after"), (3, "before"), (3, "after")]
+)
 def test_kill_9_at_every_step_of_an_append_is_rolled_forward(tmp_path, existing, crash_at, when):
     """The append's renames are its steps: entries.jsonl (1), HEAD (2), the pin (3); the process is killed
     right before or right after each. The next append must succeed, leave no temporary, and the ledger
@@ -309,8 +321,12 @@ def test_kill_9_at_every_step_of_an_append_is_rolled_forward(tmp_path, existing,
     folder = tmp_path / "ledger"
     for i in range(existing):
         append_entry(folder, {"kind": "release", "dataset": "d", "period": f"2017-0{i + 1}"})
-    child = subprocess.run([sys.executable, "-c", _CHILD, str(folder), str(crash_at), when, "2018-01"],
-                           env={**os.environ}, capture_output=True, text=True)
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(folder), str(crash_at), when, "2018-01"],
+        env={**os.environ},
+        capture_output=True,
+        text=True,
+    )
     assert child.returncode == -9, child.stderr
     survived = read_ledger(folder)  # readable right after the crash, before any repair
     assert len(survived) in (existing, existing + 1)
@@ -333,6 +349,7 @@ def test_cli_verify_of_a_mistyped_ledger_path_is_a_user_error(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------- the last-head pin (issue 23, item 7)
+
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
     """The ledger folder's files as an attacker or operator copies them, to put back later."""
@@ -474,8 +491,13 @@ def _legacy_pin(folder: Path, entries: int) -> Path:
     from spatial_release.ledger.pin import _signed_bytes
 
     key = load_signing_key(signing_key_path(), create=False)
-    body = {"ledger": str(folder.resolve()), "entries": entries, "head": read_ledger(folder)[entries - 1]["hash"],
-            "pinned_at": "2018-01-01T00:00:00+00:00", "signer": key_id(key.public_key())}
+    body = {
+        "ledger": str(folder.resolve()),
+        "entries": entries,
+        "head": read_ledger(folder)[entries - 1]["hash"],
+        "pinned_at": "2018-01-01T00:00:00+00:00",
+        "signer": key_id(key.public_key()),
+    }
     body["signature"] = base64.b64encode(key.sign(_signed_bytes(body))).decode()
     path = pins_folder() / f"{hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:32]}.json"
     path.write_text(json.dumps(body))
@@ -517,6 +539,7 @@ def test_an_edited_pin_is_refused(ledger):
 
 
 # ---------------------------------------------- staging folders are evidence, never deleted (issue 23, item 7)
+
 
 def _staging(releases: Path, period: str, files: dict[str, str]) -> Path:
     folder = releases / "d" / f".{period}.publishing"
@@ -575,14 +598,28 @@ def test_a_staging_folder_beside_its_published_release_blocks(ledger, tmp_path):
 
 def test_release_entries_are_typed_and_a_signed_entry_missing_a_field_is_reported_as_corrupt(tmp_path):
     ledger = tmp_path / "typed"
-    append_entry(ledger, {"kind": "release", "dataset": "d", "period": "2018-01", "population": "bikes",
-                          "inputs": ["a" * 64], "risk": {"release_figure": 0.01}})
+    append_entry(
+        ledger,
+        {
+            "kind": "release",
+            "dataset": "d",
+            "period": "2018-01",
+            "population": "bikes",
+            "inputs": ["a" * 64],
+            "risk": {"release_figure": 0.01},
+        },
+    )
     append_entry(ledger, {"kind": "review", "dataset": "d"})
     append_entry(ledger, {"kind": "release", "dataset": "d", "period": "2018-02"})
     handle = Ledger(ledger)
     first, second = handle.releases("d")
-    assert (first.seq, first.key, first.population, first.inputs, first.release_figure) == \
-        (0, ("d", "2018-01"), "bikes", ("a" * 64,), 0.01)
+    assert (first.seq, first.key, first.population, first.inputs, first.release_figure) == (
+        0,
+        ("d", "2018-01"),
+        "bikes",
+        ("a" * 64,),
+        0.01,
+    )
     assert (second.seq, second.population, second.inputs, second.release_figure) == (2, "d", (), None)
     assert handle.recorded("d", "2018-02") == second and handle.recorded("d", "2018-03") is None
     # the gate cannot count a release that records no figure as having spent nothing

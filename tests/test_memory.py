@@ -16,8 +16,7 @@ def _run(code: str, value: str | None) -> str:
     env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
     if value is not None:
         env["NUMPY_MADVISE_HUGEPAGE"] = value
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
 
 
 @pytest.mark.parametrize("value, advice_on", [(None, False), ("0", False), ("1", True)])
@@ -32,9 +31,11 @@ def test_importing_the_domain_package_leaves_the_advice_alone():
 
 @pytest.mark.parametrize("value, inside", [(None, "False"), ("1", "True")])
 def test_the_advice_is_off_during_the_block_and_restored_after(value, inside):
-    code = ("import numpy._core.multiarray as m\n"
-            "from spatial_release.memory import hugepage_advice_off\n"
-            "with hugepage_advice_off():\n"
-            "    now = m._set_madvise_hugepage(False); m._set_madvise_hugepage(now)\n"
-            "print(now, m._set_madvise_hugepage(True))")
+    code = (
+        "import numpy._core.multiarray as m\n"
+        "from spatial_release.memory import hugepage_advice_off\n"
+        "with hugepage_advice_off():\n"
+        "    now = m._set_madvise_hugepage(False); m._set_madvise_hugepage(now)\n"
+        "print(now, m._set_madvise_hugepage(True))"
+    )
     assert _run(code, value) == f"{inside} True"

@@ -63,8 +63,12 @@ def test_bad_policy_names_file_and_field(tmp_path, change, field):
 
 def test_trips_need_both_ends(tmp_path):
     data = policy_dict("x.csv")
-    data["source"] = {"format": "trips", "unit": "bike", "timezone": "UTC",
-                      "origin": {"time": "t0", "lon": "x0", "lat": "y0"}}
+    data["source"] = {
+        "format": "trips",
+        "unit": "bike",
+        "timezone": "UTC",
+        "origin": {"time": "t0", "lon": "x0", "lat": "y0"},
+    }
     assert "destination" in _error_for(tmp_path, data)
 
 
@@ -96,8 +100,19 @@ def test_periods():
         Period.from_partition_key("2018-02-01")
 
 
-@pytest.mark.parametrize("label", ["\uff12\uff10\uff11\uff18-Q1", "\u0662\u0660\u0661\u0668-Q1", "2018-Q\uff11",
-                                   "\uff12\uff10\uff11\uff18-01", "2018-Q1\n", "2018-01\n", "2018-Q1\r\n", " 2018-Q1"])
+@pytest.mark.parametrize(
+    "label",
+    [
+        "\uff12\uff10\uff11\uff18-Q1",
+        "\u0662\u0660\u0661\u0668-Q1",
+        "2018-Q\uff11",
+        "\uff12\uff10\uff11\uff18-01",
+        "2018-Q1\n",
+        "2018-01\n",
+        "2018-Q1\r\n",
+        " 2018-Q1",
+    ],
+)
 def test_period_is_ascii_digits_matched_whole(label):
     """Red team, issue 23: Python's \\d takes any Unicode digit and `$` matches before a final newline, so
     these were periods; the fullwidth one published a release folder the publish step then could not find."""
@@ -123,18 +138,20 @@ def test_a_time_zone_spelt_as_literal_text_is_refused(tmp_path, spec):
     assert "field 'source.time_formats[1]'" in message and "%Z" in message
 
 
-@pytest.mark.parametrize("spec", ["%Y-%m-%d %H:%M:%S %Z", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%SZ",
-                                  "%Y-%m-%dT%H:%M:%S"])
+@pytest.mark.parametrize("spec", ["%Y-%m-%d %H:%M:%S %Z", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S"])
 def test_formats_that_read_their_zone_or_have_none_are_accepted(tmp_path, spec):
     data = policy_dict("x.csv")
     data["source"]["time_formats"] = [spec]
     assert load_policy(write_policy(tmp_path, data)).source.time_formats == [spec]
 
 
-@pytest.mark.parametrize("text, key, line", [
-    ("k: 5\nk: 2\n", "k", 2),
-    ("source:\n  unit: device\n  timezone: UTC\n  unit: gender\n", "unit", 4),
-])
+@pytest.mark.parametrize(
+    "text, key, line",
+    [
+        ("k: 5\nk: 2\n", "k", 2),
+        ("source:\n  unit: device\n  timezone: UTC\n  unit: gender\n", "unit", 4),
+    ],
+)
 def test_duplicate_key_is_an_error_naming_file_and_key(tmp_path, text, key, line):
     path = tmp_path / "dup.yaml"
     path.write_text("name: fixture\nversion: 1\n" + text)
@@ -151,7 +168,7 @@ def _refused_line(tmp_path: Path, old: str, new: str) -> str:
     assert old in text
     path = write_policy(tmp_path, policy_dict("x.csv"))
     path.write_text(text.replace(old, new, 1))
-    line = text[:text.index(old)].count("\n") + 1
+    line = text[: text.index(old)].count("\n") + 1
     with pytest.raises(PolicyError) as caught:
         load_policy(path)
     message = str(caught.value)
@@ -186,8 +203,20 @@ def test_yaml_anchors_and_aliases_are_refused(tmp_path):
     assert "field 'k'" in message
 
 
-@pytest.mark.parametrize("value", ['!!int "4_0"', '!!int "1:0"', '!!int "0x4"', '!!int "0o4"', '!!int "0b100"',
-                                   "!!float 3", '!!str "3"', "!local 3", "! 3"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        '!!int "4_0"',
+        '!!int "1:0"',
+        '!!int "0x4"',
+        '!!int "0o4"',
+        '!!int "0b100"',
+        "!!float 3",
+        '!!str "3"',
+        "!local 3",
+        "! 3",
+    ],
+)
 def test_explicit_yaml_tags_are_refused(tmp_path, value):
     """Red-team re-test: `k: !!int "4_0"` loaded as k = 40 (Python's int() reads underscores) and
     `!!int "0x4"` raised ValueError (exit 3, internal error). Every explicit tag is refused, naming the line."""
@@ -195,8 +224,9 @@ def test_explicit_yaml_tags_are_refused(tmp_path, value):
     assert "field 'k'" in message and "explicit tags" in message
 
 
-@pytest.mark.parametrize("nested", ["deep: " + "[" * 100_000 + "]" * 100_000 + "\n",
-                                    "deep: " + "{a: " * 3_000 + "1" + "}" * 3_000 + "\n"])
+@pytest.mark.parametrize(
+    "nested", ["deep: " + "[" * 100_000 + "]" * 100_000 + "\n", "deep: " + "{a: " * 3_000 + "1" + "}" * 3_000 + "\n"]
+)
 def test_deep_nesting_is_refused_before_it_is_composed(tmp_path, nested):
     """Red-team re-test: 100,000 nested lists (or 3,000 mappings) raised RecursionError (exit 3). Past
     MAX_DEPTH levels the loader refuses, naming the file and the line, without recursing further."""
@@ -215,7 +245,7 @@ def test_nesting_up_to_the_bound_and_a_tagged_landscape(tmp_path):
     with pytest.raises(yaml.YAMLError, match=f"line {MAX_DEPTH}, .*nested deeper"):  # block style too
         yaml.load(block, Loader=StrictLoader)
     path = write_policy(tmp_path, policy_dict("x.csv"))
-    (tmp_path / "landscape.yaml").write_text((tmp_path / "landscape.yaml").read_text() + "seed: !!int \"4_0\"\n")
+    (tmp_path / "landscape.yaml").write_text((tmp_path / "landscape.yaml").read_text() + 'seed: !!int "4_0"\n')
     with pytest.raises(PolicyError, match=r"field 'risk.landscape'.*line \d+: an explicit tag") as caught:
         load_policy(path)
     assert "4_0" not in str(caught.value)
@@ -224,8 +254,21 @@ def test_nesting_up_to_the_bound_and_a_tagged_landscape(tmp_path):
 def test_a_tagged_policy_exits_2_on_the_command_line(tmp_path, capsys):
     path = write_policy(tmp_path, policy_dict("x.csv"))
     path.write_text(path.read_text().replace(f"k: {K}\n", 'k: !!int "0x4"\n'))
-    code = cli.main(["release", "--policy", str(path), "--period", "2018-01", "--traces", str(tmp_path / "x.csv"),
-                     "--out", str(tmp_path / "out"), "--ledger", str(tmp_path / "ledger")])
+    code = cli.main(
+        [
+            "release",
+            "--policy",
+            str(path),
+            "--period",
+            "2018-01",
+            "--traces",
+            str(tmp_path / "x.csv"),
+            "--out",
+            str(tmp_path / "out"),
+            "--ledger",
+            str(tmp_path / "ledger"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and str(path) in err and "explicit tags" in err and "internal error" not in err
 
@@ -293,8 +336,9 @@ def test_a_policy_that_is_no_regular_file_or_too_large_is_refused(tmp_path):
     assert str(huge) in message and "larger than the 4 MiB" in message
 
 
-@pytest.mark.parametrize("section, field, limit", [("risk", "landscape", MAX_CONFIG_BYTES),
-                                                   ("suppression", "zeros", MAX_ZEROS_BYTES)])
+@pytest.mark.parametrize(
+    "section, field, limit", [("risk", "landscape", MAX_CONFIG_BYTES), ("suppression", "zeros", MAX_ZEROS_BYTES)]
+)
 def test_files_a_policy_names_are_bounded(tmp_path, section, field, limit):
     huge = tmp_path / "huge"
     with huge.open("wb") as file:
@@ -307,11 +351,14 @@ def test_files_a_policy_names_are_bounded(tmp_path, section, field, limit):
     assert f"field '{section}.{field}'" in _error_for(tmp_path, data)
 
 
-@pytest.mark.parametrize("section, field, value", [
-    ("suppression", "zeros", "no-such-zeros.csv"),
-    ("risk", "landscape", "landscapes/no-such.yaml"),
-    ("risk", "landscape", "."),
-])
+@pytest.mark.parametrize(
+    "section, field, value",
+    [
+        ("suppression", "zeros", "no-such-zeros.csv"),
+        ("risk", "landscape", "landscapes/no-such.yaml"),
+        ("risk", "landscape", "."),
+    ],
+)
 def test_missing_zeros_or_landscape_file_is_found_at_load(tmp_path, section, field, value):
     data = policy_dict("x.csv")
     data[section][field] = value
@@ -322,15 +369,18 @@ def test_missing_zeros_or_landscape_file_is_found_at_load(tmp_path, section, fie
 SECRET = "s3cr3t-token-4711"
 
 
-@pytest.mark.parametrize("section, field, content", [
-    ("suppression", "zeros", f"{SECRET}:x:0:0\nroot:/root\n"),
-    ("suppression", "zeros", f"device,when\n{SECRET},2018-01-10\n"),
-    ("risk", "landscape", f"{SECRET}: [unclosed\n"),
-    ("risk", "landscape", f"{SECRET}:x:0:0:root\n"),
-    ("risk", "landscape", f"version: 1\n{SECRET}: 3\n"),
-    ("risk", "landscape", f"version: 1\n{SECRET}: 1:0\n"),  # refused by the strict loader: line only
-    ("risk", "landscape", f"version: 1\nx: {SECRET}\nx: 2\n"),
-])
+@pytest.mark.parametrize(
+    "section, field, content",
+    [
+        ("suppression", "zeros", f"{SECRET}:x:0:0\nroot:/root\n"),
+        ("suppression", "zeros", f"device,when\n{SECRET},2018-01-10\n"),
+        ("risk", "landscape", f"{SECRET}: [unclosed\n"),
+        ("risk", "landscape", f"{SECRET}:x:0:0:root\n"),
+        ("risk", "landscape", f"version: 1\n{SECRET}: 3\n"),
+        ("risk", "landscape", f"version: 1\n{SECRET}: 1:0\n"),  # refused by the strict loader: line only
+        ("risk", "landscape", f"version: 1\nx: {SECRET}\nx: 2\n"),
+    ],
+)
 def test_a_wrong_zeros_or_landscape_path_never_echoes_that_file(tmp_path, section, field, content):
     other = tmp_path / "private.txt"
     other.write_text(content)
@@ -354,18 +404,22 @@ def _sparse(size: int):
     def make(path: Path) -> None:
         with path.open("wb") as file:
             file.truncate(size)  # sparse: costs no disk
+
     return make
 
 
-@pytest.mark.parametrize("make, problem", [
-    (lambda p: p.symlink_to("/dev/zero"), "not a regular file"),
-    (os.mkfifo, "not a regular file"),
-    (lambda p: p.mkdir(), "not a regular file"),
-    (_sparse(MAX_POPULATION_BYTES + 1), "larger than the 64 MiB"),
-    (lambda p: None, "cannot read"),
-    (lambda p: p.write_text(f"{SECRET},when\n1,2\n"), "not a population table"),
-    (lambda p: p.write_text(f"zone,population\n1km,{SECRET}\n"), "not a population table"),
-])
+@pytest.mark.parametrize(
+    "make, problem",
+    [
+        (lambda p: p.symlink_to("/dev/zero"), "not a regular file"),
+        (os.mkfifo, "not a regular file"),
+        (lambda p: p.mkdir(), "not a regular file"),
+        (_sparse(MAX_POPULATION_BYTES + 1), "larger than the 64 MiB"),
+        (lambda p: None, "cannot read"),
+        (lambda p: p.write_text(f"{SECRET},when\n1,2\n"), "not a population table"),
+        (lambda p: p.write_text(f"zone,population\n1km,{SECRET}\n"), "not a population table"),
+    ],
+)
 def test_the_population_table_of_the_landscape_is_checked_at_load(tmp_path, make, problem):
     """Red-team re-test: the table a landscape names (`population: {table: ...}`) was read by the risk stage
     only, without a bound or a type check: a symlink to /dev/zero ran out of memory, a 20 GB sparse file
@@ -382,8 +436,21 @@ def test_the_population_table_of_the_landscape_is_checked_at_load(tmp_path, make
 def test_a_population_table_on_dev_zero_exits_2_before_any_work(tmp_path, fixture_traces, capsys):
     policy, _ = _population_table_is(tmp_path, lambda p: p.symlink_to("/dev/zero"))
     policy.write_text(policy.read_text().replace("x.csv", str(fixture_traces)))
-    code = cli.main(["release", "--policy", str(policy), "--period", "2018-01", "--traces", str(fixture_traces),
-                     "--out", str(tmp_path / "out"), "--ledger", str(tmp_path / "ledger")])
+    code = cli.main(
+        [
+            "release",
+            "--policy",
+            str(policy),
+            "--period",
+            "2018-01",
+            "--traces",
+            str(fixture_traces),
+            "--out",
+            str(tmp_path / "out"),
+            "--ledger",
+            str(tmp_path / "ledger"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "population.table" in err and "not a regular file" in err, err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.parquet"))

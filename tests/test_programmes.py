@@ -36,8 +36,12 @@ def _policies(folder: Path, **datasets: dict) -> dict[str, Path]:
 
 
 def _settings(tmp_path: Path) -> dict:
-    return {"releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
-            "ledger_dir": str(tmp_path / "ledger"), "alerts_dir": str(tmp_path / "alerts")}
+    return {
+        "releases_dir": str(tmp_path / "releases"),
+        "work_dir": str(tmp_path / "work"),
+        "ledger_dir": str(tmp_path / "ledger"),
+        "alerts_dir": str(tmp_path / "alerts"),
+    }
 
 
 def test_each_policy_file_has_its_own_graph_partitions_jobs_and_schedules(tmp_path):
@@ -48,8 +52,17 @@ def test_each_policy_file_has_its_own_graph_partitions_jobs_and_schedules(tmp_pa
     dg.Definitions.validate_loadable(defs)
     keys = {key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()}
     for prefix in ("bikes_q", "bikes_m"):
-        assert {f"{prefix}/{name}" for name in ("validated_pings", "cell_counts", "protected_table",
-                                                 "risk_assessment", "published_release", "risk_review")} <= keys
+        assert {
+            f"{prefix}/{name}"
+            for name in (
+                "validated_pings",
+                "cell_counts",
+                "protected_table",
+                "risk_assessment",
+                "published_release",
+                "risk_review",
+            )
+        } <= keys
         assert {s.name for s in defs.schedules} >= {f"{prefix}_release_schedule", f"{prefix}_risk_review_schedule"}
     assert defs.resolve_job_def("bikes_q_release_job").partitions_def == quarterly
     assert defs.resolve_job_def("bikes_m_release_job").partitions_def == monthly
@@ -80,8 +93,7 @@ def test_an_invalid_policy_file_fails_alone_and_names_the_file(tmp_path):
     spec = defs.resolve_asset_graph().get(dg.AssetKey(["broken", "invalid_policy_file"]))
     assert str(folder / "broken.yaml") in spec.description and "k" in spec.description
     # materialising it says what is wrong with the file now
-    result = dg.materialize([defs.resolve_assets_def(dg.AssetKey(["broken", "invalid_policy_file"]))],
-                            raise_on_error=False)
+    result = dg.materialize([defs.resolve_assets_def(dg.AssetKey(["broken", "invalid_policy_file"]))], raise_on_error=False)
     assert not result.success
     [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     assert str(folder / "broken.yaml") in failure.step_failure_data.user_failure_data.description
@@ -138,7 +150,8 @@ def test_a_blocked_rerun_of_a_published_period_never_plans_the_published_release
     # what the UI reads: the latest materialisation attempt of the published partition is the published one
     storage = instance.event_log_storage
     assert PARTITION not in storage.get_latest_asset_partition_materialization_attempts_without_materializations(
-        dg.AssetKey(["bikes", "published_release"]))
+        dg.AssetKey(["bikes", "published_release"])
+    )
 
 
 def test_a_publish_run_of_a_published_period_writes_nothing_and_does_not_fail(tmp_path):
@@ -149,8 +162,8 @@ def test_a_publish_run_of_a_published_period_writes_nothing_and_does_not_fail(tm
     assert execute_release(programme, PARTITION, _settings(tmp_path), instance=instance).success
     defs = programme.runnable()
     result = defs.resolve_job_def("bikes_publish_job").execute_in_process(
-        partition_key=PARTITION, instance=instance,
-        run_config={"resources": {"settings": {"config": _settings(tmp_path)}}})
+        partition_key=PARTITION, instance=instance, run_config={"resources": {"settings": {"config": _settings(tmp_path)}}}
+    )
     assert result.success and result.get_asset_materialization_events() == []
     assert len(instance.fetch_materializations(dg.AssetKey(["bikes", "published_release"]), limit=5).records) == 1
 
@@ -160,9 +173,11 @@ def test_the_schedule_skips_a_published_period(tmp_path):
     programme = programme_for(paths["bikes"])
     assert execute_release(programme, PARTITION, _settings(tmp_path)).success
     defs = programme.runnable()
-    context = dg.build_schedule_context(scheduled_execution_time=datetime(2018, 4, 1),
-                                        resources={"settings": ReleaseSettings(**_settings(tmp_path))},
-                                        repository_def=defs.get_repository_def())
+    context = dg.build_schedule_context(
+        scheduled_execution_time=datetime(2018, 4, 1),
+        resources={"settings": ReleaseSettings(**_settings(tmp_path))},
+        repository_def=defs.get_repository_def(),
+    )
     tick = defs.resolve_schedule_def("bikes_release_schedule").evaluate_tick(context)
     assert tick.run_requests == [] and "already published" in tick.skip_message
 
@@ -173,12 +188,16 @@ def test_the_publish_sensor_publishes_the_partition_of_a_successful_candidate(tm
     instance = dg.DagsterInstance.ephemeral()
     defs = programme.runnable()
     candidate = defs.resolve_job_def("bikes_release_job").execute_in_process(
-        partition_key=PARTITION, instance=instance,
-        run_config={"resources": {"settings": {"config": _settings(tmp_path)}}})
+        partition_key=PARTITION, instance=instance, run_config={"resources": {"settings": {"config": _settings(tmp_path)}}}
+    )
     assert candidate.success
     success = [e for e in candidate.all_events if e.event_type_value == "PIPELINE_SUCCESS"][0]
-    context = dg.build_run_status_sensor_context(sensor_name="bikes_publish_sensor", dagster_instance=instance,
-                                                 dagster_run=candidate.dagster_run, dagster_event=success)
+    context = dg.build_run_status_sensor_context(
+        sensor_name="bikes_publish_sensor",
+        dagster_instance=instance,
+        dagster_run=candidate.dagster_run,
+        dagster_event=success,
+    )
     request = defs.resolve_sensor_def("bikes_publish_sensor")(context)
     assert request.partition_key == PARTITION and request.tags["spatial_release/candidate_run"] == candidate.run_id
 

@@ -116,8 +116,12 @@ def test_kill_9_at_every_step_of_a_publication_is_repaired_by_the_next_run(prepa
     while True:
         root = tmp_path / f"crash-{crash_at}"
         shutil.copytree(template, root)
-        child = subprocess.run([sys.executable, "-c", _PUBLISH_AND_DIE, str(policy_path), str(root), str(crash_at)],
-                               capture_output=True, text=True, env={**os.environ})
+        child = subprocess.run(
+            [sys.executable, "-c", _PUBLISH_AND_DIE, str(policy_path), str(root), str(crash_at)],
+            capture_output=True,
+            text=True,
+            env={**os.environ},
+        )
         if child.returncode == 0:
             assert "completed" in child.stdout
             break

@@ -37,8 +37,21 @@ REPORTS = ("report.png", "report.html")
 
 
 def _release(root: Path, period: str) -> int:
-    return cli.main(["release", "--policy", str(root / "policy.yaml"), "--period", period, "--traces",
-                     str(root / f"traces-{period}.csv"), "--out", str(root / "out"), "--ledger", str(root / "ledger")])
+    return cli.main(
+        [
+            "release",
+            "--policy",
+            str(root / "policy.yaml"),
+            "--period",
+            period,
+            "--traces",
+            str(root / f"traces-{period}.csv"),
+            "--out",
+            str(root / "out"),
+            "--ledger",
+            str(root / "ledger"),
+        ]
+    )
 
 
 def _verify(root: Path) -> int:
@@ -114,9 +127,14 @@ def test_the_report_is_rendered_from_the_published_files_alone(published_q1, tmp
     assert len(kept) < len(truth)  # the fixture withholds B and C
     x0, y0 = kept["cell_id"].str.extract(r"mE(\d+)N(\d+)").astype(int).to_numpy().T
     from_truth = gpd.GeoDataFrame(
-        {"cell_id": kept["cell_id"].to_numpy(), "bucket_start": kept["bucket_start"].to_numpy(),
-         "n_devices": kept["n"].to_numpy()},
-        geometry=shapely.box(x0, y0, x0 + SIZE, y0 + SIZE), crs=cells.crs)
+        {
+            "cell_id": kept["cell_id"].to_numpy(),
+            "bucket_start": kept["bucket_start"].to_numpy(),
+            "n_devices": kept["n"].to_numpy(),
+        },
+        geometry=shapely.box(x0, y0, x0 + SIZE, y0 + SIZE),
+        crs=cells.crs,
+    )
     record = json.loads((folder / "release.json").read_text())
     view = report.release_view(from_truth, pd.read_parquet(folder / "margins.parquet"), record, policy)
     assert report.render_map_png(view) == (folder / "report.png").read_bytes()
@@ -192,14 +210,22 @@ def test_every_risk_figure_is_labelled_with_its_adversary(published_q1):
     assert rows and all(adversary == risk["adversary"] for _, adversary, _ in rows)
     values = {value for _, _, value in rows}
     ceilings = policy.risk.per_release_ceiling, policy.risk.cumulative_ceiling
-    for figure in (risk["release_figure"], risk["pooled"], risk["cumulative"], risk["headroom"], *ceilings,
-                   ceilings[0] - risk["release_figure"], ceilings[1] - risk["cumulative"]):
+    for figure in (
+        risk["release_figure"],
+        risk["pooled"],
+        risk["cumulative"],
+        risk["headroom"],
+        *ceilings,
+        ceilings[0] - risk["release_figure"],
+        ceilings[1] - risk["cumulative"],
+    ):
         assert f"{figure:.4g}" in values, figure
     page = (folder / "report.html").read_text()
     for name, count in record["counts"].items():
         if name == "published_by_level":  # one row per level (and time rung)
-            assert all(f"published figures at {level}" in page and f"<td>{n:,}</td>" in page
-                       for level, n in count.items()), count
+            assert all(
+                f"published figures at {level}" in page and f"<td>{n:,}</td>" in page for level, n in count.items()
+            ), count
         else:
             assert f"<td>{count:,}</td>" in page
     assert f"<td>{record['period']}</td>" in page and f"<td>{record['k']}</td>" in page
@@ -225,6 +251,7 @@ def test_a_release_published_before_reports_still_verifies(tmp_path, monkeypatch
     root.mkdir()
     two_quarter_policy(root)
     from spatial_release.stages import publish as publish_stage
+
     with monkeypatch.context() as patch:
         patch.setattr(publish_stage, "report_renderer", lambda policy: lambda staging, record: ())
         assert _release(root, "2018-Q1") == 0
@@ -234,7 +261,9 @@ def test_a_release_published_before_reports_still_verifies(tmp_path, monkeypatch
     assert _release(root, "2018-Q2") == 0 and _verify(root) == 0
     entries = [json.loads(line) for line in (root / "ledger" / ENTRIES).read_text().splitlines()]
     assert [sorted(e["files"]) for e in entries if e["kind"] == "release"] == [
-        ["cells.parquet", "margins.parquet"], ["cells.parquet", "margins.parquet", *sorted(REPORTS)]]
+        ["cells.parquet", "margins.parquet"],
+        ["cells.parquet", "margins.parquet", *sorted(REPORTS)],
+    ]
     # the markdown of the old release renders its map now, from its files
     markdown = report.report_markdown(old)
     assert base64.b64decode(DATA_URI.search(markdown).group(1)).startswith(PNG_SIGNATURE)
@@ -276,8 +305,14 @@ def test_column_schema_matches_the_files(published_q1):
 
 
 def test_table_preview_rounds_for_reading():
-    frame = pd.DataFrame({"area_id": ["x|y", "z"], "share": [0.0042858001679327695, 12345.678],
-                          "n": [1234567, 5], "bucket_start": pd.to_datetime(["2018-01-01 05:00"] * 2, utc=True)})
+    frame = pd.DataFrame(
+        {
+            "area_id": ["x|y", "z"],
+            "share": [0.0042858001679327695, 12345.678],
+            "n": [1234567, 5],
+            "bucket_start": pd.to_datetime(["2018-01-01 05:00"] * 2, utc=True),
+        }
+    )
     lines = report.table_preview(frame, n=1).splitlines()
     assert len(lines) == 3 and lines[0] == "| area_id | share | n | bucket_start |"
     assert lines[2] == "| x\\|y | 0.004286 | 1,234,567 | 2018-01-01 05:00 UTC |"
@@ -295,15 +330,26 @@ def test_every_string_of_the_page_is_escaped(published_q1):
 
 def test_zone_parents_are_the_union_of_their_zones(tmp_path):
     squares = [shapely.box(x, 0, x + 1000, 1000) for x in range(0, 4000, 1000)]
-    zones = gpd.GeoDataFrame({"zone": ["z1", "z2", "z3", "z4"], "district": ["d1", "d1", "d2", "d2"]},
-                             geometry=squares, crs="EPSG:32618")
+    zones = gpd.GeoDataFrame(
+        {"zone": ["z1", "z2", "z3", "z4"], "district": ["d1", "d1", "d2", "d2"]}, geometry=squares, crs="EPSG:32618"
+    )
     zones.to_file(tmp_path / "zones.geojson", driver="GeoJSON")
     data = policy_dict(str(tmp_path / "traces.csv"))
-    data["geometry"] = {"kind": "zones", "path": "zones.geojson", "id": "zone",
-                        "parents": [{"level": "district", "column": "district"}]}
+    data["geometry"] = {
+        "kind": "zones",
+        "path": "zones.geojson",
+        "id": "zone",
+        "parents": [{"level": "district", "column": "district"}],
+    }
     policy = load_policy(write_policy(tmp_path, data))
-    margins = pd.DataFrame({"level": ["district", "total"], "area_id": ["d2", "total"],
-                            "bucket_start": pd.to_datetime(["2018-01-01"] * 2, utc=True), "n_devices": [5, 9]})
+    margins = pd.DataFrame(
+        {
+            "level": ["district", "total"],
+            "area_id": ["d2", "total"],
+            "bucket_start": pd.to_datetime(["2018-01-01"] * 2, utc=True),
+            "n_devices": [5, 9],
+        }
+    )
     areas = report.view.area_geometries(margins, {"kind": "zones"}, zones.crs, policy)
     assert list(areas) == ["district"] and list(areas["district"].index) == ["d2"]  # only what is published
     assert shapely.equals(areas["district"].iloc[0], shapely.box(2000, 0, 4000, 1000))
@@ -315,14 +361,21 @@ def test_rendering_200k_published_rows_takes_seconds(published_q1):
     record = json.loads((_folder(published_q1) / "release.json").read_text())
     side, size = 150, 500
     ix, iy = (a.ravel() * size for a in np.meshgrid(np.arange(side), np.arange(side)))
-    ids = np.char.add(np.char.add(np.char.add("500mE", (580_000 + ix).astype(str)), "N"),
-                      (4_500_000 + iy).astype(str)).astype(object)
+    ids = np.char.add(
+        np.char.add(np.char.add("500mE", (580_000 + ix).astype(str)), "N"), (4_500_000 + iy).astype(str)
+    ).astype(object)
     buckets = pd.date_range("2018-01-01 05:00", periods=9, freq="7D", tz="UTC")
     n = len(ids) * len(buckets)
     x0, y0 = np.repeat(580_000 + ix, len(buckets)), np.repeat(4_500_000 + iy, len(buckets))
-    cells = gpd.GeoDataFrame({"cell_id": np.repeat(ids, len(buckets)), "bucket_start": np.tile(buckets, len(ids)),
-                              "n_devices": np.random.default_rng(0).integers(3, 400, n)},
-                             geometry=shapely.box(x0, y0, x0 + size, y0 + size), crs="EPSG:32618")
+    cells = gpd.GeoDataFrame(
+        {
+            "cell_id": np.repeat(ids, len(buckets)),
+            "bucket_start": np.tile(buckets, len(ids)),
+            "n_devices": np.random.default_rng(0).integers(3, 400, n),
+        },
+        geometry=shapely.box(x0, y0, x0 + size, y0 + size),
+        crs="EPSG:32618",
+    )
     margins = pd.DataFrame({"level": "total", "area_id": "total", "bucket_start": buckets, "n_devices": 10_000})
     assert len(cells) > 200_000
     start = time.perf_counter()

@@ -22,9 +22,15 @@ def _zones(frame: pd.DataFrame) -> pd.Series:
 
 traces_strategy = st.dictionaries(
     st.sampled_from([f"u{i}" for i in range(8)]),
-    st.lists(st.sampled_from([f"{z}:c{c}@b{b}" for z in "AB" for c in range(2) for b in range(3)]),
-             min_size=1, max_size=5, unique=True),
-    min_size=1, max_size=8)
+    st.lists(
+        st.sampled_from([f"{z}:c{c}@b{b}" for z in "AB" for c in range(2) for b in range(3)]),
+        min_size=1,
+        max_size=5,
+        unique=True,
+    ),
+    min_size=1,
+    max_size=8,
+)
 
 
 def test_p1_worst_is_one_over_the_smallest_count_in_the_zone():
@@ -104,8 +110,12 @@ def test_quarterly_worked_example():
         outcomes.append((d.status, None if d.cumulative is None else round(d.cumulative, 3)))
         if d.status != BLOCK:
             previous.append(figure)
-    assert outcomes == [(PUBLISH, 0.031), (PUBLISH, 0.074), (WARN, 0.119),
-                        (BLOCK, round(1 - 0.969 * 0.956 * 0.951 * 0.948, 3))]
+    assert outcomes == [
+        (PUBLISH, 0.031),
+        (PUBLISH, 0.074),
+        (WARN, 0.119),
+        (BLOCK, round(1 - 0.969 * 0.956 * 0.951 * 0.948, 3)),
+    ]
     for pooled in (0.004, 0.005, 0.006, 0.006):  # the pooled figures would have waved all four through
         assert decide(pooled, "pooled", [], 0.05, 0.20, 0.9).status == PUBLISH
 

@@ -20,8 +20,12 @@ PARTITION = "2018-01-01"
 
 
 def _settings(tmp_path: Path, policy: Path) -> dict:
-    return {"releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
-            "ledger_dir": str(tmp_path / "ledger"), "alerts_dir": str(tmp_path / "alerts")}
+    return {
+        "releases_dir": str(tmp_path / "releases"),
+        "work_dir": str(tmp_path / "work"),
+        "ledger_dir": str(tmp_path / "ledger"),
+        "alerts_dir": str(tmp_path / "alerts"),
+    }
 
 
 def _policy(tmp_path: Path, population: int = 10_000, model: str = "uniqueness") -> Path:
@@ -61,8 +65,9 @@ def test_risk_gate_blocks_a_sparse_zone(tmp_path):
     assert set(failed) == {"risk_budget"}
     assert "RiskBudgetExceeded" in failed["risk_budget"].description
     assert result.publish is None
-    assert "fixture/published_release" not in {m.asset_key.to_user_string()
-                                                for m in result.get_asset_materialization_events()}
+    assert "fixture/published_release" not in {
+        m.asset_key.to_user_string() for m in result.get_asset_materialization_events()
+    }
     assert not (tmp_path / "releases/fixture/2018-Q1").exists()
     assert not (tmp_path / "ledger/entries.jsonl").exists()
 
@@ -101,8 +106,7 @@ def test_crash_between_ledger_and_rename_rolls_forward(tmp_path, monkeypatch, cr
 
 
 def _sensor_context(tmp_path, policy, cursor=None):
-    return dg.build_sensor_context(cursor=cursor,
-                                   resources={"settings": ReleaseSettings(**_settings(tmp_path, policy))})
+    return dg.build_sensor_context(cursor=cursor, resources={"settings": ReleaseSettings(**_settings(tmp_path, policy))})
 
 
 def test_review_sensor_fires_on_new_releases_and_landscape_changes(tmp_path):
@@ -124,7 +128,8 @@ def test_review_sensor_fires_on_new_releases_and_landscape_changes(tmp_path):
 
 def _release_check(instance) -> tuple[bool, str]:
     record = instance.get_latest_asset_check_evaluation_record(
-        dg.AssetCheckKey(dg.AssetKey(["fixture", "published_release"]), "within_risk_budget"))
+        dg.AssetCheckKey(dg.AssetKey(["fixture", "published_release"]), "within_risk_budget")
+    )
     evaluation = record.event.dagster_event.event_specific_data
     return evaluation.passed, evaluation.partition
 
@@ -135,14 +140,16 @@ def test_review_flags_a_published_release_that_is_now_over_budget(tmp_path):
     with dg.instance_for_test() as instance:
         assert _run(tmp_path, policy, instance=instance).success
         resources = {"settings": ReleaseSettings(**_settings(tmp_path, policy))}
-        calm = dg.materialize([risk_review, published_within_budget], resources=resources, instance=instance,
-                              raise_on_error=False)
+        calm = dg.materialize(
+            [risk_review, published_within_budget], resources=resources, instance=instance, raise_on_error=False
+        )
         assert calm.success and all(e.passed for e in calm.get_asset_check_evaluations())
         assert _release_check(instance) == (True, PARTITION)
         # the world changes: the landscape now says the public population is tiny
         (tmp_path / "population.csv").write_text((tmp_path / "population.csv").read_text().replace("10000", "5"))
-        stormy = dg.materialize([risk_review, published_within_budget], resources=resources, instance=instance,
-                                raise_on_error=False)
+        stormy = dg.materialize(
+            [risk_review, published_within_budget], resources=resources, instance=instance, raise_on_error=False
+        )
         [evaluation] = [e for e in stormy.get_asset_check_evaluations() if e.check_name == "published_within_budget"]
         assert not evaluation.passed and "2018-Q1" in evaluation.description
         assert not stormy.success  # the breach fails the review run: the runs overview shows it red
@@ -161,8 +168,10 @@ def test_run_failure_sensor_turns_a_blocked_release_into_an_alert(tmp_path):
         assert not result.success
         [event] = instance.all_logs(result.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
         context = dg.build_run_status_sensor_context(
-            sensor_name="failed_run_alert", dagster_instance=instance,
-            dagster_run=instance.get_run_by_id(result.run_id), dagster_event=event.dagster_event,
+            sensor_name="failed_run_alert",
+            dagster_instance=instance,
+            dagster_run=instance.get_run_by_id(result.run_id),
+            dagster_event=event.dagster_event,
         ).for_run_failure()
         programme_for(policy).alert_sensor()(context)
         tags = instance.get_run_by_id(result.run_id).tags
@@ -179,9 +188,16 @@ def test_run_failure_sensor_turns_a_blocked_release_into_an_alert(tmp_path):
 # What a work area keeps after its retention: aggregates only (true counts for `spatial-release audit`,
 # the candidate and its manifest, summaries). Listed here, not taken from the code under test.
 KEPT_AFTER_RETENTION = {
-    "audit.internal.json", "candidate/cells.parquet", "candidate/margins.parquet", "candidate/manifest.json",
-    "candidate/withheld_cells.internal.parquet", "counts/cell_counts.parquet", "counts/counts.json",
-    "counts/margin_counts.parquet", "ingest/ingest.json", "risk/risk.json",
+    "audit.internal.json",
+    "candidate/cells.parquet",
+    "candidate/margins.parquet",
+    "candidate/manifest.json",
+    "candidate/withheld_cells.internal.parquet",
+    "counts/cell_counts.parquet",
+    "counts/counts.json",
+    "counts/margin_counts.parquet",
+    "ingest/ingest.json",
+    "risk/risk.json",
 }
 
 
@@ -195,9 +211,14 @@ def test_per_unit_data_is_pruned_after_retention_and_the_figure_still_counts(tmp
     work = tmp_path / "work"
     area = work / "fixture" / "2018-Q1"
     keys = stages.key_set_path(work, policy, "2018-Q1")
-    per_unit = [keys, area / "ingest/pings.parquet", area / "ingest/quarantine.parquet",
-                area / "counts/membership.internal.parquet", area / "counts/outside.parquet",
-                area / "audit_intervals.internal.parquet"]
+    per_unit = [
+        keys,
+        area / "ingest/pings.parquet",
+        area / "ingest/quarantine.parquet",
+        area / "counts/membership.internal.parquet",
+        area / "counts/outside.parquet",
+        area / "audit_intervals.internal.parquet",
+    ]
     assert all(p.exists() for p in per_unit)
     assert stages.prune_per_unit_artefacts(policy, ledger, work) == []  # within retention: kept
     assert all(p.exists() for p in per_unit)
@@ -209,7 +230,6 @@ def test_per_unit_data_is_pruned_after_retention_and_the_figure_still_counts(tmp
     # still within retention by the clock: a missing key set is an error, never silently skipped
     with pytest.raises(FileNotFoundError, match="missing within their retention"):
         stages.review_programme(policy, ledger, work)
-
 
 
 def test_an_audit_after_retention_does_not_write_the_intervals_back(tmp_path, monkeypatch):
@@ -233,8 +253,16 @@ def test_an_audit_after_retention_does_not_write_the_intervals_back(tmp_path, mo
             return later
 
     monkeypatch.setattr(cli_module, "datetime", Later)
-    argv = ["audit", str(tmp_path / "releases/fixture/2018-Q1"), "--policy", str(policy_path), "--work", str(work),
-            "--ledger", str(tmp_path / "ledger")]
+    argv = [
+        "audit",
+        str(tmp_path / "releases/fixture/2018-Q1"),
+        "--policy",
+        str(policy_path),
+        "--work",
+        str(work),
+        "--ledger",
+        str(tmp_path / "ledger"),
+    ]
     assert cli_module.main(argv) == 0
     assert not intervals.exists()
     monkeypatch.setattr(cli_module, "datetime", datetime)  # control: within retention the audit keeps them
@@ -263,8 +291,10 @@ def test_a_policy_without_a_risk_section_cannot_publish(tmp_path):
     from spatial_release.cli import root_cause
 
     failures = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
-    assert any("no 'risk' section: a release without a risk estimate is blocked"
-               in root_cause(e.step_failure_data.error) for e in failures)
+    assert any(
+        "no 'risk' section: a release without a risk estimate is blocked" in root_cause(e.step_failure_data.error)
+        for e in failures
+    )
     assert not (tmp_path / "releases/fixture/2018-Q1").exists()
 
 

@@ -31,6 +31,7 @@ PERIOD = Period.parse("2018-Q1")
 
 # ------------------------------------------------------------------ the reference: the in-memory estimator
 
+
 class _ReferenceIndex:
     """The inverted index as it was: built from the pairs by a lexsort, postings as int64."""
 
@@ -42,13 +43,12 @@ class _ReferenceIndex:
 
     def anonymity(self, keys: list[int]) -> int:
         ordered = sorted(keys, key=lambda k: (self.ends[k] - self.starts[k], k))
-        current = self.units[self.starts[ordered[0]]:self.ends[ordered[0]]]
+        current = self.units[self.starts[ordered[0]] : self.ends[ordered[0]]]
         for key in ordered[1:]:
             if len(current) <= 1:
                 break
-            current = _intersect_sorted(current, self.units[self.starts[key]:self.ends[key]])
+            current = _intersect_sorted(current, self.units[self.starts[key] : self.ends[key]])
         return max(len(current), 1)
-
 
 
 @pytest.fixture
@@ -57,20 +57,24 @@ def fixture_policy(tmp_path, fixture_traces):
     return load_policy(write_policy(tmp_path, uniqueness_policy_dict(str(fixture_traces))))
 
 
-def reference_draws(by_unit: list[np.ndarray], zones_of_key: np.ndarray, params: RiskParams
-                    ) -> list[list[list[int]]]:
+def reference_draws(by_unit: list[np.ndarray], zones_of_key: np.ndarray, params: RiskParams) -> list[list[list[int]]]:
     """The knowledge sets of each (unit, anchor zone) entry, in unit then zone order, as the estimator specifies
     them, in plain Python. Exhaustive: each anchor with each (p - 1)-subset of the other keys. Sampled, per draw
     (row r = entry * S + draw): the anchor is the floor(U0[r] * a)-th of the unit's a keys in the zone, then
     each other key the floor(U_j[r] * remaining)-th of the unit's keys not yet known (anchor excluded); U0,
     U_1, ... drawn in that order, one value per row each."""
-    entries = [(keys, keys[zones_of_key[keys] == zone]) for keys in by_unit
-               for zone in sorted(set(zones_of_key[keys]))]
+    entries = [(keys, keys[zones_of_key[keys] == zone]) for keys in by_unit for zone in sorted(set(zones_of_key[keys]))]
     if params.exhaustive:
-        return [[[int(anchor), *rest] for anchor in anchors
-                 for rest in itertools.combinations([int(k) for k in keys if k != anchor],
-                                                    min(params.points - 1, len(keys) - 1))]
-                for keys, anchors in entries]
+        return [
+            [
+                [int(anchor), *rest]
+                for anchor in anchors
+                for rest in itertools.combinations(
+                    [int(k) for k in keys if k != anchor], min(params.points - 1, len(keys) - 1)
+                )
+            ]
+            for keys, anchors in entries
+        ]
     rows = len(entries) * params.draws
     rng = np.random.default_rng(params.seed)
     u0 = rng.random(rows)
@@ -89,8 +93,9 @@ def reference_draws(by_unit: list[np.ndarray], zones_of_key: np.ndarray, params:
     return drawn
 
 
-def reference_estimate(unit_keys: pd.DataFrame, key_zone: pd.Series, params: RiskParams,
-                       population: dict[str, float] | None = None) -> RiskReport:
+def reference_estimate(
+    unit_keys: pd.DataFrame, key_zone: pd.Series, params: RiskParams, population: dict[str, float] | None = None
+) -> RiskReport:
     pairs = unit_keys[["unit", "key"]].drop_duplicates()
     unit_codes, units = pd.factorize(pairs["unit"], sort=True)
     key_codes, keys = pd.factorize(pairs["key"], sort=True)
@@ -111,11 +116,18 @@ def reference_estimate(unit_keys: pd.DataFrame, key_zone: pd.Series, params: Ris
     zones_out = []
     for zone in sorted(means):
         share = min(1.0, len(means[zone]) / population[zone]) if population and population.get(zone) else None
-        journalist = (None if share is None else
-                      float(np.mean([np.mean(np.minimum(1.0, share * r)) for r in draws[zone]])))
-        zones_out.append(ZoneRisk(str(zone), len(means[zone]), float(np.mean(means[zone])),
-                                  float(np.mean(np.array(means[zone]) > params.threshold)),
-                                  float(np.max(worsts[zone])), journalist, share))
+        journalist = None if share is None else float(np.mean([np.mean(np.minimum(1.0, share * r)) for r in draws[zone]]))
+        zones_out.append(
+            ZoneRisk(
+                str(zone),
+                len(means[zone]),
+                float(np.mean(means[zone])),
+                float(np.mean(np.array(means[zone]) > params.threshold)),
+                float(np.max(worsts[zone])),
+                journalist,
+                share,
+            )
+        )
     pooled = [m for zone in sorted(means) for m in means[zone]]
     return RiskReport(zones_out, float(np.mean(pooled)) if pooled else 0.0, len(units), len(keys))
 
@@ -149,24 +161,40 @@ def _same(report: RiskReport, reference: RiskReport) -> None:
 
 # ------------------------------------------------------------------ through the stages
 
+
 def _assess_both(ctx: stages.ReleaseContext, ledger: Ledger):
     assessment = stages.run_risk(ctx, ledger)
     policy = ctx.policy
     keys = reference_released_keys(ctx)
     streamed = pd.read_parquet(ctx.area.unit_keys)
-    assert set(map(tuple, streamed[["unit", "key", "cell_id"]].to_numpy().tolist())) == \
-        set(map(tuple, keys.to_numpy().tolist()))
+    assert set(map(tuple, streamed[["unit", "key", "cell_id"]].to_numpy().tolist())) == set(
+        map(tuple, keys.to_numpy().tolist())
+    )
     landscape_path = policy.resolve(policy.risk.landscape)
     landscape, _ = load_landscape(landscape_path)
     zone_of_key = pd.Series(_risk_zone_of(ctx, keys["cell_id"]).to_numpy(), index=keys["key"].to_numpy())
-    reference = reference_estimate(keys, zone_of_key[~zone_of_key.index.duplicated()], landscape.params(),
-                                   zone_population(policy, landscape, landscape_path, ctx.layers))
+    reference = reference_estimate(
+        keys,
+        zone_of_key[~zone_of_key.index.duplicated()],
+        landscape.params(),
+        zone_population(policy, landscape, landscape_path, ctx.layers),
+    )
     worst, figure = release_figure(reference, Adversary(landscape.adversary))
-    decision = decide(figure, worst.zone if worst else None, [], policy.risk.per_release_ceiling,
-                      policy.risk.cumulative_ceiling, policy.risk.warn_at)
+    decision = decide(
+        figure,
+        worst.zone if worst else None,
+        [],
+        policy.risk.per_release_ceiling,
+        policy.risk.cumulative_ceiling,
+        policy.risk.warn_at,
+    )
     assert assessment.zones == labelled_zones(reference.frame())
-    assert (assessment.status, assessment.release_figure, assessment.worst_zone, assessment.cumulative) == \
-        (decision.status, figure, decision.worst_zone, decision.cumulative)
+    assert (assessment.status, assessment.release_figure, assessment.worst_zone, assessment.cumulative) == (
+        decision.status,
+        figure,
+        decision.worst_zone,
+        decision.cumulative,
+    )
     assert (assessment.units, assessment.keys) == (reference.units, reference.keys)
     # the publish step derives the key sets again from the work area, without the key set file
     again = stages.assess_risk(ctx, ledger)
@@ -198,15 +226,22 @@ def test_fixture_decision_is_the_reference_one_when_blocked_too(tmp_path, popula
 
 def test_synthetic_hourly_release_has_the_reference_figures(tmp_path):
     """Generated pings (the project's generator) at 500 m x hour, risk zones the 2 km parents, p = 4."""
-    traces = write_pings(generate_pings(SyntheticConfig(persons=400, days=5, start=date(2018, 1, 8))),
-                         tmp_path / "pings.csv")
-    (tmp_path / "landscape.yaml").write_text(yaml.safe_dump(
-        {"version": 1, "points": 4, "draws": 6, "panel": "whole", "adversary": "prosecutor"}))
-    data = uniqueness_policy_dict(str(traces), name="synthetic", geometry={
-        "kind": "grid", "crs": "EPSG:32618", "size_m": 500, "parents_m": [2000]},
-        time={"bucket": "1h", "timezone": "America/New_York"}, suppression={"budget": 1.0})
-    data["source"].update(unit="device_id", time="local_time", identifiers=["device_id", "imsi", "age_band"],
-                          max_rejected_share=0.01)
+    traces = write_pings(
+        generate_pings(SyntheticConfig(persons=400, days=5, start=date(2018, 1, 8))), tmp_path / "pings.csv"
+    )
+    (tmp_path / "landscape.yaml").write_text(
+        yaml.safe_dump({"version": 1, "points": 4, "draws": 6, "panel": "whole", "adversary": "prosecutor"})
+    )
+    data = uniqueness_policy_dict(
+        str(traces),
+        name="synthetic",
+        geometry={"kind": "grid", "crs": "EPSG:32618", "size_m": 500, "parents_m": [2000]},
+        time={"bucket": "1h", "timezone": "America/New_York"},
+        suppression={"budget": 1.0},
+    )
+    data["source"].update(
+        unit="device_id", time="local_time", identifiers=["device_id", "imsi", "age_band"], max_rejected_share=0.01
+    )
     data["risk"].update(zones="grid_2000m", per_release_ceiling=0.5, cumulative_ceiling=1.0)
     (tmp_path / "policy.yaml").write_text(yaml.safe_dump(data))
     ctx = stages.ReleaseContext(load_policy(tmp_path / "policy.yaml"), PERIOD, tmp_path / "work")
@@ -218,6 +253,7 @@ def test_synthetic_hourly_release_has_the_reference_figures(tmp_path):
 
 
 # ------------------------------------------------------------------ generated key set tables, several files
+
 
 def _generated(seed: int, units: int, text_units: bool) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
@@ -238,8 +274,10 @@ def _zone_of_cells(cells: pd.Series) -> pd.Series:
 
 
 @pytest.mark.parametrize("text_units", [False, True])
-@pytest.mark.parametrize("params", [RiskParams(points=4, draws=8, seed=3), RiskParams(points=1, draws=3),
-                                    RiskParams(points=3, draws=20, threshold=0.05)])
+@pytest.mark.parametrize(
+    "params",
+    [RiskParams(points=4, draws=8, seed=3), RiskParams(points=1, draws=3), RiskParams(points=3, draws=20, threshold=0.05)],
+)
 def test_generated_window_over_files_has_the_reference_figures(tmp_path, params, text_units):
     parts = [_generated(seed, units, text_units) for seed, units in ((1, 700), (2, 400), (3, 500))]
     parts[1] = pd.concat([parts[1], parts[1].head(50)])  # a repeated (unit, key) counts once
@@ -287,8 +325,9 @@ def test_generated_exhaustive_mode_has_the_reference_figures(tmp_path):
 def test_a_key_without_a_zone_is_refused():
     frame = _generated(5, 20, False)
     with pytest.raises(ValueError, match="keys without a risk zone"):
-        window_key_sets(["SELECT * FROM current_keys"], lambda cells: _zone_of_cells(cells).iloc[1:],
-                        {"current_keys": frame})
+        window_key_sets(
+            ["SELECT * FROM current_keys"], lambda cells: _zone_of_cells(cells).iloc[1:], {"current_keys": frame}
+        )
 
 
 def test_the_publish_step_reuses_the_estimate_only_for_byte_identical_inputs(tmp_path, fixture_policy, monkeypatch):

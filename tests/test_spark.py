@@ -39,12 +39,25 @@ def _run(kind: str, policy, pings: pd.DataFrame, tmp_path: Path) -> dict:
     with open_engine(kind, scratch=tmp_path / f"scratch_{kind}", spark_settings=settings) as engine:
         # the pipeline's way: projection fitted to the pings' extent, small keys, one-pass presence
         result = stages.count_validated_pings(policy, PERIOD, [src], tmp_path / kind, engine, silent)
-    frames = {name: pd.read_parquet(path) for name, path in [
-        ("cells", result.cell_counts_path), ("margins", result.margin_counts_path),
-        ("membership", result.membership_path), ("outside", result.outside_path)]}
+    frames = {
+        name: pd.read_parquet(path)
+        for name, path in [
+            ("cells", result.cell_counts_path),
+            ("margins", result.margin_counts_path),
+            ("membership", result.membership_path),
+            ("outside", result.outside_path),
+        ]
+    }
     frames = {name: f.sort_values(list(f.columns)).reset_index(drop=True) for name, f in frames.items()}
-    frames["summary"] = (result.groups, result.units, result.unit_buckets, result.pings_located,
-                         result.pings_outside, result.unsure_coordinates, result.linked_covers_main)
+    frames["summary"] = (
+        result.groups,
+        result.units,
+        result.unit_buckets,
+        result.pings_located,
+        result.pings_outside,
+        result.unsure_coordinates,
+        result.linked_covers_main,
+    )
     return frames
 
 
@@ -60,8 +73,14 @@ def _hourly_pings_across_dst(lon: np.ndarray, lat: np.ndarray, int_ids: bool) ->
     base = pd.Timestamp("2018-03-10T12:00:00Z")
     ts = [base + timedelta(minutes=int(m)) for m in rng.integers(0, 3 * 24 * 60, len(lon))]
     units = rng.integers(0, 400, len(lon))
-    return pd.DataFrame({"unit": units if int_ids else [f"dev-{u:05d}" for u in units],
-                         "ts": pd.to_datetime(ts, utc=True), "lon": lon, "lat": lat})
+    return pd.DataFrame(
+        {
+            "unit": units if int_ids else [f"dev-{u:05d}" for u in units],
+            "ts": pd.to_datetime(ts, utc=True),
+            "lon": lon,
+            "lat": lat,
+        }
+    )
 
 
 @pytest.mark.parametrize("measure, int_ids", [("presence", True), ("presence", False), ("visitors", False)])
@@ -69,9 +88,12 @@ def test_spark_grid_counts_equal_duckdb(tmp_path, measure, int_ids):
     # +-50 km (the fitted polynomial) or +-500 km (the full formula)
     lon, lat = _edge_points("EPSG:32618", 250, 6000, seed=21, spread=200 if int_ids else 2000)
     pings = _hourly_pings_across_dst(lon, lat, int_ids)
-    data = policy_dict("unused.csv", measure=measure,
-                       geometry={"kind": "grid", "crs": "EPSG:32618", "size_m": 250, "parents_m": [1000, 4000]},
-                       time={"bucket": "1h", "timezone": "America/New_York"})
+    data = policy_dict(
+        "unused.csv",
+        measure=measure,
+        geometry={"kind": "grid", "crs": "EPSG:32618", "size_m": 250, "parents_m": [1000, 4000]},
+        time={"bucket": "1h", "timezone": "America/New_York"},
+    )
     policy = parse_policy(data, tmp_path / "inline.yaml")
     duck, spark = _run("duckdb", policy, pings, tmp_path), _run("spark", policy, pings, tmp_path)
     assert len(duck["cells"]) > 1000 and duck["summary"][5] > 0  # a real table, with edge points resolved exactly
@@ -79,13 +101,24 @@ def test_spark_grid_counts_equal_duckdb(tmp_path, measure, int_ids):
 
 
 def test_spark_zones_with_linked_zoning_and_outside_pings_equal_duckdb(tmp_path):
-    main = gpd.GeoDataFrame({"zone": ["z1", "z2", "z3"], "district": ["d1", "d1", "d2"]},
-                            geometry=[box(-74.10, 40.70, -74.05, 40.75), box(-74.05, 40.70, -74.00, 40.75),
-                                      box(-74.00, 40.70, -73.95, 40.75)], crs="EPSG:4326")
-    blocks = gpd.GeoDataFrame({"block": [f"b{i:03d}" for i in range(40)]},
-                              geometry=[box(-74.10 + 0.0375 * (i % 4), 40.70 + 0.005 * (i // 4),
-                                            -74.10 + 0.0375 * (i % 4 + 1), 40.70 + 0.005 * (i // 4 + 1))
-                                        for i in range(40)], crs="EPSG:4326")
+    main = gpd.GeoDataFrame(
+        {"zone": ["z1", "z2", "z3"], "district": ["d1", "d1", "d2"]},
+        geometry=[box(-74.10, 40.70, -74.05, 40.75), box(-74.05, 40.70, -74.00, 40.75), box(-74.00, 40.70, -73.95, 40.75)],
+        crs="EPSG:4326",
+    )
+    blocks = gpd.GeoDataFrame(
+        {"block": [f"b{i:03d}" for i in range(40)]},
+        geometry=[
+            box(
+                -74.10 + 0.0375 * (i % 4),
+                40.70 + 0.005 * (i // 4),
+                -74.10 + 0.0375 * (i % 4 + 1),
+                40.70 + 0.005 * (i // 4 + 1),
+            )
+            for i in range(40)
+        ],
+        crs="EPSG:4326",
+    )
     main.to_file(tmp_path / "main.geojson", driver="GeoJSON")
     blocks.to_file(tmp_path / "blocks.geojson", driver="GeoJSON")
     rng = np.random.default_rng(3)
@@ -93,12 +126,24 @@ def test_spark_zones_with_linked_zoning_and_outside_pings_equal_duckdb(tmp_path)
     lon = np.concatenate([rng.uniform(-74.12, -73.93, n), np.full(200, -74.05)])
     lat = np.concatenate([rng.uniform(40.69, 40.76, n), rng.uniform(40.70, 40.75, 200)])
     pings = _hourly_pings_across_dst(lon, lat, int_ids=False)
-    data = policy_dict("unused.csv", geometry={
-        "kind": "zones", "path": str(tmp_path / "main.geojson"), "id": "zone",
-        "parents": [{"level": "district", "column": "district"}],
-        "linked": [{"name": "block", "path": str(tmp_path / "blocks.geojson"), "id": "block",
-                    "parents": [{"level": "row", "prefix": 3}]}]},
-        time={"bucket": "1d", "timezone": "America/New_York"})
+    data = policy_dict(
+        "unused.csv",
+        geometry={
+            "kind": "zones",
+            "path": str(tmp_path / "main.geojson"),
+            "id": "zone",
+            "parents": [{"level": "district", "column": "district"}],
+            "linked": [
+                {
+                    "name": "block",
+                    "path": str(tmp_path / "blocks.geojson"),
+                    "id": "block",
+                    "parents": [{"level": "row", "prefix": 3}],
+                }
+            ],
+        },
+        time={"bucket": "1d", "timezone": "America/New_York"},
+    )
     policy = parse_policy(data, tmp_path / "inline.yaml")
     duck, spark = _run("duckdb", policy, pings, tmp_path), _run("spark", policy, pings, tmp_path)
     assert duck["summary"][4] > 0 and len(duck["outside"]) == duck["summary"][4]

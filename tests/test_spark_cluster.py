@@ -105,28 +105,67 @@ class Cluster:
         conf_dir = self.root / "conf"  # empty: no spark-defaults.conf or spark-env.sh of the machine
         for folder in (conf_dir, self.scratch, self.root / "logs"):
             folder.mkdir(parents=True)
-        env = self.env = {**os.environ, "SPARK_HOME": str(spark_class.parents[1]), "SPARK_CONF_DIR": str(conf_dir),
-                          "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": "256m",
-                          "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM, "PYSPARK_PYTHON": sys.executable}
+        env = self.env = {
+            **os.environ,
+            "SPARK_HOME": str(spark_class.parents[1]),
+            "SPARK_CONF_DIR": str(conf_dir),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_DAEMON_MEMORY": "256m",
+            "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM,
+            "PYSPARK_PYTHON": sys.executable,
+        }
         env.pop("SPARK_MASTER", None)
-        self._spawn("master", [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                               "--port", self.master_port, "--webui-port", self.master_ui], env)
+        self._spawn(
+            "master",
+            [
+                spark_class,
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                self.master_port,
+                "--webui-port",
+                self.master_ui,
+            ],
+            env,
+        )
         for i, ui in enumerate(self.worker_uis):
             work = self.worker_dir(i)
             for folder in (work, work / "local", work / "apps"):  # as on a cluster: folders others may enter
                 folder.mkdir()
                 folder.chmod(0o755)
-            self._spawn(f"worker{i}", [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                                       "--webui-port", ui, "--cores", "1", "--memory", "768m",
-                                       "--work-dir", work / "apps", self.url],
-                        {**env, "SPARK_LOCAL_DIRS": str(work / "local")})
+            self._spawn(
+                f"worker{i}",
+                [
+                    spark_class,
+                    "org.apache.spark.deploy.worker.Worker",
+                    "--host",
+                    "127.0.0.1",
+                    "--webui-port",
+                    ui,
+                    "--cores",
+                    "1",
+                    "--memory",
+                    "768m",
+                    "--work-dir",
+                    work / "apps",
+                    self.url,
+                ],
+                {**env, "SPARK_LOCAL_DIRS": str(work / "local")},
+            )
         self._wait_for_workers()
 
     def _spawn(self, name: str, command: list, env: dict, preexec=_daemon_preexec) -> subprocess.Popen:
         log = open(self.root / "logs" / f"{name}.log", "wb")
         with log:
-            process = subprocess.Popen([str(c) for c in command], env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                       stderr=subprocess.STDOUT, preexec_fn=preexec)
+            process = subprocess.Popen(
+                [str(c) for c in command],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=preexec,
+            )
         self.processes.append((name, process))
         return process
 
@@ -157,8 +196,10 @@ class Cluster:
         raise RuntimeError(f"two workers did not register within {START_TIMEOUT} s: {state}\n{self.log_tails()}")
 
     def log_tails(self) -> str:
-        return "\n".join(f"--- {log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-                         for log in sorted((self.root / "logs").glob("*.log")))
+        return "\n".join(
+            f"--- {log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+            for log in sorted((self.root / "logs").glob("*.log"))
+        )
 
     def alive(self) -> list[str]:
         """The daemons whose process group still has a process (a daemon or one of its executors)."""
@@ -225,24 +266,40 @@ def _traces(path: Path) -> Path:
     minutes = rng.integers(0, 3 * 24 * 60, n)
     when = pd.Timestamp("2018-01-09 00:00:00") + pd.to_timedelta(minutes, unit="min")
     devices = rng.integers(0, 400, n)
-    extra = pd.DataFrame({"device": [f"g{d:04d}" for d in devices], "when": when.strftime("%Y-%m-%d %H:%M:%S"),
-                          "lon": np.round(lon, 7), "lat": np.round(lat, 7),
-                          "gender": np.where(devices % 2 == 0, "f", "m")})
+    extra = pd.DataFrame(
+        {
+            "device": [f"g{d:04d}" for d in devices],
+            "when": when.strftime("%Y-%m-%d %H:%M:%S"),
+            "lon": np.round(lon, 7),
+            "lat": np.round(lat, 7),
+            "gender": np.where(devices % 2 == 0, "f", "m"),
+        }
+    )
     pd.concat([fixture_pings(), extra], ignore_index=True).to_csv(path, index=False)
     return path
 
 
 def _tables(area: stages.WorkArea) -> dict[str, pd.DataFrame]:
     cells, margins = stages.read_true_counts(area)
-    frames = {"cells": cells, "margins": margins,
-              "membership": pd.read_parquet(area.counts / "membership.internal.parquet"),
-              "outside": pd.read_parquet(area.counts / "outside.parquet")}
+    frames = {
+        "cells": cells,
+        "margins": margins,
+        "membership": pd.read_parquet(area.counts / "membership.internal.parquet"),
+        "outside": pd.read_parquet(area.counts / "outside.parquet"),
+    }
     return {name: f.sort_values(list(f.columns)).reset_index(drop=True) for name, f in frames.items()}
 
 
 def _facts(summary) -> tuple:
-    return (summary.groups, summary.units, summary.unit_buckets, summary.pings_located,
-            summary.pings_outside_geometry, summary.unsure_coordinates, summary.linked_covers_main)
+    return (
+        summary.groups,
+        summary.units,
+        summary.unit_buckets,
+        summary.pings_located,
+        summary.pings_outside_geometry,
+        summary.unsure_coordinates,
+        summary.linked_covers_main,
+    )
 
 
 def _group_or_world_bits(path: Path) -> int:
@@ -262,11 +319,18 @@ def test_counting_on_a_standalone_cluster_equals_duckdb_with_owner_only_files(tm
 
     # The Spark driver runs in its own process: Ctrl-C then reaches pytest at once (a Python process blocked
     # in a long Py4J call only sees it when the call returns), and a hung driver is a failure, not a hang.
-    spec = {"policy": data, "policy_path": str(tmp_path / "inline.yaml"), "work": str(spark_ctx.work_root),
-            "master": spark_cluster.url, "scratch": str(spark_cluster.scratch), "master_ui": spark_cluster.master_ui,
-            "worker_uis": spark_cluster.worker_uis, "worker_local": [str(spark_cluster.worker_dir(i) / "local")
-                                                                    for i in range(2)],
-            "top": str(spark_cluster.root), "report": str(tmp_path / "driver-report.json")}
+    spec = {
+        "policy": data,
+        "policy_path": str(tmp_path / "inline.yaml"),
+        "work": str(spark_ctx.work_root),
+        "master": spark_cluster.url,
+        "scratch": str(spark_cluster.scratch),
+        "master_ui": spark_cluster.master_ui,
+        "worker_uis": spark_cluster.worker_uis,
+        "worker_local": [str(spark_cluster.worker_dir(i) / "local") for i in range(2)],
+        "top": str(spark_cluster.root),
+        "report": str(tmp_path / "driver-report.json"),
+    }
     (tmp_path / "driver-spec.json").write_text(json.dumps(spec))
     t_duck = time.monotonic()
     driver = spark_cluster.run_driver([sys.executable, __file__, str(tmp_path / "driver-spec.json")])
@@ -300,25 +364,36 @@ def test_counting_on_a_standalone_cluster_equals_duckdb_with_owner_only_files(tm
     scratch = spark_cluster.scratch / spark_ctx.area.root.parent.name / spark_ctx.area.root.name  # <dataset>/<period>
     written = list(scratch.rglob("*"))
     assert any(p.name.startswith("part-") and p.suffix == ".parquet" for p in written), written
-    readable = [(str(p), oct(stat.S_IMODE(p.lstat().st_mode)))
-                for p in [scratch, *written, *spark_ctx.area.root.rglob("*")] if _group_or_world_bits(p)]
+    readable = [
+        (str(p), oct(stat.S_IMODE(p.lstat().st_mode)))
+        for p in [scratch, *written, *spark_ctx.area.root.rglob("*")]
+        if _group_or_world_bits(p)
+    ]
     assert readable == [], readable
     assert report["shuffle_files"] > 0 and report["exposed"] == [], report
 
     # every daemon, executor and the driver stop with the cluster
     spark_cluster.stop()
     assert spark_cluster.alive() == []
-    print(f"ingest + duckdb {t_duck - started:.1f} s, spark driver {t_spark - t_duck:.1f} s "
-          f"(session {report['session_s']:.1f} s, counting {report['counting_s']:.1f} s), "
-          f"checks and stop {time.monotonic() - t_spark:.1f} s")
+    print(
+        f"ingest + duckdb {t_duck - started:.1f} s, spark driver {t_spark - t_duck:.1f} s "
+        f"(session {report['session_s']:.1f} s, counting {report['counting_s']:.1f} s), "
+        f"checks and stop {time.monotonic() - t_spark:.1f} s"
+    )
 
 
-SPARK_CONF = {"spark.executor.memory": "512m", "spark.executor.cores": "1", "spark.cores.max": "2",
-              # start work only once both executors are there
-              "spark.scheduler.minRegisteredResourcesRatio": "1.0",
-              "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
-              "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-              "spark.driver.extraJavaOptions": QUICK_JVM, "spark.executor.extraJavaOptions": QUICK_JVM}
+SPARK_CONF = {
+    "spark.executor.memory": "512m",
+    "spark.executor.cores": "1",
+    "spark.cores.max": "2",
+    # start work only once both executors are there
+    "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+    "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.extraJavaOptions": QUICK_JVM,
+    "spark.executor.extraJavaOptions": QUICK_JVM,
+}
 
 
 def _drive(spec: dict) -> None:
@@ -326,20 +401,25 @@ def _drive(spec: dict) -> None:
     master, the workers and the workers' local folders showed while the application ran."""
     policy = parse_policy(spec["policy"], Path(spec["policy_path"]))
     ctx = stages.ReleaseContext(policy, PERIOD, Path(spec["work"]))
-    resource = CountingEngine(engine="spark", spark_master=spec["master"], scratch_dir=spec["scratch"],
-                              spark_conf=SPARK_CONF)
+    resource = CountingEngine(
+        engine="spark", spark_master=spec["master"], scratch_dir=spec["scratch"], spark_conf=SPARK_CONF
+    )
     started = time.monotonic()
     with resource.open(ctx.area) as engine:
-        report = {"app_id": engine.spark.sparkContext.applicationId, "engine_master": engine.describe()["master"],
-                  "session_s": time.monotonic() - started}
+        report = {
+            "app_id": engine.spark.sparkContext.applicationId,
+            "engine_master": engine.describe()["master"],
+            "session_s": time.monotonic() - started,
+        }
         stages.run_counts(ctx, engine)
         report["counting_s"] = time.monotonic() - started - report["session_s"]
         report["master"] = _get_json(spec["master_ui"])
         report["workers"] = [_get_json(ui) for ui in spec["worker_uis"]]
         shuffle = [p for folder in spec["worker_local"] for p in Path(folder).rglob("*") if p.is_file()]
         report["shuffle_files"] = len(shuffle)
-        report["exposed"] = [(str(p), oct(stat.S_IMODE(p.lstat().st_mode))) for p in shuffle
-                             if _reachable_by_others(p, Path(spec["top"]))]
+        report["exposed"] = [
+            (str(p), oct(stat.S_IMODE(p.lstat().st_mode))) for p in shuffle if _reachable_by_others(p, Path(spec["top"]))
+        ]
         engine.spark.stop()
     Path(spec["report"]).write_text(json.dumps(report))
 

@@ -26,8 +26,12 @@ def test_a_quarterly_policy_has_no_monthly_partition(tmp_path):
     traces = tmp_path / "traces.csv"
     fixture_pings().to_csv(traces, index=False)
     programme = programme_for(write_policy(tmp_path, policy_dict(str(traces))))  # a quarterly programme
-    settings = {"releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
-                "ledger_dir": str(tmp_path / "ledger"), "alerts_dir": str(tmp_path / "alerts")}
+    settings = {
+        "releases_dir": str(tmp_path / "releases"),
+        "work_dir": str(tmp_path / "work"),
+        "ledger_dir": str(tmp_path / "ledger"),
+        "alerts_dir": str(tmp_path / "alerts"),
+    }
     with pytest.raises(dg.DagsterUnknownPartitionError):
         execute_release(programme, "2018-02-01", settings)
     assert not (tmp_path / "work" / "fixture").exists()  # refused before anything is written

@@ -47,8 +47,12 @@ def test_empty_areas_stay_empty_and_match_the_published_zeros_list(pings):
 
 def test_periphery_is_sparse(pings):
     grid = Grid(GridGeometry(kind="grid", crs="EPSG:32618", size_m=500))
-    per_cell = pd.Series(grid.locate(pings["lon"].to_numpy(), pings["lat"].to_numpy())).groupby(
-        pings["device_id"].to_numpy()).first().value_counts()
+    per_cell = (
+        pd.Series(grid.locate(pings["lon"].to_numpy(), pings["lat"].to_numpy()))
+        .groupby(pings["device_id"].to_numpy())
+        .first()
+        .value_counts()
+    )
     assert per_cell.max() > 10 * per_cell.median()  # a dense core and a long tail of sparse cells
 
 

@@ -30,8 +30,9 @@ OPTIONS = (WITHDRAW, COARSER, ACCEPT)
 FIX_INPUT = "fix the input (the trace files, the zeros list or the policy) and run the release again"
 # A full disk stopped the run: nothing to withdraw or accept; a publication the ledger recorded before the
 # disk filled is finished by the next run, under the ledger lock; one it did not record is set aside.
-FREE_SPACE = ("free space on the device and run the release again: it finishes a publication the ledger "
-              "recorded, or publishes afresh")
+FREE_SPACE = (
+    "free space on the device and run the release again: it finishes a publication the ledger recorded, or publishes afresh"
+)
 
 # The fields of an offending row that name a place; nothing else of a row reaches an alert.
 PLACE_KEYS = {"cell_id": "cell", "area_id": None, "zone": "zone"}
@@ -190,14 +191,30 @@ class Alert:
             set_(self, "published", self.kind not in ("blocked_release", "disk_full"))
 
     @classmethod
-    def build(cls, kind: AlertKind, dataset: str, period: str, check: str, reason: str,
-              offending: Iterable[Place | Mapping[str, Any] | str] = (), *, never: Iterable[str] = (),
-              **rest: Any) -> Alert:
+    def build(
+        cls,
+        kind: AlertKind,
+        dataset: str,
+        period: str,
+        check: str,
+        reason: str,
+        offending: Iterable[Place | Mapping[str, Any] | str] = (),
+        *,
+        never: Iterable[str] = (),
+        **rest: Any,
+    ) -> Alert:
         """An Alert whose offending places and reason carry none of `never` (e.g. the input's unit ids):
         such places are dropped and such values in the reason are masked."""
         never = {str(v).strip() for v in never}
-        return cls(kind, dataset, period, check, _mask(one_line(reason, 10 * MAX_REASON), never),
-                   tuple(places(offending, never)), **rest)
+        return cls(
+            kind,
+            dataset,
+            period,
+            check,
+            _mask(one_line(reason, 10 * MAX_REASON), never),
+            tuple(places(offending, never)),
+            **rest,
+        )
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -208,8 +225,11 @@ class Alert:
         if self.published:
             return OPTIONS
         risk = "risk" in self.check
-        accept = (ACCEPT + ": applies to the risk gate only" if risk else
-                  f"{ACCEPT}: does not apply, {self.check} is a guarantee that is never waived")
+        accept = (
+            ACCEPT + ": applies to the risk gate only"
+            if risk
+            else f"{ACCEPT}: does not apply, {self.check} is a guarantee that is never waived"
+        )
         return (FIX_INPUT, COARSER, f"{WITHDRAW}: does not apply, it was never published", accept)
 
     @property
@@ -225,9 +245,18 @@ class Alert:
     @property
     def text(self) -> str:
         """The plain-text body of an e-mail."""
-        lines = [self.subject, "", f"Dataset:  {self.dataset}", f"Period:   {self.period}",
-                 f"Kind:     {self.kind}", f"Check:    {self.check}", f"Reason:   {self.reason}",
-                 f"Published: {'yes' if self.published else 'no'}", "", "Offending:"]
+        lines = [
+            self.subject,
+            "",
+            f"Dataset:  {self.dataset}",
+            f"Period:   {self.period}",
+            f"Kind:     {self.kind}",
+            f"Check:    {self.check}",
+            f"Reason:   {self.reason}",
+            f"Published: {'yes' if self.published else 'no'}",
+            "",
+            "Offending:",
+        ]
         lines += [f"  - {line}" for line in self.offending_lines()]
         lines += ["", "Options:"] + [f"  - {option}" for option in self.options]
         lines += ["", f"Run: {self.run_id or '(none)'}"]
@@ -236,13 +265,32 @@ class Alert:
         return "\n".join(lines) + "\n"
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "dataset": self.dataset, "period": self.period, "check": self.check,
-                "reason": self.reason, "offending": [p.to_json() for p in self.offending],
-                "more_offending": self.more_offending, "published": self.published, "options": list(self.options),
-                "run_id": self.run_id, "ui_url": self.ui_url, "subject": self.subject}
+        return {
+            "kind": self.kind,
+            "dataset": self.dataset,
+            "period": self.period,
+            "check": self.check,
+            "reason": self.reason,
+            "offending": [p.to_json() for p in self.offending],
+            "more_offending": self.more_offending,
+            "published": self.published,
+            "options": list(self.options),
+            "run_id": self.run_id,
+            "ui_url": self.ui_url,
+            "subject": self.subject,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Alert:
-        return cls(data["kind"], data["dataset"], data["period"], data["check"], data["reason"],
-                   tuple(Place(**p) for p in data.get("offending", [])), data.get("more_offending", 0),
-                   data.get("run_id"), data.get("ui_url"), data.get("published"))
+        return cls(
+            data["kind"],
+            data["dataset"],
+            data["period"],
+            data["check"],
+            data["reason"],
+            tuple(Place(**p) for p in data.get("offending", [])),
+            data.get("more_offending", 0),
+            data.get("run_id"),
+            data.get("ui_url"),
+            data.get("published"),
+        )

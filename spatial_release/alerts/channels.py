@@ -62,12 +62,17 @@ def _section(title: str, lines: Sequence[str]) -> dict:
 def slack_blocks(alert: Alert) -> list[dict]:
     """Block Kit: a header (the subject), then every field of the alert by name."""
     subject = alert.subject if len(alert.subject) <= HEADER_LIMIT else alert.subject[: HEADER_LIMIT - 1] + "…"
-    fields = [("Dataset", alert.dataset), ("Period", alert.period), ("Kind", alert.kind), ("Check", alert.check),
-              ("Published", "yes" if alert.published else "no"), ("Run", alert.run_id or "(none)")]
+    fields = [
+        ("Dataset", alert.dataset),
+        ("Period", alert.period),
+        ("Kind", alert.kind),
+        ("Check", alert.check),
+        ("Published", "yes" if alert.published else "no"),
+        ("Run", alert.run_id or "(none)"),
+    ]
     blocks: list[dict] = [
         {"type": "header", "text": {"type": "plain_text", "text": subject}},
-        {"type": "section", "fields": [{"type": "mrkdwn", "text": f"*{name}*\n{_escape(value)}"}
-                                       for name, value in fields]},
+        {"type": "section", "fields": [{"type": "mrkdwn", "text": f"*{name}*\n{_escape(value)}"} for name, value in fields]},
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*Reason*\n{_escape(alert.reason)}"[:TEXT_LIMIT]}},
         _section("Offending", alert.offending_lines()),
         _section("Options", alert.options),
@@ -79,7 +84,6 @@ def slack_blocks(alert: Alert) -> list[dict]:
 
 def send_slack(alert: Alert, url: str, timeout: int = 10) -> None:
     """Post the alert to a Slack incoming webhook (text for notifications, blocks for the message)."""
-    response = WebhookClient(url, timeout=timeout).send(text=f"{alert.subject}: {alert.reason}",
-                                                        blocks=slack_blocks(alert))
+    response = WebhookClient(url, timeout=timeout).send(text=f"{alert.subject}: {alert.reason}", blocks=slack_blocks(alert))
     if response.status_code != 200:
         raise ChannelError(f"the webhook answered HTTP {response.status_code}: {str(response.body)[:200]}")

@@ -36,8 +36,11 @@ class ChannelResult:
     at: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in (("status", self.status), ("detail", self.detail), ("error", self.error),
-                                  ("at", self.at)) if v is not None}
+        return {
+            k: v
+            for k, v in (("status", self.status), ("detail", self.detail), ("error", self.error), ("at", self.at))
+            if v is not None
+        }
 
 
 @dataclass(frozen=True)
@@ -62,15 +65,20 @@ class DeliveryReport:
         return [r.channel for r in self.channels if r.status == "sent"]
 
     def summary(self) -> str:
-        parts = [f"{r.channel}: {r.status}" + (f" ({r.error or r.detail})" if (r.error or r.detail) else "")
-                 for r in self.channels]
+        parts = [
+            f"{r.channel}: {r.status}" + (f" ({r.error or r.detail})" if (r.error or r.detail) else "")
+            for r in self.channels
+        ]
         if self.file_error:
             parts.insert(0, f"alert file: not written ({self.file_error})")
         return "; ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
-        out = {"alert": None if self.path is None else str(self.path), "subject": self.alert.subject,
-               "channels": {r.channel: r.to_json() for r in self.channels}}
+        out = {
+            "alert": None if self.path is None else str(self.path),
+            "subject": self.alert.subject,
+            "channels": {r.channel: r.to_json() for r in self.channels},
+        }
         return out if self.file_error is None else {**out, "file_error": self.file_error}
 
 
@@ -98,11 +106,12 @@ def _send_slack(alert: Alert, routing: AlertRouting, alert_id: str | None) -> st
 
 
 CHANNELS: tuple[tuple[str, Callable[[Alert, AlertRouting, str | None], str]], ...] = (
-    (EMAIL_CHANNEL, _send_email), (SLACK_CHANNEL, _send_slack))
+    (EMAIL_CHANNEL, _send_email),
+    (SLACK_CHANNEL, _send_slack),
+)
 
 
-def _attempt(channel: str, send: Callable, alert: Alert, routing: AlertRouting, alert_id: str | None
-             ) -> ChannelResult:
+def _attempt(channel: str, send: Callable, alert: Alert, routing: AlertRouting, alert_id: str | None) -> ChannelResult:
     if channel in routing.problems:
         return ChannelResult(channel, "failed", error=f"misconfigured: {routing.problems[channel]}", at=_now())
     missing = routing.unconfigured(channel)

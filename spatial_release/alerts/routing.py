@@ -75,15 +75,24 @@ def _smtp(env: Mapping[str, str], problems: list[str]) -> SmtpSettings | None:
         problems.append(f"{SMTP_PORT}={port_text!r} is not a port number")
     sender = env.get(SMTP_FROM, "").strip()
     if not EMAIL.match(sender):
-        problems.append(f"{SMTP_FROM} is not set to an e-mail address" if not sender else
-                        f"{SMTP_FROM}={sender!r} is not an e-mail address")
+        problems.append(
+            f"{SMTP_FROM} is not set to an e-mail address"
+            if not sender
+            else f"{SMTP_FROM}={sender!r} is not an e-mail address"
+        )
     user, password = env.get(SMTP_USER, "").strip() or None, env.get(SMTP_PASSWORD) or None
     if (user is None) != (password is None):
         problems.append(f"{SMTP_USER} and {SMTP_PASSWORD} go together: set both or neither")
     if problems:
         return None
-    return SmtpSettings(host=host, port=int(port_text), sender=sender, user=user,
-                        password=None if password is None else SecretStr(password), starttls=starttls in TRUE)
+    return SmtpSettings(
+        host=host,
+        port=int(port_text),
+        sender=sender,
+        user=user,
+        password=None if password is None else SecretStr(password),
+        starttls=starttls in TRUE,
+    )
 
 
 class AlertRouting(_Frozen):
@@ -113,8 +122,7 @@ class AlertRouting(_Frozen):
             variable = SLACK_WEBHOOK_URL
             if problem:
                 problems[SLACK_CHANNEL] = problem
-        return cls(email_to=to, smtp=smtp, slack_webhook_url=url, slack_webhook_variable=variable,
-                   problems=problems)
+        return cls(email_to=to, smtp=smtp, slack_webhook_url=url, slack_webhook_variable=variable, problems=problems)
 
     def merged(self, spec: AlertsSpec | None, environ: Mapping[str, str] | None = None) -> AlertRouting:
         """This routing with a policy's `alerts:` section: its recipients are added to the deployment's, and
@@ -130,8 +138,11 @@ class AlertRouting(_Frozen):
                 url, problem = _webhook(env[spec.slack_webhook_env], spec.slack_webhook_env)
             else:
                 problem = f"the policy's alerts.slack_webhook_env names {spec.slack_webhook_env}, which is not set"
-            update |= {"slack_webhook_url": url, "slack_webhook_variable": spec.slack_webhook_env,
-                       "problems": problems | ({SLACK_CHANNEL: problem} if problem else {})}
+            update |= {
+                "slack_webhook_url": url,
+                "slack_webhook_variable": spec.slack_webhook_env,
+                "problems": problems | ({SLACK_CHANNEL: problem} if problem else {}),
+            }
         return self.model_copy(update=update)
 
     @classmethod

@@ -11,5 +11,16 @@ from spatial_release.configfile.reading import (
 )
 from spatial_release.configfile.strict_yaml import MAX_DEPTH, StrictLoader, YamlRefused, field_name
 
-__all__ = ["MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_POPULATION_BYTES", "MAX_ZEROS_BYTES", "ConfigFileError",
-           "StrictLoader", "YamlRefused", "field_name", "load_yaml", "read_config", "size_text"]
+__all__ = [
+    "MAX_CONFIG_BYTES",
+    "MAX_DEPTH",
+    "MAX_POPULATION_BYTES",
+    "MAX_ZEROS_BYTES",
+    "ConfigFileError",
+    "StrictLoader",
+    "YamlRefused",
+    "field_name",
+    "load_yaml",
+    "read_config",
+    "size_text",
+]

@@ -30,8 +30,7 @@ def size_text(limit: int) -> str:
     return f"{limit / 2**20:g} MiB"
 
 
-def read_config(path: Path, what: str, limit: int = MAX_CONFIG_BYTES,
-                error: type[Exception] = ConfigFileError) -> bytes:
+def read_config(path: Path, what: str, limit: int = MAX_CONFIG_BYTES, error: type[Exception] = ConfigFileError) -> bytes:
     """The bytes of the configuration file at `path` (`what`: "policy", "landscape"), refused with `error`
     naming the file when it is not a regular file or holds more than `limit` bytes: `/dev/zero` named as a
     policy was read until the process was killed, and a FIFO blocks its reader forever."""
@@ -42,8 +41,7 @@ def read_config(path: Path, what: str, limit: int = MAX_CONFIG_BYTES,
         raise error(f"{path}: cannot read the {what} file ({exc.strerror})") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):  # asked of the open file: no swap after the check
         os.close(fd)
-        raise error(f"{path}: the {what} file is not a regular file (a device, a folder, a FIFO or a "
-                    "socket); name a file")
+        raise error(f"{path}: the {what} file is not a regular file (a device, a folder, a FIFO or a socket); name a file")
     with os.fdopen(fd, "rb") as file:
         try:
             raw = file.read(limit + 1)  # one byte past the limit tells a file at the limit from a larger one
@@ -54,8 +52,7 @@ def read_config(path: Path, what: str, limit: int = MAX_CONFIG_BYTES,
     return raw
 
 
-def load_yaml(raw: bytes, path: Path, what: str, quote: bool = True,
-              error: type[Exception] = ConfigFileError) -> object:
+def load_yaml(raw: bytes, path: Path, what: str, quote: bool = True, error: type[Exception] = ConfigFileError) -> object:
     """Parse YAML with the strict loader (`strict_yaml`); `error` names the file and the line, and with
     `quote` the field and the value (False for a file a policy names: the path may be any file)."""
     try:

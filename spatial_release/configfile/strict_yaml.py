@@ -91,9 +91,11 @@ class StrictLoader(yaml.SafeLoader):
             self._check_depth_and_tag(event)
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
                 # a value written once and used twice is two fields a reviewer reads as one
-                raise self._refuse(event.start_mark, "anchors (&name) and aliases (*name) are not allowed: "
-                                                     "write the value out where it applies",
-                                   "an anchor or alias (not allowed)")
+                raise self._refuse(
+                    event.start_mark,
+                    "anchors (&name) and aliases (*name) are not allowed: write the value out where it applies",
+                    "an anchor or alias (not allowed)",
+                )
             return super().compose_node(parent, index)
         finally:
             self._fields.pop()
@@ -103,15 +105,20 @@ class StrictLoader(yaml.SafeLoader):
         starts) and a node with an explicit tag (`!!int`, `!!str`, `!local`, `!`): only the schema types.
         `event`: the node's first parser event, as `peek_event` returns it."""
         if len(self._fields) > MAX_DEPTH:
-            raise self._refuse(event.start_mark, f"nested deeper than {MAX_DEPTH} levels: a policy or landscape "
-                                                 "is a few levels deep",
-                               f"nesting deeper than {MAX_DEPTH} levels (not allowed)")
+            raise self._refuse(
+                event.start_mark,
+                f"nested deeper than {MAX_DEPTH} levels: a policy or landscape is a few levels deep",
+                f"nesting deeper than {MAX_DEPTH} levels (not allowed)",
+            )
         tag = getattr(event, "tag", None)
         if tag is not None:
             # the value's type is the schema's reading of what is written: `!!int "4_0"` was 40
             spelt = tag.replace("tag:yaml.org,2002:", "!!")[:40]
-            raise self._refuse(event.start_mark, f"explicit tags ({spelt}) are not allowed: write a number in "
-                                                 "plain decimals, and quote text", "an explicit tag (not allowed)")
+            raise self._refuse(
+                event.start_mark,
+                f"explicit tags ({spelt}) are not allowed: write a number in plain decimals, and quote text",
+                "an explicit tag (not allowed)",
+            )
 
     # types-PyYAML's stub types `anchor` as dict[Any, Node]; PyYAML passes the event's anchor, a str or None
     def compose_scalar_node(self, anchor: str | None) -> yaml.ScalarNode:  # type: ignore[override]
@@ -134,11 +141,15 @@ class StrictLoader(yaml.SafeLoader):
         if type(old_value) is type(new_value) and old_value == new_value:
             return None
         if old == BOOL:
-            return (f"{node.value!r} is a YAML 1.1 boolean ({old_value}) and YAML 1.2 text: write true or false, "
-                    "or quote it as text"), "a YAML 1.1 boolean that is YAML 1.2 text (not allowed unquoted)"
-        return (f"{node.value!r} is a YAML 1.1 number ({old_value!r}: sexagesimal, hexadecimal, octal, with "
-                f"underscores or infinite) that YAML 1.2 reads as {new_value!r}: write the number in plain "
-                "decimals, or quote it as text"), "a YAML 1.1 number that YAML 1.2 reads otherwise (not allowed)"
+            return (
+                f"{node.value!r} is a YAML 1.1 boolean ({old_value}) and YAML 1.2 text: write true or false, "
+                "or quote it as text"
+            ), "a YAML 1.1 boolean that is YAML 1.2 text (not allowed unquoted)"
+        return (
+            f"{node.value!r} is a YAML 1.1 number ({old_value!r}: sexagesimal, hexadecimal, octal, with "
+            f"underscores or infinite) that YAML 1.2 reads as {new_value!r}: write the number in plain "
+            "decimals, or quote it as text"
+        ), "a YAML 1.1 number that YAML 1.2 reads otherwise (not allowed)"
 
     # types-PyYAML's stub types `anchor` as dict[Any, Node]; PyYAML passes the event's anchor, a str or None
     def compose_mapping_node(self, anchor: str | None) -> yaml.MappingNode:  # type: ignore[override]
@@ -149,13 +160,21 @@ class StrictLoader(yaml.SafeLoader):
                 continue  # SafeLoader refuses an unhashable key itself
             if key_node.style is None and key_node.value == "<<":
                 # a merge key sets fields that have no line of their own in the file
-                raise self._refuse(key_node.start_mark, "merge keys (<<) are not allowed: write each key out",
-                                   "a merge key (<<, not allowed)", "<<")
+                raise self._refuse(
+                    key_node.start_mark,
+                    "merge keys (<<) are not allowed: write each key out",
+                    "a merge key (<<, not allowed)",
+                    "<<",
+                )
             key = self.construct_object(key_node)
             line = key_node.start_mark.line + 1
             if key in first_line:
-                raise self._refuse(key_node.start_mark, f"duplicate key {key!r} on line {line} (first on line "
-                                                        f"{first_line[key]})", "a duplicate key", str(key))
+                raise self._refuse(
+                    key_node.start_mark,
+                    f"duplicate key {key!r} on line {line} (first on line {first_line[key]})",
+                    "a duplicate key",
+                    str(key),
+                )
             first_line[key] = line
         return node
 

@@ -80,8 +80,10 @@ def bucket_slots(policy: Policy, period: Period, rung: str | None = None) -> Buc
         raise CountingError(f"period {period.label} does not start on a 15-minute boundary in UTC")
     split = [r for r in rows if r[1] != r[2]]
     if split:
-        raise CountingError(f"bucket {policy.time.bucket} in {policy.time.timezone} has an edge inside the "
-                            f"15-minute slot starting {split[0][1]}; slot bucketing cannot be used")
+        raise CountingError(
+            f"bucket {policy.time.bucket} in {policy.time.timezone} has an edge inside the "
+            f"15-minute slot starting {split[0][1]}; slot bucketing cannot be used"
+        )
     buckets = sorted({r[1] for r in rows})
     number = {b: i for i, b in enumerate(buckets)}
     return BucketSlots(rows[0][0], [number[r[1]] for r in rows], buckets)
@@ -98,7 +100,8 @@ def partial_buckets(policy: Policy, period: Period, rung: str | None = None) -> 
         con.execute("SET TimeZone = 'UTC'")
         row = con.execute(
             f"SELECT time_bucket({rung_interval_sql(policy, rung)}, TIMESTAMPTZ {_lit(end.isoformat())}, "
-            f"{_lit(policy.time.timezone)})").fetchone()
+            f"{_lit(policy.time.timezone)})"
+        ).fetchone()
     finally:
         con.close()
     assert row is not None  # a SELECT without FROM returns one row
@@ -129,6 +132,8 @@ def rung_parents(policy: Policy, period: Period, fine: str | None, coarse: str) 
     parent: dict[int, int] = {}
     for fine_bucket, coarse_bucket in zip(a.slot_bucket, b.slot_bucket):
         if parent.setdefault(fine_bucket, coarse_bucket) != coarse_bucket:
-            raise CountingError(f"the {fine or policy.time.bucket} bucket starting {a.buckets[fine_bucket]} spans two "
-                                f"{coarse} buckets in {policy.time.timezone}: the time ladder does not nest")
+            raise CountingError(
+                f"the {fine or policy.time.bucket} bucket starting {a.buckets[fine_bucket]} spans two "
+                f"{coarse} buckets in {policy.time.timezone}: the time ladder does not nest"
+            )
     return {a.buckets[f]: b.buckets[c] for f, c in parent.items()}

@@ -132,7 +132,7 @@ def _resolve_exactly(coords: pd.DataFrame, plans: Sequence[ZoningPlan], batch: i
     lon, lat = coords["ulon"].to_numpy(float), coords["ulat"].to_numpy(float)
     out = {"ulon": lon, "ulat": lat}
     for i, plan in enumerate(plans):
-        keys = [plan.exact_keys(lon[s:s + batch], lat[s:s + batch]) for s in range(0, len(lon), batch)]
+        keys = [plan.exact_keys(lon[s : s + batch], lat[s : s + batch]) for s in range(0, len(lon), batch)]
         out[f"f_{i}"] = np.concatenate(keys).astype(np.int64) if keys else np.empty(0, np.int64)
     return pd.DataFrame(out)
 
@@ -153,14 +153,15 @@ def _presence_sql(rows: str) -> str:
     """One row per (unit, bucket): the area with most pings, ties to the smallest rank (smallest id), found by
     one max over (pings * 2^32 + (2^32 - 1 - rank)) instead of a sort or a window."""
     top = RANK_BASE - 1
-    return (f"SELECT o.unit, o.b, {top} - (max(o.n * {RANK_BASE} + ({top} - o.rank)) % {RANK_BASE}) AS rank "
-            f"FROM ({rows}) o GROUP BY o.unit, o.b")
+    return (
+        f"SELECT o.unit, o.b, {top} - (max(o.n * {RANK_BASE} + ({top} - o.rank)) % {RANK_BASE}) AS rank "
+        f"FROM ({rows}) o GROUP BY o.unit, o.b"
+    )
 
 
 def _membership_sql(measure: str, z: int, single: bool, unsure_buckets: Sequence[int]) -> str:
     """(unit, b, rank) rows of zoning z: one per unit and bucket (presence) or per visited area (visitors)."""
-    ranked = (f"SELECT l.unit, l.b, d.rank, l.n FROM located l JOIN dict_{z} d ON d.area = l.a_{z} "
-              "WHERE l.a_0 IS NOT NULL")
+    ranked = f"SELECT l.unit, l.b, d.rank, l.n FROM located l JOIN dict_{z} d ON d.area = l.a_{z} WHERE l.a_0 IS NOT NULL"
     if measure == "visitors":
         return f"SELECT DISTINCT unit, b, rank FROM ({ranked}) r"
     if not single:
@@ -173,8 +174,9 @@ def _membership_sql(measure: str, z: int, single: bool, unsure_buckets: Sequence
     if not unsure_buckets:
         return _presence_sql(sure)
     listed = ", ".join(str(int(b)) for b in unsure_buckets)
-    redone = (f"SELECT unit, b, rank, CAST(sum(n) AS BIGINT) AS n FROM ({ranked}) r WHERE r.b IN ({listed}) "
-              "GROUP BY unit, b, rank")
+    redone = (
+        f"SELECT unit, b, rank, CAST(sum(n) AS BIGINT) AS n FROM ({ranked}) r WHERE r.b IN ({listed}) GROUP BY unit, b, rank"
+    )
     return f"{_presence_sql(sure + f' AND o.b NOT IN ({listed})')} UNION ALL {_presence_sql(redone)}"
 
 
@@ -196,8 +198,10 @@ def ladder_rungs(policy: Policy, period: Period, slots: BucketSlots) -> list[Run
         of_bucket = np.full(len(slots.buckets), -1, np.int64)
         for fine_b, coarse_b in zip(slots.slot_bucket, coarse.slot_bucket):
             if of_bucket[fine_b] not in (-1, coarse_b):
-                raise CountingError(f"the {policy.time.bucket} bucket starting {slots.buckets[fine_b]} spans two "
-                                    f"{name} buckets in {policy.time.timezone}: the time ladder does not nest")
+                raise CountingError(
+                    f"the {policy.time.bucket} bucket starting {slots.buckets[fine_b]} spans two "
+                    f"{name} buckets in {policy.time.timezone}: the time ladder does not nest"
+                )
             of_bucket[fine_b] = coarse_b
         starts = pd.Series(pd.to_datetime(coarse.buckets, utc=True)).astype("datetime64[us, UTC]")
         rungs.append(Rung(name, of_bucket, starts))
@@ -212,35 +216,50 @@ def _count_rungs(engine: Engine, plan: ZoningPlan, z: int, decoded: DecodedKeys,
     if not rungs:
         return frames
     hierarchy = plan.hierarchy(pd.Series(decoded.ids, dtype=object))  # the same codes as hier_{z} (factorize)
-    names = {level: np.asarray(pd.factorize(hierarchy[level].astype(str).to_numpy(object))[1],
-                               dtype=object).astype(str) for level in plan.parent_levels}
+    names = {
+        level: np.asarray(pd.factorize(hierarchy[level].astype(str).to_numpy(object))[1], dtype=object).astype(str)
+        for level in plan.parent_levels
+    }
     for r, rung in enumerate(rungs):
-        engine.register_frame(f"rung_{z}_{r}", pd.DataFrame({"b": np.arange(len(rung.of_bucket), dtype=np.int64),
-                                                             "cb": rung.of_bucket}))
+        engine.register_frame(
+            f"rung_{z}_{r}", pd.DataFrame({"b": np.arange(len(rung.of_bucket), dtype=np.int64), "cb": rung.of_bucket})
+        )
         coarse = DecodedKeys(decoded.ids, rung.buckets, decoded.ranks)
         joined = f"member_{z} m JOIN rung_{z}_{r} t ON t.b = m.b"
         leaf = engine.fetch(f"SELECT m.rank, t.cb AS b, count(DISTINCT m.unit) AS n FROM {joined} GROUP BY m.rank, t.cb")
         frames.append(coarse.table(leaf, at_rung(plan.level, rung.name)))
         for level in plan.parent_levels:
-            sql = (f"SELECT h.{level} AS parent, t.cb AS b, count(DISTINCT m.unit) AS n FROM {joined} "
-                   f"JOIN hier_{z} h ON h.rank = m.rank GROUP BY h.{level}, t.cb")
-            frames.append(coarse.table(engine.fetch(sql), at_rung(level, rung.name), area="parent",
-                                       names=names[level]))
+            sql = (
+                f"SELECT h.{level} AS parent, t.cb AS b, count(DISTINCT m.unit) AS n FROM {joined} "
+                f"JOIN hier_{z} h ON h.rank = m.rank GROUP BY h.{level}, t.cb"
+            )
+            frames.append(coarse.table(engine.fetch(sql), at_rung(level, rung.name), area="parent", names=names[level]))
         totals = engine.fetch(f"SELECT t.cb AS b, count(DISTINCT m.unit) AS n FROM {joined} GROUP BY t.cb")
-        frames.append(coarse.table(totals.assign(total_area=plan.total_level), at_rung(plan.total_level, rung.name),
-                                   area="total_area"))
+        frames.append(
+            coarse.table(totals.assign(total_area=plan.total_level), at_rung(plan.total_level, rung.name), area="total_area")
+        )
     return frames
 
 
-def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, buckets: pd.Series, keys_sql: str,
-                  member_sql: Callable[[], str], key_ranks: bool = False, rungs: Sequence[Rung] = (),
-                  given: PackedCounts | None = None) -> tuple[DecodedKeys, pa.Table, list[pa.Table]]:
+def _count_zoning(
+    engine: Engine,
+    plan: ZoningPlan,
+    z: int,
+    measure: str,
+    buckets: pd.Series,
+    keys_sql: str,
+    member_sql: Callable[[], str],
+    key_ranks: bool = False,
+    rungs: Sequence[Rung] = (),
+    given: PackedCounts | None = None,
+) -> tuple[DecodedKeys, pa.Table, list[pa.Table]]:
     """Leaf counts (area_id, bucket_start, n) and margin frames (level, area_id, bucket_start, n), with the
     figures of every coarser time rung among the margins (`_count_rungs`).
 
     key_ranks: member_sql gives area keys as ranks, which `plan.keys_sort_like_ids` allows (no dictionary
     join); else it joins dict_<z> (area key -> rank in id order). given: the membership and leaf counts
     already computed (`counting.packed`, keys as ranks), taken instead of member_sql."""
+
     def ids_of(keys: np.ndarray) -> np.ndarray:
         return plan.ids_of_keys(keys).astype(object) if len(keys) else np.empty(0, object)
 
@@ -271,8 +290,10 @@ def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, bucket
         engine.materialize(f"leaf_{z}", f"SELECT rank, b, count(*) AS n FROM member_{z} GROUP BY rank, b")
     hierarchy = plan.hierarchy(pd.Series(decoded.ids, dtype=object))
     parents = {level: pd.factorize(hierarchy[level].astype(str).to_numpy(object)) for level in plan.parent_levels}
-    engine.register_frame(f"hier_{z}", pd.DataFrame(
-        {"rank": decoded.ranks, **{level: codes.astype(np.int64) for level, (codes, _) in parents.items()}}))
+    engine.register_frame(
+        f"hier_{z}",
+        pd.DataFrame({"rank": decoded.ranks, **{level: codes.astype(np.int64) for level, (codes, _) in parents.items()}}),
+    )
     if leaf_counts is None:
         leaf_counts = engine.fetch(f"SELECT rank, b, n FROM leaf_{z} ORDER BY rank, b")  # rank order is id order
     leaf = decoded.table(leaf_counts)
@@ -281,15 +302,22 @@ def _count_zoning(engine: Engine, plan: ZoningPlan, z: int, measure: str, bucket
         margins.append(decoded.table(leaf_counts, plan.level))
     for level in plan.parent_levels:  # parents as integer codes in the engine, named on the way out
         if measure == "presence":  # each unit is in one area per bucket, so a parent is the sum of its children
-            sql = (f"SELECT h.{level} AS parent, c.b, CAST(sum(c.n) AS BIGINT) AS n FROM leaf_{z} c "
-                   f"JOIN hier_{z} h ON h.rank = c.rank GROUP BY h.{level}, c.b")
+            sql = (
+                f"SELECT h.{level} AS parent, c.b, CAST(sum(c.n) AS BIGINT) AS n FROM leaf_{z} c "
+                f"JOIN hier_{z} h ON h.rank = c.rank GROUP BY h.{level}, c.b"
+            )
         else:
-            sql = (f"SELECT h.{level} AS parent, m.b, count(DISTINCT m.unit) AS n FROM member_{z} m "
-                   f"JOIN hier_{z} h ON h.rank = m.rank GROUP BY h.{level}, m.b")
+            sql = (
+                f"SELECT h.{level} AS parent, m.b, count(DISTINCT m.unit) AS n FROM member_{z} m "
+                f"JOIN hier_{z} h ON h.rank = m.rank GROUP BY h.{level}, m.b"
+            )
         names = np.asarray(parents[level][1], dtype=object).astype(str)
         margins.append(decoded.table(engine.fetch(sql), level, area="parent", names=names))
-    total_sql = (f"SELECT b, CAST(sum(n) AS BIGINT) AS n FROM leaf_{z} GROUP BY b" if measure == "presence"
-                 else f"SELECT b, count(DISTINCT unit) AS n FROM member_{z} GROUP BY b")
+    total_sql = (
+        f"SELECT b, CAST(sum(n) AS BIGINT) AS n FROM leaf_{z} GROUP BY b"
+        if measure == "presence"
+        else f"SELECT b, count(DISTINCT unit) AS n FROM member_{z} GROUP BY b"
+    )
     totals = engine.fetch(total_sql).assign(total_area=plan.total_level)  # a total's one area is named as its level
     margins.append(decoded.table(totals, plan.total_level, area="total_area"))
     margins += _count_rungs(engine, plan, z, decoded, rungs)
@@ -303,13 +331,18 @@ def _timed(seconds: dict[str, float], name: str, started: float) -> float:
 
 
 def _outside_period(off: int, pings: Sequence[Path], period: Period) -> CountingError:
-    return CountingError(f"{off} ping(s) in {[str(p) for p in pings]} fall outside period "
-                         f"{period.label}; the pings must come from the ingest step for the same period")
+    return CountingError(
+        f"{off} ping(s) in {[str(p) for p in pings]} fall outside period "
+        f"{period.label}; the pings must come from the ingest step for the same period"
+    )
 
 
 def _check_period(engine: Engine, table: str, pings: Sequence[Path], period: Period) -> None:
-    off = int(engine.fetch(f"SELECT CAST(coalesce(sum(CASE WHEN b IS NULL THEN n ELSE 0 END), 0) AS BIGINT) "
-                           f"AS off FROM {table}").iloc[0]["off"])
+    off = int(
+        engine.fetch(
+            f"SELECT CAST(coalesce(sum(CASE WHEN b IS NULL THEN n ELSE 0 END), 0) AS BIGINT) AS off FROM {table}"
+        ).iloc[0]["off"]
+    )
     if off:
         raise _outside_period(off, pings, period)
 
@@ -322,24 +355,48 @@ def _resolve_unsure(engine: Engine, plans: Sequence[ZoningPlan], table: str) -> 
     return len(unsure), buckets
 
 
-def _scan_generic(engine: Engine, plans: Sequence[ZoningPlan], slots: BucketSlots, pings: Sequence[Path],
-                  period: Period, seconds: dict, progress: Progress) -> tuple[int, list[int]]:
+def _scan_generic(
+    engine: Engine,
+    plans: Sequence[ZoningPlan],
+    slots: BucketSlots,
+    pings: Sequence[Path],
+    period: Period,
+    seconds: dict,
+    progress: Progress,
+) -> tuple[int, list[int]]:
     t = time.perf_counter()
     engine.materialize("obs", _stage_a_sql(plans, slots, engine))
     t = _timed(seconds, "scan", t)
     _check_period(engine, "obs", pings, period)
-    progress(ProgressEvent("counting", f"scanned the pings into (unit, bucket, area) rows in {seconds['scan']:.1f} s",
-                           seconds=seconds["scan"]))
+    progress(
+        ProgressEvent(
+            "counting",
+            f"scanned the pings into (unit, bucket, area) rows in {seconds['scan']:.1f} s",
+            seconds=seconds["scan"],
+        )
+    )
     unsure_n, unsure_buckets = _resolve_unsure(engine, plans, "obs")
     engine.view("located", _located_sql(len(plans)))
     _timed(seconds, "exact", t)
-    progress(ProgressEvent("counting", f"assigned {unsure_n:,} distinct unsure coordinate(s) exactly in "
-                                       f"{seconds['exact']:.1f} s", seconds=seconds["exact"]))
+    progress(
+        ProgressEvent(
+            "counting",
+            f"assigned {unsure_n:,} distinct unsure coordinate(s) exactly in {seconds['exact']:.1f} s",
+            seconds=seconds["exact"],
+        )
+    )
     return unsure_n, unsure_buckets
 
 
-def _scan_presence_by_area(engine: Engine, plans: Sequence[ZoningPlan], slots: BucketSlots, pings: Sequence[Path],
-                           period: Period, seconds: dict, progress: Progress) -> tuple[int, list[int]]:
+def _scan_presence_by_area(
+    engine: Engine,
+    plans: Sequence[ZoningPlan],
+    slots: BucketSlots,
+    pings: Sequence[Path],
+    period: Period,
+    seconds: dict,
+    progress: Progress,
+) -> tuple[int, list[int]]:
     """Presence for one zoning whose area keys compare like its ids (`ZoningPlan.keys_sort_like_ids`), so a
     key is its own rank: no dictionary join anywhere. One scan counts the pings per (unit, bucket, area) into
     `obs`, the bucket and area packed into one BIGINT `bk` (one key column less to hash; see
@@ -353,28 +410,44 @@ def _scan_presence_by_area(engine: Engine, plans: Sequence[ZoningPlan], slots: B
     assert key_bound is not None, "presence by area needs small area keys (see _count_pings)"
     d, m = engine.dialect, key_bound + 1
     keyed = _keyed_sql(plans, slots, engine)
-    engine.materialize("obs", f"""{keyed},
+    engine.materialize(
+        "obs",
+        f"""{keyed},
         marked AS (SELECT unit,
                           CASE WHEN b IS NULL THEN -1 WHEN unsure THEN -b - 2
                                ELSE b * {m} + coalesce(k_0 + 1, 0) END AS bk,
                           CASE WHEN unsure OR k_0 IS NULL THEN lon END AS ulon,
                           CASE WHEN unsure OR k_0 IS NULL THEN lat END AS ulat FROM keyed)
-        SELECT unit, bk, ulon, ulat, count(*) AS n FROM marked GROUP BY unit, bk, ulon, ulat""")
+        SELECT unit, bk, ulon, ulat, count(*) AS n FROM marked GROUP BY unit, bk, ulon, ulat""",
+    )
     engine.view("obs_rows", _BY_AREA_ROWS.format(div=d.int_div("bk", str(m)), m=m))
     t = _timed(seconds, "scan", t)
     _check_period(engine, "obs_rows", pings, period)
-    progress(ProgressEvent("counting", f"scanned the pings into (unit, bucket, area) rows in {seconds['scan']:.1f} s",
-                           seconds=seconds["scan"]))
+    progress(
+        ProgressEvent(
+            "counting",
+            f"scanned the pings into (unit, bucket, area) rows in {seconds['scan']:.1f} s",
+            seconds=seconds["scan"],
+        )
+    )
     unsure_n, unsure_buckets = _resolve_unsure(engine, plans, "obs_rows")
-    engine.view("located", """
+    engine.view(
+        "located",
+        """
         SELECT unit, b, a_0, n, ulon, ulat FROM obs_rows WHERE NOT u AND b IS NOT NULL
         UNION ALL
         SELECT o.unit, o.b, nullif(f.f_0, -1) AS a_0, o.n, CASE WHEN f.f_0 = -1 THEN o.ulon END AS ulon,
                CASE WHEN f.f_0 = -1 THEN o.ulat END AS ulat
-        FROM obs_rows o JOIN fix f ON o.ulon = f.ulon AND o.ulat = f.ulat WHERE o.u""")
+        FROM obs_rows o JOIN fix f ON o.ulon = f.ulon AND o.ulat = f.ulat WHERE o.u""",
+    )
     _timed(seconds, "exact", t)
-    progress(ProgressEvent("counting", f"assigned {unsure_n:,} distinct unsure coordinate(s) exactly in "
-                                       f"{seconds['exact']:.1f} s", seconds=seconds["exact"]))
+    progress(
+        ProgressEvent(
+            "counting",
+            f"assigned {unsure_n:,} distinct unsure coordinate(s) exactly in {seconds['exact']:.1f} s",
+            seconds=seconds["exact"],
+        )
+    )
     return unsure_n, unsure_buckets
 
 
@@ -393,27 +466,41 @@ def _presence_by_area_sql(unsure_buckets: Sequence[int], m: int, dialect) -> str
     if not unsure_buckets:
         return _presence_sql(sure)
     listed = ", ".join(str(int(b)) for b in unsure_buckets)
-    redone = ("SELECT unit, b, a_0 AS rank, CAST(sum(n) AS BIGINT) AS n FROM located "
-              f"WHERE a_0 IS NOT NULL AND b IN ({listed}) GROUP BY unit, b, a_0")
+    redone = (
+        "SELECT unit, b, a_0 AS rank, CAST(sum(n) AS BIGINT) AS n FROM located "
+        f"WHERE a_0 IS NOT NULL AND b IN ({listed}) GROUP BY unit, b, a_0"
+    )
     return f"{_presence_sql(f'{sure} AND {bucket} NOT IN ({listed})')} UNION ALL {_presence_sql(redone)}"
 
 
-def _scan_packed(engine: Engine, plans: Sequence[ZoningPlan], slots: BucketSlots, packing: Packing,
-                 pings: Sequence[Path], period: Period, seconds: dict, progress: Progress
-                 ) -> tuple[PackedCounts, int, int, int]:
+def _scan_packed(
+    engine: Engine,
+    plans: Sequence[ZoningPlan],
+    slots: BucketSlots,
+    packing: Packing,
+    pings: Sequence[Path],
+    period: Period,
+    seconds: dict,
+    progress: Progress,
+) -> tuple[PackedCounts, int, int, int]:
     """Presence by packed keys (`counting.packed`): (counts, unsure coordinates, pings located, pings in no
     area); `outside_coordinates` is left in the engine for the outside file."""
     assert isinstance(engine, DuckDBEngine), "the packed path runs on DuckDB only (packing_for)"
     t = time.perf_counter()
     try:
-        scan = scan_packed(engine, _keyed_sql(plans, slots, engine), packing,
-                           lambda coords: _resolve_exactly(coords, plans))
+        scan = scan_packed(engine, _keyed_sql(plans, slots, engine), packing, lambda coords: _resolve_exactly(coords, plans))
     except PeriodMismatch as exc:
         raise _outside_period(exc.count, pings, period) from None
     t = _timed(seconds, "scan", t)  # here: the scan and the exact assignment of the unsure coordinates
-    progress(ProgressEvent("counting", f"scanned the pings into packed (unit, bucket, area) keys in "
-                                       f"{seconds['scan']:.1f} s, {scan.unsure_coordinates:,} distinct unsure "
-                                       "coordinate(s) assigned exactly", seconds=seconds["scan"]))
+    progress(
+        ProgressEvent(
+            "counting",
+            f"scanned the pings into packed (unit, bucket, area) keys in "
+            f"{seconds['scan']:.1f} s, {scan.unsure_coordinates:,} distinct unsure "
+            "coordinate(s) assigned exactly",
+            seconds=seconds["scan"],
+        )
+    )
     engine.register_frame("outside_coordinates", scan.outside_coordinates)
     located = scan.located
     given = presence_from_keys(scan.take_keys(), packing)
@@ -421,8 +508,16 @@ def _scan_packed(engine: Engine, plans: Sequence[ZoningPlan], slots: BucketSlots
     return given, scan.unsure_coordinates, located, scan.pings_outside
 
 
-def count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Sequence[ZoningPlan], out_dir: Path,
-                engine: Engine, progress: Progress = silent, packed_keys: bool = True) -> CountResult:
+def count_pings(
+    policy: Policy,
+    period: Period,
+    pings: Sequence[Path],
+    plans: Sequence[ZoningPlan],
+    out_dir: Path,
+    engine: Engine,
+    progress: Progress = silent,
+    packed_keys: bool = True,
+) -> CountResult:
     """Count distinct units per (area, bucket) of every zoning over the same validated pings; write the
     count tables into out_dir and return their paths and figures (CountResult).
 
@@ -457,8 +552,9 @@ class _CountRun:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def _start_count(policy: Policy, period: Period, pings: Sequence[Path], plans: Sequence[ZoningPlan], engine: Engine,
-                 progress: Progress) -> _CountRun:
+def _start_count(
+    policy: Policy, period: Period, pings: Sequence[Path], plans: Sequence[ZoningPlan], engine: Engine, progress: Progress
+) -> _CountRun:
     """The run's buckets and rungs (a ladder that does not nest fails here, before any scan), with the pings
     and the zonings' lookup tables registered on the engine."""
     slots = bucket_slots(policy, period)
@@ -468,8 +564,13 @@ def _start_count(policy: Policy, period: Period, pings: Sequence[Path], plans: S
     for i, plan in enumerate(plans):
         if plan.lookup is not None:
             engine.register_frame(f"lookup_{i}", plan.lookup.table)
-    progress(ProgressEvent("counting", f"counting on {engine.name}: scanning {len(pings)} file(s), assigning "
-                                       "pings to " + "; ".join(f"{p.level}: {p.method}" for p in plans)))
+    progress(
+        ProgressEvent(
+            "counting",
+            f"counting on {engine.name}: scanning {len(pings)} file(s), assigning "
+            "pings to " + "; ".join(f"{p.level}: {p.method}" for p in plans),
+        )
+    )
     return _CountRun(policy, period, pings, plans, engine, progress, slots, rungs, buckets)
 
 
@@ -489,33 +590,43 @@ class _Scanned:
 def _scan_pings(run: _CountRun, packed_keys: bool) -> _Scanned:
     engine, plans, measure = run.engine, run.plans, run.policy.measure
     packing = packing_for(engine, measure, plans, run.slots) if packed_keys else None
-    by_area = (measure == "presence" and len(plans) == 1 and plans[0].key_bound is not None
-               and plans[0].keys_sort_like_ids)
+    by_area = measure == "presence" and len(plans) == 1 and plans[0].key_bound is not None and plans[0].keys_sort_like_ids
     if packing is not None:
         assert by_area, "the packed path's membership stands in for the by-area SQL (see _count_zoning)"
-        given, unsure_n, pings_located, pings_outside = _scan_packed(engine, plans, run.slots, packing, run.pings,
-                                                                     run.period, run.seconds, run.progress)
-        return _Scanned(by_area, given, unsure_n, [], pings_located, pings_outside,
-                        "SELECT ulon, ulat FROM outside_coordinates")
+        given, unsure_n, pings_located, pings_outside = _scan_packed(
+            engine, plans, run.slots, packing, run.pings, run.period, run.seconds, run.progress
+        )
+        return _Scanned(
+            by_area, given, unsure_n, [], pings_located, pings_outside, "SELECT ulon, ulat FROM outside_coordinates"
+        )
     scan = _scan_presence_by_area if by_area else _scan_generic
     unsure_n, unsure_buckets = scan(engine, plans, run.slots, run.pings, run.period, run.seconds, run.progress)
     placed = engine.fetch(
         "SELECT CAST(coalesce(sum(CASE WHEN a_0 IS NOT NULL THEN n ELSE 0 END), 0) AS BIGINT) AS inside, "
         "CAST(coalesce(sum(CASE WHEN a_0 IS NULL THEN n ELSE 0 END), 0) AS BIGINT) AS outside FROM located"
     ).iloc[0]
-    return _Scanned(by_area, None, unsure_n, unsure_buckets, int(placed["inside"]), int(placed["outside"]),
-                    "SELECT DISTINCT ulon, ulat FROM located WHERE a_0 IS NULL")
+    return _Scanned(
+        by_area,
+        None,
+        unsure_n,
+        unsure_buckets,
+        int(placed["inside"]),
+        int(placed["outside"]),
+        "SELECT DISTINCT ulon, ulat FROM located WHERE a_0 IS NULL",
+    )
 
 
-def _count_one_zoning(run: _CountRun, scanned: _Scanned, z: int, plan: ZoningPlan
-                      ) -> tuple[DecodedKeys, pa.Table, list[pa.Table]]:
+def _count_one_zoning(
+    run: _CountRun, scanned: _Scanned, z: int, plan: ZoningPlan
+) -> tuple[DecodedKeys, pa.Table, list[pa.Table]]:
     engine, measure = run.engine, run.policy.measure
     keys_sql = f"SELECT DISTINCT a_{z} AS area FROM located WHERE a_0 IS NOT NULL AND a_{z} IS NOT NULL"
     if scanned.by_area:
         assert plan.key_bound is not None  # by_area: the one zoning's keys are small
         member_sql = partial(_presence_by_area_sql, scanned.unsure_buckets, plan.key_bound + 1, engine.dialect)
-        return _count_zoning(engine, plan, z, measure, run.buckets, keys_sql, member_sql, key_ranks=True,
-                             rungs=run.rungs, given=scanned.given)
+        return _count_zoning(
+            engine, plan, z, measure, run.buckets, keys_sql, member_sql, key_ranks=True, rungs=run.rungs, given=scanned.given
+        )
     member_sql = partial(_membership_sql, measure, z, len(run.plans) == 1, scanned.unsure_buckets)
     return _count_zoning(engine, plan, z, measure, run.buckets, keys_sql, member_sql, rungs=run.rungs)
 
@@ -536,8 +647,9 @@ def _write_count_tables(cells: pa.Table, margin_frames: Sequence[pa.Table], out_
     cells_path, margins_path = out_dir / "cell_counts.parquet", out_dir / "margin_counts.parquet"
     write_parquet(cells.rename_columns(["cell_id", "bucket_start", "n"]), cells_path)  # sorted by the engine
     margins = pa.concat_tables(margin_frames)
-    write_parquet(margins.sort_by([("level", "ascending"), ("area_id", "ascending"),
-                                    ("bucket_start", "ascending")]), margins_path)
+    write_parquet(
+        margins.sort_by([("level", "ascending"), ("area_id", "ascending"), ("bucket_start", "ascending")]), margins_path
+    )
     return cells_path, margins_path
 
 
@@ -545,8 +657,11 @@ def _units_counted(engine: Engine, measure: str, given: PackedCounts | None) -> 
     """(distinct units, distinct (unit, bucket) pairs) of the main zoning's membership."""
     if given is not None:
         return int(given.units), int(given.member.num_rows)
-    pairs = ("count(*)" if measure == "presence"  # presence has one row per (unit, bucket)
-             else "(SELECT count(*) FROM (SELECT DISTINCT unit, b FROM member_0) s)")
+    pairs = (
+        "count(*)"
+        if measure == "presence"  # presence has one row per (unit, bucket)
+        else "(SELECT count(*) FROM (SELECT DISTINCT unit, b FROM member_0) s)"
+    )
     summary = engine.fetch(f"SELECT count(DISTINCT unit) AS units, {pairs} AS unit_buckets FROM member_0").iloc[0]
     return int(summary["units"]), int(summary["unit_buckets"])
 
@@ -554,21 +669,33 @@ def _units_counted(engine: Engine, measure: str, given: PackedCounts | None) -> 
 def _linked_coverage(engine: Engine, plans: Sequence[ZoningPlan]) -> dict[str, bool]:
     """Per linked zoning: every located ping lies in one of its areas."""
     return {
-        plan.level: int(engine.fetch(f"SELECT count(*) AS n FROM located WHERE a_0 IS NOT NULL AND a_{z} IS NULL"
-                                     ).iloc[0]["n"]) == 0
-        for z, plan in enumerate(plans) if z > 0
+        plan.level: int(
+            engine.fetch(f"SELECT count(*) AS n FROM located WHERE a_0 IS NOT NULL AND a_{z} IS NULL").iloc[0]["n"]
+        )
+        == 0
+        for z, plan in enumerate(plans)
+        if z > 0
     }
 
 
-def _count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: Sequence[ZoningPlan], out_dir: Path,
-                 engine: Engine, progress: Progress, packed_keys: bool) -> CountResult:
+def _count_pings(
+    policy: Policy,
+    period: Period,
+    pings: Sequence[Path],
+    plans: Sequence[ZoningPlan],
+    out_dir: Path,
+    engine: Engine,
+    progress: Progress,
+    packed_keys: bool,
+) -> CountResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     run = _start_count(policy, period, pings, plans, engine, progress)
     scanned = _scan_pings(run, packed_keys)
     t = time.perf_counter()
     pings_outside = scanned.pings_outside + int(
-        engine.fetch("SELECT count(*) AS n FROM pings_beyond").iloc[0]["n"])  # never counted
+        engine.fetch("SELECT count(*) AS n FROM pings_beyond").iloc[0]["n"]
+    )  # never counted
     main, cells, margin_frames = _count_zonings(run, scanned)
     t = _timed(run.seconds, "count", t)
 
@@ -580,13 +707,42 @@ def _count_pings(policy: Policy, period: Period, pings: Sequence[Path], plans: S
     seconds = run.seconds
     _timed(seconds, "write", t)
     seconds["total"] = round(time.perf_counter() - started, 3)
-    progress(ProgressEvent("counting", f"counting done in {seconds['total']:.1f} s: {scanned.pings_located:,} pings "
-                                       f"located, {pings_outside:,} outside the geometry", share=1.0,
-                           seconds=seconds["total"], done=True))
-    return CountResult(cells_path, margins_path, membership_path, outside_path, len(cells), units, unit_buckets,
-                       scanned.pings_located, pings_outside, scanned.unsure_coordinates, covers,
-                       {p.level: p.method for p in plans}, seconds)
+    progress(
+        ProgressEvent(
+            "counting",
+            f"counting done in {seconds['total']:.1f} s: {scanned.pings_located:,} pings "
+            f"located, {pings_outside:,} outside the geometry",
+            share=1.0,
+            seconds=seconds["total"],
+            done=True,
+        )
+    )
+    return CountResult(
+        cells_path,
+        margins_path,
+        membership_path,
+        outside_path,
+        len(cells),
+        units,
+        unit_buckets,
+        scanned.pings_located,
+        pings_outside,
+        scanned.unsure_coordinates,
+        covers,
+        {p.level: p.method for p in plans},
+        seconds,
+    )
 
 
-__all__ = ["SLOT_US", "BucketSlots", "CountResult", "CountingError", "bucket_slots", "count_pings", "data_extent",
-           "period_buckets", "register_pings", "usable_area"]
+__all__ = [
+    "SLOT_US",
+    "BucketSlots",
+    "CountResult",
+    "CountingError",
+    "bucket_slots",
+    "count_pings",
+    "data_extent",
+    "period_buckets",
+    "register_pings",
+    "usable_area",
+]

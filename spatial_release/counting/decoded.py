@@ -33,8 +33,9 @@ class DecodedKeys:
         assert self.ranks is not None  # set by __post_init__
         return np.searchsorted(self.ranks, ranks)
 
-    def table(self, counts: pd.DataFrame, level: str | None = None, area: str = "rank",
-              names: np.ndarray | None = None) -> pa.Table:
+    def table(
+        self, counts: pd.DataFrame, level: str | None = None, area: str = "rank", names: np.ndarray | None = None
+    ) -> pa.Table:
         """names: for area="parent", the parent ids its integer codes stand for."""
         b = pa.array(counts["b"].to_numpy(np.int64))
         if area == "rank":
@@ -43,8 +44,7 @@ class DecodedKeys:
             ids = pa.array(names, pa.string()).take(pa.array(counts[area].to_numpy(np.int64)))
         else:
             ids = pa.array(counts[area].astype(str).to_numpy(object), pa.string())
-        columns = {"area_id": ids, "bucket_start": self.bucket_array.take(b),
-                   "n": pa.array(counts["n"].to_numpy(np.int64))}
+        columns = {"area_id": ids, "bucket_start": self.bucket_array.take(b), "n": pa.array(counts["n"].to_numpy(np.int64))}
         if level is not None:
             columns = {"level": pa.array(np.full(len(counts), level, dtype=object), pa.string()), **columns}
         return pa.table(columns)

@@ -64,6 +64,7 @@ class Engine(Protocol):
     def export(self, name: str, sql: str) -> str:
         """Make the query's result readable by a DuckDB connection from `finisher()`; returns a FROM item."""
         ...
+
     def finisher(self) -> duckdb.DuckDBPyConnection: ...
     def describe(self) -> dict: ...
     def close(self) -> None: ...
@@ -115,8 +116,7 @@ class DuckDBEngine:
     def _drop(self, name: str) -> None:
         """Whatever holds the name, table or view (an Arrow view cannot be replaced by a table, nor the
         reverse), so that one engine can count twice."""
-        kind = self.con.execute("SELECT table_type FROM information_schema.tables WHERE table_name = ?",
-                                [name]).fetchall()
+        kind = self.con.execute("SELECT table_type FROM information_schema.tables WHERE table_name = ?", [name]).fetchall()
         for (table_type,) in kind:
             if table_type == "VIEW":
                 self.con.unregister(name)  # an Arrow view: the connection's own reference to the arrays too
@@ -156,8 +156,15 @@ class DuckDBEngine:
         self.con.close()
 
 
-_SPARK_TYPES = {"int64": "bigint", "int32": "int", "float64": "double", "object": "string", "str": "string",
-                "string": "string", "bool": "boolean"}
+_SPARK_TYPES = {
+    "int64": "bigint",
+    "int32": "int",
+    "float64": "double",
+    "object": "string",
+    "str": "string",
+    "string": "string",
+    "bool": "boolean",
+}
 
 
 @dataclass
@@ -208,15 +215,18 @@ class SparkEngine:
         self.scratch = Path(scratch or tempfile.mkdtemp(prefix="spark-counting-"))
         self.scratch.mkdir(parents=True, exist_ok=True)
         _stop_session_elsewhere(self.settings)
-        builder = (SparkSession.builder.master(self.settings.master).appName(self.settings.app_name)
-                   .config("spark.sql.session.timeZone", "UTC")
-                   # Owner-only scratch files (0600, folders 0700) on every executor, whatever the umask of
-                   # the cluster's workers: Hadoop's file systems apply this umask, not the process's.
-                   .config("spark.hadoop.fs.permissions.umask-mode", "077")
-                   .config("spark.sql.shuffle.partitions", str(self.settings.shuffle_partitions))
-                   .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-                   .config("spark.ui.enabled", "false")
-                   .config("spark.ui.showConsoleProgress", "false"))
+        builder = (
+            SparkSession.builder.master(self.settings.master)
+            .appName(self.settings.app_name)
+            .config("spark.sql.session.timeZone", "UTC")
+            # Owner-only scratch files (0600, folders 0700) on every executor, whatever the umask of
+            # the cluster's workers: Hadoop's file systems apply this umask, not the process's.
+            .config("spark.hadoop.fs.permissions.umask-mode", "077")
+            .config("spark.sql.shuffle.partitions", str(self.settings.shuffle_partitions))
+            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+        )
         for key, value in self.settings.conf.items():
             builder = builder.config(key, value)
         self.spark = builder.getOrCreate()
@@ -266,8 +276,12 @@ class SparkEngine:
 
 
 @contextmanager
-def open_engine(kind: str = "duckdb", scratch: Path | None = None, duckdb_settings: DuckDBSettings | None = None,
-                spark_settings: SparkSettings | None = None) -> Iterator[Engine]:
+def open_engine(
+    kind: str = "duckdb",
+    scratch: Path | None = None,
+    duckdb_settings: DuckDBSettings | None = None,
+    spark_settings: SparkSettings | None = None,
+) -> Iterator[Engine]:
     if kind == "duckdb":
         engine: Engine = DuckDBEngine(duckdb_settings, scratch)
     elif kind == "spark":

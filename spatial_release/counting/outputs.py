@@ -26,21 +26,25 @@ def write_membership(engine: Engine, main: DecodedKeys, out_dir: Path) -> Path:
     before: hence the LEFT JOIN, though every rank is in the dictionary)."""
     source = engine.export("membership", "SELECT unit, b, rank FROM member_0")
     con = engine.finisher()
-    con.register("dict_ids", pa.table({"rank": pa.array(np.asarray(main.ranks, dtype=np.int64)),
-                                       "cell_id": main.id_array}))
-    con.register("bucket_ids", pa.table({"b": pa.array(np.arange(len(main.buckets), dtype=np.int64)),
-                                         "bucket_start": main.bucket_array}))
+    con.register("dict_ids", pa.table({"rank": pa.array(np.asarray(main.ranks, dtype=np.int64)), "cell_id": main.id_array}))
+    con.register(
+        "bucket_ids",
+        pa.table({"b": pa.array(np.arange(len(main.buckets), dtype=np.int64)), "bucket_start": main.bucket_array}),
+    )
     con.execute("DROP TABLE IF EXISTS membership_ids")
     con.execute("DROP TYPE IF EXISTS membership_cell_id")
     con.execute("CREATE TYPE membership_cell_id AS ENUM (SELECT cell_id FROM dict_ids)")
-    con.execute("CREATE TEMP TABLE membership_ids AS "
-                "SELECT rank, CAST(cell_id AS membership_cell_id) AS cell_id FROM dict_ids")
+    con.execute(
+        "CREATE TEMP TABLE membership_ids AS SELECT rank, CAST(cell_id AS membership_cell_id) AS cell_id FROM dict_ids"
+    )
     path = out_dir / "membership.internal.parquet"
     try:
         with atomic_path(path) as tmp:
-            con.execute(f"COPY (SELECT m.unit, k.bucket_start, d.cell_id FROM {source} m "
-                        "LEFT JOIN membership_ids d ON d.rank = m.rank JOIN bucket_ids k ON k.b = m.b) "
-                        f"TO {_lit(str(tmp))} (FORMAT parquet, COMPRESSION zstd)")  # zstd: smaller, and cheaper here
+            con.execute(
+                f"COPY (SELECT m.unit, k.bucket_start, d.cell_id FROM {source} m "
+                "LEFT JOIN membership_ids d ON d.rank = m.rank JOIN bucket_ids k ON k.b = m.b) "
+                f"TO {_lit(str(tmp))} (FORMAT parquet, COMPRESSION zstd)"
+            )  # zstd: smaller, and cheaper here
     finally:
         con.execute("DROP TABLE IF EXISTS membership_ids")
         con.execute("DROP TYPE IF EXISTS membership_cell_id")
@@ -53,10 +57,13 @@ def write_outside(engine: Engine, out_dir: Path, pings_outside: int, coordinates
     path = out_dir / "outside.parquet"
     where = "" if pings_outside else " WHERE FALSE"
     # p.* keeps the ingest's `src` (the input file of each ping) when the pings carry it
-    source = engine.export("outside", "SELECT p.* FROM pings p JOIN "
-                                      f"({coordinates_sql}) o "
-                                      f"ON p.lon = o.ulon AND p.lat = o.ulat{where} "
-                                      "UNION ALL SELECT * FROM pings_beyond")
+    source = engine.export(
+        "outside",
+        "SELECT p.* FROM pings p JOIN "
+        f"({coordinates_sql}) o "
+        f"ON p.lon = o.ulon AND p.lat = o.ulat{where} "
+        "UNION ALL SELECT * FROM pings_beyond",
+    )
     with atomic_path(path) as tmp:
         engine.finisher().execute(f"COPY (SELECT * FROM {source}) TO {_lit(str(tmp))} (FORMAT parquet)")
     return path

@@ -37,8 +37,17 @@ KEY_BITS = 62  # packed keys stay below 2^62, clear of BIGINT's overflow in the 
 # own buffers. The path is taken only when this fits in DuckDB's memory limit, the budget the user
 # set for counting; past it the SQL paths run, and spill.
 BYTES_PER_PING = 32
-_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "KB": 10**3, "MB": 10**6, "GB": 10**9,
-          "TB": 10**12, "bytes": 1}
+_UNITS = {
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "bytes": 1,
+}
 _INTEGER_UNITS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER"}
 
 
@@ -59,8 +68,10 @@ class Packing:
     def key_sql(self) -> str:
         """The packed key over `keyed`'s columns; NULL for a ping outside the period's buckets."""
         slot = f"CASE WHEN unsure THEN {self.unsure} ELSE coalesce(k_0 + 1, 0) END"
-        return (f"CASE WHEN b IS NOT NULL THEN ((CAST(unit AS BIGINT) - {self.unit_min}) * {1 << self.bucket_bits} "
-                f"+ b) * {1 << self.slot_bits} + {slot} END")
+        return (
+            f"CASE WHEN b IS NOT NULL THEN ((CAST(unit AS BIGINT) - {self.unit_min}) * {1 << self.bucket_bits} "
+            f"+ b) * {1 << self.slot_bits} + {slot} END"
+        )
 
 
 def packing_for(engine: Engine, measure: str, plans: Sequence[ZoningPlan], slots: BucketSlots) -> Packing | None:
@@ -80,7 +91,8 @@ def packing_for(engine: Engine, measure: str, plans: Sequence[ZoningPlan], slots
         return None
     low, high, rows, complete = engine.con.execute(
         "SELECT min(unit), max(unit), count(*), count(unit) = count(*) AND count(lon) = count(*) "
-        "AND count(lat) = count(*) FROM pings").fetchall()[0]
+        "AND count(lat) = count(*) FROM pings"
+    ).fetchall()[0]
     # a NULL unit id or coordinate (ingest quarantines them): the SQL paths count what they are given
     if not complete or int(rows) * BYTES_PER_PING > _memory_limit(engine):
         return None
@@ -128,14 +140,16 @@ class PeriodMismatch(Exception):
         self.count = count
 
 
-def scan_packed(engine: DuckDBEngine, keyed_sql: str, packing: Packing,
-                exact_keys: Callable[[pd.DataFrame], pd.DataFrame]) -> PackedScan:
+def scan_packed(
+    engine: DuckDBEngine, keyed_sql: str, packing: Packing, exact_keys: Callable[[pd.DataFrame], pd.DataFrame]
+) -> PackedScan:
     """One scan: each ping's packed key, with the coordinates of the pings in no area or unsure; the unsure
     ones assigned by `exact_keys` (their distinct coordinates, as in the SQL paths). Raises PeriodMismatch."""
     table = engine.con.sql(
         f"""{keyed_sql} SELECT {packing.key_sql()} AS key,
                    CASE WHEN unsure OR k_0 IS NULL THEN lon END AS ulon,
-                   CASE WHEN unsure OR k_0 IS NULL THEN lat END AS ulat FROM keyed""").to_arrow_table()
+                   CASE WHEN unsure OR k_0 IS NULL THEN lat END AS ulat FROM keyed"""
+    ).to_arrow_table()
     if table.column("key").null_count:
         raise PeriodMismatch(table.column("key").null_count)
     keys, odd_positions, odd = _keys_and_odd_rows(table)
@@ -164,15 +178,18 @@ def _keys_and_odd_rows(table: pa.Table) -> tuple[np.ndarray, np.ndarray, pd.Data
     offset = 0
     for batch in table.to_batches():
         rows = batch.num_rows
-        keys[offset:offset + rows] = batch.column(0).to_numpy(zero_copy_only=False)
+        keys[offset : offset + rows] = batch.column(0).to_numpy(zero_copy_only=False)
         lon = batch.column(1)
         if lon.null_count < rows:
             found = pc.indices_nonzero(pc.is_valid(lon))
             positions.append(found.to_numpy() + offset)
             coordinates.append(batch.select([1, 2]).take(found))
         offset += rows
-    odd = (pa.Table.from_batches(coordinates).to_pandas() if coordinates
-           else pd.DataFrame({"ulon": np.empty(0), "ulat": np.empty(0)}))
+    odd = (
+        pa.Table.from_batches(coordinates).to_pandas()
+        if coordinates
+        else pd.DataFrame({"ulon": np.empty(0), "ulat": np.empty(0)})
+    )
     return keys, np.concatenate(positions) if positions else np.empty(0, np.int64), odd
 
 
@@ -238,14 +255,31 @@ def presence_from_keys(keys: np.ndarray, packing: Packing) -> PackedCounts:
     leaf_key.sort()
     leaf_starts = _run_starts(leaf_key)
     leaf_runs = leaf_key[leaf_starts]
-    leaf = pa.table({"rank": pa.array(leaf_runs >> packing.bucket_bits), "b": pa.array(leaf_runs & bucket_mask),
-                     "n": pa.array(_run_lengths(leaf_starts, len(leaf_key)))})
+    leaf = pa.table(
+        {
+            "rank": pa.array(leaf_runs >> packing.bucket_bits),
+            "b": pa.array(leaf_runs & bucket_mask),
+            "n": pa.array(_run_lengths(leaf_starts, len(leaf_key))),
+        }
+    )
     del leaf_key, leaf_starts, leaf_runs
-    member = pa.table({"unit": pa.array(unit).cast(packing.unit_type),
-                       "b": pa.array(_narrow(bucket, packing.bucket_bits)),
-                       "rank": pa.array(_narrow(rank, packing.slot_bits))})
+    member = pa.table(
+        {
+            "unit": pa.array(unit).cast(packing.unit_type),
+            "b": pa.array(_narrow(bucket, packing.bucket_bits)),
+            "rank": pa.array(_narrow(rank, packing.slot_bits)),
+        }
+    )
     return PackedCounts(member, leaf, units)
 
 
-__all__ = ["KEY_BITS", "PackedCounts", "PackedScan", "Packing", "PeriodMismatch", "packing_for",
-           "presence_from_keys", "scan_packed"]
+__all__ = [
+    "KEY_BITS",
+    "PackedCounts",
+    "PackedScan",
+    "Packing",
+    "PeriodMismatch",
+    "packing_for",
+    "presence_from_keys",
+    "scan_packed",
+]

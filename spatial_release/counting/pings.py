@@ -61,21 +61,24 @@ def register_pings(engine: Engine, pings: Sequence[Path], area: tuple[float, flo
     if area is not None:
         west, south, east, north = area
         extent = footer_extent(pings)
-        if not (extent is not None and west <= extent[0] and extent[2] <= east
-                and south <= extent[1] and extent[3] <= north):
+        if not (
+            extent is not None and west <= extent[0] and extent[2] <= east and south <= extent[1] and extent[3] <= north
+        ):
             inside = f"lon BETWEEN {west!r} AND {east!r} AND lat BETWEEN {south!r} AND {north!r}"
     engine.view("pings", f"SELECT * FROM pings_all WHERE {inside}" if inside != "TRUE" else "SELECT * FROM pings_all")
     engine.view("pings_beyond", f"SELECT * FROM pings_all WHERE NOT ({inside})")
 
 
-def data_extent(engine: Engine, pings: Sequence[Path], area: tuple[float, float, float, float] | None = None
-                ) -> tuple[float, float, float, float] | None:
+def data_extent(
+    engine: Engine, pings: Sequence[Path], area: tuple[float, float, float, float] | None = None
+) -> tuple[float, float, float, float] | None:
     """(west, south, east, north) of the pings inside `area`, or None when there are none: from the footers'
     statistics when they lie inside `area`, else by a scan."""
     register_pings(engine, pings, area)
     extent = footer_extent(pings)
-    if extent is not None and (area is None or (area[0] <= extent[0] and extent[2] <= area[2]
-                                                and area[1] <= extent[1] and extent[3] <= area[3])):
+    if extent is not None and (
+        area is None or (area[0] <= extent[0] and extent[2] <= area[2] and area[1] <= extent[1] and extent[3] <= area[3])
+    ):
         return extent
     row = engine.fetch("SELECT min(lon) AS w, min(lat) AS s, max(lon) AS e, max(lat) AS n FROM pings").iloc[0]
     values = tuple(float(row[c]) for c in ("w", "s", "e", "n"))

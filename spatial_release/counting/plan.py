@@ -53,16 +53,17 @@ class ZoningPlan:
         assert self.grid_size is not None  # a compact grid is a grid
         c, size = self.compact, int(self.grid_size)
         xs, ys = (c.ix0 * size, (c.ix0 + c.nx - 1) * size), (c.iy0 * size, (c.iy0 + c.ny - 1) * size)
-        return (min(*xs, *ys) >= 0 and len(str(xs[0])) == len(str(xs[1]))
-                and len(str(ys[0])) == len(str(ys[1])))
+        return min(*xs, *ys) >= 0 and len(str(xs[0])) == len(str(xs[1])) and len(str(ys[0])) == len(str(ys[1]))
 
     @property
     def method(self) -> str:
         if self.projection is None:
             return "exact assignment of every distinct coordinate (no SQL projection for this CRS)"
         if self.lookup is not None:
-            return (f"SQL {self.projection.method} projection + {self.lookup.nx} x {self.lookup.ny} lookup grid "
-                    f"({self.lookup.boundary_share:.1%} boundary cells assigned exactly)")
+            return (
+                f"SQL {self.projection.method} projection + {self.lookup.nx} x {self.lookup.ny} lookup grid "
+                f"({self.lookup.boundary_share:.1%} boundary cells assigned exactly)"
+            )
         return f"SQL {self.projection.method} projection, exact assignment within {self.projection.guard:g} of an edge"
 
 
@@ -126,13 +127,22 @@ class CompactGrid:
         return keys // self.ny + self.ix0, keys % self.ny + self.iy0
 
 
-def grid_plan(level: str, grid: Grid, parent_levels: tuple[str, ...], evaluate=None,
-              extent: Extent | None = None) -> ZoningPlan:
+def grid_plan(
+    level: str, grid: Grid, parent_levels: tuple[str, ...], evaluate=None, extent: Extent | None = None
+) -> ZoningPlan:
     projection = choose_projection(grid.crs, evaluate, extent)
     compact = CompactGrid.around(grid, extent) if extent is not None else None
     if compact is None:
-        return ZoningPlan(level, parent_levels, TOTAL, projection, grid.locate_keys, grid.ids_of_keys,
-                          grid.hierarchy, grid_size=float(grid.spec.size_m))
+        return ZoningPlan(
+            level,
+            parent_levels,
+            TOTAL,
+            projection,
+            grid.locate_keys,
+            grid.ids_of_keys,
+            grid.hierarchy,
+            grid_size=float(grid.spec.size_m),
+        )
 
     def exact_keys(lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
         return compact.encode(*grid.indices(lon, lat))
@@ -140,12 +150,29 @@ def grid_plan(level: str, grid: Grid, parent_levels: tuple[str, ...], evaluate=N
     def ids_of_keys(keys: np.ndarray) -> np.ndarray:
         return cell_name(grid.spec.size_m, *compact.decode(keys))
 
-    return ZoningPlan(level, parent_levels, TOTAL, projection, exact_keys, ids_of_keys, grid.hierarchy,
-                      grid_size=float(grid.spec.size_m), compact=compact, key_bound=compact.nx * compact.ny)
+    return ZoningPlan(
+        level,
+        parent_levels,
+        TOTAL,
+        projection,
+        exact_keys,
+        ids_of_keys,
+        grid.hierarchy,
+        grid_size=float(grid.spec.size_m),
+        compact=compact,
+        key_bound=compact.nx * compact.ny,
+    )
 
 
-def zones_plan(level: str, layer: ZoneLayer, parent_levels: tuple[str, ...], total_level: str,
-               evaluate=None, max_lookup_cells: int = 1_000_000, extent: Extent | None = None) -> ZoningPlan:
+def zones_plan(
+    level: str,
+    layer: ZoneLayer,
+    parent_levels: tuple[str, ...],
+    total_level: str,
+    evaluate=None,
+    max_lookup_cells: int = 1_000_000,
+    extent: Extent | None = None,
+) -> ZoningPlan:
     projection = choose_projection(layer.crs, evaluate, extent)
     lookup = build_zone_lookup(layer, max_lookup_cells) if projection is not None else None
     table = layer.parent_table()
@@ -153,8 +180,17 @@ def zones_plan(level: str, layer: ZoneLayer, parent_levels: tuple[str, ...], tot
     def hierarchy(ids: pd.Series) -> pd.DataFrame:
         return pd.DataFrame({"cell_id": ids.to_numpy()}).merge(table, on="cell_id", how="left")
 
-    return ZoningPlan(level, parent_levels, total_level, projection, layer.locate_keys, layer.ids_of_keys,
-                      hierarchy, lookup=lookup, key_bound=len(layer.frame))
+    return ZoningPlan(
+        level,
+        parent_levels,
+        total_level,
+        projection,
+        layer.locate_keys,
+        layer.ids_of_keys,
+        hierarchy,
+        lookup=lookup,
+        key_bound=len(layer.frame),
+    )
 
 
 Layer = tuple[tuple[str, str], ...]  # (column, expression over earlier columns), computed in one SELECT
@@ -173,8 +209,10 @@ def _near_edge(i: int, size: float, guard: float) -> str:
     in the cell, fx_i - gx_i, is within guard / size of 0 or 1. (The rounding of that fraction is below
     1e-12 cells, far inside the guard band, whose width the SQL projection's error is a tenth of.)"""
     g = guard / size
-    return (f"(fx_{i} - gx_{i} < {num(g)} OR fx_{i} - gx_{i} > {num(1 - g)} "
-            f"OR fy_{i} - gy_{i} < {num(g)} OR fy_{i} - gy_{i} > {num(1 - g)})")
+    return (
+        f"(fx_{i} - gx_{i} < {num(g)} OR fx_{i} - gx_{i} > {num(1 - g)} "
+        f"OR fy_{i} - gy_{i} < {num(g)} OR fy_{i} - gy_{i} > {num(1 - g)})"
+    )
 
 
 @dataclass(frozen=True)
@@ -198,18 +236,18 @@ def zoning_sql(plan: ZoningPlan, i: int, x: str, y: str) -> ZoningSql:
         layers = _cell_layers(i, x, y, 0.0, 0.0, size)
         unsure = f"({outside_validated} OR {_near_edge(i, size, p.guard)}"
         if c is None:
-            return ZoningSql(f"(({gx} + {KEY_OFFSET}) * {KEY_BASE} + ({gy} + {KEY_OFFSET}))", unsure + ")",
-                             layers=layers)
-        unsure += (f" OR NOT (gx_{i} BETWEEN {c.ix0} AND {c.ix0 + c.nx - 1} "
-                   f"AND gy_{i} BETWEEN {c.iy0} AND {c.iy0 + c.ny - 1}))")
+            return ZoningSql(f"(({gx} + {KEY_OFFSET}) * {KEY_BASE} + ({gy} + {KEY_OFFSET}))", unsure + ")", layers=layers)
+        unsure += (
+            f" OR NOT (gx_{i} BETWEEN {c.ix0} AND {c.ix0 + c.nx - 1} AND gy_{i} BETWEEN {c.iy0} AND {c.iy0 + c.ny - 1}))"
+        )
         return ZoningSql(f"(({gx} - {c.ix0}) * {c.ny} + ({gy} - {c.iy0}))", unsure, layers=layers)
     lk = plan.lookup
     layers = _cell_layers(i, x, y, lk.x0, lk.y0, lk.cell)
-    lk_sql = (f"CASE WHEN gx_{i} >= 0 AND gx_{i} < {lk.nx} AND gy_{i} >= 0 AND gy_{i} < {lk.ny} "
-              f"THEN {gx} * {lk.ny} + {gy} END")
+    lk_sql = (
+        f"CASE WHEN gx_{i} >= 0 AND gx_{i} < {lk.nx} AND gy_{i} >= 0 AND gy_{i} < {lk.ny} THEN {gx} * {lk.ny} + {gy} END"
+    )
     cls = f"cls_{i}"
     key = f"CASE WHEN {cls} >= 0 THEN {cls} END"
-    unsure = (f"({outside_validated} OR coalesce({cls} = {BOUNDARY}, FALSE) "
-              f"OR {_near_edge(i, lk.cell, p.guard)})")
+    unsure = f"({outside_validated} OR coalesce({cls} = {BOUNDARY}, FALSE) OR {_near_edge(i, lk.cell, p.guard)})"
     join = f"LEFT JOIN lookup_{i} ON lookup_{i}.lk = {lk_sql}"
     return ZoningSql(key, unsure, join, layers)

@@ -71,8 +71,9 @@ def block_of(instance: dg.DagsterInstance, run_id: str) -> RunBlock:
     for event in (r.dagster_event for r in records if r.dagster_event is not None):
         data = event.step_failure_data
         if data.user_failure_data is not None and data.user_failure_data.description:
-            return RunBlock(_step_name(event.step_key), data.user_failure_data.description,
-                            _offending(data.user_failure_data.metadata))
+            return RunBlock(
+                _step_name(event.step_key), data.user_failure_data.description, _offending(data.user_failure_data.metadata)
+            )
         if data.error is not None:
             error = data.error
             while error.cause is not None:
@@ -89,7 +90,7 @@ def message_only(message: str, cls_name: str | None) -> str:
     if cls_name:
         prefix = re.match(rf"(?:[A-Za-z_][\w]*\.)*{re.escape(cls_name)}: ", message)
         if prefix:
-            return message[prefix.end():].strip()
+            return message[prefix.end() :].strip()
     return message
 
 
@@ -102,10 +103,15 @@ def _run_settings(run: dg.DagsterRun) -> ReleaseSettings:
 
 def _disk_full_reason(block: RunBlock, recorded: bool, settings: ReleaseSettings) -> str:
     """What a full disk left behind: a ledger entry whose folder the next run finishes, or nothing."""
-    left = ("the ledger records the release but its folder is not in place yet: the next run finishes it"
-            if recorded else "nothing was published")
-    return (f"no space left on device in {block.check} (ledger at {settings.ledger_dir}, releases under "
-            f"{settings.releases_dir}): {left}. Cause: {block.reason}")
+    left = (
+        "the ledger records the release but its folder is not in place yet: the next run finishes it"
+        if recorded
+        else "nothing was published"
+    )
+    return (
+        f"no space left on device in {block.check} (ledger at {settings.ledger_dir}, releases under "
+        f"{settings.releases_dir}): {left}. Cause: {block.reason}"
+    )
 
 
 def alert_of(run: dg.DagsterRun, block: RunBlock, policy: Policy, settings: ReleaseSettings) -> Alert:
@@ -119,11 +125,27 @@ def alert_of(run: dg.DagsterRun, block: RunBlock, policy: Policy, settings: Rele
         published = False
     ids, files = _never_quoted(policy, period, settings)
     if is_disk_full(block.reason):
-        return Alert.build("disk_full", policy.name, period, block.check,
-                           mask_files(_disk_full_reason(block, published, settings), files), never=ids,
-                           run_id=run.run_id, published=False)
-    return Alert.build("blocked_release", policy.name, period, block.check, mask_files(block.reason, files),
-                       block.offending, never=ids, run_id=run.run_id, published=published)
+        return Alert.build(
+            "disk_full",
+            policy.name,
+            period,
+            block.check,
+            mask_files(_disk_full_reason(block, published, settings), files),
+            never=ids,
+            run_id=run.run_id,
+            published=False,
+        )
+    return Alert.build(
+        "blocked_release",
+        policy.name,
+        period,
+        block.check,
+        mask_files(block.reason, files),
+        block.offending,
+        never=ids,
+        run_id=run.run_id,
+        published=published,
+    )
 
 
 def _never_quoted(policy: Policy, period: str, settings: ReleaseSettings) -> tuple[set[str], list[str]]:
@@ -136,22 +158,27 @@ def _never_quoted(policy: Policy, period: str, settings: ReleaseSettings) -> tup
         return set(), []
 
 
-def alert_failed_run(instance: dg.DagsterInstance, run: dg.DagsterRun, programme: Programme,
-                     log=None) -> str:
+def alert_failed_run(instance: dg.DagsterInstance, run: dg.DagsterRun, programme: Programme, log=None) -> str:
     """Deliver the alert of a failed release or publish run of `programme` and tag the run with it (so the
     alert shows on the run in the UI); returns the delivery's one-line summary. A review breach is
     delivered by the review itself and only tagged here."""
     block = block_of(instance, run.run_id)
     if block.check == REVIEW_BREACH_CHECK:
-        instance.add_run_tags(run.run_id, {ALERT_TAG: "risk breach: alerts delivered by the review",
-                                           BLOCKED_BY_TAG: block.check})
+        instance.add_run_tags(
+            run.run_id, {ALERT_TAG: "risk breach: alerts delivered by the review", BLOCKED_BY_TAG: block.check}
+        )
         return "review breach: its alerts were delivered by the review run (see its metadata)"
     settings = _run_settings(run)
     alert = alert_of(run, block, programme.policy, settings)
     report = deliver(alert, AlertRouting.for_policy(programme.policy), Path(settings.alerts_dir))
-    instance.add_run_tags(run.run_id, {
-        ALERT_TAG: report.path.name if report.path else "alert file not written",
-        DELIVERY_TAG: report.summary()[:250], BLOCKED_BY_TAG: block.check})
+    instance.add_run_tags(
+        run.run_id,
+        {
+            ALERT_TAG: report.path.name if report.path else "alert file not written",
+            DELIVERY_TAG: report.summary()[:250],
+            BLOCKED_BY_TAG: block.check,
+        },
+    )
     return f"{alert.subject}: {alert.reason} -> {report.summary()}"
 
 
@@ -160,11 +187,14 @@ def build_alert_sensor(programmes: dict[str, Programme]) -> dg.SensorDefinition:
     sensors; the command line delivers its own runs' alerts); a run is matched to its programme by its job's
     name (`programmes`: job name -> programme)."""
 
-    @dg.run_failure_sensor(name="failed_run_alert", default_status=dg.DefaultSensorStatus.RUNNING,
-                           description="A blocked release (its release or publish run failed) becomes an alert "
-                                       "naming the dataset, period, check, reason, offending cells or zones and "
-                                       "the options: written to the alerts folder, e-mailed and posted to Slack "
-                                       "when configured (see README, Alerts), and tagged on the failed run.")
+    @dg.run_failure_sensor(
+        name="failed_run_alert",
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="A blocked release (its release or publish run failed) becomes an alert "
+        "naming the dataset, period, check, reason, offending cells or zones and "
+        "the options: written to the alerts folder, e-mailed and posted to Slack "
+        "when configured (see README, Alerts), and tagged on the failed run.",
+    )
     def failed_run_alert(context: dg.RunFailureSensorContext) -> None:
         run = context.dagster_run
         programme = programmes.get(run.job_name)

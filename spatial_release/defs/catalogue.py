@@ -62,17 +62,23 @@ def invalid_policy_asset(error: ProgrammeError) -> dg.AssetsDefinition:
     """A stand-in graph for a policy file that does not load: its description is the error, and
     materialising it reads the file again and fails with the error until the file is fixed."""
 
-    @dg.asset(name="invalid_policy_file", key_prefix=[error.prefix], group_name=error.prefix, kinds={"yaml"},
-              description=f"THIS POLICY FILE DOES NOT LOAD: {error.path}\n\n{error.error}\n\nFix the file and "
-                          "reload the code location; the other programmes are not affected.",
-              metadata={"policy_file": dg.MetadataValue.path(str(error.path)), "error": error.error})
+    @dg.asset(
+        name="invalid_policy_file",
+        key_prefix=[error.prefix],
+        group_name=error.prefix,
+        kinds={"yaml"},
+        description=f"THIS POLICY FILE DOES NOT LOAD: {error.path}\n\n{error.error}\n\nFix the file and "
+        "reload the code location; the other programmes are not affected.",
+        metadata={"policy_file": dg.MetadataValue.path(str(error.path)), "error": error.error},
+    )
     def invalid_policy_file() -> None:
         try:
             load_programme(error.path)
         except Exception as exc:  # the error the file has now, whatever its kind
             raise dg.Failure(description=f"{error.path} does not load: {exc}", allow_retries=False) from None
-        raise dg.Failure(description=f"{error.path} loads now: reload the code location to see its graph",
-                         allow_retries=False)
+        raise dg.Failure(
+            description=f"{error.path} loads now: reload the code location to see its graph", allow_retries=False
+        )
 
     return invalid_policy_file
 
@@ -90,8 +96,10 @@ class Catalogue:
         review jobs, and the shared resources (configured from the environment)."""
         return dg.Definitions.merge(
             *(p.definitions() for p in self.programmes),
-            dg.Definitions(assets=[invalid_policy_asset(e) for e in self.errors],
-                           sensors=[build_alert_sensor(self.job_programmes())] if self.programmes else []),
+            dg.Definitions(
+                assets=[invalid_policy_asset(e) for e in self.errors],
+                sensors=[build_alert_sensor(self.job_programmes())] if self.programmes else [],
+            ),
             shared_resources(),
         )
 

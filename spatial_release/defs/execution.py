@@ -33,7 +33,8 @@ class ReleaseRun:
         between the two runs)."""
         return self.publish is not None and any(
             e.asset_key is not None and e.asset_key.path[-1] == "published_release"
-            for e in self.publish.get_asset_materialization_events())
+            for e in self.publish.get_asset_materialization_events()
+        )
 
     @property
     def success(self) -> bool:
@@ -64,8 +65,10 @@ class _FirstLineOfErrors(logging.Formatter):
         return text.split("\n", 1)[0] if record.levelno >= logging.ERROR or record.exc_info else text
 
 
-@dg.logger(dg.colored_console_logger.config_schema,
-           description="Dagster's console logger with each error record cut to its first line (no stack).")
+@dg.logger(
+    dg.colored_console_logger.config_schema,
+    description="Dagster's console logger with each error record cut to its first line (no stack).",
+)
 def one_line_console_logger(init_context: dg.InitLoggerContext) -> logging.Logger:
     logger = dg.colored_console_logger.logger_fn(init_context)
     for handler in logger.handlers:
@@ -73,9 +76,15 @@ def one_line_console_logger(init_context: dg.InitLoggerContext) -> logging.Logge
     return logger
 
 
-def execute_release(programme: ProgrammeDefs, partition_key: str, settings: dict, counting: dict | None = None,
-                    instance: dg.DagsterInstance | None = None, log_level: str = "INFO",
-                    tracebacks: bool = False) -> ReleaseRun:
+def execute_release(
+    programme: ProgrammeDefs,
+    partition_key: str,
+    settings: dict,
+    counting: dict | None = None,
+    instance: dg.DagsterInstance | None = None,
+    log_level: str = "INFO",
+    tracebacks: bool = False,
+) -> ReleaseRun:
     """Run the release job of `programme` for one partition, then its publish job if the candidate passed.
 
     settings / counting: config of the `settings` and `counting` resources (ReleaseSettings, CountingEngine).
@@ -86,21 +95,27 @@ def execute_release(programme: ProgrammeDefs, partition_key: str, settings: dict
     defs = programme.runnable()
     if not tracebacks:
         defs = dg.Definitions.merge(defs, dg.Definitions(loggers={"console": one_line_console_logger}))
-    run_config = {"resources": {"settings": {"config": settings}, "counting": {"config": counting or {}}},
-                  "loggers": {"console": {"config": {"log_level": log_level}}}}
+    run_config = {
+        "resources": {"settings": {"config": settings}, "counting": {"config": counting or {}}},
+        "loggers": {"console": {"config": {"log_level": log_level}}},
+    }
     names = programme.programme
     candidate = defs.resolve_job_def(names.name("release_job")).execute_in_process(
-        partition_key=partition_key, instance=instance, raise_on_error=False, run_config=run_config)
+        partition_key=partition_key, instance=instance, raise_on_error=False, run_config=run_config
+    )
     if not candidate.success:
         return ReleaseRun(candidate, None, _alert(instance, candidate, programme))
     publish = defs.resolve_job_def(names.name("publish_job")).execute_in_process(
-        partition_key=partition_key, instance=instance, raise_on_error=False, run_config=run_config,
-        tags={CANDIDATE_TAG: candidate.run_id})
+        partition_key=partition_key,
+        instance=instance,
+        raise_on_error=False,
+        run_config=run_config,
+        tags={CANDIDATE_TAG: candidate.run_id},
+    )
     return ReleaseRun(candidate, publish, () if publish.success else _alert(instance, publish, programme))
 
 
-def _alert(instance: dg.DagsterInstance, result: dg.ExecuteInProcessResult, programme: ProgrammeDefs
-           ) -> tuple[str, ...]:
+def _alert(instance: dg.DagsterInstance, result: dg.ExecuteInProcessResult, programme: ProgrammeDefs) -> tuple[str, ...]:
     """A run executed here has no code-location origin, so the daemon's run-failure sensor never sees it:
     its alert is delivered here, exactly as the sensor would (and tagged on the run)."""
     run = instance.get_run_by_id(result.run_id)

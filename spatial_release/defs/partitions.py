@@ -30,5 +30,7 @@ def period_of(partition_key: str, partitions_def: dg.PartitionsDefinition = quar
 def period_tags(partitions_def: dg.PartitionsDefinition) -> dg.PartitionedConfig:
     """The jobs' partitioned config: no run config, and the period label as a run tag."""
     return dg.PartitionedConfig(
-        partitions_def=partitions_def, run_config_for_partition_key_fn=lambda key: {},
-        tags_for_partition_key_fn=lambda key: {PERIOD_TAG: period_of(key, partitions_def).label})
+        partitions_def=partitions_def,
+        run_config_for_partition_key_fn=lambda key: {},
+        tags_for_partition_key_fn=lambda key: {PERIOD_TAG: period_of(key, partitions_def).label},
+    )

@@ -74,17 +74,22 @@ class Programme:
 
     def tags(self) -> dict[str, str]:
         """Every run of the programme carries them (Dagster run tags are strings)."""
-        return {DATASET_TAG: self.policy.name, POLICY_TAG: f"{self.policy.name} v{self.policy.version}",
-                POLICY_SHA_TAG: self.policy.sha256[:16]}
+        return {
+            DATASET_TAG: self.policy.name,
+            POLICY_TAG: f"{self.policy.name} v{self.policy.version}",
+            POLICY_SHA_TAG: self.policy.sha256[:16],
+        }
 
     def load(self) -> Policy:
         """The policy as a step reads it now; refused when the file changed after the graph was built, since
         the graph's partitions, tags and names come from the file as it was then."""
         policy = load_policy(self.path)
         if policy.sha256 != self.policy.sha256:
-            raise PolicyChanged(f"{self.path} changed since the code location loaded it (sha256 "
-                                f"{self.policy.sha256[:12]} -> {policy.sha256[:12]}): reload the code location "
-                                "(Deployment > Reload) so the graph, its partitions and its tags match the file")
+            raise PolicyChanged(
+                f"{self.path} changed since the code location loaded it (sha256 "
+                f"{self.policy.sha256[:12]} -> {policy.sha256[:12]}): reload the code location "
+                "(Deployment > Reload) so the graph, its partitions and its tags match the file"
+            )
         return policy
 
 
@@ -117,7 +122,14 @@ def discover(folder: Path | None = None) -> list[Programme | ProgrammeError]:
     by_prefix: dict[str, list[Path]] = {}
     for item in found:
         by_prefix.setdefault(item.prefix, []).append(item.path)
-    return [ProgrammeError(item.path, f"{item.path}: dataset key {item.prefix!r} is also used by "
-                                      f"{', '.join(str(p) for p in by_prefix[item.prefix] if p != item.path)}; "
-                                      "each policy file needs its own `name`")
-            if isinstance(item, Programme) and len(by_prefix[item.prefix]) > 1 else item for item in found]
+    return [
+        ProgrammeError(
+            item.path,
+            f"{item.path}: dataset key {item.prefix!r} is also used by "
+            f"{', '.join(str(p) for p in by_prefix[item.prefix] if p != item.path)}; "
+            "each policy file needs its own `name`",
+        )
+        if isinstance(item, Programme) and len(by_prefix[item.prefix]) > 1
+        else item
+        for item in found
+    ]

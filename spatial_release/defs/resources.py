@@ -5,7 +5,6 @@ Defaults point at the embedded demo (policies/demo.yaml, synthetic traces) insid
 environment is read when a resource is built (each default is a factory), never when this module is imported.
 """
 
-
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -41,18 +40,26 @@ class ReleaseSettings(dg.ConfigurableResource):
     """Where every programme's files live. The policy is not here: each policy file has its own graph."""
 
     traces: list[str] = Field(
-        default=[], description="Trace files or globs for this run; empty: the policy's source.paths (or its "
-                                "synthetic generator).")
-    releases_dir: str = Field(default_factory=_project("SPATIAL_RELEASE_RELEASES", "releases"),
-                              description="Published release folders, <dataset>/<period>/ "
-                                          "(env SPATIAL_RELEASE_RELEASES).")
-    work_dir: str = Field(default_factory=_project("SPATIAL_RELEASE_WORK", "work"),
-                          description="Owner-only work areas with per-unit files (env SPATIAL_RELEASE_WORK).")
-    ledger_dir: str = Field(default_factory=_project("SPATIAL_RELEASE_LEDGER", "ledger"),
-                            description="The signed, hash-chained ledger of releases (env SPATIAL_RELEASE_LEDGER).")
-    alerts_dir: str = Field(default_factory=_project("SPATIAL_RELEASE_ALERTS", "alerts"),
-                            description="Alert records, one JSON file per alert, besides the e-mail and "
-                                        "webhook deliveries (env SPATIAL_RELEASE_ALERTS).")
+        default=[],
+        description="Trace files or globs for this run; empty: the policy's source.paths (or its synthetic generator).",
+    )
+    releases_dir: str = Field(
+        default_factory=_project("SPATIAL_RELEASE_RELEASES", "releases"),
+        description="Published release folders, <dataset>/<period>/ (env SPATIAL_RELEASE_RELEASES).",
+    )
+    work_dir: str = Field(
+        default_factory=_project("SPATIAL_RELEASE_WORK", "work"),
+        description="Owner-only work areas with per-unit files (env SPATIAL_RELEASE_WORK).",
+    )
+    ledger_dir: str = Field(
+        default_factory=_project("SPATIAL_RELEASE_LEDGER", "ledger"),
+        description="The signed, hash-chained ledger of releases (env SPATIAL_RELEASE_LEDGER).",
+    )
+    alerts_dir: str = Field(
+        default_factory=_project("SPATIAL_RELEASE_ALERTS", "alerts"),
+        description="Alert records, one JSON file per alert, besides the e-mail and "
+        "webhook deliveries (env SPATIAL_RELEASE_ALERTS).",
+    )
 
     def context(self, policy: Policy, period: Period) -> ReleaseContext:
         """The release context of one step (it refuses a period of the other cadence)."""
@@ -76,28 +83,35 @@ class CountingEngine(dg.ConfigurableResource):
     ('local[*]', or a cluster URL such as 'spark://host:7077'). Suppression, audit and risk always run here,
     on the aggregated tables. Both engines give identical counts (a test compares them row for row)."""
 
-    engine: str = Field(default_factory=_env_or("SPATIAL_RELEASE_ENGINE", "duckdb"),
-                        description="duckdb or spark (env SPATIAL_RELEASE_ENGINE).")
-    duckdb_memory_limit: str | None = Field(default_factory=_env("SPATIAL_RELEASE_DUCKDB_MEMORY_LIMIT"),
-                                            description="DuckDB memory limit, e.g. 2GB; past it DuckDB spills "
-                                                        "to the work area (env SPATIAL_RELEASE_DUCKDB_MEMORY_LIMIT).")
-    duckdb_threads: int | None = Field(default_factory=_env_int("SPATIAL_RELEASE_DUCKDB_THREADS"),
-                                       description="DuckDB threads; default all cores "
-                                                   "(env SPATIAL_RELEASE_DUCKDB_THREADS).")
-    spark_master: str = Field(default_factory=_env_or("SPARK_MASTER", "local[*]"),
-                              description="Spark master URL: local[*], spark://host:7077, yarn, k8s://... "
-                                          "(env SPARK_MASTER).")
+    engine: str = Field(
+        default_factory=_env_or("SPATIAL_RELEASE_ENGINE", "duckdb"),
+        description="duckdb or spark (env SPATIAL_RELEASE_ENGINE).",
+    )
+    duckdb_memory_limit: str | None = Field(
+        default_factory=_env("SPATIAL_RELEASE_DUCKDB_MEMORY_LIMIT"),
+        description="DuckDB memory limit, e.g. 2GB; past it DuckDB spills "
+        "to the work area (env SPATIAL_RELEASE_DUCKDB_MEMORY_LIMIT).",
+    )
+    duckdb_threads: int | None = Field(
+        default_factory=_env_int("SPATIAL_RELEASE_DUCKDB_THREADS"),
+        description="DuckDB threads; default all cores (env SPATIAL_RELEASE_DUCKDB_THREADS).",
+    )
+    spark_master: str = Field(
+        default_factory=_env_or("SPARK_MASTER", "local[*]"),
+        description="Spark master URL: local[*], spark://host:7077, yarn, k8s://... (env SPARK_MASTER).",
+    )
     spark_conf: dict[str, str] = Field(default={}, description="Extra Spark settings, e.g. spark.executor.memory.")
     # On a cluster, intermediate tables must be on storage every executor reaches (HDFS, S3, a shared mount).
-    scratch_dir: str | None = Field(default_factory=_env("SPATIAL_RELEASE_SPARK_SCRATCH"),
-                                    description="Scratch folder every Spark executor can reach (env "
-                                                "SPATIAL_RELEASE_SPARK_SCRATCH); default inside the work area.")
+    scratch_dir: str | None = Field(
+        default_factory=_env("SPATIAL_RELEASE_SPARK_SCRATCH"),
+        description="Scratch folder every Spark executor can reach (env "
+        "SPATIAL_RELEASE_SPARK_SCRATCH); default inside the work area.",
+    )
 
     def scratch_for(self, area: WorkArea) -> Path:
         """Spark's scratch folder for one work area: `<scratch_dir>/<dataset>/<period>` on shared storage (two
         programmes releasing one period never share one), else inside the work area."""
-        return Path(self.scratch_dir) / area.root.parent.name / area.root.name if self.scratch_dir \
-            else area.counts / "spark"
+        return Path(self.scratch_dir) / area.root.parent.name / area.root.name if self.scratch_dir else area.counts / "spark"
 
     @contextmanager
     def open(self, area: WorkArea) -> Iterator[Engine]:

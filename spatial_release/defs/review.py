@@ -35,47 +35,69 @@ class ReviewGraph:
 def build_review(programme: Programme) -> ReviewGraph:
     name = programme.policy.name
 
-    @dg.asset(name="risk_review", key_prefix=[programme.prefix], group_name=programme.prefix,
-              owners=programme.owners, kinds={"python"}, tags={"dataset": programme.prefix},
-              description=f"{name}: every published release re-assessed under the current landscape and ledger.")
+    @dg.asset(
+        name="risk_review",
+        key_prefix=[programme.prefix],
+        group_name=programme.prefix,
+        owners=programme.owners,
+        kinds={"python"},
+        tags={"dataset": programme.prefix},
+        description=f"{name}: every published release re-assessed under the current landscape and ledger.",
+    )
     def risk_review(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
         policy = programme.load()
-        done = stages.run_review(policy, settings.ledger(), Path(settings.work_dir), Path(settings.alerts_dir),
-                                 run_id=context.run.run_id)
+        done = stages.run_review(
+            policy, settings.ledger(), Path(settings.work_dir), Path(settings.alerts_dir), run_id=context.run.run_id
+        )
         review = done.review
         report_release_checks(context, programme, review)
         for breach, delivery in zip(review.breaches, done.deliveries):
             row = breach.release
-            context.log.warning(f"{policy.name} {row.period} is over its risk budget: zone {row.worst_zone} at "
-                                f"{row.release_figure:.4g}, cumulative {row.cumulative:.4g}; alert "
-                                f"{delivery.summary()}")
-        return dg.MaterializeResult(metadata={
-            "releases_reviewed": len(review.releases), "breaches_found": len(review.breaches),
-            f"risk_{review_adversary(policy)}_cumulative": float(f"{review.cumulative:.4g}"),
-            "breaches": dg.MetadataValue.json([b.public_json() for b in review.breaches]),
-            "alerts": dg.MetadataValue.json([d.to_json() for d in done.deliveries]),
-            "review": dg.MetadataValue.json([r.to_json() for r in review.releases]),
-            "ledger_entry": review.ledger_entry,
-            "per_unit_data_pruned": dg.MetadataValue.json(done.pruned),
-        })
+            context.log.warning(
+                f"{policy.name} {row.period} is over its risk budget: zone {row.worst_zone} at "
+                f"{row.release_figure:.4g}, cumulative {row.cumulative:.4g}; alert "
+                f"{delivery.summary()}"
+            )
+        return dg.MaterializeResult(
+            metadata={
+                "releases_reviewed": len(review.releases),
+                "breaches_found": len(review.breaches),
+                f"risk_{review_adversary(policy)}_cumulative": float(f"{review.cumulative:.4g}"),
+                "breaches": dg.MetadataValue.json([b.public_json() for b in review.breaches]),
+                "alerts": dg.MetadataValue.json([d.to_json() for d in done.deliveries]),
+                "review": dg.MetadataValue.json([r.to_json() for r in review.releases]),
+                "ledger_entry": review.ledger_entry,
+                "per_unit_data_pruned": dg.MetadataValue.json(done.pruned),
+            }
+        )
 
-    @dg.asset_check(asset=risk_review, name="published_within_budget", blocking=True,
-                    description="Every published release of the programme is still under both ceilings under the "
-                                "current landscape; a breach fails the review run and names the release.")
-    def published_within_budget(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings
-                                ) -> dg.AssetCheckResult:
+    @dg.asset_check(
+        asset=risk_review,
+        name="published_within_budget",
+        blocking=True,
+        description="Every published release of the programme is still under both ceilings under the "
+        "current landscape; a breach fails the review run and names the release.",
+    )
+    def published_within_budget(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
         review = stages.latest_review(Path(settings.work_dir), programme.policy.name)
         assert review is not None, "the risk_review asset writes its review before this check runs"
         return check_result(stages.programme_outcome(review))
 
-    job = dg.define_asset_job(programme.name("risk_review_job"), selection=dg.AssetSelection.assets(risk_review),
-                              tags=programme.tags(),
-                              description=f"{name}: re-assess every published release under the current landscape.")
+    job = dg.define_asset_job(
+        programme.name("risk_review_job"),
+        selection=dg.AssetSelection.assets(risk_review),
+        tags=programme.tags(),
+        description=f"{name}: re-assess every published release under the current landscape.",
+    )
 
-    @dg.sensor(name=programme.name("risk_review_sensor"), job=job, minimum_interval_seconds=60,
-               default_status=dg.DefaultSensorStatus.RUNNING,
-               description=f"Starts a {name} risk review when a release of its population is added to the ledger "
-                           "or the landscape file changes.")
+    @dg.sensor(
+        name=programme.name("risk_review_sensor"),
+        job=job,
+        minimum_interval_seconds=60,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=f"Starts a {name} risk review when a release of its population is added to the ledger "
+        "or the landscape file changes.",
+    )
     def risk_review_sensor(context: dg.SensorEvaluationContext, settings: ReleaseSettings) -> dg.SensorResult:
         current = stages.review_trigger(programme.load(), settings.ledger())
         previous = json.loads(context.cursor) if context.cursor else None
@@ -84,15 +106,20 @@ def build_review(programme: Programme) -> ReviewGraph:
         if current["releases"] == 0:
             return dg.SensorResult(skip_reason="no published release to review yet", cursor=json.dumps(current))
         run_key = f"review-{current['dataset']}-{current['releases']}-{current['landscape'][:12]}"
-        return dg.SensorResult(run_requests=[dg.RunRequest(run_key=run_key,
-                                                           tags={"reason": "ledger or landscape changed"})],
-                               cursor=json.dumps(current))
+        return dg.SensorResult(
+            run_requests=[dg.RunRequest(run_key=run_key, tags={"reason": "ledger or landscape changed"})],
+            cursor=json.dumps(current),
+        )
 
     schedule = dg.ScheduleDefinition(
-        name=programme.name("risk_review_schedule"), job=job, cron_schedule="0 6 1 1,4,7,10 *",
-        execution_timezone="UTC", default_status=dg.DefaultScheduleStatus.RUNNING,
+        name=programme.name("risk_review_schedule"),
+        job=job,
+        cron_schedule="0 6 1 1,4,7,10 *",
+        execution_timezone="UTC",
+        default_status=dg.DefaultScheduleStatus.RUNNING,
         description=f"Re-assesses every published {name} release each quarter (06:00 UTC on the first day), even "
-                    "when nothing changed, so a slow drift of the landscape is caught.")
+        "when nothing changed, so a slow drift of the landscape is caught.",
+    )
     return ReviewGraph(risk_review, published_within_budget, job, schedule, risk_review_sensor)
 
 
@@ -110,8 +137,19 @@ def report_release_checks(context: dg.AssetExecutionContext, programme: Programm
     key = programme.key("published_release")
     for row in (r for r in review.releases if r.dataset == programme.policy.name):  # not other programmes'
         outcome = stages.review_outcome(review, row.period)
-        context.log_event(dg.AssetCheckEvaluation(
-            asset_key=key, check_name=stages.REVIEW_CHECK, passed=outcome.passed, description=outcome.summary,
-            partition=Period.parse(row.period).partition_key, severity=dg.AssetCheckSeverity.ERROR,
-            metadata={"cumulative": float(f"{row.cumulative:.4g}"), "release_figure": row.release_figure,
-                      "summary": outcome.summary, "landscape_sha256": review.landscape_sha256}))
+        context.log_event(
+            dg.AssetCheckEvaluation(
+                asset_key=key,
+                check_name=stages.REVIEW_CHECK,
+                passed=outcome.passed,
+                description=outcome.summary,
+                partition=Period.parse(row.period).partition_key,
+                severity=dg.AssetCheckSeverity.ERROR,
+                metadata={
+                    "cumulative": float(f"{row.cumulative:.4g}"),
+                    "release_figure": row.release_figure,
+                    "summary": outcome.summary,
+                    "landscape_sha256": review.landscape_sha256,
+                },
+            )
+        )

@@ -35,8 +35,12 @@ def crs_area_of_use(crs: str, margin: float = AREA_OF_USE_MARGIN_DEG) -> Bounds:
     area = CRS.from_user_input(crs).area_of_use
     if area is None:
         return (-180.0, -90.0, 180.0, 90.0)
-    return (max(area.west - margin, -180.0), max(area.south - margin, -90.0),
-            min(area.east + margin, 180.0), min(area.north + margin, 90.0))
+    return (
+        max(area.west - margin, -180.0),
+        max(area.south - margin, -90.0),
+        min(area.east + margin, 180.0),
+        min(area.north + margin, 90.0),
+    )
 
 
 def _inside(lon: np.ndarray, lat: np.ndarray, bounds: Bounds) -> np.ndarray:
@@ -58,14 +62,14 @@ def diagnose(lon: np.ndarray, lat: np.ndarray, bounds: Bounds) -> str:
         "latitude with the wrong sign": _inside(lon, -lat, bounds),
     }
     explained = [(int(mask.sum()), name) for name, mask in hypotheses.items() if mask.sum() >= EXPLAINS * n]
-    parts = [f"{n - in_box:,} of the {n:,} outside points fall outside the geometry's bounds "
-             f"(lon/lat {box})"]
+    parts = [f"{n - in_box:,} of the {n:,} outside points fall outside the geometry's bounds (lon/lat {box})"]
     for count, name in sorted(explained, reverse=True):
-        parts.append(f"{count:,} of them fall inside the bounds with {name}: the file's coordinate columns "
-                     "look wrong")
+        parts.append(f"{count:,} of them fall inside the bounds with {name}: the file's coordinate columns look wrong")
     if not explained and in_box < EXPLAINS * n:
-        parts.append("no axis swap or sign flip brings them inside: the traces may be of another region, or "
-                     "the policy's geometry the wrong file")
+        parts.append(
+            "no axis swap or sign flip brings them inside: the traces may be of another region, or "
+            "the policy's geometry the wrong file"
+        )
     return "; ".join(parts)
 
 
@@ -88,9 +92,10 @@ class Coverage:
         if self.share <= self.limit:
             return None
         worst = sorted(self.by_file.items(), key=lambda item: -item[1][0] / max(item[1][1], 1))
-        files = "; ".join(f"{name}: {out:,} of {valid:,} ({out / max(valid, 1):.1%})" for name, (out, valid)
-                          in worst if out)
-        return (f"{self.pings_outside:,} of {self.pings_valid:,} valid pings ({self.share:.2%}) fall outside the "
-                f"geometry, over the policy's source.max_outside_share of {self.limit:.2%}; by file: {files} (names in "
-                f"the work area's ingest/ingest.json); "
-                f"{self.diagnosis}")
+        files = "; ".join(f"{name}: {out:,} of {valid:,} ({out / max(valid, 1):.1%})" for name, (out, valid) in worst if out)
+        return (
+            f"{self.pings_outside:,} of {self.pings_valid:,} valid pings ({self.share:.2%}) fall outside the "
+            f"geometry, over the policy's source.max_outside_share of {self.limit:.2%}; by file: {files} (names in "
+            f"the work area's ingest/ingest.json); "
+            f"{self.diagnosis}"
+        )

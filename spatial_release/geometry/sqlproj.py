@@ -108,12 +108,17 @@ def _tm_xi_eta(phi: float, lam: float, e: float, alpha: list[float]) -> tuple[fl
 def _chebyshev(c: str, j: int, kind: str) -> str:
     """T_j(c) (kind 'T') or U_j(c) (kind 'U') as a polynomial: cos(2j a) = T_j(cos 2a),
     sin(2j a) = sin 2a * U_{j-1}(cos 2a), and the same for cosh/sinh."""
-    t = {1: [0, 1], 2: [-1, 0, 2], 3: [0, -3, 0, 4], 4: [1, 0, -8, 0, 8], 5: [0, 5, 0, -20, 0, 16],
-         6: [-1, 0, 18, 0, -48, 0, 32]}
+    t = {
+        1: [0, 1],
+        2: [-1, 0, 2],
+        3: [0, -3, 0, 4],
+        4: [1, 0, -8, 0, 8],
+        5: [0, 5, 0, -20, 0, 16],
+        6: [-1, 0, 18, 0, -48, 0, 32],
+    }
     u = {0: [1], 1: [0, 2], 2: [-1, 0, 4], 3: [0, -4, 0, 8], 4: [1, 0, -12, 0, 16], 5: [0, 6, 0, -32, 0, 32]}
     coefficients = (t if kind == "T" else u)[j]
-    return "(" + " + ".join(f"{a} * power({c}, {i})" if i else f"{a}"
-                            for i, a in enumerate(coefficients) if a) + ")"
+    return "(" + " + ".join(f"{a} * power({c}, {i})" if i else f"{a}" for i, a in enumerate(coefficients) if a) + ")"
 
 
 def transverse_mercator_layers(crs: CRS) -> Layers:
@@ -124,17 +129,22 @@ def transverse_mercator_layers(crs: CRS) -> Layers:
     alpha = _tm_alpha(n)
     k0, lon0 = p["Scale factor at natural origin"], p["Longitude of natural origin"]
     xi0, _ = _tm_xi_eta(p["Latitude of natural origin"] * DEG, 0.0, e, alpha)
-    xi = "_xp" + "".join(f" + {num(c)} * _s2 * {_chebyshev('_c2', j - 1, 'U')} * {_chebyshev('_ch2', j, 'T')}"
-                         for j, c in enumerate(alpha, 1))
-    eta = "_ep" + "".join(f" + {num(c)} * {_chebyshev('_c2', j, 'T')} * _sh2 * {_chebyshev('_ch2', j - 1, 'U')}"
-                          for j, c in enumerate(alpha, 1))
+    xi = "_xp" + "".join(
+        f" + {num(c)} * _s2 * {_chebyshev('_c2', j - 1, 'U')} * {_chebyshev('_ch2', j, 'T')}" for j, c in enumerate(alpha, 1)
+    )
+    eta = "_ep" + "".join(
+        f" + {num(c)} * {_chebyshev('_c2', j, 'T')} * _sh2 * {_chebyshev('_ch2', j - 1, 'U')}"
+        for j, c in enumerate(alpha, 1)
+    )
     return (
         (("_sphi", f"sin(lat * {num(DEG)})"), ("_lam", f"(lon - {num(lon0)}) * {num(DEG)}")),
         (("_t", f"sinh(atanh(_sphi) - {num(e)} * atanh({num(e)} * _sphi))"), ("_cl", "cos(_lam)"), ("_sl", "sin(_lam)")),
         (("_xp", "atan2(_t, _cl)"), ("_ep", "atanh(_sl / sqrt(1 + _t * _t))")),
         (("_s2", "sin(2 * _xp)"), ("_c2", "cos(2 * _xp)"), ("_sh2", "sinh(2 * _ep)"), ("_ch2", "cosh(2 * _ep)")),
-        (("_x", f"{num(p['False easting'])} + {num(k0 * big_a)} * ({eta})"),
-         ("_y", f"{num(p['False northing'])} + {num(k0 * big_a)} * (({xi}) - {num(xi0)})")),
+        (
+            ("_x", f"{num(p['False easting'])} + {num(k0 * big_a)} * ({eta})"),
+            ("_y", f"{num(p['False northing'])} + {num(k0 * big_a)} * (({xi}) - {num(xi0)})"),
+        ),
     )
 
 
@@ -155,12 +165,21 @@ def lambert_azimuthal_layers(crs: CRS) -> Layers:
     sb0, cb0 = num(math.sin(beta0)), num(math.cos(beta0))
     return (
         (("_s", f"sin(lat * {num(DEG)})"), ("_lam", f"(lon - {num(lon0)}) * {num(DEG)}")),
-        (("_sb", f"{num(1 - e2)} * (_s / (1 - {num(e2)} * _s * _s) - ln((1 - {num(e)} * _s) / (1 + {num(e)} * _s)) "
-                 f"/ {num(2 * e)}) / {num(qp)}"), ("_cl", "cos(_lam)"), ("_sl", "sin(_lam)")),
+        (
+            (
+                "_sb",
+                f"{num(1 - e2)} * (_s / (1 - {num(e2)} * _s * _s) - ln((1 - {num(e)} * _s) / (1 + {num(e)} * _s)) "
+                f"/ {num(2 * e)}) / {num(qp)}",
+            ),
+            ("_cl", "cos(_lam)"),
+            ("_sl", "sin(_lam)"),
+        ),
         (("_cb", "sqrt(1 - _sb * _sb)"),),
         (("_b", f"{num(rq)} * sqrt(2 / (1 + {sb0} * _sb + {cb0} * _cb * _cl))"),),
-        (("_x", f"{num(p['False easting'])} + _b * {num(d)} * _cb * _sl"),
-         ("_y", f"{num(p['False northing'])} + (_b / {num(d)}) * ({cb0} * _sb - {sb0} * _cb * _cl)")),
+        (
+            ("_x", f"{num(p['False easting'])} + _b * {num(d)} * _cb * _sl"),
+            ("_y", f"{num(p['False northing'])} + (_b / {num(d)}) * ({cb0} * _sb - {sb0} * _cb * _cl)"),
+        ),
     )
 
 
@@ -240,8 +259,9 @@ def _monomials(u: np.ndarray, v: np.ndarray, degree: int) -> np.ndarray:
 
 def _horner_sql(coefficients: np.ndarray, degree: int) -> str:
     """sum c_ij u^i v^j as nested Horner forms: u-polynomial whose coefficients are v-polynomials."""
-    terms = {(i, j): c for (i, j), c in zip(((i, j) for i in range(degree + 1) for j in range(degree + 1 - i)),
-                                            coefficients)}
+    terms = {
+        (i, j): c for (i, j), c in zip(((i, j) for i in range(degree + 1) for j in range(degree + 1 - i)), coefficients)
+    }
 
     def in_v(i: int) -> str:
         expr = num(terms[(i, degree - i)])
@@ -255,8 +275,12 @@ def _horner_sql(coefficients: np.ndarray, degree: int) -> str:
     return expr
 
 
-def fitted_projection(crs: CRS | str, extent: tuple[float, float, float, float], evaluate=evaluate_duckdb,
-                      degrees: tuple[int, ...] = (4, 5, 6, 7, 8)) -> SqlProjection | None:
+def fitted_projection(
+    crs: CRS | str,
+    extent: tuple[float, float, float, float],
+    evaluate=evaluate_duckdb,
+    degrees: tuple[int, ...] = (4, 5, 6, 7, 8),
+) -> SqlProjection | None:
     """A bivariate polynomial in (lon, lat), fitted to pyproj over `extent` (the data's bounding box), used only
     if it agrees with pyproj to a tenth of the guard band on the validation points: on a city or a region it
     is as exact as the full formula (a few nanometres) for a fraction of its cost, since it needs no

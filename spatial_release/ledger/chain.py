@@ -61,7 +61,7 @@ def _parse(folder: Path) -> list[dict]:
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
-        at = path.read_bytes()[:exc.start].count(b"\n")
+        at = path.read_bytes()[: exc.start].count(b"\n")
         raise LedgerCorrupt(at, "not UTF-8 text") from None
     lines = text.split("\n")
     if lines and lines[-1] == "":
@@ -88,14 +88,18 @@ def verify_chain(entries: list[dict], public_key: Ed25519PublicKey | None) -> No
     if not entries:
         return
     if public_key is None:
-        raise LedgerKeyError(f"no trusted public key to verify the ledger's signatures: pass --public-key, set "
-                             f"{PUBLIC_KEY_ENV}, or keep the signing key's .pub at {signing_key_path()}.pub")
+        raise LedgerKeyError(
+            f"no trusted public key to verify the ledger's signatures: pass --public-key, set "
+            f"{PUBLIC_KEY_ENV}, or keep the signing key's .pub at {signing_key_path()}.pub"
+        )
     previous = GENESIS
     trusted = key_id(public_key)
     for index, entry in enumerate(entries):
         if entry.get("seq") != index:
-            raise LedgerCorrupt(index, f"sequence number {entry.get('seq')!r} where {index} was expected "
-                                       "(an entry was deleted, inserted or moved)")
+            raise LedgerCorrupt(
+                index,
+                f"sequence number {entry.get('seq')!r} where {index} was expected (an entry was deleted, inserted or moved)",
+            )
         if entry.get("prev_hash") != previous:
             raise LedgerCorrupt(index, "prev_hash does not match the previous entry (deleted or reordered)")
         if entry.get("hash") != entry_hash(entry):
@@ -103,8 +107,11 @@ def verify_chain(entries: list[dict], public_key: Ed25519PublicKey | None) -> No
         if "kind" not in entry:
             raise LedgerCorrupt(index, "no 'kind'")
         if entry.get("signer") != trusted:
-            raise LedgerCorrupt(index, f"signed by key {str(entry.get('signer'))[:12]}..., not by the trusted "
-                                       f"key {trusted[:12]}... (forged, or verified with the wrong public key)")
+            raise LedgerCorrupt(
+                index,
+                f"signed by key {str(entry.get('signer'))[:12]}..., not by the trusted "
+                f"key {trusted[:12]}... (forged, or verified with the wrong public key)",
+            )
         if not _signature_ok(entry, public_key):
             raise LedgerCorrupt(index, "signature does not verify (the entry was forged or edited)")
         previous = entry["hash"]
@@ -136,14 +143,17 @@ def _head_behind(folder: Path, entries: list[dict]) -> bool:
     if count == len(entries) - 1 and last == (entries[-2]["hash"] if len(entries) > 1 else GENESIS):
         return True  # the last entry is complete, chained and signed; only HEAD's rename was lost
     if count > len(entries):
-        raise LedgerCorrupt(None, f"records {count} entries but only {len(entries)} remain "
-                                  "(entries were cut off the end)")
-    raise LedgerCorrupt(None, f"does not match the last entry (HEAD says {count} entries ending {last[:12]}..., "
-                              f"the ledger holds {len(entries)} ending {tip[:12]}...)")
+        raise LedgerCorrupt(None, f"records {count} entries but only {len(entries)} remain (entries were cut off the end)")
+    raise LedgerCorrupt(
+        None,
+        f"does not match the last entry (HEAD says {count} entries ending {last[:12]}..., "
+        f"the ledger holds {len(entries)} ending {tip[:12]}...)",
+    )
 
 
-def _read_checked(folder: Path, trusted: Callable[[], Ed25519PublicKey | None],
-                  signing_key: Path | None = None) -> tuple[list[dict], bool]:
+def _read_checked(
+    folder: Path, trusted: Callable[[], Ed25519PublicKey | None], signing_key: Path | None = None
+) -> tuple[list[dict], bool]:
     """The verified entries, and whether the pin should be (re)written (none yet, or the ledger ahead)."""
     trusted = functools.cache(trusted)  # the chain and the pin verify under one key, read from disk once
     entries = _parse(folder)
@@ -153,13 +163,11 @@ def _read_checked(folder: Path, trusted: Callable[[], Ed25519PublicKey | None],
     return entries, check_pin(folder, [e["hash"] for e in entries], trusted, signing_key)
 
 
-def _read(folder: Path, trusted: Callable[[], Ed25519PublicKey | None],
-          signing_key: Path | None = None) -> list[dict]:
+def _read(folder: Path, trusted: Callable[[], Ed25519PublicKey | None], signing_key: Path | None = None) -> list[dict]:
     return _read_checked(folder, trusted, signing_key)[0]
 
 
-def read_ledger(folder: Path, public_key: Ed25519PublicKey | None = None, signing_key: Path | None = None
-                ) -> list[dict]:
+def read_ledger(folder: Path, public_key: Ed25519PublicKey | None = None, signing_key: Path | None = None) -> list[dict]:
     """All entries of the ledger in `folder`, verified (chain, signatures, HEAD, and the last-head pin
     beside the signing key, see `ledger.pin`); [] for a ledger not yet written. `public_key`: the key to
     verify under (default `trusted_public_key()`, never one from the folder). `signing_key`: the private
@@ -236,12 +244,17 @@ def append_entry(folder: Path, payload: dict, signing_key: Path | None = None) -
         if payload["kind"] == "release":
             earlier = find_release(entries, payload.get("dataset"), payload.get("period"))
             if earlier is not None:
-                raise AlreadyRecorded(f"the ledger already records {payload.get('dataset')} {payload.get('period')} "
-                                      f"(entry {earlier.seq}); a (dataset, period) is recorded once")
+                raise AlreadyRecorded(
+                    f"the ledger already records {payload.get('dataset')} {payload.get('period')} "
+                    f"(entry {earlier.seq}); a (dataset, period) is recorded once"
+                )
         entry = {k: v for k, v in payload.items() if k not in RESERVED}
-        entry.update(seq=len(entries), prev_hash=entries[-1]["hash"] if entries else GENESIS,
-                     recorded_at=payload.get("recorded_at") or datetime.now(UTC).isoformat(),
-                     signer=key_id(key.public_key()))
+        entry.update(
+            seq=len(entries),
+            prev_hash=entries[-1]["hash"] if entries else GENESIS,
+            recorded_at=payload.get("recorded_at") or datetime.now(UTC).isoformat(),
+            signer=key_id(key.public_key()),
+        )
         entry["hash"] = entry_hash(entry)
         entry["signature"] = _sign(entry, key)
         text = "".join(canonical(e).decode() + "\n" for e in [*entries, entry])

@@ -28,11 +28,15 @@ SIGNED_RECORD_FIELDS = ("dataset", "period", "policy", "risk")
 def _check_record_fields(folder: Path, record: dict, entry: dict) -> None:
     for field in SIGNED_RECORD_FIELDS:
         if field in entry and record.get(field) != entry[field]:
-            raise ReleasesMismatch(f"{folder}/release.json field '{field}' differs from ledger entry "
-                                   f"{entry['seq']}: the published record was edited")
+            raise ReleasesMismatch(
+                f"{folder}/release.json field '{field}' differs from ledger entry "
+                f"{entry['seq']}: the published record was edited"
+            )
     if "record_sha256" in entry and record_hash(record) != entry["record_sha256"]:
-        raise ReleasesMismatch(f"{folder}/release.json differs from the record ledger entry {entry['seq']} "
-                               "signed: the published record was edited")
+        raise ReleasesMismatch(
+            f"{folder}/release.json differs from the record ledger entry {entry['seq']} "
+            "signed: the published record was edited"
+        )
 
 
 def record_hash(record: dict) -> str:
@@ -47,8 +51,10 @@ def _check_file_hashes(folder: Path, entry: dict) -> None:
     for name, digest in (entry.get("files") or {}).items():
         path = folder / name
         if not path.is_file() or sha256_file(path) != digest:
-            raise ReleasesMismatch(f"{path} does not match the sha256 its ledger entry {entry['seq']} "
-                                   "records: the published file was altered or removed")
+            raise ReleasesMismatch(
+                f"{path} does not match the sha256 its ledger entry {entry['seq']} "
+                "records: the published file was altered or removed"
+            )
 
 
 def _hidden_folders(releases_root: Path) -> Iterator[Path]:
@@ -67,11 +73,16 @@ def _check_hidden(entries: list[dict], releases_root: Path) -> None:
     for folder in _hidden_folders(releases_root):
         record = _record_of(folder)
         if record is not None and record.get("ledger_entry") not in hashes:
-            raise ReleasesMismatch(f"{folder} holds a published release (release.json names ledger entry "
-                                   f"{str(record.get('ledger_entry'))[:12]}...) that the ledger does not record: "
-                                   "the ledger was rolled back or edited and the release hidden")
-        print(f"spatial-release: {folder} is not a release (a publication interrupted, or in progress, or "
-              "kept aside); not checked", file=sys.stderr)
+            raise ReleasesMismatch(
+                f"{folder} holds a published release (release.json names ledger entry "
+                f"{str(record.get('ledger_entry'))[:12]}...) that the ledger does not record: "
+                "the ledger was rolled back or edited and the release hidden"
+            )
+        print(
+            f"spatial-release: {folder} is not a release (a publication interrupted, or in progress, or "
+            "kept aside); not checked",
+            file=sys.stderr,
+        )
 
 
 def check_releases(entries: list[dict], releases_root: Path) -> None:
@@ -85,12 +96,15 @@ def check_releases(entries: list[dict], releases_root: Path) -> None:
         folder = releases_root / str(dataset) / str(period)
         record = _record_of(folder)
         if record is None:
-            raise ReleasesMismatch(f"ledger entry {entry['seq']} records {dataset} {period} but {folder} "
-                                   "has no readable release.json (the release folder was removed or the entry "
-                                   "was forged; an interrupted publication is finished by re-running it)")
+            raise ReleasesMismatch(
+                f"ledger entry {entry['seq']} records {dataset} {period} but {folder} "
+                "has no readable release.json (the release folder was removed or the entry "
+                "was forged; an interrupted publication is finished by re-running it)"
+            )
         if record.get("ledger_entry") != entry["hash"] or record.get("files") != entry.get("files"):
-            raise ReleasesMismatch(f"{folder}/release.json does not match ledger entry {entry['seq']} "
-                                   "(its ledger_entry or file hashes differ)")
+            raise ReleasesMismatch(
+                f"{folder}/release.json does not match ledger entry {entry['seq']} (its ledger_entry or file hashes differ)"
+            )
         _check_record_fields(folder, record, entry)
         _check_file_hashes(folder, entry)
     if not releases_root.is_dir():
@@ -99,5 +113,7 @@ def check_releases(entries: list[dict], releases_root: Path) -> None:
     for dataset_dir in sorted(p for p in releases_root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         for folder in sorted(p for p in dataset_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
             if (dataset_dir.name, folder.name) not in known:
-                raise ReleasesMismatch(f"{folder} is a published release the ledger does not record (the ledger "
-                                       "was edited, truncated or deleted): no risk is assessed against it")
+                raise ReleasesMismatch(
+                    f"{folder} is a published release the ledger does not record (the ledger "
+                    "was edited, truncated or deleted): no risk is assessed against it"
+                )

@@ -18,8 +18,9 @@ from spatial_release.ledger.errors import LedgerCorrupt
 
 def _corrupt(entry: Mapping[str, Any], reason: str) -> LedgerCorrupt:
     seq = entry.get("seq")
-    return LedgerCorrupt(seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
-                         f"release entry field {reason}")
+    return LedgerCorrupt(
+        seq if isinstance(seq, int) and not isinstance(seq, bool) else None, f"release entry field {reason}"
+    )
 
 
 def _field(entry: Mapping[str, Any], name: str, kind: type) -> Any:
@@ -71,12 +72,18 @@ class ReleaseEntry:
             recorded_at = datetime.fromisoformat(_field(entry, "recorded_at", str))
         except ValueError:
             raise _corrupt(entry, "'recorded_at' is not an ISO time") from None
-        return cls(seq=_field(entry, "seq", int), hash=_field(entry, "hash", str), dataset=dataset,
-                   period=_field(entry, "period", str), recorded_at=recorded_at,
-                   population=entry.get("population") or dataset, inputs=_strings(entry, "inputs"),
-                   files=dict(files) if files is not None else None,
-                   release_figure=float(figure) if figure is not None else None,
-                   record_sha256=entry.get("record_sha256"))
+        return cls(
+            seq=_field(entry, "seq", int),
+            hash=_field(entry, "hash", str),
+            dataset=dataset,
+            period=_field(entry, "period", str),
+            recorded_at=recorded_at,
+            population=entry.get("population") or dataset,
+            inputs=_strings(entry, "inputs"),
+            files=dict(files) if files is not None else None,
+            release_figure=float(figure) if figure is not None else None,
+            record_sha256=entry.get("record_sha256"),
+        )
 
     @property
     def key(self) -> tuple[str, str]:
@@ -86,12 +93,20 @@ class ReleaseEntry:
 
 def release_entries(entries: Iterable[Mapping[str, Any]], dataset: str | None = None) -> list[ReleaseEntry]:
     """The release entries among verified ledger entries (of `dataset` only, when given), in ledger order."""
-    return [ReleaseEntry.from_entry(e) for e in entries
-            if e.get("kind") == "release" and (dataset is None or e.get("dataset") == dataset)]
+    return [
+        ReleaseEntry.from_entry(e)
+        for e in entries
+        if e.get("kind") == "release" and (dataset is None or e.get("dataset") == dataset)
+    ]
 
 
-def find_release(entries: Iterable[Mapping[str, Any]], dataset: str | None, period: str | None
-                 ) -> ReleaseEntry | None:
+def find_release(entries: Iterable[Mapping[str, Any]], dataset: str | None, period: str | None) -> ReleaseEntry | None:
     """The release entry of (dataset, period), or None; a (dataset, period) is recorded at most once."""
-    return next((ReleaseEntry.from_entry(e) for e in entries if e.get("kind") == "release"
-                 and e.get("dataset") == dataset and e.get("period") == period), None)
+    return next(
+        (
+            ReleaseEntry.from_entry(e)
+            for e in entries
+            if e.get("kind") == "release" and e.get("dataset") == dataset and e.get("period") == period
+        ),
+        None,
+    )

@@ -35,16 +35,17 @@ def _check_owner_only(path: Path) -> None:
     # like ssh: a private key others can read (or that another user owns) is not trusted to sign
     info = path.stat()
     if info.st_mode & 0o077 or info.st_uid != os.getuid():
-        raise LedgerKeyError(f"{path}: the ledger signing key must be owned by you and owner-only "
-                             f"(mode is {oct(info.st_mode & 0o777)}); run: chmod 600 {path}")
+        raise LedgerKeyError(
+            f"{path}: the ledger signing key must be owned by you and owner-only "
+            f"(mode is {oct(info.st_mode & 0o777)}); run: chmod 600 {path}"
+        )
 
 
 def _create_signing_key(path: Path) -> None:
     """Write a new key owner-only from the first byte; two processes racing here end with one key."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = Ed25519PrivateKey.generate()
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption())
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.new")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as handle:
@@ -61,8 +62,11 @@ def _create_signing_key(path: Path) -> None:
     with atomic_path(public) as tmp_pub:
         tmp_pub.write_bytes(_public_pem(key.public_key()))
     os.chmod(public, 0o644)
-    print(f"spatial-release: created the ledger signing key {path} (owner-only; keep it outside the "
-          f"repository and back it up). Auditors verify with its public key {public}.", file=sys.stderr)
+    print(
+        f"spatial-release: created the ledger signing key {path} (owner-only; keep it outside the "
+        f"repository and back it up). Auditors verify with its public key {public}.",
+        file=sys.stderr,
+    )
 
 
 def load_signing_key(path: Path | None = None, create: bool = True) -> Ed25519PrivateKey:

@@ -134,14 +134,17 @@ def _parse_pin(path: Path, public_key: Ed25519PublicKey) -> Pin:
         body = json.loads(path.read_text())
         signature = base64.b64decode(str(body.pop("signature")), validate=True)
         genesis = body.get("genesis")
-        pin = Pin(str(body["ledger"]), int(body["entries"]), str(body["head"]),
-                  None if genesis is None else str(genesis))
+        pin = Pin(str(body["ledger"]), int(body["entries"]), str(body["head"]), None if genesis is None else str(genesis))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        raise PinMismatch(f"the ledger pin {path} is malformed; it was edited (delete it only if the ledger "
-                          "is known to be complete: the next run pins the ledger as it is)") from None
+        raise PinMismatch(
+            f"the ledger pin {path} is malformed; it was edited (delete it only if the ledger "
+            "is known to be complete: the next run pins the ledger as it is)"
+        ) from None
     if body.get("signer") != key_id(public_key):
-        raise PinMismatch(f"the ledger pin {path} is signed by key {str(body.get('signer'))[:12]}..., not by "
-                          "the trusted key: it was replaced, or the ledger is verified with the wrong key")
+        raise PinMismatch(
+            f"the ledger pin {path} is signed by key {str(body.get('signer'))[:12]}..., not by "
+            "the trusted key: it was replaced, or the ledger is verified with the wrong key"
+        )
     try:
         public_key.verify(signature, _signed_bytes(body))
     except InvalidSignature:
@@ -160,16 +163,19 @@ def _compare(pin: Pin, path: Path, hashes: list[str]) -> bool:
             f"An older copy of the ledger was put back or used elsewhere (or its end cut off, or it was "
             f"deleted): releases published since may have been hidden, e.g. "
             f"renamed to .<period>.publishing under releases/. Put the newer ledger back; delete the pin only "
-            f"if this ledger was deliberately started over")
+            f"if this ledger was deliberately started over"
+        )
     if pin.entries and hashes[pin.entries - 1] != pin.head:
         raise PinMismatch(
             f"ledger entry {pin.entries - 1} is not the head its pin {path} records ({pin.head[:12]}...): the "
-            "ledger was replaced by another one signed with the same key. Put the pinned ledger back")
+            "ledger was replaced by another one signed with the same key. Put the pinned ledger back"
+        )
     return len(hashes) > pin.entries
 
 
-def check_pin(folder: Path, hashes: list[str], trusted: Callable[[], Ed25519PublicKey | None],
-              signing_key: Path | None = None) -> bool:
+def check_pin(
+    folder: Path, hashes: list[str], trusted: Callable[[], Ed25519PublicKey | None], signing_key: Path | None = None
+) -> bool:
     """Compare the ledger in `folder` (its entries' hashes, already verified as a chain) with the pin of its
     genesis and with every pin written at its path, beside `signing_key`. True when the pin should be
     (re)written: there is none yet, the ledger is ahead of it or has moved, or it is a path-keyed pin to
@@ -196,8 +202,10 @@ def _compare_own(folder: Path, path: Path, hashes: list[str], public_key: Ed2551
     it, or found at another path than the pin records: the path is information, the pin follows it)."""
     pin = _parse_pin(path, public_key)
     if pin.genesis != hashes[0]:
-        raise PinMismatch(f"the ledger pin {path} belongs to another ledger (genesis {str(pin.genesis)[:12]}...), "
-                          f"not to this one ({hashes[0][:12]}...): it was copied or renamed by hand")
+        raise PinMismatch(
+            f"the ledger pin {path} belongs to another ledger (genesis {str(pin.genesis)[:12]}...), "
+            f"not to this one ({hashes[0][:12]}...): it was copied or renamed by hand"
+        )
     return _compare(pin, path, hashes) or pin.ledger != ledger_identity(folder)
 
 

@@ -54,29 +54,40 @@ def _referenced_file(policy: Policy, field: str, relative: str, limit: int) -> P
         state = "is not a file" if target.exists() else "does not exist"
         raise PolicyError(f"{policy.path}: field '{field}': {target} {state}")
     if target.stat().st_size > limit:  # read whole, by this check and by the run
-        raise PolicyError(f"{policy.path}: field '{field}': {target} is larger than the {size_text(limit)} such a "
-                          "file may hold")
+        raise PolicyError(
+            f"{policy.path}: field '{field}': {target} is larger than the {size_text(limit)} such a file may hold"
+        )
     return target
 
 
 def _check_zeros_file(policy: Policy) -> None:
     from spatial_release.policy.zeros import ZerosFileError, read_structural_zeros
 
-    target = _referenced_file(policy, "suppression.zeros", policy.suppression.zeros,  # type: ignore[arg-type]
-                              MAX_ZEROS_BYTES)
+    target = _referenced_file(
+        policy,
+        "suppression.zeros",
+        policy.suppression.zeros,  # type: ignore[arg-type]
+        MAX_ZEROS_BYTES,
+    )
     try:
         read_structural_zeros(target)
     except ZerosFileError:
         # The reader's own message quotes the file's header; the path may be any file, so say only what is wrong.
-        raise PolicyError(f"{policy.path}: field 'suppression.zeros': {target} is not a structural-zeros list "
-                          "(a CSV with a 'cell_id' column and an id on every row)") from None
+        raise PolicyError(
+            f"{policy.path}: field 'suppression.zeros': {target} is not a structural-zeros list "
+            "(a CSV with a 'cell_id' column and an id on every row)"
+        ) from None
 
 
 def _check_landscape_file(policy: Policy) -> None:
     from spatial_release.risk.landscape import Landscape, LandscapeError, read_population_table
 
-    target = _referenced_file(policy, "risk.landscape", policy.risk.landscape,  # type: ignore[union-attr]
-                              MAX_CONFIG_BYTES)
+    target = _referenced_file(
+        policy,
+        "risk.landscape",
+        policy.risk.landscape,  # type: ignore[union-attr]
+        MAX_CONFIG_BYTES,
+    )
     try:
         data = load_yaml(read_config(target, "landscape"), target, "landscape", quote=False)
     except PolicyError as exc:
@@ -86,10 +97,11 @@ def _check_landscape_file(policy: Policy) -> None:
     except ValidationError as exc:
         # Only the landscape's own field names are shown: a key the schema does not know is file content.
         known = set(Landscape.model_fields)
-        details = "; ".join(_describe(e) if e["loc"] and e["loc"][0] in known else "a field the landscape "
-                            "schema does not have" for e in exc.errors())
-        raise PolicyError(f"{policy.path}: field 'risk.landscape': {target} is not a valid landscape: "
-                          f"{details}") from None
+        details = "; ".join(
+            _describe(e) if e["loc"] and e["loc"][0] in known else "a field the landscape schema does not have"
+            for e in exc.errors()
+        )
+        raise PolicyError(f"{policy.path}: field 'risk.landscape': {target} is not a valid landscape: {details}") from None
     try:
         # read here, before any work: the risk stage reads it again after counting and protection have run
         read_population_table(target, landscape)
@@ -129,9 +141,11 @@ def check_audit_with(policy: Policy) -> None:
     known = {**programme_names(folder), policy.name: policy.path}
     for i, name in enumerate(policy.suppression.audit_with):
         if name not in known:
-            raise PolicyError(f"{policy.path}: field 'suppression.audit_with[{i}]': {name!r} is not a programme "
-                              f"of {folder} (its policy files name {sorted(known)}); name the dataset of a "
-                              "policy file beside this one")
+            raise PolicyError(
+                f"{policy.path}: field 'suppression.audit_with[{i}]': {name!r} is not a programme "
+                f"of {folder} (its policy files name {sorted(known)}); name the dataset of a "
+                "policy file beside this one"
+            )
 
 
 def load_policy(path: str | Path) -> Policy:

@@ -64,8 +64,10 @@ def _literal_zone_problem(spec: str) -> str | None:
         return None  # an instant: the zone is read, not matched
     literal = re.sub(r"%.", " ", spec)
     if _LITERAL_ZONE.search(literal):
-        return ("it spells a time zone as literal text, which would be matched and ignored (the time read "
-                "as source.timezone): use %Z for a zone name or %z for an offset")
+        return (
+            "it spells a time zone as literal text, which would be matched and ignored (the time read "
+            "as source.timezone): use %Z for a zone name or %z for an offset"
+        )
     return None
 
 
@@ -111,21 +113,26 @@ class SourceSpec(_Strict):
     origin: TripEnd | None = None
     destination: TripEnd | None = None
     time_formats: list[StrptimeFormat] = Field(
-        default_factory=lambda: ["%Y-%m-%d %H:%M:%S"], min_length=1,
+        default_factory=lambda: ["%Y-%m-%d %H:%M:%S"],
+        min_length=1,
         description="DuckDB strptime formats tried in order; one with %z or %Z (or a literal trailing Z, UTC) "
-                    "gives an instant, one without gives a local time in `timezone`")
+        "gives an instant, one without gives a local time in `timezone`",
+    )
     timezone: TimeZoneName = Field(description="IANA zone of naive timestamps in the files")
     missing_unit_values: list[str] = Field(
         default_factory=lambda: list(DEFAULT_MISSING_UNIT_VALUES),
         description="texts meaning 'no unit id' (case-insensitive, after trimming); such pings, and those "
-                    "whose id is null, blank or NaN, are quarantined as missing_unit_id")
+        "whose id is null, blank or NaN, are quarantined as missing_unit_id",
+    )
     identifiers: list[str] = Field(
         default_factory=list,
         description="identifier and quasi-identifier columns of the input; none may reach a release",
     )
     max_rejected_share: float = Field(default=0.01, ge=0.0, le=1.0)
     max_outside_share: float = Field(
-        default=0.01, ge=0.0, le=1.0,
+        default=0.01,
+        ge=0.0,
+        le=1.0,
         description="ceiling on the share of valid pings outside the geometry (swapped axes, wrong region)",
     )
     synthetic: SyntheticSource | None = None
@@ -144,15 +151,6 @@ class SourceSpec(_Strict):
             if self.time or self.lon or self.lat:
                 raise ValueError("format 'trips' takes origin/destination, not time/lon/lat")
         return self
-
-    def coordinate_columns(self) -> list[str]:
-        if self.format == "pings":
-            return [self.time, self.lon, self.lat]  # type: ignore[list-item]
-        ends = (self.origin, self.destination)
-        return [c for end in ends for c in (end.time, end.lon, end.lat)]  # type: ignore[union-attr]
-
-    def required_columns(self) -> list[str]:
-        return [self.unit, *self.coordinate_columns()]
 
     def protected_columns(self) -> list[str]:
         """Columns that must never reach a release: the unit id plus every declared (quasi-)identifier."""
@@ -251,7 +249,8 @@ class TimeSpec(_Strict):
     ladder: list[str] = Field(
         default_factory=list,
         description="coarser time rungs, finest first, e.g. [1w, period]: where a figure fails k at the "
-                    "policy's bucket, the release shows the finest rung above it that passes")
+        "policy's bucket, the release shows the finest rung above it that passes",
+    )
 
     @field_validator("bucket")
     @classmethod
@@ -272,8 +271,10 @@ class TimeSpec(_Strict):
                 raise ValueError(f"ladder rung {rung!r} is neither {PERIOD_RUNG!r} nor a multiple of h, d or w")
             coarse, fine = bucket_hours(rung), bucket_hours(previous)
             if coarse <= fine or coarse % fine:
-                raise ValueError(f"ladder rung {rung!r} must be a larger multiple of {previous!r} (the rung "
-                                 "below it), so that each of its buckets is a union of whole finer buckets")
+                raise ValueError(
+                    f"ladder rung {rung!r} must be a larger multiple of {previous!r} (the rung "
+                    "below it), so that each of its buckets is a union of whole finer buckets"
+                )
             previous = rung
         return self
 
@@ -286,18 +287,21 @@ class SuppressionSpec(_Strict):
     cost: Literal["unit_value", "cells"] = Field(
         default="unit_value",
         description="what a complementary suppression costs: unit_value ((n + 1) x a level weight: withhold "
-                    "small figures, keep unit counts) or cells (every non-empty figure alike: withhold fewer "
-                    "figures)")
+        "small figures, keep unit counts) or cells (every non-empty figure alike: withhold fewer "
+        "figures)",
+    )
     climb: Literal["where_withheld", "to_budget"] = Field(
         default="where_withheld",
         description="with a time ladder: where_withheld offers the coarser figure over every figure withheld as "
-                    "a primary; to_budget climbs only the main geometry's cells, and only as far as the budget "
-                    "needs (the steps that show the most withheld unit counts per finer bucket merged first)")
+        "a primary; to_budget climbs only the main geometry's cells, and only as far as the budget "
+        "needs (the steps that show the most withheld unit counts per finer bucket merged first)",
+    )
     zeros: str | None = Field(default=None, description="public list of structural-zero cell ids, relative to the policy")
     audit_with: list[str] = Field(
         default_factory=list,
         description="other datasets published over the same units, cells and buckets (e.g. a monthly and a "
-                    "quarterly programme): their releases that overlap the period are part of the audit")
+        "quarterly programme): their releases that overlap the period are part of the audit",
+    )
 
 
 class RiskSpec(_Strict):
@@ -309,15 +313,17 @@ class RiskSpec(_Strict):
     model: Literal["attack", "uniqueness"] = Field(
         default="attack",
         description="what the gate reads: 'attack' (default), the success of the published attacks on aggregates "
-                    "(trajectory recovery and linkage, membership inference) run on the candidate; 'uniqueness', "
-                    "the upper bound that scores each unit's published keys as if its trajectory were recovered "
-                    "perfectly. Both are computed and reported whichever gates")
+        "(trajectory recovery and linkage, membership inference) run on the candidate; 'uniqueness', "
+        "the upper bound that scores each unit's published keys as if its trajectory were recovered "
+        "perfectly. Both are computed and reported whichever gates",
+    )
     coarsen: Literal["propose", "apply"] = Field(
         default="propose",
         description="when a risk zone is over the gate under risk.model attack: 'apply' withholds its cells at "
-                    "the policy's bucket (shown at the next rung of the time ladder, or by the parent areas) and "
-                    "protects again, rung by rung, until every zone passes (the frontier of what was tried is "
-                    "recorded); 'propose' only names the rung that would pass")
+        "the policy's bucket (shown at the next rung of the time ladder, or by the parent areas) and "
+        "protects again, rung by rung, until every zone passes (the frontier of what was tried is "
+        "recorded); 'propose' only names the rung that would pass",
+    )
     landscape: str = Field(description="the auxiliary-landscape YAML, relative to the policy file")
     per_release_ceiling: float = Field(default=0.05, gt=0.0, le=1.0)
     cumulative_ceiling: float = Field(default=0.20, gt=0.0, le=1.0)
@@ -333,11 +339,14 @@ class AlertsSpec(_Strict):
     written in a policy file."""
 
     email_to: list[Annotated[str, Field(pattern=r"^[^@\s,;<>]+@[^@\s,;<>]+\.[^@\s,;<>]+$")]] = Field(
-        default_factory=list, description="e-mail addresses, added to SPATIAL_RELEASE_SMTP_TO")
+        default_factory=list, description="e-mail addresses, added to SPATIAL_RELEASE_SMTP_TO"
+    )
     slack_webhook_env: str | None = Field(
-        default=None, pattern=r"^[A-Z][A-Z0-9_]*$",
+        default=None,
+        pattern=r"^[A-Z][A-Z0-9_]*$",
         description="name of the environment variable holding this programme's Slack incoming-webhook URL "
-                    "(instead of SPATIAL_RELEASE_SLACK_WEBHOOK_URL); the URL itself is a secret")
+        "(instead of SPATIAL_RELEASE_SLACK_WEBHOOK_URL); the URL itself is a secret",
+    )
 
 
 class Policy(_Strict):
@@ -356,15 +365,16 @@ class Policy(_Strict):
     alerts: AlertsSpec | None = None
     period: Literal["quarter", "month"] = "quarter"
     population: str | None = Field(
-        default=None, pattern=NAME_PATTERN,
+        default=None,
+        pattern=NAME_PATTERN,
         description="the units this programme draws on; policies that name the same population (e.g. a "
-                    "quarterly and a monthly programme over the same bikes) share one cumulative risk budget; "
-                    "default: the policy's own name",
+        "quarterly and a monthly programme over the same bikes) share one cumulative risk budget; "
+        "default: the policy's own name",
     )
     owners: list[Annotated[str, Field(pattern=r"^(team:[A-Za-z0-9_-]+|[^@\s]+@[^@\s]+\.[^@\s]+)$")]] = Field(
         default_factory=list,
         description="who answers for this programme: e-mail addresses or `team:name` (shown as the owners of "
-                    "its assets in the Dagster UI)",
+        "its assets in the Dagster UI)",
     )
 
     _path: Path | None = PrivateAttr(None)
@@ -394,8 +404,10 @@ class Policy(_Strict):
         policy)."""
         if period.kind != self.period:
             expected = "a month like 2018-01" if self.period == "month" else "a quarter like 2018-Q1"
-            raise PolicyError(f"{self._path or self.name}: the policy's release period is a {self.period}; "
-                              f"give {expected}, not {period.label!r}")
+            raise PolicyError(
+                f"{self._path or self.name}: the policy's release period is a {self.period}; "
+                f"give {expected}, not {period.label!r}"
+            )
 
     def resolve(self, relative: str) -> Path:
         """A path named in the policy, relative to the policy file's folder."""
@@ -413,8 +425,10 @@ class Policy(_Strict):
     @model_validator(mode="after")
     def _risk_level_exists(self) -> Policy:
         if self.risk and self.risk.zones not in (LEAF, *self.geometry.level_names()):
-            raise ValueError(f"risk.zones {self.risk.zones!r} is not {LEAF!r} nor a level of the main geometry "
-                             f"{self.geometry.level_names()}")
+            raise ValueError(
+                f"risk.zones {self.risk.zones!r} is not {LEAF!r} nor a level of the main geometry "
+                f"{self.geometry.level_names()}"
+            )
         return self
 
     def margin_levels(self) -> list[str]:

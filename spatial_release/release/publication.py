@@ -43,13 +43,15 @@ def quarantine(staging: Path) -> Path:
     kept = staging.with_name(f"{staging.name}{ABANDONED}{stamp}")
     os.rename(staging, kept)
     os.chmod(kept, 0o700)  # it may hold unpublished tables: readable by the owner only
-    print(f"spatial-release: {staging} is a publication interrupted before its ledger entry (nothing was "
-          f"published); kept as {kept}. Look at it, then delete it", file=sys.stderr)
+    print(
+        f"spatial-release: {staging} is a publication interrupted before its ledger entry (nothing was "
+        f"published); kept as {kept}. Look at it, then delete it",
+        file=sys.stderr,
+    )
     return kept
 
 
-def publish(candidate: Path, target: Path, record: dict, register: Callable[[dict], str], render: Renderer
-            ) -> Path:
+def publish(candidate: Path, target: Path, record: dict, register: Callable[[dict], str], render: Renderer) -> Path:
     """Publish the checked candidate files with their record and a ledger entry, all or nothing.
 
     Order: files, their report (report.png, report.html) and the pending record go into a staging folder
@@ -117,7 +119,8 @@ def _refuse_if_published(staging: Path, target: Path) -> None:
             f"{staging} holds a published release (its release.json is written only after the ledger entry) "
             f"but the ledger does not record {target.parent.name} {target.name}: the ledger was rolled back "
             "or edited and the release hidden under its staging name. Kept as it is; nothing is published "
-            "until the ledger that records it is put back")
+            "until the ledger that records it is put back"
+        )
 
 
 def recover_interrupted(releases_root: Path, entries: list[dict]) -> list[Path]:
@@ -131,7 +134,7 @@ def recover_interrupted(releases_root: Path, entries: list[dict]) -> list[Path]:
     a live publisher."""
     finished = []
     for staging in sorted(releases_root.glob(f"*/.*{STAGING_SUFFIX}")):
-        target = staging.parent / staging.name[1:-len(STAGING_SUFFIX)]
+        target = staging.parent / staging.name[1 : -len(STAGING_SUFFIX)]
         entry = find_release(entries, target.parent.name, target.name)
         if entry is None:
             _refuse_if_published(staging, target)
@@ -140,7 +143,8 @@ def recover_interrupted(releases_root: Path, entries: list[dict]) -> list[Path]:
             raise ReleasesMismatch(
                 f"{staging} sits beside {target}, which ledger entry {entry.seq} published: a publication "
                 "never leaves both (its last step renames one into the other), so one was copied or renamed "
-                "by hand. Both are kept; compare them with the ledger entry")
+                "by hand. Both are kept; compare them with the ledger entry"
+            )
         else:
             finished.append(finish_pending(target, entry.hash, dict(entry.files) if entry.files is not None else None))
     return finished

@@ -147,8 +147,15 @@ class ReleaseInputs(Record):
 
     @classmethod
     def of(cls, ingest: IngestFigures, counts: CountsFigures) -> ReleaseInputs:
-        return cls(len(ingest.files), ingest.inputs_sha256, ingest.rows_read, ingest.pings_read,
-                   ingest.pings_rejected, ingest.rejected_by_reason, counts.pings_outside_geometry)
+        return cls(
+            len(ingest.files),
+            ingest.inputs_sha256,
+            ingest.rows_read,
+            ingest.pings_read,
+            ingest.pings_rejected,
+            ingest.rejected_by_reason,
+            counts.pings_outside_geometry,
+        )
 
 
 K_BOUNDARY = "inclusive: a count n is published only if n >= k"
@@ -182,8 +189,13 @@ class ReleaseRecord(Record):
     published_at: str
     files: dict[str, str]
 
-    NESTED: ClassVar[dict[str, type[Record]]] = {"policy": PolicyRef, "counts": PublicCounts, "audit": AuditVerdict,
-                                         "risk": RiskRecord, "input": ReleaseInputs}
+    NESTED: ClassVar[dict[str, type[Record]]] = {
+        "policy": PolicyRef,
+        "counts": PublicCounts,
+        "audit": AuditVerdict,
+        "risk": RiskRecord,
+        "input": ReleaseInputs,
+    }
 
     @property
     def bucket(self) -> str:
@@ -191,16 +203,46 @@ class ReleaseRecord(Record):
         return self.time["bucket"]
 
     @classmethod
-    def build(cls, policy: Policy, period: Period, counts: PublicCounts, inputs: ReleaseInputs,
-              files: dict[str, str], crs: str, checks: dict[str, str], audit: AuditVerdict | None = None,
-              risk: RiskRecord | None = None, *, method: str) -> ReleaseRecord:
+    def build(
+        cls,
+        policy: Policy,
+        period: Period,
+        counts: PublicCounts,
+        inputs: ReleaseInputs,
+        files: dict[str, str],
+        crs: str,
+        checks: dict[str, str],
+        audit: AuditVerdict | None = None,
+        risk: RiskRecord | None = None,
+        *,
+        method: str,
+    ) -> ReleaseRecord:
         """The record before publication (no ledger entry yet). `method`: the sentence the protection step
         recorded for the method it ran (`suppression.ProtectionMethod.describe()`, kept in the protection
         manifest), never a fixed text."""
-        return cls(policy.name, period.label, PolicyRef.of(policy), policy.k, K_BOUNDARY, policy.unit,
-                   policy.count_column, policy.measure, {**policy.geometry.model_dump(exclude={"path"}), "crs": crs},
-                   policy.time.model_dump(), BUCKET_START, counts, method, audit, risk, None, inputs, checks,
-                   {"spatial_release": __version__}, datetime.now(UTC).isoformat(), files)
+        return cls(
+            policy.name,
+            period.label,
+            PolicyRef.of(policy),
+            policy.k,
+            K_BOUNDARY,
+            policy.unit,
+            policy.count_column,
+            policy.measure,
+            {**policy.geometry.model_dump(exclude={"path"}), "crs": crs},
+            policy.time.model_dump(),
+            BUCKET_START,
+            counts,
+            method,
+            audit,
+            risk,
+            None,
+            inputs,
+            checks,
+            {"spatial_release": __version__},
+            datetime.now(UTC).isoformat(),
+            files,
+        )
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
@@ -222,8 +264,13 @@ class ReleaseRecord(Record):
         policy's specs: the identifiers check compares them with the input's columns."""
         keys = {f.name for f in fields(cls)} | {f.name for kind in cls.NESTED.values() for f in fields(kind)}
         specs = [policy.geometry.model_dump(exclude={"path"}), policy.time.model_dump()]
-        return keys | {"crs", "spatial_release"} | set(rejected_reasons) | set(files) | \
-            {k for spec in specs for k in _keys(spec)}
+        return (
+            keys
+            | {"crs", "spatial_release"}
+            | set(rejected_reasons)
+            | set(files)
+            | {k for spec in specs for k in _keys(spec)}
+        )
 
 
 def _keys(value: object) -> set[str]:

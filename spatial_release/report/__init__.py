@@ -38,7 +38,22 @@ from spatial_release.report.tables import column_schema, readable, table_preview
 from spatial_release.report.view import ReleaseView, ReportError, read_release_view, release_view
 
 __all__ = [
-    "REPORT_FILES", "REPORT_HTML", "REPORT_PNG", "ReleaseView", "ReportError", "cell_figures", "column_schema",
-    "map_figure", "read_release_view", "readable", "release_view", "render_map_png", "render_report_html",
-    "report_markdown", "report_png_path", "risk_lines", "table_preview", "write_report",
+    "REPORT_FILES",
+    "REPORT_HTML",
+    "REPORT_PNG",
+    "ReleaseView",
+    "ReportError",
+    "cell_figures",
+    "column_schema",
+    "map_figure",
+    "read_release_view",
+    "readable",
+    "release_view",
+    "render_map_png",
+    "render_report_html",
+    "report_markdown",
+    "report_png_path",
+    "risk_lines",
+    "table_preview",
+    "write_report",
 ]

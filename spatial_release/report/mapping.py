@@ -111,11 +111,19 @@ def _cells_panel(fig: Figure, ax, view: ReleaseView, cells: gpd.GeoDataFrame) ->
     if len(cells):
         _draw(ax, cells.geometry, colours)
     if (~positive).any():
-        ax.legend(handles=[Patch(color=ZERO_COLOUR, label="median 0 (published as 0)")], loc="upper left",
-                  bbox_to_anchor=(0.0, -0.01), fontsize=7, frameon=False)
-    ax.set_title(f"cells: median published count over the buckets in which each cell is published\n"
-                 f"{len(cells):,} cells, {len(view.cells):,} published figures, {view.buckets} buckets of "
-                 f"{record.bucket}", fontsize=9)
+        ax.legend(
+            handles=[Patch(color=ZERO_COLOUR, label="median 0 (published as 0)")],
+            loc="upper left",
+            bbox_to_anchor=(0.0, -0.01),
+            fontsize=7,
+            frameon=False,
+        )
+    ax.set_title(
+        f"cells: median published count over the buckets in which each cell is published\n"
+        f"{len(cells):,} cells, {len(view.cells):,} published figures, {view.buckets} buckets of "
+        f"{record.bucket}",
+        fontsize=9,
+    )
 
 
 def _level_panel(fig: Figure, ax, view: ReleaseView, level: str) -> None:
@@ -123,8 +131,15 @@ def _level_panel(fig: Figure, ax, view: ReleaseView, level: str) -> None:
     shapes = view.areas.get(level)
     title = f"{level}: share of the {view.buckets} buckets in which each area is published\n{len(shares):,} areas"
     if shapes is None:
-        ax.text(0.5, 0.5, "no public geometry for this level without the policy's zone files",
-                ha="center", va="center", fontsize=8, transform=ax.transAxes)
+        ax.text(
+            0.5,
+            0.5,
+            "no public geometry for this level without the policy's zone files",
+            ha="center",
+            va="center",
+            fontsize=8,
+            transform=ax.transAxes,
+        )
     else:
         shapes = shapes[~shapes.index.duplicated()].reindex(shares.index)
         drawn = shapes.notna().to_numpy()
@@ -139,8 +154,10 @@ def _level_panel(fig: Figure, ax, view: ReleaseView, level: str) -> None:
 
 def _totals_line(view: ReleaseView) -> str:
     totals = view.margins[view.margins["level"].map(is_total)]
-    parts = [f"{level} published in {group['bucket_start'].nunique()} of {view.buckets} buckets"
-             for level, group in totals.groupby("level", sort=True)]
+    parts = [
+        f"{level} published in {group['bucket_start'].nunique()} of {view.buckets} buckets"
+        for level, group in totals.groupby("level", sort=True)
+    ]
     return "; ".join(parts)
 
 
@@ -165,8 +182,10 @@ def map_figure(view: ReleaseView) -> Figure:
         _frame(ax, extent, bool(crs is not None and crs.is_geographic))
     for ax in axes[panels:]:
         ax.set_axis_off()
-    heading = (f"{record.dataset} {record.period}: k = {record.k} over {record.unit} ({record.measure}), {crs_name}; "
-               "areas absent from the release are not drawn (empty and unpublished look the same)")
+    heading = (
+        f"{record.dataset} {record.period}: k = {record.k} over {record.unit} ({record.measure}), {crs_name}; "
+        "areas absent from the release are not drawn (empty and unpublished look the same)"
+    )
     totals = _totals_line(view)
     fig.suptitle(heading + (f"\n{totals}" if totals else ""), fontsize=10)
     return fig

@@ -26,9 +26,11 @@ REPORT_PNG = "report.png"
 REPORT_HTML = "report.html"
 REPORT_FILES = (REPORT_PNG, REPORT_HTML)
 TABLES = ("cells.parquet", "margins.parquet")
-ABSENT_NOTE = ("Areas absent from the release are not drawn and not listed: the report cannot tell an empty area "
-               "from one that is not published, and neither can anyone else. Figures are rounded for reading "
-               "(4 significant digits); the exact values are in release.json and the Parquet files.")
+ABSENT_NOTE = (
+    "Areas absent from the release are not drawn and not listed: the report cannot tell an empty area "
+    "from one that is not published, and neither can anyone else. Figures are rounded for reading "
+    "(4 significant digits); the exact values are in release.json and the Parquet files."
+)
 
 
 @dataclass(frozen=True)
@@ -43,10 +45,12 @@ class Line:
 def headline(record: ReleaseRecord, buckets: int) -> list[Line]:
     counts = record.counts
     return [
-        Line("dataset", record.dataset), Line("period", record.period),
+        Line("dataset", record.dataset),
+        Line("period", record.period),
         Line("policy", f"{record.policy.name} v{record.policy.version} (sha256 {record.policy.sha256[:12]}…)"),
         Line("k (inclusive: a count n is published only if n >= k)", readable(record.k)),
-        Line("unit", record.unit), Line("measure", record.measure),
+        Line("unit", record.unit),
+        Line("measure", record.measure),
         Line("buckets", f"{buckets} of {record.bucket} in {record.time['timezone']}"),
         Line("published cell figures (non-zero)", readable(counts.published_cells)),
         Line("structural zeros published (as 0)", readable(counts.structural_zero_cells_published)),
@@ -62,8 +66,11 @@ def audit_lines(record: ReleaseRecord) -> list[Line]:
     audit = record.audit
     if audit is None:
         return [Line("audit", "not recorded")]
-    return [Line("audit verdict", "passed" if audit.passed else "FAILED"), Line("criterion", audit.criterion),
-            Line("solver", audit.solver)]
+    return [
+        Line("audit verdict", "passed" if audit.passed else "FAILED"),
+        Line("criterion", audit.criterion),
+        Line("solver", audit.solver),
+    ]
 
 
 def risk_lines(view: ReleaseView) -> list[Line]:
@@ -76,19 +83,25 @@ def risk_lines(view: ReleaseView) -> list[Line]:
     lines = [
         Line("gate status", f"{risk.status}: {risk.reason}", who),
         Line(f"release figure ({risk.measure}): worst zone {risk.worst_zone}", readable(risk.release_figure), who),
-        Line(f"pooled {risk.measure} (unit-weighted mean over zones; reported, never gated)",
-             readable(risk.pooled), who),
-        Line(f"cumulative over {len(risk.window_periods)} release(s): {', '.join(risk.window_periods)}",
-             readable(risk.cumulative), who),
+        Line(f"pooled {risk.measure} (unit-weighted mean over zones; reported, never gated)", readable(risk.pooled), who),
+        Line(
+            f"cumulative over {len(risk.window_periods)} release(s): {', '.join(risk.window_periods)}",
+            readable(risk.cumulative),
+            who,
+        ),
     ]
     ceilings = view.ceilings
     if ceilings is not None:
         per_release_left = None if risk.release_figure is None else ceilings.per_release - risk.release_figure
-        lines += [Line("per-release ceiling", readable(ceilings.per_release), who),
-                  Line("per-release headroom (ceiling - release figure)", readable(per_release_left), who),
-                  Line("cumulative ceiling", readable(ceilings.cumulative), who)]
-    lines += [Line("cumulative headroom (ceiling - cumulative)", readable(risk.headroom), who),
-              Line("known points of a trace the adversary holds", readable(risk.points), who)]
+        lines += [
+            Line("per-release ceiling", readable(ceilings.per_release), who),
+            Line("per-release headroom (ceiling - release figure)", readable(per_release_left), who),
+            Line("cumulative ceiling", readable(ceilings.cumulative), who),
+        ]
+    lines += [
+        Line("cumulative headroom (ceiling - cumulative)", readable(risk.headroom), who),
+        Line("known points of a trace the adversary holds", readable(risk.points), who),
+    ]
     if ceilings is None:
         lines.append(Line("ceilings", "in the policy file (not given to this report)", who))
     return lines
@@ -126,10 +139,12 @@ def _lines_table(lines: list[Line], with_adversary: bool = False) -> str:
 
 def _table_section(name: str, path: Path, frame, n: int) -> str:
     schema = column_schema(path)
-    return (f"<h2>{_e(name)}</h2><h3>Columns</h3>"
-            + _html_table(["column", "Arrow type", "description"], [[c["name"], c["type"], c["description"]]
-                                                                    for c in schema])
-            + f"<h3>First {min(n, len(frame))} of {len(frame):,} rows</h3>" + _html_table(*preview_rows(frame, n)))
+    return (
+        f"<h2>{_e(name)}</h2><h3>Columns</h3>"
+        + _html_table(["column", "Arrow type", "description"], [[c["name"], c["type"], c["description"]] for c in schema])
+        + f"<h3>First {min(n, len(frame))} of {len(frame):,} rows</h3>"
+        + _html_table(*preview_rows(frame, n))
+    )
 
 
 def render_report_html(view: ReleaseView, folder: Path, png: bytes | None = None, n: int = 10) -> str:
@@ -140,14 +155,20 @@ def render_report_html(view: ReleaseView, folder: Path, png: bytes | None = None
     title = f"{record.dataset} {record.period}: published release"
     alt = f"map of the published cells and margins of {record.dataset} {record.period}"
     parts = [
-        "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
-        f"<h1>{_e(title)}</h1>", f'<p class="note">{_e(ABSENT_NOTE)}</p>',
-        "<h2>Release</h2>", _lines_table(headline(record, view.buckets)),
-        "<h2>Suppression audit</h2>", _lines_table(audit_lines(record)),
-        "<h2>Re-identification risk</h2>", _lines_table(risk_lines(view), with_adversary=True),
-        "<h2>Map</h2>", f'<img src="{_png_uri(png)}" alt="{_e(alt)}">',
+        f"<h1>{_e(title)}</h1>",
+        f'<p class="note">{_e(ABSENT_NOTE)}</p>',
+        "<h2>Release</h2>",
+        _lines_table(headline(record, view.buckets)),
+        "<h2>Suppression audit</h2>",
+        _lines_table(audit_lines(record)),
+        "<h2>Re-identification risk</h2>",
+        _lines_table(risk_lines(view), with_adversary=True),
+        "<h2>Map</h2>",
+        f'<img src="{_png_uri(png)}" alt="{_e(alt)}">',
         _table_section("cells.parquet", folder / "cells.parquet", view.cells, n),
         _table_section("margins.parquet", folder / "margins.parquet", view.margins, n),
         "</body></html>",
@@ -156,6 +177,7 @@ def render_report_html(view: ReleaseView, folder: Path, png: bytes | None = None
 
 
 # -------------------------------------------------------------------------------------------- markdown
+
 
 def _md_lines(lines: list[Line], with_adversary: bool = False) -> str:
     if with_adversary:
@@ -174,14 +196,22 @@ def report_markdown(folder: Path, policy: Policy | None = None, n: int = 10) -> 
     stored = folder / REPORT_PNG
     png = stored.read_bytes() if stored.is_file() else render_map_png(view)
     sections = [
-        f"### {record.dataset} {record.period}: what the public sees", ABSENT_NOTE,
-        _md_lines(headline(record, view.buckets)), "#### Suppression audit", _md_lines(audit_lines(record)),
-        "#### Re-identification risk", _md_lines(risk_lines(view), with_adversary=True),
+        f"### {record.dataset} {record.period}: what the public sees",
+        ABSENT_NOTE,
+        _md_lines(headline(record, view.buckets)),
+        "#### Suppression audit",
+        _md_lines(audit_lines(record)),
+        "#### Re-identification risk",
+        _md_lines(risk_lines(view), with_adversary=True),
         f"![map]({_png_uri(png)})",
     ]
     for name, frame in zip(TABLES, (view.cells, view.margins)):
-        sections += [f"#### {name}", schema_markdown(column_schema(folder / name)),
-                     f"First {min(n, len(frame))} of {len(frame):,} rows:", table_preview(frame, n)]
+        sections += [
+            f"#### {name}",
+            schema_markdown(column_schema(folder / name)),
+            f"First {min(n, len(frame))} of {len(frame):,} rows:",
+            table_preview(frame, n),
+        ]
     return "\n\n".join(sections) + "\n"
 
 
@@ -191,8 +221,7 @@ def report_png_path(folder: Path) -> Path | None:
     return path if path.is_file() else None
 
 
-def write_report(folder: Path, record: dict | ReleaseRecord | None = None, policy: Policy | None = None
-                 ) -> dict[str, Path]:
+def write_report(folder: Path, record: dict | ReleaseRecord | None = None, policy: Policy | None = None) -> dict[str, Path]:
     """Render report.png and report.html into `folder` from its cells.parquet and margins.parquet and the
     record (`release.json`'s content unless given, e.g. a publication's pending record). Returns the paths
     by file name. Plain writes: call it on a folder nobody reads yet (publication's staging folder)."""

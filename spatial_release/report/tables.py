@@ -21,10 +21,10 @@ WKT_CHARS = 44  # a geometry in a preview: the start of its WKT
 COUNT_COLUMNS = {"n_persons": "persons", "n_devices": "devices"}
 _DESCRIPTIONS = {
     "cell_id": "leaf cell of the main geometry: a grid cell named by its size and lower-left corner in the grid "
-               "CRS (`<size>mE<east>N<north>`), or a zone id",
+    "CRS (`<size>mE<east>N<north>`), or a zone id",
     "bucket_start": BUCKET_START,
     "level": "the area's level: a parent level of the main geometry, a linked zoning or one of its parents, or a "
-             "bucket total (`total`, `<zoning>_total`)",
+    "bucket total (`total`, `<zoning>_total`)",
     "area_id": "the area within its level (a grid cell name, a zone id, or `total`)",
 }
 
@@ -45,7 +45,7 @@ def readable(value: object) -> str:
         return value.tz_convert("UTC").strftime("%Y-%m-%d %H:%M UTC") if value.tzinfo else value.isoformat()
     if isinstance(value, shapely.Geometry):
         text = shapely.to_wkt(value, rounding_precision=1, trim=True)
-        return text if len(text) <= WKT_CHARS else text[:WKT_CHARS - 1] + "…"
+        return text if len(text) <= WKT_CHARS else text[: WKT_CHARS - 1] + "…"
     return str(value)
 
 
@@ -73,8 +73,10 @@ def column_schema(path: Path) -> list[dict[str, str]]:
         if field.name == "geometry":
             description = f"the cell's polygon as WKB (GeoParquet), CRS {crs}"
         elif field.name in COUNT_COLUMNS:
-            description = (f"distinct {COUNT_COLUMNS[field.name]} in the area and bucket; a figure is published only "
-                           "if it is at least k, or if the cell is a listed structural zero (published as 0)")
+            description = (
+                f"distinct {COUNT_COLUMNS[field.name]} in the area and bucket; a figure is published only "
+                "if it is at least k, or if the cell is a listed structural zero (published as 0)"
+            )
         else:
             description = _DESCRIPTIONS.get(field.name, "")
         out.append({"name": field.name, "type": str(field.type), "description": description})
@@ -105,5 +107,6 @@ def table_preview(df: pd.DataFrame, n: int = 10) -> str:
 
 
 def schema_markdown(schema: list[dict[str, str]]) -> str:
-    return markdown_table(["column", "Arrow type", "description"],
-                          [[c["name"], c["type"], c["description"]] for c in schema])
+    return markdown_table(
+        ["column", "Arrow type", "description"], [[c["name"], c["type"], c["description"]] for c in schema]
+    )

@@ -64,9 +64,11 @@ def _as_record(record: dict | ReleaseRecord) -> ReleaseRecord:
 
 def _check_policy(policy: Policy, record: ReleaseRecord) -> None:
     if policy.name != record.dataset or policy.sha256 != record.policy.sha256:
-        raise ReportError(f"policy {policy.name} v{policy.version} (sha256 {policy.sha256[:12]}) is not the one "
-                          f"{record.dataset} {record.period} was published under (v{record.policy.version}, "
-                          f"sha256 {record.policy.sha256[:12]}); render without it or with that policy file")
+        raise ReportError(
+            f"policy {policy.name} v{policy.version} (sha256 {policy.sha256[:12]}) is not the one "
+            f"{record.dataset} {record.period} was published under (v{record.policy.version}, "
+            f"sha256 {record.policy.sha256[:12]}); render without it or with that policy file"
+        )
 
 
 def _grid_boxes(ids: np.ndarray, crs: str) -> gpd.GeoSeries | None:
@@ -93,8 +95,7 @@ def _zone_levels(policy: Policy) -> dict[str, gpd.GeoSeries]:
         table = layer.parent_table()
         shapes = layer.frame.geometry.to_numpy()
         # the main geometry's own zones too: a coarser time rung of the cells (cell@1w) names them
-        levels[leaf_name or LEAF] = gpd.GeoSeries(shapes, index=pd.Index(table["cell_id"], name="area_id"),
-                                                  crs=layer.crs)
+        levels[leaf_name or LEAF] = gpd.GeoSeries(shapes, index=pd.Index(table["cell_id"], name="area_id"), crs=layer.crs)
         for parent in layer.spec.parents:
             groups = pd.Series(np.arange(len(table))).groupby(table[parent.level].to_numpy())
             ids = list(groups.groups)
@@ -103,8 +104,7 @@ def _zone_levels(policy: Policy) -> dict[str, gpd.GeoSeries]:
     return levels
 
 
-def area_geometries(margins: pd.DataFrame, geometry: dict, crs, policy: Policy | None = None
-                    ) -> dict[str, gpd.GeoSeries]:
+def area_geometries(margins: pd.DataFrame, geometry: dict, crs, policy: Policy | None = None) -> dict[str, gpd.GeoSeries]:
     """The geometry of every published area of each non-total margin level, in `crs` (the cells' CRS).
     `geometry`: the record's geometry spec (its `kind` and `crs`). Grid levels are decoded from their ids;
     zone levels need `policy` (its zone files) and are left out without it."""
@@ -139,8 +139,9 @@ def period_bucket_count(record: ReleaseRecord) -> int:
     return len(period_buckets(_TimeOnly(TimeSpec(**record.time)), Period.parse(record.period)))  # type: ignore[arg-type]
 
 
-def release_view(cells: gpd.GeoDataFrame, margins: pd.DataFrame, record: dict | ReleaseRecord,
-                 policy: Policy | None = None) -> ReleaseView:
+def release_view(
+    cells: gpd.GeoDataFrame, margins: pd.DataFrame, record: dict | ReleaseRecord, policy: Policy | None = None
+) -> ReleaseView:
     """The view of published tables with their record (`release.json`'s content, or the pending record of a
     publication). `policy`, when given, must be the release's own (its sha256): it supplies the zone
     geometries of zone levels and the two risk ceilings."""
@@ -149,16 +150,22 @@ def release_view(cells: gpd.GeoDataFrame, margins: pd.DataFrame, record: dict | 
         _check_policy(policy, record)
     risk = policy.risk if policy is not None else None
     ceilings = None if risk is None else Ceilings(risk.per_release_ceiling, risk.cumulative_ceiling)
-    return ReleaseView(cells, margins, record, period_bucket_count(record),
-                       area_geometries(margins, record.geometry, cells.crs, policy), ceilings)
+    return ReleaseView(
+        cells,
+        margins,
+        record,
+        period_bucket_count(record),
+        area_geometries(margins, record.geometry, cells.crs, policy),
+        ceilings,
+    )
 
 
-def read_release_view(folder: Path, policy: Policy | None = None, record: dict | ReleaseRecord | None = None
-                      ) -> ReleaseView:
+def read_release_view(folder: Path, policy: Policy | None = None, record: dict | ReleaseRecord | None = None) -> ReleaseView:
     """The view of the release folder `folder` (cells.parquet, margins.parquet and, unless `record` is
     given, release.json)."""
     folder = Path(folder)
     if record is None:
         record = json.loads((folder / "release.json").read_text())
-    return release_view(gpd.read_parquet(folder / "cells.parquet"), pd.read_parquet(folder / "margins.parquet"),
-                        record, policy)
+    return release_view(
+        gpd.read_parquet(folder / "cells.parquet"), pd.read_parquet(folder / "margins.parquet"), record, policy
+    )

@@ -144,13 +144,21 @@ class AttackReport:
     seconds: float = 0.0
 
     def to_json(self) -> dict:
-        return {"zones": [z.__dict__ for z in self.zones], "trajectories": self.trajectories,
-                "accuracy": self.accuracy, "seconds": self.seconds}
+        return {
+            "zones": [z.__dict__ for z in self.zones],
+            "trajectories": self.trajectories,
+            "accuracy": self.accuracy,
+            "seconds": self.seconds,
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> AttackReport:
-        return cls([ZoneAttack(**z) for z in data["zones"]], int(data["trajectories"]), float(data["accuracy"]),
-                   float(data["seconds"]))
+        return cls(
+            [ZoneAttack(**z) for z in data["zones"]],
+            int(data["trajectories"]),
+            float(data["accuracy"]),
+            float(data["seconds"]),
+        )
 
 
 # --- recovery -----------------------------------------------------------------------------------------------
@@ -168,8 +176,9 @@ def recover_trajectories(view: ReleaseView, params: AttackParams = AttackParams(
     order = np.lexsort((view.figure_area, view.figure_step))
     f_step, f_area, f_count = view.figure_step[order], view.figure_area[order], view.figure_count[order]
     bounds = np.searchsorted(f_step, np.arange(view.steps + 1))
-    per_step = [(f_area[bounds[t]:bounds[t + 1]], f_count[bounds[t]:bounds[t + 1]].astype(np.int64))
-                for t in range(view.steps)]
+    per_step = [
+        (f_area[bounds[t] : bounds[t + 1]], f_count[bounds[t] : bounds[t + 1]].astype(np.int64)) for t in range(view.steps)
+    ]
     n = max([_units_in(view, t, c) for t, (_, c) in enumerate(per_step)] + [0])
     if n == 0:  # nothing published at this resolution: nothing to chain
         empty = np.zeros(0, dtype=np.int64)
@@ -186,8 +195,22 @@ def recover_trajectories(view: ReleaseView, params: AttackParams = AttackParams(
         moving = params.velocity and view.daytime is not None and bool(view.daytime[t])
         yesterday = ring[t % lag] if lag else None
         home = ring[0] if lag else None  # where the trajectory was in the day's first bucket
-        primary = _link_step(view, n, areas, counts, _units_in(view, t, counts), last, prev, absent, moving,
-                             yesterday, scale, rng, params.neighbours, home)
+        primary = _link_step(
+            view,
+            n,
+            areas,
+            counts,
+            _units_in(view, t, counts),
+            last,
+            prev,
+            absent,
+            moving,
+            yesterday,
+            scale,
+            rng,
+            params.neighbours,
+            home,
+        )
         present = primary >= 0
         points.append((np.flatnonzero(present), primary[present]))
         if not view.additive:
@@ -199,8 +222,10 @@ def recover_trajectories(view: ReleaseView, params: AttackParams = AttackParams(
             ring[t % lag] = primary
     traj = np.concatenate([p[0] for p in points] or [np.zeros(0, dtype=np.int64)])
     area = np.concatenate([p[1] for p in points] or [np.zeros(0, dtype=np.int64)])
-    step = np.concatenate([np.full(len(p[0]), i // (1 if view.additive else 2), dtype=np.int64)
-                           for i, p in enumerate(points)] or [np.zeros(0, dtype=np.int64)])
+    step = np.concatenate(
+        [np.full(len(p[0]), i // (1 if view.additive else 2), dtype=np.int64) for i, p in enumerate(points)]
+        or [np.zeros(0, dtype=np.int64)]
+    )
     return Recovered(n, traj, step, area, time.perf_counter() - started)
 
 
@@ -215,9 +240,22 @@ def _typical_distance(xy: np.ndarray) -> float:
     return float(np.median(d)) if len(d) else 1.0
 
 
-def _link_step(view: ReleaseView, n: int, areas: np.ndarray, counts: np.ndarray, units: int, last: np.ndarray,
-               prev: np.ndarray, absent: np.ndarray, moving: bool, yesterday: np.ndarray | None, scale: float,
-               rng: np.random.Generator, neighbours: int, home: np.ndarray | None = None) -> np.ndarray:
+def _link_step(
+    view: ReleaseView,
+    n: int,
+    areas: np.ndarray,
+    counts: np.ndarray,
+    units: int,
+    last: np.ndarray,
+    prev: np.ndarray,
+    absent: np.ndarray,
+    moving: bool,
+    yesterday: np.ndarray | None,
+    scale: float,
+    rng: np.random.Generator,
+    neighbours: int,
+    home: np.ndarray | None = None,
+) -> np.ndarray:
     """Each trajectory's area in this bucket (-1 absent, L withheld), by one transportation problem between
     trajectory states and the bucket's slots."""
     withheld_code = view.withheld
@@ -228,11 +266,12 @@ def _link_step(view: ReleaseView, n: int, areas: np.ndarray, counts: np.ndarray,
     published = int(counts.sum())
     hidden = max(units - published, 0) if view.additive else units  # visitors: at most every active unit
     cell_cap = counts.astype(float)
-    demand_lo = np.concatenate([cell_cap if view.additive else np.zeros(len(counts)),
-                                [hidden if view.additive else 0.0], [float(n - units)]])
+    demand_lo = np.concatenate(
+        [cell_cap if view.additive else np.zeros(len(counts)), [hidden if view.additive else 0.0], [float(n - units)]]
+    )
     demand_hi = np.concatenate([cell_cap, [float(hidden)], [float(n - units)]])
     if view.additive and published > units:  # inconsistent figures: let the cells take fewer
-        demand_lo[:len(counts)] = 0.0
+        demand_lo[: len(counts)] = 0.0
     stays: dict[tuple[int, int], int] = {}
     if coarse:
         stays = _stay_first(view, states, areas, supply, demand_lo, demand_hi)
@@ -246,8 +285,15 @@ def _link_step(view: ReleaseView, n: int, areas: np.ndarray, counts: np.ndarray,
     return _allocate(flows, state_of, areas, withheld_code, yesterday, rng)
 
 
-def _states(view: ReleaseView, n: int, last: np.ndarray, ref_prev: np.ndarray, absent: np.ndarray,
-            yesterday: np.ndarray | None, home: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, bool]:
+def _states(
+    view: ReleaseView,
+    n: int,
+    last: np.ndarray,
+    ref_prev: np.ndarray,
+    absent: np.ndarray,
+    yesterday: np.ndarray | None,
+    home: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, bool]:
     """The trajectories' states (last area, previous area when moving, absent, where it was the day before,
     where its day began) and each trajectory's state. Above MAX_STATES states, too many trajectories have
     distinct histories for one problem per bucket: the states keep only where each trajectory is (and was,
@@ -264,17 +310,26 @@ def _states(view: ReleaseView, n: int, last: np.ndarray, ref_prev: np.ndarray, a
         codes, state_of = np.unique(full_key, axis=0, return_inverse=True)
         if len(codes) <= MAX_STATES:
             coarse_of = codes[:, 0]
-            states = np.stack([coarse_of // 2 // width - 1, coarse_of // 2 % width - 1, coarse_of % 2, codes[:, 1],
-                               codes[:, 2]], axis=1)
+            states = np.stack(
+                [coarse_of // 2 // width - 1, coarse_of // 2 % width - 1, coarse_of % 2, codes[:, 1], codes[:, 2]], axis=1
+            )
             return states, state_of.ravel(), False
     codes, state_of = np.unique(coarse_key, return_inverse=True)
-    states = np.stack([codes // 2 // width - 1, codes // 2 % width - 1, codes % 2, np.full(len(codes), -1),
-                       np.full(len(codes), -1)], axis=1)
+    states = np.stack(
+        [codes // 2 // width - 1, codes // 2 % width - 1, codes % 2, np.full(len(codes), -1), np.full(len(codes), -1)],
+        axis=1,
+    )
     return states, state_of.ravel(), True
 
 
-def _stay_first(view: ReleaseView, states: np.ndarray, areas: np.ndarray, supply: np.ndarray,
-                demand_lo: np.ndarray, demand_hi: np.ndarray) -> dict[tuple[int, int], int]:
+def _stay_first(
+    view: ReleaseView,
+    states: np.ndarray,
+    areas: np.ndarray,
+    supply: np.ndarray,
+    demand_lo: np.ndarray,
+    demand_hi: np.ndarray,
+) -> dict[tuple[int, int], int]:
     """Coarse states only (no regularity pulls): keep every trajectory that can stay where it is (its area
     still has slots it must fill, hidden stays hidden, absent stays absent), before the transportation problem
     moves the rest. Only required slots (their lower demand) are filled so: a trajectory kept in an optional
@@ -304,8 +359,7 @@ def _stay_first(view: ReleaseView, states: np.ndarray, areas: np.ndarray, supply
     return stays
 
 
-def _state_costs(view: ReleaseView, states: np.ndarray, areas: np.ndarray, moving: bool, scale: float
-                 ) -> np.ndarray:
+def _state_costs(view: ReleaseView, states: np.ndarray, areas: np.ndarray, moving: bool, scale: float) -> np.ndarray:
     """Cost of sending a trajectory in each state to each published area of the bucket (states x areas)."""
     last, prev, was_absent = states[:, 0], states[:, 1], states[:, 2].astype(bool)
     known = (last >= 0) & (last < view.areas)
@@ -324,8 +378,15 @@ def _state_costs(view: ReleaseView, states: np.ndarray, areas: np.ndarray, movin
     return cost
 
 
-def _transport(cost_cells: np.ndarray, states: np.ndarray, supply: np.ndarray, demand_lo: np.ndarray,
-               demand_hi: np.ndarray, withheld_code: int, neighbours: int) -> dict[tuple[int, int], int]:
+def _transport(
+    cost_cells: np.ndarray,
+    states: np.ndarray,
+    supply: np.ndarray,
+    demand_lo: np.ndarray,
+    demand_hi: np.ndarray,
+    withheld_code: int,
+    neighbours: int,
+) -> dict[tuple[int, int], int]:
     """Min-cost flows from states to the slots (published areas, then WITHHELD, then ABSENT): {(state, slot):
     flow}. Arcs to every area when states x areas is small; otherwise to each state's nearest areas, plus a
     hub reachable from every state at HUB_COST that reaches every area (so the problem is always feasible)."""
@@ -367,14 +428,18 @@ def _transport(cost_cells: np.ndarray, states: np.ndarray, supply: np.ndarray, d
         n_cols += n_states + n_cells
     row_lo = np.concatenate([supply, demand_lo] + ([[0.0]] if hub else []))
     row_hi = np.concatenate([supply, demand_hi] + ([[0.0]] if hub else []))
-    solution = _solve_lp(np.concatenate(col_cost), np.concatenate(rows), np.concatenate(cols),
-                         np.concatenate(vals), row_lo, row_hi, n_cols)
+    solution = _solve_lp(
+        np.concatenate(col_cost), np.concatenate(rows), np.concatenate(cols), np.concatenate(vals), row_lo, row_hi, n_cols
+    )
     flows: dict[tuple[int, int], int] = {}
     for a in np.flatnonzero(solution[:n_arcs] > 0.5):
         flows[(int(arc_state[a]), int(arc_slot[a]))] = int(round(solution[a]))
     if hub:
-        _route_hub(flows, np.rint(solution[n_arcs:n_arcs + n_states]).astype(int),
-                   np.rint(solution[n_arcs + n_states:]).astype(int))
+        _route_hub(
+            flows,
+            np.rint(solution[n_arcs : n_arcs + n_states]).astype(int),
+            np.rint(solution[n_arcs + n_states :]).astype(int),
+        )
     return flows
 
 
@@ -392,8 +457,15 @@ def _route_hub(flows: dict[tuple[int, int], int], into: np.ndarray, out: np.ndar
         j += receivers[j][1] == 0
 
 
-def _solve_lp(cost: np.ndarray, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, row_lo: np.ndarray,
-              row_hi: np.ndarray, n_cols: int) -> np.ndarray:
+def _solve_lp(
+    cost: np.ndarray,
+    rows: np.ndarray,
+    cols: np.ndarray,
+    vals: np.ndarray,
+    row_lo: np.ndarray,
+    row_hi: np.ndarray,
+    n_cols: int,
+) -> np.ndarray:
     """min cost.x over x >= 0 with row_lo <= A x <= row_hi (A in triplets), by HiGHS's simplex: a transportation
     problem's vertices are integral, so the flows are whole trajectories."""
     if n_cols == 0 or len(row_lo) == 0:
@@ -417,13 +489,20 @@ def _solve_lp(cost: np.ndarray, rows: np.ndarray, cols: np.ndarray, vals: np.nda
     h.passModel(lp)
     h.run()
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-        raise RuntimeError("trajectory recovery: the transportation problem ended "
-                           f"{h.modelStatusToString(h.getModelStatus())}")
+        raise RuntimeError(
+            f"trajectory recovery: the transportation problem ended {h.modelStatusToString(h.getModelStatus())}"
+        )
     return np.asarray(h.getSolution().col_value)
 
 
-def _allocate(flows: dict[tuple[int, int], int], state_of: np.ndarray, areas: np.ndarray, withheld_code: int,
-              yesterday: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
+def _allocate(
+    flows: dict[tuple[int, int], int],
+    state_of: np.ndarray,
+    areas: np.ndarray,
+    withheld_code: int,
+    yesterday: np.ndarray | None,
+    rng: np.random.Generator,
+) -> np.ndarray:
     """Each trajectory's slot from its state's flows: within a state, trajectories that were in an area the day
     before take that area's slots first (regularity), the others in a seeded random order."""
     n_cells = len(areas)
@@ -434,7 +513,7 @@ def _allocate(flows: dict[tuple[int, int], int], state_of: np.ndarray, areas: np
     for (s, slot), f in flows.items():
         by_state.setdefault(s, []).append((slot, f))
     for s, outs in by_state.items():
-        pool = members[starts[s]:starts[s + 1]]
+        pool = members[starts[s] : starts[s + 1]]
         pool = pool[rng.permutation(len(pool))]
         free = np.ones(len(pool), dtype=bool)
         for slot, f in sorted(outs, key=lambda o: -o[1]):
@@ -449,8 +528,9 @@ def _allocate(flows: dict[tuple[int, int], int], state_of: np.ndarray, areas: np
     return result
 
 
-def _extra_slots(view: ReleaseView, areas: np.ndarray, counts: np.ndarray, primary: np.ndarray, scale: float
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def _extra_slots(
+    view: ReleaseView, areas: np.ndarray, counts: np.ndarray, primary: np.ndarray, scale: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Visitors: each area's slots left after the first pass go to the nearest active trajectories not in it."""
     used = np.bincount(primary[(primary >= 0) & (primary < view.areas)], minlength=view.areas)
     active = np.flatnonzero(primary >= 0)
@@ -468,8 +548,10 @@ def _extra_slots(view: ReleaseView, areas: np.ndarray, counts: np.ndarray, prima
         chosen = np.argpartition(d, take - 1)[:take] if take else np.zeros(0, dtype=np.int64)
         traj.append(active[chosen])
         area.append(np.full(len(chosen), a, dtype=np.int64))
-    return (np.concatenate(traj) if traj else np.zeros(0, dtype=np.int64),
-            np.concatenate(area) if area else np.zeros(0, dtype=np.int64))
+    return (
+        np.concatenate(traj) if traj else np.zeros(0, dtype=np.int64),
+        np.concatenate(area) if area else np.zeros(0, dtype=np.int64),
+    )
 
 
 # --- linkage and membership ---------------------------------------------------------------------------------
@@ -477,10 +559,19 @@ def _extra_slots(view: ReleaseView, areas: np.ndarray, counts: np.ndarray, prima
 
 def _sets(owner: np.ndarray, key: np.ndarray, n_owners: int, n_keys: int, key_zone: np.ndarray) -> KeySets:
     pairs = np.unique(owner.astype(np.int64) * n_keys + key.astype(np.int64))
-    return KeySets.from_codes((pairs // n_keys).astype(np.int64) if n_owners else pairs,
-                              (pairs % n_keys).astype(np.int64), key_zone) if len(pairs) else \
-        KeySets(key_zone, np.zeros(n_owners + 1, dtype=np.int64), np.zeros(0, dtype=np.int64),
-                np.zeros(n_keys + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    return (
+        KeySets.from_codes(
+            (pairs // n_keys).astype(np.int64) if n_owners else pairs, (pairs % n_keys).astype(np.int64), key_zone
+        )
+        if len(pairs)
+        else KeySets(
+            key_zone,
+            np.zeros(n_owners + 1, dtype=np.int64),
+            np.zeros(0, dtype=np.int64),
+            np.zeros(n_keys + 1, dtype=np.int64),
+            np.zeros(0, dtype=np.int64),
+        )
+    )
 
 
 def _padded(sets: KeySets, n_owners: int) -> KeySets:
@@ -492,8 +583,9 @@ def _padded(sets: KeySets, n_owners: int) -> KeySets:
     return KeySets(sets.key_zone, offsets, sets.unit_keys, sets.key_offsets, sets.key_units)
 
 
-def best_matches(recovered: KeySets, truth: KeySets, hidden_key: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def best_matches(
+    recovered: KeySets, truth: KeySets, hidden_key: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """For every recovered trajectory, the true units most similar to it (Jaccard over view keys): pairs
     (trajectory, unit) of every tie with the number of published keys (not `hidden_key`, the WITHHELD ones)
     the two share, and each trajectory's best Jaccard and precision (share of its points the best unit
@@ -517,8 +609,7 @@ def best_matches(recovered: KeySets, truth: KeySets, hidden_key: np.ndarray
         units = truth.key_units[_ragged(truth.key_offsets[keys], k_sizes[keys])].astype(np.int64)
         owners = np.repeat(owner, k_sizes[keys])
         shown = ~np.repeat(hidden_key[keys], k_sizes[keys])
-        code, at_code, inter = np.unique(owners * max(truth.units, 1) + units, return_inverse=True,
-                                         return_counts=True)
+        code, at_code, inter = np.unique(owners * max(truth.units, 1) + units, return_inverse=True, return_counts=True)
         inter_shown = np.bincount(at_code.ravel(), weights=shown, minlength=len(code))
         r, v = code // max(truth.units, 1), code % max(truth.units, 1)
         jac = inter / (r_sizes[r] + v_sizes[v] - inter)
@@ -556,8 +647,15 @@ def _candidates(sets: KeySets, keysets: np.ndarray) -> tuple[np.ndarray, np.ndar
     return row, owner
 
 
-def attack_risk(view: ReleaseView, unit: np.ndarray, step: np.ndarray, area: np.ndarray, zone_of_area: np.ndarray,
-                params: AttackParams = AttackParams(), recovered: Recovered | None = None) -> AttackReport:
+def attack_risk(
+    view: ReleaseView,
+    unit: np.ndarray,
+    step: np.ndarray,
+    area: np.ndarray,
+    zone_of_area: np.ndarray,
+    params: AttackParams = AttackParams(),
+    recovered: Recovered | None = None,
+) -> AttackReport:
     """Per-zone linkage and membership figures of the release `view` for the true memberships (unit, step,
     area codes; units numbered 0..U-1), each area's risk zone (`zone_of_area`, strings)."""
     started = time.perf_counter()
@@ -575,8 +673,10 @@ def attack_risk(view: ReleaseView, unit: np.ndarray, step: np.ndarray, area: np.
     n_units = int(unit.max()) + 1 if len(unit) else 0
     truth_cells = _sets(unit, true_key, n_units, view.steps * width, key_zone)
     truth_view = _sets(unit, view_key_of[true_key], n_units, view.steps * width, key_zone)
-    rec = _padded(_sets(recovered.traj, recovered.step * width + recovered.area, recovered.trajectories,
-                        view.steps * width, key_zone), recovered.trajectories)
+    rec = _padded(
+        _sets(recovered.traj, recovered.step * width + recovered.area, recovered.trajectories, view.steps * width, key_zone),
+        recovered.trajectories,
+    )
     hidden_key = np.arange(view.steps * width) % width == n_areas
     pairs, shared, _, precision = best_matches(rec, truth_view, hidden_key)
     ties = np.bincount(pairs // max(n_units, 1), minlength=rec.units) if len(pairs) else np.zeros(rec.units)
@@ -594,9 +694,9 @@ def attack_risk(view: ReleaseView, unit: np.ndarray, step: np.ndarray, area: np.
         for part in _row_chunks(sizes[view_sets].min(axis=1)):  # bounded memory: candidates per chunk
             chunk = row_ids[part]
             success[chunk], member_hit[chunk], out_hit[chunk] = _linkage(
-                rec, view_sets[part], target[chunk], pairs, shared, ties, n_units, hidden_key, guess)
-    report = AttackReport(trajectories=recovered.trajectories,
-                          accuracy=float(precision.mean()) if len(precision) else 0.0)
+                rec, view_sets[part], target[chunk], pairs, shared, ties, n_units, hidden_key, guess
+            )
+    report = AttackReport(trajectories=recovered.trajectories, accuracy=float(precision.mean()) if len(precision) else 0.0)
     entry_success = success.reshape(-1, params.draws).mean(axis=1) if rows else np.zeros(0)
     for code, zone in enumerate(drawn.zones):
         mine = drawn.entry_zone == code
@@ -606,9 +706,15 @@ def attack_risk(view: ReleaseView, unit: np.ndarray, step: np.ndarray, area: np.
         advantage = max(0.0, float(member_hit[row_mask].mean() - out_hit[row_mask].mean()))
         in_zone = np.isin(rec.unit_keys, np.flatnonzero(key_zone == zone))
         owners = np.unique(np.repeat(np.arange(rec.units), np.diff(rec.unit_offsets))[in_zone])
-        report.zones.append(ZoneAttack(zone=str(zone), units=int(mine.sum()), linkage=float(entry_success[mine].mean()),
-                                       membership=advantage,
-                                       accuracy=float(precision[owners].mean()) if len(owners) else 0.0))
+        report.zones.append(
+            ZoneAttack(
+                zone=str(zone),
+                units=int(mine.sum()),
+                linkage=float(entry_success[mine].mean()),
+                membership=advantage,
+                accuracy=float(precision[owners].mean()) if len(owners) else 0.0,
+            )
+        )
     report.seconds = time.perf_counter() - started
     return report
 
@@ -631,8 +737,7 @@ def _row_chunks(load: np.ndarray) -> list[slice]:
     return chunks
 
 
-def _guess_success(pairs: np.ndarray, shared: np.ndarray, ties: np.ndarray, n_units: int, n_traj: int
-                   ) -> np.ndarray:
+def _guess_success(pairs: np.ndarray, shared: np.ndarray, ties: np.ndarray, n_units: int, n_traj: int) -> np.ndarray:
     """Per unit: the probability that a trajectory picked at random among all recovered ones is its own and
     shows one of its published points (the adversary's guess when nothing fits its knowledge). No
     trajectory, or none that shows anything, is a guess that never succeeds."""
@@ -644,9 +749,17 @@ def _guess_success(pairs: np.ndarray, shared: np.ndarray, ties: np.ndarray, n_un
     return guess / n_traj
 
 
-def _linkage(rec: KeySets, view_sets: np.ndarray, target: np.ndarray, pairs: np.ndarray, shared: np.ndarray,
-             ties: np.ndarray, n_units: int, hidden_key: np.ndarray,
-             guess: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # success, IN fires, P(OUT fires)
+def _linkage(
+    rec: KeySets,
+    view_sets: np.ndarray,
+    target: np.ndarray,
+    pairs: np.ndarray,
+    shared: np.ndarray,
+    ties: np.ndarray,
+    n_units: int,
+    hidden_key: np.ndarray,
+    guess: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # success, IN fires, P(OUT fires)
     """Per knowledge set: the probability that a random consistent recovered trajectory is the target's (its
     best match, a tie of t counting 1/t); whether the membership test fires on the release (some trajectory
     is consistent with every point), and whether it would fire without the target (some consistent
@@ -665,8 +778,17 @@ def _linkage(rec: KeySets, view_sets: np.ndarray, target: np.ndarray, pairs: np.
     if len(fallback):
         row, owner = _candidates(rec, view_sets[fallback, :1])
         partial = success[fallback]
-        _score(partial, row, owner, target[fallback], pairs, shared, ties, n_units,
-               _published_known(view_sets[fallback, :1], hidden_key))
+        _score(
+            partial,
+            row,
+            owner,
+            target[fallback],
+            pairs,
+            shared,
+            ties,
+            n_units,
+            _published_known(view_sets[fallback, :1], hidden_key),
+        )
         success[fallback] = partial
     return success, hit_in, hit_out
 
@@ -678,8 +800,17 @@ def _published_known(view_sets: np.ndarray, hidden_key: np.ndarray) -> np.ndarra
     return (distinct & ~hidden_key[ordered]).sum(axis=1)
 
 
-def _score(success: np.ndarray, row: np.ndarray, owner: np.ndarray, target: np.ndarray, pairs: np.ndarray,
-           shared: np.ndarray, ties: np.ndarray, n_units: int, known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _score(
+    success: np.ndarray,
+    row: np.ndarray,
+    owner: np.ndarray,
+    target: np.ndarray,
+    pairs: np.ndarray,
+    shared: np.ndarray,
+    ties: np.ndarray,
+    n_units: int,
+    known: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """success[r] = mean over row r's candidates of [target among the candidate's best matches] / ties, for the
     rows with a candidate; returns each row's number of candidates and the expected number of them that are
     the target's (each candidate whose best matches tie t units, the target among them, counting 1/t).
@@ -700,5 +831,3 @@ def _score(success: np.ndarray, row: np.ndarray, owner: np.ndarray, target: np.n
     some = counts > 0
     success[some] = good[some] / counts[some]
     return counts, good
-
-

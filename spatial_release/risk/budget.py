@@ -34,29 +34,63 @@ class GateDecision:
     headroom: float | None = None  # programme ceiling minus the cumulative figure
 
 
-def decide(release_figure: float | None, worst_zone: str | None, previous: list[float],
-           per_release_ceiling: float, cumulative_ceiling: float, warn_at: float) -> GateDecision:
+def decide(
+    release_figure: float | None,
+    worst_zone: str | None,
+    previous: list[float],
+    per_release_ceiling: float,
+    cumulative_ceiling: float,
+    warn_at: float,
+) -> GateDecision:
     if release_figure is None or worst_zone is None or math.isnan(release_figure):
-        return GateDecision(BLOCK, release_figure, worst_zone, None, tuple(previous),
-                            "no risk estimate for this release: a missing estimate blocks")
+        return GateDecision(
+            BLOCK,
+            release_figure,
+            worst_zone,
+            None,
+            tuple(previous),
+            "no risk estimate for this release: a missing estimate blocks",
+        )
     cumulative = cumulative_risk([*previous, release_figure])
     left = cumulative_ceiling - cumulative
     if release_figure > per_release_ceiling:
-        return GateDecision(BLOCK, release_figure, worst_zone, cumulative, tuple(previous),
-                            f"RiskBudgetExceeded: zone {worst_zone} at {release_figure:.4f} is over the "
-                            f"per-release ceiling {per_release_ceiling}", left)
+        return GateDecision(
+            BLOCK,
+            release_figure,
+            worst_zone,
+            cumulative,
+            tuple(previous),
+            f"RiskBudgetExceeded: zone {worst_zone} at {release_figure:.4f} is over the "
+            f"per-release ceiling {per_release_ceiling}",
+            left,
+        )
     if cumulative > cumulative_ceiling:
-        return GateDecision(BLOCK, release_figure, worst_zone, cumulative, tuple(previous),
-                            f"RiskBudgetExceeded: cumulative {cumulative:.4f} over {len(previous) + 1} releases "
-                            f"is over the programme ceiling {cumulative_ceiling}", left)
+        return GateDecision(
+            BLOCK,
+            release_figure,
+            worst_zone,
+            cumulative,
+            tuple(previous),
+            f"RiskBudgetExceeded: cumulative {cumulative:.4f} over {len(previous) + 1} releases "
+            f"is over the programme ceiling {cumulative_ceiling}",
+            left,
+        )
     warnings = []
     if release_figure > warn_at * per_release_ceiling:
-        warnings.append(f"zone {worst_zone} at {release_figure:.4f} is past {warn_at:.0%} of the per-release "
-                        f"ceiling {per_release_ceiling}")
+        warnings.append(
+            f"zone {worst_zone} at {release_figure:.4f} is past {warn_at:.0%} of the per-release "
+            f"ceiling {per_release_ceiling}"
+        )
     if cumulative > warn_at * cumulative_ceiling:
-        warnings.append(f"cumulative {cumulative:.4f} is past {warn_at:.0%} of the programme ceiling "
-                        f"{cumulative_ceiling}")
+        warnings.append(f"cumulative {cumulative:.4f} is past {warn_at:.0%} of the programme ceiling {cumulative_ceiling}")
     if warnings:
         return GateDecision(WARN, release_figure, worst_zone, cumulative, tuple(previous), "; ".join(warnings), left)
-    return GateDecision(PUBLISH, release_figure, worst_zone, cumulative, tuple(previous),
-                        f"zone {worst_zone} at {release_figure:.4f}, cumulative {cumulative:.4f}", left)
+    return GateDecision(
+        PUBLISH,
+        release_figure,
+        worst_zone,
+        cumulative,
+        tuple(previous),
+        f"zone {worst_zone} at {release_figure:.4f}, cumulative {cumulative:.4f}",
+        left,
+    )

@@ -64,13 +64,23 @@ class RiskReport:
     seconds: float = 0.0
 
     def to_json(self) -> dict:
-        return {"zones": [z.__dict__ for z in self.zones], "pooled": self.pooled, "units": self.units,
-                "keys": self.keys, "seconds": self.seconds}
+        return {
+            "zones": [z.__dict__ for z in self.zones],
+            "pooled": self.pooled,
+            "units": self.units,
+            "keys": self.keys,
+            "seconds": self.seconds,
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> RiskReport:
-        return cls([ZoneRisk(**z) for z in data["zones"]], float(data["pooled"]), int(data["units"]),
-                   int(data["keys"]), float(data["seconds"]))
+        return cls(
+            [ZoneRisk(**z) for z in data["zones"]],
+            float(data["pooled"]),
+            int(data["units"]),
+            int(data["keys"]),
+            float(data["seconds"]),
+        )
 
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame([z.__dict__ for z in self.zones])
@@ -99,7 +109,7 @@ class InvertedIndex:
         self._cache: dict[tuple[int, ...], int] = {}
 
     def postings(self, key: int) -> np.ndarray:
-        return self.units_sorted[self.starts[key]:self.ends[key]]
+        return self.units_sorted[self.starts[key] : self.ends[key]]
 
     def size(self, key: int) -> int:
         return int(self.ends[key] - self.starts[key])
@@ -161,12 +171,21 @@ class KeySets:
         n_units, n_keys = (int(unit_codes.max()) + 1 if len(unit_codes) else 0), len(key_zone)
         by_unit = np.lexsort((key_codes, unit_codes))
         by_key = np.lexsort((unit_codes, key_codes))
-        return cls(key_zone, cls.offsets(np.bincount(unit_codes, minlength=n_units)), key_codes[by_unit],
-                   cls.offsets(np.bincount(key_codes, minlength=n_keys)), unit_codes[by_key])
+        return cls(
+            key_zone,
+            cls.offsets(np.bincount(unit_codes, minlength=n_units)),
+            key_codes[by_unit],
+            cls.offsets(np.bincount(key_codes, minlength=n_keys)),
+            unit_codes[by_key],
+        )
 
 
-def estimate_risk(unit_keys: pd.DataFrame, key_zone: pd.Series, params: RiskParams = RiskParams(),
-                  population: dict[str, float] | None = None) -> RiskReport:
+def estimate_risk(
+    unit_keys: pd.DataFrame,
+    key_zone: pd.Series,
+    params: RiskParams = RiskParams(),
+    population: dict[str, float] | None = None,
+) -> RiskReport:
     """Per-zone re-identification risk of the released keys (see the module docstring for the figures).
 
     unit_keys: columns unit, key, one row per released key a unit was counted in (set semantics), over
@@ -189,20 +208,26 @@ def estimate_risk(unit_keys: pd.DataFrame, key_zone: pd.Series, params: RiskPara
     if pd.isna(zones_of_key).any():
         missing = list(keys[pd.isna(zones_of_key)][:3])
         raise ValueError(f"keys without a risk zone: {missing}")
-    return estimate_key_sets(KeySets.from_codes(unit_codes, key_codes, zones_of_key), params, population,
-                             started)
+    return estimate_key_sets(KeySets.from_codes(unit_codes, key_codes, zones_of_key), params, population, started)
 
 
 def estimate_digest(sets: KeySets, params: RiskParams, population: dict[str, float] | None) -> str:
     """What `estimate_key_sets` depends on, as one sha256: the coded key sets, the parameters (points, draws,
     seed, threshold, exhaustive) and the population per zone. The estimate is a pure function of these."""
-    payload = json.dumps({"params": params.__dict__, "population": sorted((population or {}).items()),
-                          "sets": sets.digest()}, sort_keys=True, default=str)
+    payload = json.dumps(
+        {"params": params.__dict__, "population": sorted((population or {}).items()), "sets": sets.digest()},
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def estimate_key_sets(sets: KeySets, params: RiskParams = RiskParams(), population: dict[str, float] | None = None,
-                      started: float | None = None) -> RiskReport:
+def estimate_key_sets(
+    sets: KeySets,
+    params: RiskParams = RiskParams(),
+    population: dict[str, float] | None = None,
+    started: float | None = None,
+) -> RiskReport:
     """estimate_risk on key sets already coded (units and keys numbered in their sort order): the figures
     depend on the codes only, so the same key sets give the same report however they were built."""
     started = time.perf_counter() if started is None else started
@@ -222,10 +247,17 @@ def estimate_key_sets(sets: KeySets, params: RiskParams = RiskParams(), populati
         if population and population.get(zone):
             share = min(1.0, n_units / population[zone])
             journalist = float(np.mean([np.mean(np.minimum(1.0, share * r)) for r in entry["n_inverse"]]))
-        report.zones.append(ZoneRisk(
-            zone=str(zone), units=n_units, mean=float(np.mean(entry["mean"])),
-            at_risk=float(np.mean(np.array(entry["mean"]) > params.threshold)),
-            worst=float(np.max(entry["worst"])), journalist=journalist, panel_share=share))
+        report.zones.append(
+            ZoneRisk(
+                zone=str(zone),
+                units=n_units,
+                mean=float(np.mean(entry["mean"])),
+                at_risk=float(np.mean(np.array(entry["mean"]) > params.threshold)),
+                worst=float(np.max(entry["worst"])),
+                journalist=journalist,
+                panel_share=share,
+            )
+        )
         all_means += entry["mean"]
     report.pooled = float(np.mean(all_means)) if all_means else 0.0
     report.seconds = time.perf_counter() - started
@@ -235,7 +267,7 @@ def estimate_key_sets(sets: KeySets, params: RiskParams = RiskParams(), populati
 def _unit_zones(sets: KeySets) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
     """(anchor zone, the unit's keys, its keys in that zone) per unit, in unit order, zones sorted."""
     for unit in range(sets.units):
-        keys = sets.unit_keys[sets.unit_offsets[unit]:sets.unit_offsets[unit + 1]]
+        keys = sets.unit_keys[sets.unit_offsets[unit] : sets.unit_offsets[unit + 1]]
         zones = sets.key_zone[keys]
         for zone in sorted(set(zones)):
             yield zone, keys, keys[zones == zone]
@@ -290,8 +322,9 @@ def draw_knowledge(sets: KeySets, params: RiskParams) -> Draws:
     for a, b in chunks:
         entry_unit, _, anchor_at, anchors, by_zone = _entries(sets, zone_of_key, len(zones), a, b)
         end = at + len(entry_unit) * params.draws
-        keys[at:end], width[at:end] = _draw_rows(sets, params, entry_unit, anchor_at, anchors, by_zone,
-                                                 [u[at:end] for u in uniforms])
+        keys[at:end], width[at:end] = _draw_rows(
+            sets, params, entry_unit, anchor_at, anchors, by_zone, [u[at:end] for u in uniforms]
+        )
         at = end
     by_width: list[tuple[np.ndarray, np.ndarray]] = []
     for w in np.unique(width):
@@ -317,18 +350,24 @@ def _entries(sets: KeySets, zone_of_key: np.ndarray, n_zones: int, a: int, b: in
     ordered by unit, zone, key: a stable sort by (unit, zone) keeps each unit's keys sorted, a KeySets
     invariant)."""
     lo, hi = int(sets.unit_offsets[a]), int(sets.unit_offsets[b])
-    pair_unit = np.repeat(np.arange(a, b, dtype=np.int64), np.diff(sets.unit_offsets[a:b + 1]))
+    pair_unit = np.repeat(np.arange(a, b, dtype=np.int64), np.diff(sets.unit_offsets[a : b + 1]))
     code = pair_unit * n_zones + zone_of_key[sets.unit_keys[lo:hi]]
     by_zone = np.argsort(code, kind="stable")
     code = code[by_zone]
-    starts = np.flatnonzero(np.concatenate([[True], code[1:] != code[:-1]])) if len(code) else \
-        np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.concatenate([[True], code[1:] != code[:-1]])) if len(code) else np.zeros(0, dtype=np.int64)
     anchors = np.diff(np.concatenate([starts, [len(code)]]))
     return code[starts] // n_zones, code[starts] % n_zones, starts, anchors, by_zone + lo
 
 
-def _draw_rows(sets: KeySets, params: RiskParams, entry_unit: np.ndarray, anchor_at: np.ndarray,
-               anchors: np.ndarray, by_zone: np.ndarray, uniforms: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def _draw_rows(
+    sets: KeySets,
+    params: RiskParams,
+    entry_unit: np.ndarray,
+    anchor_at: np.ndarray,
+    anchors: np.ndarray,
+    by_zone: np.ndarray,
+    uniforms: list[np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
     """The knowledge sets of some entries' rows (S per entry) from their uniforms, and each set's width."""
     row_entry = np.repeat(np.arange(len(entry_unit)), params.draws)
     unit = entry_unit[row_entry]
@@ -339,8 +378,7 @@ def _draw_rows(sets: KeySets, params: RiskParams, entry_unit: np.ndarray, anchor
     anchor_pos = anchor_pair - first
     chosen = np.zeros((len(row_entry), max(params.points - 1, 0)), dtype=np.int64)
     for j in range(params.points - 1):
-        position = np.minimum((uniforms[j + 1] * np.maximum(n - 1 - j, 1)).astype(np.int64),
-                              np.maximum(n - 2 - j, 0))
+        position = np.minimum((uniforms[j + 1] * np.maximum(n - 1 - j, 1)).astype(np.int64), np.maximum(n - 2 - j, 0))
         for earlier in np.sort(chosen[:, :j], axis=1).T:  # shift past the chosen ones, in ascending order
             position += position >= earlier
         chosen[:, j] = position
@@ -352,12 +390,12 @@ def _draw_rows(sets: KeySets, params: RiskParams, entry_unit: np.ndarray, anchor
     return keys, np.minimum(params.points, n)
 
 
-def _sampled_report(sets: KeySets, params: RiskParams, population: dict[str, float] | None,
-                    started: float) -> RiskReport:
+def _sampled_report(sets: KeySets, params: RiskParams, population: dict[str, float] | None, started: float) -> RiskReport:
     """The per-zone figures of the sampled estimate, from the S risks of every entry."""
     drawn = draw_knowledge(sets, params)
     risks = (1.0 / _anonymity(sets, drawn.by_width, len(drawn.entry_zone) * params.draws)).reshape(
-        len(drawn.entry_zone), params.draws)
+        len(drawn.entry_zone), params.draws
+    )
     entry_mean, entry_worst = risks.mean(axis=1), risks.max(axis=1)
     report = RiskReport(units=sets.units, keys=sets.keys)
     for code, zone in enumerate(drawn.zones):
@@ -369,10 +407,17 @@ def _sampled_report(sets: KeySets, params: RiskParams, population: dict[str, flo
         if population and population.get(zone):
             share = min(1.0, n_units / population[zone])
             journalist = float(np.mean(np.minimum(1.0, share * risks[mine]).mean(axis=1)))
-        report.zones.append(ZoneRisk(
-            zone=str(zone), units=n_units, mean=float(np.mean(entry_mean[mine])),
-            at_risk=float(np.mean(entry_mean[mine] > params.threshold)), worst=float(np.max(entry_worst[mine])),
-            journalist=journalist, panel_share=share))
+        report.zones.append(
+            ZoneRisk(
+                zone=str(zone),
+                units=n_units,
+                mean=float(np.mean(entry_mean[mine])),
+                at_risk=float(np.mean(entry_mean[mine] > params.threshold)),
+                worst=float(np.max(entry_worst[mine])),
+                journalist=journalist,
+                panel_share=share,
+            )
+        )
     # pooled: every entry's mean (one per unit and zone it was seen in), zone by zone as the exhaustive mode
     report.pooled = float(np.mean(entry_mean[np.argsort(drawn.entry_zone, kind="stable")])) if len(entry_mean) else 0.0
     report.seconds = time.perf_counter() - started
@@ -422,8 +467,9 @@ def _ragged(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.arange(int(counts.sum()), dtype=np.int64) + shift
 
 
-def _anonymity_chunk(sets: KeySets, key_major: np.ndarray, n_units: int, sizes: np.ndarray,
-                     keysets: np.ndarray) -> np.ndarray:
+def _anonymity_chunk(
+    sets: KeySets, key_major: np.ndarray, n_units: int, sizes: np.ndarray, keysets: np.ndarray
+) -> np.ndarray:
     """The counts of one chunk of sets (each row's keys rarest first)."""
     n = len(keysets)
     if keysets.shape[1] == 1:

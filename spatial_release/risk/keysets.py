@@ -46,7 +46,7 @@ def _fill(con: duckdb.DuckDBPyConnection, query: str, n_groups: int, total: int)
     reader = con.sql(query).to_arrow_reader(BATCH_ROWS)
     for batch in reader:
         group = batch.column(0).to_numpy()
-        values[at:at + len(group)] = batch.column(1).to_numpy()
+        values[at : at + len(group)] = batch.column(1).to_numpy()
         counts += np.bincount(group, minlength=n_groups)
         at += len(group)
     if at != total:
@@ -54,24 +54,31 @@ def _fill(con: duckdb.DuckDBPyConnection, query: str, n_groups: int, total: int)
     return values, counts
 
 
-def load_key_sets(con: duckdb.DuckDBPyConnection, source: str,
-                  zone_of_cells: Callable[[pd.Series], pd.Series]) -> KeySets:
+def load_key_sets(con: duckdb.DuckDBPyConnection, source: str, zone_of_cells: Callable[[pd.Series], pd.Series]) -> KeySets:
     """KeySets of the rows of `source` (a relation with columns unit, key, cell_id; set semantics: a
     repeated (unit, key) counts once). zone_of_cells: the risk zone of each cell id (index: cell id).
     Raises ValueError when a key has no risk zone."""
-    con.execute(f"CREATE OR REPLACE TEMP TABLE risk_units AS SELECT unit, (row_number() OVER (ORDER BY unit) - 1)"
-                f"::INTEGER AS u FROM (SELECT DISTINCT unit FROM {source})")
-    con.execute(f"CREATE OR REPLACE TEMP TABLE risk_keys AS SELECT key, cell_id, (row_number() OVER (ORDER BY key)"
-                f" - 1)::INTEGER AS k FROM (SELECT key, min(cell_id) AS cell_id FROM {source} GROUP BY key)")
-    con.execute(f"CREATE OR REPLACE TEMP TABLE risk_pairs AS SELECT DISTINCT u.u, k.k FROM {source} s "
-                "JOIN risk_units u ON u.unit = s.unit JOIN risk_keys k ON k.key = s.key")
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE risk_units AS SELECT unit, (row_number() OVER (ORDER BY unit) - 1)"
+        f"::INTEGER AS u FROM (SELECT DISTINCT unit FROM {source})"
+    )
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE risk_keys AS SELECT key, cell_id, (row_number() OVER (ORDER BY key)"
+        f" - 1)::INTEGER AS k FROM (SELECT key, min(cell_id) AS cell_id FROM {source} GROUP BY key)"
+    )
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE risk_pairs AS SELECT DISTINCT u.u, k.k FROM {source} s "
+        "JOIN risk_units u ON u.unit = s.unit JOIN risk_keys k ON k.key = s.key"
+    )
     n_units = _scalar(con, "SELECT count(*) FROM risk_units")
     cells = con.sql("SELECT cell_id FROM risk_keys ORDER BY k").to_arrow_table().column(0).to_pandas()
     zones = zone_of_cells(cells.drop_duplicates())
     key_zone = cells.map(zones).to_numpy(dtype=object)
     if pd.isna(key_zone).any():
-        missing = con.execute("SELECT key FROM risk_keys WHERE k IN (SELECT unnest($1)) ORDER BY k LIMIT 3",
-                              [np.flatnonzero(pd.isna(key_zone))[:3].tolist()]).fetchall()
+        missing = con.execute(
+            "SELECT key FROM risk_keys WHERE k IN (SELECT unnest($1)) ORDER BY k LIMIT 3",
+            [np.flatnonzero(pd.isna(key_zone))[:3].tolist()],
+        ).fetchall()
         raise ValueError(f"keys without a risk zone: {[m[0] for m in missing]}")
     total = _scalar(con, "SELECT count(*) FROM risk_pairs")
     unit_keys, unit_counts = _fill(con, "SELECT u, k FROM risk_pairs ORDER BY u, k", n_units, total)
@@ -80,8 +87,9 @@ def load_key_sets(con: duckdb.DuckDBPyConnection, source: str,
     return KeySets(key_zone, KeySets.offsets(unit_counts), unit_keys, KeySets.offsets(key_counts), key_units)
 
 
-def window_key_sets(selects: list[str], zone_of_cells: Callable[[pd.Series], pd.Series],
-                    frames: dict[str, pd.DataFrame] | None = None) -> KeySets:
+def window_key_sets(
+    selects: list[str], zone_of_cells: Callable[[pd.Series], pd.Series], frames: dict[str, pd.DataFrame] | None = None
+) -> KeySets:
     """KeySets of the union of `selects` (queries with columns unit, key, cell_id, e.g. over Parquet files),
     which may name the DataFrames of `frames` as tables, read in DuckDB with its spill folder in a
     temporary directory."""
@@ -90,8 +98,10 @@ def window_key_sets(selects: list[str], zone_of_cells: Callable[[pd.Series], pd.
         try:
             for name, frame in (frames or {}).items():
                 con.register(name, frame)
-            con.execute("CREATE TEMP VIEW window_keys AS " + " UNION ALL ".join(
-                f"SELECT unit, key, cell_id FROM ({select})" for select in selects))
+            con.execute(
+                "CREATE TEMP VIEW window_keys AS "
+                + " UNION ALL ".join(f"SELECT unit, key, cell_id FROM ({select})" for select in selects)
+            )
             return load_key_sets(con, "window_keys", zone_of_cells)
         finally:
             con.close()

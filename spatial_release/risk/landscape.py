@@ -40,8 +40,9 @@ class Landscape(BaseModel):
     threshold: float = Field(0.2, gt=0, le=1)
     panel: Literal["whole", "sample"] = Field(
         description="who is in the data: 'whole' when every unit an outsider could target is in it (a bike "
-                    "operator's whole fleet), 'sample' when the data holds a share of a public population "
-                    "(a telco's subscribers among residents)")
+        "operator's whole fleet), 'sample' when the data holds a share of a public population "
+        "(a telco's subscribers among residents)"
+    )
     adversary: Adversary
     population: PopulationSource | None = None
 
@@ -51,11 +52,14 @@ class Landscape(BaseModel):
         # whole population, the outsider knows the target is in the data (prosecutor); a journalist figure
         # would divide the risk by a census crowd the target does not hide in.
         if self.panel == "whole" and self.adversary is not Adversary.PROSECUTOR:
-            raise ValueError("panel 'whole' (every unit is in the data) needs adversary 'prosecutor': the "
-                             "outsider knows the target is in the data")
+            raise ValueError(
+                "panel 'whole' (every unit is in the data) needs adversary 'prosecutor': the "
+                "outsider knows the target is in the data"
+            )
         if self.panel == "sample" and self.adversary is not Adversary.JOURNALIST:
-            raise ValueError("panel 'sample' needs adversary 'journalist', with the public population the "
-                             "panel is drawn from")
+            raise ValueError(
+                "panel 'sample' needs adversary 'journalist', with the public population the panel is drawn from"
+            )
         if self.adversary is Adversary.JOURNALIST and self.population is None:
             raise ValueError("adversary 'journalist' needs 'population' (the public crowd the panel is drawn from)")
         return self
@@ -73,8 +77,9 @@ def load_landscape(path: Path) -> tuple[Landscape, str]:
     except ConfigFileError as exc:
         raise LandscapeError(str(exc)) from None
     except ValidationError as exc:
-        fields = "; ".join((f"field '{'.'.join(map(str, e['loc']))}': " if e["loc"] else "") + e["msg"]
-                           for e in exc.errors())
+        fields = "; ".join(
+            (f"field '{'.'.join(map(str, e['loc']))}': " if e["loc"] else "") + e["msg"] for e in exc.errors()
+        )
         raise LandscapeError(f"{path}: invalid landscape: {fields}") from None
     return landscape, hashlib.sha256(raw).hexdigest()
 
@@ -105,8 +110,10 @@ def read_population_table(landscape_path: Path, landscape: Landscape) -> dict[st
         population = table["population"].astype(float)
         zones = table["zone"]
     except (ValueError, KeyError, pd.errors.ParserError, UnicodeDecodeError):
-        raise LandscapeError(f"{where}: {target} is not a population table (a CSV with columns 'zone' and "
-                             "'population', a number on every row)") from None
+        raise LandscapeError(
+            f"{where}: {target} is not a population table (a CSV with columns 'zone' and "
+            "'population', a number on every row)"
+        ) from None
     return dict(zip(zones, population))
 
 

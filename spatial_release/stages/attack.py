@@ -80,16 +80,18 @@ def _to_rung(ctx: ReleaseContext, membership: pd.DataFrame, rung: str | None) ->
     return membership.assign(bucket_start=membership["bucket_start"].map(parent)).dropna().drop_duplicates()
 
 
-def attack_inputs(ctx: ReleaseContext, zone_of_cells, rung: str | None = None, proposal: bool = False,
-                  zoning: str | None = None) -> AttackInputs:
+def attack_inputs(
+    ctx: ReleaseContext, zone_of_cells, rung: str | None = None, proposal: bool = False, zoning: str | None = None
+) -> AttackInputs:
     """The candidate's view of the main geometry's cells (or of a linked `zoning`'s areas) at the policy's
     bucket or at time rung `rung` (see `_figures`) and the true memberships, coded: buckets in time order, areas
     numbered over the membership's and the published areas (sorted), units in their sort order. A linked area's
     risk zone is that of the main geometry's area holding its representative point."""
     if zoning is None:
         cells, top = _figures(ctx, rung, proposal)
-        membership = pd.read_parquet(ctx.area.counts / "membership.internal.parquet",
-                                     columns=["unit", "bucket_start", "cell_id"])
+        membership = pd.read_parquet(
+            ctx.area.counts / "membership.internal.parquet", columns=["unit", "bucket_start", "cell_id"]
+        )
         geometries = ctx.locator.geometries
         zones_of = lambda names: zone_of_cells(pd.Series(names)).reindex(names).to_numpy(dtype=object)  # noqa: E731
     else:
@@ -104,8 +106,7 @@ def attack_inputs(ctx: ReleaseContext, zone_of_cells, rung: str | None = None, p
         zones_of = lambda names: _linked_zones(ctx, zone_of_cells, zoning, names)  # noqa: E731
     membership = _to_rung(ctx, membership, rung)
     period_buckets = [] if rung else list(pd.to_datetime(ctx.buckets, utc=True))
-    buckets = pd.DatetimeIndex(sorted(set(period_buckets) | set(membership["bucket_start"])
-                                      | set(cells["bucket_start"])))
+    buckets = pd.DatetimeIndex(sorted(set(period_buckets) | set(membership["bucket_start"]) | set(cells["bucket_start"])))
     names = np.array(sorted(set(membership["cell_id"]) | set(cells["cell_id"])), dtype=object)
     totals = np.full(len(buckets), -1, dtype=np.int64)
     totals[buckets.get_indexer(top["bucket_start"])] = top["n"].to_numpy()
@@ -117,14 +118,24 @@ def attack_inputs(ctx: ReleaseContext, zone_of_cells, rung: str | None = None, p
         day_lag = int(24 // hours)
     figure_area = pd.Index(names).get_indexer(cells["cell_id"]).astype(np.int64)
     view = ReleaseView(
-        steps=len(buckets), xy=_centroids(geometries, names, np.isin(np.arange(len(names)), figure_area)),
-        figure_step=buckets.get_indexer(cells["bucket_start"]).astype(np.int64), figure_area=figure_area,
-        figure_count=cells["n"].to_numpy(dtype=np.int64), totals=totals,
-        additive=ctx.policy.measure == "presence" and rung is None, daytime=daytime, day_lag=day_lag)
+        steps=len(buckets),
+        xy=_centroids(geometries, names, np.isin(np.arange(len(names)), figure_area)),
+        figure_step=buckets.get_indexer(cells["bucket_start"]).astype(np.int64),
+        figure_area=figure_area,
+        figure_count=cells["n"].to_numpy(dtype=np.int64),
+        totals=totals,
+        additive=ctx.policy.measure == "presence" and rung is None,
+        daytime=daytime,
+        day_lag=day_lag,
+    )
     unit_codes, _ = pd.factorize(membership["unit"], sort=True)
-    return AttackInputs(view, unit_codes.astype(np.int64),
-                        buckets.get_indexer(membership["bucket_start"]).astype(np.int64),
-                        pd.Index(names).get_indexer(membership["cell_id"]).astype(np.int64), zones_of(names))
+    return AttackInputs(
+        view,
+        unit_codes.astype(np.int64),
+        buckets.get_indexer(membership["bucket_start"]).astype(np.int64),
+        pd.Index(names).get_indexer(membership["cell_id"]).astype(np.int64),
+        zones_of(names),
+    )
 
 
 OUTSIDE = "(outside the risk zones)"  # linked areas whose representative point is in no area of the main geometry
@@ -150,8 +161,9 @@ def _read_linked_membership(ctx: ReleaseContext, zoning: str) -> pd.DataFrame:
     located = layer.locate(pings["lon"].to_numpy(), pings["lat"].to_numpy())
     starts = pd.DatetimeIndex(pd.to_datetime(sorted(ctx.buckets), utc=True))
     at = np.searchsorted(starts.asi8, pd.DatetimeIndex(pings["ts"]).as_unit("ns").asi8, side="right") - 1
-    frame = pd.DataFrame({"unit": pings["unit"].to_numpy(), "bucket_start": starts[np.clip(at, 0, None)],
-                          "cell_id": located})
+    frame = pd.DataFrame(
+        {"unit": pings["unit"].to_numpy(), "bucket_start": starts[np.clip(at, 0, None)], "cell_id": located}
+    )
     frame = frame[(at >= 0) & pd.notna(frame["cell_id"])]
     if ctx.policy.measure == "presence":
         counted = frame.groupby(["unit", "bucket_start", "cell_id"]).size().rename("n").reset_index()
@@ -174,13 +186,30 @@ def attack_params(landscape) -> AttackParams:
 def inputs_digest(inputs: AttackInputs, params: AttackParams) -> str:
     """sha256 of everything `attack_risk` computes from (the coded view, memberships and zones, the
     parameters): equal digests, equal reports."""
-    digest = hashlib.sha256(json.dumps({"params": params.__dict__, "additive": inputs.view.additive,
-                                        "steps": inputs.view.steps, "day_lag": inputs.view.day_lag},
-                                       sort_keys=True).encode())
+    digest = hashlib.sha256(
+        json.dumps(
+            {
+                "params": params.__dict__,
+                "additive": inputs.view.additive,
+                "steps": inputs.view.steps,
+                "day_lag": inputs.view.day_lag,
+            },
+            sort_keys=True,
+        ).encode()
+    )
     view = inputs.view
-    arrays = [view.xy, view.figure_step, view.figure_area, view.figure_count, view.totals,
-              np.zeros(0) if view.daytime is None else view.daytime, inputs.unit, inputs.step, inputs.area,
-              inputs.zone_of_area.astype(str)]
+    arrays = [
+        view.xy,
+        view.figure_step,
+        view.figure_area,
+        view.figure_count,
+        view.totals,
+        np.zeros(0) if view.daytime is None else view.daytime,
+        inputs.unit,
+        inputs.step,
+        inputs.area,
+        inputs.zone_of_area.astype(str),
+    ]
     for array in arrays:
         digest.update(f"{array.dtype.str}{array.shape}".encode())
         digest.update(np.ascontiguousarray(array).tobytes())
@@ -190,13 +219,18 @@ def inputs_digest(inputs: AttackInputs, params: AttackParams) -> str:
 ATTACKS = "attacks"  # risk/attacks/: the last attack report of each view and the sha256 of its inputs
 
 
-def attack_once(ctx: ReleaseContext, zone_of_cells, params: AttackParams, rung: str | None = None,
-                proposal: bool = False, zoning: str | None = None) -> AttackReport:
+def attack_once(
+    ctx: ReleaseContext,
+    zone_of_cells,
+    params: AttackParams,
+    rung: str | None = None,
+    proposal: bool = False,
+    zoning: str | None = None,
+) -> AttackReport:
     """`attack_risk` on one view of the candidate (`attack_inputs`), reusing the work area's last report when
     it was computed from identical coded inputs by the same code (the risk step, then the publish step)."""
     inputs = attack_inputs(ctx, zone_of_cells, rung, proposal, zoning)
-    digest = reuse.digest_of({"attack": inputs_digest(inputs, params), "rung": rung, "proposal": proposal,
-                              "zoning": zoning})
+    digest = reuse.digest_of({"attack": inputs_digest(inputs, params), "rung": rung, "proposal": proposal, "zoning": zoning})
     name = (zoning or "cells") + ("" if rung is None else f"@{rung}{'-proposal' if proposal else ''}")
     path = ctx.area.risk / ATTACKS / f"{name}.internal.json"
     saved = reuse.load_saved(path, digest)
@@ -233,8 +267,12 @@ def worst_of(reports: list[AttackReport]) -> AttackReport:
                 continue
             seen.linkage, seen.membership = max(seen.linkage, zone.linkage), max(seen.membership, zone.membership)
             seen.units = max(seen.units, zone.units)
-    return AttackReport(sorted(merged.values(), key=lambda z: z.zone), reports[0].trajectories,
-                        reports[0].accuracy, sum(r.seconds for r in reports))
+    return AttackReport(
+        sorted(merged.values(), key=lambda z: z.zone),
+        reports[0].trajectories,
+        reports[0].accuracy,
+        sum(r.seconds for r in reports),
+    )
 
 
 def attack_success(linkage: float, membership: float, adversary: Adversary, panel_share: float | None) -> float:
@@ -261,22 +299,47 @@ def with_attack_figures(zones: list[ZoneFigures], attack: AttackReport, adversar
     hidden: list[tuple[float, float, float, float]] = []  # linkage, membership, accuracy, success
     for found in attack.zones:
         base = by_zone.pop(found.zone, None)
-        figures = (round(found.linkage, 6), round(found.membership, 6), round(found.accuracy, 6),
-                   round(attack_success(found.linkage, found.membership, adversary,
-                                        base.panel_share if base else None), 6))
+        figures = (
+            round(found.linkage, 6),
+            round(found.membership, 6),
+            round(found.accuracy, 6),
+            round(attack_success(found.linkage, found.membership, adversary, base.panel_share if base else None), 6),
+        )
         if base is None:
             hidden.append(figures)
         else:
             linkage, membership, accuracy, success = figures
-            out.append(replace(base, attack_linkage=linkage, attack_membership=membership, attack_accuracy=accuracy,
-                               attack_success=success))
+            out.append(
+                replace(
+                    base,
+                    attack_linkage=linkage,
+                    attack_membership=membership,
+                    attack_accuracy=accuracy,
+                    attack_success=success,
+                )
+            )
     if hidden:
         linkage, membership, accuracy, success = (max(column) for column in zip(*hidden))
-        out.append(ZoneFigures(UNPUBLISHED_ZONES, 0, 0.0, 0.0, 0.0, None, None, attack_linkage=linkage,
-                               attack_membership=membership, attack_accuracy=accuracy, attack_success=success))
+        out.append(
+            ZoneFigures(
+                UNPUBLISHED_ZONES,
+                0,
+                0.0,
+                0.0,
+                0.0,
+                None,
+                None,
+                attack_linkage=linkage,
+                attack_membership=membership,
+                attack_accuracy=accuracy,
+                attack_success=success,
+            )
+        )
     # a zone with published keys but no attack entry has no unit with a known point there: nothing to attack
-    out += [replace(z, attack_linkage=0.0, attack_membership=0.0, attack_accuracy=0.0, attack_success=0.0)
-            for z in by_zone.values()]
+    out += [
+        replace(z, attack_linkage=0.0, attack_membership=0.0, attack_accuracy=0.0, attack_success=0.0)
+        for z in by_zone.values()
+    ]
     return sorted(out, key=lambda z: z.zone)
 
 

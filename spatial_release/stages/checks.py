@@ -82,10 +82,15 @@ def check_rejected_share(ctx: ReleaseContext, published: Published | None = None
     summary = IngestSummary.read(ctx.area.ingest)
     problem = summary.rejected_share_problem
     return CheckOutcome(
-        "rejected_share", problem is None,
+        "rejected_share",
+        problem is None,
         problem or f"{summary.pings_rejected} of {summary.pings_read} pings quarantined",
-        figures={"rejected_share": round(summary.rejected_share, 6), "limit": summary.max_rejected_share,
-                 "rejected_by_reason": summary.rejected_by_reason})
+        figures={
+            "rejected_share": round(summary.rejected_share, 6),
+            "limit": summary.max_rejected_share,
+            "rejected_by_reason": summary.rejected_by_reason,
+        },
+    )
 
 
 def check_outside_share(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:
@@ -93,18 +98,28 @@ def check_outside_share(ctx: ReleaseContext, published: Published | None = None)
     swapped coordinates would otherwise go missing from the release without a word."""
     measured = measure_coverage(ctx)
     problem = measured.problem()
-    text = problem or (f"{measured.pings_outside:,} of {measured.pings_valid:,} valid pings "
-                       f"({measured.share:.2%}) outside the geometry, within the limit of {measured.limit:.2%}")
-    return CheckOutcome("outside_share", problem is None, text,
-                        figures={"outside_share": round(measured.share, 6), "limit": measured.limit,
-                                 "pings_outside": measured.pings_outside})
+    text = problem or (
+        f"{measured.pings_outside:,} of {measured.pings_valid:,} valid pings "
+        f"({measured.share:.2%}) outside the geometry, within the limit of {measured.limit:.2%}"
+    )
+    return CheckOutcome(
+        "outside_share",
+        problem is None,
+        text,
+        figures={
+            "outside_share": round(measured.share, 6),
+            "limit": measured.limit,
+            "pings_outside": measured.pings_outside,
+        },
+    )
 
 
 def check_k_floor(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:
     cells, margins = _release_frames(ctx.area)
     true_cells, true_margins = read_true_counts(ctx.area)
-    return guarantees.check_k_floor(cells, margins, true_cells, true_margins, ctx.policy.k, ctx.zeros,
-                                    ctx.policy.count_column)
+    return guarantees.check_k_floor(
+        cells, margins, true_cells, true_margins, ctx.policy.k, ctx.zeros, ctx.policy.count_column
+    )
 
 
 def check_structural_zeros(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:
@@ -115,8 +130,9 @@ def check_structural_zeros(ctx: ReleaseContext, published: Published | None = No
 def check_withheld_absent(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:
     cells, margins = _release_frames(ctx.area)
     true_cells, true_margins = read_true_counts(ctx.area)
-    return guarantees.check_withheld_absent(cells, margins, true_cells, true_margins, ctx.policy.k, ctx.zeros,
-                                            ctx.policy.count_column)
+    return guarantees.check_withheld_absent(
+        cells, margins, true_cells, true_margins, ctx.policy.k, ctx.zeros, ctx.policy.count_column
+    )
 
 
 def distinct_units(pings: Path) -> list[str]:
@@ -160,17 +176,24 @@ def check_no_identifiers(ctx: ReleaseContext, published: Published | None = None
     policy, area = ctx.policy, ctx.area
     cells, margins = _release_frames(area)
     ingest = IngestSummary.read(area.ingest)
-    record_keys = ReleaseRecord.key_names(policy, list(ingest.rejected_by_reason),
-                                          list(ProtectionManifest.read(area.candidate).sha256))
+    record_keys = ReleaseRecord.key_names(
+        policy, list(ingest.rejected_by_reason), list(ProtectionManifest.read(area.candidate).sha256)
+    )
     inputs = ReleaseInputs.of(ingest, CountsSummary.read(area.counts))
     return guarantees.check_no_identifiers(
-        {"cells.parquet": cells, "margins.parquet": margins}, record_keys, policy.source.protected_columns(),
-        ingest.input_columns, unit_ids(ctx), policy.count_column,
-        texts={"release.json (input)": guarantees.record_texts(inputs.to_json())})
+        {"cells.parquet": cells, "margins.parquet": margins},
+        record_keys,
+        policy.source.protected_columns(),
+        ingest.input_columns,
+        unit_ids(ctx),
+        policy.count_column,
+        texts={"release.json (input)": guarantees.record_texts(inputs.to_json())},
+    )
 
 
-def related_releases(policy: Policy, period: Period, published: Published, inputs: Sequence[str] = ()
-                     ) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
+def related_releases(
+    policy: Policy, period: Period, published: Published, inputs: Sequence[str] = ()
+) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
     """Published (cells, margins) of the releases whose periods overlap this one: of the datasets in
     `suppression.audit_with`, and of every programme of the policy's population, whatever `audit_with` says
     (two programmes over the same units must agree figure by figure: a key published twice with two values is
@@ -196,10 +219,15 @@ def related_releases(policy: Policy, period: Period, published: Published, input
     return frames
 
 
-def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
-                            earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = (),
-                            release: Path | None = None, published: Published | None = None,
-                            progress: Progress = silent, keep_intervals: bool = True) -> CheckOutcome:
+def check_suppression_audit(
+    ctx: ReleaseContext,
+    options: dict | None = None,
+    earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = (),
+    release: Path | None = None,
+    published: Published | None = None,
+    progress: Progress = silent,
+    keep_intervals: bool = True,
+) -> CheckOutcome:
     """The attacker LP over the candidate files (or a published release folder): withheld figures are
     those absent from the files, and from the overlapping releases of the datasets in
     `suppression.audit_with` when `published` says where they are. Writes the per-primary intervals to
@@ -226,8 +254,15 @@ def check_suppression_audit(ctx: ReleaseContext, options: dict | None = None,
             return reused
     cells, margins = _audited_files(area, release)
     spec = ctx.disclosure if options is None else replace(ctx.disclosure, solver_options=options)
-    run = _solve_or_certify(ctx, spec, (true_cells, true_margins), (cells, margins), earlier,
-                            certify=release is None and options is None, progress=progress)
+    run = _solve_or_certify(
+        ctx,
+        spec,
+        (true_cells, true_margins),
+        (cells, margins),
+        earlier,
+        certify=release is None and options is None,
+        progress=progress,
+    )
     if keep_intervals:
         _write_intervals(area, run)
     outcome, summary = _audit_outcome(area, run)
@@ -256,10 +291,15 @@ def _audited_files(area: WorkArea, release: Path | None) -> tuple[pd.DataFrame, 
     return tables.cells, tables.margins
 
 
-def _solve_or_certify(ctx: ReleaseContext, spec: DisclosureSpec, truth: tuple[pd.DataFrame, pd.DataFrame],
-                      files: tuple[pd.DataFrame, pd.DataFrame],
-                      earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]], certify: bool,
-                      progress: Progress) -> _AuditRun:
+def _solve_or_certify(
+    ctx: ReleaseContext,
+    spec: DisclosureSpec,
+    truth: tuple[pd.DataFrame, pd.DataFrame],
+    files: tuple[pd.DataFrame, pd.DataFrame],
+    earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]],
+    certify: bool,
+    progress: Progress,
+) -> _AuditRun:
     """Verify the protection step's certificate and solve what it cannot certify (`certify`), else solve
     everything; a missing or unreadable certificate means solving everything."""
     certificate, method = None, "solved"
@@ -271,8 +311,9 @@ def _solve_or_certify(ctx: ReleaseContext, spec: DisclosureSpec, truth: tuple[pd
     if certificate is None:
         result, table = audit_published(*truth, *files, spec, earlier, progress)
         return _AuditRun(result, table, method, None)
-    result, table, verification = certify_published(*truth, *files, spec, certificate,
-                                                    certificate_inputs(ctx, earlier), earlier, progress)
+    result, table, verification = certify_published(
+        *truth, *files, spec, certificate, certificate_inputs(ctx, earlier), earlier, progress
+    )
     return _AuditRun(result, table, "certificate", verification)
 
 
@@ -280,8 +321,12 @@ def _write_intervals(area: WorkArea, run: _AuditRun) -> None:
     """The per-primary intervals (true value, attacker's bounds): internal, in the owner-only work area."""
     found = run.result.intervals
     intervals = run.table.keys_frame([i.node for i in found]).assign(
-        value=[i.value for i in found], attacker_lo=[i.lo for i in found], attacker_up=[i.up for i in found],
-        passed=[i.passed for i in found], integer_solve=[i.exact_integer for i in found])
+        value=[i.value for i in found],
+        attacker_lo=[i.lo for i in found],
+        attacker_up=[i.up for i in found],
+        passed=[i.passed for i in found],
+        integer_solve=[i.exact_integer for i in found],
+    )
     with atomic_path(area.root / "audit_intervals.internal.parquet") as tmp:
         intervals.to_parquet(tmp, index=False)
 
@@ -309,17 +354,29 @@ def _audit_outcome(area: WorkArea, run: _AuditRun) -> tuple[CheckOutcome, AuditS
         # counts of components are facts about withheld figures: internal; shares are public
         certified, again = len(verification.certified), len(verification.unverified)
         reasons = sorted(set(verification.unverified.values()))
-        summary = replace(summary, certificate=CertificateSummary(
-            certified_components=certified, re_solved_components=again, rejected=verification.rejected,
-            invalid_points=verification.invalid_points, re_solved_because=reasons[:5]))
+        summary = replace(
+            summary,
+            certificate=CertificateSummary(
+                certified_components=certified,
+                re_solved_components=again,
+                rejected=verification.rejected,
+                invalid_points=verification.invalid_points,
+                re_solved_because=reasons[:5],
+            ),
+        )
         share = certified / (certified + again) if certified + again else 1.0
         figures.update(certified_share=round(share, 4), re_solved_share=round(1 - share, 4))
-        how = (f"verified from the protection step's certificate ({share:.0%} certified, {1 - share:.0%} "
-               f"re-solved{': ' + reasons[0] if reasons else ''})")
-    text = (f"every withheld primary is protected; {how}" if result.passed else
-            f"{summary.failures} primaries recoverable or shown below k, {len(result.errors)} audit errors "
-            f"({how}); first: {_place_of(offending[0]) if offending else None}; intervals in "
-            f"{area.root / 'audit_intervals.internal.parquet'}")
+        how = (
+            f"verified from the protection step's certificate ({share:.0%} certified, {1 - share:.0%} "
+            f"re-solved{': ' + reasons[0] if reasons else ''})"
+        )
+    text = (
+        f"every withheld primary is protected; {how}"
+        if result.passed
+        else f"{summary.failures} primaries recoverable or shown below k, {len(result.errors)} audit errors "
+        f"({how}); first: {_place_of(offending[0]) if offending else None}; intervals in "
+        f"{area.root / 'audit_intervals.internal.parquet'}"
+    )
     verdict = AuditVerdict(summary.passed, summary.criterion, summary.solver)
     return CheckOutcome("suppression_audit", result.passed, text, offending, {**verdict.to_json(), **figures}), summary
 
@@ -328,25 +385,32 @@ AUDIT_VERDICT = "audit_verdict.internal.json"  # the check's passing verdict, fo
 AUDIT_OUTPUTS = ("audit_intervals.internal.parquet", AuditSummary.FILE)  # what the check writes beside it
 
 
-def audit_digest(ctx: ReleaseContext, earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]],
-                 true_cells: pd.DataFrame, true_margins: pd.DataFrame) -> str | None:
+def audit_digest(
+    ctx: ReleaseContext,
+    earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]],
+    true_cells: pd.DataFrame,
+    true_margins: pd.DataFrame,
+) -> str | None:
     """sha256 of everything the candidate's audit verdict depends on (`reuse.digest_of` adds the code): the
     certificate's inputs (true counts, candidate files, policy, disclosure spec, earlier releases), the
     structure as evaluated on these counts (`structure_digest`: the zone files shape it, and no other hash
     covers them) and the certificate's files. None when the code changed on disk since it was imported."""
     folder = certificate_dir(ctx.area)
-    certificate = ({p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file()}
-                   if folder.is_dir() else {})
-    return reuse.digest_of({
-        "suppression_audit": certificate_inputs(ctx, earlier),
-        "structure": structure_digest(ctx.structure, true_cells, true_margins, ctx.zeros),
-        "certificate": certificate})
+    certificate = {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file()} if folder.is_dir() else {}
+    return reuse.digest_of(
+        {
+            "suppression_audit": certificate_inputs(ctx, earlier),
+            "structure": structure_digest(ctx.structure, true_cells, true_margins, ctx.zeros),
+            "certificate": certificate,
+        }
+    )
 
 
 def save_audit_verdict(area: WorkArea, digest: str, outcome: CheckOutcome) -> None:
     outputs = {name: sha256_file(area.root / name) for name in AUDIT_OUTPUTS}
-    reuse.save(area.root / AUDIT_VERDICT, digest, {"summary": outcome.summary, "figures": outcome.figures,
-                                                   "outputs": outputs})
+    reuse.save(
+        area.root / AUDIT_VERDICT, digest, {"summary": outcome.summary, "figures": outcome.figures, "outputs": outputs}
+    )
 
 
 def reused_audit_verdict(area: WorkArea, digest: str | None) -> CheckOutcome | None:
@@ -364,9 +428,13 @@ def reused_audit_verdict(area: WorkArea, digest: str | None) -> CheckOutcome | N
         if figures.get("passed") is not True:
             return None
         AuditVerdict.from_json(figures)  # a readable verdict, or the audit is verified again
-        return CheckOutcome("suppression_audit", True, f"{saved['summary']} (the check's verdict, reused: "
-                                                        "inputs, structure, certificate and code byte-identical)",
-                            [], figures)
+        return CheckOutcome(
+            "suppression_audit",
+            True,
+            f"{saved['summary']} (the check's verdict, reused: inputs, structure, certificate and code byte-identical)",
+            [],
+            figures,
+        )
     except (OSError, KeyError, TypeError, ValueError):
         return None
 
@@ -383,20 +451,33 @@ def check_suppression_budget(ctx: ReleaseContext, published: Published | None = 
     true_cells = true_cells[~pd.to_datetime(true_cells["bucket_start"], utc=True).isin(pd.DatetimeIndex(cut))]
     links = ctx.structure.time_links if ctx.policy.time.ladder else ()
     withheld = ~leaf_shown(true_cells, cells, margins, links)
-    outcome = guarantees.check_suppression_budget(int(true_cells.loc[withheld, "n"].sum()),
-                                                  int(true_cells["n"].sum()), budget)
-    cut_note = (f"; {len(cut)} {ctx.policy.time.bucket} bucket(s) cut by the period's edges are not published and "
-                "not counted here" if cut else "")
+    outcome = guarantees.check_suppression_budget(
+        int(true_cells.loc[withheld, "n"].sum()), int(true_cells["n"].sum()), budget
+    )
+    cut_note = (
+        f"; {len(cut)} {ctx.policy.time.bucket} bucket(s) cut by the period's edges are not published and not counted here"
+        if cut
+        else ""
+    )
     if not outcome.passed:
         return replace(outcome, summary=outcome.summary + cut_note)  # nothing is published: the figures may explain
     # With the published cells, the withheld share would give the withheld total: keep it internal.
-    return CheckOutcome(outcome.name, True, f"the unit counts in withheld cells are within the budget of "
-                                            f"{budget:.0%} (figures in the work area){cut_note}",
-                        figures={"budget": budget})
+    return CheckOutcome(
+        outcome.name,
+        True,
+        f"the unit counts in withheld cells are within the budget of {budget:.0%} (figures in the work area){cut_note}",
+        figures={"budget": budget},
+    )
 
 
-GUARANTEES = (check_k_floor, check_structural_zeros, check_withheld_absent, check_no_identifiers,
-              check_suppression_audit, check_suppression_budget)
+GUARANTEES = (
+    check_k_floor,
+    check_structural_zeros,
+    check_withheld_absent,
+    check_no_identifiers,
+    check_suppression_audit,
+    check_suppression_budget,
+)
 
 # The input checks block before counting and protection in the asset graph; publication re-evaluates them.
 INPUT_CHECKS = (check_rejected_share, check_outside_share)
@@ -411,10 +492,19 @@ def run_guarantees(ctx: ReleaseContext, published: Published | None = None) -> l
 def check_risk_budget(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:
     """The gate's decision of the risk stage: a block fails; the worst zone's figures are the offending row."""
     risk = RiskAssessment.read(ctx.area.risk)
-    figures = {"status": risk.status, "worst_zone": risk.worst_zone, "release_figure": risk.release_figure,
-               "pooled": risk.pooled, "cumulative": risk.cumulative, "headroom": risk.headroom,
-               "measure": risk.measure, "adversary": risk.adversary, "model": risk.model,
-               "upper_bound": risk.upper_bound, "upper_bound_zone": risk.upper_bound_zone}
+    figures = {
+        "status": risk.status,
+        "worst_zone": risk.worst_zone,
+        "release_figure": risk.release_figure,
+        "pooled": risk.pooled,
+        "cumulative": risk.cumulative,
+        "headroom": risk.headroom,
+        "measure": risk.measure,
+        "adversary": risk.adversary,
+        "model": risk.model,
+        "upper_bound": risk.upper_bound,
+        "upper_bound_zone": risk.upper_bound_zone,
+    }
     reason = risk.reason if not risk.warning else f"{risk.reason}. Warning: {risk.warning}"
     # The offending row names the zone and its gated figure only: a zone's unit count, or an exact share of
     # its units (227/228), is not a published figure (a ladder withholds `cell@period` of that zone).

@@ -55,15 +55,17 @@ class Climb:
         shown = {z: (ladder[s - 1] if s - 1 < len(ladder) else "parent areas only") for z, s in self.steps.items()}
         return "; ".join(f"zone {z} at {r}" for z, r in sorted(shown.items()))
 
-    def keys(self, zone_cells: dict[str, list[str]], true_cells: pd.DataFrame, true_margins: pd.DataFrame,
-             ladder: list[str]) -> set[tuple[str, str, int]]:
+    def keys(
+        self, zone_cells: dict[str, list[str]], true_cells: pd.DataFrame, true_margins: pd.DataFrame, ladder: list[str]
+    ) -> set[tuple[str, str, int]]:
         """The figures the climb withholds: (level, area, bucket in ns)."""
         keys: set[tuple[str, str, int]] = set()
         for zone, step in self.steps.items():
             cells = set(zone_cells.get(zone, ()))
-            levels = [LEAF] + [at_rung(LEAF, r) for r in ladder[:step - 1]]
-            frames = [true_cells.assign(level=LEAF, area_id=true_cells["cell_id"])] + \
-                [true_margins[true_margins["level"] == level] for level in levels[1:]]
+            levels = [LEAF] + [at_rung(LEAF, r) for r in ladder[: step - 1]]
+            frames = [true_cells.assign(level=LEAF, area_id=true_cells["cell_id"])] + [
+                true_margins[true_margins["level"] == level] for level in levels[1:]
+            ]
             for frame in frames:
                 mine = frame[frame["area_id"].isin(cells)]
                 instants = pd.DatetimeIndex(pd.to_datetime(mine["bucket_start"], utc=True)).as_unit("ns").asi8
@@ -82,8 +84,9 @@ def effective_ceiling(ctx: ReleaseContext, published: Published) -> float:
     return min(risk.per_release_ceiling, left)
 
 
-def over_the_gate(report: AttackReport, ceiling: float, adversary: Adversary,
-                  population: dict[str, float] | None) -> dict[str, float]:
+def over_the_gate(
+    report: AttackReport, ceiling: float, adversary: Adversary, population: dict[str, float] | None
+) -> dict[str, float]:
     """Zones whose attack figure (`stages.attack.attack_success`, as the gate computes it) is over `ceiling`.
     The journalist's panel share is the zone's units over its public population: every unit with a point in
     the zone, published or not, so never a smaller share than the gate's (never a laxer loop)."""
@@ -126,17 +129,21 @@ def zone_cells(ctx: ReleaseContext, cells: pd.Series) -> dict[str, list[str]]:
     return out
 
 
-def frontier_row(climb: Climb, ladder: list[str], cells: int, margins: int, over: dict[str, float],
-                 ceiling: float) -> dict:
+def frontier_row(climb: Climb, ladder: list[str], cells: int, margins: int, over: dict[str, float], ceiling: float) -> dict:
     worst = max(over.items(), key=lambda item: (item[1], item[0]), default=None)
-    return {"configuration": climb.name(ladder), "zones_coarsened": dict(sorted(climb.steps.items())),
-            "published_cells": cells, "published_margins": margins,
-            "zones_over": {z: round(f, 6) for z, f in sorted(over.items())},
-            "worst_zone_over": worst[0] if worst else None, "ceiling": round(ceiling, 6), "passed": not over}
+    return {
+        "configuration": climb.name(ladder),
+        "zones_coarsened": dict(sorted(climb.steps.items())),
+        "published_cells": cells,
+        "published_margins": margins,
+        "zones_over": {z: round(f, 6) for z, f in sorted(over.items())},
+        "worst_zone_over": worst[0] if worst else None,
+        "ceiling": round(ceiling, 6),
+        "passed": not over,
+    }
 
 
-def climb_zones(climb: Climb, over: dict[str, float], zones: list[str], ladder: list[str], progress: Progress
-                ) -> bool:
+def climb_zones(climb: Climb, over: dict[str, float], zones: list[str], ladder: list[str], progress: Progress) -> bool:
     """One step up for every zone over the gate that can still climb. When none of them can (their units are
     singled out through the other zones they visit), one step up for every zone that can. False when no zone
     can climb any more."""
@@ -153,6 +160,7 @@ def climb_zones(climb: Climb, over: dict[str, float], zones: list[str], ladder: 
     moved = up(over) or up(zones)
     if moved:
         # zones only: their figures are the candidate's, unpublished (the run log is operator-facing)
-        progress(ProgressEvent("risk", f"risk: coarsening {climb.name(ladder)} (over the gate: zones "
-                                       f"{', '.join(sorted(over))})"))
+        progress(
+            ProgressEvent("risk", f"risk: coarsening {climb.name(ladder)} (over the gate: zones {', '.join(sorted(over))})")
+        )
     return moved

@@ -37,13 +37,25 @@ T = TypeVar("T")
 LADDER_BUCKETS = "ladder_buckets.parquet"  # counts/: (rung, fine, coarse) bucket starts of a time ladder
 
 # Relative to a work area: per-unit data, deleted when the release's retention ends.
-PER_UNIT_ARTEFACTS = ("traces", "ingest/pings.parquet", "ingest/quarantine.parquet", "ingest/spill",
-                      "counts/membership.internal.parquet", "counts/outside.parquet", "counts/spill",
-                      "counts/linked_membership.internal.parquet", "counts/risk_areas.parquet",
-                      "risk/unit_keys.internal.parquet", "audit_intervals.internal.parquet", "audit_certificate",
-                      # aggregates, but keyed by digests of the per-unit data: deleted with it
-                      "risk/estimate.internal.json", "risk/estimate_inputs.internal.json", "risk/attacks",
-                      "audit_verdict.internal.json")
+PER_UNIT_ARTEFACTS = (
+    "traces",
+    "ingest/pings.parquet",
+    "ingest/quarantine.parquet",
+    "ingest/spill",
+    "counts/membership.internal.parquet",
+    "counts/outside.parquet",
+    "counts/spill",
+    "counts/linked_membership.internal.parquet",
+    "counts/risk_areas.parquet",
+    "risk/unit_keys.internal.parquet",
+    "audit_intervals.internal.parquet",
+    "audit_certificate",
+    # aggregates, but keyed by digests of the per-unit data: deleted with it
+    "risk/estimate.internal.json",
+    "risk/estimate_inputs.internal.json",
+    "risk/attacks",
+    "audit_verdict.internal.json",
+)
 
 
 def risk_spec(policy: Policy) -> RiskSpec:
@@ -119,8 +131,7 @@ def _is_grid_cell(cell_id: str, size_m: int) -> bool:
     if match is None:
         return False
     size, east, north = (int(g) for g in match.groups())
-    return (size == size_m and east % size_m == 0 and north % size_m == 0
-            and cell_id == f"{size_m}mE{east}N{north}")
+    return size == size_m and east % size_m == 0 and north % size_m == 0 and cell_id == f"{size_m}mE{east}N{north}"
 
 
 def structural_zeros(policy: Policy, locator: Locator | None = None) -> frozenset[str]:
@@ -139,8 +150,9 @@ def structural_zeros(policy: Policy, locator: Locator | None = None) -> frozense
             raise TypeError(f"a zones policy's main geometry is a ZoneLayer, not {type(layer).__name__}")
         unknown = sorted(zeros - set(layer.parent_table()["cell_id"]))
     if unknown:
-        raise ZerosFileError(f"{path}: {len(unknown)} listed cell(s) are not cells of the policy's geometry, "
-                             f"e.g. {unknown[:3]}")
+        raise ZerosFileError(
+            f"{path}: {len(unknown)} listed cell(s) are not cells of the policy's geometry, e.g. {unknown[:3]}"
+        )
     return zeros
 
 
@@ -163,8 +175,7 @@ class ZoneLayers:
         """The main geometry as polygon zones (its frame, its parent table): a zones policy's only."""
         main = self.main
         if not isinstance(main, ZoneLayer):
-            raise TypeError(f"the main geometry of policy {self.policy.name!r} is a {self.policy.geometry.kind}, "
-                            "not zones")
+            raise TypeError(f"the main geometry of policy {self.policy.name!r} is a {self.policy.geometry.kind}, not zones")
         return main
 
     @property
@@ -175,8 +186,9 @@ class ZoneLayers:
         return self._linked
 
 
-def release_structure(policy: Policy, layers: ZoneLayers, linked_covers_main: dict[str, bool],
-                      period: Period | None = None) -> Structure:
+def release_structure(
+    policy: Policy, layers: ZoneLayers, linked_covers_main: dict[str, bool], period: Period | None = None
+) -> Structure:
     """The structure an outsider knows: every zoning's hierarchy (from the full zone lists, not only the
     observed zones), where a linked zoning covers every counted ping the identity of its bucket total with
     the main total, and for a time ladder the same at every rung plus the links between rungs (`period`
@@ -188,18 +200,23 @@ def release_structure(policy: Policy, layers: ZoneLayers, linked_covers_main: di
         chains = [zones_chain(LEAF, layers.main_zones.parent_table(), geometry.level_names())]
     identities = []
     for spec, layer in zip(geometry.linked, layers.linked.values()):
-        chains.append(zones_chain(spec.name, layer.parent_table(), [p.level for p in spec.parents],
-                                  linked_total(spec.name)))
+        chains.append(zones_chain(spec.name, layer.parent_table(), [p.level for p in spec.parents], linked_total(spec.name)))
         if linked_covers_main[spec.name]:
             identities.append((TOTAL, linked_total(spec.name)))
     links: tuple = ()
     if policy.time.ladder:
         if period is None:
             raise ValueError("a policy with a time ladder needs the period to know its rungs' buckets")
-        links = time_links(policy.time.ladder, lambda fine, coarse: rung_parents(policy, period, fine, coarse),
-                           lambda rung: cut_buckets(policy, period, rung))
-        chains += [Chain(tuple(at_rung(level, link.coarse) for level in chain.levels), chain.parent_of,
-                         chain.children_count) for link in links for chain in list(chains)]
+        links = time_links(
+            policy.time.ladder,
+            lambda fine, coarse: rung_parents(policy, period, fine, coarse),
+            lambda rung: cut_buckets(policy, period, rung),
+        )
+        chains += [
+            Chain(tuple(at_rung(level, link.coarse) for level in chain.levels), chain.parent_of, chain.children_count)
+            for link in links
+            for chain in list(chains)
+        ]
     cut = tuple(pd.Timestamp(b) for b in cut_buckets(policy, period, None)) if period is not None else ()
     return Structure(tuple(chains), tuple(identities), links, cut)
 
@@ -253,14 +270,29 @@ class ReleaseContext:
     @property
     def structure(self) -> Structure:
         """The release structure (known once the counts say which linked zonings cover every ping)."""
-        return self._once("structure", lambda: release_structure(
-            self.policy, self.layers, CountsSummary.read(self.area.counts).linked_covers_main, self.period))
+        return self._once(
+            "structure",
+            lambda: release_structure(
+                self.policy, self.layers, CountsSummary.read(self.area.counts).linked_covers_main, self.period
+            ),
+        )
 
     @property
     def disclosure(self) -> DisclosureSpec:
         """What the release must guarantee apart from the counts (structure, k, measure, zeros, buckets,
         count column): the one spec that protection and the suppression audit share."""
         policy = self.policy
-        return self._once("disclosure", lambda: DisclosureSpec(
-            self.structure, policy.k, policy.measure, self.zeros, tuple(self.buckets), policy.count_column,
-            cost=policy.suppression.cost, climb=policy.suppression.climb, budget=policy.suppression.budget))
+        return self._once(
+            "disclosure",
+            lambda: DisclosureSpec(
+                self.structure,
+                policy.k,
+                policy.measure,
+                self.zeros,
+                tuple(self.buckets),
+                policy.count_column,
+                cost=policy.suppression.cost,
+                climb=policy.suppression.climb,
+                budget=policy.suppression.budget,
+            ),
+        )

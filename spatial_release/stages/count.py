@@ -23,8 +23,9 @@ from spatial_release.stages.context import ReleaseContext, WorkArea, ZoneLayers
 from spatial_release.stages.results import CountsSummary, IngestSummary
 
 
-def zoning_plans(policy: Policy, engine: Engine, extent: Extent | None = None, layers: ZoneLayers | None = None
-                 ) -> list[ZoningPlan]:
+def zoning_plans(
+    policy: Policy, engine: Engine, extent: Extent | None = None, layers: ZoneLayers | None = None
+) -> list[ZoningPlan]:
     """The main geometry first, then each linked zoning, with SQL projections validated on `engine`
     (fitted to the pings' `extent` when it is given)."""
     geometry, evaluate = policy.geometry, evaluate_with(engine)
@@ -35,33 +36,57 @@ def zoning_plans(policy: Policy, engine: Engine, extent: Extent | None = None, l
     else:
         plans = [zones_plan(LEAF, layers.main_zones, levels, TOTAL, evaluate, extent=extent)]
     for spec in geometry.linked:
-        plans.append(zones_plan(spec.name, layers.linked[spec.name], tuple(p.level for p in spec.parents),
-                                linked_total(spec.name), evaluate, extent=extent))
+        plans.append(
+            zones_plan(
+                spec.name,
+                layers.linked[spec.name],
+                tuple(p.level for p in spec.parents),
+                linked_total(spec.name),
+                evaluate,
+                extent=extent,
+            )
+        )
     return plans
 
 
-def count_validated_pings(policy: Policy, period: Period, pings: Sequence[Path], out_dir: Path, engine: Engine,
-                          progress: Progress = log_progress, layers: ZoneLayers | None = None) -> CountResult:
+def count_validated_pings(
+    policy: Policy,
+    period: Period,
+    pings: Sequence[Path],
+    out_dir: Path,
+    engine: Engine,
+    progress: Progress = log_progress,
+    layers: ZoneLayers | None = None,
+) -> CountResult:
     """The counting step on pings from the ingest step: projections fitted to their extent, then counts."""
     plans = zoning_plans(policy, engine, data_extent(engine, pings, usable_area(policy)), layers)
     return count_pings(policy, period, pings, plans, out_dir, engine, progress)
 
 
-def run_counts(ctx: ReleaseContext, engine: Engine | None = None, progress: Progress = log_progress
-               ) -> CountsSummary:
+def run_counts(ctx: ReleaseContext, engine: Engine | None = None, progress: Progress = log_progress) -> CountsSummary:
     """Counts the ingested pings; `engine` defaults to DuckDB with its spill files in the work area."""
     area = ctx.area
     with ExitStack() as stack:
         if engine is None:
             engine = stack.enter_context(open_engine("duckdb", scratch=area.counts / "spill"))
-        result = count_validated_pings(ctx.policy, ctx.period, [area.ingest / "pings.parquet"], area.counts, engine,
-                                       progress, ctx.layers)
+        result = count_validated_pings(
+            ctx.policy, ctx.period, [area.ingest / "pings.parquet"], area.counts, engine, progress, ctx.layers
+        )
         settings = engine.describe()
     summary = CountsSummary(
-        engine=engine.name, engine_settings=settings, pings_located=result.pings_located,
-        pings_outside_geometry=result.pings_outside, outside_file=str(result.outside_path), groups=result.groups,
-        units=result.units, unit_buckets=result.unit_buckets, linked_covers_main=result.linked_covers_main,
-        unsure_coordinates=result.unsure_coordinates, assignment=result.methods, seconds=result.seconds)
+        engine=engine.name,
+        engine_settings=settings,
+        pings_located=result.pings_located,
+        pings_outside_geometry=result.pings_outside,
+        outside_file=str(result.outside_path),
+        groups=result.groups,
+        units=result.units,
+        unit_buckets=result.unit_buckets,
+        linked_covers_main=result.linked_covers_main,
+        unsure_coordinates=result.unsure_coordinates,
+        assignment=result.methods,
+        seconds=result.seconds,
+    )
     summary.write(area.counts)
     return summary
 
@@ -72,8 +97,7 @@ def read_counts_summary(area: WorkArea) -> CountsSummary:
 
 def read_true_counts(area: WorkArea) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The true distinct-unit counts of every (cell, bucket) and margin, before suppression (internal)."""
-    return (pd.read_parquet(area.counts / "cell_counts.parquet"),
-            pd.read_parquet(area.counts / "margin_counts.parquet"))
+    return (pd.read_parquet(area.counts / "cell_counts.parquet"), pd.read_parquet(area.counts / "margin_counts.parquet"))
 
 
 def sql_path(path: Path) -> str:
@@ -101,8 +125,10 @@ def _outside_points(ctx: ReleaseContext) -> pd.DataFrame:
 
 def _file_labels(files: list[str], names: dict[str, int]) -> dict[str, str]:
     order = [Path(f).name for f in files]
-    return {name: (f"input file {order.index(name) + 1} of {len(order)}" if name in order else "the input files")
-            for name in names}
+    return {
+        name: (f"input file {order.index(name) + 1} of {len(order)}" if name in order else "the input files")
+        for name in names
+    }
 
 
 def measure_coverage(ctx: ReleaseContext) -> coverage.Coverage:
@@ -120,6 +146,10 @@ def measure_coverage(ctx: ReleaseContext) -> coverage.Coverage:
     # and a per-device export's name is a unit id. ingest.json (owner-only work area) maps them to names.
     label = _file_labels(ingest.files, valid_by_file)
     by_file = {label[name]: (int(outside_by_file.get(name, 0)), int(valid)) for name, valid in valid_by_file.items()}
-    return coverage.Coverage(sum(valid_by_file.values()), len(outside), ctx.policy.source.max_outside_share,
-                             coverage.diagnose(outside["lon"].to_numpy(), outside["lat"].to_numpy(), bounds),
-                             by_file)
+    return coverage.Coverage(
+        sum(valid_by_file.values()),
+        len(outside),
+        ctx.policy.source.max_outside_share,
+        coverage.diagnose(outside["lon"].to_numpy(), outside["lat"].to_numpy(), bounds),
+        by_file,
+    )

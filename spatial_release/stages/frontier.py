@@ -19,8 +19,7 @@ def public_frontier(rows: list[dict] | None, ladder: list[str] | None = None) ->
         steps = list(row.get("zones_coarsened", {}).values())
         by_step = {s: steps.count(s) for s in sorted(set(steps))}
         shown = [f"{n} zone(s) at {_rung_name(s, ladder)}" for s, n in by_step.items()]
-        out.append({"configuration": "; ".join(shown) or FINEST, "passed": row["passed"],
-                    "published": i == len(rows) - 1})
+        out.append({"configuration": "; ".join(shown) or FINEST, "passed": row["passed"], "published": i == len(rows) - 1})
     return out
 
 

@@ -36,23 +36,30 @@ def inputs_digest(digests: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(digests).encode()).hexdigest()
 
 
-def run_ingest(ctx: ReleaseContext, traces: Sequence[str | Path] = (), progress: Progress = log_progress
-               ) -> IngestSummary:
+def run_ingest(ctx: ReleaseContext, traces: Sequence[str | Path] = (), progress: Progress = log_progress) -> IngestSummary:
     """Read the trace files (default: the policy's source.paths, else its synthetic traces) into
     ingest/pings.parquet and ingest/quarantine.parquet; writes and returns the ingest summary."""
     policy, area = ctx.policy, ctx.area
-    files = resolve_trace_paths(policy, traces, ctx.period) if (traces or policy.source.paths) else \
-        synthetic_traces(ctx)
+    files = resolve_trace_paths(policy, traces, ctx.period) if (traces or policy.source.paths) else synthetic_traces(ctx)
     result = ingest_traces(policy, ctx.period, files, area.ingest, progress)
     digests = file_digests(files)
     limit = policy.source.max_rejected_share
     summary = IngestSummary(
-        files=list(result.files), input_columns=list(result.input_columns), rows_read=result.rows_read,
-        pings_read=result.pings_read, pings_valid=result.pings_valid, pings_rejected=result.pings_rejected,
-        rejected_share=result.rejected_share, rejected_by_reason=result.rejected_by_reason,
-        max_rejected_share=limit, rejected_share_problem=result.rejected_share_problem(limit),
-        quarantine=str(result.quarantine_path), valid_by_file=result.valid_by_file,
-        inputs_sha256=inputs_digest(digests), input_digests=sorted(set(digests)))
+        files=list(result.files),
+        input_columns=list(result.input_columns),
+        rows_read=result.rows_read,
+        pings_read=result.pings_read,
+        pings_valid=result.pings_valid,
+        pings_rejected=result.pings_rejected,
+        rejected_share=result.rejected_share,
+        rejected_by_reason=result.rejected_by_reason,
+        max_rejected_share=limit,
+        rejected_share_problem=result.rejected_share_problem(limit),
+        quarantine=str(result.quarantine_path),
+        valid_by_file=result.valid_by_file,
+        inputs_sha256=inputs_digest(digests),
+        input_digests=sorted(set(digests)),
+    )
     summary.write(area.ingest)
     return summary
 

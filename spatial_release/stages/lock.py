@@ -34,13 +34,20 @@ def refuse_if_published(ctx: ReleaseContext, ledger: Ledger, releases_root: Path
         entry = find_release(entries, policy.name, period.label)
     if entry is not None or target.exists():
         recorded = f"ledger entry {entry.seq}" if entry else "a folder the ledger does not record"
-        raise AlreadyPublished(f"{policy.name} {period.label} is already published: {target} ({recorded}). "
-                               "A published release, and the work area its audit reads, are never overwritten")
+        raise AlreadyPublished(
+            f"{policy.name} {period.label} is already published: {target} ({recorded}). "
+            "A published release, and the work area its audit reads, are never overwritten"
+        )
 
 
 @contextmanager
-def work_area_step(ctx: ReleaseContext, published: Published | None, run_id: str | None, starts_run: bool,
-                   run_is_live: Callable[[str], bool | None] = lambda run_id: None) -> Iterator[None]:
+def work_area_step(
+    ctx: ReleaseContext,
+    published: Published | None,
+    run_id: str | None,
+    starts_run: bool,
+    run_is_live: Callable[[str], bool | None] = lambda run_id: None,
+) -> Iterator[None]:
     """Hold the work area of one (dataset, period) for one step of a run that writes it.
 
     Design: Dagster may run each step in its own process, so no lock can span a run. Each step that writes
@@ -63,9 +70,11 @@ def work_area_step(ctx: ReleaseContext, published: Published | None, run_id: str
         if run_id is not None and owner != run_id:
             live = run_is_live(owner) if owner else False
             if (live is True) or (not starts_run and owner and live is not False):
-                raise WorkAreaBusy(f"the work area {area.root} belongs to run {owner} of {policy.name} "
-                                   f"{period.label}{' (still running)' if live else ''}; this run ({run_id}) "
-                                   "stops so the two never mix their files: re-run the whole job once it ends")
+                raise WorkAreaBusy(
+                    f"the work area {area.root} belongs to run {owner} of {policy.name} "
+                    f"{period.label}{' (still running)' if live else ''}; this run ({run_id}) "
+                    "stops so the two never mix their files: re-run the whole job once it ends"
+                )
             handle.seek(0)
             handle.truncate()
             handle.write(run_id + "\n")

@@ -31,16 +31,18 @@ def certificate_dir(area: WorkArea) -> Path:
     return area.root / CERTIFICATE
 
 
-def certificate_inputs(ctx: ReleaseContext, earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = ()
-                       ) -> dict[str, str]:
+def certificate_inputs(ctx: ReleaseContext, earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = ()) -> dict[str, str]:
     """The sha256 of every input the audit certificate certifies: the true counts, the candidate files,
     the policy, the disclosure spec and the earlier releases the audit sees (none at protection)."""
     area = ctx.area
-    return {"counts/cell_counts.parquet": sha256_file(area.counts / "cell_counts.parquet"),
-            "counts/margin_counts.parquet": sha256_file(area.counts / "margin_counts.parquet"),
-            **{f"candidate/{n}": sha256_file(area.candidate / n) for n in RELEASE_FILES},
-            "policy": ctx.policy.sha256, "disclosure_spec": ctx.disclosure.digest(),
-            EARLIER: earlier_digest(earlier)}
+    return {
+        "counts/cell_counts.parquet": sha256_file(area.counts / "cell_counts.parquet"),
+        "counts/margin_counts.parquet": sha256_file(area.counts / "margin_counts.parquet"),
+        **{f"candidate/{n}": sha256_file(area.candidate / n) for n in RELEASE_FILES},
+        "policy": ctx.policy.sha256,
+        "disclosure_spec": ctx.disclosure.digest(),
+        EARLIER: earlier_digest(earlier),
+    }
 
 
 def withheld_by_level(protected: ProtectedTable) -> dict[str, dict[str, int]]:
@@ -49,9 +51,11 @@ def withheld_by_level(protected: ProtectedTable) -> dict[str, dict[str, int]]:
     frames = [protected.withheld_cells.assign(level=LEAF), protected.withheld_margins]
     withheld = pd.concat(frames, ignore_index=True)
     for level, group in withheld.groupby("level"):
-        out[level] = {"primary": int((group["reason"] == "primary").sum()),
-                      "secondary": int((group["reason"] == "secondary").sum()),
-                      "units_withheld": int(group["n"].sum())}
+        out[level] = {
+            "primary": int((group["reason"] == "primary").sum()),
+            "secondary": int((group["reason"] == "secondary").sum()),
+            "units_withheld": int(group["n"].sum()),
+        }
     return out
 
 
@@ -62,30 +66,41 @@ def published_by_level(protected: ProtectedTable) -> dict[str, int]:
     return counts
 
 
-def release_utility(ctx: ReleaseContext, true_cells: pd.DataFrame, true_margins: pd.DataFrame,
-                    protected: ProtectedTable, progress: Progress = log_progress) -> dict:
+def release_utility(
+    ctx: ReleaseContext,
+    true_cells: pd.DataFrame,
+    true_margins: pd.DataFrame,
+    protected: ProtectedTable,
+    progress: Progress = log_progress,
+) -> dict:
     """The utility report of the candidate and, with a time ladder, of the single-level release of the policy's
     bucket at the same k (the baseline a user compares with: protected here on the same true counts)."""
     structure, k = ctx.structure, ctx.policy.k
     base_chains = [c for c in structure.chains if RUNG_SEP not in c.levels[0]]
-    report = utility_report(true_cells, true_margins, protected.cells, protected.margins, base_chains,
-                            structure.time_links, k)
+    report = utility_report(
+        true_cells, true_margins, protected.cells, protected.margins, base_chains, structure.time_links, k
+    )
     if structure.time_links:
-        progress(ProgressEvent("utility", "utility: protecting the single-level release of the policy's bucket as the "
-                                            "baseline"))
+        progress(
+            ProgressEvent("utility", "utility: protecting the single-level release of the policy's bucket as the baseline")
+        )
         base_margins = true_margins[~true_margins["level"].str.contains(RUNG_SEP, regex=False)]
         spec = replace(ctx.disclosure, structure=Structure(tuple(base_chains), structure.identities))
         baseline, _, _ = protect_release(true_cells, base_margins, spec)
-        report["baseline"] = utility_report(true_cells, base_margins, baseline.cells, baseline.margins,
-                                            base_chains, (), k)
-    report["headline"] = {zoning: {"shown_at_leaf": z["shown_at_leaf"],
-                                   "baseline": report.get("baseline", report)["zonings"][zoning]["shown_at_leaf"]}
-                          for zoning, z in report["zonings"].items()}
+        report["baseline"] = utility_report(true_cells, base_margins, baseline.cells, baseline.margins, base_chains, (), k)
+    report["headline"] = {
+        zoning: {
+            "shown_at_leaf": z["shown_at_leaf"],
+            "baseline": report.get("baseline", report)["zonings"][zoning]["shown_at_leaf"],
+        }
+        for zoning, z in report["zonings"].items()
+    }
     return report
 
 
-def withheld_by_population(ctx: ReleaseContext, published: Published | None, true_cells: pd.DataFrame,
-                          true_margins: pd.DataFrame) -> frozenset[tuple[str, str, int]]:
+def withheld_by_population(
+    ctx: ReleaseContext, published: Published | None, true_cells: pd.DataFrame, true_margins: pd.DataFrame
+) -> frozenset[tuple[str, str, int]]:
     """The keys (level, area, bucket in ns) of this release's non-empty figures that an earlier release of the
     policy's population could have shown but did not: a level it publishes, a bucket its files name at that
     level's time rung, and not among its figures (withheld or empty there: the public cannot tell). A later
@@ -116,14 +131,16 @@ def withheld_by_population(ctx: ReleaseContext, published: Published | None, tru
 
 
 def _keys(cells: pd.DataFrame, margins: pd.DataFrame) -> pd.DataFrame:
-    frame = pd.concat([cells[["level", "area_id", "bucket_start"]], margins[["level", "area_id", "bucket_start"]]],
-                      ignore_index=True)
+    frame = pd.concat(
+        [cells[["level", "area_id", "bucket_start"]], margins[["level", "area_id", "bucket_start"]]], ignore_index=True
+    )
     frame["bucket"] = pd.DatetimeIndex(pd.to_datetime(frame["bucket_start"], utc=True)).as_unit("ns").asi8
     return frame
 
 
-def run_protect(ctx: ReleaseContext, progress: Progress = log_progress, published: Published | None = None
-                ) -> ProtectionSummary:
+def run_protect(
+    ctx: ReleaseContext, progress: Progress = log_progress, published: Published | None = None
+) -> ProtectionSummary:
     """Suppress the true counts (k, complements over the release structure, structural zeros) and write the
     candidate files, the withheld cells (internal), the manifest the checks verify the files against, and
     the audit certificate (`suppression.certificate`) that lets the check and the publish step verify the
@@ -136,12 +153,16 @@ def run_protect(ctx: ReleaseContext, progress: Progress = log_progress, publishe
     climb, frontier, ladder = coarsen.Climb(), [], list(policy.time.ladder)
     cells_by_zone = coarsen.zone_cells(ctx, true_cells["cell_id"]) if climbing else {}
     # the attack gate of the climbing loop: (ceiling, adversary, public population per zone), when it climbs
-    gate = ((coarsen.effective_ceiling(ctx, published), *coarsen.gate_adversary(ctx))
-            if climbing and published is not None else None)
+    gate = (
+        (coarsen.effective_ceiling(ctx, published), *coarsen.gate_adversary(ctx))
+        if climbing and published is not None
+        else None
+    )
     while True:
         withhold = population | climb.keys(cells_by_zone, true_cells, true_margins, ladder)
-        protected, log, table = protect_release(true_cells, true_margins, ctx.disclosure, progress=progress,
-                                                withhold=frozenset(withhold))
+        protected, log, table = protect_release(
+            true_cells, true_margins, ctx.disclosure, progress=progress, withhold=frozenset(withhold)
+        )
         tables = release_tables(protected, ctx.locator, policy.count_column)
         write_tables(tables, area.candidate)
         if gate is None:  # not climbing
@@ -157,16 +178,25 @@ def run_protect(ctx: ReleaseContext, progress: Progress = log_progress, publishe
     if audit is None:  # every protection audits its pattern: the record states that audit, never a guess
         raise RuntimeError("the protection log does not record the audit of the candidate")
     summary = ProtectionSummary(
-        **protected.summary(true_cells), by_level=withheld_by_level(protected),
-        suppression={"sweep_secondaries": log.sweep_secondaries, "repair_secondaries": log.repair_secondaries,
-                     "repair_rounds": log.rounds, "audit": audit.summary().to_json()},
-        crs=tables.cells.crs.to_string(), published_by_level=published_by_level(protected),
-        ladder=table.ladder or None, utility=release_utility(ctx, true_cells, true_margins, protected, progress),
-        frontier=frontier or None)
+        **protected.summary(true_cells),
+        by_level=withheld_by_level(protected),
+        suppression={
+            "sweep_secondaries": log.sweep_secondaries,
+            "repair_secondaries": log.repair_secondaries,
+            "repair_rounds": log.rounds,
+            "audit": audit.summary().to_json(),
+        },
+        crs=tables.cells.crs.to_string(),
+        published_by_level=published_by_level(protected),
+        ladder=table.ladder or None,
+        utility=release_utility(ctx, true_cells, true_margins, protected, progress),
+        frontier=frontier or None,
+    )
     if log.method is None:  # the record states the method that ran, never a guess
         raise RuntimeError("the protection log does not record the method that protected the candidate")
-    ProtectionManifest(summary, {n: sha256_file(area.candidate / n) for n in RELEASE_FILES},
-                       method=log.method.describe()).write(area.candidate)
+    ProtectionManifest(
+        summary, {n: sha256_file(area.candidate / n) for n in RELEASE_FILES}, method=log.method.describe()
+    ).write(area.candidate)
     Certificate.build(table, audit, certificate_inputs(ctx)).write(certificate_dir(area))
     return summary
 

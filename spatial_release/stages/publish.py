@@ -29,17 +29,28 @@ from spatial_release.stages.results import CountsSummary, IngestSummary, Protect
 from spatial_release.stages.risk import assess_risk
 
 
-def draft_record(ctx: ReleaseContext, checks: dict[str, str], audit: AuditVerdict, risk: RiskRecord
-                 ) -> ReleaseRecord:
+def draft_record(ctx: ReleaseContext, checks: dict[str, str], audit: AuditVerdict, risk: RiskRecord) -> ReleaseRecord:
     """The release record of the candidate, before publication gives it its file hashes and ledger entry."""
     area = ctx.area
     manifest = ProtectionManifest.read(area.candidate)
     if manifest.method is None:
-        raise RuntimeError(f"{area.candidate / ProtectionManifest.FILE} does not say which method protected the "
-                           "candidate (written before it was recorded): run the protection step again")
+        raise RuntimeError(
+            f"{area.candidate / ProtectionManifest.FILE} does not say which method protected the "
+            "candidate (written before it was recorded): run the protection step again"
+        )
     inputs = ReleaseInputs.of(IngestSummary.read(area.ingest), CountsSummary.read(area.counts))
-    return ReleaseRecord.build(ctx.policy, ctx.period, manifest.summary.public_counts(), inputs, manifest.sha256,
-                               manifest.summary.crs, checks, audit, risk, method=manifest.method)
+    return ReleaseRecord.build(
+        ctx.policy,
+        ctx.period,
+        manifest.summary.public_counts(),
+        inputs,
+        manifest.sha256,
+        manifest.summary.crs,
+        checks,
+        audit,
+        risk,
+        method=manifest.method,
+    )
 
 
 def report_renderer(policy: Policy | None):
@@ -71,8 +82,9 @@ def refuse_unit_ids_in_staged(ctx: ReleaseContext, staging: Path, record: dict) 
     problems = guarantees.ids_in_texts(staged_texts(staging, record), unit_ids(ctx))
     if problems:
         shutil.rmtree(staging, ignore_errors=True)
-        raise GuaranteeFailed(guarantees.CheckOutcome(
-            "no_identifiers", False, f"{len(problems)} problem(s); first: {problems[0]}", problems))
+        raise GuaranteeFailed(
+            guarantees.CheckOutcome("no_identifiers", False, f"{len(problems)} problem(s); first: {problems[0]}", problems)
+        )
 
 
 def run_publish(ctx: ReleaseContext, releases_root: Path, ledger: Ledger) -> tuple[Path, ReleaseRecord]:
@@ -93,8 +105,9 @@ def run_publish(ctx: ReleaseContext, releases_root: Path, ledger: Ledger) -> tup
         if find_release(entries, policy.name, period.label) is not None:
             if target in finished:  # a crash after the ledger append, before the rename: now finished
                 return target, ReleaseRecord.read(target)
-            raise AlreadyPublished(f"the ledger already records {policy.name} {period.label} ({target}); "
-                                   "releases are immutable")
+            raise AlreadyPublished(
+                f"the ledger already records {policy.name} {period.label} ({target}); releases are immutable"
+            )
         check_releases(entries, releases_root)
         outcomes = run_guarantees(ctx, Published(ledger, releases_root))
         for outcome in outcomes:
@@ -108,17 +121,23 @@ def run_publish(ctx: ReleaseContext, releases_root: Path, ledger: Ledger) -> tup
 
         def register(full_record: dict) -> str:
             refuse_unit_ids_in_staged(ctx, staging_dir(target), full_record)
-            entry = ledger.append({
-                "kind": "release", "dataset": policy.name, "period": period.label,
-                "policy": record.policy.to_json(), "files": ReleaseRecord.from_json(full_record).files,
-                "risk": risk.record().to_json(), "population": policy.population_key,
-                # the input files by content: a programme over the same data is of the same population,
-                # whatever its label (stages.risk.population_releases)
-                "inputs": IngestSummary.read(ctx.area.ingest).input_digests or [],
-                # the whole record as published (minus the entry hash it will carry): an edit of any figure
-                # of release.json shows in the cross-check
-                "record_sha256": record_hash(full_record),
-            })
+            entry = ledger.append(
+                {
+                    "kind": "release",
+                    "dataset": policy.name,
+                    "period": period.label,
+                    "policy": record.policy.to_json(),
+                    "files": ReleaseRecord.from_json(full_record).files,
+                    "risk": risk.record().to_json(),
+                    "population": policy.population_key,
+                    # the input files by content: a programme over the same data is of the same population,
+                    # whatever its label (stages.risk.population_releases)
+                    "inputs": IngestSummary.read(ctx.area.ingest).input_digests or [],
+                    # the whole record as published (minus the entry hash it will carry): an edit of any figure
+                    # of release.json shows in the cross-check
+                    "record_sha256": record_hash(full_record),
+                }
+            )
             return entry["hash"]
 
         publish(ctx.area.candidate, target, record.to_json(), register, report_renderer(policy))

@@ -156,8 +156,12 @@ class RiskAssessment(RiskRecord):
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RiskAssessment:
-        return cls(**{**{f.name: data[f.name] for f in fields(cls) if f.name in data},
-                      "zones": [ZoneFigures.from_json(z) for z in data["zones"]]})
+        return cls(
+            **{
+                **{f.name: data[f.name] for f in fields(cls) if f.name in data},
+                "zones": [ZoneFigures.from_json(z) for z in data["zones"]],
+            }
+        )
 
     def record(self) -> RiskRecord:
         return RiskRecord(**{f.name: getattr(self, f.name) for f in fields(RiskRecord)})
@@ -203,8 +207,12 @@ class Breach(Record):
         return self.release.period
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.release.to_json(), "per_release_ceiling": self.per_release_ceiling,
-                "cumulative_ceiling": self.cumulative_ceiling, "zone_figures": [z.to_json() for z in self.zone_figures]}
+        return {
+            **self.release.to_json(),
+            "per_release_ceiling": self.per_release_ceiling,
+            "cumulative_ceiling": self.cumulative_ceiling,
+            "zone_figures": [z.to_json() for z in self.zone_figures],
+        }
 
     def public_json(self) -> dict[str, Any]:
         """What the UI shows: the release's figures against the ceilings, not the zone's row (its unit count
@@ -213,8 +221,12 @@ class Breach(Record):
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Breach:
-        return cls(ReviewedRelease.from_json(data), data["per_release_ceiling"], data["cumulative_ceiling"],
-                   [ZoneFigures.from_json(z) for z in data["zone_figures"]])
+        return cls(
+            ReviewedRelease.from_json(data),
+            data["per_release_ceiling"],
+            data["cumulative_ceiling"],
+            [ZoneFigures.from_json(z) for z in data["zone_figures"]],
+        )
 
 
 @dataclass(frozen=True)
@@ -229,15 +241,25 @@ class Review(Record):
     ledger_entry: str | None = field(default=None)  # set once the review is recorded in the ledger
 
     def to_json(self) -> dict[str, Any]:
-        out = {"dataset": self.dataset, "landscape_sha256": self.landscape_sha256,
-               "releases": [r.to_json() for r in self.releases], "cumulative": self.cumulative,
-               "breaches": [b.to_json() for b in self.breaches]}
+        out = {
+            "dataset": self.dataset,
+            "landscape_sha256": self.landscape_sha256,
+            "releases": [r.to_json() for r in self.releases],
+            "cumulative": self.cumulative,
+            "breaches": [b.to_json() for b in self.breaches],
+        }
         return out if self.ledger_entry is None else {**out, "ledger_entry": self.ledger_entry}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Review:
-        return cls(data["dataset"], data["landscape_sha256"], [ReviewedRelease.from_json(r) for r in data["releases"]],
-                   data["cumulative"], [Breach.from_json(b) for b in data["breaches"]], data.get("ledger_entry"))
+        return cls(
+            data["dataset"],
+            data["landscape_sha256"],
+            [ReviewedRelease.from_json(r) for r in data["releases"]],
+            data["cumulative"],
+            [Breach.from_json(b) for b in data["breaches"]],
+            data.get("ledger_entry"),
+        )
 
     def breach_of(self, period_label: str) -> Breach | None:
         return next((b for b in self.breaches if b.period == period_label), None)

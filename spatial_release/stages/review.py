@@ -36,8 +36,7 @@ def _remove(path: Path) -> bool:
     return False
 
 
-def prune_per_unit_artefacts(policy: Policy, ledger: Ledger, work_root: Path, now: datetime | None = None
-                             ) -> list[str]:
+def prune_per_unit_artefacts(policy: Policy, ledger: Ledger, work_root: Path, now: datetime | None = None) -> list[str]:
     """Delete every per-unit artefact (WorkArea.per_unit_artefacts) of the releases older than the policy's
     `risk.key_retention_days`; returns their periods. Such releases keep counting in the cumulative figure
     (from the ledger) but no longer in the per-unit window of later estimates."""
@@ -56,8 +55,7 @@ def prune_per_unit_artefacts(policy: Policy, ledger: Ledger, work_root: Path, no
 def _as_published(entry: ReleaseEntry, figures: list[float]) -> ReviewedRelease:
     """A release counted with its published figure (another programme's, or past its retention)."""
     figures.extend(spent_figures([entry]))
-    return ReviewedRelease(entry.dataset, entry.period, entry.seq, False, entry.release_figure,
-                           cumulative_risk(figures))
+    return ReviewedRelease(entry.dataset, entry.period, entry.seq, False, entry.release_figure, cumulative_risk(figures))
 
 
 def review_programme(policy: Policy, ledger: Ledger, work_root: Path) -> Review:
@@ -79,17 +77,27 @@ def review_programme(policy: Policy, ledger: Ledger, work_root: Path) -> Review:
         ctx = ReleaseContext(policy, Period.parse(entry.period), work_root)
         if not ctx.area.unit_keys.exists():
             if not expired(policy, entry, datetime.now(UTC)):
-                raise FileNotFoundError(f"{ctx.area.unit_keys}: key sets of {entry.period} are missing within "
-                                        "their retention; cannot review it")
+                raise FileNotFoundError(
+                    f"{ctx.area.unit_keys}: key sets of {entry.period} are missing within their retention; cannot review it"
+                )
             reviewed.append(_as_published(entry, figures))  # past retention: the published figure stands
             continue
-        window = releases[:i][-spec.window:] if spec.window else releases[:i]
+        window = releases[:i][-spec.window :] if spec.window else releases[:i]
         risk = assess_risk(ctx, ledger, ctx.area.unit_keys, window)
         figure = risk.release_figure
         figures.append(figure if figure is not None else float("nan"))
         cumulative = cumulative_risk(figures)
-        row = ReviewedRelease(policy.name, entry.period, entry.seq, True, figure, cumulative, risk.worst_zone,
-                              entry.release_figure, risk.pooled)
+        row = ReviewedRelease(
+            policy.name,
+            entry.period,
+            entry.seq,
+            True,
+            figure,
+            cumulative,
+            risk.worst_zone,
+            entry.release_figure,
+            risk.pooled,
+        )
         reviewed.append(row)
         if figure is None or figure > spec.per_release_ceiling or cumulative > spec.cumulative_ceiling:
             breaches.append(Breach(row, spec.per_release_ceiling, spec.cumulative_ceiling, risk.worst_zone_figures()))
@@ -119,8 +127,9 @@ class ReviewRun:
     deliveries: list[DeliveryReport] = field(default_factory=list)
 
 
-def breach_alert(policy: Policy, breach: Breach, adversary: str | None = None, run_id: str | None = None,
-                 ui_url: str | None = None) -> Alert:
+def breach_alert(
+    policy: Policy, breach: Breach, adversary: str | None = None, run_id: str | None = None, ui_url: str | None = None
+) -> Alert:
     """The alert of a published release now over budget: check `within_risk_budget`, the worst zone as the
     offending place, the figures against the ceilings they exceed as the reason."""
     row = breach.release
@@ -128,33 +137,58 @@ def breach_alert(policy: Policy, breach: Breach, adversary: str | None = None, r
     if row.release_figure is None:
         why = ["no risk estimate (a missing estimate blocks)"]
     else:
-        why = [f"{label}release figure {row.release_figure:.4g} over the per-release ceiling "
-               f"{breach.per_release_ceiling:g}"] if row.release_figure > breach.per_release_ceiling else []
+        why = (
+            [f"{label}release figure {row.release_figure:.4g} over the per-release ceiling {breach.per_release_ceiling:g}"]
+            if row.release_figure > breach.per_release_ceiling
+            else []
+        )
         if row.cumulative > breach.cumulative_ceiling:
             why.append(f"cumulative {row.cumulative:.4g} over the programme ceiling {breach.cumulative_ceiling:g}")
     published = f" (published at {row.published_figure:.4g})" if row.published_figure is not None else ""
     reason = f"zone {row.worst_zone}: " if row.worst_zone else ""
     offending = [Place(row.worst_zone, policy.risk.zones if policy.risk else None)] if row.worst_zone else []
-    return Alert("risk_breach", policy.name, row.period, REVIEW_CHECK, reason + "; ".join(why) + published,
-                 tuple(offending), run_id=run_id, ui_url=ui_url)
+    return Alert(
+        "risk_breach",
+        policy.name,
+        row.period,
+        REVIEW_CHECK,
+        reason + "; ".join(why) + published,
+        tuple(offending),
+        run_id=run_id,
+        ui_url=ui_url,
+    )
 
 
-def run_review(policy: Policy, ledger: Ledger, work_root: Path, alerts_dir: Path, run_id: str | None = None,
-               routing: AlertRouting | None = None) -> ReviewRun:
+def run_review(
+    policy: Policy,
+    ledger: Ledger,
+    work_root: Path,
+    alerts_dir: Path,
+    run_id: str | None = None,
+    routing: AlertRouting | None = None,
+) -> ReviewRun:
     """Apply the retention, review the programme, record the review in the ledger and the work folder, and
     deliver an alert per breach (its file in `alerts_dir`, then its channels: `routing`, by default the
     environment's merged with the policy's `alerts:`)."""
     pruned = prune_per_unit_artefacts(policy, ledger, work_root)
     review = review_programme(policy, ledger, work_root)
-    entry = ledger.append({"kind": "review", "dataset": policy.name, "landscape_sha256": review.landscape_sha256,
-                           "cumulative": review.cumulative, "releases": len(review.releases),
-                           "breaches": [b.period for b in review.breaches]})
+    entry = ledger.append(
+        {
+            "kind": "review",
+            "dataset": policy.name,
+            "landscape_sha256": review.landscape_sha256,
+            "cumulative": review.cumulative,
+            "releases": len(review.releases),
+            "breaches": [b.period for b in review.breaches],
+        }
+    )
     review = replace(review, ledger_entry=entry["hash"])
     review.write_to(reviews_folder(work_root, policy.name) / f"review-{entry['seq']:06d}.json")
     adversary = load_landscape(policy.resolve(risk_spec(policy).landscape))[0].adversary.value if review.breaches else None
     routing = routing or AlertRouting.for_policy(policy)
-    deliveries = [deliver(breach_alert(policy, breach, adversary, run_id), routing, alerts_dir)
-                  for breach in review.breaches]
+    deliveries = [
+        deliver(breach_alert(policy, breach, adversary, run_id), routing, alerts_dir) for breach in review.breaches
+    ]
     return ReviewRun(review, [str(d.path) for d in deliveries if d.path], pruned, deliveries)
 
 
@@ -171,18 +205,25 @@ def review_outcome(review: Review | None, period_label: str) -> CheckOutcome:
     if breach is None:
         return CheckOutcome(REVIEW_CHECK, True, f"within budget under landscape {review.landscape_sha256[:12]}")
     row = breach.release
-    return CheckOutcome(REVIEW_CHECK, False,
-                        f"over budget under landscape {review.landscape_sha256[:12]}: zone {row.worst_zone} "
-                        f"at {row.release_figure}, cumulative {row.cumulative:.4f}; options: withdraw, "
-                        "re-publish coarser, or accept in review", [breach.to_json()],
-                        {"release_figure": row.release_figure, "cumulative": row.cumulative})
+    return CheckOutcome(
+        REVIEW_CHECK,
+        False,
+        f"over budget under landscape {review.landscape_sha256[:12]}: zone {row.worst_zone} "
+        f"at {row.release_figure}, cumulative {row.cumulative:.4f}; options: withdraw, "
+        "re-publish coarser, or accept in review",
+        [breach.to_json()],
+        {"release_figure": row.release_figure, "cumulative": row.cumulative},
+    )
 
 
 def programme_outcome(review: Review) -> CheckOutcome:
     """Whether every published release of the review is still within its budget."""
     breaches = review.breaches
-    summary = (f"all {len(review.releases)} published releases within budget (cumulative "
-               f"{review.cumulative:.4f})" if not breaches else
-               f"{len(breaches)} published release(s) now over budget: {[b.period for b in breaches]}")
-    return CheckOutcome("published_within_budget", not breaches, summary, [b.to_json() for b in breaches],
-                        {"cumulative": review.cumulative})
+    summary = (
+        f"all {len(review.releases)} published releases within budget (cumulative {review.cumulative:.4f})"
+        if not breaches
+        else f"{len(breaches)} published release(s) now over budget: {[b.period for b in breaches]}"
+    )
+    return CheckOutcome(
+        "published_within_budget", not breaches, summary, [b.to_json() for b in breaches], {"cumulative": review.cumulative}
+    )

@@ -30,8 +30,12 @@ from spatial_release.stages.frontier import public_frontier
 from spatial_release.stages.results import IngestSummary, RiskAssessment, ZoneFigures
 
 # Column names that say which adversary each per-zone figure belongs to.
-ZONE_LABELS = {"mean": "prosecutor_mean", "at_risk": "prosecutor_at_risk", "worst": "prosecutor_worst",
-               "journalist": "journalist_mean"}
+ZONE_LABELS = {
+    "mean": "prosecutor_mean",
+    "at_risk": "prosecutor_at_risk",
+    "worst": "prosecutor_worst",
+    "journalist": "journalist_mean",
+}
 
 
 KEY_FORMAT = "%Y-%m-%dT%H:%MZ"  # a key is "<cell id>@<UTC start of its bucket>"
@@ -39,8 +43,6 @@ KEY_FORMAT = "%Y-%m-%dT%H:%MZ"  # a key is "<cell id>@<UTC start of its bucket>"
 
 def _parquet(path: Path) -> str:
     return f"read_parquet('{sql_path(path)}')"
-
-
 
 
 def write_ladder_buckets(ctx: ReleaseContext) -> Path | None:
@@ -81,8 +83,17 @@ def write_risk_areas(ctx: ReleaseContext) -> Path | None:
         cells = pd.read_parquet(ctx.area.counts / "membership.internal.parquet", columns=["cell_id"])["cell_id"]
         hierarchy = ctx.locator.hierarchy(cells.drop_duplicates())
         for level in levels:
-            rows.append(pd.DataFrame({"zoning": LEAF, "leaf": hierarchy["cell_id"], "level": level,
-                                      "area_id": hierarchy[level], "main_cell": hierarchy["cell_id"]}))
+            rows.append(
+                pd.DataFrame(
+                    {
+                        "zoning": LEAF,
+                        "leaf": hierarchy["cell_id"],
+                        "level": level,
+                        "area_id": hierarchy[level],
+                        "main_cell": hierarchy["cell_id"],
+                    }
+                )
+            )
     linked = []
     for spec in geometry.linked:
         membership = _linked_membership(ctx, spec.name).assign(zoning=spec.name)
@@ -92,16 +103,18 @@ def write_risk_areas(ctx: ReleaseContext) -> Path | None:
         main = linked_areas_of_main(ctx, spec.name, leaves.to_numpy())
         for level in [spec.name, *(p.level for p in spec.parents)]:
             area = leaves.to_numpy() if level == spec.name else parents[level].to_numpy()
-            rows.append(pd.DataFrame({"zoning": spec.name, "leaf": leaves.to_numpy(), "level": level, "area_id": area,
-                                      "main_cell": main}))
+            rows.append(
+                pd.DataFrame(
+                    {"zoning": spec.name, "leaf": leaves.to_numpy(), "level": level, "area_id": area, "main_cell": main}
+                )
+            )
     if not rows:
         return None
     areas = pd.concat(rows, ignore_index=True).dropna()
     # A key belongs to one risk zone (the anchor of "I know she was in z"): an area over several risk zones
     # (a 2 km parent over four 1 km zones, a tract across two wards) is left out of the keys; the attacks
     # still read it (stages.attack views every zoning).
-    areas["zone"] = _risk_zone_of(ctx, areas["main_cell"]).reindex(areas["main_cell"]).to_numpy() \
-        if len(areas) else []
+    areas["zone"] = _risk_zone_of(ctx, areas["main_cell"]).reindex(areas["main_cell"]).to_numpy() if len(areas) else []
     spread = areas.groupby(["zoning", "level", "area_id"])["zone"].transform("nunique")
     path = ctx.area.counts / AREAS
     with atomic_path(path) as tmp:
@@ -118,19 +131,23 @@ def _zoning_keys_sql(area: WorkArea) -> list[str]:
     areas = area.counts / AREAS
     if not areas.exists():
         return []
-    margins = (f"(SELECT DISTINCT level, area_id, bucket_start FROM {_parquet(area.candidate / 'margins.parquet')})")
+    margins = f"(SELECT DISTINCT level, area_id, bucket_start FROM {_parquet(area.candidate / 'margins.parquet')})"
     key = f"a.level || ':' || a.area_id || '@' || strftime({{bucket}}, '{KEY_FORMAT}')"
-    selects = [f"SELECT m.unit, {key.format(bucket='m.bucket_start')} AS key, a.main_cell AS cell_id "
-               f"FROM {_parquet(area.counts / 'membership.internal.parquet')} m "
-               f"JOIN {_parquet(areas)} a ON a.zoning = '{LEAF}' AND a.leaf = m.cell_id "
-               f"JOIN {margins} g ON g.level = a.level AND g.area_id = a.area_id AND g.bucket_start = m.bucket_start"]
+    selects = [
+        f"SELECT m.unit, {key.format(bucket='m.bucket_start')} AS key, a.main_cell AS cell_id "
+        f"FROM {_parquet(area.counts / 'membership.internal.parquet')} m "
+        f"JOIN {_parquet(areas)} a ON a.zoning = '{LEAF}' AND a.leaf = m.cell_id "
+        f"JOIN {margins} g ON g.level = a.level AND g.area_id = a.area_id AND g.bucket_start = m.bucket_start"
+    ]
     linked = area.counts / LINKED_MEMBERSHIP
     if linked.exists():
-        selects.append(f"SELECT l.unit, {key.format(bucket='l.bucket_start')} AS key, a.main_cell AS cell_id "
-                       f"FROM {_parquet(linked)} l "
-                       f"JOIN {_parquet(areas)} a ON a.zoning = l.zoning AND a.leaf = l.cell_id "
-                       f"JOIN {margins} g ON g.level = a.level AND g.area_id = a.area_id "
-                       "AND g.bucket_start = l.bucket_start")
+        selects.append(
+            f"SELECT l.unit, {key.format(bucket='l.bucket_start')} AS key, a.main_cell AS cell_id "
+            f"FROM {_parquet(linked)} l "
+            f"JOIN {_parquet(areas)} a ON a.zoning = l.zoning AND a.leaf = l.cell_id "
+            f"JOIN {margins} g ON g.level = a.level AND g.area_id = a.area_id "
+            "AND g.bucket_start = l.bucket_start"
+        )
     return selects
 
 
@@ -144,19 +161,25 @@ def released_keys_sql(area: WorkArea, ladder: Path | None = None) -> str:
     published area of the main geometry's parent levels and of the linked zonings a unit is counted in is a key
     too (`write_risk_areas`: "<level>:<area>@<start>"), so the bound counts every zoning."""
     membership = _parquet(area.counts / "membership.internal.parquet")
-    sql = (f"SELECT m.unit, m.cell_id || '@' || strftime(m.bucket_start, '{KEY_FORMAT}') AS key, m.cell_id "
-           f"FROM {membership} m "
-           f"JOIN (SELECT DISTINCT cell_id, bucket_start FROM {_parquet(area.candidate / 'cells.parquet')}) c "
-           "ON m.cell_id = c.cell_id AND m.bucket_start = c.bucket_start")
+    sql = (
+        f"SELECT m.unit, m.cell_id || '@' || strftime(m.bucket_start, '{KEY_FORMAT}') AS key, m.cell_id "
+        f"FROM {membership} m "
+        f"JOIN (SELECT DISTINCT cell_id, bucket_start FROM {_parquet(area.candidate / 'cells.parquet')}) c "
+        "ON m.cell_id = c.cell_id AND m.bucket_start = c.bucket_start"
+    )
     sql = " UNION ALL ".join([sql, *_zoning_keys_sql(area)])
     if ladder is None:
         return sql
-    coarse = (f"SELECT DISTINCT substr(level, {len(LEAF) + 2}) AS rung, area_id, bucket_start "
-              f"FROM {_parquet(area.candidate / 'margins.parquet')} WHERE starts_with(level, '{LEAF}@')")
-    return (f"{sql} UNION ALL SELECT m.unit, m.cell_id || '@' || c.rung || '@' || strftime(c.bucket_start, "
-            f"'{KEY_FORMAT}') AS key, m.cell_id FROM {membership} m "
-            f"JOIN {_parquet(ladder)} r ON r.fine = m.bucket_start "
-            f"JOIN ({coarse}) c ON c.rung = r.rung AND c.area_id = m.cell_id AND c.bucket_start = r.coarse")
+    coarse = (
+        f"SELECT DISTINCT substr(level, {len(LEAF) + 2}) AS rung, area_id, bucket_start "
+        f"FROM {_parquet(area.candidate / 'margins.parquet')} WHERE starts_with(level, '{LEAF}@')"
+    )
+    return (
+        f"{sql} UNION ALL SELECT m.unit, m.cell_id || '@' || c.rung || '@' || strftime(c.bucket_start, "
+        f"'{KEY_FORMAT}') AS key, m.cell_id FROM {membership} m "
+        f"JOIN {_parquet(ladder)} r ON r.fine = m.bucket_start "
+        f"JOIN ({coarse}) c ON c.rung = r.rung AND c.area_id = m.cell_id AND c.bucket_start = r.coarse"
+    )
 
 
 def write_released_keys(area: WorkArea, path: Path, ladder: Path | None = None) -> None:
@@ -179,8 +202,9 @@ def _risk_zone_of(ctx: ReleaseContext, cells: pd.Series) -> pd.Series:
     return pd.Series([mapping[c] for c in cells], index=cells.to_numpy())
 
 
-def zone_population(policy: Policy, landscape: Landscape, landscape_path: Path, layers: ZoneLayers | None = None
-                    ) -> dict[str, float] | None:
+def zone_population(
+    policy: Policy, landscape: Landscape, landscape_path: Path, layers: ZoneLayers | None = None
+) -> dict[str, float] | None:
     """Public population per risk zone: each population polygon counts in the zone holding its
     representative point (zones geometry only; a grid has no polygons to join)."""
     if landscape.population is None:
@@ -204,8 +228,7 @@ def zone_population(policy: Policy, landscape: Landscape, landscape_path: Path, 
     else:
         zones = zones.rename(columns={"cell_id": "zone"})
     points = source.set_geometry(source.representative_point()).to_crs(zones.crs)
-    joined = gpd.sjoin(points[[landscape.population.value, "geometry"]], zones[["zone", "geometry"]],
-                       predicate="within")
+    joined = gpd.sjoin(points[[landscape.population.value, "geometry"]], zones[["zone", "geometry"]], predicate="within")
     return joined.groupby("zone")[landscape.population.value].sum().astype(float).to_dict()
 
 
@@ -215,8 +238,9 @@ def spent_figures(entries: Iterable[ReleaseEntry]) -> list[float]:
     figures = []
     for entry in entries:
         if entry.release_figure is None:
-            raise LedgerCorrupt(entry.seq, f"release {entry.dataset} {entry.period} records no risk figure: the "
-                                           "budget it spent is unknown")
+            raise LedgerCorrupt(
+                entry.seq, f"release {entry.dataset} {entry.period} records no risk figure: the budget it spent is unknown"
+            )
         figures.append(entry.release_figure)
     return figures
 
@@ -244,12 +268,10 @@ def release_inputs(ctx: ReleaseContext) -> list[str]:
     return list(IngestSummary.read(ctx.area.ingest).input_digests or []) if path.exists() else []
 
 
-def earlier_releases(policy: Policy, period: Period, ledger: Ledger, inputs: Iterable[str] = ()
-                     ) -> list[ReleaseEntry]:
+def earlier_releases(policy: Policy, period: Period, ledger: Ledger, inputs: Iterable[str] = ()) -> list[ReleaseEntry]:
     """The earlier releases in the risk window: this dataset's and those of every programme that shares its
     population (a quarterly and a monthly programme over the same bikes spend one budget)."""
-    entries = [e for e in population_releases(policy, ledger, inputs)
-               if e.key != (policy.name, period.label)]
+    entries = [e for e in population_releases(policy, ledger, inputs) if e.key != (policy.name, period.label)]
     window = policy.risk.window if policy.risk else None
     return entries[-window:] if window else entries
 
@@ -274,13 +296,19 @@ def _earlier_keys(ctx: ReleaseContext, entries: list[ReleaseEntry]) -> list[Path
         if path.exists():
             paths.append(path)
         elif not expired(ctx.policy, entry, now):
-            raise FileNotFoundError(f"the per-unit key sets of release {entry.period} ({path}) are missing "
-                                    "within their retention: the risk over the window cannot be estimated")
+            raise FileNotFoundError(
+                f"the per-unit key sets of release {entry.period} ({path}) are missing "
+                "within their retention: the risk over the window cannot be estimated"
+            )
     return paths
 
 
-def window_key_sets(ctx: ReleaseContext, unit_keys: pd.DataFrame | Path | None, earlier: list[ReleaseEntry],
-                    earlier_keys: list[Path] | None = None) -> keysets.KeySets:
+def window_key_sets(
+    ctx: ReleaseContext,
+    unit_keys: pd.DataFrame | Path | None,
+    earlier: list[ReleaseEntry],
+    earlier_keys: list[Path] | None = None,
+) -> keysets.KeySets:
     """The coded key sets of this release (a DataFrame, a key set file, or None: derived from the work area's
     membership and candidate cells) and of the earlier releases of the window (`earlier_keys`: their key set
     files, when already found), built in DuckDB."""
@@ -319,8 +347,9 @@ def _saved_report(path: Path, digest: str | None) -> RiskReport | None:
         return None
 
 
-def estimate_once(area: WorkArea, sets: KeySets, params: RiskParams, population: dict[str, float] | None,
-                  started: float) -> RiskReport:
+def estimate_once(
+    area: WorkArea, sets: KeySets, params: RiskParams, population: dict[str, float] | None, started: float
+) -> RiskReport:
     """`estimate_key_sets`, reusing the work area's last estimate when it was computed from byte-identical
     inputs by the same code (`estimate_digest`: the coded key sets, the parameters and the population;
     `reuse.digest_of` adds the code). The publish step builds the key sets again from the candidate and the
@@ -340,8 +369,9 @@ def estimate_once(area: WorkArea, sets: KeySets, params: RiskParams, population:
 ESTIMATE_BY_INPUTS = "estimate_inputs.internal.json"  # risk/: the same estimate, keyed by the files it derives from
 
 
-def window_inputs_digest(ctx: ReleaseContext, earlier_keys: list[Path], params: RiskParams,
-                         population: dict[str, float] | None) -> str | None:
+def window_inputs_digest(
+    ctx: ReleaseContext, earlier_keys: list[Path], params: RiskParams, population: dict[str, float] | None
+) -> str | None:
     """sha256 of what the window's estimate derives from when this release's key sets come from the work area
     (`released_keys_sql`): the membership, the candidate files, the policy and period (the time ladder), the
     earlier key set files, the risk zone of every cell they name (zone files shape it; no other hash covers
@@ -352,25 +382,51 @@ def window_inputs_digest(ctx: ReleaseContext, earlier_keys: list[Path], params: 
     sources = [membership, *earlier_keys]
     con = duckdb.connect()
     try:
-        cells = pd.Series(sorted({row[0] for path in sources for row in con.execute(
-            f"SELECT DISTINCT cell_id FROM {_parquet(path)}").fetchall()}), dtype=object)
+        cells = pd.Series(
+            sorted(
+                {
+                    row[0]
+                    for path in sources
+                    for row in con.execute(f"SELECT DISTINCT cell_id FROM {_parquet(path)}").fetchall()
+                }
+            ),
+            dtype=object,
+        )
     finally:
         con.close()
     zones = _risk_zone_of(ctx, cells) if len(cells) else pd.Series(dtype=object)
-    return reuse.digest_of({
-        "risk_inputs": {name: sha256_file(path) for name, path in (
-            ("membership", membership), ("cells", area.candidate / "cells.parquet"),
-            ("margins", area.candidate / "margins.parquet"), ("areas", area.counts / AREAS),
-            ("linked", area.counts / LINKED_MEMBERSHIP)) if path.exists()},
-        "policy": ctx.policy.sha256, "period": ctx.period.label,
-        "earlier": [[str(path), sha256_file(path)] for path in earlier_keys],
-        "zones": [[str(c), str(z)] for c, z in zip(cells, zones.reindex(cells).to_numpy())],
-        "params": params.__dict__, "population": sorted((population or {}).items())})
+    return reuse.digest_of(
+        {
+            "risk_inputs": {
+                name: sha256_file(path)
+                for name, path in (
+                    ("membership", membership),
+                    ("cells", area.candidate / "cells.parquet"),
+                    ("margins", area.candidate / "margins.parquet"),
+                    ("areas", area.counts / AREAS),
+                    ("linked", area.counts / LINKED_MEMBERSHIP),
+                )
+                if path.exists()
+            },
+            "policy": ctx.policy.sha256,
+            "period": ctx.period.label,
+            "earlier": [[str(path), sha256_file(path)] for path in earlier_keys],
+            "zones": [[str(c), str(z)] for c, z in zip(cells, zones.reindex(cells).to_numpy())],
+            "params": params.__dict__,
+            "population": sorted((population or {}).items()),
+        }
+    )
 
 
-def estimate_window(ctx: ReleaseContext, unit_keys: pd.DataFrame | Path | None, earlier: list[ReleaseEntry],
-                    params: RiskParams, population: dict[str, float] | None, started: float,
-                    keys_from_area: bool = False) -> RiskReport:
+def estimate_window(
+    ctx: ReleaseContext,
+    unit_keys: pd.DataFrame | Path | None,
+    earlier: list[ReleaseEntry],
+    params: RiskParams,
+    population: dict[str, float] | None,
+    started: float,
+    keys_from_area: bool = False,
+) -> RiskReport:
     """The estimate over this release's key sets and the earlier ones of the window. When this release's key
     sets derive from the work area (the publish step, or the risk step that has just derived them), an
     estimate saved for byte-identical source files is reused without building the key sets at all;
@@ -385,16 +441,20 @@ def estimate_window(ctx: ReleaseContext, unit_keys: pd.DataFrame | Path | None, 
     saved = _saved_report(ctx.area.risk / ESTIMATE_BY_INPUTS, inputs)
     if saved is not None:
         return saved
-    report = estimate_once(ctx.area, window_key_sets(ctx, unit_keys, earlier, earlier_keys), params, population,
-                           started)
+    report = estimate_once(ctx.area, window_key_sets(ctx, unit_keys, earlier, earlier_keys), params, population, started)
     if inputs is not None:
         reuse.save(ctx.area.risk / ESTIMATE_BY_INPUTS, inputs, report.to_json())
     return report
 
 
-def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | Path | None = None,
-                earlier: list[ReleaseEntry] | None = None, keys_from_area: bool = False, rung: str | None = None
-                ) -> RiskAssessment:
+def assess_risk(
+    ctx: ReleaseContext,
+    ledger: Ledger,
+    unit_keys: pd.DataFrame | Path | None = None,
+    earlier: list[ReleaseEntry] | None = None,
+    keys_from_area: bool = False,
+    rung: str | None = None,
+) -> RiskAssessment:
     """Per-zone risk of this release plus the earlier ones in the window, and the gate's decision.
 
     unit_keys: this release's per-unit key sets (unit, key, cell_id), as a DataFrame or a key set file;
@@ -420,8 +480,11 @@ def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | P
     model = policy.risk.model
     if model == "attack":
         zone_of = lambda cells: _risk_zone_of(ctx, cells)  # noqa: E731
-        attack = (attack_stage.attack_candidate(ctx, zone_of, attack_params(landscape)) if rung is None else
-                  attack_stage.attack_once(ctx, zone_of, attack_params(landscape), rung, proposal=True))
+        attack = (
+            attack_stage.attack_candidate(ctx, zone_of, attack_params(landscape))
+            if rung is None
+            else attack_stage.attack_once(ctx, zone_of, attack_params(landscape), rung, proposal=True)
+        )
         zones = with_attack_figures(zones, attack, adversary)
         worst_zone, figure = worst_attack_zone(zones)
         pooled = attack_pooled(zones)
@@ -432,23 +495,49 @@ def assess_risk(ctx: ReleaseContext, ledger: Ledger, unit_keys: pd.DataFrame | P
         measure = adversary.measure
     figure, pooled, bound = public_ratio(figure), public_ratio(pooled), public_ratio(bound)
     previous = spent_figures(earlier)
-    decision = decide(figure, worst_zone, previous, policy.risk.per_release_ceiling,
-                      policy.risk.cumulative_ceiling, policy.risk.warn_at)
+    decision = decide(
+        figure, worst_zone, previous, policy.risk.per_release_ceiling, policy.risk.cumulative_ceiling, policy.risk.warn_at
+    )
     warning = None
-    if model == "attack" and bound_zone is not None and bound is not None and \
-            bound > policy.risk.per_release_ceiling and figure is not None and figure <= policy.risk.per_release_ceiling:
-        warning = (f"the uniqueness upper bound (perfect trajectory recovery) of zone {bound_zone.zone} is "
-                   f"{bound:.3f}, over the ceiling {policy.risk.per_release_ceiling}; the attacks run on the "
-                   f"published figures reach {figure:.3f}: the gate reads the attacks (risk.model: attack)")
+    if (
+        model == "attack"
+        and bound_zone is not None
+        and bound is not None
+        and bound > policy.risk.per_release_ceiling
+        and figure is not None
+        and figure <= policy.risk.per_release_ceiling
+    ):
+        warning = (
+            f"the uniqueness upper bound (perfect trajectory recovery) of zone {bound_zone.zone} is "
+            f"{bound:.3f}, over the ceiling {policy.risk.per_release_ceiling}; the attacks run on the "
+            f"published figures reach {figure:.3f}: the gate reads the attacks (risk.model: attack)"
+        )
     return RiskAssessment(
-        status=decision.status, reason=f"{adversary.value} adversary, {model} model: {decision.reason}",
-        worst_zone=decision.worst_zone, release_figure=figure, pooled=pooled,
-        cumulative=decision.cumulative, headroom=decision.headroom, previous=previous, measure=measure,
-        adversary=adversary.value, panel=landscape.panel, landscape_sha256=landscape_sha,
-        landscape_version=landscape.version, points=landscape.points, units=report.units, keys=report.keys,
-        window_periods=[e.period for e in earlier] + [period.label], zones=zones,
-        seconds=round(time.perf_counter() - started, 2), model=model, frontier=_public_frontier(ctx), upper_bound=bound,
-        upper_bound_zone=bound_zone.zone if bound_zone else None, warning=warning)
+        status=decision.status,
+        reason=f"{adversary.value} adversary, {model} model: {decision.reason}",
+        worst_zone=decision.worst_zone,
+        release_figure=figure,
+        pooled=pooled,
+        cumulative=decision.cumulative,
+        headroom=decision.headroom,
+        previous=previous,
+        measure=measure,
+        adversary=adversary.value,
+        panel=landscape.panel,
+        landscape_sha256=landscape_sha,
+        landscape_version=landscape.version,
+        points=landscape.points,
+        units=report.units,
+        keys=report.keys,
+        window_periods=[e.period for e in earlier] + [period.label],
+        zones=zones,
+        seconds=round(time.perf_counter() - started, 2),
+        model=model,
+        frontier=_public_frontier(ctx),
+        upper_bound=bound,
+        upper_bound_zone=bound_zone.zone if bound_zone else None,
+        warning=warning,
+    )
 
 
 def _public_frontier(ctx: ReleaseContext) -> list[dict] | None:
@@ -466,11 +555,13 @@ def coarser_keys_sql(area: WorkArea, ladder: Path, rung: str, k: int) -> str:
     passes k (true counts: no complementary suppression, so at least as many keys as such a release would
     show) as a key of each unit counted in it."""
     level = f"{LEAF}@{rung}"
-    return (f"SELECT m.unit, m.cell_id || '@{rung}@' || strftime(r.coarse, '{KEY_FORMAT}') AS key, m.cell_id "
-            f"FROM {_parquet(area.counts / 'membership.internal.parquet')} m "
-            f"JOIN {_parquet(ladder)} r ON r.fine = m.bucket_start AND r.rung = '{rung}' "
-            f"JOIN (SELECT area_id, bucket_start FROM {_parquet(area.counts / 'margin_counts.parquet')} "
-            f"WHERE level = '{level}' AND n >= {int(k)}) c ON c.area_id = m.cell_id AND c.bucket_start = r.coarse")
+    return (
+        f"SELECT m.unit, m.cell_id || '@{rung}@' || strftime(r.coarse, '{KEY_FORMAT}') AS key, m.cell_id "
+        f"FROM {_parquet(area.counts / 'membership.internal.parquet')} m "
+        f"JOIN {_parquet(ladder)} r ON r.fine = m.bucket_start AND r.rung = '{rung}' "
+        f"JOIN (SELECT area_id, bucket_start FROM {_parquet(area.counts / 'margin_counts.parquet')} "
+        f"WHERE level = '{level}' AND n >= {int(k)}) c ON c.area_id = m.cell_id AND c.bucket_start = r.coarse"
+    )
 
 
 def propose_coarsening(ctx: ReleaseContext, ledger: Ledger, ladder: Path) -> list[dict]:
@@ -484,13 +575,21 @@ def propose_coarsening(ctx: ReleaseContext, ledger: Ledger, ladder: Path) -> lis
             path = Path(spill) / "keys.parquet"
             con = keysets.connect(spill)
             try:
-                con.execute(f"COPY ({coarser_keys_sql(ctx.area, ladder, rung, ctx.policy.k)}) TO "
-                            f"'{sql_path(path)}' (FORMAT parquet)")
+                con.execute(
+                    f"COPY ({coarser_keys_sql(ctx.area, ladder, rung, ctx.policy.k)}) TO '{sql_path(path)}' (FORMAT parquet)"
+                )
             finally:
                 con.close()
             assessment = assess_risk(ctx, ledger, path, rung=rung)
-        proposals.append({"rung": rung, "status": assessment.status, "worst_zone": assessment.worst_zone,
-                          "release_figure": assessment.release_figure, "cumulative": assessment.cumulative})
+        proposals.append(
+            {
+                "rung": rung,
+                "status": assessment.status,
+                "worst_zone": assessment.worst_zone,
+                "release_figure": assessment.release_figure,
+                "cumulative": assessment.cumulative,
+            }
+        )
     return proposals
 
 
@@ -498,9 +597,11 @@ def _with_proposal(assessment: RiskAssessment, proposals: list[dict]) -> RiskAss
     passing = [p for p in proposals if p["status"] != BLOCK]
     if passing:
         best = passing[0]
-        note = (f"; coarsening proposed: cells at the ladder's {best['rung']} rung would give "
-                f"{best['release_figure']:.4g} (worst zone {best['worst_zone']}), within the ceilings: set "
-                f"time.bucket to {best['rung']} in a reviewed policy change")
+        note = (
+            f"; coarsening proposed: cells at the ladder's {best['rung']} rung would give "
+            f"{best['release_figure']:.4g} (worst zone {best['worst_zone']}), within the ceilings: set "
+            f"time.bucket to {best['rung']} in a reviewed policy change"
+        )
     else:
         note = "; no rung of the time ladder passes the gate either: coarser zones or a larger k are needed"
     return replace(assessment, reason=assessment.reason + note, coarsening=proposals)

@@ -127,8 +127,9 @@ def linked_groups(table: Table, keep: np.ndarray) -> list[np.ndarray]:
     the links between consecutive kept members of each relation, with path halving to the roots, in arrays (a
     Python loop over the figures was slow on a large release, which computes them several times)."""
     n = len(table)
-    sizes = np.fromiter((len(r.children) + 1 + (r.rest is not None) for r in table.relations), dtype=np.int64,
-                        count=len(table.relations))
+    sizes = np.fromiter(
+        (len(r.children) + 1 + (r.rest is not None) for r in table.relations), dtype=np.int64, count=len(table.relations)
+    )
     members = np.fromiter((m for r in table.relations for m in r.members()), dtype=np.int64, count=int(sizes.sum()))
     relation = np.repeat(np.arange(len(table.relations)), sizes)
     kept = keep[members]
@@ -194,8 +195,9 @@ class ComponentModel:
     def floors(self, nodes: Iterable[int]) -> np.ndarray:
         """Column lower bounds: a published figure's value, else what the outsider knows (table.floor)."""
         table = self.table
-        return np.array([float(table.value[n]) if table.status[n] == PUBLISHED else float(table.lower_bound(n))
-                         for n in nodes])
+        return np.array(
+            [float(table.value[n]) if table.status[n] == PUBLISHED else float(table.lower_bound(n)) for n in nodes]
+        )
 
     def _add_rows(self, relations: Iterable) -> None:
         lower: list[float] = []
@@ -224,8 +226,15 @@ class ComponentModel:
                 row({child: 1.0, rel.parent: -1.0}, -INF, 0.0)  # each child <= parent
             if rel.rest is not None and rel.rest_children is not None:
                 row({rel.rest: 1.0, rel.parent: -float(rel.rest_children)}, -INF, 0.0)
-        self.highs.addRows(len(lower), np.array(lower), np.array(upper), len(index),
-                           np.array(starts, dtype=np.int32), np.array(index, dtype=np.int32), np.array(values))
+        self.highs.addRows(
+            len(lower),
+            np.array(lower),
+            np.array(upper),
+            len(index),
+            np.array(starts, dtype=np.int32),
+            np.array(index, dtype=np.int32),
+            np.array(values),
+        )
 
     def bound(self, node: int, maximise: bool) -> tuple[str, float, np.ndarray, np.ndarray]:
         """(status, value, column values, reduced costs) of min or max of one node."""
@@ -252,8 +261,7 @@ class ComponentModel:
             return "unbounded", INF, values, duals
         return name, math.nan, values, duals
 
-    def bulk_witness(self, nodes: list[int], maximise: bool, cap: float, criterion: Criterion
-                     ) -> np.ndarray | None:
+    def bulk_witness(self, nodes: list[int], maximise: bool, cap: float, criterion: Criterion) -> np.ndarray | None:
         """One LP pushing every node in `nodes` towards its protection bound at once: maximise (minimise)
         their sum with each one's bound clipped at its target, max(k, v + 1) (floored at v - 1), so that the
         LP spreads the slack instead of spending it on one primary. Every variable is also capped at `cap`.
@@ -308,8 +316,11 @@ class ComponentModel:
         finally:
             h.setOptionValue("time_limit", INF)
             h.setOptionValue("mip_max_nodes", 2**31 - 1)
-            h.changeColsIntegrality(len(withheld_cols), withheld_cols.astype(np.int32),
-                                    np.array([highspy.HighsVarType.kContinuous] * len(withheld_cols)))
+            h.changeColsIntegrality(
+                len(withheld_cols),
+                withheld_cols.astype(np.int32),
+                np.array([highspy.HighsVarType.kContinuous] * len(withheld_cols)),
+            )
         return values
 
     def integer_point(self, node: int, maximise: bool) -> tuple[str, float, np.ndarray]:
@@ -321,8 +332,11 @@ class ComponentModel:
         try:
             status, value, values, _ = self.bound(node, maximise)
         finally:
-            h.changeColsIntegrality(len(variables), np.array(variables, dtype=np.int32),
-                                    np.array([highspy.HighsVarType.kContinuous] * len(variables)))
+            h.changeColsIntegrality(
+                len(variables),
+                np.array(variables, dtype=np.int32),
+                np.array([highspy.HighsVarType.kContinuous] * len(variables)),
+            )
         return status, value, values
 
     def toward(self, node: int, maximise: bool, target: float) -> tuple[str, float, np.ndarray]:
@@ -360,13 +374,17 @@ def _is_integral(values: np.ndarray) -> bool:
 
 def _binding(model: ComponentModel, duals: np.ndarray) -> tuple[tuple[int, float], ...]:
     table = model.table
-    found = [(node, abs(float(duals[c]))) for node, c in model.column.items()
-             if table.status[node] == PUBLISHED and abs(duals[c]) > TOL]
+    found = [
+        (node, abs(float(duals[c])))
+        for node, c in model.column.items()
+        if table.status[node] == PUBLISHED and abs(duals[c]) > TOL
+    ]
     return tuple(sorted(found))
 
 
-def _bulk_certificates(model: ComponentModel, primaries: list[int], criterion: Criterion, result: AuditResult,
-                       cap: float | None = None) -> tuple[dict[int, tuple[float, Point]], dict[int, tuple[float, Point]]]:
+def _bulk_certificates(
+    model: ComponentModel, primaries: list[int], criterion: Criterion, result: AuditResult, cap: float | None = None
+) -> tuple[dict[int, tuple[float, Point]], dict[int, tuple[float, Point]]]:
     """Witness points that clear the protection bounds of many primaries at once: maximise (minimise) the
     sum of the still-uncertified primaries and keep every primary whose value in that integral feasible
     point already reaches max(k, v + 1) (is at most v - 1). Sound: a feasible point is something the
@@ -405,14 +423,19 @@ def table_cap(table: Table, criterion: Criterion) -> float:
     return float(max(sum(table.value), criterion.k) * 4 + 10)
 
 
-def audit_component(model: ComponentModel, primaries: list[int], criterion: Criterion, result: AuditResult,
-                    optimal_bounds: bool = False, cap: float | None = None) -> None:
+def audit_component(
+    model: ComponentModel,
+    primaries: list[int],
+    criterion: Criterion,
+    result: AuditResult,
+    optimal_bounds: bool = False,
+    cap: float | None = None,
+) -> None:
     """Audit `primaries` of one component: one `Interval` each in `result.intervals`, and in
     `result.witnesses` each primary's (lo point, up point): integral points of the attacker's feasible set
     where the primary takes the value lo (up), or a value >= the criterion's bound for an unbounded up."""
     table = model.table
-    witness_lo, witness_up = ({}, {}) if optimal_bounds else _bulk_certificates(model, primaries, criterion,
-                                                                                 result, cap)
+    witness_lo, witness_up = ({}, {}) if optimal_bounds else _bulk_certificates(model, primaries, criterion, result, cap)
     for node in primaries:
         v = table.value[node]
         bounds, integer_solve, failed, capped = {}, False, False, False
@@ -426,8 +449,11 @@ def audit_component(model: ComponentModel, primaries: list[int], criterion: Crit
             status, value, values, duals = model.bound(node, maximise)
             result.lps_solved += 1
             if status not in ("optimal", "unbounded"):
-                reason = "infeasible: the published figures contradict the relations" if status == "Infeasible" \
+                reason = (
+                    "infeasible: the published figures contradict the relations"
+                    if status == "Infeasible"
                     else f"solver status {status}"
+                )
                 result.errors.append(f"{table.key(node)}: {'max' if maximise else 'min'} failed, {reason}")
                 failed = True
                 break
@@ -452,8 +478,9 @@ def audit_component(model: ComponentModel, primaries: list[int], criterion: Crit
                     capped = status == "optimal" and ((value >= target - TOL) if maximise else (value <= target + TOL))
                 result.mips_solved += 1
                 if status not in ("optimal", "unbounded"):
-                    result.errors.append(f"{table.key(node)}: integer {'max' if maximise else 'min'} failed, "
-                                         f"solver status {status}")
+                    result.errors.append(
+                        f"{table.key(node)}: integer {'max' if maximise else 'min'} failed, solver status {status}"
+                    )
                     failed = True
                     break
             bounds[maximise] = value
@@ -471,8 +498,7 @@ def audit_component(model: ComponentModel, primaries: list[int], criterion: Crit
         failing = criterion.failing(v, lo, up)
         chosen = binding[True] if failing in ("upper", "both") else binding[False] if failing == "lower" else ()
         kind = WITNESS if capped or node in witness_lo or node in witness_up else OPTIMAL
-        result.intervals.append(Interval(node, v, float(lo), float(up), not failing, integer_solve, failing,
-                                         chosen, kind))
+        result.intervals.append(Interval(node, v, float(lo), float(up), not failing, integer_solve, failing, chosen, kind))
 
 
 @dataclass
@@ -531,27 +557,41 @@ def packs(table: Table, primaries: set[int] | None = None) -> list[Pack]:
     return work
 
 
-def _job(table: Table, pack: Pack, relations_of: list[list[int]], cap: float, options: dict, criterion: Criterion,
-         optimal_bounds: bool) -> _Job:
+def _job(
+    table: Table,
+    pack: Pack,
+    relations_of: list[list[int]],
+    cap: float,
+    options: dict,
+    criterion: Criterion,
+    optimal_bounds: bool,
+) -> _Job:
     rel_ids = sorted({r for n in pack.nodes for r in relations_of[n]})
     members = sorted({m for r in rel_ids for m in table.relations[r].members()} | set(pack.nodes))
     local = {node: i for i, node in enumerate(members)}
     sub = table.subtable(members, rel_ids)
-    return _Job(sub, members, [local[n] for n in pack.chosen], cap, options, criterion, optimal_bounds,
-                len(pack.components))
+    return _Job(sub, members, [local[n] for n in pack.chosen], cap, options, criterion, optimal_bounds, len(pack.components))
 
 
 def _solve(job: _Job) -> _Solved:
     """Audit one job on its sub-table (in a worker process)."""
     table = job.table
-    model = ComponentModel(table, [i for i in range(len(table)) if table.status[i] != PUBLISHED],
-                           table.relations_of(), job.options)
+    model = ComponentModel(
+        table, [i for i in range(len(table)) if table.status[i] != PUBLISHED], table.relations_of(), job.options
+    )
     comps = components(table) if job.components > 1 else []
     return _solved(model, job.primaries, comps, job.criterion, job.optimal_bounds, job.cap)
 
 
-def _solve_in_place(table: Table, pack: Pack, relations_of: list[list[int]], cap: float, options: dict,
-                    criterion: Criterion, optimal_bounds: bool) -> _Solved:
+def _solve_in_place(
+    table: Table,
+    pack: Pack,
+    relations_of: list[list[int]],
+    cap: float,
+    options: dict,
+    criterion: Criterion,
+    optimal_bounds: bool,
+) -> _Solved:
     """Audit one job on the whole table (in this process): the very model `_solve` builds on its sub-table,
     whose columns and rows come in the same order, without building the sub-table or renumbering back."""
     model = ComponentModel(table, pack.nodes, relations_of, options)
@@ -559,18 +599,32 @@ def _solve_in_place(table: Table, pack: Pack, relations_of: list[list[int]], cap
     return _solved(model, pack.chosen, comps, criterion, optimal_bounds, cap)
 
 
-def _solved(model: ComponentModel, primaries: list[int], comps: list[list[int]], criterion: Criterion,
-            optimal_bounds: bool, cap: float) -> _Solved:
+def _solved(
+    model: ComponentModel,
+    primaries: list[int],
+    comps: list[list[int]],
+    criterion: Criterion,
+    optimal_bounds: bool,
+    cap: float,
+) -> _Solved:
     """Audit `primaries` on `model`; `comps`: the components packed into it (empty: one)."""
     result = AuditResult(k=criterion.k, criterion=criterion)
     audit_component(model, primaries, criterion, result, optimal_bounds, cap)
     witnesses = _own_component_points(comps, result.witnesses) if comps else result.witnesses
-    return _Solved(result.intervals, result.errors, witnesses, result.lps_solved, result.bulk_lps,
-                   result.mips_solved, result.witness_lps)
+    return _Solved(
+        result.intervals,
+        result.errors,
+        witnesses,
+        result.lps_solved,
+        result.bulk_lps,
+        result.mips_solved,
+        result.witness_lps,
+    )
 
 
-def _own_component_points(comps: list[list[int]], witnesses: dict[int, tuple[Point | None, Point | None]]
-                          ) -> dict[int, tuple[Point | None, Point | None]]:
+def _own_component_points(
+    comps: list[list[int]], witnesses: dict[int, tuple[Point | None, Point | None]]
+) -> dict[int, tuple[Point | None, Point | None]]:
     """Each primary's witness points restricted to its own component (the other components at their true
     values). A point of a pack moves figures of several components; restricted, it is still feasible (the
     components share no relation and the true table satisfies each), and a witness never depends on another
@@ -597,16 +651,29 @@ def _own_component_points(comps: list[list[int]], witnesses: dict[int, tuple[Poi
     return {p: (own(lo, p), own(up, p)) for p, (lo, up) in witnesses.items()}
 
 
-def renumbered(intervals: list[Interval], witnesses: dict[int, tuple[Point | None, Point | None]],
-               back: Sequence[int]) -> tuple[list[Interval], dict[int, tuple[Point | None, Point | None]]]:
+def renumbered(
+    intervals: list[Interval], witnesses: dict[int, tuple[Point | None, Point | None]], back: Sequence[int]
+) -> tuple[list[Interval], dict[int, tuple[Point | None, Point | None]]]:
     """Intervals and witness points of a sub-table (`Table.subtable`) in the whole table's numbering (`back`:
     sub-table node -> node; monotone, so every order is kept). Shared points stay shared."""
 
     def point(p: Point) -> Point:
         return {back[n]: v for n, v in p.items()}
 
-    mapped_intervals = [Interval(back[i.node], i.value, i.lo, i.up, i.passed, i.exact_integer, i.failing,
-                                 tuple((back[n], rc) for n, rc in i.binding), i.bounds) for i in intervals]
+    mapped_intervals = [
+        Interval(
+            back[i.node],
+            i.value,
+            i.lo,
+            i.up,
+            i.passed,
+            i.exact_integer,
+            i.failing,
+            tuple((back[n], rc) for n, rc in i.binding),
+            i.bounds,
+        )
+        for i in intervals
+    ]
     mapped: dict[int, Point] = {}  # one dict per shared point, as in the worker
     mapped_witnesses = {}
     for node, (lo, up) in witnesses.items():
@@ -622,8 +689,9 @@ def renumbered(intervals: list[Interval], witnesses: dict[int, tuple[Point | Non
 def _to_table(job: _Job, solved: _Solved) -> _Solved:
     """The sub-table's numbering mapped back to the whole table's."""
     intervals, witnesses = renumbered(solved.intervals, solved.witnesses, job.nodes)
-    return _Solved(intervals, solved.errors, witnesses, solved.lps_solved, solved.bulk_lps, solved.mips_solved,
-                   solved.witness_lps)
+    return _Solved(
+        intervals, solved.errors, witnesses, solved.lps_solved, solved.bulk_lps, solved.mips_solved, solved.witness_lps
+    )
 
 
 def pool(workers: int) -> ProcessPoolExecutor:
@@ -639,8 +707,16 @@ def pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers, mp_context=context)
 
 
-def _solve_all(table: Table, work: list[Pack], relations_of: list[list[int]], cap: float, options: dict,
-               criterion: Criterion, optimal_bounds: bool, workers: int) -> Iterator[tuple[Pack, _Solved]]:
+def _solve_all(
+    table: Table,
+    work: list[Pack],
+    relations_of: list[list[int]],
+    cap: float,
+    options: dict,
+    criterion: Criterion,
+    optimal_bounds: bool,
+    workers: int,
+) -> Iterator[tuple[Pack, _Solved]]:
     """Each job's result in the whole table's numbering, in the order of `work` whatever the number of
     workers: solved in place by one worker, on sub-tables (`_job`) by several."""
     if workers <= 1 or len(work) <= 1:
@@ -649,16 +725,25 @@ def _solve_all(table: Table, work: list[Pack], relations_of: list[list[int]], ca
         return
     with pool(min(workers, len(work))) as executor:
         for start in range(0, len(work), BATCH):
-            batch = work[start:start + BATCH]
+            batch = work[start : start + BATCH]
             jobs = [_job(table, pack, relations_of, cap, options, criterion, optimal_bounds) for pack in batch]
             chunk = max(1, len(jobs) // (workers * 4))
             for pack, job, solved in zip(batch, jobs, executor.map(_solve, jobs, chunksize=chunk)):
                 yield pack, _to_table(job, solved)
 
 
-def audit(table: Table, k: int, options: dict | None = None, primaries: set[int] | None = None,
-          optimal_bounds: bool = False, criterion: Criterion | None = None, progress: Progress = silent,
-          every_s: float = 5.0, workers: int | None = None, cap: float | None = None) -> AuditResult:
+def audit(
+    table: Table,
+    k: int,
+    options: dict | None = None,
+    primaries: set[int] | None = None,
+    optimal_bounds: bool = False,
+    criterion: Criterion | None = None,
+    progress: Progress = silent,
+    every_s: float = 5.0,
+    workers: int | None = None,
+    cap: float | None = None,
+) -> AuditResult:
     """Audit every withheld primary, or only those in `primaries` (the repair loop re-audits only the
     primaries that failed: withholding more figures only widens the attacker's feasible set, so a primary
     that passed keeps passing). With `optimal_bounds`, every bound is the attacker's optimum (two LPs per
@@ -688,8 +773,7 @@ def audit(table: Table, k: int, options: dict | None = None, primaries: set[int]
     result.workers = workers
     cap = table_cap(table, criterion) if cap is None else cap
     done, reported = 0, time.perf_counter()
-    for pack, solved in _solve_all(table, work, relations_of, cap, dict(options or {}), criterion, optimal_bounds,
-                                   workers):
+    for pack, solved in _solve_all(table, work, relations_of, cap, dict(options or {}), criterion, optimal_bounds, workers):
         result.components += len(pack.components)
         result.intervals.extend(solved.intervals)
         result.errors.extend(solved.errors)
@@ -700,16 +784,34 @@ def audit(table: Table, k: int, options: dict | None = None, primaries: set[int]
         if time.perf_counter() - reported >= every_s:
             reported = time.perf_counter()
             # shares and times only: counts of withheld primaries and components stay internal
-            progress(ProgressEvent("audit", f"audit: {done / total:.0%} of the withheld primaries, "
-                                            f"{reported - started:.0f} s", share=done / total,
-                                   seconds=reported - started))
+            progress(
+                ProgressEvent(
+                    "audit",
+                    f"audit: {done / total:.0%} of the withheld primaries, {reported - started:.0f} s",
+                    share=done / total,
+                    seconds=reported - started,
+                )
+            )
     result.seconds = time.perf_counter() - started
     if total:
-        verdict = 'every withheld primary protected' if not result.failures() else 'some primaries NOT protected'
-        progress(ProgressEvent("audit", f"audit: done in {result.seconds:.1f} s, {verdict}", share=1.0,
-                               seconds=result.seconds, done=True))
+        verdict = "every withheld primary protected" if not result.failures() else "some primaries NOT protected"
+        progress(
+            ProgressEvent(
+                "audit", f"audit: done in {result.seconds:.1f} s, {verdict}", share=1.0, seconds=result.seconds, done=True
+            )
+        )
     return result
 
 
-__all__ = ["AuditResult", "ComponentModel", "Criterion", "Interval", "audit", "audit_component", "components",
-           "default_workers", "inconsistent_relations", "table_cap"]
+__all__ = [
+    "AuditResult",
+    "ComponentModel",
+    "Criterion",
+    "Interval",
+    "audit",
+    "audit_component",
+    "components",
+    "default_workers",
+    "inconsistent_relations",
+    "table_cap",
+]

@@ -97,11 +97,19 @@ class _Protected:
 
 def _protect_chunk(chunk: _Chunk) -> _Protected:
     """Protect one chunk (in this process or a worker), serially, and number its audit as the whole table."""
-    log = protect_whole(chunk.table, chunk.k, chunk.level_depth, chunk.method, criterion=chunk.criterion,
-                        options=chunk.options, progress=silent)
+    log = protect_whole(
+        chunk.table,
+        chunk.k,
+        chunk.level_depth,
+        chunk.method,
+        criterion=chunk.criterion,
+        options=chunk.options,
+        progress=silent,
+    )
     if log.audit is not None:
-        log.audit.intervals, log.audit.witnesses = renumbered(log.audit.intervals, log.audit.witnesses,
-                                                              chunk.members.tolist())
+        log.audit.intervals, log.audit.witnesses = renumbered(
+            log.audit.intervals, log.audit.witnesses, chunk.members.tolist()
+        )
     return _Protected(chunk.members, chunk.table.status, log)
 
 
@@ -129,7 +137,7 @@ def _chunks(table: Table, blocks: list[np.ndarray]) -> list[tuple[np.ndarray, np
         if not withheld[nodes].any():
             continue
         nodes_in.append(nodes)
-        relations_in.append(order[starts[b]:starts[b + 1]])
+        relations_in.append(order[starts[b] : starts[b + 1]])
         size += len(nodes)
         if size >= CHUNK_NODES:
             close()
@@ -187,9 +195,17 @@ def _result(future) -> _Protected:
         raise error from None
 
 
-def protect_blocks(table: Table, k: int, level_depth: dict[str, int], method: ProtectionMethod = ProtectionMethod(),
-                   *, criterion: Criterion | None = None, options: Mapping | None = None,
-                   progress: Progress = silent, every_s: float = 5.0) -> ProtectionLog:
+def protect_blocks(
+    table: Table,
+    k: int,
+    level_depth: dict[str, int],
+    method: ProtectionMethod = ProtectionMethod(),
+    *,
+    criterion: Criterion | None = None,
+    options: Mapping | None = None,
+    progress: Progress = silent,
+    every_s: float = 5.0,
+) -> ProtectionLog:
     """`protection.protect` block by block (see the module docstring): the statuses of `table` change in
     place, and the returned log holds the audit of the final pattern in `table`'s numbering. Falls back to
     `protect_whole` when fewer than two blocks hold a withheld figure."""
@@ -203,13 +219,21 @@ def protect_blocks(table: Table, k: int, level_depth: dict[str, int], method: Pr
         raise SuppressionError("; ".join(contradictions[:5]))
     chunks = _chunks(table, independent_blocks(table))
     if len(chunks) < 2:
-        return protect_whole(table, k, level_depth, method, criterion=criterion, options=options,
-                             progress=progress)
+        return protect_whole(table, k, level_depth, method, criterion=criterion, options=options, progress=progress)
     costs = costs_for(table, level_depth, method.cost)
     cap = table_cap(table, criterion) if method.cap is None else method.cap  # as the whole table's audit caps
-    jobs = (_Chunk(table.subtable(nodes.tolist(), relations.tolist()), nodes, k, level_depth,
-                   replace(method, cost=[costs[n] for n in nodes.tolist()], workers=1, cap=cap), criterion, options)
-            for nodes, relations in chunks)
+    jobs = (
+        _Chunk(
+            table.subtable(nodes.tolist(), relations.tolist()),
+            nodes,
+            k,
+            level_depth,
+            replace(method, cost=[costs[n] for n in nodes.tolist()], workers=1, cap=cap),
+            criterion,
+            options,
+        )
+        for nodes, relations in chunks
+    )
     audit = AuditResult(k=k, criterion=criterion)  # the log's audit, merged over the chunks
     log = ProtectionLog(audit=audit, method=method)
     reported = time.perf_counter()
@@ -218,15 +242,27 @@ def protect_blocks(table: Table, k: int, level_depth: dict[str, int], method: Pr
         _merge(table, done, log, audit)
         if time.perf_counter() - reported >= every_s:
             reported = time.perf_counter()
-            progress(ProgressEvent("suppression", f"suppression: {n / len(chunks):.0%} of the table protected, "
-                                                   f"{reported - started:.0f} s", share=n / len(chunks),
-                                   seconds=reported - started))
+            progress(
+                ProgressEvent(
+                    "suppression",
+                    f"suppression: {n / len(chunks):.0%} of the table protected, {reported - started:.0f} s",
+                    share=n / len(chunks),
+                    seconds=reported - started,
+                )
+            )
     audit.intervals.sort(key=lambda interval: interval.node)
     audit.workers = workers
     seconds = time.perf_counter() - started
-    progress(ProgressEvent("suppression", f"suppression: every block protected in {seconds:.1f} s ("
-                           f"{'every withheld primary protected' if audit.passed else 'some primaries NOT protected'})",
-                           share=1.0, seconds=seconds, done=True))
+    progress(
+        ProgressEvent(
+            "suppression",
+            f"suppression: every block protected in {seconds:.1f} s ("
+            f"{'every withheld primary protected' if audit.passed else 'some primaries NOT protected'})",
+            share=1.0,
+            seconds=seconds,
+            done=True,
+        )
+    )
     return log
 
 

@@ -138,13 +138,34 @@ class Certificate:
                 lo_point_l.append(point_id(lo_point))
                 up_point_l.append(point_id(up_point))
         types = (np.int64, np.int64, np.int64, np.float64, np.float64, bool, np.int64, np.int64)
-        primaries = pd.DataFrame({name: np.array(values, dtype=kind) for name, values, kind in zip(
-            names, (node_l, comp_l, value_l, lo_l, up_l, passed_l, lo_point_l, up_point_l), types)})
-        points = pd.DataFrame({"point": np.array(point_col, dtype=np.int64), "node": np.array(node_col, dtype=np.int64),
-                               "value": np.array(value_col, dtype=np.int64)})
+        primaries = pd.DataFrame(
+            {
+                name: np.array(values, dtype=kind)
+                for name, values, kind in zip(
+                    names, (node_l, comp_l, value_l, lo_l, up_l, passed_l, lo_point_l, up_point_l), types
+                )
+            }
+        )
+        points = pd.DataFrame(
+            {
+                "point": np.array(point_col, dtype=np.int64),
+                "node": np.array(node_col, dtype=np.int64),
+                "value": np.array(value_col, dtype=np.int64),
+            }
+        )
         criterion = result.criterion or Criterion(result.k)
-        return cls(dict(inputs), criterion.k, criterion.range_pct, f"HiGHS {highspy.Highs().version()}",
-                   len(table), len(table.relations), len(comps), result.passed, primaries, points)
+        return cls(
+            dict(inputs),
+            criterion.k,
+            criterion.range_pct,
+            f"HiGHS {highspy.Highs().version()}",
+            len(table),
+            len(table.relations),
+            len(comps),
+            result.passed,
+            primaries,
+            points,
+        )
 
     def write(self, folder: Path) -> None:
         """Write the two tables, then the header with their sha256 (last, atomically: a half-written
@@ -154,13 +175,22 @@ class Certificate:
         for name, frame in ((PRIMARIES, self.primaries), (POINTS, self.points)):
             with atomic_path(folder / name) as tmp:
                 frame.to_parquet(tmp, index=False)
-        write_json_atomic(folder / HEADER, {
-            "format": FORMAT, "inputs": self.inputs, "k": self.k, "range_pct": self.range_pct,
-            "solver": self.solver, "nodes": self.nodes, "relations": self.relations,
-            "components": self.components, "passed": self.passed,
-            "files": {name: sha256_file(folder / name) for name in (PRIMARIES, POINTS)},
-            "tolerances": {"witness_rounding": ROUNDING, "verification": "exact integer arithmetic"},
-        })
+        write_json_atomic(
+            folder / HEADER,
+            {
+                "format": FORMAT,
+                "inputs": self.inputs,
+                "k": self.k,
+                "range_pct": self.range_pct,
+                "solver": self.solver,
+                "nodes": self.nodes,
+                "relations": self.relations,
+                "components": self.components,
+                "passed": self.passed,
+                "files": {name: sha256_file(folder / name) for name in (PRIMARIES, POINTS)},
+                "tolerances": {"witness_rounding": ROUNDING, "verification": "exact integer arithmetic"},
+            },
+        )
 
     @classmethod
     def read(cls, folder: Path) -> Certificate:
@@ -172,9 +202,18 @@ class Certificate:
             for name in (PRIMARIES, POINTS):
                 if sha256_file(folder / name) != header["files"][name]:
                     raise ValueError(f"{name} does not match the header's sha256")
-            return cls(header["inputs"], int(header["k"]), header["range_pct"], header["solver"],
-                       int(header["nodes"]), int(header["relations"]), int(header["components"]),
-                       bool(header["passed"]), pd.read_parquet(folder / PRIMARIES), pd.read_parquet(folder / POINTS))
+            return cls(
+                header["inputs"],
+                int(header["k"]),
+                header["range_pct"],
+                header["solver"],
+                int(header["nodes"]),
+                int(header["relations"]),
+                int(header["components"]),
+                bool(header["passed"]),
+                pd.read_parquet(folder / PRIMARIES),
+                pd.read_parquet(folder / POINTS),
+            )
         except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
             raise ValueError(f"no readable audit certificate in {folder} ({exc})") from None
 
@@ -208,8 +247,13 @@ def _relation_holds(rel, x) -> bool:
     return rel.rest is None or rel.rest_children is None or x(rel.rest) <= rel.rest_children * parent
 
 
-def verify(table: Table, certificate: Certificate, inputs: Mapping[str, str], criterion: Criterion,
-           learned_from_earlier: Iterable[int] = ()) -> Verification:
+def verify(
+    table: Table,
+    certificate: Certificate,
+    inputs: Mapping[str, str],
+    criterion: Criterion,
+    learned_from_earlier: Iterable[int] = (),
+) -> Verification:
     """Verify `certificate` against `table`, the published system (published figures at their published
     values, every other figure withheld at its true value, floors set). `inputs` are the hashes of the
     inputs now; `learned_from_earlier` the figures published only by earlier releases (withheld here).
@@ -246,8 +290,11 @@ def _rejected(table: Table, certificate: Certificate, inputs: Mapping[str, str],
     """Why the whole certificate is unusable (another criterion, changed inputs, another system), or None."""
     if (certificate.k, certificate.range_pct) != (criterion.k, criterion.range_pct):
         return "the certificate is for another criterion"
-    changed = sorted(name for name in set(inputs) | set(certificate.inputs)
-                     if name != EARLIER and inputs.get(name) != certificate.inputs.get(name))
+    changed = sorted(
+        name
+        for name in set(inputs) | set(certificate.inputs)
+        if name != EARLIER and inputs.get(name) != certificate.inputs.get(name)
+    )
     if changed:
         return f"inputs changed since the audit: {', '.join(changed)}"
     if (certificate.nodes, certificate.relations) != (len(table), len(table.relations)):
@@ -295,8 +342,11 @@ class _Checks:
                 member_node.extend(members)
                 member_coef.extend([-1, *([1] * (len(members) - 1))])
         values = np.asarray(table.value, dtype=np.int64)
-        np.add.at(self.residual, np.asarray(member_rel, dtype=np.int64),
-                  np.asarray(member_coef, dtype=np.int64) * values[np.asarray(member_node, dtype=np.int64)])
+        np.add.at(
+            self.residual,
+            np.asarray(member_rel, dtype=np.int64),
+            np.asarray(member_coef, dtype=np.int64) * values[np.asarray(member_node, dtype=np.int64)],
+        )
         broken = "the true table does not satisfy a relation of the published system"
         for bad in np.flatnonzero(eq & (self.residual != 0)):
             self.spoil(relations[bad].members(), broken)
@@ -332,8 +382,9 @@ class _WitnessPoints:
         # Points that touch EQ relations only are checked all at once (the same test as `_valid`, in arrays:
         # at 10 M pings a certificate holds over 250,000 points); a point touching any other relation is
         # evaluated one by one.
-        self.valid: dict[int, bool] = _eq_points_valid(table, checks.relations_of, checks.eq, checks.residual, pids,
-                                                       self.nodes_of, self.values_of)
+        self.valid: dict[int, bool] = _eq_points_valid(
+            table, checks.relations_of, checks.eq, checks.residual, pids, self.nodes_of, self.values_of
+        )
         self.counted_invalid: set[int] = set()
 
     def moved(self, pid: int) -> dict[int, int] | None:
@@ -367,8 +418,9 @@ class _WitnessPoints:
                 else:
                     change.setdefault(r, 0)
         x = lambda n: moved.get(n, value[n])  # noqa: E731
-        return all((self.residuals[r] + delta == 0) if is_eq[r] else _relation_holds(relations[r], x)
-                   for r, delta in change.items())
+        return all(
+            (self.residuals[r] + delta == 0) if is_eq[r] else _relation_holds(relations[r], x) for r, delta in change.items()
+        )
 
 
 class _Recorded:
@@ -385,8 +437,9 @@ class _Recorded:
         self.up_point = primaries["up_point"].to_numpy(dtype=np.int64)
 
 
-def _certify_component(table: Table, nodes: list[int], recorded: _Recorded, points: _WitnessPoints,
-                       criterion: Criterion) -> list[Interval] | str:
+def _certify_component(
+    table: Table, nodes: list[int], recorded: _Recorded, points: _WitnessPoints, criterion: Criterion
+) -> list[Interval] | str:
     """Step 4 for one component: the witnessed interval of each of its primaries, or the first reason one of
     them does not verify."""
     intervals = []
@@ -418,8 +471,15 @@ def _certify_component(table: Table, nodes: list[int], recorded: _Recorded, poin
 EXACT_LIMIT = 2**40  # |values| up to this, summed over at most 2^22 moves per relation, stay far inside int64
 
 
-def _eq_points_valid(table: Table, relations_of: list[list[int]], eq: np.ndarray, residual: np.ndarray,
-                     pids: np.ndarray, nodes: np.ndarray, values: np.ndarray) -> dict[int, bool]:
+def _eq_points_valid(
+    table: Table,
+    relations_of: list[list[int]],
+    eq: np.ndarray,
+    residual: np.ndarray,
+    pids: np.ndarray,
+    nodes: np.ndarray,
+    values: np.ndarray,
+) -> dict[int, bool]:
     """{point id: valid} for every point of (pids, nodes, values) whose moved figures touch EQ relations only:
     each moved figure exists, is withheld and is at least its floor, and every EQ relation it touches keeps the
     true table's zero residual once the moves are added. Points touching another relation are left out."""

@@ -86,10 +86,12 @@ def unprotectable(table: Table, failures: Sequence[Interval], limit: int = 5) ->
     bound, never a count or a bound's value."""
     named = [f"{figure_name(table, f.node)} ({f.failing or 'both'} bound)" for f in failures[:limit]]
     more = f" and {len(failures) - limit} more" if len(failures) > limit else ""
-    return (f"cannot be protected: {', '.join(named)}{more}: the audit still narrows "
-            f"{'its' if len(failures) == 1 else 'their'} interval with every figure linked to "
-            f"{'it' if len(failures) == 1 else 'them'} withheld, so no further suppression helps; "
-            "nothing is published (a coarser cell or bucket is needed)")
+    return (
+        f"cannot be protected: {', '.join(named)}{more}: the audit still narrows "
+        f"{'its' if len(failures) == 1 else 'their'} interval with every figure linked to "
+        f"{'it' if len(failures) == 1 else 'them'} withheld, so no further suppression helps; "
+        "nothing is published (a coarser cell or bucket is needed)"
+    )
 
 
 @dataclass
@@ -144,8 +146,10 @@ def _sweep_relation(table: Table, costs: Costs, criterion: Criterion, relation) 
             others = sum(table.value[c] for c in children if c != node and table.status[c] != PUBLISHED)
             need = criterion.upper(table.value[node]) - table.value[node]
             if others < need:
-                return _first_found(_cheapest(table, costs, [c for c in children if c != node], at_least=need - others),
-                                    lambda: _cheapest(table, costs, [relation.parent]))
+                return _first_found(
+                    _cheapest(table, costs, [c for c in children if c != node], at_least=need - others),
+                    lambda: _cheapest(table, costs, [relation.parent]),
+                )
     return None
 
 
@@ -289,8 +293,17 @@ class _Pruning:
     of the pattern at the start of the pass (publishing only splits components), built on first use, where
     publishing a figure fixes its column, so each try is warm-started."""
 
-    def __init__(self, table: Table, costs: Costs, criterion: Criterion, witnesses: Mapping[int, WitnessPair],
-                 relations_of: list[list[int]], reasons: Mapping[int, list[int]], options: Mapping, cap: float):
+    def __init__(
+        self,
+        table: Table,
+        costs: Costs,
+        criterion: Criterion,
+        witnesses: Mapping[int, WitnessPair],
+        relations_of: list[list[int]],
+        reasons: Mapping[int, list[int]],
+        options: Mapping,
+        cap: float,
+    ):
         self.table, self.costs, self.criterion, self.cap = table, costs, criterion, cap
         self.relations_of, self.reasons = relations_of, reasons
         self.options = {"presolve": "off", **options}
@@ -353,13 +366,20 @@ class _Pruning:
         nearest to it through the relations."""
         table = self.table
         suspects = [p for p in self.reasons.get(node, []) if table.status[p] == PRIMARY]
-        return suspects + [p for p in _primaries_nearest(table, node, self.relations_of, QUICK_CHECKS)
-                           if p not in suspects]
+        return suspects + [p for p in _primaries_nearest(table, node, self.relations_of, QUICK_CHECKS) if p not in suspects]
 
 
-def prune(table: Table, costs: Costs, criterion: Criterion, witnesses: Mapping[int, WitnessPair], *,
-          method: ProtectionMethod = ProtectionMethod(), reasons: Mapping[int, list[int]] | None = None,
-          options: Mapping | None = None, relations_of: list[list[int]] | None = None) -> PruneResult:
+def prune(
+    table: Table,
+    costs: Costs,
+    criterion: Criterion,
+    witnesses: Mapping[int, WitnessPair],
+    *,
+    method: ProtectionMethod = ProtectionMethod(),
+    reasons: Mapping[int, list[int]] | None = None,
+    options: Mapping | None = None,
+    relations_of: list[list[int]] | None = None,
+) -> PruneResult:
     """Give back secondaries that turned out unnecessary: try publishing the costliest ones again, one at a
     time (at most `method.prune_tries`; None: every non-empty secondary), and keep each only if every
     primary still passes. `witnesses`: the audit's points for the current pattern, which must pass.
@@ -378,16 +398,16 @@ def prune(table: Table, costs: Costs, criterion: Criterion, witnesses: Mapping[i
     pruning = _Pruning(table, costs, criterion, witnesses, relations_of, reasons or {}, options or {}, cap)
     candidates = sorted((n for n in table.secondaries() if table.value[n] > 0), key=costs.key, reverse=True)
     if method.prune_tries is not None:
-        candidates = candidates[:method.prune_tries]
+        candidates = candidates[: method.prune_tries]
     return pruning.run(candidates)
 
 
-def _first_pattern(table: Table, k: int, costs: Costs, criterion: Criterion, stage1: str,
-                   reasons: dict[int, list[int]], progress: Progress) -> int:
+def _first_pattern(
+    table: Table, k: int, costs: Costs, criterion: Criterion, stage1: str, reasons: dict[int, list[int]], progress: Progress
+) -> int:
     """Stage 1: withhold a first pattern by elimination or by the sweep; returns how many were withheld."""
     if stage1 == GAUSS:
-        withheld = eliminate(table, k, costs.cost, lambda n: (-costs.unit[n], *costs.key(n)[2:]), reasons,
-                             criterion.upper)
+        withheld = eliminate(table, k, costs.cost, lambda n: (-costs.unit[n], *costs.key(n)[2:]), reasons, criterion.upper)
         withheld += sweep(table, costs, criterion, kinds=(UNION,))
         progress(ProgressEvent("suppression", "suppression: Gaussian elimination done"))
         return withheld
@@ -410,8 +430,9 @@ def _add_round(totals: AuditResult, result: AuditResult, intervals: dict[int, In
     totals.witnesses.update(result.witnesses)
 
 
-def _repair(table: Table, costs: Costs, failures: list[Interval], relations_of: list[list[int]],
-            reasons: dict[int, list[int]]) -> int:
+def _repair(
+    table: Table, costs: Costs, failures: list[Interval], relations_of: list[list[int]], reasons: dict[int, list[int]]
+) -> int:
     """One repair round: for each failure, withhold the published figure its failing bound rests on (or the
     nearest one). Returns how many were withheld; none is a refusal (`unprotectable`).
 
@@ -434,25 +455,41 @@ def _repair(table: Table, costs: Costs, failures: list[Interval], relations_of: 
     return withheld
 
 
-def _audit_and_repair(table: Table, k: int, costs: Costs, criterion: Criterion, method: ProtectionMethod,
-                      options: Mapping | None, relations_of: list[list[int]], reasons: dict[int, list[int]],
-                      log: ProtectionLog, progress: Progress) -> dict[int, Interval]:
+def _audit_and_repair(
+    table: Table,
+    k: int,
+    costs: Costs,
+    criterion: Criterion,
+    method: ProtectionMethod,
+    options: Mapping | None,
+    relations_of: list[list[int]],
+    reasons: dict[int, list[int]],
+    log: ProtectionLog,
+    progress: Progress,
+) -> dict[int, Interval]:
     """Stage 2: audit, repair the failures, audit them again, until every primary passes. Sets `log.audit`
     (the audit of the final pattern) and returns its intervals by primary."""
     intervals: dict[int, Interval] = {}
     totals = AuditResult(k=k, criterion=criterion)
     to_audit: set[int] | None = None  # None: every primary
     while True:
-        result = audit(table, k, dict(options or {}), primaries=to_audit, criterion=criterion,
-                       progress=progress, workers=method.workers, cap=method.cap)
+        result = audit(
+            table,
+            k,
+            dict(options or {}),
+            primaries=to_audit,
+            criterion=criterion,
+            progress=progress,
+            workers=method.workers,
+            cap=method.cap,
+        )
         _add_round(totals, result, intervals)
         failures = sorted((i for i in intervals.values() if not i.passed), key=lambda i: i.node)
         if not failures:
             break
         if log.rounds >= method.max_rounds:
             keys = ", ".join(figure_name(table, f.node) for f in failures[:5])
-            raise SuppressionError(f"{len(failures)} primaries still unprotected after {method.max_rounds} rounds: "
-                                   f"{keys}")
+            raise SuppressionError(f"{len(failures)} primaries still unprotected after {method.max_rounds} rounds: {keys}")
         log.rounds += 1
         progress(ProgressEvent("suppression", f"suppression: repair round {log.rounds}"))
         to_audit = {f.node for f in failures}
@@ -465,9 +502,16 @@ def _audit_and_repair(table: Table, k: int, costs: Costs, criterion: Criterion, 
     return intervals
 
 
-def protect_whole(table: Table, k: int, level_depth: dict[str, int], method: ProtectionMethod = ProtectionMethod(),
-                  *, criterion: Criterion | None = None, options: Mapping | None = None,
-                  progress: Progress = silent) -> ProtectionLog:
+def protect_whole(
+    table: Table,
+    k: int,
+    level_depth: dict[str, int],
+    method: ProtectionMethod = ProtectionMethod(),
+    *,
+    criterion: Criterion | None = None,
+    options: Mapping | None = None,
+    progress: Progress = silent,
+) -> ProtectionLog:
     """`protection.protect` on the whole table at once (no split into blocks): the algorithm itself."""
     criterion = criterion or Criterion(k)
     costs = Costs.of(table, level_depth, method.cost)
@@ -480,8 +524,16 @@ def protect_whole(table: Table, k: int, level_depth: dict[str, int], method: Pro
         totals = log.audit
         if totals is None:  # _audit_and_repair sets it
             raise RuntimeError("the protection log does not record the audit before pruning")
-        pruned = prune(table, costs, criterion, totals.witnesses, method=method, reasons=reasons, options=options,
-                       relations_of=relations_of)
+        pruned = prune(
+            table,
+            costs,
+            criterion,
+            totals.witnesses,
+            method=method,
+            reasons=reasons,
+            options=options,
+            relations_of=relations_of,
+        )
         log.pruned = pruned.released
         # The audit of record is the pruned pattern's: the intervals and witness points pruning kept up to
         # date, rather than solving the whole table again. The blocking check verifies every witness point
@@ -495,5 +547,14 @@ def protect_whole(table: Table, k: int, level_depth: dict[str, int], method: Pro
     return log
 
 
-__all__ = ["ProtectionLog", "PruneResult", "SuppressionError", "WitnessIndex", "figure_name", "protect_whole",
-           "prune", "sweep", "unprotectable"]
+__all__ = [
+    "ProtectionLog",
+    "PruneResult",
+    "SuppressionError",
+    "WitnessIndex",
+    "figure_name",
+    "protect_whole",
+    "prune",
+    "sweep",
+    "unprotectable",
+]

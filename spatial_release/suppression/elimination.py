@@ -69,8 +69,10 @@ def model_columns(table: Table) -> list[Vector]:
                 columns[top] = {top: 1} if table.value[top] > 0 else {}
                 stack.pop()
                 continue
-            members = [*table.relations[r].children,
-                       *(() if table.relations[r].rest is None else (table.relations[r].rest,))]
+            members = [
+                *table.relations[r].children,
+                *(() if table.relations[r].rest is None else (table.relations[r].rest,)),
+            ]
             pending = [m for m in members if columns[m] is None]
             if pending:
                 if any(m in stack for m in pending):
@@ -186,8 +188,14 @@ class Echelon:
                 raise AssertionError("a tracked column entered the span of the published ones")
 
 
-def eliminate(table: Table, k: int, costs: Sequence[float], order_key, reasons: dict[int, list[int]] | None = None,
-              upper: Callable[[int], int] | None = None) -> int:
+def eliminate(
+    table: Table,
+    k: int,
+    costs: Sequence[float],
+    order_key,
+    reasons: dict[int, list[int]] | None = None,
+    upper: Callable[[int], int] | None = None,
+) -> int:
     """Withhold (status SECONDARY) the published figures that GaussSuppression-style elimination picks so
     that no primary and no small sum of primaries is a linear combination of published figures. `costs`
     per node (higher: published first), `order_key(node)` the deterministic tie-break. `reasons`, if given,

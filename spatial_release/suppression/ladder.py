@@ -62,9 +62,14 @@ def time_links(rungs: list[str], parents_of, cut_of=lambda rung: ()) -> tuple[Ti
     links, fine = [], None
     for rung in rungs:
         mapping = parents_of(fine, rung)
-        links.append(TimeLink(fine, rung, tuple(sorted((pd.Timestamp(a), pd.Timestamp(b))
-                                                       for a, b in mapping.items())),
-                              tuple(sorted(pd.Timestamp(b) for b in cut_of(rung)))))
+        links.append(
+            TimeLink(
+                fine,
+                rung,
+                tuple(sorted((pd.Timestamp(a), pd.Timestamp(b)) for a, b in mapping.items())),
+                tuple(sorted(pd.Timestamp(b) for b in cut_of(rung))),
+            )
+        )
         fine = rung
     return tuple(links)
 
@@ -79,8 +84,9 @@ def _fine_nodes(table: Table, link: TimeLink):
         yield i, (coarse_level, table.area[i], parent[pd.Timestamp(table.bucket[i])])
 
 
-def add_absent_fine(table: Table, links: tuple[TimeLink, ...],
-                    known_zeros: Mapping[str, set[tuple[str, pd.Timestamp]]] | None = None) -> int:
+def add_absent_fine(
+    table: Table, links: tuple[TimeLink, ...], known_zeros: Mapping[str, set[tuple[str, pd.Timestamp]]] | None = None
+) -> int:
     """Make every empty finer figure under a non-empty (or already explicit) coarser one an explicit `EMPTY`
     node, coarsest link first, so that each empty figure is one variable shared by all its relations (its
     space relation at its rung and its time relations). Folding such figures into per-relation rest variables
@@ -93,8 +99,7 @@ def add_absent_fine(table: Table, links: tuple[TimeLink, ...],
         children: dict[pd.Timestamp, list[pd.Timestamp]] = {}
         for fine, coarse in link.parents:
             children.setdefault(pd.Timestamp(coarse), []).append(pd.Timestamp(fine))
-        coarse_nodes = [i for i in range(len(table))
-                        if table.status[i] != REST and rung_of(table.level[i]) == link.coarse]
+        coarse_nodes = [i for i in range(len(table)) if table.status[i] != REST and rung_of(table.level[i]) == link.coarse]
         for i in coarse_nodes:
             level = at_rung(space_level(table.level[i]), link.fine)
             zeros = known_zeros.get(level, set())
@@ -117,8 +122,10 @@ def relate_time(table: Table, link: TimeLink) -> int:
     for key, children in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1], str(item[0][2]))):
         parent = table.index.get(key)
         if parent is None:
-            raise ValueError(f"no count for {key[0]} {key[1]} at {key[2]}, the {link.coarse} bucket of observed "
-                             f"{link.fine or 'finest'} figures: the counts do not cover the time ladder")
+            raise ValueError(
+                f"no count for {key[0]} {key[1]} at {key[2]}, the {link.coarse} bucket of observed "
+                f"{link.fine or 'finest'} figures: the counts do not cover the time ladder"
+            )
         table.relations.append(Relation(UNION, parent, tuple(sorted(children)), None, None, key[0]))
     return len(groups)
 
@@ -166,8 +173,11 @@ def _leaf_ancestors(table: Table, links: tuple[TimeLink, ...]) -> dict[int, list
 
 def unshown_leaf_units(table: Table, ancestors: dict[int, list[int]]) -> tuple[int, int]:
     """(unit counts of the main cells shown at no rung of their own cell, all their unit counts)."""
-    unshown = sum(table.value[i] for i, chain in ancestors.items()
-                  if table.status[i] != PUBLISHED and all(table.status[j] != PUBLISHED for j in chain))
+    unshown = sum(
+        table.value[i]
+        for i, chain in ancestors.items()
+        if table.status[i] != PUBLISHED and all(table.status[j] != PUBLISHED for j in chain)
+    )
     return unshown, sum(table.value[i] for i in ancestors)
 
 
@@ -175,12 +185,14 @@ def cut_figures(table: Table, links: tuple[TimeLink, ...], base_cut: tuple = ())
     """The publishable figures whose bucket is cut by the period's edge: at the policy's bucket (`base_cut`,
     e.g. a week across the end of a month) and at each rung (`TimeLink.cut`); those below k stay primaries
     (an outsider who derives one learns a count below k)."""
-    cut = {(None, pd.Timestamp(b)) for b in base_cut} | {(link.coarse, pd.Timestamp(b))
-                                                          for link in links for b in link.cut}
+    cut = {(None, pd.Timestamp(b)) for b in base_cut} | {(link.coarse, pd.Timestamp(b)) for link in links for b in link.cut}
     if not cut:
         return []
-    return [i for i in range(len(table)) if table.status[i] == PUBLISHED
-            and (rung_of(table.level[i]), pd.Timestamp(table.bucket[i])) in cut]
+    return [
+        i
+        for i in range(len(table))
+        if table.status[i] == PUBLISHED and (rung_of(table.level[i]), pd.Timestamp(table.bucket[i])) in cut
+    ]
 
 
 def _choose_climbs(table: Table, ancestors: dict[int, list[int]], need: int, never: frozenset[int]) -> list[int]:
@@ -188,18 +200,25 @@ def _choose_climbs(table: Table, ancestors: dict[int, list[int]], need: int, nev
     (the clinical ladders' "most information kept per unit of detail lost"), until they show `need` more
     unit counts (at least one figure). Lazy greedy: a figure's gain only falls as others are chosen."""
     import heapq
+
     covers: dict[int, list[int]] = {}
     for leaf, chain in ancestors.items():
         for j in chain:
             covers.setdefault(j, []).append(leaf)
-    shown = {leaf for leaf, chain in ancestors.items()
-             if table.status[leaf] == PUBLISHED or any(table.status[j] == PUBLISHED for j in chain)}
+    shown = {
+        leaf
+        for leaf, chain in ancestors.items()
+        if table.status[leaf] == PUBLISHED or any(table.status[j] == PUBLISHED for j in chain)
+    }
 
     def gain(j: int) -> float:
         return sum(table.value[leaf] for leaf in covers[j] if leaf not in shown) / len(covers[j])
 
-    heap = [(-gain(j), table.level[j], table.area[j], str(table.bucket[j]), j) for j in sorted(covers)
-            if table.status[j] == UNOFFERED and j not in never]
+    heap = [
+        (-gain(j), table.level[j], table.area[j], str(table.bucket[j]), j)
+        for j in sorted(covers)
+        if table.status[j] == UNOFFERED and j not in never
+    ]
     heapq.heapify(heap)
     chosen: list[int] = []
     gained = 0
@@ -218,8 +237,14 @@ def _choose_climbs(table: Table, ancestors: dict[int, list[int]], need: int, nev
     return chosen
 
 
-def climb_to_budget(table: Table, links: tuple[TimeLink, ...], budget: float, protect_once, progress: Progress | None = None,
-                    never: frozenset[int] = frozenset()):
+def climb_to_budget(
+    table: Table,
+    links: tuple[TimeLink, ...],
+    budget: float,
+    protect_once,
+    progress: Progress | None = None,
+    never: frozenset[int] = frozenset(),
+):
     """Suppression budget as a target: protect with no coarser figure offered; while the main cells' unit
     counts shown at no rung exceed `budget`, offer the coarser cell figures that show the most of them per
     merged bucket (`_choose_climbs`) and protect again. Other levels never climb here (the budget is about
@@ -248,11 +273,27 @@ def climb_to_budget(table: Table, links: tuple[TimeLink, ...], budget: float, pr
             progress(ProgressEvent("suppression", f"suppression: climbed the time ladder (round {rounds})"))
         log = protect_once()
         unshown, total = unshown_leaf_units(table, ancestors)
-    table.ladder = {"climb": "to_budget", "budget": budget, "rounds": rounds, "offered": offered,
-                    "unshown_share_before": before, "unshown_share_after": unshown / total if total else 0.0,
-                    "budget_holds": (unshown / total if total else 0.0) <= budget}
+    table.ladder = {
+        "climb": "to_budget",
+        "budget": budget,
+        "rounds": rounds,
+        "offered": offered,
+        "unshown_share_before": before,
+        "unshown_share_after": unshown / total if total else 0.0,
+        "budget_holds": (unshown / total if total else 0.0) <= budget,
+    }
     return log
 
 
-__all__ = ["MAX_CLIMBS", "TimeLink", "UNOFFERED", "add_absent_fine", "climb_to_budget", "cut_figures", "offer_needed",
-           "relate_time", "time_links", "unshown_leaf_units"]
+__all__ = [
+    "MAX_CLIMBS",
+    "TimeLink",
+    "UNOFFERED",
+    "add_absent_fine",
+    "climb_to_budget",
+    "cut_figures",
+    "offer_needed",
+    "relate_time",
+    "time_links",
+    "unshown_leaf_units",
+]

@@ -55,4 +55,3 @@ def structural_zero_rows(zeros: Iterable[str], buckets: Iterable[datetime], occu
     taken = pd.MultiIndex.from_frame(occupied[["cell_id", "bucket_start"]])
     free = ~pd.MultiIndex.from_frame(rows).isin(taken)
     return rows[free].assign(n=0).reset_index(drop=True)
-

@@ -15,9 +15,16 @@ from spatial_release.suppression.table import Table
 from spatial_release.suppression.verdicts import Criterion
 
 
-def protect(table: Table, k: int, level_depth: dict[str, int], method: ProtectionMethod = ProtectionMethod(), *,
-            criterion: Criterion | None = None, options: Mapping | None = None,
-            progress: Progress = silent) -> ProtectionLog:
+def protect(
+    table: Table,
+    k: int,
+    level_depth: dict[str, int],
+    method: ProtectionMethod = ProtectionMethod(),
+    *,
+    criterion: Criterion | None = None,
+    options: Mapping | None = None,
+    progress: Progress = silent,
+) -> ProtectionLog:
     """Withhold secondaries in `table` (statuses change in place) until the audit passes.
 
     `table` holds every figure with its status (primaries already marked), `k` the threshold, `level_depth`
@@ -26,8 +33,7 @@ def protect(table: Table, k: int, level_depth: dict[str, int], method: Protectio
     `options` HiGHS options for the audits. Returns the `ProtectionLog` with the audit of the final pattern
     and the method that ran."""
     if blocks.worth_splitting(table, method):
-        return blocks.protect_blocks(table, k, level_depth, method, criterion=criterion, options=options,
-                                     progress=progress)
+        return blocks.protect_blocks(table, k, level_depth, method, criterion=criterion, options=options, progress=progress)
     return protect_whole(table, k, level_depth, method, criterion=criterion, options=options, progress=progress)
 
 

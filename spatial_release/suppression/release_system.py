@@ -131,13 +131,18 @@ class DisclosureSpec:
         (the policy's own sha256 covers them): k, measure, zeros, buckets, levels, identities, count column,
         criterion and solver options."""
         criterion = self.criterion or Criterion(self.k)
-        payload = {"k": self.k, "measure": self.measure, "zeros": sorted(self.zeros),
-                   "buckets": [str(pd.Timestamp(b)) for b in self.buckets], "count_column": self.count_column,
-                   "levels": [list(c.levels) for c in self.structure.chains],
-                   "identities": [list(i) for i in self.structure.identities],
-                   "time_links": [link.digest_payload() for link in self.structure.time_links],
-                   "criterion": [criterion.k, criterion.range_pct],
-                   "solver_options": sorted((str(k), str(v)) for k, v in self.solver_options.items())}
+        payload = {
+            "k": self.k,
+            "measure": self.measure,
+            "zeros": sorted(self.zeros),
+            "buckets": [str(pd.Timestamp(b)) for b in self.buckets],
+            "count_column": self.count_column,
+            "levels": [list(c.levels) for c in self.structure.chains],
+            "identities": [list(i) for i in self.structure.identities],
+            "time_links": [link.digest_payload() for link in self.structure.time_links],
+            "criterion": [criterion.k, criterion.range_pct],
+            "solver_options": sorted((str(k), str(v)) for k, v in self.solver_options.items()),
+        }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
     def zero_keys(self) -> list[tuple[str, object]]:
@@ -163,8 +168,15 @@ def system_for(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: Discl
     structure = spec.structure
     zeros = spec.zero_keys_by_level()
     known = {level: {(cell, pd.Timestamp(bucket)) for cell, bucket in keys} for level, keys in zeros.items()}
-    table = build_table(_leaves(true_cells), true_margins, structure.chains, spec.k, spec.measure, zeros,
-                        prepare=lambda t: add_absent_fine(t, structure.time_links, known))
+    table = build_table(
+        _leaves(true_cells),
+        true_margins,
+        structure.chains,
+        spec.k,
+        spec.measure,
+        zeros,
+        prepare=lambda t: add_absent_fine(t, structure.time_links, known),
+    )
     for level_a, level_b in structure.identities:
         for rung in (None, *structure.rungs):
             a, b = at_rung(level_a, rung), at_rung(level_b, rung)
@@ -180,21 +192,24 @@ def system_for(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: Discl
 
 
 def _frame(table: Table, nodes: list[int], leaf: bool) -> pd.DataFrame:
-    frame = pd.DataFrame({
-        "level": [table.level[i] for i in nodes],
-        "area_id": [table.area[i] for i in nodes],
-        "bucket_start": pd.to_datetime([table.bucket[i] for i in nodes], utc=True),
-        "n": pd.array([table.value[i] for i in nodes], dtype="int64"),
-        "reason": [table.status[i] for i in nodes],
-    })
+    frame = pd.DataFrame(
+        {
+            "level": [table.level[i] for i in nodes],
+            "area_id": [table.area[i] for i in nodes],
+            "bucket_start": pd.to_datetime([table.bucket[i] for i in nodes], utc=True),
+            "n": pd.array([table.value[i] for i in nodes], dtype="int64"),
+            "reason": [table.status[i] for i in nodes],
+        }
+    )
     if leaf:
         frame = frame.drop(columns="level").rename(columns={"area_id": "cell_id"})
         return frame.sort_values(CELL_KEY).reset_index(drop=True)
     return frame.sort_values(MARGIN_KEY).reset_index(drop=True)
 
 
-def tables_from_status(table: Table, zeros: Iterable[str], buckets: Sequence[datetime],
-                       true_cells: pd.DataFrame) -> ProtectedTable:
+def tables_from_status(
+    table: Table, zeros: Iterable[str], buckets: Sequence[datetime], true_cells: pd.DataFrame
+) -> ProtectedTable:
     real = [i for i in range(len(table)) if table.status[i] not in (REST, UNOFFERED, EMPTY)]
     leaves = [i for i in real if table.level[i] == LEAF]
     margins = [i for i in real if table.level[i] != LEAF]
@@ -213,8 +228,9 @@ def tables_from_status(table: Table, zeros: Iterable[str], buckets: Sequence[dat
     )
 
 
-def structure_digest(structure: Structure, true_cells: pd.DataFrame, true_margins: pd.DataFrame,
-                     zeros: Iterable[str]) -> str:
+def structure_digest(
+    structure: Structure, true_cells: pd.DataFrame, true_margins: pd.DataFrame, zeros: Iterable[str]
+) -> str:
     """sha256 of what the structure's functions answer wherever a system over these counts can ask them:
     each chain's `parent_of` of every area the counts hold at a level of the same spatial level (any time
     rung), and of every parent so reached, and `children_count` of every such parent. With the spec's own
@@ -256,9 +272,14 @@ def absent_listed_zero_floors(table: Table, zeros: Iterable[str], buckets: Seque
     this: a listed zero that holds units contradicts the list, and that blocks the release on its own
     (guarantees.check_structural_zeros); the audit still sees the gap for what it is."""
     zeros, listed = set(zeros), {pd.Timestamp(bucket) for bucket in buckets}
-    return {i: 1 for i in range(len(table))
-            if table.area[i] in zeros and table.level[i] == LEAF and table.status[i] != PUBLISHED
-            and pd.Timestamp(table.bucket[i]) in listed}
+    return {
+        i: 1
+        for i in range(len(table))
+        if table.area[i] in zeros
+        and table.level[i] == LEAF
+        and table.status[i] != PUBLISHED
+        and pd.Timestamp(table.bucket[i]) in listed
+    }
 
 
 def force_withheld(table: Table, withhold: frozenset[tuple[str, str, int]]) -> list[int]:
@@ -278,9 +299,13 @@ def force_withheld(table: Table, withhold: frozenset[tuple[str, str, int]]) -> l
     return marked
 
 
-def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: DisclosureSpec,
-                    progress: Progress = silent, withhold: frozenset[tuple[str, str, int]] = frozenset()
-                    ) -> tuple[ProtectedTable, ProtectionLog, Table]:
+def protect_release(
+    true_cells: pd.DataFrame,
+    true_margins: pd.DataFrame,
+    spec: DisclosureSpec,
+    progress: Progress = silent,
+    withhold: frozenset[tuple[str, str, int]] = frozenset(),
+) -> tuple[ProtectedTable, ProtectionLog, Table]:
     """Primary and complementary suppression of one release.
 
     `true_cells` (cell_id, bucket_start, n) and `true_margins` (level, area_id, bucket_start, n) are the
@@ -302,13 +327,15 @@ def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: 
     table = system_for(true_cells, true_margins, spec)
     forced = force_withheld(table, withhold)
     if forced:
-        progress(ProgressEvent("suppression", "suppression: figures an earlier release of the population withheld "
-                                              "are withheld here too"))
+        progress(
+            ProgressEvent(
+                "suppression", "suppression: figures an earlier release of the population withheld are withheld here too"
+            )
+        )
     links = spec.structure.time_links
     cut = cut_figures(table, links, spec.structure.cut)
     if cut:
-        progress(ProgressEvent("suppression", "suppression: the figures of buckets cut by the period's edges are "
-                                              "withheld"))
+        progress(ProgressEvent("suppression", "suppression: the figures of buckets cut by the period's edges are withheld"))
     for i in cut:  # a bucket cut by the period's edge: a free complement, never published
         table.status[i] = UNOFFERED
     forced = sorted(set(forced) | set(cut))
@@ -319,8 +346,15 @@ def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: 
     method = spec.method if not links else spec.method.with_prune_tries(0)
 
     def run() -> ProtectionLog:
-        return protect(table, spec.k, spec.structure.level_depth(), method, criterion=spec.criterion,
-                       options=dict(spec.solver_options), progress=progress)
+        return protect(
+            table,
+            spec.k,
+            spec.structure.level_depth(),
+            method,
+            criterion=spec.criterion,
+            options=dict(spec.solver_options),
+            progress=progress,
+        )
 
     if not links or spec.climb == "where_withheld":
         table.ladder = {"climb": spec.climb, "offered": offer_needed(table, links, frozenset(forced))} if links else {}
@@ -335,10 +369,14 @@ def protect_release(true_cells: pd.DataFrame, true_margins: pd.DataFrame, spec: 
     return tables_from_status(table, spec.zeros, shown_buckets, true_cells), log, table
 
 
-def published_system(true_cells: pd.DataFrame, true_margins: pd.DataFrame, published_cells: pd.DataFrame,
-                     published_margins: pd.DataFrame, spec: DisclosureSpec,
-                     earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = ()
-                     ) -> tuple[Table, list[dict[str, str]], list[int]]:
+def published_system(
+    true_cells: pd.DataFrame,
+    true_margins: pd.DataFrame,
+    published_cells: pd.DataFrame,
+    published_margins: pd.DataFrame,
+    spec: DisclosureSpec,
+    earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = (),
+) -> tuple[Table, list[dict[str, str]], list[int]]:
     """The release as an outsider sees it (see `audit_published`): the system, the conflicts between
     releases (the figures published with two values, by level, area and bucket), and the figures known only
     from the `earlier` releases."""
@@ -351,8 +389,9 @@ def published_system(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publi
         if key in known and known[key] != value:
             # identifiers only: one of the two values is the candidate's, unpublished (it would reach the
             # check's metadata, the run log and the alert)
-            conflicts.append({"level": str(key[0]), "area_id": str(key[1]),
-                              "bucket_start": pd.Timestamp(key[2], tz="UTC").isoformat()})
+            conflicts.append(
+                {"level": str(key[0]), "area_id": str(key[1]), "bucket_start": pd.Timestamp(key[2], tz="UTC").isoformat()}
+            )
         known.setdefault(key, value)
 
     this_release: set[tuple] = set()
@@ -384,8 +423,7 @@ def _instant(bucket: object) -> int:
     return pd.Timestamp(bucket).value
 
 
-def _published_keys(cells: pd.DataFrame, margins: pd.DataFrame, count_column: str
-                    ) -> Iterable[tuple[str, str, int, int]]:
+def _published_keys(cells: pd.DataFrame, margins: pd.DataFrame, count_column: str) -> Iterable[tuple[str, str, int, int]]:
     """(level, area, bucket as an instant (`_instant`), value) of every figure of a release's files."""
     for frame, area, level in ((cells, "cell_id", LEAF), (margins, "area_id", None)):
         if frame.empty:
@@ -399,10 +437,16 @@ def _published_keys(cells: pd.DataFrame, margins: pd.DataFrame, count_column: st
         yield from zip(levels, frame[area].tolist(), buckets, (int(v) for v in frame[count_column].tolist()))
 
 
-def audit_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, published_cells: pd.DataFrame,
-                    published_margins: pd.DataFrame, spec: DisclosureSpec,
-                    earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = (),
-                    progress: Progress = silent, workers: int | None = None) -> tuple[AuditResult, Table]:
+def audit_published(
+    true_cells: pd.DataFrame,
+    true_margins: pd.DataFrame,
+    published_cells: pd.DataFrame,
+    published_margins: pd.DataFrame,
+    spec: DisclosureSpec,
+    earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = (),
+    progress: Progress = silent,
+    workers: int | None = None,
+) -> tuple[AuditResult, Table]:
     """Audit the release as an outsider sees it: a figure is known iff its key is in a release file (this
     one or an `earlier` release of the same period, as (cells, margins) frames whose count column is
     `spec.count_column`), with the value printed there; every other figure is unknown, at least 0, or at
@@ -413,10 +457,8 @@ def audit_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publis
     Independent of the suppressor: it never reads the pattern `protect_release` chose, only the files.
     Returns the `AuditResult` (one interval per withheld primary, errors when releases contradict each
     other or a solve fails) and the system it was computed on."""
-    table, conflicts, _ = published_system(true_cells, true_margins, published_cells, published_margins, spec,
-                                           earlier)
-    result = audit(table, spec.k, dict(spec.solver_options), criterion=spec.criterion, progress=progress,
-                   workers=workers)
+    table, conflicts, _ = published_system(true_cells, true_margins, published_cells, published_margins, spec, earlier)
+    result = audit(table, spec.k, dict(spec.solver_options), criterion=spec.criterion, progress=progress, workers=workers)
     _record_conflicts(result, conflicts)
     return result, table
 
@@ -425,30 +467,52 @@ def _record_conflicts(result: AuditResult, conflicts: list[dict[str, str]]) -> N
     """Two releases that publish one figure with two values fail the audit; each is an error (the internal
     summary) and a named place (the check's offending rows, the alert)."""
     result.conflicts.extend(conflicts)
-    result.errors.extend(f"releases contradict each other: {c['level']} {c['area_id']} at {c['bucket_start']} is "
-                         "published with two values" for c in conflicts)
+    result.errors.extend(
+        f"releases contradict each other: {c['level']} {c['area_id']} at {c['bucket_start']} is published with two values"
+        for c in conflicts
+    )
 
 
-def certify_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, published_cells: pd.DataFrame,
-                      published_margins: pd.DataFrame, spec: DisclosureSpec, certificate: Certificate,
-                      inputs: Mapping[str, str], earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = (),
-                      progress: Progress = silent, workers: int | None = None
-                      ) -> tuple[AuditResult, Table, Verification]:
+def certify_published(
+    true_cells: pd.DataFrame,
+    true_margins: pd.DataFrame,
+    published_cells: pd.DataFrame,
+    published_margins: pd.DataFrame,
+    spec: DisclosureSpec,
+    certificate: Certificate,
+    inputs: Mapping[str, str],
+    earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = (),
+    progress: Progress = silent,
+    workers: int | None = None,
+) -> tuple[AuditResult, Table, Verification]:
     """`audit_published`, with the protection step's `certificate` (`suppression.certificate`): the
     published system is built the same way, the certificate is verified against it (witness points and
     input hashes `inputs`, no LP), and only the components it cannot certify are solved. The result holds
     one interval per withheld primary, as `audit_published` would give; the `Verification` says what was
     certified and what was re-solved (and why)."""
     started = time.perf_counter()
-    table, conflicts, from_earlier = published_system(true_cells, true_margins, published_cells,
-                                                      published_margins, spec, earlier)
+    table, conflicts, from_earlier = published_system(
+        true_cells, true_margins, published_cells, published_margins, spec, earlier
+    )
     verification = verify(table, certificate, inputs, spec.criterion or Criterion(spec.k), from_earlier)
-    progress(ProgressEvent("audit", f"audit: certificate verified in {time.perf_counter() - started:.1f} s",
-                           seconds=time.perf_counter() - started))
+    progress(
+        ProgressEvent(
+            "audit",
+            f"audit: certificate verified in {time.perf_counter() - started:.1f} s",
+            seconds=time.perf_counter() - started,
+        )
+    )
     again = verification.to_resolve()
     if again:  # the re-solve is a part of this audit: its closing message is the one below
-        result = audit(table, spec.k, dict(spec.solver_options), primaries=again, criterion=spec.criterion,
-                       progress=without_closing(progress, "audit"), workers=workers)
+        result = audit(
+            table,
+            spec.k,
+            dict(spec.solver_options),
+            primaries=again,
+            criterion=spec.criterion,
+            progress=without_closing(progress, "audit"),
+            workers=workers,
+        )
         result.errors = [e for e in result.errors if e not in verification.errors]
     else:
         result = AuditResult(k=spec.k, criterion=spec.criterion)
@@ -459,12 +523,28 @@ def certify_published(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publ
     result.seconds = time.perf_counter() - started
     if result.intervals or result.errors:
         share = len(verification.unverified) / max(1, len(verification.certified) + len(verification.unverified))
-        progress(ProgressEvent(
-            "audit", f"audit: done in {result.seconds:.1f} s from the certificate ({share:.0%} re-solved), "
-                     f"{'every withheld primary protected' if result.passed else 'some primaries NOT protected'}",
-            share=1.0, seconds=result.seconds, done=True))
+        progress(
+            ProgressEvent(
+                "audit",
+                f"audit: done in {result.seconds:.1f} s from the certificate ({share:.0%} re-solved), "
+                f"{'every withheld primary protected' if result.passed else 'some primaries NOT protected'}",
+                share=1.0,
+                seconds=result.seconds,
+                done=True,
+            )
+        )
     return result, table, verification
 
 
-__all__ = ["DisclosureSpec", "Structure", "absent_listed_zero_floors", "audit_published", "certify_published",
-           "protect_release", "published_system", "structure_digest", "system_for", "tables_from_status"]
+__all__ = [
+    "DisclosureSpec",
+    "Structure",
+    "absent_listed_zero_floors",
+    "audit_published",
+    "certify_published",
+    "protect_release",
+    "published_system",
+    "structure_digest",
+    "system_for",
+    "tables_from_status",
+]

@@ -92,8 +92,9 @@ class Table:
         self.status.append(status)
         return self.index[key]
 
-    def add_many(self, level: str, areas: Sequence[str], buckets: Sequence[object], values: Sequence[int],
-                 statuses: Sequence[str]) -> None:
+    def add_many(
+        self, level: str, areas: Sequence[str], buckets: Sequence[object], values: Sequence[int], statuses: Sequence[str]
+    ) -> None:
         """`add` for many figures of one level at once (the true counts: hundreds of thousands of rows);
         the same nodes in the same order. Keys already present keep their node, as with `add`."""
         start = len(self.value)
@@ -125,38 +126,62 @@ class Table:
 
     def key(self, i: int) -> dict:
         bucket = self.bucket[i]
-        return {"level": self.level[i], "area_id": self.area[i],
-                "bucket_start": bucket.isoformat() if hasattr(bucket, "isoformat") else bucket}
+        return {
+            "level": self.level[i],
+            "area_id": self.area[i],
+            "bucket_start": bucket.isoformat() if hasattr(bucket, "isoformat") else bucket,
+        }
 
     def keys_frame(self, nodes: Sequence[int]) -> pd.DataFrame:
         """`key` of many nodes as columns (level, area_id, bucket_start), each distinct bucket formatted once."""
         buckets = [self.bucket[n] for n in nodes]
         text = {b: (b.isoformat() if hasattr(b, "isoformat") else b) for b in set(buckets)}
-        return pd.DataFrame({"level": [self.level[n] for n in nodes], "area_id": [self.area[n] for n in nodes],
-                             "bucket_start": [text[b] for b in buckets]})
+        return pd.DataFrame(
+            {
+                "level": [self.level[n] for n in nodes],
+                "area_id": [self.area[n] for n in nodes],
+                "bucket_start": [text[b] for b in buckets],
+            }
+        )
 
     def subtable(self, members: Sequence[int], relation_ids: Iterable[int]) -> Table:
         """The figures `members` (ascending) with the relations `relation_ids` (ascending; every member of each
         among `members`), renumbered in the same order: node i of the result is node members[i] here, so every
         order the algorithms follow (node order, relation order, each relation's members) is kept."""
         local = {node: i for i, node in enumerate(members)}
-        sub = Table(level=[self.level[n] for n in members], area=[self.area[n] for n in members],
-                    bucket=[self.bucket[n] for n in members], value=[self.value[n] for n in members],
-                    status=[self.status[n] for n in members],
-                    floor={local[n]: f for n, f in self.floor.items() if n in local}, ladder=dict(self.ladder))
+        sub = Table(
+            level=[self.level[n] for n in members],
+            area=[self.area[n] for n in members],
+            bucket=[self.bucket[n] for n in members],
+            value=[self.value[n] for n in members],
+            status=[self.status[n] for n in members],
+            floor={local[n]: f for n, f in self.floor.items() if n in local},
+            ladder=dict(self.ladder),
+        )
         sub.index = {(sub.level[i], sub.area[i], sub.bucket[i]): i for i in range(len(members))}
         for r in relation_ids:
             rel = self.relations[r]
-            sub.relations.append(Relation(rel.kind, local[rel.parent], tuple(local[c] for c in rel.children),
-                                          None if rel.rest is None else local[rel.rest], rel.rest_children,
-                                          rel.level))
+            sub.relations.append(
+                Relation(
+                    rel.kind,
+                    local[rel.parent],
+                    tuple(local[c] for c in rel.children),
+                    None if rel.rest is None else local[rel.rest],
+                    rel.rest_children,
+                    rel.level,
+                )
+            )
         return sub
 
     def relations_of(self) -> list[list[int]]:
         """For each node, the indices of the relations it belongs to (shared: callers must not change it)."""
         cached = self._relations_of
-        if cached is not None and cached[0] is self.relations and cached[1] == len(self.relations) \
-                and len(cached[2]) == len(self):
+        if (
+            cached is not None
+            and cached[0] is self.relations
+            and cached[1] == len(self.relations)
+            and len(cached[2]) == len(self)
+        ):
             return cached[2]
         out: list[list[int]] = [[] for _ in range(len(self))]
         for r, relation in enumerate(self.relations):
@@ -185,8 +210,11 @@ def build_table(
     table = Table()
     _add_counts(table, leaves.assign(level=LEAF), k)
     _add_counts(table, margins, k)
-    zeros_by_level = ({level: set(keys) for level, keys in zero_leaves.items()} if isinstance(zero_leaves, Mapping)
-                      else {LEAF: set(zero_leaves)})
+    zeros_by_level = (
+        {level: set(keys) for level, keys in zero_leaves.items()}
+        if isinstance(zero_leaves, Mapping)
+        else {LEAF: set(zero_leaves)}
+    )
     if prepare is not None:
         prepare(table)
     for chain in chains:
@@ -205,8 +233,10 @@ def _add_counts(table: Table, counts: pd.DataFrame, k: int) -> None:
     levels, areas = counts["level"].tolist(), counts["area_id"].tolist()
     buckets, values = _bucket_objects(counts["bucket_start"]), n.tolist()
     start = 0
-    for end in [*np.flatnonzero(np.asarray(levels[1:], dtype=object) != np.asarray(levels[:-1], dtype=object)) + 1,
-                len(levels)]:  # one add_many per run of one level
+    for end in [
+        *np.flatnonzero(np.asarray(levels[1:], dtype=object) != np.asarray(levels[:-1], dtype=object)) + 1,
+        len(levels),
+    ]:  # one add_many per run of one level
         table.add_many(levels[start], areas[start:end], buckets[start:end], values[start:end], statuses[start:end])
         start = end
 
@@ -242,8 +272,10 @@ def _relate_level(table: Table, chain: Chain, depth: int, kind: str, zero_leaves
         if parent is None and all(table.status[c] == EMPTY for c in children):
             parent = table.add(parent_level, parent_area, bucket, 0, EMPTY)  # empty too, and as unknown
         if parent is None:
-            raise ValueError(f"no count for {parent_level} {parent_area} at {bucket}, parent of observed "
-                             f"{child_level} areas: the margins do not cover the hierarchy")
+            raise ValueError(
+                f"no count for {parent_level} {parent_area} at {bucket}, parent of observed "
+                f"{child_level} areas: the margins do not cover the hierarchy"
+            )
         structural = count_of(parent_area)
         absent = None if structural is None else structural - len(children) - zeros_in.get((parent_area, bucket), 0)
         if absent is not None and absent < 0:
@@ -262,10 +294,11 @@ def grid_chain(size_m: int, parents_m: Sequence[int], level_names: Sequence[str]
         def parent_of(area: str) -> str:
             east, north = area.removeprefix(f"{child_size}m").removeprefix("E").split("N")
             return f"{parent_size}mE{int(east) // parent_size * parent_size}N{int(north) // parent_size * parent_size}"
+
         return parent_of
 
     parents = [parent_fn(a, b) for a, b in zip(sizes, sizes[1:])]
-    counts = [(lambda ratio: (lambda _area: ratio))((b // a) ** 2) for a, b in zip(sizes, sizes[1:])]
+    counts = [(lambda ratio: lambda _area: ratio)((b // a) ** 2) for a, b in zip(sizes, sizes[1:])]
     return Chain(
         levels=(LEAF, *level_names, TOTAL),
         parent_of=(*parents, lambda _area: TOTAL),
@@ -273,8 +306,7 @@ def grid_chain(size_m: int, parents_m: Sequence[int], level_names: Sequence[str]
     )
 
 
-def zones_chain(leaf_level: str, hierarchy: pd.DataFrame, parent_levels: Sequence[str],
-                total_level: str = TOTAL) -> Chain:
+def zones_chain(leaf_level: str, hierarchy: pd.DataFrame, parent_levels: Sequence[str], total_level: str = TOTAL) -> Chain:
     """The chain of a zoning from its full zone list (every zone, observed or not): `hierarchy` has
     `cell_id` and one column per parent level."""
     levels = [leaf_level, *parent_levels]
@@ -296,9 +328,15 @@ def zones_chain(leaf_level: str, hierarchy: pd.DataFrame, parent_levels: Sequenc
     )
 
 
-def cross_classified_table(leaf_counts: dict[tuple[str, str], int], space_parent: dict[str, str],
-                           time_parent: dict[str, str], space_level: dict[str, str], time_level: dict[str, str],
-                           k: int, zeros_published: bool) -> Table:
+def cross_classified_table(
+    leaf_counts: dict[tuple[str, str], int],
+    space_parent: dict[str, str],
+    time_parent: dict[str, str],
+    space_level: dict[str, str],
+    time_level: dict[str, str],
+    k: int,
+    zeros_published: bool,
+) -> Table:
     """A complete two-dimensional table (space hierarchy x time hierarchy) with every relation of both.
 
     `leaf_counts` maps (space leaf, time leaf) to its count; `space_parent` / `time_parent` map each
@@ -309,6 +347,7 @@ def cross_classified_table(leaf_counts: dict[tuple[str, str], int], space_parent
     Every count is a sum of leaf counts, so all relations are EQ. A node's level is
     "<space level>x<time level>" and its key (level, space code, time code).
     """
+
     def node(s: str, t: str) -> int:
         return table.index[(f"{space_level[s]}x{time_level[t]}", s, t)]
 
@@ -339,10 +378,12 @@ def cross_classified_table(leaf_counts: dict[tuple[str, str], int], space_parent
         time_children.setdefault(parent, []).append(child)
     for parent, children in sorted(space_children.items()):
         for t in time_nodes:
-            table.relations.append(Relation(EQ, node(parent, t), tuple(node(c, t) for c in sorted(children)),
-                                            level=space_level[parent]))
+            table.relations.append(
+                Relation(EQ, node(parent, t), tuple(node(c, t) for c in sorted(children)), level=space_level[parent])
+            )
     for parent, children in sorted(time_children.items()):
         for s in space_nodes:
-            table.relations.append(Relation(EQ, node(s, parent), tuple(node(s, c) for c in sorted(children)),
-                                            level=time_level[parent]))
+            table.relations.append(
+                Relation(EQ, node(s, parent), tuple(node(s, c) for c in sorted(children)), level=time_level[parent])
+            )
     return table

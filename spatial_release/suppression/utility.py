@@ -34,7 +34,8 @@ DEFINITION = (
     "level. shown_at_leaf: the share shown at the zoning's own leaf level, at any time rung. Withheld: primary "
     "when below k, secondary when at least k and published nowhere although a finer figure under it (or, at "
     "the policy's bucket, the figure itself) needed it; not_needed: a coarser-rung figure of at least k over "
-    "finer figures that all pass k.")
+    "finer figures that all pass k."
+)
 STRATA = 10
 
 
@@ -43,8 +44,9 @@ KEY = ["level", "area_id", "bucket_start"]
 
 def _keys(frame: pd.DataFrame) -> pd.MultiIndex:
     """(level, area_id, bucket_start) of every row; buckets as UTC timestamps, so keys of any source match."""
-    return pd.MultiIndex.from_arrays([frame["level"].to_numpy(), frame["area_id"].to_numpy(),
-                                      pd.to_datetime(frame["bucket_start"], utc=True)], names=KEY)
+    return pd.MultiIndex.from_arrays(
+        [frame["level"].to_numpy(), frame["area_id"].to_numpy(), pd.to_datetime(frame["bucket_start"], utc=True)], names=KEY
+    )
 
 
 def _classify(true: pd.DataFrame, published: pd.MultiIndex, needed: pd.MultiIndex, k: int) -> pd.Series:
@@ -52,8 +54,9 @@ def _classify(true: pd.DataFrame, published: pd.MultiIndex, needed: pd.MultiInde
     is_pub = np.asarray(keys.isin(published), dtype=bool)
     is_needed = np.asarray(keys.isin(needed), dtype=bool)
     small = below_k(true["n"].to_numpy(), k)
-    return pd.Series(np.select([is_pub, small, is_needed], ["published", "primary", "secondary"], "not_needed"),
-                     index=true.index)
+    return pd.Series(
+        np.select([is_pub, small, is_needed], ["published", "primary", "secondary"], "not_needed"), index=true.index
+    )
 
 
 def _mapped(values: pd.Series, fn) -> pd.Series:
@@ -68,8 +71,10 @@ def _shares(frame: pd.DataFrame) -> dict:
     out: dict[str, int | dict[str, float]] = {"figures": figures, "unit_counts": units}
     for status in ("published", "primary", "secondary", "not_needed"):
         part = frame[frame["status"] == status]
-        out[status] = {"figures": len(part) / figures if figures else 0.0,
-                       "unit_counts": int(part["n"].sum()) / units if units else 0.0}
+        out[status] = {
+            "figures": len(part) / figures if figures else 0.0,
+            "unit_counts": int(part["n"].sum()) / units if units else 0.0,
+        }
     return out
 
 
@@ -82,22 +87,28 @@ def _needed_keys(true: pd.DataFrame, links: Sequence[TimeLink], k: int) -> pd.Mu
         parent = link.parent_map()
         fine = true[rung == link.fine] if link.fine else true[rung.isna()]
         small = fine[below_k(fine["n"].to_numpy(), k)]
-        needed.append(pd.DataFrame({
-            "level": _mapped(small["level"],
-                             lambda level, coarse=link.coarse: at_rung(space_level(level), coarse)),
-            "area_id": small["area_id"],
-            "bucket_start": _mapped(small["bucket_start"], lambda b, parent=parent: parent[pd.Timestamp(b)])}))
+        needed.append(
+            pd.DataFrame(
+                {
+                    "level": _mapped(small["level"], lambda level, coarse=link.coarse: at_rung(space_level(level), coarse)),
+                    "area_id": small["area_id"],
+                    "bucket_start": _mapped(small["bucket_start"], lambda b, parent=parent: parent[pd.Timestamp(b)]),
+                }
+            )
+        )
     return _keys(pd.concat(needed, ignore_index=True))
 
 
-def leaf_shown(true_cells: pd.DataFrame, published_cells: pd.DataFrame, published_margins: pd.DataFrame,
-               links: Sequence[TimeLink]) -> np.ndarray:
+def leaf_shown(
+    true_cells: pd.DataFrame, published_cells: pd.DataFrame, published_margins: pd.DataFrame, links: Sequence[TimeLink]
+) -> np.ndarray:
     """For each true (cell_id, bucket_start) figure: whether the release shows it at its own cell, at the
     policy's bucket or at any coarser rung (`cell@<rung>` of the bucket holding it). Re-derived from the
     files' keys only (the budget check's reading)."""
     buckets = pd.to_datetime(true_cells["bucket_start"], utc=True)
-    cells_keys = pd.MultiIndex.from_arrays([published_cells["cell_id"],
-                                            pd.to_datetime(published_cells["bucket_start"], utc=True)])
+    cells_keys = pd.MultiIndex.from_arrays(
+        [published_cells["cell_id"], pd.to_datetime(published_cells["bucket_start"], utc=True)]
+    )
     shown = pd.MultiIndex.from_arrays([true_cells["cell_id"], buckets]).isin(cells_keys)
     current = pd.Series(buckets.to_numpy(), index=true_cells.index)
     for link in links:
@@ -114,21 +125,36 @@ def _finest_levels(chain_levels: Sequence[str], rungs: Sequence[str | None]) -> 
     return [at_rung(level, rung) for level in chain_levels if not is_total(level) for rung in rungs]
 
 
-def utility_report(true_cells: pd.DataFrame, true_margins: pd.DataFrame, published_cells: pd.DataFrame,
-                   published_margins: pd.DataFrame, chains: Sequence[Chain], links: Sequence[TimeLink],
-                   k: int) -> dict:
+def utility_report(
+    true_cells: pd.DataFrame,
+    true_margins: pd.DataFrame,
+    published_cells: pd.DataFrame,
+    published_margins: pd.DataFrame,
+    chains: Sequence[Chain],
+    links: Sequence[TimeLink],
+    k: int,
+) -> dict:
     """The report (see the module docstring). `true_cells` (cell_id, bucket_start, n) and `true_margins`
     (level, area_id, bucket_start, n): every non-empty figure; `published_*`: the release files' keys
     (cell_id or level/area_id, bucket_start); `chains`: each zoning's levels, leaf first (policy bucket);
     `links`: the time ladder (`Structure.time_links`)."""
-    true = pd.concat([true_cells.rename(columns={"cell_id": "area_id"}).assign(level=LEAF),
-                      true_margins], ignore_index=True)[["level", "area_id", "bucket_start", "n"]]
+    true = pd.concat(
+        [true_cells.rename(columns={"cell_id": "area_id"}).assign(level=LEAF), true_margins], ignore_index=True
+    )[["level", "area_id", "bucket_start", "n"]]
     true["bucket_start"] = pd.to_datetime(true["bucket_start"], utc=True)
-    published = _keys(pd.concat([published_cells.rename(columns={"cell_id": "area_id"}).assign(level=LEAF)[KEY],
-                                 published_margins[KEY]], ignore_index=True))
+    published = _keys(
+        pd.concat(
+            [published_cells.rename(columns={"cell_id": "area_id"}).assign(level=LEAF)[KEY], published_margins[KEY]],
+            ignore_index=True,
+        )
+    )
     true["status"] = _classify(true, published, _needed_keys(true, links, k), k)
-    report: dict = {"definition": DEFINITION, "k": k, "rungs": [None, *[link.coarse for link in links]],
-                    "levels": {level: _shares(group) for level, group in true.groupby("level", sort=True)}}
+    report: dict = {
+        "definition": DEFINITION,
+        "k": k,
+        "rungs": [None, *[link.coarse for link in links]],
+        "levels": {level: _shares(group) for level, group in true.groupby("level", sort=True)},
+    }
     rungs = [None, *[link.coarse for link in links]]
     maps = {link.coarse: link.parent_map() for link in links}
     zonings = {}
@@ -142,13 +168,14 @@ def utility_report(true_cells: pd.DataFrame, true_margins: pd.DataFrame, publish
 
 
 def _bucket_at(bucket: pd.Timestamp, rung: str | None, rungs: Sequence[str | None], maps: dict) -> pd.Timestamp:
-    for step in rungs[1:rungs.index(rung) + 1]:
+    for step in rungs[1 : rungs.index(rung) + 1]:
         bucket = maps[step][bucket]
     return bucket
 
 
-def _zoning_report(finest: pd.DataFrame, chain: Chain, rungs: Sequence[str | None], maps: dict,
-                   published: pd.MultiIndex) -> dict:
+def _zoning_report(
+    finest: pd.DataFrame, chain: Chain, rungs: Sequence[str | None], maps: dict, published: pd.MultiIndex
+) -> dict:
     """finest_shown, shown_at_leaf and the density strata of one zoning's finest figures."""
     levels = chain.levels
     order = _finest_levels(levels, rungs)
@@ -157,23 +184,30 @@ def _zoning_report(finest: pd.DataFrame, chain: Chain, rungs: Sequence[str | Non
     buckets = pd.to_datetime(finest["bucket_start"], utc=True)
     for level_name in order:  # the finest published level first: each figure keeps the first level that shows it
         rung, space = rung_of(level_name), space_level(level_name)
-        keys = pd.MultiIndex.from_arrays([
-            np.full(len(finest), level_name, dtype=object),
-            _mapped(finest["area_id"], lambda area, space=space: _area_at(area, chain, space)).to_numpy(),
-            pd.to_datetime(_mapped(buckets, lambda b, rung=rung: _bucket_at(pd.Timestamp(b), rung, rungs, maps)),
-                           utc=True)])
+        keys = pd.MultiIndex.from_arrays(
+            [
+                np.full(len(finest), level_name, dtype=object),
+                _mapped(finest["area_id"], lambda area, space=space: _area_at(area, chain, space)).to_numpy(),
+                pd.to_datetime(
+                    _mapped(buckets, lambda b, rung=rung: _bucket_at(pd.Timestamp(b), rung, rungs, maps)), utc=True
+                ),
+            ]
+        )
         hit = np.asarray(keys.isin(published), dtype=bool) & (shown == "none").to_numpy()
         shown[hit] = level_name
     finest = finest.assign(shown=shown)
     by_level = finest.groupby("shown")["n"].sum()
     leaf_levels = {at_rung(levels[0], rung) for rung in rungs}
     strata = _strata(finest, leaf_levels)
-    return {"figures": len(finest), "unit_counts": total_units,
-            "finest_shown": {lv: (int(by_level.get(lv, 0)) / total_units if total_units else 0.0)
-                             for lv in [*order, "none"]},
-            "shown_at_leaf": (int(finest.loc[finest["shown"].isin(leaf_levels), "n"].sum()) / total_units
-                              if total_units else 0.0),
-            "strata": strata}
+    return {
+        "figures": len(finest),
+        "unit_counts": total_units,
+        "finest_shown": {lv: (int(by_level.get(lv, 0)) / total_units if total_units else 0.0) for lv in [*order, "none"]},
+        "shown_at_leaf": (
+            int(finest.loc[finest["shown"].isin(leaf_levels), "n"].sum()) / total_units if total_units else 0.0
+        ),
+        "strata": strata,
+    }
 
 
 def _area_at(area: str, chain: Chain, level: str) -> str:
@@ -197,7 +231,11 @@ def _strata(finest: pd.DataFrame, leaf_levels: set) -> list[dict]:
         if part.empty:
             continue
         units = int(part["n"].sum())
-        out.append({"stratum": s, **_shares(part),
-                    "shown_at_leaf": (int(part.loc[part["shown"].isin(leaf_levels), "n"].sum()) / units
-                                      if units else 0.0)})
+        out.append(
+            {
+                "stratum": s,
+                **_shares(part),
+                "shown_at_leaf": (int(part.loc[part["shown"].isin(leaf_levels), "n"].sum()) / units if units else 0.0),
+            }
+        )
     return out

@@ -118,13 +118,21 @@ class AuditResult:
     def summary(self) -> AuditSummary:
         smallest = self.smallest_margin()
         return AuditSummary(
-            passed=self.passed, primaries_audited=len(self.intervals), failures=len(self.failures()),
-            errors=self.errors[:20], components=self.components, lps_solved=self.lps_solved,
-            bulk_lps=self.bulk_lps, mips_solved=self.mips_solved, witness_lps=self.witness_lps,
+            passed=self.passed,
+            primaries_audited=len(self.intervals),
+            failures=len(self.failures()),
+            errors=self.errors[:20],
+            components=self.components,
+            lps_solved=self.lps_solved,
+            bulk_lps=self.bulk_lps,
+            mips_solved=self.mips_solved,
+            witness_lps=self.witness_lps,
             workers=self.workers,
             smallest_margin_to_bound=None if smallest is None or math.isinf(smallest) else smallest,
             criterion=(self.criterion or Criterion(self.k)).describe(),
-            solver=f"HiGHS {highspy.Highs().version()}", seconds=round(self.seconds, 3))
+            solver=f"HiGHS {highspy.Highs().version()}",
+            seconds=round(self.seconds, 3),
+        )
 
 
 @dataclass(frozen=True)

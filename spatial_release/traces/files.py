@@ -48,8 +48,7 @@ def resolve_trace_paths(policy: Policy, traces: Sequence[str | Path] = (), perio
     """The trace files of a release, resolved. traces: explicit paths or globs; they win over the policy's
     `source.paths` (relative to the policy file, `{month}` expanded over `period`). Every pattern must
     match at least one file (IngestError naming it)."""
-    patterns = [str(t) for t in traces] or expand_patterns([str(policy.resolve(p)) for p in policy.source.paths],
-                                                          period)
+    patterns = [str(t) for t in traces] or expand_patterns([str(policy.resolve(p)) for p in policy.source.paths], period)
     if not patterns:
         raise IngestError(f"{policy.path}: field 'source.paths' is empty and no trace files were given")
     files: list[Path] = []
@@ -89,8 +88,10 @@ def _reading(path: Path, file_format: str) -> Iterator[None]:
 
 
 def _parquet_view_sql(name: str, path: Path, replace: str = "") -> str:
-    return (f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * EXCLUDE (file_row_number){replace}, "
-            f"file_row_number + 1 AS __row FROM {_read_sql(path, 'parquet')}")
+    return (
+        f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * EXCLUDE (file_row_number){replace}, "
+        f"file_row_number + 1 AS __row FROM {_read_sql(path, 'parquet')}"
+    )
 
 
 def _register_raw(con: duckdb.DuckDBPyConnection, path: Path, file_format: str, name: str) -> dict[str, str]:
@@ -102,8 +103,10 @@ def _register_raw(con: duckdb.DuckDBPyConnection, path: Path, file_format: str, 
     with _reading(path, file_format):
         if file_format == "csv":
             # row_number() over () follows file order: DuckDB preserves insertion order for this scan.
-            con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT row_number() OVER () AS __row, * "
-                        f"FROM {_read_sql(path, file_format)}")
+            con.execute(
+                f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT row_number() OVER () AS __row, * "
+                f"FROM {_read_sql(path, file_format)}"
+            )
         else:
             con.execute(_parquet_view_sql(name, path))  # DuckDB reads the footer first: its error is the clearer
             utc = _int96_as_utc(path)
@@ -161,8 +164,10 @@ def _check_columns(path: Path, columns: Iterable[str], source: SourceSpec) -> No
     if missing:
         # The file's own header is not listed: in a file without one, the first line is a person's data.
         fields = ", ".join(f"'{column}' (field {' and '.join(names)})" for column, names in missing.items())
-        raise IngestError(f"{path}: missing column(s) {list(missing)} that the policy maps: {fields}; the "
-                          f"file has {len(present)} column(s)")
+        raise IngestError(
+            f"{path}: missing column(s) {list(missing)} that the policy maps: {fields}; the "
+            f"file has {len(present)} column(s)"
+        )
 
 
 def open_file(con: duckdb.DuckDBPyConnection, path: Path, source: SourceSpec, name: str | None) -> dict[str, str]:
@@ -184,8 +189,10 @@ def check_trace_files(policy: Policy, period: Period, traces: Sequence[str | Pat
     traces: the explicit paths or globs, if any. Raises IngestError naming the file and the policy field."""
     if not (traces or policy.source.paths):
         if policy.source.synthetic is None:
-            raise IngestError(f"{policy.path}: field 'source.paths' is empty, no trace files were given and the "
-                              "policy has no 'source.synthetic' section")
+            raise IngestError(
+                f"{policy.path}: field 'source.paths' is empty, no trace files were given and the "
+                "policy has no 'source.synthetic' section"
+            )
         return []
     files = resolve_trace_paths(policy, traces, period)
     con = duckdb.connect()
@@ -197,8 +204,7 @@ def check_trace_files(policy: Policy, period: Period, traces: Sequence[str | Pat
     return files
 
 
-def unreadable_file(con: duckdb.DuckDBPyConnection, files: Sequence[Path], source: SourceSpec,
-                     exc: Exception) -> Exception:
+def unreadable_file(con: duckdb.DuckDBPyConnection, files: Sequence[Path], source: SourceSpec, exc: Exception) -> Exception:
     """The error to raise when the scan of all files failed: an IngestError naming the file that cannot be
     read (a corrupt Parquet page shows only when it is decoded), or the original error if none is to blame."""
     columns = ", ".join(ident(c) for c in _mapped_fields(source))
@@ -206,6 +212,5 @@ def unreadable_file(con: duckdb.DuckDBPyConnection, files: Sequence[Path], sourc
         try:
             con.execute(f"SELECT bit_xor(hash({columns})) FROM raw_{i}").fetchall()
         except duckdb.Error as inner:
-            return IngestError(f"{path}: cannot read as {_file_format(path, source.file_format)}: "
-                               f"{duckdb_problem(inner)}")
+            return IngestError(f"{path}: cannot read as {_file_format(path, source.file_format)}: {duckdb_problem(inner)}")
     return exc

@@ -102,14 +102,19 @@ FLOAT_TYPES = ("DOUBLE", "FLOAT", "REAL")
 # ASCII whitespace and NUL, and the Unicode spaces an export can leave behind (no-break, en/em and
 # ideographic spaces). Before, an id made of U+00A0 or U+200B alone was a unit, so k - 1 real units plus it
 # published as k (hostile pass, issue 9).
-BLANK_CHARACTERS = (" \t\r\n\x0b\x0c\x00\x85\u00a0\u1680\u180e" + "".join(chr(c) for c in range(0x2000, 0x200e))
-                    + "\u2028\u2029\u202f\u205f\u2060\u3000\ufeff")
+BLANK_CHARACTERS = (
+    " \t\r\n\x0b\x0c\x00\x85\u00a0\u1680\u180e"
+    + "".join(chr(c) for c in range(0x2000, 0x200E))
+    + "\u2028\u2029\u202f\u205f\u2060\u3000\ufeff"
+)
 # The characters removed anywhere in a text id, not only at its ends: they draw nothing, so `29590`,
 # `2959<U+00AD>0` and `<U+200E>29590` look alike to whoever reads the export, and were three bikes (issue 23).
 # Every format character (category Cf: bidi marks, soft hyphen, invisible operators, tags U+E0020-E007F...)
 # and the rest of Unicode's default-ignorable code points (variation selectors, Hangul fillers, U+034F).
-_INVISIBLE = (r"\p{Cf}\x{034F}\x{115F}\x{1160}\x{17B4}\x{17B5}\x{180B}-\x{180F}\x{3164}\x{FE00}-\x{FE0F}"
-              r"\x{FFA0}\x{E0000}-\x{E0FFF}")
+_INVISIBLE = (
+    r"\p{Cf}\x{034F}\x{115F}\x{1160}\x{17B4}\x{17B5}\x{180B}-\x{180F}\x{3164}\x{FE00}-\x{FE0F}"
+    r"\x{FFA0}\x{E0000}-\x{E0FFF}"
+)
 _BLANK = "".join(f"\\x{{{ord(c):X}}}" for c in BLANK_CHARACTERS)
 # RE2 (DuckDB's regexes). Removed anywhere: the invisibles and every control character (category Cc: a
 # trailing DEL made `29590\x7f` another unit than 29590, red-team re-test of issue 23).
@@ -125,22 +130,28 @@ _PLAIN = sql_str(r"[!-&(-+\--~]+")
 # a row (7 s a 200 000 ids), so each character's digit is computed from its code point instead: Unicode's
 # digits come in runs of ten from a zero, each run inside one aligned block of 16 code points starting at
 # offset 0 or 6, but for the mathematical digits (five runs, U+1D7CE-U+1D7FF). 0.1 s a 200 000 ids.
-_ZEROS = tuple(c for c in range(0x80, sys.maxunicode + 1)
-               if unicodedata.category(chr(c)) == "Nd" and unicodedata.digit(chr(c)) == 0)
+_ZEROS = tuple(
+    c for c in range(0x80, sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Nd" and unicodedata.digit(chr(c)) == 0
+)
 _MATH_DIGITS = (0x1D7CE, 0x1D7FF)
 _SIGNS = {"\u2212": "-", "\ufe62": "+", "\ufe63": "-", "\uff0b": "+", "\uff0d": "-", "\uff0e": "."}
-_NOT_ASCII_NUMERAL = sql_str("[" + "".join(f"\\x{{{z:X}}}-\\x{{{z + 9:X}}}" for z in _ZEROS)
-                             + "".join(f"\\x{{{ord(c):X}}}" for c in _SIGNS) + "]")
+_NOT_ASCII_NUMERAL = sql_str(
+    "[" + "".join(f"\\x{{{z:X}}}-\\x{{{z + 9:X}}}" for z in _ZEROS) + "".join(f"\\x{{{ord(c):X}}}" for c in _SIGNS) + "]"
+)
 
 
 def _ascii_numeral_sql(char: str) -> str:
     """One character as ASCII: a digit of any script its digit, a sign or point its ASCII one, else itself."""
     cp = f"unicode({char})"
-    blocks = {offset: ", ".join(str(z >> 4) for z in _ZEROS if z % 16 == offset and
-                                not _MATH_DIGITS[0] <= z <= _MATH_DIGITS[1]) for offset in (0, 6)}
-    digit = (f"CASE WHEN {cp} BETWEEN {_MATH_DIGITS[0]} AND {_MATH_DIGITS[1]} THEN ({cp} - {_MATH_DIGITS[0]}) % 10 "
-             f"WHEN ({cp} >> 4) IN ({blocks[6]}) AND ({cp} & 15) >= 6 THEN ({cp} & 15) - 6 "
-             f"WHEN ({cp} >> 4) IN ({blocks[0]}) AND ({cp} & 15) <= 9 THEN {cp} & 15 END")
+    blocks = {
+        offset: ", ".join(str(z >> 4) for z in _ZEROS if z % 16 == offset and not _MATH_DIGITS[0] <= z <= _MATH_DIGITS[1])
+        for offset in (0, 6)
+    }
+    digit = (
+        f"CASE WHEN {cp} BETWEEN {_MATH_DIGITS[0]} AND {_MATH_DIGITS[1]} THEN ({cp} - {_MATH_DIGITS[0]}) % 10 "
+        f"WHEN ({cp} >> 4) IN ({blocks[6]}) AND ({cp} & 15) >= 6 THEN ({cp} & 15) - 6 "
+        f"WHEN ({cp} >> 4) IN ({blocks[0]}) AND ({cp} & 15) <= 9 THEN {cp} & 15 END"
+    )
     sign = "CASE " + " ".join(f"WHEN {char} = {sql_str(c)} THEN {sql_str(a)}" for c, a in _SIGNS.items())
     return f"coalesce(CAST({digit} AS VARCHAR), {sign} ELSE {char} END)"
 
@@ -169,9 +180,37 @@ _INTEGER_FAST = r"(-?[1-9]\d*|0)(\.0)?"
 # spellings of missing of pandas (its default na_values, `<NA>`, `NaT`), spreadsheets (`#N/A`, `#NULL!`),
 # databases and C/JavaScript exports, infinities, and an empty quoted string left in the field. Each was
 # counted as one more unit (issue 23). A policy's own `missing_unit_values` add to these.
-COMMON_MISSING_IDS = ("", "null", "none", "na", "n/a", "nan", "-nan", "+nan", "nat", "<na>", "#n/a", "#n/a n/a",
-                      "#na", "#null!", "-1.#ind", "1.#ind", "-1.#qnan", "1.#qnan", "inf", "-inf", "+inf",
-                      "infinity", "-infinity", "+infinity", '""', "''", "(null)", "<null>", "undefined")
+COMMON_MISSING_IDS = (
+    "",
+    "null",
+    "none",
+    "na",
+    "n/a",
+    "nan",
+    "-nan",
+    "+nan",
+    "nat",
+    "<na>",
+    "#n/a",
+    "#n/a n/a",
+    "#na",
+    "#null!",
+    "-1.#ind",
+    "1.#ind",
+    "-1.#qnan",
+    "1.#qnan",
+    "inf",
+    "-inf",
+    "+inf",
+    "infinity",
+    "-infinity",
+    "+infinity",
+    '""',
+    "''",
+    "(null)",
+    "<null>",
+    "undefined",
+)
 
 
 def _is_fractional_type(dtype: str) -> bool:
@@ -192,12 +231,17 @@ def _clean_text_layers(raw: str, text: str) -> str:
     0.1 s a 2 M ids); the other steps run on the rest only (CASE evaluates a branch on its rows alone), each
     in its own layer so that no step is computed twice."""
     plain = f"SELECT *, regexp_full_match({text}, {_PLAIN}) AS __unit_plain FROM {raw}"
-    visible = (f"SELECT *, CASE WHEN __unit_plain THEN {text} ELSE {_visible_text_sql(text)} END AS __unit_visible "
-               f"FROM ({plain})")
-    ascii_ = (f"SELECT * EXCLUDE (__unit_visible), CASE WHEN __unit_plain THEN __unit_visible "
-              f"ELSE {_ascii_numerals_sql('__unit_visible')} END AS __unit_ascii FROM ({visible})")
-    grouped = (f"CASE WHEN __unit_plain THEN __unit_ascii WHEN regexp_full_match(__unit_ascii, {_GROUPED}) "
-               f"THEN regexp_replace(__unit_ascii, {sql_str(f'[{_GROUP_MARK}]')}, '', 'g') ELSE __unit_ascii END")
+    visible = (
+        f"SELECT *, CASE WHEN __unit_plain THEN {text} ELSE {_visible_text_sql(text)} END AS __unit_visible FROM ({plain})"
+    )
+    ascii_ = (
+        f"SELECT * EXCLUDE (__unit_visible), CASE WHEN __unit_plain THEN __unit_visible "
+        f"ELSE {_ascii_numerals_sql('__unit_visible')} END AS __unit_ascii FROM ({visible})"
+    )
+    grouped = (
+        f"CASE WHEN __unit_plain THEN __unit_ascii WHEN regexp_full_match(__unit_ascii, {_GROUPED}) "
+        f"THEN regexp_replace(__unit_ascii, {sql_str(f'[{_GROUP_MARK}]')}, '', 'g') ELSE __unit_ascii END"
+    )
     return f"(SELECT * EXCLUDE (__unit_plain, __unit_ascii), {grouped} AS __unit_text FROM ({ascii_}))"
 
 
@@ -217,9 +261,11 @@ def _decimal_sql(number: str) -> str:
     shifted_whole, shifted_frac = _shifted_sql(number)
     whole = f"CASE WHEN {number}.exp = '' THEN {number}.whole ELSE {shifted_whole} END"
     frac = f"CASE WHEN {number}.exp = '' THEN {number}.frac ELSE {shifted_frac} END"
-    return (f"CASE WHEN {whole} = '' AND {frac} = '' THEN '0' ELSE "
-            f"CASE WHEN {number}.sign = '-' THEN '-' ELSE '' END || coalesce(nullif({whole}, ''), '0') "
-            f"|| CASE WHEN {frac} = '' THEN '' ELSE '.' || {frac} END END")
+    return (
+        f"CASE WHEN {whole} = '' AND {frac} = '' THEN '0' ELSE "
+        f"CASE WHEN {number}.sign = '-' THEN '-' ELSE '' END || coalesce(nullif({whole}, ''), '0') "
+        f"|| CASE WHEN {frac} = '' THEN '' ELSE '.' || {frac} END END"
+    )
 
 
 def _with_id_text(raw: str, column: str, dtype: str) -> str:
@@ -230,8 +276,10 @@ def _with_id_text(raw: str, column: str, dtype: str) -> str:
     if not _is_fractional_type(dtype):
         return _clean_text_layers(raw, f"CAST({col} AS VARCHAR)")
     finite = f"isfinite({col}) AND " if dtype in FLOAT_TYPES else ""
-    text = (f"CASE WHEN {finite}{col} = trunc({col}) AND abs({col}) < 9.2e18 "
-            f"THEN CAST(TRY_CAST({col} AS BIGINT) AS VARCHAR) ELSE CAST({col} AS VARCHAR) END")
+    text = (
+        f"CASE WHEN {finite}{col} = trunc({col}) AND abs({col}) < 9.2e18 "
+        f"THEN CAST(TRY_CAST({col} AS BIGINT) AS VARCHAR) ELSE CAST({col} AS VARCHAR) END"
+    )
     return f"(SELECT *, {text} AS __unit_text FROM {raw})"
 
 
@@ -248,14 +296,20 @@ def _with_unit(raw: str, column: str, dtype: str) -> str:
     # Three steps, each computed once a row: the visible text; its number parts, only where it is not
     # already an integer's text, nor one with `.0` (a float column's CSV: a pandas column of ids with a
     # blank is floats); the unit. The parts cost about 0.7 s a 2 M ids, the rest 0.15 s.
-    parts = (f"CASE WHEN NOT regexp_full_match(__unit_text, {sql_str(_INTEGER_FAST)}) "
-             f"THEN regexp_extract(__unit_text, {sql_str(_NUMBER)}, {_NUMBER_PARTS}) END")
+    parts = (
+        f"CASE WHEN NOT regexp_full_match(__unit_text, {sql_str(_INTEGER_FAST)}) "
+        f"THEN regexp_extract(__unit_text, {sql_str(_NUMBER)}, {_NUMBER_PARTS}) END"
+    )
     digits = "__unit_number.lead || __unit_number.whole || __unit_number.frac || __unit_number.trail"
-    unit = (f"CASE WHEN __unit_number IS NULL THEN "
-            f"CASE WHEN suffix(__unit_text, '.0') THEN left(__unit_text, -2) ELSE __unit_text END "
-            f"WHEN {digits} = '' THEN __unit_text ELSE {_decimal_sql('__unit_number')} END")
-    return (f"(SELECT * EXCLUDE (__unit_number), {unit} AS __unit FROM ("
-            f"SELECT *, {parts} AS __unit_number FROM {_with_id_text(raw, column, dtype)}))")
+    unit = (
+        f"CASE WHEN __unit_number IS NULL THEN "
+        f"CASE WHEN suffix(__unit_text, '.0') THEN left(__unit_text, -2) ELSE __unit_text END "
+        f"WHEN {digits} = '' THEN __unit_text ELSE {_decimal_sql('__unit_number')} END"
+    )
+    return (
+        f"(SELECT * EXCLUDE (__unit_number), {unit} AS __unit FROM ("
+        f"SELECT *, {parts} AS __unit_number FROM {_with_id_text(raw, column, dtype)}))"
+    )
 
 
 def _unit_sql(column: str, dtype: str) -> str:
@@ -323,8 +377,18 @@ def _blank_sql(column: str, dtype: str) -> str:
     return f"({ident(column)} IS NULL)"
 
 
-def _ping_select(raw: str, path: Path, end: str, unit: str, time: str, lon: str, lat: str,
-                 types: dict[str, str], source: SourceSpec, clock: LocalClock) -> str:
+def _ping_select(
+    raw: str,
+    path: Path,
+    end: str,
+    unit: str,
+    time: str,
+    lon: str,
+    lat: str,
+    types: dict[str, str],
+    source: SourceSpec,
+    clock: LocalClock,
+) -> str:
     # The *_raw text columns only feed the quarantine: valid pings never pay for formatting them. The inner
     # query parses each timestamp once; the outer one turns a local time into its instant.
     time_sql = timestamp_sql(time, types[time], source)
@@ -332,9 +396,9 @@ def _ping_select(raw: str, path: Path, end: str, unit: str, time: str, lon: str,
     local = time_sql.local or "CAST(NULL AS TIMESTAMP)"
     return f"""
         SELECT * EXCLUDE (__instant, __local),
-               coalesce(__instant, {clock.instant_sql('__local')}) AS ts,
-               (__instant IS NULL AND {clock.nonexistent_sql('__local')})
-                   OR {zone_gap_sql('time_raw', '__instant', types[time], source)} AS time_nonexistent
+               coalesce(__instant, {clock.instant_sql("__local")}) AS ts,
+               (__instant IS NULL AND {clock.nonexistent_sql("__local")})
+                   OR {zone_gap_sql("time_raw", "__instant", types[time], source)} AS time_nonexistent
         FROM (
             SELECT {sql_str(str(path))} AS file, __row AS row, {sql_str(end)} AS trip_end,
                    {_unit_sql(unit, types[unit])} AS unit_raw,
@@ -353,8 +417,9 @@ def _ping_select(raw: str, path: Path, end: str, unit: str, time: str, lon: str,
 
 def _pings_of_file(raw: str, path: Path, types: dict[str, str], source: SourceSpec, clock: LocalClock) -> str:
     if source.format == "pings":
-        return _ping_select(raw, path, "", source.unit, source.time, source.lon, source.lat, types, source,  # type: ignore[arg-type]
-                            clock)
+        # the policy model requires the three columns of a pings source (SourceSpec's validator)
+        assert source.time is not None and source.lon is not None and source.lat is not None
+        return _ping_select(raw, path, "", source.unit, source.time, source.lon, source.lat, types, source, clock)
     ends = {"origin": source.origin, "destination": source.destination}
     return " UNION ALL ".join(
         _ping_select(raw, path, name, source.unit, end.time, end.lon, end.lat, types, source, clock)  # type: ignore[union-attr]
@@ -365,28 +430,47 @@ def _pings_of_file(raw: str, path: Path, types: dict[str, str], source: SourceSp
 def _reason_sql(start_utc: str, end_utc: str, source: SourceSpec) -> tuple[str, str]:
     """(reason, detail) CASE expressions; the first failing rule wins, so each row has one reason."""
     rules = [
-        ("unit_missing", "missing_unit_id",
-         "'the unit id is missing (null, NaN, blank, a spelling of missing such as NA or #N/A, or one of '"
-         "'source.missing_unit_values)'"),
+        (
+            "unit_missing",
+            "missing_unit_id",
+            "'the unit id is missing (null, NaN, blank, a spelling of missing such as NA or #N/A, or one of '"
+            "'source.missing_unit_values)'",
+        ),
         ("time_missing", "missing_timestamp", "'the timestamp is empty'"),
         # before its instant is used: DuckDB's strptime shifts the instant by any offset it reads
-        ("time_offset_bad", "offset_out_of_range",
-         "'timestamp \"' || time_raw || '\" names a UTC offset outside -14:00 to +14:00 (or over 59 minutes)'"),
-        ("time_nonexistent", "nonexistent_local_time",
-         f"'local time \"' || time_raw || '\" does not exist in {source.timezone} (the clocks skipped it)'"),
-        ("ts IS NULL", "unparseable_timestamp",
-         f"'timestamp \"' || time_raw || '\" matches none of the formats ' || {sql_str(str(source.time_formats))}"),
-        ("lon IS NULL OR lat IS NULL", "coordinate_not_a_number",
-         "'lon/lat \"' || coalesce(lon_raw, 'NULL') || '\", \"' || coalesce(lat_raw, 'NULL') || '\"' "
-         "|| ' is not a number'"),
-        ("isnan(lon) OR isnan(lat)", "coordinate_not_a_number",
-         "'lon/lat ' || lon_raw || ', ' || lat_raw || ' is NaN'"),
-        ("NOT (lon BETWEEN -180 AND 180) OR NOT (lat BETWEEN -90 AND 90)", "coordinate_out_of_range",
-         "'lon/lat ' || lon_raw || ', ' || lat_raw || ' outside [-180, 180] x [-90, 90]'"),
-        ("lon = 0 AND lat = 0", "coordinate_null_island",
-         "'lon/lat 0, 0 is the usual placeholder of a missing GPS fix'"),
-        (f"ts < TIMESTAMPTZ {start_utc} OR ts >= TIMESTAMPTZ {end_utc}", "outside_period",
-         "'instant ' || strftime(ts, '%Y-%m-%dT%H:%M:%SZ') || ' is outside the period'"),
+        (
+            "time_offset_bad",
+            "offset_out_of_range",
+            "'timestamp \"' || time_raw || '\" names a UTC offset outside -14:00 to +14:00 (or over 59 minutes)'",
+        ),
+        (
+            "time_nonexistent",
+            "nonexistent_local_time",
+            f"'local time \"' || time_raw || '\" does not exist in {source.timezone} (the clocks skipped it)'",
+        ),
+        (
+            "ts IS NULL",
+            "unparseable_timestamp",
+            f"'timestamp \"' || time_raw || '\" matches none of the formats ' || {sql_str(str(source.time_formats))}",
+        ),
+        (
+            "lon IS NULL OR lat IS NULL",
+            "coordinate_not_a_number",
+            "'lon/lat \"' || coalesce(lon_raw, 'NULL') || '\", \"' || coalesce(lat_raw, 'NULL') || '\"' "
+            "|| ' is not a number'",
+        ),
+        ("isnan(lon) OR isnan(lat)", "coordinate_not_a_number", "'lon/lat ' || lon_raw || ', ' || lat_raw || ' is NaN'"),
+        (
+            "NOT (lon BETWEEN -180 AND 180) OR NOT (lat BETWEEN -90 AND 90)",
+            "coordinate_out_of_range",
+            "'lon/lat ' || lon_raw || ', ' || lat_raw || ' outside [-180, 180] x [-90, 90]'",
+        ),
+        ("lon = 0 AND lat = 0", "coordinate_null_island", "'lon/lat 0, 0 is the usual placeholder of a missing GPS fix'"),
+        (
+            f"ts < TIMESTAMPTZ {start_utc} OR ts >= TIMESTAMPTZ {end_utc}",
+            "outside_period",
+            "'instant ' || strftime(ts, '%Y-%m-%dT%H:%M:%SZ') || ' is outside the period'",
+        ),
     ]
     reason = "CASE " + " ".join(f"WHEN {cond} THEN '{name}'" for cond, name, _ in rules) + " END"
     detail = "CASE " + " ".join(f"WHEN {cond} THEN {text}" for cond, _, text in rules) + " END"
@@ -405,8 +489,10 @@ def _write_outputs(con: duckdb.DuckDBPyConnection, pings_path: Path, quarantine_
     temporary file, sorted into quarantine.parquet at the end. Validation (time zones, text to numbers) is
     most of the cost of ingest: the two filtered COPYs this replaces validated every row twice (3.8 s + 3.7 s
     at 10 M pings; one scan 5.6 s). The quarantine's raw values are selected for rejected rows only."""
-    kept = [f"CASE WHEN reason IS NULL THEN NULL ELSE {_quarantine_column(c).rsplit(' AS ', 1)[0]} END AS {c}"
-            for c in QUARANTINE_COLUMNS]
+    kept = [
+        f"CASE WHEN reason IS NULL THEN NULL ELSE {_quarantine_column(c).rsplit(' AS ', 1)[0]} END AS {c}"
+        for c in QUARANTINE_COLUMNS
+    ]
     query = f"SELECT unit_raw AS unit, ts, lon, lat, src, {', '.join(kept)} FROM checked"
     # in the spill folder, a per-unit artefact deleted at retention with the rest, should a kill leave it
     spill = quarantine_path.parent / "spill"
@@ -427,19 +513,22 @@ def _write_outputs(con: duckdb.DuckDBPyConnection, pings_path: Path, quarantine_
                         rejected_writer = pq.ParquetWriter(str(rejected_tmp), rejected.schema)
                     rejected_writer.write_batch(rejected)
             if pings_writer is None:  # no row at all: an empty file with the columns
-                con.execute(f"COPY (SELECT unit_raw AS unit, ts, lon, lat, src FROM checked LIMIT 0) "
-                            f"TO {sql_str(str(pings_tmp))} (FORMAT parquet)")
+                con.execute(
+                    f"COPY (SELECT unit_raw AS unit, ts, lon, lat, src FROM checked LIMIT 0) "
+                    f"TO {sql_str(str(pings_tmp))} (FORMAT parquet)"
+                )
             else:
                 pings_writer.close()
                 pings_writer = None
-        source = (f"read_parquet({sql_str(str(rejected_tmp))})" if rejected_writer is not None else
-                  f"({query} LIMIT 0)")
+        source = f"read_parquet({sql_str(str(rejected_tmp))})" if rejected_writer is not None else f"({query} LIMIT 0)"
         if rejected_writer is not None:
             rejected_writer.close()
             rejected_writer = None
         with atomic_path(quarantine_path) as tmp:
-            con.execute(f"COPY (SELECT {', '.join(QUARANTINE_COLUMNS)} FROM {source} ORDER BY file, row, trip_end) "
-                        f"TO {sql_str(str(tmp))} (FORMAT parquet)")
+            con.execute(
+                f"COPY (SELECT {', '.join(QUARANTINE_COLUMNS)} FROM {source} ORDER BY file, row, trip_end) "
+                f"TO {sql_str(str(tmp))} (FORMAT parquet)"
+            )
     finally:
         for writer in (pings_writer, rejected_writer):
             if writer is not None:
@@ -464,8 +553,9 @@ def _connect(out_dir: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _open_files(con: duckdb.DuckDBPyConnection, files: Sequence[Path], source: SourceSpec, clock: LocalClock,
-                progress: Progress) -> _OpenedFiles:
+def _open_files(
+    con: duckdb.DuckDBPyConnection, files: Sequence[Path], source: SourceSpec, clock: LocalClock, progress: Progress
+) -> _OpenedFiles:
     columns: set[str] = set()
     selects: list[str] = []
     rows_read = 0
@@ -479,17 +569,25 @@ def _open_files(con: duckdb.DuckDBPyConnection, files: Sequence[Path], source: S
         rows_read += rows
         # `src` (the file's position) lets later checks say which file a ping came from, e.g. the file
         # whose pings fall outside the geometry; a SMALLINT costs next to nothing in the Parquet file.
-        selects.append(f"SELECT *, CAST({i} AS SMALLINT) AS src FROM "
-                       f"({_pings_of_file(f'raw_{i}', path, types, source, clock)})")
+        selects.append(
+            f"SELECT *, CAST({i} AS SMALLINT) AS src FROM ({_pings_of_file(f'raw_{i}', path, types, source, clock)})"
+        )
         # files by position: the progress reaches the Dagster event log, and a per-device export's name is a
         # unit id (the work area's ingest.json lists the names in this order)
-        progress(ProgressEvent("ingest", f"ingest: input file {i + 1} of {len(files)}: {rows:,} rows",
-                               share=(i + 1) / len(files)))
+        progress(
+            ProgressEvent("ingest", f"ingest: input file {i + 1} of {len(files)}: {rows:,} rows", share=(i + 1) / len(files))
+        )
     return _OpenedFiles(tuple(selects), frozenset(columns), rows_read)
 
 
-def _write_checked(con: duckdb.DuckDBPyConnection, files: Sequence[Path], source: SourceSpec, pings_path: Path,
-                   quarantine_path: Path, progress: Progress) -> None:
+def _write_checked(
+    con: duckdb.DuckDBPyConnection,
+    files: Sequence[Path],
+    source: SourceSpec,
+    pings_path: Path,
+    quarantine_path: Path,
+    progress: Progress,
+) -> None:
     started = time.perf_counter()
     try:
         _write_outputs(con, pings_path, quarantine_path)
@@ -497,12 +595,16 @@ def _write_checked(con: duckdb.DuckDBPyConnection, files: Sequence[Path], source
         # a corrupt page met after the first batch surfaces through pyarrow's reader, not as a DuckDB error
         raise unreadable_file(con, files, source, exc) from None
     seconds = time.perf_counter() - started
-    progress(ProgressEvent("ingest", f"ingest: valid pings and quarantine written in {seconds:.1f} s", share=1.0,
-                           seconds=seconds, done=True))
+    progress(
+        ProgressEvent(
+            "ingest", f"ingest: valid pings and quarantine written in {seconds:.1f} s", share=1.0, seconds=seconds, done=True
+        )
+    )
 
 
-def _rejections(con: duckdb.DuckDBPyConnection, quarantine_path: Path, files: Sequence[Path]
-                ) -> tuple[dict[str, int], tuple[str, ...]]:
+def _rejections(
+    con: duckdb.DuckDBPyConnection, quarantine_path: Path, files: Sequence[Path]
+) -> tuple[dict[str, int], tuple[str, ...]]:
     """(rejected pings by reason, the first rejected rows named by file position, row and reason)."""
     con.execute(f"CREATE TEMP TABLE rejected AS SELECT * FROM read_parquet({sql_str(str(quarantine_path))})")
     by_reason = dict(con.execute("SELECT reason, count(*) FROM rejected GROUP BY reason ORDER BY reason").fetchall())
@@ -518,8 +620,9 @@ def _rejections(con: duckdb.DuckDBPyConnection, quarantine_path: Path, files: Se
     return by_reason, examples
 
 
-def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir: Path,
-                  progress: Progress = silent) -> IngestResult:
+def ingest_traces(
+    policy: Policy, period: Period, files: Sequence[Path], out_dir: Path, progress: Progress = silent
+) -> IngestResult:
     """Read, map and validate every trace file; write `pings.parquet` and `quarantine.parquet` into out_dir.
 
     policy: the columns, time formats, time zone and missing-id texts (`source`). period: pings outside it
@@ -539,14 +642,17 @@ def ingest_traces(policy: Policy, period: Period, files: Sequence[Path], out_dir
     start, end = period.utc_window(policy.time.timezone)
     reason, detail = _reason_sql(sql_str(start.isoformat()), sql_str(end.isoformat()), source)
     opened = _open_files(con, files, source, LocalClock.around(source.timezone, start, end), progress)
-    con.execute(f"CREATE TEMP VIEW checked AS SELECT *, {reason} AS reason, {detail} AS detail "
-                f"FROM ({' UNION ALL '.join(opened.selects)})")
+    con.execute(
+        f"CREATE TEMP VIEW checked AS SELECT *, {reason} AS reason, {detail} AS detail "
+        f"FROM ({' UNION ALL '.join(opened.selects)})"
+    )
     pings_path = out_dir / "pings.parquet"
     quarantine_path = out_dir / "quarantine.parquet"
     _write_checked(con, files, source, pings_path, quarantine_path, progress)
     by_reason, examples = _rejections(con, quarantine_path, files)
-    per_src = dict(con.execute(f"SELECT src, count(*) FROM read_parquet({sql_str(str(pings_path))}) "
-                               "GROUP BY src").fetchall())
+    per_src = dict(
+        con.execute(f"SELECT src, count(*) FROM read_parquet({sql_str(str(pings_path))}) GROUP BY src").fetchall()
+    )
     valid = sum(per_src.values())
     pings_read = valid + sum(by_reason.values())
     con.close()

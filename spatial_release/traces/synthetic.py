@@ -54,8 +54,7 @@ class SyntheticConfig:
     first_person: int = 0  # ids start here, so chunks generated separately never share a person
 
 
-def _in_empty(x: np.ndarray, y: np.ndarray, areas: Sequence[tuple[float, float, float, float]],
-              margin: float) -> np.ndarray:
+def _in_empty(x: np.ndarray, y: np.ndarray, areas: Sequence[tuple[float, float, float, float]], margin: float) -> np.ndarray:
     hit = np.zeros(len(x), dtype=bool)
     for xmin, ymin, xmax, ymax in areas:
         hit |= (x >= xmin - margin) & (x < xmax + margin) & (y >= ymin - margin) & (y < ymax + margin)
@@ -126,16 +125,24 @@ def generate_pings(cfg: SyntheticConfig = SyntheticConfig()) -> pd.DataFrame:
     # an errand that lands in an empty area happens at home instead, so empty areas stay empty
     bad = _in_empty(errand_x, errand_y, cfg.empty_areas, ANCHOR_MARGIN_M)
     errand_x[bad], errand_y[bad] = home_x[p][bad], home_y[p][bad]
-    parts.append((p, d, rng.uniform(9, 18, len(p)),
-                  np.where(at_work, work_x[p], errand_x), np.where(at_work, work_y[p], errand_y)))
+    parts.append(
+        (p, d, rng.uniform(9, 18, len(p)), np.where(at_work, work_x[p], errand_x), np.where(at_work, work_y[p], errand_y))
+    )
     # bursts: a bursty device on some of its active days pings 20-60 times within one hour at one anchor
     burst_rows = np.flatnonzero(bursty[person] & (rng.random(len(person)) < cfg.burst_day_probability))
     k_burst = rng.integers(20, 61, len(burst_rows))
     p, d = np.repeat(person[burst_rows], k_burst), np.repeat(day[burst_rows], k_burst)
     start_hour = np.repeat(rng.uniform(8, 22, len(burst_rows)), k_burst)
     use_work = np.repeat(rng.random(len(burst_rows)) < 0.5, k_burst) & worker[p]
-    parts.append((p, d, start_hour + rng.uniform(0, 1, len(p)),
-                  np.where(use_work, work_x[p], home_x[p]), np.where(use_work, work_y[p], home_y[p])))
+    parts.append(
+        (
+            p,
+            d,
+            start_hour + rng.uniform(0, 1, len(p)),
+            np.where(use_work, work_x[p], home_x[p]),
+            np.where(use_work, work_y[p], home_y[p]),
+        )
+    )
 
     p, d, hour, x, y = (np.concatenate(column) for column in zip(*parts))
     p = p + cfg.first_person
@@ -143,33 +150,55 @@ def generate_pings(cfg: SyntheticConfig = SyntheticConfig()) -> pd.DataFrame:
     lon, lat = Transformer.from_crs(cfg.crs, "EPSG:4326", always_xy=True).transform(x, y)
     seconds = np.floor(np.clip(hour, 0, 24 - 1e-6) * 3600).astype("int64")
     local = (np.datetime64(cfg.start) + d.astype("timedelta64[D]")).astype("datetime64[s]") + seconds
-    frame = pd.DataFrame({
-        "device_id": np.char.add("dev-", np.char.zfill(p.astype(str), 6)),
-        "imsi": (310_260_000_000_000 + p * 7919).astype("int64").astype(str),
-        "age_band": np.array(["18-24", "25-34", "35-44", "45-54", "55-64", "65+"])[p % 6],
-        "local_time": local,  # naive local time: Parquet stores a TIMESTAMP, CSV writes ISO text
-        "lon": np.round(lon, 6),
-        "lat": np.round(lat, 6),
-    })
+    frame = pd.DataFrame(
+        {
+            "device_id": np.char.add("dev-", np.char.zfill(p.astype(str), 6)),
+            "imsi": (310_260_000_000_000 + p * 7919).astype("int64").astype(str),
+            "age_band": np.array(["18-24", "25-34", "35-44", "45-54", "55-64", "65+"])[p % 6],
+            "local_time": local,  # naive local time: Parquet stores a TIMESTAMP, CSV writes ISO text
+            "lon": np.round(lon, 6),
+            "lat": np.round(lat, 6),
+        }
+    )
     return frame.sort_values(["local_time", "device_id"], kind="stable").reset_index(drop=True)
 
 
-def write_pings_in_chunks(cfg: SyntheticConfig, path: Path, pings: int, chunk_persons: int = 20_000,
-                          integer_ids: bool = False, progress: Progress | None = None) -> int:
+def write_pings_in_chunks(
+    cfg: SyntheticConfig,
+    path: Path,
+    pings: int,
+    chunk_persons: int = 20_000,
+    integer_ids: bool = False,
+    progress: Progress | None = None,
+) -> int:
     """Stream about `pings` pings (exactly that many: the last chunk is cut) to one Parquet file, generating
     `chunk_persons` persons at a time with their own seeds, so memory stays bounded at any size.
     Columns: device_id (text, or int64 with integer_ids), local_time, lon, lat. Returns the rows written."""
     written, chunk = 0, 0
-    schema = pa.schema([("device_id", pa.int64() if integer_ids else pa.string()),
-                        ("local_time", pa.timestamp("s")), ("lon", pa.float64()), ("lat", pa.float64())])
+    schema = pa.schema(
+        [
+            ("device_id", pa.int64() if integer_ids else pa.string()),
+            ("local_time", pa.timestamp("s")),
+            ("lon", pa.float64()),
+            ("lat", pa.float64()),
+        ]
+    )
     with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema) as writer:
         while written < pings:
-            part = replace(cfg, seed=cfg.seed + chunk, persons=chunk_persons,
-                           first_person=cfg.first_person + chunk * chunk_persons)
+            part = replace(
+                cfg, seed=cfg.seed + chunk, persons=chunk_persons, first_person=cfg.first_person + chunk * chunk_persons
+            )
             frame = generate_pings(part).head(pings - written)
             ids = frame["device_id"].str.slice(4).astype("int64") if integer_ids else frame["device_id"]
-            table = pa.table({"device_id": ids.to_numpy(), "local_time": frame["local_time"].to_numpy(),
-                              "lon": frame["lon"].to_numpy(), "lat": frame["lat"].to_numpy()}, schema=schema)
+            table = pa.table(
+                {
+                    "device_id": ids.to_numpy(),
+                    "local_time": frame["local_time"].to_numpy(),
+                    "lon": frame["lon"].to_numpy(),
+                    "lat": frame["lat"].to_numpy(),
+                },
+                schema=schema,
+            )
             writer.write_table(table, row_group_size=1_000_000)
             written += len(frame)
             chunk += 1

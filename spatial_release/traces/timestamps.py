@@ -75,8 +75,13 @@ class LocalClock:
             at = datetime.fromtimestamp(hi, UTC).replace(tzinfo=None)
             changes.append((at + offset(lo), offset(lo), at + offset(hi)))
         margin = timedelta(days=1)  # no zone is more than a day from UTC
-        return cls(zone, first.replace(tzinfo=None) + margin, end.replace(tzinfo=None) - margin,
-                   tuple(changes), offset(int(end.timestamp())))
+        return cls(
+            zone,
+            first.replace(tzinfo=None) + margin,
+            end.replace(tzinfo=None) - margin,
+            tuple(changes),
+            offset(int(end.timestamp())),
+        )
 
     def _shift(self, local: str, offset: timedelta) -> str:
         # CAST to TIMESTAMPTZ reads the value as UTC: ingest's connection runs with TimeZone = 'UTC'.
@@ -97,22 +102,45 @@ class LocalClock:
 
     def nonexistent_sql(self, local: str) -> str:
         """True where a naive local time falls in a gap of the clocks."""
-        gaps = [f"({local} >= TIMESTAMP '{old_until}' AND {local} < TIMESTAMP '{new_from}')"
-                for old_until, _, new_from in self.changes if new_from > old_until]
+        gaps = [
+            f"({local} >= TIMESTAMP '{old_until}' AND {local} < TIMESTAMP '{new_from}')"
+            for old_until, _, new_from in self.changes
+            if new_from > old_until
+        ]
         return f"coalesce(NOT {self._outside(local)} AND ({' OR '.join(gaps)}), false)" if gaps else "false"
 
 
 # A UTC offset no place has (`%z` beyond -14:00..+14:00, or minutes or seconds over 59), in RE2: DuckDB's
 # strptime takes +25:00 or +05:75 and shifts the instant by it (issue 23). The forms %z reads: +HH, +HHMM,
 # +HH:MM, +HH:MM:SS.
-_BAD_OFFSET = (r"[+-](?:(?:1[5-9]|[2-9]\d)(?::?\d\d){0,2}|\d\d:?[6-9]\d(?::?\d\d)?|\d\d:?\d\d:?[6-9]\d"
-               r"|14:?(?:0[1-9]|[1-5]\d)(?::?\d\d)?|14:?00:?(?:0[1-9]|[1-5]\d))")
+_BAD_OFFSET = (
+    r"[+-](?:(?:1[5-9]|[2-9]\d)(?::?\d\d){0,2}|\d\d:?[6-9]\d(?::?\d\d)?|\d\d:?\d\d:?[6-9]\d"
+    r"|14:?(?:0[1-9]|[1-5]\d)(?::?\d\d)?|14:?00:?(?:0[1-9]|[1-5]\d))"
+)
 # What each strptime directive matches, to find where %z stands in the text (a rough guess is enough for
 # the rest: it only has to match the text the format parsed).
-_DIRECTIVE = {"Y": r"\d+", "y": r"\d+", "m": r"\d+", "d": r"\d+", "H": r"\d+", "I": r"\d+", "M": r"\d+",
-              "S": r"\d+", "f": r"\d+", "g": r"\d+", "n": r"\d+", "j": r"\d+", "z": r"[+-]\d\d(?::?\d\d){0,2}|Z",
-              "b": r"[A-Za-z.]+", "B": r"[A-Za-z.]+", "a": r"[A-Za-z.]+", "A": r"[A-Za-z.]+", "p": r"[A-Za-z.]+",
-              "Z": r"\S+", "%": "%"}
+_DIRECTIVE = {
+    "Y": r"\d+",
+    "y": r"\d+",
+    "m": r"\d+",
+    "d": r"\d+",
+    "H": r"\d+",
+    "I": r"\d+",
+    "M": r"\d+",
+    "S": r"\d+",
+    "f": r"\d+",
+    "g": r"\d+",
+    "n": r"\d+",
+    "j": r"\d+",
+    "z": r"[+-]\d\d(?::?\d\d){0,2}|Z",
+    "b": r"[A-Za-z.]+",
+    "B": r"[A-Za-z.]+",
+    "a": r"[A-Za-z.]+",
+    "A": r"[A-Za-z.]+",
+    "p": r"[A-Za-z.]+",
+    "Z": r"\S+",
+    "%": "%",
+}
 _FORMAT_TOKEN = re.compile(r"%-?.|\s+|.", re.DOTALL)
 
 
@@ -154,7 +182,7 @@ def _zone_split_regex(spec: str) -> str:
     name, after it."""
     parts = _format_parts(spec, _DIRECTIVE["z"])
     at = next(i for i, (token, _) in enumerate(parts) if token.startswith("%") and token.endswith("Z"))
-    before, after = ("".join(p for _, p in parts[:at]), "".join(p for _, p in parts[at + 1:]))
+    before, after = ("".join(p for _, p in parts[:at]), "".join(p for _, p in parts[at + 1 :]))
     return f"^({before})({_DIRECTIVE['Z']})({after})$"
 
 
@@ -187,9 +215,11 @@ def zone_gap_sql(text: str, instant: str, dtype: str, source: SourceSpec) -> str
         return "false"
     text = f"trim({text})"
     last = max(i for i, spec in enumerate(instant_specs) if _has_zone_name(spec))
-    whens = [f"WHEN {_try_strptime(text, [spec])} IS NOT NULL THEN "
-             f"{_zone_gap_of_spec(text, instant, spec) if _has_zone_name(spec) else 'false'}"
-             for spec in instant_specs[:last + 1]]
+    whens = [
+        f"WHEN {_try_strptime(text, [spec])} IS NOT NULL THEN "
+        f"{_zone_gap_of_spec(text, instant, spec) if _has_zone_name(spec) else 'false'}"
+        for spec in instant_specs[: last + 1]
+    ]
     return f"CASE WHEN {instant} IS NULL THEN false {' '.join(whens)} ELSE false END"
 
 
@@ -224,7 +254,13 @@ def timestamp_sql(column: str, dtype: str, source: SourceSpec) -> TimeSql:
     instant_specs = [f for f in source.time_formats if _names_instant(f)]
     utc_specs = [f for f in source.time_formats if _names_utc(f)]
     local_specs = [f for f in source.time_formats if f not in instant_specs and f not in utc_specs]
-    instants = [e for e in (_try_strptime(text, instant_specs),
-                            f"CAST({_try_strptime(text, utc_specs)} AS TIMESTAMPTZ)" if utc_specs else None) if e]
+    instants = [
+        e
+        for e in (
+            _try_strptime(text, instant_specs),
+            f"CAST({_try_strptime(text, utc_specs)} AS TIMESTAMPTZ)" if utc_specs else None,
+        )
+        if e
+    ]
     instant = f"coalesce({', '.join(instants)})" if instants else None
     return TimeSql(raw, instant, _try_strptime(text, local_specs), _bad_offset_sql(text, instant_specs) or "false")

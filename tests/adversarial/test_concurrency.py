@@ -63,9 +63,15 @@ def publish_at_once(tmp_path: Path, policy_path: Path, labels: list[str]) -> lis
     """Run run_publish for each label in its own process, released together, each pausing 2 s before it
     writes the release (as a slow disk would); their JSON results."""
     start = tmp_path / "go"
-    children = [subprocess.Popen([sys.executable, "-c", _PUBLISHER, str(policy_path), label, str(tmp_path),
-                                  str(start)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                for label in labels]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _PUBLISHER, str(policy_path), label, str(tmp_path), str(start)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for label in labels
+    ]
     time.sleep(4)  # let both import everything, so that they really race
     start.write_text("go")
     results = []
@@ -112,10 +118,29 @@ def test_two_periods_at_once_assess_risk_with_each_other(tmp_path):
 
 
 def _release(tmp_path: Path, policy_path: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "spatial_release.cli", "release", "--policy", str(policy_path),
-                             "--period", "2018-Q1", "--traces", str(tmp_path / "traces-2018-Q1.csv"),
-                             "--out", str(tmp_path / "out"), "--ledger", str(tmp_path / "ledger"), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "spatial_release.cli",
+            "release",
+            "--policy",
+            str(policy_path),
+            "--period",
+            "2018-Q1",
+            "--traces",
+            str(tmp_path / "traces-2018-Q1.csv"),
+            "--out",
+            str(tmp_path / "out"),
+            "--ledger",
+            str(tmp_path / "ledger"),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ},
+    )
 
 
 def _work_files(tmp_path: Path) -> dict[str, str]:
@@ -130,8 +155,9 @@ def test_a_re_run_of_a_published_period_is_refused_before_it_writes(tmp_path):
     assert first.returncode == 0, err
     before = _work_files(tmp_path)
     # the re-run reads other traces: had it ingested them, the counts and key sets would change
-    (tmp_path / "traces-2018-Q1.csv").write_text((tmp_path / "traces-2018-Q2.csv").read_text()
-                                                 .replace("2018-04-10", "2018-01-11"))
+    (tmp_path / "traces-2018-Q1.csv").write_text(
+        (tmp_path / "traces-2018-Q2.csv").read_text().replace("2018-04-10", "2018-01-11")
+    )
     again = _release(tmp_path, policy_path)
     out, err = again.communicate(timeout=300)
     assert again.returncode == 1
@@ -150,9 +176,21 @@ def test_two_command_line_runs_of_one_period_at_once(tmp_path):
     assert "already published" in err or "belongs to run" in err, err
     assert len(release_entries(tmp_path)) == 1
     # the published release's own work area is intact: its independent audit passes
-    audit = subprocess.run([sys.executable, "-m", "spatial_release.cli", "audit",
-                            str(tmp_path / "out/releases/fixture/2018-Q1"), "--policy", str(policy_path),
-                            "--ledger", str(tmp_path / "ledger")], capture_output=True, text=True)
+    audit = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spatial_release.cli",
+            "audit",
+            str(tmp_path / "out/releases/fixture/2018-Q1"),
+            "--policy",
+            str(policy_path),
+            "--ledger",
+            str(tmp_path / "ledger"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
@@ -171,8 +209,7 @@ def test_a_step_of_a_run_that_lost_the_work_area_stops(tmp_path):
         with stages.work_area_step(ctx, None, "run-a", starts_run=False):
             pass
     with pytest.raises(stages.WorkAreaBusy, match="still running"):
-        with stages.work_area_step(ctx, None, "run-c", starts_run=True,
-                                   run_is_live=lambda run_id: True):
+        with stages.work_area_step(ctx, None, "run-c", starts_run=True, run_is_live=lambda run_id: True):
             pass
     # a killed step's temporary in a step folder is removed by the next step that holds the area
     leftover = area.ingest / ".pings.parquet.0123456789abcdef0123456789abcdef.tmp"

@@ -39,8 +39,9 @@ def _release(tmp_path, frame, **source) -> tuple[int, str]:
     data["source"].update(source)
     policy = write_policy(tmp_path, data)
     out = tmp_path / "out"
-    code = cli.main(["release", "--policy", str(policy), "--period", "2018-Q1", "--out", str(out),
-                     "--ledger", str(tmp_path / "ledger")])
+    code = cli.main(
+        ["release", "--policy", str(policy), "--period", "2018-Q1", "--out", str(out), "--ledger", str(tmp_path / "ledger")]
+    )
     return code, out
 
 
@@ -79,12 +80,22 @@ def test_the_swapped_file_is_named_among_several(tmp_path, capsys):
     good.to_csv(tmp_path / "traces-2018-01.csv", index=False)
     bad.to_csv(tmp_path / "traces-2018-02.csv", index=False)
     policy = write_policy(tmp_path, policy_dict(str(tmp_path / "traces-*.csv")))
-    code, text = _run(capsys, "--policy", str(policy), "--period", "2018-Q1", "--out", str(tmp_path / "out"),
-                      "--ledger", str(tmp_path / "ledger"))
+    code, text = _run(
+        capsys,
+        "--policy",
+        str(policy),
+        "--period",
+        "2018-Q1",
+        "--out",
+        str(tmp_path / "out"),
+        "--ledger",
+        str(tmp_path / "ledger"),
+    )
     assert code == 1, text
     # files are named by their place in the ingest's list (a per-device export's name is a unit id); the
     # owner-only ingest.json maps the place to the name
     import json
+
     files = json.loads((tmp_path / "out/work/fixture/2018-Q1/ingest/ingest.json").read_text())["files"]
     bad_place = [i for i, f in enumerate(files, 1) if f.endswith("traces-2018-02.csv")][0]
     assert f"input file {bad_place} of 2: {len(bad):,} of {len(bad):,} (100.0%)" in text
@@ -109,8 +120,19 @@ def test_a_month_of_citi_bike_trips_with_swapped_coordinates_blocks(tmp_path, ca
         trips.to_csv(path, index=False)
         files.append(str(path))
     out = tmp_path / "out"
-    code, text = _run(capsys, "--policy", str(PROJECT_ROOT / "policies/jc-bikes.yaml"), "--period", "2018-Q1",
-                      "--traces", *files, "--out", str(out), "--ledger", str(tmp_path / "ledger"))
+    code, text = _run(
+        capsys,
+        "--policy",
+        str(PROJECT_ROOT / "policies/jc-bikes.yaml"),
+        "--period",
+        "2018-Q1",
+        "--traces",
+        *files,
+        "--out",
+        str(out),
+        "--ledger",
+        str(tmp_path / "ledger"),
+    )
     assert code == 1, text
     assert "outside_share" in text and "JC-201802-citibike-tripdata.csv" in text
     assert "latitude and longitude swapped" in text

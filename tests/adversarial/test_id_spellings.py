@@ -28,15 +28,21 @@ OTHER = {"when": "2018-01-10 08:00:00", "lon": -74.05, "lat": 40.72, "gender": "
 
 # The format characters of the report (category Cf, outside the blanks that were trimmed already), and some
 # of the blanks an export leaves at the ends.
-FORMAT_CHARACTERS = ("\u00ad\u061c\u180e\u200b\u200c\u200d\u200e\u200f\u2060\u2061\u2062\u2063\u2064"
-                     + "".join(map(chr, range(0x206a, 0x2070))) + "\ufeff\ufff9\ufffa\ufffb\U000110bd\U000e0001"
-                     + "".join(map(chr, range(0xe0020, 0xe0080, 7))))
+FORMAT_CHARACTERS = (
+    "\u00ad\u061c\u180e\u200b\u200c\u200d\u200e\u200f\u2060\u2061\u2062\u2063\u2064"
+    + "".join(map(chr, range(0x206A, 0x2070)))
+    + "\ufeff\ufff9\ufffa\ufffb\U000110bd\U000e0001"
+    + "".join(map(chr, range(0xE0020, 0xE0080, 7)))
+)
 BLANKS = " \t\u00a0\u2003\u202f\u3000"
 # Red-team re-test of issue 23: what else made one id several. The zero of every script's digits (category
 # Nd, derived here with unicodedata), grouping marks, control characters (category Cc; no NUL, no line
 # break: a CSV field), combining marks (category Mn) and the minus signs that are not ASCII.
-ZEROS = tuple(chr(c) for c in range(0x80, sys.maxunicode + 1)
-              if unicodedata.category(chr(c)) == "Nd" and unicodedata.digit(chr(c)) == 0)
+ZEROS = tuple(
+    chr(c)
+    for c in range(0x80, sys.maxunicode + 1)
+    if unicodedata.category(chr(c)) == "Nd" and unicodedata.digit(chr(c)) == 0
+)
 GROUP_MARKS = " ,'\u00a0\u202f\u2009"
 CONTROLS = "\x01\x08\x1b\x7f\x85\x9f"
 MARKS = "\u0300\u0301\u0308\u0327\u0338\u20d7\u1ab0"
@@ -64,7 +70,7 @@ def _rows(ids: list[str]) -> pd.DataFrame:
 def _grouped(digits: str, mark: str) -> str:
     """`digits` in groups of three from the right, `mark` between them (`29,590`)."""
     head = len(digits) % 3 or 3
-    return mark.join([digits[:head]] + [digits[i:i + 3] for i in range(head, len(digits), 3)])
+    return mark.join([digits[:head]] + [digits[i : i + 3] for i in range(head, len(digits), 3)])
 
 
 @st.composite
@@ -103,8 +109,14 @@ def _respelled(draw, text: str) -> str:
     """`text` with its digits in other scripts (each digit in one of a few), a minus that is not ASCII,
     control characters and combining marks anywhere."""
     zeros = draw(st.lists(st.sampled_from(ZEROS), min_size=1, max_size=3))
-    chars = [chr(ord(draw(st.sampled_from(["0", *zeros]))) + int(c)) if c.isdigit() else
-             draw(st.sampled_from(MINUSES)) if c == "-" else c for c in text]
+    chars = [
+        chr(ord(draw(st.sampled_from(["0", *zeros]))) + int(c))
+        if c.isdigit()
+        else draw(st.sampled_from(MINUSES))
+        if c == "-"
+        else c
+        for c in text
+    ]
     for extra in (CONTROLS, MARKS):
         for _ in range(draw(st.integers(0, 2))):
             chars.insert(draw(st.integers(0, len(chars))), draw(st.sampled_from(extra)))
@@ -113,7 +125,7 @@ def _respelled(draw, text: str) -> str:
 
 @st.composite
 def _spellings_of_one_id(draw) -> tuple[int, list[str]]:
-    n = draw(st.one_of(st.integers(-10**6, 10**9), st.integers(10**15, 10**30)))  # over 15 digits: no rounding
+    n = draw(st.one_of(st.integers(-(10**6), 10**9), st.integers(10**15, 10**30)))  # over 15 digits: no rounding
     return n, draw(st.lists(_numeral(n).flatmap(_respelled).flatmap(_disguised), min_size=2, max_size=8))
 
 
@@ -129,9 +141,15 @@ def test_every_spelling_of_one_id_is_one_unit(case):
 
 
 @settings(max_examples=20, deadline=None)
-@given(st.lists(st.sampled_from(MISSING).flatmap(
-    lambda text: st.sampled_from([text, text.lower(), text.upper(), text.swapcase()])).flatmap(_disguised),
-    min_size=1, max_size=6))
+@given(
+    st.lists(
+        st.sampled_from(MISSING)
+        .flatmap(lambda text: st.sampled_from([text, text.lower(), text.upper(), text.swapcase()]))
+        .flatmap(_disguised),
+        min_size=1,
+        max_size=6,
+    )
+)
 def test_every_spelling_of_missing_is_a_quarantined_missing_id(spellings):
     with tempfile.TemporaryDirectory() as folder:
         result, quarantine, pings = _ingest(Path(folder), {"t.csv": _rows(["u1", *spellings, "u2"])})
@@ -144,8 +162,7 @@ def test_every_spelling_of_missing_is_a_quarantined_missing_id(spellings):
 def test_the_red_team_bike_is_one_unit_in_a_union_with_an_integer_column(tmp_path):
     """The issue's case: a Parquet BIGINT id and the same bike in a CSV, as a float's text, in scientific
     notation and behind a left-to-right mark, with a soft hyphen inside; one unit, beside another bike."""
-    integers = pa.table({"device": pa.array([29590, 1234], pa.int64()),
-                         **{k: pa.array([v] * 2) for k, v in OTHER.items()}})
+    integers = pa.table({"device": pa.array([29590, 1234], pa.int64()), **{k: pa.array([v] * 2) for k, v in OTHER.items()}})
     text = _rows(["29590.0", "2.959e4", "\u200e2959\u00ad0", "2.9590E+04", "01234"])
     result, quarantine, pings = _ingest(tmp_path, {"t1.parquet": integers, "t2.csv": text})
     assert quarantine.empty and len(pings) == 7
@@ -168,7 +185,8 @@ def test_text_that_is_no_integer_stays_text(tmp_path):
     result, quarantine, pings = _ingest(tmp_path, {"t.csv": _rows(ids)}, missing_unit_values=["unknown"])
     assert quarantine.empty
     assert sorted(pings["unit"].unique()) == sorted(
-        ["u1", "0x1F", "1.2.3", "u 1", "a,b", "12 b", "12.5", "1e999", "-", "e5", "AB12", "ab12"])
+        ["u1", "0x1F", "1.2.3", "u 1", "a,b", "12 b", "12.5", "1e999", "-", "e5", "AB12", "ab12"]
+    )
 
 
 def test_the_red_team_spellings_of_one_bike_are_one_unit(tmp_path):
@@ -176,9 +194,22 @@ def test_the_red_team_spellings_of_one_bike_are_one_unit(tmp_path):
     as 3 at k = 3): digits of other scripts, grouped digits, a control character, a combining mark, a
     Unicode minus. Beside them, NFC and NFD spellings of `josé` (and `jose`: accents are stripped) are one
     unit, and 29591 and -29590 stay others."""
-    bike = ["29590", "\uff12\uff19\uff15\uff19\uff10", "\u0662\u0669\u0665\u0669\u0660", "\u0968\u096f\u096b\u096f\u0966",
-            "29,590", "29 590", "29\u00a0590", "29\u202f590", "29590\x7f", "\x1b29590", "29590\u0301",
-            "\uff12\uff19,\uff15\uff19\uff10.0", "2\u0301.959e4", "\U0001d7d0\U0001d7d7\U0001d7d3\U0001d7d7\U0001d7ce"]
+    bike = [
+        "29590",
+        "\uff12\uff19\uff15\uff19\uff10",
+        "\u0662\u0669\u0665\u0669\u0660",
+        "\u0968\u096f\u096b\u096f\u0966",
+        "29,590",
+        "29 590",
+        "29\u00a0590",
+        "29\u202f590",
+        "29590\x7f",
+        "\x1b29590",
+        "29590\u0301",
+        "\uff12\uff19,\uff15\uff19\uff10.0",
+        "2\u0301.959e4",
+        "\U0001d7d0\U0001d7d7\U0001d7d3\U0001d7d7\U0001d7ce",
+    ]
     minus = ["-29590", "\u221229590", "\u2212\uff12\uff19\uff15\uff19\uff10", "-29,590"]
     names = ["jos\u00e9", "jose\u0301", "jose", "\u200ejose\u0301 "]
     result, quarantine, pings = _ingest(tmp_path, {"t.csv": _rows(bike + minus + names + ["29591"])})
@@ -206,9 +237,11 @@ def test_every_unicode_digit_is_its_ascii_digit_and_nothing_else_changes():
     signs = {"\u2212": "-", "\ufe62": "+", "\ufe63": "-", "\uff0b": "+", "\uff0d": "-", "\uff0e": "."}
     con = duckdb.connect()
     inside = _ascii_numerals_sql("'x' || t || 'y'")
-    got = con.execute(f"SELECT i, {_ascii_numerals_sql('t')}, {inside} "
-                      f"FROM (SELECT i, chr(CAST(i AS INTEGER)) AS t FROM range(1, {sys.maxunicode + 1}) r(i) "
-                      "WHERE i NOT BETWEEN 55296 AND 57343)").fetchall()
+    got = con.execute(
+        f"SELECT i, {_ascii_numerals_sql('t')}, {inside} "
+        f"FROM (SELECT i, chr(CAST(i AS INTEGER)) AS t FROM range(1, {sys.maxunicode + 1}) r(i) "
+        "WHERE i NOT BETWEEN 55296 AND 57343)"
+    ).fetchall()
     for i, alone, inside in got:
         char = chr(i)
         expected = str(unicodedata.digit(char)) if unicodedata.category(char) == "Nd" else signs.get(char, char)

@@ -29,14 +29,25 @@ NEW_YORK = ZoneInfo("America/New_York")
 
 
 def _release(tmp_path: Path, policy: Path, traces: list[Path] | None = None, period: str = "2018-Q1") -> int:
-    argv = ["release", "--policy", str(policy), "--period", period, "--out", str(tmp_path / "out"),
-            "--ledger", str(tmp_path / "ledger")]
+    argv = [
+        "release",
+        "--policy",
+        str(policy),
+        "--period",
+        period,
+        "--out",
+        str(tmp_path / "out"),
+        "--ledger",
+        str(tmp_path / "ledger"),
+    ]
     return cli.main(argv + (["--traces", *map(str, traces)] if traces else []))
 
 
 def _nothing_published(tmp_path: Path) -> bool:
-    return not list((tmp_path / "out").glob("releases/**/release.json")) and \
-        not (tmp_path / "ledger" / "entries.jsonl").exists()
+    return (
+        not list((tmp_path / "out").glob("releases/**/release.json"))
+        and not (tmp_path / "ledger" / "entries.jsonl").exists()
+    )
 
 
 def _published_cells(tmp_path: Path) -> dict[tuple[str, str], int]:
@@ -47,8 +58,9 @@ def _published_cells(tmp_path: Path) -> dict[tuple[str, str], int]:
 
 def _expected_cells(rows: pd.DataFrame) -> dict[tuple[str, str], int]:
     """Distinct units per (cell, local day), the day's start as a UTC instant: from `cell` and `instant`."""
-    day = rows["instant"].map(lambda t: datetime(*t.astimezone(NEW_YORK).timetuple()[:3], tzinfo=NEW_YORK)
-                              .astimezone(UTC).isoformat())
+    day = rows["instant"].map(
+        lambda t: datetime(*t.astimezone(NEW_YORK).timetuple()[:3], tzinfo=NEW_YORK).astimezone(UTC).isoformat()
+    )
     counts = rows.assign(day=day).groupby(["cell", "day"])["unit"].nunique()
     return {key: int(n) for key, n in counts.items()}
 
@@ -61,6 +73,7 @@ def _instant(text: str) -> datetime:
 
 # --- time zones -----------------------------------------------------------------------------------------
 
+
 def _pings_near_midnight() -> pd.DataFrame:
     """Pings of known cells just after and just before local midnight, written as naive New York time, as
     UTC with an offset, and with New York's own offset: an instant shifted by the zone's 5 hours changes day."""
@@ -70,13 +83,22 @@ def _pings_near_midnight() -> pd.DataFrame:
     def add(prefix: str, corner: tuple[int, int], n_units: int, whens: list[str]) -> None:
         for u in range(n_units):
             lon, lat = lonlat_in(corner, len(whens), rng)
-            rows.extend({"device": f"{prefix}{u}", "when": w, "lon": round(float(x), 7), "lat": round(float(y), 7),
-                         "gender": "f", "cell": cell_id(corner)} for w, x, y in zip(whens, lon, lat))
+            rows.extend(
+                {
+                    "device": f"{prefix}{u}",
+                    "when": w,
+                    "lon": round(float(x), 7),
+                    "lat": round(float(y), 7),
+                    "gender": "f",
+                    "cell": cell_id(corner),
+                }
+                for w, x, y in zip(whens, lon, lat)
+            )
 
-    add("a", CELL_A, 4, ["2018-01-10 00:30:00", "2018-01-11 00:15:00"])           # naive, just after midnight
+    add("a", CELL_A, 4, ["2018-01-10 00:30:00", "2018-01-11 00:15:00"])  # naive, just after midnight
     add("e", CELL_E, 5, ["2018-01-11 04:30:00+00:00", "2018-01-10 05:10:00+00:00"])  # 23:30 and 00:10 local
     add("d", CELL_D, 3, ["2018-01-10 01:00:00-05:00", "2018-01-10T23:59:00-05:00"])
-    add("b", CELL_B, 3, ["2018-01-10T04:59:00Z"])                                  # 23:59 on the 9th
+    add("b", CELL_B, 3, ["2018-01-10T04:59:00Z"])  # 23:59 on the 9th
     return pd.DataFrame(rows)
 
 
@@ -85,8 +107,12 @@ def test_mixed_time_formats_publish_the_instants_of_the_raw_rows(tmp_path, capsy
     traces = tmp_path / "traces.csv"
     frame.drop(columns="cell").to_csv(traces, index=False)
     data = policy_dict(str(traces))
-    data["source"]["time_formats"] = ["%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M:%S%z", "%Y-%m-%dT%H:%M:%S%z",
-                                      "%Y-%m-%dT%H:%M:%SZ"]
+    data["source"]["time_formats"] = [
+        "%Y-%m-%d %H:%M:%S",
+        "%Y-%m-%d %H:%M:%S%z",
+        "%Y-%m-%dT%H:%M:%S%z",
+        "%Y-%m-%dT%H:%M:%SZ",
+    ]
     code = _release(tmp_path, write_policy(tmp_path, data))
     assert code == 0, capsys.readouterr().err
     expected = _expected_cells(frame.assign(unit=frame["device"], instant=frame["when"].map(_instant)))
@@ -117,10 +143,17 @@ def test_parquet_timestamps_of_every_unit_publish_the_instants_of_the_raw_rows(t
     kinds = [(unit, tz) for unit in ("s", "ms", "us", "ns") for tz in (None, "UTC")]
     traces = []
     for i, (unit, tz) in enumerate(kinds):
-        part = frame.iloc[i::len(kinds)]
+        part = frame.iloc[i :: len(kinds)]
         whens = [t if tz else t.astimezone(NEW_YORK).replace(tzinfo=None) for t in part["instant"]]
-        table = pa.table({"device": part["device"].tolist(), "when": pa.array(whens, pa.timestamp(unit, tz=tz)),
-                          "lon": part["lon"].tolist(), "lat": part["lat"].tolist(), "gender": part["gender"].tolist()})
+        table = pa.table(
+            {
+                "device": part["device"].tolist(),
+                "when": pa.array(whens, pa.timestamp(unit, tz=tz)),
+                "lon": part["lon"].tolist(),
+                "lat": part["lat"].tolist(),
+                "gender": part["gender"].tolist(),
+            }
+        )
         traces.append(tmp_path / f"traces-{unit}-{tz or 'naive'}.parquet")
         pq.write_table(table, traces[-1])
     code = _release(tmp_path, write_policy(tmp_path, policy_dict(str(tmp_path / "traces-*.parquet"))))
@@ -132,6 +165,7 @@ def test_parquet_timestamps_of_every_unit_publish_the_instants_of_the_raw_rows(t
 
 # --- unit ids -------------------------------------------------------------------------------------------
 
+
 def test_nan_and_float_ids_count_the_units_the_rows_name(tmp_path, capsys):
     """Cell B holds two real bikes. A DOUBLE id column adds NaN rows (no id) and writes the bikes as 1.0
     and 2.0 while another file has them as integers: B holds k - 1 = 2 units and must stay withheld (before:
@@ -141,34 +175,62 @@ def test_nan_and_float_ids_count_the_units_the_rows_name(tmp_path, capsys):
     for corner, ids in ((CELL_A, [11, 12, 13]), (CELL_E, range(21, 27)), (CELL_D, range(31, 36)), (CELL_B, [1, 2])):
         for hour in ("12", "13"):  # each bike pings twice: once in each file
             lon, lat = lonlat_in(corner, len(ids), rng)
-            rows += [{"device": float(i), "when": f"2018-01-10 {hour}:00:00", "lon": float(x), "lat": float(y),
-                      "cell": cell_id(corner)} for i, x, y in zip(ids, lon, lat)]
+            rows += [
+                {
+                    "device": float(i),
+                    "when": f"2018-01-10 {hour}:00:00",
+                    "lon": float(x),
+                    "lat": float(y),
+                    "cell": cell_id(corner),
+                }
+                for i, x, y in zip(ids, lon, lat)
+            ]
     lon, lat = lonlat_in(CELL_B, 3, rng)
-    rows += [{"device": float("nan"), "when": "2018-01-10 12:00:00", "lon": float(x), "lat": float(y),
-              "cell": cell_id(CELL_B)} for x, y in zip(lon, lat)]
+    rows += [
+        {"device": float("nan"), "when": "2018-01-10 12:00:00", "lon": float(x), "lat": float(y), "cell": cell_id(CELL_B)}
+        for x, y in zip(lon, lat)
+    ]
     frame = pd.DataFrame(rows).assign(gender="f")
     doubles, ints = frame[frame["when"].str.contains(" 12:")], frame[frame["when"].str.contains(" 13:")]
     columns = ("when", "lon", "lat", "gender")
-    pq.write_table(pa.table({"device": pa.array(doubles["device"].tolist(), pa.float64(), from_pandas=False),
-                             **{c: pa.array(doubles[c].tolist()) for c in columns}}), tmp_path / "a.parquet")
-    pq.write_table(pa.table({"device": pa.array(ints["device"].astype("int64").tolist(), pa.int64()),
-                             **{c: pa.array(ints[c].tolist()) for c in columns}}), tmp_path / "b.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "device": pa.array(doubles["device"].tolist(), pa.float64(), from_pandas=False),
+                **{c: pa.array(doubles[c].tolist()) for c in columns},
+            }
+        ),
+        tmp_path / "a.parquet",
+    )
+    pq.write_table(
+        pa.table(
+            {
+                "device": pa.array(ints["device"].astype("int64").tolist(), pa.int64()),
+                **{c: pa.array(ints[c].tolist()) for c in columns},
+            }
+        ),
+        tmp_path / "b.parquet",
+    )
     data = policy_dict(str(tmp_path / "*.parquet"))
     data["source"]["max_rejected_share"] = 0.2
     code = _release(tmp_path, write_policy(tmp_path, data))
     assert code == 0, capsys.readouterr().err
     known = frame.dropna(subset=["device"])
-    expected = _expected_cells(known.assign(unit=known["device"].astype(int),
-                                            instant=known["when"].map(_instant)))
+    expected = _expected_cells(known.assign(unit=known["device"].astype(int), instant=known["when"].map(_instant)))
     assert expected[(cell_id(CELL_B), "2018-01-10T05:00:00+00:00")] == K - 1
     published = _published_cells(tmp_path)
     assert all(expected[key] == n for key, n in published.items())  # every published figure is the true one
     assert not {key for key, n in expected.items() if n < K} & set(published)  # below k: absent
 
 
-@pytest.mark.parametrize("bike", [["29590.0", "\u200e2.959\u00ade4"],
-                                  ["\uff12\uff19\uff15\uff19\uff10", "29,590\x7f", "\u0662\u0669\u0665\u0669\u0660\u0301",
-                                   "29\u202f590"]], ids=["issue-23", "re-test"])
+@pytest.mark.parametrize(
+    "bike",
+    [
+        ["29590.0", "\u200e2.959\u00ade4"],
+        ["\uff12\uff19\uff15\uff19\uff10", "29,590\x7f", "\u0662\u0669\u0665\u0669\u0660\u0301", "29\u202f590"],
+    ],
+    ids=["issue-23", "re-test"],
+)
 def test_one_bike_written_three_ways_is_one_unit(tmp_path, capsys, bike):
     """Issue 23: cell B holds two bikes; one of them is written `29590`, `29590.0` and `2.959e4` behind a
     left-to-right mark with a soft hyphen inside, and rows whose id is `<NA>`, `#N/A` or `NaT` ping there too.
@@ -177,15 +239,30 @@ def test_one_bike_written_three_ways_is_one_unit(tmp_path, capsys, bike):
     fullwidth or Arabic-Indic digits, grouped, with a DEL or a combining mark."""
     rng = np.random.default_rng(23)
     rows = []
-    spellings = {CELL_B: ["29590", *bike, "41017"], CELL_A: ["u1", "u2", "u3"],
-                 CELL_E: [f"e{i}" for i in range(6)], CELL_D: [f"d{i}" for i in range(5)]}
+    spellings = {
+        CELL_B: ["29590", *bike, "41017"],
+        CELL_A: ["u1", "u2", "u3"],
+        CELL_E: [f"e{i}" for i in range(6)],
+        CELL_D: [f"d{i}" for i in range(5)],
+    }
     for corner, ids in spellings.items():
         lon, lat = lonlat_in(corner, len(ids), rng)
-        rows += [{"device": i, "when": "2018-01-10 12:00:00", "lon": float(x), "lat": float(y),
-                  "cell": cell_id(corner), "unit": i} for i, x, y in zip(ids, lon, lat)]
+        rows += [
+            {
+                "device": i,
+                "when": "2018-01-10 12:00:00",
+                "lon": float(x),
+                "lat": float(y),
+                "cell": cell_id(corner),
+                "unit": i,
+            }
+            for i, x, y in zip(ids, lon, lat)
+        ]
     lon, lat = lonlat_in(CELL_B, 3, rng)
-    rows += [{"device": i, "when": "2018-01-10 12:00:00", "lon": float(x), "lat": float(y), "cell": cell_id(CELL_B),
-              "unit": None} for i, x, y in zip(["<NA>", "#N/A", "NaT"], lon, lat)]
+    rows += [
+        {"device": i, "when": "2018-01-10 12:00:00", "lon": float(x), "lat": float(y), "cell": cell_id(CELL_B), "unit": None}
+        for i, x, y in zip(["<NA>", "#N/A", "NaT"], lon, lat)
+    ]
     frame = pd.DataFrame(rows)
     frame["unit"] = frame["unit"].replace({spelling: "29590" for spelling in bike})
     traces = tmp_path / "traces.csv"
@@ -205,6 +282,7 @@ def test_one_bike_written_three_ways_is_one_unit(tmp_path, capsys, bike):
 
 
 # --- user mistakes: exit 2 before any work, naming the file and the field -----------------------------------
+
 
 def _traces_csv(tmp_path: Path, drop: str | None = None) -> Path:
     path = tmp_path / ("traces.csv" if drop is None else f"traces-without-{drop}.csv")
@@ -265,8 +343,16 @@ def _corrupt_parquet(tmp_path: Path):
     return _policy_with(tmp_path), [path], [str(path), "cannot read as parquet"]
 
 
-MISTAKES = [_duplicate_key, _bad_strptime, _missing_zeros, _zeros_is_the_traces, _missing_landscape,
-            _missing_column, _missing_file, _corrupt_parquet]
+MISTAKES = [
+    _duplicate_key,
+    _bad_strptime,
+    _missing_zeros,
+    _zeros_is_the_traces,
+    _missing_landscape,
+    _missing_column,
+    _missing_file,
+    _corrupt_parquet,
+]
 
 
 @pytest.mark.parametrize("mistake", MISTAKES, ids=lambda f: f.__name__.strip("_"))
@@ -302,11 +388,31 @@ def test_period_of_other_digits_or_a_trailing_newline_exits_2_before_any_work(tm
 def test_command_line_process_prints_no_traceback(tmp_path):
     """The installed entry point, as a user runs it: the message and exit code, nothing else."""
     policy = _policy_with(tmp_path)
-    run = subprocess.run([sys.executable, "-m", "spatial_release.cli", "release", "--policy", str(policy),
-                          "--period", "1990-Q1", "--out", str(tmp_path / "out"), "--ledger", str(tmp_path / "ledger")],
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spatial_release.cli",
+            "release",
+            "--policy",
+            str(policy),
+            "--period",
+            "1990-Q1",
+            "--out",
+            str(tmp_path / "out"),
+            "--ledger",
+            str(tmp_path / "ledger"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 2 and "Traceback" not in run.stderr and "1990-Q1" in run.stderr, run.stderr
     policy.write_text(yaml.safe_dump({"name": "x"}) + "name: y\n")
-    run = subprocess.run([sys.executable, "-m", "spatial_release.cli", "release", "--policy", str(policy),
-                          "--period", "2018-Q1"], capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "spatial_release.cli", "release", "--policy", str(policy), "--period", "2018-Q1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 2 and "Traceback" not in run.stderr and "duplicate key 'name'" in run.stderr

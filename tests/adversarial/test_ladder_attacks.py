@@ -54,6 +54,7 @@ def _cid(corner) -> str:
 
 # ---- adversarial scenarios: (device, day offset from WEEK0, corner, pings) --------------------------------
 
+
 def _scenario_lonely_and_movers() -> list[tuple[str, int, tuple, int]]:
     visits = []
     # A: device x present all week, alone on Wednesday; a0..a4 every day but Wednesday
@@ -76,11 +77,11 @@ def _scenario_two_weeks() -> list[tuple[str, int, tuple, int]]:
     """A cell below k every day of two weeks, whose weeks pass k and whose period is their sum minus one
     returning device: differencing period - week is the attack."""
     visits = []
-    visits += [(f"p{i}", i, A, 3) for i in range(5)]            # week 1 of A: 5 devices, one a day
-    visits += [(f"q{i}", 7 + i, A, 3) for i in range(4)]        # week 2 of A: 4 new devices...
-    visits += [("p0", 12, A, 3)]                                # ...and p0 back: week 2 = 5, period = 9
+    visits += [(f"p{i}", i, A, 3) for i in range(5)]  # week 1 of A: 5 devices, one a day
+    visits += [(f"q{i}", 7 + i, A, 3) for i in range(4)]  # week 2 of A: 4 new devices...
+    visits += [("p0", 12, A, 3)]  # ...and p0 back: week 2 = 5, period = 9
     visits += [(f"c{i}", d, C, 3) for i in range(6) for d in range(14)]  # C: 6 every day of both weeks
-    visits += [(f"b{i}", d, B, 3) for i in range(2) for d in (0, 8)]    # B: 2 devices on two days
+    visits += [(f"b{i}", d, B, 3) for i in range(2) for d in (0, 8)]  # B: 2 devices on two days
     return visits
 
 
@@ -99,7 +100,7 @@ def _scenario_calendar_edges() -> list[tuple[str, int, tuple, int]]:
     week (26-31 March): the rung maps must follow local days there."""
     visits = []
     for start in (56, 77):  # Monday 5 March, Monday 26 March
-        visits += [(f"e{start}_{i}", start + i, A, 3) for i in range(6)]          # one a day in A
+        visits += [(f"e{start}_{i}", start + i, A, 3) for i in range(6)]  # one a day in A
         visits += [(f"f{start}_{i}", start + d, C, 3) for i in range(5) for d in range(6)]
         visits += [(f"g{start}", start + 5, D, 2), (f"g{start}", start + 5, A, 1)]  # Saturday: D (presence)
     visits += [("late", 82, B, 3), ("late", 6 + 56, B, 3)]  # Saturday 31 March and DST Sunday 11 March in B
@@ -130,8 +131,15 @@ def _pings(visits) -> pd.DataFrame:
         day = WEEK0 + pd.Timedelta(days=offset)
         for j in range(n):
             lon, lat = TO_LONLAT.transform(x + 100 + (150 + 200 * j) % 800, y + 100 + (250 + 150 * j) % 800)
-            rows.append({"device": device, "when": f"{day.date()} {8 + 3 * j:02d}:{10 + j:02d}:00",
-                         "lon": round(lon, 7), "lat": round(lat, 7), "gender": "f"})
+            rows.append(
+                {
+                    "device": device,
+                    "when": f"{day.date()} {8 + 3 * j:02d}:{10 + j:02d}:00",
+                    "lon": round(lon, 7),
+                    "lat": round(lat, 7),
+                    "gender": "f",
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -196,6 +204,7 @@ def _published(cells: pd.DataFrame, margins: pd.DataFrame, col: str) -> dict[tup
 
 
 # ---- the independent attacker ----------------------------------------------------------------------------
+
 
 class Attacker:
     """Every figure of the structure is a variable (no rest folding: all 4 cells x 90 days x 13 weeks x the
@@ -287,11 +296,9 @@ class Attacker:
         status = h.getModelStatus()
         if status == highspy.HighsModelStatus.kOptimal:
             return round(h.getInfo().objective_function_value, 6)
-        if maximise and status in (highspy.HighsModelStatus.kUnbounded,
-                                   highspy.HighsModelStatus.kUnboundedOrInfeasible):
+        if maximise and status in (highspy.HighsModelStatus.kUnbounded, highspy.HighsModelStatus.kUnboundedOrInfeasible):
             return float("inf")
-        raise AssertionError(f"attacker model {h.modelStatusToString(status)} for {key}: the files contradict "
-                             "the structure")
+        raise AssertionError(f"attacker model {h.modelStatusToString(status)} for {key}: the files contradict the structure")
 
     def interval(self, key: tuple) -> tuple[float, float]:
         return self.bound(key, False), self.bound(key, True)
@@ -312,10 +319,16 @@ def _leaks(truth: dict[tuple, int], published: dict[tuple, int], measure: str, o
 
 # ---- tests -----------------------------------------------------------------------------------------------
 
-SCENARIOS = {"lonely_and_movers": _scenario_lonely_and_movers, "two_weeks": _scenario_two_weeks,
-             "leaver": _scenario_leaver, "calendar_edges": _scenario_calendar_edges, "random_seed3": _scenario_random}
-EVERY_CASE = pytest.mark.parametrize("scenario, measure", [(s, m) for s in sorted(SCENARIOS)
-                                                            for m in ("presence", "visitors")])
+SCENARIOS = {
+    "lonely_and_movers": _scenario_lonely_and_movers,
+    "two_weeks": _scenario_two_weeks,
+    "leaver": _scenario_leaver,
+    "calendar_edges": _scenario_calendar_edges,
+    "random_seed3": _scenario_random,
+}
+EVERY_CASE = pytest.mark.parametrize(
+    "scenario, measure", [(s, m) for s in sorted(SCENARIOS) for m in ("presence", "visitors")]
+)
 
 
 def _released(scenario: str, measure: str, tmp_path: Path):
@@ -370,8 +383,11 @@ def test_the_overlap_cut_is_stronger_than_the_claimed_relations_and_sound():
     assert Attacker(published, "presence").interval(key)[0] == 7
     assert Attacker(published, "presence", overlap=True).interval(key)[0] == 11
     # and the cut is sound: 6 stayers in A, 5 in B on one day, and the parent's week is 11
-    members = pd.DataFrame([(f"a{i}", WEEK0 + pd.Timedelta(days=d), CELLS[0]) for i in range(6) for d in range(7)]
-                           + [(f"b{i}", WEEK0, CELLS[1]) for i in range(5)], columns=["device", "day", "cell"])
+    members = pd.DataFrame(
+        [(f"a{i}", WEEK0 + pd.Timedelta(days=d), CELLS[0]) for i in range(6) for d in range(7)]
+        + [(f"b{i}", WEEK0, CELLS[1]) for i in range(5)],
+        columns=["device", "day", "cell"],
+    )
     assert _true_figures(members)[key] == 11
 
 
@@ -424,8 +440,7 @@ def test_negative_control_days_published_back_beside_their_week_fail_both_attack
 
 
 @pytest.mark.parametrize("scenario, measure", [("lonely_and_movers", "presence"), ("two_weeks", "visitors")])
-def test_product_audit_agrees_with_my_attacker_when_withheld_figures_are_published_back(scenario, measure,
-                                                                                      tmp_path):
+def test_product_audit_agrees_with_my_attacker_when_withheld_figures_are_published_back(scenario, measure, tmp_path):
     """Negative controls in bulk: publish back each withheld figure at or above k (a secondary, or an
     unoffered coarser figure) and each withheld coarser-rung primary, one at a time, then every withheld
     figure at or above k at once; wherever my attacker then narrows a (still withheld) primary, the
@@ -434,8 +449,7 @@ def test_product_audit_agrees_with_my_attacker_when_withheld_figures_are_publish
     ctx, col, cells, margins, truth, published = _released(scenario, measure, tmp_path)
     true_cells, true_margins = stages.read_true_counts(ctx.area)
     above = [key for key, v in sorted(truth.items(), key=str) if v >= K and key not in published]
-    coarse_primaries = [key for key, v in sorted(truth.items(), key=str)
-                        if v < K and "@" in key[0] and key not in published]
+    coarse_primaries = [key for key, v in sorted(truth.items(), key=str) if v < K and "@" in key[0] and key not in published]
     candidates = above + coarse_primaries
     broken = 0
     for keys in [[key] for key in candidates] + [above]:  # each alone, then all those above k at once

@@ -43,8 +43,21 @@ def programme(published_q1, tmp_path) -> Path:
 
 
 def _release(root: Path, policy: Path, period: str) -> int:
-    return cli.main(["release", "--policy", str(policy), "--period", period, "--traces",
-                     str(root / f"traces-{period}.csv"), "--out", str(root / "out"), "--ledger", str(root / "ledger")])
+    return cli.main(
+        [
+            "release",
+            "--policy",
+            str(policy),
+            "--period",
+            period,
+            "--traces",
+            str(root / f"traces-{period}.csv"),
+            "--out",
+            str(root / "out"),
+            "--ledger",
+            str(root / "ledger"),
+        ]
+    )
 
 
 def _verify(root: Path) -> int:
@@ -102,9 +115,15 @@ def test_a_consistently_rehashed_edit_blocks(programme, capsys):
 def test_a_forged_entry_appended_with_head_one_behind_blocks(programme, capsys):
     # a forged review entry appended, HEAD left as it was: the state a crash between the two renames leaves
     entries = _entries(programme)
-    forged = {"kind": "review", "dataset": "fixture", "cumulative": 0.0, "seq": len(entries),
-              "prev_hash": entries[-1]["hash"], "recorded_at": entries[-1]["recorded_at"],
-              "signer": entries[-1]["signer"]}
+    forged = {
+        "kind": "review",
+        "dataset": "fixture",
+        "cumulative": 0.0,
+        "seq": len(entries),
+        "prev_hash": entries[-1]["hash"],
+        "recorded_at": entries[-1]["recorded_at"],
+        "signer": entries[-1]["signer"],
+    }
     forged["hash"] = entry_hash(forged)
     forged["signature"] = entries[-1]["signature"]
     _write(programme, [*entries, forged], head=False)
@@ -196,8 +215,7 @@ def test_a_rolled_back_ledger_with_the_release_renamed_to_staging_blocks(program
     assert (hidden / "release.json").exists() and not q2.exists()
 
 
-def test_a_copy_of_the_ledger_and_releases_at_another_path_cannot_publish_behind_its_pin(programme, tmp_path,
-                                                                                       capsys):
+def test_a_copy_of_the_ledger_and_releases_at_another_path_cannot_publish_behind_its_pin(programme, tmp_path, capsys):
     """Red-team re-test: the pin was keyed by the ledger's path, so a copy of the ledger and releases folders
     at another path started with no pin; publishing a period into the copy that the original had published
     since re-published it with a cumulative risk that left that release out, and `ledger verify` passed. The

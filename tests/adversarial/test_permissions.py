@@ -24,14 +24,14 @@ def test_every_file_the_release_creates_is_owner_only_even_under_a_permissive_um
     out = tmp_path / "out"
     previous = os.umask(0o022)  # a careless caller: the pipeline must not inherit it
     try:
-        code = cli.main(["release", "--policy", str(policy), "--period", "2018-Q1", "--out", str(out),
-                         "--ledger", str(out / "ledger")])
+        code = cli.main(
+            ["release", "--policy", str(policy), "--period", "2018-Q1", "--out", str(out), "--ledger", str(out / "ledger")]
+        )
     finally:
         os.umask(previous)
     assert code == 0, capsys.readouterr()
     created = [p for p in out.rglob("*")]
     work = out / "work" / "fixture" / "2018-Q1"
     assert (work / "ingest" / "pings.parquet") in created and (work / "counts" / "membership.internal.parquet") in created
-    readable = [(str(p.relative_to(out)), oct(stat.S_IMODE(p.lstat().st_mode))) for p in created
-                if _group_or_world_bits(p)]
+    readable = [(str(p.relative_to(out)), oct(stat.S_IMODE(p.lstat().st_mode))) for p in created if _group_or_world_bits(p)]
     assert readable == [], readable

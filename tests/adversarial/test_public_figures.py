@@ -17,11 +17,31 @@ from spatial_release.defs.catalogue import programme_for
 from spatial_release.defs.execution import execute_release
 
 # Facts about withheld cells (or units) that must never be published.
-WITHHELD_FACTS = {"groups", "smallest_count_before", "primary_cells", "secondary_cells", "withheld_margins",
-                  "unit_counts_withheld", "unit_counts_total", "share_withheld", "by_level", "units_withheld",
-                  "units_counted", "primaries_audited", "components", "smallest_margin_to_bound",
-                  "groups_below_k", "units_below_k", "cells_withheld", "withheld_by_level", "attacker_lo",
-                  "attacker_up", "value", "units", "dagster/row_count"}
+WITHHELD_FACTS = {
+    "groups",
+    "smallest_count_before",
+    "primary_cells",
+    "secondary_cells",
+    "withheld_margins",
+    "unit_counts_withheld",
+    "unit_counts_total",
+    "share_withheld",
+    "by_level",
+    "units_withheld",
+    "units_counted",
+    "primaries_audited",
+    "components",
+    "smallest_margin_to_bound",
+    "groups_below_k",
+    "units_below_k",
+    "cells_withheld",
+    "withheld_by_level",
+    "attacker_lo",
+    "attacker_up",
+    "value",
+    "units",
+    "dagster/row_count",
+}
 
 
 def _keys(obj: object) -> set[str]:
@@ -36,8 +56,12 @@ def _run(tmp_path: Path, trace_name: str = "traces.csv"):
     traces = tmp_path / trace_name
     fixture_pings().to_csv(traces, index=False)
     policy = write_policy(tmp_path, policy_dict(str(traces)))
-    config = {"releases_dir": str(tmp_path / "releases"), "work_dir": str(tmp_path / "work"),
-              "ledger_dir": str(tmp_path / "ledger"), "alerts_dir": str(tmp_path / "alerts")}
+    config = {
+        "releases_dir": str(tmp_path / "releases"),
+        "work_dir": str(tmp_path / "work"),
+        "ledger_dir": str(tmp_path / "ledger"),
+        "alerts_dir": str(tmp_path / "alerts"),
+    }
     return execute_release(programme_for(policy), "2018-01-01", config)
 
 
@@ -49,11 +73,16 @@ def test_release_json_and_metadata_carry_no_fact_about_withheld_cells(tmp_path):
     assert not WITHHELD_FACTS & _keys(record), WITHHELD_FACTS & _keys(record)
     cells, margins = gpd.read_parquet(folder / "cells.parquet"), pd.read_parquet(folder / "margins.parquet")
     nonzero = cells[cells["n_devices"] > 0]
-    assert record["counts"] == {"published_cells": len(nonzero), "published_margins": len(margins),
-                                "smallest_published_count": int(nonzero["n_devices"].min()),
-                                "structural_zero_cells_published": int((cells["n_devices"] == 0).sum()),
-                                "published_by_level": {"cell": len(nonzero), **{
-                                    str(k): int(v) for k, v in margins["level"].value_counts().sort_index().items()}}}
+    assert record["counts"] == {
+        "published_cells": len(nonzero),
+        "published_margins": len(margins),
+        "smallest_published_count": int(nonzero["n_devices"].min()),
+        "structural_zero_cells_published": int((cells["n_devices"] == 0).sum()),
+        "published_by_level": {
+            "cell": len(nonzero),
+            **{str(k): int(v) for k, v in margins["level"].value_counts().sort_index().items()},
+        },
+    }
     metadata_keys: set[str] = set()
     for event in result.get_asset_materialization_events():
         for key, value in event.materialization.metadata.items():
@@ -73,12 +102,16 @@ def test_release_json_and_metadata_carry_no_fact_about_withheld_cells(tmp_path):
 
 def _metadata_entries(result) -> list[tuple[str, str, object]]:
     """(asset or check, key, value) of every metadata entry of every materialisation and check evaluation."""
-    entries = [(event.asset_key.path[-1], key, getattr(value, "value", value))
-               for event in result.get_asset_materialization_events()
-               for key, value in event.materialization.metadata.items()]
-    return entries + [(evaluation.check_name, key, getattr(value, "value", value))
-                      for evaluation in result.get_asset_check_evaluations()
-                      for key, value in evaluation.metadata.items()]
+    entries = [
+        (event.asset_key.path[-1], key, getattr(value, "value", value))
+        for event in result.get_asset_materialization_events()
+        for key, value in event.materialization.metadata.items()
+    ]
+    return entries + [
+        (evaluation.check_name, key, getattr(value, "value", value))
+        for evaluation in result.get_asset_check_evaluations()
+        for key, value in evaluation.metadata.items()
+    ]
 
 
 def _numbers(value: object) -> list[float]:
@@ -118,6 +151,7 @@ def test_no_exact_ratio_in_any_metadata_and_no_trace_file_name_anywhere(tmp_path
     html = (folder / "report.html").read_text()
     assert "export-a0" not in html and "a0.csv" not in html
     from PIL import Image
+
     with Image.open(folder / "report.png") as image:
         assert not any("a0" in f"{k} {v}" for k, v in image.text.items())
     entries = _metadata_entries(result)
@@ -136,6 +170,7 @@ def test_the_identifiers_check_finds_a_unit_id_in_the_record_and_the_report(tmp_
     """Negative controls of the free-text scan: an id as a whole JSON string, as a part of a file name, in the
     report's prose; and what it must not read as ids (figures, dates)."""
     from spatial_release.guarantees import ids_in_texts
+
     ids = {"a0", "29590", "7", "2018"}
     assert ids_in_texts({"release.json": ["29590"]}, ids)
     assert ids_in_texts({"release.json": ["exported from /data/bike-29590.csv"]}, ids)
@@ -143,8 +178,7 @@ def test_the_identifiers_check_finds_a_unit_id_in_the_record_and_the_report(tmp_
     assert not ids_in_texts({"report.html": "<p>7 cells, 0.0074 share, 2018-01-29, 1,234 pings</p>"}, ids)
     assert not ids_in_texts({"release.json": ["2018-Q1", "zone B at 0.0085"]}, ids)
     # small integer ids against the report's everyday words (CSS, encodings, CRS codes)
-    assert not ids_in_texts({"report.html": "margin:.5em 0;padding:0 utf-8 EPSG:4326 h3"},
-                            {"0", "8", "4326", "5"})
+    assert not ids_in_texts({"report.html": "margin:.5em 0;padding:0 utf-8 EPSG:4326 h3"}, {"0", "8", "4326", "5"})
 
 
 def test_publication_refuses_a_staged_report_that_names_a_unit(tmp_path, monkeypatch):

@@ -53,11 +53,14 @@ def _two_programmes(tmp_path, shared: bool, same_files: bool = True) -> tuple[di
     fixture_pings().to_csv(traces, index=False)
     fixture_pings().assign(device=lambda f: "x-" + f["device"]).to_csv(other, index=False)
     extra = {"population": "fixture-devices"} if shared else {}
-    monthly = write_policy(tmp_path,
-                           {**uniqueness_policy_dict(str(traces), name="fixture-monthly", period="month"), **extra},
-                           name="monthly.yaml")
-    quarterly = write_policy(tmp_path, {**uniqueness_policy_dict(str(traces if same_files else other)), **extra},
-                             name="quarterly.yaml")
+    monthly = write_policy(
+        tmp_path,
+        {**uniqueness_policy_dict(str(traces), name="fixture-monthly", period="month"), **extra},
+        name="monthly.yaml",
+    )
+    quarterly = write_policy(
+        tmp_path, {**uniqueness_policy_dict(str(traces if same_files else other)), **extra}, name="quarterly.yaml"
+    )
     ledger = str(tmp_path / "ledger")
     ok, messages, first = cli.run_release(str(monthly), "2018-01", out=str(tmp_path / "out"), ledger=ledger)
     assert ok, messages
@@ -109,8 +112,9 @@ def test_renaming_the_population_does_not_reset_the_budget(tmp_path):
             frame["when"] = frame["when"].str.replace("2018-01-10", "2018-04-10")
         frame.to_csv(traces, index=False)
         policy = write_policy(tmp_path, {**uniqueness_policy_dict(str(traces)), "population": population})
-        ok, messages, record = cli.run_release(str(policy), quarter, out=str(tmp_path / "out"),
-                                               ledger=str(tmp_path / "ledger"))
+        ok, messages, record = cli.run_release(
+            str(policy), quarter, out=str(tmp_path / "out"), ledger=str(tmp_path / "ledger")
+        )
         assert ok, messages
         if quarter == "2018-Q1":
             first = record.risk.release_figure
@@ -130,14 +134,16 @@ def _conflicting_programmes(tmp_path, shared: bool):
     pings.to_csv(full, index=False)
     pings[pings["device"] != "e0"].to_csv(fewer, index=False)
     extra = {"population": "fixture-devices"} if shared else {}
-    monthly = write_policy(tmp_path, {**uniqueness_policy_dict(str(full), name="fixture-monthly", period="month"),
-                                      **extra}, name="monthly.yaml")
+    monthly = write_policy(
+        tmp_path, {**uniqueness_policy_dict(str(full), name="fixture-monthly", period="month"), **extra}, name="monthly.yaml"
+    )
     quarterly = write_policy(tmp_path, {**uniqueness_policy_dict(str(fewer)), **extra}, name="quarterly.yaml")
     ledger, out = str(tmp_path / "ledger"), str(tmp_path / "out")
     ok, messages, _ = cli.run_release(str(monthly), "2018-01", out=out, ledger=ledger)
     assert ok, messages
-    assert cell_id(CELL_E) in set(pd.read_parquet(tmp_path / "out/releases/fixture-monthly/2018-01/cells.parquet")
-                                  ["cell_id"])
+    assert cell_id(CELL_E) in set(
+        pd.read_parquet(tmp_path / "out/releases/fixture-monthly/2018-01/cells.parquet")["cell_id"]
+    )
     return cli.run_release(str(quarterly), "2018-Q1", out=out, ledger=ledger)
 
 
@@ -152,8 +158,9 @@ def test_programmes_of_one_population_are_audited_together_without_audit_with(tm
     # the candidate's value is unpublished: the refusal names the figure, never its two values
     assert not any(re.search(r"published as \d+ and as \d+", m) for m in messages), messages
     # ...and names it by level, area and bucket, as the check's offending rows do (what an alert lists)
-    assert any(re.search(r"first: \S+ \S+ at \d{4}-\d\d-\d\dT[\d:+]+ \(published with two values\)", m)
-               for m in conflicts), conflicts
+    assert any(
+        re.search(r"first: \S+ \S+ at \d{4}-\d\d-\d\dT[\d:+]+ \(published with two values\)", m) for m in conflicts
+    ), conflicts
 
 
 def test_programmes_of_different_populations_are_not_compared(tmp_path):

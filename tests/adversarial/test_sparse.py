@@ -45,8 +45,10 @@ def sparse_bucket(fives: int = 1, singles_inside: int = 1, singles_outside: int 
     cells += [f"250mE{8000 * (s + 1)}N0" for s in range(singles_outside)]
     leaves = pd.DataFrame({"area_id": cells, "bucket_start": bucket, "n": 1})
     rows = []
-    for level, parent in (("grid_2000m", CHAIN.parent_of[0]),
-                          ("grid_8000m", lambda a: CHAIN.parent_of[1](CHAIN.parent_of[0](a)))):
+    for level, parent in (
+        ("grid_2000m", CHAIN.parent_of[0]),
+        ("grid_8000m", lambda a: CHAIN.parent_of[1](CHAIN.parent_of[0](a))),
+    ):
         sums: dict[str, int] = {}
         for cell in cells:
             sums[parent(cell)] = sums.get(parent(cell), 0) + 1
@@ -64,9 +66,17 @@ def joined(parts: list[Table]) -> Table:
         offset = len(table)
         for i in range(len(part)):
             table.add(part.level[i], part.area[i], part.bucket[i], part.value[i], part.status[i])
-        table.relations += [Relation(r.kind, r.parent + offset, tuple(c + offset for c in r.children),
-                                     None if r.rest is None else r.rest + offset, r.rest_children, r.level)
-                            for r in part.relations]
+        table.relations += [
+            Relation(
+                r.kind,
+                r.parent + offset,
+                tuple(c + offset for c in r.children),
+                None if r.rest is None else r.rest + offset,
+                r.rest_children,
+                r.level,
+            )
+            for r in part.relations
+        ]
         table.floor.update({node + offset: f for node, f in part.floor.items()})
     return table
 
@@ -96,8 +106,7 @@ def test_many_sparse_hours_through_the_blocks(monkeypatch):
     """Several such hours, one block each, protected in two worker processes: no error, every primary passes."""
     monkeypatch.setattr(blocks, "BLOCKS_MIN_NODES", 0)
     monkeypatch.setattr(blocks, "CHUNK_NODES", 1)
-    table = joined([sparse_bucket(1 + h % 3, 1 + h % 2, 1 + (h // 2) % 2, BUCKET + pd.Timedelta(hours=h))
-                    for h in range(4)])
+    table = joined([sparse_bucket(1 + h % 3, 1 + h % 2, 1 + (h // 2) % 2, BUCKET + pd.Timedelta(hours=h)) for h in range(4)])
     log = protect(table, K, DEPTH, ProtectionMethod(workers=2))
     assert log.audit.passed and independent_audit(table).passed
 

@@ -36,9 +36,14 @@ def _true_counts(intruders: int) -> tuple[pd.DataFrame, pd.DataFrame]:
         cells.append((ZERO, INTRUDED, intruders))
     cells = pd.DataFrame(cells, columns=["cell_id", "bucket_start", "n"])
     per_bucket = cells.groupby("bucket_start")["n"].sum()
-    margins = pd.DataFrame([(level, area, bucket, int(n)) for bucket, n in per_bucket.items()
-                            for level, area in (("grid_2000m", PARENT), (TOTAL, TOTAL))],
-                           columns=["level", "area_id", "bucket_start", "n"])
+    margins = pd.DataFrame(
+        [
+            (level, area, bucket, int(n))
+            for bucket, n in per_bucket.items()
+            for level, area in (("grid_2000m", PARENT), (TOTAL, TOTAL))
+        ],
+        columns=["level", "area_id", "bucket_start", "n"],
+    )
     return cells, margins
 
 
@@ -88,15 +93,36 @@ def _release_with_lake(tmp_path: Path, swimmer: bool) -> tuple[int, Path]:
     frame = fixture_pings()
     if swimmer:
         lon, lat = lonlat_in(LAKE, 3, np.random.default_rng(11))
-        rows = [{"device": "swimmer", "when": f"{DAY} 1{i}:00:00", "lon": round(float(x), 7),
-                 "lat": round(float(y), 7), "gender": "f"} for i, (x, y) in enumerate(zip(lon, lat))]
+        rows = [
+            {
+                "device": "swimmer",
+                "when": f"{DAY} 1{i}:00:00",
+                "lon": round(float(x), 7),
+                "lat": round(float(y), 7),
+                "gender": "f",
+            }
+            for i, (x, y) in enumerate(zip(lon, lat))
+        ]
         frame = pd.concat([frame, pd.DataFrame(rows)], ignore_index=True)
     traces = tmp_path / "traces.csv"
     frame.to_csv(traces, index=False)
     (tmp_path / "zeros.csv").write_text(f"cell_id\n{cell_id(LAKE)}\n")
     policy = write_policy(tmp_path, policy_dict(str(traces), suppression={"budget": 0.9, "zeros": "zeros.csv"}))
-    code = cli.main(["release", "--policy", str(policy), "--period", "2018-Q1", "--traces", str(traces),
-                     "--out", str(tmp_path / "out"), "--ledger", str(tmp_path / "ledger")])
+    code = cli.main(
+        [
+            "release",
+            "--policy",
+            str(policy),
+            "--period",
+            "2018-Q1",
+            "--traces",
+            str(traces),
+            "--out",
+            str(tmp_path / "out"),
+            "--ledger",
+            str(tmp_path / "ledger"),
+        ]
+    )
     return code, tmp_path / "out" / "releases" / "fixture" / "2018-Q1"
 
 
@@ -109,8 +135,10 @@ def test_cli_blocks_a_person_inside_a_listed_zero(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 1, err
     assert "BLOCKED by check 'structural_zeros_hold'" in err
-    assert (f"{cell_id(LAKE)} at {DAY_BUCKET} is listed as a structural zero but holds at least one unit; "
-            "the zeros list is wrong") in err
+    assert (
+        f"{cell_id(LAKE)} at {DAY_BUCKET} is listed as a structural zero but holds at least one unit; "
+        "the zeros list is wrong"
+    ) in err
     assert "swimmer" not in err  # cell and bucket, never the unit
     assert not folder.exists() and not _ledger_mentions(tmp_path / "ledger", "2018-Q1")
 

@@ -17,13 +17,25 @@ def _release_with_zeros(tmp_path, listed: str, capsys) -> tuple[int, str]:
     data = policy_dict(str(traces))
     data["suppression"]["zeros"] = "zeros.csv"
     policy = write_policy(tmp_path, data)
-    code = cli.main(["release", "--policy", str(policy), "--period", "2018-Q1", "--out", str(tmp_path / "out"),
-                     "--ledger", str(tmp_path / "ledger")])
+    code = cli.main(
+        [
+            "release",
+            "--policy",
+            str(policy),
+            "--period",
+            "2018-Q1",
+            "--out",
+            str(tmp_path / "out"),
+            "--ledger",
+            str(tmp_path / "ledger"),
+        ]
+    )
     return code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("listed", [f"1000mE0{CELL_C[0]}N{CELL_C[1]}", f"1000mE{CELL_C[0] + 1}N{CELL_C[1]}",
-                                    f"500mE{CELL_C[0]}N{CELL_C[1]}"])
+@pytest.mark.parametrize(
+    "listed", [f"1000mE0{CELL_C[0]}N{CELL_C[1]}", f"1000mE{CELL_C[0] + 1}N{CELL_C[1]}", f"500mE{CELL_C[0]}N{CELL_C[1]}"]
+)
 def test_a_zeros_list_naming_no_grid_cell_exactly_is_refused(tmp_path, capsys, listed):
     code, err = _release_with_zeros(tmp_path, listed, capsys)
     assert code in (1, 2) and "not cells of the policy's geometry" in err and listed in err

@@ -33,8 +33,14 @@ PERIOD = "2018-Q1"
 PARTITION = "2018-01-01"
 RELEASE_JOB = "demo_release_job"
 ASSETS = ("validated_pings", "cell_counts", "protected_table", "risk_assessment", "published_release", "risk_review")
-PROTECTED_TABLE_CHECKS = ("k_floor", "no_identifiers", "structural_zeros_hold", "suppression_audit",
-                          "suppression_budget", "withheld_absent")
+PROTECTED_TABLE_CHECKS = (
+    "k_floor",
+    "no_identifiers",
+    "structural_zeros_hold",
+    "suppression_audit",
+    "suppression_budget",
+    "withheld_absent",
+)
 # The labels Dagster 1.13's check list gives a check (its latest result): a passed check reads "Succeeded".
 CHECK_LABEL = re.compile(r"^(Succeeded|Passed|Failed|Not evaluated|In progress|Skipped)$")
 PASSED_LABELS = {"Succeeded", "Passed"}
@@ -46,8 +52,10 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"]
 
 _missing = missing_browser()
 _required = os.environ.get("SPATIAL_RELEASE_BROWSER_TEST") == "required"  # set by .ci/run: CI must not skip
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(_missing is not None and not _required, reason=f"browser test: {_missing}")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(_missing is not None and not _required, reason=f"browser test: {_missing}"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +67,7 @@ def deployment(tmp_path_factory):
         d.init_instance()
         d.start_webserver()  # it loads the code location while the demo runs
         demo = d.cli("demo", "--out", str(d.out))
-        assert demo.returncode == 0, (
-            f"spatial-release demo exited {demo.returncode}:\n{(demo.stdout + demo.stderr)[-2500:]}")
+        assert demo.returncode == 0, f"spatial-release demo exited {demo.returncode}:\n{(demo.stdout + demo.stderr)[-2500:]}"
         d.wait_for_location(timeout=180)
         [candidate] = d.runs(RELEASE_JOB, "SUCCESS")
         assert candidate["tags"].get("spatial_release/period") == PERIOD, candidate
@@ -90,12 +97,21 @@ def blocked(deployment):
     UI; the daemon dequeues it) fails."""
     d = deployment
     runs_before = {r["runId"] for r in d.runs(RELEASE_JOB)}
-    rerun = d.cli("release", "--policy", "policies/demo.yaml", "--period", PERIOD, "--out", str(d.out),
-                  "--ledger", str(d.out / "ledger"))
+    rerun = d.cli(
+        "release",
+        "--policy",
+        "policies/demo.yaml",
+        "--period",
+        PERIOD,
+        "--out",
+        str(d.out),
+        "--ledger",
+        str(d.out / "ledger"),
+    )
     output = rerun.stdout + rerun.stderr
     assert rerun.returncode == 1 and "already published" in output, (
-        f"the command line's re-run of {PERIOD} exited {rerun.returncode}, expected 1 (already published):\n"
-        f"{output[-2500:]}")
+        f"the command line's re-run of {PERIOD} exited {rerun.returncode}, expected 1 (already published):\n{output[-2500:]}"
+    )
     created = [r for r in d.runs(RELEASE_JOB) if r["runId"] not in runs_before]
     assert not created, f"the command line's refused re-run of {PERIOD} created runs: {created}"
 
@@ -115,8 +131,12 @@ def page(deployment):
         old.unlink()
     with sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
-            str(deployment.root / "chromium-profile"), executable_path=shutil.which("chromium"), headless=True,
-            viewport={"width": 1600, "height": 1800}, args=CHROMIUM_ARGS)
+            str(deployment.root / "chromium-profile"),
+            executable_path=shutil.which("chromium"),
+            headless=True,
+            viewport={"width": 1600, "height": 1800},
+            args=CHROMIUM_ARGS,
+        )
         context.set_default_timeout(30_000)
         page = context.pages[0] if context.pages else context.new_page()
         page.goto(deployment.url + "/overview")
@@ -181,8 +201,7 @@ def test_published_release_map_and_period(deployment, page):
     rows = page.locator("tr")
     period_row = rows.filter(has=page.get_by_text("period", exact=True)).first
     period_row.wait_for()
-    keys = [k.strip() for k in page.locator("table").first.locator(":scope > tbody > tr > td:first-child")
-            .all_inner_texts()]
+    keys = [k.strip() for k in page.locator("table").first.locator(":scope > tbody > tr > td:first-child").all_inner_texts()]
     map_row = rows.filter(has=page.get_by_text("map", exact=True))
     if map_row.count():
         map_row.first.get_by_text("Show Markdown").click()
@@ -192,8 +211,9 @@ def test_published_release_map_and_period(deployment, page):
         image.scroll_into_view_if_needed()
     screenshot(page, "ui-b-published-release-map")
     assert PERIOD in period_row.inner_text(), period_row.inner_text()
-    assert map_row.count(), (f"the latest demo/published_release materialisation has no `map` metadata entry "
-                             f"(the keys shown: {', '.join(keys)})")
+    assert map_row.count(), (
+        f"the latest demo/published_release materialisation has no `map` metadata entry (the keys shown: {', '.join(keys)})"
+    )
     width = image.evaluate("img => img.naturalWidth")
     assert width >= 200, f"the map image is only {width} px wide"
 
@@ -202,8 +222,7 @@ def check_labels(page, names) -> dict:
     """Each check's label in the check list (its latest result), as the page shows it."""
     labels = {}
     for name in names:
-        item = page.locator("span").filter(has=page.get_by_text(name, exact=True)).filter(
-            has=page.get_by_text(CHECK_LABEL))
+        item = page.locator("span").filter(has=page.get_by_text(name, exact=True)).filter(has=page.get_by_text(CHECK_LABEL))
         item.first.wait_for()
         texts = sorted(item.all_inner_texts(), key=len)
         labels[name] = texts[0].strip().splitlines()[-1].strip()
@@ -219,8 +238,10 @@ def test_protected_table_checks_results(deployment, page):
     detail = page.get_by_text("Evaluation result").first.locator("xpath=../..").inner_text()
     screenshot(page, "ui-c-protected-table-checks")
     not_passed = {name: label for name, label in labels.items() if label not in PASSED_LABELS}
-    assert not not_passed, (f"the checks of demo/protected_table for the published period {PERIOD} read "
-                            f"{labels} in the check list (k_floor's latest execution: {' '.join(detail.split())})")
+    assert not not_passed, (
+        f"the checks of demo/protected_table for the published period {PERIOD} read "
+        f"{labels} in the check list (k_floor's latest execution: {' '.join(detail.split())})"
+    )
 
 
 def test_blocked_run_shows_reason(deployment, blocked, page):
@@ -233,8 +254,7 @@ def test_blocked_run_shows_reason(deployment, blocked, page):
     if settle(reason.wait_for):
         reason.scroll_into_view_if_needed()
     screenshot(page, "ui-d-blocked-run-reason")
-    assert reason.count(), (
-        f"the blocked run's page does not say 'already published':\n{page.inner_text('body')[-3000:]}")
+    assert reason.count(), f"the blocked run's page does not say 'already published':\n{page.inner_text('body')[-3000:]}"
     shown = reason.inner_text()
     assert PERIOD in shown and "demo" in shown, shown
     assert page.get_by_text("Failure", exact=True).first.is_visible()
@@ -265,17 +285,22 @@ def test_blocked_run_alert(deployment, blocked, page):
     if BLOCKED_BY_TAG not in tags:
         ticks = deployment.sensor_ticks("failed_run_alert", limit=10)
         alerts = sorted(p.name for p in alerts_dir.glob("*"))
-        pytest.fail(f"failed_run_alert did not tag the blocked run {run_id} within {ALERT_WAIT_S} s of its failure "
-                    f"(the run's tags: {tags}; the sensor's last ticks: {[t['status'] for t in ticks]}; "
-                    f"alerts folder: {alerts or 'empty'})")
+        pytest.fail(
+            f"failed_run_alert did not tag the blocked run {run_id} within {ALERT_WAIT_S} s of its failure "
+            f"(the run's tags: {tags}; the sensor's last ticks: {[t['status'] for t in ticks]}; "
+            f"alerts folder: {alerts or 'empty'})"
+        )
     assert tag_value(shown, ALERT_TAG).startswith("blocked_release-"), (
-        f"the run's tags dialog does not show {ALERT_TAG} = blocked_release-...:\n{shown}")
+        f"the run's tags dialog does not show {ALERT_TAG} = blocked_release-...:\n{shown}"
+    )
     assert tag_value(shown, BLOCKED_BY_TAG) == "validated_pings", (
-        f"the run's tags dialog does not show {BLOCKED_BY_TAG} = validated_pings:\n{shown}")
+        f"the run's tags dialog does not show {BLOCKED_BY_TAG} = validated_pings:\n{shown}"
+    )
     assert tags[BLOCKED_BY_TAG] == "validated_pings", tags
     alert_file = alerts_dir / tags[ALERT_TAG]
     assert tags[ALERT_TAG].startswith("blocked_release-") and alert_file.is_file(), (
-        f"the alert file {tags[ALERT_TAG]} is not in {alerts_dir}: {sorted(p.name for p in alerts_dir.glob('*'))}")
+        f"the alert file {tags[ALERT_TAG]} is not in {alerts_dir}: {sorted(p.name for p in alerts_dir.glob('*'))}"
+    )
     alert = json.loads(alert_file.read_text())
     assert (alert.get("dataset"), alert.get("period")) == ("demo", PERIOD), alert
     assert alert.get("run_id") == run_id and alert.get("check") == "validated_pings", alert
@@ -294,8 +319,11 @@ def test_published_release_stays_materialised(deployment, blocked, page):
     open_view(page, d, "/assets/demo/published_release?view=partitions", "Partitions")
     counters = page.get_by_text(re.compile(r"^(Failed|Materialized|Materializing|Missing) \(\d+\)$"))
     counters.nth(3).wait_for()
-    counts = {m.group(1): int(m.group(2)) for m in
-              (re.match(r"^(\w+) \((\d+)\)$", t.strip()) for t in counters.all_inner_texts()) if m}
+    counts = {
+        m.group(1): int(m.group(2))
+        for m in (re.match(r"^(\w+) \((\d+)\)$", t.strip()) for t in counters.all_inner_texts())
+        if m
+    }
     page.get_by_text(re.compile(r"^Missing \(\d+\)$")).first.click()  # list the partitions that have a status
     page.get_by_text(PARTITION, exact=True).filter(visible=True).last.click()
     badge = page.get_by_text(re.compile(r"^(Materialized|Failed|Missing|Materializing)$")).filter(visible=True)
@@ -307,12 +335,15 @@ def test_published_release_stays_materialised(deployment, blocked, page):
     statuses = d.partition_statuses(["demo", "published_release"])
     candidate = d.partition_statuses(["demo", "validated_pings"])
     assert counts.get("Failed") == 0 and counts.get("Materialized", 0) >= 1, (
-        f"demo/published_release's partitions view counts {counts} after the refused re-run {blocked.run_id}")
+        f"demo/published_release's partitions view counts {counts} after the refused re-run {blocked.run_id}"
+    )
     assert badge.count() and badge.all_inner_texts()[0].strip() == "Materialized", (
-        f"demo/published_release {PARTITION} reads {badge.all_inner_texts()} after the refused re-run")
+        f"demo/published_release {PARTITION} reads {badge.all_inner_texts()} after the refused re-run"
+    )
     assert publish["runId"][:8] in shown and "demo_publish_job" in shown and blocked.run_id[:8] not in shown, (
         f"demo/published_release {PARTITION}'s latest materialisation is not the publish run {publish['runId']}:"
-        f" {shown[:600]}")
+        f" {shown[:600]}"
+    )
     assert holds(statuses["ranges"]["MATERIALIZED"], PARTITION), statuses
     assert not holds(statuses["ranges"]["FAILED"], PARTITION) and statuses["stats"]["numFailed"] == 0, statuses
     # the truth about the candidate: its latest attempt for the period was the refused one

@@ -58,10 +58,15 @@ class Deployment:
         home.mkdir(parents=True)
         (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
         out = root / "out"  # made by `spatial-release demo`, which refuses a folder it did not make
-        env = dict(os.environ, DAGSTER_HOME=str(home),
-                   SPATIAL_RELEASE_RELEASES=str(out / "releases"), SPATIAL_RELEASE_WORK=str(out / "work"),
-                   SPATIAL_RELEASE_LEDGER=str(out / "ledger"), SPATIAL_RELEASE_ALERTS=str(out / "alerts"),
-                   SPATIAL_RELEASE_SIGNING_KEY=str(root / "keys" / "ledger-ed25519.key"))
+        env = dict(
+            os.environ,
+            DAGSTER_HOME=str(home),
+            SPATIAL_RELEASE_RELEASES=str(out / "releases"),
+            SPATIAL_RELEASE_WORK=str(out / "work"),
+            SPATIAL_RELEASE_LEDGER=str(out / "ledger"),
+            SPATIAL_RELEASE_ALERTS=str(out / "alerts"),
+            SPATIAL_RELEASE_SIGNING_KEY=str(root / "keys" / "ledger-ed25519.key"),
+        )
         for name in ("SPATIAL_RELEASE_POLICIES", "SPATIAL_RELEASE_PUBLIC_KEY"):
             env.pop(name, None)  # the project's policies/, and the key made beside the signing key
         return cls(root, env, free_port())
@@ -80,34 +85,54 @@ class Deployment:
         """`spatial-release ARGS` in the project folder, into this deployment's instance; its output is
         kept in cli-<command>.log."""
         started = time.monotonic()
-        done = subprocess.run([str(BIN / "spatial-release"), *args], cwd=PROJECT_ROOT, env=self.env,
-                              capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [str(BIN / "spatial-release"), *args],
+            cwd=PROJECT_ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         log = self.root / f"cli-{args[0]}.log"
         with log.open("a") as f:
-            f.write(f"$ spatial-release {' '.join(args)}\n-> exit {done.returncode} after "
-                    f"{time.monotonic() - started:.0f} s\n{done.stdout}{done.stderr}\n")
+            f.write(
+                f"$ spatial-release {' '.join(args)}\n-> exit {done.returncode} after "
+                f"{time.monotonic() - started:.0f} s\n{done.stdout}{done.stderr}\n"
+            )
         return done
 
     def init_instance(self) -> None:
         """Create the instance's SQLite storages once, before several processes open them: two processes
         creating a fresh instance at the same time can both stamp its schema version (alembic then reports
         "more than one head" and the code location fails to load)."""
-        subprocess.run([sys.executable, "-c", "import dagster as dg\n"
-                        "instance = dg.DagsterInstance.get()\n"
-                        "instance.get_runs(limit=1)\n"
-                        "instance.all_instigator_state()\n"
-                        "instance.fetch_materializations(dg.AssetKey('none'), limit=1)\n"],
-                       cwd=PROJECT_ROOT, env=self.env, check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import dagster as dg\n"
+                "instance = dg.DagsterInstance.get()\n"
+                "instance.get_runs(limit=1)\n"
+                "instance.all_instigator_state()\n"
+                "instance.fetch_materializations(dg.AssetKey('none'), limit=1)\n",
+            ],
+            cwd=PROJECT_ROOT,
+            env=self.env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
 
     def _start(self, name: str, argv: list[str]) -> None:
         log = (self.root / f"{name}.log").open("w")
-        self.procs[name] = subprocess.Popen(argv, cwd=PROJECT_ROOT, env=self.env, stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[name] = subprocess.Popen(
+            argv, cwd=PROJECT_ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         log.close()
 
     def start_webserver(self) -> None:
-        self._start("webserver", [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1",
-                                  "-p", str(self.port)])
+        self._start(
+            "webserver", [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(self.port)]
+        )
 
     def start_daemon(self) -> None:
         self._start("daemon", [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"])
@@ -147,8 +172,7 @@ class Deployment:
 
     def graphql(self, query: str, variables: dict | None = None) -> dict:
         body = json.dumps({"query": query, "variables": variables or {}}).encode()
-        request = urllib.request.Request(f"{self.url}/graphql", data=body,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(f"{self.url}/graphql", data=body, headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=20) as response:
             answer = json.load(response)
         if answer.get("errors"):
@@ -215,8 +239,9 @@ class Deployment:
                                             ... on PythonError { message } } } }
                        ... on PythonError { message } } }"""
         repo = {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY}
-        found = self.graphql(query, {"repo": repo, "name": f"{job}_partition_set",
-                                     "partition": partition})["partitionSetOrError"]
+        found = self.graphql(query, {"repo": repo, "name": f"{job}_partition_set", "partition": partition})[
+            "partitionSetOrError"
+        ]
         if found["__typename"] != "PartitionSet" or not found["partition"]:
             raise AssertionError(f"no partition {partition} in {job}'s partition set: {found}")
         tags, config = found["partition"]["tagsOrError"], found["partition"]["runConfigOrError"]
@@ -234,9 +259,11 @@ class Deployment:
                      ... on LaunchRunSuccess { run { runId } }
                      ... on RunConfigValidationInvalid { errors { message } }
                      ... on Error { message } } }"""
-        params = {"selector": {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY, "jobName": job},
-                  "runConfigData": run_config or "{}",
-                  "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in tags.items()]}}
+        params = {
+            "selector": {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY, "jobName": job},
+            "runConfigData": run_config or "{}",
+            "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in tags.items()]},
+        }
         launched = self.graphql(query, {"params": params})["launchRun"]
         if launched["__typename"] != "LaunchRunSuccess":
             raise AssertionError(f"launchRun of {job} partition {partition}: {launched}")
@@ -257,8 +284,7 @@ class Deployment:
             if status in RUN_DONE:
                 return status
             time.sleep(2)
-        raise AssertionError(f"run {run_id} did not end in {timeout:.0f} s (status {status}):\n"
-                             f"{self.log_tail('daemon')}")
+        raise AssertionError(f"run {run_id} did not end in {timeout:.0f} s (status {status}):\n{self.log_tail('daemon')}")
 
     def partition_statuses(self, asset_path: list[str]) -> dict:
         """The asset's partition statuses as the webserver reports them: {"MATERIALIZED": [(start, end)],

@@ -91,30 +91,45 @@ class _GraphScope:
 
     def asset_args(self) -> _AssetArgs:
         programme = self.programme
-        return {"partitions_def": self.partitions_def, "group_name": programme.prefix,
-                "key_prefix": [programme.prefix], "owners": programme.owners, "tags": {"dataset": programme.prefix}}
+        return {
+            "partitions_def": self.partitions_def,
+            "group_name": programme.prefix,
+            "key_prefix": [programme.prefix],
+            "owners": programme.owners,
+            "tags": {"dataset": programme.prefix},
+        }
 
     def release_context(self, context: dg.AssetExecutionContext, settings: ReleaseSettings) -> stages.ReleaseContext:
         """The step's release context (the policy as the graph was built from it)."""
         return settings.context(self.programme.load(), period_of(context.partition_key, self.partitions_def))
 
 
-def _hold(context: dg.AssetExecutionContext, settings: ReleaseSettings, ctx: stages.ReleaseContext,
-          starts_run: bool = False, check_ledger: bool = True) -> AbstractContextManager[None]:
+def _hold(
+    context: dg.AssetExecutionContext,
+    settings: ReleaseSettings,
+    ctx: stages.ReleaseContext,
+    starts_run: bool = False,
+    check_ledger: bool = True,
+) -> AbstractContextManager[None]:
     """Hold the work area for this step (stages.work_area_step): a period the ledger records is refused
     before anything is written, and a step of a run that no longer owns the area stops. A publish run
     acts for the candidate run that launched it."""
     published = settings.published() if check_ledger else None
     run = context.run
     run_id = run.tags.get(CANDIDATE_TAG) or run.root_run_id or run.run_id  # a re-execution keeps its claim
-    return refusals_as_failures(stages.work_area_step(ctx, published, run_id, starts_run,
-                                                      lambda other: _run_is_live(context.instance, other)))
+    return refusals_as_failures(
+        stages.work_area_step(ctx, published, run_id, starts_run, lambda other: _run_is_live(context.instance, other))
+    )
 
 
 def _validated_pings_asset(scope: _GraphScope) -> dg.AssetsDefinition:
-    @dg.asset(name="validated_pings", kinds={"duckdb", "parquet"}, **scope.asset_args(),
-              description=f"{scope.policy_name}: the raw trace files mapped by the policy and validated; rejected "
-                          "pings are counted by reason and quarantined (owner-only work area).")
+    @dg.asset(
+        name="validated_pings",
+        kinds={"duckdb", "parquet"},
+        **scope.asset_args(),
+        description=f"{scope.policy_name}: the raw trace files mapped by the policy and validated; rejected "
+        "pings are counted by reason and quarantined (owner-only work area).",
+    )
     def validated_pings(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
         ctx = scope.release_context(context, settings)
         policy = ctx.policy
@@ -122,29 +137,37 @@ def _validated_pings_asset(scope: _GraphScope) -> dg.AssetsDefinition:
         with _hold(context, settings, ctx, starts_run=True):
             summary = stages.run_ingest(ctx, settings.traces, progress=context.log.info)
         context.log.info(f"{summary.pings_valid} valid pings, {summary.pings_rejected} quarantined")
-        return dg.MaterializeResult(metadata={
-            "dagster/row_count": summary.pings_valid,
-            "period": ctx.period.label,
-            "rows_read": summary.rows_read,
-            "pings_rejected": summary.pings_rejected,
-            "rejected_share": readable(summary.rejected_share),
-            "rejected_by_reason": dg.MetadataValue.json(summary.rejected_by_reason),
-            # the count and a content digest, never the names (a per-device export's name is a unit id)
-            "files": len(summary.files),
-            "files_sha256": summary.inputs_sha256 or "",
-            "quarantine": dg.MetadataValue.path(summary.quarantine),
-            "policy": f"{policy.name} v{policy.version}",
-        })
+        return dg.MaterializeResult(
+            metadata={
+                "dagster/row_count": summary.pings_valid,
+                "period": ctx.period.label,
+                "rows_read": summary.rows_read,
+                "pings_rejected": summary.pings_rejected,
+                "rejected_share": readable(summary.rejected_share),
+                "rejected_by_reason": dg.MetadataValue.json(summary.rejected_by_reason),
+                # the count and a content digest, never the names (a per-device export's name is a unit id)
+                "files": len(summary.files),
+                "files_sha256": summary.inputs_sha256 or "",
+                "quarantine": dg.MetadataValue.path(summary.quarantine),
+                "policy": f"{policy.name} v{policy.version}",
+            }
+        )
 
     return validated_pings
 
 
 def _cell_counts_asset(scope: _GraphScope, validated_pings: dg.AssetsDefinition) -> dg.AssetsDefinition:
-    @dg.asset(name="cell_counts", deps=[validated_pings], kinds={"duckdb", "parquet"}, **scope.asset_args(),
-              description=f"{scope.policy_name}: distinct units per (cell, bucket) and per margin, before any "
-                          "suppression (internal; never published as is).")
-    def cell_counts(context: dg.AssetExecutionContext, settings: ReleaseSettings,
-                    counting: CountingEngine) -> dg.MaterializeResult:
+    @dg.asset(
+        name="cell_counts",
+        deps=[validated_pings],
+        kinds={"duckdb", "parquet"},
+        **scope.asset_args(),
+        description=f"{scope.policy_name}: distinct units per (cell, bucket) and per margin, before any "
+        "suppression (internal; never published as is).",
+    )
+    def cell_counts(
+        context: dg.AssetExecutionContext, settings: ReleaseSettings, counting: CountingEngine
+    ) -> dg.MaterializeResult:
         ctx = scope.release_context(context, settings)
         with _hold(context, settings, ctx), counting.open(ctx.area) as engine:
             summary = stages.run_counts(ctx, engine, progress=context.log.info)
@@ -152,24 +175,33 @@ def _cell_counts_asset(scope: _GraphScope, validated_pings: dg.AssetsDefinition)
         # they stay in counts.json, in the owner-only work area, out of the event log and metadata.
         summary_file = ctx.area.counts / stages.CountsSummary.FILE
         context.log.info(f"counted; figures in {summary_file} (internal)")
-        return dg.MaterializeResult(metadata={
-            "period": ctx.period.label,
-            "counts_summary": dg.MetadataValue.path(str(summary_file)),
-            "pings_outside_geometry": summary.pings_outside_geometry,
-            "measure": ctx.policy.measure, "unit": ctx.policy.unit, "engine": summary.engine,
-            "engine_settings": dg.MetadataValue.json(summary.engine_settings),
-            "unsure_coordinates": summary.unsure_coordinates,
-            "assignment": dg.MetadataValue.json(summary.assignment),
-            "seconds": dg.MetadataValue.json(summary.seconds),
-        })
+        return dg.MaterializeResult(
+            metadata={
+                "period": ctx.period.label,
+                "counts_summary": dg.MetadataValue.path(str(summary_file)),
+                "pings_outside_geometry": summary.pings_outside_geometry,
+                "measure": ctx.policy.measure,
+                "unit": ctx.policy.unit,
+                "engine": summary.engine,
+                "engine_settings": dg.MetadataValue.json(summary.engine_settings),
+                "unsure_coordinates": summary.unsure_coordinates,
+                "assignment": dg.MetadataValue.json(summary.assignment),
+                "seconds": dg.MetadataValue.json(summary.seconds),
+            }
+        )
 
     return cell_counts
 
 
 def _protected_table_asset(scope: _GraphScope, cell_counts: dg.AssetsDefinition) -> dg.AssetsDefinition:
-    @dg.asset(name="protected_table", deps=[cell_counts], kinds={"highs", "parquet"}, **scope.asset_args(),
-              description=f"{scope.policy_name}: the candidate release after primary (below k) and complementary "
-                          "suppression; the blocking checks on it stand between the candidate and publication.")
+    @dg.asset(
+        name="protected_table",
+        deps=[cell_counts],
+        kinds={"highs", "parquet"},
+        **scope.asset_args(),
+        description=f"{scope.policy_name}: the candidate release after primary (below k) and complementary "
+        "suppression; the blocking checks on it stand between the candidate and publication.",
+    )
     def protected_table(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
         ctx = scope.release_context(context, settings)
         policy = ctx.policy
@@ -177,46 +209,60 @@ def _protected_table_asset(scope: _GraphScope, cell_counts: dg.AssetsDefinition)
             summary = stages.run_protect(ctx, progress=context.log.info, published=settings.published())
             counts = summary.public_counts()
         frontier = public_frontier(summary.frontier, list(policy.time.ladder))
-        return dg.MaterializeResult(metadata={
-            **({"coarsening_frontier": dg.MetadataValue.md(frontier_report(frontier))} if frontier else {}),
-            "period": ctx.period.label,
-            "dagster/row_count": counts.published_cells + counts.structural_zero_cells_published,
-            "k_anonymity_report": dg.MetadataValue.md(k_anonymity_report(counts, policy.k)),
-            "smallest_published_count": counts.smallest_published_count,
-            "internal_summary": dg.MetadataValue.path(str(ctx.area.candidate / stages.ProtectionManifest.FILE)),
-            "policy": f"{policy.name} v{policy.version}",
-        })
+        return dg.MaterializeResult(
+            metadata={
+                **({"coarsening_frontier": dg.MetadataValue.md(frontier_report(frontier))} if frontier else {}),
+                "period": ctx.period.label,
+                "dagster/row_count": counts.published_cells + counts.structural_zero_cells_published,
+                "k_anonymity_report": dg.MetadataValue.md(k_anonymity_report(counts, policy.k)),
+                "smallest_published_count": counts.smallest_published_count,
+                "internal_summary": dg.MetadataValue.path(str(ctx.area.candidate / stages.ProtectionManifest.FILE)),
+                "policy": f"{policy.name} v{policy.version}",
+            }
+        )
 
     return protected_table
 
 
 def _risk_assessment_asset(scope: _GraphScope, protected_table: dg.AssetsDefinition) -> dg.AssetsDefinition:
-    @dg.asset(name="risk_assessment", deps=[protected_table], kinds={"python"}, **scope.asset_args(),
-              description=f"{scope.policy_name}: per-zone re-identification risk of the candidate with the ledger's "
-                          "earlier releases of the same population, against both ceilings.")
+    @dg.asset(
+        name="risk_assessment",
+        deps=[protected_table],
+        kinds={"python"},
+        **scope.asset_args(),
+        description=f"{scope.policy_name}: per-zone re-identification risk of the candidate with the ledger's "
+        "earlier releases of the same population, against both ceilings.",
+    )
     def risk_assessment(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
         ctx = scope.release_context(context, settings)
         with _hold(context, settings, ctx):
             risk = stages.run_risk(ctx, settings.ledger())
-        return dg.MaterializeResult(metadata={
-            "period": ctx.period.label,
-            "risk_report": dg.MetadataValue.md(risk_report(risk, ctx.policy.risk)),
-            "status": risk.status,
-            **risk_metadata(risk, ctx.policy.risk),
-            "landscape_sha256": risk.landscape_sha256,
-        })
+        return dg.MaterializeResult(
+            metadata={
+                "period": ctx.period.label,
+                "risk_report": dg.MetadataValue.md(risk_report(risk, ctx.policy.risk)),
+                "status": risk.status,
+                **risk_metadata(risk, ctx.policy.risk),
+                "landscape_sha256": risk.landscape_sha256,
+            }
+        )
 
     return risk_assessment
 
 
-def _published_release_asset(scope: _GraphScope, protected_table: dg.AssetsDefinition,
-                             risk_assessment: dg.AssetsDefinition) -> dg.AssetsDefinition:
-    @dg.asset(name="published_release", deps=[protected_table, risk_assessment], kinds={"parquet"},
-              output_required=False, **scope.asset_args(),
-              description=f"{scope.policy_name}: the published release folder (cells.parquet, margins.parquet, "
-                          "release.json, report.html, report.png) and its ledger entry, written together.")
-    def published_release(context: dg.AssetExecutionContext, settings: ReleaseSettings
-                          ) -> Iterator[dg.MaterializeResult]:
+def _published_release_asset(
+    scope: _GraphScope, protected_table: dg.AssetsDefinition, risk_assessment: dg.AssetsDefinition
+) -> dg.AssetsDefinition:
+    @dg.asset(
+        name="published_release",
+        deps=[protected_table, risk_assessment],
+        kinds={"parquet"},
+        output_required=False,
+        **scope.asset_args(),
+        description=f"{scope.policy_name}: the published release folder (cells.parquet, margins.parquet, "
+        "release.json, report.html, report.png) and its ledger entry, written together.",
+    )
+    def published_release(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> Iterator[dg.MaterializeResult]:
         ctx = scope.release_context(context, settings)
         policy = ctx.policy
         try:
@@ -227,8 +273,9 @@ def _published_release_asset(scope: _GraphScope, protected_table: dg.AssetsDefin
             context.log.warning(f"not published again: {exists}")
             return
         except stages.GuaranteeFailed as failed:
-            raise dg.Failure(description=str(failed), metadata={"offending": failed.outcome.offending},
-                             allow_retries=False) from None
+            raise dg.Failure(
+                description=str(failed), metadata={"offending": failed.outcome.offending}, allow_retries=False
+            ) from None
         except FileExistsError as exists:
             raise dg.Failure(description=str(exists), allow_retries=False) from None
         yield dg.MaterializeResult(metadata=publication_metadata(target, record, policy))
@@ -255,18 +302,24 @@ def publication_metadata(target: Path, record: stages.ReleaseRecord, policy: Pol
 
 def _release_job(scope: _GraphScope, candidate: list[dg.AssetsDefinition]) -> object:
     return dg.define_asset_job(
-        scope.programme.name("release_job"), selection=dg.AssetSelection.assets(*candidate),
-        config=period_tags(scope.partitions_def), tags=scope.programme.tags(),
+        scope.programme.name("release_job"),
+        selection=dg.AssetSelection.assets(*candidate),
+        config=period_tags(scope.partitions_def),
+        tags=scope.programme.tags(),
         description=f"{scope.policy_name}: ingest, count, protect and assess one period (the candidate), with every "
-                    "blocking check; when it succeeds the publish sensor publishes it.")
+        "blocking check; when it succeeds the publish sensor publishes it.",
+    )
 
 
 def _publish_job(scope: _GraphScope, published_release: dg.AssetsDefinition) -> object:
     return dg.define_asset_job(
-        scope.programme.name("publish_job"), selection=dg.AssetSelection.assets(published_release),
-        config=period_tags(scope.partitions_def), tags=scope.programme.tags(),
+        scope.programme.name("publish_job"),
+        selection=dg.AssetSelection.assets(published_release),
+        config=period_tags(scope.partitions_def),
+        tags=scope.programme.tags(),
         description=f"{scope.policy_name}: publish a checked candidate (re-evaluates every guarantee and the risk "
-                    "gate under the ledger lock) and write its ledger entry.")
+        "gate under the ledger lock) and write its ledger entry.",
+    )
 
 
 def build_release_graph(programme: Programme) -> ReleaseGraph:
@@ -277,18 +330,26 @@ def build_release_graph(programme: Programme) -> ReleaseGraph:
     risk_assessment = _risk_assessment_asset(scope, protected_table)
     published_release = _published_release_asset(scope, protected_table, risk_assessment)
     assets = [validated_pings, cell_counts, protected_table, risk_assessment, published_release]
-    checks = build_checks(programme, scope.partitions_def, validated_pings, cell_counts, protected_table,
-                          risk_assessment, published_release)
+    checks = build_checks(
+        programme, scope.partitions_def, validated_pings, cell_counts, protected_table, risk_assessment, published_release
+    )
     release_job = _release_job(scope, [validated_pings, cell_counts, protected_table, risk_assessment])
     publish_job = _publish_job(scope, published_release)
-    return ReleaseGraph(programme, assets, checks, release_job, publish_job,
-                        release_schedule(programme, scope.partitions_def, release_job),
-                        publish_sensor(programme, release_job, publish_job))
+    return ReleaseGraph(
+        programme,
+        assets,
+        checks,
+        release_job,
+        publish_job,
+        release_schedule(programme, scope.partitions_def, release_job),
+        publish_sensor(programme, release_job, publish_job),
+    )
 
 
 def _table_schema(path: Path) -> dg.TableSchema:
-    return dg.TableSchema(columns=[dg.TableColumn(c["name"], c["type"], description=c["description"])
-                                   for c in report.column_schema(path)])
+    return dg.TableSchema(
+        columns=[dg.TableColumn(c["name"], c["type"], description=c["description"]) for c in report.column_schema(path)]
+    )
 
 
 def release_report_metadata(target: Path, policy) -> dict:
@@ -305,15 +366,19 @@ def release_report_metadata(target: Path, policy) -> dict:
     return metadata if png is None else {**metadata, "map_png": dg.MetadataValue.path(str(png))}
 
 
-def release_schedule(programme: Programme, partitions_def: dg.TimeWindowPartitionsDefinition, job
-                     ) -> dg.ScheduleDefinition:
+def release_schedule(programme: Programme, partitions_def: dg.TimeWindowPartitionsDefinition, job) -> dg.ScheduleDefinition:
     cadence = "quarter" if programme.cadence == "quarter" else "month"
 
-    @dg.schedule(name=programme.name("release_schedule"), job=job, cron_schedule=partitions_def.cron_schedule,
-                 execution_timezone="UTC", default_status=dg.DefaultScheduleStatus.RUNNING,
-                 description=f"Releases {programme.policy.name} for the {cadence} that just closed, on the first "
-                             f"day of the next one (cron {partitions_def.cron_schedule}, UTC); skips a period the "
-                             "ledger already records.")
+    @dg.schedule(
+        name=programme.name("release_schedule"),
+        job=job,
+        cron_schedule=partitions_def.cron_schedule,
+        execution_timezone="UTC",
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description=f"Releases {programme.policy.name} for the {cadence} that just closed, on the first "
+        f"day of the next one (cron {partitions_def.cron_schedule}, UTC); skips a period the "
+        "ledger already records.",
+    )
     def _schedule(context: dg.ScheduleEvaluationContext, settings: ReleaseSettings):
         closed = partitions_def.get_prev_partition_window(context.scheduled_execution_time)
         if closed is None:
@@ -321,28 +386,36 @@ def release_schedule(programme: Programme, partitions_def: dg.TimeWindowPartitio
         key = closed.start.strftime(partitions_def.fmt)
         period = period_of(key, partitions_def)
         try:
-            stages.refuse_if_published(settings.context(programme.policy, period), settings.ledger(),
-                                       Path(settings.releases_dir))
+            stages.refuse_if_published(
+                settings.context(programme.policy, period), settings.ledger(), Path(settings.releases_dir)
+            )
         except stages.AlreadyPublished as published:
             return dg.SkipReason(str(published))
-        return dg.RunRequest(run_key=f"{programme.prefix}-{key}", partition_key=key,
-                             tags={PERIOD_TAG: period.label})
+        return dg.RunRequest(run_key=f"{programme.prefix}-{key}", partition_key=key, tags={PERIOD_TAG: period.label})
 
     return _schedule
 
 
 def publish_sensor(programme: Programme, release_job, publish_job) -> dg.SensorDefinition:
-    @dg.run_status_sensor(name=programme.name("publish_sensor"), run_status=dg.DagsterRunStatus.SUCCESS,
-                          monitored_jobs=[release_job], request_job=publish_job,
-                          default_status=dg.DefaultSensorStatus.RUNNING, minimum_interval_seconds=15,
-                          description=f"Publishes each {programme.policy.name} candidate whose release run "
-                                      "succeeded (every blocking check passed), for the same partition.")
+    @dg.run_status_sensor(
+        name=programme.name("publish_sensor"),
+        run_status=dg.DagsterRunStatus.SUCCESS,
+        monitored_jobs=[release_job],
+        request_job=publish_job,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        minimum_interval_seconds=15,
+        description=f"Publishes each {programme.policy.name} candidate whose release run "
+        "succeeded (every blocking check passed), for the same partition.",
+    )
     def _sensor(context: dg.RunStatusSensorContext):
         run = context.dagster_run
         key = run.tags.get("dagster/partition")
         if key is None:
             return dg.SkipReason(f"run {run.run_id} has no partition")
-        return dg.RunRequest(run_key=f"publish-{run.run_id}", partition_key=key,
-                             tags={CANDIDATE_TAG: run.run_id, PERIOD_TAG: run.tags.get(PERIOD_TAG, key)})
+        return dg.RunRequest(
+            run_key=f"publish-{run.run_id}",
+            partition_key=key,
+            tags={CANDIDATE_TAG: run.run_id, PERIOD_TAG: run.tags.get(PERIOD_TAG, key)},
+        )
 
     return _sensor

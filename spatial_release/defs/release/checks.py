@@ -21,15 +21,16 @@ from spatial_release.risk import WARN
 warnings.filterwarnings("ignore", message=".*partitions_def on an AssetCheckSpec.*")
 
 
-def build_checks(programme: Programme, partitions_def, validated_pings, cell_counts, protected_table, risk_assessment,
-                 published_release) -> list:
+def build_checks(
+    programme: Programme, partitions_def, validated_pings, cell_counts, protected_table, risk_assessment, published_release
+) -> list:
     def release_context(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> stages.ReleaseContext:
         return settings.context(programme.load(), period_of(context.partition_key, partitions_def))
 
-    def guarantee(name: str, run: Callable, description: str, reports_progress: bool = False
-                  ) -> dg.AssetChecksDefinition:
-        @dg.asset_check(asset=protected_table, name=name, blocking=True, partitions_def=partitions_def,
-                        description=description)
+    def guarantee(name: str, run: Callable, description: str, reports_progress: bool = False) -> dg.AssetChecksDefinition:
+        @dg.asset_check(
+            asset=protected_table, name=name, blocking=True, partitions_def=partitions_def, description=description
+        )
         def _check(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
             extra = {"progress": context.log.info} if reports_progress else {}
             return check_result(run(release_context(context, settings), published=settings.published(), **extra))
@@ -37,36 +38,52 @@ def build_checks(programme: Programme, partitions_def, validated_pings, cell_cou
         return _check
 
     def input_check(asset, name: str, run: Callable, description: str) -> dg.AssetChecksDefinition:
-        @dg.asset_check(asset=asset, name=name, blocking=True, partitions_def=partitions_def,
-                        description=description)
+        @dg.asset_check(asset=asset, name=name, blocking=True, partitions_def=partitions_def, description=description)
         def _check(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
             return check_result(run(release_context(context, settings)))
 
         return _check
 
     rejected_share = input_check(
-        validated_pings, "rejected_share", stages.check_rejected_share,
-        "The share of quarantined pings stays within the policy's source.max_rejected_share.")
+        validated_pings,
+        "rejected_share",
+        stages.check_rejected_share,
+        "The share of quarantined pings stays within the policy's source.max_rejected_share.",
+    )
     outside_share = input_check(
-        cell_counts, "outside_share", stages.check_outside_share,
+        cell_counts,
+        "outside_share",
+        stages.check_outside_share,
         "The share of valid pings outside the geometry stays within source.max_outside_share; the report names "
-        "the files and what looks wrong (swapped axes, a flipped sign, another region).")
+        "the files and what looks wrong (swapped axes, a flipped sign, another region).",
+    )
 
-    @dg.asset_check(asset=risk_assessment, name="risk_budget", blocking=True, partitions_def=partitions_def,
-                    description="Worst-zone risk under the per-release ceiling and the cumulative figure under the "
-                                "programme ceiling; past warn_at it warns; a missing estimate blocks.")
+    @dg.asset_check(
+        asset=risk_assessment,
+        name="risk_budget",
+        blocking=True,
+        partitions_def=partitions_def,
+        description="Worst-zone risk under the per-release ceiling and the cumulative figure under the "
+        "programme ceiling; past warn_at it warns; a missing estimate blocks.",
+    )
     def risk_budget(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
         ctx = release_context(context, settings)
         outcome = stages.check_risk_budget(ctx)
         if stages.read_risk(ctx.area).status == WARN:  # publishes, but the warning shows on the check
-            return check_result(CheckOutcome(outcome.name, False, outcome.summary, outcome.offending,
-                                             outcome.figures), dg.AssetCheckSeverity.WARN)
+            return check_result(
+                CheckOutcome(outcome.name, False, outcome.summary, outcome.offending, outcome.figures),
+                dg.AssetCheckSeverity.WARN,
+            )
         return check_result(outcome)
 
-    @dg.asset_check(asset=published_release, name=stages.REVIEW_CHECK, partitions_def=partitions_def,
-                    description="The latest risk review still finds this published release within its budget. "
-                                "The review job reports this check for every release it re-assesses, so a "
-                                "release a review finds over budget turns red here, on its partition.")
+    @dg.asset_check(
+        asset=published_release,
+        name=stages.REVIEW_CHECK,
+        partitions_def=partitions_def,
+        description="The latest risk review still finds this published release within its budget. "
+        "The review job reports this check for every release it re-assesses, so a "
+        "release a review finds over budget turns red here, on its partition.",
+    )
     def within_risk_budget(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
         ctx = release_context(context, settings)
         review = stages.latest_review(Path(settings.work_dir), ctx.policy.name)
@@ -76,25 +93,42 @@ def build_checks(programme: Programme, partitions_def, validated_pings, cell_cou
         within_risk_budget,
         rejected_share,
         outside_share,
-        guarantee("k_floor", stages.check_k_floor,
-                  "Every published (cell, bucket) and margin holds >= k distinct units (inclusive), re-derived "
-                  "from the counts."),
-        guarantee("structural_zeros_hold", stages.check_structural_zeros,
-                  "No cell of the public structural-zeros list holds a unit in any bucket: a listed zero that "
-                  "does would be withheld (its gap shows someone was there) or contradict the list. Names the "
-                  "cell and bucket; the zeros list must be corrected."),
-        guarantee("withheld_absent", stages.check_withheld_absent,
-                  "Withheld cells are absent: no null rows, no flag column, no zero that is not a structural zero."),
-        guarantee("no_identifiers", stages.check_no_identifiers,
-                  "No identifier or quasi-identifier column (or unit id value) of the input reaches a release file."),
-        guarantee("suppression_audit", stages.check_suppression_audit,
-                  "Attacker LP (HiGHS) over everything published: every withheld primary v keeps an integer "
-                  "interval with lo <= v - 1 and up >= max(k, v + 1). Infeasible, time-out or solver error fails. "
-                  "Verifies the protection step's audit certificate (input hashes, witness points checked "
-                  "exactly) and solves only what it cannot certify; `spatial-release audit` solves from scratch.",
-                  reports_progress=True),
-        guarantee("suppression_budget", stages.check_suppression_budget,
-                  "The share of unit counts in withheld cells stays within the policy's suppression budget."),
+        guarantee(
+            "k_floor",
+            stages.check_k_floor,
+            "Every published (cell, bucket) and margin holds >= k distinct units (inclusive), re-derived from the counts.",
+        ),
+        guarantee(
+            "structural_zeros_hold",
+            stages.check_structural_zeros,
+            "No cell of the public structural-zeros list holds a unit in any bucket: a listed zero that "
+            "does would be withheld (its gap shows someone was there) or contradict the list. Names the "
+            "cell and bucket; the zeros list must be corrected.",
+        ),
+        guarantee(
+            "withheld_absent",
+            stages.check_withheld_absent,
+            "Withheld cells are absent: no null rows, no flag column, no zero that is not a structural zero.",
+        ),
+        guarantee(
+            "no_identifiers",
+            stages.check_no_identifiers,
+            "No identifier or quasi-identifier column (or unit id value) of the input reaches a release file.",
+        ),
+        guarantee(
+            "suppression_audit",
+            stages.check_suppression_audit,
+            "Attacker LP (HiGHS) over everything published: every withheld primary v keeps an integer "
+            "interval with lo <= v - 1 and up >= max(k, v + 1). Infeasible, time-out or solver error fails. "
+            "Verifies the protection step's audit certificate (input hashes, witness points checked "
+            "exactly) and solves only what it cannot certify; `spatial-release audit` solves from scratch.",
+            reports_progress=True,
+        ),
+        guarantee(
+            "suppression_budget",
+            stages.check_suppression_budget,
+            "The share of unit counts in withheld cells stays within the policy's suppression budget.",
+        ),
         risk_budget,
     ]
 

@@ -51,8 +51,12 @@ def headroom(risk: RiskRecord, spec: RiskSpec | None) -> dict[str, float | None]
         return {}
     per_release = None if risk.release_figure is None else spec.per_release_ceiling - risk.release_figure
     cumulative = None if risk.cumulative is None else spec.cumulative_ceiling - risk.cumulative
-    return {"per_release_ceiling": spec.per_release_ceiling, "per_release_headroom": per_release,
-            "cumulative_ceiling": spec.cumulative_ceiling, "cumulative_headroom": cumulative}
+    return {
+        "per_release_ceiling": spec.per_release_ceiling,
+        "per_release_headroom": per_release,
+        "cumulative_ceiling": spec.cumulative_ceiling,
+        "cumulative_headroom": cumulative,
+    }
 
 
 def risk_metadata(risk: RiskRecord, spec: RiskSpec | None) -> dict[str, str | float | None]:
@@ -64,37 +68,52 @@ def risk_metadata(risk: RiskRecord, spec: RiskSpec | None) -> dict[str, str | fl
         f"risk_{adversary}_cumulative": risk.cumulative,
         **{f"risk_{adversary}_{name}": value for name, value in headroom(risk, spec).items()},
     }
-    return {"risk_adversary": adversary, "risk_worst_zone": str(risk.worst_zone),
-            **{key: readable(value) for key, value in figures.items() if value is not None}}
+    return {
+        "risk_adversary": adversary,
+        "risk_worst_zone": str(risk.worst_zone),
+        **{key: readable(value) for key, value in figures.items() if value is not None},
+    }
 
 
 def risk_report(risk: stages.RiskAssessment, spec: RiskSpec | None) -> str:
     """The gate's headline, both ceilings with their headroom, and the per-zone table; every figure is
     labelled with the adversary it assumes."""
     room = headroom(risk, spec)
-    head = (f"**{risk.status}**: {risk.reason}\n\nGated adversary: **{risk.adversary}** (panel: {risk.panel}); "
-            f"gated figure: {risk.measure}.\n\n"
-            "| figure | adversary | value | ceiling | headroom |\n|---|---|---|---|---|\n"
-            f"| worst zone `{risk.worst_zone}` (this release) | {risk.adversary} | {_figure(risk.release_figure)} | "
-            f"{_figure(room.get('per_release_ceiling'))} | {_figure(room.get('per_release_headroom'))} |\n"
-            f"| pooled over zones (this release) | {risk.adversary} | {_figure(risk.pooled)} | - | - |\n"
-            f"| cumulative (programme) | {risk.adversary} | {_figure(risk.cumulative)} | "
-            f"{_figure(room.get('cumulative_ceiling'))} | {_figure(room.get('cumulative_headroom'))} |\n\n")
+    head = (
+        f"**{risk.status}**: {risk.reason}\n\nGated adversary: **{risk.adversary}** (panel: {risk.panel}); "
+        f"gated figure: {risk.measure}.\n\n"
+        "| figure | adversary | value | ceiling | headroom |\n|---|---|---|---|---|\n"
+        f"| worst zone `{risk.worst_zone}` (this release) | {risk.adversary} | {_figure(risk.release_figure)} | "
+        f"{_figure(room.get('per_release_ceiling'))} | {_figure(room.get('per_release_headroom'))} |\n"
+        f"| pooled over zones (this release) | {risk.adversary} | {_figure(risk.pooled)} | - | - |\n"
+        f"| cumulative (programme) | {risk.adversary} | {_figure(risk.cumulative)} | "
+        f"{_figure(room.get('cumulative_ceiling'))} | {_figure(room.get('cumulative_headroom'))} |\n\n"
+    )
     # No unit count per zone: a zone's count is not necessarily a published figure (it stays in risk.json).
     # Two significant digits, rounded up: an exact per-zone ratio (227/228) names the zone's unit count.
-    rows = [f"| {z.zone} | {_zone_figure(z.prosecutor_mean)} | {_zone_figure(z.prosecutor_at_risk)} | "
-            f"{_zone_figure(z.prosecutor_worst)} | {_zone_figure(z.journalist_mean)} |"
-            for z in sorted(risk.zones, key=lambda z: -z.prosecutor_mean)[:30]]
-    return head + ("Per zone, the 30 riskiest by the prosecutor's mean (the prosecutor knows the unit is in the "
-                   "data; the journalist does not):\n\n"
-                   "| zone | prosecutor: mean | prosecutor: share at risk | prosecutor: worst | "
-                   "journalist: mean |\n|---|---|---|---|---|\n") + "\n".join(rows)
+    rows = [
+        f"| {z.zone} | {_zone_figure(z.prosecutor_mean)} | {_zone_figure(z.prosecutor_at_risk)} | "
+        f"{_zone_figure(z.prosecutor_worst)} | {_zone_figure(z.journalist_mean)} |"
+        for z in sorted(risk.zones, key=lambda z: -z.prosecutor_mean)[:30]
+    ]
+    return (
+        head
+        + (
+            "Per zone, the 30 riskiest by the prosecutor's mean (the prosecutor knows the unit is in the "
+            "data; the journalist does not):\n\n"
+            "| zone | prosecutor: mean | prosecutor: share at risk | prosecutor: worst | "
+            "journalist: mean |\n|---|---|---|---|---|\n"
+        )
+        + "\n".join(rows)
+    )
 
 
 def frontier_report(rows: list[dict]) -> str:
     """The configurations the coarsening pass tried, finest first (public part only: no figure of the ones not
     published)."""
     lines = ["| configuration | passed the risk gate | published |", "|---|---|---|"]
-    lines += [f"| {r['configuration']} | {'yes' if r['passed'] else 'no'} | {'this release' if r['published'] else ''} |"
-              for r in rows]
+    lines += [
+        f"| {r['configuration']} | {'yes' if r['passed'] else 'no'} | {'this release' if r['published'] else ''} |"
+        for r in rows
+    ]
     return "\n".join(lines)
