@@ -542,3 +542,73 @@ def test_a_step_failure_reason_is_the_message_without_the_class_path():
     # only the class's own prefix goes: a message that starts like "field 'k': ..." is left alone
     assert message_only("field 'k': not a number\n", "PolicyError") == "field 'k': not a number"
     assert message_only("ReleasesMismatch: x", "ReleasesMismatch") == "x"
+
+
+def test_a_materialize_all_run_is_alerted_with_its_period_and_a_link_to_the_run(smtp_server, webhook, tmp_path, monkeypatch):
+    """A run of Dagster's implicit asset job ("Materialize all" on the programme's group, or a backfill from
+    the asset graph) carries neither the programme's job name nor its period tag: it is matched to the
+    programme by the assets it selected, its period read from its partition key, and the alert links to
+    the run in the UI ($SPATIAL_RELEASE_UI_URL). A run that selects no programme's asset alerts nothing."""
+    import dagster as dg
+
+    from spatial_release.defs.alerts import UI_URL_ENV, programmes_of_run
+    from spatial_release.defs.catalogue import programme_for
+
+    controller, inbox = smtp_server
+    server, url = webhook
+    for name, value in _env(controller.port, url).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(UI_URL_ENV, "http://127.0.0.1:3000/")
+    traces = tmp_path / "traces.csv"
+    fixture_pings().to_csv(traces, index=False)
+    policy = write_policy(tmp_path, uniqueness_policy_dict(str(traces)), population=5)  # the risk gate blocks
+    programme = programme_for(policy)
+    settings = {name: str(tmp_path / name.replace("_dir", "")) for name in ("releases_dir", "work_dir", "ledger_dir")}
+    settings["alerts_dir"] = str(tmp_path / "alerts")
+    definitions = programme.runnable()
+    candidate = [
+        dg.AssetKey(["fixture", name]) for name in ("validated_pings", "cell_counts", "protected_table", "risk_assessment")
+    ]
+    with dg.instance_for_test() as instance:
+        run = definitions.resolve_implicit_global_asset_job_def().execute_in_process(
+            partition_key="2018-01-01",
+            instance=instance,
+            raise_on_error=False,
+            asset_selection=candidate,
+            run_config={"resources": {"settings": {"config": settings}}},
+        )
+        assert not run.success
+        stored = instance.get_run_by_id(run.run_id)
+        assert stored.job_name.startswith("__") and "spatial_release/period" not in stored.tags
+        assert programmes_of_run(stored, {"other_job": programme.programme}) == [programme.programme]
+        [event] = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+        context = dg.build_run_status_sensor_context(
+            sensor_name="failed_run_alert", dagster_instance=instance, dagster_run=stored, dagster_event=event.dagster_event
+        ).for_run_failure()
+        programme.alert_sensor()(context)
+        # control: a run of another group's assets is no programme's
+        other = stored._replace(
+            asset_selection=frozenset({dg.AssetKey(["elsewhere", "table"])}),
+            job_name="__ASSET_JOB",
+            asset_check_selection=None,
+        )
+        assert programmes_of_run(other, {"fixture_release_job": programme.programme}) == []
+    [(_, message)] = inbox.messages
+    assert message["Subject"] == "[spatial_release] fixture 2018-Q1: blocked_release by risk_budget"
+    assert f"Open in Dagster: http://127.0.0.1:3000/runs/{run.run_id}" in _body(message)
+    [(_, payload)] = server.received
+    assert f"http://127.0.0.1:3000/runs/{run.run_id}" in json.dumps(payload)
+
+
+def test_a_malformed_ui_url_setting_is_named(monkeypatch):
+    from spatial_release.defs.alerts import UI_URL_ENV, run_link
+    from spatial_release.errors import UserError
+
+    monkeypatch.delenv(UI_URL_ENV, raising=False)
+    assert run_link("abc") is None
+    monkeypatch.setenv(UI_URL_ENV, "https://dagster.example.org/base/")
+    assert run_link("abc") == "https://dagster.example.org/base/runs/abc"
+    for bad in ("dagster.example.org", "javascript:alert(1)", "http://host/with space"):
+        monkeypatch.setenv(UI_URL_ENV, bad)
+        with pytest.raises(UserError, match=UI_URL_ENV):
+            run_link("abc")

@@ -1,10 +1,14 @@
-"""Alerts: a blocked release (its release or publish run failed) becomes an alert that names the dataset,
-the period, the check that blocked, its reason and offending cells or zones, and the options; it is written
-to the alerts folder, delivered by e-mail and Slack webhook when configured, and shown on the failed run
-itself (tags and the sensor tick's log). A review breach is delivered by the review (stages.run_review)."""
+"""Alerts: a failed run that touches a programme's assets becomes an alert that names the dataset, the
+period, the check that blocked, its reason and offending cells or zones, the options and a link to the run
+in the UI; it is written to the alerts folder, delivered by e-mail and Slack webhook when configured, and
+shown on the failed run itself (tags and the sensor tick's log). Whatever launched the run: the programme's
+own jobs, "Materialize all" (Dagster's implicit asset job), a backfill or a retry; a run is matched to the
+programmes whose assets or checks it selected. A review breach is delivered by the review
+(stages.run_review)."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -15,7 +19,7 @@ import dagster as dg
 
 from spatial_release import stages
 from spatial_release.alerts import Alert, AlertRouting, deliver, mask_files
-from spatial_release.defs.partitions import PERIOD_TAG
+from spatial_release.defs.partitions import PERIOD_TAG, partitions_for, period_of
 from spatial_release.defs.programmes import Programme
 from spatial_release.defs.resources import ReleaseSettings
 from spatial_release.errors import Blocked, UserError, is_disk_full
@@ -27,6 +31,49 @@ REVIEW_BREACH_CHECK = "published_within_budget"
 ALERT_TAG = "spatial_release/alert"
 BLOCKED_BY_TAG = "spatial_release/blocked_by"
 DELIVERY_TAG = "spatial_release/alert_delivery"
+# The Dagster UI's base URL as the alerts' readers reach it (e.g. https://dagster.example.org): each alert
+# links to its run there. Unset: alerts carry the run id only.
+UI_URL_ENV = "SPATIAL_RELEASE_UI_URL"
+_BASE_URL = re.compile(r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
+
+
+def run_link(run_id: str) -> str | None:
+    """The run's page in the Dagster UI (`$SPATIAL_RELEASE_UI_URL/runs/<run id>`), None when the setting is
+    unset. A malformed setting is a configuration error, named, not an alert lost."""
+    base = (os.environ.get(UI_URL_ENV) or "").strip()
+    if not base:
+        return None
+    if not _BASE_URL.match(base):
+        raise UserError(f"{UI_URL_ENV}={base!r} is not an http(s) base URL such as https://dagster.example.org")
+    return f"{base.rstrip('/')}/runs/{run_id}"
+
+
+def selected_prefixes(run: dg.DagsterRun) -> set[str]:
+    """The key prefixes (programmes) of the assets and checks a run selected; none for a run of a whole
+    job (its job's name says whose it is)."""
+    keys = {key.path[0] for key in run.asset_selection or ()}
+    return keys | {check.asset_key.path[0] for check in run.asset_check_selection or ()}
+
+
+def programmes_of_run(run: dg.DagsterRun, by_job: Mapping[str, Programme]) -> list[Programme]:
+    """The programmes a run touches: its job's, or (a run of Dagster's implicit asset job: "Materialize
+    all", a backfill or a selection from the asset graph) those whose assets or checks it selected, once each."""
+    if run.job_name in by_job:
+        return [by_job[run.job_name]]
+    by_prefix = {p.prefix: p for p in by_job.values()}
+    return [by_prefix[prefix] for prefix in sorted(selected_prefixes(run)) if prefix in by_prefix]
+
+
+def run_period(run: dg.DagsterRun, programme: Programme) -> str:
+    """The period label of a run of `programme`: its period tag (the programme's jobs set it), else its
+    partition key read with the programme's partitions (a run of the implicit asset job has only that)."""
+    if PERIOD_TAG in run.tags:
+        return run.tags[PERIOD_TAG]
+    key = run.tags.get("dagster/partition")
+    try:
+        return "unknown" if key is None else period_of(key, partitions_for(programme.cadence)).label
+    except ValueError:
+        return "unknown"
 
 
 @dataclass(frozen=True)
@@ -38,10 +85,14 @@ class RunBlock:
     offending: list
 
 
-def _failed_checks(instance: dg.DagsterInstance, run_id: str) -> list[dg.AssetCheckEvaluation]:
+def _failed_checks(instance: dg.DagsterInstance, run_id: str, prefix: str | None) -> list[dg.AssetCheckEvaluation]:
     records = instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
     evaluations = [r.dagster_event.event_specific_data for r in records if r.dagster_event is not None]
-    return [e for e in evaluations if isinstance(e, dg.AssetCheckEvaluation) and not e.passed]
+    return [
+        e
+        for e in evaluations
+        if isinstance(e, dg.AssetCheckEvaluation) and not e.passed and prefix in (None, e.asset_key.path[0])
+    ]
 
 
 def _step_name(step_key: str | None) -> str:
@@ -61,14 +112,18 @@ def _offending(metadata: Mapping[str, dg.MetadataValue]) -> list:
     return list(rows)
 
 
-def block_of(instance: dg.DagsterInstance, run_id: str) -> RunBlock:
-    """Why the run failed, read back from its event log (the sensor and the command line both use it)."""
-    failed = _failed_checks(instance, run_id)
+def block_of(instance: dg.DagsterInstance, run_id: str, prefix: str | None = None) -> RunBlock:
+    """Why the run failed, read back from its event log (the sensor and the command line both use it);
+    with `prefix`, the first failure among that programme's checks and steps (a run of the implicit asset
+    job may span programmes)."""
+    failed = _failed_checks(instance, run_id, prefix)
     if failed:
         first = failed[0]
         return RunBlock(first.check_name, first.description or "", _offending(first.metadata))
     records = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
     for event in (r.dagster_event for r in records if r.dagster_event is not None):
+        if prefix is not None and not (event.step_key or "").startswith(f"{prefix}__"):
+            continue
         data = event.step_failure_data
         if data.user_failure_data is not None and data.user_failure_data.description:
             return RunBlock(
@@ -114,11 +169,13 @@ def _disk_full_reason(block: RunBlock, recorded: bool, settings: ReleaseSettings
     )
 
 
-def alert_of(run: dg.DagsterRun, block: RunBlock, policy: Policy, settings: ReleaseSettings) -> Alert:
-    """The run's block as an Alert. A refused re-run of a published period says so (options for a
-    published release); a full disk says what it left behind (`disk_full`, never "withdraw"); otherwise
-    the release was never published."""
-    period = run.tags.get(PERIOD_TAG, "unknown")
+def alert_of(run: dg.DagsterRun, block: RunBlock, programme: Programme, settings: ReleaseSettings) -> Alert:
+    """The run's block as an Alert, with the link to the run. A refused re-run of a published period says
+    so (options for a published release); a full disk says what it left behind (`disk_full`, never
+    "withdraw"); otherwise the release was never published."""
+    policy = programme.policy
+    period = run_period(run, programme)
+    link = run_link(run.run_id)
     try:
         published = find_release(settings.ledger().read(), policy.name, period) is not None
     except (Blocked, OSError):  # a ledger that does not verify: that is what blocked; say "never published"
@@ -133,6 +190,7 @@ def alert_of(run: dg.DagsterRun, block: RunBlock, policy: Policy, settings: Rele
             mask_files(_disk_full_reason(block, published, settings), files),
             never=ids,
             run_id=run.run_id,
+            ui_url=link,
             published=False,
         )
     return Alert.build(
@@ -144,6 +202,7 @@ def alert_of(run: dg.DagsterRun, block: RunBlock, policy: Policy, settings: Rele
         block.offending,
         never=ids,
         run_id=run.run_id,
+        ui_url=link,
         published=published,
     )
 
@@ -162,14 +221,15 @@ def alert_failed_run(instance: dg.DagsterInstance, run: dg.DagsterRun, programme
     """Deliver the alert of a failed release or publish run of `programme` and tag the run with it (so the
     alert shows on the run in the UI); returns the delivery's one-line summary. A review breach is
     delivered by the review itself and only tagged here."""
-    block = block_of(instance, run.run_id)
+    # a run of the programme's own job is the programme's; one of the implicit asset job may span several
+    block = block_of(instance, run.run_id, None if run.job_name.startswith(f"{programme.prefix}_") else programme.prefix)
     if block.check == REVIEW_BREACH_CHECK:
         instance.add_run_tags(
             run.run_id, {ALERT_TAG: "risk breach: alerts delivered by the review", BLOCKED_BY_TAG: block.check}
         )
         return "review breach: its alerts were delivered by the review run (see its metadata)"
     settings = _run_settings(run)
-    alert = alert_of(run, block, programme.policy, settings)
+    alert = alert_of(run, block, programme, settings)
     report = deliver(alert, AlertRouting.for_policy(programme.policy), Path(settings.alerts_dir))
     instance.add_run_tags(
         run.run_id,
@@ -183,24 +243,24 @@ def alert_failed_run(instance: dg.DagsterInstance, run: dg.DagsterRun, programme
 
 
 def build_alert_sensor(programmes: dict[str, Programme]) -> dg.SensorDefinition:
-    """The alert sensor of the code location (it sees every run launched from it: the UI, schedules and
-    sensors; the command line delivers its own runs' alerts); a run is matched to its programme by its job's
-    name (`programmes`: job name -> programme)."""
+    """The alert sensor of the code location (it sees every run launched from it: the UI, schedules, sensors,
+    backfills and "Materialize all"; the command line delivers its own runs' alerts); a run is matched to its
+    programmes by its job's name (`programmes`: job name -> programme) or by the assets it selected."""
 
     @dg.run_failure_sensor(
         name="failed_run_alert",
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description="A blocked release (its release or publish run failed) becomes an alert "
-        "naming the dataset, period, check, reason, offending cells or zones and "
-        "the options: written to the alerts folder, e-mailed and posted to Slack "
-        "when configured (see README, Alerts), and tagged on the failed run.",
+        description="A failed run that touches a programme's assets (its release or publish job, a schedule, "
+        "Materialize all, a backfill, a retry) becomes an alert naming the dataset, period, check, reason, "
+        "offending cells or zones, the options and a link to the run: written to the alerts folder, e-mailed "
+        "and posted to Slack when configured (see README, Alerts), and tagged on the failed run.",
     )
     def failed_run_alert(context: dg.RunFailureSensorContext) -> None:
         run = context.dagster_run
-        programme = programmes.get(run.job_name)
-        if programme is None:
-            context.log.info(f"run {run.run_id} of {run.job_name} is no release: no alert")
-            return
-        context.log.info(alert_failed_run(context.instance, run, programme))
+        touched = programmes_of_run(run, programmes)
+        if not touched:
+            context.log.info(f"run {run.run_id} of {run.job_name} touches no programme's assets: no alert")
+        for programme in touched:
+            context.log.info(alert_failed_run(context.instance, run, programme))
 
     return failed_run_alert
