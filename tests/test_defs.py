@@ -168,6 +168,14 @@ def test_release_job_publishes_the_fixture(tmp_path):
     assert metadata["risk_journalist_cumulative_headroom"].value == pytest.approx(
         0.20 - record["risk"]["cumulative"], rel=1e-3
     )
+    # the risk report says what the gate reads and why, and what "worst" means beside a "publish"
+    [risk_event] = [e for e in result.get_asset_materialization_events() if e.asset_key.path[-1] == "risk_assessment"]
+    report = risk_event.materialization.metadata["risk_report"].value
+    assert f"**{record['risk']['status']}**" in report and "The gate reads the" in report
+    assert "A worst of 1 says that some unit's known points are shared by no other" in report
+    header = next(line for line in report.splitlines() if line.startswith("| zone |"))
+    attack = record["risk"]["model"] == "attack"
+    assert ("attack: success (gated)" in header) == attack and "prosecutor: worst" in header
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from spatial_release import stages
 from spatial_release.policy.model import RiskSpec
 from spatial_release.release import RiskRecord
 from spatial_release.risk import public_ratio
+from spatial_release.stages.results import ZoneFigures
 
 SIGNIFICANT = 4
 ZONE_DIGITS = 2
@@ -75,36 +76,77 @@ def risk_metadata(risk: RiskRecord, spec: RiskSpec | None) -> dict[str, str | fl
     }
 
 
+# What each model's gated figure is, and why the gate reads it (shown above the per-zone table).
+GATE_EXPLAINED = {
+    "attack": (
+        "The gate reads the **attacks**: per zone, the share of targets that simulated adversaries re-identify "
+        "from the published tables (trajectory recovery, then linkage with the adversary's known points, and "
+        "membership inference), the worst attack's; the release figure is the worst zone's. A success rate over "
+        "targets is a mean by construction: the expected share of the zone's units that the adversary gets "
+        "right, which is what the ceilings bound."
+    ),
+    "uniqueness": (
+        "The gate reads the **uniqueness** model: per zone, the mean over its units of 1/n, where n is the number "
+        "of units whose published keys contain the adversary's known points (the probability that a random "
+        "target of the zone is singled out); the release figure is the worst zone's."
+    ),
+}
+COLUMNS_EXPLAINED = (
+    "How to read the zone table. The uniqueness columns assume the adversary recovers every trajectory "
+    "perfectly from the tables (an upper bound): *mean* is the probability of singling out a random unit of "
+    "the zone, *share at risk* the share of its units whose mean is over the threshold, and *worst* the largest "
+    "1/n of any single unit and draw. A worst of 1 says that some unit's known points are shared by no other "
+    "unit's keys: over a quarter of day buckets some trajectory is always unique, so a gate on the worst unit "
+    "would refuse every release; the mean bounds the expected share singled out, and under the attack model "
+    "the gate reads what an adversary actually recovers from aggregates. The prosecutor knows the unit is in "
+    "the data; the journalist does not (journalist = prosecutor x the zone's share of the public population)."
+)
+
+
+def _zone_rows(risk: stages.RiskAssessment, attack: bool) -> list[str]:
+    # No unit count per zone: a zone's count is not necessarily a published figure (it stays in risk.json).
+    # Two significant digits, rounded up: an exact per-zone ratio (227/228) names the zone's unit count.
+    def order(z: ZoneFigures) -> float:
+        return -(z.attack_success or 0.0) if attack else -z.prosecutor_mean
+
+    rows = []
+    for z in sorted(risk.zones, key=order)[:30]:
+        cells = [_zone_figure(z.attack_success), _zone_figure(z.attack_linkage), _zone_figure(z.attack_membership)]
+        cells = cells if attack else []
+        cells += [_zone_figure(z.prosecutor_mean), _zone_figure(z.prosecutor_at_risk), _zone_figure(z.prosecutor_worst)]
+        rows.append(f"| {z.zone} | " + " | ".join([*cells, _zone_figure(z.journalist_mean)]) + " |")
+    return rows
+
+
 def risk_report(risk: stages.RiskAssessment, spec: RiskSpec | None) -> str:
-    """The gate's headline, both ceilings with their headroom, and the per-zone table; every figure is
-    labelled with the adversary it assumes."""
+    """The gate's headline, what the gate reads and why, both ceilings with their headroom, and the per-zone
+    table with what each column means; every figure is labelled with the adversary it assumes."""
     room = headroom(risk, spec)
+    attack = risk.model == "attack"
     head = (
-        f"**{risk.status}**: {risk.reason}\n\nGated adversary: **{risk.adversary}** (panel: {risk.panel}); "
-        f"gated figure: {risk.measure}.\n\n"
+        f"**{risk.status}**: {risk.reason}\n\n{GATE_EXPLAINED.get(risk.model, '')}\n\n"
+        f"Gated adversary: **{risk.adversary}** (panel: {risk.panel}); gated figure: {risk.measure}.\n\n"
         "| figure | adversary | value | ceiling | headroom |\n|---|---|---|---|---|\n"
         f"| worst zone `{risk.worst_zone}` (this release) | {risk.adversary} | {_figure(risk.release_figure)} | "
         f"{_figure(room.get('per_release_ceiling'))} | {_figure(room.get('per_release_headroom'))} |\n"
         f"| pooled over zones (this release) | {risk.adversary} | {_figure(risk.pooled)} | - | - |\n"
         f"| cumulative (programme) | {risk.adversary} | {_figure(risk.cumulative)} | "
-        f"{_figure(room.get('cumulative_ceiling'))} | {_figure(room.get('cumulative_headroom'))} |\n\n"
+        f"{_figure(room.get('cumulative_ceiling'))} | {_figure(room.get('cumulative_headroom'))} |\n"
     )
-    # No unit count per zone: a zone's count is not necessarily a published figure (it stays in risk.json).
-    # Two significant digits, rounded up: an exact per-zone ratio (227/228) names the zone's unit count.
-    rows = [
-        f"| {z.zone} | {_zone_figure(z.prosecutor_mean)} | {_zone_figure(z.prosecutor_at_risk)} | "
-        f"{_zone_figure(z.prosecutor_worst)} | {_zone_figure(z.journalist_mean)} |"
-        for z in sorted(risk.zones, key=lambda z: -z.prosecutor_mean)[:30]
-    ]
+    if risk.upper_bound is not None:
+        bound = f"uniqueness upper bound, zone `{risk.upper_bound_zone}` (not gated)"
+        head += f"| {bound} | prosecutor | {_figure(risk.upper_bound)} | - | - |\n"
+    if risk.warning:
+        head += f"\n**Warning**: {risk.warning}\n"
+    columns = ["zone"]
+    columns += ["attack: success (gated)", "attack: linkage", "attack: membership"] if attack else []
+    columns += ["uniqueness: prosecutor mean", "prosecutor: share at risk", "prosecutor: worst", "journalist: mean"]
+    table = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
+    riskiest = "attack success" if attack else "prosecutor's mean"
     return (
-        head
-        + (
-            "Per zone, the 30 riskiest by the prosecutor's mean (the prosecutor knows the unit is in the "
-            "data; the journalist does not):\n\n"
-            "| zone | prosecutor: mean | prosecutor: share at risk | prosecutor: worst | "
-            "journalist: mean |\n|---|---|---|---|---|\n"
-        )
-        + "\n".join(rows)
+        f"{head}\n{COLUMNS_EXPLAINED}\n\nPer zone, the 30 riskiest by the {riskiest}:\n\n"
+        + table
+        + "\n".join(_zone_rows(risk, attack))
     )
 
 
