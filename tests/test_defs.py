@@ -76,6 +76,10 @@ def test_definitions_load():
     for key in defs.resolve_asset_graph().asset_check_keys:
         if key.asset_key.path[-1] != "published_release":  # nothing downstream to block
             assert defs.resolve_asset_graph().get_check_spec(key).blocking, key
+    # every job of the location, "Materialize all" (the implicit asset job) too, runs in one process
+    jobs = [defs.resolve_job_def(n) for n in ("demo_release_job", "demo_publish_job", "jc_bikes_release_job")]
+    for job in [*jobs, defs.resolve_implicit_global_asset_job_def()]:
+        assert job.executor_def.name == "in_process", job.name
 
 
 def test_schedule_requests_the_quarter_that_just_closed(tmp_path, monkeypatch):

@@ -403,7 +403,7 @@ def publish_sensor(programme: Programme, release_job, publish_job) -> dg.SensorD
         monitored_jobs=[release_job],
         request_job=publish_job,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        minimum_interval_seconds=15,
+        minimum_interval_seconds=5,  # the gap between a candidate's success and its publication
         description=f"Publishes each {programme.policy.name} candidate whose release run "
         "succeeded (every blocking check passed), for the same partition.",
     )
