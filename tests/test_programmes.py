@@ -1,6 +1,7 @@
 """One asset graph per policy file: own key prefix, partitions, jobs, schedules and run tags; a bad policy file
 fails alone; a blocked run never marks the published release as failed."""
 
+import json
 from datetime import datetime
 from pathlib import Path
 
@@ -135,23 +136,47 @@ def _planned(instance: dg.DagsterInstance, run_id: str) -> set[str]:
     return {r.dagster_event.asset_key.to_user_string() for r in records}
 
 
-def test_a_blocked_rerun_of_a_published_period_never_plans_the_published_release(tmp_path):
+def test_a_refused_rerun_of_a_published_period_leaves_every_status_true(tmp_path):
+    """A re-run of a published period is refused by its first step: the run is cancelled, not failed, so
+    Dagster keeps the published materialisations as the partition's state (a partition or a check reads
+    failed only when the run that planned it ended FAILED), never plans published_release, and the refusal
+    is a notice (refused_release), with no withdrawal advice."""
     paths = _policies(tmp_path / "policies", bikes={})
     instance = dg.DagsterInstance.ephemeral()
     first = execute_release(programme_for(paths["bikes"]), PARTITION, _settings(tmp_path), instance=instance)
     assert first.success
     again = execute_release(programme_for(paths["bikes"]), PARTITION, _settings(tmp_path), instance=instance)
     assert not again.success and again.publish is None
+    run = instance.get_run_by_id(again.candidate.run_id)
+    assert run.status == dg.DagsterRunStatus.CANCELED and run.tags["spatial_release/refused"] == "already_published"
     assert "bikes/published_release" not in _planned(instance, again.candidate.run_id)
     [failure] = [e for e in again.candidate.all_events if e.event_type_value == "STEP_FAILURE"]
-    assert failure.step_key == "bikes__validated_pings"  # the candidate fails, where the refusal is
+    assert failure.step_key == "bikes__validated_pings"  # where the refusal is
     # a deliberate refusal, with its reason, not a crash with a stack trace
     assert "is already published" in failure.step_failure_data.user_failure_data.description
-    # what the UI reads: the latest materialisation attempt of the published partition is the published one
-    storage = instance.event_log_storage
-    assert PARTITION not in storage.get_latest_asset_partition_materialization_attempts_without_materializations(
-        dg.AssetKey(["bikes", "published_release"])
-    )
+    # what the UI reads: no partition of any asset of the programme is failed; each is still materialised
+    graph = programme_for(paths["bikes"]).runnable().resolve_asset_graph()
+    for name in ("validated_pings", "cell_counts", "protected_table", "risk_assessment", "published_release"):
+        key = dg.AssetKey(["bikes", name])
+        status = instance.get_status_by_partition(key, [PARTITION], graph.get(key).partitions_def)
+        assert status == {PARTITION: dg.AssetPartitionStatus.MATERIALIZED}, (name, status)
+    # the checks the refused run planned were never evaluated: in a run that did not fail, Dagster resolves
+    # them as skipped (AssetCheckExecutionRecord.resolve_status), never "execution failed"
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+
+    planned = 0
+    for key in graph.asset_check_keys:
+        history = instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
+        if history and history[0].run_id == again.candidate.run_id:
+            assert history[0].status == AssetCheckExecutionRecordStatus.PLANNED, key
+            planned += 1
+    assert planned > 0
+    # the notice: its own kind and options, nothing to withdraw
+    [alert_file] = [p for p in (tmp_path / "alerts").iterdir() if p.name.startswith("refused_release")]
+    alert = json.loads(alert_file.read_text())
+    assert alert["kind"] == "refused_release" and alert["published"] is True and alert["period"] == "2018-Q1"
+    assert alert["subject"].endswith("2018-Q1: notice, refused_release by validated_pings")
+    assert not any("withdraw" in option for option in alert["options"]), alert["options"]
 
 
 def test_a_publish_run_of_a_published_period_writes_nothing_and_does_not_fail(tmp_path):

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-AlertKind = Literal["blocked_release", "risk_breach", "failed_review", "disk_full"]
+# refused_release is a notice: a run refused to start a period (already published, or another run of it in
+# progress); nothing was blocked and nothing is to be withdrawn.
+AlertKind = Literal["blocked_release", "risk_breach", "failed_review", "disk_full", "refused_release"]
 KINDS: tuple[str, ...] = get_args(AlertKind)
 
 MAX_OFFENDING = 20
@@ -27,6 +29,8 @@ WITHDRAW = "withdraw the release"
 COARSER = "re-publish it coarser (larger cells or buckets, higher k)"
 ACCEPT = "accept the risk in review (a policy change with its reason)"
 OPTIONS = (WITHDRAW, COARSER, ACCEPT)
+STANDS = "nothing to do: the published release stands as its ledger entry records it (releases are immutable)"
+WAIT = "nothing to do if the other run of this period is live; if it died, run the period again (it takes over)"
 FIX_INPUT = "fix the input (the trace files, the zeros list or the policy) and run the release again"
 # A full disk stopped the run: nothing to withdraw or accept; a publication the ledger recorded before the
 # disk filled is finished by the next run, under the ledger lock; one it did not record is set aside.
@@ -188,7 +192,7 @@ class Alert:
         set_(self, "more_offending", int(self.more_offending) + max(0, len(found) - MAX_OFFENDING))
         set_(self, "reason", one_line(_without_rows(self.reason)) or "(no reason given)")
         if self.published is None:
-            set_(self, "published", self.kind not in ("blocked_release", "disk_full"))
+            set_(self, "published", self.kind not in ("blocked_release", "disk_full", "refused_release"))
 
     @classmethod
     def build(
@@ -222,6 +226,8 @@ class Alert:
         published, which of them apply (and fixing the input, which comes first)."""
         if self.kind == "disk_full":
             return (FREE_SPACE,)
+        if self.kind == "refused_release":
+            return (STANDS,) if self.published else (WAIT,)
         if self.published:
             return OPTIONS
         risk = "risk" in self.check
@@ -234,7 +240,8 @@ class Alert:
 
     @property
     def subject(self) -> str:
-        return f"{SUBJECT_PREFIX} {self.dataset} {self.period}: {self.kind} by {self.check}"
+        notice = "notice, " if self.kind == "refused_release" else ""
+        return f"{SUBJECT_PREFIX} {self.dataset} {self.period}: {notice}{self.kind} by {self.check}"
 
     def offending_lines(self) -> list[str]:
         lines = [str(p) for p in self.offending]

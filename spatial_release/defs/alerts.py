@@ -21,6 +21,7 @@ from spatial_release import stages
 from spatial_release.alerts import Alert, AlertRouting, deliver, mask_files
 from spatial_release.defs.partitions import PERIOD_TAG, partitions_for, period_of
 from spatial_release.defs.programmes import Programme
+from spatial_release.defs.release import REFUSED_TAG
 from spatial_release.defs.resources import ReleaseSettings
 from spatial_release.errors import Blocked, UserError, is_disk_full
 from spatial_release.ledger import find_release
@@ -170,9 +171,10 @@ def _disk_full_reason(block: RunBlock, recorded: bool, settings: ReleaseSettings
 
 
 def alert_of(run: dg.DagsterRun, block: RunBlock, programme: Programme, settings: ReleaseSettings) -> Alert:
-    """The run's block as an Alert, with the link to the run. A refused re-run of a published period says
-    so (options for a published release); a full disk says what it left behind (`disk_full`, never
-    "withdraw"); otherwise the release was never published."""
+    """The run's block as an Alert, with the link to the run. A run refused before it wrote anything (the
+    period is published, or another run of it holds the work area: the run's refusal tag) is a notice,
+    `refused_release`, with no withdrawal advice; a full disk says what it left behind (`disk_full`, never
+    "withdraw"); otherwise a blocked release, published or not as the ledger says."""
     policy = programme.policy
     period = run_period(run, programme)
     link = run_link(run.run_id)
@@ -181,6 +183,19 @@ def alert_of(run: dg.DagsterRun, block: RunBlock, programme: Programme, settings
     except (Blocked, OSError):  # a ledger that does not verify: that is what blocked; say "never published"
         published = False
     ids, files = _never_quoted(policy, period, settings)
+    refusal = run.tags.get(REFUSED_TAG)
+    if refusal is not None:
+        return Alert.build(
+            "refused_release",
+            policy.name,
+            period,
+            block.check,
+            mask_files(block.reason, files),
+            never=ids,
+            run_id=run.run_id,
+            ui_url=link,
+            published=refusal == "already_published" and published,
+        )
     if is_disk_full(block.reason):
         return Alert.build(
             "disk_full",
@@ -264,3 +279,27 @@ def build_alert_sensor(programmes: dict[str, Programme]) -> dg.SensorDefinition:
             context.log.info(alert_failed_run(context.instance, run, programme))
 
     return failed_run_alert
+
+
+def build_refusal_sensor(programmes: dict[str, Programme]) -> dg.SensorDefinition:
+    """The notice of a refused run: a step that refuses a period (already published, or its work area held
+    by another run) cancels its run (defs.release.refusals_as_cancellations), which the run-failure sensor
+    does not see. Runs an operator cancelled carry no refusal tag and get no notice."""
+
+    @dg.run_status_sensor(
+        name="refused_run_notice",
+        run_status=dg.DagsterRunStatus.CANCELED,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="A run refused because its period is already published (or another run of it holds its work "
+        "area) becomes a notice naming the dataset, period and reason, with a link to the run and no "
+        "withdrawal advice: written to the alerts folder, e-mailed and posted to Slack when configured.",
+    )
+    def refused_run_notice(context: dg.RunStatusSensorContext) -> None:
+        run = context.dagster_run
+        if REFUSED_TAG not in run.tags:
+            context.log.info(f"run {run.run_id} was cancelled, not refused: no notice")
+            return
+        for programme in programmes_of_run(run, programmes):
+            context.log.info(alert_failed_run(context.instance, run, programme))
+
+    return refused_run_notice

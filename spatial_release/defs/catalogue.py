@@ -9,7 +9,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from spatial_release.defs.alerts import build_alert_sensor
+from spatial_release.defs.alerts import build_alert_sensor, build_refusal_sensor
 from spatial_release.defs.programmes import Programme, ProgrammeError, discover, load_programme
 from spatial_release.defs.release import ReleaseGraph, build_release_graph
 from spatial_release.defs.resources import CountingEngine, ReleaseSettings
@@ -98,7 +98,11 @@ class Catalogue:
             *(p.definitions() for p in self.programmes),
             dg.Definitions(
                 assets=[invalid_policy_asset(e) for e in self.errors],
-                sensors=[build_alert_sensor(self.job_programmes())] if self.programmes else [],
+                sensors=(
+                    [build_alert_sensor(self.job_programmes()), build_refusal_sensor(self.job_programmes())]
+                    if self.programmes
+                    else []
+                ),
                 # Every job of the location (the release, publish and review jobs, "Materialize all") runs its
                 # steps in the run's own process: the multiprocess default starts a process per step, each
                 # loading the code location again (about 15 s a step on a 2-core machine, against well under a

@@ -77,6 +77,7 @@ def deployment(tmp_path_factory):
         # only sets its cursor to "now", so a run that failed before it never reaches it.
         d.start_daemon()
         d.wait_for_tick("failed_run_alert", timeout=180)
+        d.wait_for_tick("refused_run_notice", timeout=180)
         yield d
     finally:
         d.stop()
@@ -94,7 +95,8 @@ class Blocked:
 def blocked(deployment):
     """The published period released again, after (a)-(c) have read the published state: the command line
     refuses it before creating any run; a run of its partition launched through the webserver (as from the
-    UI; the daemon dequeues it) fails."""
+    UI; the daemon dequeues it) is refused by its first step and cancelled, not failed: Dagster shows a
+    partition or a check as failed only when the run that planned it failed."""
     d = deployment
     runs_before = {r["runId"] for r in d.runs(RELEASE_JOB)}
     rerun = d.cli(
@@ -118,7 +120,7 @@ def blocked(deployment):
     run_id = d.launch_partition_run(RELEASE_JOB, PARTITION)
     status = d.wait_for_run(run_id, timeout=RUN_WAIT_S)
     ended_at = time.monotonic()
-    assert status == "FAILURE", f"the re-run {run_id} of published {PERIOD} ended {status}, expected FAILURE"
+    assert status == "CANCELED", f"the re-run {run_id} of published {PERIOD} ended {status}, expected CANCELED"
     return Blocked(run_id, ended_at)
 
 
@@ -257,7 +259,7 @@ def test_blocked_run_shows_reason(deployment, blocked, page):
     assert reason.count(), f"the blocked run's page does not say 'already published':\n{page.inner_text('body')[-3000:]}"
     shown = reason.inner_text()
     assert PERIOD in shown and "demo" in shown, shown
-    assert page.get_by_text("Failure", exact=True).first.is_visible()
+    assert page.get_by_text("Canceled", exact=True).first.is_visible()
     body = page.inner_text("body")
     assert "AlreadyPublished" not in body, f"the run page shows the refusal as a crash:\n{body[-3000:]}"
 
@@ -269,9 +271,9 @@ def tag_value(shown: str, key: str) -> str:
 
 
 def test_blocked_run_alert(deployment, blocked, page):
-    """(e) The daemon's failed_run_alert turns the blocked run into an alert: it tags the run with the alert
-    file's name and the asset that blocked (validated_pings), the run page shows those tags, and the alert
-    file names the dataset and the period."""
+    """(e) The daemon's refused_run_notice turns the refused run into a notice: it tags the run with the
+    alert file's name and the asset that refused (validated_pings), the run page shows those tags, and the
+    alert file names the dataset and the period, as a refused_release with no withdrawal advice."""
     run_id = blocked.run_id
     tags = deployment.wait_for_run_tag(run_id, BLOCKED_BY_TAG, deadline=blocked.ended_at + ALERT_WAIT_S)
     open_view(page, deployment, f"/runs/{run_id}", "View tags and config")
@@ -283,27 +285,28 @@ def test_blocked_run_alert(deployment, blocked, page):
     page.keyboard.press("Escape")
     alerts_dir = deployment.out / "alerts"
     if BLOCKED_BY_TAG not in tags:
-        ticks = deployment.sensor_ticks("failed_run_alert", limit=10)
+        ticks = deployment.sensor_ticks("refused_run_notice", limit=10)
         alerts = sorted(p.name for p in alerts_dir.glob("*"))
         pytest.fail(
-            f"failed_run_alert did not tag the blocked run {run_id} within {ALERT_WAIT_S} s of its failure "
+            f"refused_run_notice did not tag the refused run {run_id} within {ALERT_WAIT_S} s of its failure "
             f"(the run's tags: {tags}; the sensor's last ticks: {[t['status'] for t in ticks]}; "
             f"alerts folder: {alerts or 'empty'})"
         )
-    assert tag_value(shown, ALERT_TAG).startswith("blocked_release-"), (
-        f"the run's tags dialog does not show {ALERT_TAG} = blocked_release-...:\n{shown}"
+    assert tag_value(shown, ALERT_TAG).startswith("refused_release-"), (
+        f"the run's tags dialog does not show {ALERT_TAG} = refused_release-...:\n{shown}"
     )
     assert tag_value(shown, BLOCKED_BY_TAG) == "validated_pings", (
         f"the run's tags dialog does not show {BLOCKED_BY_TAG} = validated_pings:\n{shown}"
     )
     assert tags[BLOCKED_BY_TAG] == "validated_pings", tags
     alert_file = alerts_dir / tags[ALERT_TAG]
-    assert tags[ALERT_TAG].startswith("blocked_release-") and alert_file.is_file(), (
+    assert tags[ALERT_TAG].startswith("refused_release-") and alert_file.is_file(), (
         f"the alert file {tags[ALERT_TAG]} is not in {alerts_dir}: {sorted(p.name for p in alerts_dir.glob('*'))}"
     )
     alert = json.loads(alert_file.read_text())
     assert (alert.get("dataset"), alert.get("period")) == ("demo", PERIOD), alert
     assert alert.get("run_id") == run_id and alert.get("check") == "validated_pings", alert
+    assert alert.get("kind") == "refused_release" and not any("withdraw" in o for o in alert.get("options", [])), alert
 
 
 def holds(ranges: list, key: str) -> bool:
@@ -311,9 +314,9 @@ def holds(ranges: list, key: str) -> bool:
 
 
 def test_published_release_stays_materialised(deployment, blocked, page):
-    """(f) The refused re-run never planned demo/published_release (the candidate job stops before it): the
-    published partition still shows as materialised, not failed, in the asset's partitions view and in what
-    the webserver reports."""
+    """(f) The refused re-run never planned demo/published_release (the candidate job stops before it) and was
+    cancelled, not failed: the published partition still shows as materialised, not failed, in the asset's
+    partitions view and in what the webserver reports, and so does the candidate's first asset."""
     d = deployment
     [publish] = d.runs("demo_publish_job", "SUCCESS")
     open_view(page, d, "/assets/demo/published_release?view=partitions", "Partitions")
@@ -346,5 +349,6 @@ def test_published_release_stays_materialised(deployment, blocked, page):
     )
     assert holds(statuses["ranges"]["MATERIALIZED"], PARTITION), statuses
     assert not holds(statuses["ranges"]["FAILED"], PARTITION) and statuses["stats"]["numFailed"] == 0, statuses
-    # the truth about the candidate: its latest attempt for the period was the refused one
-    assert holds(candidate["ranges"]["FAILED"], PARTITION), candidate
+    # the candidate's assets too: the refused run was cancelled, so the published period stays materialised
+    assert holds(candidate["ranges"]["MATERIALIZED"], PARTITION), candidate
+    assert not holds(candidate["ranges"]["FAILED"], PARTITION) and candidate["stats"]["numFailed"] == 0, candidate

@@ -31,6 +31,8 @@ from spatial_release.policy import Policy
 from spatial_release.stages.frontier import public_frontier
 
 CANDIDATE_TAG = "spatial_release/candidate_run"
+# On a run a step refused ("already_published", "work_area_busy"): the refusal notice reads it (defs.alerts).
+REFUSED_TAG = "spatial_release/refused"
 
 
 def _run_is_live(instance: dg.DagsterInstance, run_id: str) -> bool | None:
@@ -40,16 +42,27 @@ def _run_is_live(instance: dg.DagsterInstance, run_id: str) -> bool | None:
     return None if run is None else not run.is_finished
 
 
+def refusal_kind(refused: Exception) -> str:
+    return "already_published" if isinstance(refused, stages.AlreadyPublished) else "work_area_busy"
+
+
 @contextmanager
-def refusals_as_failures(step) -> Iterator[None]:
-    """A deliberate refusal on taking the work area (a published period, a work area another run owns) is a
-    step failure with its reason as the description, not a crash with a stack trace. What the step's body
-    raises is left to the step."""
+def refusals_as_cancellations(step: AbstractContextManager[None], context: dg.AssetExecutionContext) -> Iterator[None]:
+    """A deliberate refusal on taking the work area (a published period, a work area another run owns)
+    cancels the run, with its reason as the failed step's description (no stack trace), and tags the run
+    with it. Why a cancellation: Dagster shows a partition, and a check, as failed only when the run that
+    planned it ended FAILED; a cancelled run leaves the published materialisation the partition's latest
+    (green) and its checks' last results read Skipped, not "Execution failed". Dagster turns the failing
+    step of a run reported as canceling into RUN_CANCELED (its execution API). What the step's body raises
+    is left to the step."""
     with ExitStack() as stack:
         try:
             stack.enter_context(step)
         except (stages.AlreadyPublished, stages.WorkAreaBusy) as refused:
-            raise dg.Failure(description=str(refused), allow_retries=False) from None
+            kind = refusal_kind(refused)
+            context.instance.add_run_tags(context.run.run_id, {REFUSED_TAG: kind})
+            context.instance.report_run_canceling(context.run, message=f"refused ({kind}): {refused}")
+            raise dg.Failure(description=str(refused), metadata={"refusal": kind}, allow_retries=False) from None
         yield
 
 
@@ -117,8 +130,9 @@ def _hold(
     published = settings.published() if check_ledger else None
     run = context.run
     run_id = run.tags.get(CANDIDATE_TAG) or run.root_run_id or run.run_id  # a re-execution keeps its claim
-    return refusals_as_failures(
-        stages.work_area_step(ctx, published, run_id, starts_run, lambda other: _run_is_live(context.instance, other))
+    return refusals_as_cancellations(
+        stages.work_area_step(ctx, published, run_id, starts_run, lambda other: _run_is_live(context.instance, other)),
+        context,
     )
 
 
