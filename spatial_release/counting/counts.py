@@ -241,6 +241,107 @@ def _count_rungs(engine: Engine, plan: ZoningPlan, z: int, decoded: DecodedKeys,
     return frames
 
 
+def _ids_of(plan: ZoningPlan, keys: np.ndarray) -> np.ndarray:
+    return plan.ids_of_keys(keys).astype(object) if len(keys) else np.empty(0, object)
+
+
+def _materialize_membership(engine: Engine, z: int, member_sql: str) -> None:
+    """member_<z> from member_sql and its leaf counts leaf_<z> (rank, b, n)."""
+    engine.materialize(f"member_{z}", member_sql)
+    engine.materialize(f"leaf_{z}", f"SELECT rank, b, count(*) AS n FROM member_{z} GROUP BY rank, b")
+
+
+def _take_packed(
+    engine: Engine, plan: ZoningPlan, z: int, buckets: pd.Series, given: PackedCounts
+) -> tuple[DecodedKeys, pd.DataFrame]:
+    """The packed path's membership and leaf counts (keys as ranks) as zoning z's tables, and the leaf counts."""
+    # the membership as a view of its arrays (the packed path runs on DuckDB only): no copy of 40 M rows
+    # at 50 M pings; the leaf table, small, is copied in
+    assert isinstance(engine, DuckDBEngine), "the packed path runs on DuckDB only (packing_for)"
+    engine.register_arrow_view(f"member_{z}", given.member)
+    engine.register_frame(f"leaf_{z}", given.leaf)
+    leaf_counts = given.leaf.to_pandas()  # sorted by rank, then bucket, as the leaf query of _count_zoning
+    keys = np.unique(leaf_counts["rank"].to_numpy(np.int64))
+    return DecodedKeys(_ids_of(plan, keys), buckets, keys), leaf_counts
+
+
+def _rank_keyed(engine: Engine, plan: ZoningPlan, z: int, buckets: pd.Series, member_sql: Callable[[], str]) -> DecodedKeys:
+    """Zoning z's tables when member_sql gives area keys as ranks: the areas counted, from the (small) leaf
+    table."""
+    _materialize_membership(engine, z, member_sql())
+    keys = np.sort(engine.fetch(f"SELECT DISTINCT rank AS area FROM leaf_{z}")["area"].to_numpy(np.int64))
+    return DecodedKeys(_ids_of(plan, keys), buckets, keys)
+
+
+def _dictionary_keyed(
+    engine: Engine, plan: ZoningPlan, z: int, buckets: pd.Series, keys_sql: str, member_sql: Callable[[], str]
+) -> DecodedKeys:
+    """Zoning z's tables when area keys do not compare like ids: dict_<z> gives each key its rank in id order,
+    for member_sql to join."""
+    keys = engine.fetch(keys_sql)["area"].to_numpy(np.int64)
+    ids = _ids_of(plan, keys)
+    order = np.argsort(ids.astype(str), kind="stable")
+    ranks = np.empty(len(keys), np.int64)
+    ranks[order] = np.arange(len(keys))
+    engine.register_frame(f"dict_{z}", pd.DataFrame({"area": keys, "rank": ranks}))
+    decoded = DecodedKeys(ids[order], buckets)
+    _materialize_membership(engine, z, member_sql())
+    return decoded
+
+
+def _register_hierarchy(engine: Engine, plan: ZoningPlan, z: int, decoded: DecodedKeys) -> dict[str, np.ndarray]:
+    """hier_<z>: each area's parents as integer codes, so the engine groups on integers; returns, per parent
+    level, the parent ids its codes stand for."""
+    hierarchy = plan.hierarchy(pd.Series(decoded.ids, dtype=object))
+    parents = {level: pd.factorize(hierarchy[level].astype(str).to_numpy(object)) for level in plan.parent_levels}
+    engine.register_frame(
+        f"hier_{z}",
+        pd.DataFrame({"rank": decoded.ranks, **{level: codes.astype(np.int64) for level, (codes, _) in parents.items()}}),
+    )
+    return {level: np.asarray(names, dtype=object).astype(str) for level, (_, names) in parents.items()}
+
+
+def _parent_sql(measure: str, z: int, level: str) -> str:
+    if measure == "presence":  # each unit is in one area per bucket, so a parent is the sum of its children
+        return (
+            f"SELECT h.{level} AS parent, c.b, CAST(sum(c.n) AS BIGINT) AS n FROM leaf_{z} c "
+            f"JOIN hier_{z} h ON h.rank = c.rank GROUP BY h.{level}, c.b"
+        )
+    return (
+        f"SELECT h.{level} AS parent, m.b, count(DISTINCT m.unit) AS n FROM member_{z} m "
+        f"JOIN hier_{z} h ON h.rank = m.rank GROUP BY h.{level}, m.b"
+    )
+
+
+def _total_sql(measure: str, z: int) -> str:
+    if measure == "presence":
+        return f"SELECT b, CAST(sum(n) AS BIGINT) AS n FROM leaf_{z} GROUP BY b"
+    return f"SELECT b, count(DISTINCT unit) AS n FROM member_{z} GROUP BY b"
+
+
+def _margin_tables(
+    engine: Engine,
+    plan: ZoningPlan,
+    z: int,
+    measure: str,
+    decoded: DecodedKeys,
+    leaf_counts: pd.DataFrame,
+    parent_names: dict[str, np.ndarray],
+) -> list[pa.Table]:
+    """Margin frames of zoning z at the policy's bucket: its own level (unless it is the leaf), every parent
+    level and the total."""
+    margins = []
+    if plan.level != LEAF:
+        margins.append(decoded.table(leaf_counts, plan.level))
+    for level in plan.parent_levels:  # parents as integer codes in the engine, named on the way out
+        counts = engine.fetch(_parent_sql(measure, z, level))
+        margins.append(decoded.table(counts, level, area="parent", names=parent_names[level]))
+    # a total's one area is named as its level
+    totals = engine.fetch(_total_sql(measure, z)).assign(total_area=plan.total_level)
+    margins.append(decoded.table(totals, plan.total_level, area="total_area"))
+    return margins
+
+
 def _count_zoning(
     engine: Engine,
     plan: ZoningPlan,
@@ -259,67 +360,18 @@ def _count_zoning(
     key_ranks: member_sql gives area keys as ranks, which `plan.keys_sort_like_ids` allows (no dictionary
     join); else it joins dict_<z> (area key -> rank in id order). given: the membership and leaf counts
     already computed (`counting.packed`, keys as ranks), taken instead of member_sql."""
-
-    def ids_of(keys: np.ndarray) -> np.ndarray:
-        return plan.ids_of_keys(keys).astype(object) if len(keys) else np.empty(0, object)
-
     leaf_counts = None
     if given is not None:
-        # the membership as a view of its arrays (the packed path runs on DuckDB only): no copy of 40 M rows
-        # at 50 M pings; the leaf table, small, is copied in
-        assert isinstance(engine, DuckDBEngine), "the packed path runs on DuckDB only (packing_for)"
-        engine.register_arrow_view(f"member_{z}", given.member)
-        engine.register_frame(f"leaf_{z}", given.leaf)
-        leaf_counts = given.leaf.to_pandas()  # sorted by rank, then bucket, as the ORDER BY below
-        keys = np.unique(leaf_counts["rank"].to_numpy(np.int64))
-        decoded = DecodedKeys(ids_of(keys), buckets, keys)
-    elif key_ranks:  # the areas counted, from the (small) leaf table
-        engine.materialize(f"member_{z}", member_sql())
-        engine.materialize(f"leaf_{z}", f"SELECT rank, b, count(*) AS n FROM member_{z} GROUP BY rank, b")
-        keys = np.sort(engine.fetch(f"SELECT DISTINCT rank AS area FROM leaf_{z}")["area"].to_numpy(np.int64))
-        decoded = DecodedKeys(ids_of(keys), buckets, keys)
+        decoded, leaf_counts = _take_packed(engine, plan, z, buckets, given)
+    elif key_ranks:
+        decoded = _rank_keyed(engine, plan, z, buckets, member_sql)
     else:
-        keys = engine.fetch(keys_sql)["area"].to_numpy(np.int64)
-        ids = ids_of(keys)
-        order = np.argsort(ids.astype(str), kind="stable")
-        ranks = np.empty(len(keys), np.int64)
-        ranks[order] = np.arange(len(keys))
-        engine.register_frame(f"dict_{z}", pd.DataFrame({"area": keys, "rank": ranks}))
-        decoded = DecodedKeys(ids[order], buckets)
-        engine.materialize(f"member_{z}", member_sql())
-        engine.materialize(f"leaf_{z}", f"SELECT rank, b, count(*) AS n FROM member_{z} GROUP BY rank, b")
-    hierarchy = plan.hierarchy(pd.Series(decoded.ids, dtype=object))
-    parents = {level: pd.factorize(hierarchy[level].astype(str).to_numpy(object)) for level in plan.parent_levels}
-    engine.register_frame(
-        f"hier_{z}",
-        pd.DataFrame({"rank": decoded.ranks, **{level: codes.astype(np.int64) for level, (codes, _) in parents.items()}}),
-    )
+        decoded = _dictionary_keyed(engine, plan, z, buckets, keys_sql, member_sql)
+    parent_names = _register_hierarchy(engine, plan, z, decoded)
     if leaf_counts is None:
         leaf_counts = engine.fetch(f"SELECT rank, b, n FROM leaf_{z} ORDER BY rank, b")  # rank order is id order
     leaf = decoded.table(leaf_counts)
-    margins = []
-    if plan.level != LEAF:
-        margins.append(decoded.table(leaf_counts, plan.level))
-    for level in plan.parent_levels:  # parents as integer codes in the engine, named on the way out
-        if measure == "presence":  # each unit is in one area per bucket, so a parent is the sum of its children
-            sql = (
-                f"SELECT h.{level} AS parent, c.b, CAST(sum(c.n) AS BIGINT) AS n FROM leaf_{z} c "
-                f"JOIN hier_{z} h ON h.rank = c.rank GROUP BY h.{level}, c.b"
-            )
-        else:
-            sql = (
-                f"SELECT h.{level} AS parent, m.b, count(DISTINCT m.unit) AS n FROM member_{z} m "
-                f"JOIN hier_{z} h ON h.rank = m.rank GROUP BY h.{level}, m.b"
-            )
-        names = np.asarray(parents[level][1], dtype=object).astype(str)
-        margins.append(decoded.table(engine.fetch(sql), level, area="parent", names=names))
-    total_sql = (
-        f"SELECT b, CAST(sum(n) AS BIGINT) AS n FROM leaf_{z} GROUP BY b"
-        if measure == "presence"
-        else f"SELECT b, count(DISTINCT unit) AS n FROM member_{z} GROUP BY b"
-    )
-    totals = engine.fetch(total_sql).assign(total_area=plan.total_level)  # a total's one area is named as its level
-    margins.append(decoded.table(totals, plan.total_level, area="total_area"))
+    margins = _margin_tables(engine, plan, z, measure, decoded, leaf_counts, parent_names)
     margins += _count_rungs(engine, plan, z, decoded, rungs)
     return decoded, leaf, margins
 

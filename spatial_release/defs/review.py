@@ -33,8 +33,13 @@ class ReviewGraph:
 
 
 def build_review(programme: Programme) -> ReviewGraph:
-    name = programme.policy.name
+    risk_review = _risk_review_asset(programme)
+    published_within_budget = _published_within_budget_check(programme, risk_review)
+    job, schedule, sensor = _review_job_and_triggers(programme, risk_review)
+    return ReviewGraph(risk_review, published_within_budget, job, schedule, sensor)
 
+
+def _risk_review_asset(programme: Programme) -> dg.AssetsDefinition:
     @dg.asset(
         name="risk_review",
         key_prefix=[programme.prefix],
@@ -42,35 +47,47 @@ def build_review(programme: Programme) -> ReviewGraph:
         owners=programme.owners,
         kinds={"python"},
         tags={"dataset": programme.prefix},
-        description=f"{name}: every published release re-assessed under the current landscape and ledger.",
+        description=f"{programme.policy.name}: every published release re-assessed under the current landscape and ledger.",
     )
     def risk_review(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
         policy = programme.load()
         done = stages.run_review(
             policy, settings.ledger(), Path(settings.work_dir), Path(settings.alerts_dir), run_id=context.run.run_id
         )
-        review = done.review
-        report_release_checks(context, programme, review)
-        for breach, delivery in zip(review.breaches, done.deliveries):
-            row = breach.release
-            context.log.warning(
-                f"{policy.name} {row.period} is over its risk budget: zone {row.worst_zone} at "
-                f"{row.release_figure:.4g}, cumulative {row.cumulative:.4g}; alert "
-                f"{delivery.summary()}"
-            )
-        return dg.MaterializeResult(
-            metadata={
-                "releases_reviewed": len(review.releases),
-                "breaches_found": len(review.breaches),
-                f"risk_{review_adversary(policy)}_cumulative": float(f"{review.cumulative:.4g}"),
-                "breaches": dg.MetadataValue.json([b.public_json() for b in review.breaches]),
-                "alerts": dg.MetadataValue.json([d.to_json() for d in done.deliveries]),
-                "review": dg.MetadataValue.json([r.to_json() for r in review.releases]),
-                "ledger_entry": review.ledger_entry,
-                "per_unit_data_pruned": dg.MetadataValue.json(done.pruned),
-            }
+        report_release_checks(context, programme, done.review)
+        _log_breaches(context, policy, done)
+        return dg.MaterializeResult(metadata=_review_metadata(policy, done))
+
+    return risk_review
+
+
+def _log_breaches(context: dg.AssetExecutionContext, policy: Policy, done: stages.ReviewRun) -> None:
+    """One warning per release the review found over budget, with the alert delivered for it."""
+    for breach, delivery in zip(done.review.breaches, done.deliveries):
+        row = breach.release
+        context.log.warning(
+            f"{policy.name} {row.period} is over its risk budget: zone {row.worst_zone} at "
+            f"{row.release_figure:.4g}, cumulative {row.cumulative:.4g}; alert "
+            f"{delivery.summary()}"
         )
 
+
+def _review_metadata(policy: Policy, done: stages.ReviewRun) -> dict:
+    """The risk_review materialization's metadata: the counts, the programme's cumulative figure and the details."""
+    review = done.review
+    return {
+        "releases_reviewed": len(review.releases),
+        "breaches_found": len(review.breaches),
+        f"risk_{review_adversary(policy)}_cumulative": float(f"{review.cumulative:.4g}"),
+        "breaches": dg.MetadataValue.json([b.public_json() for b in review.breaches]),
+        "alerts": dg.MetadataValue.json([d.to_json() for d in done.deliveries]),
+        "review": dg.MetadataValue.json([r.to_json() for r in review.releases]),
+        "ledger_entry": review.ledger_entry,
+        "per_unit_data_pruned": dg.MetadataValue.json(done.pruned),
+    }
+
+
+def _published_within_budget_check(programme: Programme, risk_review: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
     @dg.asset_check(
         asset=risk_review,
         name="published_within_budget",
@@ -83,6 +100,15 @@ def build_review(programme: Programme) -> ReviewGraph:
         assert review is not None, "the risk_review asset writes its review before this check runs"
         return check_result(stages.programme_outcome(review))
 
+    return published_within_budget
+
+
+def _review_job_and_triggers(
+    programme: Programme, risk_review: dg.AssetsDefinition
+) -> tuple[object, dg.ScheduleDefinition, dg.SensorDefinition]:
+    """The review job with the sensor and the quarterly schedule that start it. Built together because
+    define_asset_job's job type is not public, so the job is not passed to a typed function."""
+    name = programme.policy.name
     job = dg.define_asset_job(
         programme.name("risk_review_job"),
         selection=dg.AssetSelection.assets(risk_review),
@@ -99,17 +125,7 @@ def build_review(programme: Programme) -> ReviewGraph:
         "or the landscape file changes.",
     )
     def risk_review_sensor(context: dg.SensorEvaluationContext, settings: ReleaseSettings) -> dg.SensorResult:
-        current = stages.review_trigger(programme.load(), settings.ledger())
-        previous = json.loads(context.cursor) if context.cursor else None
-        if current == previous:
-            return dg.SensorResult(skip_reason="ledger releases and landscape unchanged")
-        if current["releases"] == 0:
-            return dg.SensorResult(skip_reason="no published release to review yet", cursor=json.dumps(current))
-        run_key = f"review-{current['dataset']}-{current['releases']}-{current['landscape'][:12]}"
-        return dg.SensorResult(
-            run_requests=[dg.RunRequest(run_key=run_key, tags={"reason": "ledger or landscape changed"})],
-            cursor=json.dumps(current),
-        )
+        return _review_sensor_result(programme, context, settings)
 
     schedule = dg.ScheduleDefinition(
         name=programme.name("risk_review_schedule"),
@@ -120,7 +136,24 @@ def build_review(programme: Programme) -> ReviewGraph:
         description=f"Re-assesses every published {name} release each quarter (06:00 UTC on the first day), even "
         "when nothing changed, so a slow drift of the landscape is caught.",
     )
-    return ReviewGraph(risk_review, published_within_budget, job, schedule, risk_review_sensor)
+    return job, schedule, risk_review_sensor
+
+
+def _review_sensor_result(
+    programme: Programme, context: dg.SensorEvaluationContext, settings: ReleaseSettings
+) -> dg.SensorResult:
+    """A review run when the ledger's releases or the landscape changed since the cursor's evaluation."""
+    current = stages.review_trigger(programme.load(), settings.ledger())
+    previous = json.loads(context.cursor) if context.cursor else None
+    if current == previous:
+        return dg.SensorResult(skip_reason="ledger releases and landscape unchanged")
+    if current["releases"] == 0:
+        return dg.SensorResult(skip_reason="no published release to review yet", cursor=json.dumps(current))
+    run_key = f"review-{current['dataset']}-{current['releases']}-{current['landscape'][:12]}"
+    return dg.SensorResult(
+        run_requests=[dg.RunRequest(run_key=run_key, tags={"reason": "ledger or landscape changed"})],
+        cursor=json.dumps(current),
+    )
 
 
 def review_adversary(policy: Policy) -> str:

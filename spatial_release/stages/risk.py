@@ -6,7 +6,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from spatial_release.ledger import Ledger, LedgerCorrupt, ReleaseEntry
 from spatial_release.levels import LEAF
 from spatial_release.period import Period
 from spatial_release.policy import Policy
-from spatial_release.risk import BLOCK, Adversary, decide, keysets, pooled_figure, public_ratio, release_figure
+from spatial_release.risk import BLOCK, Adversary, ZoneRisk, decide, keysets, pooled_figure, public_ratio, release_figure
 from spatial_release.risk.estimator import KeySets, RiskParams, RiskReport, estimate_digest, estimate_key_sets
 from spatial_release.risk.landscape import Landscape, load_landscape, read_population_table
 from spatial_release.stages import attack as attack_stage
@@ -466,7 +466,8 @@ def assess_risk(
     policy, period = ctx.policy, ctx.period
     if policy.risk is None:
         raise ValueError(f"{policy.path}: no 'risk' section: a release without a risk estimate is blocked")
-    landscape_path = policy.resolve(policy.risk.landscape)
+    risk = policy.risk
+    landscape_path = policy.resolve(risk.landscape)
     landscape, landscape_sha = load_landscape(landscape_path)
     earlier = earlier_releases(policy, period, ledger, release_inputs(ctx)) if earlier is None else earlier
     started = time.perf_counter()
@@ -475,9 +476,60 @@ def assess_risk(
     # The gated figure follows the landscape's adversary (itself fixed by who is in the panel); every
     # figure of the report is labelled with the adversary it belongs to.
     adversary = Adversary(landscape.adversary)
+    figures = _model_figures(ctx, risk.model, landscape, report, adversary, rung)
+    previous = spent_figures(earlier)
+    decision = decide(
+        figures.figure, figures.worst_zone, previous, risk.per_release_ceiling, risk.cumulative_ceiling, risk.warn_at
+    )
+    return RiskAssessment(
+        status=decision.status,
+        reason=f"{adversary.value} adversary, {risk.model} model: {decision.reason}",
+        worst_zone=decision.worst_zone,
+        release_figure=figures.figure,
+        pooled=figures.pooled,
+        cumulative=decision.cumulative,
+        headroom=decision.headroom,
+        previous=previous,
+        measure=figures.measure,
+        adversary=adversary.value,
+        panel=landscape.panel,
+        landscape_sha256=landscape_sha,
+        landscape_version=landscape.version,
+        points=landscape.points,
+        units=report.units,
+        keys=report.keys,
+        window_periods=[e.period for e in earlier] + [period.label],
+        zones=figures.zones,
+        seconds=round(time.perf_counter() - started, 2),
+        model=risk.model,
+        frontier=_public_frontier(ctx),
+        upper_bound=figures.bound,
+        upper_bound_zone=figures.bound_zone.zone if figures.bound_zone else None,
+        warning=_bound_warning(figures, risk.model, risk.per_release_ceiling),
+    )
+
+
+@dataclass(frozen=True)
+class _ModelFigures:
+    """The figures the gate reads under the policy's risk model, rounded as they are published, and the
+    uniqueness figure reported beside them as the upper bound."""
+
+    zones: list[ZoneFigures]
+    worst_zone: str | None
+    figure: float | None
+    pooled: float | None
+    measure: str
+    bound: float | None
+    bound_zone: ZoneRisk | None
+
+
+def _model_figures(
+    ctx: ReleaseContext, model: str, landscape: Landscape, report: RiskReport, adversary: Adversary, rung: str | None
+) -> _ModelFigures:
+    """Under `attack` the attacks on the candidate's cells (at `rung` of the time ladder for a coarsening
+    proposal) give the figures; under `uniqueness` the estimate's worst zone does."""
     bound_zone, bound = release_figure(report, adversary)
     zones = labelled_zones(report.frame())
-    model = policy.risk.model
     if model == "attack":
         zone_of = lambda cells: _risk_zone_of(ctx, cells)  # noqa: E731
         attack = (
@@ -493,51 +545,29 @@ def assess_risk(
         worst_zone, figure = (bound_zone.zone if bound_zone else None), bound
         pooled = pooled_figure(report, adversary)
         measure = adversary.measure
-    figure, pooled, bound = public_ratio(figure), public_ratio(pooled), public_ratio(bound)
-    previous = spent_figures(earlier)
-    decision = decide(
-        figure, worst_zone, previous, policy.risk.per_release_ceiling, policy.risk.cumulative_ceiling, policy.risk.warn_at
+    return _ModelFigures(
+        zones, worst_zone, public_ratio(figure), public_ratio(pooled), measure, public_ratio(bound), bound_zone
     )
-    warning = None
+
+
+def _bound_warning(figures: _ModelFigures, model: str, ceiling: float) -> str | None:
+    """A warning when the uniqueness upper bound is over the per-release ceiling while the attacks, which the gate
+    reads, are within it."""
+    bound, figure = figures.bound, figures.figure
     if (
         model == "attack"
-        and bound_zone is not None
+        and figures.bound_zone is not None
         and bound is not None
-        and bound > policy.risk.per_release_ceiling
+        and bound > ceiling
         and figure is not None
-        and figure <= policy.risk.per_release_ceiling
+        and figure <= ceiling
     ):
-        warning = (
-            f"the uniqueness upper bound (perfect trajectory recovery) of zone {bound_zone.zone} is "
-            f"{bound:.3f}, over the ceiling {policy.risk.per_release_ceiling}; the attacks run on the "
+        return (
+            f"the uniqueness upper bound (perfect trajectory recovery) of zone {figures.bound_zone.zone} is "
+            f"{bound:.3f}, over the ceiling {ceiling}; the attacks run on the "
             f"published figures reach {figure:.3f}: the gate reads the attacks (risk.model: attack)"
         )
-    return RiskAssessment(
-        status=decision.status,
-        reason=f"{adversary.value} adversary, {model} model: {decision.reason}",
-        worst_zone=decision.worst_zone,
-        release_figure=figure,
-        pooled=pooled,
-        cumulative=decision.cumulative,
-        headroom=decision.headroom,
-        previous=previous,
-        measure=measure,
-        adversary=adversary.value,
-        panel=landscape.panel,
-        landscape_sha256=landscape_sha,
-        landscape_version=landscape.version,
-        points=landscape.points,
-        units=report.units,
-        keys=report.keys,
-        window_periods=[e.period for e in earlier] + [period.label],
-        zones=zones,
-        seconds=round(time.perf_counter() - started, 2),
-        model=model,
-        frontier=_public_frontier(ctx),
-        upper_bound=bound,
-        upper_bound_zone=bound_zone.zone if bound_zone else None,
-        warning=warning,
-    )
+    return None
 
 
 def _public_frontier(ctx: ReleaseContext) -> list[dict] | None:

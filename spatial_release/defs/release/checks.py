@@ -4,6 +4,7 @@ candidate and the published release, so a failure stops publication. Each check 
 
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
@@ -21,101 +22,106 @@ from spatial_release.risk import WARN
 warnings.filterwarnings("ignore", message=".*partitions_def on an AssetCheckSpec.*")
 
 
-def build_checks(
-    programme: Programme, partitions_def, validated_pings, cell_counts, protected_table, risk_assessment, published_release
-) -> list:
-    def release_context(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> stages.ReleaseContext:
-        return settings.context(programme.load(), period_of(context.partition_key, partitions_def))
+@dataclass(frozen=True)
+class _CheckScope:
+    """One programme's checks: what every check's definition and evaluation share."""
 
-    def guarantee(name: str, run: Callable, description: str, reports_progress: bool = False) -> dg.AssetChecksDefinition:
-        @dg.asset_check(
-            asset=protected_table, name=name, blocking=True, partitions_def=partitions_def, description=description
-        )
-        def _check(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
-            extra = {"progress": context.log.info} if reports_progress else {}
-            return check_result(run(release_context(context, settings), published=settings.published(), **extra))
+    programme: Programme
+    partitions_def: dg.PartitionsDefinition
 
-        return _check
+    def release_context(self, context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> stages.ReleaseContext:
+        return settings.context(self.programme.load(), period_of(context.partition_key, self.partitions_def))
 
-    def input_check(asset, name: str, run: Callable, description: str) -> dg.AssetChecksDefinition:
-        @dg.asset_check(asset=asset, name=name, blocking=True, partitions_def=partitions_def, description=description)
-        def _check(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
-            return check_result(run(release_context(context, settings)))
 
-        return _check
-
-    rejected_share = input_check(
-        validated_pings,
-        "rejected_share",
-        stages.check_rejected_share,
-        "The share of quarantined pings stays within the policy's source.max_rejected_share.",
-    )
-    outside_share = input_check(
-        cell_counts,
-        "outside_share",
-        stages.check_outside_share,
-        "The share of valid pings outside the geometry stays within source.max_outside_share; the report names "
-        "the files and what looks wrong (swapped axes, a flipped sign, another region).",
-    )
+def _guarantee(
+    scope: _CheckScope,
+    protected_table: dg.AssetsDefinition,
+    name: str,
+    run: Callable,
+    description: str,
+    reports_progress: bool = False,
+) -> dg.AssetChecksDefinition:
+    """A guarantee on the protected table, re-derived against what is already published."""
 
     @dg.asset_check(
-        asset=risk_assessment,
-        name="risk_budget",
-        blocking=True,
-        partitions_def=partitions_def,
-        description="Worst-zone risk under the per-release ceiling and the cumulative figure under the "
-        "programme ceiling; past warn_at it warns; a missing estimate blocks.",
+        asset=protected_table, name=name, blocking=True, partitions_def=scope.partitions_def, description=description
     )
-    def risk_budget(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
-        ctx = release_context(context, settings)
-        outcome = stages.check_risk_budget(ctx)
-        if stages.read_risk(ctx.area).status == WARN:  # publishes, but the warning shows on the check
-            return check_result(
-                CheckOutcome(outcome.name, False, outcome.summary, outcome.offending, outcome.figures),
-                dg.AssetCheckSeverity.WARN,
-            )
-        return check_result(outcome)
+    def _check(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
+        extra = {"progress": context.log.info} if reports_progress else {}
+        return check_result(run(scope.release_context(context, settings), published=settings.published(), **extra))
 
-    @dg.asset_check(
-        asset=published_release,
-        name=stages.REVIEW_CHECK,
-        partitions_def=partitions_def,
-        description="The latest risk review still finds this published release within its budget. "
-        "The review job reports this check for every release it re-assesses, so a "
-        "release a review finds over budget turns red here, on its partition.",
-    )
-    def within_risk_budget(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
-        ctx = release_context(context, settings)
-        review = stages.latest_review(Path(settings.work_dir), ctx.policy.name)
-        return check_result(stages.review_outcome(review, ctx.period.label))
+    return _check
 
+
+def _input_check(
+    scope: _CheckScope, asset: dg.AssetsDefinition, name: str, run: Callable, description: str
+) -> dg.AssetChecksDefinition:
+    """A check of one step's input to the release, on the release context alone."""
+
+    @dg.asset_check(asset=asset, name=name, blocking=True, partitions_def=scope.partitions_def, description=description)
+    def _check(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
+        return check_result(run(scope.release_context(context, settings)))
+
+    return _check
+
+
+def _input_checks(
+    scope: _CheckScope, validated_pings: dg.AssetsDefinition, cell_counts: dg.AssetsDefinition
+) -> list[dg.AssetChecksDefinition]:
     return [
-        within_risk_budget,
-        rejected_share,
-        outside_share,
-        guarantee(
+        _input_check(
+            scope,
+            validated_pings,
+            "rejected_share",
+            stages.check_rejected_share,
+            "The share of quarantined pings stays within the policy's source.max_rejected_share.",
+        ),
+        _input_check(
+            scope,
+            cell_counts,
+            "outside_share",
+            stages.check_outside_share,
+            "The share of valid pings outside the geometry stays within source.max_outside_share; the report names "
+            "the files and what looks wrong (swapped axes, a flipped sign, another region).",
+        ),
+    ]
+
+
+def _guarantees(scope: _CheckScope, protected_table: dg.AssetsDefinition) -> list[dg.AssetChecksDefinition]:
+    return [
+        _guarantee(
+            scope,
+            protected_table,
             "k_floor",
             stages.check_k_floor,
             "Every published (cell, bucket) and margin holds >= k distinct units (inclusive), re-derived from the counts.",
         ),
-        guarantee(
+        _guarantee(
+            scope,
+            protected_table,
             "structural_zeros_hold",
             stages.check_structural_zeros,
             "No cell of the public structural-zeros list holds a unit in any bucket: a listed zero that "
             "does would be withheld (its gap shows someone was there) or contradict the list. Names the "
             "cell and bucket; the zeros list must be corrected.",
         ),
-        guarantee(
+        _guarantee(
+            scope,
+            protected_table,
             "withheld_absent",
             stages.check_withheld_absent,
             "Withheld cells are absent: no null rows, no flag column, no zero that is not a structural zero.",
         ),
-        guarantee(
+        _guarantee(
+            scope,
+            protected_table,
             "no_identifiers",
             stages.check_no_identifiers,
             "No identifier or quasi-identifier column (or unit id value) of the input reaches a release file.",
         ),
-        guarantee(
+        _guarantee(
+            scope,
+            protected_table,
             "suppression_audit",
             stages.check_suppression_audit,
             "Attacker LP (HiGHS) over everything published: every withheld primary v keeps an integer "
@@ -124,12 +130,70 @@ def build_checks(
             "exactly) and solves only what it cannot certify; `spatial-release audit` solves from scratch.",
             reports_progress=True,
         ),
-        guarantee(
+        _guarantee(
+            scope,
+            protected_table,
             "suppression_budget",
             stages.check_suppression_budget,
             "The share of unit counts in withheld cells stays within the policy's suppression budget.",
         ),
-        risk_budget,
+    ]
+
+
+def _risk_budget_check(scope: _CheckScope, risk_assessment: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
+    @dg.asset_check(
+        asset=risk_assessment,
+        name="risk_budget",
+        blocking=True,
+        partitions_def=scope.partitions_def,
+        description="Worst-zone risk under the per-release ceiling and the cumulative figure under the "
+        "programme ceiling; past warn_at it warns; a missing estimate blocks.",
+    )
+    def risk_budget(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
+        ctx = scope.release_context(context, settings)
+        outcome = stages.check_risk_budget(ctx)
+        if stages.read_risk(ctx.area).status == WARN:  # publishes, but the warning shows on the check
+            return check_result(
+                CheckOutcome(outcome.name, False, outcome.summary, outcome.offending, outcome.figures),
+                dg.AssetCheckSeverity.WARN,
+            )
+        return check_result(outcome)
+
+    return risk_budget
+
+
+def _within_risk_budget_check(scope: _CheckScope, published_release: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
+    @dg.asset_check(
+        asset=published_release,
+        name=stages.REVIEW_CHECK,
+        partitions_def=scope.partitions_def,
+        description="The latest risk review still finds this published release within its budget. "
+        "The review job reports this check for every release it re-assesses, so a "
+        "release a review finds over budget turns red here, on its partition.",
+    )
+    def within_risk_budget(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
+        ctx = scope.release_context(context, settings)
+        review = stages.latest_review(Path(settings.work_dir), ctx.policy.name)
+        return check_result(stages.review_outcome(review, ctx.period.label))
+
+    return within_risk_budget
+
+
+def build_checks(
+    programme: Programme,
+    partitions_def: dg.PartitionsDefinition,
+    validated_pings: dg.AssetsDefinition,
+    cell_counts: dg.AssetsDefinition,
+    protected_table: dg.AssetsDefinition,
+    risk_assessment: dg.AssetsDefinition,
+    published_release: dg.AssetsDefinition,
+) -> list:
+    scope = _CheckScope(programme, partitions_def)
+    return [
+        _within_risk_budget_check(scope, published_release),
+        *_input_checks(scope, validated_pings, cell_counts),
+        *_guarantees(scope, protected_table),
+        _risk_budget_check(scope, risk_assessment),
     ]
 
 
