@@ -235,7 +235,7 @@ def run_release(
     try:
         run = execute_release(programme, parsed.partition_key, config, counting, _instance(), tracebacks=debug)
     except dg.DagsterUnknownPartitionError:  # before the first partition, or not yet over
-        first = partitions_for(loaded.period).get_first_partition_key()
+        first = partitions_for(loaded).get_first_partition_key()
         raise PeriodError(
             f"period {period!r} is not a release partition: partitions start on "
             f"{first} and end with the last period that is over"

@@ -17,6 +17,7 @@ from conftest import (
     CELL_D,
     CELL_E,
     PROJECT_ROOT,
+    SHARED_DATA,
     K,
     cell_id,
     fixture_pings,
@@ -28,7 +29,7 @@ from spatial_release import cli, stages
 from spatial_release.definitions import defs as load_definitions
 from spatial_release.defs.catalogue import programme_for
 from spatial_release.defs.execution import execute_release
-from spatial_release.defs.partitions import PERIOD_TAG, quarterly
+from spatial_release.defs.partitions import PERIOD_TAG, monthly, quarterly
 from spatial_release.fileio import sha256_file
 from spatial_release.stages import protect as protect_stage
 from spatial_release.suppression import primary
@@ -56,9 +57,17 @@ PARTITION = "2018-01-01"
 
 def test_definitions_load():
     dg.Definitions.validate_loadable(defs)
-    for prefix, partitions in (("demo", quarterly), ("jc_bikes", quarterly)):
-        assert defs.resolve_job_def(f"{prefix}_release_job").partitions_def == partitions
-    assert defs.resolve_job_def("jc_bikes_monthly_release_job").partitions_def.get_first_partition_key() == "2018-01-01"
+    # a programme's partitions are its periods: the demo's declared one; Citi Bike's, those its files cover
+    assert defs.resolve_job_def("demo_release_job").partitions_def.get_partition_keys() == ["2018-01-01"]
+    for prefix, keys in (("jc_bikes", ["2018-01-01"]), ("jc_bikes_monthly", ["2018-01-01", "2018-02-01", "2018-03-01"])):
+        partitions = defs.resolve_job_def(f"{prefix}_release_job").partitions_def
+        assert partitions.cron_schedule == (monthly if "monthly" in prefix else quarterly).cron_schedule
+        if (
+            SHARED_DATA / "citibike-jc"
+        ).is_dir():  # the exports of 2018-Q1 are there (CI); elsewhere the periods are open from 2018
+            assert partitions.get_partition_keys() == keys, prefix
+        else:
+            assert partitions.get_first_partition_key() == "2018-01-01"
     checks = {key.name for key in defs.resolve_asset_graph().asset_check_keys if key.asset_key.path[0] == "demo"}
     assert checks == {
         "rejected_share",

@@ -6,6 +6,7 @@ from datetime import datetime
 from pathlib import Path
 
 import dagster as dg
+import pytest
 import yaml
 from conftest import PROJECT_ROOT, fixture_pings, policy_dict, write_policy
 
@@ -14,6 +15,7 @@ from spatial_release.defs.execution import execute_release
 from spatial_release.defs.partitions import PERIOD_TAG, monthly, quarterly
 from spatial_release.defs.programmes import DATASET_TAG, POLICY_SHA_TAG, POLICY_TAG, PolicyChanged
 from spatial_release.defs.resources import ReleaseSettings
+from spatial_release.policy import load_policy
 
 PARTITION = "2018-01-01"
 
@@ -258,3 +260,82 @@ def test_the_command_line_refuses_a_published_period_before_any_run(tmp_path):
         assert not again.published and again.exit_code == 1
         assert "already published" in again.failures[0].message
         assert len(instance.get_runs()) == runs == 2  # the release and publish runs; no red candidate run
+
+
+def _monthly_exports(folder: Path, months: list[str]) -> str:
+    """One trace file per month, named like the Citi Bike exports; returns the policy's `{month}` path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for month in months:
+        fixture_pings().to_csv(folder / f"export-{month}.csv", index=False)
+    return str(folder / "export-{month}.csv")
+
+
+def _partition_keys(path: Path) -> list[str]:
+    defs = programme_for(path).runnable()
+    return defs.resolve_job_def(
+        f"{load_policy(path).name.replace('-', '_')}_release_job"
+    ).partitions_def.get_partition_keys()
+
+
+def test_partitions_are_the_programme_periods_its_trace_files_cover(tmp_path):
+    """A `{month}` source path says which periods the data covers: the partitions are the periods all of
+    whose monthly files exist, not every quarter since 2018; a declared first_period/last_period wins."""
+    pattern = _monthly_exports(tmp_path / "exports", ["201801", "201802", "201803", "201804", "201805"])
+    paths = _policies(tmp_path / "policies", bikes={}, months={"period": "month"}, later={"first_period": "2018-Q2"})
+    for path in paths.values():
+        data = yaml.safe_load(path.read_text())
+        data["source"]["paths"] = [pattern]
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert _partition_keys(paths["bikes"]) == ["2018-01-01"]  # Q2 lacks its June file
+    assert _partition_keys(paths["months"]) == [f"2018-0{m}-01" for m in range(1, 6)]
+    assert _partition_keys(paths["later"]) == ["2018-04-01"]  # declared: one partition, its files missing yet
+    fixture_pings().to_csv(tmp_path / "exports" / "export-201806.csv", index=False)
+    assert _partition_keys(paths["bikes"]) == ["2018-01-01", "2018-04-01"]  # the June file arrived: Q2 is in
+
+
+def test_a_first_period_of_the_other_cadence_is_refused(tmp_path):
+    from spatial_release.policy import PolicyError
+
+    paths = _policies(tmp_path / "policies", good={})
+    data = yaml.safe_load(paths["good"].read_text())
+    for bounds, message in (
+        ({"first_period": "2018-01"}, "first_period and last_period are quarters"),
+        ({"first_period": "2018-Q3", "last_period": "2018-Q1"}, "is before first_period"),
+    ):
+        paths["good"].write_text(yaml.safe_dump({**data, **bounds}, sort_keys=False))
+        with pytest.raises(PolicyError, match=message):
+            load_policy(paths["good"])
+
+
+def test_the_schedule_skips_a_period_without_trace_files_and_says_why(tmp_path, monkeypatch):
+    for name in ("RELEASES", "WORK", "LEDGER"):
+        monkeypatch.setenv(f"SPATIAL_RELEASE_{name}", str(tmp_path / name.lower()))
+    from spatial_release.defs.resources import ReleaseSettings
+
+    pattern = _monthly_exports(tmp_path / "exports", ["201801", "201802", "201803"])
+    paths = _policies(tmp_path / "policies", bikes={}, open={})
+    for name, extra in (("bikes", {}), ("open", {"first_period": "2018-Q1"})):
+        data = yaml.safe_load(paths[name].read_text())
+        data["source"]["paths"] = [pattern]
+        paths[name].write_text(yaml.safe_dump({**data, **extra}, sort_keys=False))
+
+    def tick(name: str, when: datetime):
+        defs = programme_for(paths[name]).runnable()
+        schedule = defs.resolve_schedule_def(f"{name}_release_schedule")
+        context = dg.build_schedule_context(
+            scheduled_execution_time=when,
+            resources={"settings": ReleaseSettings()},
+            repository_def=defs.get_repository_def(),
+        )
+        return schedule.evaluate_tick(context)
+
+    [request] = tick("bikes", datetime(2018, 4, 1)).run_requests  # the quarter the files cover
+    assert request.partition_key == "2018-01-01"
+    later = tick("bikes", datetime(2024, 7, 1))  # 2024-Q2: no file, not a partition of the programme
+    assert later.run_requests == [] and "2024-Q2 is not one of the programme's periods" in later.skip_message
+    # a programme whose periods are declared open: the period is a partition, its files are missing
+    data = yaml.safe_load(paths["open"].read_text())
+    paths["open"].write_text(yaml.safe_dump({**data, "last_period": "2024-Q4"}, sort_keys=False))
+    missing = tick("open", datetime(2024, 7, 1))
+    assert missing.run_requests == [] and "2024-Q2: 3 of the policy's trace file paths match no file" in missing.skip_message
+    assert "export-" not in missing.skip_message  # how many, never which (a file name may be a unit id)

@@ -72,7 +72,7 @@ def run_period(run: dg.DagsterRun, programme: Programme) -> str:
         return run.tags[PERIOD_TAG]
     key = run.tags.get("dagster/partition")
     try:
-        return "unknown" if key is None else period_of(key, partitions_for(programme.cadence)).label
+        return "unknown" if key is None else period_of(key, partitions_for(programme.policy)).label
     except ValueError:
         return "unknown"
 

@@ -364,6 +364,17 @@ class Policy(_Strict):
     risk: RiskSpec | None = None
     alerts: AlertsSpec | None = None
     period: Literal["quarter", "month"] = "quarter"
+    first_period: str | None = Field(
+        default=None,
+        description="the first period of the programme (2018-Q1, or 2018-01 for a monthly programme): its first "
+        "partition. Default: the first period whose trace files all exist (source.paths with {month}), else 2018's "
+        "first",
+    )
+    last_period: str | None = Field(
+        default=None,
+        description="the last period of the programme, when it ends. Default: the last period whose trace files "
+        "all exist (source.paths with {month}), else none (every period that is over)",
+    )
     population: str | None = Field(
         default=None,
         pattern=NAME_PATTERN,
@@ -413,6 +424,16 @@ class Policy(_Strict):
         """A path named in the policy, relative to the policy file's folder."""
         candidate = Path(relative)
         return candidate if candidate.is_absolute() else (self.path.parent / candidate).resolve()
+
+    @model_validator(mode="after")
+    def _periods_of_the_cadence(self) -> Policy:
+        bounds = [Period.parse(p) for p in (self.first_period, self.last_period) if p is not None]
+        for bound in bounds:
+            if bound.kind != self.period:
+                raise ValueError(f"first_period and last_period are {self.period}s, like the releases: not {bound.label!r}")
+        if len(bounds) == 2 and bounds[1].start < bounds[0].start:
+            raise ValueError(f"last_period {self.last_period!r} is before first_period {self.first_period!r}")
+        return self
 
     @model_validator(mode="after")
     def _level_names_unique(self) -> Policy:

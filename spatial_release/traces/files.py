@@ -5,6 +5,7 @@ work starts, that every file opens and has every column the policy maps (`check_
 from __future__ import annotations
 
 import glob
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,6 +43,47 @@ def expand_patterns(patterns: Sequence[str], period: Period | None) -> list[str]
         else:
             out.append(pattern)
     return out
+
+
+def _glob_regex(pattern: str) -> str:
+    """A glob pattern (`*` and `?` within one folder) as a regular expression; other characters literal."""
+    return "".join("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c) for c in pattern)
+
+
+def trace_months(policy: Policy) -> set[str] | None:
+    """The months (YYYYMM) for which every `{month}` path of the policy's `source.paths` has a file; None when
+    no path has `{month}` (the file names do not say which periods the data covers)."""
+    monthly = [str(policy.resolve(p)) for p in policy.source.paths if "{month}" in p]
+    if not monthly:
+        return None
+    found: set[str] | None = None
+    for pattern in monthly:
+        head, _, tail = pattern.partition("{month}")
+        shape = re.compile(_glob_regex(head) + "([0-9]{6})" + _glob_regex(tail.replace("{month}", "??????")))
+        months = {m[1] for m in (shape.fullmatch(path) for path in glob.glob(pattern.replace("{month}", "??????"))) if m}
+        found = months if found is None else found & months
+    return found or set()
+
+
+def periods_with_traces(policy: Policy) -> list[Period] | None:
+    """The periods of the policy's cadence all of whose months have their trace files (`trace_months`), in
+    order; None when the file names do not say (no `{month}` path, or the built-in generator)."""
+    months = trace_months(policy) if policy.source.paths else None
+    if months is None:
+        return None
+    labels = set()
+    for month in months:
+        year, number = int(month[:4]), int(month[4:])
+        labels.add(f"{year}-{number:02d}" if policy.period == "month" else f"{year}-Q{(number - 1) // 3 + 1}")
+    periods = [Period.parse(label) for label in sorted(labels)]
+    return [p for p in periods if set(_months(p)) <= months]
+
+
+def missing_trace_files(policy: Policy, period: Period) -> list[str]:
+    """The policy's `source.paths` patterns (`{month}` expanded over `period`) that match no file: what a
+    release of the period would refuse to start on. Empty for the built-in generator."""
+    patterns = expand_patterns([str(policy.resolve(p)) for p in policy.source.paths], period)
+    return [pattern for pattern in patterns if not glob.glob(pattern)]
 
 
 def resolve_trace_paths(policy: Policy, traces: Sequence[str | Path] = (), period: Period | None = None) -> list[Path]:

@@ -22,13 +22,22 @@ from typing import TypedDict
 import dagster as dg
 
 from spatial_release import report, stages
-from spatial_release.defs.partitions import PERIOD_TAG, partitions_for, period_of, period_tags
+from spatial_release.defs.partitions import (
+    PERIOD_TAG,
+    is_monthly,
+    monthly,
+    partitions_for,
+    period_of,
+    period_tags,
+    quarterly,
+)
 from spatial_release.defs.programmes import Programme
 from spatial_release.defs.release.checks import build_checks
 from spatial_release.defs.release.reports import frontier_report, k_anonymity_report, readable, risk_metadata, risk_report
 from spatial_release.defs.resources import CountingEngine, ReleaseSettings
 from spatial_release.policy import Policy
 from spatial_release.stages.frontier import public_frontier
+from spatial_release.traces.files import missing_trace_files
 
 CANDIDATE_TAG = "spatial_release/candidate_run"
 # On a run a step refused ("already_published", "work_area_busy"): the refusal notice reads it (defs.alerts).
@@ -337,7 +346,7 @@ def _publish_job(scope: _GraphScope, published_release: dg.AssetsDefinition) -> 
 
 
 def build_release_graph(programme: Programme) -> ReleaseGraph:
-    scope = _GraphScope(programme, partitions_for(programme.cadence))
+    scope = _GraphScope(programme, partitions_for(programme.policy))
     validated_pings = _validated_pings_asset(scope)
     cell_counts = _cell_counts_asset(scope, validated_pings)
     protected_table = _protected_table_asset(scope, cell_counts)
@@ -390,15 +399,30 @@ def release_schedule(programme: Programme, partitions_def: dg.TimeWindowPartitio
         execution_timezone="UTC",
         default_status=dg.DefaultScheduleStatus.RUNNING,
         description=f"Releases {programme.policy.name} for the {cadence} that just closed, on the first "
-        f"day of the next one (cron {partitions_def.cron_schedule}, UTC); skips a period the "
-        "ledger already records.",
+        f"day of the next one (cron {partitions_def.cron_schedule}, UTC); skips, saying why, a period "
+        "outside the programme's partitions, one whose trace files are missing and one the ledger already records.",
     )
     def _schedule(context: dg.ScheduleEvaluationContext, settings: ReleaseSettings):
-        closed = partitions_def.get_prev_partition_window(context.scheduled_execution_time)
+        # the calendar's closed period, then whether the programme has it: a programme's partitions end
+        # with its data, so asking them for "the previous window" would answer with their last one
+        calendar = monthly if is_monthly(partitions_def) else quarterly
+        closed = calendar.get_prev_partition_window(context.scheduled_execution_time)
         if closed is None:
             return dg.SkipReason("no closed period yet")
-        key = closed.start.strftime(partitions_def.fmt)
+        key = closed.start.strftime(calendar.fmt)
         period = period_of(key, partitions_def)
+        if not partitions_def.has_partition_key(key):
+            return dg.SkipReason(
+                f"{programme.policy.name} {period.label} is not one of the programme's periods ("
+                f"{partitions_def.get_first_partition_key()} to {partitions_def.get_last_partition_key()}): its "
+                "trace files are not there (or the policy's first_period/last_period exclude it)"
+            )
+        missing = missing_trace_files(programme.policy, period)
+        if missing:  # how many, never which: a per-device export's name is a unit id
+            return dg.SkipReason(
+                f"{programme.policy.name} {period.label}: {len(missing)} of the policy's trace file paths match no "
+                "file yet; not released"
+            )
         try:
             stages.refuse_if_published(
                 settings.context(programme.policy, period), settings.ledger(), Path(settings.releases_dir)
