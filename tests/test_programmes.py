@@ -339,3 +339,42 @@ def test_the_schedule_skips_a_period_without_trace_files_and_says_why(tmp_path, 
     missing = tick("open", datetime(2024, 7, 1))
     assert missing.run_requests == [] and "2024-Q2: 3 of the policy's trace file paths match no file" in missing.skip_message
     assert "export-" not in missing.skip_message  # how many, never which (a file name may be a unit id)
+
+
+def test_materialize_all_cannot_plan_the_published_release_and_its_success_is_published(tmp_path):
+    """ "Materialize all" (Dagster's implicit asset job) never holds published_release: only the publish job
+    reports it, so no such run publishes outside the publish job nor shows a never-published period failed
+    when a check blocks it. A successful one is a candidate the publish sensor publishes."""
+    from spatial_release.defs.release.assets import is_candidate_run
+
+    paths = _policies(tmp_path / "policies", bikes={})
+    programme = programme_for(paths["bikes"])
+    defs = programme.runnable()
+    implicit = defs.resolve_implicit_global_asset_job_def()
+    planned = {key.to_user_string() for key in implicit.asset_layer.executable_asset_keys}
+    assert "bikes/risk_assessment" in planned and "bikes/published_release" not in planned
+    spec = defs.resolve_asset_graph().get(dg.AssetKey(["bikes", "published_release"]))
+    assert not spec.is_executable and not spec.is_materializable
+    instance = dg.DagsterInstance.ephemeral()
+    run = implicit.execute_in_process(
+        partition_key=PARTITION,
+        instance=instance,
+        run_config={"resources": {"settings": {"config": _settings(tmp_path)}}},
+    )
+    assert run.success and not (tmp_path / "releases" / "bikes").exists()  # built and checked, not published
+    stored = instance.get_run_by_id(run.run_id)
+    stored = stored._replace(asset_selection=frozenset(implicit.asset_layer.executable_asset_keys))  # as the UI sets it
+    assert is_candidate_run(stored, programme.programme, "bikes_release_job")
+    assert not is_candidate_run(stored._replace(asset_selection=frozenset()), programme.programme, "bikes_release_job")
+    # the sensor's request publishes it through the publish job, which reports the materialisation
+    publish = defs.resolve_job_def("bikes_publish_job").execute_in_process(
+        partition_key=PARTITION,
+        instance=instance,
+        run_config={"resources": {"settings": {"config": _settings(tmp_path)}}},
+        tags={"spatial_release/candidate_run": run.run_id},
+    )
+    assert publish.success and (tmp_path / "releases" / "bikes" / "2018-Q1" / "release.json").is_file()
+    graph = defs.resolve_asset_graph()
+    key = dg.AssetKey(["bikes", "published_release"])
+    status = instance.get_status_by_partition(key, [PARTITION], graph.get(key).partitions_def)
+    assert status == {PARTITION: dg.AssetPartitionStatus.MATERIALIZED}

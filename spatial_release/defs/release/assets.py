@@ -40,6 +40,8 @@ from spatial_release.stages.frontier import public_frontier
 from spatial_release.traces.files import missing_trace_files
 
 CANDIDATE_TAG = "spatial_release/candidate_run"
+# An asset's step, or the publish job's op (published_release is reported, not materialised by an asset).
+StepContext = dg.AssetExecutionContext | dg.OpExecutionContext
 # On a run a step refused ("already_published", "work_area_busy"): the refusal notice reads it (defs.alerts).
 REFUSED_TAG = "spatial_release/refused"
 
@@ -56,7 +58,7 @@ def refusal_kind(refused: Exception) -> str:
 
 
 @contextmanager
-def refusals_as_cancellations(step: AbstractContextManager[None], context: dg.AssetExecutionContext) -> Iterator[None]:
+def refusals_as_cancellations(step: AbstractContextManager[None], context: StepContext) -> Iterator[None]:
     """A deliberate refusal on taking the work area (a published period, a work area another run owns)
     cancels the run, with its reason as the failed step's description (no stack trace), and tags the run
     with it. Why a cancellation: Dagster shows a partition, and a check, as failed only when the run that
@@ -121,13 +123,13 @@ class _GraphScope:
             "tags": {"dataset": programme.prefix},
         }
 
-    def release_context(self, context: dg.AssetExecutionContext, settings: ReleaseSettings) -> stages.ReleaseContext:
+    def release_context(self, context: StepContext, settings: ReleaseSettings) -> stages.ReleaseContext:
         """The step's release context (the policy as the graph was built from it)."""
         return settings.context(self.programme.load(), period_of(context.partition_key, self.partitions_def))
 
 
 def _hold(
-    context: dg.AssetExecutionContext,
+    context: StepContext,
     settings: ReleaseSettings,
     ctx: stages.ReleaseContext,
     starts_run: bool = False,
@@ -273,19 +275,40 @@ def _risk_assessment_asset(scope: _GraphScope, protected_table: dg.AssetsDefinit
     return risk_assessment
 
 
-def _published_release_asset(
+def _published_release_spec(
     scope: _GraphScope, protected_table: dg.AssetsDefinition, risk_assessment: dg.AssetsDefinition
-) -> dg.AssetsDefinition:
-    @dg.asset(
-        name="published_release",
+) -> dg.AssetSpec:
+    """The published release as an asset no run can plan: only the publish job reports it. An asset that
+    "Materialize all", a backfill or a selection could plan would be published outside the publish job, or
+    shown failed on a period that was never published when a blocking check stopped such a run (Dagster
+    marks a planned asset of a failed run failed)."""
+    args = scope.asset_args()
+    return dg.AssetSpec(
+        key=scope.programme.key("published_release"),
         deps=[protected_table, risk_assessment],
         kinds={"parquet"},
-        output_required=False,
-        **scope.asset_args(),
+        partitions_def=args["partitions_def"],
+        group_name=args["group_name"],
+        owners=args["owners"],
+        tags=args["tags"],
         description=f"{scope.policy_name}: the published release folder (cells.parquet, margins.parquet, "
-        "release.json, report.html, report.png) and its ledger entry, written together.",
+        "release.json, report.html, report.png) and its ledger entry, written together by the publish job "
+        f"({scope.programme.name('publish_job')}), which the publish sensor launches for every candidate "
+        "that passed its checks. Not materialisable from the asset graph.",
     )
-    def published_release(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> Iterator[dg.MaterializeResult]:
+
+
+def _publish_op(scope: _GraphScope) -> dg.OpDefinition:
+    key = scope.programme.key("published_release")
+
+    @dg.op(
+        # op names are unique in a code location; as an asset's step key reads (`demo__published_release`)
+        name=f"{scope.programme.prefix}__published_release",
+        description=f"{scope.policy_name}: publish the checked candidate of the partition (re-evaluates every "
+        "guarantee and the risk gate under the ledger lock), write its ledger entry and report the "
+        "published_release materialisation.",
+    )
+    def publish(context: dg.OpExecutionContext, settings: ReleaseSettings) -> None:
         ctx = scope.release_context(context, settings)
         policy = ctx.policy
         try:
@@ -301,9 +324,13 @@ def _published_release_asset(
             ) from None
         except FileExistsError as exists:
             raise dg.Failure(description=str(exists), allow_retries=False) from None
-        yield dg.MaterializeResult(metadata=publication_metadata(target, record, policy))
+        context.log_event(
+            dg.AssetMaterialization(
+                asset_key=key, partition=context.partition_key, metadata=publication_metadata(target, record, policy)
+            )
+        )
 
-    return published_release
+    return publish
 
 
 def publication_metadata(target: Path, record: stages.ReleaseRecord, policy: Policy) -> dict:
@@ -334,15 +361,18 @@ def _release_job(scope: _GraphScope, candidate: list[dg.AssetsDefinition]) -> ob
     )
 
 
-def _publish_job(scope: _GraphScope, published_release: dg.AssetsDefinition) -> object:
-    return dg.define_asset_job(
-        scope.programme.name("publish_job"),
-        selection=dg.AssetSelection.assets(published_release),
+def _publish_job(scope: _GraphScope) -> dg.JobDefinition:
+    @dg.job(
+        name=scope.programme.name("publish_job"),
         config=period_tags(scope.partitions_def),
         tags=scope.programme.tags(),
         description=f"{scope.policy_name}: publish a checked candidate (re-evaluates every guarantee and the risk "
-        "gate under the ledger lock) and write its ledger entry.",
+        "gate under the ledger lock), write its ledger entry and report the published_release materialisation.",
     )
+    def publish_job() -> None:
+        _publish_op(scope)()
+
+    return publish_job
 
 
 def build_release_graph(programme: Programme) -> ReleaseGraph:
@@ -351,13 +381,13 @@ def build_release_graph(programme: Programme) -> ReleaseGraph:
     cell_counts = _cell_counts_asset(scope, validated_pings)
     protected_table = _protected_table_asset(scope, cell_counts)
     risk_assessment = _risk_assessment_asset(scope, protected_table)
-    published_release = _published_release_asset(scope, protected_table, risk_assessment)
+    published_release = _published_release_spec(scope, protected_table, risk_assessment)
     assets = [validated_pings, cell_counts, protected_table, risk_assessment, published_release]
     checks = build_checks(
         programme, scope.partitions_def, validated_pings, cell_counts, protected_table, risk_assessment, published_release
     )
     release_job = _release_job(scope, [validated_pings, cell_counts, protected_table, risk_assessment])
-    publish_job = _publish_job(scope, published_release)
+    publish_job = _publish_job(scope)
     return ReleaseGraph(
         programme,
         assets,
@@ -365,7 +395,7 @@ def build_release_graph(programme: Programme) -> ReleaseGraph:
         release_job,
         publish_job,
         release_schedule(programme, scope.partitions_def, release_job),
-        publish_sensor(programme, release_job, publish_job),
+        publish_sensor(programme, release_job, publish_job, scope.partitions_def),
     )
 
 
@@ -434,26 +464,39 @@ def release_schedule(programme: Programme, partitions_def: dg.TimeWindowPartitio
     return _schedule
 
 
-def publish_sensor(programme: Programme, release_job, publish_job) -> dg.SensorDefinition:
+def is_candidate_run(run: dg.DagsterRun, programme: Programme, release_job_name: str) -> bool:
+    """A run that built a candidate of the programme: its release job, or a run of the implicit asset job
+    ("Materialize all", a backfill, a selection from the asset graph) that materialised its risk assessment,
+    the candidate's last asset."""
+    return run.job_name == release_job_name or programme.key("risk_assessment") in (run.asset_selection or ())
+
+
+def publish_sensor(
+    programme: Programme, release_job, publish_job: dg.JobDefinition, partitions_def: dg.PartitionsDefinition
+) -> dg.SensorDefinition:
+    release_job_name = programme.name("release_job")
+
     @dg.run_status_sensor(
         name=programme.name("publish_sensor"),
         run_status=dg.DagsterRunStatus.SUCCESS,
-        monitored_jobs=[release_job],
         request_job=publish_job,
         default_status=dg.DefaultSensorStatus.RUNNING,
         minimum_interval_seconds=5,  # the gap between a candidate's success and its publication
-        description=f"Publishes each {programme.policy.name} candidate whose release run "
-        "succeeded (every blocking check passed), for the same partition.",
+        description=f"Publishes each {programme.policy.name} candidate whose run succeeded (every blocking check "
+        "passed), for the same partition: a run of its release job, or of Materialize all or a backfill that "
+        "materialised its risk assessment. The publish job re-evaluates every guarantee under the ledger lock.",
     )
     def _sensor(context: dg.RunStatusSensorContext):
         run = context.dagster_run
+        if not is_candidate_run(run, programme, release_job_name):
+            return dg.SkipReason(f"run {run.run_id} of {run.job_name} built no {programme.policy.name} candidate")
         key = run.tags.get("dagster/partition")
         if key is None:
             return dg.SkipReason(f"run {run.run_id} has no partition")
         return dg.RunRequest(
             run_key=f"publish-{run.run_id}",
             partition_key=key,
-            tags={CANDIDATE_TAG: run.run_id, PERIOD_TAG: run.tags.get(PERIOD_TAG, key)},
+            tags={CANDIDATE_TAG: run.run_id, PERIOD_TAG: run.tags.get(PERIOD_TAG) or period_of(key, partitions_def).label},
         )
 
     return _sensor

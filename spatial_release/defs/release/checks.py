@@ -162,9 +162,9 @@ def _risk_budget_check(scope: _CheckScope, risk_assessment: dg.AssetsDefinition)
     return risk_budget
 
 
-def _within_risk_budget_check(scope: _CheckScope, published_release: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
+def _within_risk_budget_check(scope: _CheckScope, published_release: dg.AssetSpec) -> dg.AssetChecksDefinition:
     @dg.asset_check(
-        asset=published_release,
+        asset=published_release.key,
         name=stages.REVIEW_CHECK,
         partitions_def=scope.partitions_def,
         description="The latest risk review still finds this published release within its budget. "
@@ -186,7 +186,7 @@ def build_checks(
     cell_counts: dg.AssetsDefinition,
     protected_table: dg.AssetsDefinition,
     risk_assessment: dg.AssetsDefinition,
-    published_release: dg.AssetsDefinition,
+    published_release: dg.AssetSpec,
 ) -> list:
     scope = _CheckScope(programme, partitions_def)
     return [
