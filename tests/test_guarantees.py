@@ -293,7 +293,7 @@ def test_suppression_audit_fails_when_releases_contradict_each_other(protected):
     other = pd.DataFrame({"cell_id": [cell_id(CELL_D)], "bucket_start": [BUCKET], "n_devices": [4]})  # truly 5
     empty = pd.DataFrame(columns=["level", "area_id", "bucket_start", "n_devices"])
     outcome = stages.check_suppression_audit(ctx, earlier=[(other, empty)])
-    assert not outcome.passed and any("contradict" in o.get("error", "") for o in outcome.offending)
+    assert not outcome.passed and any(o.get("failing") == "published with two values" for o in outcome.offending)
 
 
 def _lake_policy(tmp_path, fixture_traces, listed: str):
