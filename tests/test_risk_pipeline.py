@@ -153,6 +153,15 @@ def test_review_flags_a_published_release_that_is_now_over_budget(tmp_path):
         [evaluation] = [e for e in stormy.get_asset_check_evaluations() if e.check_name == "published_within_budget"]
         assert not evaluation.passed and "2018-Q1" in evaluation.description
         assert not stormy.success  # the breach fails the review run: the runs overview shows it red
+        # the review as an operator reads it: a headline naming the period, the ceilings, the adversary
+        [calm_event] = calm.get_asset_materialization_events()
+        assert "**Every one of the 1 published release(s) is within its budget.**" in (
+            calm_event.materialization.metadata["review_report"].value
+        )
+        [event] = stormy.get_asset_materialization_events()
+        report = event.materialization.metadata["review_report"].value
+        assert report.startswith("**1 release(s) over budget: 2018-Q1**") and "Ceilings: per release 0.05" in report
+        assert "| 2018-Q1 | fixture |" in report and "| over budget |" in report and "adversary **" in report
         # ...and the check on the published release's own partition now shows failed in the UI
         assert _release_check(instance) == (False, PARTITION)
     alerts = [json.loads(p.read_text()) for p in (tmp_path / "alerts").glob("risk_breach-*.json")]

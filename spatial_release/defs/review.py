@@ -17,6 +17,7 @@ import dagster as dg
 from spatial_release import stages
 from spatial_release.defs.outcomes import check_result
 from spatial_release.defs.programmes import Programme
+from spatial_release.defs.release.reports import review_report
 from spatial_release.defs.resources import ReleaseSettings
 from spatial_release.period import Period
 from spatial_release.policy import Policy
@@ -72,6 +73,11 @@ def _log_breaches(context: dg.AssetExecutionContext, policy: Policy, done: stage
         )
 
 
+def _rounded(row: dict) -> dict:
+    """A review row with its figures at 4 significant digits, as the report shows them (exact in the work area)."""
+    return {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in row.items()}
+
+
 def _review_metadata(policy: Policy, done: stages.ReviewRun) -> dict:
     """The risk_review materialization's metadata: the counts, the programme's cumulative figure and the details."""
     review = done.review
@@ -81,7 +87,8 @@ def _review_metadata(policy: Policy, done: stages.ReviewRun) -> dict:
         f"risk_{review_adversary(policy)}_cumulative": float(f"{review.cumulative:.4g}"),
         "breaches": dg.MetadataValue.json([b.public_json() for b in review.breaches]),
         "alerts": dg.MetadataValue.json([d.to_json() for d in done.deliveries]),
-        "review": dg.MetadataValue.json([r.to_json() for r in review.releases]),
+        "review_report": dg.MetadataValue.md(review_report(review, policy.risk, review_adversary(policy))),
+        "review": dg.MetadataValue.json([_rounded(r.to_json()) for r in review.releases]),
         "ledger_entry": review.ledger_entry,
         "per_unit_data_pruned": dg.MetadataValue.json(done.pruned),
     }

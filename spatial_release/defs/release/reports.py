@@ -159,3 +159,46 @@ def frontier_report(rows: list[dict]) -> str:
         for r in rows
     ]
     return "\n".join(lines)
+
+
+ADVERSARY_EXPLAINED = {
+    "prosecutor": "the prosecutor knows the target's unit is in the data and holds some of its published keys",
+    "journalist": "the journalist holds some published keys of a person, without knowing whether that person is "
+    "in the data (the figure is weighted by the zone's share of the public population)",
+}
+
+
+def review_report(review: stages.Review, spec: RiskSpec | None, adversary: str) -> str:
+    """The risk review as an operator reads it: a headline, the landscape and both ceilings, and one row per
+    release of the population, with its figure at publication and now, rounded to 4 significant digits."""
+    breached = sorted({b.period for b in review.breaches})
+    headline = (
+        f"**{len(breached)} release(s) over budget: {', '.join(breached)}**"
+        if breached
+        else f"**Every one of the {len(review.releases)} published release(s) is within its budget.**"
+    )
+    lines = [
+        headline,
+        "",
+        f"Re-assessed under landscape `{review.landscape_sha256[:12]}` (its sha256), adversary **{adversary}**: "
+        f"{ADVERSARY_EXPLAINED.get(adversary, 'as the landscape describes it')}.",
+        "",
+    ]
+    if spec is not None:
+        lines += [
+            f"Ceilings: per release {_figure(spec.per_release_ceiling)}, cumulative over the population "
+            f"{_figure(spec.cumulative_ceiling)}; cumulative now {_figure(review.cumulative)}.",
+            "",
+        ]
+    lines += [
+        "| period | programme | ledger entry | figure at publication | figure now | cumulative | worst zone | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in review.releases:
+        now = _figure(row.release_figure) if row.re_assessed else "(published figure counted)"
+        verdict = "over budget" if row.period in breached and row.dataset == review.dataset else "within"
+        lines.append(
+            f"| {row.period} | {row.dataset} | {row.ledger_seq} | {_figure(row.published_figure or row.release_figure)} "
+            f"| {now} | {_figure(row.cumulative)} | {row.worst_zone or '-'} | {verdict} |"
+        )
+    return "\n".join(lines)
