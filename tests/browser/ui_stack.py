@@ -39,6 +39,37 @@ def missing_browser() -> str | None:
     return "not installed: " + " and ".join(missing) + "; .ci/run installs both, so CI runs this test"
 
 
+UI_PROGRAMME = "demo-ui"
+# The instance settings the README recommends for a release deployment: queued runs are picked up within a
+# second, and sensors (the publish sensor among them) are evaluated in threads, not one after another.
+INSTANCE_YAML = """telemetry:
+  enabled: false
+run_coordinator:
+  module: dagster._core.run_coordinator
+  class: QueuedRunCoordinator
+  config:
+    dequeue_interval_seconds: 1
+    dequeue_use_threads: true
+sensors:
+  use_threads: true
+  num_workers: 4
+"""
+
+
+def _ui_policies(folder: Path) -> Path:
+    """The policies the deployment serves: the project's demo (its files beside it) and `demo-ui`, the same
+    programme under another name, which the test releases through the UI to time it against the command
+    line's demo (the demo's own period is published by the command line first)."""
+    source = PROJECT_ROOT / "policies"
+    shutil.copytree(source / "landscapes", folder / "landscapes")
+    for name in ("demo.yaml", "demo-structural-zeros.csv"):
+        shutil.copy(source / name, folder / name)
+    text = (source / "demo.yaml").read_text()
+    assert "\nname: demo\n" in text, "the demo policy's name line moved"
+    (folder / f"{UI_PROGRAMME}.yaml").write_text(text.replace("\nname: demo\n", f"\nname: {UI_PROGRAMME}\n"))
+    return folder
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -51,12 +82,13 @@ class Deployment:
     env: dict
     port: int
     procs: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=dict)  # each command line's wall time, by command
 
     @classmethod
     def create(cls, root: Path) -> Deployment:
         home = root / "dagster_home"
         home.mkdir(parents=True)
-        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        (home / "dagster.yaml").write_text(INSTANCE_YAML)
         out = root / "out"  # made by `spatial-release demo`, which refuses a folder it did not make
         env = dict(
             os.environ,
@@ -67,8 +99,8 @@ class Deployment:
             SPATIAL_RELEASE_ALERTS=str(out / "alerts"),
             SPATIAL_RELEASE_SIGNING_KEY=str(root / "keys" / "ledger-ed25519.key"),
         )
-        for name in ("SPATIAL_RELEASE_POLICIES", "SPATIAL_RELEASE_PUBLIC_KEY"):
-            env.pop(name, None)  # the project's policies/, and the key made beside the signing key
+        env.pop("SPATIAL_RELEASE_PUBLIC_KEY", None)  # the key made beside the signing key
+        env["SPATIAL_RELEASE_POLICIES"] = str(_ui_policies(root / "policies"))
         return cls(root, env, free_port())
 
     @property
@@ -93,6 +125,7 @@ class Deployment:
             text=True,
             timeout=timeout,
         )
+        self.seconds[args[0]] = time.monotonic() - started
         log = self.root / f"cli-{args[0]}.log"
         with log.open("a") as f:
             f.write(
