@@ -70,22 +70,32 @@ def check_k_floor(
     m = _with_truth(margins, true_margins, MARGIN_KEY, count_column)
     bad_margins = m[below_k(m["true_n"], k) | (m[count_column] != m["true_n"])]
     nonzero = c.loc[~is_zero, "true_n"]
-    figures = {
+    passed = bad_cells.empty and bad_margins.empty
+    figures: dict = {
         "k": k,
         "boundary": "inclusive (n >= k is published)",
-        "smallest_published_cell_true_count": int(nonzero.min()) if len(nonzero) else None,
-        "smallest_published_margin_true_count": int(m["true_n"].min()) if len(m) else None,
         "cells_below_k_or_misreported": int(len(bad_cells)),
         "margins_below_k_or_misreported": int(len(bad_margins)),
     }
-    passed = bad_cells.empty and bad_margins.empty
+    if passed:  # published figures then; of a blocked candidate they are unpublished figures
+        figures["smallest_published_cell_true_count"] = int(nonzero.min()) if len(nonzero) else None
+        figures["smallest_published_margin_true_count"] = int(m["true_n"].min()) if len(m) else None
+    # identifiers and what fails only: the candidate's count and the true one are unpublished figures, and the
+    # offending rows reach the check's metadata, the run log and the alert
+    offending = _failing(bad_cells, CELL_KEY, k, count_column) + _failing(bad_margins, MARGIN_KEY, k, count_column)
     summary = (
         f"all {len(c)} published cells and {len(m)} margins hold >= {k} units"
         if passed
         else f"{len(bad_cells)} published cell(s) and {len(bad_margins)} margin(s) hold fewer than {k} units or "
-        f"misreport their count; first: {_records(pd.concat([bad_cells, bad_margins]).head(1))}"
+        f"misreport their count; first: {offending[0]}"
     )
-    return CheckOutcome("k_floor", passed, summary, _records(bad_cells) + _records(bad_margins), figures)
+    return CheckOutcome("k_floor", passed, summary, offending, figures)
+
+
+def _failing(bad: pd.DataFrame, key: list[str], k: int, count_column: str) -> list[dict]:
+    """The offending rows of the k floor: the key and which rule fails, never a count."""
+    reasons = ["below k" if below_k(true_n, k) else "misreported" for true_n in bad["true_n"]]
+    return [{**row, "failing": reason} for row, reason in zip(_records(bad[key]), reasons[:MAX_LISTED])]
 
 
 def check_structural_zeros(true_cells: pd.DataFrame, zeros: Iterable[str]) -> CheckOutcome:

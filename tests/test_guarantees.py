@@ -89,7 +89,11 @@ def test_k_floor_rejects_a_cell_below_k(protected):
     _tamper(area, cells=pd.concat([_cells(area), _row(cell_id(CELL_B), 2)], ignore_index=True))
     outcome = stages.check_k_floor(ctx)
     assert not outcome.passed and outcome.offending[0]["cell_id"] == cell_id(CELL_B)
-    assert outcome.offending[0]["true_n"] == 2
+    assert outcome.offending[0]["failing"] == "below k"
+    # the candidate's count and the true one are unpublished figures: the check names the cell and the rule
+    assert set(outcome.offending[0]) == {"cell_id", "bucket_start", "failing"}
+    assert "smallest_published_cell_true_count" not in outcome.figures
+    assert outcome.summary.endswith(f"first: {outcome.offending[0]}")
 
 
 def test_k_floor_rejects_the_lonely_device_even_if_inflated(protected):
@@ -98,7 +102,12 @@ def test_k_floor_rejects_the_lonely_device_even_if_inflated(protected):
     # the suppressor publishes the 40-ping device's cell with a made-up count >= k: the truth is 1
     _tamper(area, cells=pd.concat([_cells(area), _row(cell_id(CELL_C), 40)], ignore_index=True))
     outcome = stages.check_k_floor(ctx)
-    assert not outcome.passed and outcome.offending[0]["true_n"] == 1
+    assert not outcome.passed and outcome.offending[0] == {
+        "cell_id": cell_id(CELL_C),
+        "bucket_start": outcome.offending[0]["bucket_start"],
+        "failing": "below k",
+    }
+    assert outcome.summary.endswith(f"first: {outcome.offending[0]}")
 
 
 def test_k_floor_rejects_a_misreported_count(protected):
