@@ -7,6 +7,7 @@ risk-gate figure."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import geopandas as gpd
@@ -200,3 +201,84 @@ def test_publication_refuses_a_staged_report_that_names_a_unit(tmp_path, monkeyp
     entries = tmp_path / "ledger" / "entries.jsonl"
     assert not entries.exists() or '"fixture"' not in entries.read_text()
     assert not list((tmp_path / "releases" / "fixture").glob(".*publishing"))
+
+
+# The fields an offending row may carry to an operator-facing surface: places, files and what fails.
+PLACE_FIELDS = {
+    "cell_id",
+    "level",
+    "area_id",
+    "bucket_start",
+    "bucket",
+    "zone",
+    "failing",
+    "file",
+    "problem",
+    "column",
+    "error",
+    "figure",
+}
+
+
+def _numbers(text: str, ids: set[str]) -> set[int]:
+    """The standalone integers of a text, ids and ISO instants removed first (their digits are not figures)."""
+    for value in sorted(ids, key=len, reverse=True):
+        text = text.replace(value, " ")
+    text = re.sub(r"\d{4}-\d\d-\d\d(T[\d:.]+([+-]\d\d:\d\d)?)?", " ", text)
+    return {int(n) for n in re.findall(r"(?<![\w.])\d+(?![\w.])", text)}
+
+
+def test_a_blocked_candidate_shows_no_figure_of_its_own_to_the_operator(tmp_path, monkeypatch):
+    """Attack: read an unpublished figure of a blocked candidate off what an operator sees: the run's event
+    log, every materialisation's and check's metadata, the failure descriptions and the alert. A suppression
+    bug publishes cell B (2 devices, below k = 3) and the checks block it. Every offending row may carry
+    places and the failing rule only, and no text that names cell B may carry its count."""
+    from conftest import CELL_B, cell_id
+
+    from spatial_release.stages import protect as protect_stage
+    from spatial_release.suppression import primary
+
+    original = protect_stage.protect_release
+
+    def leaky(*args, **kwargs):
+        table, log, system = original(*args, **kwargs)
+        leak = table.withheld_cells[table.withheld_cells["cell_id"] == cell_id(CELL_B)].drop(columns="reason")
+        cells = pd.concat([table.cells, leak], ignore_index=True)
+        protected = primary.ProtectedTable(
+            cells, table.margins, table.withheld_cells, table.withheld_margins, table.structural_zero_conflicts
+        )
+        return protected, log, system
+
+    monkeypatch.setattr(protect_stage, "protect_release", leaky)
+    import dagster as dg
+
+    instance = dg.DagsterInstance.ephemeral()
+    traces = tmp_path / "traces.csv"
+    fixture_pings().to_csv(traces, index=False)
+    policy = write_policy(tmp_path, policy_dict(str(traces)))
+    config = {
+        name: str(tmp_path / name.removesuffix("_dir")) for name in ("releases_dir", "work_dir", "ledger_dir", "alerts_dir")
+    }
+    result = execute_release(programme_for(policy), "2018-01-01", config, instance=instance)
+    assert not result.success and result.publish is None
+    b_count = 2  # cell B's devices in its bucket, by the fixture's construction
+    texts: list[str] = [record.user_message for record in instance.all_logs(result.candidate.run_id)]
+    rows: list[dict] = []
+    for evaluation in result.get_asset_check_evaluations():
+        texts.append(evaluation.description or "")
+        for key, value in evaluation.metadata.items():
+            texts.append(f"{key}: {json.dumps(value.value, default=str)}")
+            if key == "offending":
+                rows += list(value.value)
+    for event in result.candidate.all_events:
+        if event.event_type_value == "STEP_FAILURE" and event.step_failure_data.user_failure_data:
+            texts.append(event.step_failure_data.user_failure_data.description or "")
+    alerts = [json.loads(p.read_text()) for p in (tmp_path / "alerts").glob("*.json")]
+    assert alerts, "the blocked run has an alert"
+    texts += [json.dumps(alert) for alert in alerts]
+    assert rows and all(set(row) <= PLACE_FIELDS for row in rows), [set(r) - PLACE_FIELDS for r in rows]
+    named = [t for t in texts if cell_id(CELL_B) in t]
+    assert named, "the blocked cell is named (its id: a place, not a figure)"
+    ids = {cell_id(CELL_B), str(tmp_path)}
+    leaking = [t for t in named if b_count in _numbers(t, ids)]
+    assert not leaking, leaking
