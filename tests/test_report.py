@@ -381,3 +381,196 @@ def test_rendering_200k_published_rows_takes_seconds(published_q1):
     start = time.perf_counter()
     png = report.render_map_png(report.release_view(cells, margins, record))
     assert png.startswith(PNG_SIGNATURE) and time.perf_counter() - start < 5.0
+
+
+# ------------------------------------------------------------------------- the map in the Dagster UI
+
+MAP_IMAGE = re.compile(r"!\[[^\]\n]*\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)")
+
+
+def _png_size(png: bytes) -> tuple[int, int]:
+    """(width, height) of a PNG, as an image reader sees it."""
+    height, width = mpimg.imread(io.BytesIO(png)).shape[:2]
+    return width, height
+
+
+def _zones_view(
+    root: Path, record: dict, published: dict[str, list[int]], total_extra: int = 0, side: int = 3, rows: int = 2
+):
+    """A release over a zones geometry of `side` x `rows` squares of 1 km (`z1`, `z2`, ..., each in district
+    `d<row>`), published as `published` gives (zone -> its count in each of 3 daily buckets), with district,
+    weekly and total margins; `total_extra` units more in each bucket's district and total figures (units in
+    zones the release does not publish). Returns (view, zones)."""
+    folder = root / f"zones-{side}x{rows}"
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = [f"z{i + 1}" for i in range(side * rows)]
+    x0, y0 = 580_000, 4_500_000
+    corners = [(x0 + i % side * SIZE, y0 + i // side * SIZE) for i in range(side * rows)]
+    zones = gpd.GeoDataFrame(
+        {"zone": ids, "district": [f"d{i // side + 1}" for i in range(len(ids))]},
+        geometry=[shapely.box(x, y, x + SIZE, y + SIZE) for x, y in corners],
+        crs="EPSG:32618",
+    )
+    zones.to_file(folder / "zones.geojson", driver="GeoJSON")
+    data = policy_dict(str(folder / "traces.csv"))
+    data["geometry"] = {
+        "kind": "zones",
+        "path": "zones.geojson",
+        "id": "zone",
+        "parents": [{"level": "district", "column": "district"}],
+    }
+    policy = load_policy(write_policy(folder, data))
+    record = {
+        **record,
+        "policy": {**record["policy"], "sha256": policy.sha256, "version": policy.version},
+        "geometry": {**policy.geometry.model_dump(exclude={"path"}), "crs": "EPSG:32618"},
+    }
+    buckets = pd.date_range("2018-01-02 05:00", periods=3, freq="1D", tz="UTC")
+    shapes = zones.set_index("zone").geometry
+    names = sorted(published)
+    cells = gpd.GeoDataFrame(
+        {
+            "cell_id": np.repeat(names, len(buckets)),
+            "bucket_start": np.tile(buckets, len(names)),
+            "n_devices": np.concatenate([published[z] for z in names]),
+        },
+        geometry=np.repeat(shapes.loc[names].to_numpy(), len(buckets)),
+        crs="EPSG:32618",
+    )
+    by_bucket = cells.groupby("bucket_start")["n_devices"].sum().reindex(buckets, fill_value=0).to_numpy()
+    margins = pd.DataFrame(
+        {
+            "level": ["district"] * 3 + ["cell@1w", "total", "total", "total"],
+            "area_id": ["d1", "d1", "d2", "z1", "total", "total", "total"],
+            "bucket_start": [*buckets[:2], buckets[0], pd.Timestamp("2018-01-08 05:00", tz="UTC"), *buckets],
+            "n_devices": [40 + total_extra, 41 + total_extra, 30, 25, *(by_bucket + total_extra)],
+        }
+    )
+    return report.release_view(cells, margins, record, policy), zones
+
+
+def _record(root: Path) -> dict:
+    return json.loads((_folder(root) / "release.json").read_text())
+
+
+def _collections(ax, gid: str) -> list:
+    return [c for c in ax.collections if c.get_gid() == gid]
+
+
+def _labels(ax) -> list[str]:
+    return sorted(t.get_text() for t in ax.texts if t.get_gid() == "zoning-label")
+
+
+def test_the_map_fits_the_dagster_markdown_view(published_q1, tmp_path):
+    """Dagster's markdown does not scale images down and its dialog is ~1250 px wide: the map is at most
+    1200 px wide at its natural size, for the fixture's two panels and for a release of five panels."""
+    assert report.mapping.MAX_WIDTH_PX <= 1200
+    width, height = _png_size((_folder(published_q1) / "report.png").read_bytes())
+    assert 600 < width <= 1200 and height > 300
+    view, _ = _zones_view(tmp_path, _record(published_q1), {"z1": [5, 7, 9], "z2": [4, 4, 6]})
+    levels = view.margin_levels()
+    assert len(levels) == 2  # district, cell@1w: three panels, two a row
+    width, height = _png_size(report.render_map_png(view))
+    assert 600 < width <= 1200 and height > width / 2
+    # the title says what the outlines mean, wrapped to the figure's width
+    title = report.map_figure(view)._suptitle.get_text()
+    assert "outlines: every area of the zoning" in title and "filled: published" in title
+    assert "not drawn" not in title and max(map(len, title.splitlines())) <= 11 * 11.2
+
+
+def test_map_image_metadata_is_the_map_alone(published_q1):
+    """`map_image` holds one markdown image (the release's report.png as a data URI) and nothing else; `map`
+    is still the whole report with the map inline."""
+    import dagster as dg
+
+    from spatial_release.defs.release.assets import release_report_metadata
+
+    folder = _folder(published_q1)
+    metadata = release_report_metadata(folder, load_policy(published_q1 / "policy.yaml"))
+    image = metadata["map_image"]
+    assert isinstance(image, dg.MarkdownMetadataValue)
+    match = MAP_IMAGE.fullmatch(image.value.strip())
+    assert match and image.value.count("![") == 1
+    png = base64.b64decode(match.group(1))
+    assert png == (folder / "report.png").read_bytes() and _png_size(png)[0] <= 1200
+    page = metadata["map"].value
+    assert "![map](data:image/png;base64," in page and "#### cells.parquet" in page
+    assert metadata["map_png"].value == str(folder / "report.png")
+
+
+def test_an_area_not_published_is_drawn_exactly_as_one_never_populated(published_q1, tmp_path):
+    """Negative control: two releases that differ only in that zone z3 had units whose figures were not
+    published (its units still in the district and total figures) or never had any, render to the same PNG
+    bytes; z3 is then drawn as z6, never populated in either: an outline on the background. A release that
+    publishes z3 renders differently (the comparison can fail)."""
+    record = _record(published_q1)
+    shown = {"z1": [5, 7, 9], "z2": [4, 4, 6], "z4": [12, 3, 8], "z5": [6, 6, 6]}
+    withheld, zones = _zones_view(tmp_path / "withheld", record, shown, total_extra=2)
+    never, _ = _zones_view(tmp_path / "never", record, shown, total_extra=0)
+    published, _ = _zones_view(tmp_path / "published", record, {**shown, "z3": [2, 2, 2]}, total_extra=0)
+    assert not withheld.margins.equals(never.margins)  # the releases do differ
+    png = report.render_map_png(withheld)
+    assert png == report.render_map_png(never)
+    assert png != report.render_map_png(published)
+
+    figure = report.map_figure(withheld)
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    drawn = np.asarray(canvas.buffer_rgba(), dtype=float) / 255
+    cells_ax = figure.axes[0]
+    centre = {z: shapely.centroid(g) for z, g in zip(zones["zone"], zones.geometry)}
+
+    def near_centre(zone: str, dy: float = 0.3 * SIZE):  # off the label, inside the zone
+        return _pixel(drawn, cells_ax, centre[zone].x, centre[zone].y - dy)
+
+    background = (1.0, 1.0, 1.0)
+    assert near_centre("z3") == near_centre("z6") == background
+    assert all(near_centre(z) not in (None, background) for z in shown)
+    # z3's outline is z6's: one collection of every zone, one edge colour and width for all
+    [outlines] = _collections(cells_ax, "zoning-outlines")
+    assert len(outlines.get_paths()) == 6 and len(outlines.get_edgecolors()) == len(outlines.get_linewidths()) == 1
+    assert _labels(cells_ax) == sorted(zones["zone"])  # z3 labelled like every zone, nothing else written
+
+
+def test_the_map_outlines_every_area_of_the_zoning(published_q1, tmp_path):
+    """Every zone of the policy's file is outlined (one path each, published or not), the main zoning's outer
+    boundary is drawn, and a zoning of at most 40 areas is labelled with its ids; the district panel outlines
+    both districts and shows the zones as context."""
+    view, zones = _zones_view(tmp_path, _record(published_q1), {"z1": [5, 7, 9], "z4": [12, 3, 8]})
+    assert sorted(view.zonings[report.mapping.LEAF].index) == sorted(zones["zone"])
+    figure = report.map_figure(view)
+    cells_ax, district_ax = figure.axes[0], figure.axes[1]
+    assert "district" in district_ax.get_title()
+    [outlines] = _collections(cells_ax, "zoning-outlines")
+    assert len(outlines.get_paths()) == len(zones) == 6
+    for path, square in zip(outlines.get_paths(), view.zonings[report.mapping.LEAF]):
+        assert np.allclose(path.get_extents().bounds, np.r_[square.bounds[:2], SIZE, SIZE])
+    assert np.all(outlines.get_facecolors()[:, 3] == 0)  # outlines only: no fill
+    [boundary] = _collections(cells_ax, "zoning-boundary")
+    assert np.allclose(boundary.get_paths()[0].get_extents().bounds, (580_000, 4_500_000, 3 * SIZE, 2 * SIZE))
+    assert _labels(cells_ax) == sorted(zones["zone"])
+    [districts] = _collections(district_ax, "zoning-outlines")
+    assert len(districts.get_paths()) == 2
+    [context] = _collections(district_ax, "main-zoning-outlines")
+    assert len(context.get_paths()) == 6
+    assert _labels(district_ax) == ["d1", "d2"]
+
+    # a zoning of more than 40 areas is outlined, not labelled
+    big, big_zones = _zones_view(tmp_path, _record(published_q1), {"z1": [5, 7, 9]}, side=9, rows=5)
+    drop = report.mapping.backdrop(big, report.mapping.LEAF, big.cells.geometry)
+    assert drop.outlines is not None and len(drop.outlines) == len(big_zones) == 45 and drop.labels is None
+
+
+def test_a_grid_is_outlined_over_the_extent_of_the_published_cells(published_q1):
+    """A grid has no file: its cells are outlined over the frame of the published cells (whole cells), the
+    frame is the boundary, and grid ids are never written on the map."""
+    folder = _folder(published_q1)
+    view = report.read_release_view(folder, load_policy(published_q1 / "policy.yaml"))
+    figure = report.map_figure(view)
+    cells_ax = figure.axes[0]
+    x0, y0, x1, y1 = view.cells.total_bounds  # whole 1 km cells: already on the grid's lines
+    [lines] = _collections(cells_ax, "grid-lines")
+    assert len(lines.get_segments()) == round((x1 - x0) / SIZE) + 1 + round((y1 - y0) / SIZE) + 1
+    [boundary] = _collections(cells_ax, "zoning-boundary")
+    assert np.allclose(boundary.get_paths()[0].get_extents().bounds, (x0, y0, x1 - x0, y1 - y0))
+    assert not [t for ax in figure.axes for t in ax.texts if GRID_ID.search(t.get_text())]

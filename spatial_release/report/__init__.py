@@ -1,8 +1,9 @@
 """The report of a published release: a map, the tables' schema and previews, the record's headline, for
 people who look at a release rather than parse it. Rendered from the published files only (cells.parquet,
 margins.parquet, the release record) plus public geometry (grid ids, the policy's zone files), so it shows
-exactly what the public sees: an area absent from the files is not drawn, whether it was empty or withheld,
-and no per-unit figure is read. Figures are rounded to 4 significant digits; exact values stay in the files.
+exactly what the public sees: the map outlines every area of the zoning and fills the published ones, so an
+area absent from the files is an outline like any other, whether it was empty or withheld, and no per-unit
+figure is read. Figures are rounded to 4 significant digits; exact values stay in the files.
 
 Publication (`release.publish`, given `write_report` by `stages.publish`) writes `report.png` and
 `report.html` into the release folder and hashes them with the other files, so the ledger's cross-check
@@ -11,6 +12,7 @@ covers them. For Dagster metadata (no dagster import here):
     from spatial_release import report
     folder = ...  # the release folder, e.g. the published_release asset's output
     md = report.report_markdown(folder, policy)        # -> MetadataValue.md(md): map inline, schema, previews
+    img = report.report_map_markdown(folder, policy)   # -> MetadataValue.md(img): the map alone, one image
     png = report.report_png_path(folder)               # -> MetadataValue.path(png) (None before reports existed)
     schema = report.column_schema(folder / "cells.parquet")   # [{name, type, description}], e.g. for a table schema
     view = report.read_release_view(folder, policy)    # the tables, record, bucket count, area geometries, ceilings
@@ -20,7 +22,8 @@ covers them. For Dagster metadata (no dagster import here):
 
 `policy` is optional everywhere; when given it must be the policy the release was published under (its
 sha256 is checked) and adds the zone geometries of zone levels and the per-release and cumulative ceilings
-(with both headrooms). Without it grid levels are still drawn, zone levels are named but not drawn.
+(with both headrooms), and the zone files' every area, which the map outlines. Without it grid levels are
+still drawn, zone levels are named but not drawn.
 """
 
 from spatial_release.report.mapping import cell_figures, map_figure, render_map_png
@@ -29,6 +32,7 @@ from spatial_release.report.page import (
     REPORT_HTML,
     REPORT_PNG,
     render_report_html,
+    report_map_markdown,
     report_markdown,
     report_png_path,
     risk_lines,
@@ -51,6 +55,7 @@ __all__ = [
     "release_view",
     "render_map_png",
     "render_report_html",
+    "report_map_markdown",
     "report_markdown",
     "report_png_path",
     "risk_lines",

@@ -27,10 +27,12 @@ REPORT_HTML = "report.html"
 REPORT_FILES = (REPORT_PNG, REPORT_HTML)
 TABLES = ("cells.parquet", "margins.parquet")
 ABSENT_NOTE = (
-    "Areas absent from the release are not drawn and not listed: the report cannot tell an empty area "
-    "from one that is not published, and neither can anyone else. Figures are rounded for reading "
+    "The map outlines every area of the zoning and fills only the published ones; an area absent from the "
+    "release is an outline like any other and is not listed: the report cannot tell an empty area from one "
+    "that is not published, and neither can anyone else. Figures are rounded for reading "
     "(4 significant digits); the exact values are in release.json and the Parquet files."
 )
+MAP_ALT = "map"  # the alt text of the map in markdown (Dagster shows it while the image loads)
 
 
 @dataclass(frozen=True)
@@ -203,7 +205,7 @@ def report_markdown(folder: Path, policy: Policy | None = None, n: int = 10) -> 
         _md_lines(audit_lines(record)),
         "#### Re-identification risk",
         _md_lines(risk_lines(view), with_adversary=True),
-        f"![map]({_png_uri(png)})",
+        map_markdown(png),
     ]
     for name, frame in zip(TABLES, (view.cells, view.margins)):
         sections += [
@@ -213,6 +215,21 @@ def report_markdown(folder: Path, policy: Policy | None = None, n: int = 10) -> 
             table_preview(frame, n),
         ]
     return "\n\n".join(sections) + "\n"
+
+
+def map_markdown(png: bytes) -> str:
+    """The map alone as markdown: one image, embedded as a data URI."""
+    return f"![{MAP_ALT}]({_png_uri(png)})"
+
+
+def report_map_markdown(folder: Path, policy: Policy | None = None) -> str:
+    """Only the map of the release folder `folder` as markdown (for a Dagster metadata entry of its own, one
+    click away and at its natural size, at most `mapping.MAX_WIDTH_PX` wide): the folder's report.png when it
+    has one, else rendered now from the published files (`policy`: as for `report_markdown`)."""
+    folder = Path(folder)
+    stored = folder / REPORT_PNG
+    png = stored.read_bytes() if stored.is_file() else render_map_png(read_release_view(folder, policy))
+    return map_markdown(png)
 
 
 def report_png_path(folder: Path) -> Path | None:

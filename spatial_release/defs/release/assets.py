@@ -406,10 +406,12 @@ def _table_schema(path: Path) -> dg.TableSchema:
 
 
 def release_report_metadata(target: Path, policy) -> dict:
-    """What the public sees, in the UI: the map with the headline, audit, risk, schema and preview of both
-    tables (report.report_markdown, from the published files only), both tables' column schemas, and the
-    map and page beside the release."""
+    """What the public sees, in the UI: the map alone (`map_image`, one image at its natural size, at most
+    1200 px wide, so Dagster's markdown view shows it whole: it does not scale images down), the map with the
+    headline, audit, risk, schema and preview of both tables (`map`, report.report_markdown, from the
+    published files only), both tables' column schemas, and the map and page beside the release."""
     metadata = {
+        "map_image": dg.MetadataValue.md(report.report_map_markdown(target, policy)),
         "map": dg.MetadataValue.md(report.report_markdown(target, policy)),
         "dagster/column_schema": _table_schema(target / "cells.parquet"),
         "margins_column_schema": _table_schema(target / "margins.parquet"),
