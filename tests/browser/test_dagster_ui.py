@@ -198,27 +198,37 @@ def test_demo_asset_graph(deployment, page):
 
 
 def test_published_release_map_and_period(deployment, page):
-    """(b) The latest demo/published_release materialisation shows its period and the map of the release
-    (a markdown `map` entry with an embedded PNG)."""
+    """(b) The latest demo/published_release materialisation shows its period and the map of the release, an
+    entry of its own (`map_image`, a markdown value holding only the PNG) that fits the dialog at a 1600 px
+    wide window: its right edge inside the dialog, shown at its natural size (not cropped, not shrunk)."""
     open_view(page, deployment, "/assets/demo/published_release", "Latest materialization")
     rows = page.locator("tr")
     period_row = rows.filter(has=page.get_by_text("period", exact=True)).first
     period_row.wait_for()
     keys = [k.strip() for k in page.locator("table").first.locator(":scope > tbody > tr > td:first-child").all_inner_texts()]
-    map_row = rows.filter(has=page.get_by_text("map", exact=True))
+    map_row = rows.filter(has=page.get_by_text("map_image", exact=True))
+    fits = None
     if map_row.count():
         map_row.first.get_by_text("Show Markdown").click()
-        image = page.get_by_role("dialog").locator('img[src^="data:image/png"]').first
+        dialog = page.get_by_role("dialog").first
+        image = dialog.locator('img[src^="data:image/png"]').first
         image.wait_for()
         page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=image.element_handle())
         image.scroll_into_view_if_needed()
+        shown, frame = image.bounding_box(), dialog.bounding_box()
+        natural = image.evaluate("img => img.naturalWidth")
+        fits = {"image": shown, "dialog": frame, "natural_width": natural}
     screenshot(page, "ui-b-published-release-map")
     assert PERIOD in period_row.inner_text(), period_row.inner_text()
     assert map_row.count(), (
-        f"the latest demo/published_release materialisation has no `map` metadata entry (the keys shown: {', '.join(keys)})"
+        f"the latest demo/published_release materialisation has no `map_image` metadata entry (keys: {', '.join(keys)})"
     )
-    width = image.evaluate("img => img.naturalWidth")
-    assert width >= 200, f"the map image is only {width} px wide"
+    assert fits is not None and fits["natural_width"] >= 600, fits
+    image_box, dialog_box = fits["image"], fits["dialog"]
+    assert (
+        image_box["x"] >= dialog_box["x"] and image_box["x"] + image_box["width"] <= dialog_box["x"] + dialog_box["width"]
+    ), f"the map is cropped by the dialog: {fits}"
+    assert abs(image_box["width"] - fits["natural_width"]) <= 2, f"the map is not shown at its natural size: {fits}"
 
 
 def check_labels(page, names) -> dict:
