@@ -220,7 +220,7 @@ PLACE_FIELDS = {
 }
 
 
-def _numbers(text: str, ids: set[str]) -> set[int]:
+def _standalone_integers(text: str, ids: set[str]) -> set[int]:
     """The standalone integers of a text, ids and ISO instants removed first (their digits are not figures)."""
     for value in sorted(ids, key=len, reverse=True):
         text = text.replace(value, " ")
@@ -280,5 +280,5 @@ def test_a_blocked_candidate_shows_no_figure_of_its_own_to_the_operator(tmp_path
     named = [t for t in texts if cell_id(CELL_B) in t]
     assert named, "the blocked cell is named (its id: a place, not a figure)"
     ids = {cell_id(CELL_B), str(tmp_path)}
-    leaking = [t for t in named if b_count in _numbers(t, ids)]
+    leaking = [t for t in named if b_count in _standalone_integers(t, ids)]
     assert not leaking, leaking
