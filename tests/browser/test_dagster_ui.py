@@ -25,7 +25,7 @@ import shutil
 import time
 
 import pytest
-from ui_stack import PROJECT_ROOT, UI_PROGRAMME, Deployment, missing_browser
+from ui_stack import BLOCKED_PROGRAMME, PROJECT_ROOT, UI_PROGRAMME, Deployment, missing_browser
 
 ARTIFACTS = PROJECT_ROOT / "ci-artifacts"
 SCREENSHOTS = ARTIFACTS / "screenshots"
@@ -404,3 +404,47 @@ def test_a_ui_release_against_the_command_line(deployment):
     print(f"UI release against the command line: {timing}")
     assert publish["tags"].get("spatial_release/candidate_run") == run_id, publish
     assert (d.out / "releases" / UI_PROGRAMME / PERIOD / "release.json").is_file()
+
+
+def test_materialize_all_on_a_blocked_programme_leaves_true_statuses_and_alerts(deployment, page):
+    """(h) "Materialize all" clicked on the group of `demo-blocked` (the demo, accepting no quarantined ping),
+    all partitions chosen in its dialog (a backfill: the daemon creates the partition's run of Dagster's
+    implicit asset job): the run fails on the rejected_share check; published_release, which no
+    run can plan, stays missing (never failed: it was never published); failed_run_alert delivers a
+    blocked_release alert naming the dataset, period and check, with the link to the run in this UI."""
+    d = deployment
+    prefix = BLOCKED_PROGRAMME.replace("-", "_")
+    before = {r["runId"] for r in d.runs("__ASSET_JOB")}
+    open_view(page, d, f"/locations/spatial_release/asset-groups/{prefix}", "published_release")
+    page.get_by_text(re.compile(r"Materialize all")).first.click()
+    dialog = page.get_by_role("dialog").first
+    dialog.get_by_text("All", exact=True).first.click()  # the partitions: the programme's one period
+    launch = dialog.get_by_role("button", name=re.compile(r"Launch"))
+    settle(lambda timeout: page.wait_for_function("b => !b.disabled", arg=launch.first.element_handle(), timeout=timeout))
+    screenshot(page, "ui-h-materialize-all-dialog")
+    launch.first.click()
+    deadline = time.monotonic() + RUN_WAIT_S  # a backfill: the daemon creates the partition's run
+    created: list[dict] = []
+    while time.monotonic() < deadline and not created:
+        created = [r for r in d.runs("__ASSET_JOB") if r["runId"] not in before]
+        time.sleep(1)
+    assert created, f"Materialize all launched no run of the implicit asset job:\n{d.log_tail('webserver')}"
+    [run] = created
+    status = d.wait_for_run(run["runId"], timeout=RUN_WAIT_S)
+    ended_at = time.monotonic()
+    assert status == "FAILURE", f"the blocked Materialize-all run {run['runId']} ended {status}"
+    released = d.partition_statuses([prefix, "published_release"])
+    assert not holds(released["ranges"]["FAILED"], PARTITION) and released["stats"]["numFailed"] == 0, released
+    assert not holds(released["ranges"]["MATERIALIZED"], PARTITION), released
+    tags = d.wait_for_run_tag(run["runId"], BLOCKED_BY_TAG, deadline=ended_at + ALERT_WAIT_S)
+    open_view(page, d, f"/assets/{prefix}/published_release?view=partitions", "Partitions")
+    screenshot(page, "ui-h-blocked-published-release-partitions")
+    assert tags.get(BLOCKED_BY_TAG) == "rejected_share", tags
+    alert = json.loads((d.out / "alerts" / tags[ALERT_TAG]).read_text())
+    assert (alert["kind"], alert["dataset"], alert["period"], alert["check"]) == (
+        "blocked_release",
+        BLOCKED_PROGRAMME,
+        PERIOD,
+        "rejected_share",
+    ), alert
+    assert alert["ui_url"] == f"{d.url}/runs/{run['runId']}", alert

@@ -40,6 +40,7 @@ def missing_browser() -> str | None:
 
 
 UI_PROGRAMME = "demo-ui"
+BLOCKED_PROGRAMME = "demo-blocked"
 # The instance settings the README recommends for a release deployment: queued runs are picked up within a
 # second, and sensors (the publish sensor among them) are evaluated in threads, not one after another.
 INSTANCE_YAML = """telemetry:
@@ -67,6 +68,12 @@ def _ui_policies(folder: Path) -> Path:
     text = (source / "demo.yaml").read_text()
     assert "\nname: demo\n" in text, "the demo policy's name line moved"
     (folder / f"{UI_PROGRAMME}.yaml").write_text(text.replace("\nname: demo\n", f"\nname: {UI_PROGRAMME}\n"))
+    # the demo again, blocked by its first check: it quarantines some generated pings and accepts none
+    assert "max_rejected_share: 0.01" in text, "the demo policy's rejected-share line moved"
+    blocked = text.replace("\nname: demo\n", f"\nname: {BLOCKED_PROGRAMME}\n").replace(
+        "max_rejected_share: 0.01", "max_rejected_share: 0.0"
+    )
+    (folder / f"{BLOCKED_PROGRAMME}.yaml").write_text(blocked)
     return folder
 
 
@@ -101,7 +108,9 @@ class Deployment:
         )
         env.pop("SPATIAL_RELEASE_PUBLIC_KEY", None)  # the key made beside the signing key
         env["SPATIAL_RELEASE_POLICIES"] = str(_ui_policies(root / "policies"))
-        return cls(root, env, free_port())
+        port = free_port()
+        env["SPATIAL_RELEASE_UI_URL"] = f"http://127.0.0.1:{port}"  # the alerts link to their runs here
+        return cls(root, env, port)
 
     @property
     def out(self) -> Path:
