@@ -195,3 +195,24 @@ def spy_packing(monkeypatch) -> list:
 
     monkeypatch.setattr(counts_module, "packing_for", spy)
     return decided
+
+
+# The longest test files, started first: pytest-xdist (--dist loadfile) hands out files in collection order,
+# and one of these collected last kept a single worker busy for minutes while the other sat idle. Order only:
+# every test file is independent of the others.
+LONGEST_FIRST = (
+    "tests/browser/test_dagster_ui.py",
+    "tests/test_citibike.py",
+    "tests/test_spark.py",
+    "tests/test_spark_cluster.py",
+    "tests/test_demo.py",
+    "tests/test_release_io.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: within a file, and among the rest, the collection order is kept
