@@ -574,3 +574,16 @@ def test_a_grid_is_outlined_over_the_extent_of_the_published_cells(published_q1)
     [boundary] = _collections(cells_ax, "zoning-boundary")
     assert np.allclose(boundary.get_paths()[0].get_extents().bounds, (x0, y0, x1 - x0, y1 - y0))
     assert not [t for ax in figure.axes for t in ax.texts if GRID_ID.search(t.get_text())]
+
+
+def test_report_html_is_a_link_where_the_releases_folder_is_served():
+    from spatial_release.defs.release.assets import report_link
+    from spatial_release.errors import UserError
+
+    folder = Path("/srv/releases/jc-bikes/2018-Q1")
+    assert report_link(folder, None) == {}
+    [link] = report_link(folder, "https://data.example.org/releases/").values()
+    assert link.value == "https://data.example.org/releases/jc-bikes/2018-Q1/report.html"
+    for bad in ("data.example.org", "file:///srv/releases", "javascript:alert(1)"):
+        with pytest.raises(UserError, match="SPATIAL_RELEASE_RELEASES_URL"):
+            report_link(folder, bad)

@@ -55,6 +55,12 @@ class ReleaseSettings(dg.ConfigurableResource):
         default_factory=_project("SPATIAL_RELEASE_LEDGER", "ledger"),
         description="The signed, hash-chained ledger of releases (env SPATIAL_RELEASE_LEDGER).",
     )
+    releases_url: str | None = Field(
+        default_factory=_env("SPATIAL_RELEASE_RELEASES_URL"),
+        description="Where the releases folder is served over http(s), e.g. https://data.example.org/releases "
+        "(env SPATIAL_RELEASE_RELEASES_URL): each published release's report.html is then a link in the UI; "
+        "unset, its path only.",
+    )
     alerts_dir: str = Field(
         default_factory=_project("SPATIAL_RELEASE_ALERTS", "alerts"),
         description="Alert records, one JSON file per alert, besides the e-mail and "

@@ -68,6 +68,7 @@ def deployment(tmp_path_factory):
         # the demo alone on the machine first: its time is what the UI release (g) is measured against
         demo = d.cli("demo", "--out", str(d.out))
         d.start_webserver()
+        d.start_release_site()
         assert demo.returncode == 0, f"spatial-release demo exited {demo.returncode}:\n{(demo.stdout + demo.stderr)[-2500:]}"
         d.wait_for_location(timeout=180)
         [candidate] = d.runs(RELEASE_JOB, "SUCCESS")
@@ -229,6 +230,15 @@ def test_published_release_map_and_period(deployment, page):
         image_box["x"] >= dialog_box["x"] and image_box["x"] + image_box["width"] <= dialog_box["x"] + dialog_box["width"]
     ), f"the map is cropped by the dialog: {fits}"
     assert abs(image_box["width"] - fits["natural_width"]) <= 2, f"the map is not shown at its natural size: {fits}"
+    # report.html is a link where the releases folder is served (SPATIAL_RELEASE_RELEASES_URL)
+    page.keyboard.press("Escape")
+    link = rows.filter(has=page.get_by_text("report_url", exact=True)).first.locator("a").first
+    href = link.get_attribute("href")
+    assert href == f"http://127.0.0.1:{deployment.site_port}/demo/{PERIOD}/report.html", href
+    page.goto(href)
+    page.locator('img[src^="data:image/png"]').first.wait_for()
+    screenshot(page, "ui-b2-report-html-from-its-link")
+    assert PERIOD in page.inner_text("body")
 
 
 def check_labels(page, names) -> dict:

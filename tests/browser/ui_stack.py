@@ -88,6 +88,7 @@ class Deployment:
     root: Path
     env: dict
     port: int
+    site_port: int = 0
     procs: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=dict)  # each command line's wall time, by command
 
@@ -108,9 +109,10 @@ class Deployment:
         )
         env.pop("SPATIAL_RELEASE_PUBLIC_KEY", None)  # the key made beside the signing key
         env["SPATIAL_RELEASE_POLICIES"] = str(_ui_policies(root / "policies"))
-        port = free_port()
+        port, site = free_port(), free_port()
         env["SPATIAL_RELEASE_UI_URL"] = f"http://127.0.0.1:{port}"  # the alerts link to their runs here
-        return cls(root, env, port)
+        env["SPATIAL_RELEASE_RELEASES_URL"] = f"http://127.0.0.1:{site}"  # releases/ as a site serves it
+        return cls(root, env, port, site_port=site)
 
     @property
     def out(self) -> Path:
@@ -174,6 +176,22 @@ class Deployment:
     def start_webserver(self) -> None:
         self._start(
             "webserver", [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(self.port)]
+        )
+
+    def start_release_site(self) -> None:
+        """releases/ served over http on this machine, as a release site would serve it (report.html links)."""
+        self._start(
+            "release_site",
+            [
+                sys.executable,
+                "-m",
+                "http.server",
+                "--bind",
+                "127.0.0.1",
+                "--directory",
+                str(self.out / "releases"),
+                str(self.site_port),
+            ],
         )
 
     def start_daemon(self) -> None:

@@ -13,6 +13,7 @@ Each asset writes its own files in the work area (returning nothing to an IO man
 exactly the files that will be published.
 """
 
+import re
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from spatial_release.defs.programmes import Programme
 from spatial_release.defs.release.checks import build_checks
 from spatial_release.defs.release.reports import frontier_report, k_anonymity_report, readable, risk_metadata, risk_report
 from spatial_release.defs.resources import CountingEngine, ReleaseSettings
+from spatial_release.errors import UserError
 from spatial_release.policy import Policy
 from spatial_release.stages.frontier import public_frontier
 from spatial_release.traces.files import missing_trace_files
@@ -326,18 +328,22 @@ def _publish_op(scope: _GraphScope) -> dg.OpDefinition:
             raise dg.Failure(description=str(exists), allow_retries=False) from None
         context.log_event(
             dg.AssetMaterialization(
-                asset_key=key, partition=context.partition_key, metadata=publication_metadata(target, record, policy)
+                asset_key=key,
+                partition=context.partition_key,
+                metadata=publication_metadata(target, record, policy, settings.releases_url),
             )
         )
 
     return publish
 
 
-def publication_metadata(target: Path, record: stages.ReleaseRecord, policy: Policy) -> dict:
+def publication_metadata(
+    target: Path, record: stages.ReleaseRecord, policy: Policy, releases_url: str | None = None
+) -> dict:
     assert record.risk is not None, "a published release's record carries its risk assessment"
     return {
         "period": record.period,
-        **release_report_metadata(target, policy),
+        **release_report_metadata(target, policy, releases_url),
         "release_record": dg.MetadataValue.path(str(target / stages.ReleaseRecord.FILE)),
         "release_dir": dg.MetadataValue.path(str(target)),
         "k_anonymity_report": dg.MetadataValue.md(k_anonymity_report(record.counts, policy.k)),
@@ -405,7 +411,18 @@ def _table_schema(path: Path) -> dg.TableSchema:
     )
 
 
-def release_report_metadata(target: Path, policy) -> dict:
+def report_link(target: Path, releases_url: str | None) -> dict:
+    """report.html as a link, where the releases folder is served (`releases_url`): the web UI cannot open a
+    file on the server's disk, and a browser refuses a file:// link from an http page."""
+    if not releases_url:
+        return {}
+    if not re.match(r"^https?://[^\s/?#]+(/[^\s?#]*)?$", releases_url):
+        raise UserError(f"releases_url {releases_url!r} (SPATIAL_RELEASE_RELEASES_URL) is not an http(s) URL")
+    dataset, period = target.parent.name, target.name
+    return {"report_url": dg.MetadataValue.url(f"{releases_url.rstrip('/')}/{dataset}/{period}/{report.REPORT_HTML}")}
+
+
+def release_report_metadata(target: Path, policy, releases_url: str | None = None) -> dict:
     """What the public sees, in the UI: the map alone (`map_image`, one image at its natural size, at most
     1200 px wide, so Dagster's markdown view shows it whole: it does not scale images down), the map with the
     headline, audit, risk, schema and preview of both tables (`map`, report.report_markdown, from the
@@ -416,6 +433,7 @@ def release_report_metadata(target: Path, policy) -> dict:
         "dagster/column_schema": _table_schema(target / "cells.parquet"),
         "margins_column_schema": _table_schema(target / "margins.parquet"),
         "report_html": dg.MetadataValue.path(str(target / report.REPORT_HTML)),
+        **report_link(target, releases_url),
     }
     png = report.report_png_path(target)
     return metadata if png is None else {**metadata, "map_png": dg.MetadataValue.path(str(png))}
