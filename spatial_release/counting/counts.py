@@ -407,6 +407,21 @@ def _resolve_unsure(engine: Engine, plans: Sequence[ZoningPlan], table: str) -> 
     return len(unsure), buckets
 
 
+def _report_scan(progress: Progress, seconds: dict) -> None:
+    progress(
+        ProgressEvent(
+            "counting",
+            f"scanned the pings into (unit, bucket, area) rows in {seconds['scan']:.1f} s",
+            seconds=seconds["scan"],
+        )
+    )
+
+
+def _report_exact(progress: Progress, unsure_n: int, seconds: dict) -> None:
+    text = f"assigned {unsure_n:,} distinct unsure coordinate(s) exactly in {seconds['exact']:.1f} s"
+    progress(ProgressEvent("counting", text, seconds=seconds["exact"]))
+
+
 def _scan_generic(
     engine: Engine,
     plans: Sequence[ZoningPlan],
@@ -420,23 +435,11 @@ def _scan_generic(
     engine.materialize("obs", _stage_a_sql(plans, slots, engine))
     t = _timed(seconds, "scan", t)
     _check_period(engine, "obs", pings, period)
-    progress(
-        ProgressEvent(
-            "counting",
-            f"scanned the pings into (unit, bucket, area) rows in {seconds['scan']:.1f} s",
-            seconds=seconds["scan"],
-        )
-    )
+    _report_scan(progress, seconds)
     unsure_n, unsure_buckets = _resolve_unsure(engine, plans, "obs")
     engine.view("located", _located_sql(len(plans)))
     _timed(seconds, "exact", t)
-    progress(
-        ProgressEvent(
-            "counting",
-            f"assigned {unsure_n:,} distinct unsure coordinate(s) exactly in {seconds['exact']:.1f} s",
-            seconds=seconds["exact"],
-        )
-    )
+    _report_exact(progress, unsure_n, seconds)
     return unsure_n, unsure_buckets
 
 
@@ -475,13 +478,7 @@ def _scan_presence_by_area(
     engine.view("obs_rows", _BY_AREA_ROWS.format(div=d.int_div("bk", str(m)), m=m))
     t = _timed(seconds, "scan", t)
     _check_period(engine, "obs_rows", pings, period)
-    progress(
-        ProgressEvent(
-            "counting",
-            f"scanned the pings into (unit, bucket, area) rows in {seconds['scan']:.1f} s",
-            seconds=seconds["scan"],
-        )
-    )
+    _report_scan(progress, seconds)
     unsure_n, unsure_buckets = _resolve_unsure(engine, plans, "obs_rows")
     engine.view(
         "located",
@@ -493,13 +490,7 @@ def _scan_presence_by_area(
         FROM obs_rows o JOIN fix f ON o.ulon = f.ulon AND o.ulat = f.ulat WHERE o.u""",
     )
     _timed(seconds, "exact", t)
-    progress(
-        ProgressEvent(
-            "counting",
-            f"assigned {unsure_n:,} distinct unsure coordinate(s) exactly in {seconds['exact']:.1f} s",
-            seconds=seconds["exact"],
-        )
-    )
+    _report_exact(progress, unsure_n, seconds)
     return unsure_n, unsure_buckets
 
 

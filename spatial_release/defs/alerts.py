@@ -22,7 +22,7 @@ from spatial_release.alerts import Alert, AlertRouting, deliver, mask_files
 from spatial_release.defs.partitions import PERIOD_TAG, partitions_for, period_of
 from spatial_release.defs.programmes import Programme
 from spatial_release.defs.release import REFUSED_TAG
-from spatial_release.defs.resources import ReleaseSettings
+from spatial_release.defs.resources import ReleaseSettings, is_http_base_url
 from spatial_release.errors import Blocked, UserError, is_disk_full
 from spatial_release.ledger import find_release
 from spatial_release.period import Period
@@ -35,7 +35,6 @@ DELIVERY_TAG = "spatial_release/alert_delivery"
 # The Dagster UI's base URL as the alerts' readers reach it (e.g. https://dagster.example.org): each alert
 # links to its run there. Unset: alerts carry the run id only.
 UI_URL_ENV = "SPATIAL_RELEASE_UI_URL"
-_BASE_URL = re.compile(r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
 
 
 def run_link(run_id: str) -> str | None:
@@ -44,7 +43,7 @@ def run_link(run_id: str) -> str | None:
     base = (os.environ.get(UI_URL_ENV) or "").strip()
     if not base:
         return None
-    if not _BASE_URL.match(base):
+    if not is_http_base_url(base):
         raise UserError(f"{UI_URL_ENV}={base!r} is not an http(s) base URL such as https://dagster.example.org")
     return f"{base.rstrip('/')}/runs/{run_id}"
 

@@ -6,6 +6,7 @@ environment is read when a resource is built (each default is a factory), never 
 """
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +21,14 @@ from spatial_release.policy import Policy
 from spatial_release.stages import Published, ReleaseContext, WorkArea
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+_HTTP_BASE_URL = re.compile(r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
+
+
+def is_http_base_url(value: str) -> bool:
+    """An http(s) URL with a host and an optional path, nothing else (the UI's and the release site's bases)."""
+    return bool(_HTTP_BASE_URL.match(value))
 
 
 def _env(name: str) -> Callable[[], str | None]:

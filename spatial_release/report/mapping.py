@@ -230,21 +230,21 @@ def _grid_segments(size: float, frame: Extent) -> np.ndarray | None:
     return np.asarray(vertical + horizontal, dtype=float)
 
 
+def _outline(ax, geometries: np.ndarray, colour: str, width: float, zorder: float, gid: str) -> None:
+    """Polygons as lines only (no fill), one collection named `gid`."""
+    ax.add_collection(
+        PathCollection(
+            area_paths(geometries), facecolors="none", edgecolors=colour, linewidths=width, zorder=zorder, gid=gid
+        )
+    )
+
+
 def _draw_backdrop(ax, drop: Backdrop) -> None:
     """The outlines over the fills (every area gets the same line whether filled or not), then the boundary
     and the labels; nothing here depends on what is published beyond the extent of a grid's frame."""
     if drop.outlines is not None and len(drop.outlines):
         colour, width = DENSE_OUTLINE if len(drop.outlines) > MAX_LABELS else (OUTLINE_COLOUR, OUTLINE_WIDTH)
-        ax.add_collection(
-            PathCollection(
-                area_paths(drop.outlines.to_numpy()),
-                facecolors="none",
-                edgecolors=colour,
-                linewidths=width,
-                zorder=2,
-                gid="zoning-outlines",
-            )
-        )
+        _outline(ax, drop.outlines.to_numpy(), colour, width, 2, "zoning-outlines")
     if drop.grid is not None:
         segments = _grid_segments(*drop.grid)
         if segments is not None:
@@ -252,27 +252,9 @@ def _draw_backdrop(ax, drop: Backdrop) -> None:
                 LineCollection(list(segments), colors=OUTLINE_COLOUR, linewidths=OUTLINE_WIDTH, zorder=2, gid="grid-lines")
             )
     if drop.context is not None:
-        ax.add_collection(
-            PathCollection(
-                area_paths(drop.context.to_numpy()),
-                facecolors="none",
-                edgecolors=CONTEXT_COLOUR,
-                linewidths=OUTLINE_WIDTH,
-                zorder=2.5,
-                gid="main-zoning-outlines",
-            )
-        )
+        _outline(ax, drop.context.to_numpy(), CONTEXT_COLOUR, OUTLINE_WIDTH, 2.5, "main-zoning-outlines")
     if drop.boundary is not None:
-        ax.add_collection(
-            PathCollection(
-                area_paths(np.array([drop.boundary], dtype=object)),
-                facecolors="none",
-                edgecolors=BOUNDARY_COLOUR,
-                linewidths=BOUNDARY_WIDTH,
-                zorder=3,
-                gid="zoning-boundary",
-            )
-        )
+        _outline(ax, np.array([drop.boundary], dtype=object), BOUNDARY_COLOUR, BOUNDARY_WIDTH, 3, "zoning-boundary")
     if drop.labels is not None:
         halo = [patheffects.withStroke(linewidth=2.2, foreground="white")]
         anchors = label_points(drop.labels.to_numpy())

@@ -13,7 +13,6 @@ Each asset writes its own files in the work area (returning nothing to an IO man
 exactly the files that will be published.
 """
 
-import re
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from spatial_release.defs.partitions import (
 from spatial_release.defs.programmes import Programme
 from spatial_release.defs.release.checks import build_checks
 from spatial_release.defs.release.reports import frontier_report, k_anonymity_report, readable, risk_metadata, risk_report
-from spatial_release.defs.resources import CountingEngine, ReleaseSettings
+from spatial_release.defs.resources import CountingEngine, ReleaseSettings, is_http_base_url
 from spatial_release.errors import UserError
 from spatial_release.policy import Policy
 from spatial_release.stages.frontier import public_frontier
@@ -416,7 +415,7 @@ def report_link(target: Path, releases_url: str | None) -> dict:
     file on the server's disk, and a browser refuses a file:// link from an http page."""
     if not releases_url:
         return {}
-    if not re.match(r"^https?://[^\s/?#]+(/[^\s?#]*)?$", releases_url):
+    if not is_http_base_url(releases_url):
         raise UserError(f"releases_url {releases_url!r} (SPATIAL_RELEASE_RELEASES_URL) is not an http(s) URL")
     dataset, period = target.parent.name, target.name
     return {"report_url": dg.MetadataValue.url(f"{releases_url.rstrip('/')}/{dataset}/{period}/{report.REPORT_HTML}")}
