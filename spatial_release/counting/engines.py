@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import duckdb
 import pandas as pd
@@ -200,6 +200,31 @@ def _stop_session_elsewhere(settings: SparkSettings) -> None:
         running.stop()  # the stale session object is replaced by the next getOrCreate()
 
 
+def spark_session(settings: SparkSettings) -> Any:
+    """This process's SparkSession on `settings.master`: the running one when it matches, else a new one
+    (the counting engine and the runner of protection's, the audit's and the risk estimate's tasks share it)."""
+    from pyspark.sql import SparkSession  # imported here: Spark is optional at run time
+
+    _stop_session_elsewhere(settings)
+    builder = (
+        SparkSession.builder.master(settings.master)
+        .appName(settings.app_name)
+        .config("spark.sql.session.timeZone", "UTC")
+        # Owner-only scratch files (0600, folders 0700) on every executor, whatever the umask of
+        # the cluster's workers: Hadoop's file systems apply this umask, not the process's.
+        .config("spark.hadoop.fs.permissions.umask-mode", "077")
+        .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    for key, value in settings.conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 class SparkEngine:
     """Runs the counting SQL through PySpark. Intermediate tables are written as Parquet in a scratch folder
     that the Spark executors can reach (on a cluster: a shared path given as `scratch`)."""
@@ -207,30 +232,12 @@ class SparkEngine:
     name = "spark"
 
     def __init__(self, settings: SparkSettings | None = None, scratch: Path | None = None):
-        from pyspark.sql import SparkSession  # imported here: Spark is optional at run time
-
         self.settings = settings or SparkSettings()
         self.dialect = SparkDialect()
         self._own_scratch = scratch is None
         self.scratch = Path(scratch or tempfile.mkdtemp(prefix="spark-counting-"))
         self.scratch.mkdir(parents=True, exist_ok=True)
-        _stop_session_elsewhere(self.settings)
-        builder = (
-            SparkSession.builder.master(self.settings.master)
-            .appName(self.settings.app_name)
-            .config("spark.sql.session.timeZone", "UTC")
-            # Owner-only scratch files (0600, folders 0700) on every executor, whatever the umask of
-            # the cluster's workers: Hadoop's file systems apply this umask, not the process's.
-            .config("spark.hadoop.fs.permissions.umask-mode", "077")
-            .config("spark.sql.shuffle.partitions", str(self.settings.shuffle_partitions))
-            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-        )
-        for key, value in self.settings.conf.items():
-            builder = builder.config(key, value)
-        self.spark = builder.getOrCreate()
-        self.spark.sparkContext.setLogLevel("ERROR")
+        self.spark = spark_session(self.settings)
         self._duck: duckdb.DuckDBPyConnection | None = None
 
     def register_parquet(self, name: str, paths: Sequence[Path]) -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from spatial_release.counting.engines import DuckDBSettings, Engine, SparkSettings, open_engine
+from spatial_release import tasks
+from spatial_release.counting.engines import DuckDBSettings, Engine, SparkSettings, open_engine, spark_session
 from spatial_release.ledger import Ledger
 from spatial_release.period import Period
 from spatial_release.policy import Policy
@@ -95,8 +96,10 @@ def _env_int(name: str) -> Callable[[], int | None]:
 class CountingEngine(dg.ConfigurableResource):
     """The engine that counts the pings. `duckdb` (the default) runs on this machine and spills to disk past
     `duckdb_memory_limit`; `spark` hands the scan and the distinct counts to Apache Spark at `spark_master`
-    ('local[*]', or a cluster URL such as 'spark://host:7077'). Suppression, audit and risk always run here,
-    on the aggregated tables. Both engines give identical counts (a test compares them row for row)."""
+    ('local[*]', or a cluster URL such as 'spark://host:7077'), and with it the independent jobs of the later
+    steps (`tasks`: protection's blocks, the audit's components, the risk estimate's chunks) run as Spark tasks
+    on the same master instead of local processes. Both engines give identical counts and byte-identical
+    releases (tests compare them)."""
 
     engine: str = Field(
         default_factory=_env_or("SPATIAL_RELEASE_ENGINE", "duckdb"),
@@ -128,12 +131,24 @@ class CountingEngine(dg.ConfigurableResource):
         programmes releasing one period never share one), else inside the work area."""
         return Path(self.scratch_dir) / area.root.parent.name / area.root.name if self.scratch_dir else area.counts / "spark"
 
+    def spark_settings(self) -> SparkSettings:
+        return SparkSettings(master=self.spark_master, conf=dict(self.spark_conf))
+
+    @contextmanager
+    def tasks(self) -> Iterator[tasks.Runner | None]:
+        """The runner of a step's independent jobs while the block runs: Spark tasks on `spark_master` for the
+        spark engine; None (local processes, `tasks.LocalProcesses`) for duckdb."""
+        if self.engine != "spark":
+            yield None
+            return
+        with tasks.running_on(tasks.SparkTasks(spark_session(self.spark_settings()))) as runner:
+            yield runner
+
     @contextmanager
     def open(self, area: WorkArea) -> Iterator[Engine]:
         if self.engine == "spark":
             scratch = self.scratch_for(area)
-            spark = SparkSettings(master=self.spark_master, conf=dict(self.spark_conf))
-            with open_engine("spark", scratch=scratch, spark_settings=spark) as engine:
+            with open_engine("spark", scratch=scratch, spark_settings=self.spark_settings()) as engine:
                 yield engine
         else:
             duck = DuckDBSettings(memory_limit=self.duckdb_memory_limit, threads=self.duckdb_threads)

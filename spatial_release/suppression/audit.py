@@ -22,7 +22,8 @@ up >= max(k, v + 1): the value is neither pinned down nor shown to be below k). 
 or any solver error is a failure, never a pass.
 
 All cores: components are independent, so `audit` solves them in worker processes (`workers`, default
-$SPATIAL_RELEASE_AUDIT_WORKERS or os.cpu_count(); serial below PARALLEL_MIN_NODES figures). Each job (a
+$SPATIAL_RELEASE_AUDIT_WORKERS or os.cpu_count(); serial below PARALLEL_MIN_NODES figures), or as Spark
+tasks when the context's runner is Spark (`spatial_release.tasks`). Each job (a
 component, or small components packed together, see PACK_NODES) goes to a worker as its own sub-table,
 renumbered in the whole table's order, with the whole table's bulk cap, so its LPs are exactly those a
 single worker solves on the whole table (`_solve_in_place`: the same columns and rows in the same order,
@@ -50,17 +51,15 @@ Words (each has one meaning here):
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
-import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import highspy
 import numpy as np
 
+from spatial_release import tasks
 from spatial_release.progress import Progress, ProgressEvent, silent
 from spatial_release.suppression.table import EQ, PUBLISHED, Table
 from spatial_release.suppression.verdicts import AuditResult, Criterion, Interval
@@ -694,19 +693,6 @@ def _to_table(job: _Job, solved: _Solved) -> _Solved:
     )
 
 
-def pool(workers: int) -> ProcessPoolExecutor:
-    """Worker processes. A single-threaded caller (a script, a notebook, the benchmark) forks: cheap, and a
-    script without a `__main__` guard keeps working. A threaded one (a Dagster run) uses a fork server, so
-    no worker is forked from a process whose other threads may hold locks; there, as for any spawned
-    worker, the main module is imported again and must guard its entry point (Dagster's and the command
-    line's do)."""
-    if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
-        return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["spatial_release.suppression.audit", "spatial_release.suppression.blocks"])
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context)
-
-
 def _solve_all(
     table: Table,
     work: list[Pack],
@@ -717,19 +703,20 @@ def _solve_all(
     optimal_bounds: bool,
     workers: int,
 ) -> Iterator[tuple[Pack, _Solved]]:
-    """Each job's result in the whole table's numbering, in the order of `work` whatever the number of
-    workers: solved in place by one worker, on sub-tables (`_job`) by several."""
-    if workers <= 1 or len(work) <= 1:
+    """Each job's result in the whole table's numbering, in the order of `work` whatever runs it: solved in
+    place by one worker, on sub-tables (`_job`) by the context's runner (`tasks`: local processes, or Spark
+    tasks) otherwise."""
+    runner = tasks.runner_for(min(workers, len(work)))
+    if runner is None:
         for pack in work:
             yield pack, _solve_in_place(table, pack, relations_of, cap, options, criterion, optimal_bounds)
         return
-    with pool(min(workers, len(work))) as executor:
-        for start in range(0, len(work), BATCH):
-            batch = work[start : start + BATCH]
-            jobs = [_job(table, pack, relations_of, cap, options, criterion, optimal_bounds) for pack in batch]
-            chunk = max(1, len(jobs) // (workers * 4))
-            for pack, job, solved in zip(batch, jobs, executor.map(_solve, jobs, chunksize=chunk)):
-                yield pack, _to_table(job, solved)
+    for start in range(0, len(work), BATCH):
+        batch = work[start : start + BATCH]
+        jobs = [_job(table, pack, relations_of, cap, options, criterion, optimal_bounds) for pack in batch]
+        chunk = max(1, len(jobs) // (runner.slots * 4))
+        for pack, job, solved in zip(batch, jobs, runner.map(_solve, jobs, chunksize=chunk)):
+            yield pack, _to_table(job, solved)
 
 
 def audit(
@@ -761,7 +748,7 @@ def audit(
     order), its witness points and the errors; any solver status other than optimal/unbounded is an error, never a pass."""
     started = time.perf_counter()
     criterion = criterion or Criterion(k)
-    workers = default_workers() if workers is None else max(1, int(workers))
+    workers = tasks.slots(default_workers()) if workers is None else max(1, int(workers))
     result = AuditResult(k=k, criterion=criterion)
     result.errors.extend(inconsistent_relations(table))
     relations_of = table.relations_of()

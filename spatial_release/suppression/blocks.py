@@ -30,19 +30,17 @@ protecting whole blocks in the workers puts every stage on every core.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from spatial_release.errors import Blocked
+from spatial_release import tasks
 from spatial_release.progress import Progress, ProgressEvent, silent
 from spatial_release.suppression.audit import (
     default_workers,
     inconsistent_relations,
     linked_groups,
-    pool,
     renumbered,
     table_cap,
 )
@@ -166,33 +164,14 @@ def _merge(table: Table, done: _Protected, log: ProtectionLog, audit: AuditResul
         setattr(audit, name, getattr(audit, name) + getattr(part.audit, name))
 
 
-def _in_order(jobs: Iterator[_Chunk], workers: int) -> Iterator[_Protected]:
-    """Each chunk protected, in chunk order; at most 2 x workers chunks pending, so only a few sub-tables
-    exist at once besides the whole table."""
-    if workers <= 1:
+def _in_order(jobs: Iterator[_Chunk], runner: tasks.Runner | None) -> Iterator[_Protected]:
+    """Each chunk protected, in chunk order, by `runner` (local processes, or Spark tasks; None: here); at
+    most 2 x its slots chunks pending, so only a few sub-tables exist at once besides the whole table."""
+    if runner is None:
         for job in jobs:
             yield _protect_chunk(job)
         return
-    with pool(workers) as executor:
-        pending: deque = deque()
-        for job in jobs:
-            pending.append(executor.submit(_protect_chunk, job))
-            if len(pending) >= 2 * workers:
-                yield _result(pending.popleft())
-        while pending:
-            yield _result(pending.popleft())
-
-
-def _result(future) -> _Protected:
-    """A chunk's result; a refusal raised in the worker (`SuppressionError`, a `Blocked`) is raised here as
-    itself, without the worker's traceback as its cause: the command line reads a failed step's kind from
-    its innermost cause, and the `_RemoteTraceback` the pool attaches made a named refusal an internal
-    error (exit 3, its traceback in the alert). Any other error keeps the worker's traceback."""
-    try:
-        return future.result()
-    except Blocked as error:
-        error.__cause__ = None
-        raise error from None
+    yield from runner.map(_protect_chunk, jobs)
 
 
 def protect_blocks(
@@ -211,7 +190,7 @@ def protect_blocks(
     `protect_whole` when fewer than two blocks hold a withheld figure."""
     started = time.perf_counter()
     criterion = criterion or Criterion(k)
-    workers = default_workers() if method.workers is None else max(1, int(method.workers))
+    workers = tasks.slots(default_workers()) if method.workers is None else max(1, int(method.workers))
     # Blocks without a withheld figure go to no chunk, so no chunk's audit would see a contradiction among
     # their published figures, which the whole table's audit reports: look for them here, on every block.
     contradictions = inconsistent_relations(table)
@@ -237,8 +216,8 @@ def protect_blocks(
     audit = AuditResult(k=k, criterion=criterion)  # the log's audit, merged over the chunks
     log = ProtectionLog(audit=audit, method=method)
     reported = time.perf_counter()
-    workers = min(workers, len(chunks))
-    for n, done in enumerate(_in_order(jobs, workers), start=1):
+    runner = tasks.runner_for(min(workers, len(chunks)))
+    for n, done in enumerate(_in_order(jobs, runner), start=1):
         _merge(table, done, log, audit)
         if time.perf_counter() - reported >= every_s:
             reported = time.perf_counter()
@@ -251,7 +230,7 @@ def protect_blocks(
                 )
             )
     audit.intervals.sort(key=lambda interval: interval.node)
-    audit.workers = workers
+    audit.workers = runner.slots if runner is not None else 1
     seconds = time.perf_counter() - started
     progress(
         ProgressEvent(

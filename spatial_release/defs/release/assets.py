@@ -228,10 +228,12 @@ def _protected_table_asset(scope: _GraphScope, cell_counts: dg.AssetsDefinition)
         description=f"{scope.policy_name}: the candidate release after primary (below k) and complementary "
         "suppression; the blocking checks on it stand between the candidate and publication.",
     )
-    def protected_table(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
+    def protected_table(
+        context: dg.AssetExecutionContext, settings: ReleaseSettings, counting: CountingEngine
+    ) -> dg.MaterializeResult:
         ctx = scope.release_context(context, settings)
         policy = ctx.policy
-        with _hold(context, settings, ctx):
+        with _hold(context, settings, ctx), counting.tasks():
             summary = stages.run_protect(ctx, progress=context.log.info, published=settings.published())
             counts = summary.public_counts()
         frontier = public_frontier(summary.frontier, list(policy.time.ladder))
@@ -259,9 +261,11 @@ def _risk_assessment_asset(scope: _GraphScope, protected_table: dg.AssetsDefinit
         description=f"{scope.policy_name}: per-zone re-identification risk of the candidate with the ledger's "
         "earlier releases of the same population, against both ceilings.",
     )
-    def risk_assessment(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
+    def risk_assessment(
+        context: dg.AssetExecutionContext, settings: ReleaseSettings, counting: CountingEngine
+    ) -> dg.MaterializeResult:
         ctx = scope.release_context(context, settings)
-        with _hold(context, settings, ctx):
+        with _hold(context, settings, ctx), counting.tasks():
             risk = stages.run_risk(ctx, settings.ledger())
         return dg.MaterializeResult(
             metadata={
@@ -309,11 +313,12 @@ def _publish_op(scope: _GraphScope) -> dg.OpDefinition:
         "guarantee and the risk gate under the ledger lock), write its ledger entry and report the "
         "published_release materialisation.",
     )
-    def publish(context: dg.OpExecutionContext, settings: ReleaseSettings) -> None:
+    def publish(context: dg.OpExecutionContext, settings: ReleaseSettings, counting: CountingEngine) -> None:
         ctx = scope.release_context(context, settings)
         policy = ctx.policy
         try:
-            with _hold(context, settings, ctx, check_ledger=False):  # run_publish checks, locked
+            # run_publish checks, locked; what the certificate cannot settle is re-solved on the engine's tasks
+            with _hold(context, settings, ctx, check_ledger=False), counting.tasks():
                 target, record = stages.run_publish(ctx, Path(settings.releases_dir), settings.ledger())
         except stages.AlreadyPublished as exists:
             # The partition keeps its published materialisation: nothing is written and nothing failed.

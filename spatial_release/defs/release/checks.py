@@ -4,6 +4,7 @@ candidate and the published release, so a failure stops publication. Each check 
 
 import warnings
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from spatial_release import stages
 from spatial_release.defs.outcomes import check_result
 from spatial_release.defs.partitions import period_of
 from spatial_release.defs.programmes import Programme
-from spatial_release.defs.resources import ReleaseSettings
+from spatial_release.defs.resources import CountingEngine, ReleaseSettings
 from spatial_release.guarantees import CheckOutcome
 from spatial_release.risk import WARN
 
@@ -46,9 +47,12 @@ def _guarantee(
     @dg.asset_check(
         asset=protected_table, name=name, blocking=True, partitions_def=scope.partitions_def, description=description
     )
-    def _check(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
+    def _check(
+        context: dg.AssetCheckExecutionContext, settings: ReleaseSettings, counting: CountingEngine
+    ) -> dg.AssetCheckResult:
         extra = {"progress": context.log.info} if reports_progress else {}
-        return check_result(run(scope.release_context(context, settings), published=settings.published(), **extra))
+        with counting.tasks() if reports_progress else nullcontext():  # the audit's components: the engine's tasks
+            return check_result(run(scope.release_context(context, settings), published=settings.published(), **extra))
 
     return _check
 

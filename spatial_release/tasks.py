@@ -1,0 +1,228 @@
+"""Where a step's independent jobs run: worker processes on this machine, or tasks on a Spark cluster.
+
+Protection's chunks of independent blocks (`suppression.blocks`), the audit's packs of components
+(`suppression.audit`, which the certificate's verification also calls for what it cannot certify) and the
+risk estimator's chunks of knowledge sets are independent jobs whose results the caller merges in job
+order. Each caller asks `current()` for the runner of this context and maps its job function over its jobs:
+
+- `LocalProcesses(workers)`: a process pool on this machine (the default).
+- `SparkTasks(spark)`: each chunk of jobs is one Spark task on the cluster's executors. Several Spark jobs run
+  at once from driver threads (one per executor core), so a slow chunk does not hold the others back, and
+  at most 2 x that many chunks are pending, so the driver never holds every job's input at once.
+
+The runner never changes a result: jobs are formed from the table alone (never from the number of workers or
+executors) and merged in job order, so the outputs are byte-identical whatever runs them
+(tests/test_spark_cluster.py compares a whole release on a standalone cluster with the local one).
+
+A Spark executor runs this package's job functions, so it must run the same code and the same libraries as
+the driver: `SparkTasks` compares `codeversion.CODE_DIGEST` on the executors with the driver's before the first
+job and refuses a cluster that differs (a different solver version could withhold other figures).
+
+`running_on(runner)` sets the runner for a block of code (the Dagster steps and the command line do it for
+`--engine spark`); a notebook can do the same:
+
+    with tasks.running_on(tasks.SparkTasks(spark)):
+        stages.run_protect(ctx)
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
+from itertools import islice
+from typing import Any, Protocol, TypeVar
+
+from spatial_release.errors import Blocked
+
+J = TypeVar("J")
+R = TypeVar("R")
+
+# modules a fork server imports once, before forking the workers (the job functions live there)
+PRELOAD = ("spatial_release.suppression.audit", "spatial_release.suppression.blocks")
+
+
+class Runner(Protocol):
+    name: str
+
+    @property
+    def slots(self) -> int:
+        """How many jobs run at once."""
+        ...
+
+    def map(self, fn: Callable[[J], R], jobs: Iterable[J], chunksize: int = 1) -> Iterator[R]:
+        """fn(job) of every job, in job order; `chunksize` jobs travel together."""
+        ...
+
+
+_current: ContextVar[Runner | None] = ContextVar("spatial_release_runner", default=None)
+
+
+def current() -> Runner | None:
+    """The runner set by `running_on` for this context; None: the caller's local default."""
+    return _current.get()
+
+
+@contextmanager
+def running_on(runner: Runner | None) -> Iterator[Runner | None]:
+    token = _current.set(runner)
+    try:
+        yield runner
+    finally:
+        _current.reset(token)
+
+
+def pool(workers: int) -> ProcessPoolExecutor:
+    """Worker processes. A single-threaded caller (a script, a notebook, the benchmark) forks: cheap, and a
+    script without a `__main__` guard keeps working. A threaded one (a Dagster run) uses a fork server, so
+    no worker is forked from a process whose other threads may hold locks; there, as for any spawned
+    worker, the main module is imported again and must guard its entry point (Dagster's and the command
+    line's do)."""
+    if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
+        return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(PRELOAD))
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context)
+
+
+def _chunked(jobs: Iterable[J], size: int) -> Iterator[list[J]]:
+    it = iter(jobs)
+    while chunk := list(islice(it, max(1, size))):
+        yield chunk
+
+
+def _apply(fn: Callable[[J], R], chunk: Sequence[J]) -> list[tuple[str, Any]]:
+    """fn over a chunk, where it runs; a refusal (`Blocked`: a suppression error, a gate) comes back as a
+    value and is raised again by the caller as itself (a pool or Spark would wrap it in its own error, and
+    the command line and the alerts read a failed step's kind from it)."""
+    out: list[tuple[str, Any]] = []
+    for job in chunk:
+        try:
+            out.append(("ok", fn(job)))
+        except Blocked as refusal:
+            refusal.__cause__ = refusal.__context__ = None
+            refusal.__traceback__ = None
+            out.append(("refused", refusal))
+    return out
+
+
+def _unwrap(results: list[tuple[str, Any]]) -> Iterator[Any]:
+    for kind, value in results:
+        if kind == "refused":
+            raise value
+        yield value
+
+
+def _in_order(submit: Callable[[list], Future], jobs: Iterable, chunksize: int, pending_max: int) -> Iterator:
+    """Submit chunks of jobs, at most `pending_max` pending, and yield their results in job order."""
+    pending: deque[Future] = deque()
+    for chunk in _chunked(jobs, chunksize):
+        pending.append(submit(chunk))
+        if len(pending) >= pending_max:
+            yield from _unwrap(pending.popleft().result())
+    while pending:
+        yield from _unwrap(pending.popleft().result())
+
+
+class LocalProcesses:
+    """`workers` processes on this machine (a fork, or a fork server from a threaded caller)."""
+
+    name = "local"
+
+    def __init__(self, workers: int):
+        self.workers = max(1, int(workers))
+
+    @property
+    def slots(self) -> int:
+        return self.workers
+
+    def map(self, fn: Callable[[J], R], jobs: Iterable[J], chunksize: int = 1) -> Iterator[R]:
+        if self.workers <= 1:
+            for job in jobs:
+                yield fn(job)
+            return
+        with pool(self.workers) as executor:
+            yield from _in_order(lambda chunk: executor.submit(_apply, fn, chunk), jobs, chunksize, 2 * self.workers)
+
+
+class ExecutorMismatch(RuntimeError):
+    """The Spark executors run other code or other libraries than the driver."""
+
+
+def _executor_digest(_: object) -> str:
+    from spatial_release.codeversion import CODE_DIGEST
+
+    return CODE_DIGEST
+
+
+def job_group(fn: Callable) -> str:
+    """The Spark job group of `fn`'s tasks: `spatial_release:<module>.<function>`."""
+    return f"spatial_release:{fn.__module__}.{fn.__qualname__}"
+
+
+class SparkTasks:
+    """Jobs as tasks on the executors of a running SparkSession (`spark`): one task per chunk of jobs,
+    `slots` (default: the application's default parallelism, its executors' cores) chunks running at once."""
+
+    name = "spark"
+
+    def __init__(self, spark: Any, slots: int | None = None):
+        self.spark = spark
+        self._slots = slots
+        self._checked = False
+
+    @property
+    def slots(self) -> int:
+        if self._slots is None:
+            self._slots = max(1, int(self.spark.sparkContext.defaultParallelism))
+        return self._slots
+
+    @property
+    def master(self) -> str:
+        return str(self.spark.sparkContext.master)
+
+    def check_executors(self) -> None:
+        """Refuse executors whose package files or libraries differ from the driver's: their solver could
+        withhold other figures than this machine's, and the release would depend on where it ran."""
+        from spatial_release.codeversion import CODE_DIGEST
+
+        context = self.spark.sparkContext
+        found = set(context.parallelize(range(self.slots), self.slots).map(_executor_digest).collect())
+        if found != {CODE_DIGEST}:
+            raise ExecutorMismatch(
+                f"the Spark executors of {self.master} run other code than this driver (code digests "
+                f"{sorted(d[:12] for d in found)} against {CODE_DIGEST[:12]}): install the same spatial_release "
+                "version and the same numpy, pandas, pyarrow, duckdb, highspy, shapely, pyproj and geopandas "
+                "on every executor (e.g. ship this environment with spark.archives)"
+            )
+        self._checked = True
+
+    def _run(self, fn: Callable, chunk: list) -> list[tuple[str, Any]]:
+        context = self.spark.sparkContext
+        # the Spark UI and the status tracker show which step's jobs these are (job groups are per thread)
+        context.setJobGroup(job_group(fn), f"spatial_release: {len(chunk)} job(s) of {fn.__name__}")
+        return context.parallelize([chunk], 1).map(lambda jobs: _apply(fn, jobs)).collect()[0]
+
+    def map(self, fn: Callable[[J], R], jobs: Iterable[J], chunksize: int = 1) -> Iterator[R]:
+        if not self._checked:
+            self.check_executors()
+        with ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="spark-tasks") as threads:
+            yield from _in_order(lambda chunk: threads.submit(self._run, fn, chunk), jobs, chunksize, 2 * self.slots)
+
+
+def slots(local: int) -> int:
+    """How many jobs run at once: the context's runner's slots, else `local` (the caller's local default)."""
+    runner = current()
+    return runner.slots if runner is not None else local
+
+
+def runner_for(workers: int) -> Runner | None:
+    """None when `workers` <= 1 (the caller runs in place: too little work to ship, or one worker asked
+    for); else the context's runner, or `workers` local processes."""
+    if workers <= 1:
+        return None
+    return current() or LocalProcesses(workers)

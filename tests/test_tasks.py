@@ -1,0 +1,117 @@
+"""Where independent jobs run (`spatial_release.tasks`): results in job order whatever the runner, a refusal
+raised in a worker comes back as itself, and a Spark cluster whose executors run other code is refused.
+
+The Spark runner is exercised here on a stand-in for a SparkSession that runs each task in this process
+through pickle (as Spark ships a task), so these tests need no Java; tests/test_spark_cluster.py runs a whole
+release on a real standalone cluster and compares it byte for byte with the local one."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from spatial_release import tasks
+from spatial_release.codeversion import CODE_DIGEST
+from spatial_release.errors import Blocked
+from spatial_release.suppression.complementary import SuppressionError
+
+
+def square_or_refuse(n: int) -> int:
+    if n == 13:
+        raise SuppressionError("figure 13 cannot be protected")
+    if n == 99:
+        raise ValueError("an internal error, not a refusal")
+    return n * n
+
+
+class _FakeRDD:
+    def __init__(self, items, executor_digest: str | None = None):
+        self.items, self.fns, self.executor_digest = list(items), [], executor_digest
+
+    def map(self, fn):
+        self.fns.append(fn)
+        return self
+
+    def collect(self):
+        if self.executor_digest is not None:  # what `_executor_digest` returns on the stand-in's executors
+            return [self.executor_digest] * len(self.items)
+        out = self.items
+        for fn in self.fns:
+            out = [pickle.loads(pickle.dumps(fn(pickle.loads(pickle.dumps(x))))) for x in out]
+        return out
+
+
+class _FakeContext:
+    """What SparkTasks uses of a SparkContext: parallelize().map().collect(), job groups, parallelism."""
+
+    master = "spark://fake:7077"
+    defaultParallelism = 3
+
+    def __init__(self, digest: str = CODE_DIGEST):
+        self.digest, self.groups, self.tasks = digest, [], 0
+
+    def setJobGroup(self, group, description):
+        self.groups.append(group)
+
+    def parallelize(self, items, slices):
+        self.tasks += 1
+        items = list(items)
+        if not self.groups:  # before any job group: the executors' code digest check
+            return _FakeRDD(items, executor_digest=self.digest)
+        return _FakeRDD(items)
+
+
+class _FakeSession:
+    def __init__(self, digest: str = CODE_DIGEST):
+        self.sparkContext = _FakeContext(digest)
+
+
+@pytest.mark.parametrize(
+    "runner",
+    [tasks.LocalProcesses(1), tasks.LocalProcesses(2), tasks.SparkTasks(_FakeSession())],
+    ids=["in place", "two processes", "spark tasks"],
+)
+def test_every_runner_returns_the_results_in_job_order(runner):
+    jobs = [n for n in range(40) if n != 13]
+    assert list(runner.map(square_or_refuse, jobs, chunksize=3)) == [n * n for n in jobs]
+
+
+def test_spark_tasks_ship_each_chunk_as_one_task_in_the_functions_job_group():
+    session = _FakeSession()
+    runner = tasks.SparkTasks(session)
+    assert runner.slots == 3
+    assert list(runner.map(square_or_refuse, range(10), chunksize=4)) == [n * n for n in range(10)]
+    context = session.sparkContext
+    assert context.tasks == 1 + 3  # the digest check, then chunks of 4, 4 and 2 jobs
+    assert set(context.groups) == {"spatial_release:test_tasks.square_or_refuse"}
+
+
+@pytest.mark.parametrize(
+    "runner", [tasks.LocalProcesses(2), tasks.SparkTasks(_FakeSession())], ids=["two processes", "spark tasks"]
+)
+def test_a_refusal_in_a_worker_is_raised_as_itself_and_an_internal_error_is_not_hidden(runner):
+    with pytest.raises(SuppressionError, match="figure 13") as refused:
+        list(runner.map(square_or_refuse, [1, 2, 13, 4], chunksize=2))
+    assert isinstance(refused.value, Blocked) and refused.value.__cause__ is None
+    with pytest.raises(Exception, match="an internal error"):
+        list(runner.map(square_or_refuse, [1, 99], chunksize=1))
+
+
+def test_executors_running_other_code_are_refused_before_any_job():
+    session = _FakeSession(digest="0" * 64)
+    runner = tasks.SparkTasks(session)
+    with pytest.raises(tasks.ExecutorMismatch, match="other code than this driver") as mismatch:
+        list(runner.map(square_or_refuse, [1, 2]))
+    assert "spark://fake:7077" in str(mismatch.value)
+    assert session.sparkContext.groups == []  # no job of the step was shipped
+
+
+def test_the_context_runner_replaces_local_processes_and_one_worker_runs_in_place():
+    spark = tasks.SparkTasks(_FakeSession())
+    assert tasks.current() is None and tasks.runner_for(1) is None
+    assert isinstance(tasks.runner_for(4), tasks.LocalProcesses) and tasks.slots(7) == 7
+    with tasks.running_on(spark):
+        assert tasks.current() is spark and tasks.runner_for(2) is spark and tasks.slots(7) == 3
+        assert tasks.runner_for(1) is None  # too little work to ship: the caller runs it in place
+    assert tasks.current() is None
