@@ -183,6 +183,11 @@ def work_release(args) -> dict:
     instance = dg.DagsterInstance.ephemeral()
     cli._instance = lambda: instance  # the same release, with its event log kept for the step timings
     out = Path(args.out)
+    # a signing key of this run's own: the ledger is new every run, and the key's pin (which refuses a ledger
+    # shorter than the one it last saw, as a rollback) would otherwise remember the previous run's ledger
+    from spatial_release.ledger import SIGNING_KEY_ENV
+
+    os.environ[SIGNING_KEY_ENV] = str(out / "key" / "ledger.key")
     with RssSampler() as sampler:
         outcome = cli.run_release(args.policy, PERIOD, traces=[args.raw], out=str(out), ledger=str(out / "ledger"))
     release_wall = time.perf_counter() - started

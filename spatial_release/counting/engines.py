@@ -8,6 +8,7 @@ assignments), materialise intermediate tables, and hand back small results or an
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
@@ -218,6 +219,10 @@ def spark_session(settings: SparkSettings) -> Any:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
     )
+    if settings.master.startswith("local"):
+        # executors on this machine run this interpreter (its environment): the job functions of
+        # `spatial_release.tasks` need its libraries, and a bare `python3` on the PATH may have none of them
+        builder = builder.config("spark.pyspark.python", sys.executable)
     for key, value in settings.conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
