@@ -7,6 +7,7 @@ assignments), materialise intermediate tables, and hand back small results or an
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -220,9 +221,10 @@ def spark_session(settings: SparkSettings) -> Any:
         .config("spark.ui.showConsoleProgress", "false")
     )
     if settings.master.startswith("local"):
-        # executors on this machine run this interpreter (its environment): the job functions of
-        # `spatial_release.tasks` need its libraries, and a bare `python3` on the PATH may have none of them
-        builder = builder.config("spark.pyspark.python", sys.executable)
+        # Python workers on this machine run this interpreter (its environment): the job functions of
+        # `spatial_release.tasks` need its libraries, and the `python3` PySpark defaults to may have none of
+        # them. PySpark reads the variable (not the spark.pyspark.python setting) when the context starts.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for key, value in settings.conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
