@@ -2,6 +2,7 @@
 pandas, and the read floor, in the same run.
 
     python bench/counting_bench.py --sizes 10M 50M --only read count duckdb-job pandas-job   # the issue 13 table
+    python bench/counting_bench.py --sizes 10M --repeat 3 --only read count duckdb-lean duckdb-job pandas-job  # issue 26
     python bench/counting_bench.py --sizes 2M --repeat 1 --only count duckdb-job            # a quick comparison
     python bench/counting_bench.py --sizes 500M --ids int --repeat 1 --memory-limit 2GB --only ingest count
 
@@ -13,15 +14,21 @@ output (unit, ts, lon, lat) every contender below reads:
               `stages.count_validated_pings` builds it; only the counting package is imported): projection
               in SQL with exact pyproj assignment near edges, hourly buckets in America/New_York, presence
               per 250 m EPSG:32618 cell with 1 km and 4 km parents and hourly totals, and the membership file.
-- duckdb-job: the same job as a skilled user would write it with DuckDB alone: pyproj over numpy arrays,
-              then SQL: pings per (unit, hour, cell), the dominant cell per (unit, hour) (arg_max, ties to the
-              smallest cell), presence per cell x hour, per 1 km and 4 km parent and per hour, and the
-              membership written to Parquet.
+- duckdb-lean: the same job as a skilled DuckDB user writes it (issue 26): DuckDB reads the pings with the
+              hour as epoch_us(ts) // 3600e6; pyproj projects the coordinates over numpy arrays; one integer
+              cell key ix * 2^22 + iy; then SQL: one GROUP BY unit, hour, cell and arg_max(cell, n * 2^40 -
+              cell) per (unit, hour) (most pings, ties to the smallest cell), presence per cell x hour, parents
+              by integer division of the key, hourly totals; the published cell ids are formatted once per
+              distinct cell and joined where the files are written (the membership included).
+- duckdb-job: the same job with string cell ids formatted for every row where they are written: pyproj over
+              numpy arrays, then SQL: pings per (unit, hour, ix, iy), the dominant cell per (unit, hour)
+              (arg_max over (n, -ix, -iy)), presence per cell x hour, per 1 km and 4 km parent and per hour,
+              and the membership written to Parquet.
 - pandas-job: the same job in pandas (pyproj, groupby sizes, a sort for the dominant cell, the same files).
 - pandas:     the seeds' smaller job: pyproj, then groupby(cell, hour).unit.nunique() (cells only, no
               parents, membership or dominant cell); not the same work, so not in the default run.
 - spark:      (with --spark) the same counting step on a local[*] Spark session.
-count, duckdb-job, pandas-job (and spark) write the same three files (cell_counts, margin_counts,
+count, duckdb-lean, duckdb-job, pandas-job (and spark) write the same three files (cell_counts, margin_counts,
 membership.internal); after the runs the driver asserts they hold the same rows as the pipeline's: the
 count tables row for row, the membership row for row up to --exact-rows rows and by row count and an
 order-free checksum above (`check_same_outputs`), else the ratios would compare unlike work.
@@ -276,6 +283,68 @@ def work_duckdb_job(args) -> dict:
     return {"rows": len(ix), **_group_counts(out)}
 
 
+LEAN_BITS = 22  # the lean job's cell key: ix * 2^22 + iy (the city's iy < 2^22, ix >= 0)
+
+
+def work_duckdb_lean(args) -> dict:
+    """The same job as a skilled DuckDB user writes it (issue 26): integer cell keys, pyproj over numpy, one
+    GROUP BY unit, hour, cell, then arg_max for the dominant cell; parents by integer division; ids only
+    where the files are written (each distinct cell named once, joined to the membership)."""
+    import duckdb
+    import numpy as np
+    import pyarrow as pa
+    from pyproj import Transformer
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET preserve_insertion_order = false")
+    pings = con.sql(
+        f"SELECT unit, epoch_us(ts) // {HOUR_US} AS hour, lon, lat FROM read_parquet('{args.pings}')"
+    ).to_arrow_table()
+    x, y = Transformer.from_crs("EPSG:4326", REF_CRS, always_xy=True).transform(
+        pings["lon"].to_numpy(), pings["lat"].to_numpy()
+    )
+    cell = np.floor(x / REF_SIZE).astype(np.int64) * 2**LEAN_BITS + np.floor(y / REF_SIZE).astype(np.int64)
+    rows = len(cell)
+    con.register("located", pa.table({"unit": pings["unit"], "hour": pings["hour"], "cell": cell}))
+    del pings, x, y
+    # the dominant cell: most pings, ties to the smallest cell (keys compare like the ids here, see above)
+    con.execute(
+        f"CREATE TEMP TABLE dominant AS SELECT unit, hour, arg_max(cell, n * {2**40} - cell) AS cell FROM "
+        "(SELECT unit, hour, cell, count(*) AS n FROM located GROUP BY unit, hour, cell) GROUP BY unit, hour"
+    )
+    con.unregister("located")
+    con.execute("CREATE TEMP TABLE cells AS SELECT cell, hour, count(*) AS n FROM dominant GROUP BY cell, hour")
+    hour_ts = f"make_timestamptz(hour * {HOUR_US})"
+    ix, iy = f"(cell // {2**LEAN_BITS})", f"(cell % {2**LEAN_BITS})"
+
+    def cell_id(size: int, ix: str, iy: str) -> str:
+        return f"'{size}mE' || CAST({ix} * {size} AS VARCHAR) || 'N' || CAST({iy} * {size} AS VARCHAR)"
+
+    con.execute(f"CREATE TEMP TABLE ids AS SELECT DISTINCT cell, {cell_id(REF_SIZE, ix, iy)} AS cell_id FROM cells")
+    con.execute(
+        f"COPY (SELECT i.cell_id, {hour_ts} AS bucket_start, c.n FROM cells c JOIN ids i USING (cell)) "
+        f"TO '{out / 'cell_counts.parquet'}' (FORMAT parquet)"
+    )
+    parents = " UNION ALL ".join(
+        f"SELECT 'grid_{p}m' AS level, {cell_id(p, f'{ix} // {p // REF_SIZE}', f'{iy} // {p // REF_SIZE}')} AS area_id, "
+        f"{hour_ts} AS bucket_start, sum(n)::BIGINT AS n FROM cells "
+        f"GROUP BY {ix} // {p // REF_SIZE}, {iy} // {p // REF_SIZE}, hour"
+        for p in REF_PARENTS
+    )
+    con.execute(
+        f"COPY ({parents} UNION ALL SELECT 'total', 'total', {hour_ts}, sum(n)::BIGINT FROM cells "
+        f"GROUP BY hour) TO '{out / 'margin_counts.parquet'}' (FORMAT parquet)"
+    )
+    con.execute(
+        f"COPY (SELECT d.unit, {hour_ts} AS bucket_start, i.cell_id FROM dominant d JOIN ids i USING (cell)) "
+        f"TO '{out / 'membership.internal.parquet'}' (FORMAT parquet)"
+    )
+    return {"rows": rows, **_group_counts(out)}
+
+
 def work_pandas_job(args) -> dict:
     import numpy as np
     import pandas as pd
@@ -364,6 +433,7 @@ WORKERS = {
     "count": work_count,
     "pandas": work_pandas,
     "duckdb-job": work_duckdb_job,
+    "duckdb-lean": work_duckdb_lean,
     "pandas-job": work_pandas_job,
 }
 
@@ -446,8 +516,8 @@ def _median_runs(name: str, extra: list[str], repeat: int, spill_dir: Path | Non
     return _summarise(runs)
 
 
-CONTENDERS = ("ingest", "read", "count", "duckdb-job", "pandas-job", "spark", "pandas")
-SAME_JOB = ("count", "duckdb-job", "pandas-job", "spark")  # contenders that write the three outputs
+CONTENDERS = ("ingest", "read", "count", "duckdb-lean", "duckdb-job", "pandas-job", "spark", "pandas")
+SAME_JOB = ("count", "duckdb-lean", "duckdb-job", "pandas-job", "spark")  # contenders that write the three outputs
 OUTPUTS = ("cell_counts", "margin_counts", "membership.internal")
 
 
@@ -585,7 +655,7 @@ def print_table(rows: list[dict]) -> None:
             others = {o["step"]: o for o in rows if o["size"] == r["size"] and o["ids"] == r["ids"]}
             ratios = [
                 f"{others[name]['wall'] / r['wall']:.2f}x faster than {name}"
-                for name in ("duckdb-job", "pandas-job", "pandas", "spark")
+                for name in ("duckdb-lean", "duckdb-job", "pandas-job", "pandas", "spark")
                 if name in others
             ]
             if ratios:
@@ -634,7 +704,10 @@ def main() -> None:
     parser.add_argument("--ids", nargs="+", default=["int"], choices=["text", "int"])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument(
-        "--only", nargs="+", default=["ingest", "read", "count", "duckdb-job", "pandas-job"], choices=list(CONTENDERS)
+        "--only",
+        nargs="+",
+        default=["ingest", "read", "count", "duckdb-lean", "duckdb-job", "pandas-job"],
+        choices=list(CONTENDERS),
     )
     parser.add_argument(
         "--exact-rows",
