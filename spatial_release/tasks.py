@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
+from functools import partial
 from itertools import islice
 from typing import Any, Protocol, TypeVar
 
@@ -160,8 +161,13 @@ def _executor_digest(_: object) -> str:
 
 
 def job_group(fn: Callable) -> str:
-    """The Spark job group of `fn`'s tasks: `spatial_release:<module>.<function>`."""
+    """The Spark job group of `fn`'s tasks: `spatial_release:<module>.<function>` (of a partial's function)."""
+    fn = getattr(fn, "func", fn)
     return f"spatial_release:{fn.__module__}.{fn.__qualname__}"
+
+
+def _with_shared(fn: Callable, shared: Any, job: Any) -> Any:
+    return fn(shared.value, job)
 
 
 class SparkTasks:
@@ -204,7 +210,7 @@ class SparkTasks:
     def _run(self, fn: Callable, chunk: list) -> list[tuple[str, Any]]:
         context = self.spark.sparkContext
         # the Spark UI and the status tracker show which step's jobs these are (job groups are per thread)
-        context.setJobGroup(job_group(fn), f"spatial_release: {len(chunk)} job(s) of {fn.__name__}")
+        context.setJobGroup(job_group(fn), f"spatial_release: {len(chunk)} job(s) of {job_group(fn)}")
         return context.parallelize([chunk], 1).map(lambda jobs: _apply(fn, jobs)).collect()[0]
 
     def map(self, fn: Callable[[J], R], jobs: Iterable[J], chunksize: int = 1) -> Iterator[R]:
@@ -212,6 +218,22 @@ class SparkTasks:
             self.check_executors()
         with ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="spark-tasks") as threads:
             yield from _in_order(lambda chunk: threads.submit(self._run, fn, chunk), jobs, chunksize, 2 * self.slots)
+
+    def map_shared(self, fn: Callable[[Any, J], R], shared: Any, jobs: Iterable[J], chunksize: int = 1) -> Iterator[R]:
+        """fn(shared, job) of every job, in job order: `shared` (the arrays every job reads: a risk estimate's
+        key sets) goes to each executor once, as a Spark broadcast, and is destroyed afterwards."""
+        broadcast = self.spark.sparkContext.broadcast(shared)
+        try:
+            yield from self.map(partial(_with_shared, fn, broadcast), jobs, chunksize)
+        finally:
+            broadcast.destroy()
+
+
+def spark_tasks() -> SparkTasks | None:
+    """The context's runner when it is Spark: the risk estimate's chunks share large arrays, which local
+    threads read in place and only Spark is worth shipping them to."""
+    runner = current()
+    return runner if isinstance(runner, SparkTasks) else None
 
 
 def slots(local: int) -> int:

@@ -1,10 +1,12 @@
-"""The counting step on a real Spark standalone cluster gives DuckDB's counts row for row, with owner-only files.
+"""A whole release on a real Spark standalone cluster is byte-identical to the local one, with owner-only files.
 
 A master and two workers (1 core each, limited memory) run as separate JVM processes started from the PySpark
 distribution (`spark-class ...deploy.master.Master` / `...deploy.worker.Worker`) on 127.0.0.1 with free ports;
-the workers run under a permissive 022 umask, like a cluster's service account. The counting runs through
-the `counting` resource (`engine: spark`, `spark_master: spark://...`, `scratch_dir`: a folder both workers
-reach) in a driver process of its own, and the test proves from the master's and the workers' JSON and the
+the workers run under a permissive 022 umask, like a cluster's service account. The release runs through
+the command line's `run_release` with the `counting` resource's config (`engine: spark`, `spark_master:
+spark://...`, `scratch_dir`: a folder both workers reach), as `--engine spark --spark-master URL` gives it,
+in a driver process of its own: the counting as Spark SQL, protection's chunks of blocks as Spark tasks. The
+test proves from the master's and the workers' JSON and the
 executors' logs that the application ran on the cluster with an executor on each worker that ran tasks (not
 local mode). Every process is stopped by a finalizer (on failure and on Ctrl-C too); if pytest itself is
 killed, the kernel sends the daemons and the driver SIGTERM (PR_SET_PDEATHSIG) and executors follow their
@@ -17,6 +19,7 @@ missing one fails instead of skipping.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import importlib.util
 import json
 import os
@@ -34,12 +37,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import CELL_A, CELL_D, TO_LONLAT, fixture_pings, policy_dict
+from conftest import CELL_A, CELL_D, TO_LONLAT, fixture_pings, policy_dict, write_policy
 
-from spatial_release import stages
-from spatial_release.defs.resources import CountingEngine
+from spatial_release import stages, tasks
 from spatial_release.period import Period
-from spatial_release.policy import parse_policy
+from spatial_release.risk.attack import _linkage_task
+from spatial_release.suppression.blocks import _protect_chunk
 
 HAVE_SPARK = importlib.util.find_spec("pyspark") is not None and shutil.which("java") is not None
 if not HAVE_SPARK and os.environ.get("CI"):
@@ -306,23 +309,22 @@ def _group_or_world_bits(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode) & 0o077
 
 
-def test_counting_on_a_standalone_cluster_equals_duckdb_with_owner_only_files(tmp_path, spark_cluster):
+def test_a_whole_release_on_a_standalone_cluster_is_byte_identical_to_the_local_one(tmp_path, spark_cluster):
+    """The same release twice in one driver process: on this machine (DuckDB, local worker processes), then
+    with `engine: spark` on the cluster, where the counting runs as Spark SQL and protection's chunks of
+    independent blocks and the attack simulation's chunks as Spark tasks (`spatial_release.tasks`). The
+    published files are byte-identical, the risk figures equal and the true counts equal row for row; the
+    application ran on the cluster's two executors, with the job groups of those tasks among its jobs; every
+    file the executors wrote is owner-only."""
     started = time.monotonic()
-    data = policy_dict(str(tmp_path / "unused.csv"), time={"bucket": "1h", "timezone": "America/New_York"})
-    policy = parse_policy(data, tmp_path / "inline.yaml")
     traces = _traces(tmp_path / "traces.csv")
-    duck_ctx = stages.ReleaseContext(policy, PERIOD, tmp_path / "work-duckdb")
-    spark_ctx = stages.ReleaseContext(policy, PERIOD, tmp_path / "work-spark")
-    for ctx in (duck_ctx, spark_ctx):
-        stages.run_ingest(ctx, [traces])
-    duck = stages.run_counts(duck_ctx)
-
-    # The Spark driver runs in its own process: Ctrl-C then reaches pytest at once (a Python process blocked
-    # in a long Py4J call only sees it when the call returns), and a hung driver is a failure, not a hang.
+    # hourly buckets: one independent block per hour, 18 chunks of blocks at the chunk size the driver sets
+    data = policy_dict(str(traces), k=10, time={"bucket": "1h", "timezone": "America/New_York"})
+    data["risk"] = {**data["risk"], "per_release_ceiling": 1.0, "cumulative_ceiling": 1.0}  # published either way
+    policy = write_policy(tmp_path, data, population=100_000)
     spec = {
-        "policy": data,
-        "policy_path": str(tmp_path / "inline.yaml"),
-        "work": str(spark_ctx.work_root),
+        "policy": str(policy),
+        "root": str(tmp_path),
         "master": spark_cluster.url,
         "scratch": str(spark_cluster.scratch),
         "master_ui": spark_cluster.master_ui,
@@ -332,16 +334,23 @@ def test_counting_on_a_standalone_cluster_equals_duckdb_with_owner_only_files(tm
         "report": str(tmp_path / "driver-report.json"),
     }
     (tmp_path / "driver-spec.json").write_text(json.dumps(spec))
-    t_duck = time.monotonic()
+    # The Spark driver runs in its own process: Ctrl-C then reaches pytest at once (a Python process blocked
+    # in a long Py4J call only sees it when the call returns), and a hung driver is a failure, not a hang.
     driver = spark_cluster.run_driver([sys.executable, __file__, str(tmp_path / "driver-spec.json")])
     assert driver == 0, f"the Spark driver failed ({driver}):\n{spark_cluster.log_tails()}"
     report = json.loads(Path(spec["report"]).read_text())
-    t_spark = time.monotonic()
+    t_driver = time.monotonic()
+
+    # both published, the same bytes
+    local, spark = report["releases"]["local"], report["releases"]["spark"]
+    assert local["published"] and spark["published"], report["releases"]
+    assert spark["sha256"] == local["sha256"], (local, spark)
+    assert spark["risk"] == local["risk"] and local["risk"]["zones"], (local["risk"], spark["risk"])
+    assert local["chunks"] >= 2, "the protection ran on one chunk: no Spark task would have protected a block"
 
     # the application ran on the cluster: the master lists it on 2 cores while it runs, each worker ran
     # one of its executors, and each executor finished tasks of it (its own log, in the worker's folder)
     app_id = report["app_id"]
-    assert report["engine_master"] == spark_cluster.url
     apps = {a["id"]: a for a in report["master"]["activeapps"]}
     assert app_id in apps and apps[app_id]["state"] == "RUNNING" and apps[app_id]["cores"] == 2, report["master"]
     executors = [[e for e in worker["executors"] if e["appid"] == app_id] for worker in report["workers"]]
@@ -349,24 +358,31 @@ def test_counting_on_a_standalone_cluster_equals_duckdb_with_owner_only_files(tm
     for i in range(2):
         logs = list((spark_cluster.worker_dir(i) / "apps" / app_id).glob("*/stderr"))
         assert len(logs) == 1 and "Finished task" in logs[0].read_text(errors="replace"), (i, logs)
-    spark = stages.read_counts_summary(spark_ctx.area)
-    assert spark.engine == "spark" and spark.engine_settings["master"] == spark_cluster.url
+    # protection's chunks were Spark jobs of their own group, one per chunk (the driver counted the chunks),
+    # and so were the attack simulation's chunks of knowledge sets (the policy's risk model is the attack)
+    groups = report["job_groups"]
+    assert groups.get(tasks.job_group(_protect_chunk)) == local["chunks"], groups
+    assert groups.get(tasks.job_group(_linkage_task), 0) >= 1, groups
+    spark_area = stages.WorkArea(Path(spark["work"]) / "fixture" / PERIOD.label)
+    local_area = stages.WorkArea(Path(local["work"]) / "fixture" / PERIOD.label)
+    summary = stages.read_counts_summary(spark_area)
+    assert summary.engine == "spark" and summary.engine_settings["master"] == spark_cluster.url
 
     # row for row: cell counts, margins, membership, outside pings, and the summary's facts
-    duck_tables, spark_tables = _tables(duck_ctx.area), _tables(spark_ctx.area)
-    assert len(duck_tables["cells"]) > 20 and len(duck_tables["membership"]) > 5000
-    for name in duck_tables:
-        pd.testing.assert_frame_equal(duck_tables[name], spark_tables[name], check_dtype=False, obj=name)
-    assert _facts(duck) == _facts(spark)
+    local_tables, spark_tables = _tables(local_area), _tables(spark_area)
+    assert len(local_tables["cells"]) > 20 and len(local_tables["membership"]) > 5000
+    for name in local_tables:
+        pd.testing.assert_frame_equal(local_tables[name], spark_tables[name], check_dtype=False, obj=name)
+    assert _facts(stages.read_counts_summary(local_area)) == _facts(summary)
 
     # owner-only: what the executors wrote in the shared scratch (under the workers' 022 umask), the spark
     # run's work area, and the shuffle files the executors kept while the application ran
-    scratch = spark_cluster.scratch / spark_ctx.area.root.parent.name / spark_ctx.area.root.name  # <dataset>/<period>
+    scratch = spark_cluster.scratch / "fixture" / PERIOD.label
     written = list(scratch.rglob("*"))
     assert any(p.name.startswith("part-") and p.suffix == ".parquet" for p in written), written
     readable = [
         (str(p), oct(stat.S_IMODE(p.lstat().st_mode)))
-        for p in [scratch, *written, *spark_ctx.area.root.rglob("*")]
+        for p in [scratch, *written, *spark_area.root.rglob("*")]
         if _group_or_world_bits(p)
     ]
     assert readable == [], readable
@@ -376,9 +392,8 @@ def test_counting_on_a_standalone_cluster_equals_duckdb_with_owner_only_files(tm
     spark_cluster.stop()
     assert spark_cluster.alive() == []
     print(
-        f"ingest + duckdb {t_duck - started:.1f} s, spark driver {t_spark - t_duck:.1f} s "
-        f"(session {report['session_s']:.1f} s, counting {report['counting_s']:.1f} s), "
-        f"checks and stop {time.monotonic() - t_spark:.1f} s"
+        f"driver {t_driver - started:.1f} s (local release {local['seconds']:.1f} s, spark release "
+        f"{spark['seconds']:.1f} s), checks and stop {time.monotonic() - t_driver:.1f} s"
     )
 
 
@@ -396,31 +411,67 @@ SPARK_CONF = {
 }
 
 
-def _drive(spec: dict) -> None:
-    """The driver process: the counting step through the `counting` resource on the cluster, and what the
-    master, the workers and the workers' local folders showed while the application ran."""
-    policy = parse_policy(spec["policy"], Path(spec["policy_path"]))
-    ctx = stages.ReleaseContext(policy, PERIOD, Path(spec["work"]))
-    resource = CountingEngine(
-        engine="spark", spark_master=spec["master"], scratch_dir=spec["scratch"], spark_conf=SPARK_CONF
-    )
+# Small enough that the fixture's hourly blocks go to 18 chunks (the release's own thresholds split tables
+# of 20,000 figures and more): set in the driver, for both releases.
+DRIVER_BLOCKS_MIN_NODES, DRIVER_CHUNK_NODES = 200, 100
+
+
+def _release(spec: dict, name: str, counting: dict | None) -> dict:
+    from spatial_release.cli import run_release
+
+    out = Path(spec["root"]) / f"release-{name}"
     started = time.monotonic()
-    with resource.open(ctx.area) as engine:
-        report = {
-            "app_id": engine.spark.sparkContext.applicationId,
-            "engine_master": engine.describe()["master"],
-            "session_s": time.monotonic() - started,
-        }
-        stages.run_counts(ctx, engine)
-        report["counting_s"] = time.monotonic() - started - report["session_s"]
-        report["master"] = _get_json(spec["master_ui"])
-        report["workers"] = [_get_json(ui) for ui in spec["worker_uis"]]
-        shuffle = [p for folder in spec["worker_local"] for p in Path(folder).rglob("*") if p.is_file()]
-        report["shuffle_files"] = len(shuffle)
-        report["exposed"] = [
-            (str(p), oct(stat.S_IMODE(p.lstat().st_mode))) for p in shuffle if _reachable_by_others(p, Path(spec["top"]))
-        ]
-        engine.spark.stop()
+    outcome = run_release(spec["policy"], PERIOD.label, out=str(out), ledger=str(out / "ledger"), counting=counting)
+    done = {"published": outcome.published, "failures": [f.message for f in outcome.failures]}
+    if outcome.published:
+        files = ("cells.parquet", "margins.parquet")
+        done["sha256"] = {f: hashlib.sha256((outcome.release_dir / f).read_bytes()).hexdigest() for f in files}
+        area = stages.WorkArea(out / "work" / "fixture" / PERIOD.label)
+        done["risk"] = _without_timings(stages.read_risk(area).to_json())
+    return {**done, "work": str(out / "work"), "seconds": time.monotonic() - started}
+
+
+def _without_timings(value):
+    """The risk assessment's figures without its timings (seconds), which differ from run to run."""
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items() if k != "seconds"}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
+
+def _drive(spec: dict) -> None:
+    """The driver process: the release on this machine, then on the cluster through the `counting`
+    resource's config (as `--engine spark --spark-master URL` gives it), and what the master, the workers
+    and the workers' local folders showed while the application ran."""
+    from spatial_release.ledger import SIGNING_KEY_ENV
+    from spatial_release.suppression import blocks
+
+    os.environ[SIGNING_KEY_ENV] = str(Path(spec["root"]) / "key" / "ledger.key")
+    blocks.BLOCKS_MIN_NODES, blocks.CHUNK_NODES = DRIVER_BLOCKS_MIN_NODES, DRIVER_CHUNK_NODES
+    chunks: list[int] = []
+    real_chunks = blocks._chunks
+    blocks._chunks = lambda table, found: chunks.append(len(out := real_chunks(table, found))) or out
+    report: dict = {"releases": {"local": _release(spec, "local", None)}}
+    report["releases"]["local"]["chunks"] = chunks[-1] if chunks else 0
+    counting = {"engine": "spark", "spark_master": spec["master"], "scratch_dir": spec["scratch"], "spark_conf": SPARK_CONF}
+    report["releases"]["spark"] = _release(spec, "spark", counting)
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    context = spark.sparkContext
+    tracker = context.statusTracker()
+    groups = {tasks.job_group(blocks._protect_chunk), tasks.job_group(_linkage_task)}
+    report["job_groups"] = {g: len(tracker.getJobIdsForGroup(g)) for g in groups}
+    report["app_id"] = context.applicationId
+    report["master"] = _get_json(spec["master_ui"])
+    report["workers"] = [_get_json(ui) for ui in spec["worker_uis"]]
+    shuffle = [p for folder in spec["worker_local"] for p in Path(folder).rglob("*") if p.is_file()]
+    report["shuffle_files"] = len(shuffle)
+    report["exposed"] = [
+        (str(p), oct(stat.S_IMODE(p.lstat().st_mode))) for p in shuffle if _reachable_by_others(p, Path(spec["top"]))
+    ]
+    spark.stop()
     Path(spec["report"]).write_text(json.dumps(report))
 
 

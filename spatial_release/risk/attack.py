@@ -54,11 +54,13 @@ uniqueness of each unit's published keys (`estimator`) is the upper bound and st
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import highspy
 import numpy as np
 
+from spatial_release import tasks
 from spatial_release.risk.estimator import KeySets, RiskParams, _ragged, draw_knowledge
 
 STAY_COST = 1.0  # cost of leaving ABSENT or WITHHELD, or of entering them: about one typical distance
@@ -688,14 +690,16 @@ def attack_risk(
     out_hit = np.zeros(rows)
     target = np.zeros(rows, dtype=np.int64)
     sizes = np.diff(rec.key_offsets)
+    jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (rows, knowledge sets, targets)
     for row_ids, keysets in drawn.by_width:
         target[row_ids] = drawn.entry_unit[row_ids // params.draws]
         view_sets = view_key_of[keysets.astype(np.int64)]  # withheld known points are WITHHELD to the recovery
         for part in _row_chunks(sizes[view_sets].min(axis=1)):  # bounded memory: candidates per chunk
-            chunk = row_ids[part]
-            success[chunk], member_hit[chunk], out_hit[chunk] = _linkage(
-                rec, view_sets[part], target[chunk], pairs, shared, ties, n_units, hidden_key, guess
-            )
+            jobs.append((row_ids[part], view_sets[part], target[row_ids[part]]))
+    for (chunk, _, _), (hit, fires_in, fires_out) in zip(
+        jobs, _linkages(jobs, (rec, pairs, shared, ties, n_units, hidden_key, guess))
+    ):
+        success[chunk], member_hit[chunk], out_hit[chunk] = hit, fires_in, fires_out
     report = AttackReport(trajectories=recovered.trajectories, accuracy=float(precision.mean()) if len(precision) else 0.0)
     entry_success = success.reshape(-1, params.draws).mean(axis=1) if rows else np.zeros(0)
     for code, zone in enumerate(drawn.zones):
@@ -735,6 +739,23 @@ def _row_chunks(load: np.ndarray) -> list[slice]:
     if start < len(load):
         chunks.append(slice(start, len(load)))
     return chunks
+
+
+def _linkage_task(common: tuple, job: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rec, pairs, shared, ties, n_units, hidden_key, guess = common
+    view_sets, target = job
+    return _linkage(rec, view_sets, target, pairs, shared, ties, n_units, hidden_key, guess)
+
+
+def _linkages(jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], common: tuple) -> Iterator[tuple]:
+    """`_linkage` of every chunk of knowledge sets, in order: here, or as Spark tasks when the context runs
+    on Spark (the recovered trajectories and the matches, which every chunk reads, broadcast once)."""
+    spark = tasks.spark_tasks()
+    if spark is None:
+        for _, view_sets, target in jobs:
+            yield _linkage_task(common, (view_sets, target))
+        return
+    yield from spark.map_shared(_linkage_task, common, [(view_sets, target) for _, view_sets, target in jobs])
 
 
 def _guess_success(pairs: np.ndarray, shared: np.ndarray, ties: np.ndarray, n_units: int, n_traj: int) -> np.ndarray:

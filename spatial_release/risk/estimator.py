@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from spatial_release import tasks
+
 
 @dataclass(frozen=True)
 class RiskParams:
@@ -440,7 +442,7 @@ def _anonymity(sets: KeySets, groups: list[tuple[np.ndarray, np.ndarray]], total
     sizes = np.diff(sets.key_offsets)
     key_major = np.repeat(np.arange(sets.keys, dtype=np.int64), sizes) * n_units + sets.key_units.astype(np.int64)
     out = np.empty(total, dtype=np.int64)
-    tasks = []
+    chunks = []
     for rows, keysets in groups:
         keysets = keysets.astype(np.int64)
         # rarest key first in every set (ties by key code, as InvertedIndex orders them)
@@ -449,15 +451,22 @@ def _anonymity(sets: KeySets, groups: list[tuple[np.ndarray, np.ndarray]], total
         start = 0
         while start < len(keysets):
             end = max(start + 1, int(np.searchsorted(load, (load[start - 1] if start else 0) + CANDIDATES)))
-            tasks.append((rows[start:end], keysets[start:end]))
+            chunks.append((rows[start:end], keysets[start:end]))
             start = end
+
+    spark = tasks.spark_tasks()
+    if spark is not None:  # the chunks as Spark tasks, the key sets broadcast to the executors once
+        shared = (sets, key_major, n_units, sizes)
+        for (rows, _), counts in zip(chunks, spark.map_shared(_anonymity_task, shared, [k for _, k in chunks])):
+            out[rows] = counts
+        return out
 
     def count(task: tuple[np.ndarray, np.ndarray]) -> None:  # each task writes its own rows of `out`
         out[task[0]] = _anonymity_chunk(sets, key_major, n_units, sizes, task[1])
 
     # Threads: numpy's sorts, searches and array operations release the GIL (the chunks are independent).
-    with ThreadPoolExecutor(max_workers=max(1, min(os.cpu_count() or 1, len(tasks)))) as pool:
-        list(pool.map(count, tasks))
+    with ThreadPoolExecutor(max_workers=max(1, min(os.cpu_count() or 1, len(chunks)))) as pool:
+        list(pool.map(count, chunks))
     return out
 
 
@@ -465,6 +474,11 @@ def _ragged(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """The indices starts[i], ..., starts[i] + counts[i] - 1 of every i, concatenated."""
     shift = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
     return np.arange(int(counts.sum()), dtype=np.int64) + shift
+
+
+def _anonymity_task(shared: tuple, keysets: np.ndarray) -> np.ndarray:
+    sets, key_major, n_units, sizes = shared
+    return _anonymity_chunk(sets, key_major, n_units, sizes, keysets)
 
 
 def _anonymity_chunk(
