@@ -41,6 +41,53 @@ Layers = tuple[tuple[tuple[str, str], ...], ...]  # each layer: (column, express
 
 
 @dataclass(frozen=True)
+class Polynomial:
+    """A fitted projection's two polynomials in (u, v) = ((lon - cu) / hu, (lat - cv) / hv), for numpy: the
+    same Horner forms, in the same order of operations, as its SQL (`_horner_sql`)."""
+
+    cu: float
+    hu: float
+    cv: float
+    hv: float
+    degree: int
+    cx: tuple[float, ...]  # coefficients of x, in `_monomials` order
+    cy: tuple[float, ...]
+
+    def _horner(self, coefficients: tuple[float, ...], u: np.ndarray, v: np.ndarray, out: np.ndarray, t: np.ndarray) -> None:
+        d = self.degree
+        terms = dict(zip(((i, j) for i in range(d + 1) for j in range(d + 1 - i)), coefficients))
+
+        def in_v(i: int, dst: np.ndarray) -> None:  # c_i0 + v * (c_i1 + v * (...)), into dst
+            dst.fill(terms[(i, d - i)])
+            for j in range(d - i - 1, -1, -1):
+                dst *= v
+                dst += terms[(i, j)]
+
+        in_v(d, out)
+        for i in range(d - 1, -1, -1):  # in_v(i) + u * out
+            out *= u
+            in_v(i, t)
+            out += t
+
+    def evaluate_into(
+        self, lon: np.ndarray, lat: np.ndarray, x: np.ndarray, y: np.ndarray, u: np.ndarray, v: np.ndarray, t: np.ndarray
+    ) -> None:
+        """x, y of the points into the arrays given (u, v, t: scratch arrays of the same length)."""
+        np.subtract(lon, self.cu, out=u)
+        u /= self.hu
+        np.subtract(lat, self.cv, out=v)
+        v /= self.hv
+        self._horner(self.cx, u, v, x, t)
+        self._horner(self.cy, u, v, y, t)
+
+    def evaluate(self, lon: np.ndarray, lat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        lon, lat = np.asarray(lon, float), np.asarray(lat, float)
+        x, y, u, v, t = (np.empty(len(lon)) for _ in range(5))
+        self.evaluate_into(lon, lat, x, y, u, v, t)
+        return x, y
+
+
+@dataclass(frozen=True)
 class SqlProjection:
     """The projection as layers of SQL columns computed from `lon` and `lat` (degrees); the last layer
     defines `_x` and `_y`. Layers let each transcendental function be evaluated once per point."""
@@ -51,6 +98,8 @@ class SqlProjection:
     guard: float  # in CRS units
     area: tuple[float, float, float, float]  # (west, south, east, north) degrees where it was validated
     max_error: float = math.nan  # largest |SQL - pyproj| over the validation points, CRS units
+    # a fitted projection's polynomials for numpy, when numpy's evaluation was validated like the SQL's
+    polynomial: Polynomial | None = None
 
     def inside_validated_sql(self, lon: str = "lon", lat: str = "lat") -> str:
         w, s, e, n = self.area
@@ -318,5 +367,9 @@ def fitted_projection(
         sx, sy = evaluate(projection, check_lon, check_lat)
         error = max_error(projection, sx, sy, check_lon, check_lat)
         if error <= guard * MAX_ERROR_FRACTION:
-            return replace(projection, max_error=error)
+            # the same polynomial in numpy (the counting step's local scan), validated the same way
+            polynomial = Polynomial(cu, hu, cv, hv, degree, tuple(map(float, fx)), tuple(map(float, fy)))
+            nx, ny = polynomial.evaluate(check_lon, check_lat)
+            trusted = max_error(projection, nx, ny, check_lon, check_lat) <= guard * MAX_ERROR_FRACTION
+            return replace(projection, max_error=error, polynomial=polynomial if trusted else None)
     return None
