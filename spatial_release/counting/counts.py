@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -31,19 +32,21 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from spatial_release.counting.arrayscan import ArrayScan, Footers, read_footers
 from spatial_release.counting.buckets import SLOT_US, BucketSlots, CountingError, bucket_slots, period_buckets
 from spatial_release.counting.decoded import DecodedKeys
 from spatial_release.counting.engines import DuckDBEngine, Engine
-from spatial_release.counting.outputs import write_membership, write_outside, write_parquet
+from spatial_release.counting.outputs import write_membership, write_membership_arrays, write_outside, write_parquet
 from spatial_release.counting.packed import (
     PackedCounts,
     Packing,
     PeriodMismatch,
     packing_for,
     presence_from_keys,
+    run_starts,
     scan_packed,
 )
-from spatial_release.counting.pings import data_extent, register_pings, usable_area
+from spatial_release.counting.pings import area_filter, data_extent, register_pings, usable_area
 from spatial_release.counting.plan import ZoningPlan, zoning_sql
 from spatial_release.levels import LEAF, at_rung
 from spatial_release.memory import hugepage_advice_off
@@ -251,9 +254,14 @@ def _materialize_membership(engine: Engine, z: int, member_sql: str) -> None:
     engine.materialize(f"leaf_{z}", f"SELECT rank, b, count(*) AS n FROM member_{z} GROUP BY rank, b")
 
 
-def _take_packed(
-    engine: Engine, plan: ZoningPlan, z: int, buckets: pd.Series, given: PackedCounts
-) -> tuple[DecodedKeys, pd.DataFrame]:
+def _packed_decoded(plan: ZoningPlan, buckets: pd.Series, given: PackedCounts) -> DecodedKeys:
+    """The areas the packed path counted (keys as ranks), from its leaf counts (sorted by rank)."""
+    ranks = given.leaf.column("rank").to_numpy()
+    keys = ranks[run_starts(ranks)] if len(ranks) else np.empty(0, np.int64)
+    return DecodedKeys(_ids_of(plan, keys), buckets, keys)
+
+
+def _take_packed(engine: Engine, z: int, given: PackedCounts, decoded: DecodedKeys) -> tuple[DecodedKeys, pd.DataFrame]:
     """The packed path's membership and leaf counts (keys as ranks) as zoning z's tables, and the leaf counts."""
     # the membership as a view of its arrays (the packed path runs on DuckDB only): no copy of 40 M rows
     # at 50 M pings; the leaf table, small, is copied in
@@ -261,8 +269,7 @@ def _take_packed(
     engine.register_arrow_view(f"member_{z}", given.member)
     engine.register_frame(f"leaf_{z}", given.leaf)
     leaf_counts = given.leaf.to_pandas()  # sorted by rank, then bucket, as the leaf query of _count_zoning
-    keys = np.unique(leaf_counts["rank"].to_numpy(np.int64))
-    return DecodedKeys(_ids_of(plan, keys), buckets, keys), leaf_counts
+    return decoded, leaf_counts
 
 
 def _rank_keyed(engine: Engine, plan: ZoningPlan, z: int, buckets: pd.Series, member_sql: Callable[[], str]) -> DecodedKeys:
@@ -353,16 +360,18 @@ def _count_zoning(
     key_ranks: bool = False,
     rungs: Sequence[Rung] = (),
     given: PackedCounts | None = None,
+    given_keys: DecodedKeys | None = None,
 ) -> tuple[DecodedKeys, pa.Table, list[pa.Table]]:
     """Leaf counts (area_id, bucket_start, n) and margin frames (level, area_id, bucket_start, n), with the
     figures of every coarser time rung among the margins (`_count_rungs`).
 
     key_ranks: member_sql gives area keys as ranks, which `plan.keys_sort_like_ids` allows (no dictionary
     join); else it joins dict_<z> (area key -> rank in id order). given: the membership and leaf counts
-    already computed (`counting.packed`, keys as ranks), taken instead of member_sql."""
+    already computed (`counting.packed`, keys as ranks), taken instead of member_sql, with given_keys its
+    areas (`_packed_decoded`)."""
     leaf_counts = None
     if given is not None:
-        decoded, leaf_counts = _take_packed(engine, plan, z, buckets, given)
+        decoded, leaf_counts = _take_packed(engine, z, given, given_keys or _packed_decoded(plan, buckets, given))
     elif key_ranks:
         decoded = _rank_keyed(engine, plan, z, buckets, member_sql)
     else:
@@ -516,22 +525,34 @@ def _presence_by_area_sql(unsure_buckets: Sequence[int], m: int, dialect) -> str
     return f"{_presence_sql(f'{sure} AND {bucket} NOT IN ({listed})')} UNION ALL {_presence_sql(redone)}"
 
 
-def _scan_packed(
-    engine: Engine,
-    plans: Sequence[ZoningPlan],
-    slots: BucketSlots,
-    packing: Packing,
-    pings: Sequence[Path],
-    period: Period,
-    seconds: dict,
-    progress: Progress,
-) -> tuple[PackedCounts, int, int, int]:
+def _scan_packed(run: _CountRun, packing: Packing, footers: Footers | None) -> tuple[PackedCounts, int, int, int]:
     """Presence by packed keys (`counting.packed`): (counts, unsure coordinates, pings located, pings in no
-    area); `outside_coordinates` is left in the engine for the outside file."""
+    area); `outside_coordinates` is left in the engine for the outside file. The scan runs in this process
+    (`counting.arrayscan`) when the footers and the zoning allow, else in SQL."""
+    engine, plans, slots, pings, period, seconds, progress = (
+        run.engine,
+        run.plans,
+        run.slots,
+        run.pings,
+        run.period,
+        run.seconds,
+        run.progress,
+    )
     assert isinstance(engine, DuckDBEngine), "the packed path runs on DuckDB only (packing_for)"
     t = time.perf_counter()
+    arrays = ArrayScan.plan(
+        plans[0],
+        footers,
+        area_filter(pings, usable_area(run.policy)),
+        slots,
+        packing.unit_min,
+        packing.bucket_bits,
+        packing.slot_bits,
+    )
     try:
-        scan = scan_packed(engine, _keyed_sql(plans, slots, engine), packing, lambda coords: _resolve_exactly(coords, plans))
+        scan = scan_packed(
+            engine, _keyed_sql(plans, slots, engine), packing, lambda coords: _resolve_exactly(coords, plans), arrays
+        )
     except PeriodMismatch as exc:
         raise _outside_period(exc.count, pings, period) from None
     t = _timed(seconds, "scan", t)  # here: the scan and the exact assignment of the unsure coordinates
@@ -546,7 +567,7 @@ def _scan_packed(
     )
     engine.register_frame("outside_coordinates", scan.outside_coordinates)
     located = scan.located
-    given = presence_from_keys(scan.take_keys(), packing)
+    given = presence_from_keys(scan.take_keys(), packing, int(engine.describe()["threads"]))
     _timed(seconds, "dominant", t)  # the dominant areas and leaf counts, from the sorted keys
     return given, scan.unsure_coordinates, located, scan.pings_outside
 
@@ -623,6 +644,7 @@ class _Scanned:
 
     by_area: bool  # presence over one zoning whose keys compare like its ids: the keys are the ranks
     given: PackedCounts | None  # the packed path's membership and leaf counts
+    given_keys: DecodedKeys | None  # and the areas it counted
     unsure_coordinates: int
     unsure_buckets: list[int]
     pings_located: int
@@ -632,15 +654,22 @@ class _Scanned:
 
 def _scan_pings(run: _CountRun, packed_keys: bool) -> _Scanned:
     engine, plans, measure = run.engine, run.plans, run.policy.measure
-    packing = packing_for(engine, measure, plans, run.slots) if packed_keys else None
+    footers = read_footers(run.pings) if packed_keys and isinstance(engine, DuckDBEngine) else None
+    packing = packing_for(engine, measure, plans, run.slots, footers) if packed_keys else None
     by_area = measure == "presence" and len(plans) == 1 and plans[0].key_bound is not None and plans[0].keys_sort_like_ids
     if packing is not None:
         assert by_area, "the packed path's membership stands in for the by-area SQL (see _count_zoning)"
-        given, unsure_n, pings_located, pings_outside = _scan_packed(
-            engine, plans, run.slots, packing, run.pings, run.period, run.seconds, run.progress
-        )
+        given, unsure_n, pings_located, pings_outside = _scan_packed(run, packing, footers)
+        given_keys = _packed_decoded(plans[0], run.buckets, given)
         return _Scanned(
-            by_area, given, unsure_n, [], pings_located, pings_outside, "SELECT ulon, ulat FROM outside_coordinates"
+            by_area,
+            given,
+            given_keys,
+            unsure_n,
+            [],
+            pings_located,
+            pings_outside,
+            "SELECT ulon, ulat FROM outside_coordinates",
         )
     scan = _scan_presence_by_area if by_area else _scan_generic
     unsure_n, unsure_buckets = scan(engine, plans, run.slots, run.pings, run.period, run.seconds, run.progress)
@@ -650,6 +679,7 @@ def _scan_pings(run: _CountRun, packed_keys: bool) -> _Scanned:
     ).iloc[0]
     return _Scanned(
         by_area,
+        None,
         None,
         unsure_n,
         unsure_buckets,
@@ -668,7 +698,17 @@ def _count_one_zoning(
         assert plan.key_bound is not None  # by_area: the one zoning's keys are small
         member_sql = partial(_presence_by_area_sql, scanned.unsure_buckets, plan.key_bound + 1, engine.dialect)
         return _count_zoning(
-            engine, plan, z, measure, run.buckets, keys_sql, member_sql, key_ranks=True, rungs=run.rungs, given=scanned.given
+            engine,
+            plan,
+            z,
+            measure,
+            run.buckets,
+            keys_sql,
+            member_sql,
+            key_ranks=True,
+            rungs=run.rungs,
+            given=scanned.given,
+            given_keys=scanned.given_keys,
         )
     member_sql = partial(_membership_sql, measure, z, len(run.plans) == 1, scanned.unsure_buckets)
     return _count_zoning(engine, plan, z, measure, run.buckets, keys_sql, member_sql, rungs=run.rungs)
@@ -736,17 +776,25 @@ def _count_pings(
     run = _start_count(policy, period, pings, plans, engine, progress)
     scanned = _scan_pings(run, packed_keys)
     t = time.perf_counter()
-    pings_outside = scanned.pings_outside + int(
-        engine.fetch("SELECT count(*) AS n FROM pings_beyond").iloc[0]["n"]
-    )  # never counted
-    main, cells, margin_frames = _count_zonings(run, scanned)
-    t = _timed(run.seconds, "count", t)
+    # the packed path's membership is written by pyarrow on a thread of its own, beside the counts (half the
+    # time of the steps below at 10 M pings); the SQL paths' by the engine, after them
+    with ThreadPoolExecutor(1) as writer:
+        membership = (
+            writer.submit(write_membership_arrays, scanned.given_keys, scanned.given.member, out_dir)
+            if scanned.given is not None and scanned.given_keys is not None
+            else None
+        )
+        pings_outside = scanned.pings_outside + int(
+            engine.fetch("SELECT count(*) AS n FROM pings_beyond").iloc[0]["n"]
+        )  # never counted
+        main, cells, margin_frames = _count_zonings(run, scanned)
+        t = _timed(run.seconds, "count", t)
 
-    cells_path, margins_path = _write_count_tables(cells, margin_frames, out_dir)
-    membership_path = write_membership(engine, main, out_dir)
-    outside_path = write_outside(engine, out_dir, pings_outside, scanned.outside_sql)
-    units, unit_buckets = _units_counted(engine, policy.measure, scanned.given)
-    covers = _linked_coverage(engine, plans)
+        cells_path, margins_path = _write_count_tables(cells, margin_frames, out_dir)
+        outside_path = write_outside(engine, out_dir, pings_outside, scanned.outside_sql)
+        units, unit_buckets = _units_counted(engine, policy.measure, scanned.given)
+        covers = _linked_coverage(engine, plans)
+        membership_path = membership.result() if membership is not None else write_membership(engine, main, out_dir)
     seconds = run.seconds
     _timed(seconds, "write", t)
     seconds["total"] = round(time.perf_counter() - started, 3)

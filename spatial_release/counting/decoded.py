@@ -24,6 +24,7 @@ class DecodedKeys:
         if self.ranks is None:
             self.ranks = np.arange(len(self.ids), dtype=np.int64)
         self._dense = bool(len(self.ranks) == 0 or self.ranks[-1] == len(self.ranks) - 1)
+        self._table: np.ndarray | None = None
 
     def positions(self, ranks: np.ndarray) -> np.ndarray:
         """Index into `ids` of each rank the engine returned."""
@@ -31,6 +32,14 @@ class DecodedKeys:
         if self._dense:
             return ranks
         assert self.ranks is not None  # set by __post_init__
+        if self._table is None and len(self.ranks) and 0 <= self.ranks[0] and self.ranks[-1] < 2**24:
+            # ranks are small (compact grid cells, zones): a lookup table instead of a binary search per row
+            # (filled before it is published: the membership writer's thread may call this at the same time)
+            table = np.zeros(int(self.ranks[-1]) + 1, np.int64)
+            table[self.ranks] = np.arange(len(self.ranks))
+            self._table = table
+        if self._table is not None:
+            return self._table[ranks]
         return np.searchsorted(self.ranks, ranks)
 
     def table(

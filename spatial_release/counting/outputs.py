@@ -51,6 +51,35 @@ def write_membership(engine: Engine, main: DecodedKeys, out_dir: Path) -> Path:
     return path
 
 
+def write_membership_arrays(main: DecodedKeys, member: pa.Table, out_dir: Path) -> Path:
+    """The packed path's membership (`counting.packed`: unit, b, rank as Arrow arrays) written by pyarrow
+    straight from the arrays, with the same columns and rows as `write_membership`: the cell ids go in as
+    dictionary codes into the ids counted (written as Parquet dictionary pages, no string per row), and the
+    file keeps no Arrow schema, so readers see a plain string column as before. Safe to run on a thread
+    beside the engine's work: it touches no engine."""
+    positions = pa.chunked_array(
+        [pa.array(main.positions(chunk.to_numpy()).astype(np.int32)) for chunk in member.column("rank").chunks],
+        pa.int32(),
+    )
+    buckets = member.column("b")
+    table = pa.table(
+        {
+            "unit": member.column("unit"),
+            "bucket_start": pa.chunked_array(
+                [main.bucket_array.take(chunk) for chunk in buckets.chunks], main.bucket_array.type
+            ),
+            "cell_id": pa.chunked_array(
+                [pa.DictionaryArray.from_arrays(chunk, main.id_array) for chunk in positions.chunks],
+                pa.dictionary(pa.int32(), pa.string()),
+            ),
+        }
+    )
+    path = out_dir / "membership.internal.parquet"
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd", store_schema=False)
+    return path
+
+
 def write_outside(engine: Engine, out_dir: Path, pings_outside: int, coordinates_sql: str) -> Path:
     """The pings in no area of the main geometry, as they came in, kept for review. coordinates_sql: the
     distinct (ulon, ulat) of those pings."""

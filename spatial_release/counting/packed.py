@@ -20,6 +20,7 @@ DuckDB (the data comes to this process); Spark, text unit ids and keys that woul
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spatial_release.counting.arrayscan import ArrayScan, Footers
 from spatial_release.counting.buckets import BucketSlots
 from spatial_release.counting.engines import DuckDBEngine, Engine
 from spatial_release.counting.plan import ZoningPlan
@@ -74,25 +76,34 @@ class Packing:
         )
 
 
-def packing_for(engine: Engine, measure: str, plans: Sequence[ZoningPlan], slots: BucketSlots) -> Packing | None:
+def packing_for(
+    engine: Engine, measure: str, plans: Sequence[ZoningPlan], slots: BucketSlots, footers: Footers | None = None
+) -> Packing | None:
     """The packing of these pings, or None when the packed path does not apply: not DuckDB, not presence over
     one zoning whose keys compare like its ids with an SQL projection, unit ids that are not integers, a
     NULL unit id or coordinate, no pings, more pings than DuckDB's memory limit holds at `BYTES_PER_PING`,
     or fields that would not fit: units, buckets and areas in 62 bits, and as many pings as there are beside
-    the area's bits (`presence_from_keys` packs a run's ping count above its slot)."""
+    the area's bits (`presence_from_keys` packs a run's ping count above its slot). footers: the pings'
+    Parquet footers (`arrayscan.read_footers`), which tell the unit ids' type and range, the row count and
+    that nothing is NULL without a scan (all the files' rows: a superset of the `pings` view's); None: a
+    query over the `pings` view finds them."""
     if not isinstance(engine, DuckDBEngine) or measure != "presence" or len(plans) != 1:
         return None
     plan = plans[0]
     # no SQL projection: every ping is unsure, and the packed path would assign them row by row in pandas
     if plan.key_bound is None or not plan.keys_sort_like_ids or plan.projection is None:
         return None
-    kind = engine.fetch("SELECT typeof(unit) AS t FROM pings LIMIT 1")
-    if kind.empty or kind.iloc[0]["t"] not in _INTEGER_UNITS:
-        return None
-    low, high, rows, complete = engine.con.execute(
-        "SELECT min(unit), max(unit), count(*), count(unit) = count(*) AND count(lon) = count(*) "
-        "AND count(lat) = count(*) FROM pings"
-    ).fetchall()[0]
+    if footers is not None:
+        low, high, rows, complete, unit_type = footers.unit_min, footers.unit_max, footers.rows, True, footers.unit_type
+    else:
+        kind = engine.fetch("SELECT typeof(unit) AS t FROM pings LIMIT 1")
+        if kind.empty or kind.iloc[0]["t"] not in _INTEGER_UNITS:
+            return None
+        low, high, rows, complete = engine.con.execute(
+            "SELECT min(unit), max(unit), count(*), count(unit) = count(*) AND count(lon) = count(*) "
+            "AND count(lat) = count(*) FROM pings"
+        ).fetchall()[0]
+        unit_type = engine.con.sql("SELECT unit FROM pings LIMIT 0").to_arrow_table().schema.field("unit").type
     # a NULL unit id or coordinate (ingest quarantines them): the SQL paths count what they are given
     if not complete or int(rows) * BYTES_PER_PING > _memory_limit(engine):
         return None
@@ -101,7 +112,6 @@ def packing_for(engine: Engine, measure: str, plans: Sequence[ZoningPlan], slots
     slot_bits = (plan.key_bound + 1).bit_length()  # slots 0 .. key_bound + 1, the last for unsure pings
     if unit_bits + bucket_bits + slot_bits > KEY_BITS or int(rows).bit_length() + slot_bits > KEY_BITS:
         return None
-    unit_type = engine.con.sql("SELECT unit FROM pings LIMIT 0").to_arrow_table().schema.field("unit").type
     return Packing(int(low), bucket_bits, slot_bits, unit_type)
 
 
@@ -117,7 +127,7 @@ def _memory_limit(engine: DuckDBEngine) -> float:
 
 @dataclass
 class PackedScan:
-    keys: np.ndarray | None  # packed keys of the pings placed in an area (sorted); None once taken
+    keys: np.ndarray | None  # packed keys of the pings, unsorted, -1 where not placed in an area; None once taken
     located: int  # how many: pings placed in an area
     pings_outside: int  # pings in no area of the zoning (not counting those beyond the usable area)
     outside_coordinates: pd.DataFrame  # ulon, ulat: the distinct coordinates of those pings
@@ -141,10 +151,22 @@ class PeriodMismatch(Exception):
 
 
 def scan_packed(
-    engine: DuckDBEngine, keyed_sql: str, packing: Packing, exact_keys: Callable[[pd.DataFrame], pd.DataFrame]
+    engine: DuckDBEngine,
+    keyed_sql: str,
+    packing: Packing,
+    exact_keys: Callable[[pd.DataFrame], pd.DataFrame],
+    arrays: ArrayScan | None = None,
 ) -> PackedScan:
     """One scan: each ping's packed key, with the coordinates of the pings in no area or unsure; the unsure
-    ones assigned by `exact_keys` (their distinct coordinates, as in the SQL paths). Raises PeriodMismatch."""
+    ones assigned by `exact_keys` (their distinct coordinates, as in the SQL paths). Raises PeriodMismatch.
+    arrays: the scan done in this process (`counting.arrayscan`) instead of keyed_sql's."""
+    if arrays is not None:
+        threads = int(engine.describe()["threads"])
+        keys, odd_positions, lon, lat, beyond, off_period = arrays.run(threads)
+        if off_period:
+            raise PeriodMismatch(off_period)
+        odd = pd.DataFrame({"ulon": lon, "ulat": lat})
+        return _finish_scan(keys, odd_positions, odd, packing, exact_keys, beyond)
     table = engine.con.sql(
         f"""{keyed_sql} SELECT {packing.key_sql()} AS key,
                    CASE WHEN unsure OR k_0 IS NULL THEN lon END AS ulon,
@@ -154,6 +176,19 @@ def scan_packed(
         raise PeriodMismatch(table.column("key").null_count)
     keys, odd_positions, odd = _keys_and_odd_rows(table)
     del table
+    return _finish_scan(keys, odd_positions, odd, packing, exact_keys)
+
+
+def _finish_scan(
+    keys: np.ndarray,
+    odd_positions: np.ndarray,
+    odd: pd.DataFrame,
+    packing: Packing,
+    exact_keys: Callable[[pd.DataFrame], pd.DataFrame],
+    beyond: np.ndarray | None = None,
+) -> PackedScan:
+    """The unsure pings (odd rows whose slot is all ones) assigned exactly; the pings in no area (slot 0) and
+    those at the `beyond` positions (not pings of the count) marked -1."""
     slot = keys[odd_positions] & packing.unsure  # the slot field (unsure is all ones)
     unsure = slot == packing.unsure
     distinct = odd.loc[unsure].drop_duplicates(ignore_index=True)
@@ -164,9 +199,13 @@ def scan_packed(
         keys[odd_positions] = (keys[odd_positions] & ~packing.unsure) | slot
     nowhere = slot == 0
     outside = odd.loc[nowhere].drop_duplicates(ignore_index=True)
-    keys = np.delete(keys, odd_positions[nowhere])
-    keys.sort()
-    return PackedScan(keys, len(keys), int(nowhere.sum()), outside, len(distinct))
+    keys[odd_positions[nowhere]] = -1  # not counted
+    beyond_n = 0
+    if beyond is not None and len(beyond):
+        keys[beyond] = -1
+        beyond_n = len(beyond)
+    located = len(keys) - int(nowhere.sum()) - beyond_n
+    return PackedScan(keys, located, int(nowhere.sum()), outside, len(distinct))
 
 
 def _keys_and_odd_rows(table: pa.Table) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
@@ -193,7 +232,7 @@ def _keys_and_odd_rows(table: pa.Table) -> tuple[np.ndarray, np.ndarray, pd.Data
     return keys, np.concatenate(positions) if positions else np.empty(0, np.int64), odd
 
 
-def _run_starts(values: np.ndarray) -> np.ndarray:
+def run_starts(values: np.ndarray) -> np.ndarray:
     """Indices where a run of equal values starts in a sorted array."""
     if len(values) == 0:
         return np.empty(0, np.int64)
@@ -204,7 +243,11 @@ def _run_starts(values: np.ndarray) -> np.ndarray:
 
 
 def _run_lengths(starts: np.ndarray, total: int) -> np.ndarray:
-    return np.diff(starts, append=total)
+    lengths = np.empty(len(starts), np.int64)
+    if len(starts):
+        np.subtract(starts[1:], starts[:-1], out=lengths[:-1])
+        lengths[-1] = total - starts[-1]
+    return lengths
 
 
 @dataclass(frozen=True)
@@ -219,14 +262,86 @@ def _narrow(values: np.ndarray, bits: int) -> np.ndarray:
     return values.astype(np.int32) if bits <= 31 else values
 
 
-def presence_from_keys(keys: np.ndarray, packing: Packing) -> PackedCounts:
-    """The dominant area of every (unit, bucket) and the leaf counts, from the sorted packed keys (taken
-    over: freed on the way). The dominant area is one max per (unit, bucket) over
+def presence_from_keys(keys: np.ndarray, packing: Packing, threads: int = 1) -> PackedCounts:
+    """The dominant area of every (unit, bucket) and the leaf counts, from the packed keys, in any order, -1
+    for a ping not counted (taken over: freed on the way). The keys are split into ranges of units, one per
+    thread, each sorted and counted on its own (`_presence_of_sorted`): no unit spans two ranges, so the
+    memberships follow each other and only the leaf counts are merged."""
+    shift = packing.bucket_bits + packing.slot_bits
+    bounds = _unit_bounds(keys, shift, max(1, threads))
+    if len(bounds) == 2:  # one range: sort in place, the dropped pings (-1) come first
+        keys.sort()
+        parts = [_presence_of_sorted(keys[int(np.searchsorted(keys, 0)) :], packing)]
+    else:
+        with ThreadPoolExecutor(len(bounds) - 1) as pool:
+            pieces = list(pool.map(lambda i: _unit_range(keys, bounds[i], bounds[i + 1]), range(len(bounds) - 1)))
+            del keys
+            parts = list(pool.map(lambda piece: _presence_of_sorted(piece, packing), pieces))
+            del pieces
+    if len(parts) == 1:
+        leaf_keys, leaf_n = parts[0].leaf_keys, parts[0].leaf_n
+    else:
+        leaf_keys, leaf_n = np.concatenate([p.leaf_keys for p in parts]), np.concatenate([p.leaf_n for p in parts])
+        order = np.argsort(leaf_keys, kind="stable")  # sorted runs, merged
+        leaf_keys, leaf_n = leaf_keys[order], leaf_n[order]
+        starts = run_starts(leaf_keys)
+        leaf_keys, leaf_n = leaf_keys[starts], np.add.reduceat(leaf_n, starts) if len(starts) else leaf_n
+    bucket_mask = (1 << packing.bucket_bits) - 1
+    leaf = pa.table(
+        {"rank": pa.array(leaf_keys >> packing.bucket_bits), "b": pa.array(leaf_keys & bucket_mask), "n": pa.array(leaf_n)}
+    )
+
+    def column(name: str, cast: pa.DataType | None = None) -> pa.ChunkedArray:
+        chunks = [pa.array(getattr(p, name)) for p in parts]
+        return pa.chunked_array([c.cast(cast) for c in chunks] if cast is not None else chunks)
+
+    member = pa.table({"unit": column("unit", packing.unit_type), "b": column("bucket"), "rank": column("rank")})
+    return PackedCounts(member, leaf, sum(p.units for p in parts))
+
+
+def _unit_bounds(keys: np.ndarray, shift: int, parts: int) -> list[int]:
+    """Key bounds [0, b_1, ..., top) cutting the keys into `parts` ranges of about as many pings, at unit
+    boundaries (b_i = unit << shift), from a sample of the keys."""
+    top = int(np.iinfo(np.int64).max)
+    if parts == 1 or len(keys) < 100_000:
+        return [0, top]
+    sample = keys[:: max(1, len(keys) // 8192)]
+    units = np.sort(sample[sample >= 0] >> shift)
+    if len(units) == 0:
+        return [0, top]
+    cuts = sorted({int(units[len(units) * i // parts]) for i in range(1, parts)} - {0})
+    return [0, *(cut << shift for cut in cuts), top]
+
+
+def _unit_range(keys: np.ndarray, low: int, high: int) -> np.ndarray:
+    """The keys in [low, high), sorted (a new array)."""
+    inside = keys >= low
+    inside &= keys < high
+    piece = keys[inside]
+    piece.sort()
+    return piece
+
+
+@dataclass
+class _Presence:
+    """One range of units: the membership (sorted by unit, then bucket), and its leaf counts (distinct
+    rank << bucket_bits | bucket, ascending, and their counts)."""
+
+    unit: np.ndarray
+    bucket: np.ndarray
+    rank: np.ndarray
+    leaf_keys: np.ndarray
+    leaf_n: np.ndarray
+    units: int
+
+
+def _presence_of_sorted(keys: np.ndarray, packing: Packing) -> _Presence:
+    """The dominant area of every (unit, bucket) of the sorted keys: one max per (unit, bucket) over
     (pings << slot_bits | (mask - slot)): most pings, then the smallest slot, which is the smallest area key.
     Arrays are updated in place where they can be: memory, not time, is the limit at 50 M pings."""
     slot_mask, bucket_mask = (1 << packing.slot_bits) - 1, (1 << packing.bucket_bits) - 1
     total = len(keys)
-    starts = _run_starts(keys)
+    starts = run_starts(keys)
     area = keys[starts]
     del keys
     score = _run_lengths(starts, total)  # pings per (unit, bucket, area), then the score
@@ -237,7 +352,7 @@ def presence_from_keys(keys: np.ndarray, packing: Packing) -> PackedCounts:
     np.subtract(slot_mask, area, out=area)
     score |= area
     del area
-    pair_starts = _run_starts(pair)
+    pair_starts = run_starts(pair)
     best = np.maximum.reduceat(score, pair_starts) if len(pair_starts) else score
     del score
     best &= slot_mask
@@ -253,24 +368,11 @@ def presence_from_keys(keys: np.ndarray, packing: Packing) -> PackedCounts:
     leaf_key = rank << packing.bucket_bits
     leaf_key |= bucket
     leaf_key.sort()
-    leaf_starts = _run_starts(leaf_key)
+    leaf_starts = run_starts(leaf_key)
     leaf_runs = leaf_key[leaf_starts]
-    leaf = pa.table(
-        {
-            "rank": pa.array(leaf_runs >> packing.bucket_bits),
-            "b": pa.array(leaf_runs & bucket_mask),
-            "n": pa.array(_run_lengths(leaf_starts, len(leaf_key))),
-        }
-    )
-    del leaf_key, leaf_starts, leaf_runs
-    member = pa.table(
-        {
-            "unit": pa.array(unit).cast(packing.unit_type),
-            "b": pa.array(_narrow(bucket, packing.bucket_bits)),
-            "rank": pa.array(_narrow(rank, packing.slot_bits)),
-        }
-    )
-    return PackedCounts(member, leaf, units)
+    leaf_n = _run_lengths(leaf_starts, len(leaf_key))
+    del leaf_key, leaf_starts
+    return _Presence(unit, _narrow(bucket, packing.bucket_bits), _narrow(rank, packing.slot_bits), leaf_runs, leaf_n, units)
 
 
 __all__ = [
@@ -281,5 +383,6 @@ __all__ = [
     "PeriodMismatch",
     "packing_for",
     "presence_from_keys",
+    "run_starts",
     "scan_packed",
 ]

@@ -53,18 +53,29 @@ def footer_extent(pings: Sequence[Path]) -> tuple[float, float, float, float] | 
     return tuple(bounds) if all(math.isfinite(v) for v in bounds) else None  # type: ignore[return-value]
 
 
+def area_filter(
+    pings: Sequence[Path], area: tuple[float, float, float, float] | None
+) -> tuple[float, float, float, float] | None:
+    """The box the pings must be filtered on (`area`), or None when there is no area or the files' footers
+    show every ping inside it."""
+    if area is None:
+        return None
+    west, south, east, north = area
+    extent = footer_extent(pings)
+    if extent is not None and west <= extent[0] and extent[2] <= east and south <= extent[1] and extent[3] <= north:
+        return None
+    return area
+
+
 def register_pings(engine: Engine, pings: Sequence[Path], area: tuple[float, float, float, float] | None) -> None:
     """`pings`: the validated pings inside `area` (all of them when it is None); `pings_beyond`: the others.
     When the files' footers show every ping inside `area`, no filter is applied (and none scanned for)."""
     engine.register_parquet("pings_all", pings)
     inside = "TRUE"
-    if area is not None:
-        west, south, east, north = area
-        extent = footer_extent(pings)
-        if not (
-            extent is not None and west <= extent[0] and extent[2] <= east and south <= extent[1] and extent[3] <= north
-        ):
-            inside = f"lon BETWEEN {west!r} AND {east!r} AND lat BETWEEN {south!r} AND {north!r}"
+    box = area_filter(pings, area)
+    if box is not None:
+        west, south, east, north = box
+        inside = f"lon BETWEEN {west!r} AND {east!r} AND lat BETWEEN {south!r} AND {north!r}"
     engine.view("pings", f"SELECT * FROM pings_all WHERE {inside}" if inside != "TRUE" else "SELECT * FROM pings_all")
     engine.view("pings_beyond", f"SELECT * FROM pings_all WHERE NOT ({inside})")
 
