@@ -189,13 +189,23 @@ def _quiet_pandas_notes() -> Iterator[None]:
         yield
 
 
+# What this process asked of the Spark context it started last: Spark rewrites some settings as it starts
+# (it puts its own JVM options before spark.*.extraJavaOptions), so the running context's settings cannot
+# be compared with the request itself.
+_requested: dict[int, tuple[str, dict[str, str]]] = {}
+
+
 def _stop_session_elsewhere(settings: SparkSettings) -> None:
     """Stops this process's Spark session if it runs on another master or with other settings: getOrCreate()
-    would hand it back unchanged (a cluster run in a process that had a local[*] session would run locally)."""
+    would hand it back unchanged (a cluster run in a process that had a local[*] session would run locally).
+    A context this module started with the same request is kept: the counting step and each later step's
+    tasks share one application instead of starting a new one each."""
     from pyspark import SparkContext
 
     running = SparkContext._active_spark_context
     if running is None:
+        return
+    if _requested.get(id(running)) == (settings.master, settings.conf):
         return
     conf = running.getConf()
     if running.master != settings.master or any(conf.get(k) != v for k, v in settings.conf.items()):
@@ -229,6 +239,8 @@ def spark_session(settings: SparkSettings) -> Any:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    _requested.clear()
+    _requested[id(spark.sparkContext)] = (settings.master, dict(settings.conf))
     return spark
 
 
