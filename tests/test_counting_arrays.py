@@ -244,3 +244,23 @@ def test_presence_split_over_threads_equals_one_thread(tmp_path, monkeypatch):
     three = _count(policy, [path], tmp_path / "three", threads=3)
     assert cuts == [1, 3]
     _assert_same(three, one)
+
+
+def test_array_path_with_a_time_ladder_equals_the_sql_path(tmp_path, monkeypatch):
+    """Hours with a ladder of days and the period: the packed path's margins (sums in numpy) and its rungs
+    (distinct units in SQL over its membership) against the SQL path's."""
+    pings = _random_pings(7, 3_000, hours=24 * 5)
+    path = tmp_path / "pings.parquet"
+    pings.to_parquet(path)
+    data = policy_dict(
+        "unused.csv",
+        geometry={"kind": "grid", "crs": "EPSG:32618", "size_m": 250, "parents_m": [1000]},
+        time={"bucket": "1h", "timezone": "America/New_York", "ladder": ["1d", "period"]},
+    )
+    policy = parse_policy(data, Path("inline.yaml"))
+    runs = _spy_scan(monkeypatch)
+    fast = _count(policy, [path], tmp_path / "arrays")
+    assert runs
+    slow = _count(policy, [path], tmp_path / "sql", "sql", monkeypatch)
+    _assert_same(fast, slow)
+    assert pd.read_parquet(fast.margin_counts_path)["level"].str.contains("@").any()

@@ -261,15 +261,64 @@ def _packed_decoded(plan: ZoningPlan, buckets: pd.Series, given: PackedCounts) -
     return DecodedKeys(_ids_of(plan, keys), buckets, keys)
 
 
-def _take_packed(engine: Engine, z: int, given: PackedCounts, decoded: DecodedKeys) -> tuple[DecodedKeys, pd.DataFrame]:
-    """The packed path's membership and leaf counts (keys as ranks) as zoning z's tables, and the leaf counts."""
-    # the membership as a view of its arrays (the packed path runs on DuckDB only): no copy of 40 M rows
-    # at 50 M pings; the leaf table, small, is copied in
+def _sum_by(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys (non-negative integers), ascending, and the sum of the values of each."""
+    if len(keys) == 0:
+        return keys, values
+    if int(keys.max()) < 2**25:  # a dense count: the sums of small integers are exact in float64
+        sums = np.bincount(keys, weights=values)
+        present = np.flatnonzero(np.bincount(keys))
+        return present, sums[present].astype(np.int64)
+    order = np.argsort(keys, kind="stable")
+    keys, values = keys[order], values[order]
+    starts = run_starts(keys)
+    return keys[starts], np.add.reduceat(values, starts)
+
+
+def _hierarchy_codes(plan: ZoningPlan, decoded: DecodedKeys) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per parent level: the code of each counted area's parent (in `decoded.ids` order) and the parent ids
+    the codes stand for."""
+    if plan.key_hierarchy is not None and decoded.ranks is not None:
+        hierarchy = plan.key_hierarchy(decoded.ranks)  # from the keys: no parsing of ids
+    else:
+        hierarchy = plan.hierarchy(pd.Series(decoded.ids, dtype=object))
+    coded = {level: pd.factorize(hierarchy[level].astype(str).to_numpy(object)) for level in plan.parent_levels}
+    return {
+        level: (codes.astype(np.int64), np.asarray(names, dtype=object).astype(str))
+        for level, (codes, names) in coded.items()
+    }
+
+
+def _count_packed(
+    engine: Engine, plan: ZoningPlan, z: int, given: PackedCounts, decoded: DecodedKeys, rungs: Sequence[Rung]
+) -> tuple[DecodedKeys, pa.Table, list[pa.Table]]:
+    """The packed path's tables (presence, keys as ranks), from its arrays: the leaf counts as they are,
+    their ids as dictionary codes (`DecodedKeys.coded_table`); each parent's counts and the totals as sums of
+    the leaf counts (a unit is in one area per bucket), summed in numpy. The membership is a view of its
+    arrays in the engine (no copy of 40 M rows at 50 M pings), for the coarser rungs of a time ladder."""
     assert isinstance(engine, DuckDBEngine), "the packed path runs on DuckDB only (packing_for)"
     engine.register_arrow_view(f"member_{z}", given.member)
-    engine.register_frame(f"leaf_{z}", given.leaf)
-    leaf_counts = given.leaf.to_pandas()  # sorted by rank, then bucket, as the leaf query of _count_zoning
-    return decoded, leaf_counts
+    rank, b, n = (given.leaf.column(name).to_numpy() for name in ("rank", "b", "n"))
+    positions = decoded.positions(rank)
+    leaf = decoded.coded_table(positions, b, n)
+    margins = []
+    if plan.level != LEAF:
+        margins.append(decoded.table(pd.DataFrame({"rank": rank, "b": b, "n": n}), plan.level))
+    parents = _hierarchy_codes(plan, decoded)
+    n_buckets = max(len(decoded.buckets), 1)
+    for level, (codes, names) in parents.items():
+        keys, sums = _sum_by(codes[positions] * n_buckets + b, n)
+        counts = pd.DataFrame({"parent": keys // n_buckets, "b": keys % n_buckets, "n": sums})
+        margins.append(decoded.table(counts, level, area="parent", names=names))
+    bucket, totals = _sum_by(b.astype(np.int64), n)
+    totals_frame = pd.DataFrame({"b": bucket, "n": totals, "total_area": plan.total_level})
+    margins.append(decoded.table(totals_frame, plan.total_level, area="total_area"))
+    if rungs:  # the rungs' figures are distinct units over coarser buckets: SQL over the membership
+        engine.register_frame(
+            f"hier_{z}", pd.DataFrame({"rank": decoded.ranks, **{level: codes for level, (codes, _) in parents.items()}})
+        )
+        margins += _count_rungs(engine, plan, z, decoded, rungs)
+    return decoded, leaf, margins
 
 
 def _rank_keyed(engine: Engine, plan: ZoningPlan, z: int, buckets: pd.Series, member_sql: Callable[[], str]) -> DecodedKeys:
@@ -369,16 +418,14 @@ def _count_zoning(
     join); else it joins dict_<z> (area key -> rank in id order). given: the membership and leaf counts
     already computed (`counting.packed`, keys as ranks), taken instead of member_sql, with given_keys its
     areas (`_packed_decoded`)."""
-    leaf_counts = None
     if given is not None:
-        decoded, leaf_counts = _take_packed(engine, z, given, given_keys or _packed_decoded(plan, buckets, given))
-    elif key_ranks:
+        return _count_packed(engine, plan, z, given, given_keys or _packed_decoded(plan, buckets, given), rungs)
+    if key_ranks:
         decoded = _rank_keyed(engine, plan, z, buckets, member_sql)
     else:
         decoded = _dictionary_keyed(engine, plan, z, buckets, keys_sql, member_sql)
     parent_names = _register_hierarchy(engine, plan, z, decoded)
-    if leaf_counts is None:
-        leaf_counts = engine.fetch(f"SELECT rank, b, n FROM leaf_{z} ORDER BY rank, b")  # rank order is id order
+    leaf_counts = engine.fetch(f"SELECT rank, b, n FROM leaf_{z} ORDER BY rank, b")  # rank order is id order
     leaf = decoded.table(leaf_counts)
     margins = _margin_tables(engine, plan, z, measure, decoded, leaf_counts, parent_names)
     margins += _count_rungs(engine, plan, z, decoded, rungs)
@@ -726,13 +773,18 @@ def _count_zonings(run: _CountRun, scanned: _Scanned) -> tuple[DecodedKeys, pa.T
     return main, cells, margin_frames
 
 
-def _write_count_tables(cells: pa.Table, margin_frames: Sequence[pa.Table], out_dir: Path) -> tuple[Path, Path]:
+def _write_count_tables(
+    cells: pa.Table, margin_frames: Sequence[pa.Table], out_dir: Path, writer: ThreadPoolExecutor
+) -> tuple[Path, Path]:
+    """The cell counts written on the writer's thread (sorted by the engine, or by the packed path), the
+    margins on this one."""
     cells_path, margins_path = out_dir / "cell_counts.parquet", out_dir / "margin_counts.parquet"
-    write_parquet(cells.rename_columns(["cell_id", "bucket_start", "n"]), cells_path)  # sorted by the engine
+    cells_written = writer.submit(write_parquet, cells.rename_columns(["cell_id", "bucket_start", "n"]), cells_path)
     margins = pa.concat_tables(margin_frames)
     write_parquet(
         margins.sort_by([("level", "ascending"), ("area_id", "ascending"), ("bucket_start", "ascending")]), margins_path
     )
+    cells_written.result()
     return cells_path, margins_path
 
 
@@ -777,8 +829,9 @@ def _count_pings(
     scanned = _scan_pings(run, packed_keys)
     t = time.perf_counter()
     # the packed path's membership is written by pyarrow on a thread of its own, beside the counts (half the
-    # time of the steps below at 10 M pings); the SQL paths' by the engine, after them
-    with ThreadPoolExecutor(1) as writer:
+    # time of the steps below at 10 M pings), and so are the cell counts; the SQL paths' membership by the
+    # engine, after them
+    with ThreadPoolExecutor(2) as writer:
         membership = (
             writer.submit(write_membership_arrays, scanned.given_keys, scanned.given.member, out_dir)
             if scanned.given is not None and scanned.given_keys is not None
@@ -790,7 +843,7 @@ def _count_pings(
         main, cells, margin_frames = _count_zonings(run, scanned)
         t = _timed(run.seconds, "count", t)
 
-        cells_path, margins_path = _write_count_tables(cells, margin_frames, out_dir)
+        cells_path, margins_path = _write_count_tables(cells, margin_frames, out_dir, writer)
         outside_path = write_outside(engine, out_dir, pings_outside, scanned.outside_sql)
         units, unit_buckets = _units_counted(engine, policy.measure, scanned.given)
         covers = _linked_coverage(engine, plans)

@@ -42,6 +42,19 @@ class DecodedKeys:
             return self._table[ranks]
         return np.searchsorted(self.ranks, ranks)
 
+    def coded_table(self, positions: np.ndarray, b: np.ndarray, n: np.ndarray) -> pa.Table:
+        """(area_id, bucket_start, n) with the area ids as dictionary codes into `ids` (positions): no string
+        per row; written to Parquet as dictionary pages and read back as a plain string column
+        (`outputs.write_parquet`)."""
+        codes = pa.array(np.asarray(positions).astype(np.int32))
+        return pa.table(
+            {
+                "area_id": pa.DictionaryArray.from_arrays(codes, self.id_array),
+                "bucket_start": self.bucket_array.take(pa.array(np.asarray(b, np.int64))),
+                "n": pa.array(np.asarray(n, np.int64)),
+            }
+        )
+
     def table(
         self, counts: pd.DataFrame, level: str | None = None, area: str = "rank", names: np.ndarray | None = None
     ) -> pa.Table:

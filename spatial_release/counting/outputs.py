@@ -15,8 +15,11 @@ from spatial_release.fileio import atomic_path
 
 
 def write_parquet(table: pa.Table, path: Path) -> None:
+    """A table with dictionary-coded columns (`DecodedKeys.coded_table`) is written without its Arrow schema,
+    so that readers see plain string columns, as from the other paths."""
+    coded = any(pa.types.is_dictionary(field.type) for field in table.schema)
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
+        pq.write_table(table, tmp, store_schema=not coded)
 
 
 def write_membership(engine: Engine, main: DecodedKeys, out_dir: Path) -> Path:

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pyproj import CRS
 
+from spatial_release.counting.engines import DuckDBEngine
 from spatial_release.geometry.grid import KEY_BASE, KEY_OFFSET, Grid, cell_name
 from spatial_release.geometry.lookup import BOUNDARY, ZoneLookup, build_zone_lookup
 from spatial_release.geometry.sqlproj import SqlProjection, fitted_projection, num, validated_projection
@@ -38,6 +40,7 @@ class ZoningPlan:
     lookup: ZoneLookup | None = None
     compact: CompactGrid | None = None  # grid keys numbered within the pings' extent (small integers)
     key_bound: int | None = None  # every area key is in [0, key_bound); None: keys are not small
+    key_hierarchy: Callable[[np.ndarray], pd.DataFrame] | None = None  # `hierarchy` of the areas of these keys
 
     @property
     def keys_sort_like_ids(self) -> bool:
@@ -71,9 +74,18 @@ def evaluate_with(engine):
     """Evaluates a SQL projection on `engine` itself, so it is validated where it will run."""
 
     def evaluate(projection: SqlProjection, lon: np.ndarray, lat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if isinstance(engine, DuckDBEngine):  # the points as an Arrow view, the result as numpy: no copies
+            con = engine.con
+            con.register("validation_points_arrow", pa.table({"i": np.arange(len(lon)), "lon": lon, "lat": lat}))
+            try:
+                out = con.execute(projection.relation("validation_points_arrow", ["i"], "x", "y")).fetchnumpy()
+            finally:
+                con.unregister("validation_points_arrow")
+            order = np.argsort(np.asarray(out["i"]), kind="stable")  # in the points' order, whatever the threads did
+            return np.asarray(out["x"], float)[order], np.asarray(out["y"], float)[order]
         engine.register_frame("validation_points", pd.DataFrame({"lon": lon, "lat": lat}))
-        out = engine.fetch(projection.relation("validation_points", [], "x", "y"))
-        return out["x"].to_numpy(float), out["y"].to_numpy(float)
+        result = engine.fetch(projection.relation("validation_points", [], "x", "y"))
+        return result["x"].to_numpy(float), result["y"].to_numpy(float)
 
     return evaluate
 
@@ -150,6 +162,15 @@ def grid_plan(
     def ids_of_keys(keys: np.ndarray) -> np.ndarray:
         return cell_name(grid.spec.size_m, *compact.decode(keys))
 
+    def key_hierarchy(keys: np.ndarray) -> pd.DataFrame:
+        """`grid.hierarchy` of the cells of these keys, from their indices (no ids parsed)."""
+        ix, iy = compact.decode(keys)
+        table = pd.DataFrame({"cell_id": cell_name(grid.spec.size_m, ix, iy)})
+        for size, level in zip(grid.spec.parents_m, grid.spec.level_names()):
+            factor = size // grid.spec.size_m
+            table[level] = cell_name(size, ix // factor, iy // factor)
+        return table
+
     return ZoningPlan(
         level,
         parent_levels,
@@ -161,6 +182,7 @@ def grid_plan(
         grid_size=float(grid.spec.size_m),
         compact=compact,
         key_bound=compact.nx * compact.ny,
+        key_hierarchy=key_hierarchy,
     )
 
 

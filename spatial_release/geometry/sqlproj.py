@@ -281,6 +281,11 @@ def evaluate_duckdb(projection: SqlProjection, lon: np.ndarray, lat: np.ndarray)
 def max_error(projection: SqlProjection, x: np.ndarray, y: np.ndarray, lon: np.ndarray, lat: np.ndarray) -> float:
     """Largest |SQL - pyproj| over the points; inf when any value is missing or not finite."""
     ex, ey = Transformer.from_crs("EPSG:4326", projection.crs, always_xy=True).transform(lon, lat)
+    return _error_against(x, y, ex, ey)
+
+
+def _error_against(x: np.ndarray, y: np.ndarray, ex: np.ndarray, ey: np.ndarray) -> float:
+    """Largest |x - ex|, |y - ey| where pyproj's ex, ey are finite; inf when x or y is not finite there."""
     ok = np.isfinite(ex) & np.isfinite(ey)
     if not (np.isfinite(x[ok]).all() and np.isfinite(y[ok]).all()):
         return math.inf
@@ -303,7 +308,11 @@ def validated_projection(crs: CRS | str, evaluate=evaluate_duckdb) -> SqlProject
 
 
 def _monomials(u: np.ndarray, v: np.ndarray, degree: int) -> np.ndarray:
-    return np.stack([u**i * v**j for i in range(degree + 1) for j in range(degree + 1 - i)], axis=1)
+    up, vp = [np.ones_like(u)], [np.ones_like(v)]
+    for _ in range(degree):
+        up.append(up[-1] * u)
+        vp.append(vp[-1] * v)
+    return np.stack([up[i] * vp[j] for i in range(degree + 1) for j in range(degree + 1 - i)], axis=1)
 
 
 def _horner_sql(coefficients: np.ndarray, degree: int) -> str:
@@ -365,11 +374,10 @@ def fitted_projection(
         )
         projection = SqlProjection(crs, f"local polynomial, degree {degree}", layers, guard, (w, s, e, n))
         sx, sy = evaluate(projection, check_lon, check_lat)
-        error = max_error(projection, sx, sy, check_lon, check_lat)
+        error = _error_against(sx, sy, ex, ey)  # max_error's, with pyproj's values at hand
         if error <= guard * MAX_ERROR_FRACTION:
             # the same polynomial in numpy (the counting step's local scan), validated the same way
             polynomial = Polynomial(cu, hu, cv, hv, degree, tuple(map(float, fx)), tuple(map(float, fy)))
-            nx, ny = polynomial.evaluate(check_lon, check_lat)
-            trusted = max_error(projection, nx, ny, check_lon, check_lat) <= guard * MAX_ERROR_FRACTION
+            trusted = _error_against(*polynomial.evaluate(check_lon, check_lat), ex, ey) <= guard * MAX_ERROR_FRACTION
             return replace(projection, max_error=error, polynomial=polynomial if trusted else None)
     return None
