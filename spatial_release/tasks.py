@@ -161,8 +161,7 @@ def _executor_digest(_: object) -> str:
 
 
 def job_group(fn: Callable) -> str:
-    """The Spark job group of `fn`'s tasks: `spatial_release:<module>.<function>` (of a partial's function)."""
-    fn = getattr(fn, "func", fn)
+    """The Spark job group of `fn`'s tasks: `spatial_release:<module>.<function>`."""
     return f"spatial_release:{fn.__module__}.{fn.__qualname__}"
 
 
@@ -207,24 +206,26 @@ class SparkTasks:
             )
         self._checked = True
 
-    def _run(self, fn: Callable, chunk: list) -> list[tuple[str, Any]]:
+    def _run(self, fn: Callable, chunk: list, group: str) -> list[tuple[str, Any]]:
         context = self.spark.sparkContext
         # the Spark UI and the status tracker show which step's jobs these are (job groups are per thread)
-        context.setJobGroup(job_group(fn), f"spatial_release: {len(chunk)} job(s) of {job_group(fn)}")
+        context.setJobGroup(group, f"{len(chunk)} job(s) of {group}")
         return context.parallelize([chunk], 1).map(lambda jobs: _apply(fn, jobs)).collect()[0]
 
-    def map(self, fn: Callable[[J], R], jobs: Iterable[J], chunksize: int = 1) -> Iterator[R]:
+    def map(self, fn: Callable[[J], R], jobs: Iterable[J], chunksize: int = 1, group: str | None = None) -> Iterator[R]:
+        """As `Runner.map`; the tasks go to the job group `group` (default `job_group(fn)`)."""
         if not self._checked:
             self.check_executors()
+        group = group or job_group(fn)
         with ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="spark-tasks") as threads:
-            yield from _in_order(lambda chunk: threads.submit(self._run, fn, chunk), jobs, chunksize, 2 * self.slots)
+            yield from _in_order(lambda chunk: threads.submit(self._run, fn, chunk, group), jobs, chunksize, 2 * self.slots)
 
     def map_shared(self, fn: Callable[[Any, J], R], shared: Any, jobs: Iterable[J], chunksize: int = 1) -> Iterator[R]:
         """fn(shared, job) of every job, in job order: `shared` (the arrays every job reads: a risk estimate's
         key sets) goes to each executor once, as a Spark broadcast, and is destroyed afterwards."""
         broadcast = self.spark.sparkContext.broadcast(shared)
         try:
-            yield from self.map(partial(_with_shared, fn, broadcast), jobs, chunksize)
+            yield from self.map(partial(_with_shared, fn, broadcast), jobs, chunksize, group=job_group(fn))
         finally:
             broadcast.destroy()
 

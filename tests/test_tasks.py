@@ -42,6 +42,18 @@ class _FakeRDD:
         return out
 
 
+class _FakeBroadcast:
+    def __init__(self, value):
+        self.value, self.destroyed = value, False
+
+    def destroy(self):
+        self.destroyed = True
+
+
+def offset_square(shared: dict, n: int) -> int:
+    return shared["offset"] + n * n
+
+
 class _FakeContext:
     """What SparkTasks uses of a SparkContext: parallelize().map().collect(), job groups, parallelism."""
 
@@ -53,6 +65,10 @@ class _FakeContext:
 
     def setJobGroup(self, group, description):
         self.groups.append(group)
+
+    def broadcast(self, value):
+        self.broadcasts = getattr(self, "broadcasts", []) + [_FakeBroadcast(value)]
+        return self.broadcasts[-1]
 
     def parallelize(self, items, slices):
         self.tasks += 1
@@ -115,3 +131,13 @@ def test_the_context_runner_replaces_local_processes_and_one_worker_runs_in_plac
         assert tasks.current() is spark and tasks.runner_for(2) is spark and tasks.slots(7) == 3
         assert tasks.runner_for(1) is None  # too little work to ship: the caller runs it in place
     assert tasks.current() is None
+
+
+def test_shared_inputs_go_to_the_executors_once_and_are_destroyed_after():
+    session = _FakeSession()
+    runner = tasks.SparkTasks(session)
+    assert list(runner.map_shared(offset_square, {"offset": 100}, range(5), chunksize=2)) == [100 + n * n for n in range(5)]
+    context = session.sparkContext
+    [broadcast] = context.broadcasts
+    assert broadcast.destroyed
+    assert set(context.groups) == {"spatial_release:test_tasks.offset_square"}  # the job's function, not a wrapper
