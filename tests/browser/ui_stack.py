@@ -1,23 +1,32 @@
 """A throw-away Dagster deployment for the browser test: a fresh DAGSTER_HOME and output folder, the
 `spatial-release` command line run into that instance, `dagster-webserver` and `dagster-daemon` as
-subprocesses (each in its own process group, stopped by that group's id), and the GraphQL queries the test
-uses to wait for state and to find run ids. What the test checks it reads in the browser, not here."""
+subprocesses (each in its own process group, stopped by that group's id), the alert channels an operator
+would receive from (a real SMTP server, aiosmtpd, and a webhook that records what is posted to it, both on
+this machine), and the GraphQL queries the test uses to wait for state, to find run ids and to read the run
+records' times. What the test checks it reads in the browser, not here."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from email import message_from_bytes
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from spatial_release.alerts.routing import ENV_VARS, SLACK_WEBHOOK_URL, SMTP_FROM, SMTP_HOST, SMTP_PORT, SMTP_TO
+from spatial_release.policy.model import DEFAULT_MISSING_UNIT_VALUES
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # the venv running pytest holds spatial-release and the dagster commands
@@ -41,6 +50,10 @@ def missing_browser() -> str | None:
 
 UI_PROGRAMME = "demo-ui"
 BLOCKED_PROGRAMME = "demo-blocked"
+# Two devices of the demo's generator (present in every period) that demo-blocked reads as missing ids
+BLOCKED_DEVICES = ("dev-000000", "dev-000001")
+CLI_PROGRAMME = "demo-cli"  # the demo under another name, released by the command line only (not served)
+ALERTS_FROM, ALERTS_TO = "releases@example.org", "operators@example.org"
 # The instance settings the README recommends for a release deployment: queued runs are picked up within a
 # second, and sensors (the publish sensor among them) are evaluated in threads, not one after another.
 INSTANCE_YAML = """telemetry:
@@ -57,24 +70,109 @@ sensors:
 """
 
 
-def _ui_policies(folder: Path) -> Path:
-    """The policies the deployment serves: the project's demo (its files beside it) and `demo-ui`, the same
-    programme under another name, which the test releases through the UI to time it against the command
-    line's demo (the demo's own period is published by the command line first)."""
+def _demo_files(folder: Path) -> str:
+    """The project's demo policy's files (its zeros list and landscapes/) copied into `folder`; returns the
+    policy's text."""
     source = PROJECT_ROOT / "policies"
     shutil.copytree(source / "landscapes", folder / "landscapes")
     for name in ("demo.yaml", "demo-structural-zeros.csv"):
         shutil.copy(source / name, folder / name)
     text = (source / "demo.yaml").read_text()
     assert "\nname: demo\n" in text, "the demo policy's name line moved"
-    (folder / f"{UI_PROGRAMME}.yaml").write_text(text.replace("\nname: demo\n", f"\nname: {UI_PROGRAMME}\n"))
-    # the demo again, blocked by its first check: it quarantines some generated pings and accepts none
-    assert "max_rejected_share: 0.01" in text, "the demo policy's rejected-share line moved"
-    blocked = text.replace("\nname: demo\n", f"\nname: {BLOCKED_PROGRAMME}\n").replace(
-        "max_rejected_share: 0.01", "max_rejected_share: 0.0"
+    return text
+
+
+def _renamed(text: str, name: str) -> str:
+    return text.replace("\nname: demo\n", f"\nname: {name}\n")
+
+
+def _ui_policies(folder: Path) -> Path:
+    """The policies the deployment serves: the project's demo (its files beside it); `demo-ui`, the same
+    programme under another name, which the test releases through the UI to time it against the command
+    line (the demo's own period is published by the command line first); and `demo-blocked`, the demo
+    accepting no quarantined ping over two periods (2018-Q1 and 2018-Q2), so every run of it is blocked by its
+    first check."""
+    text = _demo_files(folder)
+    (folder / f"{UI_PROGRAMME}.yaml").write_text(_renamed(text, UI_PROGRAMME))
+    # the demo again, blocked by its first check: it accepts no quarantined ping, and quarantines some in
+    # every period. The generated pings of 2018-Q1 include local times the clocks skipped (2018-03-11), but
+    # those of 2018-Q2 none: two generated devices' ids are read as spellings of a missing id (their pings are
+    # quarantined as missing_unit_id), the default spellings kept. Two periods, so "Materialize all" is a
+    # backfill of two partitions (the generator makes traces for any period). A tenth of the demo's persons:
+    # the runs stop at their first check, after reading the pings, so fewer pings make them short.
+    assert "\n  max_rejected_share: 0.01\n" in text, "the demo policy's rejected-share line moved"
+    assert "synthetic: {persons: 5000, " in text, "the demo policy's synthetic line moved"
+    assert "\nlast_period: 2018-Q1\n" in text, "the demo policy's last-period line moved"
+    assert "missing_unit_values" not in text, "the demo policy names its own missing-id spellings now"
+    spellings = json.dumps([*DEFAULT_MISSING_UNIT_VALUES, *BLOCKED_DEVICES])
+    blocked = (
+        _renamed(text, BLOCKED_PROGRAMME)
+        .replace(
+            "\n  max_rejected_share: 0.01\n",
+            f"\n  max_rejected_share: 0.0\n  missing_unit_values: {spellings}\n",
+        )
+        .replace("\nlast_period: 2018-Q1\n", "\nlast_period: 2018-Q2\n")
+        .replace("synthetic: {persons: 5000, ", "synthetic: {persons: 500, ")
     )
     (folder / f"{BLOCKED_PROGRAMME}.yaml").write_text(blocked)
     return folder
+
+
+def _cli_policy(folder: Path) -> Path:
+    """`demo-cli`: the demo under another name, in a folder the deployment does not serve (so it is not a
+    programme of the UI); the command line releases it in the same conditions as the UI's demo-ui release."""
+    text = _demo_files(folder)
+    policy = folder / f"{CLI_PROGRAMME}.yaml"
+    policy.write_text(_renamed(text, CLI_PROGRAMME))
+    return policy
+
+
+class Inbox:
+    """What the SMTP server received: (recipients, message), in order of arrival (aiosmtpd's handler)."""
+
+    def __init__(self) -> None:
+        self.messages: list = []
+
+    async def handle_DATA(self, server, session, envelope):  # noqa: N802 - aiosmtpd's name
+        self.messages.append((list(envelope.rcpt_tos), message_from_bytes(envelope.original_content)))
+        return "250 Message accepted for delivery"
+
+
+class _Hook(BaseHTTPRequestHandler):
+    """A webhook that answers 200 and records each POST's path and JSON body (Slack's incoming webhook)."""
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            payload = {"text": body.decode(errors="replace")}
+        self.server.received.append((self.path, payload))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args):
+        pass
+
+
+def mail_text(message) -> str:
+    """A received e-mail as text: its Subject line, then its decoded body."""
+    subject = " ".join(str(message["Subject"] or "").split())
+    body = message.get_payload(decode=True)
+    return f"Subject: {subject}\n\n" + (body.decode(errors="replace") if isinstance(body, bytes) else str(body))
+
+
+def hook_strings(payload) -> list[str]:
+    """Every string of a webhook's JSON body (Slack's text and its blocks' texts), in order."""
+    if isinstance(payload, str):
+        return [payload]
+    if isinstance(payload, dict):
+        return [t for v in payload.values() for t in hook_strings(v)]
+    if isinstance(payload, list):
+        return [t for v in payload for t in hook_strings(v)]
+    return []
 
 
 def free_port() -> int:
@@ -91,6 +189,10 @@ class Deployment:
     site_port: int = 0
     procs: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=dict)  # each command line's wall time, by command
+    cli_policy: Path | None = None  # demo-cli.yaml, outside the served policies
+    inbox: Inbox = field(default_factory=Inbox)
+    smtp: object = None  # the aiosmtpd Controller
+    hook: ThreadingHTTPServer | None = None
 
     @classmethod
     def create(cls, root: Path) -> Deployment:
@@ -112,7 +214,34 @@ class Deployment:
         port, site = free_port(), free_port()
         env["SPATIAL_RELEASE_UI_URL"] = f"http://127.0.0.1:{port}"  # the alerts link to their runs here
         env["SPATIAL_RELEASE_RELEASES_URL"] = f"http://127.0.0.1:{site}"  # releases/ as a site serves it
-        return cls(root, env, port, site_port=site)
+        for name in ENV_VARS:  # the alert channels are this deployment's only (see start_alert_channels)
+            env.pop(name, None)
+        d = cls(root, env, port, site_port=site, cli_policy=_cli_policy(root / "cli-policy"))
+        try:
+            d.start_alert_channels()
+        except BaseException:
+            d.stop()  # what started of them
+            raise
+        return d
+
+    def start_alert_channels(self) -> None:
+        """A real SMTP server (aiosmtpd) and a webhook on this machine, and the environment that routes the
+        deployment's alerts to them (every process started here, and the command line, get it): the daemon's
+        sensors deliver each alert by e-mail and by webhook, as in a deployment."""
+        from aiosmtpd.controller import Controller
+
+        self.smtp = Controller(self.inbox, hostname="127.0.0.1", port=free_port())
+        self.smtp.start()
+        self.hook = ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
+        self.hook.received = []
+        threading.Thread(target=self.hook.serve_forever, name="alert-webhook", daemon=True).start()
+        self.env |= {
+            SMTP_HOST: "127.0.0.1",
+            SMTP_PORT: str(self.smtp.port),
+            SMTP_FROM: ALERTS_FROM,
+            SMTP_TO: ALERTS_TO,
+            SLACK_WEBHOOK_URL: f"http://127.0.0.1:{self.hook.server_port}/hook",
+        }
 
     @property
     def out(self) -> Path:
@@ -199,7 +328,18 @@ class Deployment:
 
     def stop(self) -> None:
         """SIGTERM to each started process's group (its code servers and run workers), SIGKILL to what is
-        left after 20 s. Only the groups of the processes started here are signalled."""
+        left after 20 s. Only the groups of the processes started here are signalled. Then the SMTP server
+        and the webhook stop."""
+        try:
+            self._stop_processes()
+        finally:
+            if self.smtp is not None:
+                self.smtp.stop()
+            if self.hook is not None:
+                self.hook.shutdown()
+                self.hook.server_close()
+
+    def _stop_processes(self) -> None:
         for proc in self.procs.values():
             _signal_group(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + 20
@@ -213,6 +353,32 @@ class Deployment:
             if _group_alive(proc.pid):  # a pgid is not reused while its group has a member: still ours
                 _signal_group(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+
+    # --- the alerts received --------------------------------------------------------------------------
+
+    def mails(self, link: str) -> list[str]:
+        """The e-mails received whose text holds `link` (a run's page), as text (mail_text)."""
+        texts = [mail_text(message) for _, message in list(self.inbox.messages)]
+        return [t for t in texts if _holds_link(t, link)]
+
+    def hooks(self, link: str) -> list[list[str]]:
+        """The webhook calls received whose body holds `link`, each as its strings (hook_strings)."""
+        calls = [hook_strings(payload) for _, payload in list(self.hook.received)] if self.hook else []
+        return [c for c in calls if any(_holds_link(t, link) for t in c)]
+
+    def wait_for_alerts(self, link: str, deadline: float) -> tuple[list[str], list[list[str]]]:
+        """The e-mails and webhook calls that hold `link` once both channels have one, or as they are at the
+        (monotonic) deadline."""
+        while True:
+            mails, hooks = self.mails(link), self.hooks(link)
+            if (mails and hooks) or time.monotonic() >= deadline:
+                return mails, hooks
+            time.sleep(0.5)
+
+    def received_summary(self) -> str:
+        subjects = [" ".join(str(m["Subject"]).split()) for _, m in list(self.inbox.messages)]
+        calls = [(path, str(payload.get("text", ""))[:120]) for path, payload in list(self.hook.received)]
+        return f"e-mails received: {subjects or 'none'}; webhook calls: {calls or 'none'}"
 
     def log_tail(self, name: str, lines: int = 30) -> str:
         path = self.root / f"{name}.log"
@@ -368,6 +534,27 @@ class Deployment:
             raise AssertionError(f"partition statuses of {'/'.join(asset_path)}: {found}")
         return {"ranges": ranges, "stats": node["partitionStats"]}
 
+    def wait_for_backfill(self, backfill_id: str, timeout: float) -> str:
+        """The backfill's status once the daemon has closed it (not REQUESTED), or as it is at the timeout."""
+        query = """query ($id: String!) { partitionBackfillOrError(backfillId: $id) { __typename
+                     ... on PartitionBackfill { status } } }"""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.graphql(query, {"id": backfill_id})["partitionBackfillOrError"]
+            status = found.get("status", found["__typename"])
+            if status != "REQUESTED" or time.monotonic() >= deadline:
+                return status
+            time.sleep(1)
+
+    def run_times(self, run_id: str) -> dict:
+        """The run's record times on the server: creationTime, startTime, endTime (epoch seconds)."""
+        query = """query ($runId: ID!) { runOrError(runId: $runId) { __typename
+                     ... on Run { status creationTime startTime endTime } } }"""
+        run = self.graphql(query, {"runId": run_id})["runOrError"]
+        if run["__typename"] != "Run":
+            raise AssertionError(f"run {run_id}: {run}")
+        return run
+
     def run_tags(self, run_id: str) -> dict:
         query = """query ($runId: ID!) { runOrError(runId: $runId) { ... on Run { tags { key value } } } }"""
         run = self.graphql(query, {"runId": run_id})["runOrError"]
@@ -380,6 +567,11 @@ class Deployment:
             if key in tags or time.monotonic() >= deadline:
                 return tags
             time.sleep(2)
+
+
+def _holds_link(text: str, link: str) -> bool:
+    """`link` in `text` as a whole URL (not the start of a longer one)."""
+    return re.search(re.escape(link) + r"(?![\w/-])", text) is not None
 
 
 def _signal_group(pgid: int, sig: int) -> None:
