@@ -408,6 +408,9 @@ SPARK_CONF = {
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.driver.extraJavaOptions": QUICK_JVM,
     "spark.executor.extraJavaOptions": QUICK_JVM,
+    # shuffle files stay until the application ends (Spark's cleaner deletes them once their tables are
+    # garbage collected, which happens during the later steps), so the check of their modes sees them
+    "spark.cleaner.referenceTracking": "false",
 }
 
 
