@@ -2,6 +2,11 @@
 
     python bench/release_bench.py --pings 10M              # one run
     python bench/release_bench.py --pings 10M 50M --runs 3 # medians of 3 runs per size
+    python bench/release_bench.py --pings 10M --risk-models attack --engine spark --spark-master spark://host:7077
+
+With --engine spark the counting runs on Spark and protection's chunks, the audit's packs and the risk
+estimate's chunks run as Spark tasks on the same master (`spatial_release.tasks`); each run prints the
+sha256 of the published cells.parquet and margins.parquet, which must equal the DuckDB run's.
 
 Input: pings written by the project's generator (`write_pings_in_chunks`, as bench/counting_bench.py: bursty
 devices, home/work anchors, 45 days of Q1 2018, integer ids unless --ids text), kept under --data.
@@ -173,6 +178,25 @@ def _steps(instance, sampler: RssSampler) -> list[dict]:
     return steps
 
 
+def _counting(args) -> dict | None:
+    """The counting resource's config for --engine spark (its tasks run protection, the audit and the risk
+    estimate's jobs too); None: DuckDB and local processes."""
+    if args.engine != "spark":
+        return None
+    conf = dict(item.split("=", 1) for item in args.spark_conf)
+    return {"engine": "spark", "spark_master": args.spark_master, "spark_conf": conf}
+
+
+def sha256_file(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def work_release(args) -> dict:
     """One whole release through the command line's own entry point, on a fresh work area and ledger."""
     started = time.perf_counter()
@@ -189,7 +213,9 @@ def work_release(args) -> dict:
 
     os.environ[SIGNING_KEY_ENV] = str(out / "key" / "ledger.key")
     with RssSampler() as sampler:
-        outcome = cli.run_release(args.policy, PERIOD, traces=[args.raw], out=str(out), ledger=str(out / "ledger"))
+        outcome = cli.run_release(
+            args.policy, PERIOD, traces=[args.raw], out=str(out), ledger=str(out / "ledger"), counting=_counting(args)
+        )
     release_wall = time.perf_counter() - started
     record = outcome.record
     from spatial_release import stages
@@ -198,7 +224,9 @@ def work_release(args) -> dict:
 
     area = stages.WorkArea.for_release(out / "work", load_policy(args.policy), Period.parse(PERIOD))
     risk = stages.read_risk(area) if (area.risk / stages.RiskAssessment.FILE).exists() else None
+    files = ("cells.parquet", "margins.parquet")
     return {
+        "sha256": {f: sha256_file(outcome.release_dir / f)[:16] for f in files} if outcome.published else None,
         "published": outcome.published,
         "exit_code": outcome.exit_code,
         "failures": [f"{f.kind} {f.name}: {f.message}" for f in outcome.failures],
@@ -252,7 +280,9 @@ def bench_size(size: str, args) -> dict:
         for model, policy in policies.items():  # the models alternate, run by run: the same machine state
             out = data / "run"
             shutil.rmtree(out, ignore_errors=True)
-            run = run_worker("release", ["--raw", str(raw), "--policy", str(policy), "--out", str(out)])
+            engine = ["--engine", args.engine, "--spark-master", args.spark_master]
+            engine += [x for item in args.spark_conf for x in ("--spark-conf", item)]
+            run = run_worker("release", ["--raw", str(raw), "--policy", str(policy), "--out", str(out), *engine])
             if not run["published"]:
                 raise RuntimeError(f"the release of {size} pings was not published: {run['failures']}")
             runs[model].append(run)
@@ -279,7 +309,11 @@ def _stage_totals(run: dict) -> dict[str, tuple[float, float]]:
 def print_tables(results: list[dict], args) -> None:
     for result in results:
         runs = result["runs"]
-        print(f"\n{result['pings']:,} pings, risk.model {result['risk_model']}, {len(runs)} run(s); {runs[-1]['figures']}")
+        print(
+            f"\n{result['pings']:,} pings, risk.model {result['risk_model']}, engine {args.engine}"
+            f"{' on ' + args.spark_master if args.engine == 'spark' else ''}, {len(runs)} run(s); {runs[-1]['figures']}"
+            f"; published sha256 {runs[-1]['sha256']}"
+        )
         print("| stage | median wall | peak RSS |")
         print("|---|---|---|")
         per_run = [_stage_totals(r) for r in runs]
@@ -324,6 +358,14 @@ def main() -> None:
         choices=["uniqueness", "attack"],
         help="gate on each, side by side (default both)",
     )
+    parser.add_argument(
+        "--engine",
+        default="duckdb",
+        choices=["duckdb", "spark"],
+        help="spark: counting on Spark and protection's, the audit's and the risk estimate's jobs as Spark tasks",
+    )
+    parser.add_argument("--spark-master", default="local[*]", help="with --engine spark: local[*], spark://host:7077 ...")
+    parser.add_argument("--spark-conf", action="append", default=[], help="with --engine spark: key=value, repeatable")
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(WORKERS[args.worker](args)), flush=True)
