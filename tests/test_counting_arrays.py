@@ -264,3 +264,19 @@ def test_array_path_with_a_time_ladder_equals_the_sql_path(tmp_path, monkeypatch
     slow = _count(policy, [path], tmp_path / "sql", "sql", monkeypatch)
     _assert_same(fast, slow)
     assert pd.read_parquet(fast.margin_counts_path)["level"].str.contains("@").any()
+
+
+def test_without_footer_statistics_the_sql_scan_runs_and_counts_the_same(tmp_path, monkeypatch):
+    """Files written without column statistics: the packing comes from a query and the scan is the SQL one."""
+    pings = _random_pings(9, 2_000)
+    path, plain = tmp_path / "pings.parquet", tmp_path / "plain.parquet"
+    pings.to_parquet(path)
+    pq.write_table(pa.Table.from_pandas(pings, preserve_index=False), plain, write_statistics=False)
+    policy = _grid_policy()
+    runs = _spy_scan(monkeypatch)
+    decided = spy_packing(monkeypatch)
+    without = _count(policy, [plain], tmp_path / "plain")
+    assert runs == [] and decided[0] is not None  # the packed path, with the SQL scan
+    with_stats = _count(policy, [path], tmp_path / "stats")
+    assert runs and decided[1] == decided[0]
+    _assert_same(with_stats, without)

@@ -72,7 +72,8 @@ class ArrayZoning:
         return cls(p.polynomial, p.area, p.guard, lk.x0, lk.y0, lk.cell, lk.nx, lk.ny, classes=classes)
 
     def slots(self, lon: np.ndarray, lat: np.ndarray, unsure: int, out: np.ndarray, scratch: _Scratch) -> None:
-        """Each point's slot into `out` (int64)."""
+        """Each point's slot into `out` (int64). Tests that a whole block passes (inside the validated area,
+        inside the compact box) are made on the block's extremes first, element by element only when not."""
         n = len(lon)
         x, y, u, v, t = (a[:n] for a in (scratch.x, scratch.y, scratch.u, scratch.v, scratch.t))
         flag, test = scratch.flag[:n], scratch.test[:n]
@@ -82,7 +83,8 @@ class ArrayZoning:
             x[:], y[:] = lon, lat
         # the position in cells past (x0, y0), its floor, and its fraction (u, v): near an edge, unsure
         for pos, origin, cell in ((x, self.x0, u), (y, self.y0, v)):
-            pos -= origin
+            if origin:
+                pos -= origin
             pos /= self.size
             np.floor(pos, out=cell)
             np.subtract(pos, cell, out=pos)
@@ -92,22 +94,28 @@ class ArrayZoning:
             op(frac, bound, out=test)
             flag |= test
         w, s, e, n_ = self.area
-        for values, low, high in ((lon, w, e), (lat, s, n_)):
-            np.less(values, low, out=test)
-            flag |= test
-            np.greater(values, high, out=test)
+        if not (w <= lon.min() and lon.max() <= e and s <= lat.min() and lat.max() <= n_):  # NaN: element-wise
+            inside = scratch.inside[:n]
+            np.greater_equal(lon, w, out=inside)
+            for values, within, bound in ((lon, np.less_equal, e), (lat, np.greater_equal, s), (lat, np.less_equal, n_)):
+                within(values, bound, out=test)
+                inside &= test
+            np.invert(inside, out=test)
             flag |= test
         # u, v now hold the cell indices (relative to the lookup grid's origin for zones)
         if self.classes is None:
-            u -= self.ix0
-            v -= self.iy0
-            for cells, count in ((u, self.nx), (v, self.ny)):
-                np.less(cells, 0, out=test)
-                flag |= test
-                np.greater(cells, count - 1, out=test)
-                flag |= test
-            np.clip(u, 0, self.nx - 1, out=u)
-            np.clip(v, 0, self.ny - 1, out=v)
+            if self.ix0:
+                u -= self.ix0
+            if self.iy0:
+                v -= self.iy0
+            if not (0 <= u.min() and u.max() <= self.nx - 1 and 0 <= v.min() and v.max() <= self.ny - 1):
+                for cells, count in ((u, self.nx), (v, self.ny)):
+                    np.less(cells, 0, out=test)
+                    flag |= test
+                    np.greater(cells, count - 1, out=test)
+                    flag |= test
+                np.clip(u, 0, self.nx - 1, out=u)
+                np.clip(v, 0, self.ny - 1, out=v)
             u *= self.ny
             u += v
             out[:] = u
@@ -131,7 +139,8 @@ class ArrayZoning:
             flag |= zone == BOUNDARY
             np.maximum(zone, -1, out=zone)
             np.add(zone, 1, out=out)  # no zone (-1) is slot 0
-        out[flag] = unsure
+        if flag.any():
+            out[flag] = unsure
 
 
 @dataclass
@@ -146,7 +155,8 @@ class _Scratch:
     inside: np.ndarray
 
     @classmethod
-    def new(cls, n: int = BLOCK) -> _Scratch:
+    def new(cls, n: int | None = None) -> _Scratch:
+        n = n or BLOCK
         x, y, u, v, t = (np.empty(n) for _ in range(5))
         return cls(x, y, u, v, t, np.empty(n, bool), np.empty(n, bool), np.empty(n, bool))
 

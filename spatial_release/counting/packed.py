@@ -264,20 +264,20 @@ def _narrow(values: np.ndarray, bits: int) -> np.ndarray:
 
 def presence_from_keys(keys: np.ndarray, packing: Packing, threads: int = 1) -> PackedCounts:
     """The dominant area of every (unit, bucket) and the leaf counts, from the packed keys, in any order, -1
-    for a ping not counted (taken over: freed on the way). The keys are split into ranges of units, one per
-    thread, each sorted and counted on its own (`_presence_of_sorted`): no unit spans two ranges, so the
-    memberships follow each other and only the leaf counts are merged."""
+    for a ping not counted (taken over: sorted in place, freed on the way). The sorted keys are cut into
+    ranges of units, one per thread, each counted on its own (`_presence_of_sorted`): no unit spans two
+    ranges, so the memberships follow each other and only the leaf counts are merged."""
     shift = packing.bucket_bits + packing.slot_bits
-    bounds = _unit_bounds(keys, shift, max(1, threads))
-    if len(bounds) == 2:  # one range: sort in place, the dropped pings (-1) come first
-        keys.sort()
-        parts = [_presence_of_sorted(keys[int(np.searchsorted(keys, 0)) :], packing)]
+    keys.sort()  # in place; the dropped pings (-1) come first
+    bounds = [int(i) for i in np.searchsorted(keys, _unit_bounds(keys, shift, max(1, threads)))]
+    pieces = [keys[bounds[i] : bounds[i + 1]] for i in range(len(bounds) - 1)]
+    del keys
+    if len(pieces) == 1:
+        parts = [_presence_of_sorted(pieces.pop(), packing)]
     else:
-        with ThreadPoolExecutor(len(bounds) - 1) as pool:
-            pieces = list(pool.map(lambda i: _unit_range(keys, bounds[i], bounds[i + 1]), range(len(bounds) - 1)))
-            del keys
+        with ThreadPoolExecutor(len(pieces)) as pool:
             parts = list(pool.map(lambda piece: _presence_of_sorted(piece, packing), pieces))
-            del pieces
+        del pieces
     if len(parts) == 1:
         leaf_keys, leaf_n = parts[0].leaf_keys, parts[0].leaf_n
     else:
@@ -301,7 +301,7 @@ def presence_from_keys(keys: np.ndarray, packing: Packing, threads: int = 1) -> 
 
 def _unit_bounds(keys: np.ndarray, shift: int, parts: int) -> list[int]:
     """Key bounds [0, b_1, ..., top) cutting the keys into `parts` ranges of about as many pings, at unit
-    boundaries (b_i = unit << shift), from a sample of the keys."""
+    boundaries (b_i = unit << shift), from a sample of the keys (in any order)."""
     top = int(np.iinfo(np.int64).max)
     if parts == 1 or len(keys) < 100_000:
         return [0, top]
@@ -311,15 +311,6 @@ def _unit_bounds(keys: np.ndarray, shift: int, parts: int) -> list[int]:
         return [0, top]
     cuts = sorted({int(units[len(units) * i // parts]) for i in range(1, parts)} - {0})
     return [0, *(cut << shift for cut in cuts), top]
-
-
-def _unit_range(keys: np.ndarray, low: int, high: int) -> np.ndarray:
-    """The keys in [low, high), sorted (a new array)."""
-    inside = keys >= low
-    inside &= keys < high
-    piece = keys[inside]
-    piece.sort()
-    return piece
 
 
 @dataclass
