@@ -11,9 +11,12 @@ as Parquet (device_id, local_time, lon, lat), 45 days of Q1 2018, then the pipel
 output (unit, ts, lon, lat) every contender below reads:
 - read:       DuckDB reads the four columns and sums them: the I/O floor.
 - count:      the pipeline's counting step (`count_pings` on DuckDB, the grid policy's plan built as
-              `stages.count_validated_pings` builds it; only the counting package is imported): projection
-              in SQL with exact pyproj assignment near edges, hourly buckets in America/New_York, presence
-              per 250 m EPSG:32618 cell with 1 km and 4 km parents and hourly totals, and the membership file.
+              `stages.count_validated_pings` builds it; only the counting package is imported): with integer
+              unit ids its packed path (`counting.arrayscan`, `counting.packed`): pyarrow reads the row groups
+              and numpy projects them by the validated polynomial and keys them on the engine's threads,
+              exact pyproj assignment near edges, hourly buckets in America/New_York, the dominant cells from
+              the sorted keys, presence per 250 m EPSG:32618 cell with 1 km and 4 km parents and hourly
+              totals, and the membership file (integer keys until the files are written).
 - duckdb-lean: the same job as a skilled DuckDB user writes it (issue 26): DuckDB reads the pings with the
               hour as epoch_us(ts) // 3600e6; pyproj projects the coordinates over numpy arrays; one integer
               cell key ix * 2^22 + iy; then SQL: one GROUP BY unit, hour, cell and arg_max(cell, n * 2^40 -

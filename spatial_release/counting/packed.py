@@ -329,41 +329,46 @@ class _Presence:
 def _presence_of_sorted(keys: np.ndarray, packing: Packing) -> _Presence:
     """The dominant area of every (unit, bucket) of the sorted keys: one max per (unit, bucket) over
     (pings << slot_bits | (mask - slot)): most pings, then the smallest slot, which is the smallest area key.
-    Arrays are updated in place where they can be: memory, not time, is the limit at 50 M pings."""
-    slot_mask, bucket_mask = (1 << packing.slot_bits) - 1, (1 << packing.bucket_bits) - 1
+    Arrays are updated in place where they can be (memory, not time, is the limit at 50 M pings), and the
+    areas, buckets and leaf keys are 32-bit when their fields fit (half the memory traffic, and the sort)."""
+    slot_bits, bucket_bits = packing.slot_bits, packing.bucket_bits
+    slot_mask, bucket_mask = (1 << slot_bits) - 1, (1 << bucket_bits) - 1
     total = len(keys)
     starts = run_starts(keys)
     area = keys[starts]
     del keys
     score = _run_lengths(starts, total)  # pings per (unit, bucket, area), then the score
     del starts
-    score <<= packing.slot_bits
-    pair = area >> packing.slot_bits  # (unit - unit_min) << bucket_bits | bucket
-    area &= slot_mask
-    np.subtract(slot_mask, area, out=area)
-    score |= area
-    del area
+    score <<= slot_bits
+    slot = area & slot_mask
+    slot ^= slot_mask  # mask - slot
+    score |= slot
+    del slot
+    area >>= slot_bits  # now (unit - unit_min) << bucket_bits | bucket
+    pair = area
     pair_starts = run_starts(pair)
     best = np.maximum.reduceat(score, pair_starts) if len(pair_starts) else score
     del score
     best &= slot_mask
-    rank = slot_mask - 1 - best  # the dominant area's key
+    best ^= slot_mask  # the dominant slot
+    best -= 1  # its area key
+    rank = _narrow(best, slot_bits)
     del best
     pair = pair[pair_starts]
     del pair_starts
-    bucket = pair & bucket_mask
-    pair >>= packing.bucket_bits
+    bucket = _narrow(pair & bucket_mask, bucket_bits)
+    pair >>= bucket_bits
     pair += packing.unit_min
     unit = pair
     units = int(np.count_nonzero(unit[1:] != unit[:-1])) + 1 if len(unit) else 0
-    leaf_key = rank << packing.bucket_bits
+    leaf_key = rank << bucket_bits if slot_bits + bucket_bits <= 31 else rank.astype(np.int64) << bucket_bits
     leaf_key |= bucket
     leaf_key.sort()
     leaf_starts = run_starts(leaf_key)
-    leaf_runs = leaf_key[leaf_starts]
+    leaf_runs = leaf_key[leaf_starts].astype(np.int64)
     leaf_n = _run_lengths(leaf_starts, len(leaf_key))
     del leaf_key, leaf_starts
-    return _Presence(unit, _narrow(bucket, packing.bucket_bits), _narrow(rank, packing.slot_bits), leaf_runs, leaf_n, units)
+    return _Presence(unit, bucket, rank, leaf_runs, leaf_n, units)
 
 
 __all__ = [
