@@ -41,7 +41,7 @@ from conftest import CELL_A, CELL_D, TO_LONLAT, fixture_pings, policy_dict, writ
 
 from spatial_release import stages, tasks
 from spatial_release.period import Period
-from spatial_release.risk.attack import _linkage_task
+from spatial_release.risk.attack import _best_slice, _linkage_task
 from spatial_release.suppression.blocks import _protect_chunk
 
 HAVE_SPARK = importlib.util.find_spec("pyspark") is not None and shutil.which("java") is not None
@@ -363,6 +363,7 @@ def test_a_whole_release_on_a_standalone_cluster_is_byte_identical_to_the_local_
     groups = report["job_groups"]
     assert groups.get(tasks.job_group(_protect_chunk)) == local["chunks"], groups
     assert groups.get(tasks.job_group(_linkage_task), 0) >= 1, groups
+    assert groups.get(tasks.job_group(_best_slice), 0) >= 1, groups  # the trajectories matched to units
     spark_area = stages.WorkArea(Path(spark["work"]) / "fixture" / PERIOD.label)
     local_area = stages.WorkArea(Path(local["work"]) / "fixture" / PERIOD.label)
     summary = stages.read_counts_summary(spark_area)
@@ -464,7 +465,7 @@ def _drive(spec: dict) -> None:
     spark = SparkSession.getActiveSession()
     context = spark.sparkContext
     tracker = context.statusTracker()
-    groups = {tasks.job_group(blocks._protect_chunk), tasks.job_group(_linkage_task)}
+    groups = {tasks.job_group(blocks._protect_chunk), tasks.job_group(_linkage_task), tasks.job_group(_best_slice)}
     report["job_groups"] = {g: len(tracker.getJobIdsForGroup(g)) for g in groups}
     report["app_id"] = context.applicationId
     report["master"] = _get_json(spec["master_ui"])

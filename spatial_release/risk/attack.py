@@ -591,43 +591,67 @@ def best_matches(
     """For every recovered trajectory, the true units most similar to it (Jaccard over view keys): pairs
     (trajectory, unit) of every tie with the number of published keys (not `hidden_key`, the WITHHELD ones)
     the two share, and each trajectory's best Jaccard and precision (share of its points the best unit
-    holds)."""
-    r_sizes = np.diff(recovered.unit_offsets)
-    v_sizes = np.diff(truth.unit_offsets)
-    k_sizes = np.diff(truth.key_offsets)
-    best_pairs, best_shown = [], []
+    holds). The trajectories are matched in slices of about BEST_PAIRS candidate pairs, each independent of
+    the others: here, or as Spark tasks when the context runs on Spark (`tasks`; the key sets broadcast
+    once), merged in slice order either way."""
+    slices = _trajectory_slices(recovered, truth)
+    common = (recovered, truth, hidden_key)
+    spark = tasks.spark_tasks()
+    if spark is None:
+        done = [_best_slice(common, piece) for piece in slices]
+    else:
+        done = list(spark.map_shared(_best_slice, common, slices))
     best_j = np.zeros(recovered.units)
     precision = np.zeros(recovered.units)
+    for (at, end), (_, _, top, prec) in zip(slices, done):
+        best_j[at:end], precision[at:end] = top, prec
+    pairs = np.concatenate([d[0] for d in done]) if done else np.zeros(0, dtype=np.int64)
+    shared = np.concatenate([d[1] for d in done]) if done else np.zeros(0)
+    return pairs, shared, best_j, precision
+
+
+def _trajectory_slices(recovered: KeySets, truth: KeySets) -> list[tuple[int, int]]:
+    """Consecutive (first, end) trajectory ranges whose candidate pairs (the units of each of their keys) add
+    up to about BEST_PAIRS each (a trajectory with more is a slice of its own)."""
+    k_sizes = np.diff(truth.key_offsets)
     load = np.cumsum(k_sizes[recovered.unit_keys])
-    at = 0
+    slices, at = [], 0
     while at < recovered.units:
         base = int(load[recovered.unit_offsets[at] - 1]) if recovered.unit_offsets[at] else 0
         end_pair = int(np.searchsorted(load, base + BEST_PAIRS, side="right"))
         end = max(at + 1, int(np.searchsorted(recovered.unit_offsets, end_pair, side="right")) - 1)
         end = min(end, recovered.units)
-        lo, hi = int(recovered.unit_offsets[at]), int(recovered.unit_offsets[end])
-        keys = recovered.unit_keys[lo:hi].astype(np.int64)
-        owner = np.repeat(np.arange(at, end), r_sizes[at:end])
-        units = truth.key_units[_ragged(truth.key_offsets[keys], k_sizes[keys])].astype(np.int64)
-        owners = np.repeat(owner, k_sizes[keys])
-        shown = ~np.repeat(hidden_key[keys], k_sizes[keys])
-        code, at_code, inter = np.unique(owners * max(truth.units, 1) + units, return_inverse=True, return_counts=True)
-        inter_shown = np.bincount(at_code.ravel(), weights=shown, minlength=len(code))
-        r, v = code // max(truth.units, 1), code % max(truth.units, 1)
-        jac = inter / (r_sizes[r] + v_sizes[v] - inter)
-        top = np.zeros(end - at)
-        np.maximum.at(top, r - at, jac)
-        is_best = jac >= top[r - at] - 1e-12
-        best_pairs.append(code[is_best])
-        best_shown.append(inter_shown[is_best])
-        best_j[at:end] = top
-        prec = np.zeros(end - at)
-        np.maximum.at(prec, r[is_best] - at, inter[is_best] / r_sizes[r[is_best]])
-        precision[at:end] = prec
+        slices.append((at, end))
         at = end
-    pairs = np.concatenate(best_pairs) if best_pairs else np.zeros(0, dtype=np.int64)
-    shared = np.concatenate(best_shown) if best_shown else np.zeros(0)
-    return pairs, shared, best_j, precision
+    return slices
+
+
+def _best_slice(
+    common: tuple[KeySets, KeySets, np.ndarray], piece: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`best_matches` of the trajectories at..end-1: their tie pairs, the published keys each pair shares,
+    and each trajectory's best Jaccard and precision."""
+    recovered, truth, hidden_key = common
+    at, end = piece
+    r_sizes = np.diff(recovered.unit_offsets)
+    v_sizes = np.diff(truth.unit_offsets)
+    k_sizes = np.diff(truth.key_offsets)
+    lo, hi = int(recovered.unit_offsets[at]), int(recovered.unit_offsets[end])
+    keys = recovered.unit_keys[lo:hi].astype(np.int64)
+    owner = np.repeat(np.arange(at, end), r_sizes[at:end])
+    units = truth.key_units[_ragged(truth.key_offsets[keys], k_sizes[keys])].astype(np.int64)
+    owners = np.repeat(owner, k_sizes[keys])
+    shown = ~np.repeat(hidden_key[keys], k_sizes[keys])
+    code, at_code, inter = np.unique(owners * max(truth.units, 1) + units, return_inverse=True, return_counts=True)
+    inter_shown = np.bincount(at_code.ravel(), weights=shown, minlength=len(code))
+    r, v = code // max(truth.units, 1), code % max(truth.units, 1)
+    jac = inter / (r_sizes[r] + v_sizes[v] - inter)
+    top = np.zeros(end - at)
+    np.maximum.at(top, r - at, jac)
+    is_best = jac >= top[r - at] - 1e-12
+    prec = np.zeros(end - at)
+    np.maximum.at(prec, r[is_best] - at, inter[is_best] / r_sizes[r[is_best]])
+    return code[is_best], inter_shown[is_best], top, prec
 
 
 def _candidates(sets: KeySets, keysets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
