@@ -81,7 +81,11 @@ def test_definitions_load():
         "risk_budget",
         "published_within_budget",
         "within_risk_budget",
+        "published_by_the_publish_job",
     }
+    # the alert sensors and the publication guard (its sensor and job), one each for the code location
+    assert {"failed_run_alert", "refused_run_notice", "publication_guard"} <= {s.name for s in defs.sensors}
+    assert defs.resolve_job_def("publication_guard_job").executor_def.name == "in_process"
     for key in defs.resolve_asset_graph().asset_check_keys:
         if key.asset_key.path[-1] != "published_release":  # nothing downstream to block
             assert defs.resolve_asset_graph().get_check_spec(key).blocking, key
@@ -139,8 +143,10 @@ def test_release_job_publishes_the_fixture(tmp_path):
     result = _run(tmp_path, _policy_file(tmp_path))
     assert result.success
     assert all(e.passed for e in result.get_asset_check_evaluations())
-    # the candidate's nine; within_risk_budget, on the published release, is reported by the risk review
+    # the candidate's nine and the publish run's published_by_the_publish_job; within_risk_budget, on the
+    # published release, is reported by the risk review
     assert {e.check_name for e in result.get_asset_check_evaluations()} == {
+        "published_by_the_publish_job",
         "rejected_share",
         "outside_share",
         "k_floor",

@@ -1,5 +1,6 @@
 """Alerts people receive: a blocked release, a published release now over its risk budget, a failed review,
-a run stopped by a full disk.
+a run stopped by a full disk, a refused run (a notice), a materialisation of a published release that no
+publish run logged (`unbacked_publication`: reported by hand in the Dagster UI).
 
 - `alert`: the typed `Alert` (kind, dataset, period, check, reason, offending places, options, run id, UI
   link), its subject line, plain-text body and JSON; offending places are identifiers of cells and zones
@@ -10,7 +11,7 @@ a run stopped by a full disk.
 - `records`: the alert file, one per alert, named by its content (`write_alert`).
 - `delivery`: `deliver(alert, routing, folder)`: the file first, then every channel, each outcome recorded.
 
-No Dagster here: the run-failure sensor in `defs/alerts.py` builds an Alert and calls `deliver`.
+No Dagster here: the sensors in `defs/alerts.py` build an Alert and call `deliver`.
 """
 
 from spatial_release.alerts.alert import (

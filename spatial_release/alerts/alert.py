@@ -17,8 +17,11 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 # refused_release is a notice: a run refused to start a period (already published, or another run of it in
-# progress); nothing was blocked and nothing is to be withdrawn.
-AlertKind = Literal["blocked_release", "risk_breach", "failed_review", "disk_full", "refused_release"]
+# progress); nothing was blocked and nothing is to be withdrawn. unbacked_publication: a materialisation of a
+# published_release that no successful run of its publish job logged (reported by hand in the Dagster UI).
+AlertKind = Literal[
+    "blocked_release", "risk_breach", "failed_review", "disk_full", "refused_release", "unbacked_publication"
+]
 KINDS: tuple[str, ...] = get_args(AlertKind)
 
 MAX_OFFENDING = 20
@@ -32,6 +35,21 @@ OPTIONS = (WITHDRAW, COARSER, ACCEPT)
 STANDS = "nothing to do: the published release stands as its ledger entry records it (releases are immutable)"
 WAIT = "nothing to do if the other run of this period is live; if it died, run the period again (it takes over)"
 FIX_INPUT = "fix the input (the trace files, the zeros list or the policy) and run the release again"
+# A materialisation of published_release reported by hand: what it means for the period, and what to do.
+UNBACKED_STANDS = (
+    "nothing to withdraw: the release stands as its ledger entry records it; the materialisation reported by "
+    "hand carries none of its files or metadata"
+)
+UNBACKED_CONFIRM = (
+    "run the check published_by_the_publish_job on this partition (the asset's page, Checks): it reads the "
+    "ledger and the release folder and passes for a release in place"
+)
+UNBACKED_NOT_PUBLISHED = (
+    "the period is NOT published, whatever the UI shows as materialised: nothing reached the public, and its "
+    "check published_by_the_publish_job stays failed on this partition until the publish job publishes it "
+    "(run the period's release job: a candidate that passes every check is published)"
+)
+NO_HAND_REPORTS = "do not report materialisations of published_release by hand: only the publish job publishes"
 # A full disk stopped the run: nothing to withdraw or accept; a publication the ledger recorded before the
 # disk filled is finished by the next run, under the ledger lock; one it did not record is set aside.
 FREE_SPACE = (
@@ -157,7 +175,8 @@ def mask_files(text: str, files: Sequence[str | Path]) -> str:
 
 @dataclass(frozen=True)
 class Alert:
-    """A blocked release, a published release now over its risk budget, or a review that failed.
+    """A blocked release, a published release now over its risk budget, a review that failed, a run stopped
+    by a full disk, a refused run (a notice), or a materialisation of a published release reported by hand.
 
     `offending` accepts Places, place strings or a check's offending rows: it keeps the places they name
     (identifier fields only) and at most MAX_OFFENDING of them, counting the rest in `more_offending`.
@@ -192,7 +211,11 @@ class Alert:
         set_(self, "more_offending", int(self.more_offending) + max(0, len(found) - MAX_OFFENDING))
         set_(self, "reason", one_line(_without_rows(self.reason)) or "(no reason given)")
         if self.published is None:
-            set_(self, "published", self.kind not in ("blocked_release", "disk_full", "refused_release"))
+            set_(
+                self,
+                "published",
+                self.kind not in ("blocked_release", "disk_full", "refused_release", "unbacked_publication"),
+            )
 
     @classmethod
     def build(
@@ -228,6 +251,12 @@ class Alert:
             return (FREE_SPACE,)
         if self.kind == "refused_release":
             return (STANDS,) if self.published else (WAIT,)
+        if self.kind == "unbacked_publication":
+            return (
+                (UNBACKED_STANDS, UNBACKED_CONFIRM, NO_HAND_REPORTS)
+                if self.published
+                else (UNBACKED_NOT_PUBLISHED, NO_HAND_REPORTS)
+            )
         if self.published:
             return OPTIONS
         risk = "risk" in self.check

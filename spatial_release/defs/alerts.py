@@ -4,7 +4,8 @@ in the UI; it is written to the alerts folder, delivered by e-mail and Slack web
 shown on the failed run itself (tags and the sensor tick's log). Whatever launched the run: the programme's
 own jobs, "Materialize all" (Dagster's implicit asset job), a backfill or a retry; a run is matched to the
 programmes whose assets or checks it selected. A review breach is delivered by the review
-(stages.run_review)."""
+(stages.run_review); a materialisation of a published release reported by hand, by the publication guard
+(defs.guard)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import dagster as dg
 
@@ -37,15 +39,32 @@ DELIVERY_TAG = "spatial_release/alert_delivery"
 UI_URL_ENV = "SPATIAL_RELEASE_UI_URL"
 
 
-def run_link(run_id: str) -> str | None:
-    """The run's page in the Dagster UI (`$SPATIAL_RELEASE_UI_URL/runs/<run id>`), None when the setting is
-    unset. A malformed setting is a configuration error, named, not an alert lost."""
+def _ui_base() -> str | None:
+    """$SPATIAL_RELEASE_UI_URL without its trailing slash, None when unset. A malformed setting is a
+    configuration error, named, not an alert lost."""
     base = (os.environ.get(UI_URL_ENV) or "").strip()
     if not base:
         return None
     if not is_http_base_url(base):
         raise UserError(f"{UI_URL_ENV}={base!r} is not an http(s) base URL such as https://dagster.example.org")
-    return f"{base.rstrip('/')}/runs/{run_id}"
+    return base.rstrip("/")
+
+
+def run_link(run_id: str) -> str | None:
+    """The run's page in the Dagster UI (`$SPATIAL_RELEASE_UI_URL/runs/<run id>`), None when the setting is
+    unset."""
+    base = _ui_base()
+    return None if base is None else f"{base}/runs/{run_id}"
+
+
+def asset_link(key: dg.AssetKey, partition: str | None = None) -> str | None:
+    """The asset's page in the Dagster UI (`$SPATIAL_RELEASE_UI_URL/assets/<key>`, on the partition's view when
+    given, as the UI links a partition itself), None when the setting is unset."""
+    base = _ui_base()
+    if base is None:
+        return None
+    page = f"{base}/assets/{'/'.join(quote(part, safe='') for part in key.path)}"
+    return page if partition is None else f"{page}?view=partitions&partition={quote(partition, safe='')}"
 
 
 def selected_prefixes(run: dg.DagsterRun) -> set[str]:

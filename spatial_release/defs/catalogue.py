@@ -10,6 +10,7 @@ from pathlib import Path
 import dagster as dg
 
 from spatial_release.defs.alerts import build_alert_sensor, build_refusal_sensor
+from spatial_release.defs.guard import build_publication_guard
 from spatial_release.defs.programmes import Programme, ProgrammeError, discover, load_programme
 from spatial_release.defs.release import ReleaseGraph, build_release_graph
 from spatial_release.defs.resources import CountingEngine, ReleaseSettings
@@ -92,14 +93,17 @@ class Catalogue:
         return {job.name: p.programme for p in self.programmes for job in p.jobs}
 
     def definitions(self) -> dg.Definitions:
-        """Every programme's graph, the stand-ins of bad files, the alert sensor over all release, publish and
-        review jobs, and the shared resources (configured from the environment)."""
+        """Every programme's graph, the stand-ins of bad files, the alert and refusal sensors over all release,
+        publish and review jobs, the publication guard (sensor and job) over every programme's
+        published_release, and the shared resources (configured from the environment)."""
+        guard, guard_job = build_publication_guard([p.programme for p in self.programmes])
         return dg.Definitions.merge(
             *(p.definitions() for p in self.programmes),
             dg.Definitions(
                 assets=[invalid_policy_asset(e) for e in self.errors],
+                jobs=[guard_job] if self.programmes else [],
                 sensors=(
-                    [build_alert_sensor(self.job_programmes()), build_refusal_sensor(self.job_programmes())]
+                    [build_alert_sensor(self.job_programmes()), build_refusal_sensor(self.job_programmes()), guard]
                     if self.programmes
                     else []
                 ),

@@ -51,6 +51,7 @@ from spatial_release.stages.count import (
 from spatial_release.stages.ingest import read_ingest_summary, run_ingest, synthetic_traces
 from spatial_release.stages.lock import AlreadyPublished, WorkAreaBusy, refuse_if_published, work_area_step
 from spatial_release.stages.protect import read_manifest, run_protect
+from spatial_release.stages.publication import PUBLICATION_CHECK, Publication, check_publication, publication
 from spatial_release.stages.publish import run_publish
 from spatial_release.stages.results import (
     CountsSummary,
@@ -82,8 +83,10 @@ __all__ = [
     "INPUT_CHECKS",
     "IngestSummary",
     "PER_UNIT_ARTEFACTS",
+    "PUBLICATION_CHECK",
     "ProtectionManifest",
     "ProtectionSummary",
+    "Publication",
     "PublicCounts",
     "Published",
     "REVIEW_CHECK",
@@ -100,6 +103,7 @@ __all__ = [
     "check_k_floor",
     "check_no_identifiers",
     "check_outside_share",
+    "check_publication",
     "check_rejected_share",
     "check_risk_budget",
     "check_structural_zeros",
@@ -112,6 +116,7 @@ __all__ = [
     "measure_coverage",
     "never_quoted",
     "programme_outcome",
+    "publication",
     "prune_per_unit_artefacts",
     "read_counts_summary",
     "read_ingest_summary",

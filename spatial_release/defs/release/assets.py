@@ -22,6 +22,7 @@ from typing import TypedDict
 import dagster as dg
 
 from spatial_release import report, stages
+from spatial_release.defs.outcomes import check_evaluation
 from spatial_release.defs.partitions import (
     PERIOD_TAG,
     is_monthly,
@@ -311,7 +312,7 @@ def _publish_op(scope: _GraphScope) -> dg.OpDefinition:
         name=f"{scope.programme.prefix}__published_release",
         description=f"{scope.policy_name}: publish the checked candidate of the partition (re-evaluates every "
         "guarantee and the risk gate under the ledger lock), write its ledger entry and report the "
-        "published_release materialisation.",
+        "published_release materialisation, with its check published_by_the_publish_job.",
     )
     def publish(context: dg.OpExecutionContext, settings: ReleaseSettings, counting: CountingEngine) -> None:
         ctx = scope.release_context(context, settings)
@@ -337,6 +338,12 @@ def _publish_op(scope: _GraphScope) -> dg.OpDefinition:
                 metadata=publication_metadata(target, record, policy, settings.releases_url),
             )
         )
+        # The check published_by_the_publish_job of this partition, read now (the ledger entry and the folder
+        # just written): it reads true after every publication, and the publication guard (defs.alerts), which
+        # records it failed on a materialisation reported by hand, has nothing to add for this one.
+        outcome = stages.check_publication(policy, ctx.period, Path(settings.releases_dir), settings.ledger())
+        evaluation = check_evaluation(outcome, key, context.partition_key, run_id=context.run.run_id)
+        context.log_event(evaluation)  # type: ignore[arg-type]  # log_event takes it; its annotation omits it
 
     return publish
 

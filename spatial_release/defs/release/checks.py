@@ -183,6 +183,33 @@ def _within_risk_budget_check(scope: _CheckScope, published_release: dg.AssetSpe
     return within_risk_budget
 
 
+def _published_by_the_publish_job_check(scope: _CheckScope, published_release: dg.AssetSpec) -> dg.AssetChecksDefinition:
+    """Whether the partition's period is published as the ledger records it. The Dagster UI lets an operator
+    report a materialisation of published_release by hand ("Report materialization events"; Dagster cannot
+    disable it), which shows the period "Materialized" without any release: the publication guard sensor
+    (defs.alerts) records this check failed on every such report and passed on every publication by the
+    publish job; run here (from the UI), it reads the ledger and the release folder."""
+
+    @dg.asset_check(
+        asset=published_release.key,  # dg.asset_check's annotation does not take an AssetSpec
+        name=stages.PUBLICATION_CHECK,
+        partitions_def=scope.partitions_def,
+        description="The period is published: the ledger records its release and the release folder holds "
+        "release.json and every file the ledger entry names, with the sha256 it records. A materialisation "
+        "reported by hand in the UI (not by the publish job) fails this check on its partition (the "
+        "publication_guard sensor reports it, with an unbacked_publication alert); a publication passes it.",
+    )
+    def published_by_the_publish_job(
+        context: dg.AssetCheckExecutionContext, settings: ReleaseSettings
+    ) -> dg.AssetCheckResult:
+        period = period_of(context.partition_key, scope.partitions_def)
+        return check_result(
+            stages.check_publication(scope.programme.policy, period, Path(settings.releases_dir), settings.ledger())
+        )
+
+    return published_by_the_publish_job
+
+
 def build_checks(
     programme: Programme,
     partitions_def: dg.PartitionsDefinition,
@@ -195,6 +222,7 @@ def build_checks(
     scope = _CheckScope(programme, partitions_def)
     return [
         _within_risk_budget_check(scope, published_release),
+        _published_by_the_publish_job_check(scope, published_release),
         *_input_checks(scope, validated_pings, cell_counts),
         *_guarantees(scope, protected_table),
         _risk_budget_check(scope, risk_assessment),
