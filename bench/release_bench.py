@@ -187,16 +187,6 @@ def _counting(args) -> dict | None:
     return {"engine": "spark", "spark_master": args.spark_master, "spark_conf": conf}
 
 
-def sha256_file(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def work_release(args) -> dict:
     """One whole release through the command line's own entry point, on a fresh work area and ledger."""
     started = time.perf_counter()
@@ -224,6 +214,8 @@ def work_release(args) -> dict:
 
     area = stages.WorkArea.for_release(out / "work", load_policy(args.policy), Period.parse(PERIOD))
     risk = stages.read_risk(area) if (area.risk / stages.RiskAssessment.FILE).exists() else None
+    from spatial_release.fileio import sha256_file
+
     files = ("cells.parquet", "margins.parquet")
     return {
         "sha256": {f: sha256_file(outcome.release_dir / f)[:16] for f in files} if outcome.published else None,
