@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spatial_release.counting.arrayscan import ArrayScan, Footers, read_footers
 from spatial_release.counting.buckets import SLOT_US, BucketSlots, CountingError, bucket_slots, period_buckets
@@ -780,12 +781,23 @@ def _write_count_tables(
     margins on this one."""
     cells_path, margins_path = out_dir / "cell_counts.parquet", out_dir / "margin_counts.parquet"
     cells_written = writer.submit(write_parquet, cells.rename_columns(["cell_id", "bucket_start", "n"]), cells_path)
-    margins = pa.concat_tables(margin_frames)
-    write_parquet(
-        margins.sort_by([("level", "ascending"), ("area_id", "ascending"), ("bucket_start", "ascending")]), margins_path
-    )
+    write_parquet(_sorted_margins(pa.concat_tables(margin_frames)), margins_path)
     cells_written.result()
     return cells_path, margins_path
+
+
+def _sorted_margins(margins: pa.Table) -> pa.Table:
+    """The margins sorted by level, area id and bucket start, as `sort_by` sorts them, but comparing strings
+    only among the few distinct levels and ids (their ranks, then one integer lexsort): half the time."""
+    ranks = []
+    for column in ("level", "area_id"):
+        coded = pc.dictionary_encode(margins.column(column)).combine_chunks()
+        values = np.asarray(coded.dictionary.to_pylist(), dtype=object)  # str: code point order, as UTF-8 bytes
+        rank = np.empty(len(values), np.int64)
+        rank[np.argsort(values, kind="stable")] = np.arange(len(values))
+        ranks.append(rank[coded.indices.to_numpy(zero_copy_only=False)])
+    starts = margins.column("bucket_start").cast(pa.int64()).to_numpy()
+    return margins.take(pa.array(np.lexsort((starts, ranks[1], ranks[0]))))
 
 
 def _units_counted(engine: Engine, measure: str, given: PackedCounts | None) -> tuple[int, int]:

@@ -68,5 +68,5 @@ class DecodedKeys:
             ids = pa.array(counts[area].astype(str).to_numpy(object), pa.string())
         columns = {"area_id": ids, "bucket_start": self.bucket_array.take(b), "n": pa.array(counts["n"].to_numpy(np.int64))}
         if level is not None:
-            columns = {"level": pa.array(np.full(len(counts), level, dtype=object), pa.string()), **columns}
+            columns = {"level": pa.repeat(pa.scalar(level, pa.string()), len(counts)), **columns}
         return pa.table(columns)

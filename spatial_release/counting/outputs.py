@@ -15,11 +15,15 @@ from spatial_release.fileio import atomic_path
 
 
 def write_parquet(table: pa.Table, path: Path) -> None:
-    """A table with dictionary-coded columns (`DecodedKeys.coded_table`) is written without its Arrow schema,
-    so that readers see plain string columns, as from the other paths."""
+    """A table with dictionary-coded columns (`DecodedKeys.coded_table`, the packed path's cell counts) is
+    written without its Arrow schema, so that readers see plain string columns as from the other paths, and
+    like the membership without compression or column statistics (it is read whole)."""
     coded = any(pa.types.is_dictionary(field.type) for field in table.schema)
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, store_schema=not coded)
+        if coded:
+            pq.write_table(table, tmp, store_schema=False, compression="none", write_statistics=False)
+        else:
+            pq.write_table(table, tmp)
 
 
 def write_membership(engine: Engine, main: DecodedKeys, out_dir: Path) -> Path:
