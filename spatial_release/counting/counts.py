@@ -10,7 +10,9 @@ per bucket; margins of `visitors` are distinct units counted from the membership
 The work is one scan of the pings in SQL (project, bucket, assign to areas; see `counting.plan`) that counts
 pings per (unit, bucket, area), the exact assignment of the unsure coordinates, then group-bys. Presence over
 one zoning whose area keys compare like its ids, on DuckDB with integer unit ids, packs unit, bucket and area
-into one integer per ping and finds the dominant areas by sorting those in numpy (`counting.packed`); with
+into one integer per ping and finds the dominant areas by sorting those in numpy (`counting.packed`; the scan
+itself runs in this process, pyarrow and numpy on the engine's threads, when the files' footers and the
+projection allow: `counting.arrayscan`), then sums the parents' and totals' counts in numpy; with
 other unit ids or on Spark it packs bucket and area into one key and uses the keys as ranks
 (`_scan_presence_by_area`); visitors, linked zonings and other keys go through `_scan_generic` and a
 dictionary of ranks. All three give the same tables (tests/test_counting_paths.py). Everything the engine

@@ -3,14 +3,15 @@
 When the unit ids are integers, each ping's (unit, bucket, area) fits one BIGINT of bit fields
     key = ((unit - unit_min) << bucket_bits | bucket) << slot_bits | slot,
 with slot = area key + 1, 0 for a ping in no area, and all ones for an unsure ping (near an edge, assigned
-exactly afterwards). DuckDB computes the key in the same scan as the SQL projection (`counts._keyed_sql`);
-numpy sorts the keys (a vectorised sort of 10 M integers takes about 0.1 s here, against 2-3 s for the two
+exactly afterwards). The scan computes the key with the projection: in this process (`counting.arrayscan`),
+or in DuckDB's SQL (`counts._keyed_sql`) when the files' footers or the zoning do not allow; numpy sorts the
+keys (a vectorised sort of 10 M integers takes about 0.1 s here, against 2-3 s for the two
 hash aggregations over (unit, bucket, area) and then (unit, bucket) that it replaces), and every group is
 then a run of equal values:
 - runs of equal keys are the pings per (unit, bucket, area);
 - runs of equal key >> slot_bits are the (unit, bucket) pairs, their areas in ascending order; the dominant
   area (most pings, ties to the smallest key, which is the smallest id as `keys_sort_like_ids` requires) is
-  one max per pair (`presence_from_keys`);
+  one max per pair (`presence_from_keys`, over ranges of units on the engine's threads);
 - the leaf counts are the run lengths of (rank << bucket_bits | bucket) over the dominant areas, sorted again.
 The result is the same membership and the same counts as the SQL paths (tests/test_counting_paths.py
 compares them on pings with ties and edges, and on zones with pings in no zone). Used for presence over one zoning on
