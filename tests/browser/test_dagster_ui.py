@@ -35,7 +35,7 @@ import shutil
 import time
 
 import pytest
-from ui_stack import BLOCKED_PROGRAMME, CLI_PROGRAMME, PROJECT_ROOT, UI_PROGRAMME, Deployment, missing_browser
+from ui_stack import BLOCKED_PROGRAMME, PROJECT_ROOT, UI_PROGRAMME, Deployment, missing_browser
 
 ARTIFACTS = PROJECT_ROOT / "ci-artifacts"
 SCREENSHOTS = ARTIFACTS / "screenshots"
@@ -77,21 +77,21 @@ def deployment(tmp_path_factory):
     d = Deployment.create(tmp_path_factory.mktemp("dagster-ui"))
     try:
         d.init_instance()
-        # the demo alone on the machine first: its time is what the UI release (g) is measured against
-        demo = d.cli("demo", "--out", str(d.out))
         d.start_webserver()
         d.start_release_site()
-        assert demo.returncode == 0, f"spatial-release demo exited {demo.returncode}:\n{(demo.stdout + demo.stderr)[-2500:]}"
         d.wait_for_location(timeout=180)
-        [candidate] = d.runs(RELEASE_JOB, "SUCCESS")
-        assert candidate["tags"].get("spatial_release/period") == PERIOD, candidate
-        assert d.runs("demo_publish_job", "SUCCESS"), "the demo's publish run is not in the instance"
-
         # The daemon runs before the release is blocked, as in a deployment: a run failure sensor's first tick
         # only sets its cursor to "now", so a run that failed before it never reaches it.
         d.start_daemon()
         d.wait_for_tick("failed_run_alert", timeout=180)
         d.wait_for_tick("refused_run_notice", timeout=180)
+        # The command line's demo, beside the running deployment (the conditions the UI release (g) runs in):
+        # its time is what (g) is measured against. The daemon leaves its in-process runs alone.
+        demo = d.cli("demo", "--out", str(d.out))
+        assert demo.returncode == 0, f"spatial-release demo exited {demo.returncode}:\n{(demo.stdout + demo.stderr)[-2500:]}"
+        [candidate] = d.runs(RELEASE_JOB, "SUCCESS")
+        assert candidate["tags"].get("spatial_release/period") == PERIOD, candidate
+        assert d.runs("demo_publish_job", "SUCCESS"), "the demo's publish run is not in the instance"
         yield d
     finally:
         d.stop()
@@ -434,32 +434,15 @@ def _wait_for_published(d, job: str, timeout: float) -> dict:
 
 def test_a_ui_release_against_the_command_line(deployment):
     """(g) The demo released through the UI (the `demo-ui` programme: the demo under another name) against the
-    command line's release of the same work (`spatial-release release` of `demo-cli`, the demo under a third
-    name, from a folder the deployment does not serve) run right before it, in the same conditions (webserver,
-    daemon and whatever else runs on the machine). The UI's time is read from the run records on the server:
-    the candidate run's creation to the publish run's end, the publish sensor's gap included; its breakdown,
-    the command line's time, the ratio and the demo's time alone on the machine (the fixture's
-    `spatial-release demo`, before the webserver started) go to ci-artifacts/ui-timing.json. The ratio is
-    recorded, not asserted: on a shared machine it says more about the machine than about the UI."""
+    command line's `spatial-release demo` of the fixture, the same work, run beside the same deployment
+    (webserver and daemon up and idle; whatever else the machine runs then). The UI's time is read from the
+    run records on the server: the candidate run's creation to the publish run's end, the publish sensor's
+    gap included; its breakdown, the command line's time and the ratio go to ci-artifacts/ui-timing.json.
+    The ratio is recorded, not asserted: on a shared machine it says more about the machine than about the
+    UI. (A second command-line release right before the UI's, tried too, cost the suite up to two minutes and
+    its ratios swung as widely, with the load.)"""
     d = deployment
-    assert d.cli_policy is not None and d.cli_policy.parent != d.root / "policies", d.cli_policy
-    started = time.monotonic()
-    cli = d.cli(
-        "release",
-        "--policy",
-        str(d.cli_policy),
-        "--period",
-        PERIOD,
-        "--out",
-        str(d.out),
-        "--ledger",
-        str(d.out / "ledger"),
-    )
-    cli_seconds = time.monotonic() - started
-    output = cli.stdout + cli.stderr
-    assert cli.returncode == 0, f"spatial-release release of {CLI_PROGRAMME} exited {cli.returncode}:\n{output[-2500:]}"
-    assert (d.out / "releases" / CLI_PROGRAMME / PERIOD / "release.json").is_file(), output[-2500:]
-
+    cli_seconds = d.seconds["demo"]
     prefix = UI_PROGRAMME.replace("-", "_")
     launched = time.monotonic()
     run_id = d.launch_partition_run(f"{prefix}_release_job", PARTITION)
@@ -471,7 +454,7 @@ def test_a_ui_release_against_the_command_line(deployment):
     candidate, published = d.run_times(run_id), d.run_times(publish["runId"])
     ui_seconds = published["endTime"] - candidate["creationTime"]
     timing = {
-        "command_line_release_s": round(cli_seconds, 1),
+        "command_line_demo_s": round(cli_seconds, 1),
         "ui_release_s": round(ui_seconds, 1),
         "ratio": round(ui_seconds / cli_seconds, 2),
         "ui_breakdown_s": {
@@ -482,8 +465,6 @@ def test_a_ui_release_against_the_command_line(deployment):
             "publish_start_to_end": round(published["endTime"] - published["startTime"], 1),
         },
         "ui_release_polled_s": round(polled, 1),  # as the test saw it: launch to the publish run found, polling
-        "command_line_demo_alone_s": round(d.seconds["demo"], 1),
-        "ratio_to_demo_alone": round(ui_seconds / d.seconds["demo"], 2),
     }
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "ui-timing.json").write_text(json.dumps(timing, indent=2) + "\n")

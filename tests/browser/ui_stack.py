@@ -52,7 +52,6 @@ UI_PROGRAMME = "demo-ui"
 BLOCKED_PROGRAMME = "demo-blocked"
 # Two devices of the demo's generator (present in every period) that demo-blocked reads as missing ids
 BLOCKED_DEVICES = ("dev-000000", "dev-000001")
-CLI_PROGRAMME = "demo-cli"  # the demo under another name, released by the command line only (not served)
 ALERTS_FROM, ALERTS_TO = "releases@example.org", "operators@example.org"
 # The instance settings the README recommends for a release deployment: queued runs are picked up within a
 # second, and sensors (the publish sensor among them) are evaluated in threads, not one after another.
@@ -118,15 +117,6 @@ def _ui_policies(folder: Path) -> Path:
     return folder
 
 
-def _cli_policy(folder: Path) -> Path:
-    """`demo-cli`: the demo under another name, in a folder the deployment does not serve (so it is not a
-    programme of the UI); the command line releases it in the same conditions as the UI's demo-ui release."""
-    text = _demo_files(folder)
-    policy = folder / f"{CLI_PROGRAMME}.yaml"
-    policy.write_text(_renamed(text, CLI_PROGRAMME))
-    return policy
-
-
 class Inbox:
     """What the SMTP server received: (recipients, message), in order of arrival (aiosmtpd's handler)."""
 
@@ -189,7 +179,6 @@ class Deployment:
     site_port: int = 0
     procs: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=dict)  # each command line's wall time, by command
-    cli_policy: Path | None = None  # demo-cli.yaml, outside the served policies
     inbox: Inbox = field(default_factory=Inbox)
     smtp: object = None  # the aiosmtpd Controller
     hook: ThreadingHTTPServer | None = None
@@ -216,7 +205,7 @@ class Deployment:
         env["SPATIAL_RELEASE_RELEASES_URL"] = f"http://127.0.0.1:{site}"  # releases/ as a site serves it
         for name in ENV_VARS:  # the alert channels are this deployment's only (see start_alert_channels)
             env.pop(name, None)
-        d = cls(root, env, port, site_port=site, cli_policy=_cli_policy(root / "cli-policy"))
+        d = cls(root, env, port, site_port=site)
         try:
             d.start_alert_channels()
         except BaseException:
