@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import policy_dict, spy_packing
-from test_counting import _edge_points, _zones_file
+from test_counting import _edge_points, zones_with_pings_in_no_zone
 
 from spatial_release import stages
 from spatial_release.counting import counts as counts_module
@@ -158,31 +158,7 @@ def test_array_scan_equals_the_sql_scans(tmp_path, monkeypatch, seed, unit_type,
 
 
 def test_array_scan_on_zones_with_pings_in_no_zone(tmp_path, monkeypatch):
-    rng = np.random.default_rng(8)
-    n = 2_000
-    lon = np.concatenate([rng.uniform(-74.12, -73.96, n), np.full(40, -74.05), np.full(40, -74.10)])
-    lat = np.concatenate([rng.uniform(40.68, 40.79, n), rng.uniform(40.70, 40.75, 40), rng.uniform(40.6, 40.8, 40)])
-    pings = pd.DataFrame(
-        {
-            "unit": rng.integers(0, 60, len(lon)).astype(np.int64),
-            "ts": pd.Timestamp("2018-02-01T10:00:00Z") + pd.to_timedelta(rng.integers(0, 6 * 3600, len(lon)), unit="s"),
-            "lon": lon,
-            "lat": lat,
-        }
-    )
-    path = tmp_path / "pings.parquet"
-    pings.to_parquet(path)
-    data = policy_dict(
-        "unused.csv",
-        geometry={
-            "kind": "zones",
-            "path": str(_zones_file(tmp_path)),
-            "id": "zone",
-            "parents": [{"level": "district", "column": "district"}],
-        },
-        time={"bucket": "1h", "timezone": "America/New_York"},
-    )
-    policy = parse_policy(data, tmp_path / "inline.yaml")
+    policy, path = zones_with_pings_in_no_zone(tmp_path)
     runs = _spy_scan(monkeypatch)
     fast = _count(policy, [path], tmp_path / "arrays")
     assert runs and fast.pings_outside > 0 and fast.unsure_coordinates > 0

@@ -238,33 +238,9 @@ def test_one_engine_counts_twice_through_both_paths(tmp_path):
 def test_packed_path_on_zones_with_pings_in_no_zone_equals_the_sql_path(tmp_path, monkeypatch):
     """Zones leave pings in no area (slot 0) and unsure pings on shared edges that the exact assignment puts
     in no zone: the packed path's outside counts, outside file and tables against the SQL path's."""
-    from test_counting import _zones_file
+    from test_counting import zones_with_pings_in_no_zone
 
-    rng = np.random.default_rng(8)
-    n = 2_000
-    lon = np.concatenate([rng.uniform(-74.12, -73.96, n), np.full(40, -74.05), np.full(40, -74.10)])
-    lat = np.concatenate([rng.uniform(40.68, 40.79, n), rng.uniform(40.70, 40.75, 40), rng.uniform(40.6, 40.8, 40)])
-    pings = pd.DataFrame(
-        {
-            "unit": rng.integers(0, 60, len(lon)).astype(np.int64),
-            "ts": pd.Timestamp("2018-02-01T10:00:00Z") + pd.to_timedelta(rng.integers(0, 6 * 3600, len(lon)), unit="s"),
-            "lon": lon,
-            "lat": lat,
-        }
-    )
-    path = tmp_path / "pings.parquet"
-    pings.to_parquet(path)
-    data = policy_dict(
-        "unused.csv",
-        geometry={
-            "kind": "zones",
-            "path": str(_zones_file(tmp_path)),
-            "id": "zone",
-            "parents": [{"level": "district", "column": "district"}],
-        },
-        time={"bucket": "1h", "timezone": "America/New_York"},
-    )
-    policy = parse_policy(data, tmp_path / "inline.yaml")
+    policy, path = zones_with_pings_in_no_zone(tmp_path)
     decided = spy_packing(monkeypatch)
     results = {}
     for way in ("packed", "sql"):
