@@ -53,14 +53,17 @@ uniqueness of each unit's published keys (`estimator`) is the upper bound and st
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import highspy
 import numpy as np
 
 from spatial_release import tasks
+from spatial_release.risk import kernels
 from spatial_release.risk.estimator import KeySets, RiskParams, _ragged, draw_knowledge
 
 STAY_COST = 1.0  # cost of leaving ABSENT or WITHHELD, or of entering them: about one typical distance
@@ -597,8 +600,9 @@ def best_matches(
     slices = _trajectory_slices(recovered, truth)
     common = (recovered, truth, hidden_key)
     spark = tasks.spark_tasks()
-    if spark is None:
-        done = [_best_slice(common, piece) for piece in slices]
+    if spark is None:  # threads: the kernel holds no GIL, the slices are independent
+        with ThreadPoolExecutor(max_workers=max(1, min(os.cpu_count() or 1, len(slices)))) as pool:
+            done = list(pool.map(lambda piece: _best_slice(common, piece), slices))
     else:
         done = list(spark.map_shared(_best_slice, common, slices))
     best_j = np.zeros(recovered.units)
@@ -630,28 +634,18 @@ def _best_slice(
     common: tuple[KeySets, KeySets, np.ndarray], piece: tuple[int, int]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """`best_matches` of the trajectories at..end-1: their tie pairs, the published keys each pair shares,
-    and each trajectory's best Jaccard and precision."""
+    and each trajectory's best Jaccard and precision (`kernels.best_slice`)."""
     recovered, truth, hidden_key = common
-    at, end = piece
-    r_sizes = np.diff(recovered.unit_offsets)
-    v_sizes = np.diff(truth.unit_offsets)
-    k_sizes = np.diff(truth.key_offsets)
-    lo, hi = int(recovered.unit_offsets[at]), int(recovered.unit_offsets[end])
-    keys = recovered.unit_keys[lo:hi].astype(np.int64)
-    owner = np.repeat(np.arange(at, end), r_sizes[at:end])
-    units = truth.key_units[_ragged(truth.key_offsets[keys], k_sizes[keys])].astype(np.int64)
-    owners = np.repeat(owner, k_sizes[keys])
-    shown = ~np.repeat(hidden_key[keys], k_sizes[keys])
-    code, at_code, inter = np.unique(owners * max(truth.units, 1) + units, return_inverse=True, return_counts=True)
-    inter_shown = np.bincount(at_code.ravel(), weights=shown, minlength=len(code))
-    r, v = code // max(truth.units, 1), code % max(truth.units, 1)
-    jac = inter / (r_sizes[r] + v_sizes[v] - inter)
-    top = np.zeros(end - at)
-    np.maximum.at(top, r - at, jac)
-    is_best = jac >= top[r - at] - 1e-12
-    prec = np.zeros(end - at)
-    np.maximum.at(prec, r[is_best] - at, inter[is_best] / r_sizes[r[is_best]])
-    return code[is_best], inter_shown[is_best], top, prec
+    return kernels.best_slice(
+        recovered.unit_offsets,
+        recovered.unit_keys,
+        truth.key_offsets,
+        truth.key_units,
+        truth.unit_offsets,
+        hidden_key,
+        piece[0],
+        piece[1],
+    )
 
 
 def _candidates(sets: KeySets, keysets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

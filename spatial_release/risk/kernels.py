@@ -1,0 +1,123 @@
+"""Compiled loops of the risk estimate and the attack (numba, no GIL): the set intersections whose numpy
+versions sorted or binary-searched hundreds of millions of candidates in one global array.
+
+Each kernel works on one independent piece (a chunk of knowledge sets, a slice of trajectories) with its own
+scratch arrays, so pieces run on threads, in worker processes or as Spark tasks alike (`spatial_release.tasks`).
+Every kernel returns exactly what the numpy code it replaced returned (same integers, same float64
+operations in the same order), so the figures and the published files do not move; `tests/test_kernels.py`
+compares them with plain-numpy references.
+
+Compilation is cached on disk (numba's `cache=True`: next to this file, or in the user's cache when the
+package folder is read-only); a fresh machine pays about a second per kernel once. The cache holds compiled
+code only, never data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(nogil=True, cache=True)
+def _holds(postings: np.ndarray, lo: int, end: int, unit: int) -> bool:
+    """Whether the sorted postings[lo:end] contain `unit` (binary search)."""
+    hi = end
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if postings[mid] < unit:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo < end and postings[lo] == unit
+
+
+@njit(nogil=True, cache=True)
+def anonymity_counts(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray) -> np.ndarray:
+    """max(1, number of units holding every key of the row) for every row of `keysets` (rows x width, each
+    row's rarest key first: its postings are the candidates, looked up in the other keys' sorted postings)."""
+    rows, width = keysets.shape
+    out = np.empty(rows, dtype=np.int64)
+    for i in range(rows):
+        first = keysets[i, 0]
+        lo, hi = key_offsets[first], key_offsets[first + 1]
+        if width == 1:
+            out[i] = max(hi - lo, 1)
+            continue
+        count = 0
+        for p in range(lo, hi):
+            unit = key_units[p]
+            held = True
+            for c in range(1, width):
+                key = keysets[i, c]
+                if not _holds(key_units, key_offsets[key], key_offsets[key + 1], unit):
+                    held = False
+                    break
+            if held:
+                count += 1
+        out[i] = max(count, 1)
+    return out
+
+
+@njit(nogil=True, cache=True)
+def best_slice(
+    rec_offsets: np.ndarray,
+    rec_keys: np.ndarray,
+    key_offsets: np.ndarray,
+    key_units: np.ndarray,
+    unit_offsets: np.ndarray,
+    hidden_key: np.ndarray,
+    at: int,
+    end: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For the recovered trajectories at..end-1 (`rec_*`) against the units' key sets (`key_*` postings,
+    `unit_offsets` for their sizes): every tie for the best Jaccard as code trajectory * units + unit (by
+    trajectory, then unit), the published (not `hidden_key`) keys each tie shares, and each trajectory's best
+    Jaccard and precision (share of its keys the best units hold, the largest over ties). The shared keys are
+    counted per unit in a dense array reset after each trajectory: no sort of the candidate pairs."""
+    n_units = max(len(unit_offsets) - 1, 1)
+    n = end - at
+    top = np.zeros(n)
+    precision = np.zeros(n)
+    inter = np.zeros(n_units, dtype=np.int64)
+    inter_shown = np.zeros(n_units, dtype=np.int64)
+    touched = np.empty(n_units, dtype=np.int64)
+    codes = np.empty(1024, dtype=np.int64)
+    shared = np.empty(1024, dtype=np.float64)
+    m = 0
+    for i in range(n):
+        r = at + i
+        size_r = rec_offsets[r + 1] - rec_offsets[r]
+        seen = 0
+        for p in range(rec_offsets[r], rec_offsets[r + 1]):
+            key = rec_keys[p]
+            shown = 0 if hidden_key[key] else 1
+            for q in range(key_offsets[key], key_offsets[key + 1]):
+                unit = key_units[q]
+                if inter[unit] == 0:
+                    touched[seen] = unit
+                    seen += 1
+                inter[unit] += 1
+                inter_shown[unit] += shown
+        best = 0.0
+        for j in range(seen):
+            unit = touched[j]
+            jac = inter[unit] / (size_r + (unit_offsets[unit + 1] - unit_offsets[unit]) - inter[unit])
+            if jac > best:
+                best = jac
+        top[i] = best
+        ties = np.sort(touched[:seen])
+        for unit in ties:
+            c = inter[unit]
+            if c / (size_r + (unit_offsets[unit + 1] - unit_offsets[unit]) - c) >= best - 1e-12:
+                if m == len(codes):
+                    codes = np.concatenate((codes, np.empty(len(codes), dtype=np.int64)))
+                    shared = np.concatenate((shared, np.empty(len(shared), dtype=np.float64)))
+                codes[m] = r * n_units + unit
+                shared[m] = inter_shown[unit]
+                m += 1
+                share = c / size_r
+                if share > precision[i]:
+                    precision[i] = share
+            inter[unit] = 0
+            inter_shown[unit] = 0
+    return codes[:m].copy(), shared[:m].copy(), top, precision

@@ -1,0 +1,100 @@
+"""The compiled kernels (risk.kernels) against plain-Python references written from their definitions: the
+same integers and the same float64 figures, on random key sets (Hypothesis) and on edge cases."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spatial_release.risk import kernels
+from spatial_release.risk.attack import _padded, _trajectory_slices, best_matches
+from spatial_release.risk.estimator import KeySets
+
+
+def _key_sets(pairs: set[tuple[int, int]], n_owners: int, n_keys: int) -> KeySets:
+    ordered = sorted(pairs)
+    owner = np.array([p[0] for p in ordered], dtype=np.int64)
+    key = np.array([p[1] for p in ordered], dtype=np.int64)
+    zone = np.array(["z"] * n_keys, dtype=object)
+    if not ordered:
+        return KeySets(zone, np.zeros(n_owners + 1, np.int64), owner, np.zeros(n_keys + 1, np.int64), owner)
+    sets = KeySets.from_codes(owner, key, zone)
+    if sets.keys < n_keys:  # keys nobody holds at the end
+        pad = np.full(n_keys - sets.keys, sets.key_offsets[-1])
+        sets = KeySets(zone, sets.unit_offsets, sets.unit_keys, np.concatenate([sets.key_offsets, pad]), sets.key_units)
+    return _padded(sets, n_owners)
+
+
+pair_sets = st.sets(st.tuples(st.integers(0, 11), st.integers(0, 14)), max_size=90)
+
+
+def _reference_best(rec: set, truth: set, hidden: np.ndarray, n_traj: int, n_units: int):
+    """Per trajectory: every unit sharing a key, Jaccard over the key sets, ties within 1e-12 of the best."""
+    keys_of_traj = {r: {k for t, k in rec if t == r} for r in range(n_traj)}
+    keys_of_unit = {u: {k for v, k in truth if v == u} for u in range(n_units)}
+    codes, shared, top, precision = [], [], np.zeros(n_traj), np.zeros(n_traj)
+    for r in range(n_traj):
+        mine = keys_of_traj[r]
+        jac = {}
+        for u in range(n_units):
+            common = mine & keys_of_unit[u]
+            if common:
+                jac[u] = len(common) / (len(mine) + len(keys_of_unit[u]) - len(common))
+        top[r] = max(jac.values(), default=0.0)
+        for u in sorted(jac):
+            if jac[u] >= top[r] - 1e-12:
+                common = mine & keys_of_unit[u]
+                codes.append(r * max(n_units, 1) + u)
+                shared.append(float(sum(not hidden[k] for k in common)))
+                precision[r] = max(precision[r], len(common) / len(mine))
+    return np.array(codes, dtype=np.int64), np.array(shared), top, precision
+
+
+@settings(max_examples=150, deadline=None)
+@given(rec=pair_sets, truth=pair_sets, hidden_seed=st.integers(0, 2**16))
+def test_best_matches_equal_the_reference(rec, truth, hidden_seed):
+    n_keys = 15
+    hidden = np.random.default_rng(hidden_seed).random(n_keys) < 0.3
+    rec_sets, truth_sets = _key_sets(rec, 12, n_keys), _key_sets(truth, 12, n_keys)
+    got = best_matches(rec_sets, truth_sets, hidden)
+    want = _reference_best(rec, truth, hidden, 12, 12)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype or (g.dtype.kind == w.dtype.kind == "f")
+        np.testing.assert_array_equal(g, w)
+
+
+def test_best_matches_in_many_slices_equal_one_slice(monkeypatch):
+    """The slices (threads, Spark tasks) merge to what one slice gives."""
+    from spatial_release.risk import attack
+
+    rng = np.random.default_rng(3)
+    rec = {(int(r), int(k)) for r, k in zip(rng.integers(0, 40, 600), rng.integers(0, 60, 600))}
+    truth = {(int(u), int(k)) for u, k in zip(rng.integers(0, 50, 900), rng.integers(0, 60, 900))}
+    hidden = rng.random(60) < 0.2
+    rec_sets, truth_sets = _key_sets(rec, 40, 60), _key_sets(truth, 50, 60)
+    whole = best_matches(rec_sets, truth_sets, hidden)
+    monkeypatch.setattr(attack, "BEST_PAIRS", 30)
+    assert len(_trajectory_slices(rec_sets, truth_sets)) > 10
+    for g, w in zip(best_matches(rec_sets, truth_sets, hidden), whole):
+        np.testing.assert_array_equal(g, w)
+    for g, w in zip(whole, _reference_best(rec, truth, hidden, 40, 50)):
+        np.testing.assert_array_equal(g, w)
+
+
+@settings(max_examples=150, deadline=None)
+@given(truth=pair_sets, rows=st.lists(st.lists(st.integers(0, 14), min_size=1, max_size=4), min_size=1, max_size=12))
+def test_anonymity_counts_equal_the_reference(truth, rows):
+    """max(1, units holding every key of the row), whatever the row's order and with repeated keys."""
+    width = max(len(r) for r in rows)
+    keysets = np.array([r + [r[0]] * (width - len(r)) for r in rows], dtype=np.int64)
+    sets = _key_sets(truth, 12, 15)
+    holders = {k: {u for u, kk in truth if kk == k} for k in range(15)}
+    want = [max(1, len(set.intersection(*(holders[k] for k in row)))) for row in keysets.tolist()]
+    np.testing.assert_array_equal(kernels.anonymity_counts(sets.key_offsets, sets.key_units, keysets), want)
+
+
+def test_anonymity_counts_a_key_nobody_holds_is_a_set_of_one():
+    sets = _key_sets({(0, 0), (1, 0), (2, 1)}, 3, 3)
+    got = kernels.anonymity_counts(sets.key_offsets, sets.key_units, np.array([[0, 2], [2, 0], [0, 0], [1, 0]]))
+    np.testing.assert_array_equal(got, [1, 1, 2, 1])
