@@ -106,8 +106,11 @@ def attack_inputs(
         zones_of = lambda names: _linked_zones(ctx, zone_of_cells, zoning, names)  # noqa: E731
     membership = _to_rung(ctx, membership, rung)
     period_buckets = [] if rung else list(pd.to_datetime(ctx.buckets, utc=True))
-    buckets = pd.DatetimeIndex(sorted(set(period_buckets) | set(membership["bucket_start"]) | set(cells["bucket_start"])))
-    names = np.array(sorted(set(membership["cell_id"]) | set(cells["cell_id"])), dtype=object)
+    # distinct values first: a set of every membership row's Timestamp took 40 s at 10 M pings
+    buckets = pd.DatetimeIndex(
+        sorted(set(period_buckets) | set(pd.unique(membership["bucket_start"])) | set(pd.unique(cells["bucket_start"])))
+    )
+    names = np.array(sorted(set(pd.unique(membership["cell_id"])) | set(pd.unique(cells["cell_id"]))), dtype=object)
     totals = np.full(len(buckets), -1, dtype=np.int64)
     totals[buckets.get_indexer(top["bucket_start"])] = top["n"].to_numpy()
     hours = bucket_hours(rung or ctx.policy.time.bucket) if rung != PERIOD_RUNG else None
