@@ -98,3 +98,41 @@ def test_anonymity_counts_a_key_nobody_holds_is_a_set_of_one():
     sets = _key_sets({(0, 0), (1, 0), (2, 1)}, 3, 3)
     got = kernels.anonymity_counts(sets.key_offsets, sets.key_units, np.array([[0, 2], [2, 0], [0, 0], [1, 0]]))
     np.testing.assert_array_equal(got, [1, 1, 2, 1])
+
+
+@settings(max_examples=100, deadline=None)
+@given(pairs=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 13)), max_size=80))
+def test_attack_key_sets_equal_from_codes(pairs):
+    """attack._sets (one sort and a counting sort) builds the arrays KeySets.from_codes builds from the
+    distinct pairs, repeated pairs included."""
+    from spatial_release.risk.attack import _sets
+
+    zone = np.array(["z"] * 14, dtype=object)
+    owner = np.array([p[0] for p in pairs], dtype=np.int64)
+    key = np.array([p[1] for p in pairs], dtype=np.int64)
+    got = _sets(owner, key, 10, 14, zone)
+    if not pairs:
+        assert got.units == 10 and got.keys == 14 and not len(got.unit_keys)
+        return
+    distinct = sorted(set(pairs))
+    want = KeySets.from_codes(
+        np.array([p[0] for p in distinct], dtype=np.int64), np.array([p[1] for p in distinct], dtype=np.int64), zone
+    )
+    for name in ("unit_offsets", "unit_keys", "key_offsets", "key_units"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+        assert getattr(got, name).dtype == np.int64
+
+
+@settings(max_examples=100, deadline=None)
+@given(truth=pair_sets, rows=st.lists(st.lists(st.integers(0, 14), min_size=1, max_size=4), min_size=1, max_size=12))
+def test_candidates_are_every_owner_holding_every_key(truth, rows):
+    """attack._candidates: (row, owner) of every owner holding all of the row's keys, by row then owner."""
+    from spatial_release.risk.attack import _candidates
+
+    width = max(len(r) for r in rows)
+    keysets = np.array([r + [r[-1]] * (width - len(r)) for r in rows], dtype=np.int64)
+    sets = _key_sets(truth, 12, 15)
+    holders = {k: {u for u, kk in truth if kk == k} for k in range(15)}
+    want = [(i, u) for i, row in enumerate(keysets.tolist()) for u in sorted(set.intersection(*(holders[k] for k in row)))]
+    row, owner = _candidates(sets, keysets)
+    assert list(zip(row.tolist(), owner.tolist())) == want

@@ -467,12 +467,6 @@ def _anonymity(sets: KeySets, groups: list[tuple[np.ndarray, np.ndarray]], total
     return out
 
 
-def _ragged(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The indices starts[i], ..., starts[i] + counts[i] - 1 of every i, concatenated."""
-    shift = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
-    return np.arange(int(counts.sum()), dtype=np.int64) + shift
-
-
 def _anonymity_task(sets: KeySets, keysets: np.ndarray) -> np.ndarray:
     """The counts of one chunk of sets (each row's keys rarest first)."""
     return kernels.anonymity_counts(sets.key_offsets, sets.key_units, np.ascontiguousarray(keysets))

@@ -121,3 +121,44 @@ def best_slice(
             inter[unit] = 0
             inter_shown[unit] = 0
     return codes[:m].copy(), shared[:m].copy(), top, precision
+
+
+@njit(nogil=True, cache=True)
+def holders(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, unit) of every unit holding every key of a row of `keysets` (rows x width, each row's rarest key
+    first), by row and then unit: `anonymity_counts` with the units themselves."""
+    rows, width = keysets.shape
+    row_out = np.empty(1024, dtype=np.int64)
+    unit_out = np.empty(1024, dtype=np.int64)
+    m = 0
+    for i in range(rows):
+        first = keysets[i, 0]
+        for p in range(key_offsets[first], key_offsets[first + 1]):
+            unit = key_units[p]
+            held = True
+            for c in range(1, width):
+                key = keysets[i, c]
+                if not _holds(key_units, key_offsets[key], key_offsets[key + 1], unit):
+                    held = False
+                    break
+            if held:
+                if m == len(row_out):
+                    row_out = np.concatenate((row_out, np.empty(len(row_out), dtype=np.int64)))
+                    unit_out = np.concatenate((unit_out, np.empty(len(unit_out), dtype=np.int64)))
+                row_out[m] = i
+                unit_out[m] = unit
+                m += 1
+    return row_out[:m].copy(), unit_out[:m].copy()
+
+
+@njit(nogil=True, cache=True)
+def units_by_key(keys: np.ndarray, units: np.ndarray, key_offsets: np.ndarray) -> np.ndarray:
+    """The units of (unit, key) pairs sorted by unit then key, re-sorted by key then unit: a stable counting
+    sort on the key (`key_offsets`: where each key's units start), in one pass."""
+    out = np.empty(len(units), dtype=np.int64)
+    at = key_offsets[:-1].copy()
+    for i in range(len(keys)):
+        key = keys[i]
+        out[at[key]] = units[i]
+        at[key] += 1
+    return out
