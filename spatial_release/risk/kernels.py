@@ -32,6 +32,16 @@ def _holds(postings: np.ndarray, lo: int, end: int, unit: int) -> bool:
 
 
 @njit(nogil=True, cache=True)
+def _holds_the_rest(key_offsets: np.ndarray, key_units: np.ndarray, keyset: np.ndarray, unit: int) -> bool:
+    """Whether `unit` holds every key of `keyset` after its first (the key it was a candidate of)."""
+    for c in range(1, len(keyset)):
+        key = keyset[c]
+        if not _holds(key_units, key_offsets[key], key_offsets[key + 1], unit):
+            return False
+    return True
+
+
+@njit(nogil=True, cache=True)
 def anonymity_counts(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray) -> np.ndarray:
     """max(1, number of units holding every key of the row) for every row of `keysets` (rows x width, each
     row's rarest key first: its postings are the candidates, looked up in the other keys' sorted postings)."""
@@ -45,14 +55,7 @@ def anonymity_counts(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np
             continue
         count = 0
         for p in range(lo, hi):
-            unit = key_units[p]
-            held = True
-            for c in range(1, width):
-                key = keysets[i, c]
-                if not _holds(key_units, key_offsets[key], key_offsets[key + 1], unit):
-                    held = False
-                    break
-            if held:
+            if _holds_the_rest(key_offsets, key_units, keysets[i], key_units[p]):
                 count += 1
         out[i] = max(count, 1)
     return out
@@ -127,7 +130,7 @@ def best_slice(
 def holders(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(row, unit) of every unit holding every key of a row of `keysets` (rows x width, each row's rarest key
     first), by row and then unit: `anonymity_counts` with the units themselves."""
-    rows, width = keysets.shape
+    rows = keysets.shape[0]
     row_out = np.empty(1024, dtype=np.int64)
     unit_out = np.empty(1024, dtype=np.int64)
     m = 0
@@ -135,13 +138,7 @@ def holders(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray)
         first = keysets[i, 0]
         for p in range(key_offsets[first], key_offsets[first + 1]):
             unit = key_units[p]
-            held = True
-            for c in range(1, width):
-                key = keysets[i, c]
-                if not _holds(key_units, key_offsets[key], key_offsets[key + 1], unit):
-                    held = False
-                    break
-            if held:
+            if _holds_the_rest(key_offsets, key_units, keysets[i], unit):
                 if m == len(row_out):
                     row_out = np.concatenate((row_out, np.empty(len(row_out), dtype=np.int64)))
                     unit_out = np.concatenate((unit_out, np.empty(len(unit_out), dtype=np.int64)))
