@@ -136,3 +136,14 @@ def test_candidates_are_every_owner_holding_every_key(truth, rows):
     want = [(i, u) for i, row in enumerate(keysets.tolist()) for u in sorted(set.intersection(*(holders[k] for k in row)))]
     row, owner = _candidates(sets, keysets)
     assert list(zip(row.tolist(), owner.tolist())) == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(values=st.lists(st.integers(-(2**62), 2**62), max_size=60), repeat=st.integers(1, 3))
+def test_distinct_sorted_equals_numpy_unique(values, repeat):
+    from spatial_release.arrays import distinct_sorted
+
+    array = np.array(values * repeat, dtype=np.int64)
+    got = distinct_sorted(array)
+    np.testing.assert_array_equal(got, np.unique(array))
+    assert got.dtype == np.int64

@@ -63,6 +63,7 @@ import highspy
 import numpy as np
 
 from spatial_release import tasks
+from spatial_release.arrays import distinct_sorted
 from spatial_release.risk import kernels
 from spatial_release.risk.estimator import KeySets, RiskParams, draw_knowledge
 
@@ -565,7 +566,7 @@ def _extra_slots(
 def _sets(owner: np.ndarray, key: np.ndarray, n_owners: int, n_keys: int, key_zone: np.ndarray) -> KeySets:
     """The key sets of the distinct (owner, key) pairs: what KeySets.from_codes builds, from one sort of the
     pair codes (they come out by owner then key) and a counting sort by key (two lexsorts took 39 s at 10 M)."""
-    pairs = np.unique(owner.astype(np.int64) * n_keys + key.astype(np.int64))
+    pairs = distinct_sorted(owner.astype(np.int64) * n_keys + key.astype(np.int64))
     if not len(pairs):
         return KeySets(
             key_zone,
@@ -722,7 +723,7 @@ def attack_risk(
         row_mask = np.repeat(mine, params.draws)
         advantage = max(0.0, float(member_hit[row_mask].mean() - out_hit[row_mask].mean()))
         in_zone = np.isin(rec.unit_keys, np.flatnonzero(key_zone == zone))
-        owners = np.unique(np.repeat(np.arange(rec.units), np.diff(rec.unit_offsets))[in_zone])
+        owners = distinct_sorted(np.repeat(np.arange(rec.units), np.diff(rec.unit_offsets))[in_zone])
         report.zones.append(
             ZoneAttack(
                 zone=str(zone),
