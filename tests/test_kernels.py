@@ -147,3 +147,21 @@ def test_distinct_sorted_equals_numpy_unique(values, repeat):
     got = distinct_sorted(array)
     np.testing.assert_array_equal(got, np.unique(array))
     assert got.dtype == np.int64
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.integers(0, 40), st.integers(-1, 6), st.integers(-1, 6)), min_size=1, max_size=50),
+    big=st.booleans(),
+)
+def test_distinct_rows_equal_numpy_unique_over_rows(rows, big):
+    """attack._distinct_rows: the rows and inverse np.unique(axis=0) gives, also where the code would overflow."""
+    from spatial_release.risk.attack import _distinct_rows
+
+    array = np.array(rows, dtype=np.int64)
+    if big:
+        array[:, 0] *= 2**57  # spans whose product passes 2^62: the slow way
+    codes, inverse = _distinct_rows(array)
+    want_codes, want_inverse = np.unique(array, axis=0, return_inverse=True)
+    np.testing.assert_array_equal(codes, want_codes)
+    np.testing.assert_array_equal(inverse, want_inverse.ravel())

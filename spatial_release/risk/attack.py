@@ -312,8 +312,7 @@ def _states(
     width = view.areas + 2
     coarse_key = ((last + 1) * width + (ref_prev + 1)) * 2 + absent.astype(np.int64)
     if yesterday is not None or home is not None:
-        full_key = np.stack([coarse_key, routine, start], axis=1)
-        codes, state_of = np.unique(full_key, axis=0, return_inverse=True)
+        codes, state_of = _distinct_rows(np.stack([coarse_key, routine, start], axis=1))
         if len(codes) <= MAX_STATES:
             coarse_of = codes[:, 0]
             states = np.stack(
@@ -326,6 +325,27 @@ def _states(
         axis=1,
     )
     return states, state_of.ravel(), True
+
+
+def _distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(rows, axis=0, return_inverse=True) of integer rows, through one int64 code per row that
+    sorts as the rows do (each column shifted to start at 0, in mixed radix): np.unique over rows took 20 ms
+    a bucket at 40,000 trajectories, a fifth of the recovery. Rows whose code would not fit go the slow way."""
+    low = rows.min(axis=0) if len(rows) else np.zeros(rows.shape[1], dtype=np.int64)
+    span = (rows.max(axis=0) - low + 1) if len(rows) else np.ones(rows.shape[1], dtype=np.int64)
+    if float(np.prod(span.astype(float))) >= 2.0**62:
+        codes, inverse = np.unique(rows, axis=0, return_inverse=True)
+        return codes, inverse.ravel()
+    code = np.zeros(len(rows), dtype=np.int64)
+    for column in range(rows.shape[1]):
+        code = code * int(span[column]) + (rows[:, column] - low[column])
+    distinct, inverse = np.unique(code, return_inverse=True)
+    decoded = np.empty((len(distinct), rows.shape[1]), dtype=rows.dtype)
+    rest = distinct.copy()
+    for column in range(rows.shape[1] - 1, -1, -1):
+        decoded[:, column] = rest % int(span[column]) + low[column]
+        rest //= int(span[column])
+    return decoded, inverse.ravel()
 
 
 def _stay_first(
