@@ -214,6 +214,8 @@ def work_release(args) -> dict:
 
     area = stages.WorkArea.for_release(out / "work", load_policy(args.policy), Period.parse(PERIOD))
     risk = stages.read_risk(area) if (area.risk / stages.RiskAssessment.FILE).exists() else None
+    import pyarrow.parquet as pq
+
     from spatial_release.fileio import sha256_file
 
     files = ("cells.parquet", "margins.parquet")
@@ -230,6 +232,12 @@ def work_release(args) -> dict:
             "risk_units": risk and risk.units,
             "risk_keys": risk and risk.keys,
             "risk_seconds": risk and risk.seconds,
+            # the protected table's size (cells and margins, published or withheld): the sizing model's unit
+            "figures": sum(
+                pq.ParquetFile(area.counts / name).metadata.num_rows
+                for name in ("cell_counts.parquet", "margin_counts.parquet")
+                if (area.counts / name).exists()
+            ),
         },
     }
 
