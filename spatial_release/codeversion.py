@@ -16,7 +16,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
 # whose results a saved estimate or verdict depends on: random streams, solvers, readers and writers
-LIBRARIES = ("numpy", "pandas", "pyarrow", "duckdb", "highspy", "shapely", "pyproj", "geopandas")
+LIBRARIES = ("numpy", "pandas", "pyarrow", "duckdb", "highspy", "numba", "shapely", "pyproj", "geopandas")
 
 
 def digest_of_files(package: Path = PACKAGE) -> str:

@@ -201,7 +201,7 @@ class SparkTasks:
             raise ExecutorMismatch(
                 f"the Spark executors of {self.master} run other code than this driver (code digests "
                 f"{sorted(d[:12] for d in found)} against {CODE_DIGEST[:12]}): install the same spatial_release "
-                "version and the same numpy, pandas, pyarrow, duckdb, highspy, shapely, pyproj and geopandas "
+                "version and the same numpy, pandas, pyarrow, duckdb, highspy, numba, shapely, pyproj and geopandas "
                 "on every executor (e.g. ship this environment with spark.archives)"
             )
         self._checked = True
