@@ -196,7 +196,17 @@ class SparkTasks:
         from spatial_release.codeversion import CODE_DIGEST
 
         context = self.spark.sparkContext
-        found = set(context.parallelize(range(self.slots), self.slots).map(_executor_digest).collect())
+        try:
+            found = set(context.parallelize(range(self.slots), self.slots).map(_executor_digest).collect())
+        except Exception as error:  # noqa: BLE001 - PySpark wraps the executors' errors in its own types
+            if "No module named 'spatial_release'" not in str(error):
+                raise
+            raise ExecutorMismatch(
+                f"the Spark executors of {self.master} cannot import spatial_release: their Python "
+                f"({context.pythonExec}, from PYSPARK_PYTHON or spark.pyspark.python of this driver) is not an "
+                "environment with this package; install it there, or point PYSPARK_PYTHON at one (e.g. a venv "
+                "shipped with spark.archives)"
+            ) from None
         if found != {CODE_DIGEST}:
             raise ExecutorMismatch(
                 f"the Spark executors of {self.master} run other code than this driver (code digests "

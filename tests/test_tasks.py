@@ -25,6 +25,9 @@ def square_or_refuse(n: int) -> int:
     return n * n
 
 
+NO_PACKAGE = "executors without the package"
+
+
 class _FakeRDD:
     def __init__(self, items, executor_digest: str | None = None):
         self.items, self.fns, self.executor_digest = list(items), [], executor_digest
@@ -34,6 +37,8 @@ class _FakeRDD:
         return self
 
     def collect(self):
+        if self.executor_digest == NO_PACKAGE:  # what PySpark raises when the executors' Python lacks the package
+            raise RuntimeError("PythonException: ModuleNotFoundError: No module named 'spatial_release'")
         if self.executor_digest is not None:  # what `_executor_digest` returns on the stand-in's executors
             return [self.executor_digest] * len(self.items)
         out = self.items
@@ -59,6 +64,7 @@ class _FakeContext:
 
     master = "spark://fake:7077"
     defaultParallelism = 3
+    pythonExec = "python3"
 
     def __init__(self, digest: str = CODE_DIGEST):
         self.digest, self.groups, self.tasks = digest, [], 0
@@ -121,6 +127,16 @@ def test_executors_running_other_code_are_refused_before_any_job():
         list(runner.map(square_or_refuse, [1, 2]))
     assert "spark://fake:7077" in str(mismatch.value)
     assert session.sparkContext.groups == []  # no job of the step was shipped
+
+
+def test_executors_that_cannot_import_the_package_are_refused_with_their_python_named():
+    """A cluster whose Python is not this environment (PYSPARK_PYTHON unset on the driver: `python3`) gets
+    a refusal that says so, not a pickling traceback from the first job."""
+    session = _FakeSession(digest=NO_PACKAGE)
+    with pytest.raises(tasks.ExecutorMismatch, match="cannot import spatial_release") as mismatch:
+        list(tasks.SparkTasks(session).map(square_or_refuse, [1, 2]))
+    assert "python3" in str(mismatch.value) and "PYSPARK_PYTHON" in str(mismatch.value)
+    assert session.sparkContext.groups == []
 
 
 def test_the_context_runner_replaces_local_processes_and_one_worker_runs_in_place():
