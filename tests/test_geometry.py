@@ -108,3 +108,17 @@ def test_compact_grid_keys_round_trip_and_refuse_points_outside_their_box():
     assert [tuple(a) for a in zip(*box_.decode(box_.encode(ix, iy)))] == list(zip(ix, iy))
     with pytest.raises(ValueError, match="outside the extent"):
         box_.encode(*grid.indices(np.array([-73.5]), np.array([40.72])))
+
+
+def test_cell_squares_follow_each_row_and_index_when_ids_repeat():
+    """Grid.geometries parses each distinct id once: every row still gets its own id's square, under the
+    series' own index, and an id that names no grid cell is refused."""
+    grid = Grid(SPEC)
+    ids = pd.Series(["250mE500N-250", "250mE0N0", "250mE500N-250", "250mE0N0", "250mE250N0"], index=[9, 3, 7, 1, 5])
+    squares = grid.geometries(ids)
+    assert list(squares.index) == [9, 3, 7, 1, 5]
+    for cell_id, square in zip(ids, squares):
+        east, north = (int(v) for v in cell_id.removeprefix("250mE").split("N"))
+        assert square.equals(box(east, north, east + 250, north + 250))
+    with pytest.raises(ValueError):
+        grid.geometries(pd.Series(["250mE0N0", "not a cell"]))

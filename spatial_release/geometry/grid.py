@@ -73,6 +73,10 @@ class Grid:
         return table
 
     def geometries(self, cell_ids: pd.Series) -> gpd.GeoSeries:
-        parts = cell_ids.astype(str).str.extract(CELL_ID).astype(np.int64)
+        """Each cell's square, parsed once per distinct id (a release repeats each cell in every bucket: the
+        regex over 184,000 published rows took 2.7 s at 10 M pings)."""
+        codes, distinct = pd.factorize(cell_ids.astype(str))
+        parts = pd.Series(distinct).str.extract(CELL_ID).astype(np.int64)
         size, x0, y0 = parts[0].to_numpy(), parts[1].to_numpy(), parts[2].to_numpy()
-        return gpd.GeoSeries(box(x0, y0, x0 + size, y0 + size), index=cell_ids.index, crs=self.crs)
+        squares = box(x0, y0, x0 + size, y0 + size)
+        return gpd.GeoSeries(squares[codes], index=cell_ids.index, crs=self.crs)
