@@ -4,6 +4,7 @@ same integers and the same float64 figures, on random key sets (Hypothesis) and 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -165,3 +166,32 @@ def test_distinct_rows_equal_numpy_unique_over_rows(rows, big):
     want_codes, want_inverse = np.unique(array, axis=0, return_inverse=True)
     np.testing.assert_array_equal(codes, want_codes)
     np.testing.assert_array_equal(inverse, want_inverse.ravel())
+
+
+def test_codes_outside_their_arrays_are_refused_not_read():
+    """Negative controls: compiled loops do not check indices, so a knowledge set, a recovered key, a unit in
+    the postings or a pair's key outside its codes is a ValueError, never a figure read from other memory."""
+    sets = _key_sets({(0, 0), (1, 0), (2, 1)}, 3, 3)
+    for bad in ([[0, 3]], [[-1, 0]]):
+        with pytest.raises(ValueError, match="knowledge sets"):
+            kernels.anonymity_counts(sets.key_offsets, sets.key_units, np.array(bad))
+        with pytest.raises(ValueError, match="knowledge sets"):
+            kernels.holders(sets.key_offsets, sets.key_units, np.array(bad))
+    with pytest.raises(ValueError, match="offsets"):
+        kernels.anonymity_counts(sets.key_offsets, sets.key_units[:-1], np.array([[0, 1]]))
+    rec = _key_sets({(0, 0), (1, 2)}, 2, 3)
+    hidden = np.zeros(3, dtype=bool)
+    with pytest.raises(ValueError, match="recovered key"):
+        kernels.best_slice(
+            rec.unit_offsets, rec.unit_keys + 5, sets.key_offsets, sets.key_units, sets.unit_offsets, hidden, 0, 2
+        )
+    with pytest.raises(ValueError, match="a unit outside"):
+        kernels.best_slice(
+            rec.unit_offsets, rec.unit_keys, sets.key_offsets, sets.key_units + 7, sets.unit_offsets, hidden, 0, 2
+        )
+    with pytest.raises(ValueError, match="trajectories"):
+        kernels.best_slice(
+            rec.unit_offsets, rec.unit_keys, sets.key_offsets, sets.key_units, sets.unit_offsets, hidden, 0, 5
+        )
+    with pytest.raises(ValueError, match="keys"):
+        kernels.units_by_key(np.array([0, 4]), np.array([0, 1]), np.array([0, 1, 2]))

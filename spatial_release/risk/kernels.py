@@ -7,6 +7,10 @@ Every kernel returns exactly what the numpy code it replaced returned (same inte
 operations in the same order), so the figures and the published files do not move; `tests/test_kernels.py`
 compares them with plain-numpy references.
 
+Compiled code does not check its indices, so every code a kernel indexes with is checked, by its wrapper before
+the call or in the loop where it is read (a ValueError, where the numpy version raised an IndexError): a wrong
+code must never turn into a silently wrong risk figure.
+
 Compilation is cached on disk (numba's `cache=True`: next to this file, or in the user's cache when the
 package folder is read-only); a fresh machine pays about a second per kernel once. The cache holds compiled
 code only, never data.
@@ -42,7 +46,7 @@ def _holds_the_rest(key_offsets: np.ndarray, key_units: np.ndarray, keyset: np.n
 
 
 @njit(nogil=True, cache=True)
-def anonymity_counts(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray) -> np.ndarray:
+def _anonymity_counts(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray) -> np.ndarray:
     """max(1, number of units holding every key of the row) for every row of `keysets` (rows x width, each
     row's rarest key first: its postings are the candidates, looked up in the other keys' sorted postings)."""
     rows, width = keysets.shape
@@ -62,7 +66,7 @@ def anonymity_counts(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np
 
 
 @njit(nogil=True, cache=True)
-def best_slice(
+def _best_slice(
     rec_offsets: np.ndarray,
     rec_keys: np.ndarray,
     key_offsets: np.ndarray,
@@ -87,15 +91,24 @@ def best_slice(
     codes = np.empty(1024, dtype=np.int64)
     shared = np.empty(1024, dtype=np.float64)
     m = 0
+    n_keys = min(len(key_offsets) - 1, len(hidden_key))
     for i in range(n):
         r = at + i
         size_r = rec_offsets[r + 1] - rec_offsets[r]
+        if rec_offsets[r] < 0 or rec_offsets[r + 1] > len(rec_keys):
+            raise ValueError("best matches: a trajectory's keys lie outside its array")
         seen = 0
         for p in range(rec_offsets[r], rec_offsets[r + 1]):
             key = rec_keys[p]
+            if key < 0 or key >= n_keys:
+                raise ValueError("best matches: a recovered key outside the key codes")
             shown = 0 if hidden_key[key] else 1
+            if key_offsets[key] < 0 or key_offsets[key + 1] > len(key_units):
+                raise ValueError("best matches: a key's postings lie outside the units array")
             for q in range(key_offsets[key], key_offsets[key + 1]):
                 unit = key_units[q]
+                if unit < 0 or unit >= len(unit_offsets) - 1:
+                    raise ValueError("best matches: a unit outside the unit codes")
                 if inter[unit] == 0:
                     touched[seen] = unit
                     seen += 1
@@ -127,9 +140,9 @@ def best_slice(
 
 
 @njit(nogil=True, cache=True)
-def holders(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _holders(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(row, unit) of every unit holding every key of a row of `keysets` (rows x width, each row's rarest key
-    first), by row and then unit: `anonymity_counts` with the units themselves."""
+    first), by row and then unit: `_anonymity_counts` with the units themselves."""
     rows = keysets.shape[0]
     row_out = np.empty(1024, dtype=np.int64)
     unit_out = np.empty(1024, dtype=np.int64)
@@ -149,7 +162,7 @@ def holders(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray)
 
 
 @njit(nogil=True, cache=True)
-def units_by_key(keys: np.ndarray, units: np.ndarray, key_offsets: np.ndarray) -> np.ndarray:
+def _units_by_key(keys: np.ndarray, units: np.ndarray, key_offsets: np.ndarray) -> np.ndarray:
     """The units of (unit, key) pairs sorted by unit then key, re-sorted by key then unit: a stable counting
     sort on the key (`key_offsets`: where each key's units start), in one pass."""
     out = np.empty(len(units), dtype=np.int64)
@@ -159,3 +172,56 @@ def units_by_key(keys: np.ndarray, units: np.ndarray, key_offsets: np.ndarray) -
         out[at[key]] = units[i]
         at[key] += 1
     return out
+
+
+def _within(name: str, codes: np.ndarray, bound: int) -> None:
+    """Refuse codes outside 0..bound-1 (the compiled loops would read past their arrays)."""
+    if len(codes) and (int(codes.min()) < 0 or int(codes.max()) >= bound):
+        raise ValueError(f"{name}: codes {int(codes.min())}..{int(codes.max())} outside 0..{bound - 1}")
+
+
+def _postings(key_offsets: np.ndarray, key_units: np.ndarray) -> None:
+    if len(key_offsets) == 0 or key_offsets[0] != 0 or key_offsets[-1] != len(key_units):
+        raise ValueError("postings: offsets do not span the units")
+    if len(key_offsets) > 1 and (np.diff(key_offsets) < 0).any():
+        raise ValueError("postings: offsets decrease")
+
+
+def anonymity_counts(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray) -> np.ndarray:
+    """max(1, number of units holding every key of the row) for every row of `keysets` (rows x width, each
+    row's rarest key first)."""
+    _postings(key_offsets, key_units)
+    _within("knowledge sets", keysets.ravel(), len(key_offsets) - 1)
+    return _anonymity_counts(key_offsets, key_units, np.ascontiguousarray(keysets, dtype=np.int64))
+
+
+def holders(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, unit) of every unit holding every key of a row of `keysets`, by row and then unit."""
+    _postings(key_offsets, key_units)
+    _within("knowledge sets", keysets.ravel(), len(key_offsets) - 1)
+    return _holders(key_offsets, key_units, np.ascontiguousarray(keysets, dtype=np.int64))
+
+
+def best_slice(
+    rec_offsets: np.ndarray,
+    rec_keys: np.ndarray,
+    key_offsets: np.ndarray,
+    key_units: np.ndarray,
+    unit_offsets: np.ndarray,
+    hidden_key: np.ndarray,
+    at: int,
+    end: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The tie pairs, shared published keys, best Jaccard and precision of the trajectories at..end-1 (the
+    kernel checks each code as it reads it: a slice reads a small part of the arrays it is given)."""
+    if not 0 <= at <= end <= len(rec_offsets) - 1:
+        raise ValueError(f"trajectories {at}..{end} outside 0..{len(rec_offsets) - 1}")
+    return _best_slice(rec_offsets, rec_keys, key_offsets, key_units, unit_offsets, hidden_key, at, end)
+
+
+def units_by_key(keys: np.ndarray, units: np.ndarray, key_offsets: np.ndarray) -> np.ndarray:
+    """The units of (unit, key) pairs sorted by unit then key, re-sorted by key then unit."""
+    _within("keys", keys, len(key_offsets) - 1)
+    if len(keys) != len(units) or key_offsets[-1] != len(keys):
+        raise ValueError("units_by_key: the pairs and the offsets differ in length")
+    return _units_by_key(keys, units, key_offsets)
