@@ -52,7 +52,7 @@ def _reference_best(rec: set, truth: set, hidden: np.ndarray, n_traj: int, n_uni
     return np.array(codes, dtype=np.int64), np.array(shared), top, precision
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(rec=pair_sets, truth=pair_sets, hidden_seed=st.integers(0, 2**16))
 def test_best_matches_equal_the_reference(rec, truth, hidden_seed):
     n_keys = 15
@@ -83,7 +83,7 @@ def test_best_matches_in_many_slices_equal_one_slice(monkeypatch):
         np.testing.assert_array_equal(g, w)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(pairs=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 13)), max_size=80))
 def test_attack_key_sets_equal_from_codes(pairs):
     """attack._sets (one sort and a counting sort) builds the arrays KeySets.from_codes builds from the
@@ -106,7 +106,7 @@ def test_attack_key_sets_equal_from_codes(pairs):
         assert getattr(got, name).dtype == np.int64
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(truth=pair_sets, rows=st.lists(st.lists(st.integers(0, 14), min_size=1, max_size=4), min_size=1, max_size=12))
 def test_candidates_are_every_owner_holding_every_key(truth, rows):
     """attack._candidates: (row, owner) of every owner holding all of the row's keys, by row then owner."""
@@ -121,7 +121,7 @@ def test_candidates_are_every_owner_holding_every_key(truth, rows):
     assert list(zip(row.tolist(), owner.tolist())) == want
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(values=st.lists(st.integers(-(2**62), 2**62), max_size=60), repeat=st.integers(1, 3))
 def test_distinct_sorted_equals_numpy_unique(values, repeat):
     from spatial_release.arrays import distinct_sorted
@@ -132,7 +132,7 @@ def test_distinct_sorted_equals_numpy_unique(values, repeat):
     assert got.dtype == np.int64
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     rows=st.lists(st.tuples(st.integers(0, 40), st.integers(-1, 6), st.integers(-1, 6)), min_size=1, max_size=50),
     big=st.booleans(),
