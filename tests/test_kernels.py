@@ -84,6 +84,24 @@ def test_best_matches_in_many_slices_equal_one_slice(monkeypatch):
 
 
 @settings(max_examples=60, deadline=None)
+@given(truth=pair_sets, rows=st.lists(st.lists(st.integers(0, 14), min_size=1, max_size=4), min_size=1, max_size=12))
+def test_anonymity_counts_equal_the_reference(truth, rows):
+    """max(1, units holding every key of the row), whatever the row's order and with repeated keys."""
+    width = max(len(r) for r in rows)
+    keysets = np.array([r + [r[0]] * (width - len(r)) for r in rows], dtype=np.int64)
+    sets = _key_sets(truth, 12, 15)
+    holders = {k: {u for u, kk in truth if kk == k} for k in range(15)}
+    want = [max(1, len(set.intersection(*(holders[k] for k in row)))) for row in keysets.tolist()]
+    np.testing.assert_array_equal(kernels.anonymity_counts(sets.key_offsets, sets.key_units, keysets), want)
+
+
+def test_anonymity_counts_a_key_nobody_holds_is_a_set_of_one():
+    sets = _key_sets({(0, 0), (1, 0), (2, 1)}, 3, 3)
+    got = kernels.anonymity_counts(sets.key_offsets, sets.key_units, np.array([[0, 2], [2, 0], [0, 0], [1, 0]]))
+    np.testing.assert_array_equal(got, [1, 1, 2, 1])
+
+
+@settings(max_examples=60, deadline=None)
 @given(pairs=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 13)), max_size=80))
 def test_attack_key_sets_equal_from_codes(pairs):
     """attack._sets (one sort and a counting sort) builds the arrays KeySets.from_codes builds from the
@@ -156,9 +174,11 @@ def test_codes_outside_their_arrays_are_refused_not_read():
     sets = _key_sets({(0, 0), (1, 0), (2, 1)}, 3, 3)
     for bad in ([[0, 3]], [[-1, 0]]):
         with pytest.raises(ValueError, match="knowledge sets"):
+            kernels.anonymity_counts(sets.key_offsets, sets.key_units, np.array(bad))
+        with pytest.raises(ValueError, match="knowledge sets"):
             kernels.holders(sets.key_offsets, sets.key_units, np.array(bad))
     with pytest.raises(ValueError, match="offsets"):
-        kernels.holders(sets.key_offsets, sets.key_units[:-1], np.array([[0, 1]]))
+        kernels.anonymity_counts(sets.key_offsets, sets.key_units[:-1], np.array([[0, 1]]))
     rec = _key_sets({(0, 0), (1, 2)}, 2, 3)
     hidden = np.zeros(3, dtype=bool)
     with pytest.raises(ValueError, match="recovered key"):

@@ -1,10 +1,5 @@
-"""Compiled loops of the attack (numba, no GIL): the matching of recovered trajectories to units, the
-holders of knowledge sets and the key-major key sets, whose numpy versions sorted hundreds of millions of
-candidate pairs.
-
-The uniqueness estimate's anonymity counts stay numpy (`estimator._anonymity`): a kernel that binary-searched
-each candidate in the next key's postings matched it at 10 M pings but took 258 s of the 50 M risk step, where
-numpy's search of candidates ordered by key stays in the cache.
+"""Compiled loops of the risk estimate and the attack (numba, no GIL): the set intersections whose numpy
+versions sorted or binary-searched hundreds of millions of candidates in one global array.
 
 Each kernel works on one independent piece (a chunk of knowledge sets, a slice of trajectories) with its own
 scratch arrays, so pieces run on threads, in worker processes or as Spark tasks alike (`spatial_release.tasks`).
@@ -48,6 +43,26 @@ def _holds_the_rest(key_offsets: np.ndarray, key_units: np.ndarray, keyset: np.n
         if not _holds(key_units, key_offsets[key], key_offsets[key + 1], unit):
             return False
     return True
+
+
+@njit(nogil=True, cache=True)
+def _anonymity_counts(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray) -> np.ndarray:
+    """max(1, number of units holding every key of the row) for every row of `keysets` (rows x width, each
+    row's rarest key first: its postings are the candidates, looked up in the other keys' sorted postings)."""
+    rows, width = keysets.shape
+    out = np.empty(rows, dtype=np.int64)
+    for i in range(rows):
+        first = keysets[i, 0]
+        lo, hi = key_offsets[first], key_offsets[first + 1]
+        if width == 1:
+            out[i] = max(hi - lo, 1)
+            continue
+        count = 0
+        for p in range(lo, hi):
+            if _holds_the_rest(key_offsets, key_units, keysets[i], key_units[p]):
+                count += 1
+        out[i] = max(count, 1)
+    return out
 
 
 @njit(nogil=True, cache=True)
@@ -127,7 +142,7 @@ def _best_slice(
 @njit(nogil=True, cache=True)
 def _holders(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(row, unit) of every unit holding every key of a row of `keysets` (rows x width, each row's rarest key
-    first), by row and then unit: each row's rarest key's units, kept while they hold the row's next key."""
+    first), by row and then unit: `_anonymity_counts` with the units themselves."""
     rows = keysets.shape[0]
     row_out = np.empty(1024, dtype=np.int64)
     unit_out = np.empty(1024, dtype=np.int64)
@@ -170,6 +185,14 @@ def _postings(key_offsets: np.ndarray, key_units: np.ndarray) -> None:
         raise ValueError("postings: offsets do not span the units")
     if len(key_offsets) > 1 and (np.diff(key_offsets) < 0).any():
         raise ValueError("postings: offsets decrease")
+
+
+def anonymity_counts(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray) -> np.ndarray:
+    """max(1, number of units holding every key of the row) for every row of `keysets` (rows x width, each
+    row's rarest key first)."""
+    _postings(key_offsets, key_units)
+    _within("knowledge sets", keysets.ravel(), len(key_offsets) - 1)
+    return _anonymity_counts(key_offsets, key_units, np.ascontiguousarray(keysets, dtype=np.int64))
 
 
 def holders(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
