@@ -95,6 +95,32 @@ def test_anonymity_counts_equal_the_reference(truth, rows):
     np.testing.assert_array_equal(kernels.anonymity_counts(sets.key_offsets, sets.key_units, keysets), want)
 
 
+def test_anonymity_counts_and_holders_on_long_skewed_postings():
+    """Postings of a few units up to most of 400 (so the galloping lookups take long and short steps), sets of
+    widths 1-4 in production order (rarest key first) and in any order, counts of 0, 1, 2 and many: both
+    kernels against Python sets. Counts of exactly 2 after the first intersection catch an early stop taken
+    too soon."""
+    rng = np.random.default_rng(11)
+    n_units, n_keys = 400, 40
+    share = np.linspace(0.01, 0.9, n_keys)  # key k is held by about share[k] of the units
+    truth = {(u, k) for k in range(n_keys) for u in range(n_units) if rng.random() < share[k]}
+    sets = _key_sets(truth, n_units, n_keys)
+    holders = {k: {u for u, kk in truth if kk == k} for k in range(n_keys)}
+    sizes = np.diff(sets.key_offsets)
+    for width in (1, 2, 3, 4):
+        keysets = rng.integers(0, n_keys, size=(3000, width))
+        ordered = np.take_along_axis(keysets, np.lexsort((keysets, sizes[keysets]), axis=1), axis=1)
+        for rows in (ordered, keysets):
+            common = [set.intersection(*(holders[k] for k in row)) for row in rows.tolist()]
+            got = kernels.anonymity_counts(sets.key_offsets, sets.key_units, rows)
+            np.testing.assert_array_equal(got, [max(1, len(c)) for c in common])
+            row, unit = kernels.holders(sets.key_offsets, sets.key_units, rows)
+            want = [(i, u) for i, c in enumerate(common) for u in sorted(c)]
+            assert list(zip(row.tolist(), unit.tolist())) == want
+        if width > 1:
+            assert {len(c) for c in common} >= {0, 1, 2}, "the case lacks the counts it is meant to cover"
+
+
 def test_anonymity_counts_a_key_nobody_holds_is_a_set_of_one():
     sets = _key_sets({(0, 0), (1, 0), (2, 1)}, 3, 3)
     got = kernels.anonymity_counts(sets.key_offsets, sets.key_units, np.array([[0, 2], [2, 0], [0, 0], [1, 0]]))
