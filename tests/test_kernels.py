@@ -151,6 +151,38 @@ def test_attack_key_sets_equal_from_codes(pairs):
 
 
 @settings(max_examples=60, deadline=None)
+@given(pairs=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 13)), max_size=80), seed=st.integers(0, 2**16))
+def test_coded_key_sets_equal_from_codes_whatever_the_order_and_repeats(pairs, seed):
+    """kernels.coded_key_sets (the key sets' compiled sort and distinct) builds, from the pairs shuffled and
+    repeated, the arrays KeySets.from_codes builds from the distinct pairs, in int32 as DuckDB streams them."""
+    rng = np.random.default_rng(seed)
+    rows = np.array(pairs * 2, dtype=np.int32).reshape(-1, 2)[rng.permutation(2 * len(pairs))]
+    got = kernels.coded_key_sets(rows[:, 0].copy(), rows[:, 1].copy(), 10, 14)
+    distinct = sorted(set(pairs))
+    zone = np.array(["z"] * 14, dtype=object)
+    owner = np.array([p[0] for p in distinct], dtype=np.int64)
+    key = np.array([p[1] for p in distinct], dtype=np.int64)
+    want = _padded(KeySets.from_codes(owner, key, zone), 10) if distinct else None
+    names = ("unit_offsets", "unit_keys", "key_offsets", "key_units")
+    for name, array in zip(names, got):
+        assert array.dtype == (np.int64 if "offsets" in name else np.int32)
+        if want is None:
+            assert not array.any()
+            continue
+        np.testing.assert_array_equal(array, getattr(want, name))
+
+
+def test_coded_key_sets_refuse_codes_outside_their_tables():
+    """Negative control: a unit or key code past its table is a ValueError, not a write past the arrays."""
+    with pytest.raises(ValueError, match="units"):
+        kernels.coded_key_sets(np.array([0, 3], np.int32), np.array([0, 1], np.int32), 3, 2)
+    with pytest.raises(ValueError, match="keys"):
+        kernels.coded_key_sets(np.array([0, 1], np.int32), np.array([0, -1], np.int32), 3, 2)
+    with pytest.raises(ValueError, match="units for"):
+        kernels.coded_key_sets(np.array([0], np.int32), np.array([0, 1], np.int32), 3, 2)
+
+
+@settings(max_examples=60, deadline=None)
 @given(truth=pair_sets, rows=st.lists(st.lists(st.integers(0, 14), min_size=1, max_size=4), min_size=1, max_size=12))
 def test_candidates_are_every_owner_holding_every_key(truth, rows):
     """attack._candidates: (row, owner) of every owner holding all of the row's keys, by row then owner."""

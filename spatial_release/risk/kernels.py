@@ -216,6 +216,55 @@ def _units_by_key(keys: np.ndarray, units: np.ndarray, key_offsets: np.ndarray) 
     return out
 
 
+@njit(nogil=True, cache=True)
+def _unit_major(units: np.ndarray, keys: np.ndarray, n_units: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys of each unit, sorted, from (unit, key) pairs in any order and with repeats: a
+    counting sort on the unit, then a sort and a pass dropping repeats inside each unit's (short) run,
+    compacted in place. Returns the unit offsets and the keys (the dtype of `keys`)."""
+    offsets = np.zeros(n_units + 1, dtype=np.int64)
+    for i in range(len(units)):
+        offsets[units[i] + 1] += 1
+    for u in range(n_units):
+        offsets[u + 1] += offsets[u]
+    at = offsets[:-1].copy()
+    placed = np.empty(len(keys), dtype=keys.dtype)
+    for i in range(len(units)):
+        u = units[i]
+        placed[at[u]] = keys[i]
+        at[u] += 1
+    distinct = np.zeros(n_units + 1, dtype=np.int64)
+    m = 0
+    for u in range(n_units):
+        run = np.sort(placed[offsets[u] : offsets[u + 1]])
+        for j in range(len(run)):
+            if j == 0 or run[j] != run[j - 1]:
+                placed[m] = run[j]
+                m += 1
+        distinct[u + 1] = m
+    return distinct, placed[:m].copy()
+
+
+@njit(nogil=True, cache=True)
+def _key_major(
+    unit_offsets: np.ndarray, unit_keys: np.ndarray, n_keys: int, dtype_of: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The same pairs by key, each key's units ascending (a counting sort on the key, units visited in order).
+    Returns the key offsets and the units (the dtype of `dtype_of`)."""
+    offsets = np.zeros(n_keys + 1, dtype=np.int64)
+    for p in range(len(unit_keys)):
+        offsets[unit_keys[p] + 1] += 1
+    for k in range(n_keys):
+        offsets[k + 1] += offsets[k]
+    at = offsets[:-1].copy()
+    out = np.empty(len(unit_keys), dtype=dtype_of.dtype)
+    for u in range(len(unit_offsets) - 1):
+        for p in range(unit_offsets[u], unit_offsets[u + 1]):
+            key = unit_keys[p]
+            out[at[key]] = u
+            at[key] += 1
+    return offsets, out
+
+
 def _within(name: str, codes: np.ndarray, bound: int) -> None:
     """Refuse codes outside 0..bound-1 (the compiled loops would read past their arrays)."""
     if len(codes) and (int(codes.min()) < 0 or int(codes.max()) >= bound):
@@ -267,3 +316,18 @@ def units_by_key(keys: np.ndarray, units: np.ndarray, key_offsets: np.ndarray) -
     if len(keys) != len(units) or key_offsets[-1] != len(keys):
         raise ValueError("units_by_key: the pairs and the offsets differ in length")
     return _units_by_key(keys, units, key_offsets)
+
+
+def coded_key_sets(
+    units: np.ndarray, keys: np.ndarray, n_units: int, n_keys: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Both compressed directions of the distinct (unit, key) pairs given in any order, with repeats:
+    unit offsets, each unit's sorted keys, key offsets, each key's sorted units (the arrays of
+    estimator.KeySets, in the dtypes of `keys` and `units`)."""
+    if len(units) != len(keys):
+        raise ValueError(f"key sets: {len(units):,} units for {len(keys):,} keys")
+    _within("key sets' units", units, n_units)
+    _within("key sets' keys", keys, n_keys)
+    unit_offsets, unit_keys = _unit_major(units, keys, n_units)
+    key_offsets, key_units = _key_major(unit_offsets, unit_keys, n_keys, units[:0])
+    return unit_offsets, unit_keys, key_offsets, key_units

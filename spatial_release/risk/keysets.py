@@ -2,10 +2,12 @@
 
 DuckDB reads the (unit, key, cell_id) rows (Parquet files or a view), numbers the distinct units and keys in
 their sort order (as pandas.factorize(sort=True) would, so the estimator's figures are the same as from a
-DataFrame), and streams the coded pairs, sorted, in record batches into two int32 arrays (by unit, by key).
+DataFrame), and streams the coded pairs in record batches into int32 arrays, which compiled loops sort and
+make distinct in both directions (by unit, by key).
 Python never holds a row per ping or per membership row, nor any key string but one per distinct key: memory
-is the unit and key tables plus 8 bytes per released (unit, key) pair; DuckDB spills its sorts to disk
-within its memory limit.
+is the unit and key tables plus, while they are built, about 16 bytes per (unit, key) row read (the streamed
+pair, its place in the unit-major order, the key-major copy), and 8 bytes per distinct pair after; DuckDB
+spills within its memory limit.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from spatial_release.risk import kernels
 from spatial_release.risk.estimator import KeySets
 
 BATCH_ROWS = 1_000_000
@@ -37,21 +40,20 @@ def _scalar(con: duckdb.DuckDBPyConnection, query: str):
     return con.execute(query).fetchall()[0][0]
 
 
-def _fill(con: duckdb.DuckDBPyConnection, query: str, n_groups: int, total: int) -> tuple[np.ndarray, np.ndarray]:
-    """Stream `query` (two integer columns, sorted by the first) into the second column's int32 array and
-    the number of rows per value of the first."""
-    values = np.empty(total, dtype=np.int32)
-    counts = np.zeros(n_groups, dtype=np.int64)
+def _pairs(con: duckdb.DuckDBPyConnection, query: str, total: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stream `query` (two integer columns) into two int32 arrays of `total` rows."""
+    first, second = np.empty(total, dtype=np.int32), np.empty(total, dtype=np.int32)
     at = 0
-    reader = con.sql(query).to_arrow_reader(BATCH_ROWS)
-    for batch in reader:
-        group = batch.column(0).to_numpy()
-        values[at : at + len(group)] = batch.column(1).to_numpy()
-        counts += np.bincount(group, minlength=n_groups)
-        at += len(group)
+    for batch in con.sql(query).to_arrow_reader(BATCH_ROWS):
+        n = batch.num_rows
+        if at + n > total:
+            raise RuntimeError(f"the key sets changed while read: more than the {total:,} pairs counted")
+        first[at : at + n] = batch.column(0).to_numpy()
+        second[at : at + n] = batch.column(1).to_numpy()
+        at += n
     if at != total:
         raise RuntimeError(f"the key sets changed while read: {at:,} pairs streamed, {total:,} counted")
-    return values, counts
+    return first, second
 
 
 def load_key_sets(con: duckdb.DuckDBPyConnection, source: str, zone_of_cells: Callable[[pd.Series], pd.Series]) -> KeySets:
@@ -66,10 +68,6 @@ def load_key_sets(con: duckdb.DuckDBPyConnection, source: str, zone_of_cells: Ca
         f"CREATE OR REPLACE TEMP TABLE risk_keys AS SELECT key, cell_id, (row_number() OVER (ORDER BY key)"
         f" - 1)::INTEGER AS k FROM (SELECT key, min(cell_id) AS cell_id FROM {source} GROUP BY key)"
     )
-    con.execute(
-        f"CREATE OR REPLACE TEMP TABLE risk_pairs AS SELECT DISTINCT u.u, k.k FROM {source} s "
-        "JOIN risk_units u ON u.unit = s.unit JOIN risk_keys k ON k.key = s.key"
-    )
     n_units = _scalar(con, "SELECT count(*) FROM risk_units")
     cells = con.sql("SELECT cell_id FROM risk_keys ORDER BY k").to_arrow_table().column(0).to_pandas()
     zones = zone_of_cells(cells.drop_duplicates())
@@ -80,11 +78,17 @@ def load_key_sets(con: duckdb.DuckDBPyConnection, source: str, zone_of_cells: Ca
             [np.flatnonzero(pd.isna(key_zone))[:3].tolist()],
         ).fetchall()
         raise ValueError(f"keys without a risk zone: {[m[0] for m in missing]}")
-    total = _scalar(con, "SELECT count(*) FROM risk_pairs")
-    unit_keys, unit_counts = _fill(con, "SELECT u, k FROM risk_pairs ORDER BY u, k", n_units, total)
-    key_units, key_counts = _fill(con, "SELECT k, u FROM risk_pairs ORDER BY k, u", len(key_zone), total)
-    con.execute("DROP TABLE risk_pairs")
-    return KeySets(key_zone, KeySets.offsets(unit_counts), unit_keys, KeySets.offsets(key_counts), key_units)
+    # The coded pairs are streamed as they come out of the join, repeats and all, and sorted and made distinct
+    # in compiled loops (kernels.coded_key_sets): a DISTINCT and two ORDER BYs in DuckDB took about 40 s of the
+    # 50 M-ping risk step, spilling within the 1 GB limit; the join alone streams in about 5 s.
+    total = _scalar(con, f"SELECT count(*) FROM {source} WHERE unit IS NOT NULL AND key IS NOT NULL")
+    units, keys = _pairs(
+        con,
+        f"SELECT u.u, k.k FROM {source} s JOIN risk_units u ON u.unit = s.unit JOIN risk_keys k ON k.key = s.key",
+        total,
+    )
+    unit_offsets, unit_keys, key_offsets, key_units = kernels.coded_key_sets(units, keys, n_units, len(key_zone))
+    return KeySets(key_zone, unit_offsets, unit_keys, key_offsets, key_units)
 
 
 def window_key_sets(
