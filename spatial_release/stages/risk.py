@@ -131,10 +131,14 @@ def _zoning_keys_sql(area: WorkArea) -> list[str]:
     areas = area.counts / AREAS
     if not areas.exists():
         return []
-    margins = f"(SELECT DISTINCT level, area_id, bucket_start FROM {_parquet(area.candidate / 'margins.parquet')})"
-    key = f"a.level || ':' || a.area_id || '@' || strftime({{bucket}}, '{KEY_FORMAT}')"
+    # each published area's key is formatted once here, not once per membership row (see released_keys_sql)
+    margins = (
+        f"(SELECT level, area_id, bucket_start, level || ':' || area_id || '@' || strftime(bucket_start, "
+        f"'{KEY_FORMAT}') AS key FROM (SELECT DISTINCT level, area_id, bucket_start "
+        f"FROM {_parquet(area.candidate / 'margins.parquet')}))"
+    )
     selects = [
-        f"SELECT m.unit, {key.format(bucket='m.bucket_start')} AS key, a.main_cell AS cell_id "
+        "SELECT m.unit, g.key, a.main_cell AS cell_id "
         f"FROM {_parquet(area.counts / 'membership.internal.parquet')} m "
         f"JOIN {_parquet(areas)} a ON a.zoning = '{LEAF}' AND a.leaf = m.cell_id "
         f"JOIN {margins} g ON g.level = a.level AND g.area_id = a.area_id AND g.bucket_start = m.bucket_start"
@@ -142,7 +146,7 @@ def _zoning_keys_sql(area: WorkArea) -> list[str]:
     linked = area.counts / LINKED_MEMBERSHIP
     if linked.exists():
         selects.append(
-            f"SELECT l.unit, {key.format(bucket='l.bucket_start')} AS key, a.main_cell AS cell_id "
+            "SELECT l.unit, g.key, a.main_cell AS cell_id "
             f"FROM {_parquet(linked)} l "
             f"JOIN {_parquet(areas)} a ON a.zoning = l.zoning AND a.leaf = l.cell_id "
             f"JOIN {margins} g ON g.level = a.level AND g.area_id = a.area_id "
@@ -159,24 +163,28 @@ def released_keys_sql(area: WorkArea, ladder: Path | None = None) -> str:
     `write_ladder_buckets`) every published coarser cell figure is a key too ("<cell>@<rung>@<start>") of the
     units counted in that cell in one of its buckets: what an outsider learns from the week's figure. Every
     published area of the main geometry's parent levels and of the linked zonings a unit is counted in is a key
-    too (`write_risk_areas`: "<level>:<area>@<start>"), so the bound counts every zoning."""
+    too (`write_risk_areas`: "<level>:<area>@<start>"), so the bound counts every zoning.
+
+    Each key is formatted once, on the published side of its join (a few hundred thousand figures), and
+    joined to the membership rows: formatting it per membership row took 18 s of the 50 M-ping risk step."""
     membership = _parquet(area.counts / "membership.internal.parquet")
     sql = (
-        f"SELECT m.unit, m.cell_id || '@' || strftime(m.bucket_start, '{KEY_FORMAT}') AS key, m.cell_id "
+        "SELECT m.unit, c.key, m.cell_id "
         f"FROM {membership} m "
-        f"JOIN (SELECT DISTINCT cell_id, bucket_start FROM {_parquet(area.candidate / 'cells.parquet')}) c "
+        f"JOIN (SELECT cell_id, bucket_start, cell_id || '@' || strftime(bucket_start, '{KEY_FORMAT}') AS key "
+        f"FROM (SELECT DISTINCT cell_id, bucket_start FROM {_parquet(area.candidate / 'cells.parquet')})) c "
         "ON m.cell_id = c.cell_id AND m.bucket_start = c.bucket_start"
     )
     sql = " UNION ALL ".join([sql, *_zoning_keys_sql(area)])
     if ladder is None:
         return sql
     coarse = (
-        f"SELECT DISTINCT substr(level, {len(LEAF) + 2}) AS rung, area_id, bucket_start "
-        f"FROM {_parquet(area.candidate / 'margins.parquet')} WHERE starts_with(level, '{LEAF}@')"
+        f"SELECT rung, area_id, bucket_start, area_id || '@' || rung || '@' || strftime(bucket_start, "
+        f"'{KEY_FORMAT}') AS key FROM (SELECT DISTINCT substr(level, {len(LEAF) + 2}) AS rung, area_id, "
+        f"bucket_start FROM {_parquet(area.candidate / 'margins.parquet')} WHERE starts_with(level, '{LEAF}@'))"
     )
     return (
-        f"{sql} UNION ALL SELECT m.unit, m.cell_id || '@' || c.rung || '@' || strftime(c.bucket_start, "
-        f"'{KEY_FORMAT}') AS key, m.cell_id FROM {membership} m "
+        f"{sql} UNION ALL SELECT m.unit, c.key, m.cell_id FROM {membership} m "
         f"JOIN {_parquet(ladder)} r ON r.fine = m.bucket_start "
         f"JOIN ({coarse}) c ON c.rung = r.rung AND c.area_id = m.cell_id AND c.bucket_start = r.coarse"
     )
@@ -586,11 +594,12 @@ def coarser_keys_sql(area: WorkArea, ladder: Path, rung: str, k: int) -> str:
     show) as a key of each unit counted in it."""
     level = f"{LEAF}@{rung}"
     return (
-        f"SELECT m.unit, m.cell_id || '@{rung}@' || strftime(r.coarse, '{KEY_FORMAT}') AS key, m.cell_id "
+        "SELECT m.unit, c.key, m.cell_id "
         f"FROM {_parquet(area.counts / 'membership.internal.parquet')} m "
         f"JOIN {_parquet(ladder)} r ON r.fine = m.bucket_start AND r.rung = '{rung}' "
-        f"JOIN (SELECT area_id, bucket_start FROM {_parquet(area.counts / 'margin_counts.parquet')} "
-        f"WHERE level = '{level}' AND n >= {int(k)}) c ON c.area_id = m.cell_id AND c.bucket_start = r.coarse"
+        f"JOIN (SELECT area_id, bucket_start, area_id || '@{rung}@' || strftime(bucket_start, '{KEY_FORMAT}') AS key "
+        f"FROM {_parquet(area.counts / 'margin_counts.parquet')} WHERE level = '{level}' AND n >= {int(k)}) c "
+        "ON c.area_id = m.cell_id AND c.bucket_start = r.coarse"
     )
 
 
