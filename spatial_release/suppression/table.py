@@ -155,7 +155,8 @@ class Table:
             bucket=[self.bucket[n] for n in members],
             value=[self.value[n] for n in members],
             status=[self.status[n] for n in members],
-            floor={local[n]: f for n, f in self.floor.items() if n in local},
+            # over the members, not the whole table's floors: this runs once per block
+            floor={i: self.floor[n] for i, n in enumerate(members) if n in self.floor},
             ladder=dict(self.ladder),
         )
         sub.index = {(sub.level[i], sub.area[i], sub.bucket[i]): i for i in range(len(members))}
