@@ -93,6 +93,8 @@ def test_anonymity_counts_equal_the_reference(truth, rows):
     holders = {k: {u for u, kk in truth if kk == k} for k in range(15)}
     want = [max(1, len(set.intersection(*(holders[k] for k in row)))) for row in keysets.tolist()]
     np.testing.assert_array_equal(kernels.anonymity_counts(sets.key_offsets, sets.key_units, keysets), want)
+    dense = kernels.dense_keys(sets.key_offsets, sets.key_units, 12)  # here every key held by anyone has a bitset
+    np.testing.assert_array_equal(kernels.anonymity_counts(sets.key_offsets, sets.key_units, keysets, dense), want)
 
 
 def test_anonymity_counts_and_holders_on_long_skewed_postings():
@@ -107,13 +109,17 @@ def test_anonymity_counts_and_holders_on_long_skewed_postings():
     sets = _key_sets(truth, n_units, n_keys)
     holders = {k: {u for u, kk in truth if kk == k} for k in range(n_keys)}
     sizes = np.diff(sets.key_offsets)
+    dense = kernels.dense_keys(sets.key_offsets, sets.key_units, n_units)
+    assert 0 < (dense.slot >= 0).sum() < n_keys, "the case needs keys with and without bitsets"
+    # bitsets for the keys held by more than 1/32 of the units here: those and the searched postings mix
     for width in (1, 2, 3, 4):
         keysets = rng.integers(0, n_keys, size=(3000, width))
         ordered = np.take_along_axis(keysets, np.lexsort((keysets, sizes[keysets]), axis=1), axis=1)
         for rows in (ordered, keysets):
             common = [set.intersection(*(holders[k] for k in row)) for row in rows.tolist()]
-            got = kernels.anonymity_counts(sets.key_offsets, sets.key_units, rows)
-            np.testing.assert_array_equal(got, [max(1, len(c)) for c in common])
+            for bits in (None, dense):
+                got = kernels.anonymity_counts(sets.key_offsets, sets.key_units, rows, bits)
+                np.testing.assert_array_equal(got, [max(1, len(c)) for c in common])
             row, unit = kernels.holders(sets.key_offsets, sets.key_units, rows)
             want = [(i, u) for i, c in enumerate(common) for u in sorted(c)]
             assert list(zip(row.tolist(), unit.tolist())) == want
@@ -237,6 +243,12 @@ def test_codes_outside_their_arrays_are_refused_not_read():
             kernels.holders(sets.key_offsets, sets.key_units, np.array(bad))
     with pytest.raises(ValueError, match="offsets"):
         kernels.anonymity_counts(sets.key_offsets, sets.key_units[:-1], np.array([[0, 1]]))
+    with pytest.raises(ValueError, match="postings' units"):  # a unit past the bitsets' width
+        kernels.dense_keys(sets.key_offsets, sets.key_units, 2)
+    with pytest.raises(ValueError, match="dense keys"):  # bitsets of other key sets
+        kernels.anonymity_counts(
+            sets.key_offsets, sets.key_units, np.array([[0, 1]]), kernels.dense_keys(np.array([0, 3]), sets.key_units, 3)
+        )
     rec = _key_sets({(0, 0), (1, 2)}, 2, 3)
     hidden = np.zeros(3, dtype=bool)
     with pytest.raises(ValueError, match="recovered key"):

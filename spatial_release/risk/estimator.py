@@ -435,10 +435,9 @@ def _anonymity(sets: KeySets, groups: list[tuple[np.ndarray, np.ndarray]], total
     width), by row: the units of each set's rarest key, kept while they hold the next rarest key, and so on.
     Exactly what InvertedIndex.anonymity computes set by set (its early exit only stops at a count of 0 or 1).
 
-    The sets go in chunks of about CANDIDATES candidates (`kernels.anonymity_counts`, which looks each
-    candidate up in the next key's own postings; the numpy version it replaced binary-searched one global
-    array of every pair: at 50 M pings its risk step took 411.4 s against 342.9 s, at 10 M 24.1 s of estimate
-    against 20.5 s; both are slow at 50 M)."""
+    The sets go in chunks of about CANDIDATES candidates (`kernels.anonymity_counts`: the candidates narrowed
+    key by key, by a galloping search of the key's postings, or by a bit test where the key has a bitset,
+    `kernels.dense_keys`, built once here and shared by every chunk)."""
     sizes = np.diff(sets.key_offsets)
     out = np.empty(total, dtype=np.int64)
     chunks = []
@@ -453,14 +452,17 @@ def _anonymity(sets: KeySets, groups: list[tuple[np.ndarray, np.ndarray]], total
             chunks.append((rows[start:end], keysets[start:end]))
             start = end
 
+    if not chunks:
+        return out
+    shared = (sets, kernels.dense_keys(sets.key_offsets, sets.key_units, sets.units))  # built once, read by all
     spark = tasks.spark_tasks()
     if spark is not None:  # the chunks as Spark tasks, the key sets broadcast to the executors once
-        for (rows, _), counts in zip(chunks, spark.map_shared(_anonymity_task, sets, [k for _, k in chunks])):
+        for (rows, _), counts in zip(chunks, spark.map_shared(_anonymity_task, shared, [k for _, k in chunks])):
             out[rows] = counts
         return out
 
     def count(task: tuple[np.ndarray, np.ndarray]) -> None:  # each task writes its own rows of `out`
-        out[task[0]] = _anonymity_task(sets, task[1])
+        out[task[0]] = _anonymity_task(shared, task[1])
 
     # Threads: the kernel holds no GIL and the chunks are independent.
     with ThreadPoolExecutor(max_workers=max(1, min(os.cpu_count() or 1, len(chunks)))) as pool:
@@ -468,9 +470,10 @@ def _anonymity(sets: KeySets, groups: list[tuple[np.ndarray, np.ndarray]], total
     return out
 
 
-def _anonymity_task(sets: KeySets, keysets: np.ndarray) -> np.ndarray:
-    """The counts of one chunk of sets (each row's keys rarest first)."""
-    return kernels.anonymity_counts(sets.key_offsets, sets.key_units, np.ascontiguousarray(keysets))
+def _anonymity_task(shared: tuple[KeySets, kernels.DenseKeys], keysets: np.ndarray) -> np.ndarray:
+    """The counts of one chunk of sets (each row's keys rarest first), with the key sets and their bitsets."""
+    sets, dense = shared
+    return kernels.anonymity_counts(sets.key_offsets, sets.key_units, np.ascontiguousarray(keysets), dense)
 
 
 def _draw_risks(index: InvertedIndex, keys: np.ndarray, anchors: np.ndarray, params: RiskParams) -> np.ndarray:

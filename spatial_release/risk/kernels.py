@@ -18,8 +18,13 @@ code only, never data.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
+
+NO_SLOTS = np.zeros(0, dtype=np.int32)  # no key has a bitset
+NO_BITS = np.zeros((0, 1), dtype=np.uint64)
 
 
 @njit(nogil=True, cache=True)
@@ -62,6 +67,40 @@ def _intersect(a: np.ndarray, na: int, b: np.ndarray, lo: int, hi: int, out: np.
 
 
 @njit(nogil=True, cache=True)
+def _keep_set_bits(a: np.ndarray, na: int, bits: np.ndarray, out: np.ndarray) -> int:
+    """The units of a[:na] whose bit is set in `bits` (one key's dense postings), written to out[:m]."""
+    m = 0
+    for i in range(na):
+        x = a[i]
+        if (bits[x >> 6] >> np.uint64(x & 63)) & np.uint64(1):
+            out[m] = x
+            m += 1
+    return m
+
+
+@njit(nogil=True, cache=True)
+def _dense_bits(key_offsets: np.ndarray, key_units: np.ndarray, n_units: int) -> tuple[np.ndarray, np.ndarray]:
+    """A bitset over the units for every key held by more than n_units / 32 of them (its bitset is then
+    smaller than its postings): the slot of each key's bitset (-1: none) and the bitsets."""
+    n_keys = len(key_offsets) - 1
+    slot = np.full(n_keys, -1, dtype=np.int32)
+    n_dense = 0
+    for k in range(n_keys):
+        if (key_offsets[k + 1] - key_offsets[k]) * 32 > n_units:
+            slot[k] = n_dense
+            n_dense += 1
+    words = (n_units + 63) // 64
+    bits = np.zeros((n_dense, words), dtype=np.uint64)
+    for k in range(n_keys):
+        s = slot[k]
+        if s >= 0:
+            for p in range(key_offsets[k], key_offsets[k + 1]):
+                u = key_units[p]
+                bits[s, u >> 6] |= np.uint64(1) << np.uint64(u & 63)
+    return slot, bits
+
+
+@njit(nogil=True, cache=True)
 def _widest_first_postings(key_offsets: np.ndarray, keysets: np.ndarray) -> int:
     """The longest postings list among the rows' first keys (the size of the candidates' scratch array)."""
     widest = 1
@@ -72,28 +111,55 @@ def _widest_first_postings(key_offsets: np.ndarray, keysets: np.ndarray) -> int:
 
 
 @njit(nogil=True, cache=True)
-def _common_units(key_offsets: np.ndarray, key_units: np.ndarray, keyset: np.ndarray, buf: np.ndarray, stop_at: int) -> int:
+def _narrow(
+    key_offsets: np.ndarray,
+    key_units: np.ndarray,
+    a: np.ndarray,
+    na: int,
+    key: int,
+    slot: np.ndarray,
+    bits: np.ndarray,
+    out: np.ndarray,
+) -> int:
+    """a[:na] ∩ the units of `key`, written to out[:m]: a bit test per unit when the key has a bitset (a key
+    most units hold), else the galloping intersection with its postings."""
+    if len(slot) and slot[key] >= 0:
+        return _keep_set_bits(a, na, bits[slot[key]], out)
+    return _intersect(a, na, key_units, key_offsets[key], key_offsets[key + 1], out)
+
+
+@njit(nogil=True, cache=True)
+def _common_units(
+    key_offsets: np.ndarray,
+    key_units: np.ndarray,
+    keyset: np.ndarray,
+    buf: np.ndarray,
+    stop_at: int,
+    slot: np.ndarray,
+    bits: np.ndarray,
+) -> int:
     """The units holding every key of `keyset` (its rarest key first), written to buf[:m]; returns m. The
     postings of the first key are intersected with the next key's, the survivors with the next, and so on;
-    the intersections stop once at most `stop_at` units are left (0: never early)."""
+    the intersections stop once at most `stop_at` units are left (0: never early). `slot` and `bits`: the
+    keys' bitsets (`_dense_bits`; an empty `slot`: none)."""
     first = keyset[0]
     lo, hi = key_offsets[first], key_offsets[first + 1]
     if len(keyset) == 1:
         m = hi - lo
         buf[:m] = key_units[lo:hi]
         return m
-    second = keyset[1]
-    m = _intersect(key_units[lo:hi], hi - lo, key_units, key_offsets[second], key_offsets[second + 1], buf)
+    m = _narrow(key_offsets, key_units, key_units[lo:hi], hi - lo, keyset[1], slot, bits, buf)
     for c in range(2, len(keyset)):
         if m <= stop_at:
             break
-        key = keyset[c]
-        m = _intersect(buf, m, key_units, key_offsets[key], key_offsets[key + 1], buf)
+        m = _narrow(key_offsets, key_units, buf, m, keyset[c], slot, bits, buf)
     return m
 
 
 @njit(nogil=True, cache=True)
-def _anonymity_counts(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray) -> np.ndarray:
+def _anonymity_counts(
+    key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray, slot: np.ndarray, bits: np.ndarray
+) -> np.ndarray:
     """max(1, number of units holding every key of the row) for every row of `keysets` (rows x width, each
     row's rarest key first). The intersections stop at one unit left: fewer cannot change max(count, 1)."""
     rows, width = keysets.shape
@@ -104,7 +170,7 @@ def _anonymity_counts(key_offsets: np.ndarray, key_units: np.ndarray, keysets: n
             first = keysets[i, 0]
             out[i] = max(key_offsets[first + 1] - key_offsets[first], 1)
             continue
-        out[i] = max(_common_units(key_offsets, key_units, keysets[i], buf, 1), 1)
+        out[i] = max(_common_units(key_offsets, key_units, keysets[i], buf, 1, slot, bits), 1)
     return out
 
 
@@ -192,7 +258,7 @@ def _holders(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray
     buf = np.empty(_widest_first_postings(key_offsets, keysets), dtype=key_units.dtype)
     m = 0
     for i in range(rows):
-        found = _common_units(key_offsets, key_units, keysets[i], buf, 0)
+        found = _common_units(key_offsets, key_units, keysets[i], buf, 0, NO_SLOTS, NO_BITS)
         while m + found > len(row_out):
             row_out = np.concatenate((row_out, np.empty(len(row_out), dtype=np.int64)))
             unit_out = np.concatenate((unit_out, np.empty(len(unit_out), dtype=np.int64)))
@@ -278,12 +344,36 @@ def _postings(key_offsets: np.ndarray, key_units: np.ndarray) -> None:
         raise ValueError("postings: offsets decrease")
 
 
-def anonymity_counts(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray) -> np.ndarray:
+class DenseKeys(NamedTuple):
+    """Bitsets over the units of the keys most units hold (`dense_keys`): `slot[key]` is the row of `bits`
+    holding the key's bitset, -1 for a key looked up in its postings."""
+
+    slot: np.ndarray
+    bits: np.ndarray
+
+
+def dense_keys(key_offsets: np.ndarray, key_units: np.ndarray, n_units: int) -> DenseKeys:
+    """The bitsets of the keys held by more than n_units / 32 units. Each is smaller than the postings it
+    stands for, so they add less memory than the postings hold. At 50 M pings 1,872 of 470,717 keys (47 MB)
+    hold 41 % of the pairs, and most knowledge sets name at least one of them: a bit test per candidate
+    replaces a search of postings tens of thousands long."""
+    _postings(key_offsets, key_units)
+    _within("postings' units", key_units, n_units)
+    return DenseKeys(*_dense_bits(key_offsets, key_units, n_units))
+
+
+def anonymity_counts(
+    key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray, dense: DenseKeys | None = None
+) -> np.ndarray:
     """max(1, number of units holding every key of the row) for every row of `keysets` (rows x width, each
-    row's rarest key first)."""
+    row's rarest key first). `dense`: the bitsets of the same postings (`dense_keys`), or None."""
     _postings(key_offsets, key_units)
     _within("knowledge sets", keysets.ravel(), len(key_offsets) - 1)
-    return _anonymity_counts(key_offsets, key_units, np.ascontiguousarray(keysets, dtype=np.int64))
+    if dense is None:
+        dense = DenseKeys(NO_SLOTS, NO_BITS)
+    elif len(dense.slot) != len(key_offsets) - 1:
+        raise ValueError(f"dense keys: {len(dense.slot):,} slots for {len(key_offsets) - 1:,} keys")
+    return _anonymity_counts(key_offsets, key_units, np.ascontiguousarray(keysets, dtype=np.int64), dense.slot, dense.bits)
 
 
 def holders(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
