@@ -307,7 +307,7 @@ def _unit_major(units: np.ndarray, keys: np.ndarray, n_units: int) -> tuple[np.n
                 placed[m] = run[j]
                 m += 1
         distinct[u + 1] = m
-    return distinct, placed[:m].copy()
+    return distinct, placed[:m]  # a view: the repeats' tail is not worth a copy of the whole array
 
 
 @njit(nogil=True, cache=True)
@@ -408,16 +408,31 @@ def units_by_key(keys: np.ndarray, units: np.ndarray, key_offsets: np.ndarray) -
     return _units_by_key(keys, units, key_offsets)
 
 
+def unit_major(units: np.ndarray, keys: np.ndarray, n_units: int, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """The unit offsets and each unit's sorted distinct keys (the dtype of `keys`) of (unit, key) pairs given
+    in any order, with repeats. Holds 4 bytes per pair beside its inputs."""
+    if len(units) != len(keys):
+        raise ValueError(f"key sets: {len(units):,} units for {len(keys):,} keys")
+    _within("key sets' units", units, n_units)
+    _within("key sets' keys", keys, n_keys)
+    return _unit_major(units, keys, n_units)
+
+
+def key_major(
+    unit_offsets: np.ndarray, unit_keys: np.ndarray, n_keys: int, unit_dtype: type = np.int32
+) -> tuple[np.ndarray, np.ndarray]:
+    """The key offsets and each key's sorted units (in `unit_dtype`) of the pairs `unit_major` gave."""
+    _within("key sets' keys", unit_keys, n_keys)
+    if len(unit_offsets) == 0 or unit_offsets[0] != 0 or unit_offsets[-1] != len(unit_keys):
+        raise ValueError("key sets: unit offsets do not span the keys")
+    return _key_major(unit_offsets, unit_keys, n_keys, np.zeros(0, dtype=unit_dtype))
+
+
 def coded_key_sets(
     units: np.ndarray, keys: np.ndarray, n_units: int, n_keys: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Both compressed directions of the distinct (unit, key) pairs given in any order, with repeats:
     unit offsets, each unit's sorted keys, key offsets, each key's sorted units (the arrays of
     estimator.KeySets, in the dtypes of `keys` and `units`)."""
-    if len(units) != len(keys):
-        raise ValueError(f"key sets: {len(units):,} units for {len(keys):,} keys")
-    _within("key sets' units", units, n_units)
-    _within("key sets' keys", keys, n_keys)
-    unit_offsets, unit_keys = _unit_major(units, keys, n_units)
-    key_offsets, key_units = _key_major(unit_offsets, unit_keys, n_keys, units[:0])
-    return unit_offsets, unit_keys, key_offsets, key_units
+    unit_offsets, unit_keys = unit_major(units, keys, n_units, n_keys)
+    return (unit_offsets, unit_keys, *key_major(unit_offsets, unit_keys, n_keys, units.dtype.type))

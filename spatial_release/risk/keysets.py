@@ -5,9 +5,9 @@ their sort order (as pandas.factorize(sort=True) would, so the estimator's figur
 DataFrame), and streams the coded pairs in record batches into int32 arrays, which compiled loops sort and
 make distinct in both directions (by unit, by key).
 Python never holds a row per ping or per membership row, nor any key string but one per distinct key: memory
-is the unit and key tables plus, while they are built, about 16 bytes per (unit, key) row read (the streamed
-pair, its place in the unit-major order, the key-major copy), and 8 bytes per distinct pair after; DuckDB
-spills within its memory limit.
+is the unit and key tables plus, while they are built, about 12 bytes per (unit, key) row read (the streamed
+pair and its place in the unit-major order; the streamed pairs are dropped before the key-major copy is
+made), and 8 bytes per distinct pair after; DuckDB spills within its memory limit.
 """
 
 from __future__ import annotations
@@ -87,7 +87,9 @@ def load_key_sets(con: duckdb.DuckDBPyConnection, source: str, zone_of_cells: Ca
         f"SELECT u.u, k.k FROM {source} s JOIN risk_units u ON u.unit = s.unit JOIN risk_keys k ON k.key = s.key",
         total,
     )
-    unit_offsets, unit_keys, key_offsets, key_units = kernels.coded_key_sets(units, keys, n_units, len(key_zone))
+    unit_offsets, unit_keys = kernels.unit_major(units, keys, n_units, len(key_zone))
+    del units, keys  # the streamed pairs (8 bytes a row) go before the key-major copy is made
+    key_offsets, key_units = kernels.key_major(unit_offsets, unit_keys, len(key_zone), np.int32)
     return KeySets(key_zone, unit_offsets, unit_keys, key_offsets, key_units)
 
 
