@@ -283,15 +283,22 @@ def _units_by_key(keys: np.ndarray, units: np.ndarray, key_offsets: np.ndarray) 
 
 
 @njit(nogil=True, cache=True)
+def _counting_offsets(codes: np.ndarray, n: int) -> np.ndarray:
+    """Where each code's run starts in a counting sort of `codes` (0..n-1), and the end: n + 1 offsets."""
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    for i in range(len(codes)):
+        offsets[codes[i] + 1] += 1
+    for c in range(n):
+        offsets[c + 1] += offsets[c]
+    return offsets
+
+
+@njit(nogil=True, cache=True)
 def _unit_major(units: np.ndarray, keys: np.ndarray, n_units: int) -> tuple[np.ndarray, np.ndarray]:
     """The distinct keys of each unit, sorted, from (unit, key) pairs in any order and with repeats: a
     counting sort on the unit, then a sort and a pass dropping repeats inside each unit's (short) run,
     compacted in place. Returns the unit offsets and the keys (the dtype of `keys`)."""
-    offsets = np.zeros(n_units + 1, dtype=np.int64)
-    for i in range(len(units)):
-        offsets[units[i] + 1] += 1
-    for u in range(n_units):
-        offsets[u + 1] += offsets[u]
+    offsets = _counting_offsets(units, n_units)
     at = offsets[:-1].copy()
     placed = np.empty(len(keys), dtype=keys.dtype)
     for i in range(len(units)):
@@ -316,11 +323,7 @@ def _key_major(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The same pairs by key, each key's units ascending (a counting sort on the key, units visited in order).
     Returns the key offsets and the units (the dtype of `dtype_of`)."""
-    offsets = np.zeros(n_keys + 1, dtype=np.int64)
-    for p in range(len(unit_keys)):
-        offsets[unit_keys[p] + 1] += 1
-    for k in range(n_keys):
-        offsets[k + 1] += offsets[k]
+    offsets = _counting_offsets(unit_keys, n_keys)
     at = offsets[:-1].copy()
     out = np.empty(len(unit_keys), dtype=dtype_of.dtype)
     for u in range(len(unit_offsets) - 1):
