@@ -245,6 +245,16 @@ def test_codes_outside_their_arrays_are_refused_not_read():
         kernels.anonymity_counts(sets.key_offsets, sets.key_units[:-1], np.array([[0, 1]]))
     with pytest.raises(ValueError, match="postings' units"):  # a unit past the bitsets' width
         kernels.dense_keys(sets.key_offsets, sets.key_units, 2)
+    for empty in (np.zeros((2, 0), dtype=np.int64), np.array([0, 1])):  # rows without a key, or no rows at all
+        with pytest.raises(ValueError, match="at least one key"):
+            kernels.anonymity_counts(sets.key_offsets, sets.key_units, empty)
+        with pytest.raises(ValueError, match="at least one key"):
+            kernels.holders(sets.key_offsets, sets.key_units, empty)
+    other = _key_sets({(0, 0), (1, 1), (2, 2), (0, 2)}, 3, 3)  # the same number of keys, other postings
+    with pytest.raises(ValueError, match="dense keys"):
+        kernels.anonymity_counts(
+            sets.key_offsets, sets.key_units, np.array([[0, 1]]), kernels.dense_keys(other.key_offsets, other.key_units, 3)
+        )
     with pytest.raises(ValueError, match="dense keys"):  # bitsets of other key sets
         kernels.anonymity_counts(
             sets.key_offsets, sets.key_units, np.array([[0, 1]]), kernels.dense_keys(np.array([0, 3]), sets.key_units, 3)

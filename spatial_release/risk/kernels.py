@@ -353,6 +353,7 @@ class DenseKeys(NamedTuple):
 
     slot: np.ndarray
     bits: np.ndarray
+    pairs: int  # the length of the postings they were built from (a check that they are the same postings)
 
 
 def dense_keys(key_offsets: np.ndarray, key_units: np.ndarray, n_units: int) -> DenseKeys:
@@ -362,7 +363,15 @@ def dense_keys(key_offsets: np.ndarray, key_units: np.ndarray, n_units: int) -> 
     replaces a search of postings tens of thousands long."""
     _postings(key_offsets, key_units)
     _within("postings' units", key_units, n_units)
-    return DenseKeys(*_dense_bits(key_offsets, key_units, n_units))
+    return DenseKeys(*_dense_bits(key_offsets, key_units, n_units), len(key_units))
+
+
+def _knowledge_sets(keysets: np.ndarray, n_keys: int) -> np.ndarray:
+    """The knowledge sets as a contiguous int64 array, refused unless rows x at least one key, each a key code."""
+    if keysets.ndim != 2 or keysets.shape[1] == 0:
+        raise ValueError(f"knowledge sets: rows of at least one key expected, got shape {keysets.shape}")
+    _within("knowledge sets", keysets.ravel(), n_keys)
+    return np.ascontiguousarray(keysets, dtype=np.int64)
 
 
 def anonymity_counts(
@@ -371,19 +380,23 @@ def anonymity_counts(
     """max(1, number of units holding every key of the row) for every row of `keysets` (rows x width, each
     row's rarest key first). `dense`: the bitsets of the same postings (`dense_keys`), or None."""
     _postings(key_offsets, key_units)
-    _within("knowledge sets", keysets.ravel(), len(key_offsets) - 1)
+    rows = _knowledge_sets(keysets, len(key_offsets) - 1)
     if dense is None:
-        dense = DenseKeys(NO_SLOTS, NO_BITS)
-    elif len(dense.slot) != len(key_offsets) - 1:
-        raise ValueError(f"dense keys: {len(dense.slot):,} slots for {len(key_offsets) - 1:,} keys")
-    return _anonymity_counts(key_offsets, key_units, np.ascontiguousarray(keysets, dtype=np.int64), dense.slot, dense.bits)
+        dense = DenseKeys(NO_SLOTS, NO_BITS, len(key_units))
+    elif len(dense.slot) != len(key_offsets) - 1 or dense.pairs != len(key_units):
+        raise ValueError(
+            f"dense keys: built for {len(dense.slot):,} keys and {dense.pairs:,} pairs, "
+            f"given {len(key_offsets) - 1:,} and {len(key_units):,}"
+        )
+    elif len(dense.slot) and int(dense.slot.max()) >= len(dense.bits):
+        raise ValueError(f"dense keys: a slot past the {len(dense.bits):,} bitsets")
+    return _anonymity_counts(key_offsets, key_units, rows, dense.slot, dense.bits)
 
 
 def holders(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(row, unit) of every unit holding every key of a row of `keysets`, by row and then unit."""
     _postings(key_offsets, key_units)
-    _within("knowledge sets", keysets.ravel(), len(key_offsets) - 1)
-    return _holders(key_offsets, key_units, np.ascontiguousarray(keysets, dtype=np.int64))
+    return _holders(key_offsets, key_units, _knowledge_sets(keysets, len(key_offsets) - 1))
 
 
 def best_slice(
