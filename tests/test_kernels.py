@@ -159,11 +159,13 @@ def test_attack_key_sets_equal_from_codes(pairs):
 @settings(max_examples=60, deadline=None)
 @given(pairs=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 13)), max_size=80), seed=st.integers(0, 2**16))
 def test_coded_key_sets_equal_from_codes_whatever_the_order_and_repeats(pairs, seed):
-    """kernels.coded_key_sets (the key sets' compiled sort and distinct) builds, from the pairs shuffled and
-    repeated, the arrays KeySets.from_codes builds from the distinct pairs, in int32 as DuckDB streams them."""
+    """kernels.unit_major then key_major (the key sets' compiled sort and distinct, as risk.keysets calls them)
+    build, from the pairs shuffled and repeated, the arrays KeySets.from_codes builds from the distinct pairs,
+    in int32 as DuckDB streams them."""
     rng = np.random.default_rng(seed)
     rows = np.array(pairs * 2, dtype=np.int32).reshape(-1, 2)[rng.permutation(2 * len(pairs))]
-    got = kernels.coded_key_sets(rows[:, 0].copy(), rows[:, 1].copy(), 10, 14)
+    unit_offsets, unit_keys = kernels.unit_major(rows[:, 0].copy(), rows[:, 1].copy(), 10, 14)
+    got = (unit_offsets, unit_keys, *kernels.key_major(unit_offsets, unit_keys, 14, np.int32))
     distinct = sorted(set(pairs))
     zone = np.array(["z"] * 14, dtype=object)
     owner = np.array([p[0] for p in distinct], dtype=np.int64)
@@ -181,11 +183,13 @@ def test_coded_key_sets_equal_from_codes_whatever_the_order_and_repeats(pairs, s
 def test_coded_key_sets_refuse_codes_outside_their_tables():
     """Negative control: a unit or key code past its table is a ValueError, not a write past the arrays."""
     with pytest.raises(ValueError, match="units"):
-        kernels.coded_key_sets(np.array([0, 3], np.int32), np.array([0, 1], np.int32), 3, 2)
+        kernels.unit_major(np.array([0, 3], np.int32), np.array([0, 1], np.int32), 3, 2)
     with pytest.raises(ValueError, match="keys"):
-        kernels.coded_key_sets(np.array([0, 1], np.int32), np.array([0, -1], np.int32), 3, 2)
+        kernels.unit_major(np.array([0, 1], np.int32), np.array([0, -1], np.int32), 3, 2)
     with pytest.raises(ValueError, match="units for"):
-        kernels.coded_key_sets(np.array([0], np.int32), np.array([0, 1], np.int32), 3, 2)
+        kernels.unit_major(np.array([0], np.int32), np.array([0, 1], np.int32), 3, 2)
+    with pytest.raises(ValueError, match="unit offsets"):
+        kernels.key_major(np.array([0, 1]), np.array([0, 1], np.int32), 2)
 
 
 @settings(max_examples=60, deadline=None)
@@ -274,4 +278,4 @@ def test_codes_outside_their_arrays_are_refused_not_read():
             rec.unit_offsets, rec.unit_keys, sets.key_offsets, sets.key_units, sets.unit_offsets, hidden, 0, 5
         )
     with pytest.raises(ValueError, match="keys"):
-        kernels.units_by_key(np.array([0, 4]), np.array([0, 1]), np.array([0, 1, 2]))
+        kernels.key_major(np.array([0, 1, 2]), np.array([0, 4]), 2)

@@ -596,14 +596,8 @@ def _sets(owner: np.ndarray, key: np.ndarray, n_owners: int, n_keys: int, key_zo
             np.zeros(0, dtype=np.int64),
         )
     units, keys = pairs // n_keys, pairs % n_keys
-    key_offsets = KeySets.offsets(np.bincount(keys, minlength=len(key_zone)))
-    return KeySets(
-        key_zone,
-        KeySets.offsets(np.bincount(units, minlength=int(units[-1]) + 1)),
-        keys,
-        key_offsets,
-        kernels.units_by_key(keys, units, key_offsets),
-    )
+    unit_offsets = KeySets.offsets(np.bincount(units, minlength=int(units[-1]) + 1))
+    return KeySets(key_zone, unit_offsets, keys, *kernels.key_major(unit_offsets, keys, len(key_zone), np.int64))
 
 
 def _padded(sets: KeySets, n_owners: int) -> KeySets:

@@ -270,19 +270,6 @@ def _holders(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray
 
 
 @njit(nogil=True, cache=True)
-def _units_by_key(keys: np.ndarray, units: np.ndarray, key_offsets: np.ndarray) -> np.ndarray:
-    """The units of (unit, key) pairs sorted by unit then key, re-sorted by key then unit: a stable counting
-    sort on the key (`key_offsets`: where each key's units start), in one pass."""
-    out = np.empty(len(units), dtype=np.int64)
-    at = key_offsets[:-1].copy()
-    for i in range(len(keys)):
-        key = keys[i]
-        out[at[key]] = units[i]
-        at[key] += 1
-    return out
-
-
-@njit(nogil=True, cache=True)
 def _counting_offsets(codes: np.ndarray, n: int) -> np.ndarray:
     """Where each code's run starts in a counting sort of `codes` (0..n-1), and the end: n + 1 offsets."""
     offsets = np.zeros(n + 1, dtype=np.int64)
@@ -416,14 +403,6 @@ def best_slice(
     return _best_slice(rec_offsets, rec_keys, key_offsets, key_units, unit_offsets, hidden_key, at, end)
 
 
-def units_by_key(keys: np.ndarray, units: np.ndarray, key_offsets: np.ndarray) -> np.ndarray:
-    """The units of (unit, key) pairs sorted by unit then key, re-sorted by key then unit."""
-    _within("keys", keys, len(key_offsets) - 1)
-    if len(keys) != len(units) or key_offsets[-1] != len(keys):
-        raise ValueError("units_by_key: the pairs and the offsets differ in length")
-    return _units_by_key(keys, units, key_offsets)
-
-
 def unit_major(units: np.ndarray, keys: np.ndarray, n_units: int, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
     """The unit offsets and each unit's sorted distinct keys (the dtype of `keys`) of (unit, key) pairs given
     in any order, with repeats. Holds 4 bytes per pair beside its inputs."""
@@ -442,13 +421,3 @@ def key_major(
     if len(unit_offsets) == 0 or unit_offsets[0] != 0 or unit_offsets[-1] != len(unit_keys):
         raise ValueError("key sets: unit offsets do not span the keys")
     return _key_major(unit_offsets, unit_keys, n_keys, np.zeros(0, dtype=unit_dtype))
-
-
-def coded_key_sets(
-    units: np.ndarray, keys: np.ndarray, n_units: int, n_keys: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Both compressed directions of the distinct (unit, key) pairs given in any order, with repeats:
-    unit offsets, each unit's sorted keys, key offsets, each key's sorted units (the arrays of
-    estimator.KeySets, in the dtypes of `keys` and `units`)."""
-    unit_offsets, unit_keys = unit_major(units, keys, n_units, n_keys)
-    return (unit_offsets, unit_keys, *key_major(unit_offsets, unit_keys, n_keys, units.dtype.type))
