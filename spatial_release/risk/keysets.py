@@ -79,7 +79,7 @@ def load_key_sets(con: duckdb.DuckDBPyConnection, source: str, zone_of_cells: Ca
         ).fetchall()
         raise ValueError(f"keys without a risk zone: {[m[0] for m in missing]}")
     # The coded pairs are streamed as they come out of the join, repeats and all, and sorted and made distinct
-    # in compiled loops below: a DISTINCT and two ORDER BYs in DuckDB took about 40 s of the
+    # in compiled loops (kernels.unit_major, key_major): a DISTINCT and two ORDER BYs in DuckDB took about 40 s of the
     # 50 M-ping risk step, spilling within the 1 GB limit; the join alone streams in about 5 s.
     total = _scalar(con, f"SELECT count(*) FROM {source} WHERE unit IS NOT NULL AND key IS NOT NULL")
     units, keys = _pairs(
@@ -87,7 +87,6 @@ def load_key_sets(con: duckdb.DuckDBPyConnection, source: str, zone_of_cells: Ca
         f"SELECT u.u, k.k FROM {source} s JOIN risk_units u ON u.unit = s.unit JOIN risk_keys k ON k.key = s.key",
         total,
     )
-    # compiled loops make the pairs distinct and build both directions (kernels.unit_major, key_major)
     unit_offsets, unit_keys = kernels.unit_major(units, keys, n_units, len(key_zone))
     del units, keys  # the streamed pairs (8 bytes a row) go before anything else is made
     unit_keys = unit_keys.copy()  # unit_major's view holds every row read, repeats too: keep the distinct pairs
