@@ -74,7 +74,7 @@ def _verify_manifest(area: WorkArea) -> None:
 def _release_frames(area: WorkArea) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The candidate tables, after checking them against the manifest written with them."""
     _verify_manifest(area)
-    tables = read_tables(area.candidate)
+    tables = read_tables(area.candidate, geometry=False)
     return tables.cells, tables.margins
 
 
@@ -211,7 +211,7 @@ def related_releases(
         if other.start < period.end and period.start < other.end:
             folder = published.releases_root / entry.dataset / entry.period
             verify_release_files(folder)
-            tables = read_tables(folder)
+            tables = read_tables(folder, geometry=False)
             count_column = next(c for c in tables.margins.columns if c.startswith("n_"))
             if count_column != policy.count_column:
                 raise ValueError(f"{folder}: counts {count_column}, this policy counts {policy.count_column}")
@@ -287,7 +287,7 @@ def _audited_files(area: WorkArea, release: Path | None) -> tuple[pd.DataFrame, 
     if release is None:
         return _release_frames(area)
     verify_release_files(release)
-    tables = read_tables(release)
+    tables = read_tables(release, geometry=False)
     return tables.cells, tables.margins
 
 

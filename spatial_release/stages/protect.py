@@ -119,7 +119,7 @@ def withheld_by_population(
         other = Period.parse(entry.period)
         if not (other.start < ctx.period.end and ctx.period.start < other.end):
             continue
-        tables = read_tables(published.releases_root / entry.dataset / entry.period)
+        tables = read_tables(published.releases_root / entry.dataset / entry.period, geometry=False)
         theirs = _keys(tables.cells.assign(level=LEAF, area_id=tables.cells["cell_id"]), tables.margins)
         shown = set(zip(theirs["level"], theirs["area_id"], theirs["bucket"]))
         levels = set(theirs["level"])

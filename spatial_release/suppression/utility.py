@@ -106,19 +106,30 @@ def leaf_shown(
     policy's bucket or at any coarser rung (`cell@<rung>` of the bucket holding it). Re-derived from the
     files' keys only (the budget check's reading)."""
     buckets = pd.to_datetime(true_cells["bucket_start"], utc=True)
-    cells_keys = pd.MultiIndex.from_arrays(
-        [published_cells["cell_id"], pd.to_datetime(published_cells["bucket_start"], utc=True)]
-    )
-    shown = pd.MultiIndex.from_arrays([true_cells["cell_id"], buckets]).isin(cells_keys)
+    shown = _pairs_in(true_cells["cell_id"], buckets, published_cells["cell_id"], published_cells["bucket_start"])
     current = pd.Series(buckets.to_numpy(), index=true_cells.index)
     for link in links:
         parent = link.parent_map()
         current = _mapped(current, lambda b, parent=parent: parent[pd.Timestamp(b)])
         level = at_rung(LEAF, link.coarse)
         rows = published_margins[published_margins["level"] == level]
-        keys = pd.MultiIndex.from_arrays([rows["area_id"], pd.to_datetime(rows["bucket_start"], utc=True)])
-        shown |= pd.MultiIndex.from_arrays([true_cells["cell_id"], pd.to_datetime(current, utc=True)]).isin(keys)
-    return np.asarray(shown, dtype=bool)
+        shown |= _pairs_in(true_cells["cell_id"], current, rows["area_id"], rows["bucket_start"])
+    return shown
+
+
+def _pairs_in(areas: pd.Series, buckets: pd.Series, their_areas: pd.Series, their_buckets: pd.Series) -> np.ndarray:
+    """For each (area, bucket) of the first two columns: whether the pair is among the other two's. Buckets
+    are compared as UTC instants (ns), each pair coded as one integer: a MultiIndex over a tz-aware level
+    made one Timestamp per row (about 3.5 s per call at 10 M pings)."""
+    area_codes, _ = pd.factorize(pd.concat([areas, their_areas], ignore_index=True), use_na_sentinel=False)
+    instants = np.concatenate([_instants_ns(buckets), _instants_ns(their_buckets)])
+    bucket_codes, bucket_values = pd.factorize(instants, use_na_sentinel=False)
+    pair = area_codes.astype(np.int64) * max(1, len(bucket_values)) + bucket_codes
+    return np.isin(pair[: len(areas)], pair[len(areas) :])
+
+
+def _instants_ns(column: pd.Series) -> np.ndarray:
+    return pd.DatetimeIndex(pd.to_datetime(column, utc=True)).as_unit("ns").asi8
 
 
 def _finest_levels(chain_levels: Sequence[str], rungs: Sequence[str | None]) -> list[str]:
