@@ -5,8 +5,10 @@ that links two blocks makes them one; a failure in a worker's chunk is an error 
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 import pytest
 from test_certificate import assert_same_pattern_and_certificate, copy_table
@@ -19,7 +21,7 @@ from spatial_release.suppression.complementary import SuppressionError, protect_
 from spatial_release.suppression.method import ProtectionMethod
 from spatial_release.suppression.protection import protect
 from spatial_release.suppression.release_system import DisclosureSpec, system_for
-from spatial_release.suppression.table import EQ, PRIMARY, PUBLISHED, Relation, Table
+from spatial_release.suppression.table import EQ, PRIMARY, PUBLISHED, Relation, Table, TablePack
 
 INPUTS = {"counts": "c0ffee", "candidate": "beef"}
 
@@ -216,3 +218,39 @@ def test_a_chunk_that_cannot_be_protected_stops_the_caller(split_everything):
     table.value[row] += 1
     with pytest.raises(SuppressionError, match="contradict the relations"):
         protect(table, K, {}, ProtectionMethod(workers=2))
+
+
+def _same_table(got: Table, want: Table) -> None:
+    """Equal field by field, and in the same orders (the algorithms follow node, relation and floor order)."""
+    assert got == want
+    assert list(got.index.items()) == list(want.index.items())
+    assert list(got.floor.items()) == list(want.floor.items())
+    assert [type(b) for b in got.bucket] == [type(b) for b in want.bucket]
+
+
+@pytest.mark.parametrize("measure", ["presence", "visitors"])
+def test_packed_sub_tables_unpickle_as_the_sub_tables_themselves(monkeypatch, measure):
+    """What a worker receives (`TablePack.subtable`, pickled) is `Table.subtable` of the same figures and
+    relations, and a whole table survives pickling unchanged: rests, UNION relations, floors and all."""
+    leaves, margins, spec = bigger_counts(monkeypatch, buckets=3, seed=2, measure=measure)
+    table = system_for(leaves, margins, spec)
+    rests = [r.rest for r in table.relations if r.rest is not None]
+    assert rests and any(r.rest_children is None for r in table.relations), "the fixture needs both kinds of rest"
+    table.floor.update({rests[-1]: 0, 3: 1, 1: 2})  # a-priori floors, deliberately out of node order
+    _same_table(pickle.loads(pickle.dumps(table)), table)
+    pack = TablePack.of(table)
+    found = blocks._chunks(table, blocks.independent_blocks(table))
+    assert len(found) == 1 and len(blocks.independent_blocks(table)) == 3
+    for nodes in blocks.independent_blocks(table):
+        ids = np.array([r for r, rel in enumerate(table.relations) if rel.parent in set(nodes.tolist())])
+        packed = pickle.loads(pickle.dumps(pack.subtable(nodes, ids)))
+        _same_table(packed, table.subtable(nodes.tolist(), ids.tolist()))
+        _same_table(pack.subtable(nodes, ids).unpack(), packed)
+
+
+def test_a_packed_sub_table_missing_a_member_of_its_relations_is_refused():
+    table = one_row_per_bucket(2)
+    pack = TablePack.of(table)
+    with pytest.raises(ValueError, match="member outside"):
+        pack.subtable(np.array([0, 1, 3]), np.array([0]))  # node 2 (d) of relation 0 left out
+    _same_table(pickle.loads(pickle.dumps(pack.subtable(np.arange(4), np.array([0])))), table.subtable([0, 1, 2, 3], [0]))

@@ -47,7 +47,7 @@ from spatial_release.suppression.audit import (
 from spatial_release.suppression.complementary import ProtectionLog, SuppressionError, protect_whole
 from spatial_release.suppression.costs import costs_for
 from spatial_release.suppression.method import ProtectionMethod
-from spatial_release.suppression.table import PRIMARY, SECONDARY, Table
+from spatial_release.suppression.table import PRIMARY, SECONDARY, PackedTable, Table, TablePack, as_table
 from spatial_release.suppression.verdicts import AuditResult, Criterion
 
 # Tables below this many figures are protected whole: splitting saves nothing there, and small tables keep
@@ -75,7 +75,7 @@ def independent_blocks(table: Table) -> list[np.ndarray]:
 class _Chunk:
     """A worker's job: some blocks as one sub-table, and what `protect_whole` needs besides."""
 
-    table: Table
+    table: PackedTable  # unpickles as the sub-table itself
     members: np.ndarray  # sub-table node -> node of the whole table
     k: int
     level_depth: dict[str, int]
@@ -95,8 +95,9 @@ class _Protected:
 
 def _protect_chunk(chunk: _Chunk) -> _Protected:
     """Protect one chunk (in this process or a worker), serially, and number its audit as the whole table."""
+    table = as_table(chunk.table)
     log = protect_whole(
-        chunk.table,
+        table,
         chunk.k,
         chunk.level_depth,
         chunk.method,
@@ -108,7 +109,7 @@ def _protect_chunk(chunk: _Chunk) -> _Protected:
         log.audit.intervals, log.audit.witnesses = renumbered(
             log.audit.intervals, log.audit.witnesses, chunk.members.tolist()
         )
-    return _Protected(chunk.members, chunk.table.status, log)
+    return _Protected(chunk.members, table.status, log)
 
 
 def _chunks(table: Table, blocks: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -201,9 +202,10 @@ def protect_blocks(
         return protect_whole(table, k, level_depth, method, criterion=criterion, options=options, progress=progress)
     costs = costs_for(table, level_depth, method.cost)
     cap = table_cap(table, criterion) if method.cap is None else method.cap  # as the whole table's audit caps
+    pack = TablePack.of(table)
     jobs = (
         _Chunk(
-            table.subtable(nodes.tolist(), relations.tolist()),
+            pack.subtable(nodes, relations),
             nodes,
             k,
             level_depth,
