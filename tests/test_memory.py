@@ -39,3 +39,76 @@ def test_the_advice_is_off_during_the_block_and_restored_after(value, inside):
         "print(now, m._set_madvise_hugepage(True))"
     )
     assert _run(code, value) == f"{inside} True"
+
+
+def test_the_collector_is_paused_inside_the_block_and_restored_after_even_on_error():
+    import gc
+
+    from spatial_release.memory import collector_paused
+
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+        with collector_paused():  # nested: still paused inside, and the outer block's pause survives
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(KeyError), collector_paused():
+        raise KeyError("inside")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():  # paused by someone else: left paused after the block
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_the_stages_that_build_the_large_graphs_run_with_the_collector_paused(monkeypatch, tmp_path):
+    """Protection (on the caller and in each chunk's worker) and the audit check run with the collector
+    paused, and leave it running after them, an error included."""
+    import gc
+    from types import SimpleNamespace
+
+    import numpy as np
+    from test_blocks import one_row_per_bucket
+
+    from spatial_release.stages import checks, protect
+    from spatial_release.suppression import blocks
+    from spatial_release.suppression.method import ProtectionMethod
+    from spatial_release.suppression.table import TablePack
+    from spatial_release.suppression.verdicts import Criterion
+
+    paused: list[bool] = []
+
+    class Seen(Exception):
+        pass
+
+    def first_read(area):
+        paused.append(not gc.isenabled())
+        raise Seen
+
+    monkeypatch.setattr(protect, "read_true_counts", first_read)
+    monkeypatch.setattr(checks, "read_true_counts", first_read)
+    ctx = SimpleNamespace(
+        policy=SimpleNamespace(suppression=SimpleNamespace(audit_with=())), area=SimpleNamespace(root=tmp_path)
+    )
+    for stage in (protect.run_protect, checks.check_suppression_audit):
+        with pytest.raises(Seen):
+            stage(ctx)
+        assert gc.isenabled()
+    original = blocks.protect_whole
+
+    def protect_whole(*args, **kwargs):
+        paused.append(not gc.isenabled())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(blocks, "protect_whole", protect_whole)
+    table = one_row_per_bucket(1)
+    pack = TablePack.of(table).subtable(np.arange(len(table)), np.arange(len(table.relations)))
+    chunk = blocks._Chunk(
+        pack, np.arange(len(table)), 5, {"cell": 0, "row": 1}, ProtectionMethod(workers=1), Criterion(5), None
+    )
+    blocks._protect_chunk(chunk)
+    assert paused == [True, True, True] and gc.isenabled()

@@ -13,6 +13,7 @@ import pandas as pd
 from spatial_release import guarantees
 from spatial_release.errors import Blocked
 from spatial_release.fileio import atomic_path, sha256_file
+from spatial_release.memory import collector_paused
 from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.progress import Progress, silent
@@ -219,6 +220,7 @@ def related_releases(
     return frames
 
 
+@collector_paused()
 def check_suppression_audit(
     ctx: ReleaseContext,
     options: dict | None = None,

@@ -12,6 +12,7 @@ import pandas as pd
 
 from spatial_release.fileio import sha256_file
 from spatial_release.levels import LEAF, RUNG_SEP, rung_of
+from spatial_release.memory import collector_paused
 from spatial_release.period import Period
 from spatial_release.progress import Progress, ProgressEvent, log_progress
 from spatial_release.release import RELEASE_FILES, read_tables, release_tables, write_tables
@@ -138,6 +139,7 @@ def _keys(cells: pd.DataFrame, margins: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+@collector_paused()
 def run_protect(
     ctx: ReleaseContext, progress: Progress = log_progress, published: Published | None = None
 ) -> ProtectionSummary:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from spatial_release import tasks
+from spatial_release.memory import collector_paused
 from spatial_release.progress import Progress, ProgressEvent, silent
 from spatial_release.suppression.audit import (
     default_workers,
@@ -93,6 +94,7 @@ class _Protected:
     log: ProtectionLog  # its audit in the whole table's numbering
 
 
+@collector_paused()
 def _protect_chunk(chunk: _Chunk) -> _Protected:
     """Protect one chunk (in this process or a worker), serially, and number its audit as the whole table."""
     table = as_table(chunk.table)
