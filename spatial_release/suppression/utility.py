@@ -107,7 +107,7 @@ def leaf_shown(
     files' keys only (the budget check's reading)."""
     buckets = pd.to_datetime(true_cells["bucket_start"], utc=True)
     shown = _pairs_in(true_cells["cell_id"], buckets, published_cells["cell_id"], published_cells["bucket_start"])
-    current = pd.Series(buckets.to_numpy(), index=true_cells.index)
+    current = buckets  # tz-aware: its to_numpy() made a Timestamp per row, read only with a ladder
     for link in links:
         parent = link.parent_map()
         current = _mapped(current, lambda b, parent=parent: parent[pd.Timestamp(b)])
