@@ -278,9 +278,12 @@ def _zone_of_cells(cells: pd.Series) -> pd.Series:
     "params",
     [RiskParams(points=4, draws=8, seed=3), RiskParams(points=1, draws=3), RiskParams(points=3, draws=20, threshold=0.05)],
 )
-def test_generated_window_over_files_has_the_reference_figures(tmp_path, params, text_units):
+def generated_window(tmp_path, text_units: bool) -> tuple[list[str], dict, pd.DataFrame, pd.Series, dict]:
+    """Three generated key set tables as a window: the current one a DataFrame, two earlier ones Parquet files
+    (one with a repeated (unit, key), which counts once). Returns the selects, the frames they name, the
+    window whole, each key's zone and a population per zone."""
     parts = [_generated(seed, units, text_units) for seed, units in ((1, 700), (2, 400), (3, 500))]
-    parts[1] = pd.concat([parts[1], parts[1].head(50)])  # a repeated (unit, key) counts once
+    parts[1] = pd.concat([parts[1], parts[1].head(50)])
     paths = []
     for i, part in enumerate(parts[1:]):
         paths.append(tmp_path / f"earlier-{i}.parquet")
@@ -289,8 +292,12 @@ def test_generated_window_over_files_has_the_reference_figures(tmp_path, params,
     window = pd.concat(parts, ignore_index=True)
     key_zone = pd.Series(window["cell_id"].str.slice(0, 2).to_numpy(), index=window["key"].to_numpy())
     key_zone = key_zone[~key_zone.index.duplicated()]
-    population = {"z0": 4000.0, "z1": 900.0, "z3": 2.0}
-    sets = window_key_sets(selects, _zone_of_cells, {"current_keys": parts[0]})
+    return selects, {"current_keys": parts[0]}, window, key_zone, {"z0": 4000.0, "z1": 900.0, "z3": 2.0}
+
+
+def test_generated_window_over_files_has_the_reference_figures(tmp_path, params, text_units):
+    selects, frames, window, key_zone, population = generated_window(tmp_path, text_units)
+    sets = window_key_sets(selects, _zone_of_cells, frames)
     report = estimate_key_sets(sets, params, population)
     _same(report, reference_estimate(window, key_zone, params, population))
     assert report.units == window["unit"].nunique() and report.keys == window["key"].nunique()

@@ -396,13 +396,26 @@ def _draw_rows(
 def _sampled_report(sets: KeySets, params: RiskParams, population: dict[str, float] | None, started: float) -> RiskReport:
     """The per-zone figures of the sampled estimate, from the S risks of every entry."""
     drawn = draw_knowledge(sets, params)
-    risks = (1.0 / _anonymity(sets, drawn.by_width, len(drawn.entry_zone) * params.draws)).reshape(
-        len(drawn.entry_zone), params.draws
-    )
+    counts = _anonymity(sets, drawn.by_width, len(drawn.entry_zone) * params.draws)
+    return zone_report(drawn.zones, drawn.entry_zone, counts, params, population, (sets.units, sets.keys), started)
+
+
+def zone_report(
+    zones: np.ndarray,
+    entry_zone: np.ndarray,
+    counts: np.ndarray,
+    params: RiskParams,
+    population: dict[str, float] | None,
+    size: tuple[int, int],
+    started: float,
+) -> RiskReport:
+    """The per-zone figures from the anonymity count of every knowledge set (S per entry, entries in unit then
+    zone order); `size`: the key sets' units and keys."""
+    risks = (1.0 / counts).reshape(len(entry_zone), params.draws)
     entry_mean, entry_worst = risks.mean(axis=1), risks.max(axis=1)
-    report = RiskReport(units=sets.units, keys=sets.keys)
-    for code, zone in enumerate(drawn.zones):
-        mine = drawn.entry_zone == code
+    report = RiskReport(units=size[0], keys=size[1])
+    for code, zone in enumerate(zones):
+        mine = entry_zone == code
         n_units = int(mine.sum())
         if not n_units:
             continue
@@ -422,7 +435,7 @@ def _sampled_report(sets: KeySets, params: RiskParams, population: dict[str, flo
             )
         )
     # pooled: every entry's mean (one per unit and zone it was seen in), zone by zone as the exhaustive mode
-    report.pooled = float(np.mean(entry_mean[np.argsort(drawn.entry_zone, kind="stable")])) if len(entry_mean) else 0.0
+    report.pooled = float(np.mean(entry_mean[np.argsort(entry_zone, kind="stable")])) if len(entry_mean) else 0.0
     report.seconds = time.perf_counter() - started
     return report
 
@@ -442,38 +455,55 @@ def _anonymity(sets: KeySets, groups: list[tuple[np.ndarray, np.ndarray]], total
     out = np.empty(total, dtype=np.int64)
     chunks = []
     for rows, keysets in groups:
-        keysets = keysets.astype(np.int64)
-        # rarest key first in every set (ties by key code, as InvertedIndex orders them)
-        keysets = np.take_along_axis(keysets, np.lexsort((keysets, sizes[keysets]), axis=1), axis=1)
+        keysets = rarest_first(keysets, sizes)
         load = np.cumsum(sizes[keysets[:, 0]])
         start = 0
         while start < len(keysets):
             end = max(start + 1, int(np.searchsorted(load, (load[start - 1] if start else 0) + CANDIDATES)))
             chunks.append((rows[start:end], keysets[start:end]))
             start = end
+    count_chunks(sets, chunks, out)
+    return out
 
+
+def rarest_first(keysets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Each row's keys ordered by how many units hold them (`sizes`), ties by key code, as InvertedIndex orders
+    them; int64."""
+    keysets = keysets.astype(np.int64)
+    return np.take_along_axis(keysets, np.lexsort((keysets, sizes[keysets]), axis=1), axis=1)
+
+
+def count_chunks(sets: KeySets, chunks: list[tuple[np.ndarray, np.ndarray]], out: np.ndarray, exact: bool = False) -> None:
+    """The counts of every chunk (row numbers, sets rarest first) written to their rows of `out`, or, `exact`,
+    the numbers of units of `sets` holding each set added to them (`risk.ranges`: the units in ranges)."""
     if not chunks:
-        return out
-    shared = (sets, kernels.dense_keys(sets.key_offsets, sets.key_units, sets.units))  # built once, read by all
+        return
+    shared = (sets, kernels.dense_keys(sets.key_offsets, sets.key_units, sets.units), exact)  # built once, read by all
     spark = tasks.spark_tasks()
     if spark is not None:  # the chunks as Spark tasks, the key sets broadcast to the executors once
         for (rows, _), counts in zip(chunks, spark.map_shared(_anonymity_task, shared, [k for _, k in chunks])):
-            out[rows] = counts
-        return out
+            _store(out, rows, counts, exact)
+        return
 
     def count(task: tuple[np.ndarray, np.ndarray]) -> None:  # each task writes its own rows of `out`
-        out[task[0]] = _anonymity_task(shared, task[1])
+        _store(out, task[0], _anonymity_task(shared, task[1]), exact)
 
     # Threads: the kernel holds no GIL and the chunks are independent.
     with ThreadPoolExecutor(max_workers=max(1, min(os.cpu_count() or 1, len(chunks)))) as pool:
         list(pool.map(count, chunks))
-    return out
 
 
-def _anonymity_task(shared: tuple[KeySets, kernels.DenseKeys], keysets: np.ndarray) -> np.ndarray:
+def _store(out: np.ndarray, rows: np.ndarray, counts: np.ndarray, add: bool) -> None:
+    if add:
+        out[rows] += counts
+    else:
+        out[rows] = counts
+
+
+def _anonymity_task(shared: tuple[KeySets, kernels.DenseKeys, bool], keysets: np.ndarray) -> np.ndarray:
     """The counts of one chunk of sets (each row's keys rarest first), with the key sets and their bitsets."""
-    sets, dense = shared
-    return kernels.anonymity_counts(sets.key_offsets, sets.key_units, np.ascontiguousarray(keysets), dense)
+    sets, dense, exact = shared
+    return kernels.anonymity_counts(sets.key_offsets, sets.key_units, np.ascontiguousarray(keysets), dense, exact)
 
 
 def _draw_risks(index: InvertedIndex, keys: np.ndarray, anchors: np.ndarray, params: RiskParams) -> np.ndarray:

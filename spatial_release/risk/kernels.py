@@ -158,19 +158,27 @@ def _common_units(
 
 @njit(nogil=True, cache=True)
 def _anonymity_counts(
-    key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray, slot: np.ndarray, bits: np.ndarray
+    key_offsets: np.ndarray,
+    key_units: np.ndarray,
+    keysets: np.ndarray,
+    slot: np.ndarray,
+    bits: np.ndarray,
+    exact: bool,
 ) -> np.ndarray:
     """max(1, number of units holding every key of the row) for every row of `keysets` (rows x width, each
-    row's rarest key first). The intersections stop at one unit left: fewer cannot change max(count, 1)."""
+    row's rarest key first). The intersections stop at one unit left: fewer cannot change max(count, 1).
+    `exact`: the number itself, 0 included, never stopping early (postings of some of the units only, whose
+    counts are summed over the ranges: `risk.ranges`)."""
     rows, width = keysets.shape
     out = np.empty(rows, dtype=np.int64)
     buf = np.empty(_widest_first_postings(key_offsets, keysets), dtype=key_units.dtype)
+    floor = 0 if exact else 1
     for i in range(rows):
         if width == 1:
             first = keysets[i, 0]
-            out[i] = max(key_offsets[first + 1] - key_offsets[first], 1)
+            out[i] = max(key_offsets[first + 1] - key_offsets[first], floor)
             continue
-        out[i] = max(_common_units(key_offsets, key_units, keysets[i], buf, 1, slot, bits), 1)
+        out[i] = max(_common_units(key_offsets, key_units, keysets[i], buf, floor, slot, bits), floor)
     return out
 
 
@@ -362,10 +370,15 @@ def _knowledge_sets(keysets: np.ndarray, n_keys: int) -> np.ndarray:
 
 
 def anonymity_counts(
-    key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray, dense: DenseKeys | None = None
+    key_offsets: np.ndarray,
+    key_units: np.ndarray,
+    keysets: np.ndarray,
+    dense: DenseKeys | None = None,
+    exact: bool = False,
 ) -> np.ndarray:
     """max(1, number of units holding every key of the row) for every row of `keysets` (rows x width, each
-    row's rarest key first). `dense`: the bitsets of the same postings (`dense_keys`), or None."""
+    row's rarest key first). `dense`: the bitsets of the same postings (`dense_keys`), or None. `exact`: the
+    number of units itself, 0 included (postings of a range of the units, see `risk.ranges`)."""
     _postings(key_offsets, key_units)
     rows = _knowledge_sets(keysets, len(key_offsets) - 1)
     if dense is None:
@@ -377,7 +390,7 @@ def anonymity_counts(
         )
     elif len(dense.slot) and int(dense.slot.max()) >= len(dense.bits):
         raise ValueError(f"dense keys: a slot past the {len(dense.bits):,} bitsets")
-    return _anonymity_counts(key_offsets, key_units, rows, dense.slot, dense.bits)
+    return _anonymity_counts(key_offsets, key_units, rows, dense.slot, dense.bits, exact)
 
 
 def holders(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

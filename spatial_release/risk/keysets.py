@@ -13,7 +13,7 @@ made), and 8 bytes per distinct pair after; DuckDB spills within its memory limi
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import duckdb
 import numpy as np
@@ -21,6 +21,7 @@ import pandas as pd
 
 from spatial_release.risk import kernels
 from spatial_release.risk.estimator import KeySets
+from spatial_release.risk.ranges import KeyRanges, range_bounds, spill_ranges
 
 BATCH_ROWS = 1_000_000
 MEMORY_LIMIT = "1GB"
@@ -40,26 +41,43 @@ def _scalar(con: duckdb.DuckDBPyConnection, query: str):
     return con.execute(query).fetchall()[0][0]
 
 
-def _pairs(con: duckdb.DuckDBPyConnection, query: str, total: int) -> tuple[np.ndarray, np.ndarray]:
-    """Stream `query` (two integer columns) into two int32 arrays of `total` rows."""
-    first, second = np.empty(total, dtype=np.int32), np.empty(total, dtype=np.int32)
+def _batches(con: duckdb.DuckDBPyConnection, query: str, total: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Stream `query` (two integer columns) as int32 array pairs, `total` rows in all (else RuntimeError)."""
     at = 0
     for batch in con.sql(query).to_arrow_reader(BATCH_ROWS):
         n = batch.num_rows
         if at + n > total:
             raise RuntimeError(f"the key sets changed while read: more than the {total:,} pairs counted")
-        first[at : at + n] = batch.column(0).to_numpy()
-        second[at : at + n] = batch.column(1).to_numpy()
+        yield (
+            batch.column(0).to_numpy().astype(np.int32, copy=False),
+            batch.column(1).to_numpy().astype(np.int32, copy=False),
+        )
         at += n
     if at != total:
         raise RuntimeError(f"the key sets changed while read: {at:,} pairs streamed, {total:,} counted")
+
+
+def _pairs(con: duckdb.DuckDBPyConnection, query: str, total: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stream `query` (two integer columns) into two int32 arrays of `total` rows."""
+    first, second = np.empty(total, dtype=np.int32), np.empty(total, dtype=np.int32)
+    at = 0
+    for units, keys in _batches(con, query, total):
+        first[at : at + len(units)] = units
+        second[at : at + len(keys)] = keys
+        at += len(units)
     return first, second
 
 
-def load_key_sets(con: duckdb.DuckDBPyConnection, source: str, zone_of_cells: Callable[[pd.Series], pd.Series]) -> KeySets:
+def load_key_sets(
+    con: duckdb.DuckDBPyConnection,
+    source: str,
+    zone_of_cells: Callable[[pd.Series], pd.Series],
+    ranges_above: int | None = None,
+) -> KeySets | KeyRanges:
     """KeySets of the rows of `source` (a relation with columns unit, key, cell_id; set semantics: a
     repeated (unit, key) counts once). zone_of_cells: the risk zone of each cell id (index: cell id).
-    Raises ValueError when a key has no risk zone."""
+    Raises ValueError when a key has no risk zone. With more than `ranges_above` rows, the coded rows go to
+    disk in ranges of units instead (`risk.ranges`: the estimate reads one range at a time)."""
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE risk_units AS SELECT unit, (row_number() OVER (ORDER BY unit) - 1)"
         f"::INTEGER AS u FROM (SELECT DISTINCT unit FROM {source})"
@@ -82,11 +100,10 @@ def load_key_sets(con: duckdb.DuckDBPyConnection, source: str, zone_of_cells: Ca
     # in compiled loops (kernels.unit_major, key_major): a DISTINCT and two ORDER BYs in DuckDB took about 40 s of the
     # 50 M-ping risk step, spilling within the 1 GB limit; the join alone streams in about 5 s.
     total = _scalar(con, f"SELECT count(*) FROM {source} WHERE unit IS NOT NULL AND key IS NOT NULL")
-    units, keys = _pairs(
-        con,
-        f"SELECT u.u, k.k FROM {source} s JOIN risk_units u ON u.unit = s.unit JOIN risk_keys k ON k.key = s.key",
-        total,
-    )
+    coded = f"SELECT u.u, k.k FROM {source} s JOIN risk_units u ON u.unit = s.unit JOIN risk_keys k ON k.key = s.key"
+    if ranges_above is not None and total > ranges_above:
+        return spill_ranges(_batches(con, coded, total), key_zone, range_bounds(n_units, total))
+    units, keys = _pairs(con, coded, total)
     unit_offsets, unit_keys = kernels.unit_major(units, keys, n_units, len(key_zone))
     del units, keys  # the streamed pairs (8 bytes a row) go before anything else is made
     unit_keys = unit_keys.copy()  # unit_major's view holds every row read, repeats too: keep the distinct pairs
@@ -95,11 +112,14 @@ def load_key_sets(con: duckdb.DuckDBPyConnection, source: str, zone_of_cells: Ca
 
 
 def window_key_sets(
-    selects: list[str], zone_of_cells: Callable[[pd.Series], pd.Series], frames: dict[str, pd.DataFrame] | None = None
-) -> KeySets:
+    selects: list[str],
+    zone_of_cells: Callable[[pd.Series], pd.Series],
+    frames: dict[str, pd.DataFrame] | None = None,
+    ranges_above: int | None = None,
+) -> KeySets | KeyRanges:
     """KeySets of the union of `selects` (queries with columns unit, key, cell_id, e.g. over Parquet files),
     which may name the DataFrames of `frames` as tables, read in DuckDB with its spill folder in a
-    temporary directory."""
+    temporary directory; KeyRanges above `ranges_above` rows (see `load_key_sets`)."""
     with tempfile.TemporaryDirectory(prefix="risk-keys-") as spill:
         con = connect(spill)
         try:
@@ -109,6 +129,6 @@ def window_key_sets(
                 "CREATE TEMP VIEW window_keys AS "
                 + " UNION ALL ".join(f"SELECT unit, key, cell_id FROM ({select})" for select in selects)
             )
-            return load_key_sets(con, "window_keys", zone_of_cells)
+            return load_key_sets(con, "window_keys", zone_of_cells, ranges_above)
         finally:
             con.close()

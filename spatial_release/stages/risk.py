@@ -3,9 +3,10 @@ earlier releases of its window, and the gate's decision (risk/risk.json)."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,6 +22,7 @@ from spatial_release.policy import Policy
 from spatial_release.risk import BLOCK, Adversary, ZoneRisk, decide, keysets, pooled_figure, public_ratio, release_figure
 from spatial_release.risk.estimator import KeySets, RiskParams, RiskReport, estimate_digest, estimate_key_sets
 from spatial_release.risk.landscape import Landscape, load_landscape, read_population_table
+from spatial_release.risk.ranges import KeyRanges, estimate_key_ranges, key_ranges_digest
 from spatial_release.stages import attack as attack_stage
 from spatial_release.stages import reuse
 from spatial_release.stages.attack import attack_params, attack_pooled, with_attack_figures, worst_attack_zone
@@ -316,10 +318,11 @@ def window_key_sets(
     unit_keys: pd.DataFrame | Path | None,
     earlier: list[ReleaseEntry],
     earlier_keys: list[Path] | None = None,
-) -> keysets.KeySets:
+    ranges_above: int | None = None,
+) -> KeySets | KeyRanges:
     """The coded key sets of this release (a DataFrame, a key set file, or None: derived from the work area's
     membership and candidate cells) and of the earlier releases of the window (`earlier_keys`: their key set
-    files, when already found), built in DuckDB."""
+    files, when already found), built in DuckDB; in ranges of units on disk above `ranges_above` rows."""
     if unit_keys is None:
         # Written to a file first, as the risk step does: the query joins the membership (a row per unit and
         # bucket) with the candidate, and load_key_sets reads its source three times; over the join itself
@@ -328,7 +331,7 @@ def window_key_sets(
         with tempfile.TemporaryDirectory(prefix=".released-keys-", dir=ctx.area.risk) as folder:  # owner-only
             path = Path(folder) / "unit_keys.parquet"
             write_released_keys(ctx.area, path, write_ladder_buckets(ctx))
-            return window_key_sets(ctx, path, earlier, earlier_keys)
+            return window_key_sets(ctx, path, earlier, earlier_keys, ranges_above)
     if isinstance(unit_keys, pd.DataFrame):
         current = "SELECT unit, key, cell_id FROM current_keys"
     else:
@@ -336,7 +339,7 @@ def window_key_sets(
     earlier_keys = _earlier_keys(ctx, earlier) if earlier_keys is None else earlier_keys
     selects = [current] + [f"SELECT unit, key, cell_id FROM {_parquet(p)}" for p in earlier_keys]
     frames = {"current_keys": unit_keys} if isinstance(unit_keys, pd.DataFrame) else None
-    return keysets.window_key_sets(selects, lambda cells: _risk_zone_of(ctx, cells), frames)
+    return keysets.window_key_sets(selects, lambda cells: _risk_zone_of(ctx, cells), frames, ranges_above)
 
 
 def labelled_zones(frame: pd.DataFrame) -> list[ZoneFigures]:
@@ -344,6 +347,10 @@ def labelled_zones(frame: pd.DataFrame) -> list[ZoneFigures]:
 
 
 ESTIMATE = "estimate.internal.json"  # risk/: the last estimate and the sha256 of what it was computed from
+# Above this many (unit, key) rows read, the estimate holds one range of units at a time (`risk.ranges`): the
+# window's key sets whole hold about 12 bytes a row while they are coded, 3 GB here (at 50 M generated pings
+# they are 118 M rows, whole; at 500 M about 1.2 G, in ranges).
+RANGES_ABOVE = 250_000_000
 
 
 def _saved_report(path: Path, digest: str | None) -> RiskReport | None:
@@ -356,7 +363,7 @@ def _saved_report(path: Path, digest: str | None) -> RiskReport | None:
 
 
 def estimate_once(
-    area: WorkArea, sets: KeySets, params: RiskParams, population: dict[str, float] | None, started: float
+    area: WorkArea, sets: KeySets | KeyRanges, params: RiskParams, population: dict[str, float] | None, started: float
 ) -> RiskReport:
     """`estimate_key_sets`, reusing the work area's last estimate when it was computed from byte-identical
     inputs by the same code (`estimate_digest`: the coded key sets, the parameters and the population;
@@ -364,12 +371,28 @@ def estimate_once(
     ledger's window, so it re-estimates whenever any of them changed (another release in the window, an edited
     candidate) and otherwise reuses the risk step's estimate instead of drawing every knowledge set again.
     The decision is always taken afresh, on the ledger read under the publication's lock."""
+    if isinstance(sets, KeyRanges):
+        try:
+            # keyed by the ranges' own digest (every range's unit-major arrays): one more reading of each
+            payload = {
+                "params": params.__dict__,
+                "population": sorted((population or {}).items()),
+                "ranges": key_ranges_digest(sets),
+            }
+            digest = reuse.digest_of({"risk_estimate_ranges": json.dumps(payload, sort_keys=True, default=str)})
+            return _saved_or_computed(area, digest, lambda: estimate_key_ranges(sets, params, population, started))
+        finally:
+            sets.close()
     digest = reuse.digest_of({"risk_estimate": estimate_digest(sets, params, population)})
+    return _saved_or_computed(area, digest, lambda: estimate_key_sets(sets, params, population, started))
+
+
+def _saved_or_computed(area: WorkArea, digest: str | None, compute: Callable[[], RiskReport]) -> RiskReport:
     path = area.risk / ESTIMATE
     saved = _saved_report(path, digest)
     if saved is not None:
         return saved
-    report = estimate_key_sets(sets, params, population, started)
+    report = compute()
     reuse.save(path, digest, report.to_json())
     return report
 
@@ -449,7 +472,8 @@ def estimate_window(
     saved = _saved_report(ctx.area.risk / ESTIMATE_BY_INPUTS, inputs)
     if saved is not None:
         return saved
-    report = estimate_once(ctx.area, window_key_sets(ctx, unit_keys, earlier, earlier_keys), params, population, started)
+    sets = window_key_sets(ctx, unit_keys, earlier, earlier_keys, RANGES_ABOVE)
+    report = estimate_once(ctx.area, sets, params, population, started)
     if inputs is not None:
         reuse.save(ctx.area.risk / ESTIMATE_BY_INPUTS, inputs, report.to_json())
     return report

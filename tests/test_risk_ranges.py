@@ -1,0 +1,156 @@
+"""The risk estimate over key sets held in ranges of units (risk.ranges): the same report, figure for figure,
+as the estimate over the whole key sets (and so as the plain in-memory reference of test_risk_streaming), for
+any cut of the units into ranges; through the risk stage when the window is over its row limit; and a
+refusal, never a wrong figure, when a range's file is not what was written."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import uniqueness_policy_dict, write_policy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_risk_streaming import PERIOD, _same, _zone_of_cells, generated_window, reference_estimate
+
+from spatial_release import stages
+from spatial_release.ledger import Ledger
+from spatial_release.policy import load_policy
+from spatial_release.risk import RiskParams, kernels, ranges
+from spatial_release.risk.estimator import KeySets, estimate_key_sets
+from spatial_release.risk.keysets import window_key_sets
+from spatial_release.stages import risk as risk_stage
+
+
+def test_the_uniforms_of_a_row_range_are_those_of_the_whole_stream():
+    rows, seed = 1_000, 20180101
+    generator = np.random.default_rng(seed)
+    whole = [generator.random(rows) for _ in range(4)]
+    for j in range(4):
+        for start, end in ((0, 1), (0, 1_000), (17, 480), (999, 1_000), (480, 480)):
+            np.testing.assert_array_equal(ranges._uniforms(seed, rows, j, start, end), whole[j][start:end])
+
+
+PARAMS = [
+    RiskParams(points=4, draws=8, seed=3),
+    RiskParams(points=1, draws=3),
+    RiskParams(points=3, draws=20, threshold=0.05),
+]
+
+
+@pytest.mark.parametrize("params", PARAMS)
+@pytest.mark.parametrize("range_rows", [1, 37, 2_000, 10**9])
+def test_a_window_in_ranges_has_the_reference_figures(tmp_path, monkeypatch, params, range_rows):
+    """Over the generated window of test_risk_streaming (three files, text and integer ids, a repeated
+    (unit, key)), read into ranges of `range_rows` rows: one unit a range up to all units in one."""
+    selects, frames, window, key_zone, population = generated_window(tmp_path, False)
+    monkeypatch.setattr(ranges, "RANGE_ROWS", range_rows)
+    held = window_key_sets(selects, _zone_of_cells, frames, ranges_above=0)
+    assert isinstance(held, ranges.KeyRanges)
+    expected = min(window["unit"].nunique(), -(-len(window) // range_rows))
+    assert len(held) == expected and sum(held.rows) == len(window)
+    try:
+        report = ranges.estimate_key_ranges(held, params, population)
+    finally:
+        held.close()
+    assert not Path(held.folder.name).exists(), "the ranges' files outlive the estimate"
+    _same(report, reference_estimate(window, key_zone, params, population))
+    assert report.units == window["unit"].nunique() and report.keys == window["key"].nunique()
+
+
+@st.composite
+def key_sets(draw) -> KeySets:
+    units = draw(st.integers(1, 30))
+    keys = draw(st.integers(1, 25))
+    zone_of = np.array([f"z{draw(st.integers(0, 2))}" for _ in range(keys)], dtype=object)
+    pairs = set()
+    for u in range(units):
+        held = draw(st.lists(st.integers(0, keys - 1), min_size=1, max_size=min(keys, 8)))
+        pairs |= {(u, k) for k in held}
+    unit_codes, key_codes = (np.array(c, dtype=np.int64) for c in zip(*sorted(pairs)))
+    return KeySets.from_codes(unit_codes, key_codes, zone_of)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sets=key_sets(),
+    points=st.integers(1, 4),
+    draws=st.integers(1, 6),
+    seed=st.integers(0, 2**32 - 1),
+    range_rows=st.integers(1, 60),
+)
+def test_any_cut_into_ranges_gives_the_whole_estimate(sets, points, draws, seed, range_rows):
+    params = RiskParams(points=points, draws=draws, seed=seed)
+    held = ranges.ranges_of(sets, range_rows)
+    try:
+        report = ranges.estimate_key_ranges(held, params, {"z0": 50.0})
+    finally:
+        held.close()
+    _same(report, estimate_key_sets(sets, params, {"z0": 50.0}))
+
+
+def test_exact_counts_are_the_numbers_themselves_zero_included():
+    """Per range a set may be held by no unit: the exact count is 0 there (the whole estimate's count is at
+    least 1, the target), and the range's counts add up to the whole one."""
+    sets = KeySets.from_codes(np.array([0, 0, 1, 2, 2]), np.array([0, 1, 1, 0, 1]), np.array(["z"] * 3, dtype=object))
+    rows = np.array([[2, 0], [0, 1], [1, 0]])  # key 2 no unit holds
+    whole = kernels.anonymity_counts(sets.key_offsets, sets.key_units, rows)
+    exact = kernels.anonymity_counts(sets.key_offsets, sets.key_units, rows, exact=True)
+    np.testing.assert_array_equal(whole, [1, 2, 2])
+    np.testing.assert_array_equal(exact, [0, 2, 2])
+    np.testing.assert_array_equal(
+        kernels.anonymity_counts(sets.key_offsets, sets.key_units, rows[:, :1], exact=True), [0, 2, 3]
+    )
+
+
+def test_a_range_file_that_is_not_what_was_written_is_refused():
+    sets = KeySets.from_codes(np.arange(6) // 2, np.arange(6) % 3, np.array(["z"] * 3, dtype=object))
+    held = ranges.ranges_of(sets, 2)
+    try:
+        units_file, _ = held._files(1)
+        with open(units_file, "ab") as handle:
+            np.array([0], dtype=np.int32).tofile(handle)
+        with pytest.raises(RuntimeError, match="range 1 of the key sets"):
+            ranges.estimate_key_ranges(held, RiskParams(points=2, draws=2))
+    finally:
+        held.close()
+
+
+def test_units_outside_the_ranges_are_refused_and_leave_no_files():
+    bounds = ranges.range_bounds(3, 6, 2)
+    batch = (np.array([0, 1, 3], dtype=np.int32), np.array([0, 0, 0], dtype=np.int32))
+    before = set(Path(ranges.tempfile.gettempdir()).glob("risk-ranges-*"))
+    with pytest.raises(ValueError, match="outside 0..2"):
+        ranges.spill_ranges(iter([batch]), np.array(["z"], dtype=object), bounds)
+    assert set(Path(ranges.tempfile.gettempdir()).glob("risk-ranges-*")) == before
+
+
+def test_the_risk_stage_over_its_row_limit_estimates_in_ranges_with_the_same_figures(tmp_path, monkeypatch, fixture_traces):
+    policy = load_policy(write_policy(tmp_path, uniqueness_policy_dict(str(fixture_traces))))
+    ctx = stages.ReleaseContext(policy, PERIOD, tmp_path / "work")
+    stages.run_ingest(ctx)
+    stages.run_counts(ctx)
+    stages.run_protect(ctx)
+    ledger = Ledger(tmp_path / "ledger", tmp_path / "releases")
+    whole = stages.run_risk(ctx, ledger)
+    for saved in ctx.area.risk.glob("estimate*.internal.json"):  # no reuse: the estimate runs again
+        saved.unlink()
+    seen = []
+    real = risk_stage.estimate_key_ranges
+
+    def spy(held, *args):
+        seen.append((len(held), Path(held.folder.name)))
+        return real(held, *args)
+
+    monkeypatch.setattr(risk_stage, "RANGES_ABOVE", 0)
+    monkeypatch.setattr(ranges, "RANGE_ROWS", 5)
+    monkeypatch.setattr(risk_stage, "estimate_key_ranges", spy)
+    again = stages.assess_risk(ctx, ledger, ctx.area.unit_keys, keys_from_area=True)
+    assert len(seen) == 1 and seen[0][0] > 1, "the estimate did not go by ranges"
+    assert not seen[0][1].exists()
+    assert again.zones == whole.zones
+    assert (again.status, again.release_figure, again.units, again.keys) == (
+        whole.status,
+        whole.release_figure,
+        whole.units,
+        whole.keys,
+    )
