@@ -273,11 +273,6 @@ def _zone_of_cells(cells: pd.Series) -> pd.Series:
     return pd.Series(cells.str.slice(0, 2).to_numpy(), index=cells.to_numpy())
 
 
-@pytest.mark.parametrize("text_units", [False, True])
-@pytest.mark.parametrize(
-    "params",
-    [RiskParams(points=4, draws=8, seed=3), RiskParams(points=1, draws=3), RiskParams(points=3, draws=20, threshold=0.05)],
-)
 def generated_window(tmp_path, text_units: bool) -> tuple[list[str], dict, pd.DataFrame, pd.Series, dict]:
     """Three generated key set tables as a window: the current one a DataFrame, two earlier ones Parquet files
     (one with a repeated (unit, key), which counts once). Returns the selects, the frames they name, the
@@ -295,6 +290,11 @@ def generated_window(tmp_path, text_units: bool) -> tuple[list[str], dict, pd.Da
     return selects, {"current_keys": parts[0]}, window, key_zone, {"z0": 4000.0, "z1": 900.0, "z3": 2.0}
 
 
+@pytest.mark.parametrize("text_units", [False, True])
+@pytest.mark.parametrize(
+    "params",
+    [RiskParams(points=4, draws=8, seed=3), RiskParams(points=1, draws=3), RiskParams(points=3, draws=20, threshold=0.05)],
+)
 def test_generated_window_over_files_has_the_reference_figures(tmp_path, params, text_units):
     selects, frames, window, key_zone, population = generated_window(tmp_path, text_units)
     sets = window_key_sets(selects, _zone_of_cells, frames)
