@@ -69,6 +69,19 @@ AREAS = "risk_areas.parquet"  # counts/: every published area level each leaf be
 LINKED_MEMBERSHIP = "linked_membership.internal.parquet"  # counts/: per unit, its areas of the linked zonings
 
 
+def membership_cells(area: WorkArea) -> pd.Series:
+    """The distinct cells of the membership, in order, read in DuckDB within its memory limit. The membership
+    has a row per (unit, cell, bucket): its cell column alone, read into pandas, took over 15 GB at 500 M
+    generated pings."""
+    with tempfile.TemporaryDirectory(prefix="risk-cells-") as spill:
+        con = keysets.connect(spill)
+        try:
+            query = f"SELECT DISTINCT cell_id FROM {_parquet(area.counts / 'membership.internal.parquet')} ORDER BY cell_id"
+            return con.sql(query).to_arrow_table().column(0).to_pandas()
+        finally:
+            con.close()
+
+
 def write_risk_areas(ctx: ReleaseContext) -> Path | None:
     """For the uniqueness keys of every zoning (`released_keys_sql`): the areas each leaf is in at the main
     geometry's parent levels and, for the linked zonings, the leaf itself and its parents, with the main
@@ -82,8 +95,7 @@ def write_risk_areas(ctx: ReleaseContext) -> Path | None:
     rows = []
     levels = geometry.level_names()
     if levels:
-        cells = pd.read_parquet(ctx.area.counts / "membership.internal.parquet", columns=["cell_id"])["cell_id"]
-        hierarchy = ctx.locator.hierarchy(cells.drop_duplicates())
+        hierarchy = ctx.locator.hierarchy(membership_cells(ctx.area))
         for level in levels:
             rows.append(
                 pd.DataFrame(
