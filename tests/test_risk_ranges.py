@@ -10,7 +10,7 @@ import pytest
 from conftest import uniqueness_policy_dict, write_policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_risk_streaming import PERIOD, _same, _zone_of_cells, generated_window, reference_estimate
+from test_risk_streaming import _same, _zone_of_cells, generated_window, protected_candidate, reference_estimate
 
 from spatial_release import stages
 from spatial_release.ledger import Ledger
@@ -126,10 +126,7 @@ def test_units_outside_the_ranges_are_refused_and_leave_no_files():
 
 def test_the_risk_stage_over_its_row_limit_estimates_in_ranges_with_the_same_figures(tmp_path, monkeypatch, fixture_traces):
     policy = load_policy(write_policy(tmp_path, uniqueness_policy_dict(str(fixture_traces))))
-    ctx = stages.ReleaseContext(policy, PERIOD, tmp_path / "work")
-    stages.run_ingest(ctx)
-    stages.run_counts(ctx)
-    stages.run_protect(ctx)
+    ctx = protected_candidate(policy, tmp_path)
     ledger = Ledger(tmp_path / "ledger", tmp_path / "releases")
     whole = stages.run_risk(ctx, ledger)
     for saved in ctx.area.risk.glob("estimate*.internal.json"):  # no reuse: the estimate runs again

@@ -162,6 +162,15 @@ def _same(report: RiskReport, reference: RiskReport) -> None:
 # ------------------------------------------------------------------ through the stages
 
 
+def protected_candidate(policy, tmp_path) -> stages.ReleaseContext:
+    """A release of `policy` through ingest, counting and protection, in tmp_path/work: what the risk step reads."""
+    ctx = stages.ReleaseContext(policy, PERIOD, tmp_path / "work")
+    stages.run_ingest(ctx)
+    stages.run_counts(ctx)
+    stages.run_protect(ctx)
+    return ctx
+
+
 def _assess_both(ctx: stages.ReleaseContext, ledger: Ledger):
     assessment = stages.run_risk(ctx, ledger)
     policy = ctx.policy
@@ -203,10 +212,7 @@ def _assess_both(ctx: stages.ReleaseContext, ledger: Ledger):
 
 
 def test_fixture_release_has_the_reference_figures_and_decision(tmp_path, fixture_policy):
-    ctx = stages.ReleaseContext(fixture_policy, PERIOD, tmp_path / "work")
-    stages.run_ingest(ctx)
-    stages.run_counts(ctx)
-    stages.run_protect(ctx)
+    ctx = protected_candidate(fixture_policy, tmp_path)
     assessment = _assess_both(ctx, Ledger(tmp_path / "ledger", tmp_path / "releases"))
     assert assessment.units > 0 and assessment.zones
 
@@ -216,10 +222,7 @@ def test_fixture_decision_is_the_reference_one_when_blocked_too(tmp_path, popula
     traces = tmp_path / "traces.csv"
     fixture_pings().to_csv(traces, index=False)
     policy = load_policy(write_policy(tmp_path, uniqueness_policy_dict(str(traces)), population=population))
-    ctx = stages.ReleaseContext(policy, PERIOD, tmp_path / "work")
-    stages.run_ingest(ctx)
-    stages.run_counts(ctx)
-    stages.run_protect(ctx)
+    ctx = protected_candidate(policy, tmp_path)
     assessment = _assess_both(ctx, Ledger(tmp_path / "ledger", tmp_path / "releases"))
     assert (assessment.status == "block") == (population == 5)
 
@@ -244,10 +247,7 @@ def test_synthetic_hourly_release_has_the_reference_figures(tmp_path):
     )
     data["risk"].update(zones="grid_2000m", per_release_ceiling=0.5, cumulative_ceiling=1.0)
     (tmp_path / "policy.yaml").write_text(yaml.safe_dump(data))
-    ctx = stages.ReleaseContext(load_policy(tmp_path / "policy.yaml"), PERIOD, tmp_path / "work")
-    stages.run_ingest(ctx)
-    stages.run_counts(ctx)
-    stages.run_protect(ctx)
+    ctx = protected_candidate(load_policy(tmp_path / "policy.yaml"), tmp_path)
     assessment = _assess_both(ctx, Ledger(tmp_path / "ledger", tmp_path / "releases"))
     assert assessment.units > 100 and len(assessment.zones) > 1
 
@@ -344,10 +344,7 @@ def test_the_publish_step_reuses_the_estimate_only_for_byte_identical_inputs(tmp
     and a candidate that lost a published cell each make it compute the estimate again."""
     from spatial_release.stages import risk as risk_stage
 
-    ctx = stages.ReleaseContext(fixture_policy, PERIOD, tmp_path / "work")
-    stages.run_ingest(ctx)
-    stages.run_counts(ctx)
-    stages.run_protect(ctx)
+    ctx = protected_candidate(fixture_policy, tmp_path)
     ledger = Ledger(tmp_path / "ledger", tmp_path / "releases")
     first = stages.run_risk(ctx, ledger)
     calls, built = [], []

@@ -26,6 +26,7 @@ import hashlib
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,28 +107,26 @@ def spill_ranges(batches: Iterator[tuple[np.ndarray, np.ndarray]], key_zone: np.
     """Write the coded (unit, key) batches into one file pair per range of `bounds`, in a private temporary
     folder (owner-only: the rows are per-unit data), deleted by `KeyRanges.close`."""
     ranges = KeyRanges(key_zone, bounds, tempfile.TemporaryDirectory(prefix="risk-ranges-"), [0] * (len(bounds) - 1))
-    handles = [(open(u, "wb"), open(k, "wb")) for u, k in (ranges._files(i) for i in range(len(ranges)))]
     try:
-        for units, keys in batches:
-            if len(units) and (int(units.min()) < 0 or int(units.max()) >= ranges.units):
-                raise ValueError(f"key sets' units: codes outside 0..{ranges.units - 1}")
-            which = np.searchsorted(bounds, units, side="right") - 1
-            order = np.argsort(which, kind="stable")
-            cuts = np.searchsorted(which[order], np.arange(len(ranges) + 1))
-            for i in np.flatnonzero(np.diff(cuts)).tolist():
-                rows = order[cuts[i] : cuts[i + 1]]
-                (units[rows] - np.int32(bounds[i])).astype(np.int32).tofile(handles[i][0])
-                keys[rows].astype(np.int32).tofile(handles[i][1])
-                ranges.rows[i] += len(rows)
+        with ExitStack() as files:
+            handles = [
+                (files.enter_context(open(u, "wb")), files.enter_context(open(k, "wb")))
+                for u, k in (ranges._files(i) for i in range(len(ranges)))
+            ]
+            for units, keys in batches:
+                if len(units) and (int(units.min()) < 0 or int(units.max()) >= ranges.units):
+                    raise ValueError(f"key sets' units: codes outside 0..{ranges.units - 1}")
+                which = np.searchsorted(bounds, units, side="right") - 1
+                order = np.argsort(which, kind="stable")
+                cuts = np.searchsorted(which[order], np.arange(len(ranges) + 1))
+                for i in np.flatnonzero(np.diff(cuts)).tolist():
+                    rows = order[cuts[i] : cuts[i + 1]]
+                    (units[rows] - np.int32(bounds[i])).astype(np.int32).tofile(handles[i][0])
+                    keys[rows].astype(np.int32).tofile(handles[i][1])
+                    ranges.rows[i] += len(rows)
     except BaseException:
-        for pair in handles:
-            for handle in pair:
-                handle.close()
         ranges.close()
         raise
-    for pair in handles:
-        for handle in pair:
-            handle.close()
     return ranges
 
 
