@@ -244,3 +244,22 @@ def _true_figures(work) -> pd.DataFrame:
             margins[["level", "area_id", "bucket_start", "n"]],
         ]
     )
+
+
+def test_key_sets_coded_from_the_work_area_are_those_of_the_key_set_file(release):
+    """On the real release (parent areas, the linked census blocks and the weekly rung all make keys): the
+    risk step's key sets coded straight from the work area equal those of the key set file it kept."""
+    from spatial_release.period import Period
+    from spatial_release.policy import load_policy
+    from spatial_release.stages import ReleaseContext
+    from spatial_release.stages import risk as risk_stage
+
+    folder, _ = release
+    policy = load_policy(PROJECT_ROOT / "policies/jc-bikes.yaml")
+    ctx = ReleaseContext(policy, Period.parse("2018-Q1"), folder.parents[2] / "work")
+    keys = pd.read_parquet(ctx.area.unit_keys, columns=["key"])["key"]
+    assert keys.str.contains("@1w@").any() and keys.str.contains(":").any()
+    assert (ctx.area.counts / risk_stage.LINKED_MEMBERSHIP).exists()
+    from_area = risk_stage.window_key_sets(ctx, None, [], [])
+    from_file = risk_stage.window_key_sets(ctx, ctx.area.unit_keys, [], [])
+    assert from_area.units > 0 and from_area.digest() == from_file.digest()

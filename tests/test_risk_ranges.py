@@ -10,7 +10,15 @@ import pytest
 from conftest import uniqueness_policy_dict, write_policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_risk_streaming import _same, _zone_of_cells, generated_window, protected_candidate, reference_estimate
+from test_risk_streaming import (
+    _generated,
+    _same,
+    _zone_of_cells,
+    generated_window,
+    naming_more,
+    protected_candidate,
+    reference_estimate,
+)
 
 from spatial_release import stages
 from spatial_release.ledger import Ledger
@@ -55,6 +63,23 @@ def test_a_window_in_ranges_has_the_reference_figures(tmp_path, monkeypatch, par
     assert not Path(held.folder.name).exists(), "the ranges' files outlive the estimate"
     _same(report, reference_estimate(window, key_zone, params, population))
     assert report.units == window["unit"].nunique() and report.keys == window["key"].nunique()
+
+
+@pytest.mark.parametrize("range_rows", [1, 50, 10**9])
+def test_ranges_of_parts_naming_more_than_they_hold_have_the_whole_figures(monkeypatch, range_rows):
+    """Ranges are cut as the coded pairs stream, so the units and keys no pair holds are found first (one
+    more pass in DuckDB) and every code renumbered over the held ones: the report of the whole key sets."""
+    frame = _generated(8, 90, True)
+    zones = lambda cells: _zone_of_cells(cells[cells != "nowhere"])  # noqa: E731
+    params = RiskParams(points=3, draws=6, seed=5)
+    whole = estimate_key_sets(window_key_sets(["SELECT * FROM k"], zones, {"k": frame}), params)
+    monkeypatch.setattr(ranges, "RANGE_ROWS", range_rows)
+    held = window_key_sets([], zones, {"k": frame}, ranges_above=0, coded=[naming_more("k", "!first", "!key")])
+    assert isinstance(held, ranges.KeyRanges) and held.units == frame["unit"].nunique()
+    try:
+        _same(ranges.estimate_key_ranges(held, params), whole)
+    finally:
+        held.close()
 
 
 @st.composite

@@ -21,8 +21,9 @@ from spatial_release.period import Period
 from spatial_release.policy import load_policy
 from spatial_release.risk import Adversary, RiskParams, decide, release_figure
 from spatial_release.risk.estimator import RiskReport, ZoneRisk, _intersect_sorted, estimate_key_sets
-from spatial_release.risk.keysets import window_key_sets
+from spatial_release.risk.keysets import KeySource, window_key_sets
 from spatial_release.risk.landscape import load_landscape
+from spatial_release.stages import risk as risk_stage
 from spatial_release.stages.risk import _risk_zone_of, labelled_zones, zone_population
 from spatial_release.traces.synthetic import SyntheticConfig, generate_pings, write_pings
 
@@ -327,6 +328,54 @@ def test_generated_exhaustive_mode_has_the_reference_figures(tmp_path):
     sets = window_key_sets(["SELECT * FROM current_keys"], _zone_of_cells, {"current_keys": frame})
     key_zone = pd.Series(frame["cell_id"].str.slice(0, 2).to_numpy(), index=frame["key"].to_numpy())
     _same(estimate_key_sets(sets, params), reference_estimate(frame, key_zone[~key_zone.index.duplicated()], params))
+
+
+def naming_more(frame_name: str, unit, key: str) -> KeySource:
+    """The rows of `frame_name`, with one more unit and one more key named that no row holds (both sort
+    first, so every code after them would move if they were counted)."""
+    rows = KeySource.of_rows(frame_name)
+    return KeySource(
+        units=f"{rows.units} UNION ALL SELECT {unit!r} AS unit",
+        keys=f"{rows.keys} UNION ALL SELECT '{key}' AS key, 'nowhere' AS cell_id",
+        pairs=rows.pairs,
+        exact=False,
+    )
+
+
+def test_units_and_keys_no_pair_holds_are_not_counted():
+    """A part may name more units and keys than its pairs hold (the memberships' units, some counted only in
+    withheld cells; every published key): the key sets are those of the pairs alone, numbered as if the rest
+    were never named, and a key no pair holds needs no risk zone."""
+    frame = _generated(6, 80, True)
+    zones = lambda cells: _zone_of_cells(cells[cells != "nowhere"])  # noqa: E731
+    plain = window_key_sets(["SELECT * FROM current_keys"], zones, {"current_keys": frame})
+    named = window_key_sets([], zones, {"current_keys": frame}, coded=[naming_more("current_keys", "!first", "!key")])
+    assert named.digest() == plain.digest()
+    assert (named.units, named.keys) == (frame["unit"].nunique(), frame["key"].nunique())
+    # negative control: the extra key held by one pair is counted, and then needs its zone
+    held = pd.concat([frame, pd.DataFrame({"unit": ["dev-00001"], "key": ["!key"], "cell_id": ["nowhere"]})])
+    with pytest.raises(ValueError, match="keys without a risk zone"):
+        window_key_sets([], zones, {"current_keys": held}, coded=[naming_more("current_keys", "!first", "!key")])
+
+
+def test_key_sets_coded_from_the_work_area_are_those_of_the_key_set_file(tmp_path, fixture_policy):
+    """The risk step codes this release's key sets straight from the memberships and the candidate
+    (`released_key_source`), over every unit of the memberships and every published key: the same arrays as
+    coding the key set file it writes, and as the pandas reference keys."""
+    ctx = protected_candidate(fixture_policy, tmp_path)
+    risk_stage.write_risk_areas(ctx)
+    path = tmp_path / "keys.parquet"
+    risk_stage.write_released_keys(ctx.area, path)
+    from_area = risk_stage.window_key_sets(ctx, None, [], [])
+    from_file = risk_stage.window_key_sets(ctx, path, [], [])
+    reference = window_key_sets(
+        ["SELECT * FROM reference"],
+        lambda cells: _risk_zone_of(ctx, cells),
+        {"reference": reference_released_keys(ctx)},
+    )
+    assert from_area.digest() == from_file.digest() == reference.digest()
+    membership = pd.read_parquet(ctx.area.counts / "membership.internal.parquet")
+    assert membership["unit"].nunique() > from_area.units, "no unit is counted only in withheld cells: nothing dropped"
 
 
 def test_a_key_without_a_zone_is_refused():

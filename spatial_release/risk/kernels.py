@@ -278,28 +278,41 @@ def _holders(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray
 
 
 @njit(nogil=True, cache=True)
+def _add_counts(codes: np.ndarray, offsets: np.ndarray) -> None:
+    """Count each code (0..n-1) of `codes` into offsets[code + 1] (n + 1 entries: counts before the running sum)."""
+    for i in range(len(codes)):
+        offsets[codes[i] + 1] += 1
+
+
+@njit(nogil=True, cache=True)
+def _running_sum(offsets: np.ndarray) -> None:
+    for c in range(len(offsets) - 1):
+        offsets[c + 1] += offsets[c]
+
+
+@njit(nogil=True, cache=True)
 def _counting_offsets(codes: np.ndarray, n: int) -> np.ndarray:
     """Where each code's run starts in a counting sort of `codes` (0..n-1), and the end: n + 1 offsets."""
     offsets = np.zeros(n + 1, dtype=np.int64)
-    for i in range(len(codes)):
-        offsets[codes[i] + 1] += 1
-    for c in range(n):
-        offsets[c + 1] += offsets[c]
+    _add_counts(codes, offsets)
+    _running_sum(offsets)
     return offsets
 
 
 @njit(nogil=True, cache=True)
-def _unit_major(units: np.ndarray, keys: np.ndarray, n_units: int) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct keys of each unit, sorted, from (unit, key) pairs in any order and with repeats: a
-    counting sort on the unit, then a sort and a pass dropping repeats inside each unit's (short) run,
-    compacted in place. Returns the unit offsets and the keys (the dtype of `keys`)."""
-    offsets = _counting_offsets(units, n_units)
-    at = offsets[:-1].copy()
-    placed = np.empty(len(keys), dtype=keys.dtype)
+def _place(units: np.ndarray, keys: np.ndarray, at: np.ndarray, placed: np.ndarray) -> None:
+    """Put each pair's key at its unit's next free place (`at`: where each unit's run continues)."""
     for i in range(len(units)):
         u = units[i]
         placed[at[u]] = keys[i]
         at[u] += 1
+
+
+@njit(nogil=True, cache=True)
+def _distinct_runs(placed: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, int]:
+    """Sort each unit's run of `placed` and drop its repeats, compacting in place: the new offsets and how
+    many keys are left."""
+    n_units = len(offsets) - 1
     distinct = np.zeros(n_units + 1, dtype=np.int64)
     m = 0
     for u in range(n_units):
@@ -309,7 +322,25 @@ def _unit_major(units: np.ndarray, keys: np.ndarray, n_units: int) -> tuple[np.n
                 placed[m] = run[j]
                 m += 1
         distinct[u + 1] = m
+    return distinct, m
+
+
+@njit(nogil=True, cache=True)
+def _unit_major(units: np.ndarray, keys: np.ndarray, n_units: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys of each unit, sorted, from (unit, key) pairs in any order and with repeats: a
+    counting sort on the unit, then a sort and a pass dropping repeats inside each unit's (short) run,
+    compacted in place. Returns the unit offsets and the keys (the dtype of `keys`)."""
+    offsets = _counting_offsets(units, n_units)
+    placed = np.empty(len(keys), dtype=keys.dtype)
+    _place(units, keys, offsets[:-1].copy(), placed)
+    distinct, m = _distinct_runs(placed, offsets)
     return distinct, placed[:m]  # a view: the repeats' tail is not worth a copy of the whole array
+
+
+@njit(nogil=True, cache=True)
+def _mark(codes: np.ndarray, seen: np.ndarray) -> None:
+    for i in range(len(codes)):
+        seen[codes[i]] = True
 
 
 @njit(nogil=True, cache=True)
@@ -424,6 +455,37 @@ def unit_major(units: np.ndarray, keys: np.ndarray, n_units: int, n_keys: int) -
     _within("key sets' units", units, n_units)
     _within("key sets' keys", keys, n_keys)
     return _unit_major(units, keys, n_units)
+
+
+def unit_major_batches(
+    batches: list[tuple[np.ndarray, np.ndarray]], n_units: int, n_keys: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """`unit_major` of the pairs of all `batches` (unit codes, key codes), without first gathering them in
+    one array: the batches are counted, then placed one by one and dropped from the list (emptied). Holds 4
+    bytes per pair beside the batches, as `unit_major` does beside its inputs."""
+    offsets = np.zeros(n_units + 1, dtype=np.int64)
+    for units, keys in batches:
+        if len(units) != len(keys):
+            raise ValueError(f"key sets: {len(units):,} units for {len(keys):,} keys")
+        _within("key sets' units", units, n_units)
+        _within("key sets' keys", keys, n_keys)
+        _add_counts(units, offsets)
+    _running_sum(offsets)
+    placed = np.empty(int(offsets[-1]), dtype=batches[0][1].dtype if batches else np.int32)
+    at = offsets[:-1].copy()
+    while batches:
+        units, keys = batches.pop()
+        _place(units, keys, at, placed)
+    distinct, m = _distinct_runs(placed, offsets)
+    return distinct, placed[:m]
+
+
+def codes_held(codes: np.ndarray, n: int) -> np.ndarray:
+    """Which of the codes 0..n-1 occur in `codes`."""
+    _within("codes", codes, n)
+    seen = np.zeros(n, dtype=np.bool_)
+    _mark(codes, seen)
+    return seen
 
 
 def key_major(

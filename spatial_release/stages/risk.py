@@ -139,34 +139,94 @@ def write_risk_areas(ctx: ReleaseContext) -> Path | None:
     return path
 
 
-def _zoning_keys_sql(area: WorkArea) -> list[str]:
-    """Keys of the published areas of every other level a unit is counted in: the main geometry's parents (of
-    its cell) and each linked zoning's areas (of its linked membership), at the policy's bucket."""
-    areas = area.counts / AREAS
-    if not areas.exists():
-        return []
-    # each published area's key is formatted once here, not once per membership row (see released_keys_sql)
-    margins = (
+@dataclass(frozen=True)
+class _KeyPart:
+    """Published keys joined to the memberships counted in them. `members`: rows unit, cell_id, bucket_start
+    (and zoning, for the linked zonings' areas); `published`: relations of each published key once per leaf
+    area it covers (leaf, bucket_start, key, cell_id: the main geometry's cell whose risk zone the key takes),
+    formatted on the published side (a few hundred thousand rows): formatting the keys per membership row took
+    18 s of the 50 M-ping risk step."""
+
+    members: str
+    published: tuple[str, ...]
+    zoned: bool = False
+
+    @property
+    def on(self) -> str:
+        same_zoning = " AND p.zoning = m.zoning" if self.zoned else ""
+        return f"p.leaf = m.cell_id AND p.bucket_start = m.bucket_start{same_zoning}"
+
+    def rows(self) -> str:
+        """One join per published relation: the key set file's rows come grouped by kind of key, which
+        compresses a third smaller than one join over all of them."""
+        return " UNION ALL ".join(
+            f"SELECT m.unit, p.key, p.cell_id FROM {self.members} m JOIN ({published}) p ON {self.on}"
+            for published in self.published
+        )
+
+    def keys(self) -> str:
+        return " UNION ALL ".join(f"SELECT key, cell_id FROM ({published})" for published in self.published)
+
+    def coded(self) -> str:
+        """The rows coded through risk_units and risk_keys (`keysets.KeySource`) in one join of the members
+        with every published relation: only the published side's keys are looked up by name."""
+        zoning = "q.zoning, " if self.zoned else ""
+        published = " UNION ALL ".join(
+            f"SELECT {zoning}q.leaf, q.bucket_start, rk.k FROM ({p}) q JOIN risk_keys rk ON rk.key = q.key"
+            for p in self.published
+        )
+        return (
+            f"SELECT ru.u, p.k FROM {self.members} m JOIN risk_units ru ON ru.unit = m.unit "
+            f"JOIN ({published}) p ON {self.on}"
+        )
+
+
+def _margin_keys(area: WorkArea) -> str:
+    """The candidate's published margins (level, area_id, bucket_start, key "<level>:<area>@<start>")."""
+    return (
         f"(SELECT level, area_id, bucket_start, level || ':' || area_id || '@' || strftime(bucket_start, "
         f"'{KEY_FORMAT}') AS key FROM (SELECT DISTINCT level, area_id, bucket_start "
         f"FROM {_parquet(area.candidate / 'margins.parquet')}))"
     )
-    selects = [
-        "SELECT m.unit, g.key, a.main_cell AS cell_id "
-        f"FROM {_parquet(area.counts / 'membership.internal.parquet')} m "
-        f"JOIN {_parquet(areas)} a ON a.zoning = '{LEAF}' AND a.leaf = m.cell_id "
-        f"JOIN {margins} g ON g.level = a.level AND g.area_id = a.area_id AND g.bucket_start = m.bucket_start"
+
+
+def _rung_keys(area: WorkArea) -> str:
+    """The candidate's published cell figures at the rungs of its time ladder (rung, area_id, bucket_start,
+    key "<cell>@<rung>@<start>")."""
+    rung = f"substr(level, {len(LEAF) + 2})"
+    return (
+        f"(SELECT {rung} AS rung, area_id, bucket_start, area_id || '@' || {rung} || '@' || strftime(bucket_start, "
+        f"'{KEY_FORMAT}') AS key FROM (SELECT DISTINCT level, area_id, bucket_start "
+        f"FROM {_parquet(area.candidate / 'margins.parquet')} WHERE starts_with(level, '{LEAF}@')))"
+    )
+
+
+def _key_parts(area: WorkArea, ladder: Path | None = None) -> list[_KeyPart]:
+    """Every published key a unit is counted in (see `released_keys_sql`): one part for the membership (its
+    cells, the parent areas of the main geometry and the cells at each rung of the time ladder: one join per
+    membership row, not one per kind of key) and one for the linked zonings' memberships."""
+    membership = _parquet(area.counts / "membership.internal.parquet")
+    published = [
+        f"SELECT cell_id AS leaf, bucket_start, cell_id || '@' || strftime(bucket_start, '{KEY_FORMAT}') AS key, "
+        f"cell_id FROM (SELECT DISTINCT cell_id, bucket_start FROM {_parquet(area.candidate / 'cells.parquet')})"
     ]
-    linked = area.counts / LINKED_MEMBERSHIP
-    if linked.exists():
-        selects.append(
-            "SELECT l.unit, g.key, a.main_cell AS cell_id "
-            f"FROM {_parquet(linked)} l "
-            f"JOIN {_parquet(areas)} a ON a.zoning = l.zoning AND a.leaf = l.cell_id "
-            f"JOIN {margins} g ON g.level = a.level AND g.area_id = a.area_id "
-            "AND g.bucket_start = l.bucket_start"
+    linked_part = []
+    areas = area.counts / AREAS
+    if areas.exists():
+        zoned = (
+            "SELECT a.zoning, a.leaf, g.bucket_start, g.key, a.main_cell AS cell_id "
+            f"FROM {_parquet(areas)} a JOIN {_margin_keys(area)} g ON g.level = a.level AND g.area_id = a.area_id"
         )
-    return selects
+        published.append(f"SELECT leaf, bucket_start, key, cell_id FROM ({zoned}) WHERE zoning = '{LEAF}'")
+        linked = area.counts / LINKED_MEMBERSHIP
+        if linked.exists():
+            linked_part.append(_KeyPart(_parquet(linked), (zoned,), zoned=True))
+    if ladder is not None:
+        published.append(
+            "SELECT c.area_id AS leaf, r.fine AS bucket_start, c.key, c.area_id AS cell_id "
+            f"FROM {_rung_keys(area)} c JOIN {_parquet(ladder)} r ON r.rung = c.rung AND r.coarse = c.bucket_start"
+        )
+    return [_KeyPart(membership, tuple(published)), *linked_part]
 
 
 def released_keys_sql(area: WorkArea, ladder: Path | None = None) -> str:
@@ -177,30 +237,22 @@ def released_keys_sql(area: WorkArea, ladder: Path | None = None) -> str:
     `write_ladder_buckets`) every published coarser cell figure is a key too ("<cell>@<rung>@<start>") of the
     units counted in that cell in one of its buckets: what an outsider learns from the week's figure. Every
     published area of the main geometry's parent levels and of the linked zonings a unit is counted in is a key
-    too (`write_risk_areas`: "<level>:<area>@<start>"), so the bound counts every zoning.
+    too (`write_risk_areas`: "<level>:<area>@<start>"), so the bound counts every zoning."""
+    return " UNION ALL ".join(part.rows() for part in _key_parts(area, ladder))
 
-    Each key is formatted once, on the published side of its join (a few hundred thousand figures), and
-    joined to the membership rows: formatting it per membership row took 18 s of the 50 M-ping risk step."""
-    membership = _parquet(area.counts / "membership.internal.parquet")
-    sql = (
-        "SELECT m.unit, c.key, m.cell_id "
-        f"FROM {membership} m "
-        f"JOIN (SELECT cell_id, bucket_start, cell_id || '@' || strftime(bucket_start, '{KEY_FORMAT}') AS key "
-        f"FROM (SELECT DISTINCT cell_id, bucket_start FROM {_parquet(area.candidate / 'cells.parquet')})) c "
-        "ON m.cell_id = c.cell_id AND m.bucket_start = c.bucket_start"
-    )
-    sql = " UNION ALL ".join([sql, *_zoning_keys_sql(area)])
-    if ladder is None:
-        return sql
-    coarse = (
-        f"SELECT rung, area_id, bucket_start, area_id || '@' || rung || '@' || strftime(bucket_start, "
-        f"'{KEY_FORMAT}') AS key FROM (SELECT DISTINCT substr(level, {len(LEAF) + 2}) AS rung, area_id, "
-        f"bucket_start FROM {_parquet(area.candidate / 'margins.parquet')} WHERE starts_with(level, '{LEAF}@'))"
-    )
-    return (
-        f"{sql} UNION ALL SELECT m.unit, c.key, m.cell_id FROM {membership} m "
-        f"JOIN {_parquet(ladder)} r ON r.fine = m.bucket_start "
-        f"JOIN ({coarse}) c ON c.rung = r.rung AND c.area_id = m.cell_id AND c.bucket_start = r.coarse"
+
+def released_key_source(area: WorkArea, ladder: Path | None = None) -> keysets.KeySource:
+    """The same key sets as `released_keys_sql`, for `keysets.load_key_sets` to code straight from the work
+    area: the units of the memberships, the published keys, and the memberships joined to the published keys
+    by code. No key is named per membership row, and no key set file is read back: coding the 50 M-ping key
+    set file (118 M rows) took about 19 s, four scans of its key strings."""
+    parts = _key_parts(area, ladder)
+    members = list(dict.fromkeys(part.members for part in parts))
+    return keysets.KeySource(
+        units=" UNION ALL ".join(f"SELECT unit FROM {m}" for m in members),
+        keys=" UNION ALL ".join(part.keys() for part in parts),
+        pairs=" UNION ALL ".join(part.coded() for part in parts),
+        exact=False,
     )
 
 
@@ -332,26 +384,21 @@ def window_key_sets(
     earlier_keys: list[Path] | None = None,
     ranges_above: int | None = None,
 ) -> KeySets | KeyRanges:
-    """The coded key sets of this release (a DataFrame, a key set file, or None: derived from the work area's
-    membership and candidate cells) and of the earlier releases of the window (`earlier_keys`: their key set
-    files, when already found), built in DuckDB; in ranges of units on disk above `ranges_above` rows."""
-    if unit_keys is None:
-        # Written to a file first, as the risk step does: the query joins the membership (a row per unit and
-        # bucket) with the candidate, and load_key_sets reads its source three times; over the join itself
-        # DuckDB ran out of its 1 GB at 50 M pings, over the file it does not.
-        ctx.area.risk.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=".released-keys-", dir=ctx.area.risk) as folder:  # owner-only
-            path = Path(folder) / "unit_keys.parquet"
-            write_released_keys(ctx.area, path, write_ladder_buckets(ctx))
-            return window_key_sets(ctx, path, earlier, earlier_keys, ranges_above)
-    if isinstance(unit_keys, pd.DataFrame):
-        current = "SELECT unit, key, cell_id FROM current_keys"
-    else:
-        current = f"SELECT unit, key, cell_id FROM {_parquet(Path(unit_keys))}"
+    """The coded key sets of this release (a DataFrame, a key set file, or None: coded straight from the work
+    area's memberships and candidate, `released_key_source`) and of the earlier releases of the window
+    (`earlier_keys`: their key set files, when already found), built in DuckDB; in ranges of units on disk
+    above `ranges_above` rows."""
     earlier_keys = _earlier_keys(ctx, earlier) if earlier_keys is None else earlier_keys
-    selects = [current] + [f"SELECT unit, key, cell_id FROM {_parquet(p)}" for p in earlier_keys]
-    frames = {"current_keys": unit_keys} if isinstance(unit_keys, pd.DataFrame) else None
-    return keysets.window_key_sets(selects, lambda cells: _risk_zone_of(ctx, cells), frames, ranges_above)
+    selects = [f"SELECT unit, key, cell_id FROM {_parquet(p)}" for p in earlier_keys]
+    frames, coded = None, None
+    if unit_keys is None:
+        coded = [released_key_source(ctx.area, write_ladder_buckets(ctx))]
+    elif isinstance(unit_keys, pd.DataFrame):
+        selects.insert(0, "SELECT unit, key, cell_id FROM current_keys")
+        frames = {"current_keys": unit_keys}
+    else:
+        selects.insert(0, f"SELECT unit, key, cell_id FROM {_parquet(Path(unit_keys))}")
+    return keysets.window_key_sets(selects, lambda cells: _risk_zone_of(ctx, cells), frames, ranges_above, coded)
 
 
 def labelled_zones(frame: pd.DataFrame) -> list[ZoneFigures]:
@@ -484,7 +531,8 @@ def estimate_window(
     saved = _saved_report(ctx.area.risk / ESTIMATE_BY_INPUTS, inputs)
     if saved is not None:
         return saved
-    sets = window_key_sets(ctx, unit_keys, earlier, earlier_keys, RANGES_ABOVE)
+    # keys just derived from the work area are coded from it again rather than read back from their file
+    sets = window_key_sets(ctx, None if keys_from_area else unit_keys, earlier, earlier_keys, RANGES_ABOVE)
     report = estimate_once(ctx.area, sets, params, population, started)
     if inputs is not None:
         reuse.save(ctx.area.risk / ESTIMATE_BY_INPUTS, inputs, report.to_json())
