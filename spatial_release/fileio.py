@@ -7,6 +7,8 @@ import hashlib
 import json
 import os
 import re
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +17,8 @@ from typing import IO
 
 # The temporaries atomic_path names: `.<target name>.<32 hex digits>.tmp`.
 TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")
+# The folders scratch_folder makes: `.<purpose>.<8 of tempfile's name characters>.scratch`.
+SCRATCH = re.compile(r"^\..+\.[a-z0-9_]{8}\.scratch$")
 
 
 OWNER_ONLY = 0o077
@@ -55,17 +59,29 @@ def atomic_path(target: Path) -> Iterator[Path]:
 
 def remove_stale_temporaries(folder: Path, recursive: bool = False) -> list[Path]:
     """Delete the temporaries that atomic_path left when its process was killed (a crash between writing
-    the temporary and renaming it). Call only while holding the lock that every writer of `folder` holds:
-    a live writer's temporary looks the same."""
+    the temporary and renaming it), and the scratch folders (`scratch_folder`) a killed run left. Call only
+    while holding the lock that every writer of `folder` holds: a live writer's temporary looks the same."""
     if not folder.is_dir():
         return []
-    candidates = folder.rglob(".*.tmp") if recursive else folder.glob(".*.tmp")
+    candidates = list(folder.rglob(".*") if recursive else folder.glob(".*"))
     removed = []
     for path in candidates:
         if TEMPORARY.match(path.name) and path.is_file():
             path.unlink(missing_ok=True)
             removed.append(path)
+        elif SCRATCH.match(path.name) and path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
     return removed
+
+
+def scratch_folder(parent: Path | None, purpose: str) -> tempfile.TemporaryDirectory:
+    """A private folder (0700) for per-unit intermediates (DuckDB's spill files, key ranges), deleted by its
+    cleanup. In `parent`, a work-area folder whose step lock removes what a killed run left there
+    (`remove_stale_temporaries`); in the system's temporary folder when None, where nothing would."""
+    if parent is not None:
+        parent.mkdir(parents=True, exist_ok=True)
+    return tempfile.TemporaryDirectory(prefix=f".{purpose}.", suffix=".scratch", dir=parent)
 
 
 @contextmanager

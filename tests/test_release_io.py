@@ -4,6 +4,7 @@ ledger appends: tests/test_ledger.py)."""
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -64,6 +65,36 @@ def test_stale_temporaries_are_removed_and_nothing_else(tmp_path):
     assert remove_stale_temporaries(tmp_path) == []  # not recursive: the sub-folder is left alone
     assert remove_stale_temporaries(tmp_path, recursive=True) == [stale]
     assert all(p.exists() for p in kept) and not stale.exists()
+
+
+_SCRATCH_AND_DIE = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    from spatial_release.fileio import scratch_folder
+    held = scratch_folder(Path(sys.argv[1]), "risk-ranges")
+    (Path(held.name) / "units-0.int32").write_bytes(b"per-unit rows")
+    print(held.name, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_scratch_a_killed_run_left_is_swept_by_the_next_step_and_nothing_else(tmp_path, fixture_policy):
+    """A kill -9 skips every cleanup: the scratch folder of per-unit rows (key ranges, DuckDB spill) stays in
+    the work area until the next step takes the area's lock, which deletes it; other folders stay."""
+    from spatial_release.stages.lock import work_area_step
+
+    ctx = stages.ReleaseContext(fixture_policy, Period.parse("2018-Q1"), tmp_path / "work")
+    died = subprocess.run([sys.executable, "-c", _SCRATCH_AND_DIE, str(ctx.area.risk)], capture_output=True, text=True)
+    assert died.returncode == -signal.SIGKILL
+    left = Path(died.stdout.strip())
+    assert left.parent == ctx.area.risk and (left / "units-0.int32").exists()
+    assert left.stat().st_mode & 0o077 == 0  # owner-only while it lies there
+    kept = [ctx.area.risk / "risk-ranges.keep", ctx.area.risk / ".risk-ranges.abc.scratch"]
+    for folder in kept:
+        folder.mkdir()
+    with work_area_step(ctx, None, None, starts_run=False):
+        assert not left.exists()
+    assert all(folder.is_dir() for folder in kept)
 
 
 # ------------------------------------------------------------------------ kill -9 during a publication

@@ -140,13 +140,22 @@ def test_a_range_file_that_is_not_what_was_written_is_refused():
         held.close()
 
 
-def test_units_outside_the_ranges_are_refused_and_leave_no_files():
+def test_units_outside_the_ranges_are_refused_and_leave_no_files(tmp_path):
     bounds = ranges.range_bounds(3, 6, 2)
     batch = (np.array([0, 1, 3], dtype=np.int32), np.array([0, 0, 0], dtype=np.int32))
-    before = set(Path(ranges.tempfile.gettempdir()).glob("risk-ranges-*"))
-    with pytest.raises(ValueError, match="outside 0..2"):
-        ranges.spill_ranges(iter([batch]), np.array(["z"], dtype=object), bounds)
-    assert set(Path(ranges.tempfile.gettempdir()).glob("risk-ranges-*")) == before
+    made = []
+    real = ranges.scratch_folder
+
+    def spy(*args):
+        made.append(real(*args))
+        return made[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ranges, "scratch_folder", spy)
+        with pytest.raises(ValueError, match="outside 0..2"):
+            ranges.spill_ranges(iter([batch]), np.array(["z"], dtype=object), bounds, tmp_path)
+    assert len(made) == 1 and Path(made[0].name).parent == tmp_path  # the files were there
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_risk_stage_over_its_row_limit_estimates_in_ranges_with_the_same_figures(tmp_path, monkeypatch, fixture_traces):
@@ -168,6 +177,7 @@ def test_the_risk_stage_over_its_row_limit_estimates_in_ranges_with_the_same_fig
     monkeypatch.setattr(risk_stage, "estimate_key_ranges", spy)
     again = stages.assess_risk(ctx, ledger, ctx.area.unit_keys, keys_from_area=True)
     assert len(seen) == 1 and seen[0][0] > 1, "the estimate did not go by ranges"
+    assert seen[0][1].parent == ctx.area.risk  # per-unit rows: in the work area, whose step lock sweeps them
     assert not seen[0][1].exists()
     assert again.zones == whole.zones
     assert (again.status, again.release_figure, again.units, again.keys) == (

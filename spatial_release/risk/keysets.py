@@ -12,14 +12,15 @@ made), and 8 bytes per distinct pair after; DuckDB spills within its memory limi
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 import numpy as np
 import pandas as pd
 
+from spatial_release.fileio import scratch_folder
 from spatial_release.risk import kernels
 from spatial_release.risk.estimator import KeySets
 from spatial_release.risk.ranges import KeyRanges, range_bounds, spill_ranges
@@ -158,6 +159,7 @@ def _in_ranges(
     zone_of_cells: Callable[[pd.Series], pd.Series],
     n_units: int,
     n_keys: int,
+    scratch: Path | None,
 ) -> KeyRanges:
     """The coded pairs spilled in ranges of units (`risk.ranges`), numbered over the units and keys they
     hold before they stream (a range is written as its pairs come)."""
@@ -169,7 +171,7 @@ def _in_ranges(
     )
     key_zone = _key_zones(con, zone_of_cells, held_keys)
     batches = ((_compacted(units, held_units), _compacted(keys, held_keys)) for units, keys in _batches(con, coded, total))
-    return spill_ranges(batches, key_zone, range_bounds(int(held_units.sum()), total))
+    return spill_ranges(batches, key_zone, range_bounds(int(held_units.sum()), total), scratch)
 
 
 def load_key_sets(
@@ -177,6 +179,7 @@ def load_key_sets(
     sources: list[KeySource],
     zone_of_cells: Callable[[pd.Series], pd.Series],
     ranges_above: int | None = None,
+    scratch: Path | None = None,
 ) -> KeySets | KeyRanges:
     """KeySets of the parts `sources` (set semantics: a repeated (unit, key) counts once), numbered over the
     units and keys they hold. zone_of_cells: the risk zone of each cell id (index: cell id). Raises ValueError
@@ -192,7 +195,7 @@ def load_key_sets(
     coded = " UNION ALL ".join(f"SELECT u, k FROM ({s.pairs})" for s in sources)
     batches = _streamed(con, coded, ranges_above)
     if batches is None:
-        return _in_ranges(con, sources, coded, zone_of_cells, n_units, n_keys)
+        return _in_ranges(con, sources, coded, zone_of_cells, n_units, n_keys, scratch)
     unit_offsets, unit_keys = kernels.unit_major_batches(batches, n_units, n_keys)
     # drop the units and keys the parts named but no pair holds (a unit counted only in withheld cells)
     unit_offsets = np.concatenate(([0], unit_offsets[1:][np.diff(unit_offsets) > 0]))
@@ -210,11 +213,13 @@ def window_key_sets(
     frames: dict[str, pd.DataFrame] | None = None,
     ranges_above: int | None = None,
     coded: list[KeySource] | None = None,
+    scratch: Path | None = None,
 ) -> KeySets | KeyRanges:
     """KeySets of the union of `selects` (queries with columns unit, key, cell_id, e.g. over Parquet files),
     which may name the DataFrames of `frames` as tables, and of the parts `coded`, read in DuckDB with its
-    spill folder in a temporary directory; KeyRanges above `ranges_above` rows (see `load_key_sets`)."""
-    with tempfile.TemporaryDirectory(prefix="risk-keys-") as spill:
+    spill folder and the ranges' files in a scratch folder in `scratch` (`fileio.scratch_folder`); KeyRanges
+    above `ranges_above` rows (see `load_key_sets`)."""
+    with scratch_folder(scratch, "risk-keys") as spill:
         con = connect(spill)
         try:
             for name, frame in (frames or {}).items():
@@ -226,6 +231,6 @@ def window_key_sets(
                     + " UNION ALL ".join(f"SELECT unit, key, cell_id FROM ({select})" for select in selects)
                 )
                 sources.append(KeySource.of_rows("window_keys"))
-            return load_key_sets(con, sources, zone_of_cells, ranges_above)
+            return load_key_sets(con, sources, zone_of_cells, ranges_above, scratch)
         finally:
             con.close()

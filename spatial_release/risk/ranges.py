@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spatial_release.fileio import scratch_folder
 from spatial_release.risk import kernels
 from spatial_release.risk.estimator import (
     KeySets,
@@ -103,10 +104,13 @@ def range_bounds(n_units: int, rows: int, range_rows: int | None = None) -> np.n
     return np.linspace(0, n_units, count + 1).round().astype(np.int64)
 
 
-def spill_ranges(batches: Iterator[tuple[np.ndarray, np.ndarray]], key_zone: np.ndarray, bounds: np.ndarray) -> KeyRanges:
-    """Write the coded (unit, key) batches into one file pair per range of `bounds`, in a private temporary
-    folder (owner-only: the rows are per-unit data), deleted by `KeyRanges.close`."""
-    ranges = KeyRanges(key_zone, bounds, tempfile.TemporaryDirectory(prefix="risk-ranges-"), [0] * (len(bounds) - 1))
+def spill_ranges(
+    batches: Iterator[tuple[np.ndarray, np.ndarray]], key_zone: np.ndarray, bounds: np.ndarray, scratch: Path | None = None
+) -> KeyRanges:
+    """Write the coded (unit, key) batches into one file pair per range of `bounds`, in a private scratch
+    folder (owner-only: the rows are per-unit data) in `scratch` (see `fileio.scratch_folder`), deleted by
+    `KeyRanges.close`."""
+    ranges = KeyRanges(key_zone, bounds, scratch_folder(scratch, "risk-ranges"), [0] * (len(bounds) - 1))
     try:
         with ExitStack() as files:
             handles = [

@@ -4,7 +4,6 @@ earlier releases of its window, and the gate's decision (risk/risk.json)."""
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -14,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from spatial_release.fileio import atomic_path, sha256_file
+from spatial_release.fileio import atomic_path, scratch_folder, sha256_file
 from spatial_release.ledger import Ledger, LedgerCorrupt, ReleaseEntry
 from spatial_release.levels import LEAF
 from spatial_release.period import Period
@@ -73,7 +72,7 @@ def membership_cells(area: WorkArea) -> pd.Series:
     """The distinct cells of the membership, in order, read in DuckDB within its memory limit. The membership
     has a row per (unit, cell, bucket): its cell column alone, read into pandas, took over 15 GB at 500 M
     generated pings."""
-    with tempfile.TemporaryDirectory(prefix="risk-cells-") as spill:
+    with scratch_folder(area.risk, "risk-cells") as spill:
         con = keysets.connect(spill)
         try:
             query = f"SELECT DISTINCT cell_id FROM {_parquet(area.counts / 'membership.internal.parquet')} ORDER BY cell_id"
@@ -259,7 +258,7 @@ def released_key_source(area: WorkArea, ladder: Path | None = None) -> keysets.K
 def write_released_keys(area: WorkArea, path: Path, ladder: Path | None = None) -> None:
     """Write the candidate's per-unit key sets (unit, key, cell_id) to `path`, in DuckDB: nothing per
     membership row is held in Python."""
-    with tempfile.TemporaryDirectory(prefix="risk-keys-") as spill, atomic_path(path) as tmp:
+    with scratch_folder(area.risk, "risk-keys") as spill, atomic_path(path) as tmp:
         con = keysets.connect(spill)
         try:
             con.execute(f"COPY ({released_keys_sql(area, ladder)}) TO '{sql_path(tmp)}' (FORMAT parquet)")
@@ -398,7 +397,8 @@ def window_key_sets(
         frames = {"current_keys": unit_keys}
     else:
         selects.insert(0, f"SELECT unit, key, cell_id FROM {_parquet(Path(unit_keys))}")
-    return keysets.window_key_sets(selects, lambda cells: _risk_zone_of(ctx, cells), frames, ranges_above, coded)
+    zones = lambda cells: _risk_zone_of(ctx, cells)  # noqa: E731
+    return keysets.window_key_sets(selects, zones, frames, ranges_above, coded, scratch=ctx.area.risk)
 
 
 def labelled_zones(frame: pd.DataFrame) -> list[ZoneFigures]:
@@ -694,7 +694,7 @@ def propose_coarsening(ctx: ReleaseContext, ledger: Ledger, ladder: Path) -> lis
     run-time switch, like lowering k or raising a ceiling."""
     proposals = []
     for rung in ctx.policy.time.ladder:
-        with tempfile.TemporaryDirectory(prefix="risk-coarser-") as spill:
+        with scratch_folder(ctx.area.risk, "risk-coarser") as spill:
             path = Path(spill) / "keys.parquet"
             con = keysets.connect(spill)
             try:
