@@ -7,18 +7,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 
 from spatial_release import guarantees
 from spatial_release.errors import Blocked
-from spatial_release.fileio import atomic_path, sha256_file
+from spatial_release.fileio import atomic_path, scratch_folder, sha256_file
 from spatial_release.memory import collector_paused
 from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.progress import Progress, silent
 from spatial_release.release import AuditVerdict, ReleaseInputs, ReleaseRecord, read_tables
-from spatial_release.risk import BLOCK
+from spatial_release.risk import BLOCK, keysets
 from spatial_release.stages import reuse
 from spatial_release.stages.context import Published, ReleaseContext, WorkArea
 from spatial_release.stages.count import measure_coverage, read_true_counts, sql_path
@@ -137,12 +136,16 @@ def check_withheld_absent(ctx: ReleaseContext, published: Published | None = Non
 
 
 def distinct_units(pings: Path) -> list[str]:
-    """Every unit id as text, read by DuckDB so that hundreds of millions of pings never sit in pandas."""
-    con = duckdb.connect()
-    try:
-        rows = con.execute(f"SELECT DISTINCT CAST(unit AS VARCHAR) FROM read_parquet('{sql_path(pings)}')").fetchall()
-    finally:
-        con.close()
+    """Every unit id as text, read by DuckDB so that hundreds of millions of pings never sit in pandas; within
+    the risk step's DuckDB memory limit (DuckDB's default is 80 % of the machine), spilling to a private
+    scratch folder. Not in the work area: the checks run beside the steps that hold its lock and sweep it."""
+    with scratch_folder(None, "distinct-units") as spill:
+        con = keysets.connect(spill)
+        try:
+            query = f"SELECT DISTINCT CAST(unit AS VARCHAR) FROM read_parquet('{sql_path(pings)}')"
+            rows = con.execute(query).fetchall()
+        finally:
+            con.close()
     return [r[0] for r in rows]
 
 
