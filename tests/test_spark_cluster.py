@@ -42,6 +42,7 @@ from conftest import CELL_A, CELL_D, TO_LONLAT, fixture_pings, policy_dict, writ
 from spatial_release import stages, tasks
 from spatial_release.period import Period
 from spatial_release.risk.attack import _best_slice, _linkage_task
+from spatial_release.risk.estimator import _anonymity_task
 from spatial_release.suppression.blocks import _protect_chunk
 
 HAVE_SPARK = importlib.util.find_spec("pyspark") is not None and shutil.which("java") is not None
@@ -312,7 +313,8 @@ def _group_or_world_bits(path: Path) -> int:
 def test_a_whole_release_on_a_standalone_cluster_is_byte_identical_to_the_local_one(tmp_path, spark_cluster):
     """The same release twice in one driver process: on this machine (DuckDB, local worker processes), then
     with `engine: spark` on the cluster, where the counting runs as Spark SQL and protection's chunks of
-    independent blocks and the attack simulation's chunks as Spark tasks (`spatial_release.tasks`). The
+    independent blocks, the attack simulation's chunks and the uniqueness estimate's anonymity counts, by ranges
+    of units, as Spark tasks (`spatial_release.tasks`). The
     published files are byte-identical, the risk figures equal and the true counts equal row for row; the
     application ran on the cluster's two executors, with the job groups of those tasks among its jobs; every
     file the executors wrote is owner-only."""
@@ -364,6 +366,10 @@ def test_a_whole_release_on_a_standalone_cluster_is_byte_identical_to_the_local_
     assert groups.get(tasks.job_group(_protect_chunk)) == local["chunks"], groups
     assert groups.get(tasks.job_group(_linkage_task), 0) >= 1, groups
     assert groups.get(tasks.job_group(_best_slice), 0) >= 1, groups  # the trajectories matched to units
+    # the uniqueness estimate went by ranges on the cluster (its figures are in the risk compared above) and
+    # every range's anonymity counts were Spark jobs
+    assert len(report["ranges"]) == 1 and report["ranges"][0] >= 3, report["ranges"]
+    assert groups.get(tasks.job_group(_anonymity_task), 0) >= report["ranges"][0], groups
     spark_area = stages.WorkArea(Path(spark["work"]) / "fixture" / PERIOD.label)
     local_area = stages.WorkArea(Path(local["work"]) / "fixture" / PERIOD.label)
     summary = stages.read_counts_summary(spark_area)
@@ -418,6 +424,7 @@ SPARK_CONF = {
 # Small enough that the fixture's hourly blocks go to 18 chunks (the release's own thresholds split tables
 # of 20,000 figures and more): set in the driver, for both releases.
 DRIVER_BLOCKS_MIN_NODES, DRIVER_CHUNK_NODES = 200, 100
+DRIVER_RANGE_ROWS = 1_000  # (unit, key) rows per range of the spark run's uniqueness estimate
 
 
 def _release(spec: dict, name: str, counting: dict | None) -> dict:
@@ -449,6 +456,8 @@ def _drive(spec: dict) -> None:
     resource's config (as `--engine spark --spark-master URL` gives it), and what the master, the workers
     and the workers' local folders showed while the application ran."""
     from spatial_release.ledger import SIGNING_KEY_ENV
+    from spatial_release.risk import ranges
+    from spatial_release.stages import risk as risk_stage
     from spatial_release.suppression import blocks
 
     os.environ[SIGNING_KEY_ENV] = str(Path(spec["root"]) / "key" / "ledger.key")
@@ -459,13 +468,25 @@ def _drive(spec: dict) -> None:
     report: dict = {"releases": {"local": _release(spec, "local", None)}}
     report["releases"]["local"]["chunks"] = chunks[-1] if chunks else 0
     counting = {"engine": "spark", "spark_master": spec["master"], "scratch_dir": spec["scratch"], "spark_conf": SPARK_CONF}
+    # On the cluster the uniqueness estimate goes by ranges of units (as above its row limit, at 500 M pings):
+    # each range's counts are Spark jobs, and its figures must still be those of the whole key sets here.
+    ranged: list[int] = []
+    real_ranges = risk_stage.estimate_key_ranges
+    risk_stage.estimate_key_ranges = lambda held, *args: ranged.append(len(held)) or real_ranges(held, *args)
+    risk_stage.RANGES_ABOVE, ranges.RANGE_ROWS = 0, DRIVER_RANGE_ROWS
     report["releases"]["spark"] = _release(spec, "spark", counting)
+    report["ranges"] = ranged
     from pyspark.sql import SparkSession
 
     spark = SparkSession.getActiveSession()
     context = spark.sparkContext
     tracker = context.statusTracker()
-    groups = {tasks.job_group(blocks._protect_chunk), tasks.job_group(_linkage_task), tasks.job_group(_best_slice)}
+    groups = {
+        tasks.job_group(blocks._protect_chunk),
+        tasks.job_group(_linkage_task),
+        tasks.job_group(_best_slice),
+        tasks.job_group(_anonymity_task),
+    }
     report["job_groups"] = {g: len(tracker.getJobIdsForGroup(g)) for g in groups}
     report["app_id"] = context.applicationId
     report["master"] = _get_json(spec["master_ui"])
