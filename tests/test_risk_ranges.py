@@ -82,6 +82,35 @@ def test_ranges_of_parts_naming_more_than_they_hold_have_the_whole_figures(monke
         held.close()
 
 
+def test_a_row_hint_chooses_the_road_and_never_a_figure(monkeypatch):
+    """The risk stage hints how many rows the key sets hold (their files' metadata): over the limit they go
+    to ranges without first streaming up to it. A hint that is wrong either way gives the same figures."""
+    from spatial_release.risk import keysets
+
+    frame = _generated(9, 60, True)
+    params = RiskParams(points=2, draws=4, seed=9)
+    whole = estimate_key_sets(window_key_sets(["SELECT * FROM k"], _zone_of_cells, {"k": frame}), params)
+    streamed: list[int] = []
+    real = keysets._streamed
+    monkeypatch.setattr(keysets, "_streamed", lambda *args: streamed.append(1) or real(*args))
+    for hint, limit, goes_by_ranges, streams in (
+        (len(frame), len(frame) - 1, True, False),  # a true hint over the limit: straight to ranges
+        (1, len(frame) - 1, True, True),  # under, wrongly: streamed until over the limit, then ranges
+        (len(frame) + 5, len(frame) + 1, True, False),  # over, wrongly: ranges, though the rows would fit
+        (len(frame), len(frame) + 1, False, True),  # a true hint under the limit: streamed, whole
+    ):
+        streamed.clear()
+        held = window_key_sets(["SELECT * FROM k"], _zone_of_cells, {"k": frame}, limit, rows_hint=hint)
+        assert isinstance(held, ranges.KeyRanges) == goes_by_ranges and bool(streamed) == streams
+        if isinstance(held, ranges.KeyRanges):
+            try:
+                _same(ranges.estimate_key_ranges(held, params), whole)
+            finally:
+                held.close()
+        else:
+            _same(estimate_key_sets(held, params), whole)
+
+
 @st.composite
 def key_sets(draw) -> KeySets:
     units = draw(st.integers(1, 30))

@@ -180,11 +180,14 @@ def load_key_sets(
     zone_of_cells: Callable[[pd.Series], pd.Series],
     ranges_above: int | None = None,
     scratch: Path | None = None,
+    rows_hint: int | None = None,
 ) -> KeySets | KeyRanges:
     """KeySets of the parts `sources` (set semantics: a repeated (unit, key) counts once), numbered over the
     units and keys they hold. zone_of_cells: the risk zone of each cell id (index: cell id). Raises ValueError
     when a key has no risk zone. With more than `ranges_above` rows, the coded rows go to disk in ranges of
-    units instead (`risk.ranges`: the estimate reads one range at a time)."""
+    units instead (`risk.ranges`: the estimate reads one range at a time); `rows_hint` (how many rows the parts
+    hold, e.g. from their files' metadata) takes that road at once instead of after streaming `ranges_above`
+    rows. Either road gives the same figures, so a wrong hint costs time, never a figure."""
     _number(con, sources)
     n_units = _scalar(con, "SELECT count(*) FROM risk_units")
     n_keys = _scalar(con, "SELECT count(*) FROM risk_keys")
@@ -193,7 +196,8 @@ def load_key_sets(
     # about 40 s of the 50 M-ping risk step, spilling within the 1 GB limit; the join alone streams in about
     # 5 s. Not counted first: counting is a second pass over the joins (3.3 s at 50 M pings).
     coded = " UNION ALL ".join(f"SELECT u, k FROM ({s.pairs})" for s in sources)
-    batches = _streamed(con, coded, ranges_above)
+    over = ranges_above is not None and rows_hint is not None and rows_hint > ranges_above
+    batches = None if over else _streamed(con, coded, ranges_above)
     if batches is None:
         return _in_ranges(con, sources, coded, zone_of_cells, n_units, n_keys, scratch)
     unit_offsets, unit_keys = kernels.unit_major_batches(batches, n_units, n_keys)
@@ -214,6 +218,7 @@ def window_key_sets(
     ranges_above: int | None = None,
     coded: list[KeySource] | None = None,
     scratch: Path | None = None,
+    rows_hint: int | None = None,
 ) -> KeySets | KeyRanges:
     """KeySets of the union of `selects` (queries with columns unit, key, cell_id, e.g. over Parquet files),
     which may name the DataFrames of `frames` as tables, and of the parts `coded`, read in DuckDB with its
@@ -231,6 +236,6 @@ def window_key_sets(
                     + " UNION ALL ".join(f"SELECT unit, key, cell_id FROM ({select})" for select in selects)
                 )
                 sources.append(KeySource.of_rows("window_keys"))
-            return load_key_sets(con, sources, zone_of_cells, ranges_above, scratch)
+            return load_key_sets(con, sources, zone_of_cells, ranges_above, scratch, rows_hint)
         finally:
             con.close()

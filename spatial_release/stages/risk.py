@@ -12,6 +12,8 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from spatial_release.fileio import atomic_path, scratch_folder, sha256_file
 from spatial_release.ledger import Ledger, LedgerCorrupt, ReleaseEntry
@@ -390,6 +392,10 @@ def window_key_sets(
     earlier_keys = _earlier_keys(ctx, earlier) if earlier_keys is None else earlier_keys
     selects = [f"SELECT unit, key, cell_id FROM {_parquet(p)}" for p in earlier_keys]
     frames, coded = None, None
+    current = ctx.area.unit_keys if unit_keys is None else unit_keys
+    rows_hint = _rows_in([*earlier_keys, *([] if isinstance(current, pd.DataFrame) else [Path(current)])])
+    if rows_hint is not None and isinstance(current, pd.DataFrame):
+        rows_hint += len(current)
     if unit_keys is None:
         coded = [released_key_source(ctx.area, write_ladder_buckets(ctx))]
     elif isinstance(unit_keys, pd.DataFrame):
@@ -398,7 +404,16 @@ def window_key_sets(
     else:
         selects.insert(0, f"SELECT unit, key, cell_id FROM {_parquet(Path(unit_keys))}")
     zones = lambda cells: _risk_zone_of(ctx, cells)  # noqa: E731
-    return keysets.window_key_sets(selects, zones, frames, ranges_above, coded, scratch=ctx.area.risk)
+    return keysets.window_key_sets(selects, zones, frames, ranges_above, coded, ctx.area.risk, rows_hint)
+
+
+def _rows_in(paths: list[Path]) -> int | None:
+    """The rows of the key set files, from their Parquet metadata (no scan), or None when one is unreadable:
+    the risk step has just written this release's file from the same rows it codes from the work area."""
+    try:
+        return sum(pq.ParquetFile(path).metadata.num_rows for path in paths)
+    except (OSError, pa.ArrowException):
+        return None
 
 
 def labelled_zones(frame: pd.DataFrame) -> list[ZoneFigures]:
