@@ -1,9 +1,10 @@
 """The window's released key sets, coded in DuckDB and streamed into the estimator's compact arrays.
 
-DuckDB reads the (unit, key, cell_id) rows (Parquet files or a view), numbers the distinct units and keys in
-their sort order (as pandas.factorize(sort=True) would, so the estimator's figures are the same as from a
-DataFrame), and streams the coded pairs in record batches into int32 arrays, which compiled loops sort and
-make distinct in both directions (by unit, by key).
+DuckDB reads the parts of the window (`KeySource`: (unit, key, cell_id) rows of Parquet files or a view, or
+this release's memberships joined to its published keys), numbers the units and keys in their sort order (as
+pandas.factorize(sort=True) would, so the estimator's figures are the same as from a DataFrame), and streams
+the coded pairs in record batches, which compiled loops sort and make distinct in both directions (by unit, by
+key); units and keys a part names but no pair holds are then dropped and the codes renumbered.
 Python never holds a row per ping or per membership row, nor any key string but one per distinct key: memory
 is the unit and key tables plus, while they are built, about 12 bytes per (unit, key) row read (the streamed
 pair and its place in the unit-major order; the streamed pairs are dropped before the key-major copy is
@@ -188,6 +189,8 @@ def load_key_sets(
     units instead (`risk.ranges`: the estimate reads one range at a time); `rows_hint` (how many rows the parts
     hold, e.g. from their files' metadata) takes that road at once instead of after streaming `ranges_above`
     rows. Either road gives the same figures, so a wrong hint costs time, never a figure."""
+    if not sources:
+        raise ValueError("no key sets to read: the window names no part")
     _number(con, sources)
     n_units = _scalar(con, "SELECT count(*) FROM risk_units")
     n_keys = _scalar(con, "SELECT count(*) FROM risk_keys")
