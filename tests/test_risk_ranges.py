@@ -111,6 +111,27 @@ def test_a_row_hint_chooses_the_road_and_never_a_figure(monkeypatch):
             _same(estimate_key_sets(held, params), whole)
 
 
+def test_over_the_limit_key_sets_derived_from_the_work_area_go_through_a_key_set_file(tmp_path, fixture_traces):
+    """With no file just written (the publish step re-estimating), one is written to a scratch folder of the
+    work area, read in ranges and deleted: the ranges hold the whole key sets' figures."""
+    policy = load_policy(write_policy(tmp_path, uniqueness_policy_dict(str(fixture_traces))))
+    ctx = protected_candidate(policy, tmp_path)
+    stages.run_risk(ctx, Ledger(tmp_path / "ledger", tmp_path / "releases"))
+    params = RiskParams(points=3, draws=5, seed=2)
+    whole = estimate_key_sets(risk_stage.window_key_sets(ctx, None, [], []), params)
+    before = sorted(ctx.area.risk.iterdir())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ranges, "RANGE_ROWS", 7)
+        patch.setattr(risk_stage, "released_key_source", lambda *args: pytest.fail("coded join over the limit"))
+        held = risk_stage.window_key_sets(ctx, None, [], [], ranges_above=0)
+    assert isinstance(held, ranges.KeyRanges) and len(held) > 1
+    try:
+        _same(ranges.estimate_key_ranges(held, params), whole)
+    finally:
+        held.close()
+    assert sorted(ctx.area.risk.iterdir()) == before  # the written file's scratch folder is gone
+
+
 @st.composite
 def key_sets(draw) -> KeySets:
     units = draw(st.integers(1, 30))
@@ -204,6 +225,8 @@ def test_the_risk_stage_over_its_row_limit_estimates_in_ranges_with_the_same_fig
     monkeypatch.setattr(risk_stage, "RANGES_ABOVE", 0)
     monkeypatch.setattr(ranges, "RANGE_ROWS", 5)
     monkeypatch.setattr(risk_stage, "estimate_key_ranges", spy)
+    # over the limit the key sets come from the file the step wrote, not the coded join (out of memory at 500 M)
+    monkeypatch.setattr(risk_stage, "released_key_source", lambda *args: pytest.fail("coded join over the limit"))
     again = stages.assess_risk(ctx, ledger, ctx.area.unit_keys, keys_from_area=True)
     assert len(seen) == 1 and seen[0][0] > 1, "the estimate did not go by ranges"
     assert seen[0][1].parent == ctx.area.risk  # per-unit rows: in the work area, whose step lock sweeps them
