@@ -130,6 +130,13 @@ def test_over_the_limit_key_sets_derived_from_the_work_area_go_through_a_key_set
     finally:
         held.close()
     assert sorted(ctx.area.risk.iterdir()) == before  # the written file's scratch folder is gone
+    # over the coded join's own limit but under the ranges': the same key sets, whole, from a written file
+    coded = risk_stage.window_key_sets(ctx, None, [], [])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(risk_stage, "CODED_UP_TO", 0)
+        patch.setattr(risk_stage, "released_key_source", lambda *args: pytest.fail("coded join over its limit"))
+        from_file = risk_stage.window_key_sets(ctx, None, [], [], ranges_above=10**9)
+    assert isinstance(from_file, KeySets) and from_file.digest() == coded.digest()
 
 
 @st.composite

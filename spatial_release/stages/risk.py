@@ -391,10 +391,10 @@ def window_key_sets(
     (`earlier_keys`: their key set files, when already found), built in DuckDB; in ranges of units on disk
     above `ranges_above` rows.
 
-    Over that limit this release's key sets are read from a key set file instead: `written` (the one the risk
-    step has just written from the same work area), else one written now. At 500 M generated pings (1.2 G
-    rows) the coded join, whose published side holds every published key once per leaf it covers, ran
-    DuckDB out of its 1 GB; the key set file's road is the one measured there (3,233 s, 4.7 GB)."""
+    Over that limit (or `CODED_UP_TO`) this release's key sets are read from a key set file instead:
+    `written` (the one the risk step has just written from the same work area), else one written now. At 500 M
+    generated pings (1.2 G rows) the coded join, whose published side holds every published key once per leaf
+    it covers, ran DuckDB out of its 1 GB; the key set file's road is the one measured there (3,233 s, 4.7 GB)."""
     earlier_keys = _earlier_keys(ctx, earlier) if earlier_keys is None else earlier_keys
     selects = [f"SELECT unit, key, cell_id FROM {_parquet(p)}" for p in earlier_keys]
     frames, coded = None, None
@@ -402,7 +402,8 @@ def window_key_sets(
     rows_hint = _rows_in([*earlier_keys, *([] if isinstance(current, pd.DataFrame) else [Path(current)])])
     if rows_hint is not None and isinstance(current, pd.DataFrame):
         rows_hint += len(current)
-    if unit_keys is None and ranges_above is not None and rows_hint is not None and rows_hint > ranges_above:
+    limit = CODED_UP_TO if ranges_above is None else min(ranges_above, CODED_UP_TO)
+    if unit_keys is None and rows_hint is not None and rows_hint > limit:
         if written is not None:
             return window_key_sets(ctx, written, earlier, earlier_keys, ranges_above)
         with scratch_folder(ctx.area.risk, "released-keys") as folder:
@@ -438,6 +439,10 @@ ESTIMATE = "estimate.internal.json"  # risk/: the last estimate and the sha256 o
 # window's key sets whole hold about 12 bytes a row while they are coded, 3 GB here (at 50 M generated pings
 # they are 118 M rows, whole; at 500 M about 1.2 G, in ranges).
 RANGES_ABOVE = 250_000_000
+# Up to this many rows this release's key sets are coded straight from the work area (`released_key_source`);
+# above, from a key set file. The coded join was measured at 118 M rows (50 M generated pings) and ran out of
+# DuckDB's 1 GB at 1.2 G; the file's road was measured at both.
+CODED_UP_TO = 150_000_000
 
 
 def _saved_report(path: Path, digest: str | None) -> RiskReport | None:
