@@ -326,18 +326,6 @@ def _distinct_runs(placed: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray,
 
 
 @njit(nogil=True, cache=True)
-def _unit_major(units: np.ndarray, keys: np.ndarray, n_units: int) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct keys of each unit, sorted, from (unit, key) pairs in any order and with repeats: a
-    counting sort on the unit, then a sort and a pass dropping repeats inside each unit's (short) run,
-    compacted in place. Returns the unit offsets and the keys (the dtype of `keys`)."""
-    offsets = _counting_offsets(units, n_units)
-    placed = np.empty(len(keys), dtype=keys.dtype)
-    _place(units, keys, offsets[:-1].copy(), placed)
-    distinct, m = _distinct_runs(placed, offsets)
-    return distinct, placed[:m]  # a view: the repeats' tail is not worth a copy of the whole array
-
-
-@njit(nogil=True, cache=True)
 def _mark(codes: np.ndarray, seen: np.ndarray) -> None:
     for i in range(len(codes)):
         seen[codes[i]] = True
@@ -449,12 +437,10 @@ def best_slice(
 
 def unit_major(units: np.ndarray, keys: np.ndarray, n_units: int, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
     """The unit offsets and each unit's sorted distinct keys (the dtype of `keys`) of (unit, key) pairs given
-    in any order, with repeats. Holds 4 bytes per pair beside its inputs."""
-    if len(units) != len(keys):
-        raise ValueError(f"key sets: {len(units):,} units for {len(keys):,} keys")
-    _within("key sets' units", units, n_units)
-    _within("key sets' keys", keys, n_keys)
-    return _unit_major(units, keys, n_units)
+    in any order, with repeats: a counting sort on the unit, then a sort and a pass dropping repeats inside
+    each unit's (short) run, compacted in place. Holds 4 bytes per pair beside its inputs; the keys returned
+    are a view of an array that holds every pair read (its repeats' tail is not worth a copy here)."""
+    return unit_major_batches([(units, keys)], n_units, n_keys)
 
 
 def unit_major_batches(

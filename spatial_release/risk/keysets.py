@@ -20,6 +20,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from spatial_release.fileio import scratch_folder
 from spatial_release.risk import kernels
@@ -44,6 +45,10 @@ def _scalar(con: duckdb.DuckDBPyConnection, query: str):
     return con.execute(query).fetchall()[0][0]
 
 
+def _int32_pair(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
+    return batch.column(0).to_numpy().astype(np.int32, copy=False), batch.column(1).to_numpy().astype(np.int32, copy=False)
+
+
 def _batches(con: duckdb.DuckDBPyConnection, query: str, total: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Stream `query` (two integer columns) as int32 array pairs, `total` rows in all (else RuntimeError)."""
     at = 0
@@ -51,10 +56,7 @@ def _batches(con: duckdb.DuckDBPyConnection, query: str, total: int) -> Iterator
         n = batch.num_rows
         if at + n > total:
             raise RuntimeError(f"the key sets changed while read: more than the {total:,} pairs counted")
-        yield (
-            batch.column(0).to_numpy().astype(np.int32, copy=False),
-            batch.column(1).to_numpy().astype(np.int32, copy=False),
-        )
+        yield _int32_pair(batch)
         at += n
     if at != total:
         raise RuntimeError(f"the key sets changed while read: {at:,} pairs streamed, {total:,} counted")
@@ -144,12 +146,7 @@ def _streamed(con: duckdb.DuckDBPyConnection, query: str, limit: int | None) -> 
         rows += batch.num_rows
         if limit is not None and rows > limit:
             return None
-        batches.append(
-            (
-                batch.column(0).to_numpy().astype(np.int32, copy=False),
-                batch.column(1).to_numpy().astype(np.int32, copy=False),
-            )
-        )
+        batches.append(_int32_pair(batch))
     return batches
 
 
