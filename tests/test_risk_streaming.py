@@ -7,10 +7,13 @@ and on generated key set tables over a window of several files."""
 import itertools
 import json
 from datetime import date
+from pathlib import Path
 
 import geopandas as gpd
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from conftest import fixture_pings, uniqueness_policy_dict, write_policy
@@ -19,7 +22,7 @@ from spatial_release import stages
 from spatial_release.ledger import Ledger
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
-from spatial_release.risk import Adversary, RiskParams, decide, release_figure
+from spatial_release.risk import Adversary, RiskParams, decide, keysets, release_figure
 from spatial_release.risk.estimator import RiskReport, ZoneRisk, _intersect_sorted, estimate_key_sets
 from spatial_release.risk.keysets import KeySource, window_key_sets
 from spatial_release.risk.landscape import load_landscape
@@ -176,10 +179,15 @@ def _assess_both(ctx: stages.ReleaseContext, ledger: Ledger):
     assessment = stages.run_risk(ctx, ledger)
     policy = ctx.policy
     keys = reference_released_keys(ctx)
-    streamed = pd.read_parquet(ctx.area.unit_keys)
-    assert set(map(tuple, streamed[["unit", "key", "cell_id"]].to_numpy().tolist())) == set(
-        map(tuple, keys.to_numpy().tolist())
+    streamed = risk_stage.key_set_rows(ctx.area.unit_keys)
+    assert set(map(tuple, streamed[["unit", "key"]].to_numpy().tolist())) == set(
+        map(tuple, keys[["unit", "key"]].to_numpy().tolist())
     )
+    # the kept file names each key with one cell (the least of the leaves it covers), in the key's risk zone
+    kept_cell = streamed.drop_duplicates("key").set_index("key")["cell_id"]
+    zone = lambda cells: _risk_zone_of(ctx, cells).reindex(cells).to_numpy()  # noqa: E731
+    kept_zone = dict(zip(kept_cell.index, zone(kept_cell)))
+    assert kept_zone == dict(zip(keys["key"], zone(keys["cell_id"])))
     landscape_path = policy.resolve(policy.risk.landscape)
     landscape, _ = load_landscape(landscape_path)
     zone_of_key = pd.Series(_risk_zone_of(ctx, keys["cell_id"]).to_numpy(), index=keys["key"].to_numpy())
@@ -376,6 +384,77 @@ def test_key_sets_coded_from_the_work_area_are_those_of_the_key_set_file(tmp_pat
     assert from_area.digest() == from_file.digest() == reference.digest()
     membership = pd.read_parquet(ctx.area.counts / "membership.internal.parquet")
     assert membership["unit"].nunique() > from_area.units, "no unit is counted only in withheld cells: nothing dropped"
+
+
+def test_the_coded_key_set_file_the_risk_step_keeps_reads_back_as_the_same_key_sets(tmp_path, fixture_policy):
+    """The risk step keeps this release's key sets as a coded file (`keysets.write_coded`): coded again from
+    it, alone or beside an earlier release's file of either kind, they give the same arrays as the key set
+    rows, and its rows are those rows' (unit, key) pairs."""
+    ctx = protected_candidate(fixture_policy, tmp_path)
+    risk_stage.write_risk_areas(ctx)
+    rows_path = tmp_path / "keys.parquet"
+    risk_stage.write_released_keys(ctx.area, rows_path)
+    kept = risk_stage.keep_released_keys(ctx, None)
+    coded_path = ctx.area.unit_keys
+    counts = keysets.coded_file_counts(coded_path)
+    assert counts is not None and keysets.coded_file_counts(rows_path) is None
+    from_rows = risk_stage.window_key_sets(ctx, rows_path, [], [])
+    from_coded = risk_stage.window_key_sets(ctx, coded_path, [], [])
+    assert kept is not None and kept.digest() == from_coded.digest() == from_rows.digest()
+    assert counts == {"units": kept.units, "keys": kept.keys, "pairs": len(kept.unit_keys)}
+    assert keysets.file_rows(coded_path) == len(kept.unit_keys)
+    rows = pd.read_parquet(rows_path)
+    back = risk_stage.key_set_rows(coded_path)
+    assert len(back) == len(kept.unit_keys)
+    assert set(zip(back["unit"], back["key"])) == set(zip(rows["unit"], rows["key"]))
+    # a window of this release and an "earlier" one (here the same keys, renamed): the coded file and the
+    # rows give the same figures, whichever kind each part is read from
+    renamed = rows.assign(unit="earlier-" + rows["unit"])
+    earlier_rows = tmp_path / "earlier_rows.parquet"
+    renamed.to_parquet(earlier_rows)
+    mixed = risk_stage.window_key_sets(ctx, coded_path, [], [earlier_rows])
+    plain = risk_stage.window_key_sets(ctx, rows_path, [], [earlier_rows])
+    assert mixed.digest() == plain.digest() and mixed.units == 2 * kept.units
+    assert risk_stage.window_key_sets(ctx, rows_path, [], [coded_path]).units == kept.units  # one unit, two files
+
+
+def _rewritten(source: Path, target: Path, edit) -> Path:
+    """A copy of a coded key set file with its rows edited by `edit` (a DataFrame -> DataFrame), metadata kept."""
+    table = pq.read_table(source)
+    frame = edit(table.to_pandas())
+    pq.write_table(pa.Table.from_pandas(frame, schema=table.schema, preserve_index=False), target)
+    return target
+
+
+def test_a_coded_key_set_file_whose_codes_do_not_join_is_refused_naming_it(tmp_path, fixture_policy):
+    """A coded key set file is checked before it is read: a pair whose unit or key has no name row would be
+    dropped by the joins silently. Negative controls: a unit's name row removed, two units given one name, a
+    pair's key code out of range, a pair removed (the metadata's count), and another format version."""
+    ctx = protected_candidate(fixture_policy, tmp_path)
+    risk_stage.write_risk_areas(ctx)
+    assert risk_stage.keep_released_keys(ctx, None) is not None
+    good = ctx.area.unit_keys
+    is_unit = lambda f: f["u"].notna() & f["k"].isna()  # noqa: E731
+    is_pair = lambda f: f["u"].notna() & f["k"].notna()  # noqa: E731
+    first_unit = lambda f: is_unit(f) & (f["u"] == 0)  # noqa: E731
+    edits = {
+        "no_unit_name": lambda f: f[~first_unit(f)],
+        "same_name": lambda f: f.assign(
+            name=f["name"].where(~(is_unit(f) & (f["u"] == 1)), f.loc[first_unit(f), "name"].iloc[0])
+        ),
+        "key_out_of_range": lambda f: f.assign(k=f["k"].where(~(is_pair(f) & (f.index == f.index[is_pair(f)][0])), 10**6)),
+        "pair_removed": lambda f: f.drop(f.index[is_pair(f)][-1]),
+    }
+    for name, edit in edits.items():
+        bad = _rewritten(good, tmp_path / f"{name}.parquet", edit)
+        with pytest.raises(ValueError, match=f"{bad}: not a valid coded key set file"):
+            risk_stage.window_key_sets(ctx, bad, [], [])
+    table = pq.read_table(good)
+    other = tmp_path / "version.parquet"
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, keysets.FILE_FORMAT: b"2"}), other)
+    with pytest.raises(ValueError, match="coded key set file of version"):
+        risk_stage.window_key_sets(ctx, other, [], [])
+    assert risk_stage.window_key_sets(ctx, good, [], []).units > 0  # the unedited file reads
 
 
 def test_a_key_without_a_zone_is_refused():

@@ -21,8 +21,9 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from spatial_release.fileio import scratch_folder
+from spatial_release.fileio import atomic_path, scratch_folder
 from spatial_release.risk import kernels
 from spatial_release.risk.estimator import KeySets
 from spatial_release.risk.ranges import KeyRanges, range_bounds, spill_ranges
@@ -74,6 +75,8 @@ class KeySource:
     keys: str
     pairs: str
     exact: bool = True
+    # raises ValueError when the part's files cannot give the rows they claim (a coded key set file's codes)
+    validate: Callable[[duckdb.DuckDBPyConnection], None] | None = None
 
     @classmethod
     def of_rows(cls, relation: str) -> KeySource:
@@ -188,6 +191,9 @@ def load_key_sets(
     rows. Either road gives the same figures, so a wrong hint costs time, never a figure."""
     if not sources:
         raise ValueError("no key sets to read: the window names no part")
+    for source in sources:
+        if source.validate is not None:
+            source.validate(con)
     _number(con, sources)
     n_units = _scalar(con, "SELECT count(*) FROM risk_units")
     n_keys = _scalar(con, "SELECT count(*) FROM risk_keys")
@@ -200,15 +206,27 @@ def load_key_sets(
     batches = None if over else _streamed(con, coded, ranges_above)
     if batches is None:
         return _in_ranges(con, sources, coded, zone_of_cells, n_units, n_keys, scratch)
+    return _whole(con, batches, n_units, n_keys, zone_of_cells)[0]
+
+
+def _whole(
+    con: duckdb.DuckDBPyConnection,
+    batches: list[tuple[np.ndarray, np.ndarray]],
+    n_units: int,
+    n_keys: int,
+    zone_of_cells: Callable[[pd.Series], pd.Series],
+) -> tuple[KeySets, np.ndarray, np.ndarray]:
+    """The KeySets of the streamed coded pairs, and which of the numbered units and keys they hold (the
+    others are dropped and the codes renumbered: a unit counted only in withheld cells)."""
     unit_offsets, unit_keys = kernels.unit_major_batches(batches, n_units, n_keys)
-    # drop the units and keys the parts named but no pair holds (a unit counted only in withheld cells)
-    unit_offsets = np.concatenate(([0], unit_offsets[1:][np.diff(unit_offsets) > 0]))
+    held_units = np.diff(unit_offsets) > 0
+    unit_offsets = np.concatenate(([0], unit_offsets[1:][held_units]))
     held_keys = kernels.codes_held(unit_keys, n_keys)
     key_zone = _key_zones(con, zone_of_cells, held_keys)
     # unit_major's view holds every row read, repeats too: keep the distinct pairs only
     unit_keys = unit_keys.copy() if held_keys.all() else _compacted(unit_keys, held_keys)
     key_offsets, key_units = kernels.key_major(unit_offsets, unit_keys, len(key_zone), np.int32)
-    return KeySets(key_zone, unit_offsets, unit_keys, key_offsets, key_units)
+    return KeySets(key_zone, unit_offsets, unit_keys, key_offsets, key_units), held_units, held_keys
 
 
 def window_key_sets(
@@ -237,5 +255,191 @@ def window_key_sets(
                 )
                 sources.append(KeySource.of_rows("window_keys"))
             return load_key_sets(con, sources, zone_of_cells, ranges_above, scratch, rows_hint)
+        finally:
+            con.close()
+
+
+# ------------------------------------------------------------------ the coded key set file
+#
+# A release's key sets are kept (risk/unit_keys.internal.parquet) for the later releases of its window and for
+# reviews. Kept as (unit, key, cell_id) strings, writing them took 15-20 s of the 50 M-ping risk step (118 M
+# rows, 621 MB) and every reader coded the strings again. The coded file holds the arrays the estimate reads:
+# one Parquet file (so one atomic rename) of three kinds of rows, told apart by which codes are null:
+#   unit rows  (u, NULL, unit name, NULL)     u = 0..units-1, in the units' sort order
+#   key rows   (NULL, k, key name, cell_id)   k = 0..keys-1, in the keys' sort order; cell_id: the least cell
+#                                              named with the key (the one its risk zone is read from)
+#   pair rows  (u, k, NULL, NULL)             every distinct (unit, key) pair, unit-major
+# Its schema metadata marks the format and the number of rows of each kind, which a reader checks.
+
+FILE_FORMAT = b"spatial_release.coded_key_sets"
+FILE_VERSION = b"1"
+_SCHEMA = pa.schema([("u", pa.int32()), ("k", pa.int32()), ("name", pa.string()), ("cell_id", pa.string())])
+_WRITE_ROWS = 4_000_000
+
+
+def _parquet(path: Path) -> str:
+    return "read_parquet('" + str(path).replace("'", "''") + "')"
+
+
+def coded_file_counts(path: Path) -> dict[str, int] | None:
+    """The units, keys and pairs a coded key set file says it holds, or None for a file of (unit, key,
+    cell_id) rows. Raises ValueError naming the file when it claims the format but not its version."""
+    metadata = pq.read_schema(path).metadata or {}
+    if metadata.get(FILE_FORMAT) is None:
+        return None
+    if metadata[FILE_FORMAT] != FILE_VERSION:
+        raise ValueError(f"{path}: coded key set file of version {metadata[FILE_FORMAT]!r}, expected {FILE_VERSION!r}")
+    try:
+        return {name: int(metadata[name.encode()]) for name in ("units", "keys", "pairs")}
+    except (KeyError, ValueError) as error:
+        raise ValueError(f"{path}: coded key set file without its row counts ({error})") from None
+
+
+def file_rows(path: Path) -> int:
+    """The (unit, key) rows of a key set file of either kind, from its Parquet metadata (no scan)."""
+    counts = coded_file_counts(path)
+    return pq.ParquetFile(path).metadata.num_rows if counts is None else counts["pairs"]
+
+
+def write_coded(
+    con: duckdb.DuckDBPyConnection, path: Path, sets: KeySets, held_units: np.ndarray, held_keys: np.ndarray
+) -> None:
+    """Write `sets` as a coded key set file, naming its units and keys from the tables risk_units and
+    risk_keys (`_number`) of which they hold `held_units` and `held_keys`; atomically."""
+    names = con.sql("SELECT unit FROM risk_units ORDER BY u").to_arrow_table().column(0).combine_chunks()
+    keys = con.sql("SELECT key, cell_id FROM risk_keys ORDER BY k").to_arrow_table()
+    names = names.filter(pa.array(held_units)).cast(pa.string())
+    keys = keys.filter(pa.array(held_keys))
+    n_units, n_keys, n_pairs = len(names), keys.num_rows, len(sets.unit_keys)
+    if (n_units, n_keys) != (sets.units, sets.keys):
+        raise RuntimeError(f"key sets of {sets.units} units and {sets.keys} keys named by {n_units} and {n_keys}")
+    metadata = {FILE_FORMAT: FILE_VERSION, b"units": b"%d" % n_units, b"keys": b"%d" % n_keys, b"pairs": b"%d" % n_pairs}
+    schema = _SCHEMA.with_metadata(metadata)
+    no_code = lambda n: pa.nulls(n, pa.int32())  # noqa: E731
+    no_name = lambda n: pa.nulls(n, pa.string())  # noqa: E731
+    with atomic_path(path) as tmp:
+        # no dictionary and no statistics for the codes: 118 M pairs in about 6 s, where the defaults took 40 s
+        with pq.ParquetWriter(
+            tmp, schema, compression="snappy", use_dictionary=["name", "cell_id"], write_statistics=False
+        ) as out:
+            codes = pa.array(np.arange(n_units, dtype=np.int32))
+            out.write_batch(pa.record_batch([codes, no_code(n_units), names, no_name(n_units)], schema=schema))
+            codes = pa.array(np.arange(n_keys, dtype=np.int32))
+            key_names, cells = (keys.column(c).combine_chunks().cast(pa.string()) for c in ("key", "cell_id"))
+            out.write_batch(pa.record_batch([no_code(n_keys), codes, key_names, cells], schema=schema))
+            pair_units = np.repeat(np.arange(n_units, dtype=np.int32), np.diff(sets.unit_offsets))
+            for start in range(0, n_pairs, _WRITE_ROWS):
+                stop = min(start + _WRITE_ROWS, n_pairs)
+                columns = [pair_units[start:stop], sets.unit_keys[start:stop].astype(np.int32, copy=False)]
+                out.write_batch(
+                    pa.record_batch([*map(pa.array, columns), no_name(stop - start), no_name(stop - start)], schema=schema)
+                )
+
+
+def _check_coded_file(con: duckdb.DuckDBPyConnection, path: Path, counts: dict[str, int]) -> None:
+    """Raise ValueError naming `path` unless its rows are what a coded key set file's readers join on: unit and
+    key rows numbered 0..n-1 once each, with distinct names (and a cell for each key), and pairs whose codes
+    are numbered, each unit and key holding one at least, as many as the metadata says. (A code without its
+    name row would drop its pairs from the joins silently.)"""
+    f = _parquet(path)
+    units, keys, pairs = counts["units"], counts["keys"], counts["pairs"]
+    row = con.execute(
+        "SELECT "
+        "count(*) FILTER (WHERE u IS NOT NULL AND k IS NULL), count(DISTINCT u) FILTER (WHERE k IS NULL), "
+        "count(DISTINCT name) FILTER (WHERE k IS NULL), min(u) FILTER (WHERE k IS NULL), max(u) FILTER (WHERE k IS NULL), "
+        "count(*) FILTER (WHERE k IS NOT NULL AND u IS NULL), count(DISTINCT k) FILTER (WHERE u IS NULL), "
+        "count(DISTINCT name) FILTER (WHERE u IS NULL), count(cell_id) FILTER (WHERE u IS NULL), "
+        "min(k) FILTER (WHERE u IS NULL), max(k) FILTER (WHERE u IS NULL), "
+        "count(*) FILTER (WHERE u IS NOT NULL AND k IS NOT NULL), count(DISTINCT u) FILTER (WHERE k IS NOT NULL), "
+        "count(DISTINCT k) FILTER (WHERE u IS NOT NULL), min(u) FILTER (WHERE k IS NOT NULL), "
+        "max(u) FILTER (WHERE k IS NOT NULL), min(k) FILTER (WHERE u IS NOT NULL), max(k) FILTER (WHERE u IS NOT NULL), "
+        f"count(*) FILTER (WHERE u IS NULL AND k IS NULL) FROM {f}"
+    ).fetchone()
+    assert row is not None
+    (u_rows, u_codes, u_names, u_min, u_max, k_rows, k_codes, k_names, k_cells, k_min, k_max) = row[:11]
+    (p_rows, p_units, p_keys, pu_min, pu_max, pk_min, pk_max, neither) = row[11:]
+    wrong = []
+    if (u_rows, u_codes, u_names) != (units, units, units) or (units and (u_min, u_max) != (0, units - 1)):
+        wrong.append(
+            f"unit rows: {u_rows} rows, {u_codes} codes in [{u_min}, {u_max}], {u_names} names; "
+            f"expected {units} of each, codes 0..{units - 1}"
+        )
+    if (k_rows, k_codes, k_names, k_cells) != (keys, keys, keys, keys) or (keys and (k_min, k_max) != (0, keys - 1)):
+        wrong.append(
+            f"key rows: {k_rows} rows, {k_codes} codes in [{k_min}, {k_max}], {k_names} names, {k_cells} cells; "
+            f"expected {keys} of each, codes 0..{keys - 1}"
+        )
+    if p_rows != pairs or (p_units, p_keys) != (units, keys):
+        wrong.append(
+            f"pair rows: {p_rows} pairs holding {p_units} units and {p_keys} keys; "
+            f"expected {pairs} pairs holding all {units} and {keys}"
+        )
+    elif pairs and (pu_min < 0 or pk_min < 0 or pu_max >= units or pk_max >= keys):
+        wrong.append(
+            f"pair rows: codes outside the numbered units and keys (units [{pu_min}, {pu_max}], keys [{pk_min}, {pk_max}])"
+        )
+    if neither:
+        wrong.append(f"{neither} rows with neither a unit nor a key code")
+    if wrong:
+        raise ValueError(f"{path}: not a valid coded key set file: " + "; ".join(wrong))
+
+
+def coded_file_source(path: Path) -> KeySource:
+    """The part of a coded key set file (`write_coded`), its codes joined to the window's numbering through
+    the names of its units and keys (a few hundred thousand rows): no key string per pair. Checked before it
+    is read (`_check_coded_file`)."""
+    counts = coded_file_counts(path)
+    if counts is None:
+        raise ValueError(f"{path}: not a coded key set file")
+    f = _parquet(path)
+    unit_rows = f"(SELECT u AS at, name FROM {f} WHERE k IS NULL)"
+    key_rows = f"(SELECT k AS at, name, cell_id FROM {f} WHERE u IS NULL)"
+    return KeySource(
+        units=f"SELECT name AS unit FROM {unit_rows}",
+        keys=f"SELECT name AS key, cell_id FROM {key_rows}",
+        pairs=(
+            f"SELECT um.u, km.k FROM (SELECT u, k FROM {f} WHERE u IS NOT NULL AND k IS NOT NULL) p "
+            f"JOIN (SELECT f.at, r.u FROM {unit_rows} f JOIN risk_units r ON r.unit = f.name) um ON um.at = p.u "
+            f"JOIN (SELECT f.at, r.k FROM {key_rows} f JOIN risk_keys r ON r.key = f.name) km ON km.at = p.k"
+        ),
+        exact=True,
+        validate=lambda con: _check_coded_file(con, path, counts),
+    )
+
+
+def coded_file_rows(path: Path) -> str:
+    """A DuckDB query of the (unit, key, cell_id) rows of a coded key set file (a key's cell: its least)."""
+    f = _parquet(path)
+    return (
+        f"SELECT un.name AS unit, kn.name AS key, kn.cell_id "
+        f"FROM (SELECT u, k FROM {f} WHERE u IS NOT NULL AND k IS NOT NULL) p "
+        f"JOIN (SELECT u, name FROM {f} WHERE k IS NULL) un ON un.u = p.u "
+        f"JOIN (SELECT k, name, cell_id FROM {f} WHERE u IS NULL) kn ON kn.k = p.k"
+    )
+
+
+def code_and_keep(
+    source: KeySource,
+    zone_of_cells: Callable[[pd.Series], pd.Series],
+    limit: int,
+    scratch: Path | None,
+    path: Path,
+) -> KeySets | None:
+    """The KeySets of one part (as `load_key_sets` codes it alone), also written to `path` as a coded key set
+    file; None, with nothing written, as soon as the part streams more than `limit` rows."""
+    with scratch_folder(scratch, "risk-keys") as spill:
+        con = connect(spill)
+        try:
+            if source.validate is not None:
+                source.validate(con)
+            _number(con, [source])
+            n_units = _scalar(con, "SELECT count(*) FROM risk_units")
+            n_keys = _scalar(con, "SELECT count(*) FROM risk_keys")
+            batches = _streamed(con, f"SELECT u, k FROM ({source.pairs})", limit)
+            if batches is None:
+                return None
+            sets, held_units, held_keys = _whole(con, batches, n_units, n_keys, zone_of_cells)
+            write_coded(con, path, sets, held_units, held_keys)
+            return sets
         finally:
             con.close()

@@ -13,13 +13,12 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from spatial_release.fileio import atomic_path, scratch_folder, sha256_file
 from spatial_release.ledger import Ledger, LedgerCorrupt, ReleaseEntry
 from spatial_release.levels import LEAF
 from spatial_release.period import Period
-from spatial_release.policy import Policy
+from spatial_release.policy import Policy, RiskSpec
 from spatial_release.risk import BLOCK, Adversary, ZoneRisk, decide, keysets, pooled_figure, public_ratio, release_figure
 from spatial_release.risk.estimator import KeySets, RiskParams, RiskReport, estimate_digest, estimate_key_sets
 from spatial_release.risk.landscape import Landscape, load_landscape, read_population_table
@@ -396,7 +395,10 @@ def window_key_sets(
     generated pings (1.2 G rows) the coded join, whose published side holds every published key once per leaf
     it covers, ran DuckDB out of its 1 GB; the key set file's road is the one measured there (3,233 s, 4.7 GB)."""
     earlier_keys = _earlier_keys(ctx, earlier) if earlier_keys is None else earlier_keys
-    selects = [f"SELECT unit, key, cell_id FROM {_parquet(p)}" for p in earlier_keys]
+    selects: list[str] = []
+    files: list[keysets.KeySource] = []
+    for path in earlier_keys:
+        _key_set_part(path, selects, files)
     frames, coded = None, None
     current = (written or ctx.area.unit_keys) if unit_keys is None else unit_keys
     rows_hint = _rows_in([*earlier_keys, *([] if isinstance(current, pd.DataFrame) else [Path(current)])])
@@ -416,17 +418,43 @@ def window_key_sets(
         selects.insert(0, "SELECT unit, key, cell_id FROM current_keys")
         frames = {"current_keys": unit_keys}
     else:
-        selects.insert(0, f"SELECT unit, key, cell_id FROM {_parquet(Path(unit_keys))}")
+        _key_set_part(Path(unit_keys), selects, files)
+    coded = [*(coded or []), *files]
     zones = lambda cells: _risk_zone_of(ctx, cells)  # noqa: E731
     return keysets.window_key_sets(selects, zones, frames, ranges_above, coded, ctx.area.risk, rows_hint)
 
 
-def _rows_in(paths: list[Path]) -> int | None:
-    """The rows of the key set files, from their Parquet metadata (no scan), or None when one is unreadable:
-    the risk step has just written this release's file from the same rows it codes from the work area."""
+def _key_set_part(path: Path, selects: list[str], files: list[keysets.KeySource]) -> None:
+    """Add a key set file to the window's parts: a coded one (what the risk step keeps, `keysets.write_coded`)
+    as a coded part, one of (unit, key, cell_id) rows (over `CODED_UP_TO`, or written before the coded
+    files) as a query. Either gives the same figures, in any order: the window is numbered over all parts."""
+    if keysets.coded_file_counts(path) is not None:
+        files.append(keysets.coded_file_source(path))
+    else:
+        selects.append(f"SELECT unit, key, cell_id FROM {_parquet(path)}")
+
+
+def key_set_rows(path: Path) -> pd.DataFrame:
+    """The (unit, key, cell_id) rows of a key set file of either kind, for a notebook or a test (whole in
+    memory: small releases only)."""
+    con = duckdb.connect()
     try:
-        return sum(pq.ParquetFile(path).metadata.num_rows for path in paths)
-    except (OSError, pa.ArrowException):
+        query = (
+            keysets.coded_file_rows(path)
+            if keysets.coded_file_counts(path) is not None
+            else (f"SELECT unit, key, cell_id FROM {_parquet(path)}")
+        )
+        return con.sql(query).df()
+    finally:
+        con.close()
+
+
+def _rows_in(paths: list[Path]) -> int | None:
+    """The (unit, key) rows of the key set files, from their Parquet metadata (no scan), or None when one is
+    unreadable: the risk step has just written this release's file from the same rows it codes."""
+    try:
+        return sum(keysets.file_rows(path) for path in paths)
+    except (OSError, ValueError, pa.ArrowException):
         return None
 
 
@@ -510,7 +538,9 @@ def window_inputs_digest(
                 {
                     row[0]
                     for path in sources
-                    for row in con.execute(f"SELECT DISTINCT cell_id FROM {_parquet(path)}").fetchall()
+                    for row in con.execute(
+                        f"SELECT DISTINCT cell_id FROM {_parquet(path)} WHERE cell_id IS NOT NULL"
+                    ).fetchall()
                 }
             ),
             dtype=object,
@@ -549,6 +579,7 @@ def estimate_window(
     population: dict[str, float] | None,
     started: float,
     keys_from_area: bool = False,
+    this_release: KeySets | None = None,
 ) -> RiskReport:
     """The estimate over this release's key sets and the earlier ones of the window. When this release's key
     sets derive from the work area (the publish step, or the risk step that has just derived them), an
@@ -564,15 +595,25 @@ def estimate_window(
     saved = _saved_report(ctx.area.risk / ESTIMATE_BY_INPUTS, inputs)
     if saved is not None:
         return saved
-    # keys just derived from the work area are coded from it again rather than read back from their file
-    # (below the row limit: see window_key_sets)
-    written = unit_keys if keys_from_area and isinstance(unit_keys, Path) else None
-    current = None if keys_from_area else unit_keys
-    sets = window_key_sets(ctx, current, earlier, earlier_keys, RANGES_ABOVE, written)
+    sets: KeySets | KeyRanges
+    if this_release is not None and not earlier_keys:
+        sets = this_release  # the window is this release alone: the arrays its numbering gives, as coded
+    elif keys_from_area and isinstance(unit_keys, Path) and keysets.coded_file_counts(unit_keys) is None:
+        # a file of rows just derived from the work area (over CODED_UP_TO): see window_key_sets
+        sets = window_key_sets(ctx, None, earlier, earlier_keys, RANGES_ABOVE, unit_keys)
+    else:
+        current = None if keys_from_area and not isinstance(unit_keys, Path) else unit_keys
+        sets = window_key_sets(ctx, current, earlier, earlier_keys, RANGES_ABOVE)
     report = estimate_once(ctx.area, sets, params, population, started)
     if inputs is not None:
         reuse.save(ctx.area.risk / ESTIMATE_BY_INPUTS, inputs, report.to_json())
     return report
+
+
+def _required_risk(policy: Policy) -> RiskSpec:
+    if policy.risk is None:
+        raise ValueError(f"{policy.path}: no 'risk' section: a release without a risk estimate is blocked")
+    return policy.risk
 
 
 def assess_risk(
@@ -582,6 +623,7 @@ def assess_risk(
     earlier: list[ReleaseEntry] | None = None,
     keys_from_area: bool = False,
     rung: str | None = None,
+    this_release: KeySets | None = None,
 ) -> RiskAssessment:
     """Per-zone risk of this release plus the earlier ones in the window, and the gate's decision.
 
@@ -592,15 +634,13 @@ def assess_risk(
     candidate's cells (`rung`: on the cells at that rung of the time ladder instead, for a coarsening proposal)
     and gate; the uniqueness figure is reported beside them as the upper bound."""
     policy, period = ctx.policy, ctx.period
-    if policy.risk is None:
-        raise ValueError(f"{policy.path}: no 'risk' section: a release without a risk estimate is blocked")
-    risk = policy.risk
+    risk = _required_risk(policy)
     landscape_path = policy.resolve(risk.landscape)
     landscape, landscape_sha = load_landscape(landscape_path)
     earlier = earlier_releases(policy, period, ledger, release_inputs(ctx)) if earlier is None else earlier
     started = time.perf_counter()
     params, population = landscape.params(), zone_population(policy, landscape, landscape_path, ctx.layers)
-    report = estimate_window(ctx, unit_keys, earlier, params, population, started, keys_from_area)
+    report = estimate_window(ctx, unit_keys, earlier, params, population, started, keys_from_area, this_release)
     # The gated figure follows the landscape's adversary (itself fixed by who is in the panel); every
     # figure of the report is labelled with the adversary it belongs to.
     adversary = Adversary(landscape.adversary)
@@ -766,14 +806,28 @@ def _with_proposal(assessment: RiskAssessment, proposals: list[dict]) -> RiskAss
     return replace(assessment, reason=assessment.reason + note, coarsening=proposals)
 
 
+def keep_released_keys(ctx: ReleaseContext, ladder: Path | None) -> KeySets | None:
+    """Code this release's key sets straight from the work area and keep them as its coded key set file
+    (`keysets.write_coded`), returning them; over `CODED_UP_TO` rows keep them as (unit, key, cell_id) rows
+    instead (written by DuckDB, for the ranged road) and return None. At 50 M generated pings the rows took
+    15-20 s to write and the coded file about 6 s, and the estimate reuses the arrays instead of coding again."""
+    zones = lambda cells: _risk_zone_of(ctx, cells)  # noqa: E731
+    source = released_key_source(ctx.area, ladder)
+    sets = keysets.code_and_keep(source, zones, CODED_UP_TO, ctx.area.risk, ctx.area.unit_keys)
+    if sets is None:
+        write_released_keys(ctx.area, ctx.area.unit_keys, ladder)
+    return sets
+
+
 def run_risk(ctx: ReleaseContext, ledger: Ledger) -> RiskAssessment:
     """Keep the candidate's per-unit key sets (internal, for later releases and reviews) and assess its risk;
     when the gate blocks a policy with a time ladder, say which rung would pass (`propose_coarsening`)."""
+    _required_risk(ctx.policy)  # before anything is coded: the key sets' zones are the policy's risk zones
     ctx.area.risk.mkdir(parents=True, exist_ok=True)
     ladder = write_ladder_buckets(ctx)
     write_risk_areas(ctx)
-    write_released_keys(ctx.area, ctx.area.unit_keys, ladder)
-    assessment = assess_risk(ctx, ledger, ctx.area.unit_keys, keys_from_area=True)
+    this_release = keep_released_keys(ctx, ladder)
+    assessment = assess_risk(ctx, ledger, ctx.area.unit_keys, keys_from_area=True, this_release=this_release)
     if assessment.status == BLOCK and ladder is not None:
         assessment = _with_proposal(assessment, propose_coarsening(ctx, ledger, ladder))
     assessment.write(ctx.area.risk)
