@@ -6,6 +6,7 @@ refusal, never a wrong figure, when a range's file is not what was written."""
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import uniqueness_policy_dict, write_policy
 from hypothesis import given, settings
@@ -245,3 +246,48 @@ def test_the_risk_stage_over_its_row_limit_estimates_in_ranges_with_the_same_fig
         whole.units,
         whole.keys,
     )
+
+
+def test_over_the_coded_limit_or_out_of_memory_the_risk_step_keeps_rows_and_gives_the_same_figures(
+    tmp_path, monkeypatch, fixture_traces
+):
+    """The risk step keeps a coded key set file when this release's key sets fit `CODED_UP_TO` rows; over it,
+    or when the coded join runs out of DuckDB's memory (as it did at 500 M pings), it keeps (unit, key, cell_id)
+    rows instead, estimates from them, and the figures are the same. Negative control: under the limit the
+    file is the coded kind."""
+    import duckdb
+
+    from spatial_release.risk import keysets
+
+    policy = load_policy(write_policy(tmp_path, uniqueness_policy_dict(str(fixture_traces))))
+    ctx = protected_candidate(policy, tmp_path)
+    ledger = Ledger(tmp_path / "ledger", tmp_path / "releases")
+    whole = stages.run_risk(ctx, ledger)
+    assert keysets.coded_file_counts(ctx.area.unit_keys) is not None
+
+    real_streamed, calls = keysets._streamed, []
+
+    def out_of_memory_once(*args):  # the keeping's coded join runs out; the estimate's reading does not
+        calls.append(1)
+        if len(calls) == 1:
+            raise duckdb.OutOfMemoryException("failed to allocate data of size 1.0 GiB")
+        return real_streamed(*args)
+
+    for name, value in (("CODED_UP_TO", 0), ("_streamed", out_of_memory_once)):
+        for saved in ctx.area.risk.glob("estimate*.internal.json"):  # no reuse: the estimate runs again
+            saved.unlink()
+        with monkeypatch.context() as patch:
+            patch.setattr(risk_stage if name == "CODED_UP_TO" else keysets, name, value)
+            again = stages.run_risk(ctx, ledger)
+        assert keysets.coded_file_counts(ctx.area.unit_keys) is None, name
+        assert len(pd.read_parquet(ctx.area.unit_keys, columns=["unit", "key"]).drop_duplicates()) == sum(
+            np.diff(risk_stage.window_key_sets(ctx, None, [], []).unit_offsets)
+        )
+        assert again.zones == whole.zones, name
+        assert name == "CODED_UP_TO" or len(calls) > 1, "the coded join was not tried"
+        assert (again.status, again.release_figure, again.units, again.keys) == (
+            whole.status,
+            whole.release_figure,
+            whole.units,
+            whole.keys,
+        ), name

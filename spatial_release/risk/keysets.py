@@ -9,6 +9,10 @@ Python never holds a row per ping or per membership row, nor any key string but 
 is the unit and key tables plus, while they are built, about 12 bytes per (unit, key) row read (the streamed
 pair and its place in the unit-major order; the streamed pairs are dropped before the key-major copy is
 made), and 8 bytes per distinct pair after; DuckDB spills within its memory limit.
+
+A release's key sets are kept for the later releases of its window and for reviews as a coded key set file
+(`write_coded`, read back by `coded_file_source`): the names of its units and keys once, and its pairs as
+integer codes.
 """
 
 from __future__ import annotations
@@ -426,7 +430,8 @@ def code_and_keep(
     path: Path,
 ) -> KeySets | None:
     """The KeySets of one part (as `load_key_sets` codes it alone), also written to `path` as a coded key set
-    file; None, with nothing written, as soon as the part streams more than `limit` rows."""
+    file; None, with nothing written, as soon as the part streams more than `limit` rows (or its join runs
+    out of DuckDB's memory)."""
     with scratch_folder(scratch, "risk-keys") as spill:
         con = connect(spill)
         try:
@@ -435,7 +440,12 @@ def code_and_keep(
             _number(con, [source])
             n_units = _scalar(con, "SELECT count(*) FROM risk_units")
             n_keys = _scalar(con, "SELECT count(*) FROM risk_keys")
-            batches = _streamed(con, f"SELECT u, k FROM ({source.pairs})", limit)
+            try:
+                batches = _streamed(con, f"SELECT u, k FROM ({source.pairs})", limit)
+            except duckdb.OutOfMemoryException:
+                # the join's published side outgrew DuckDB's limit (it did at 500 M generated pings, 1.2 G rows,
+                # on the ranged road): a part that large is over `limit` anyway
+                return None
             if batches is None:
                 return None
             sets, held_units, held_keys = _whole(con, batches, n_units, n_keys, zone_of_cells)

@@ -383,31 +383,28 @@ def window_key_sets(
     earlier: list[ReleaseEntry],
     earlier_keys: list[Path] | None = None,
     ranges_above: int | None = None,
-    written: Path | None = None,
 ) -> KeySets | KeyRanges:
-    """The coded key sets of this release (a DataFrame, a key set file, or None: coded straight from the work
-    area's memberships and candidate, `released_key_source`) and of the earlier releases of the window
-    (`earlier_keys`: their key set files, when already found), built in DuckDB; in ranges of units on disk
-    above `ranges_above` rows.
+    """The coded key sets of this release (a DataFrame, a key set file of either kind, or None: coded straight
+    from the work area's memberships and candidate, `released_key_source`) and of the earlier releases of the
+    window (`earlier_keys`: their key set files, when already found), built in DuckDB; in ranges of units on
+    disk above `ranges_above` rows.
 
-    Over that limit (or `CODED_UP_TO`) this release's key sets are read from a key set file instead:
-    `written` (the one the risk step has just written from the same work area), else one written now. At 500 M
-    generated pings (1.2 G rows) the coded join, whose published side holds every published key once per leaf
-    it covers, ran DuckDB out of its 1 GB; the key set file's road is the one measured there (3,233 s, 4.7 GB)."""
+    Derived from the work area over that limit (or `CODED_UP_TO`; the rows hinted by the key set file the risk
+    step kept), this release's key sets are read from (unit, key, cell_id) rows written to scratch first. At
+    500 M generated pings (1.2 G rows) the coded join, whose published side holds every published key once per
+    leaf it covers, ran DuckDB out of its 1 GB; the rows' road is the one measured there (3,233 s, 4.7 GB)."""
     earlier_keys = _earlier_keys(ctx, earlier) if earlier_keys is None else earlier_keys
     selects: list[str] = []
     files: list[keysets.KeySource] = []
     for path in earlier_keys:
         _key_set_part(path, selects, files)
     frames, coded = None, None
-    current = (written or ctx.area.unit_keys) if unit_keys is None else unit_keys
+    current = ctx.area.unit_keys if unit_keys is None else unit_keys
     rows_hint = _rows_in([*earlier_keys, *([] if isinstance(current, pd.DataFrame) else [Path(current)])])
     if rows_hint is not None and isinstance(current, pd.DataFrame):
         rows_hint += len(current)
     limit = CODED_UP_TO if ranges_above is None else min(ranges_above, CODED_UP_TO)
     if unit_keys is None and rows_hint is not None and rows_hint > limit:
-        if written is not None:
-            return window_key_sets(ctx, written, earlier, earlier_keys, ranges_above)
         with scratch_folder(ctx.area.risk, "released-keys") as folder:
             path = Path(folder) / "unit_keys.parquet"
             write_released_keys(ctx.area, path, write_ladder_buckets(ctx))
@@ -598,10 +595,9 @@ def estimate_window(
     sets: KeySets | KeyRanges
     if this_release is not None and not earlier_keys:
         sets = this_release  # the window is this release alone: the arrays its numbering gives, as coded
-    elif keys_from_area and isinstance(unit_keys, Path) and keysets.coded_file_counts(unit_keys) is None:
-        # a file of rows just derived from the work area (over CODED_UP_TO): see window_key_sets
-        sets = window_key_sets(ctx, None, earlier, earlier_keys, RANGES_ABOVE, unit_keys)
     else:
+        # the file the risk step has just kept is read (coded: its codes joined to the window's numbering; rows:
+        # kept so because the coded join was over its limit, so not tried again)
         current = None if keys_from_area and not isinstance(unit_keys, Path) else unit_keys
         sets = window_key_sets(ctx, current, earlier, earlier_keys, RANGES_ABOVE)
     report = estimate_once(ctx.area, sets, params, population, started)
