@@ -224,7 +224,7 @@ def test_the_risk_stage_over_its_row_limit_estimates_in_ranges_with_the_same_fig
     for saved in ctx.area.risk.glob("estimate*.internal.json"):  # no reuse: the estimate runs again
         saved.unlink()
     seen = []
-    real = risk_stage.estimate_key_ranges
+    real, real_source = risk_stage.estimate_key_ranges, risk_stage.released_key_source
 
     def spy(held, *args):
         seen.append((len(held), Path(held.folder.name)))
@@ -237,6 +237,13 @@ def test_the_risk_stage_over_its_row_limit_estimates_in_ranges_with_the_same_fig
     monkeypatch.setattr(risk_stage, "released_key_source", lambda *args: pytest.fail("coded join over the limit"))
     again = stages.assess_risk(ctx, ledger, ctx.area.unit_keys, keys_from_area=True)
     assert len(seen) == 1 and seen[0][0] > 1, "the estimate did not go by ranges"
+    # the risk step itself, which holds this release's coded key sets (coded by the join), reads them back in
+    # ranges too
+    for saved in ctx.area.risk.glob("estimate*.internal.json"):
+        saved.unlink()
+    monkeypatch.setattr(risk_stage, "released_key_source", real_source)
+    assert stages.run_risk(ctx, ledger).zones == whole.zones
+    assert len(seen) == 2 and seen[1][0] > 1, "the risk step's estimate did not go by ranges"
     assert seen[0][1].parent == ctx.area.risk  # per-unit rows: in the work area, whose step lock sweeps them
     assert not seen[0][1].exists()
     assert again.zones == whole.zones

@@ -593,7 +593,7 @@ def estimate_window(
     if saved is not None:
         return saved
     sets: KeySets | KeyRanges
-    if this_release is not None and not earlier_keys:
+    if this_release is not None and not earlier_keys and len(this_release.unit_keys) <= RANGES_ABOVE:
         sets = this_release  # the window is this release alone: the arrays its numbering gives, as coded
     else:
         # the file the risk step has just kept is read (coded: its codes joined to the window's numbering; rows:
