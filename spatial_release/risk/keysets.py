@@ -94,9 +94,13 @@ class KeySource:
         )
 
 
-def _number(con: duckdb.DuckDBPyConnection, sources: list[KeySource]) -> None:
-    """risk_units and risk_keys: every unit and key the parts name, numbered in their sort order (as
-    pandas.factorize(sort=True) would); a key's cell is the least of those named with it."""
+def _number(con: duckdb.DuckDBPyConnection, sources: list[KeySource]) -> tuple[int, int]:
+    """risk_units and risk_keys: every unit and key the parts name (each part checked first, `validate`),
+    numbered in their sort order (as pandas.factorize(sort=True) would); a key's cell is the least of those
+    named with it. Returns how many units and keys are numbered."""
+    for source in sources:
+        if source.validate is not None:
+            source.validate(con)
     units = " UNION ALL ".join(f"SELECT unit FROM ({s.units})" for s in sources)
     keys = " UNION ALL ".join(f"SELECT key, cell_id FROM ({s.keys})" for s in sources)
     con.execute(
@@ -107,6 +111,7 @@ def _number(con: duckdb.DuckDBPyConnection, sources: list[KeySource]) -> None:
         f"CREATE OR REPLACE TEMP TABLE risk_keys AS SELECT key, cell_id, (row_number() OVER (ORDER BY key)"
         f" - 1)::INTEGER AS k FROM (SELECT key, min(cell_id) AS cell_id FROM ({keys}) WHERE key IS NOT NULL GROUP BY key)"
     )
+    return _scalar(con, "SELECT count(*) FROM risk_units"), _scalar(con, "SELECT count(*) FROM risk_keys")
 
 
 def _key_zones(
@@ -195,12 +200,7 @@ def load_key_sets(
     rows. Either road gives the same figures, so a wrong hint costs time, never a figure."""
     if not sources:
         raise ValueError("no key sets to read: the window names no part")
-    for source in sources:
-        if source.validate is not None:
-            source.validate(con)
-    _number(con, sources)
-    n_units = _scalar(con, "SELECT count(*) FROM risk_units")
-    n_keys = _scalar(con, "SELECT count(*) FROM risk_keys")
+    n_units, n_keys = _number(con, sources)
     # The coded pairs are streamed as they come out of the joins, repeats and all, and sorted and made distinct
     # in compiled loops (kernels.unit_major_batches, key_major): a DISTINCT and two ORDER BYs in DuckDB took
     # about 40 s of the 50 M-ping risk step, spilling within the 1 GB limit; the join alone streams in about
@@ -412,9 +412,12 @@ def coded_file_source(path: Path) -> KeySource:
     )
 
 
-def coded_file_rows(path: Path) -> str:
-    """A DuckDB query of the (unit, key, cell_id) rows of a coded key set file (a key's cell: its least)."""
+def file_rows_query(path: Path) -> str:
+    """A DuckDB query of the (unit, key, cell_id) rows of a key set file of either kind (of a coded one, each
+    key with its least cell)."""
     f = _parquet(path)
+    if coded_file_counts(path) is None:
+        return f"SELECT unit, key, cell_id FROM {f}"
     return (
         f"SELECT un.name AS unit, kn.name AS key, kn.cell_id "
         f"FROM (SELECT u, k FROM {f} WHERE u IS NOT NULL AND k IS NOT NULL) p "
@@ -436,11 +439,7 @@ def code_and_keep(
     with scratch_folder(scratch, "risk-keys") as spill:
         con = connect(spill)
         try:
-            if source.validate is not None:
-                source.validate(con)
-            _number(con, [source])
-            n_units = _scalar(con, "SELECT count(*) FROM risk_units")
-            n_keys = _scalar(con, "SELECT count(*) FROM risk_keys")
+            n_units, n_keys = _number(con, [source])
             try:
                 batches = _streamed(con, f"SELECT u, k FROM ({source.pairs})", limit)
             except duckdb.OutOfMemoryException:

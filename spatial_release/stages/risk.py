@@ -436,12 +436,7 @@ def key_set_rows(path: Path) -> pd.DataFrame:
     memory: small releases only)."""
     con = duckdb.connect()
     try:
-        query = (
-            keysets.coded_file_rows(path)
-            if keysets.coded_file_counts(path) is not None
-            else (f"SELECT unit, key, cell_id FROM {_parquet(path)}")
-        )
-        return con.sql(query).df()
+        return con.sql(keysets.file_rows_query(path)).df()
     finally:
         con.close()
 
