@@ -310,16 +310,19 @@ class RiskSpec(_Strict):
     know. Ceilings are changed here, in review, never at run time."""
 
     zones: str = Field(default=LEAF, description="level of the main geometry whose areas are the risk zones")
-    model: Literal["attack", "uniqueness"] = Field(
-        default="attack",
-        description="what the gate reads: 'attack' (default), the success of the published attacks on aggregates "
-        "(trajectory recovery and linkage, membership inference) run on the candidate; 'uniqueness', "
-        "the upper bound that scores each unit's published keys as if its trajectory were recovered "
-        "perfectly. Both are computed and reported whichever gates",
+    model: Literal["advantage", "attack", "uniqueness"] = Field(
+        default="advantage",
+        description="what the gate reads: 'advantage' (default), per zone the upper confidence bound of the 95th "
+        "percentile of what the release adds to the strongest of several attackers (each run on the candidate "
+        "and on the release without the target: risk.advantage) and the share of the zone's public population "
+        "over the ceiling; 'attack', the success of trajectory recovery and linkage on the candidate (it "
+        "credits what the adversary knew before the release); 'uniqueness', the upper bound that scores each "
+        "unit's published keys as if its trajectory were recovered perfectly. The uniqueness bound is computed "
+        "and reported whichever gates",
     )
     coarsen: Literal["propose", "apply"] = Field(
         default="propose",
-        description="when a risk zone is over the gate under risk.model attack: 'apply' withholds its cells at "
+        description="when a risk zone is over the gate (risk.model advantage or attack): 'apply' withholds its cells at "
         "the policy's bucket (shown at the next rung of the time ladder, or by the parent areas) and "
         "protects again, rung by rung, until every zone passes (the frontier of what was tried is "
         "recorded); 'propose' only names the rung that would pass",

@@ -101,6 +101,9 @@ class RiskRecord(Record):
     upper_bound: float | None = None
     upper_bound_zone: str | None = None
     warning: str | None = None
+    # risk.model advantage: per zone, zone, targets, success_without, success_with, advantage, advantage_ucb,
+    # strongest, exposed_share, uniqueness_bound (stages.results.ZoneFigures.public_row)
+    zones: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)

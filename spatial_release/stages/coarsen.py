@@ -21,23 +21,31 @@ step taken is left to the risk gate, which blocks the release.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
+from spatial_release.fileio import scratch_folder
 from spatial_release.levels import LEAF, at_rung
 from spatial_release.progress import Progress, ProgressEvent
-from spatial_release.risk import Adversary, cumulative_risk
+from spatial_release.risk import Adversary, cumulative_risk, keysets
+from spatial_release.risk.advantage import AdvantageReport
 from spatial_release.risk.attack import AttackReport
 from spatial_release.risk.landscape import load_landscape
 from spatial_release.stages.attack import attack_candidate, attack_params, attack_success
 from spatial_release.stages.context import Published, ReleaseContext, risk_spec
-from spatial_release.stages.frontier import FINEST
+from spatial_release.stages.frontier import FINEST, rung_name
 from spatial_release.stages.risk import (
+    CODED_UP_TO,
     _risk_zone_of,
+    candidate_advantage,
     earlier_releases,
     release_inputs,
+    released_key_source,
     spent_figures,
     write_ladder_buckets,
+    write_released_keys,
+    write_risk_areas,
     zone_population,
 )
 
@@ -52,15 +60,28 @@ class Climb:
     def name(self, ladder: list[str]) -> str:
         if not self.steps:
             return FINEST
-        shown = {z: (ladder[s - 1] if s - 1 < len(ladder) else "parent areas only") for z, s in self.steps.items()}
+        shown = {z: rung_name(s, ladder) for z, s in self.steps.items()}
         return "; ".join(f"zone {z} at {r}" for z, r in sorted(shown.items()))
 
     def keys(
-        self, zone_cells: dict[str, list[str]], true_cells: pd.DataFrame, true_margins: pd.DataFrame, ladder: list[str]
+        self,
+        zone_cells: dict[str, list[str]],
+        true_cells: pd.DataFrame,
+        true_margins: pd.DataFrame,
+        ladder: list[str],
+        zone_areas: dict[str, set[tuple[str, str]]] | None = None,
     ) -> set[tuple[str, str, int]]:
-        """The figures the climb withholds: (level, area, bucket in ns)."""
+        """The figures the climb withholds: (level, area, bucket in ns). At the last step a zone's parent areas
+        that lie inside it are withheld too, at every rung: the zone shows through the areas that reach beyond
+        it (the totals) alone."""
         keys: set[tuple[str, str, int]] = set()
         for zone, step in self.steps.items():
+            if step > len(ladder) + 1 and zone_areas and zone_areas.get(zone):
+                inside = zone_areas[zone]
+                base = true_margins["level"].str.split("@").str[0]
+                mine = true_margins[[(b, a) in inside for b, a in zip(base, true_margins["area_id"])]]
+                instants = pd.DatetimeIndex(pd.to_datetime(mine["bucket_start"], utc=True)).as_unit("ns").asi8
+                keys |= set(zip(mine["level"], mine["area_id"], instants.tolist()))
             cells = set(zone_cells.get(zone, ()))
             levels = [LEAF] + [at_rung(LEAF, r) for r in ladder[: step - 1]]
             frames = [true_cells.assign(level=LEAF, area_id=true_cells["cell_id"])] + [
@@ -109,7 +130,35 @@ def gate_adversary(ctx: ReleaseContext) -> tuple[Adversary, dict[str, float] | N
 
 def applies(ctx: ReleaseContext, published: Published | None) -> bool:
     risk = ctx.policy.risk
-    return published is not None and risk is not None and risk.model == "attack" and risk.coarsen == "apply"
+    return published is not None and risk is not None and risk.model in GATED and risk.coarsen == "apply"
+
+
+GATED = ("advantage", "attack")  # the models whose figures the climbing loop reads
+
+
+def zones_over(
+    ctx: ReleaseContext, ceiling: float, adversary: Adversary, population: dict[str, float] | None
+) -> dict[str, float]:
+    """The zones over the gate of the candidate as written, under the policy's model: the advantage (each zone's
+    gated figure, `risk.advantage.ZoneAdvantage.gated`) or the attacks' success."""
+    if risk_spec(ctx.policy).model == "advantage":
+        report = advantage_of_written_candidate(ctx)
+        return {z.zone: z.gated() for z in report.zones if z.gated() > ceiling}
+    return over_the_gate(attack_written_candidate(ctx), ceiling, adversary, population)
+
+
+def advantage_of_written_candidate(ctx: ReleaseContext) -> AdvantageReport:
+    """The advantage of the candidate files as written, from their key sets coded into a scratch file."""
+    ladder = write_ladder_buckets(ctx)
+    write_risk_areas(ctx)
+    landscape, _ = load_landscape(ctx.policy.resolve(risk_spec(ctx.policy).landscape))
+    zone_of = lambda cells: _risk_zone_of(ctx, cells)  # noqa: E731
+    ctx.area.risk.mkdir(parents=True, exist_ok=True)
+    with scratch_folder(ctx.area.risk, "risk-climb") as spill:
+        path = Path(spill) / "keys.parquet"
+        if keysets.code_and_keep(released_key_source(ctx.area, ladder), zone_of, CODED_UP_TO, Path(spill), path) is None:
+            write_released_keys(ctx.area, path, ladder)
+        return candidate_advantage(ctx, landscape, path)
 
 
 def attack_written_candidate(ctx: ReleaseContext) -> AttackReport:
@@ -118,6 +167,20 @@ def attack_written_candidate(ctx: ReleaseContext) -> AttackReport:
     write_ladder_buckets(ctx)
     landscape, _ = load_landscape(ctx.policy.resolve(risk_spec(ctx.policy).landscape))
     return attack_candidate(ctx, lambda cells: _risk_zone_of(ctx, cells), attack_params(landscape))
+
+
+def zone_areas(ctx: ReleaseContext, cells: pd.Series) -> dict[str, set[tuple[str, str]]]:
+    """Per risk zone, the (level, area) of the main geometry's parent areas all of whose cells lie in it."""
+    distinct = cells.drop_duplicates()
+    zones = _risk_zone_of(ctx, distinct)
+    hierarchy = ctx.locator.hierarchy(distinct)
+    out: dict[str, set[tuple[str, str]]] = {}
+    for level in [c for c in hierarchy.columns if c != "cell_id"]:
+        frame = pd.DataFrame({"area": hierarchy[level].to_numpy(), "zone": zones.reindex(hierarchy["cell_id"]).to_numpy()})
+        inside = frame.groupby("area")["zone"].agg(["nunique", "first"])
+        for area, zone in inside[inside["nunique"] == 1]["first"].items():
+            out.setdefault(str(zone), set()).add((level, str(area)))
+    return out
 
 
 def zone_cells(ctx: ReleaseContext, cells: pd.Series) -> dict[str, list[str]]:
@@ -147,7 +210,7 @@ def climb_zones(climb: Climb, over: dict[str, float], zones: list[str], ladder: 
     """One step up for every zone over the gate that can still climb. When none of them can (their units are
     singled out through the other zones they visit), one step up for every zone that can. False when no zone
     can climb any more."""
-    top = len(ladder) + 1  # every cell-level figure withheld: the zone shows through its parent areas alone
+    top = len(ladder) + 2  # its cells, then its own parent areas withheld: the zone shows through the totals alone
 
     def up(candidates) -> bool:
         moved = False
@@ -157,7 +220,7 @@ def climb_zones(climb: Climb, over: dict[str, float], zones: list[str], ladder: 
                 moved = True
         return moved
 
-    moved = up(over) or up(zones)
+    moved = up([z for z in over if z in zones]) or up(zones)
     if moved:
         # zones only: their figures are the candidate's, unpublished (the run log is operator-facing)
         progress(

@@ -18,12 +18,15 @@ def public_frontier(rows: list[dict] | None, ladder: list[str] | None = None) ->
     for i, row in enumerate(rows):
         steps = list(row.get("zones_coarsened", {}).values())
         by_step = {s: steps.count(s) for s in sorted(set(steps))}
-        shown = [f"{n} zone(s) at {_rung_name(s, ladder)}" for s, n in by_step.items()]
+        shown = [f"{n} zone(s) at {rung_name(s, ladder)}" for s, n in by_step.items()]
         out.append({"configuration": "; ".join(shown) or FINEST, "passed": row["passed"], "published": i == len(rows) - 1})
     return out
 
 
-def _rung_name(step: int, ladder: list[str] | None) -> str:
-    if ladder is not None and step - 1 < len(ladder):
+def rung_name(step: int, ladder: list[str] | None) -> str:
+    """What a zone climbed `step` steps shows: a rung of the time ladder, its parent areas, or the totals."""
+    if ladder is None:
+        return f"rung {step}"
+    if step - 1 < len(ladder):
         return ladder[step - 1]
-    return "parent areas only" if ladder is not None else f"rung {step}"
+    return "parent areas only" if step == len(ladder) + 1 else "the totals only"

@@ -154,6 +154,7 @@ def run_protect(
     climbing = coarsen.applies(ctx, published)
     climb, frontier, ladder = coarsen.Climb(), [], list(policy.time.ladder)
     cells_by_zone = coarsen.zone_cells(ctx, true_cells["cell_id"]) if climbing else {}
+    areas_by_zone = coarsen.zone_areas(ctx, true_cells["cell_id"]) if climbing else {}
     # the attack gate of the climbing loop: (ceiling, adversary, public population per zone), when it climbs
     gate = (
         (coarsen.effective_ceiling(ctx, published), *coarsen.gate_adversary(ctx))
@@ -161,7 +162,7 @@ def run_protect(
         else None
     )
     while True:
-        withhold = population | climb.keys(cells_by_zone, true_cells, true_margins, ladder)
+        withhold = population | climb.keys(cells_by_zone, true_cells, true_margins, ladder, areas_by_zone)
         protected, log, table = protect_release(
             true_cells, true_margins, ctx.disclosure, progress=progress, withhold=frozenset(withhold)
         )
@@ -170,8 +171,7 @@ def run_protect(
         if gate is None:  # not climbing
             break
         ceiling, adversary, population_of_zone = gate
-        report = coarsen.attack_written_candidate(ctx)
-        over = coarsen.over_the_gate(report, ceiling, adversary, population_of_zone)
+        over = coarsen.zones_over(ctx, ceiling, adversary, population_of_zone)
         frontier.append(coarsen.frontier_row(climb, ladder, len(tables.cells), len(tables.margins), over, ceiling))
         if not over or not coarsen.climb_zones(climb, over, sorted(cells_by_zone), ladder, progress):
             break

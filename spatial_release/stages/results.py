@@ -132,6 +132,35 @@ class ZoneFigures(Record):
     attack_membership: float | None = None
     attack_accuracy: float | None = None
     attack_success: float | None = None
+    # risk.model advantage (risk.advantage): what the release adds, the gate's figures of the zone
+    targets: int | None = None
+    success_without: float | None = None
+    success_with: float | None = None
+    advantage: float | None = None
+    advantage_ucb: float | None = None
+    strongest: str | None = None
+    exposed: int | None = None  # internal: units over the ceiling (an upper bound), never published
+    exposed_share: float | None = None
+    boundary_units: int | None = None  # internal
+    complete: bool | None = None  # every unit of the zone was a target
+
+    def public_row(self) -> dict[str, Any]:
+        """The zone's row of release.json's risk.zones: figures rounded up (`public_ratio`, the exposed share to
+        one significant digit: with the public population it would name a count of units), and the number of
+        targets only when they were sampled (a zone assessed whole would publish its unit count)."""
+        from spatial_release.risk.figures import public_ratio
+
+        return {
+            "zone": self.zone,
+            "targets": None if self.complete else self.targets,
+            "success_without": public_ratio(self.success_without),
+            "success_with": public_ratio(self.success_with),
+            "advantage": public_ratio(self.advantage),
+            "advantage_ucb": public_ratio(self.advantage_ucb),
+            "strongest": self.strongest,
+            "exposed_share": public_ratio(self.exposed_share, 1),
+            "uniqueness_bound": public_ratio(self.prosecutor_mean if self.journalist_mean is None else self.journalist_mean),
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,7 +174,7 @@ class RiskAssessment(RiskRecord):
     landscape_version: int
     units: int
     keys: int
-    zones: list[ZoneFigures]
+    zones: list[ZoneFigures]  # type: ignore[assignment]  # the internal figures; record() makes the public table
     seconds: float
     # When the gate blocks a policy with a time ladder: per rung, the figures a release of the cells at that
     # rung would get (stages.risk.propose_coarsening), finest first.
@@ -164,7 +193,9 @@ class RiskAssessment(RiskRecord):
         )
 
     def record(self) -> RiskRecord:
-        return RiskRecord(**{f.name: getattr(self, f.name) for f in fields(RiskRecord)})
+        public = {f.name: getattr(self, f.name) for f in fields(RiskRecord) if f.name != "zones"}
+        table = [z.public_row() for z in self.zones if z.advantage is not None] if self.model == "advantage" else None
+        return RiskRecord(**public, zones=table)
 
     def worst_zone_figures(self) -> list[ZoneFigures]:
         return [z for z in self.zones if z.zone == self.worst_zone]

@@ -20,9 +20,11 @@ from spatial_release.levels import LEAF
 from spatial_release.period import Period
 from spatial_release.policy import Policy, RiskSpec
 from spatial_release.risk import BLOCK, Adversary, ZoneRisk, decide, keysets, pooled_figure, public_ratio, release_figure
+from spatial_release.risk.advantage import AdvantageReport
 from spatial_release.risk.estimator import KeySets, RiskParams, RiskReport, estimate_digest, estimate_key_sets
 from spatial_release.risk.landscape import Landscape, load_landscape, read_population_table
 from spatial_release.risk.ranges import KeyRanges, estimate_key_ranges, key_ranges_digest
+from spatial_release.stages import advantage as advantage_stage
 from spatial_release.stages import attack as attack_stage
 from spatial_release.stages import reuse
 from spatial_release.stages.attack import attack_params, attack_pooled, with_attack_figures, worst_attack_zone
@@ -635,7 +637,9 @@ def assess_risk(
     # The gated figure follows the landscape's adversary (itself fixed by who is in the panel); every
     # figure of the report is labelled with the adversary it belongs to.
     adversary = Adversary(landscape.adversary)
-    figures = _model_figures(ctx, risk.model, landscape, report, adversary, rung)
+    figures = _model_figures(
+        ctx, risk.model, landscape, report, adversary, rung, unit_keys if isinstance(unit_keys, Path) else None
+    )
     previous = spent_figures(earlier)
     decision = decide(
         figures.figure, figures.worst_zone, previous, risk.per_release_ceiling, risk.cumulative_ceiling, risk.warn_at
@@ -683,12 +687,31 @@ class _ModelFigures:
 
 
 def _model_figures(
-    ctx: ReleaseContext, model: str, landscape: Landscape, report: RiskReport, adversary: Adversary, rung: str | None
+    ctx: ReleaseContext,
+    model: str,
+    landscape: Landscape,
+    report: RiskReport,
+    adversary: Adversary,
+    rung: str | None,
+    key_set_file: Path | None = None,
 ) -> _ModelFigures:
     """Under `attack` the attacks on the candidate's cells (at `rung` of the time ladder for a coarsening
     proposal) give the figures; under `uniqueness` the estimate's worst zone does."""
     bound_zone, bound = release_figure(report, adversary)
     zones = labelled_zones(report.frame())
+    if model == "advantage":
+        found = candidate_advantage(ctx, landscape, key_set_file, rung)
+        zones = with_advantage_figures(zones, found)
+        worst = found.worst()
+        return _ModelFigures(
+            zones,
+            worst.zone if worst else None,
+            public_ratio(worst.gated()) if worst else None,
+            None,  # never a mean over units or zones: padding dilutes it
+            "advantage_ucb",
+            public_ratio(bound),
+            bound_zone,
+        )
     if model == "attack":
         zone_of = lambda cells: _risk_zone_of(ctx, cells)  # noqa: E731
         attack = (
@@ -709,12 +732,62 @@ def _model_figures(
     )
 
 
+def candidate_advantage(
+    ctx: ReleaseContext, landscape: Landscape, key_set_file: Path | None = None, rung: str | None = None
+) -> AdvantageReport:
+    """The advantage of the candidate (`stages.advantage`) from its kept key sets (`key_set_file`, the risk
+    step's own by default), with the landscape's adversary and public population and the ceiling the gate
+    applies. Only this release's key sets: the earlier releases of the window are the uniqueness bound's."""
+    risk = _required_risk(ctx.policy)
+    path = ctx.area.unit_keys if key_set_file is None else key_set_file
+    if not path.exists():  # the publish step's assessment, or a review, on a work area without kept key sets
+        keep_released_keys(ctx, write_ladder_buckets(ctx))
+        path = ctx.area.unit_keys
+    landscape_path = ctx.policy.resolve(risk.landscape)
+    population = zone_population(ctx.policy, landscape, landscape_path, ctx.layers)
+    zone_of = lambda cells: _risk_zone_of(ctx, cells)  # noqa: E731
+    return advantage_stage.advantage_of(
+        ctx,
+        path,
+        zone_of,
+        advantage_stage.advantage_params(landscape),
+        risk.per_release_ceiling,
+        population,
+        rung is not None,
+    )
+
+
+def with_advantage_figures(zones: list[ZoneFigures], found: AdvantageReport) -> list[ZoneFigures]:
+    """The zones' uniqueness figures with the advantage figures beside them. Zones with no published figure
+    are one entry with their units' figures (never 0) and no unit count."""
+    by_zone = {z.zone: z for z in zones}
+    out = []
+    for z in found.zones:
+        base = by_zone.pop(z.zone, None) or ZoneFigures(z.zone, 0, 0.0, 0.0, 0.0, None, None)
+        out.append(
+            replace(
+                base,
+                targets=z.targets,
+                success_without=round(z.success_without, 6),
+                success_with=round(z.success_with, 6),
+                advantage=round(z.advantage, 6),
+                advantage_ucb=round(z.advantage_ucb, 6),
+                strongest=z.strongest,
+                exposed=z.exposed,
+                exposed_share=None if z.exposed_share is None else round(z.exposed_share, 6),
+                boundary_units=z.boundary_units,
+                complete=z.targets == z.units,
+            )
+        )
+    return sorted(out + list(by_zone.values()), key=lambda z: z.zone)
+
+
 def _bound_warning(figures: _ModelFigures, model: str, ceiling: float) -> str | None:
     """A warning when the uniqueness upper bound is over the per-release ceiling while the attacks, which the gate
     reads, are within it."""
     bound, figure = figures.bound, figures.figure
     if (
-        model == "attack"
+        model in ("attack", "advantage")
         and figures.bound_zone is not None
         and bound is not None
         and bound > ceiling
@@ -724,7 +797,7 @@ def _bound_warning(figures: _ModelFigures, model: str, ceiling: float) -> str | 
         return (
             f"the uniqueness upper bound (perfect trajectory recovery) of zone {figures.bound_zone.zone} is "
             f"{bound:.3f}, over the ceiling {ceiling}; the attacks run on the "
-            f"published figures reach {figure:.3f}: the gate reads the attacks (risk.model: attack)"
+            f"published figures reach {figure:.3f}: the gate reads the attacks (risk.model: {model})"
         )
     return None
 

@@ -1,0 +1,119 @@
+"""The advantage gate's inputs from the work area (`risk.advantage` is the assessment): the candidate's
+published key sets with the key names, each key's published count, and the zones each unit was truly in.
+
+The key sets are those the risk step keeps (a coded key set file: units, keys and pairs in one Parquet file);
+the coarsening loop codes the candidate it has just written into a scratch file of the same kind. A proposal
+(cells shown at a rung of the time ladder) has a file of (unit, key, cell_id) rows, coded here in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from spatial_release.levels import LEAF
+from spatial_release.risk import keysets
+from spatial_release.risk.advantage import AdvantageParams, AdvantageReport, assess_advantage
+from spatial_release.risk.estimator import KeySets
+from spatial_release.stages.context import ReleaseContext
+
+KEY_TIME = "%Y-%m-%dT%H:%MZ"  # as stages.risk.KEY_FORMAT names bucket starts in keys
+
+
+def read_key_sets(path: Path, zone_of_cells: Callable[[pd.Series], pd.Series]) -> tuple[KeySets, np.ndarray, np.ndarray]:
+    """The key sets of a key set file of either kind, its key names and unit names (by code)."""
+    if keysets.coded_file_counts(path) is None:
+        rows = pd.read_parquet(path, columns=["unit", "key", "cell_id"]).drop_duplicates(["unit", "key"])
+        unit_codes, units = pd.factorize(rows["unit"], sort=True)
+        key_codes, keys = pd.factorize(rows["key"], sort=True)
+        cells = rows.groupby("key")["cell_id"].min().reindex(keys)
+        names, unit_names = np.asarray(keys, dtype=object), np.asarray(units, dtype=object)
+    else:
+        table = pq.read_table(path).to_pandas()
+        unit_rows = table[table["k"].isna()].sort_values("u")
+        key_rows = table[table["u"].isna()].sort_values("k")
+        pairs = table[table["u"].notna() & table["k"].notna()]
+        unit_codes, key_codes = pairs["u"].to_numpy(np.int64), pairs["k"].to_numpy(np.int64)
+        cells = key_rows["cell_id"].reset_index(drop=True)
+        names, unit_names = key_rows["name"].to_numpy(dtype=object), unit_rows["name"].to_numpy(dtype=object)
+    cell_series = pd.Series(np.asarray(cells, dtype=object))
+    key_zone = cell_series.map(zone_of_cells(cell_series.drop_duplicates())).to_numpy(dtype=object)
+    sets = KeySets.from_codes(np.asarray(unit_codes, dtype=np.int64), np.asarray(key_codes, dtype=np.int64), key_zone)
+    return sets, names, unit_names
+
+
+def _stamp(starts: pd.Series) -> pd.Series:
+    return pd.to_datetime(starts, utc=True).dt.strftime(KEY_TIME)
+
+
+def published_counts(ctx: ReleaseContext, proposal: bool = False) -> pd.Series:
+    """Each published key's count, by key name: the candidate's cells and margins (a margin of level `cell@r`
+    under both of the names the key sets give it). A `proposal` adds the true counts >= k of every level."""
+    count = ctx.policy.count_column
+    cells = pd.read_parquet(ctx.area.candidate / "cells.parquet", columns=["cell_id", "bucket_start", count])
+    margins = pd.read_parquet(ctx.area.candidate / "margins.parquet", columns=["level", "area_id", "bucket_start", count])
+    margins = margins.rename(columns={count: "n"})
+    if proposal:
+        true = pd.read_parquet(ctx.area.counts / "margin_counts.parquet", columns=["level", "area_id", "bucket_start", "n"])
+        margins = pd.concat([margins, true[true["n"] >= ctx.policy.k]], ignore_index=True)
+    named = [pd.Series(cells[count].to_numpy(), index=cells["cell_id"].astype(str) + "@" + _stamp(cells["bucket_start"]))]
+    stamp = _stamp(margins["bucket_start"])
+    named.append(
+        pd.Series(margins["n"].to_numpy(), index=margins["level"] + ":" + margins["area_id"].astype(str) + "@" + stamp)
+    )
+    rungs = margins["level"].str.startswith(f"{LEAF}@")
+    rung = margins.loc[rungs, "level"].str.slice(len(LEAF) + 1)
+    named.append(
+        pd.Series(
+            margins.loc[rungs, "n"].to_numpy(),
+            index=margins.loc[rungs, "area_id"].astype(str) + "@" + rung + "@" + stamp[rungs],
+        )
+    )
+    joined = pd.concat(named)
+    return joined[~joined.index.duplicated()]
+
+
+def true_zones(
+    ctx: ReleaseContext, unit_names: np.ndarray, zone_of_cells: Callable[[pd.Series], pd.Series]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(unit code, zone) of every risk zone each unit of the key sets was counted in, published or not."""
+    import duckdb
+
+    path = str(ctx.area.counts / "membership.internal.parquet").replace("'", "''")
+    con = duckdb.connect()
+    try:
+        pairs = con.sql(f"SELECT DISTINCT unit, cell_id FROM read_parquet('{path}')").to_df()
+    finally:
+        con.close()
+    cells = pairs["cell_id"].astype(str)
+    zone = cells.map(zone_of_cells(pd.Series(cells.unique())))
+    code = pd.Index(pd.Series(unit_names).astype(str)).get_indexer(pairs["unit"].astype(str))
+    keep = (code >= 0) & zone.notna().to_numpy()
+    frame = pd.DataFrame({"u": code[keep], "zone": zone.to_numpy()[keep].astype(str)}).drop_duplicates()
+    return frame["u"].to_numpy(np.int64), frame["zone"].to_numpy(dtype=object)
+
+
+def advantage_of(
+    ctx: ReleaseContext,
+    key_set_file: Path,
+    zone_of_cells: Callable[[pd.Series], pd.Series],
+    params: AdvantageParams,
+    ceiling: float,
+    population: dict[str, float] | None,
+    proposal: bool = False,
+) -> AdvantageReport:
+    """`assess_advantage` of the candidate whose key sets `key_set_file` holds."""
+    sets, names, unit_names = read_key_sets(key_set_file, zone_of_cells)
+    counts = published_counts(ctx, proposal).reindex(pd.Index(names.astype(str)))
+    key_count = counts.fillna(-1).to_numpy(np.int64)
+    hidden = true_zones(ctx, unit_names, zone_of_cells)
+    return assess_advantage(sets, names, key_count, ctx.policy.k, params, ceiling, population, hidden)
+
+
+def advantage_params(landscape) -> AdvantageParams:
+    """The adversary of the landscape: p known points, draws per target and anchor, seed."""
+    return AdvantageParams(points=landscape.points, draws=landscape.draws, seed=landscape.seed)
