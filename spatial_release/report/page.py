@@ -109,6 +109,25 @@ def risk_lines(view: ReleaseView) -> list[Line]:
     return lines
 
 
+ZONE_COLUMNS = ["zone", "targets", "success_without", "success_with", "advantage", "advantage_ucb", "strongest"]
+ZONE_COLUMNS += ["exposed_share", "uniqueness_bound"]
+
+
+def risk_zone_rows(view: ReleaseView) -> tuple[list[str], list[list[str]]]:
+    """release.json's risk.zones (the advantage gate's table), one row per zone; no rows under other models.
+    targets 'all': every unit of the zone was a target (its number is not a published figure)."""
+    risk = view.record.risk
+    rows = [] if risk is None or not risk.zones else risk.zones
+    shown = [
+        [
+            "all" if c == "targets" and r.get(c) is None else ("-" if r.get(c) is None else str(r.get(c)))
+            for c in ZONE_COLUMNS
+        ]
+        for r in rows
+    ]
+    return ZONE_COLUMNS, shown
+
+
 def _png_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
@@ -169,6 +188,11 @@ def render_report_html(view: ReleaseView, folder: Path, png: bytes | None = None
         _lines_table(audit_lines(record)),
         "<h2>Re-identification risk</h2>",
         _lines_table(risk_lines(view), with_adversary=True),
+        *(
+            ["<h3>Per zone: what the release adds</h3>", _html_table(*risk_zone_rows(view))]
+            if risk_zone_rows(view)[1]
+            else []
+        ),
         "<h2>Map</h2>",
         f'<img src="{_png_uri(png)}" alt="{_e(alt)}">',
         _table_section("cells.parquet", folder / "cells.parquet", view.cells, n),
@@ -205,6 +229,7 @@ def report_markdown(folder: Path, policy: Policy | None = None, n: int = 10) -> 
         _md_lines(audit_lines(record)),
         "#### Re-identification risk",
         _md_lines(risk_lines(view), with_adversary=True),
+        *(["Per zone, what the release adds:", markdown_table(*risk_zone_rows(view))] if risk_zone_rows(view)[1] else []),
         map_markdown(png),
     ]
     for name, frame in zip(TABLES, (view.cells, view.margins)):

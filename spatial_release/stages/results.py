@@ -144,7 +144,7 @@ class ZoneFigures(Record):
     boundary_units: int | None = None  # internal
     complete: bool | None = None  # every unit of the zone was a target
 
-    def public_row(self) -> dict[str, Any]:
+    def public_row(self, adversary: str) -> dict[str, Any]:
         """The zone's row of release.json's risk.zones: figures rounded up (`public_ratio`, the exposed share to
         one significant digit: with the public population it would name a count of units), and the number of
         targets only when they were sampled (a zone assessed whole would publish its unit count)."""
@@ -159,7 +159,7 @@ class ZoneFigures(Record):
             "advantage_ucb": public_ratio(self.advantage_ucb),
             "strongest": self.strongest,
             "exposed_share": public_ratio(self.exposed_share, 1),
-            "uniqueness_bound": public_ratio(self.prosecutor_mean if self.journalist_mean is None else self.journalist_mean),
+            "uniqueness_bound": public_ratio(self.journalist_mean if adversary == "journalist" else self.prosecutor_mean),
         }
 
 
@@ -194,7 +194,11 @@ class RiskAssessment(RiskRecord):
 
     def record(self) -> RiskRecord:
         public = {f.name: getattr(self, f.name) for f in fields(RiskRecord) if f.name != "zones"}
-        table = [z.public_row() for z in self.zones if z.advantage is not None] if self.model == "advantage" else None
+        table = (
+            [z.public_row(self.adversary) for z in self.zones if z.advantage is not None]
+            if self.model == "advantage"
+            else None
+        )
         return RiskRecord(**public, zones=table)
 
     def worst_zone_figures(self) -> list[ZoneFigures]:

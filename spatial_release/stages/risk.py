@@ -796,8 +796,13 @@ def _bound_warning(figures: _ModelFigures, model: str, ceiling: float) -> str | 
     ):
         return (
             f"the uniqueness upper bound (perfect trajectory recovery) of zone {figures.bound_zone.zone} is "
-            f"{bound:.3f}, over the ceiling {ceiling}; the attacks run on the "
-            f"published figures reach {figure:.3f}: the gate reads the attacks (risk.model: {model})"
+            f"{bound:.3f}, over the ceiling {ceiling}; "
+            + (
+                f"what the release adds to the attackers run on it reaches {figure:.3f}: the gate reads the advantage"
+                if model == "advantage"
+                else f"the attacks run on the published figures reach {figure:.3f}: the gate reads the attacks"
+            )
+            + f" (risk.model: {model})"
         )
     return None
 

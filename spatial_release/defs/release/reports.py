@@ -85,6 +85,15 @@ GATE_EXPLAINED = {
         "targets is a mean by construction: the expected share of the zone's units that the adversary gets "
         "right, which is what the ceilings bound."
     ),
+    "advantage": (
+        "The gate reads the **advantage**: what the release adds. Each attacker (membership inference against the "
+        "thresholds, for every unit; the regularity guesses of the target's other places, for sampled targets) "
+        "runs on this release and on the release without the target, with the same known points; a target's "
+        "advantage is the difference, under its strongest attacker. Per zone the gate reads the upper confidence "
+        "bound of the 95th percentile over targets, and the share of the zone's public population whose advantage "
+        "is over the ceiling (never a mean: padding the data dilutes a mean). success with / without: the "
+        "regularity attacker's success on this release and without the target, at the same percentile."
+    ),
     "uniqueness": (
         "The gate reads the **uniqueness** model: per zone, the mean over its units of 1/n, where n is the number "
         "of units whose published keys contain the adversary's known points (the probability that a random "
@@ -118,6 +127,22 @@ def _zone_rows(risk: stages.RiskAssessment, attack: bool) -> list[str]:
     return rows
 
 
+ADVANTAGE_COLUMNS = ["zone", "targets", "success without", "success with", "advantage", "advantage (upper bound)"]
+ADVANTAGE_COLUMNS += ["strongest attacker", "exposed share of public population", "uniqueness bound"]
+
+
+def advantage_table(risk: stages.RiskAssessment) -> str:
+    """release.json's risk.zones as a table: the same rows, figures as published (rounded up)."""
+    rows = risk.record().zones or []
+    table = "| " + " | ".join(ADVANTAGE_COLUMNS) + " |\n|" + "---|" * len(ADVANTAGE_COLUMNS) + "\n"
+    keys = ["zone", "targets", "success_without", "success_with", "advantage", "advantage_ucb", "strongest"]
+    keys += ["exposed_share", "uniqueness_bound"]
+    for row in rows:
+        shown = ["all" if k == "targets" and row[k] is None else ("-" if row[k] is None else str(row[k])) for k in keys]
+        table += "| " + " | ".join(shown) + " |\n"
+    return table
+
+
 def risk_report(risk: stages.RiskAssessment, spec: RiskSpec | None) -> str:
     """The gate's headline, what the gate reads and why, both ceilings with their headroom, and the per-zone
     table with what each column means; every figure is labelled with the adversary it assumes."""
@@ -143,6 +168,10 @@ def risk_report(risk: stages.RiskAssessment, spec: RiskSpec | None) -> str:
     columns += ["uniqueness: prosecutor mean", "prosecutor: share at risk", "prosecutor: worst", "journalist: mean"]
     table = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
     riskiest = "attack success" if attack else "prosecutor's mean"
+    if risk.model == "advantage":
+        return (
+            f"{head}\nPer zone (release.json risk.zones; targets 'all': every unit of the zone):\n\n{advantage_table(risk)}"
+        )
     return (
         f"{head}\n{COLUMNS_EXPLAINED}\n\nPer zone, the 30 riskiest by the {riskiest}:\n\n"
         + table
