@@ -74,8 +74,8 @@ def size_of(text: str) -> int:
 
 def write_policy(folder: Path, risk_model: str = "attack") -> Path:
     """The benchmark's policy file: the demo programme at 500 m x hour with 2 km and 8 km parents, gated on
-    `risk_model` (attack: the attacks run in protection's coarsening pass and are reused by the risk step;
-    uniqueness: the upper bound alone gates, as before the attacks existed)."""
+    `risk_model` (advantage, the default, and attack: run in protection's coarsening pass; uniqueness: the
+    upper bound alone gates)."""
     import yaml
 
     data = yaml.safe_load((ROOT / "policies" / "demo.yaml").read_text())
@@ -91,7 +91,7 @@ def write_policy(folder: Path, risk_model: str = "attack") -> Path:
         per_release_ceiling=1.0,
         cumulative_ceiling=1.0,
         model=risk_model,
-        coarsen="apply" if risk_model == "attack" else "propose",
+        coarsen="apply" if risk_model in ("attack", "advantage") else "propose",
     )
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"release-bench-{risk_model}.yaml"
@@ -354,8 +354,8 @@ def main() -> None:
     parser.add_argument(
         "--risk-models",
         nargs="+",
-        default=["uniqueness", "attack"],
-        choices=["uniqueness", "attack"],
+        default=["uniqueness", "advantage"],
+        choices=["uniqueness", "advantage", "attack"],
         help="gate on each, side by side (default both)",
     )
     parser.add_argument(
