@@ -311,11 +311,11 @@ class RiskSpec(_Strict):
 
     zones: str = Field(default=LEAF, description="level of the main geometry whose areas are the risk zones")
     model: Literal["advantage", "attack", "uniqueness"] = Field(
-        default="attack",
-        description="what the gate reads: 'advantage', per zone the upper confidence bound of the 95th "
+        default="advantage",
+        description="what the gate reads: 'advantage' (default), per zone the upper confidence bound of the 95th "
         "percentile of what the release adds to the strongest of several attackers (each run on the candidate "
         "and on the release without the target: risk.advantage) and the share of the zone's public population "
-        "over the ceiling; 'attack' (default), the success of trajectory recovery and linkage on the candidate (it "
+        "over the ceiling; 'attack', the success of trajectory recovery and linkage on the candidate (it "
         "credits what the adversary knew before the release); 'uniqueness', the upper bound that scores each "
         "unit's published keys as if its trajectory were recovered perfectly. The uniqueness bound is computed "
         "and reported whichever gates",

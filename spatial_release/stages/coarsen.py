@@ -26,13 +26,13 @@ from pathlib import Path
 import pandas as pd
 
 from spatial_release.fileio import scratch_folder
-from spatial_release.levels import LEAF, at_rung
+from spatial_release.levels import LEAF, RUNG_SEP, at_rung
 from spatial_release.progress import Progress, ProgressEvent
 from spatial_release.risk import Adversary, cumulative_risk, keysets
 from spatial_release.risk.advantage import AdvantageReport
 from spatial_release.risk.attack import AttackReport
 from spatial_release.risk.landscape import load_landscape
-from spatial_release.stages.attack import attack_candidate, attack_params, attack_success
+from spatial_release.stages.attack import attack_candidate, attack_params, attack_success, linked_areas_of_main
 from spatial_release.stages.context import Published, ReleaseContext, risk_spec
 from spatial_release.stages.frontier import FINEST, rung_name
 from spatial_release.stages.risk import (
@@ -69,29 +69,76 @@ class Climb:
         true_cells: pd.DataFrame,
         true_margins: pd.DataFrame,
         ladder: list[str],
-        zone_areas: dict[str, set[tuple[str, str]]] | None = None,
+        zone_areas: ZoneAreas | None = None,
     ) -> set[tuple[str, str, int]]:
-        """The figures the climb withholds: (level, area, bucket in ns). At the last step a zone's parent areas
-        that lie inside it are withheld too, at every rung: the zone shows through the areas that reach beyond
-        it (the totals) alone."""
+        """The figures the climb withholds: (level, area, bucket in ns): a zone's cells at the policy's bucket and
+        the rungs climbed past; at the last step, at every rung, its parent areas that lie inside it and the
+        linked zonings' areas in it (a parent of a linked zoning that reaches into it too): the zone shows
+        through the totals alone."""
         keys: set[tuple[str, str, int]] = set()
+        areas = zone_areas or ZoneAreas()
+        base = true_margins["level"].str.split(RUNG_SEP).str[0]
         for zone, step in self.steps.items():
-            if step > len(ladder) + 1 and zone_areas and zone_areas.get(zone):
-                inside = zone_areas[zone]
-                base = true_margins["level"].str.split("@").str[0]
-                mine = true_margins[[(b, a) in inside for b, a in zip(base, true_margins["area_id"])]]
-                instants = pd.DatetimeIndex(pd.to_datetime(mine["bucket_start"], utc=True)).as_unit("ns").asi8
-                keys |= set(zip(mine["level"], mine["area_id"], instants.tolist()))
+            inside = (areas.parents.get(zone, set()) | areas.linked.get(zone, set())) if step > len(ladder) + 1 else set()
+            if inside:
+                keys |= _keys_of(true_margins[[(b, a) in inside for b, a in zip(base, true_margins["area_id"])]])
             cells = set(zone_cells.get(zone, ()))
             levels = [LEAF] + [at_rung(LEAF, r) for r in ladder[: step - 1]]
             frames = [true_cells.assign(level=LEAF, area_id=true_cells["cell_id"])] + [
                 true_margins[true_margins["level"] == level] for level in levels[1:]
             ]
             for frame in frames:
-                mine = frame[frame["area_id"].isin(cells)]
-                instants = pd.DatetimeIndex(pd.to_datetime(mine["bucket_start"], utc=True)).as_unit("ns").asi8
-                keys |= set(zip(mine["level"], mine["area_id"], instants.tolist()))
+                keys |= _keys_of(frame[frame["area_id"].isin(cells)])
         return keys
+
+
+def _keys_of(frame: pd.DataFrame) -> set[tuple[str, str, int]]:
+    instants = pd.DatetimeIndex(pd.to_datetime(frame["bucket_start"], utc=True)).as_unit("ns").asi8
+    return set(zip(frame["level"], frame["area_id"], instants.tolist()))
+
+
+@dataclass
+class ZoneAreas:
+    """Per risk zone, the (level, area) that lie in it beyond its cells: the main geometry's parent areas all of
+    whose cells are in it, and the linked zonings' areas (a leaf by its representative point, a parent when one
+    of its leaves is in the zone)."""
+
+    parents: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+    linked: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+
+
+def _inside(
+    hierarchy: pd.DataFrame, zone_of_leaf: pd.Series, out: dict[str, set[tuple[str, str]]], touching: bool = False
+) -> None:
+    """Add to `out` each area of each level of `hierarchy` (cell_id plus a column per level) whose leaves all lie
+    in one zone (`zone_of_leaf`, by leaf id); with `touching`, to every zone one of its leaves lies in."""
+    zones = zone_of_leaf.reindex(hierarchy["cell_id"]).to_numpy()
+    for level in [c for c in hierarchy.columns if c != "cell_id"]:
+        frame = pd.DataFrame({"area": hierarchy[level].to_numpy(), "zone": zones}).dropna().drop_duplicates()
+        if not touching:
+            counted = frame.groupby("area")["zone"].transform("nunique")
+            frame = frame[counted == 1]
+        for area, zone in zip(frame["area"], frame["zone"]):
+            out.setdefault(str(zone), set()).add((level, str(area)))
+
+
+def zone_areas(ctx: ReleaseContext, cells: pd.Series) -> ZoneAreas:
+    """The areas of every level that lie in each risk zone (`ZoneAreas`)."""
+    distinct = cells.drop_duplicates()
+    found = ZoneAreas()
+    _inside(ctx.locator.hierarchy(distinct), _risk_zone_of(ctx, distinct), found.parents)
+    for spec in ctx.policy.geometry.linked:
+        layer = ctx.layers.linked[spec.name]
+        hierarchy = layer.parent_table()
+        leaves = pd.Series(hierarchy["cell_id"].drop_duplicates().to_numpy())
+        main = pd.Series(linked_areas_of_main(ctx, spec.name, leaves.to_numpy()), index=leaves.to_numpy())
+        known = main.dropna()
+        zone_of_main = _risk_zone_of(ctx, pd.Series(known.unique())) if len(known) else pd.Series(dtype=object)
+        zone_of_leaf = known.map(zone_of_main)
+        for leaf, zone in zone_of_leaf.dropna().items():
+            found.linked.setdefault(str(zone), set()).add((spec.name, str(leaf)))
+        _inside(hierarchy, zone_of_leaf, found.linked, touching=True)
+    return found
 
 
 def effective_ceiling(ctx: ReleaseContext, published: Published) -> float:
@@ -167,20 +214,6 @@ def attack_written_candidate(ctx: ReleaseContext) -> AttackReport:
     write_ladder_buckets(ctx)
     landscape, _ = load_landscape(ctx.policy.resolve(risk_spec(ctx.policy).landscape))
     return attack_candidate(ctx, lambda cells: _risk_zone_of(ctx, cells), attack_params(landscape))
-
-
-def zone_areas(ctx: ReleaseContext, cells: pd.Series) -> dict[str, set[tuple[str, str]]]:
-    """Per risk zone, the (level, area) of the main geometry's parent areas all of whose cells lie in it."""
-    distinct = cells.drop_duplicates()
-    zones = _risk_zone_of(ctx, distinct)
-    hierarchy = ctx.locator.hierarchy(distinct)
-    out: dict[str, set[tuple[str, str]]] = {}
-    for level in [c for c in hierarchy.columns if c != "cell_id"]:
-        frame = pd.DataFrame({"area": hierarchy[level].to_numpy(), "zone": zones.reindex(hierarchy["cell_id"]).to_numpy()})
-        inside = frame.groupby("area")["zone"].agg(["nunique", "first"])
-        for area, zone in inside[inside["nunique"] == 1]["first"].items():
-            out.setdefault(str(zone), set()).add((level, str(area)))
-    return out
 
 
 def zone_cells(ctx: ReleaseContext, cells: pd.Series) -> dict[str, list[str]]:

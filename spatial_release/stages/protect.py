@@ -3,6 +3,7 @@ release files (candidate/cells.parquet, candidate/margins.parquet) and their int
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Sequence
 from dataclasses import replace
@@ -120,15 +121,27 @@ def withheld_by_population(
         other = Period.parse(entry.period)
         if not (other.start < ctx.period.end and ctx.period.start < other.end):
             continue
-        tables = read_tables(published.releases_root / entry.dataset / entry.period, geometry=False)
+        folder = published.releases_root / entry.dataset / entry.period
+        tables = read_tables(folder, geometry=False)
         theirs = _keys(tables.cells.assign(level=LEAF, area_id=tables.cells["cell_id"]), tables.margins)
         shown = set(zip(theirs["level"], theirs["area_id"], theirs["bucket"]))
-        levels = set(theirs["level"])
+        # the levels it publishes, those of which it withheld every figure too (its record lists them at 0: a
+        # quarter whose risk gate showed every ward by the week withheld all its ward-days)
+        levels = set(theirs["level"]) | set(_levels_of_record(folder))
         buckets = theirs.groupby(theirs["level"].map(rung_of).fillna(""))["bucket"].agg(set).to_dict()
         could = mine[mine["level"].isin(levels)]
         could = could[[b in buckets.get(rung_of(level) or "", ()) for level, b in zip(could["level"], could["bucket"])]]
         forced |= set(zip(could["level"], could["area_id"], could["bucket"])) - shown
     return frozenset(forced)
+
+
+def _levels_of_record(folder: Path) -> list[str]:
+    """The levels a published release's record counts figures of (`counts.published_by_level`)."""
+    try:
+        counts = json.loads((folder / "release.json").read_text()).get("counts") or {}
+    except (OSError, ValueError):
+        return []
+    return list(counts.get("published_by_level") or {})
 
 
 def _keys(cells: pd.DataFrame, margins: pd.DataFrame) -> pd.DataFrame:
@@ -154,7 +167,7 @@ def run_protect(
     climbing = coarsen.applies(ctx, published)
     climb, frontier, ladder = coarsen.Climb(), [], list(policy.time.ladder)
     cells_by_zone = coarsen.zone_cells(ctx, true_cells["cell_id"]) if climbing else {}
-    areas_by_zone = coarsen.zone_areas(ctx, true_cells["cell_id"]) if climbing else {}
+    areas_by_zone = coarsen.zone_areas(ctx, true_cells["cell_id"]) if climbing else None
     # the attack gate of the climbing loop: (ceiling, adversary, public population per zone), when it climbs
     gate = (
         (coarsen.effective_ceiling(ctx, published), *coarsen.gate_adversary(ctx))
