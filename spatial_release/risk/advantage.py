@@ -8,39 +8,42 @@ zone where none of its keys is published is a target of that zone too, with p - 
 elsewhere (the adversary knows it was in the zone, which no published key shows).
 
 **The counterfactual.** Removing the target lowers by one every published count it is in. A count at exactly k
-becomes k - 1 and is withheld: those keys (the target's *boundary* keys) vanish from the counterfactual
-release, and nothing else of the target's changes publication. That is exact for the primary pattern. The
-complementary pattern of the counterfactual is taken to be the candidate's: the target's removal could move a
-secondary elsewhere, which an attacker who does not know every other unit's data cannot predict, so it is not a
-test it can run (tests re-protect the counterfactual of sampled targets and compare, `tests/test_advantage.py`).
+becomes k - 1 and is withheld: the target's *boundary* keys vanish from the counterfactual release, and the
+complements that protected them may move, taking other keys of the target with them. A unit with no boundary key
+changes the publication of none of its own keys (`tests/test_advantage_counterfactual.py` re-protects real
+counterfactuals and checks both); complements that move elsewhere are not a test an attacker can run without
+every other unit's data. So the gate takes, for a unit with a boundary key, every one of its published keys as
+gone without it (an over-approximation of what changes), and for the others nothing.
 
 **The attackers** (the gate reads, for each target, the one with the largest advantage):
 - `membership_threshold` (Pyrgelis et al., NDSS 2018, against the thresholds): "the target is in the data iff
-  the published key I know it was in is published". With a known boundary key the test is right in both
-  worlds (TPR 1, FPR 0); with none it says the same in both (advantage 0). Its advantage per target is the
-  probability over the knowledge draws that a known key is a boundary key: computed in closed form
-  (hypergeometric) for every unit, never sampled.
-- `regularity_day` and `regularity_week` (attribute inference with regularity priors; `regularity_day` is the
-  trivial attacker of issue 37): the target was in the same published area the day before and the day after
-  each known key (`_week`: and the same time a week before and after). The output is the known keys and those
-  guesses that are published. Success is the project's rule: the target is the best Jaccard match of the
-  output among every unit's published key set (a tie of t counts 1/t), and the output shows a published key
-  of the target that the adversary did not know. Without the target its boundary keys are not published: the
-  attacker cannot guess them and they reveal nothing. Run on sampled targets (stratified by zone).
-The trajectory recovery of `risk.attack` is not in the portfolio: its advantage is measured by re-running it
-on re-protected counterfactuals in the tests, where it stays below the gate's bound.
+  the published key I know it was in is published". For a unit with a boundary key some key of it is published
+  with it and not without it: advantage 1 (at most 1 for any knowledge, so never below the truth); for the
+  others the two releases agree on every key of theirs: advantage 0. Computed for every unit, never sampled.
+- `regularity_day`, `regularity_week`, `regularity_all` (attribute inference with regularity priors;
+  `regularity_day` is the trivial attacker of issue 37): the target was in the same published area the day
+  before and the day after each known key (`_week`: and the same time a week before and after; `_all`: at every
+  bucket of the period). The output is the known keys and those guesses that are published. Success is the
+  project's rule: the target is the best Jaccard match of the output among every unit's published key set (a
+  tie of t counts 1/t), and the output shows a published key of the target that the adversary did not know.
+  Without a target that has a boundary key, none of its keys is taken as published. Run on sampled targets
+  (stratified by zone): their success with and without is reported; their advantage is never above the
+  membership attacker's (it needs a boundary key too).
+Not in the portfolio: the trajectory recovery of `risk.attack` and differencing with the audit's intervals. On a
+unit without a boundary key they can only read counts one lower without it, which an attacker who does not know
+every other unit cannot tell from another dataset; an attacker run on both releases may still see its output
+move by chance there, which this gate does not measure.
 
-**Per zone** (over the zone's targets: every unit when they are few, else `targets_per_zone` sampled):
-- `advantage`: the `quantile` (0.95) of the per-target advantage (the strongest attacker per target, each
-  attacker's advantage the mean over the draws);
-- `advantage_ucb`: a distribution-free upper confidence bound of that quantile (an order statistic of the
-  sample, `order_statistic_bound`); the quantile itself when every unit of the zone is a target;
+**Per zone** (the regularity attackers' targets: every unit when they are few, else `targets_per_zone` sampled):
+- `advantage`: the `quantile` (0.95) of the per-target advantage over every unit of the zone (the strongest
+  attacker per target, each attacker's advantage the mean over the draws);
+- `advantage_ucb`: its upper confidence bound, which is the quantile itself: every unit of the zone is a target
+  of the membership attacker, and the sampled attackers cannot add to it;
 - `success_with`, `success_without`: the quantiles of the strongest regularity attacker's success on the
   candidate and on the counterfactual;
-- `exposed`: an upper confidence bound on the number of the zone's units whose advantage is over the ceiling
-  (exact for the membership attacker, a Clopper-Pearson bound for the sampled ones), and `exposed_share`, that
-  number over the zone's *public* population (the landscape), never over the data's own units, which padding
-  inflates.
+- `exposed`: the number of the zone's units whose advantage is over the ceiling (exact), and `exposed_share`,
+  that number over the zone's *public* population (the landscape), never over the data's own units, which
+  padding inflates.
 Never a mean over units: a mean can be diluted by adding harmless units.
 """
 
@@ -48,6 +51,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,7 +62,9 @@ from spatial_release.risk.estimator import KeySets
 MEMBERSHIP = "membership_threshold"
 REGULARITY_DAY = "regularity_day"
 REGULARITY_WEEK = "regularity_week"
-ATTACKERS = (MEMBERSHIP, REGULARITY_DAY, REGULARITY_WEEK)
+REGULARITY_ALL = "regularity_all"
+REGULARITY = (REGULARITY_DAY, REGULARITY_WEEK, REGULARITY_ALL)
+ATTACKERS = (MEMBERSHIP, *REGULARITY)
 NO_PUBLISHED_FIGURE = "(zones with no published figure)"
 
 DAY_MINUTES = 24 * 60
@@ -75,9 +81,8 @@ class AdvantageParams:
     points: int = 4
     draws: int = 10
     seed: int = 20180101
-    targets_per_zone: int = 120  # >= 59: the largest of 59 is a 95 % upper bound of the 95th percentile
+    targets_per_zone: int = 120  # sampled targets of the regularity attackers per zone
     quantile: float = 0.95
-    confidence: float = 0.95
 
 
 @dataclass(frozen=True)
@@ -114,55 +119,12 @@ class AdvantageReport:
 # --- statistics ---------------------------------------------------------------------------------------------
 
 
-def _binom_cdf(x: int, n: int, p: float) -> float:
-    """P(Bin(n, p) <= x), summed in log space (n is a few hundred targets at most)."""
-    if x < 0:
-        return 0.0
-    if x >= n:
-        return 1.0
-    if p <= 0:
-        return 1.0
-    if p >= 1:
-        return 0.0
-    log_p, log_q = math.log(p), math.log1p(-p)
-    total = 0.0
-    for i in range(x + 1):
-        total += math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p + (n - i) * log_q)
-    return min(1.0, total)
-
-
 def quantile_higher(values: np.ndarray, q: float) -> float:
     """The sample quantile at rank ceil(q n) (never below the true one by interpolation)."""
     if not len(values):
         return 0.0
     ordered = np.sort(values)
     return float(ordered[min(len(ordered), max(1, math.ceil(q * len(ordered) - 1e-9))) - 1])
-
-
-def order_statistic_bound(values: np.ndarray, q: float, confidence: float) -> float:
-    """An upper `confidence` bound on the q-quantile of the distribution `values` are sampled from: the r-th
-    smallest, r the least rank with P(Bin(n, q) <= r - 1) >= confidence (Wilks). 1.0 (the largest advantage
-    there is) when n is too small for any rank."""
-    n = len(values)
-    ordered = np.sort(values)
-    for r in range(1, n + 1):
-        if _binom_cdf(r - 1, n, q) >= confidence:
-            return float(ordered[r - 1])
-    return 1.0
-
-
-def clopper_pearson_upper(successes: int, n: int, confidence: float) -> float:
-    """The exact upper `confidence` bound of a binomial share (bisection on the binomial CDF)."""
-    if n == 0 or successes >= n:
-        return 1.0
-    lo, hi = successes / n, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if _binom_cdf(successes, n, mid) > 1 - confidence:
-            lo = mid
-        else:
-            hi = mid
-    return hi
 
 
 # --- keys ---------------------------------------------------------------------------------------------------
@@ -195,31 +157,29 @@ def key_shifts(key_names: np.ndarray, minutes: tuple[int, ...]) -> np.ndarray:
     return out
 
 
-# --- membership against the thresholds (every unit, exact) ---------------------------------------------------
+# --- membership against the thresholds (every unit) ---------------------------------------------------------
 
 
-def _none_drawn(n: np.ndarray, bad: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """P(a uniform m-subset of n items holds none of `bad` of them), elementwise."""
-    out = np.ones(len(n))
-    for j in range(int(m.max()) if len(m) else 0):
-        active = j < m
-        num = (n - bad - j).astype(float)
-        den = np.maximum((n - j).astype(float), 1.0)
-        out = np.where(active, out * np.clip(num / den, 0.0, 1.0), out)
-    return out
+def membership_advantage(n_boundary: np.ndarray) -> np.ndarray:
+    """Per unit: 1 with a published key at exactly k (some key of its is published with it and not without it),
+    else 0 (the two releases agree on every key of its)."""
+    return (np.asarray(n_boundary) > 0).astype(float)
 
 
-def membership_advantage(
-    n_keys: np.ndarray, n_boundary: np.ndarray, anchors: np.ndarray, anchor_boundary: np.ndarray, points: int
-) -> np.ndarray:
-    """Per entry: the probability that the knowledge (an anchor uniform among `anchors` keys of the zone, then
-    p - 1 of the unit's other keys; with anchors = 0, p - 1 of all its keys) holds a boundary key."""
-    anchored = anchors > 0
-    rest = np.where(anchored, n_keys - 1, n_keys)
-    m = np.minimum(points - 1, np.maximum(rest, 0))
-    anchor_clean = np.where(anchored, (anchors - anchor_boundary) / np.maximum(anchors, 1), 1.0)
-    # an anchor that is not a boundary key leaves every boundary key among the others
-    return 1.0 - anchor_clean * _none_drawn(rest, n_boundary, m)
+class SamePlace:
+    """The keys of each key's area and level at every bucket (the `_all` guesses), as groups: no matrix of keys by
+    buckets, which would be the key count times the period's buckets."""
+
+    def __init__(self, key_names: np.ndarray):
+        names = pd.Series(np.asarray(key_names, dtype=object), dtype=object).astype(str)
+        self.group, _ = pd.factorize(names.str.rsplit("@", n=1).str[0])
+        self.order = np.argsort(self.group, kind="stable")
+        counts = np.bincount(self.group) if len(self.group) else np.zeros(0, dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    def of(self, keys: np.ndarray) -> np.ndarray:
+        groups = np.unique(self.group[keys])
+        return np.concatenate([self.order[self.starts[g] : self.starts[g + 1]] for g in groups]) if len(groups) else keys[:0]
 
 
 # --- the assessment -----------------------------------------------------------------------------------------
@@ -298,20 +258,21 @@ def _tie_share(outputs: list[np.ndarray], targets: np.ndarray, sets: KeySets) ->
 
 def _regularity(
     sets: KeySets,
-    boundary: np.ndarray,
-    shifts: np.ndarray,
+    exposed_unit: np.ndarray,
+    guesses_of: Callable[[np.ndarray], np.ndarray],
     knowledge: list[np.ndarray],
     targets: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Success with and without the target of the regularity guess from each knowledge set (its keys and the
-    published keys at `shifts` of them), under the project's rule."""
+    published keys `guesses_of` them), under the project's rule. Without a target that has a boundary key
+    (`exposed_unit`), none of its keys is published: it cannot be guessed and reveals nothing."""
     with_out, without_out, reveal_with, reveal_without, changed = [], [], [], [], []
     for known, unit in zip(knowledge, targets.tolist()):
-        guesses = shifts[known].ravel()
+        guesses = guesses_of(known)
         guesses = np.setdiff1d(guesses[guesses >= 0], known)
         mine = sets.unit_keys[sets.unit_offsets[unit] : sets.unit_offsets[unit + 1]]
         correct = np.isin(guesses, mine)
-        lost = correct & boundary[guesses]  # the target's boundary keys: unpublished without it
+        lost = correct if exposed_unit[unit] else np.zeros(len(guesses), dtype=bool)
         with_out.append(np.union1d(known, guesses))
         without_out.append(np.union1d(known, guesses[~lost]))
         reveal_with.append(bool(correct.any()))
@@ -323,6 +284,16 @@ def _regularity(
     if len(changed_rows):
         share_without[changed_rows] = _tie_share([without_out[i] for i in changed_rows], targets[changed_rows], sets)
     return share_with * np.array(reveal_with, dtype=float), share_without * np.array(reveal_without, dtype=float)
+
+
+def _guessers(key_names: np.ndarray) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
+    shifts = {name: key_shifts(key_names, minutes) for name, minutes in SHIFTS.items()}
+    same_place = SamePlace(key_names)
+    return {
+        REGULARITY_DAY: lambda known: shifts[REGULARITY_DAY][known].ravel(),
+        REGULARITY_WEEK: lambda known: shifts[REGULARITY_WEEK][known].ravel(),
+        REGULARITY_ALL: same_place.of,
+    }
 
 
 def assess_advantage(
@@ -340,64 +311,43 @@ def assess_advantage(
     (the entries of zones where none of its keys is published come from it)."""
     started = time.perf_counter()
     boundary = np.asarray(key_count) == k
-    per_unit_keys = np.diff(sets.unit_offsets)
-    pair_unit = np.repeat(np.arange(sets.units, dtype=np.int64), per_unit_keys)
+    pair_unit = np.repeat(np.arange(sets.units, dtype=np.int64), np.diff(sets.unit_offsets))
     unit_boundary = np.bincount(pair_unit, weights=boundary[sets.unit_keys].astype(float), minlength=sets.units).astype(
         np.int64
     )
+    exposed_unit = unit_boundary > 0
     entries = _entries(sets, boundary, hidden)
-    member = membership_advantage(
-        per_unit_keys[entries.unit], unit_boundary[entries.unit], entries.anchors, entries.anchor_boundary, params.points
-    )
-    shifts = {name: key_shifts(key_names, minutes) for name, minutes in SHIFTS.items()}
+    member = membership_advantage(unit_boundary[entries.unit])
+    guessers = _guessers(key_names)
     rng = np.random.default_rng(params.seed)
     published_zones = set(np.unique(sets.key_zone.astype(str)).tolist())
-    report = AdvantageReport(
-        units=sets.units, boundary_keys=int(boundary.sum()), boundary_units=int((unit_boundary > 0).sum())
-    )
+    report = AdvantageReport(units=sets.units, boundary_keys=int(boundary.sum()), boundary_units=int(exposed_unit.sum()))
     labels = np.where(np.isin(entries.zone, list(published_zones)), entries.zone, NO_PUBLISHED_FIGURE)
     for zone in sorted(set(labels.tolist())):
         rows = np.flatnonzero(labels == zone)
-        complete = len(rows) <= params.targets_per_zone
-        sample = rows if complete else np.sort(rng.choice(rows, params.targets_per_zone, replace=False))
+        sample = (
+            rows
+            if len(rows) <= params.targets_per_zone
+            else np.sort(rng.choice(rows, params.targets_per_zone, replace=False))
+        )
+        found = _sampled_attacks(sets, entries, exposed_unit, guessers, params, sample, rng)
         report.zones.append(
-            _zone_figures(
-                sets,
-                entries,
-                member,
-                boundary,
-                shifts,
-                params,
-                ceiling,
-                population,
-                zone,
-                rows,
-                sample,
-                complete,
-                rng,
-                unit_boundary,
-            )
+            _zone_figures(zone, rows, sample, member, found, params, ceiling, population, exposed_unit, entries)
         )
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _zone_figures(
+def _sampled_attacks(
     sets: KeySets,
     entries: _Entries,
-    member: np.ndarray,
-    boundary: np.ndarray,
-    shifts: dict[str, np.ndarray],
+    exposed_unit: np.ndarray,
+    guessers: dict[str, Callable[[np.ndarray], np.ndarray]],
     params: AdvantageParams,
-    ceiling: float,
-    population: dict[str, float] | None,
-    zone: str,
-    rows: np.ndarray,
     sample: np.ndarray,
-    complete: bool,
     rng: np.random.Generator,
-    unit_boundary: np.ndarray,
-) -> ZoneAdvantage:
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per regularity attacker, each sampled target's success with and without it (means over the draws)."""
     knowledge, owner = [], []
     for i, entry in enumerate(sample.tolist()):
         drawn = _draw(
@@ -407,28 +357,41 @@ def _zone_figures(
         owner += [i] * len(drawn)
     owner_arr = np.array(owner, dtype=np.int64)
     targets = entries.unit[sample][owner_arr] if len(owner_arr) else np.zeros(0, dtype=np.int64)
-    per_attacker_with: dict[str, np.ndarray] = {}
-    per_attacker_without: dict[str, np.ndarray] = {}
-    for name in (REGULARITY_DAY, REGULARITY_WEEK):
-        w, wo = _regularity(sets, boundary, shifts[name], knowledge, targets) if knowledge else (np.zeros(0), np.zeros(0))
-        per_attacker_with[name] = _per_target(w, owner_arr, len(sample))
-        per_attacker_without[name] = _per_target(wo, owner_arr, len(sample))
-    advantages = {MEMBERSHIP: member[sample]}
-    for name in (REGULARITY_DAY, REGULARITY_WEEK):
-        advantages[name] = np.clip(per_attacker_with[name] - per_attacker_without[name], 0.0, 1.0)
-    stacked = np.vstack([advantages[a] for a in ATTACKERS])
-    best = stacked.max(axis=0) if len(sample) else np.zeros(0)
-    success_with = np.maximum(per_attacker_with[REGULARITY_DAY], per_attacker_with[REGULARITY_WEEK])
-    success_without = np.maximum(per_attacker_without[REGULARITY_DAY], per_attacker_without[REGULARITY_WEEK])
-    q, conf = params.quantile, params.confidence
-    advantage = quantile_higher(best, q)
-    ucb = advantage if complete else max(advantage, order_statistic_bound(best, q, conf))
-    exposed = _exposed(member[rows], member[sample], best, ceiling, complete, conf)
-    public = population.get(zone) if population else None
-    by_attacker = {a: quantile_higher(advantages[a], q) for a in ATTACKERS}
-    strongest = max(ATTACKERS, key=lambda a: (by_attacker[a], a != MEMBERSHIP, a == REGULARITY_DAY))
+    found = {}
+    for name in REGULARITY:
+        w, wo = (
+            _regularity(sets, exposed_unit, guessers[name], knowledge, targets) if knowledge else (np.zeros(0), np.zeros(0))
+        )
+        found[name] = (_per_target(w, owner_arr, len(sample)), _per_target(wo, owner_arr, len(sample)))
+    return found
+
+
+def _zone_figures(
+    zone: str,
+    rows: np.ndarray,
+    sample: np.ndarray,
+    member: np.ndarray,
+    found: dict[str, tuple[np.ndarray, np.ndarray]],
+    params: AdvantageParams,
+    ceiling: float,
+    population: dict[str, float] | None,
+    exposed_unit: np.ndarray,
+    entries: _Entries,
+) -> ZoneAdvantage:
+    """The zone's figures: the advantage over every unit of the zone (the membership attacker's, which the sampled
+    attackers cannot exceed: without a boundary key nothing of a unit's changes), their success with and without
+    at the quantile."""
+    q = params.quantile
+    sampled_adv = {name: np.clip(w - wo, 0.0, 1.0) for name, (w, wo) in found.items()}
+    advantage = quantile_higher(member[rows], q)
+    success_with = np.max(np.vstack([w for w, _ in found.values()]), axis=0) if len(sample) else np.zeros(0)
+    success_without = np.max(np.vstack([wo for _, wo in found.values()]), axis=0) if len(sample) else np.zeros(0)
+    by_attacker = {MEMBERSHIP: advantage, **{name: quantile_higher(adv, q) for name, adv in sampled_adv.items()}}
+    strongest = max(ATTACKERS, key=lambda a: (by_attacker[a], a == MEMBERSHIP))
     if by_attacker[strongest] == 0.0:  # no attacker gains: name the one that succeeds most, with or without
-        strongest = max((REGULARITY_DAY, REGULARITY_WEEK), key=lambda a: quantile_higher(per_attacker_with[a], q))
+        strongest = max(REGULARITY, key=lambda a: (quantile_higher(found[a][0], q), a == REGULARITY_DAY))
+    exposed = int((member[rows] > ceiling).sum())
+    public = population.get(zone) if population else None
     return ZoneAdvantage(
         zone=zone,
         targets=len(sample),
@@ -436,11 +399,11 @@ def _zone_figures(
         success_without=quantile_higher(success_without, q),
         success_with=quantile_higher(success_with, q),
         advantage=advantage,
-        advantage_ucb=ucb,
+        advantage_ucb=advantage,  # every unit of the zone: no sampling error
         strongest=strongest,
         exposed=exposed,
         exposed_share=(exposed / public) if public else None,
-        boundary_units=int((unit_boundary[entries.unit[rows]] > 0).sum()),
+        boundary_units=int(exposed_unit[entries.unit[rows]].sum()),
     )
 
 
@@ -448,20 +411,3 @@ def _per_target(values: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
     if not len(values):
         return np.zeros(n)
     return np.bincount(owner, weights=values, minlength=n) / np.maximum(np.bincount(owner, minlength=n), 1)
-
-
-def _exposed(
-    member_all: np.ndarray, member_sample: np.ndarray, best: np.ndarray, ceiling: float, complete: bool, conf: float
-) -> int:
-    """An upper bound on how many of the zone's units have an advantage over the ceiling: every unit the
-    membership attacker puts over (exact), plus, of the others, the sampled share the other attackers put over
-    (its Clopper-Pearson bound) times their number."""
-    over_member = int((member_all > ceiling).sum())
-    if complete:
-        return int((best > ceiling).sum())
-    rest = member_sample <= ceiling
-    if not rest.any():
-        return over_member
-    others_over = int(((best > ceiling) & rest).sum())
-    share = clopper_pearson_upper(others_over, int(rest.sum()), conf)
-    return over_member + math.ceil(share * (len(member_all) - over_member))
