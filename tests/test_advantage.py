@@ -205,6 +205,8 @@ def test_same_place_guesses_are_the_area_at_every_bucket():
     names = np.array(["c1@2018-01-01T05:00Z", "c1@2018-01-02T05:00Z", "c2@2018-01-02T05:00Z", "c1@2018-01-03T05:00Z"])
     assert sorted(SamePlace(names).of(np.array([1])).tolist()) == [0, 1, 3]
     assert sorted(SamePlace(names).of(np.array([2, 0])).tolist()) == [0, 1, 2, 3]
+    far = np.array(["c1@2018-01-01T05:00Z", "c1@2018-01-20T05:00Z"])
+    assert SamePlace(far).of(np.array([0])).tolist() == [0]  # a week either way, not the whole period
 
 
 def test_key_shifts_find_the_day_before_and_after():

@@ -23,7 +23,7 @@ gone without it (an over-approximation of what changes), and for the others noth
 - `regularity_day`, `regularity_week`, `regularity_all` (attribute inference with regularity priors;
   `regularity_day` is the trivial attacker of issue 37): the target was in the same published area the day
   before and the day after each known key (`_week`: and the same time a week before and after; `_all`: at every
-  bucket of the period). The output is the known keys and those guesses that are published. Success is the
+  bucket within a week of it). The output is the known keys and those guesses that are published. Success is the
   project's rule: the target is the best Jaccard match of the output among every unit's published key set (a
   tie of t counts 1/t), and the output shows a published key of the target that the adversary did not know.
   Without a target that has a boundary key, none of its keys is taken as published. Run on sampled targets
@@ -166,20 +166,41 @@ def membership_advantage(n_boundary: np.ndarray) -> np.ndarray:
     return (np.asarray(n_boundary) > 0).astype(float)
 
 
+WEEK_MINUTES = 7 * DAY_MINUTES
+
+
 class SamePlace:
-    """The keys of each key's area and level at every bucket (the `_all` guesses), as groups: no matrix of keys by
-    buckets, which would be the key count times the period's buckets."""
+    """The keys of each key's area and level at every bucket within a week of it (the `_all` guesses), as groups
+    sorted by start: no matrix of keys by buckets, which would be the key count times the period's buckets. (The
+    whole period at hourly buckets made outputs of thousands of keys, whose best matches took most of the step.)"""
 
     def __init__(self, key_names: np.ndarray):
         names = pd.Series(np.asarray(key_names, dtype=object), dtype=object).astype(str)
-        self.group, _ = pd.factorize(names.str.rsplit("@", n=1).str[0])
-        self.order = np.argsort(self.group, kind="stable")
+        parts = names.str.rsplit("@", n=1, expand=True)
+        starts = (
+            pd.to_datetime(parts[1], format="%Y-%m-%dT%H:%MZ", utc=True, errors="coerce") if parts.shape[1] > 1 else None
+        )
+        self.minute = (
+            np.zeros(len(names), dtype=np.int64)
+            if starts is None
+            else starts.to_numpy(dtype="datetime64[ns]", na_value=np.datetime64(0, "ns")).astype(np.int64) // 60_000_000_000
+        )
+        self.group, _ = pd.factorize(parts[0])
+        self.order = np.lexsort((self.minute, self.group))
         counts = np.bincount(self.group) if len(self.group) else np.zeros(0, dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
     def of(self, keys: np.ndarray) -> np.ndarray:
-        groups = np.unique(self.group[keys])
-        return np.concatenate([self.order[self.starts[g] : self.starts[g + 1]] for g in groups]) if len(groups) else keys[:0]
+        found = []
+        for key in np.asarray(keys).tolist():
+            members = self.order[self.starts[self.group[key]] : self.starts[self.group[key] + 1]]
+            at = self.minute[members]
+            lo, hi = (
+                np.searchsorted(at, self.minute[key] - WEEK_MINUTES),
+                np.searchsorted(at, self.minute[key] + WEEK_MINUTES, "right"),
+            )
+            found.append(members[lo:hi])
+        return np.concatenate(found) if found else np.asarray(keys)[:0]
 
 
 # --- the assessment -----------------------------------------------------------------------------------------
