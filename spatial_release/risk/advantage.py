@@ -52,7 +52,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -81,7 +81,10 @@ class AdvantageParams:
     points: int = 4
     draws: int = 10
     seed: int = 20180101
-    targets_per_zone: int = 120  # sampled targets of the regularity attackers per zone
+    # The regularity attackers' sample per zone: they are reported (success with and without), never the figure
+    # the gate reads (they gain only on the units the membership attacker puts at 1), so their cost is bounded.
+    targets_per_zone: int = 40
+    regularity_draws: int = 2  # knowledge sets per sampled target (at most the landscape's draws)
     quantile: float = 0.95
 
 
@@ -115,6 +118,19 @@ class AdvantageReport:
     def worst(self) -> ZoneAdvantage | None:
         return max(self.zones, key=lambda z: (z.gated(), z.zone), default=None)
 
+    def to_json(self) -> dict:
+        return {
+            **{f: getattr(self, f) for f in ("units", "boundary_keys", "boundary_units", "seconds")},
+            "zones": [asdict(z) for z in self.zones],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> AdvantageReport:
+        zones = [ZoneAdvantage(**z) for z in data["zones"]]
+        return cls(
+            zones, int(data["units"]), int(data["boundary_keys"]), int(data["boundary_units"]), float(data["seconds"])
+        )
+
 
 # --- statistics ---------------------------------------------------------------------------------------------
 
@@ -130,24 +146,37 @@ def quantile_higher(values: np.ndarray, q: float) -> float:
 # --- keys ---------------------------------------------------------------------------------------------------
 
 
-def key_shifts(key_names: np.ndarray, minutes: tuple[int, ...]) -> np.ndarray:
+@dataclass(frozen=True)
+class KeyTimes:
+    """Each key's area and level (a code per distinct name before the last "@") and bucket start in minutes,
+    parsed once from the key names ("<area and level>@<UTC start>")."""
+
+    prefix: np.ndarray
+    minute: np.ndarray
+    valid: np.ndarray
+
+    @classmethod
+    def parse(cls, key_names: np.ndarray) -> KeyTimes:
+        names = pd.Series(np.asarray(key_names, dtype=object), dtype=object).astype(str)
+        parts = names.str.rsplit("@", n=1, expand=True)
+        if parts.shape[1] < 2:
+            n = len(names)
+            return cls(np.arange(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool))
+        starts = pd.to_datetime(parts[1], format="%Y-%m-%dT%H:%MZ", utc=True, errors="coerce")
+        valid = starts.notna().to_numpy()
+        ns = starts.to_numpy(dtype="datetime64[ns]", na_value=np.datetime64(0, "ns")).astype(np.int64)
+        prefix, _ = pd.factorize(parts[0])
+        return cls(prefix, np.where(valid, ns // 60_000_000_000, -(10**12)), valid)
+
+
+def key_shifts(key_names: np.ndarray | KeyTimes, minutes: tuple[int, ...]) -> np.ndarray:
     """(keys, len(minutes)): the code of the key of the same area and level whose bucket starts `minutes`
-    later (an hour either way allowed, for days of 23 or 25 hours), or -1. Key names end in "@<UTC start>"."""
-    names = pd.Series(np.asarray(key_names, dtype=object), dtype=object).astype(str)
-    parts = names.str.rsplit("@", n=1, expand=True)
-    if parts.shape[1] < 2:
-        return np.full((len(names), len(minutes)), -1, dtype=np.int64)
-    starts = pd.to_datetime(parts[1], format="%Y-%m-%dT%H:%MZ", utc=True, errors="coerce")
-    valid = starts.notna().to_numpy()
-    start_min = np.where(
-        valid,
-        starts.to_numpy(dtype="datetime64[ns]", na_value=np.datetime64(0, "ns")).astype(np.int64) // 60_000_000_000,
-        -(10**12),
-    )
-    prefix, _ = pd.factorize(parts[0])
+    later (an hour either way allowed, for days of 23 or 25 hours), or -1."""
+    times = key_names if isinstance(key_names, KeyTimes) else KeyTimes.parse(key_names)
+    prefix, start_min, valid = times.prefix, times.minute, times.valid
     index = pd.MultiIndex.from_arrays([prefix[valid], start_min[valid]])
     codes = np.flatnonzero(valid)
-    out = np.full((len(names), len(minutes)), -1, dtype=np.int64)
+    out = np.full((len(prefix), len(minutes)), -1, dtype=np.int64)
     for j, shift in enumerate(minutes):
         for slack in (0, -60, 60):
             todo = out[:, j] < 0
@@ -174,18 +203,9 @@ class SamePlace:
     sorted by start: no matrix of keys by buckets, which would be the key count times the period's buckets. (The
     whole period at hourly buckets made outputs of thousands of keys, whose best matches took most of the step.)"""
 
-    def __init__(self, key_names: np.ndarray):
-        names = pd.Series(np.asarray(key_names, dtype=object), dtype=object).astype(str)
-        parts = names.str.rsplit("@", n=1, expand=True)
-        starts = (
-            pd.to_datetime(parts[1], format="%Y-%m-%dT%H:%MZ", utc=True, errors="coerce") if parts.shape[1] > 1 else None
-        )
-        self.minute = (
-            np.zeros(len(names), dtype=np.int64)
-            if starts is None
-            else starts.to_numpy(dtype="datetime64[ns]", na_value=np.datetime64(0, "ns")).astype(np.int64) // 60_000_000_000
-        )
-        self.group, _ = pd.factorize(parts[0])
+    def __init__(self, key_names: np.ndarray | KeyTimes):
+        times = key_names if isinstance(key_names, KeyTimes) else KeyTimes.parse(key_names)
+        self.minute, self.group = times.minute, times.prefix
         self.order = np.lexsort((self.minute, self.group))
         counts = np.bincount(self.group) if len(self.group) else np.zeros(0, dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -211,44 +231,49 @@ class _Entries:
     unit: np.ndarray
     zone: np.ndarray  # zone names (object)
     anchors: np.ndarray  # the unit's keys in the zone (0: a zone it is in with no published key of its)
-    anchor_boundary: np.ndarray
 
 
-def _entries(sets: KeySets, boundary: np.ndarray, hidden: tuple[np.ndarray, np.ndarray] | None) -> _Entries:
+DENSE_ENTRIES = 50_000_000  # units x zones up to which the entries are counted in one dense array
+
+
+def _entries(sets: KeySets, hidden: tuple[np.ndarray, np.ndarray] | None) -> _Entries:
+    """Every (unit, zone) target: the zones of each unit's published keys (with how many of its keys lie there),
+    then the zones it was truly in without a published key there (`hidden`)."""
     zones, zone_of_key = np.unique(sets.key_zone.astype(str), return_inverse=True)
+    n_zones = max(len(zones), 1)
     pair_unit = np.repeat(np.arange(sets.units, dtype=np.int64), np.diff(sets.unit_offsets))
-    code = pair_unit * max(len(zones), 1) + zone_of_key[sets.unit_keys]
-    distinct, inverse = np.unique(code, return_inverse=True)
-    anchors = np.bincount(inverse, minlength=len(distinct))
-    anchor_boundary = np.bincount(inverse, weights=boundary[sets.unit_keys].astype(float), minlength=len(distinct))
-    unit = distinct // max(len(zones), 1)
-    zone = zones[distinct % max(len(zones), 1)].astype(object)
+    code = pair_unit * n_zones + zone_of_key[sets.unit_keys]
+    if sets.units * n_zones <= DENSE_ENTRIES:  # a counting pass, not a sort of every pair
+        counted = np.bincount(code, minlength=sets.units * n_zones)
+        distinct = np.flatnonzero(counted)
+        anchors = counted[distinct]
+    else:
+        distinct, anchors = np.unique(code, return_counts=True)
+    unit = distinct // n_zones
+    zone = zones[distinct % n_zones].astype(object)
     if hidden is not None and len(hidden[0]):
         seen = set(zip(unit.tolist(), zone.tolist()))
-        extra = [
-            (u, z) for u, z in zip(np.asarray(hidden[0]).tolist(), np.asarray(hidden[1]).tolist()) if (u, z) not in seen
-        ]
-        extra = sorted(set(extra))
+        pairs = zip(np.asarray(hidden[0]).tolist(), np.asarray(hidden[1]).tolist())
+        extra = sorted({(u, z) for u, z in pairs if (u, z) not in seen})
         if extra:
             unit = np.concatenate([unit, np.array([u for u, _ in extra], dtype=np.int64)])
             zone = np.concatenate([zone, np.array([z for _, z in extra], dtype=object)])
             anchors = np.concatenate([anchors, np.zeros(len(extra), dtype=np.int64)])
-            anchor_boundary = np.concatenate([anchor_boundary, np.zeros(len(extra))])
-    return _Entries(unit, zone, anchors, anchor_boundary.astype(np.int64))
+    return _Entries(unit, zone, anchors)
 
 
 def _draw(
-    sets: KeySets, unit: int, zone: str, anchored: bool, params: AdvantageParams, rng: np.random.Generator
+    sets: KeySets, unit: int, zone: str, anchored: bool, draws: int, params: AdvantageParams, rng: np.random.Generator
 ) -> list[np.ndarray]:
     keys = sets.unit_keys[sets.unit_offsets[unit] : sets.unit_offsets[unit + 1]]
     if not len(keys):
         return []
     if not anchored:
         take = min(params.points - 1, len(keys))
-        return [np.sort(rng.choice(keys, take, replace=False)) for _ in range(params.draws)]
+        return [np.sort(rng.choice(keys, take, replace=False)) for _ in range(draws)]
     in_zone = keys[sets.key_zone[keys].astype(str) == zone]
     drawn = []
-    for _ in range(params.draws):
+    for _ in range(draws):
         anchor = in_zone[rng.integers(len(in_zone))]
         others = keys[keys != anchor]
         take = min(params.points - 1, len(others))
@@ -256,7 +281,14 @@ def _draw(
     return drawn
 
 
-def _tie_share(outputs: list[np.ndarray], targets: np.ndarray, sets: KeySets) -> np.ndarray:
+def _truth(sets: KeySets) -> KeySets:
+    """The units' key sets with 64-bit codes, as the best-match kernel reads them (built once per assessment)."""
+    return KeySets(
+        sets.key_zone, sets.unit_offsets, sets.unit_keys.astype(np.int64), sets.key_offsets, sets.key_units.astype(np.int64)
+    )
+
+
+def _tie_share(outputs: list[np.ndarray], targets: np.ndarray, truth: KeySets) -> np.ndarray:
     """Per output: 1/t when its target is among the t units whose published key sets are its best Jaccard
     matches, else 0."""
     from spatial_release.risk.attack import best_matches
@@ -265,12 +297,9 @@ def _tie_share(outputs: list[np.ndarray], targets: np.ndarray, sets: KeySets) ->
         return np.zeros(0)
     offsets = KeySets.offsets(np.array([len(o) for o in outputs]))
     flat = np.concatenate(outputs).astype(np.int64)
-    rec = KeySets(sets.key_zone, offsets, flat, np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    truth = KeySets(
-        sets.key_zone, sets.unit_offsets, sets.unit_keys.astype(np.int64), sets.key_offsets, sets.key_units.astype(np.int64)
-    )
-    pairs, _, _, _ = best_matches(rec, truth, np.zeros(sets.keys, dtype=bool))
-    n_units = max(sets.units, 1)
+    rec = KeySets(truth.key_zone, offsets, flat, np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    pairs, _, _, _ = best_matches(rec, truth, np.zeros(truth.keys, dtype=bool))
+    n_units = max(truth.units, 1)
     ties = np.bincount(pairs // n_units, minlength=len(outputs)) if len(pairs) else np.zeros(len(outputs))
     wanted = np.arange(len(outputs), dtype=np.int64) * n_units + targets
     hit = np.isin(wanted, pairs)
@@ -279,6 +308,7 @@ def _tie_share(outputs: list[np.ndarray], targets: np.ndarray, sets: KeySets) ->
 
 def _regularity(
     sets: KeySets,
+    truth: KeySets,
     exposed_unit: np.ndarray,
     guesses_of: Callable[[np.ndarray], np.ndarray],
     knowledge: list[np.ndarray],
@@ -286,30 +316,23 @@ def _regularity(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Success with and without the target of the regularity guess from each knowledge set (its keys and the
     published keys `guesses_of` them), under the project's rule. Without a target that has a boundary key
-    (`exposed_unit`), none of its keys is published: it cannot be guessed and reveals nothing."""
-    with_out, without_out, reveal_with, reveal_without, changed = [], [], [], [], []
+    (`exposed_unit`), none of its keys is taken as published: no guess of it can be shown, so it reveals nothing
+    (success 0, whoever the output matches); without any other target nothing of its changes."""
+    outputs, reveal = [], []
     for known, unit in zip(knowledge, targets.tolist()):
         guesses = guesses_of(known)
         guesses = np.setdiff1d(guesses[guesses >= 0], known)
         mine = sets.unit_keys[sets.unit_offsets[unit] : sets.unit_offsets[unit + 1]]
-        correct = np.isin(guesses, mine)
-        lost = correct if exposed_unit[unit] else np.zeros(len(guesses), dtype=bool)
-        with_out.append(np.union1d(known, guesses))
-        without_out.append(np.union1d(known, guesses[~lost]))
-        reveal_with.append(bool(correct.any()))
-        reveal_without.append(bool((correct & ~lost).any()))
-        changed.append(bool(lost.any()))
-    share_with = _tie_share(with_out, targets, sets)
-    changed_rows = np.flatnonzero(changed)
-    share_without = share_with.copy()
-    if len(changed_rows):
-        share_without[changed_rows] = _tie_share([without_out[i] for i in changed_rows], targets[changed_rows], sets)
-    return share_with * np.array(reveal_with, dtype=float), share_without * np.array(reveal_without, dtype=float)
+        outputs.append(np.union1d(known, guesses))
+        reveal.append(bool(np.isin(guesses, mine).any()))
+    success_with = _tie_share(outputs, targets, truth) * np.array(reveal, dtype=float)
+    return success_with, np.where(exposed_unit[targets], 0.0, success_with)
 
 
 def _guessers(key_names: np.ndarray) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
-    shifts = {name: key_shifts(key_names, minutes) for name, minutes in SHIFTS.items()}
-    same_place = SamePlace(key_names)
+    times = KeyTimes.parse(key_names)
+    shifts = {name: key_shifts(times, minutes) for name, minutes in SHIFTS.items()}
+    same_place = SamePlace(times)
     return {
         REGULARITY_DAY: lambda known: shifts[REGULARITY_DAY][known].ravel(),
         REGULARITY_WEEK: lambda known: shifts[REGULARITY_WEEK][known].ravel(),
@@ -337,9 +360,10 @@ def assess_advantage(
         np.int64
     )
     exposed_unit = unit_boundary > 0
-    entries = _entries(sets, boundary, hidden)
+    entries = _entries(sets, hidden)
     member = membership_advantage(unit_boundary[entries.unit])
     guessers = _guessers(key_names)
+    truth = _truth(sets)
     rng = np.random.default_rng(params.seed)
     published_zones = set(np.unique(sets.key_zone.astype(str)).tolist())
     report = AdvantageReport(units=sets.units, boundary_keys=int(boundary.sum()), boundary_units=int(exposed_unit.sum()))
@@ -351,7 +375,7 @@ def assess_advantage(
             if len(rows) <= params.targets_per_zone
             else np.sort(rng.choice(rows, params.targets_per_zone, replace=False))
         )
-        found = _sampled_attacks(sets, entries, exposed_unit, guessers, params, sample, rng)
+        found = _sampled_attacks(sets, truth, entries, exposed_unit, guessers, params, sample, rng)
         report.zones.append(
             _zone_figures(zone, rows, sample, member, found, params, ceiling, population, exposed_unit, entries)
         )
@@ -361,6 +385,7 @@ def assess_advantage(
 
 def _sampled_attacks(
     sets: KeySets,
+    truth: KeySets,
     entries: _Entries,
     exposed_unit: np.ndarray,
     guessers: dict[str, Callable[[np.ndarray], np.ndarray]],
@@ -370,10 +395,10 @@ def _sampled_attacks(
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per regularity attacker, each sampled target's success with and without it (means over the draws)."""
     knowledge, owner = [], []
+    draws = min(params.draws, params.regularity_draws)
     for i, entry in enumerate(sample.tolist()):
-        drawn = _draw(
-            sets, int(entries.unit[entry]), str(entries.zone[entry]), bool(entries.anchors[entry] > 0), params, rng
-        )
+        unit, zone, anchored = int(entries.unit[entry]), str(entries.zone[entry]), bool(entries.anchors[entry] > 0)
+        drawn = _draw(sets, unit, zone, anchored, draws, params, rng)
         knowledge += drawn
         owner += [i] * len(drawn)
     owner_arr = np.array(owner, dtype=np.int64)
@@ -381,7 +406,9 @@ def _sampled_attacks(
     found = {}
     for name in REGULARITY:
         w, wo = (
-            _regularity(sets, exposed_unit, guessers[name], knowledge, targets) if knowledge else (np.zeros(0), np.zeros(0))
+            _regularity(sets, truth, exposed_unit, guessers[name], knowledge, targets)
+            if knowledge
+            else (np.zeros(0), np.zeros(0))
         )
         found[name] = (_per_target(w, owner_arr, len(sample)), _per_target(wo, owner_arr, len(sample)))
     return found

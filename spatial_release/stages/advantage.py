@@ -13,10 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from spatial_release.levels import LEAF
-from spatial_release.risk import keysets
+from spatial_release.risk import kernels, keysets
 from spatial_release.risk.advantage import AdvantageParams, AdvantageReport, assess_advantage
 from spatial_release.risk.estimator import KeySets
 from spatial_release.stages.context import ReleaseContext
@@ -33,17 +34,45 @@ def read_key_sets(path: Path, zone_of_cells: Callable[[pd.Series], pd.Series]) -
         cells = rows.groupby("key")["cell_id"].min().reindex(keys)
         names, unit_names = np.asarray(keys, dtype=object), np.asarray(units, dtype=object)
     else:
-        table = pq.read_table(path).to_pandas()
-        unit_rows = table[table["k"].isna()].sort_values("u")
-        key_rows = table[table["u"].isna()].sort_values("k")
-        pairs = table[table["u"].notna() & table["k"].notna()]
-        unit_codes, key_codes = pairs["u"].to_numpy(np.int64), pairs["k"].to_numpy(np.int64)
-        cells = key_rows["cell_id"].reset_index(drop=True)
-        names, unit_names = key_rows["name"].to_numpy(dtype=object), unit_rows["name"].to_numpy(dtype=object)
+        unit_codes, key_codes, cells, names, unit_names = _coded_file(path)
     cell_series = pd.Series(np.asarray(cells, dtype=object))
     key_zone = cell_series.map(zone_of_cells(cell_series.drop_duplicates())).to_numpy(dtype=object)
-    sets = KeySets.from_codes(np.asarray(unit_codes, dtype=np.int64), np.asarray(key_codes, dtype=np.int64), key_zone)
-    return sets, names, unit_names
+    units, keys = np.asarray(unit_codes, dtype=np.int64), np.asarray(key_codes, dtype=np.int64)
+    return _key_sets(units, keys, key_zone), names, unit_names
+
+
+def _key_sets(units: np.ndarray, keys: np.ndarray, key_zone: np.ndarray) -> KeySets:
+    """KeySets of distinct (unit, key) pairs; pairs already by unit then key (as a coded file writes them) are
+    taken as they are, with one counting pass for the key-major side (two lexsorts took 8 s at 10 M pings)."""
+    same = units[1:] == units[:-1]
+    ordered = bool((np.diff(units) >= 0).all() and (keys[1:][same] > keys[:-1][same]).all()) if len(units) > 1 else True
+    if not ordered:
+        return KeySets.from_codes(units, keys, key_zone)
+    n_units = int(units[-1]) + 1 if len(units) else 0
+    unit_offsets = KeySets.offsets(np.bincount(units, minlength=n_units))
+    key_offsets, key_units = kernels.key_major(unit_offsets, keys, len(key_zone), np.int64)
+    return KeySets(key_zone, unit_offsets, keys, key_offsets, key_units)
+
+
+def _coded_file(path: Path) -> tuple[np.ndarray, np.ndarray, pd.Series, np.ndarray, np.ndarray]:
+    """A coded key set file's pairs (unit and key codes), and its keys' cells and names and units' names, by
+    code; the codes read as arrays, never a frame of one row per pair."""
+    table = pq.read_table(path, columns=["u", "k"])
+    u, k = table.column("u"), table.column("k")
+    both = pc.and_(u.is_valid(), k.is_valid())
+    unit_codes = pc.filter(u, both).to_numpy()
+    key_codes = pc.filter(k, both).to_numpy()
+    named = pq.read_table(path, columns=["u", "k", "name", "cell_id"]).filter(pc.invert(both))
+    frame = named.to_pandas()
+    unit_rows = frame[frame["k"].isna()].sort_values("u")
+    key_rows = frame[frame["u"].isna()].sort_values("k")
+    return (
+        unit_codes,
+        key_codes,
+        key_rows["cell_id"].reset_index(drop=True),
+        key_rows["name"].to_numpy(dtype=object),
+        unit_rows["name"].to_numpy(dtype=object),
+    )
 
 
 def _stamp(starts: pd.Series) -> pd.Series:

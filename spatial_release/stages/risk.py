@@ -746,15 +746,33 @@ def candidate_advantage(
     landscape_path = ctx.policy.resolve(risk.landscape)
     population = zone_population(ctx.policy, landscape, landscape_path, ctx.layers)
     zone_of = lambda cells: _risk_zone_of(ctx, cells)  # noqa: E731
-    return advantage_stage.advantage_of(
-        ctx,
-        path,
-        zone_of,
-        advantage_stage.advantage_params(landscape),
-        risk.per_release_ceiling,
-        population,
-        rung is not None,
-    )
+    params = advantage_stage.advantage_params(landscape)
+    # one memo of the assessment per set of inputs: the climbing loop's last pass, the risk step and the publish
+    # step assess the same candidate
+    inputs = {
+        "key_sets": sha256_file(path),
+        "candidate": [sha256_file(ctx.area.candidate / n) for n in ("cells.parquet", "margins.parquet")],
+        "membership": sha256_file(ctx.area.counts / "membership.internal.parquet"),
+        "params": params.__dict__,
+        "ceiling": risk.per_release_ceiling,
+        "population": population,
+        "policy": ctx.policy.sha256,
+        "proposal": rung is not None,
+    }
+    digest = reuse.digest_of(inputs)
+    memo = ctx.area.risk / ADVANTAGE_MEMO
+    saved = reuse.load_saved(memo, digest)
+    if saved is not None:
+        try:
+            return AdvantageReport.from_json(saved)
+        except (KeyError, TypeError, ValueError):
+            pass
+    found = advantage_stage.advantage_of(ctx, path, zone_of, params, risk.per_release_ceiling, population, rung is not None)
+    reuse.save(memo, digest, found.to_json())
+    return found
+
+
+ADVANTAGE_MEMO = "advantage.internal.json"  # risk/: the last advantage assessment and the digest of its inputs
 
 
 def with_advantage_figures(zones: list[ZoneFigures], found: AdvantageReport) -> list[ZoneFigures]:
