@@ -23,11 +23,20 @@ from spatial_release.risk.estimator import KeySets
 from spatial_release.stages.context import ReleaseContext
 
 KEY_TIME = "%Y-%m-%dT%H:%MZ"  # as stages.risk.KEY_FORMAT names bucket starts in keys
+ROWS_IN_MEMORY = 150_000_000  # key set rows the gate codes in memory (stages.risk.CODED_UP_TO keeps coded files to it)
 
 
 def read_key_sets(path: Path, zone_of_cells: Callable[[pd.Series], pd.Series]) -> tuple[KeySets, np.ndarray, np.ndarray]:
     """The key sets of a key set file of either kind, its key names and unit names (by code)."""
     if keysets.coded_file_counts(path) is None:
+        held = keysets.file_rows(path)
+        if held > ROWS_IN_MEMORY:
+            # the ranged road of the uniqueness bound has no counterpart here yet: refuse by name, never run out of
+            # memory half-way (a missing estimate blocks the release)
+            raise ValueError(
+                f"{path}: {held:,} (unit, key) rows, over the {ROWS_IN_MEMORY:,} the advantage gate reads in memory; "
+                "gate this release on risk.model uniqueness"
+            )
         rows = pd.read_parquet(path, columns=["unit", "key", "cell_id"]).drop_duplicates(["unit", "key"])
         unit_codes, units = pd.factorize(rows["unit"], sort=True)
         key_codes, keys = pd.factorize(rows["key"], sort=True)
