@@ -241,8 +241,9 @@ def _entries(sets: KeySets, hidden: tuple[np.ndarray, np.ndarray] | None) -> _En
     then the zones it was truly in without a published key there (`hidden`)."""
     zones, zone_of_key = np.unique(sets.key_zone.astype(str), return_inverse=True)
     n_zones = max(len(zones), 1)
-    pair_unit = np.repeat(np.arange(sets.units, dtype=np.int64), np.diff(sets.unit_offsets))
-    code = pair_unit * n_zones + zone_of_key[sets.unit_keys]
+    wide = np.int64 if sets.units * n_zones >= 2**31 else np.int32
+    code: np.ndarray = np.repeat(np.arange(sets.units, dtype=wide) * n_zones, np.diff(sets.unit_offsets))
+    code = code + zone_of_key.astype(wide)[sets.unit_keys]
     if sets.units * n_zones <= DENSE_ENTRIES:  # a counting pass, not a sort of every pair
         counted = np.bincount(code, minlength=sets.units * n_zones)
         distinct = np.flatnonzero(counted)
@@ -279,13 +280,6 @@ def _draw(
         take = min(params.points - 1, len(others))
         drawn.append(np.sort(np.concatenate([[anchor], rng.choice(others, take, replace=False)])))
     return drawn
-
-
-def _truth(sets: KeySets) -> KeySets:
-    """The units' key sets with 64-bit codes, as the best-match kernel reads them (built once per assessment)."""
-    return KeySets(
-        sets.key_zone, sets.unit_offsets, sets.unit_keys.astype(np.int64), sets.key_offsets, sets.key_units.astype(np.int64)
-    )
 
 
 def _tie_share(outputs: list[np.ndarray], targets: np.ndarray, truth: KeySets) -> np.ndarray:
@@ -355,15 +349,14 @@ def assess_advantage(
     (the entries of zones where none of its keys is published come from it)."""
     started = time.perf_counter()
     boundary = np.asarray(key_count) == k
-    pair_unit = np.repeat(np.arange(sets.units, dtype=np.int64), np.diff(sets.unit_offsets))
-    unit_boundary = np.bincount(pair_unit, weights=boundary[sets.unit_keys].astype(float), minlength=sets.units).astype(
-        np.int64
-    )
+    # boundary keys per unit, summed over each unit's run of keys (no per-pair unit array)
+    hits = np.concatenate([[0], np.cumsum(boundary[sets.unit_keys], dtype=np.int64)])
+    unit_boundary = hits[sets.unit_offsets[1:]] - hits[sets.unit_offsets[:-1]]
     exposed_unit = unit_boundary > 0
     entries = _entries(sets, hidden)
     member = membership_advantage(unit_boundary[entries.unit])
     guessers = _guessers(key_names)
-    truth = _truth(sets)
+    truth = sets  # the best-match kernel reads 32- or 64-bit codes alike: no copy of the pairs
     rng = np.random.default_rng(params.seed)
     published_zones = set(np.unique(sets.key_zone.astype(str)).tolist())
     report = AdvantageReport(units=sets.units, boundary_keys=int(boundary.sum()), boundary_units=int(exposed_unit.sum()))

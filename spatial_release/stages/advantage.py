@@ -46,7 +46,9 @@ def read_key_sets(path: Path, zone_of_cells: Callable[[pd.Series], pd.Series]) -
         unit_codes, key_codes, cells, names, unit_names = _coded_file(path)
     cell_series = pd.Series(np.asarray(cells, dtype=object))
     key_zone = cell_series.map(zone_of_cells(cell_series.drop_duplicates())).to_numpy(dtype=object)
-    units, keys = np.asarray(unit_codes, dtype=np.int64), np.asarray(key_codes, dtype=np.int64)
+    # 32-bit codes: 8 bytes per pair in each direction, as the uniqueness bound holds them (64-bit copies of every
+    # array took the 50 M-ping assessment to 9 GB)
+    units, keys = np.asarray(unit_codes, dtype=np.int32), np.asarray(key_codes, dtype=np.int32)
     return _key_sets(units, keys, key_zone), names, unit_names
 
 
@@ -59,7 +61,7 @@ def _key_sets(units: np.ndarray, keys: np.ndarray, key_zone: np.ndarray) -> KeyS
         return KeySets.from_codes(units, keys, key_zone)
     n_units = int(units[-1]) + 1 if len(units) else 0
     unit_offsets = KeySets.offsets(np.bincount(units, minlength=n_units))
-    key_offsets, key_units = kernels.key_major(unit_offsets, keys, len(key_zone), np.int64)
+    key_offsets, key_units = kernels.key_major(unit_offsets, keys, len(key_zone), np.int32)
     return KeySets(key_zone, unit_offsets, keys, key_offsets, key_units)
 
 
@@ -147,7 +149,10 @@ def advantage_of(
     """`assess_advantage` of the candidate whose key sets `key_set_file` holds."""
     sets, names, unit_names = read_key_sets(key_set_file, zone_of_cells)
     counts = published_counts(ctx, proposal).reindex(pd.Index(names.astype(str)))
-    key_count = counts.fillna(-1).to_numpy(np.int64)
+    if counts.isna().any():  # a key without its published count could hide a boundary key: fail closed
+        missing = names[counts.isna().to_numpy()][:3].tolist()
+        raise ValueError(f"{key_set_file}: keys without a published count in the candidate, e.g. {missing}")
+    key_count = counts.to_numpy(np.int64)
     hidden = true_zones(ctx, unit_names, zone_of_cells)
     return assess_advantage(sets, names, key_count, ctx.policy.k, params, ceiling, population, hidden)
 
