@@ -269,3 +269,23 @@ def test_key_sets_coded_from_the_work_area_are_those_of_the_key_set_file(release
     from_area = risk_stage.window_key_sets(ctx, None, [], [])
     from_file = risk_stage.window_key_sets(ctx, ctx.area.unit_keys, [], [])
     assert from_area.units > 0 and from_area.digest() == from_file.digest()
+
+
+ZONE_COLUMNS = {"zone", "targets", "success_without", "success_with", "advantage", "advantage_ucb", "strongest"}
+ZONE_COLUMNS |= {"exposed_share", "uniqueness_bound"}
+
+
+def test_the_quarter_is_gated_on_the_advantage_and_its_table_is_in_the_record(release):
+    """release.json's risk.zones under the advantage gate: one row per ward with the issue's columns, every
+    ward within the ceiling by both figures, and the release adds nothing the regularity attacker did not know."""
+    folder, _ = release
+    risk = json.loads((folder / "release.json").read_text())["risk"]
+    assert risk["model"] == "advantage" and risk["status"] in ("publish", "warn")
+    zones = {z["zone"]: z for z in risk["zones"]}
+    assert set(zones) >= set("ABCDEF")
+    for zone in zones.values():
+        assert set(zone) == ZONE_COLUMNS
+        assert max(zone["advantage_ucb"], zone["exposed_share"] or 0) <= 0.05
+        assert zone["success_with"] >= zone["success_without"]
+    # the frontier says what was refused: every ward's ward-days (a bike in a ward-day at exactly k)
+    assert risk["frontier"][0]["configuration"] == "as counted" and not risk["frontier"][0]["passed"]
