@@ -1,17 +1,18 @@
-"""The finest release the risk gate allows: protect, attack the candidate, coarsen the zones over the gate, and
-again (`risk.coarsen: apply` under `risk.model: attack`).
+"""The finest release the risk gate allows: protect, assess the candidate, coarsen the zones over the gate, and
+again (`risk.coarsen: apply` under `risk.model: advantage` or `attack`).
 
 A zone over the gate climbs one step at a time, and only that zone (when every zone over the gate has climbed
 as far as it can, its units are singled out through the other zones they visit, and every zone climbs one
 step): first its cells' figures at the policy's
 bucket are withheld (shown at the next rung of the time ladder where the ladder offers it, else only through
 their parent areas and totals), then its figures at that rung too, and so on until the zone's cells are shown
-by their parents alone. Each step is one whole protection (k floor, complements, audit), so every
+by their parents alone, and last by the totals alone (its own parent areas and the linked zonings' areas in it
+withheld too). Each step is one whole protection (k floor, complements, audit), so every
 configuration tried is a consistent, audited release; nothing is cut along lines drawn from the data (a zone
 is an area of the policy's risk level, a rung a bucket of its ladder). The frontier records every
 configuration tried, finest first: which zones were coarsened to which rung, how many figures it published,
 the zones still over the gate with their figures, and whether it passed. The risk step then assesses the chosen candidate
-as any other (and reuses the attacks computed here for identical files).
+as any other (and reuses the assessment computed here for identical files).
 
 The k floor and the audit need no such loop (a time ladder climbs locally where a figure is below k), and a
 suppression budget is met by `suppression.climb: to_budget`; a zone that is still over the gate with every
