@@ -335,6 +335,67 @@ class RiskSpec(_Strict):
     key_retention_days: int = Field(default=730, ge=1, description="how long per-unit key sets are kept for reviews")
 
 
+class KanonProtection(_Strict):
+    """The default protection: a k threshold with complementary suppression and the LP audit."""
+
+    method: Literal["kanon"]
+
+
+class PrivacyBudget(_Strict):
+    """A population's privacy-loss budget over all its releases: epsilon and delta under approximate DP, or
+    rho and delta under zCDP (the `accounting` of the protection that spends it)."""
+
+    epsilon: float | None = Field(default=None, gt=0)
+    rho: float | None = Field(default=None, gt=0)
+    delta: float = Field(gt=0, lt=1)
+
+
+class DpProtection(_Strict):
+    """Differential privacy instead of a k threshold (`spatial_release.dp`): each unit keeps at most
+    `max_buckets` buckets of the period and `max_areas` areas per bucket (seeded sampling), then one OpenDP
+    thresholded measurement selects the keys and adds noise to every published count, margins included."""
+
+    method: Literal["dp"]
+    accounting: Literal["approx", "zcdp"] = Field(
+        default="approx", description="approx: (epsilon, delta), Laplace noise; zcdp: (rho, delta), Gaussian noise"
+    )
+    epsilon: float | None = Field(default=None, gt=0, description="privacy loss of one release (approx)")
+    rho: float | None = Field(default=None, gt=0, description="privacy loss of one release (zcdp)")
+    delta: float = Field(gt=0, lt=1, description="of one release")
+    max_buckets: int = Field(ge=1, description="buckets a unit contributes to per period, at most")
+    max_areas: int = Field(default=1, ge=1, description="cells a unit contributes to per bucket, at most")
+    seed: int | Literal["random"] = Field(
+        description="the contribution bounding's sampling: an integer (reproducible; which rows a unit keeps "
+        "depends on that unit alone, so the seed may be public) or 'random' (drawn from the OS per release)"
+    )
+    budget: PrivacyBudget = Field(description="the population's budget over all its releases")
+
+    @model_validator(mode="after")
+    def _loss_of_the_accounting(self) -> DpProtection:
+        spent, other = ("epsilon", "rho") if self.accounting == "approx" else ("rho", "epsilon")
+        for block, where in ((self, ""), (self.budget, "budget.")):
+            if getattr(block, spent) is None:
+                raise ValueError(f"{where}{spent} is required under accounting {self.accounting!r}")
+            if getattr(block, other) is not None:
+                raise ValueError(f"{where}{other} is not used under accounting {self.accounting!r}; give {spent}")
+        if getattr(self, spent) > getattr(self.budget, spent) or self.delta > self.budget.delta:
+            raise ValueError(f"one release's ({spent}, delta) exceeds the population's budget")
+        return self
+
+    @property
+    def loss(self) -> tuple[float, float]:
+        """(epsilon or rho, delta) of one release."""
+        return (self.epsilon if self.accounting == "approx" else self.rho) or 0.0, self.delta
+
+    @property
+    def budget_loss(self) -> tuple[float, float]:
+        budget = self.budget
+        return (budget.epsilon if self.accounting == "approx" else budget.rho) or 0.0, budget.delta
+
+
+Protection = Annotated[KanonProtection | DpProtection, Field(discriminator="method")]
+
+
 class AlertsSpec(_Strict):
     """Who receives this programme's alerts (a blocked release, a review breach), besides the deployment's
     recipients. Addresses and the name of an environment variable only: the webhook URL and the SMTP server
@@ -364,6 +425,7 @@ class Policy(_Strict):
     geometry: Geometry
     time: TimeSpec
     suppression: SuppressionSpec = SuppressionSpec()
+    protection: Protection = KanonProtection(method="kanon")
     risk: RiskSpec | None = None
     alerts: AlertsSpec | None = None
     period: Literal["quarter", "month"] = "quarter"
@@ -453,6 +515,20 @@ class Policy(_Strict):
                 f"risk.zones {self.risk.zones!r} is not {LEAF!r} nor a level of the main geometry "
                 f"{self.geometry.level_names()}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _dp_publishes_what_it_bounds(self) -> Policy:
+        """The DP method counts the main geometry's membership: a linked zoning (its own membership), a time
+        ladder or structural zeros (a published 0 for a listed cell) have no DP mechanism here yet."""
+        if self.protection.method != "dp":
+            return self
+        if self.geometry.linked:
+            raise ValueError("protection.method 'dp' does not publish linked zonings; remove geometry.linked")
+        if self.time.ladder:
+            raise ValueError("protection.method 'dp' has no time ladder; remove time.ladder")
+        if self.suppression.zeros:
+            raise ValueError("protection.method 'dp' publishes no structural zeros; remove suppression.zeros")
         return self
 
     def margin_levels(self) -> list[str]:
