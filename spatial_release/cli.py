@@ -444,7 +444,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
     # write its per-primary intervals back.
     entry = ledger.recorded(record.dataset, record.period) if ledger.folder.is_dir() else None
     retained = entry is None or policy.risk is None or not expired(policy, entry, datetime.now(UTC))
-    outcome = stages.check_suppression_audit(ctx, release=folder, published=published, keep_intervals=retained)
+    # The intervals the publication was gated on are recorded in its ledger entry (stages.carried): a re-audit
+    # that wrote its own over them would block every later release of the dataset.
+    intervals = area.root / "audit_intervals.internal.parquet"
+    kept = intervals.exists()
+    outcome = stages.check_suppression_audit(ctx, release=folder, published=published, keep_intervals=retained and not kept)
     internal = AuditSummary.read(area.root)  # the operator's own figures
     print(
         f"audit of {folder}: {'PASSED' if outcome.passed else 'FAILED'}: {outcome.summary} "
@@ -453,11 +457,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
     )
     for row in outcome.offending[:20]:
         print(f"    offending: {json.dumps(row, default=str)}")
-    print(
-        f"per-primary intervals (internal, never publish): {area.root / 'audit_intervals.internal.parquet'}"
-        if retained
-        else "per-primary intervals not kept: the release is past its key retention"
-    )
+    if not retained:
+        print("per-primary intervals not kept: the release is past its key retention")
+    elif kept:
+        print(f"per-primary intervals of the publication (internal, never publish; not rewritten): {intervals}")
+    else:
+        print(f"per-primary intervals (internal, never publish): {intervals}")
     return 0 if outcome.passed else 1
 
 

@@ -122,9 +122,8 @@ def check_structural_zeros(true_cells: pd.DataFrame, zeros: Iterable[str]) -> Ch
     return CheckOutcome("structural_zeros_hold", False, summary, offending, figures)
 
 
-def _key_problems(
-    frame: pd.DataFrame, key: list[str], truth: pd.DataFrame, k: int, zeros: frozenset[str], count_column: str, file: str
-) -> list[dict]:
+def _shape_problems(frame: pd.DataFrame, key: list[str], file: str) -> list[dict]:
+    """Null values and duplicated keys of one release file."""
     problems: list[dict] = []
     null_rows = frame[frame.drop(columns=["geometry"], errors="ignore").isna().any(axis=1)]
     if "geometry" in frame.columns:
@@ -132,6 +131,13 @@ def _key_problems(
     problems += [{"file": file, "problem": "null value", **r} for r in _records(null_rows[key])]
     duplicated = frame[frame.duplicated(subset=key, keep=False)]
     problems += [{"file": file, "problem": "duplicated key", **r} for r in _records(duplicated[key])]
+    return problems
+
+
+def _key_problems(
+    frame: pd.DataFrame, key: list[str], truth: pd.DataFrame, k: int, zeros: frozenset[str], count_column: str, file: str
+) -> list[dict]:
+    problems = _shape_problems(frame, key, file)
     merged = _with_truth(frame.dropna(subset=key), truth, key, count_column)
     withheld = merged[(merged["true_n"] > 0) & below_k(merged["true_n"], k)]
     problems += [{"file": file, "problem": "withheld key present", **r} for r in _records(withheld[key])]
@@ -152,21 +158,50 @@ def check_withheld_absent(
 ) -> CheckOutcome:
     """Withheld keys are absent: no null rows, no flag or status column, no zero standing in for a gap."""
     zeros = frozenset(zeros)
+    problems = _column_problems(cells, margins, count_column)
+    problems += _key_problems(cells, CELL_KEY, true_cells, k, zeros, count_column, "cells.parquet")
+    problems += _key_problems(margins, MARGIN_KEY, true_margins, k, frozenset(), count_column, "margins.parquet")
+    return _absent_outcome(problems, "no withheld key, null, flag or false zero in the release")
+
+
+def _column_problems(cells: pd.DataFrame, margins: pd.DataFrame, count_column: str) -> list[dict]:
     problems: list[dict] = []
     for file, frame in (("cells.parquet", cells), ("margins.parquet", margins)):
         extra = [c for c in frame.columns if c not in expected_columns(count_column)[file]]
         problems += [{"file": file, "problem": "unexpected column (a flag or a gap marker?)", "column": c} for c in extra]
         if count_column in frame.columns and not pd.api.types.is_integer_dtype(frame[count_column]):
             problems.append({"file": file, "problem": f"{count_column} is {frame[count_column].dtype}, not integer"})
-    problems += _key_problems(cells, CELL_KEY, true_cells, k, zeros, count_column, "cells.parquet")
-    problems += _key_problems(margins, MARGIN_KEY, true_margins, k, frozenset(), count_column, "margins.parquet")
-    passed = not problems
-    summary = (
-        "no withheld key, null, flag or false zero in the release"
-        if passed
-        else f"{len(problems)} problem(s); first: {problems[0]}"
-    )
-    return CheckOutcome("withheld_absent", passed, summary, problems[:MAX_LISTED], {"problems": len(problems)})
+    return problems
+
+
+def _absent_outcome(problems: list[dict], clean: str) -> CheckOutcome:
+    summary = clean if not problems else f"{len(problems)} problem(s); first: {problems[0]}"
+    return CheckOutcome("withheld_absent", not problems, summary, problems[:MAX_LISTED], {"problems": len(problems)})
+
+
+def check_dp_withheld_absent(
+    cells: pd.DataFrame,
+    margins: pd.DataFrame,
+    true_cells: pd.DataFrame,
+    true_margins: pd.DataFrame,
+    threshold: int,
+    count_column: str,
+) -> CheckOutcome:
+    """Under differential privacy, keys the mechanism did not select are absent: every published key is a key
+    of the data (the mechanism's candidates are the data's keys only) and shows at least the threshold its
+    noisy count had to clear (post-processing only raises figures); no null, duplicate, flag or zero."""
+    problems = _column_problems(cells, margins, count_column)
+    for file, frame, key, truth in (
+        ("cells.parquet", cells, CELL_KEY, true_cells),
+        ("margins.parquet", margins, MARGIN_KEY, true_margins),
+    ):
+        problems += _shape_problems(frame, key, file)
+        merged = _with_truth(frame.dropna(subset=key), truth, key, count_column)
+        outside = merged[merged["true_n"] == 0]
+        problems += [{"file": file, "problem": "key outside the data", **r} for r in _records(outside[key])]
+        below = merged[merged[count_column] < threshold]
+        problems += [{"file": file, "problem": "figure below the selection threshold", **r} for r in _records(below[key])]
+    return _absent_outcome(problems, f"every published key was selected (none outside the data, none below {threshold})")
 
 
 def _unit_id_columns(frame: pd.DataFrame, ids: set[str]) -> list[tuple[str, int]]:

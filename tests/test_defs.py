@@ -78,6 +78,7 @@ def test_definitions_load():
         "suppression_audit",
         "structural_zeros_hold",
         "suppression_budget",
+        "earlier_work_files",
         "risk_budget",
         "published_within_budget",
         "within_risk_budget",
@@ -143,7 +144,7 @@ def test_release_job_publishes_the_fixture(tmp_path):
     result = _run(tmp_path, _policy_file(tmp_path))
     assert result.success
     assert all(e.passed for e in result.get_asset_check_evaluations())
-    # the candidate's nine and the publish run's published_by_the_publish_job; within_risk_budget, on the
+    # the candidate's ten and the publish run's published_by_the_publish_job; within_risk_budget, on the
     # published release, is reported by the risk review
     assert {e.check_name for e in result.get_asset_check_evaluations()} == {
         "published_by_the_publish_job",
@@ -155,6 +156,7 @@ def test_release_job_publishes_the_fixture(tmp_path):
         "suppression_audit",
         "structural_zeros_hold",
         "suppression_budget",
+        "earlier_work_files",
         "risk_budget",
     }
     folder = tmp_path / "releases" / "fixture" / "2018-Q1"

@@ -77,6 +77,7 @@ def test_all_guarantees_pass_on_the_protected_fixture(protected):
         ("no_identifiers", True),
         ("suppression_audit", True),
         ("suppression_budget", True),
+        ("earlier_work_files", True),
     ]
     published = dict(zip(_cells(area)["cell_id"], _cells(area)["n_devices"]))
     # re-derived from the fixture's construction, not from the suppressor's report

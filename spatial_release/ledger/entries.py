@@ -37,6 +37,14 @@ def _strings(entry: Mapping[str, Any], name: str) -> tuple[str, ...]:
     return tuple(values)
 
 
+def _is_loss(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in value)
+    )
+
+
 @dataclass(frozen=True)
 class ReleaseEntry:
     """One published release as its (verified) ledger entry records it.
@@ -56,6 +64,8 @@ class ReleaseEntry:
     files: Mapping[str, str] | None
     release_figure: float | None
     record_sha256: str | None
+    # protection.method dp: the accounting, the loss it spent and the budget (`risk.privacy` of the entry)
+    privacy: Mapping[str, Any] | None = None
 
     @classmethod
     def from_entry(cls, entry: Mapping[str, Any]) -> ReleaseEntry:
@@ -68,6 +78,9 @@ class ReleaseEntry:
         files = entry.get("files")
         if files is not None and not isinstance(files, Mapping):
             raise _corrupt(entry, "'files' is not an object")
+        privacy = risk.get("privacy") if isinstance(risk, Mapping) else None
+        if privacy is not None and not (isinstance(privacy, Mapping) and _is_loss(privacy.get("loss"))):
+            raise _corrupt(entry, "'risk.privacy' has no loss [number, number]")
         try:
             recorded_at = datetime.fromisoformat(_field(entry, "recorded_at", str))
         except ValueError:
@@ -83,6 +96,7 @@ class ReleaseEntry:
             files=dict(files) if files is not None else None,
             release_figure=float(figure) if figure is not None else None,
             record_sha256=entry.get("record_sha256"),
+            privacy=dict(privacy) if privacy is not None else None,
         )
 
     @property

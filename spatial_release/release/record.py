@@ -104,6 +104,13 @@ class RiskRecord(Record):
     # risk.model advantage: per zone, zone, targets, success_without, success_with, advantage, advantage_ucb,
     # strongest, exposed_share, uniqueness_bound (stages.results.ZoneFigures.public_row)
     zones: list[dict[str, Any]] | None = None
+    # protection.method dp: the population's privacy accounting (accounting, measure, loss, budget, spent before
+    # and with this release, left); absent from a k-anonymous release's record
+    privacy: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        return out if self.privacy is not None else {k: v for k, v in out.items() if k != "privacy"}
 
 
 @dataclass(frozen=True)
@@ -191,6 +198,10 @@ class ReleaseRecord(Record):
     software: dict[str, str]
     published_at: str
     files: dict[str, str]
+    # protection.method dp: the mechanism's parameters (library, mechanism, accounting, loss, scale, threshold,
+    # 95 % interval of the noise, contribution bounds, sensitivity) and its guarantee; never a noise draw.
+    # Absent from a k-anonymous release's record.
+    privacy: dict[str, Any] | None = None
 
     NESTED: ClassVar[dict[str, type[Record]]] = {
         "policy": PolicyRef,
@@ -219,6 +230,7 @@ class ReleaseRecord(Record):
         risk: RiskRecord | None = None,
         *,
         method: str,
+        privacy: dict[str, Any] | None = None,
     ) -> ReleaseRecord:
         """The record before publication (no ledger entry yet). `method`: the sentence the protection step
         recorded for the method it ran (`suppression.ProtectionMethod.describe()`, kept in the protection
@@ -245,6 +257,7 @@ class ReleaseRecord(Record):
             {"spatial_release": __version__},
             datetime.now(UTC).isoformat(),
             files,
+            privacy,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -252,11 +265,12 @@ class ReleaseRecord(Record):
         for name in self.NESTED:
             value = getattr(self, name)
             out[name] = None if value is None else value.to_json()
-        return out
+        return out if self.privacy is not None else {k: v for k, v in out.items() if k != "privacy"}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ReleaseRecord:
-        values = {f.name: data[f.name] for f in fields(cls)}
+        values = {f.name: data[f.name] for f in fields(cls) if f.name != "privacy"}
+        values["privacy"] = data.get("privacy")
         for name, kind in cls.NESTED.items():
             values[name] = None if data[name] is None else kind.from_json(data[name])
         return cls(**values)

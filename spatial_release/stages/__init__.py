@@ -11,6 +11,12 @@ them, loaded once):
 """
 
 from spatial_release.release import PublicCounts, ReleaseRecord
+from spatial_release.stages.carried import (
+    WORK_FILES_CHECK,
+    WorkFilesMismatch,
+    check_earlier_work_files,
+    work_file_digests,
+)
 from spatial_release.stages.checks import (
     GUARANTEES,
     INPUT_CHECKS,
@@ -84,6 +90,8 @@ __all__ = [
     "IngestSummary",
     "PER_UNIT_ARTEFACTS",
     "PUBLICATION_CHECK",
+    "WORK_FILES_CHECK",
+    "WorkFilesMismatch",
     "ProtectionManifest",
     "ProtectionSummary",
     "Publication",
@@ -100,6 +108,7 @@ __all__ = [
     "WorkAreaBusy",
     "ZoneLayers",
     "assess_risk",
+    "check_earlier_work_files",
     "check_k_floor",
     "check_no_identifiers",
     "check_outside_share",
@@ -140,5 +149,6 @@ __all__ = [
     "synthetic_traces",
     "verify_release_files",
     "work_area_step",
+    "work_file_digests",
     "zoning_plans",
 ]

@@ -18,12 +18,13 @@ from spatial_release.policy import Policy
 from spatial_release.progress import Progress, silent
 from spatial_release.release import AuditVerdict, ReleaseInputs, ReleaseRecord, read_tables
 from spatial_release.risk import BLOCK, keysets
+from spatial_release.stages import dp as dp_stage
 from spatial_release.stages import reuse
 from spatial_release.stages.context import Published, ReleaseContext, WorkArea
 from spatial_release.stages.count import measure_coverage, read_true_counts, sql_path
 from spatial_release.stages.protect import certificate_dir, certificate_inputs
 from spatial_release.stages.results import CountsSummary, IngestSummary, ProtectionManifest, RiskAssessment
-from spatial_release.stages.risk import population_releases, release_inputs
+from spatial_release.stages.risk import population_releases, population_releases_before, release_inputs
 from spatial_release.suppression.certificate import Certificate, Verification
 from spatial_release.suppression.release_system import (
     DisclosureSpec,
@@ -484,14 +485,85 @@ GUARANTEES = (
     check_suppression_budget,
 )
 
+def check_dp_mechanism(ctx: ReleaseContext, published: Published | None = None) -> guarantees.CheckOutcome:
+    """The mechanism the manifest records is the one the policy calls for (re-calibrated here from the policy),
+    and OpenDP's privacy map of it at the bounded sensitivity is within the policy's loss."""
+    recorded = ProtectionManifest.read(ctx.area.candidate).summary.privacy or {}
+    calibration = dp_stage.policy_calibration(ctx)
+    expected = calibration.describe()
+    names = ("mechanism", "accounting", "scale", "threshold", "max_buckets", "max_areas", "sensitivity")
+    differ = [
+        {"parameter": n, "recorded": recorded.get(n), "policy": expected[n]} for n in names if recorded.get(n) != expected[n]
+    ]
+    spent, delta = calibration.spent()
+    budget, budget_delta = dp_stage.dp_params(ctx.policy).loss
+    within = spent <= budget * (1 + 1e-9) and delta <= budget_delta
+    passed = not differ and within
+    summary = (
+        f"{expected['mechanism']} at scale {expected['scale']:.4g}, threshold {expected['threshold']}: "
+        f"OpenDP's map gives ({spent:.4g}, {delta:.3g}) within the policy's ({budget:.4g}, {budget_delta:.3g})"
+        if passed
+        else f"the recorded mechanism differs from the policy's or exceeds its loss; first: {(differ or [expected])[0]}"
+    )
+    return guarantees.CheckOutcome(
+        "dp_mechanism", passed, summary, differ, {"spent": [spent, delta], "policy": [budget, budget_delta]}
+    )
+
+
+def check_dp_withheld_absent(ctx: ReleaseContext, published: Published | None = None) -> guarantees.CheckOutcome:
+    """Unselected keys are absent: no key outside the data, no figure below the mechanism's threshold (a
+    selected key's noisy count clears it, and post-processing only raises), no null, flag or zero."""
+    cells, margins = _release_frames(ctx.area)
+    true_cells, true_margins = read_true_counts(ctx.area)
+    threshold = int((ProtectionManifest.read(ctx.area.candidate).summary.privacy or {}).get("threshold") or 0)
+    expected = dp_stage.policy_calibration(ctx).threshold
+    return guarantees.check_dp_withheld_absent(
+        cells, margins, true_cells, true_margins, max(threshold, expected), ctx.policy.count_column
+    )
+
+
+def check_privacy_budget(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:
+    """Under DP: the population's earlier releases (read from the ledger, keyed on the data too) composed with
+    this one stay within the policy's privacy budget; a release that would exceed it is refused."""
+    earlier = [] if published is None else population_releases_before(ctx, published.ledger)
+    try:
+        decision = dp_stage.budget_decision(ctx.policy, earlier)
+    except ValueError as exc:
+        return CheckOutcome("privacy_budget", False, str(exc))
+    name = decision["measure"]
+    summary = (
+        f"PrivacyBudgetExceeded: {name} {decision['spent_with'][0]:.4g} (delta {decision['spent_with'][1]:.3g}) with "
+        f"this release, over the population's budget of {decision['budget'][0]:.4g} (delta {decision['budget'][1]:.3g})"
+        if decision["over"]
+        else f"{name} {decision['spent_with'][0]:.4g} of {decision['budget'][0]:.4g} spent with this release; "
+        f"{decision['left'][0]:.4g} left"
+    )
+    offending = [{"release": r} for r in decision["releases_before"]] if decision["over"] else []
+    return CheckOutcome("privacy_budget", not decision["over"], summary, offending, decision)
+
+
+# Under differential privacy the k floor, the suppression audit and budget and the structural zeros (refused by
+# the policy) give way to the mechanism's guarantee; these still block.
+DP_GUARANTEES = (
+    check_dp_withheld_absent,
+    check_no_identifiers,
+    check_dp_mechanism,
+    check_privacy_budget,
+)
+
 # The input checks block before counting and protection in the asset graph; publication re-evaluates them.
 INPUT_CHECKS = (check_rejected_share, check_outside_share)
+
+
+def guarantees_of(policy: Policy) -> tuple:
+    """The publication guarantees of the policy's protection method."""
+    return DP_GUARANTEES if policy.protection.method == "dp" else GUARANTEES
 
 
 def run_guarantees(ctx: ReleaseContext, published: Published | None = None) -> list[CheckOutcome]:
     """Every input check and publication guarantee; `published` (ignored by the checks that look only at
     the candidate) lets the audit see related datasets' releases."""
-    return [check(ctx, published=published) for check in (*INPUT_CHECKS, *GUARANTEES)]
+    return [check(ctx, published=published) for check in (*INPUT_CHECKS, *guarantees_of(ctx.policy))]
 
 
 def check_risk_budget(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:

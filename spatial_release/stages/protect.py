@@ -20,6 +20,7 @@ from spatial_release.release import RELEASE_FILES, read_tables, release_tables, 
 from spatial_release.stages import coarsen
 from spatial_release.stages.context import Published, ReleaseContext, WorkArea
 from spatial_release.stages.count import read_true_counts
+from spatial_release.stages.dp import run_protect_dp
 from spatial_release.stages.results import ProtectionManifest, ProtectionSummary
 from spatial_release.suppression.certificate import EARLIER, Certificate, earlier_digest
 from spatial_release.suppression.primary import ProtectedTable
@@ -162,6 +163,8 @@ def run_protect(
     audit instead of solving it again."""
     policy, area = ctx.policy, ctx.area
     shutil.rmtree(certificate_dir(area), ignore_errors=True)  # never a certificate of an earlier candidate
+    if policy.protection.method == "dp":
+        return run_protect_dp(ctx, progress)
     true_cells, true_margins = read_true_counts(area)
     population = withheld_by_population(ctx, published, true_cells, true_margins)
     climbing = coarsen.applies(ctx, published)

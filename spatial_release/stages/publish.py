@@ -29,7 +29,7 @@ from spatial_release.stages.results import CountsSummary, IngestSummary, Protect
 from spatial_release.stages.risk import assess_risk
 
 
-def draft_record(ctx: ReleaseContext, checks: dict[str, str], audit: AuditVerdict, risk: RiskRecord) -> ReleaseRecord:
+def draft_record(ctx: ReleaseContext, checks: dict[str, str], audit: AuditVerdict | None, risk: RiskRecord) -> ReleaseRecord:
     """The release record of the candidate, before publication gives it its file hashes and ledger entry."""
     area = ctx.area
     manifest = ProtectionManifest.read(area.candidate)
@@ -50,6 +50,7 @@ def draft_record(ctx: ReleaseContext, checks: dict[str, str], audit: AuditVerdic
         audit,
         risk,
         method=manifest.method,
+        privacy=manifest.summary.privacy,
     )
 
 
@@ -116,7 +117,8 @@ def run_publish(ctx: ReleaseContext, releases_root: Path, ledger: Ledger) -> tup
         risk = assess_risk(ctx, ledger)
         if risk.status == BLOCK:
             raise GuaranteeFailed(guarantees.CheckOutcome("risk_budget", False, risk.reason))
-        audit = AuditVerdict.from_json(next(o.figures for o in outcomes if o.name == "suppression_audit"))
+        audited = [o.figures for o in outcomes if o.name == "suppression_audit"]  # none under DP
+        audit = AuditVerdict.from_json(audited[0]) if audited else None
         record = draft_record(ctx, {o.name: "passed" for o in outcomes}, audit, risk.record())
 
         def register(full_record: dict) -> str:

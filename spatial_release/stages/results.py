@@ -92,6 +92,8 @@ class ProtectionSummary(Record):
     # risk.coarsen apply: every configuration tried (zones coarsened, published figures, the attacks' worst
     # zone and figure, passed), finest first; internal, the public part goes to release.json's risk section
     frontier: list[dict[str, Any]] | None = None
+    # protection.method dp: the mechanism as release.json records it (`stages.dp`)
+    privacy: dict[str, Any] | None = None
 
     def public_counts(self) -> PublicCounts:
         return PublicCounts(**{f.name: getattr(self, f.name) for f in fields(PublicCounts)})

@@ -19,6 +19,7 @@ from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.risk import cumulative_risk
 from spatial_release.risk.landscape import landscape_hash, load_landscape
+from spatial_release.stages.carried import refuse_changed_work_files
 from spatial_release.stages.context import ReleaseContext, WorkArea, risk_spec
 from spatial_release.stages.results import Breach, Review, ReviewedRelease
 from spatial_release.stages.risk import assess_risk, expired, population_releases, spent_figures
@@ -82,6 +83,7 @@ def review_programme(policy: Policy, ledger: Ledger, work_root: Path) -> Review:
                 )
             reviewed.append(_as_published(entry, figures))  # past retention: the published figure stands
             continue
+        refuse_changed_work_files([(ctx.area, entry)])  # its own files; the window's key sets: the risk step
         window = releases[:i][-spec.window :] if spec.window else releases[:i]
         risk = assess_risk(ctx, ledger, ctx.area.unit_keys, window)
         figure = risk.release_figure

@@ -30,6 +30,7 @@ from spatial_release.stages import reuse
 from spatial_release.stages.attack import attack_params, attack_pooled, with_attack_figures, worst_attack_zone
 from spatial_release.stages.context import LADDER_BUCKETS, ReleaseContext, WorkArea, ZoneLayers, risk_spec
 from spatial_release.stages.count import sql_path
+from spatial_release.stages.dp import privacy_assessment
 from spatial_release.stages.frontier import public_frontier
 from spatial_release.stages.results import IngestSummary, RiskAssessment, ZoneFigures
 
@@ -352,6 +353,15 @@ def earlier_releases(policy: Policy, period: Period, ledger: Ledger, inputs: Ite
     return entries[-window:] if window else entries
 
 
+def population_releases_before(ctx: ReleaseContext, ledger: Ledger) -> list[ReleaseEntry]:
+    """Every earlier release of the policy's population (no window: a privacy budget counts them all)."""
+    return [
+        e
+        for e in population_releases(ctx.policy, ledger, release_inputs(ctx))
+        if e.key != (ctx.policy.name, ctx.period.label)
+    ]
+
+
 def key_set_path(work_root: Path, policy: Policy, period_label: str) -> Path:
     return WorkArea(work_root / policy.name / period_label).unit_keys
 
@@ -627,6 +637,8 @@ def assess_risk(
     candidate's cells (`rung`: on the cells at that rung of the time ladder instead, for a coarsening proposal)
     and gate; the uniqueness figure is reported beside them as the upper bound."""
     policy, period = ctx.policy, ctx.period
+    if policy.protection.method == "dp":  # the population's privacy budget gates (stages.dp)
+        return privacy_assessment(ctx, population_releases_before(ctx, ledger) if earlier is None else earlier)
     risk = _required_risk(policy)
     landscape_path = policy.resolve(risk.landscape)
     landscape, landscape_sha = load_landscape(landscape_path)
@@ -908,7 +920,13 @@ def keep_released_keys(ctx: ReleaseContext, ladder: Path | None) -> KeySets | No
 
 def run_risk(ctx: ReleaseContext, ledger: Ledger) -> RiskAssessment:
     """Keep the candidate's per-unit key sets (internal, for later releases and reviews) and assess its risk;
-    when the gate blocks a policy with a time ladder, say which rung would pass (`propose_coarsening`)."""
+    when the gate blocks a policy with a time ladder, say which rung would pass (`propose_coarsening`). Under
+    `protection.method: dp` the population's privacy budget gates instead (`stages.dp.privacy_assessment`)."""
+    if ctx.policy.protection.method == "dp":
+        ctx.area.risk.mkdir(parents=True, exist_ok=True)
+        assessment = assess_risk(ctx, ledger)
+        assessment.write(ctx.area.risk)
+        return assessment
     _required_risk(ctx.policy)  # before anything is coded: the key sets' zones are the policy's risk zones
     ctx.area.risk.mkdir(parents=True, exist_ok=True)
     ladder = write_ladder_buckets(ctx)

@@ -44,6 +44,7 @@ PARTITION = "2018-01-01"
 RELEASE_JOB = "demo_release_job"
 ASSETS = ("validated_pings", "cell_counts", "protected_table", "risk_assessment", "published_release", "risk_review")
 PROTECTED_TABLE_CHECKS = (
+    "earlier_work_files",
     "k_floor",
     "no_identifiers",
     "structural_zeros_hold",

@@ -91,7 +91,48 @@ def _input_checks(
     ]
 
 
+def _dp_guarantees(scope: _CheckScope, protected_table: dg.AssetsDefinition) -> list[dg.AssetChecksDefinition]:
+    """Under protection.method dp the mechanism's guarantee replaces the k floor and the suppression audit;
+    these still block."""
+    return [
+        _guarantee(
+            scope,
+            protected_table,
+            "withheld_absent",
+            stages.check_dp_withheld_absent,
+            "Keys the DP mechanism did not select are absent: every published key is a key of the data and shows "
+            "at least the selection threshold; no null rows, flag column or zero.",
+        ),
+        _guarantee(
+            scope,
+            protected_table,
+            "no_identifiers",
+            stages.check_no_identifiers,
+            "No identifier or quasi-identifier column (or unit id value) of the input reaches a release file.",
+        ),
+        _guarantee(
+            scope,
+            protected_table,
+            "dp_mechanism",
+            stages.check_dp_mechanism,
+            "The recorded mechanism (OpenDP thresholded Laplace or Gaussian: scale, threshold, contribution "
+            "bounds, sensitivity) is the one the policy calls for, re-calibrated here, and OpenDP's privacy map "
+            "of it is within the policy's epsilon/delta (or rho/delta).",
+        ),
+        _guarantee(
+            scope,
+            protected_table,
+            "privacy_budget",
+            stages.check_privacy_budget,
+            "The population's releases in the ledger (keyed on the data too), composed by OpenDP with this one, "
+            "stay within the policy's privacy budget; a release that would exceed it is refused.",
+        ),
+    ]
+
+
 def _guarantees(scope: _CheckScope, protected_table: dg.AssetsDefinition) -> list[dg.AssetChecksDefinition]:
+    if scope.programme.policy.protection.method == "dp":
+        return _dp_guarantees(scope, protected_table)
     return [
         _guarantee(
             scope,

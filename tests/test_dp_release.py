@@ -1,0 +1,218 @@
+"""A DP release end to end through the Dagster job: the DP guarantees block in place of the k floor and the
+audit, release.json records the mechanism (never the noise), and the population's privacy budget, spent
+across a quarterly and a monthly programme in one ledger, refuses the release that would exceed it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import SIZE, lonlat_in, policy_dict, write_policy
+
+from spatial_release import guarantees, stages
+from spatial_release.defs.catalogue import programme_for
+from spatial_release.defs.execution import execute_release
+from spatial_release.ledger import Ledger
+from spatial_release.ledger.entries import ReleaseEntry
+from spatial_release.levels import LEAF, TOTAL
+from spatial_release.period import Period
+from spatial_release.policy import load_policy
+from spatial_release.release import read_tables
+from spatial_release.stages import GuaranteeFailed
+from spatial_release.stages import dp as dp_stage
+
+CELLS = [(580_000 + SIZE * i, 4_508_000 + SIZE * j) for i in range(2) for j in range(2)]  # one 2 km parent
+DP = {
+    "method": "dp",
+    "epsilon": 2.0,
+    "delta": 1e-6,
+    "max_buckets": 2,
+    "max_areas": 1,
+    "seed": 11,
+    "budget": {"epsilon": 5.0, "delta": 1e-5},
+}
+
+
+def dp_pings(devices: int = 1600, seed: int = 3) -> pd.DataFrame:
+    """Devices with a home cell, seen on 4 random days of January-February 2018 (one ping a day)."""
+    rng = np.random.default_rng(seed)
+    days = pd.date_range("2018-01-01", "2018-02-28", freq="D")
+    rows = []
+    for d in range(devices):
+        home = CELLS[int(rng.integers(len(CELLS)))]
+        for day in rng.choice(days, 4, replace=False):
+            lon, lat = lonlat_in(home, 1, rng)
+            rows.append(
+                {
+                    "device": f"dev{d}",
+                    "when": f"{pd.Timestamp(day):%Y-%m-%d} 12:00:00",
+                    "lon": round(float(lon[0]), 7),
+                    "lat": round(float(lat[0]), 7),
+                    "gender": "f",
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def settings(root: Path) -> dict:
+    return {name: str(root / name.removesuffix("_dir")) for name in ("releases_dir", "work_dir", "ledger_dir", "alerts_dir")}
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory) -> Path:
+    """One file per month (the policies read `traces-{month}.csv`): a monthly programme reads its month only."""
+    folder = tmp_path_factory.mktemp("dp")
+    pings = dp_pings()
+    months = pd.to_datetime(pings["when"]).dt.strftime("%Y%m")
+    for month in ("201801", "201802", "201803"):
+        pings[months == month].to_csv(folder / f"traces-{month}.csv", index=False)
+    return folder / "traces-{month}.csv"
+
+
+def dp_policy(folder: Path, traces: Path, name: str, period: str = "quarter", **protection) -> Path:
+    data = policy_dict(str(traces), name=name, population="dp-fleet", period=period)
+    data["time"] = {"bucket": "1w", "timezone": "America/New_York"}
+    data["protection"] = {**DP, **protection}
+    return write_policy(folder, data, name=f"{name}.yaml")
+
+
+def failed_checks(run) -> dict[str, str]:
+    failed = {}
+    for event in run.candidate.all_events:
+        if event.event_type_value == "ASSET_CHECK_EVALUATION":
+            data = event.event_specific_data.evaluation
+            if not data.passed:
+                failed[data.check_name] = data.metadata.get("summary").value if data.metadata.get("summary") else ""
+    return failed
+
+
+def publish_by_stages(policy_path: Path, period: str, root: Path) -> Path:
+    """The release steps without Dagster (the publish step re-evaluates every guarantee under the ledger lock)."""
+    ctx = stages.ReleaseContext(load_policy(policy_path), Period.parse(period), root / "work")
+    ledger = Ledger(root / "ledger", root / "releases")
+    stages.run_ingest(ctx)
+    stages.run_counts(ctx)
+    stages.run_protect(ctx)
+    stages.run_risk(ctx, ledger)
+    return stages.run_publish(ctx, root / "releases", ledger)[0]
+
+
+def test_dp_release_publishes_noisy_consistent_figures_records_the_mechanism_and_spends_one_budget(tmp_path, traces):
+    quarterly = dp_policy(tmp_path, traces, "dpq")
+    run = execute_release(programme_for(quarterly), "2018-Q1", settings(tmp_path))
+    assert run.candidate.success and run.publish is not None and run.publish.success, failed_checks(run)
+    folder = tmp_path / "releases" / "dpq" / "2018-Q1"
+    record = json.loads((folder / "release.json").read_text())
+    privacy = record["privacy"]
+    assert privacy["mechanism"] == "make_laplace_threshold" and privacy["epsilon"] <= 2.0 and privacy["delta"] <= 1e-6
+    assert privacy["sensitivity"] == {"l0": 6, "l1": 6, "l2": pytest.approx(6**0.5, abs=1e-5), "linf": 1}
+    assert "replaced by this guarantee" in privacy["guarantee"]
+    assert record["audit"] is None and record["complementary_suppression"].startswith("differential privacy")
+    assert set(record["checks"]) >= {"withheld_absent", "no_identifiers", "dp_mechanism", "privacy_budget"}
+    assert not {"k_floor", "suppression_audit"} & set(record["checks"])
+    assert record["risk"]["privacy"]["spent_with"][0] == pytest.approx(2.0)
+    assert record["risk"]["privacy"]["left"][0] == pytest.approx(3.0)
+    # re-derived from the files: every key is a key of the data, at or above the threshold, and the bucket
+    # totals hold at least the sum of their published cells (presence)
+    cells = pd.read_parquet(folder / "cells.parquet")
+    margins = pd.read_parquet(folder / "margins.parquet")
+    true_cells = pd.read_parquet(tmp_path / "work" / "dpq" / "2018-Q1" / "counts" / "cell_counts.parquet")
+    keys = set(zip(cells["cell_id"], cells["bucket_start"]))
+    assert len(cells) > 0 and keys <= set(zip(true_cells["cell_id"], true_cells["bucket_start"]))
+    assert (cells["n_devices"] >= privacy["threshold"]).all() and (margins["n_devices"] >= privacy["threshold"]).all()
+    totals = margins[margins["level"] == TOTAL].set_index("bucket_start")["n_devices"]
+    sums = cells.groupby("bucket_start")["n_devices"].sum()
+    assert all(totals[b] >= s for b, s in sums.items() if b in totals.index)
+    assert set(margins["level"]) <= {"grid_2000m", TOTAL} and LEAF not in set(margins["level"])
+    # noise, not the truth: the published figures differ from the true counts somewhere
+    merged = cells.merge(true_cells, on=["cell_id", "bucket_start"])
+    assert (merged["n_devices"] != merged["n"]).any()
+
+    # the monthly programme of the same devices spends the same budget: 2.0 + 2.0 of 5.0, then refused
+    monthly = dp_policy(tmp_path, traces, "dpm", period="month")
+    january = json.loads((publish_by_stages(monthly, "2018-01", tmp_path) / "release.json").read_text())
+    assert january["risk"]["privacy"]["spent_before"][0] == pytest.approx(2.0)
+    with pytest.raises(GuaranteeFailed, match="privacy_budget failed: PrivacyBudgetExceeded"):
+        publish_by_stages(monthly, "2018-02", tmp_path)
+    assert not (tmp_path / "releases" / "dpm" / "2018-02").exists()
+
+
+@pytest.fixture(scope="module")
+def dp_candidate(tmp_path_factory, traces) -> stages.ReleaseContext:
+    """A DP candidate of the quarter built by the stages (no Dagster, nothing published)."""
+    root = tmp_path_factory.mktemp("dp-candidate")
+    ctx = stages.ReleaseContext(load_policy(dp_policy(root, traces, "dpc")), Period.parse("2018-Q1"), root / "work")
+    stages.run_ingest(ctx)
+    stages.run_counts(ctx)
+    stages.run_protect(ctx)
+    return ctx
+
+
+def _rewrite_manifest(ctx: stages.ReleaseContext, **privacy) -> None:
+    manifest = stages.ProtectionManifest.read(ctx.area.candidate)
+    summary = replace(manifest.summary, privacy={**(manifest.summary.privacy or {}), **privacy})
+    replace(manifest, summary=summary).write(ctx.area.candidate)
+
+
+def test_dp_mechanism_check_refuses_a_record_that_differs_from_the_policy(dp_candidate):
+    ctx = dp_candidate
+    assert stages.check_dp_mechanism(ctx).passed
+    recorded = stages.ProtectionManifest.read(ctx.area.candidate).summary.privacy or {}
+    try:
+        _rewrite_manifest(ctx, scale=recorded["scale"] / 2)  # half the noise the policy calls for
+        outcome = stages.check_dp_mechanism(ctx)
+        assert not outcome.passed and outcome.offending[0]["parameter"] == "scale"
+    finally:
+        _rewrite_manifest(ctx, scale=recorded["scale"])
+    assert stages.check_dp_mechanism(ctx).passed
+
+
+def test_dp_withheld_absent_refuses_unselected_and_outside_keys(dp_candidate):
+    ctx = dp_candidate
+    assert stages.check_dp_withheld_absent(ctx).passed
+    tables = read_tables(ctx.area.candidate, geometry=False)
+    true_cells, true_margins = stages.read_true_counts(ctx.area)
+    threshold = (stages.ProtectionManifest.read(ctx.area.candidate).summary.privacy or {})["threshold"]
+    shown = set(zip(tables.cells["cell_id"], tables.cells["bucket_start"]))
+    unselected = true_cells[[k not in shown for k in zip(true_cells["cell_id"], true_cells["bucket_start"])]].head(1)
+    assert len(unselected) == 1  # the mechanism withheld some key of the data
+    below = unselected.assign(n_devices=threshold - 1)[["cell_id", "bucket_start", "n_devices"]]
+    outside = tables.cells.head(1)[["cell_id", "bucket_start", "n_devices"]].assign(cell_id="1000mE570000N4508000")
+    for extra, problem in ((below, "figure below the selection threshold"), (outside, "key outside the data")):
+        cells = pd.concat([tables.cells, extra.assign(geometry=tables.cells["geometry"].iloc[0])], ignore_index=True)
+        outcome = guarantees.check_dp_withheld_absent(
+            cells, tables.margins, true_cells, true_margins, threshold, "n_devices"
+        )
+        assert not outcome.passed and [o["problem"] for o in outcome.offending] == [problem]
+
+
+def test_privacy_budget_of_a_release_alone_and_over_the_budget(dp_candidate, tmp_path):
+    ctx = dp_candidate
+    outcome = stages.check_privacy_budget(ctx, stages.Published(Ledger(tmp_path / "l", tmp_path / "r"), tmp_path / "r"))
+    assert outcome.passed and outcome.figures["spent_with"][0] == pytest.approx(2.0)
+    # a policy whose own release is within its budget but whose population already spent 4.0 of 5.0
+    entries = [
+        ReleaseEntry.from_entry(
+            {
+                "kind": "release",
+                "seq": i,
+                "hash": "h",
+                "dataset": "other",
+                "period": p,
+                "recorded_at": "2018-04-01T00:00:00+00:00",
+                "population": "dp-fleet",
+                "risk": {"release_figure": 0.5, "privacy": {"accounting": "approx", "loss": [2.0, 1e-6]}},
+            }
+        )
+        for i, p in enumerate(("2017-Q3", "2017-Q4"))
+    ]
+    decision = dp_stage.budget_decision(ctx.policy, entries)
+    assert decision["over"] and decision["spent_with"][0] == pytest.approx(6.0)
+    assert not dp_stage.budget_decision(ctx.policy, entries[:1])["over"]
+    zcdp = [replace(entries[0], privacy={"accounting": "zcdp", "loss": [0.1, 1e-6]})]
+    with pytest.raises(ValueError, match="do not compose here"):
+        dp_stage.budget_decision(ctx.policy, zcdp)
