@@ -10,9 +10,10 @@ local time the clocks skipped is quarantined as `nonexistent_local_time`; one th
 instant).
 
 Unit ids: integer columns stay integers; other ids are text without what draws nothing (control and format
-characters anywhere, accents, blanks at the ends), digits of any script in ASCII, a grouped number's marks
-removed, every number written one exact way, so that 1234.0, 1.234e3, +1234, 01234, 1,234, １２３４ and an
-integer 1234 are one unit, in any file (`_with_unit`). Case is kept (README). A missing id (null, NaN or infinite, blank
+characters anywhere, accents, blanks at the ends), compatibility forms, case and dashes folded and look-alikes
+across scripts quarantined (`traces.unit_ids`), digits of any script in ASCII, a grouped number's marks
+removed, every number written one exact way, so that 1234.0, 1.234e3, +1234, 01234, 1,234, １２３４, ¹²³⁴ and
+an integer 1234 are one unit, in any file (`_with_unit`). A missing id (null, NaN or infinite, blank
 text, a common spelling of missing such as `<NA>` or `#N/A`, or one of the policy's
 `source.missing_unit_values`, compared case-insensitively) is quarantined as `missing_unit_id`, never
 counted as a unit.
@@ -49,6 +50,14 @@ from spatial_release.traces.files import (  # noqa: F401 - re-exported: the trac
 )
 from spatial_release.traces.sql import ident, sql_str
 from spatial_release.traces.timestamps import LocalClock, timestamp_sql, zone_gap_sql
+from spatial_release.traces.unit_ids import (
+    FOLD_FUNCTION,
+    LOOK_ALIKE,
+    LOOK_ALIKE_FUNCTION,
+    MIXED_SCRIPT,
+    fold_spelling,
+    register_unit_id_functions,
+)
 
 PING_COLUMNS = ("unit", "ts", "lon", "lat")
 VALID_COLUMNS = (*PING_COLUMNS, "src")  # pings.parquet: src is the trace file's position
@@ -219,20 +228,25 @@ def _is_fractional_type(dtype: str) -> bool:
 
 def _visible_text_sql(text: str) -> str:
     """A text id that is not plain ASCII without what may make one id look like several: controls and
-    invisibles anywhere, accents (strip_accents: decomposed, every combining mark removed, recomposed; so NFC
-    and NFD spellings of `josé`, a mark on a digit `29590<U+0301>`, and `jose` are one unit), blanks at its
-    ends. Merging spellings can only lower a count, never publish one unit as several."""
-    return f"regexp_replace(strip_accents(regexp_replace({text}, {_HIDDEN}, '', 'g')), {_ENDS}, '', 'g')"
+    invisibles anywhere, compatibility forms, case and dashes folded (`traces.unit_ids.fold_spelling`),
+    accents (strip_accents: decomposed, every combining mark removed, recomposed; so NFC and NFD spellings of
+    `josé`, a mark on a digit `29590<U+0301>`, and `jose` are one unit), blanks at its ends. Merging
+    spellings can only lower a count, never publish one unit as several."""
+    folded = f"{FOLD_FUNCTION}(regexp_replace({text}, {_HIDDEN}, '', 'g'))"
+    return f"regexp_replace(strip_accents({folded}), {_ENDS}, '', 'g')"
 
 
 def _clean_text_layers(raw: str, text: str) -> str:
     """`raw` plus `__unit_text`: the id `text` written one way: visible (`_visible_text_sql`), its numerals in
-    ASCII, a grouped number's marks removed. A plain ASCII id skips all of it: one regex decides (about
-    0.1 s a 2 M ids); the other steps run on the rest only (CASE evaluates a branch on its rows alone), each
-    in its own layer so that no step is computed twice."""
+    ASCII, a grouped number's marks removed; and `__unit_look_alike`, why the id is quarantined as a
+    look-alike of another (`traces.unit_ids.look_alike_problem`) or NULL. A plain ASCII id skips all of it
+    but case folding: one regex decides (about 0.1 s a 2 M ids); the other steps run on the rest only (CASE
+    evaluates a branch on its rows alone), each in its own layer so that no step is computed twice."""
     plain = f"SELECT *, regexp_full_match({text}, {_PLAIN}) AS __unit_plain FROM {raw}"
+    look_alike = f"{LOOK_ALIKE_FUNCTION}(regexp_replace({text}, {_HIDDEN}, '', 'g'))"
     visible = (
-        f"SELECT *, CASE WHEN __unit_plain THEN {text} ELSE {_visible_text_sql(text)} END AS __unit_visible FROM ({plain})"
+        f"SELECT *, CASE WHEN __unit_plain THEN lower({text}) ELSE {_visible_text_sql(text)} END AS __unit_visible, "
+        f"CASE WHEN NOT __unit_plain THEN {look_alike} END AS __unit_look_alike FROM ({plain})"
     )
     ascii_ = (
         f"SELECT * EXCLUDE (__unit_visible), CASE WHEN __unit_plain THEN __unit_visible "
@@ -312,6 +326,11 @@ def _with_unit(raw: str, column: str, dtype: str) -> str:
     )
 
 
+def _look_alike_sql(dtype: str) -> str:
+    """Why a text id is quarantined as a look-alike (`_clean_text_layers`); a number never is."""
+    return "CAST(NULL AS VARCHAR)" if dtype in ID_INTEGER_TYPES or _is_fractional_type(dtype) else "__unit_look_alike"
+
+
 def _unit_sql(column: str, dtype: str) -> str:
     """Integer ids stay integers (cheaper to count than text); others are `__unit` (`_with_unit`)."""
     return f"CAST({ident(column)} AS BIGINT)" if dtype in ID_INTEGER_TYPES else "__unit"
@@ -321,9 +340,10 @@ _NUMBER_TEXT = re.compile(_NUMBER)
 
 
 def _listed_id(text: str) -> str:
-    """A policy's missing value as `_with_unit` writes ids (blanks trimmed, numbers written out), in lower
-    case: the policy's `-1` is then missing as `-1.0` too. (A policy is typed by hand: no format characters.)"""
-    text = text.strip(BLANK_CHARACTERS)
+    """A policy's missing value as `_with_unit` writes ids (spelling folded, blanks trimmed, numbers written
+    out), in lower case: the policy's `-1` is then missing as `-1.0` too, its `—` as the data's `—`, which is
+    `-` once folded. (A policy is typed by hand: no format characters.)"""
+    text = fold_spelling(text).strip(BLANK_CHARACTERS)
     match = _NUMBER_TEXT.fullmatch(text)
     if not match or not any(match[group] for group in (2, 3, 4, 5)):  # no digit: not a number
         return text.lower()
@@ -403,6 +423,7 @@ def _ping_select(
             SELECT {sql_str(str(path))} AS file, __row AS row, {sql_str(end)} AS trip_end,
                    {_unit_sql(unit, types[unit])} AS unit_raw,
                    {_unit_missing_sql(unit, types[unit], source.missing_unit_values)} AS unit_missing,
+                   {_look_alike_sql(types[unit])} AS unit_look_alike,
                    {time_sql.raw} AS time_raw,
                    {_blank_sql(time, types[time])} AS time_missing,
                    {time_sql.bad_offset} AS time_offset_bad,
@@ -435,6 +456,10 @@ def _reason_sql(start_utc: str, end_utc: str, source: SourceSpec) -> tuple[str, 
             "missing_unit_id",
             "'the unit id is missing (null, NaN, blank, a spelling of missing such as NA or #N/A, or one of '"
             "'source.missing_unit_values)'",
+        ),
+        *(
+            (f"split_part(unit_look_alike, chr(9), 1) = '{name}'", name, "split_part(unit_look_alike, chr(9), 2)")
+            for name in (MIXED_SCRIPT, LOOK_ALIKE)
         ),
         ("time_missing", "missing_timestamp", "'the timestamp is empty'"),
         # before its instant is used: DuckDB's strptime shifts the instant by any offset it reads
@@ -549,6 +574,7 @@ def _connect(out_dir: Path) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET preserve_insertion_order = false")
+    register_unit_id_functions(con)
     con.execute(f"SET temp_directory = {sql_str(str(out_dir / 'spill'))}")
     return con
 
