@@ -5,10 +5,10 @@ Exit codes (`spatial_release.errors`):
   1  blocked: a blocking check, the risk gate or a guarantee refused publication, the period is already
      published, another run owns the work area, or the ledger does not verify (edited, forged, truncated)
   2  user error: a bad policy or a file it names, a missing or unreadable trace file or one without a
-     mapped column, a malformed period, one of the other cadence or outside the release partitions, a
-     folder that is not a release, an --out or --ledger that is a file, a --memory-limit DuckDB does not
-     read (all checked before any work starts; a file only the run can judge, such as a zones file that
-     is not a geometry, fails its step with exit 2 too)
+     mapped column, a malformed period, one of the other cadence, one not over yet or outside the policy's
+     first_period/last_period, a folder that is not a release, an --out or --ledger that is a file, a
+     --memory-limit DuckDB does not read (all checked before any work starts; a file only the run can
+     judge, such as a zones file that is not a geometry, fails its step with exit 2 too)
   3  internal error: a bug or an environment failure (a full disk is named, with what the next run does);
      the cause is printed in one line, the traceback only with --debug (`spatial-release --debug release
      ...`), which also lets Dagster's console log print each failed step's stack
@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spatial_release.errors import Blocked, ExitCode, PeriodError, UserError, is_disk_full, kind_of
+from spatial_release.errors import Blocked, ExitCode, UserError, is_disk_full, kind_of
 from spatial_release.ledger import forget_pin
 from spatial_release.memory import avoid_hugepage_stalls
 from spatial_release.outcome import Failure, RunOutcome
@@ -201,16 +201,14 @@ def run_release(
     config (engine, spark_master, duckdb_memory_limit). debug: print each failed step's stack on the console
     (otherwise the first line of its error only).
 
-    Before the run starts, a bad policy, a malformed period or one of the other cadence, a period outside
-    the release partitions, a missing or unreadable trace file, an output or ledger folder that is a file
-    and a memory limit DuckDB does not read raise a UserError (nothing is written).
+    Before the run starts, a bad policy, a malformed period or one of the other cadence, a period not over
+    or outside the policy's first_period/last_period, a missing or unreadable trace file, an output or
+    ledger folder that is a file and a memory limit DuckDB does not read raise a UserError (nothing is written).
     What stops the run itself is in the outcome's `failures`, never raised."""
-    import dagster as dg
-
     from spatial_release import stages
     from spatial_release.defs.catalogue import programme_for
     from spatial_release.defs.execution import execute_release
-    from spatial_release.defs.partitions import partitions_for
+    from spatial_release.defs.partitions import check_declared_bounds
     from spatial_release.defs.resources import ReleaseSettings
     from spatial_release.release import release_dir
     from spatial_release.traces.ingest import check_trace_files
@@ -221,6 +219,7 @@ def run_release(
     programme = programme_for(args.policy)  # a bad policy is a usage error, reported before any run starts
     loaded = programme.programme.policy
     loaded.check_period(parsed)  # so is a period of the other cadence
+    check_declared_bounds(loaded, parsed)  # and one not over, or outside the policy's first/last period
     check_trace_files(loaded, parsed, config["traces"])  # so is a missing or unreadable trace file
     check_folders(args, config)  # and an --out or --ledger that is a file
     check_counting(counting)  # and a memory limit the counting step would refuse
@@ -232,14 +231,8 @@ def run_release(
         )
     except stages.AlreadyPublished as published:
         return RunOutcome(False, failures=(Failure("step", "validated_pings", str(published)),))
-    try:
-        run = execute_release(programme, parsed.partition_key, config, counting, _instance(), tracebacks=debug)
-    except dg.DagsterUnknownPartitionError:  # before the first partition, or not yet over
-        first = partitions_for(loaded).get_first_partition_key()
-        raise PeriodError(
-            f"period {period!r} is not a release partition: partitions start on "
-            f"{first} and end with the last period that is over"
-        ) from None
+    # the period becomes a partition of the programme (in the UI too, with DAGSTER_HOME set) as it is released
+    run = execute_release(programme, parsed.label, config, counting, _instance(), tracebacks=debug)
     if not run.success:
         failures = tuple(_named_disk_full(f, config) for result in run.results for f in _failures(result))
         if not failures and run.publish is not None:  # another run published the period in between

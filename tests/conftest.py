@@ -221,3 +221,16 @@ def pytest_collection_modifyitems(config, items):
         return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)  # stable: within a file, and among the rest, the collection order is kept
+
+
+def period_sensor_keys(defs, prefix: str, instance=None) -> list[str]:
+    """The periods the programme's period sensor adds as partitions in `instance` (a fresh one by default),
+    added there as the daemon would."""
+    import dagster as dg
+
+    instance = instance or dg.DagsterInstance.ephemeral()
+    result = defs.resolve_sensor_def(f"{prefix}_period_sensor")(dg.build_sensor_context(instance=instance, definitions=defs))
+    added = [key for request in result.dynamic_partitions_requests for key in request.partition_keys]
+    if added:
+        instance.add_dynamic_partitions(f"{prefix}_periods", added)
+    return added

@@ -440,6 +440,7 @@ def test_a_blocked_release_reaches_people_through_the_dagster_alert_sensor(smtp_
     import dagster as dg
 
     from spatial_release.defs.catalogue import programme_for
+    from spatial_release.defs.partitions import add_partition
 
     controller, inbox = smtp_server
     server, url = webhook
@@ -456,12 +457,13 @@ def test_a_blocked_release_reaches_people_through_the_dagster_alert_sensor(smtp_
         "alerts_dir": str(tmp_path / "alerts"),
     }
     with dg.instance_for_test() as instance:
+        add_partition(instance, programme.programme, Period.parse("2018-Q1"))  # as the period sensor does
         # as the UI or a schedule launches it (execute_release, the command line's path, alerts by itself)
         run = (
             programme.runnable()
             .resolve_job_def("fixture_release_job")
             .execute_in_process(
-                partition_key="2018-01-01",
+                partition_key="2018-Q1",
                 instance=instance,
                 raise_on_error=False,
                 run_config={"resources": {"settings": {"config": settings}}},
@@ -553,6 +555,7 @@ def test_a_materialize_all_run_is_alerted_with_its_period_and_a_link_to_the_run(
 
     from spatial_release.defs.alerts import UI_URL_ENV, programmes_of_run
     from spatial_release.defs.catalogue import programme_for
+    from spatial_release.defs.partitions import add_partition
 
     controller, inbox = smtp_server
     server, url = webhook
@@ -570,8 +573,9 @@ def test_a_materialize_all_run_is_alerted_with_its_period_and_a_link_to_the_run(
         dg.AssetKey(["fixture", name]) for name in ("validated_pings", "cell_counts", "protected_table", "risk_assessment")
     ]
     with dg.instance_for_test() as instance:
+        add_partition(instance, programme.programme, Period.parse("2018-Q1"))  # as the period sensor does
         run = definitions.resolve_implicit_global_asset_job_def().execute_in_process(
-            partition_key="2018-01-01",
+            partition_key="2018-Q1",
             instance=instance,
             raise_on_error=False,
             asset_selection=candidate,

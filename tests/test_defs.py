@@ -21,6 +21,7 @@ from conftest import (
     K,
     cell_id,
     fixture_pings,
+    period_sensor_keys,
     policy_dict,
     write_policy,
 )
@@ -29,7 +30,7 @@ from spatial_release import cli, stages
 from spatial_release.definitions import defs as load_definitions
 from spatial_release.defs.catalogue import programme_for
 from spatial_release.defs.execution import execute_release
-from spatial_release.defs.partitions import PERIOD_TAG, monthly, quarterly
+from spatial_release.defs.partitions import PERIOD_TAG
 from spatial_release.fileio import sha256_file
 from spatial_release.stages import protect as protect_stage
 from spatial_release.suppression import primary
@@ -52,22 +53,25 @@ def public_counts_of(cells: pd.DataFrame, margins: pd.DataFrame, column: str) ->
     }
 
 
-PARTITION = "2018-01-01"
+PARTITION = "2018-Q1"
 
 
 def test_definitions_load():
     dg.Definitions.validate_loadable(defs)
-    # a programme's partitions are its periods: the demo's declared one; Citi Bike's, those its files cover
-    assert defs.resolve_job_def("demo_release_job").partitions_def.get_partition_keys() == ["2018-01-01"]
-    for prefix, keys in (("jc_bikes", ["2018-01-01"]), ("jc_bikes_monthly", ["2018-01-01", "2018-02-01", "2018-03-01"])):
+    # a programme's partitions are its periods, by label, as its period sensor adds them: the demo's declared
+    # one; Citi Bike's, those its files cover
+    for prefix, keys in (
+        ("demo", ["2018-Q1"]),
+        ("jc_bikes", ["2018-Q1"]),
+        ("jc_bikes_monthly", ["2018-01", "2018-02", "2018-03"]),
+    ):
         partitions = defs.resolve_job_def(f"{prefix}_release_job").partitions_def
-        assert partitions.cron_schedule == (monthly if "monthly" in prefix else quarterly).cron_schedule
-        if (
-            SHARED_DATA / "citibike-jc"
-        ).is_dir():  # the exports of 2018-Q1 are there (CI); elsewhere the periods are open from 2018
-            assert partitions.get_partition_keys() == keys, prefix
-        else:
-            assert partitions.get_first_partition_key() == "2018-01-01"
+        assert isinstance(partitions, dg.DynamicPartitionsDefinition) and partitions.name == f"{prefix}_periods"
+        added = period_sensor_keys(defs, prefix)
+        if prefix == "demo" or (SHARED_DATA / "citibike-jc").is_dir():  # the exports of 2018-Q1 are there (CI)
+            assert added == keys, prefix
+        else:  # elsewhere the periods are open from 2018 to the last that is over
+            assert added[0] == keys[0], prefix
     checks = {key.name for key in defs.resolve_asset_graph().asset_check_keys if key.asset_key.path[0] == "demo"}
     assert checks == {
         "rejected_share",
@@ -107,9 +111,10 @@ def test_schedule_requests_the_quarter_that_just_closed(tmp_path, monkeypatch):
         scheduled_execution_time=datetime(2018, 4, 1),
         resources={"settings": ReleaseSettings()},
         repository_def=defs.get_repository_def(),
+        instance=dg.DagsterInstance.local_temp(),
     )
     [request] = schedule.evaluate_tick(context).run_requests
-    assert request.partition_key == "2018-01-01" and request.tags[PERIOD_TAG] == "2018-Q1"
+    assert request.partition_key == "2018-Q1" and request.tags[PERIOD_TAG] == "2018-Q1"
 
 
 def _settings(tmp_path: Path) -> dict:

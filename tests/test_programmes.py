@@ -8,16 +8,17 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
-from conftest import PROJECT_ROOT, fixture_pings, policy_dict, write_policy
+from conftest import PROJECT_ROOT, fixture_pings, period_sensor_keys, policy_dict, write_policy
 
 from spatial_release.defs.catalogue import build_catalogue, programme_for
 from spatial_release.defs.execution import execute_release
-from spatial_release.defs.partitions import PERIOD_TAG, monthly, quarterly
+from spatial_release.defs.partitions import MONTH_CRON, PERIOD_TAG, add_partition
 from spatial_release.defs.programmes import DATASET_TAG, POLICY_SHA_TAG, POLICY_TAG, PolicyChanged
 from spatial_release.defs.resources import ReleaseSettings
+from spatial_release.period import Period
 from spatial_release.policy import load_policy
 
-PARTITION = "2018-01-01"
+PARTITION = "2018-Q1"
 
 
 def _policies(folder: Path, **datasets: dict) -> dict[str, Path]:
@@ -67,9 +68,10 @@ def test_each_policy_file_has_its_own_graph_partitions_jobs_and_schedules(tmp_pa
             )
         } <= keys
         assert {s.name for s in defs.schedules} >= {f"{prefix}_release_schedule", f"{prefix}_risk_review_schedule"}
-    assert defs.resolve_job_def("bikes_q_release_job").partitions_def == quarterly
-    assert defs.resolve_job_def("bikes_m_release_job").partitions_def == monthly
-    assert defs.resolve_schedule_def("bikes_m_release_schedule").cron_schedule == monthly.cron_schedule
+    for prefix in ("bikes_q", "bikes_m"):
+        partitions = defs.resolve_job_def(f"{prefix}_release_job").partitions_def
+        assert isinstance(partitions, dg.DynamicPartitionsDefinition) and partitions.name == f"{prefix}_periods"
+    assert defs.resolve_schedule_def("bikes_m_release_schedule").cron_schedule == MONTH_CRON
     graph = defs.resolve_asset_graph()
     for key in graph.get_all_asset_keys():
         assert graph.get(key).owners == ["team:disclosure-control"], key
@@ -213,6 +215,7 @@ def test_the_publish_sensor_publishes_the_partition_of_a_successful_candidate(tm
     paths = _policies(tmp_path / "policies", bikes={})
     programme = programme_for(paths["bikes"])
     instance = dg.DagsterInstance.ephemeral()
+    add_partition(instance, programme.programme, Period.parse(PARTITION))  # as the period sensor does
     defs = programme.runnable()
     candidate = defs.resolve_job_def("bikes_release_job").execute_in_process(
         partition_key=PARTITION, instance=instance, run_config={"resources": {"settings": {"config": _settings(tmp_path)}}}
@@ -271,26 +274,29 @@ def _monthly_exports(folder: Path, months: list[str]) -> str:
 
 
 def _partition_keys(path: Path) -> list[str]:
-    defs = programme_for(path).runnable()
-    return defs.resolve_job_def(
-        f"{load_policy(path).name.replace('-', '_')}_release_job"
-    ).partitions_def.get_partition_keys()
+    return period_sensor_keys(programme_for(path).runnable(), load_policy(path).name.replace("-", "_"))
 
 
 def test_partitions_are_the_programme_periods_its_trace_files_cover(tmp_path):
     """A `{month}` source path says which periods the data covers: the partitions are the periods all of
-    whose monthly files exist, not every quarter since 2018; a declared first_period/last_period wins."""
+    whose monthly files exist, not every quarter since 2018; a declared first_period/last_period wins. The
+    period sensor adds them, by label, and adds a period whose files arrive later to the same definitions
+    (no reload of the code location)."""
     pattern = _monthly_exports(tmp_path / "exports", ["201801", "201802", "201803", "201804", "201805"])
     paths = _policies(tmp_path / "policies", bikes={}, months={"period": "month"}, later={"first_period": "2018-Q2"})
     for path in paths.values():
         data = yaml.safe_load(path.read_text())
         data["source"]["paths"] = [pattern]
         path.write_text(yaml.safe_dump(data, sort_keys=False))
-    assert _partition_keys(paths["bikes"]) == ["2018-01-01"]  # Q2 lacks its June file
-    assert _partition_keys(paths["months"]) == [f"2018-0{m}-01" for m in range(1, 6)]
-    assert _partition_keys(paths["later"]) == ["2018-04-01"]  # declared: one partition, its files missing yet
+    assert _partition_keys(paths["bikes"]) == ["2018-Q1"]  # Q2 lacks its June file
+    assert _partition_keys(paths["months"]) == [f"2018-0{m}" for m in range(1, 6)]
+    assert _partition_keys(paths["later"]) == ["2018-Q2"]  # declared: one partition, its files missing yet
+    defs, instance = programme_for(paths["bikes"]).runnable(), dg.DagsterInstance.ephemeral()
+    assert period_sensor_keys(defs, "bikes", instance) == ["2018-Q1"]
+    assert period_sensor_keys(defs, "bikes", instance) == []  # known: added once
     fixture_pings().to_csv(tmp_path / "exports" / "export-201806.csv", index=False)
-    assert _partition_keys(paths["bikes"]) == ["2018-01-01", "2018-04-01"]  # the June file arrived: Q2 is in
+    assert period_sensor_keys(defs, "bikes", instance) == ["2018-Q2"]  # the June file arrived: Q2 is in, same defs
+    assert instance.get_dynamic_partitions("bikes_periods") == ["2018-Q1", "2018-Q2"]
 
 
 def test_a_first_period_of_the_other_cadence_is_refused(tmp_path):
@@ -314,7 +320,7 @@ def test_the_schedule_skips_a_period_without_trace_files_and_says_why(tmp_path, 
 
     pattern = _monthly_exports(tmp_path / "exports", ["201801", "201802", "201803"])
     paths = _policies(tmp_path / "policies", bikes={}, open={})
-    for name, extra in (("bikes", {}), ("open", {"first_period": "2018-Q1"})):
+    for name, extra in (("bikes", {}), ("open", {"first_period": "2018-Q2"})):
         data = yaml.safe_load(paths[name].read_text())
         data["source"]["paths"] = [pattern]
         paths[name].write_text(yaml.safe_dump({**data, **extra}, sort_keys=False))
@@ -326,13 +332,18 @@ def test_the_schedule_skips_a_period_without_trace_files_and_says_why(tmp_path, 
             scheduled_execution_time=when,
             resources={"settings": ReleaseSettings()},
             repository_def=defs.get_repository_def(),
+            instance=instance,
         )
         return schedule.evaluate_tick(context)
 
+    instance = dg.DagsterInstance.local_temp()  # the schedule adds its partition there
     [request] = tick("bikes", datetime(2018, 4, 1)).run_requests  # the quarter the files cover
-    assert request.partition_key == "2018-01-01"
-    later = tick("bikes", datetime(2024, 7, 1))  # 2024-Q2: no file, not a partition of the programme
-    assert later.run_requests == [] and "2024-Q2 is not one of the programme's periods" in later.skip_message
+    assert request.partition_key == "2018-Q1" and instance.get_dynamic_partitions("bikes_periods") == ["2018-Q1"]
+    later = tick("bikes", datetime(2024, 7, 1))  # 2024-Q2: no file yet
+    assert later.run_requests == [] and "2024-Q2: 3 of the policy's trace file paths match no file" in later.skip_message
+    early = tick("open", datetime(2018, 4, 1))  # 2018-Q1, before the declared first period
+    assert early.run_requests == [] and "before the policy's first_period 2018-Q2" in early.skip_message
+    assert instance.get_dynamic_partitions("open_periods") == []
     # a programme whose periods are declared open: the period is a partition, its files are missing
     data = yaml.safe_load(paths["open"].read_text())
     paths["open"].write_text(yaml.safe_dump({**data, "last_period": "2024-Q4"}, sort_keys=False))
@@ -356,6 +367,7 @@ def test_materialize_all_cannot_plan_the_published_release_and_its_success_is_pu
     spec = defs.resolve_asset_graph().get(dg.AssetKey(["bikes", "published_release"]))
     assert not spec.is_executable and not spec.is_materializable
     instance = dg.DagsterInstance.ephemeral()
+    add_partition(instance, programme.programme, Period.parse(PARTITION))  # as the period sensor does
     run = implicit.execute_in_process(
         partition_key=PARTITION,
         instance=instance,
@@ -378,3 +390,27 @@ def test_materialize_all_cannot_plan_the_published_release_and_its_success_is_pu
     key = dg.AssetKey(["bikes", "published_release"])
     status = instance.get_status_by_partition(key, [PARTITION], graph.get(key).partitions_def)
     assert status == {PARTITION: dg.AssetPartitionStatus.MATERIALIZED}
+
+
+def test_the_command_line_releases_a_new_quarter_from_a_file_named_on_it(tmp_path, capsys):
+    """The next quarter's release takes one command: its file, named on the command line, makes the period
+    a partition (the policy's own folder holds only 2018-Q1's files); a period not over yet is refused."""
+    from spatial_release import cli
+
+    pattern = _monthly_exports(tmp_path / "exports", ["201801", "201802", "201803"])
+    paths = _policies(tmp_path / "policies", bikes={})
+    data = yaml.safe_load(paths["bikes"].read_text())
+    data["source"]["paths"] = [pattern]
+    paths["bikes"].write_text(yaml.safe_dump(data, sort_keys=False))
+    april = fixture_pings()
+    april["when"] = april["when"].str.replace("2018-01-", "2018-04-")
+    april.to_csv(tmp_path / "april.csv", index=False)
+    out, ledger = str(tmp_path / "out"), str(tmp_path / "ledger")
+    common = ["release", "--policy", str(paths["bikes"]), "--out", out, "--ledger", ledger]
+    assert cli.main([*common, "--period", "2018-Q2", "--traces", str(tmp_path / "april.csv")]) == 0
+    record = json.loads((tmp_path / "out" / "releases" / "bikes" / "2018-Q2" / "release.json").read_text())
+    assert record["period"] == "2018-Q2" and record["input"]["pings_read"] == len(april)
+    capsys.readouterr()
+    assert cli.main([*common, "--period", "2026-Q4", "--traces", str(tmp_path / "april.csv")]) == 2
+    assert "period '2026-Q4' is not over yet" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "work" / "bikes" / "2026-Q4").exists()

@@ -18,9 +18,11 @@ from spatial_release.defs.alerts import UI_URL_ENV
 from spatial_release.defs.catalogue import build_catalogue, programme_for
 from spatial_release.defs.execution import execute_release
 from spatial_release.defs.guard import GUARD_JOB, GUARD_SENSOR
+from spatial_release.defs.partitions import add_partition
 from spatial_release.defs.resources import ReleaseSettings
+from spatial_release.period import Period
 
-PARTITION = "2018-01-01"
+PARTITION = "2018-Q1"
 RELEASE = dg.AssetKey(["fixture", "published_release"])
 CHECK = dg.AssetCheckKey(RELEASE, "published_by_the_publish_job")
 
@@ -105,7 +107,7 @@ def test_a_materialisation_reported_by_hand_fails_the_check_and_alerts_once(tmp_
         "reported by hand" in alert["reason"] and "records no release of this period: it is NOT published" in alert["reason"]
     )
     assert any("NOT published" in o for o in alert["options"]) and any("by hand" in o for o in alert["options"])
-    assert alert["ui_url"] == "http://127.0.0.1:3000/assets/fixture/published_release?view=partitions&partition=2018-01-01"
+    assert alert["ui_url"] == "http://127.0.0.1:3000/assets/fixture/published_release?view=partitions&partition=2018-Q1"
     assert "Open in Dagster: http://127.0.0.1:3000/assets/fixture/published_release" in Alert.from_json(alert).text
     # the check on the partition, recorded by the guard's run
     [request] = first.run_requests
@@ -165,10 +167,12 @@ def test_a_publication_by_the_publish_job_passes_the_check_without_an_alert(tmp_
 
 
 def _run_check(folder: Path, settings: dict, instance: dg.DagsterInstance) -> dg.AssetCheckEvaluation:
-    """The check alone, run as the UI runs it (Dagster's implicit asset job with the check selected)."""
+    """The check alone, run as the UI runs it (Dagster's implicit asset job with the check selected), on a
+    partition the period sensor added."""
+    programme = programme_for(folder / "fixture.yaml")
+    add_partition(instance, programme.programme, Period.parse(PARTITION))
     job = (
-        programme_for(folder / "fixture.yaml")
-        .runnable()
+        programme.runnable()
         .resolve_implicit_global_asset_job_def()
         .get_subset(asset_selection=set(), asset_check_selection={CHECK})
     )

@@ -16,7 +16,7 @@ from spatial_release.ledger import Ledger, read_ledger
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
 
-PARTITION = "2018-01-01"
+PARTITION = "2018-Q1"
 
 
 def _settings(tmp_path: Path, policy: Path) -> dict:
@@ -124,6 +124,26 @@ def test_review_sensor_fires_on_new_releases_and_landscape_changes(tmp_path):
     landscape.write_text(landscape.read_text().replace("points: 2", "points: 3"))
     [changed] = risk_review_sensor(_sensor_context(tmp_path, policy, cursor)).run_requests
     assert changed.run_key != request.run_key and changed.run_key.startswith("review-fixture-1-")
+
+
+def test_a_review_with_nothing_published_writes_no_ledger_entry(tmp_path):
+    """ "Materialize all" or the quarterly schedule runs the review before any release: it records nothing
+    (no ledger entry, no review file) and its check passes, saying why; once a release exists it records one."""
+    policy = _policy(tmp_path)
+    risk_review, published_within_budget, _ = _review(policy)
+    resources = {"settings": ReleaseSettings(**_settings(tmp_path, policy))}
+    with dg.instance_for_test() as instance:
+        empty = dg.materialize([risk_review, published_within_budget], resources=resources, instance=instance)
+        assert empty.success
+        assert not (tmp_path / "ledger").exists() or read_ledger(tmp_path / "ledger") == []
+        assert not (tmp_path / "work" / "fixture" / "reviews").exists()
+        [evaluation] = empty.get_asset_check_evaluations()
+        assert evaluation.passed and "nothing to review" in evaluation.description
+        [event] = empty.get_asset_materialization_events()
+        assert event.materialization.metadata["releases_reviewed"].value == 0
+        assert _run(tmp_path, policy, instance=instance).success
+        dg.materialize([risk_review, published_within_budget], resources=resources, instance=instance)
+    assert [e["kind"] for e in read_ledger(tmp_path / "ledger")] == ["release", "review"]
 
 
 def _release_check(instance) -> tuple[bool, str]:

@@ -21,7 +21,7 @@ import dagster as dg
 
 from spatial_release import stages
 from spatial_release.alerts import Alert, AlertRouting, deliver, mask_files
-from spatial_release.defs.partitions import PERIOD_TAG, partitions_for, period_of
+from spatial_release.defs.partitions import PERIOD_TAG, period_of
 from spatial_release.defs.programmes import Programme
 from spatial_release.defs.release import REFUSED_TAG
 from spatial_release.defs.resources import ReleaseSettings, is_http_base_url
@@ -90,7 +90,7 @@ def run_period(run: dg.DagsterRun, programme: Programme) -> str:
         return run.tags[PERIOD_TAG]
     key = run.tags.get("dagster/partition")
     try:
-        return "unknown" if key is None else period_of(key, partitions_for(programme.policy)).label
+        return "unknown" if key is None else period_of(key).label
     except ValueError:
         return "unknown"
 

@@ -35,7 +35,7 @@ class ProgrammeDefs:
             asset_checks=[*self.release.checks, self.review.check],
             jobs=self.jobs,
             schedules=[self.release.schedule, self.review.schedule],
-            sensors=[self.release.publish_sensor, self.review.sensor],
+            sensors=[self.release.publish_sensor, self.release.period_sensor, self.review.sensor],
         )
 
     def runnable(self) -> dg.Definitions:

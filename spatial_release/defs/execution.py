@@ -11,6 +11,7 @@ import dagster as dg
 
 from spatial_release.defs.alerts import alert_failed_run
 from spatial_release.defs.catalogue import ProgrammeDefs
+from spatial_release.defs.partitions import add_partition, period_of
 from spatial_release.defs.release import CANDIDATE_TAG
 
 
@@ -89,9 +90,13 @@ def execute_release(
 
     settings / counting: config of the `settings` and `counting` resources (ReleaseSettings, CountingEngine).
     tracebacks: print each failed step's error with its stack on the console (the command line's --debug);
-    otherwise its first line only. Raises dg.DagsterUnknownPartitionError for a partition outside the
-    programme's partitions."""
+    otherwise its first line only. The partition is a period label of the programme's cadence (else a
+    PeriodError); it is added to the programme's partitions in `instance` if it is not one yet (its bounds
+    are the caller's to check: cli.run_release, the schedule)."""
     instance = instance or dg.DagsterInstance.ephemeral()
+    period = period_of(partition_key)
+    programme.programme.policy.check_period(period)  # a month of a quarterly programme is none of its periods
+    add_partition(instance, programme.programme, period)
     defs = programme.runnable()
     if not tracebacks:
         defs = dg.Definitions.merge(defs, dg.Definitions(loggers={"console": one_line_console_logger}))

@@ -30,7 +30,7 @@ from pydantic import Field
 from spatial_release import stages
 from spatial_release.alerts import Alert, AlertRouting, alert_path, deliver
 from spatial_release.defs.alerts import asset_link
-from spatial_release.defs.partitions import PERIOD_TAG, monthly, period_of, quarterly
+from spatial_release.defs.partitions import PERIOD_TAG, period_of
 from spatial_release.defs.programmes import Programme
 from spatial_release.defs.resources import ReleaseSettings
 from spatial_release.period import Period
@@ -73,9 +73,10 @@ def origin_of(instance: dg.DagsterInstance, entry: dg.EventLogEntry, publish_job
 def _period(partition: str | None, programme: Programme) -> Period | None:
     """The programme's period of a partition key; None for none, or a key that is no period of its cadence."""
     try:
-        return None if partition is None else period_of(partition, monthly if programme.cadence == "month" else quarterly)
+        period = None if partition is None else period_of(partition)
     except ValueError:
         return None
+    return period if period is not None and period.kind == programme.cadence else None
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,22 @@
-"""Release partitions, one definition per programme. Dagster has no quarter format, so keys are the period's
-first day (2018-01-01); every run of a partition carries the period's label as a tag (`spatial_release/period`:
-2018-Q1 or 2018-01), which is what the runs list and the alerts show. The data window itself is taken in the
-policy's time zone (Period.utc_window), not in the partition's UTC.
+"""Release partitions, one dynamic partition set per programme, keyed by the period's label (`2018-Q1`, or
+`2018-01` for a monthly programme), so the UI, the runs list and the alerts read periods. Every run of a
+partition also carries the label as a tag (`spatial_release/period`). The data window itself is taken in the
+policy's time zone (Period.utc_window).
 
-A programme's partitions are its periods, not the calendar: from the policy's `first_period` (else the first
-period whose trace files all exist, for `source.paths` with `{month}`; else 2018's first) to its
-`last_period` (else the last period whose trace files all exist; else every period that is over). Trace files
-that arrive later show as partitions when the code location is reloaded."""
+A programme's partitions are its periods that are over, not the calendar: from the policy's `first_period`
+(else the first period whose trace files all exist, for `source.paths` with `{month}`; else 2018's first) to
+its `last_period` (else the last period whose trace files all exist; else every period that is over). The
+programme's period sensor adds a period when its trace files appear where the policy says, without a reload
+of the code location; the command line and the release schedule add the period they release."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
 
 import dagster as dg
 
+from spatial_release.defs.programmes import Programme, key_prefix
+from spatial_release.errors import PeriodError
 from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.traces.files import periods_with_traces
@@ -17,11 +24,14 @@ from spatial_release.traces.files import periods_with_traces
 PERIOD_TAG = "spatial_release/period"
 DEFAULT_FIRST = "2018-01-01"
 QUARTER_CRON = "0 0 1 */3 *"
+MONTH_CRON = "0 0 1 * *"
+# A new period's files are picked up within this long (the period sensor's interval).
+PERIOD_SENSOR_INTERVAL_S = 30
 
+# The calendars the release schedule asks for the period that just closed (not the programme's partitions).
 quarterly = dg.TimeWindowPartitionsDefinition(
     start=DEFAULT_FIRST, cron_schedule=QUARTER_CRON, fmt="%Y-%m-%d", timezone="UTC"
 )
-
 monthly = dg.MonthlyPartitionsDefinition(start_date=DEFAULT_FIRST, timezone="UTC")
 
 
@@ -35,26 +45,83 @@ def programme_periods(policy: Policy) -> tuple[Period | None, Period | None]:
     return first, last
 
 
-def partitions_for(policy: Policy) -> dg.TimeWindowPartitionsDefinition:
-    """The partitions of a programme: its cadence (quarter or month) over its periods."""
+def partitions_name(policy: Policy) -> str:
+    return f"{key_prefix(policy.name)}_periods"
+
+
+def partitions_for(policy: Policy) -> dg.DynamicPartitionsDefinition:
+    """The partitions of a programme: its periods, added as they become releasable (see the module)."""
+    return dg.DynamicPartitionsDefinition(name=partitions_name(policy))
+
+
+def period_of(partition_key: str) -> Period:
+    """A partition key is the period's label."""
+    return Period.parse(partition_key)
+
+
+def period_starting(day: date, cadence: str) -> Period:
+    """The quarter or month (`cadence`) that holds `day`."""
+    return Period.parse(f"{day.year}-{day.month:02d}" if cadence == "month" else f"{day.year}-Q{(day.month - 1) // 3 + 1}")
+
+
+def next_period(period: Period) -> Period:
+    return period_starting(period.end, period.kind)
+
+
+def is_over(policy: Policy, period: Period, now: datetime | None = None) -> bool:
+    """Whether the period has ended in the policy's time zone (its last local day is past)."""
+    return period.utc_window(policy.time.timezone)[1] <= (now or datetime.now(UTC))
+
+
+def releasable_periods(policy: Policy, now: datetime | None = None) -> list[Period]:
+    """The programme's periods that are over, as its trace files and declared bounds say now."""
     first, last = programme_periods(policy)
-    start = first.start.isoformat() if first else DEFAULT_FIRST
-    end = last.end.isoformat() if last else None
-    if policy.period == "month":
-        return dg.MonthlyPartitionsDefinition(start_date=start, end_date=end, timezone="UTC")
-    return dg.TimeWindowPartitionsDefinition(
-        start=start, end=end, cron_schedule=QUARTER_CRON, fmt="%Y-%m-%d", timezone="UTC"
+    period = first or Period.parse(f"{DEFAULT_FIRST[:4]}-{'01' if policy.period == 'month' else 'Q1'}")
+    found = []
+    while is_over(policy, period, now) and (last is None or period.start <= last.start):
+        found.append(period)
+        period = next_period(period)
+    return found
+
+
+def check_declared_bounds(policy: Policy, period: Period) -> None:
+    """Refuse a period outside the policy's declared first_period/last_period, or one not over yet. Periods
+    its trace files do not cover are the files' business (checked where they are read)."""
+    if policy.first_period and period.start < Period.parse(policy.first_period).start:
+        raise PeriodError(f"period {period.label!r} is before the policy's first_period {policy.first_period}")
+    if policy.last_period and period.start > Period.parse(policy.last_period).start:
+        raise PeriodError(f"period {period.label!r} is after the policy's last_period {policy.last_period}")
+    if not is_over(policy, period):
+        end = period.utc_window(policy.time.timezone)[1]
+        raise PeriodError(f"period {period.label!r} is not over yet: it ends {end.isoformat()}; release it after that")
+
+
+def add_partition(instance: dg.DagsterInstance, programme: Programme, period: Period) -> None:
+    """Make the period a partition of the programme in this instance (once)."""
+    name = partitions_name(programme.policy)
+    if not instance.has_dynamic_partition(name, period.label):
+        instance.add_dynamic_partitions(name, [period.label])
+
+
+def period_sensor(programme: Programme) -> dg.SensorDefinition:
+    policy = programme.policy
+    name = partitions_name(policy)
+
+    @dg.sensor(
+        name=programme.name("period_sensor"),
+        minimum_interval_seconds=PERIOD_SENSOR_INTERVAL_S,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=f"Adds each {policy.name} period that is over, once its trace files are where the policy says "
+        "(source.paths), as a partition: a new period shows in the UI without a reload of the code location.",
     )
+    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        known = set(context.instance.get_dynamic_partitions(name))
+        new = [p.label for p in releasable_periods(policy) if p.label not in known]
+        if not new:
+            return dg.SensorResult(skip_reason=f"no new {policy.name} period: {len(known)} known")
+        return dg.SensorResult(dynamic_partitions_requests=[dg.AddDynamicPartitionsRequest(name, new)])
 
-
-def is_monthly(partitions_def: dg.PartitionsDefinition) -> bool:
-    return getattr(partitions_def, "cron_schedule", None) == monthly.cron_schedule
-
-
-def period_of(partition_key: str, partitions_def: dg.PartitionsDefinition = quarterly) -> Period:
-    if is_monthly(partitions_def):
-        return Period.parse(partition_key[:7])
-    return Period.from_partition_key(partition_key)
+    return _sensor
 
 
 def period_tags(partitions_def: dg.PartitionsDefinition) -> dg.PartitionedConfig:
@@ -62,5 +129,5 @@ def period_tags(partitions_def: dg.PartitionsDefinition) -> dg.PartitionedConfig
     return dg.PartitionedConfig(
         partitions_def=partitions_def,
         run_config_for_partition_key_fn=lambda key: {},
-        tags_for_partition_key_fn=lambda key: {PERIOD_TAG: period_of(key, partitions_def).label},
+        tags_for_partition_key_fn=lambda key: {PERIOD_TAG: period_of(key).label},
     )

@@ -19,9 +19,10 @@ from spatial_release.defs.outcomes import check_result
 from spatial_release.defs.programmes import Programme
 from spatial_release.defs.release.reports import review_report
 from spatial_release.defs.resources import ReleaseSettings
-from spatial_release.period import Period
+from spatial_release.guarantees import CheckOutcome
 from spatial_release.policy import Policy
 from spatial_release.risk.landscape import load_landscape
+from spatial_release.stages.risk import population_releases
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,11 @@ def _risk_review_asset(programme: Programme) -> dg.AssetsDefinition:
     )
     def risk_review(context: dg.AssetExecutionContext, settings: ReleaseSettings) -> dg.MaterializeResult:
         policy = programme.load()
+        if not population_releases(policy, settings.ledger()):
+            # "Materialize all" and the quarterly schedule run it before anything is published: a review of
+            # nothing would still be a ledger entry, recorded ahead of the first release.
+            context.log.info(f"{policy.name}: no release of population {policy.population_key} yet; nothing reviewed")
+            return dg.MaterializeResult(metadata=_nothing_to_review(policy))
         done = stages.run_review(
             policy, settings.ledger(), Path(settings.work_dir), Path(settings.alerts_dir), run_id=context.run.run_id
         )
@@ -60,6 +66,17 @@ def _risk_review_asset(programme: Programme) -> dg.AssetsDefinition:
         return dg.MaterializeResult(metadata=_review_metadata(policy, done))
 
     return risk_review
+
+
+def _nothing_to_review(policy: Policy) -> dict:
+    return {
+        "releases_reviewed": 0,
+        "breaches_found": 0,
+        "review_report": dg.MetadataValue.md(
+            f"Nothing to review: the ledger holds no release of population {policy.population_key}. "
+            "No review was recorded and no ledger entry written."
+        ),
+    }
 
 
 def _log_breaches(context: dg.AssetExecutionContext, policy: Policy, done: stages.ReviewRun) -> None:
@@ -104,6 +121,8 @@ def _published_within_budget_check(programme: Programme, risk_review: dg.AssetsD
     )
     def published_within_budget(context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> dg.AssetCheckResult:
         review = stages.latest_review(Path(settings.work_dir), programme.policy.name)
+        if review is None and not population_releases(programme.policy, settings.ledger()):
+            return check_result(CheckOutcome("published_within_budget", True, "nothing published yet: nothing to review"))
         assert review is not None, "the risk_review asset writes its review before this check runs"
         return check_result(stages.programme_outcome(review))
 
@@ -183,7 +202,7 @@ def report_release_checks(context: dg.AssetExecutionContext, programme: Programm
                 check_name=stages.REVIEW_CHECK,
                 passed=outcome.passed,
                 description=outcome.summary,
-                partition=Period.parse(row.period).partition_key,
+                partition=row.period,  # partition keys are period labels
                 severity=dg.AssetCheckSeverity.ERROR,
                 metadata={
                     "cumulative": float(f"{row.cumulative:.4g}"),

@@ -63,7 +63,7 @@ def _run(tmp_path: Path, trace_name: str = "traces.csv"):
         "ledger_dir": str(tmp_path / "ledger"),
         "alerts_dir": str(tmp_path / "alerts"),
     }
-    return execute_release(programme_for(policy), "2018-01-01", config)
+    return execute_release(programme_for(policy), "2018-Q1", config)
 
 
 def test_release_json_and_metadata_carry_no_fact_about_withheld_cells(tmp_path):
@@ -259,7 +259,7 @@ def test_a_blocked_candidate_shows_no_figure_of_its_own_to_the_operator(tmp_path
     config = {
         name: str(tmp_path / name.removesuffix("_dir")) for name in ("releases_dir", "work_dir", "ledger_dir", "alerts_dir")
     }
-    result = execute_release(programme_for(policy), "2018-01-01", config, instance=instance)
+    result = execute_release(programme_for(policy), "2018-Q1", config, instance=instance)
     assert not result.success and result.publish is None
     b_count = 2  # cell B's devices in its bucket, by the fixture's construction
     texts: list[str] = [record.user_message for record in instance.all_logs(result.candidate.run_id)]

@@ -24,11 +24,16 @@ import dagster as dg
 from spatial_release import report, stages
 from spatial_release.defs.outcomes import check_evaluation
 from spatial_release.defs.partitions import (
+    MONTH_CRON,
     PERIOD_TAG,
-    is_monthly,
+    QUARTER_CRON,
+    add_partition,
+    check_declared_bounds,
     monthly,
     partitions_for,
     period_of,
+    period_sensor,
+    period_starting,
     period_tags,
     quarterly,
 )
@@ -36,7 +41,7 @@ from spatial_release.defs.programmes import Programme
 from spatial_release.defs.release.checks import build_checks
 from spatial_release.defs.release.reports import frontier_report, k_anonymity_report, readable, risk_metadata, risk_report
 from spatial_release.defs.resources import CountingEngine, ReleaseSettings, is_http_base_url
-from spatial_release.errors import UserError
+from spatial_release.errors import PeriodError, UserError
 from spatial_release.policy import Policy
 from spatial_release.stages.frontier import public_frontier
 from spatial_release.traces.files import missing_trace_files
@@ -88,6 +93,7 @@ class ReleaseGraph:
     publish_job: object
     schedule: dg.ScheduleDefinition
     publish_sensor: dg.SensorDefinition
+    period_sensor: dg.SensorDefinition
 
     @property
     def jobs(self) -> list:
@@ -109,7 +115,7 @@ class _GraphScope:
     """One programme's graph: what its assets' definitions and steps share."""
 
     programme: Programme
-    partitions_def: dg.TimeWindowPartitionsDefinition
+    partitions_def: dg.DynamicPartitionsDefinition
 
     @property
     def policy_name(self) -> str:
@@ -127,7 +133,7 @@ class _GraphScope:
 
     def release_context(self, context: StepContext, settings: ReleaseSettings) -> stages.ReleaseContext:
         """The step's release context (the policy as the graph was built from it)."""
-        return settings.context(self.programme.load(), period_of(context.partition_key, self.partitions_def))
+        return settings.context(self.programme.load(), period_of(context.partition_key))
 
 
 def _hold(
@@ -411,8 +417,9 @@ def build_release_graph(programme: Programme) -> ReleaseGraph:
         checks,
         release_job,
         publish_job,
-        release_schedule(programme, scope.partitions_def, release_job),
-        publish_sensor(programme, release_job, publish_job, scope.partitions_def),
+        release_schedule(programme, release_job),
+        publish_sensor(programme, release_job, publish_job),
+        period_sensor(programme),
     )
 
 
@@ -450,34 +457,30 @@ def release_report_metadata(target: Path, policy, releases_url: str | None = Non
     return metadata if png is None else {**metadata, "map_png": dg.MetadataValue.path(str(png))}
 
 
-def release_schedule(programme: Programme, partitions_def: dg.TimeWindowPartitionsDefinition, job) -> dg.ScheduleDefinition:
+def release_schedule(programme: Programme, job) -> dg.ScheduleDefinition:
     cadence = "quarter" if programme.cadence == "quarter" else "month"
+    cron = QUARTER_CRON if cadence == "quarter" else MONTH_CRON
 
     @dg.schedule(
         name=programme.name("release_schedule"),
         job=job,
-        cron_schedule=partitions_def.cron_schedule,
+        cron_schedule=cron,
         execution_timezone="UTC",
         default_status=dg.DefaultScheduleStatus.RUNNING,
         description=f"Releases {programme.policy.name} for the {cadence} that just closed, on the first "
-        f"day of the next one (cron {partitions_def.cron_schedule}, UTC); skips, saying why, a period "
-        "outside the programme's partitions, one whose trace files are missing and one the ledger already records.",
+        f"day of the next one (cron {cron}, UTC); skips, saying why, a period outside the policy's "
+        "first_period/last_period, one whose trace files are missing and one the ledger already records.",
     )
     def _schedule(context: dg.ScheduleEvaluationContext, settings: ReleaseSettings):
-        # the calendar's closed period, then whether the programme has it: a programme's partitions end
-        # with its data, so asking them for "the previous window" would answer with their last one
-        calendar = monthly if is_monthly(partitions_def) else quarterly
+        calendar = monthly if cadence == "month" else quarterly
         closed = calendar.get_prev_partition_window(context.scheduled_execution_time)
         if closed is None:
             return dg.SkipReason("no closed period yet")
-        key = closed.start.strftime(calendar.fmt)
-        period = period_of(key, partitions_def)
-        if not partitions_def.has_partition_key(key):
-            return dg.SkipReason(
-                f"{programme.policy.name} {period.label} is not one of the programme's periods ("
-                f"{partitions_def.get_first_partition_key()} to {partitions_def.get_last_partition_key()}): its "
-                "trace files are not there (or the policy's first_period/last_period exclude it)"
-            )
+        period = period_starting(closed.start.date(), cadence)
+        try:
+            check_declared_bounds(programme.policy, period)
+        except PeriodError as outside:
+            return dg.SkipReason(f"{programme.policy.name}: {outside}")
         missing = missing_trace_files(programme.policy, period)
         if missing:  # how many, never which: a per-device export's name is a unit id
             return dg.SkipReason(
@@ -490,7 +493,10 @@ def release_schedule(programme: Programme, partitions_def: dg.TimeWindowPartitio
             )
         except stages.AlreadyPublished as published:
             return dg.SkipReason(str(published))
-        return dg.RunRequest(run_key=f"{programme.prefix}-{key}", partition_key=key, tags={PERIOD_TAG: period.label})
+        add_partition(context.instance, programme, period)
+        return dg.RunRequest(
+            run_key=f"{programme.prefix}-{period.label}", partition_key=period.label, tags={PERIOD_TAG: period.label}
+        )
 
     return _schedule
 
@@ -502,9 +508,7 @@ def is_candidate_run(run: dg.DagsterRun, programme: Programme, release_job_name:
     return run.job_name == release_job_name or programme.key("risk_assessment") in (run.asset_selection or ())
 
 
-def publish_sensor(
-    programme: Programme, release_job, publish_job: dg.JobDefinition, partitions_def: dg.PartitionsDefinition
-) -> dg.SensorDefinition:
+def publish_sensor(programme: Programme, release_job, publish_job: dg.JobDefinition) -> dg.SensorDefinition:
     release_job_name = programme.name("release_job")
 
     @dg.run_status_sensor(
@@ -527,7 +531,7 @@ def publish_sensor(
         return dg.RunRequest(
             run_key=f"publish-{run.run_id}",
             partition_key=key,
-            tags={CANDIDATE_TAG: run.run_id, PERIOD_TAG: run.tags.get(PERIOD_TAG) or period_of(key, partitions_def).label},
+            tags={CANDIDATE_TAG: run.run_id, PERIOD_TAG: run.tags.get(PERIOD_TAG) or period_of(key).label},
         )
 
     return _sensor

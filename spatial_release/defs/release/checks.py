@@ -31,7 +31,7 @@ class _CheckScope:
     partitions_def: dg.PartitionsDefinition
 
     def release_context(self, context: dg.AssetCheckExecutionContext, settings: ReleaseSettings) -> stages.ReleaseContext:
-        return settings.context(self.programme.load(), period_of(context.partition_key, self.partitions_def))
+        return settings.context(self.programme.load(), period_of(context.partition_key))
 
 
 def _guarantee(
@@ -243,7 +243,7 @@ def _published_by_the_publish_job_check(scope: _CheckScope, published_release: d
     def published_by_the_publish_job(
         context: dg.AssetCheckExecutionContext, settings: ReleaseSettings
     ) -> dg.AssetCheckResult:
-        period = period_of(context.partition_key, scope.partitions_def)
+        period = period_of(context.partition_key)
         return check_result(
             stages.check_publication(scope.programme.policy, period, Path(settings.releases_dir), settings.ledger())
         )
