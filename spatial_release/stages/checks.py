@@ -485,6 +485,7 @@ GUARANTEES = (
     check_suppression_budget,
 )
 
+
 def check_dp_mechanism(ctx: ReleaseContext, published: Published | None = None) -> guarantees.CheckOutcome:
     """The mechanism the manifest records is the one the policy calls for (re-calibrated here from the policy),
     and OpenDP's privacy map of it at the bounded sensitivity is within the policy's loss."""
