@@ -207,3 +207,18 @@ def test_a_recorded_name_outside_the_work_area_fails(programme):
     entry = ReleaseEntry.from_entry({**signed, "work_files": {"../../../policy.yaml": "0" * 64}})
     outcome = work_files_outcome(ctx, [entry], datetime.now(UTC))
     assert not outcome.passed and "outside its work area" in outcome.summary
+
+
+def test_a_re_audit_of_a_published_release_keeps_the_intervals_its_entry_records(programme, published_q1, capsys):
+    """`spatial-release audit` of a published release solves from scratch; it used to write its intervals over
+    the ones the publication was gated on, which the ledger entry now records (the next release would block)."""
+    from spatial_release import cli
+
+    intervals = _area(programme, Q1) / INTERVALS
+    before = sha256_file(intervals)
+    # the policy as the release was made with it (the copy's names its traces under the copy; audit reads none)
+    shutil.copyfile(published_q1 / "policy.yaml", programme / "policy.yaml")
+    argv = ["audit", str(programme / "out/releases/fixture" / Q1), "--policy", str(programme / "policy.yaml")]
+    assert cli.main([*argv, "--work", str(programme / "out/work"), "--ledger", str(programme / "ledger")]) == 0
+    assert "of the publication" in capsys.readouterr().out
+    assert sha256_file(intervals) == before and _check(programme).passed
