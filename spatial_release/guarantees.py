@@ -84,7 +84,8 @@ def check_k_floor(
     # offending rows reach the check's metadata, the run log and the alert
     offending = _failing(bad_cells, CELL_KEY, k, count_column) + _failing(bad_margins, MARGIN_KEY, k, count_column)
     summary = (
-        f"all {len(c)} published cells and {len(m)} margins hold >= {k} units"
+        f"all {int((~is_zero).sum())} published non-zero cells and {len(m)} margins hold >= {k} units"
+        + (f"; {int(is_zero.sum())} listed structural zeros published as 0" if is_zero.any() else "")
         if passed
         else f"{len(bad_cells)} published cell(s) and {len(bad_margins)} margin(s) hold fewer than {k} units or "
         f"misreport their count; first: {offending[0]}"

@@ -351,3 +351,22 @@ def test_structural_zeros_hold_passes_a_true_listed_zero(tmp_path, fixture_trace
     outcome = stages.check_structural_zeros(ctx)
     assert outcome.passed and outcome.figures == {"listed_zero_cells": 1, "conflicts": 0}
     assert all(o.passed for o in stages.run_guarantees(ctx))
+
+
+def test_the_k_floor_summary_counts_structural_zeros_apart():
+    """A structural zero published as 0 holds no unit: the passing summary does not count it among the cells
+    that hold >= k, and names it. Negative control: the same zero cell with a unit in it fails."""
+    from spatial_release.guarantees import check_k_floor
+
+    key = {"bucket_start": pd.Timestamp("2018-01-01", tz="UTC")}
+    cells = pd.DataFrame([{**key, "cell_id": "a", "n": 5}, {**key, "cell_id": "z", "n": 0}])
+    margins = pd.DataFrame([{**key, "level": "total", "area_id": "total", "n": 5}])
+    truth = cells.copy()
+    outcome = check_k_floor(cells, margins, truth, margins, 3, ["z"], "n")
+    assert outcome.passed
+    assert (
+        outcome.summary
+        == "all 1 published non-zero cells and 1 margins hold >= 3 units; 1 listed structural zeros published as 0"
+    )
+    occupied = truth.assign(n=[5, 1])
+    assert not check_k_floor(cells, margins, occupied, margins, 3, ["z"], "n").passed

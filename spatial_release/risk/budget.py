@@ -10,7 +10,9 @@ by editing the policy file in review, never by a run-time flag.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from spatial_release.risk.figures import public_headroom, public_ratio
 
 PUBLISH, WARN, BLOCK = "publish", "warn", "block"
 
@@ -34,7 +36,25 @@ class GateDecision:
     headroom: float | None = None  # programme ceiling minus the cumulative figure
 
 
+def as_recorded(decision: GateDecision) -> GateDecision:
+    """The decision with its cumulative figure and headroom as records carry them (3 significant digits:
+    the figure rounded up, the room rounded down), decided on the exact figure."""
+    return replace(decision, cumulative=public_ratio(decision.cumulative), headroom=public_headroom(decision.headroom))
+
+
 def decide(
+    release_figure: float | None,
+    worst_zone: str | None,
+    previous: list[float],
+    per_release_ceiling: float,
+    cumulative_ceiling: float,
+    warn_at: float,
+) -> GateDecision:
+    """The gate's decision on the exact figures, with its cumulative figure and headroom as recorded."""
+    return as_recorded(_decide(release_figure, worst_zone, previous, per_release_ceiling, cumulative_ceiling, warn_at))
+
+
+def _decide(
     release_figure: float | None,
     worst_zone: str | None,
     previous: list[float],

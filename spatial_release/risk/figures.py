@@ -54,3 +54,12 @@ def public_ratio(value: float | None, digits: int = PUBLIC_DIGITS) -> float | No
         return value
     scale = 10 ** (digits - 1 - math.floor(math.log10(value)))
     return math.ceil(round(value * scale, 6)) / scale
+
+
+def public_headroom(value: float | None, digits: int = PUBLIC_DIGITS) -> float | None:
+    """What is left under a ceiling, as records carry it: rounded down to `digits` significant digits (the
+    safe side for room), so a difference such as 0.2 - 0.00255 is not written as 0.19744999999999996."""
+    if value is None or value <= 0 or not math.isfinite(value):
+        return value
+    scale = 10 ** (digits - 1 - math.floor(math.log10(value)))
+    return math.floor(round(value * scale, 6)) / scale
