@@ -166,7 +166,8 @@ class DpRelease:
     calibration: Calibration
 
 
-def _keys(counts: pd.DataFrame) -> list[str]:
+def key_strings(counts: pd.DataFrame) -> list[str]:
+    """One string per figure (level, area, bucket in ns): the keys of OpenDP's map of counts."""
     buckets = pd.DatetimeIndex(pd.to_datetime(counts["bucket_start"], utc=True)).as_unit("ns").asi8
     return [KEY_SEP.join((lv, str(a), str(b))) for lv, a, b in zip(counts["level"], counts["area_id"], buckets)]
 
@@ -186,6 +187,6 @@ def _empty_parts() -> pd.DataFrame:
 def release_counts(counts: pd.DataFrame, calibration: Calibration) -> DpRelease:
     """Run the calibrated measurement on the bounded counts (level, area_id, bucket_start, n)."""
     measurement = calibration.measurement()
-    noisy = measurement(dict(zip(_keys(counts), counts["n"].astype("int64").tolist())))
+    noisy = measurement(dict(zip(key_strings(counts), counts["n"].astype("int64").tolist())))
     frame = _frame(noisy).sort_values(["level", "area_id", "bucket_start"], ignore_index=True)
     return DpRelease(frame, calibration)
