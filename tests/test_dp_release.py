@@ -140,6 +140,16 @@ def test_dp_release_publishes_noisy_consistent_figures_records_the_mechanism_and
         publish_by_stages(monthly, "2018-02", tmp_path)
     assert not (tmp_path / "releases" / "dpm" / "2018-02").exists()
 
+    # the risk review shows what the population spent and what is left; a budget lowered below it is a breach
+    ledger = Ledger(tmp_path / "ledger", tmp_path / "releases")
+    review = stages.run_review(load_policy(monthly), ledger, tmp_path / "work", tmp_path / "alerts").review
+    assert review.privacy is not None and not review.breaches
+    assert review.privacy["spent"][0] == pytest.approx(4.0) and review.privacy["left"][0] == pytest.approx(1.0)
+    assert [r.period for r in review.releases] == ["2018-Q1", "2018-01"]
+    lowered = dp_policy(tmp_path, traces, "dpm", period="month", budget={"epsilon": 3.0, "delta": 1e-5})
+    review = stages.run_review(load_policy(lowered), ledger, tmp_path / "work", tmp_path / "alerts").review
+    assert review.privacy is not None and review.privacy["over"] and [b.period for b in review.breaches] == ["2018-01"]
+
 
 @pytest.fixture(scope="module")
 def dp_candidate(tmp_path_factory, traces) -> stages.ReleaseContext:

@@ -108,6 +108,18 @@ def _review_metadata(policy: Policy, done: stages.ReviewRun) -> dict:
         "review": dg.MetadataValue.json([_rounded(r.to_json()) for r in review.releases]),
         "ledger_entry": review.ledger_entry,
         "per_unit_data_pruned": dg.MetadataValue.json(done.pruned),
+        **(_privacy_metadata(review.privacy) if review.privacy is not None else {}),
+    }
+
+
+def _privacy_metadata(privacy: dict) -> dict:
+    """A DP programme's privacy budget: spent and left (epsilon or rho, and delta)."""
+    name = "epsilon" if privacy["accounting"] == "approx" else "rho"
+    return {
+        f"privacy_{name}_spent": float(f"{privacy['spent'][0]:.4g}"),
+        f"privacy_{name}_left": float(f"{privacy['left'][0]:.4g}"),
+        "privacy_delta_spent": float(f"{privacy['spent'][1]:.3g}"),
+        "privacy_delta_left": float(f"{privacy['left'][1]:.3g}"),
     }
 
 

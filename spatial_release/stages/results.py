@@ -276,6 +276,8 @@ class Review(Record):
     cumulative: float
     breaches: list[Breach]
     ledger_entry: str | None = field(default=None)  # set once the review is recorded in the ledger
+    # protection.method dp: the population's privacy budget, spent and left (`stages.dp.budget_decision`)
+    privacy: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -285,6 +287,8 @@ class Review(Record):
             "cumulative": self.cumulative,
             "breaches": [b.to_json() for b in self.breaches],
         }
+        if self.privacy is not None:
+            out["privacy"] = self.privacy
         return out if self.ledger_entry is None else {**out, "ledger_entry": self.ledger_entry}
 
     @classmethod
@@ -296,6 +300,7 @@ class Review(Record):
             data["cumulative"],
             [Breach.from_json(b) for b in data["breaches"]],
             data.get("ledger_entry"),
+            data.get("privacy"),
         )
 
     def breach_of(self, period_label: str) -> Breach | None:

@@ -21,6 +21,7 @@ from spatial_release.risk import cumulative_risk
 from spatial_release.risk.landscape import landscape_hash, load_landscape
 from spatial_release.stages.carried import refuse_changed_work_files
 from spatial_release.stages.context import ReleaseContext, WorkArea, risk_spec
+from spatial_release.stages.dp import dp_spec, privacy_spent
 from spatial_release.stages.results import Breach, Review, ReviewedRelease
 from spatial_release.stages.risk import assess_risk, expired, population_releases, spent_figures
 
@@ -66,6 +67,8 @@ def review_programme(policy: Policy, ledger: Ledger, work_root: Path) -> Review:
     when it was published; the cumulative figure is recomputed from the new figures. A release now over the
     per-release ceiling, or that pushes the cumulative figure over the programme ceiling, is a breach."""
     releases = population_releases(policy, ledger)
+    if policy.protection.method == "dp":
+        return privacy_review(policy, releases)
     spec = risk_spec(policy)
     reviewed: list[ReviewedRelease] = []
     figures: list[float] = []
@@ -105,6 +108,29 @@ def review_programme(policy: Policy, ledger: Ledger, work_root: Path) -> Review:
             breaches.append(Breach(row, spec.per_release_ceiling, spec.cumulative_ceiling, risk.worst_zone_figures()))
     landscape_sha = load_landscape(policy.resolve(spec.landscape))[1]
     return Review(policy.name, landscape_sha, reviewed, cumulative_risk(figures) if figures else 0.0, breaches)
+
+
+def privacy_review(policy: Policy, releases: list[ReleaseEntry]) -> Review:
+    """The review of a DP programme: a release's privacy loss does not change with the landscape, so each
+    release counts with its published figure; the review states what the population has spent of its privacy
+    budget and what is left, and a population over it (a budget lowered in review, or a ledger of releases
+    published under other policies) is a breach of its latest release here."""
+    figures: list[float] = []
+    reviewed = [_as_published(entry, figures) for entry in releases]
+    spent = privacy_spent(policy, releases)
+    budget = dp_spec(policy).budget_loss
+    over = spent[0] > budget[0] * (1 + 1e-9) or spent[1] > budget[1] * (1 + 1e-9)
+    privacy = {
+        "accounting": dp_spec(policy).accounting,
+        "budget": list(budget),
+        "spent": list(spent),
+        "left": [max(0.0, budget[0] - spent[0]), max(0.0, budget[1] - spent[1])],
+        "over": over,
+    }
+    own = [row for row in reviewed if row.dataset == policy.name]
+    breaches = [Breach(own[-1], dp_spec(policy).loss[0], budget[0], [])] if over and own else []
+    landscape = load_landscape(policy.resolve(policy.risk.landscape))[1] if policy.risk else ""
+    return Review(policy.name, landscape, reviewed, cumulative_risk(figures) if figures else 0.0, breaches, privacy=privacy)
 
 
 def review_trigger(policy: Policy, ledger: Ledger) -> dict:

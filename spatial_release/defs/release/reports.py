@@ -213,6 +213,15 @@ def review_report(review: stages.Review, spec: RiskSpec | None, adversary: str) 
         f"{ADVERSARY_EXPLAINED.get(adversary, 'as the landscape describes it')}.",
         "",
     ]
+    if review.privacy is not None:
+        name = "epsilon" if review.privacy["accounting"] == "approx" else "rho"
+        (spent, spent_delta), (budget, budget_delta) = review.privacy["spent"], review.privacy["budget"]
+        lines += [
+            f"Privacy budget of the population ({review.privacy['accounting']}): {name} {_figure(spent)} "
+            f"(delta {spent_delta:.3g}) spent of {_figure(budget)} (delta {budget_delta:.3g}); "
+            f"{_figure(review.privacy['left'][0])} left.",
+            "",
+        ]
     if spec is not None:
         lines += [
             f"Ceilings: per release {_figure(spec.per_release_ceiling)}, cumulative over the population "
