@@ -212,6 +212,34 @@ def _check_columns(path: Path, columns: Iterable[str], source: SourceSpec) -> No
         )
 
 
+# DuckDB's names of the types that hold more than one value a row: LIST (`T[]`), ARRAY (`T[n]`), STRUCT, MAP,
+# UNION, and VARIANT (Parquet's semi-structured values).
+_NESTED_TYPES = ("STRUCT", "MAP", "UNION", "VARIANT")
+
+
+def _nested_kind(dtype: str) -> str | None:
+    """The kind of a nested column type ('LIST', 'STRUCT'...), or None for a scalar one."""
+    if dtype.endswith("[]"):
+        return "LIST"
+    if dtype.endswith("]"):
+        return "ARRAY"
+    return next((kind for kind in _NESTED_TYPES if dtype.startswith(kind)), None)
+
+
+def _check_scalar_columns(path: Path, types: dict[str, str], source: SourceSpec) -> None:
+    """Every mapped column holds one value a row. A nested one (a Parquet list, struct, map) was read as its
+    text, so a struct of an id and anything else counted one device as several, or failed in a cast that
+    named no file. The type's fields are not quoted: they are the file's, not the policy's."""
+    nested = {column: _nested_kind(types[column]) for column in _mapped_fields(source)}
+    found = {column: kind for column, kind in nested.items() if kind}
+    if found:
+        fields = _mapped_fields(source)
+        listed = ", ".join(
+            f"column '{column}' (field {' and '.join(fields[column])}) is a {kind}" for column, kind in found.items()
+        )
+        raise IngestError(f"{path}: {listed}: a mapped column must hold one value a row (text, a number or a timestamp)")
+
+
 def open_file(con: duckdb.DuckDBPyConnection, path: Path, source: SourceSpec, name: str | None) -> dict[str, str]:
     """Check one trace file has every mapped column and return its column types; register it as `name`
     for the scan, or (None) only read its header or footer."""
@@ -220,6 +248,7 @@ def open_file(con: duckdb.DuckDBPyConnection, path: Path, source: SourceSpec, na
     file_format = _file_format(path, source.file_format)
     types = _register_raw(con, path, file_format, name) if name else _describe_raw(con, path, file_format)
     _check_columns(path, types, source)
+    _check_scalar_columns(path, types, source)
     return types
 
 
@@ -246,13 +275,29 @@ def check_trace_files(policy: Policy, period: Period, traces: Sequence[str | Pat
     return files
 
 
-def unreadable_file(con: duckdb.DuckDBPyConnection, files: Sequence[Path], source: SourceSpec, exc: Exception) -> Exception:
-    """The error to raise when the scan of all files failed: an IngestError naming the file that cannot be
-    read (a corrupt Parquet page shows only when it is decoded), or the original error if none is to blame."""
-    columns = ", ".join(ident(c) for c in _mapped_fields(source))
-    for i, path in enumerate(files):
+def _unreadable_column(con: duckdb.DuckDBPyConnection, path: Path, source: SourceSpec) -> IngestError | None:
+    """An IngestError naming `path` and its first column that does not read (a mapped one first), or None.
+    Each column is read from the file alone: through the registered view, a column the reader cannot convert
+    (even one the policy does not map: its statistics are converted) fails every query."""
+    file_format = _file_format(path, source.file_format)
+    fields = _mapped_fields(source)
+    others = [c for c in _describe_raw(con, path, file_format) if c not in fields and c != "file_row_number"]
+    for column in [*fields, *others]:
         try:
-            con.execute(f"SELECT bit_xor(hash({columns})) FROM raw_{i}").fetchall()
+            con.execute(f"SELECT bit_xor(hash({ident(column)})) FROM {_read_sql(path, file_format)}").fetchall()
         except duckdb.Error as inner:
-            return IngestError(f"{path}: cannot read as {_file_format(path, source.file_format)}: {duckdb_problem(inner)}")
+            named = f"field {' and '.join(fields[column])}" if column in fields else "not mapped by the policy"
+            return IngestError(f"{path}: cannot read as {file_format}: column '{column}' ({named}): {duckdb_problem(inner)}")
+    return None
+
+
+def unreadable_file(con: duckdb.DuckDBPyConnection, files: Sequence[Path], source: SourceSpec, exc: Exception) -> Exception:
+    """The error to raise when a read of the trace files failed: an IngestError
+    naming the file and the column that cannot be read, or the original error if none is to blame. A corrupt
+    Parquet page shows only when it is decoded, and so does a timestamp the reader cannot convert (a Parquet
+    TIMESTAMP(MILLIS) past the microsecond range of about 290,000 years)."""
+    for path in files:
+        found = _unreadable_column(con, path, source)
+        if found is not None:
+            return found
     return exc

@@ -588,7 +588,10 @@ def _open_files(
     for i, path in enumerate(files):
         types = open_file(con, path, source, f"raw_{i}")
         columns.update(c for c in types if c != "__row")
-        counted = con.execute(f"SELECT count(*) FROM raw_{i}").fetchone()
+        try:
+            counted = con.execute(f"SELECT count(*) FROM raw_{i}").fetchone()
+        except duckdb.Error as exc:  # a value the reader cannot convert fails the count already
+            raise unreadable_file(con, files[: i + 1], source, exc) from None
         if counted is None:  # count(*) always answers one row
             raise RuntimeError(f"no row count for {path}")
         rows = counted[0]
