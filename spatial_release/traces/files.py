@@ -240,6 +240,23 @@ def _check_scalar_columns(path: Path, types: dict[str, str], source: SourceSpec)
         raise IngestError(f"{path}: {listed}: a mapped column must hold one value a row (text, a number or a timestamp)")
 
 
+def _check_unambiguous_parquet_columns(path: Path, source: SourceSpec) -> None:
+    """Each mapped column names one column of a Parquet file, whatever the case. DuckDB renames a repeated
+    name (`device`, `device_1`; `device`, `Device_1`), so the policy's `device` read the first of two columns
+    named `device`, or of `device` and `Device`, silently (and `DEVICE` beside `device` was reported missing)."""
+    try:
+        names = pq.read_schema(path).names
+    except (pa.ArrowException, OSError) as exc:
+        raise IngestError(f"{path}: cannot read as parquet: {exc}") from None
+    for column, fields in _mapped_fields(source).items():
+        same = sum(name.lower() == column.lower() for name in names)
+        if same > 1:
+            raise IngestError(
+                f"{path}: {same} columns are named '{column}' (ignoring case), which field {' and '.join(fields)} "
+                "maps: which one it means is ambiguous; rename or drop the others"
+            )
+
+
 def open_file(con: duckdb.DuckDBPyConnection, path: Path, source: SourceSpec, name: str | None) -> dict[str, str]:
     """Check one trace file has every mapped column and return its column types; register it as `name`
     for the scan, or (None) only read its header or footer."""
@@ -247,6 +264,8 @@ def open_file(con: duckdb.DuckDBPyConnection, path: Path, source: SourceSpec, na
         raise IngestError(f"{path}: trace file not found")
     file_format = _file_format(path, source.file_format)
     types = _register_raw(con, path, file_format, name) if name else _describe_raw(con, path, file_format)
+    if file_format == "parquet":
+        _check_unambiguous_parquet_columns(path, source)
     _check_columns(path, types, source)
     _check_scalar_columns(path, types, source)
     return types

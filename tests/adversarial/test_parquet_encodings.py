@@ -198,3 +198,22 @@ def test_a_timestamp_past_the_readers_range_is_refused_naming_file_and_column(tm
     files = check_trace_files(policy, Q1)  # the footer reads: only the data cannot
     with pytest.raises(IngestError, match=rf"t\.parquet: cannot read as parquet: column '{column}' \({mapped}\)"):
         ingest_traces(policy, Q1, files, tmp_path / "out")
+
+
+@pytest.mark.parametrize("names", [["device", "device"], ["DEVICE", "device"], ["device", "Device"]])
+def test_two_columns_named_as_the_mapped_one_are_refused(tmp_path, names):
+    """DuckDB renames a repeated name (`device_1`): the policy's `device` read whichever came first (another
+    column's values, here), silently, or was reported missing beside `DEVICE`. Refused, naming the file
+    and the column."""
+    others = _table().drop_columns(["device"])
+    arrays = [pa.array(["x1", "x2", "x3"]), pa.array(IDS), *others.columns]
+    pq.write_table(pa.Table.from_arrays(arrays, names=[*names, *others.column_names]), tmp_path / "t.parquet")
+    with pytest.raises(IngestError, match=r"t\.parquet: 2 columns are named 'device' \(ignoring case\)"):
+        check_trace_files(_policy_of(tmp_path), Q1)
+
+
+def test_a_column_named_like_duckdbs_renaming_is_no_problem(tmp_path):
+    """The control: `device` beside a column literally named `device_1` is the policy's `device`."""
+    pq.write_table(_table(device_1=pa.array(["x1", "x2", "x3"])), tmp_path / "t.parquet")
+    pings, quarantine = _ingest(tmp_path, "t.parquet")
+    assert sorted(pings["unit"]) == ["u1", "u2"] and quarantine["reason"].tolist() == ["outside_period"]
