@@ -459,6 +459,53 @@ def test_a_copy_that_went_ahead_leaves_the_original_behind(ledger, tmp_path):
         read_ledger(copy)
 
 
+def test_the_path_a_copy_moved_ahead_from_stays_pinned(ledger, tmp_path, capsys):
+    """Hostile pass (issue 39): the pin recorded only the last path its ledger was pinned at, so once a copy
+    elsewhere moved ahead, the ledger deleted (or replaced) at the original path read as first use there,
+    with no entry and no pin, where the pin is. Every path it was pinned at is kept."""
+    copy = tmp_path / "elsewhere"
+    shutil.copytree(ledger, copy)
+    append_entry(copy, {"kind": "review"})
+    pin = json.loads(pin_path(copy).read_text())
+    assert pin["paths"] == [str(ledger.resolve()), str(copy.resolve())] and pin["ledger"] == str(copy.resolve())
+    for name in (ENTRIES, HEAD):
+        (ledger / name).unlink()
+    with pytest.raises(PinMismatch, match="holds 0 entries but its pin .* records 5"):
+        read_ledger(ledger)
+    with pytest.raises(PinMismatch):  # nor does a new ledger started there take appends
+        append_entry(ledger, {"kind": "release", "dataset": "d", "period": "2018-01"})
+    other = tmp_path / "other"  # replaced there by another ledger signed with the same key
+    append_entry(other, {"kind": "review"})
+    _put_back(ledger, _snapshot(other))
+    with pytest.raises(PinMismatch, match="1 entry but its pin .* records 5"):
+        read_ledger(ledger)
+    assert cli.main(["ledger", "verify", "--ledger", str(ledger)]) == 1
+    assert "does NOT verify" in capsys.readouterr().err
+    # starting over deliberately at the original path frees that path only: the copy stays pinned
+    for name in (ENTRIES, HEAD):
+        (ledger / name).unlink()
+    forget_pin(ledger)
+    assert read_ledger(ledger) == [] and len(read_ledger(copy)) == 5
+    assert json.loads(pin_path(copy).read_text())["paths"] == [str(copy.resolve())]
+    older = _snapshot(copy)
+    append_entry(copy, {"kind": "review"})
+    _put_back(copy, older)
+    with pytest.raises(PinMismatch, match="1 entry missing"):
+        read_ledger(copy)
+
+
+def test_forget_pin_never_signs_an_edited_pin_again(ledger, tmp_path):
+    copy = tmp_path / "elsewhere"
+    shutil.copytree(ledger, copy)
+    append_entry(copy, {"kind": "review"})
+    path = pin_path(copy)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "entries": 2}))  # lowered by hand
+    for name in (ENTRIES, HEAD):
+        (ledger / name).unlink()
+    with pytest.raises(PinMismatch, match="signature does not verify"):
+        forget_pin(ledger)
+
+
 def test_a_legit_second_ledger_elsewhere_has_its_own_pin(ledger, tmp_path):
     other = tmp_path / "elsewhere" / "ledger"
     append_entry(other, {"kind": "release", "dataset": "d", "period": "2018-01"})

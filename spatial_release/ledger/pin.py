@@ -9,9 +9,10 @@ does not reach: `<signing key>.pins/`, one file per ledger (several ledgers may 
 A pin is keyed by the ledger's identity that travels with every copy of it: its genesis, the hash of its
 first entry. Keyed by the folder's path (as it was), a copy of the ledger and releases folders at another
 path started with no pin: publishing into the copy re-published a period with a cumulative risk that left
-out the releases made since the copy, and the copy verified. The pin also records the path it was written
-at, as information, and to find the pin of a ledger that was deleted or replaced at that path (an empty or
-other ledger has no genesis of the pinned one). Each append writes it after HEAD, and every read compares
+out the releases made since the copy, and the copy verified. The pin also records every path it was written
+at (the last as information), to find the pin of a ledger that was deleted or replaced at one of them (an
+empty or other ledger has no genesis of the pinned one): keeping only the last would leave the original
+path unpinned once a copy moved ahead elsewhere. Each append writes it after HEAD, and every read compares
 the ledger, wherever it lives, with the pin of its genesis and with every pin written at its path:
 
 - fewer entries than pinned, or another entry at the pinned index: the ledger was rolled back, cut, copied
@@ -43,7 +44,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from spatial_release.fileio import TEMPORARY, atomic_path
 from spatial_release.ledger.errors import ENTRIES, LedgerKeyError, PinMismatch
-from spatial_release.ledger.keys import key_id, signing_key_path
+from spatial_release.ledger.keys import key_id, load_signing_key, signing_key_path
 
 PINS_SUFFIX = ".pins"
 _HASH = re.compile(r"[0-9a-f]{64}")
@@ -60,6 +61,12 @@ class Pin:
     entries: int
     head: str
     genesis: str | None = None
+    # every path the ledger was pinned at, `ledger` last: a copy that moved ahead elsewhere must not free
+    # the path it came from (a ledger deleted there read as first use)
+    paths: tuple[str, ...] = ()
+
+    def written_at(self) -> tuple[str, ...]:
+        return self.paths or (self.ledger,)
 
 
 def ledger_identity(folder: Path) -> str:
@@ -105,16 +112,28 @@ def pin_path(folder: Path, signing_key: Path | None = None) -> Path:
     return _genesis_pin_path(genesis, signing_key) if genesis else _path_pin_path(folder, signing_key)
 
 
+def _recorded_paths(body: object) -> list[str]:
+    """The paths an unverified pin body says its ledger was pinned at (`paths`, or `ledger` in a pin written
+    before pins kept every path)."""
+    if not isinstance(body, dict):
+        return []
+    paths = body.get("paths")
+    if isinstance(paths, list) and paths:
+        return [str(p) for p in paths]
+    return [str(body["ledger"])] if "ledger" in body else []
+
+
 def _pins_written_at(folder: Path, signing_key: Path | None = None) -> list[Path]:
-    """The pin files that record `folder`'s path, unverified (whoever verifies one reads it again): a pin
-    that does not parse names no ledger and is its own ledger's error, found by that ledger's genesis."""
+    """The pin files that record `folder`'s path among the paths their ledger was pinned at, unverified
+    (whoever verifies one reads it again): a pin that does not parse names no ledger and is its own
+    ledger's error, found by that ledger's genesis."""
     identity, found = ledger_identity(folder), []
     for path in sorted(pins_folder(signing_key).glob("*.json")):
         try:
             body = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(body, dict) and body.get("ledger") == identity:
+        if identity in _recorded_paths(body):
             found.append(path)
     return found
 
@@ -134,7 +153,16 @@ def _parse_pin(path: Path, public_key: Ed25519PublicKey) -> Pin:
         body = json.loads(path.read_text())
         signature = base64.b64decode(str(body.pop("signature")), validate=True)
         genesis = body.get("genesis")
-        pin = Pin(str(body["ledger"]), int(body["entries"]), str(body["head"]), None if genesis is None else str(genesis))
+        paths = body.get("paths") or []
+        if not isinstance(paths, list):
+            raise TypeError("paths")
+        pin = Pin(
+            str(body["ledger"]),
+            int(body["entries"]),
+            str(body["head"]),
+            None if genesis is None else str(genesis),
+            tuple(str(p) for p in paths),
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         raise PinMismatch(
             f"the ledger pin {path} is malformed; it was edited (delete it only if the ledger "
@@ -231,24 +259,60 @@ def write_pin(folder: Path, hashes: list[str], key: Ed25519PrivateKey, signing_k
     path = _genesis_pin_path(hashes[0], signing_key)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     _remove_stale_pin_temporaries(path)
-    pin = Pin(ledger_identity(folder), len(hashes), hashes[-1], hashes[0])
+    here = ledger_identity(folder)
+    _write_signed(path, Pin(here, len(hashes), hashes[-1], hashes[0], (*_earlier_paths(path, hashes[0], here), here)), key)
+    # after the new pin's rename: a crash between the two leaves both, which compare alike
+    _path_pin_path(folder, signing_key).unlink(missing_ok=True)
+    return path
+
+
+def _write_signed(path: Path, pin: Pin, key: Ed25519PrivateKey) -> None:
     body = {**asdict(pin), "pinned_at": datetime.now(UTC).isoformat(), "signer": key_id(key.public_key())}
     body["signature"] = base64.b64encode(key.sign(_signed_bytes(body))).decode()
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")
-    # after the new pin's rename: a crash between the two leaves both, which compare alike
-    _path_pin_path(folder, signing_key).unlink(missing_ok=True)
-    return path
+
+
+def _unpin_path(path: Path, here: str, signing_key: Path | None) -> bool:
+    """Take the path `here` out of the pin at `path` when the pin records other paths of its ledger too,
+    re-signed (after verifying it: an edited pin is never signed again); False when `here` is its only
+    path (the caller deletes it)."""
+    try:
+        rest = [p for p in dict.fromkeys(_recorded_paths(json.loads(path.read_text()))) if p != here]
+    except (OSError, ValueError):
+        return False
+    if not rest:
+        return False
+    key = load_signing_key(signing_key or signing_key_path(), create=False)
+    pin = _parse_pin(path, key.public_key())
+    _write_signed(path, Pin(rest[-1], pin.entries, pin.head, pin.genesis, tuple(rest)), key)
+    return True
+
+
+def _earlier_paths(path: Path, genesis: str, here: str) -> list[str]:
+    """The other paths the pin at `path` (of `genesis`) records, as the check under the same lock just
+    verified it; none when there is no such pin (first use, or a path-keyed pin from before)."""
+    try:
+        body = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(body, dict) or body.get("genesis") != genesis:
+        return []
+    return [p for p in dict.fromkeys(_recorded_paths(body)) if p != here]
 
 
 def forget_pin(folder: Path, signing_key: Path | None = None) -> None:
     """Drop the pins of the ledger in `folder`: the one of its genesis (when it still has entries) and every
     one written at its path. For a ledger deliberately deleted to start over (the demo replacing its output
     folder), whose empty successor would otherwise read as a rollback. Copies of that ledger elsewhere lose
-    their pin too: they share its genesis."""
+    their pin too: they share its genesis. A pin of another genesis that was also written at other paths
+    (its ledger moved on elsewhere) keeps pinning those: only this path is taken out of it, re-signed with
+    the key at `signing_key`."""
     genesis = genesis_of(folder)
-    paths = {*_pins_written_at(folder, signing_key), _path_pin_path(folder, signing_key)}
-    if genesis:
-        paths.add(_genesis_pin_path(genesis, signing_key))
-    for path in paths:
-        path.unlink(missing_ok=True)
+    own = _genesis_pin_path(genesis, signing_key) if genesis else None
+    here = ledger_identity(folder)
+    for path in {*_pins_written_at(folder, signing_key), _path_pin_path(folder, signing_key)} - {own}:
+        if not _unpin_path(path, here, signing_key):
+            path.unlink(missing_ok=True)
+    if own is not None:
+        own.unlink(missing_ok=True)
