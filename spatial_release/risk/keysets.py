@@ -287,8 +287,12 @@ def _parquet(path: Path) -> str:
 
 def coded_file_counts(path: Path) -> dict[str, int] | None:
     """The units, keys and pairs a coded key set file says it holds, or None for a file of (unit, key,
-    cell_id) rows. Raises ValueError naming the file when it claims the format but not its version."""
-    metadata = pq.read_schema(path).metadata or {}
+    cell_id) rows. Raises ValueError naming the file when it claims the format but not its version, or is no
+    readable Parquet file (a truncated one)."""
+    try:
+        metadata = pq.read_schema(path).metadata or {}
+    except pa.ArrowException as error:
+        raise ValueError(f"{path}: not a readable key set file ({error})") from None
     if metadata.get(FILE_FORMAT) is None:
         return None
     if metadata[FILE_FORMAT] != FILE_VERSION:
@@ -387,6 +391,21 @@ def _check_coded_file(con: duckdb.DuckDBPyConnection, path: Path, counts: dict[s
         wrong.append(f"{neither} rows with neither a unit nor a key code")
     if wrong:
         raise ValueError(f"{path}: not a valid coded key set file: " + "; ".join(wrong))
+
+
+def check_coded_file(path: Path) -> dict[str, int]:
+    """The units, keys and pairs of a coded key set file, after checking its rows against them
+    (`_check_coded_file`): a reader that takes its arrays whole (the advantage gate) must not read a file
+    cut short, or one whose codes name no unit or key, as fewer key sets. ValueError naming the file."""
+    counts = coded_file_counts(path)
+    if counts is None:
+        raise ValueError(f"{path}: not a coded key set file")
+    con = duckdb.connect()
+    try:
+        _check_coded_file(con, path, counts)
+    finally:
+        con.close()
+    return counts
 
 
 def coded_file_source(path: Path) -> KeySource:

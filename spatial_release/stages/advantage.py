@@ -67,7 +67,9 @@ def _key_sets(units: np.ndarray, keys: np.ndarray, key_zone: np.ndarray) -> KeyS
 
 def _coded_file(path: Path) -> tuple[np.ndarray, np.ndarray, pd.Series, np.ndarray, np.ndarray]:
     """A coded key set file's pairs (unit and key codes), and its keys' cells and names and units' names, by
-    code; the codes read as arrays, never a frame of one row per pair."""
+    code; the codes read as arrays, never a frame of one row per pair. The file is checked against the counts
+    its metadata records first (`keysets.check_coded_file`)."""
+    keysets.check_coded_file(path)
     table = pq.read_table(path, columns=["u", "k"])
     u, k = table.column("u"), table.column("k")
     both = pc.and_(u.is_valid(), k.is_valid())

@@ -1,0 +1,66 @@
+"""Issue 39, hostile pass over the coded key set files: the advantage gate (the default risk model) read a
+coded key set file's arrays whole without the checks the uniqueness window runs on it, so a file cut short
+(its metadata kept) gave fewer key sets, silently; a file cut mid-byte was refused without naming it. The
+publish step's gate reads the risk step's kept file, so such a file would have been gated as it was."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from test_risk_streaming import _rewritten, protected_candidate
+
+from spatial_release.risk import keysets
+from spatial_release.stages import risk as risk_stage
+from spatial_release.stages.advantage import read_key_sets
+from spatial_release.stages.risk import _risk_zone_of
+
+
+@pytest.fixture
+def kept(tmp_path, fixture_policy):
+    ctx = protected_candidate(fixture_policy, tmp_path)
+    risk_stage.write_risk_areas(ctx)
+    assert risk_stage.keep_released_keys(ctx, None) is not None
+    return ctx
+
+
+is_unit = lambda f: f["u"].notna() & f["k"].isna()  # noqa: E731
+is_pair = lambda f: f["u"].notna() & f["k"].notna()  # noqa: E731
+EDITS = {
+    "half_the_pairs_cut": lambda f: f.drop(f.index[is_pair(f)][len(f.index[is_pair(f)]) // 2 :]),
+    "one_pair_cut": lambda f: f.drop(f.index[is_pair(f)][-1]),
+    "a_unit_name_row_cut": lambda f: f[~(is_unit(f) & (f["u"] == 0))],
+    "a_pair_code_out_of_range": lambda f: f.assign(
+        u=f["u"].where(~(is_pair(f) & (f.index == f.index[is_pair(f)][0])), 10**6)
+    ),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_the_advantage_gate_refuses_a_coded_file_that_does_not_hold_what_it_says(kept, tmp_path, edit):
+    zones = lambda cells: _risk_zone_of(kept, cells)  # noqa: E731
+    sets, _, _ = read_key_sets(kept.area.unit_keys, zones)  # the unedited file reads whole
+    assert len(sets.unit_keys) == keysets.coded_file_counts(kept.area.unit_keys)["pairs"]
+    bad = _rewritten(kept.area.unit_keys, tmp_path / f"{edit}.parquet", EDITS[edit])
+    assert keysets.coded_file_counts(bad) == keysets.coded_file_counts(kept.area.unit_keys)  # its metadata kept
+    with pytest.raises(ValueError, match=f"{bad}: not a valid coded key set file"):
+        read_key_sets(bad, zones)
+
+
+def test_a_key_set_file_cut_mid_byte_is_refused_naming_it(kept, tmp_path):
+    data = kept.area.unit_keys.read_bytes()
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(data[: len(data) // 2])
+    zones = lambda cells: _risk_zone_of(kept, cells)  # noqa: E731
+    with pytest.raises(ValueError, match=f"{cut}: not a readable key set file"):
+        read_key_sets(cut, zones)
+    with pytest.raises(ValueError, match=f"{cut}: not a readable key set file"):
+        risk_stage.window_key_sets(kept, cut, [], [])
+
+
+def test_a_coded_file_of_another_version_is_refused_by_the_advantage_gate(kept, tmp_path):
+    table = pq.read_table(kept.area.unit_keys)
+    other = tmp_path / "version.parquet"
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, keysets.FILE_FORMAT: b"2"}), other)
+    with pytest.raises(ValueError, match=f"{other}: coded key set file of version"):
+        read_key_sets(other, lambda cells: pd.Series(cells.to_numpy(), index=cells.to_numpy()))
