@@ -35,6 +35,7 @@ from spatial_release.outcome import Failure, RunOutcome
 from spatial_release.period import Period
 
 if TYPE_CHECKING:
+    from spatial_release.release.record import RiskRecord
     from spatial_release.stages import ProtectionSummary, ReleaseRecord
 
 DEMO_MARKER = ".spatial-release-demo"
@@ -253,8 +254,32 @@ def run_release(
     return RunOutcome(True, target, stages.ReleaseRecord.read(target), internal=stages.read_manifest(area).summary)
 
 
+def _privacy_summary(record: ReleaseRecord, risk: RiskRecord) -> list[str]:
+    """A DP release's lines: the mechanism (its guarantee replaces the k floor and the audit) and the budget."""
+    p = record.privacy or {}
+    loss = f"epsilon {p.get('epsilon'):.4g}" if p.get("accounting") == "approx" else f"rho {p.get('rho'):.4g}"
+    return [
+        f"privacy   OpenDP {p.get('mechanism')}: {loss}, delta {p.get('delta'):.3g}, scale {p.get('scale'):.4g} "
+        f"(95 % of the noise within +/-{p.get('interval95'):.3g}), threshold {p.get('threshold')}; the k floor "
+        "and the LP audit are replaced by the mechanism's guarantee",
+        f"budget    {risk.status}: {risk.reason}",
+    ]
+
+
 def _summary(record: ReleaseRecord, internal: ProtectionSummary, folder: Path) -> str:
     counts, inputs, audit, risk, entry = record.counts, record.input, record.audit, record.risk, record.ledger_entry
+    if risk is not None and entry is not None and record.privacy is not None:
+        return "\n".join(
+            [
+                f"release   {folder}",
+                f"dataset   {record.dataset} {record.period} (policy v{record.policy.version}, differential privacy "
+                f"over {record.unit}, {record.measure}, buckets {record.bucket})",
+                f"cells     {counts.published_cells} published, margins {counts.published_margins} published",
+                f"checks    {', '.join(f'{k}: {v}' for k, v in record.checks.items())}",
+                *_privacy_summary(record, risk),
+                f"ledger    entry {entry[:16]}",
+            ]
+        )
     if audit is None or risk is None or entry is None:
         raise ValueError(f"{folder}: a published release's record has its audit, risk and ledger entry")
     return "\n".join(

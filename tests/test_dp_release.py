@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from conftest import SIZE, lonlat_in, policy_dict, write_policy
 
-from spatial_release import guarantees, stages
+from spatial_release import cli, guarantees, stages
 from spatial_release.defs.catalogue import programme_for
 from spatial_release.defs.execution import execute_release
 from spatial_release.ledger import Ledger
@@ -128,6 +128,14 @@ def test_dp_release_publishes_noisy_consistent_figures_records_the_mechanism_and
     sums = cells.groupby("bucket_start")["n_devices"].sum()
     assert all(totals[b] >= s for b, s in sums.items() if b in totals.index)
     assert set(margins["level"]) <= {"grid_2000m", TOTAL} and LEAF not in set(margins["level"])
+    # the command line's summary of a DP release names the mechanism and the budget (no audit line)
+    summary = cli._summary(
+        stages.ReleaseRecord.read(folder),
+        stages.read_manifest(stages.WorkArea(tmp_path / "work" / "dpq" / "2018-Q1")).summary,
+        folder,
+    )
+    assert "OpenDP make_laplace_threshold: epsilon 2" in summary and "replaced by the mechanism's guarantee" in summary
+    assert "privacy budget: epsilon 2 (delta 1e-06) of 5" in summary and "audit" not in summary.replace("LP audit", "")
     # noise, not the truth: the published figures differ from the true counts somewhere
     merged = cells.merge(true_cells, on=["cell_id", "bucket_start"])
     assert (merged["n_devices"] != merged["n"]).any()
