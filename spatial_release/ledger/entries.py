@@ -52,7 +52,9 @@ class ReleaseEntry:
     population: the population key the release spent its budget on (the dataset's name for entries written
     before populations were recorded). inputs: sha256 of each input file (empty for older entries).
     files: the release files' sha256 by name, as the release record lists them. release_figure: the risk
-    figure the gate published (None when the gate had none)."""
+    figure the gate published (None when the gate had none). work_files: the sha256 of each file of the
+    release's work area that later releases and reviews read, by its path in the work area (None for
+    entries written before they were recorded)."""
 
     seq: int
     hash: str
@@ -64,6 +66,7 @@ class ReleaseEntry:
     files: Mapping[str, str] | None
     release_figure: float | None
     record_sha256: str | None
+    work_files: Mapping[str, str] | None = None
     # protection.method dp: the accounting, the loss it spent and the budget (`risk.privacy` of the entry)
     privacy: Mapping[str, Any] | None = None
 
@@ -78,6 +81,12 @@ class ReleaseEntry:
         files = entry.get("files")
         if files is not None and not isinstance(files, Mapping):
             raise _corrupt(entry, "'files' is not an object")
+        work_files = entry.get("work_files")
+        if work_files is not None and (
+            not isinstance(work_files, Mapping)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in work_files.items())
+        ):
+            raise _corrupt(entry, "'work_files' is not an object of sha256 strings")
         privacy = risk.get("privacy") if isinstance(risk, Mapping) else None
         if privacy is not None and not (isinstance(privacy, Mapping) and _is_loss(privacy.get("loss"))):
             raise _corrupt(entry, "'risk.privacy' has no loss [number, number]")
@@ -96,6 +105,7 @@ class ReleaseEntry:
             files=dict(files) if files is not None else None,
             release_figure=float(figure) if figure is not None else None,
             record_sha256=entry.get("record_sha256"),
+            work_files=dict(work_files) if work_files is not None else None,
             privacy=dict(privacy) if privacy is not None else None,
         )
 
