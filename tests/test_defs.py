@@ -203,8 +203,22 @@ def test_release_job_publishes_the_fixture(tmp_path):
     assert [c.name for c in metadata["margins_column_schema"].schema.columns] == list(margins.columns)
     assert metadata["map_png"].value == str(folder / "report.png")
     assert metadata["risk_journalist_cumulative_headroom"].value == pytest.approx(
-        0.20 - record["risk"]["cumulative"], rel=1e-3
+        0.20 - record["risk"]["cumulative"], rel=1e-2
     )
+    # the release page holds the release: key names say what they hold (a zone by name, a figure by adversary),
+    # every guarantee with its verdict, the ledger entry
+    risk = record["risk"]
+    assert metadata["risk_worst_zone"].value == risk["worst_zone"]
+    assert metadata["risk_journalist_worst_zone_figure"].value == pytest.approx(risk["release_figure"], rel=1e-3)
+    assert "risk_journalist_worst_zone" not in metadata
+    if risk.get("upper_bound") is not None:
+        assert metadata["risk_upper_bound_zone"].value == risk["upper_bound_zone"]
+        assert metadata["risk_journalist_uniqueness_upper_bound"].value == pytest.approx(risk["upper_bound"], rel=1e-3)
+    assert metadata["checks"].value == record["checks"]
+    guarantees = metadata["guarantees"].value
+    assert all(f"| {verdict} |" in guarantees for verdict in record["checks"].values())
+    assert guarantees.count("\n") == len(record["checks"]) + 1  # a header, its rule, one row per check
+    assert metadata["ledger_entry"].value == record["ledger_entry"] and f"ledger entry {record['ledger_entry']}" in page
     # the risk report says what the gate reads and why, and what "worst" means beside a "publish"
     [risk_event] = [e for e in result.get_asset_materialization_events() if e.asset_key.path[-1] == "risk_assessment"]
     report = risk_event.materialization.metadata["risk_report"].value

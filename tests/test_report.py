@@ -6,6 +6,7 @@ the published files and the ledger, not read from the report code."""
 from __future__ import annotations
 
 import base64
+import html
 import io
 import json
 import re
@@ -217,9 +218,10 @@ def test_every_risk_figure_is_labelled_with_its_adversary(published_q1):
         risk["headroom"],
         *ceilings,
         ceilings[0] - risk["release_figure"],
-        ceilings[1] - risk["cumulative"],
     ):
         assert f"{figure:.4g}" in values, figure
+    # the recorded headroom: what is left under the cumulative ceiling, rounded down (3 significant digits)
+    assert risk["headroom"] <= ceilings[1] - risk["cumulative"] < risk["headroom"] * 1.01
     page = (folder / "report.html").read_text()
     for name, count in record["counts"].items():
         if name == "published_by_level":  # one row per level (and time rung)
@@ -587,3 +589,49 @@ def test_report_html_is_a_link_where_the_releases_folder_is_served():
     for bad in ("data.example.org", "file:///srv/releases", "javascript:alert(1)"):
         with pytest.raises(UserError, match="SPATIAL_RELEASE_RELEASES_URL"):
             report_link(folder, bad)
+
+
+def test_the_page_holds_every_guarantee_the_risk_bound_and_the_ledger_entry(published_q1):
+    """report.html: every check release.json records, with its verdict; the uniqueness figure and any warning
+    beside the gated figure; where the ledger entry is (the entry hashes the page, so the page cannot hold
+    it). The release page's markdown (Dagster metadata), rendered from the final record, names the entry."""
+    from spatial_release.report.page import GUARANTEES, LEDGER_NOTE
+
+    folder = _folder(published_q1)
+    record = json.loads((folder / "release.json").read_text())
+    page = html.unescape(_page_text((folder / "report.html").read_text()))
+    assert record["checks"] and all(
+        f"<td>{GUARANTEES.get(name, name)}</td><td>{verdict}</td>" in page for name, verdict in record["checks"].items()
+    )
+    assert "<h2>Guarantees</h2>" in page and LEDGER_NOTE in page
+    risk = record["risk"]
+    if risk.get("upper_bound") is not None:
+        assert "uniqueness under perfect trajectory recovery, zone " + str(risk["upper_bound_zone"]) in page
+    if risk.get("warning"):
+        assert risk["warning"] in page
+    markdown = report.report_markdown(folder, load_policy(published_q1 / "policy.yaml"))
+    assert f"ledger entry {record['ledger_entry']}" in markdown and "#### Guarantees" in markdown
+
+
+def test_the_cell_panel_counts_figures_as_the_headline_does(published_q1):
+    """The map's title counts non-zero figures (the headline's published_cells) and the structural zeros apart.
+    Negative control: a zero added to the published cells is named as a zero, not as a published figure."""
+    from dataclasses import replace
+
+    from spatial_release.report.mapping import cells_panel_title
+
+    folder = _folder(published_q1)
+    view = report.read_release_view(folder, load_policy(published_q1 / "policy.yaml"))
+    published = view.record.counts.published_cells
+    assert f", {published:,} published figures, " in cells_panel_title(view, 3)
+    zero = view.cells.iloc[[0]].assign(**{view.count_column: 0})
+    with_zero = replace(view, cells=pd.concat([view.cells, zero]))
+    assert f", {published:,} published figures and 1 structural zeros (published as 0), " in cells_panel_title(with_zero, 3)
+
+
+def test_a_geometry_reads_as_its_kind_size_and_centre():
+    """Not the start of its WKT (at 0.1 degree every vertex of a city block reads the same)."""
+    assert report.readable(shapely.box(-74.1, 40.7, -74.09, 40.71)) == "Polygon, 5 vertices, centre (-74.09500, 40.70500)"
+    assert report.readable(shapely.box(580_000, 4_508_000, 581_000, 4_509_000)) == (
+        "Polygon, 5 vertices, centre (580500, 4508500)"
+    )

@@ -31,6 +31,7 @@ from spatial_release.report.page import (
     REPORT_FILES,
     REPORT_HTML,
     REPORT_PNG,
+    guarantee_rows,
     render_report_html,
     report_map_markdown,
     report_markdown,
@@ -38,7 +39,7 @@ from spatial_release.report.page import (
     risk_lines,
     write_report,
 )
-from spatial_release.report.tables import column_schema, readable, table_preview
+from spatial_release.report.tables import column_schema, markdown_table, readable, table_preview
 from spatial_release.report.view import ReleaseView, ReportError, read_release_view, release_view
 
 __all__ = [
@@ -49,7 +50,9 @@ __all__ = [
     "ReportError",
     "cell_figures",
     "column_schema",
+    "guarantee_rows",
     "map_figure",
+    "markdown_table",
     "read_release_view",
     "readable",
     "release_view",

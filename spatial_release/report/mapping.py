@@ -277,6 +277,19 @@ def _draw_backdrop(ax, drop: Backdrop) -> None:
             )
 
 
+def cells_panel_title(view: ReleaseView, cells: int) -> str:
+    """The cell panel's title; its figures counted as the headline and the table count them (non-zero
+    figures, structural zeros apart)."""
+    zeros = int((view.cells[view.count_column] == 0).sum())
+    figures = f"{len(view.cells) - zeros:,} published figures" + (
+        f" and {zeros:,} structural zeros (published as 0)" if zeros else ""
+    )
+    return (
+        "cells: median published count over the buckets in which each cell is published; "
+        f"{cells:,} cells, {figures}, {view.buckets} buckets of {view.record.bucket}"
+    )
+
+
 def cell_figures(view: ReleaseView) -> gpd.GeoDataFrame:
     """Per published cell: the median of its published counts, over the buckets in which it is published,
     and the number of those buckets; with the cell's geometry as published."""
@@ -319,7 +332,6 @@ def _wrap(text: str, width: int) -> str:
 
 
 def _cells_panel(fig: Figure, ax, view: ReleaseView, cells: gpd.GeoDataFrame) -> None:
-    record = view.record
     positive = cells["median"] > 0
     colours = np.empty((len(cells), 4))
     colours[:] = mcolors.to_rgba(ZERO_COLOUR)
@@ -342,11 +354,7 @@ def _cells_panel(fig: Figure, ax, view: ReleaseView, cells: gpd.GeoDataFrame) ->
             fontsize=7,
             frameon=False,
         )
-    title = (
-        f"cells: median published count over the buckets in which each cell is published; "
-        f"{len(cells):,} cells, {len(view.cells):,} published figures, {view.buckets} buckets of {record.bucket}"
-    )
-    ax.set_title(_wrap(title, PANEL_TITLE_CHARS), fontsize=9)
+    ax.set_title(_wrap(cells_panel_title(view, len(cells)), PANEL_TITLE_CHARS), fontsize=9)
 
 
 def _level_panel(fig: Figure, ax, view: ReleaseView, level: str, shares: pd.Series, shapes: gpd.GeoSeries | None) -> None:

@@ -106,7 +106,60 @@ def risk_lines(view: ReleaseView) -> list[Line]:
     ]
     if ceilings is None:
         lines.append(Line("ceilings", "in the policy file (not given to this report)", who))
+    if risk.upper_bound is not None:
+        lines.append(Line(uniqueness_label(risk), readable(risk.upper_bound), who))
+    if risk.warning:
+        lines.append(Line("WARNING", risk.warning, who))
     return lines
+
+
+def uniqueness_label(risk) -> str:
+    """The uniqueness figure's label: an upper bound of the gated figure only where it is at least that figure
+    (under the attack model membership inference can succeed where no trajectory is unique)."""
+    what = f"uniqueness under perfect trajectory recovery, zone {risk.upper_bound_zone} (not gated)"
+    if risk.release_figure is not None and risk.upper_bound < risk.release_figure:
+        return f"{what}: below the gated figure, so no bound of it here"
+    return f"upper bound: {what}"
+
+
+# What each check of release.json's `checks` guarantees, in a reader's words (a check added later shows by its
+# name until it has a sentence here).
+GUARANTEES = {
+    "k_floor": "every published figure counts at least k units (a listed structural zero: 0)",
+    "withheld_absent": "a figure under k is absent from the files: no null, flag or zero stands in for it",
+    "suppression_audit": "no figure under k can be narrowed below k, nor past its own value, from the published "
+    "ones (the attacker's linear programme)",
+    "suppression_budget": "the share of unit counts not published stays within the policy's budget",
+    "no_identifiers": "no identifier or quasi-identifier column or value of the input reaches the files",
+    "rejected_share": "the share of input rows rejected as malformed stays under the policy's limit",
+    "outside_share": "the share of pings outside the geometry stays under the policy's limit",
+    "structural_zeros_hold": "each structural zero the policy lists truly held no unit",
+    "earlier_work_files": "the work files of earlier releases the risk step read match their ledger entries",
+}
+
+
+def guarantee_rows(record: ReleaseRecord) -> tuple[list[str], list[list[str]]]:
+    """Every guarantee (blocking check) the release passed, with its verdict as release.json records it."""
+    rows = [[GUARANTEES.get(name, name), verdict] for name, verdict in sorted(record.checks.items())]
+    return ["guarantee", "verdict"], rows
+
+
+def frontier_rows(record: ReleaseRecord) -> tuple[list[str], list[list[str]]]:
+    """The configurations protection tried, finest first (release.json risk.frontier); none without a climb."""
+    rows = (record.risk.frontier if record.risk is not None else None) or []
+    shown = [[r["configuration"], "yes" if r["passed"] else "no", "this release" if r["published"] else ""] for r in rows]
+    return ["configuration tried", "passed the risk gate", "published"], shown
+
+
+LEDGER_NOTE = (
+    "The ledger entry of this release (its hash) is release.json's ledger_entry: the entry records the hash "
+    "of this page, so this page cannot hold the entry's own hash."
+)
+
+
+def ledger_line(record: ReleaseRecord) -> str:
+    """Where the release's ledger entry is: its hash once the record holds it (the UI's page)."""
+    return f"ledger entry {record.ledger_entry}" if record.ledger_entry else LEDGER_NOTE
 
 
 ZONE_COLUMNS = ["zone", "targets", "success_without", "success_with", "advantage", "advantage_ucb", "strongest"]
@@ -193,6 +246,11 @@ def render_report_html(view: ReleaseView, folder: Path, png: bytes | None = None
             if risk_zone_rows(view)[1]
             else []
         ),
+        *(["<h3>Configurations tried</h3>", _html_table(*frontier_rows(record))] if frontier_rows(record)[1] else []),
+        "<h2>Guarantees</h2>",
+        _html_table(*guarantee_rows(record)),
+        "<h2>Ledger</h2>",
+        f"<p>{_e(LEDGER_NOTE)}</p>",  # the same page whatever the record: it is rendered before the entry exists
         "<h2>Map</h2>",
         f'<img src="{_png_uri(png)}" alt="{_e(alt)}">',
         _table_section("cells.parquet", folder / "cells.parquet", view.cells, n),
@@ -230,6 +288,11 @@ def report_markdown(folder: Path, policy: Policy | None = None, n: int = 10) -> 
         "#### Re-identification risk",
         _md_lines(risk_lines(view), with_adversary=True),
         *(["Per zone, what the release adds:", markdown_table(*risk_zone_rows(view))] if risk_zone_rows(view)[1] else []),
+        *(["Configurations tried:", markdown_table(*frontier_rows(record))] if frontier_rows(record)[1] else []),
+        "#### Guarantees",
+        markdown_table(*guarantee_rows(record)),
+        "#### Ledger",
+        ledger_line(record),
         map_markdown(png),
     ]
     for name, frame in zip(TABLES, (view.cells, view.margins)):

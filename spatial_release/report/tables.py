@@ -16,7 +16,6 @@ from pyproj import CRS
 from spatial_release.release import BUCKET_START
 
 SIGNIFICANT = 4
-WKT_CHARS = 44  # a geometry in a preview: the start of its WKT
 
 COUNT_COLUMNS = {"n_persons": "persons", "n_devices": "devices"}
 _DESCRIPTIONS = {
@@ -44,9 +43,20 @@ def readable(value: object) -> str:
     if isinstance(value, pd.Timestamp):
         return value.tz_convert("UTC").strftime("%Y-%m-%d %H:%M UTC") if value.tzinfo else value.isoformat()
     if isinstance(value, shapely.Geometry):
-        text = shapely.to_wkt(value, rounding_precision=1, trim=True)
-        return text if len(text) <= WKT_CHARS else text[: WKT_CHARS - 1] + "…"
+        return geometry_summary(value)
     return str(value)
+
+
+def geometry_summary(geometry: shapely.Geometry) -> str:
+    """A geometry for reading: its kind, vertex count and centre. The start of its WKT at any one precision
+    reads as a list of identical points (degrees to 0.1 merge a whole city) or runs past a table column."""
+    if geometry.is_empty:
+        return f"empty {geometry.geom_type}"
+    centre = geometry.centroid
+    geographic = abs(centre.x) <= 180 and abs(centre.y) <= 90  # lon/lat: 5 decimals are about a metre
+    digits = 5 if geographic else 0
+    vertices = shapely.get_num_coordinates(geometry)
+    return f"{geometry.geom_type}, {vertices} vertices, centre ({centre.x:.{digits}f}, {centre.y:.{digits}f})"
 
 
 def _geometry_crs(schema) -> str | None:

@@ -20,6 +20,7 @@ from spatial_release.release import AuditVerdict, ReleaseInputs, ReleaseRecord, 
 from spatial_release.risk import BLOCK, keysets
 from spatial_release.stages import dp as dp_stage
 from spatial_release.stages import reuse
+from spatial_release.stages.carried import check_earlier_work_files
 from spatial_release.stages.context import Published, ReleaseContext, WorkArea
 from spatial_release.stages.count import measure_coverage, read_true_counts, sql_path
 from spatial_release.stages.protect import certificate_dir, certificate_inputs
@@ -483,6 +484,7 @@ GUARANTEES = (
     check_no_identifiers,
     check_suppression_audit,
     check_suppression_budget,
+    check_earlier_work_files,
 )
 
 

@@ -28,6 +28,7 @@ from spatial_release.stages import advantage as advantage_stage
 from spatial_release.stages import attack as attack_stage
 from spatial_release.stages import reuse
 from spatial_release.stages.attack import attack_params, attack_pooled, with_attack_figures, worst_attack_zone
+from spatial_release.stages.carried import UNIT_KEYS, refuse_changed_work_files
 from spatial_release.stages.context import LADDER_BUCKETS, ReleaseContext, WorkArea, ZoneLayers, risk_spec
 from spatial_release.stages.count import sql_path
 from spatial_release.stages.dp import privacy_assessment
@@ -377,7 +378,9 @@ def _earlier_keys(ctx: ReleaseContext, entries: list[ReleaseEntry]) -> list[Path
     because their keys are cells of another geometry and buckets that the risk zones here do not map."""
     paths = []
     now = datetime.now(UTC)
-    for entry in (e for e in entries if e.dataset == ctx.policy.name):
+    own = [e for e in entries if e.dataset == ctx.policy.name]
+    refuse_changed_work_files(((ctx.area_of(e.period), e) for e in own), names={UNIT_KEYS})
+    for entry in own:
         path = ctx.area_of(entry.period).unit_keys
         if path.exists():
             paths.append(path)

@@ -358,9 +358,13 @@ def publication_metadata(
     target: Path, record: stages.ReleaseRecord, policy: Policy, releases_url: str | None = None
 ) -> dict:
     assert record.risk is not None, "a published release's record carries its risk assessment"
+    frontier = record.risk.frontier
     return {
         "period": record.period,
         **release_report_metadata(target, policy, releases_url),
+        "guarantees": dg.MetadataValue.md(report.markdown_table(*report.guarantee_rows(record))),
+        "checks": dg.MetadataValue.json(record.checks),
+        **({"coarsening_frontier": dg.MetadataValue.md(frontier_report(frontier))} if frontier else {}),
         "release_record": dg.MetadataValue.path(str(target / stages.ReleaseRecord.FILE)),
         "release_dir": dg.MetadataValue.path(str(target)),
         "k_anonymity_report": dg.MetadataValue.md(k_anonymity_report(record.counts, policy.k)),

@@ -182,6 +182,16 @@ def _guarantees(scope: _CheckScope, protected_table: dg.AssetsDefinition) -> lis
             stages.check_suppression_budget,
             "The share of unit counts in withheld cells stays within the policy's suppression budget.",
         ),
+        _guarantee(
+            scope,
+            protected_table,
+            stages.WORK_FILES_CHECK,
+            stages.check_earlier_work_files,
+            "The work files of the dataset's published releases that this release's risk step and the reviews "
+            "read (key sets, memberships, key areas, audit intervals, candidate tables) match the sha256 their "
+            "ledger entries record. Names the file and the entry; a release recorded before the digests is read "
+            "unverified, and the summary says which.",
+        ),
     ]
 
 

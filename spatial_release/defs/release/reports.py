@@ -61,18 +61,25 @@ def headroom(risk: RiskRecord, spec: RiskSpec | None) -> dict[str, float | None]
 
 
 def risk_metadata(risk: RiskRecord, spec: RiskSpec | None) -> dict[str, str | float | None]:
-    """Numeric risk metadata, each key naming its adversary (`risk_journalist_worst_zone`, ...)."""
+    """Risk metadata: the zones by name (`risk_worst_zone`, `risk_upper_bound_zone`), every figure under a key
+    naming its adversary and what it is (`risk_journalist_worst_zone_figure`, `..._uniqueness_upper_bound`),
+    and the warning when there is one."""
     adversary = risk.adversary
     figures = {
-        f"risk_{adversary}_worst_zone": risk.release_figure,
+        f"risk_{adversary}_worst_zone_figure": risk.release_figure,
         f"risk_{adversary}_pooled": risk.pooled,
         f"risk_{adversary}_cumulative": risk.cumulative,
         **{f"risk_{adversary}_{name}": value for name, value in headroom(risk, spec).items()},
+        f"risk_{adversary}_uniqueness_upper_bound": risk.upper_bound,
     }
+    zones = {"risk_worst_zone": str(risk.worst_zone)}
+    if risk.upper_bound is not None:
+        zones["risk_upper_bound_zone"] = str(risk.upper_bound_zone)
     return {
         "risk_adversary": adversary,
-        "risk_worst_zone": str(risk.worst_zone),
+        **zones,
         **{key: readable(value) for key, value in figures.items() if value is not None},
+        **({"risk_warning": risk.warning} if risk.warning else {}),
     }
 
 
@@ -160,7 +167,7 @@ def risk_report(risk: stages.RiskAssessment, spec: RiskSpec | None) -> str:
     )
     if risk.upper_bound is not None:
         bound = f"uniqueness upper bound, zone `{risk.upper_bound_zone}` (not gated)"
-        head += f"| {bound} | prosecutor | {_figure(risk.upper_bound)} | - | - |\n"
+        head += f"| {bound} | {risk.adversary} | {_figure(risk.upper_bound)} | - | - |\n"
     if risk.warning:
         head += f"\n**Warning**: {risk.warning}\n"
     columns = ["zone"]
