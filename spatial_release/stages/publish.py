@@ -23,7 +23,6 @@ from spatial_release.release import (
 )
 from spatial_release.risk import BLOCK
 from spatial_release.stages.carried import work_file_digests
-from spatial_release.stages.carried import work_file_digests
 from spatial_release.stages.checks import GuaranteeFailed, run_guarantees, unit_ids
 from spatial_release.stages.context import Published, ReleaseContext
 from spatial_release.stages.lock import AlreadyPublished
@@ -140,9 +139,6 @@ def run_publish(ctx: ReleaseContext, releases_root: Path, ledger: Ledger) -> tup
                     # the whole record as published (minus the entry hash it will carry): an edit of any figure
                     # of release.json shows in the cross-check
                     "record_sha256": record_hash(full_record),
-                    # the work area's files later releases and reviews read (stages.carried): an edit of
-                    # one blocks them by name instead of changing their figures
-                    "work_files": work_file_digests(ctx.area),
                     # the work area's files later releases and reviews read (stages.carried): an edit of
                     # one blocks them by name instead of changing their figures
                     "work_files": work_file_digests(ctx.area),
