@@ -22,6 +22,7 @@ from spatial_release.levels import LEAF, TOTAL
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
 from spatial_release.release import read_tables
+from spatial_release.report import readable
 from spatial_release.stages import GuaranteeFailed
 from spatial_release.stages import dp as dp_stage
 
@@ -128,6 +129,12 @@ def test_dp_release_publishes_noisy_consistent_figures_records_the_mechanism_and
     sums = cells.groupby("bucket_start")["n_devices"].sum()
     assert all(totals[b] >= s for b, s in sums.items() if b in totals.index)
     assert set(margins["level"]) <= {"grid_2000m", TOTAL} and LEAF not in set(margins["level"])
+    # the report page shows the mechanism and an error bar per published count in place of the audit
+    page = (folder / "report.html").read_text()
+    assert "Differential privacy" in page and "Suppression audit" not in page
+    first = cells.iloc[0]
+    low, high = max(0.0, first["n_devices"] - privacy["interval95"]), first["n_devices"] + privacy["interval95"]
+    assert f"<td>{readable(round(low, 1))}</td><td>{readable(round(high, 1))}</td>" in page
     # the command line's summary of a DP release names the mechanism and the budget (no audit line)
     summary = cli._summary(
         stages.ReleaseRecord.read(folder),

@@ -9,9 +9,12 @@ import html
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
 from spatial_release.policy import Policy
 from spatial_release.release import ReleaseRecord
 from spatial_release.report.mapping import render_map_png
+from spatial_release.report.privacy import error_bars, privacy_pairs
 from spatial_release.report.tables import (
     column_schema,
     markdown_table,
@@ -73,6 +76,32 @@ def audit_lines(record: ReleaseRecord) -> list[Line]:
         Line("criterion", audit.criterion),
         Line("solver", audit.solver),
     ]
+
+
+def privacy_lines(record: ReleaseRecord) -> list[Line]:
+    return [Line(label, value) for label, value in privacy_pairs(record)]
+
+
+BARS_NOTE = "Error bars: the 95 % interval of the noise around each published count (first figures)"
+
+
+def _protection(view: ReleaseView, n: int) -> tuple[str, list[Line], pd.DataFrame | None]:
+    """The suppression audit, or under differential privacy the mechanism and the error bars that replace it."""
+    if not view.record.privacy:
+        return "Suppression audit", audit_lines(view.record), None
+    return "Differential privacy", privacy_lines(view.record), error_bars(view.cells, view.margins, view.record, n)
+
+
+def _protection_html(view: ReleaseView, n: int) -> list[str]:
+    title, lines, bars = _protection(view, n)
+    out = [f"<h2>{_e(title)}</h2>", _lines_table(lines)]
+    return out if bars is None else [*out, f"<h3>{_e(BARS_NOTE)}</h3>", _html_table(*preview_rows(bars, len(bars)))]
+
+
+def _protection_md(view: ReleaseView, n: int) -> list[str]:
+    title, lines, bars = _protection(view, n)
+    out = [f"#### {title}", _md_lines(lines)]
+    return out if bars is None else [*out, f"{BARS_NOTE}:", markdown_table(*preview_rows(bars, len(bars)))]
 
 
 def risk_lines(view: ReleaseView) -> list[Line]:
@@ -237,8 +266,7 @@ def render_report_html(view: ReleaseView, folder: Path, png: bytes | None = None
         f'<p class="note">{_e(ABSENT_NOTE)}</p>',
         "<h2>Release</h2>",
         _lines_table(headline(record, view.buckets)),
-        "<h2>Suppression audit</h2>",
-        _lines_table(audit_lines(record)),
+        *_protection_html(view, n),
         "<h2>Re-identification risk</h2>",
         _lines_table(risk_lines(view), with_adversary=True),
         *(
@@ -283,8 +311,7 @@ def report_markdown(folder: Path, policy: Policy | None = None, n: int = 10) -> 
         f"### {record.dataset} {record.period}: what the public sees",
         ABSENT_NOTE,
         _md_lines(headline(record, view.buckets)),
-        "#### Suppression audit",
-        _md_lines(audit_lines(record)),
+        *_protection_md(view, n),
         "#### Re-identification risk",
         _md_lines(risk_lines(view), with_adversary=True),
         *(["Per zone, what the release adds:", markdown_table(*risk_zone_rows(view))] if risk_zone_rows(view)[1] else []),
