@@ -12,7 +12,10 @@ a test) sees those messages only after configuring logging itself, e.g.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 Progress = Callable[[str], None]
 
@@ -69,3 +72,42 @@ def log_progress(message: str) -> None:
 
 def silent(_: str) -> None:
     pass
+
+
+# Half the 10 s an operator should wait at most for a word from a step: a step that holds the GIL delays a beat.
+HEARTBEAT_S = 5.0
+
+
+@contextmanager
+def heartbeat(progress: Progress, step: str, every: float | None = None) -> Iterator[Progress]:
+    """For a step whose work may run for minutes without a message of its own (the risk step at 10 M pings):
+    yields a `Progress` that forwards to `progress` and, whenever `every` seconds pass without a message, emits
+    `<step>: still running, N s` from a watcher thread (after the last message, so no two arrive together).
+    The watcher stops when the block ends, whatever ends it. `every`: HEARTBEAT_S unless given."""
+    every = HEARTBEAT_S if every is None else every
+    started = time.monotonic()
+    last = [started]
+    done = threading.Event()
+    lock = threading.Lock()
+
+    def forward(message: str) -> None:
+        with lock:
+            last[0] = time.monotonic()
+            progress(message)
+
+    def watch() -> None:
+        while not done.wait(max(0.0, last[0] + every - time.monotonic())):
+            with lock:
+                if done.is_set() or time.monotonic() - last[0] < every:
+                    continue
+                elapsed = time.monotonic() - started
+                progress(ProgressEvent(step, f"{step}: still running, {elapsed:.0f} s", seconds=round(elapsed, 1)))
+                last[0] = time.monotonic()
+
+    watcher = threading.Thread(target=watch, name=f"{step}-heartbeat", daemon=True)
+    watcher.start()
+    try:
+        yield forward
+    finally:
+        done.set()
+        watcher.join()

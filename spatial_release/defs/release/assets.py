@@ -43,6 +43,7 @@ from spatial_release.defs.release.reports import frontier_report, k_anonymity_re
 from spatial_release.defs.resources import CountingEngine, ReleaseSettings, is_http_base_url
 from spatial_release.errors import PeriodError, UserError
 from spatial_release.policy import Policy
+from spatial_release.progress import heartbeat
 from spatial_release.stages.frontier import public_frontier
 from spatial_release.traces.files import missing_trace_files
 
@@ -167,8 +168,8 @@ def _validated_pings_asset(scope: _GraphScope) -> dg.AssetsDefinition:
         ctx = scope.release_context(context, settings)
         policy = ctx.policy
         context.log.info(f"ingesting {policy.name} {ctx.period.label} into {ctx.area.ingest}")
-        with _hold(context, settings, ctx, starts_run=True):
-            summary = stages.run_ingest(ctx, settings.traces, progress=context.log.info)
+        with _hold(context, settings, ctx, starts_run=True), heartbeat(context.log.info, "ingest") as progress:
+            summary = stages.run_ingest(ctx, settings.traces, progress=progress)
         context.log.info(f"{summary.pings_valid} valid pings, {summary.pings_rejected} quarantined")
         return dg.MaterializeResult(
             metadata={
@@ -202,8 +203,12 @@ def _cell_counts_asset(scope: _GraphScope, validated_pings: dg.AssetsDefinition)
         context: dg.AssetExecutionContext, settings: ReleaseSettings, counting: CountingEngine
     ) -> dg.MaterializeResult:
         ctx = scope.release_context(context, settings)
-        with _hold(context, settings, ctx), counting.open(ctx.area) as engine:
-            summary = stages.run_counts(ctx, engine, progress=context.log.info)
+        with (
+            _hold(context, settings, ctx),
+            counting.open(ctx.area) as engine,
+            heartbeat(context.log.info, "counting") as progress,
+        ):
+            summary = stages.run_counts(ctx, engine, progress=progress)
         # The number of groups and of units counted are facts about withheld cells:
         # they stay in counts.json, in the owner-only work area, out of the event log and metadata.
         summary_file = ctx.area.counts / stages.CountsSummary.FILE
@@ -240,8 +245,8 @@ def _protected_table_asset(scope: _GraphScope, cell_counts: dg.AssetsDefinition)
     ) -> dg.MaterializeResult:
         ctx = scope.release_context(context, settings)
         policy = ctx.policy
-        with _hold(context, settings, ctx), counting.tasks():
-            summary = stages.run_protect(ctx, progress=context.log.info, published=settings.published())
+        with _hold(context, settings, ctx), counting.tasks(), heartbeat(context.log.info, "suppression") as progress:
+            summary = stages.run_protect(ctx, progress=progress, published=settings.published())
             counts = summary.public_counts()
         frontier = public_frontier(summary.frontier, list(policy.time.ladder))
         return dg.MaterializeResult(
@@ -272,7 +277,8 @@ def _risk_assessment_asset(scope: _GraphScope, protected_table: dg.AssetsDefinit
         context: dg.AssetExecutionContext, settings: ReleaseSettings, counting: CountingEngine
     ) -> dg.MaterializeResult:
         ctx = scope.release_context(context, settings)
-        with _hold(context, settings, ctx), counting.tasks():
+        # the risk step says nothing of its own for minutes at 10 M pings: the heartbeat says it is alive
+        with _hold(context, settings, ctx), counting.tasks(), heartbeat(context.log.info, "risk"):
             risk = stages.run_risk(ctx, settings.ledger())
         return dg.MaterializeResult(
             metadata={
@@ -325,7 +331,7 @@ def _publish_op(scope: _GraphScope) -> dg.OpDefinition:
         policy = ctx.policy
         try:
             # run_publish checks, locked; what the certificate cannot settle is re-solved on the engine's tasks
-            with _hold(context, settings, ctx, check_ledger=False), counting.tasks():
+            with _hold(context, settings, ctx, check_ledger=False), counting.tasks(), heartbeat(context.log.info, "publish"):
                 target, record = stages.run_publish(ctx, Path(settings.releases_dir), settings.ledger())
         except stages.AlreadyPublished as exists:
             # The partition keeps its published materialisation: nothing is written and nothing failed.
