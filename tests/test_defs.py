@@ -111,7 +111,7 @@ def test_schedule_requests_the_quarter_that_just_closed(tmp_path, monkeypatch):
         scheduled_execution_time=datetime(2018, 4, 1),
         resources={"settings": ReleaseSettings()},
         repository_def=defs.get_repository_def(),
-        instance=dg.DagsterInstance.local_temp(),
+        instance=dg.DagsterInstance.local_temp(str(tmp_path)),
     )
     [request] = schedule.evaluate_tick(context).run_requests
     assert request.partition_key == "2018-Q1" and request.tags[PERIOD_TAG] == "2018-Q1"

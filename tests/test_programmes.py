@@ -336,7 +336,8 @@ def test_the_schedule_skips_a_period_without_trace_files_and_says_why(tmp_path, 
         )
         return schedule.evaluate_tick(context)
 
-    instance = dg.DagsterInstance.local_temp()  # the schedule adds its partition there
+    (tmp_path / "dagster").mkdir()
+    instance = dg.DagsterInstance.local_temp(str(tmp_path / "dagster"))  # the schedule adds its partition there
     [request] = tick("bikes", datetime(2018, 4, 1)).run_requests  # the quarter the files cover
     assert request.partition_key == "2018-Q1" and instance.get_dynamic_partitions("bikes_periods") == ["2018-Q1"]
     later = tick("bikes", datetime(2024, 7, 1))  # 2024-Q2: no file yet
