@@ -318,6 +318,11 @@ def test_options_say_which_apply_to_a_release_never_published():
     gate = _alert(kind="blocked_release", check="risk_budget")
     assert any("accept the risk in review" in o and "risk gate only" in o for o in gate.options)
     assert Alert.from_json(gate.to_json()) == gate
+    # a failure of the input: coarser figures would not help, so that option is not offered
+    for check in ("rejected_share", "outside_share", "validated_pings"):
+        bad_input = _alert(kind="blocked_release", check=check)
+        assert bad_input.options[0].startswith("fix the input"), bad_input.options
+        assert not any("coarser" in o for o in bad_input.options), bad_input.options
 
 
 # --------------------------------------------------------------------------------------- the alert file
@@ -496,6 +501,10 @@ def test_a_blocked_release_reaches_people_through_the_dagster_alert_sensor(smtp_
     assert (tmp_path / "alerts" / tags["spatial_release/alert"]).is_file()
     assert "email: sent" in tags["spatial_release/alert_delivery"]
     assert "slack: sent" in tags["spatial_release/alert_delivery"]
+    # the run itself says why and what can be done, as the alert does
+    alert = json.loads((tmp_path / "alerts" / tags["spatial_release/alert"]).read_text())
+    assert tags["spatial_release/why"] == alert["reason"][:1000] and "RiskBudgetExceeded" in tags["spatial_release/why"]
+    assert tags["spatial_release/what_to_do"].split(" | ") == alert["options"]
 
 
 def test_a_release_blocked_on_the_command_line_alerts_by_itself_once(smtp_server, tmp_path, monkeypatch):

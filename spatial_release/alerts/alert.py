@@ -35,6 +35,10 @@ OPTIONS = (WITHDRAW, COARSER, ACCEPT)
 STANDS = "nothing to do: the published release stands as its ledger entry records it (releases are immutable)"
 WAIT = "nothing to do if the other run of this period is live; if it died, run the period again (it takes over)"
 FIX_INPUT = "fix the input (the trace files, the zeros list or the policy) and run the release again"
+# Checks of the input, not of what would be published: coarser cells or buckets change nothing of them.
+INPUT_CHECKS = frozenset(
+    {"validated_pings", "rejected_share", "outside_share", "no_identifiers", "structural_zeros_hold", "earlier_work_files"}
+)
 # A materialisation of published_release reported by hand: what it means for the period, and what to do.
 UNBACKED_STANDS = (
     "nothing to withdraw: the release stands as its ledger entry records it; the materialisation reported by "
@@ -246,7 +250,8 @@ class Alert:
     @property
     def options(self) -> tuple[str, ...]:
         """What can be done: withdraw, re-publish coarser, accept in review; for a release that was never
-        published, which of them apply (and fixing the input, which comes first)."""
+        published, which of them apply (and fixing the input, which comes first; a check of the input is
+        not helped by coarser figures)."""
         if self.kind == "disk_full":
             return (FREE_SPACE,)
         if self.kind == "refused_release":
@@ -265,7 +270,8 @@ class Alert:
             if risk
             else f"{ACCEPT}: does not apply, {self.check} is a guarantee that is never waived"
         )
-        return (FIX_INPUT, COARSER, f"{WITHDRAW}: does not apply, it was never published", accept)
+        coarser = () if self.check in INPUT_CHECKS else (COARSER,)
+        return (FIX_INPUT, *coarser, f"{WITHDRAW}: does not apply, it was never published", accept)
 
     @property
     def subject(self) -> str:

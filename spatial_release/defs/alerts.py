@@ -33,6 +33,11 @@ from spatial_release.policy import Policy
 REVIEW_BREACH_CHECK = "published_within_budget"
 ALERT_TAG = "spatial_release/alert"
 BLOCKED_BY_TAG = "spatial_release/blocked_by"
+# On a blocked or refused run, beside the check that stopped it: why, and what can be done about that kind of
+# failure (the alert's options), so the run's own page says it without opening the alert file.
+WHY_TAG = "spatial_release/why"
+OPTIONS_TAG = "spatial_release/what_to_do"
+MAX_TAG_CHARS = 1000
 DELIVERY_TAG = "spatial_release/alert_delivery"
 # The Dagster UI's base URL as the alerts' readers reach it (e.g. https://dagster.example.org): each alert
 # links to its run there. Unset: alerts carry the run id only.
@@ -270,6 +275,8 @@ def alert_failed_run(instance: dg.DagsterInstance, run: dg.DagsterRun, programme
             ALERT_TAG: report.path.name if report.path else "alert file not written",
             DELIVERY_TAG: report.summary()[:250],
             BLOCKED_BY_TAG: block.check,
+            WHY_TAG: alert.reason[:MAX_TAG_CHARS],
+            OPTIONS_TAG: " | ".join(alert.options)[:MAX_TAG_CHARS],
         },
     )
     return f"{alert.subject}: {alert.reason} -> {report.summary()}"
