@@ -121,7 +121,9 @@ def test_a_materialisation_reported_by_hand_fails_the_check_and_alerts_once(tmp_
     assert (stored.passed, stored.partition) == (False, PARTITION)
     # the next tick, from the advanced cursor, delivers nothing more and requests nothing
     second = _tick(defs, instance, settings, first.cursor)
-    assert second.run_requests == [] and len(_alerts(tmp_path)) == 1 and second.cursor == first.cursor
+    assert second.run_requests == [] and len(_alerts(tmp_path)) == 1
+    # no new materialisation read (the cursor also moves past the guard run's own evaluation of the check)
+    assert json.loads(second.cursor)[RELEASE.to_user_string()] == json.loads(first.cursor)[RELEASE.to_user_string()]
     # the same period reported by hand again: a second alert (another event) and a second evaluation of the
     # same partition, which a runless evaluation could not be (see the last test)
     _report_by_hand(instance)
@@ -219,3 +221,66 @@ def test_dagster_stores_one_runless_check_evaluation_per_partition():
     runless(False, "2018-04-01")  # control: another partition is stored
     with pytest.raises(sqlalchemy.exc.IntegrityError):
         runless(False, PARTITION)
+
+
+def _forge_under_run(instance: dg.DagsterInstance, run_id: str, partition: str) -> None:
+    """A materialisation of `partition` logged under another run's id (`report_dagster_event`, the API beneath
+    the runless report, which takes any run id)."""
+    from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
+
+    run = instance.get_run_by_id(run_id)
+    assert run is not None
+    materialisation = dg.AssetMaterialization(asset_key=RELEASE, partition=partition)
+    event = DagsterEvent(
+        event_type_value=DagsterEventType.ASSET_MATERIALIZATION.value,
+        job_name=run.job_name,
+        event_specific_data=StepMaterializationData(materialisation),
+    )
+    instance.report_dagster_event(event, run_id=run_id)
+
+
+def test_a_materialisation_of_another_period_under_a_publish_runs_id_is_no_publication(tmp_path):
+    """Hostile pass (issue 39): the guard took any materialisation logged under a successful publish run's id
+    for a publication, so 2018-Q2 logged under 2018-Q1's publish run was recorded passed, with no alert. A
+    publish run publishes its own partition only."""
+    folder, settings = _policies(tmp_path), _settings(tmp_path)
+    defs = _definitions(folder)
+    instance = dg.DagsterInstance.ephemeral()
+    release = execute_release(programme_for(folder / "fixture.yaml"), PARTITION, settings, instance=instance)
+    assert release.success and release.publish is not None
+    first = _tick(defs, instance, settings, None)  # control: the publication itself: nothing to add
+    assert first.run_requests == [] and _alerts(tmp_path) == []
+    _forge_under_run(instance, release.publish.run_id, "2018-Q2")
+    second = _tick(defs, instance, settings, first.cursor)
+    [alert] = _alerts(tmp_path)
+    assert alert["period"] == "2018-Q2" and alert["published"] is False
+    assert "which published partition 2018-Q1, not this one" in alert["reason"] and "NOT published" in alert["reason"]
+    [request] = second.run_requests
+    evaluation = _launch(defs, instance, settings, request)
+    assert not evaluation.passed and evaluation.partition == "2018-Q2"
+
+
+def test_a_check_evaluation_reported_by_hand_is_alerted_and_recorded_again_from_the_ledger(tmp_path):
+    """Hostile pass (issue 39): `report_runless_asset_event` takes a check evaluation too, and the guard read
+    only materialisations: a passing published_by_the_publish_job reported by hand showed an unpublished period
+    green. The guard alerts and records the check again from the ledger; the evaluations its runs and the
+    publish run record are not reported."""
+    folder, settings = _policies(tmp_path), _settings(tmp_path)
+    defs = _definitions(folder)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.report_runless_asset_event(
+        dg.AssetCheckEvaluation(asset_key=RELEASE, check_name=CHECK.name, passed=True, partition=PARTITION)
+    )
+    assert _latest_check(instance).passed  # what the UI showed
+    first = _tick(defs, instance, settings, None)
+    [alert] = _alerts(tmp_path)
+    assert alert["period"] == PARTITION and "was reported by hand, without a run" in alert["reason"]
+    assert "NOT published" in alert["reason"] and alert["published"] is False
+    [request] = first.run_requests
+    evaluation = _launch(defs, instance, settings, request)
+    assert not evaluation.passed and "is not published" in evaluation.description
+    assert not _latest_check(instance).passed
+    # the guard's own evaluation, and the publish run's, are run-backed: nothing more to report
+    assert execute_release(programme_for(folder / "fixture.yaml"), PARTITION, settings, instance=instance).success
+    second = _tick(defs, instance, settings, first.cursor)
+    assert second.run_requests == [] and len(_alerts(tmp_path)) == 1 and _latest_check(instance).passed

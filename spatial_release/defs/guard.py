@@ -4,7 +4,10 @@ ledger entry behind it, and the UI then shows a false "Materialized". The guard'
 materialisation of it: one that no successful run of the programme's publish job logged becomes an
 `unbacked_publication` alert (beside the run alerts of `defs.alerts`), and the guard's job records the check
 `published_by_the_publish_job` failed on its partition. A publication reads passed: its publish run records
-the check itself.
+the check itself. A materialisation logged under a successful publish run's id is a publication of that run's
+partition only. The sensor also reads the check's own evaluations: `report_runless_asset_event` takes a check
+evaluation as well, so one no run of the instance executed (a period shown passing by hand) is alerted the same
+way, and the guard's job records the check again from the ledger and the release folder.
 
 Why the guard records the check in a run of its own job, not as a runless event of the sensor
 (`SensorResult(asset_events=[AssetCheckEvaluation(...)])`): Dagster 1.13.27 stores a runless check evaluation
@@ -25,11 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecord
 from pydantic import Field
 
 from spatial_release import stages
 from spatial_release.alerts import Alert, AlertRouting, alert_path, deliver
 from spatial_release.defs.alerts import asset_link
+from spatial_release.defs.outcomes import check_evaluation
 from spatial_release.defs.partitions import PERIOD_TAG, period_of
 from spatial_release.defs.programmes import Programme
 from spatial_release.defs.resources import ReleaseSettings
@@ -39,6 +44,7 @@ GUARD_SENSOR = "publication_guard"
 GUARD_JOB = "publication_guard_job"
 GUARD_OP = "report_publication_check"
 GUARD_TAG = "spatial_release/publication_guard"
+PARTITION_TAG = "dagster/partition"  # the partition a run of a partitioned job ran
 GUARD_BATCH = 100  # materialisations read per programme and tick; the rest on the next tick
 # The publish job's op logs the materialisation as (nearly) its last act, so its run ends seconds later: a run
 # not finished yet is read again on a later tick, and one still not finished an hour later is no successful run.
@@ -55,8 +61,12 @@ class Origin:
     pending: bool = False
 
 
-def origin_of(instance: dg.DagsterInstance, entry: dg.EventLogEntry, publish_job: str, now: float) -> Origin:
-    """A runless event (run id "") was reported by hand: the UI's "Report materialization events" or the API."""
+def origin_of(
+    instance: dg.DagsterInstance, entry: dg.EventLogEntry, publish_job: str, now: float, partition: str | None = None
+) -> Origin:
+    """A runless event (run id "") was reported by hand: the UI's "Report materialization events" or the API.
+    An event under a successful publish run's id is a publication only for the partition that run published
+    (`partition`: the materialisation's): one of another period logged under its id was reported by hand."""
     if not entry.run_id:
         return Origin('by hand, without a run (the UI\'s "Report materialization events" or the API)')
     run = instance.get_run_by_id(entry.run_id)
@@ -64,7 +74,10 @@ def origin_of(instance: dg.DagsterInstance, entry: dg.EventLogEntry, publish_job
         return Origin(f"by run {entry.run_id}, which this Dagster instance does not hold")
     by = f"by run {run.run_id} of {run.job_name}"
     if run.job_name == publish_job and run.status == dg.DagsterRunStatus.SUCCESS:
-        return Origin(by, published=True)
+        ran = run.tags.get(PARTITION_TAG)
+        if ran == partition:
+            return Origin(by, published=True)
+        return Origin(f"{by}, which published partition {ran}, not this one")
     if not run.is_finished and now - entry.timestamp < PENDING_RUN_S:
         return Origin(by, pending=True)
     return Origin(f"{by} ({run.status.value})")
@@ -77,6 +90,19 @@ def _period(partition: str | None, programme: Programme) -> Period | None:
     except ValueError:
         return None
     return period if period is not None and period.kind == programme.cadence else None
+
+
+def ledger_words(found: stages.Publication | None, what: str) -> str:
+    """What the ledger and the release folder say of the period `what` (a materialisation, a check
+    evaluation) names; `found` None: it names no period of the programme."""
+    if found is None:
+        return f"{what} names no period of the programme"
+    if not found.ledger_read:
+        return "the ledger cannot be read or does not verify: whether the period is published is not known"
+    if found.entry is None:
+        return "the ledger records no release of this period: it is NOT published"
+    state = "its release folder is in place" if found.outcome.passed else "its release folder does not match it"
+    return f"the ledger records its release (entry {found.entry}) and {state}"
 
 
 @dataclass(frozen=True)
@@ -99,15 +125,7 @@ class GuardReading:
         return self.period.label if self.period is not None else "unknown"
 
     def ledger_words(self) -> str:
-        found = self.found
-        if found is None:
-            return "the materialisation names no period of the programme"
-        if not found.ledger_read:
-            return "the ledger cannot be read or does not verify: whether the period is published is not known"
-        if found.entry is None:
-            return "the ledger records no release of this period: it is NOT published"
-        state = "its release folder is in place" if found.outcome.passed else "its release folder does not match it"
-        return f"the ledger records its release (entry {found.entry}) and {state}"
+        return ledger_words(self.found, "the materialisation")
 
     def reason(self) -> str:
         record, name = self.record, self.programme.policy.name
@@ -157,7 +175,7 @@ class GuardReading:
 def read_materialisation(
     instance: dg.DagsterInstance, record: dg.EventLogRecord, programme: Programme, settings: ReleaseSettings
 ) -> GuardReading:
-    origin = origin_of(instance, record.event_log_entry, programme.name("publish_job"), time.time())
+    origin = origin_of(instance, record.event_log_entry, programme.name("publish_job"), time.time(), record.partition_key)
     period = _period(record.partition_key, programme)
     found = None
     if not (origin.published or origin.pending) and period is not None:
@@ -186,6 +204,99 @@ class PublicationCheckRequest(dg.Config):
 
     asset_key: list[str] = Field(description="A programme's published_release, e.g. [demo, published_release].")
     partition: str = Field(description="The partition key, e.g. 2018-01-01.")
+    from_ledger: bool = Field(
+        default=False,
+        description="Record the check from the ledger and the release folder (as the check itself reads them), "
+        "not from the partition's latest materialisation: after an evaluation of the check reported by hand.",
+    )
+
+
+@dataclass(frozen=True)
+class ForgedCheck:
+    """An evaluation of `published_by_the_publish_job` that no run of this instance executed (reported by hand:
+    `report_runless_asset_event` stores it without a run), and what the ledger says of its partition."""
+
+    programme: Programme
+    execution: AssetCheckExecutionRecord
+    period: Period | None
+    found: stages.Publication | None
+
+    @property
+    def key(self) -> dg.AssetKey:
+        return self.programme.key("published_release")
+
+    def reason(self) -> str:
+        execution, name = self.execution, self.programme.policy.name
+        label = self.period.label if self.period is not None else "unknown"
+        status = execution.status.value.lower()
+        at = datetime.fromtimestamp(execution.create_timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return (
+            f"{name} {label}: an evaluation of the check {stages.PUBLICATION_CHECK} on partition "
+            f"{execution.partition} ({status}) was reported by hand, without a run, at {at}; only the publish job "
+            f"and the guard record it; {ledger_words(self.found, 'the evaluation')}. The guard records the check "
+            "again from the ledger"
+        )
+
+    def alert(self) -> Alert:
+        label = self.period.label if self.period is not None else "unknown"
+        return Alert.build(
+            "unbacked_publication",
+            self.programme.policy.name,
+            label,
+            stages.PUBLICATION_CHECK,
+            self.reason(),
+            ui_url=asset_link(self.key, self.execution.partition),
+            published=self.found is not None and self.found.entry is not None,
+        )
+
+
+def _new_check_executions(
+    instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, after: int | None
+) -> list[AssetCheckExecutionRecord]:
+    """The check's executions stored after the execution id `after` (all when None), oldest first."""
+    found: list[AssetCheckExecutionRecord] = []
+    cursor = None
+    while True:
+        page = instance.event_log_storage.get_asset_check_execution_history(check_key, limit=GUARD_BATCH, cursor=cursor)
+        new = [r for r in page if after is None or r.id > after]
+        found += new
+        if len(new) < len(page) or len(page) < GUARD_BATCH:
+            return sorted(found, key=lambda r: r.id)
+        cursor = page[-1].id
+
+
+def forged_checks(
+    instance: dg.DagsterInstance, programme: Programme, after: int | None, settings: ReleaseSettings
+) -> tuple[list[ForgedCheck], int | None]:
+    """The evaluations of the programme's published_by_the_publish_job stored after `after` that no run of this
+    instance executed, and the last execution id read. A run's (the publish job's, the guard's, the check run
+    from the UI) reads the ledger or the event log itself; one without a run was reported by hand, and may
+    show a period that is not published as passing."""
+    key = dg.AssetCheckKey(programme.key("published_release"), stages.PUBLICATION_CHECK)
+    forged, last = [], after
+    for execution in _new_check_executions(instance, key, after):
+        last = execution.id
+        if execution.run_id and instance.get_run_by_id(execution.run_id) is not None:
+            continue
+        period = _period(execution.partition, programme)
+        found = (
+            None
+            if period is None
+            else stages.publication(programme.policy, period, Path(settings.releases_dir), settings.ledger())
+        )
+        forged.append(ForgedCheck(programme, execution, period, found))
+    return forged, last
+
+
+def forged_check_request(forged: ForgedCheck) -> dg.RunRequest:
+    partition = forged.execution.partition
+    assert partition is not None and forged.period is not None
+    config = {"asset_key": list(forged.key.path), "partition": partition, "from_ledger": True}
+    return dg.RunRequest(
+        run_key=f"{forged.key.to_user_string()}-check-{forged.execution.id}",
+        run_config={"ops": {GUARD_OP: {"config": config}}},
+        tags={**forged.programme.tags(), PERIOD_TAG: forged.period.label, GUARD_TAG: partition},
+    )
 
 
 def guard_request(reading: GuardReading) -> dg.RunRequest:
@@ -243,6 +354,15 @@ def guard_tick(
             if reading.period is not None:
                 to_record[str(record.partition_key)] = reading
         requests += [guard_request(reading) for reading in to_record.values()]
+        forged, last = forged_checks(instance, programme, after.get(f"{name}:{stages.PUBLICATION_CHECK}"), settings)
+        if last is not None:
+            after[f"{name}:{stages.PUBLICATION_CHECK}"] = last
+        for check in forged:
+            alert = check.alert()
+            report = deliver(alert, AlertRouting.for_policy(programme.policy), Path(settings.alerts_dir))
+            lines.append(f"{alert.subject}: {alert.reason} -> {report.summary()}")
+            if check.period is not None:
+                requests.append(forged_check_request(check))
     return requests, json.dumps(after, sort_keys=True), lines
 
 
@@ -263,6 +383,14 @@ def build_publication_guard(programmes: Sequence[Programme]) -> tuple[dg.SensorD
         programme = by_key.get(key)
         if programme is None:
             raise dg.Failure(f"{key.to_user_string()} is no programme's published_release", allow_retries=False)
+        if config.from_ledger:
+            period = _period(config.partition, programme)
+            if period is None:
+                raise dg.Failure(f"{config.partition} is no period of {programme.policy.name}", allow_retries=False)
+            outcome = stages.check_publication(programme.policy, period, Path(settings.releases_dir), settings.ledger())
+            context.log.info(outcome.summary)
+            context.log_event(check_evaluation(outcome, key, config.partition))  # type: ignore[arg-type]
+            return
         latest = context.instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=key, asset_partitions=[config.partition]), limit=1
         ).records
