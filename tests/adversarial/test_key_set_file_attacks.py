@@ -64,3 +64,28 @@ def test_a_coded_file_of_another_version_is_refused_by_the_advantage_gate(kept, 
     pq.write_table(table.replace_schema_metadata({**table.schema.metadata, keysets.FILE_FORMAT: b"2"}), other)
     with pytest.raises(ValueError, match=f"{other}: coded key set file of version"):
         read_key_sets(other, lambda cells: pd.Series(cells.to_numpy(), index=cells.to_numpy()))
+
+
+@pytest.mark.parametrize("edit", ["one_pair_cut", "a_unit_name_row_cut"])
+def test_the_ranged_road_checks_a_coded_file_before_reading_it(kept, tmp_path, edit):
+    """Held: the ranged estimate numbers every part first, each coded file checked (`keysets._number`)."""
+    bad = _rewritten(kept.area.unit_keys, tmp_path / f"{edit}.parquet", EDITS[edit])
+    with pytest.raises(ValueError, match=f"{bad}: not a valid coded key set file"):
+        risk_stage.window_key_sets(kept, bad, [], [], ranges_above=1)
+    assert risk_stage.window_key_sets(kept, kept.area.unit_keys, [], [], ranges_above=1).units > 0
+
+
+def test_a_key_set_file_of_another_period_is_refused_by_the_advantage_gate(kept, tmp_path):
+    """Held: the key sets of another period (here the same file with its keys' bucket year changed) name keys
+    the candidate does not publish; the gate fails closed, naming the file."""
+    from spatial_release.risk.landscape import load_landscape
+
+    other = _rewritten(
+        kept.area.unit_keys,
+        tmp_path / "other_period.parquet",
+        lambda f: f.assign(name=f["name"].where(f["u"].notna(), f["name"].str.replace("@2018-", "@2017-"))),
+    )
+    assert keysets.check_coded_file(other)  # a well-formed file
+    landscape, _ = load_landscape(kept.policy.resolve(kept.policy.risk.landscape))
+    with pytest.raises(ValueError, match=f"{other}: keys without a published count in the candidate"):
+        risk_stage.candidate_advantage(kept, landscape, other)
