@@ -241,3 +241,14 @@ def test_privacy_budget_of_a_release_alone_and_over_the_budget(dp_candidate, tmp
     zcdp = [replace(entries[0], privacy={"accounting": "zcdp", "loss": [0.1, 1e-6]})]
     with pytest.raises(ValueError, match="do not compose here"):
         dp_stage.budget_decision(ctx.policy, zcdp)
+
+
+def test_the_map_of_a_release_that_publishes_nothing_renders():
+    """Under DP a release may select no figure at all (a small fleet at a small epsilon): its map still renders."""
+    from types import SimpleNamespace
+
+    from spatial_release.report import mapping
+
+    empty = pd.DataFrame({c: pd.Series(dtype="str") for c in ("level", "area_id", "bucket_start")}).assign(n_devices=0)
+    view = SimpleNamespace(margins=empty.iloc[0:0], buckets_of=lambda level: 13)
+    assert mapping._totals_line(view) == ""  # type: ignore[arg-type]

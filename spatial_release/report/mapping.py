@@ -394,7 +394,7 @@ def _level_shapes(view: ReleaseView, level: str, shares: pd.Series) -> gpd.GeoSe
 
 
 def _totals_line(view: ReleaseView) -> str:
-    totals = view.margins[view.margins["level"].map(is_total)]
+    totals = view.margins[view.margins["level"].map(is_total).astype(bool)]  # an empty map is no column list
     parts = [
         f"{level} published in {group['bucket_start'].nunique()} of {view.buckets_of(level)} buckets"
         for level, group in totals.groupby("level", sort=True)
