@@ -494,6 +494,36 @@ def test_the_path_a_copy_moved_ahead_from_stays_pinned(ledger, tmp_path, capsys)
         read_ledger(copy)
 
 
+def test_two_hosts_writing_one_ledger_each_catch_a_rollback(tmp_path):
+    """Hostile pass (issue 39): two hosts append to one shared ledger and releases folder with one key, each
+    with its own pin beside its copy of the key. A rollback of the entry host B appended: B is behind its pin;
+    host A never saw the entry, so its pin cannot tell, and the cross-check of releases/ (the release B
+    published, which the ledger no longer records) is what blocks there."""
+    import os
+
+    from spatial_release.ledger import load_signing_key
+
+    key_a = signing_key_path()
+    load_signing_key(key_a)  # created on first use
+    key_b = tmp_path / "host-b" / key_a.name
+    key_b.parent.mkdir(mode=0o700)
+    for suffix in ("", ".pub"):
+        (key_b.parent / (key_a.name + suffix)).write_bytes((key_a.parent / (key_a.name + suffix)).read_bytes())
+    os.chmod(key_b, 0o600)
+    folder, releases = tmp_path / "ledger", tmp_path / "releases"
+    for host, period in ((key_a, "2018-01"), (key_b, "2018-02"), (key_a, "2018-03")):
+        _publish_folder(releases, append_entry(folder, {"kind": "release", "dataset": "d", "period": period}, host))
+    older = _snapshot(folder)
+    _publish_folder(releases, append_entry(folder, {"kind": "release", "dataset": "d", "period": "2018-04"}, key_b))
+    _put_back(folder, older)
+    with pytest.raises(PinMismatch, match="1 entry missing"):
+        Ledger(folder, signing_key=key_b).read()
+    entries = Ledger(folder, signing_key=key_a).read()
+    assert len(entries) == 3  # host A's pin is at the third entry: the rollback is behind host B's only
+    with pytest.raises(ReleasesMismatch, match="2018-04 is a published release the ledger does not record"):
+        Ledger(folder, releases, signing_key=key_a).checked_releases()
+
+
 def test_forget_pin_never_signs_an_edited_pin_again(ledger, tmp_path):
     copy = tmp_path / "elsewhere"
     shutil.copytree(ledger, copy)
