@@ -198,7 +198,8 @@ def test_the_monthly_programme_publishes_after_the_quarter_and_agrees_with_it(re
         ("jc-bikes-monthly", "2018-03"),
     ]
     figures = [r.risk.release_figure for r in records]
-    assert records[-1].risk.cumulative == pytest.approx(cumulative_risk(figures))
+    # release.json carries 3 significant digits
+    assert records[-1].risk.cumulative == pytest.approx(cumulative_risk(figures), rel=5e-3)
     # agreement, from the files and the work areas' true counts (what each release withheld)
     key = ["level", "area_id", "bucket_start"]
     folders = [quarter_folder] + [out / "releases" / "jc-bikes-monthly" / m for m in ("2018-01", "2018-03")]

@@ -29,19 +29,30 @@ gone without it (an over-approximation of what changes), and for the others noth
   Without a target that has a boundary key, none of its keys is taken as published. Run on sampled targets
   (stratified by zone): their success with and without is reported; their advantage is never above the
   membership attacker's (it needs a boundary key too).
-Not in the portfolio: the trajectory recovery of `risk.attack` and differencing with the audit's intervals. On a
-unit without a boundary key they can only read counts one lower without it, which an attacker who does not know
-every other unit cannot tell from another dataset; an attacker run on both releases may still see its output
-move by chance there, which this gate does not measure.
+- `trajectory_recovery` (`risk.attack`: Xu et al.'s recovery from the counts, then linkage with the known
+  points). It reads the counts, so it can gain on a unit without a boundary key too: without the target its
+  counts are one lower and the recovered trajectories move (`tests/test_advantage_recovery.py` re-runs the
+  recovery without chosen targets and finds such gains). The recovery is a global problem, so it is re-run per
+  target only where it matters: it runs once on every view the candidate publishes (the worst view per
+  target), and a target's success *with* the release bounds its advantage (its success without is >= 0).
+  The targets whose success is over the ceiling and who hold no figure at exactly k are then measured: the
+  recovery is re-run on each view without them (same published pattern, their figures one lower, the same
+  knowledge drawn), and their bound is the largest gain (`stages.advantage.recovery_success`; past a cap of
+  targets, the others keep their success). A bound that is a success credits what the recovery would find
+  without the target too: above the advantage, never below.
+Not in the portfolio: differencing with the audit's intervals. What differencing the published figures can
+derive about a withheld count is the audit's interval, and the audit refuses a release where it pins a count
+down or shows it below k; how that interval moves without the target is not measured here.
 
 **Per zone** (the regularity attackers' targets: every unit when they are few, else `targets_per_zone` sampled):
 - `advantage`: the `quantile` (0.95) of the per-target advantage over every unit of the zone (the strongest
   attacker per target, each attacker's advantage the mean over the draws);
-- `advantage_ucb`: its upper confidence bound, which is the quantile itself: every unit of the zone is a target
-  of the membership attacker, and the sampled attackers cannot add to it;
-- `success_with`, `success_without`: the quantiles of the strongest regularity attacker's success on the
-  candidate and on the counterfactual;
-- `exposed`: the number of the zone's units whose advantage is over the ceiling (exact), and `exposed_share`,
+- `advantage_ucb`: its upper bound, the quantile over every unit of the larger of the membership advantage and
+  the recovery's success with the release: every unit of the zone is a target of both, and the sampled
+  regularity attackers cannot add to it;
+- `success_with`, `success_without`: the quantiles of the strongest attacker's success on the candidate (the
+  sampled targets' and the recovery's over every unit) and of the regularity attackers' on the counterfactual;
+- `exposed`: the number of the zone's units whose bound is over the ceiling (exact), and `exposed_share`,
   that number over the zone's *public* population (the landscape), never over the data's own units, which
   padding inflates.
 Never a mean over units: a mean can be diluted by adding harmless units.
@@ -64,7 +75,8 @@ REGULARITY_DAY = "regularity_day"
 REGULARITY_WEEK = "regularity_week"
 REGULARITY_ALL = "regularity_all"
 REGULARITY = (REGULARITY_DAY, REGULARITY_WEEK, REGULARITY_ALL)
-ATTACKERS = (MEMBERSHIP, *REGULARITY)
+RECOVERY = "trajectory_recovery"
+ATTACKERS = (MEMBERSHIP, *REGULARITY, RECOVERY)
 NO_PUBLISHED_FIGURE = "(zones with no published figure)"
 
 DAY_MINUTES = 24 * 60
@@ -105,6 +117,32 @@ class ZoneAdvantage:
     def gated(self) -> float:
         """The zone's figure against the ceiling: the larger of the quantile's bound and the exposed share."""
         return max(self.advantage_ucb, self.exposed_share or 0.0)
+
+
+@dataclass(frozen=True)
+class RecoverySuccess:
+    """The trajectory recovery attack's success on the candidate (`risk.attack.attack_risk`, every view the
+    candidate publishes), per (unit, zone) target: unit codes of the key sets the gate reads, zone names, the
+    success (mean over the draws; the worst view), and the bound of its advantage: the success itself, or,
+    for the `measured` targets, the advantage measured by re-running the recovery without them. Per-unit
+    figures: internal, never serialised."""
+
+    unit: np.ndarray
+    zone: np.ndarray
+    success: np.ndarray
+    bound: np.ndarray | None = None  # None: the success
+    measured: int = 0
+    seconds: float = 0.0
+
+    def of(self, unit: np.ndarray, zone: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The success and the advantage bound of each (unit, zone) target (0 for a target the recovery did not
+        draw: it has no published figure there to reveal)."""
+        index = pd.MultiIndex.from_arrays([self.unit, self.zone.astype(str)])
+        bound = self.success if self.bound is None else self.bound
+        found = pd.DataFrame({"s": self.success, "b": bound}, index=index).groupby(level=[0, 1]).max()
+        wanted = pd.MultiIndex.from_arrays([np.asarray(unit, dtype=np.int64), np.asarray(zone).astype(str)])
+        got = found.reindex(wanted).fillna(0.0)
+        return got["s"].to_numpy(dtype=float), got["b"].to_numpy(dtype=float)
 
 
 @dataclass
@@ -343,10 +381,12 @@ def assess_advantage(
     ceiling: float,
     population: dict[str, float] | None = None,
     hidden: tuple[np.ndarray, np.ndarray] | None = None,
+    recovery: RecoverySuccess | None = None,
 ) -> AdvantageReport:
     """Per-zone advantage of the release whose published key sets are `sets` (key names and published counts
     by key code; k the threshold). `hidden`: (unit code, zone) of every zone each unit has a true point in
-    (the entries of zones where none of its keys is published come from it)."""
+    (the entries of zones where none of its keys is published come from it). `recovery`: the trajectory
+    recovery's success on the candidate per target (None: not in the portfolio)."""
     started = time.perf_counter()
     boundary = np.asarray(key_count) == k
     # boundary keys per unit, summed over each unit's run of keys (no per-pair unit array)
@@ -355,6 +395,8 @@ def assess_advantage(
     exposed_unit = unit_boundary > 0
     entries = _entries(sets, hidden)
     member = membership_advantage(unit_boundary[entries.unit])
+    none = np.zeros(len(entries.unit))
+    recovered = recovery.of(entries.unit, entries.zone) if recovery is not None else (none, none)
     guessers = _guessers(key_names)
     truth = sets  # the best-match kernel reads 32- or 64-bit codes alike: no copy of the pairs
     rng = np.random.default_rng(params.seed)
@@ -370,9 +412,9 @@ def assess_advantage(
         )
         found = _sampled_attacks(sets, truth, entries, exposed_unit, guessers, params, sample, rng)
         report.zones.append(
-            _zone_figures(zone, rows, sample, member, found, params, ceiling, population, exposed_unit, entries)
+            _zone_figures(zone, rows, sample, member, recovered, found, params, ceiling, population, exposed_unit, entries)
         )
-    report.seconds = time.perf_counter() - started
+    report.seconds = time.perf_counter() - started + (recovery.seconds if recovery is not None else 0.0)
     return report
 
 
@@ -412,6 +454,7 @@ def _zone_figures(
     rows: np.ndarray,
     sample: np.ndarray,
     member: np.ndarray,
+    recovered: tuple[np.ndarray, np.ndarray],
     found: dict[str, tuple[np.ndarray, np.ndarray]],
     params: AdvantageParams,
     ceiling: float,
@@ -419,28 +462,39 @@ def _zone_figures(
     exposed_unit: np.ndarray,
     entries: _Entries,
 ) -> ZoneAdvantage:
-    """The zone's figures: the advantage over every unit of the zone (the membership attacker's, which the sampled
-    attackers cannot exceed: without a boundary key nothing of a unit's changes), their success with and without
-    at the quantile."""
+    """The zone's figures. `advantage`: the quantile of the membership attacker's exact advantage over every
+    unit of the zone (the regularity attackers cannot exceed it: without a boundary key nothing of a unit's
+    changes). `advantage_ucb`: the quantile over every unit of the larger of that and the recovery's bound (its
+    success with the release, which bounds its advantage from above since its success without is >= 0, or its
+    advantage measured without the target), for every unit and without sampling. Success with and without:
+    the strongest attacker's, at the quantile."""
     q = params.quantile
+    recovery_with, recovery_bound = recovered
     sampled_adv = {name: np.clip(w - wo, 0.0, 1.0) for name, (w, wo) in found.items()}
     advantage = quantile_higher(member[rows], q)
-    success_with = np.max(np.vstack([w for w, _ in found.values()]), axis=0) if len(sample) else np.zeros(0)
+    bound = np.maximum(member[rows], recovery_bound[rows])
+    with_each = [w for w, _ in found.values()] + [recovery_with[sample]]
+    success_with = np.max(np.vstack(with_each), axis=0) if len(sample) else np.zeros(0)
     success_without = np.max(np.vstack([wo for _, wo in found.values()]), axis=0) if len(sample) else np.zeros(0)
-    by_attacker = {MEMBERSHIP: advantage, **{name: quantile_higher(adv, q) for name, adv in sampled_adv.items()}}
+    by_attacker = {
+        MEMBERSHIP: advantage,
+        **{name: quantile_higher(adv, q) for name, adv in sampled_adv.items()},
+        RECOVERY: quantile_higher(recovery_bound[rows], q),
+    }
     strongest = max(ATTACKERS, key=lambda a: (by_attacker[a], a == MEMBERSHIP))
     if by_attacker[strongest] == 0.0:  # no attacker gains: name the one that succeeds most, with or without
         strongest = max(REGULARITY, key=lambda a: (quantile_higher(found[a][0], q), a == REGULARITY_DAY))
-    exposed = int((member[rows] > ceiling).sum())
+    exposed = int((bound > ceiling).sum())
     public = population.get(zone) if population else None
     return ZoneAdvantage(
         zone=zone,
         targets=len(sample),
         units=None if zone == NO_PUBLISHED_FIGURE else len(rows),
         success_without=quantile_higher(success_without, q),
-        success_with=quantile_higher(success_with, q),
+        # the recovery ran on every unit: its quantile over the zone counts beside the sampled targets'
+        success_with=max(quantile_higher(success_with, q), quantile_higher(recovery_with[rows], q)),
         advantage=advantage,
-        advantage_ucb=advantage,  # every unit of the zone: no sampling error
+        advantage_ucb=quantile_higher(bound, q),  # every unit of the zone: no sampling error
         strongest=strongest,
         exposed=exposed,
         exposed_share=(exposed / public) if public else None,

@@ -57,7 +57,7 @@ import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import highspy
 import numpy as np
@@ -148,6 +148,9 @@ class AttackReport:
     trajectories: int = 0
     accuracy: float = 0.0
     seconds: float = 0.0
+    # per (unit, zone) target: unit code, zone name, linkage success (mean over the draws). Per-unit figures:
+    # never serialised.
+    targets: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     def to_json(self) -> dict:
         return {
@@ -685,9 +688,12 @@ def attack_risk(
     zone_of_area: np.ndarray,
     params: AttackParams = AttackParams(),
     recovered: Recovered | None = None,
+    only: np.ndarray | None = None,
 ) -> AttackReport:
     """Per-zone linkage and membership figures of the release `view` for the true memberships (unit, step,
-    area codes; units numbered 0..U-1), each area's risk zone (`zone_of_area`, strings)."""
+    area codes; units numbered 0..U-1), each area's risk zone (`zone_of_area`, strings). `only`: link only the
+    knowledge sets of these units (the others count as failures; the knowledge drawn is the same as without
+    it, so a target's success can be compared between two views)."""
     started = time.perf_counter()
     recovered = recover_trajectories(view, params) if recovered is None else recovered
     n_areas = view.areas
@@ -721,6 +727,9 @@ def attack_risk(
     jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (rows, knowledge sets, targets)
     for row_ids, keysets in drawn.by_width:
         target[row_ids] = drawn.entry_unit[row_ids // params.draws]
+        if only is not None:
+            keep = np.isin(target[row_ids], only)
+            row_ids, keysets = row_ids[keep], keysets[keep]
         view_sets = view_key_of[keysets.astype(np.int64)]  # withheld known points are WITHHELD to the recovery
         for part in _row_chunks(sizes[view_sets].min(axis=1)):  # bounded memory: candidates per chunk
             jobs.append((row_ids[part], view_sets[part], target[row_ids[part]]))
@@ -730,6 +739,7 @@ def attack_risk(
         success[chunk], member_hit[chunk], out_hit[chunk] = hit, fires_in, fires_out
     report = AttackReport(trajectories=recovered.trajectories, accuracy=float(precision.mean()) if len(precision) else 0.0)
     entry_success = success.reshape(-1, params.draws).mean(axis=1) if rows else np.zeros(0)
+    report.targets = (drawn.entry_unit, np.asarray(drawn.zones, dtype=object)[drawn.entry_zone], entry_success)
     for code, zone in enumerate(drawn.zones):
         mine = drawn.entry_zone == code
         if not mine.any():
@@ -749,6 +759,27 @@ def attack_risk(
         )
     report.seconds = time.perf_counter() - started
     return report
+
+
+def without_unit(view: ReleaseView, unit: np.ndarray, step: np.ndarray, area: np.ndarray, target: int) -> ReleaseView:
+    """The release of the same data without unit `target`, with the same published pattern: its published area
+    figures and the bucket totals of its buckets one lower. The pattern is the release's own for a unit in no
+    published figure at exactly k (its removal withholds none of its figures); for a unit in one, it is not."""
+    mine = unit == target
+    width = view.areas
+    published = view.figure_step.astype(np.int64) * width + view.figure_area
+    order = np.argsort(published, kind="stable")
+    keys = np.unique(step[mine].astype(np.int64) * width + area[mine])
+    at = np.searchsorted(published[order], keys)
+    hit = at < len(order)
+    hit[hit] = published[order][at[hit]] == keys[hit]
+    counts = view.figure_count.copy()
+    counts[order[at[hit]]] -= 1
+    totals = view.totals.copy()
+    steps = np.unique(step[mine])
+    shown = steps[totals[steps] >= 0]
+    totals[shown] -= 1
+    return replace(view, figure_count=counts, totals=totals)
 
 
 CANDIDATES = 2_000_000  # (knowledge set, trajectory) candidates examined at a time (bounds the memory)

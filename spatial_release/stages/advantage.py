@@ -8,6 +8,7 @@ the coarsening loop codes the candidate it has just written into a scratch file 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,8 +19,10 @@ import pyarrow.parquet as pq
 
 from spatial_release.levels import LEAF
 from spatial_release.risk import kernels, keysets
-from spatial_release.risk.advantage import AdvantageParams, AdvantageReport, assess_advantage
+from spatial_release.risk.advantage import AdvantageParams, AdvantageReport, RecoverySuccess, assess_advantage
+from spatial_release.risk.attack import AttackParams, attack_risk, without_unit
 from spatial_release.risk.estimator import KeySets
+from spatial_release.stages.attack import attack_inputs
 from spatial_release.stages.context import ReleaseContext
 
 KEY_TIME = "%Y-%m-%dT%H:%MZ"  # as stages.risk.KEY_FORMAT names bucket starts in keys
@@ -146,17 +149,110 @@ def advantage_of(
     params: AdvantageParams,
     ceiling: float,
     population: dict[str, float] | None,
-    proposal: bool = False,
+    rung: str | None = None,
 ) -> AdvantageReport:
-    """`assess_advantage` of the candidate whose key sets `key_set_file` holds."""
+    """`assess_advantage` of the candidate whose key sets `key_set_file` holds (a coarsening proposal at time
+    rung `rung` when one is given)."""
     sets, names, unit_names = read_key_sets(key_set_file, zone_of_cells)
-    counts = published_counts(ctx, proposal).reindex(pd.Index(names.astype(str)))
+    counts = published_counts(ctx, rung is not None).reindex(pd.Index(names.astype(str)))
     if counts.isna().any():  # a key without its published count could hide a boundary key: fail closed
         missing = names[counts.isna().to_numpy()][:3].tolist()
         raise ValueError(f"{key_set_file}: keys without a published count in the candidate, e.g. {missing}")
     key_count = counts.to_numpy(np.int64)
     hidden = true_zones(ctx, unit_names, zone_of_cells)
-    return assess_advantage(sets, names, key_count, ctx.policy.k, params, ceiling, population, hidden)
+    boundary = np.zeros(sets.units, dtype=bool)
+    held = np.repeat(np.arange(sets.units), np.diff(sets.unit_offsets))[key_count[sets.unit_keys] == ctx.policy.k]
+    boundary[held] = True
+    recovery = recovery_success(ctx, zone_of_cells, unit_names, params, ceiling, boundary, rung)
+    return assess_advantage(sets, names, key_count, ctx.policy.k, params, ceiling, population, hidden, recovery)
+
+
+MEASURED_TARGETS = 100  # targets over the ceiling whose recovery advantage is measured, per assessment
+
+
+def recovery_success(
+    ctx: ReleaseContext,
+    zone_of_cells: Callable[[pd.Series], pd.Series],
+    unit_names: np.ndarray,
+    params: AdvantageParams,
+    ceiling: float,
+    boundary: np.ndarray,
+    rung: str | None = None,
+) -> RecoverySuccess:
+    """The trajectory recovery's success per (unit, zone) target on every view the candidate publishes (each
+    zoning at the policy's bucket and at each rung of its time ladder; a proposal: its cells at `rung`), the
+    worst view per target, with units coded as `unit_names` (the key sets' order; a unit of the memberships
+    without a published key is left out: it has no entry in the gate). The targets whose success is over the
+    `ceiling` and who hold no published figure at exactly k (`boundary`, by unit code: the membership attacker
+    already puts those at 1) are measured: the recovery is re-run without each (`risk.attack.without_unit`), and
+    their bound is the largest gain of a view; the others keep their success as the bound."""
+    started = time.perf_counter()
+    attack = AttackParams(points=params.points, draws=params.draws, seed=params.seed)
+    runs = [run for run in _recovery_runs(ctx, zone_of_cells, unit_names, attack, rung) if run is not None]
+    if not runs:
+        empty = np.zeros(0)
+        return RecoverySuccess(empty.astype(np.int64), empty.astype(object), empty, None, 0, time.perf_counter() - started)
+    found = pd.concat([frame for _, frame in runs], ignore_index=True)
+    worst = found.groupby(["u", "zone"], sort=True)["s"].max()
+    by_unit = worst.groupby(level=0).max()
+    over = by_unit[(by_unit > ceiling) & ~boundary[by_unit.index.to_numpy()]]
+    chosen = over.sort_values(ascending=False, kind="stable").index[:MEASURED_TARGETS].to_numpy()
+    gains = _measured_gains(runs, chosen, attack)
+    bound = worst.copy()
+    if len(gains):
+        measured = gains.groupby(["u", "zone"])["gain"].max().clip(0.0, 1.0)
+        mine = bound.index.get_level_values(0).isin(chosen)
+        bound[mine] = measured.reindex(bound.index[mine]).fillna(0.0).to_numpy()
+    return RecoverySuccess(
+        worst.index.get_level_values(0).to_numpy(np.int64),
+        worst.index.get_level_values(1).to_numpy(dtype=object),
+        worst.to_numpy(dtype=float),
+        bound.to_numpy(dtype=float),
+        len(chosen),
+        time.perf_counter() - started,
+    )
+
+
+def _recovery_runs(ctx, zone_of_cells, unit_names: np.ndarray, attack: AttackParams, rung: str | None):
+    """Per view: its inputs and the recovery's success per target (u: the key sets' unit code, a: the view's
+    own unit code, zone, s); None for a view with no published figure (nothing to recover or reveal)."""
+    views: list[tuple[str | None, str | None, bool]] = []  # (zoning, rung, proposal)
+    if rung is not None:
+        views = [(None, rung, True)]
+    else:
+        zonings = [None, *(spec.name for spec in ctx.policy.geometry.linked)]
+        views = [(zoning, r, False) for zoning in zonings for r in [None, *ctx.policy.time.ladder]]
+    names = pd.Index(pd.Series(unit_names).astype(str))
+    for zoning, at, proposal in views:
+        inputs = attack_inputs(ctx, zone_of_cells, at, proposal, zoning)
+        if not len(inputs.view.figure_area) or inputs.unit_names is None:
+            yield None
+            continue
+        report = attack_risk(inputs.view, inputs.unit, inputs.step, inputs.area, inputs.zone_of_area, attack)
+        assert report.targets is not None
+        unit, zone, success = report.targets
+        code = names.get_indexer(inputs.unit_names.astype(str)[unit])
+        frame = pd.DataFrame({"u": code, "a": unit, "zone": zone.astype(str), "s": success})
+        yield inputs, frame[code >= 0]
+
+
+def _measured_gains(runs: list, chosen: np.ndarray, attack: AttackParams) -> pd.DataFrame:
+    """(u, zone, gain) of each chosen target in each view where it is a target: its success on the view minus
+    its success on the view without it (the same knowledge drawn)."""
+    gains = []
+    for inputs, frame in runs:
+        mine = frame[frame["u"].isin(chosen)]
+        for code, own in mine.groupby("a"):
+            view = without_unit(inputs.view, inputs.unit, inputs.step, inputs.area, int(code))
+            report = attack_risk(
+                view, inputs.unit, inputs.step, inputs.area, inputs.zone_of_area, attack, only=np.array([code])
+            )
+            assert report.targets is not None
+            unit, zone, success = report.targets
+            without = pd.Series(success[unit == code], index=zone[unit == code].astype(str))
+            gain = own["s"].to_numpy() - without.reindex(own["zone"]).fillna(0.0).to_numpy()
+            gains.append(pd.DataFrame({"u": own["u"].to_numpy(), "zone": own["zone"].to_numpy(), "gain": gain}))
+    return pd.concat(gains, ignore_index=True) if gains else pd.DataFrame(columns=["u", "zone", "gain"])
 
 
 def advantage_params(landscape) -> AdvantageParams:

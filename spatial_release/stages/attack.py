@@ -33,6 +33,7 @@ class AttackInputs:
     step: np.ndarray
     area: np.ndarray
     zone_of_area: np.ndarray
+    unit_names: np.ndarray | None = None  # unit code -> the membership's unit name (per-unit: internal)
 
 
 def _centroids(geometries, names: np.ndarray, shown: np.ndarray) -> np.ndarray:
@@ -131,13 +132,14 @@ def attack_inputs(
         daytime=daytime,
         day_lag=day_lag,
     )
-    unit_codes, _ = pd.factorize(membership["unit"], sort=True)
+    unit_codes, unit_names = pd.factorize(membership["unit"], sort=True)
     return AttackInputs(
         view,
         unit_codes.astype(np.int64),
         buckets.get_indexer(membership["bucket_start"]).astype(np.int64),
         pd.Index(names).get_indexer(membership["cell_id"]).astype(np.int64),
         zones_of(names),
+        np.asarray(unit_names, dtype=object),
     )
 
 

@@ -772,7 +772,7 @@ def candidate_advantage(
         "ceiling": risk.per_release_ceiling,
         "population": population,
         "policy": ctx.policy.sha256,
-        "proposal": rung is not None,
+        "rung": rung,
     }
     digest = reuse.digest_of(inputs)
     memo = ctx.area.risk / ADVANTAGE_MEMO
@@ -782,7 +782,7 @@ def candidate_advantage(
             return AdvantageReport.from_json(saved)
         except (KeyError, TypeError, ValueError):
             pass
-    found = advantage_stage.advantage_of(ctx, path, zone_of, params, risk.per_release_ceiling, population, rung is not None)
+    found = advantage_stage.advantage_of(ctx, path, zone_of, params, risk.per_release_ceiling, population, rung)
     reuse.save(memo, digest, found.to_json())
     return found
 
