@@ -183,3 +183,15 @@ def test_the_release_without_a_target_keeps_the_pattern_and_lowers_its_figures()
         mine = full.targets[0] == target
         assert np.allclose(alone.targets[2][alone.targets[0] == target], full.targets[2][mine])
         assert not alone.targets[2][alone.targets[0] != target].any()  # the others are not linked
+
+
+def test_the_measured_targets_are_bounded_by_a_count_of_work_not_by_time():
+    from types import SimpleNamespace
+
+    from spatial_release.stages.advantage import MEASURED_TARGETS, MEASURED_WORK, measured_targets
+
+    small = [(SimpleNamespace(unit=np.zeros(1_000)), None)] * 3
+    assert measured_targets(small, 7) == 7
+    assert measured_targets(small, 10_000) == MEASURED_TARGETS
+    big = [(SimpleNamespace(unit=np.zeros(MEASURED_WORK // 4)), None)]
+    assert measured_targets(big, 50) == 4  # 10 M pings' memberships allow a few re-runs, never 100

@@ -38,7 +38,7 @@ gone without it (an over-approximation of what changes), and for the others noth
   The targets whose success is over the ceiling and who hold no figure at exactly k are then measured: the
   recovery is re-run on each view without them (same published pattern, their figures one lower, the same
   knowledge drawn), and their bound is the largest gain (`stages.advantage.recovery_success`; past a cap of
-  targets, the others keep their success). A bound that is a success credits what the recovery would find
+  targets and of work, the others keep their success). A bound that is a success credits what the recovery would find
   without the target too: above the advantage, never below.
 Not in the portfolio: differencing with the audit's intervals. What differencing the published figures can
 derive about a withheld count is the audit's interval, and the audit refuses a release where it pins a count
