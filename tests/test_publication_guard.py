@@ -284,3 +284,32 @@ def test_a_check_evaluation_reported_by_hand_is_alerted_and_recorded_again_from_
     assert execute_release(programme_for(folder / "fixture.yaml"), PARTITION, settings, instance=instance).success
     second = _tick(defs, instance, settings, first.cursor)
     assert second.run_requests == [] and len(_alerts(tmp_path)) == 1 and _latest_check(instance).passed
+
+
+def test_a_check_evaluation_logged_under_a_run_that_never_runs_the_check_is_reported(tmp_path):
+    """Variant: the evaluation logged under an existing run's id (`report_dagster_event`) instead of runless.
+    Only a run that executes the check (the publish job, the guard's job, a run that selected it) is trusted;
+    the check run from the UI is not reported (control)."""
+    from dagster._core.events import DagsterEvent, DagsterEventType
+
+    folder, settings = _policies(tmp_path), _settings(tmp_path)
+    defs = _definitions(folder)
+    instance = dg.DagsterInstance.ephemeral()
+    release = execute_release(programme_for(folder / "fixture.yaml"), PARTITION, settings, instance=instance)
+    assert release.success
+    assert _run_check(folder, settings, instance).passed  # the UI's run of the check
+    first = _tick(defs, instance, settings, None)
+    assert first.run_requests == [] and _alerts(tmp_path) == []
+    candidate = release.candidate.run_id
+    evaluation = dg.AssetCheckEvaluation(asset_key=RELEASE, check_name=CHECK.name, passed=True, partition="2018-Q2")
+    event = DagsterEvent(
+        event_type_value=DagsterEventType.ASSET_CHECK_EVALUATION.value,
+        job_name=instance.get_run_by_id(candidate).job_name,
+        event_specific_data=evaluation,
+    )
+    instance.report_dagster_event(event, run_id=candidate)
+    second = _tick(defs, instance, settings, first.cursor)
+    [alert] = _alerts(tmp_path)
+    assert alert["period"] == "2018-Q2" and "reported by hand" in alert["reason"] and "NOT published" in alert["reason"]
+    [request] = second.run_requests
+    assert not _launch(defs, instance, settings, request).passed

@@ -265,18 +265,34 @@ def _new_check_executions(
         cursor = page[-1].id
 
 
+def _executes_the_check(instance: dg.DagsterInstance, run_id: str, key: dg.AssetCheckKey, programme: Programme) -> bool:
+    """Whether `run_id` is a run of this instance that evaluates the check: the programme's publish job, the
+    guard's job (both log it themselves), or a run that planned it (the check run from the UI)."""
+    run = instance.get_run_by_id(run_id) if run_id else None
+    if run is None:
+        return False
+    if run.job_name in (programme.name("publish_job"), GUARD_JOB):
+        return True
+    for log in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED):
+        data = log.dagster_event.event_specific_data if log.dagster_event is not None else None
+        if getattr(data, "asset_key", None) == key.asset_key and getattr(data, "check_name", None) == key.name:
+            return True
+    return False
+
+
 def forged_checks(
     instance: dg.DagsterInstance, programme: Programme, after: int | None, settings: ReleaseSettings
 ) -> tuple[list[ForgedCheck], int | None]:
     """The evaluations of the programme's published_by_the_publish_job stored after `after` that no run of this
-    instance executed, and the last execution id read. A run's (the publish job's, the guard's, the check run
-    from the UI) reads the ledger or the event log itself; one without a run was reported by hand, and may
-    show a period that is not published as passing."""
+    instance executed, and the last execution id read. A run that executes the check (the publish job, the
+    guard's job, the check run from the UI) reads the ledger or the event log itself; one without a run, or
+    logged under a run that never executes it, was reported by hand, and may show a period that is not
+    published as passing."""
     key = dg.AssetCheckKey(programme.key("published_release"), stages.PUBLICATION_CHECK)
     forged, last = [], after
     for execution in _new_check_executions(instance, key, after):
         last = execution.id
-        if execution.run_id and instance.get_run_by_id(execution.run_id) is not None:
+        if _executes_the_check(instance, execution.run_id, key, programme):
             continue
         period = _period(execution.partition, programme)
         found = (
