@@ -252,3 +252,10 @@ def test_the_map_of_a_release_that_publishes_nothing_renders():
     empty = pd.DataFrame({c: pd.Series(dtype="str") for c in ("level", "area_id", "bucket_start")}).assign(n_devices=0)
     view = SimpleNamespace(margins=empty.iloc[0:0], buckets_of=lambda level: 13)
     assert mapping._totals_line(view) == ""  # type: ignore[arg-type]
+
+
+def test_the_dp_protection_logs_no_count_of_the_datas_keys(dp_candidate):
+    """How many keys the data holds (selected or not) is no published figure: the progress log names none."""
+    messages: list[str] = []
+    dp_stage.run_protect_dp(dp_candidate, progress=messages.append)
+    assert messages and not any(ch.isdigit() for message in messages for ch in message)

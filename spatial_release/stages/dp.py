@@ -88,7 +88,8 @@ def run_protect_dp(ctx: ReleaseContext, progress: Progress = log_progress) -> Pr
     counts = bounded_counts(bounded, parents)  # type: ignore[arg-type]
     cut = pd.DatetimeIndex(list(ctx.structure.cut))
     counts = counts[~pd.to_datetime(counts["bucket_start"], utc=True).isin(cut)]  # cut buckets never published
-    progress(ProgressEvent("dp", f"dp: {len(counts):,} figures offered to {calibration.describe()['mechanism']}"))
+    # how many keys the data holds is a fact about unselected keys too: the log names the mechanism only
+    progress(ProgressEvent("dp", f"dp: bounded counts offered to OpenDP {calibration.describe()['mechanism']}"))
     noisy = dp_release(counts, calibration).counts
     published = consistent_counts(noisy, parents, policy.measure)  # type: ignore[arg-type]
     cells, margins = _published_frames(published)
