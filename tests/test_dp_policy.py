@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import policy_dict, write_policy
+from conftest import PROJECT_ROOT, policy_dict, write_policy
 
 from spatial_release.policy import DpProtection, PolicyError, load_policy
 
@@ -84,3 +84,15 @@ def test_dp_refuses_what_it_cannot_protect(tmp_path, change, words):
     change(data)
     (tmp_path / "zeros.csv").write_text("cell_id\n")
     assert words in _error_for(tmp_path, data)
+
+
+def test_the_shipped_dp_programme_blocks_on_the_dp_guarantees():
+    """policies/jc-bikes-dp.yaml: its graph's blocking checks on the candidate are the DP ones; the k floor and the
+    suppression audit are replaced by the mechanism's guarantee."""
+    from spatial_release.definitions import defs as load_definitions
+
+    graph = load_definitions().resolve_asset_graph()
+    checks = {key.name for key in graph.asset_check_keys if key.asset_key.path[0] == "jc_bikes_dp"}
+    assert {"withheld_absent", "no_identifiers", "dp_mechanism", "privacy_budget", "risk_budget"} <= checks
+    assert not {"k_floor", "suppression_audit", "suppression_budget", "structural_zeros_hold"} & checks
+    assert load_policy(PROJECT_ROOT / "policies" / "jc-bikes-dp.yaml").protection.method == "dp"

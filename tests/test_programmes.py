@@ -82,7 +82,7 @@ def test_the_project_policies_each_have_a_graph():
     catalogue = build_catalogue(PROJECT_ROOT / "policies")
     assert catalogue.errors == []
     prefixes = {p.programme.prefix: p.programme.cadence for p in catalogue.programmes}
-    assert prefixes == {"demo": "quarter", "jc_bikes": "quarter", "jc_bikes_monthly": "month"}
+    assert prefixes == {"demo": "quarter", "jc_bikes": "quarter", "jc_bikes_dp": "quarter", "jc_bikes_monthly": "month"}
 
 
 def test_an_invalid_policy_file_fails_alone_and_names_the_file(tmp_path):
