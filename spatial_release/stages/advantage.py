@@ -194,8 +194,9 @@ def recovery_success(
     worst view per target, with units coded as `unit_names` (the key sets' order; a unit of the memberships
     without a published key is left out: it has no entry in the gate). The targets whose success is over the
     `ceiling` and who hold no published figure at exactly k (`boundary`, by unit code: the membership attacker
-    already puts those at 1) are measured: the recovery is re-run without each (`risk.attack.without_unit`), and
-    their bound is the largest gain of a view; the others keep their success as the bound."""
+    already puts those at 1), in zones that attacker does not already put at 1, are measured: the recovery is
+    re-run without each (`risk.attack.without_unit`), and their bound is the largest gain of a view; the others
+    keep their success as the bound."""
     started = time.perf_counter()
     attack = AttackParams(points=params.points, draws=params.draws, seed=params.seed)
     runs = [run for run in _recovery_runs(ctx, zone_of_cells, unit_names, attack, rung) if run is not None]
@@ -204,8 +205,7 @@ def recovery_success(
         return RecoverySuccess(empty.astype(np.int64), empty.astype(object), empty, None, 0, time.perf_counter() - started)
     found = pd.concat([frame for _, frame in runs], ignore_index=True)
     worst = found.groupby(["u", "zone"], sort=True)["s"].max()
-    by_unit = worst.groupby(level=0).max()
-    over = by_unit[(by_unit > ceiling) & ~boundary[by_unit.index.to_numpy()]]
+    over = _worth_measuring(worst, boundary, ceiling, params.quantile)
     chosen = over.sort_values(ascending=False, kind="stable").index[: measured_targets(runs, len(over))].to_numpy()
     gains = _measured_gains(runs, chosen, attack)
     bound = worst.copy()
@@ -221,6 +221,18 @@ def recovery_success(
         len(chosen),
         time.perf_counter() - started,
     )
+
+
+def _worth_measuring(worst: pd.Series, boundary: np.ndarray, ceiling: float, quantile: float) -> pd.Series:
+    """The largest success over the ceiling of each unit without a boundary key, over the zones the membership
+    attacker does not already settle: a zone where more than 1 - quantile of the units hold a boundary key is at
+    1 whatever the recovery's bound, so measuring there would change nothing."""
+    units = worst.index.get_level_values(0).to_numpy()
+    zones = worst.index.get_level_values(1)
+    share = pd.Series(boundary[units], index=zones).groupby(level=0).mean()
+    open_zone = ~zones.isin(share.index[share > 1 - quantile])
+    keep = (worst.to_numpy() > ceiling) & ~boundary[units] & open_zone
+    return worst[keep].groupby(level=0).max()
 
 
 def _recovery_runs(ctx, zone_of_cells, unit_names: np.ndarray, attack: AttackParams, rung: str | None):
