@@ -91,6 +91,20 @@ def _input_checks(
     ]
 
 
+def _work_files_guarantee(scope: _CheckScope, protected_table: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
+    """Before the risk step reads the earlier releases' key sets: under either protection method."""
+    return _guarantee(
+        scope,
+        protected_table,
+        stages.WORK_FILES_CHECK,
+        stages.check_earlier_work_files,
+        "The work files of the dataset's published releases that this release's risk step and the reviews "
+        "read (key sets, memberships, key areas, audit intervals, candidate tables) match the sha256 their "
+        "ledger entries record. Names the file and the entry; a release recorded before the digests is read "
+        "unverified, and the summary says which.",
+    )
+
+
 def _dp_guarantees(scope: _CheckScope, protected_table: dg.AssetsDefinition) -> list[dg.AssetChecksDefinition]:
     """Under protection.method dp the mechanism's guarantee replaces the k floor and the suppression audit;
     these still block."""
@@ -127,6 +141,7 @@ def _dp_guarantees(scope: _CheckScope, protected_table: dg.AssetsDefinition) -> 
             "The population's releases in the ledger (keyed on the data too), composed by OpenDP with this one, "
             "stay within the policy's privacy budget; a release that would exceed it is refused.",
         ),
+        _work_files_guarantee(scope, protected_table),
     ]
 
 
@@ -182,16 +197,7 @@ def _guarantees(scope: _CheckScope, protected_table: dg.AssetsDefinition) -> lis
             stages.check_suppression_budget,
             "The share of unit counts in withheld cells stays within the policy's suppression budget.",
         ),
-        _guarantee(
-            scope,
-            protected_table,
-            stages.WORK_FILES_CHECK,
-            stages.check_earlier_work_files,
-            "The work files of the dataset's published releases that this release's risk step and the reviews "
-            "read (key sets, memberships, key areas, audit intervals, candidate tables) match the sha256 their "
-            "ledger entries record. Names the file and the entry; a release recorded before the digests is read "
-            "unverified, and the summary says which.",
-        ),
+        _work_files_guarantee(scope, protected_table),
     ]
 
 
