@@ -552,7 +552,6 @@ DP_GUARANTEES = (
     check_no_identifiers,
     check_dp_mechanism,
     check_privacy_budget,
-    check_earlier_work_files,
 )
 
 # The input checks block before counting and protection in the asset graph; publication re-evaluates them.

@@ -222,11 +222,3 @@ def test_a_re_audit_of_a_published_release_keeps_the_intervals_its_entry_records
     assert cli.main([*argv, "--work", str(programme / "out/work"), "--ledger", str(programme / "ledger")]) == 0
     assert "of the publication" in capsys.readouterr().out
     assert sha256_file(intervals) == before and _check(programme).passed
-
-
-def test_the_check_guards_either_protection_method():
-    """A DP programme's risk step reads the earlier key sets too: the publication re-runs the check under both
-    methods (the Dagster graph builds its checks from the same lists)."""
-    from spatial_release.stages.checks import DP_GUARANTEES, GUARANTEES
-
-    assert stages.check_earlier_work_files in GUARANTEES and stages.check_earlier_work_files in DP_GUARANTEES

@@ -92,7 +92,8 @@ def _input_checks(
 
 
 def _work_files_guarantee(scope: _CheckScope, protected_table: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
-    """Before the risk step reads the earlier releases' key sets: under either protection method."""
+    """Before the risk step reads the earlier releases' key sets (under k-anonymity; a DP programme's risk step
+    reads the ledger only)."""
     return _guarantee(
         scope,
         protected_table,
@@ -141,7 +142,6 @@ def _dp_guarantees(scope: _CheckScope, protected_table: dg.AssetsDefinition) -> 
             "The population's releases in the ledger (keyed on the data too), composed by OpenDP with this one, "
             "stay within the policy's privacy budget; a release that would exceed it is refused.",
         ),
-        _work_files_guarantee(scope, protected_table),
     ]
 
 
