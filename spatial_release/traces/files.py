@@ -240,16 +240,29 @@ def _check_scalar_columns(path: Path, types: dict[str, str], source: SourceSpec)
         raise IngestError(f"{path}: {listed}: a mapped column must hold one value a row (text, a number or a timestamp)")
 
 
-def _check_unambiguous_parquet_columns(path: Path, source: SourceSpec) -> None:
-    """Each mapped column names one column of a Parquet file, whatever the case. DuckDB renames a repeated
-    name (`device`, `device_1`; `device`, `Device_1`), so the policy's `device` read the first of two columns
-    named `device`, or of `device` and `Device`, silently (and `DEVICE` beside `device` was reported missing)."""
-    try:
-        names = pq.read_schema(path).names
-    except (pa.ArrowException, OSError) as exc:
-        raise IngestError(f"{path}: cannot read as parquet: {exc}") from None
+def _written_names(con: duckdb.DuckDBPyConnection, path: Path, file_format: str) -> list[str]:
+    """The file's column names as written: a Parquet schema's, a CSV's header line read as data (DuckDB
+    renames a repeated name, `device_1`, wherever it reads a header)."""
+    if file_format == "parquet":
+        try:
+            return pq.read_schema(path).names
+        except (pa.ArrowException, OSError) as exc:
+            raise IngestError(f"{path}: cannot read as parquet: {exc}") from None
+    with _reading(path, file_format):
+        header = con.execute(
+            f"SELECT * FROM read_csv({sql_str(str(path))}, all_varchar = true, header = false, skip = 0) LIMIT 1"
+        ).fetchone()
+    return [str(name) for name in header or ()]
+
+
+def _check_unambiguous_columns(con: duckdb.DuckDBPyConnection, path: Path, file_format: str, source: SourceSpec) -> None:
+    """Each mapped column names one column of the file, whatever the case. DuckDB renames a repeated name
+    (`device`, `device_1`; `device`, `Device_1`), so the policy's `device` read the first of two columns
+    named `device`, or of `device` and `Device`, silently (and `DEVICE` beside `device` was reported missing).
+    The names are counted, never quoted: a file without a header has a person's data in its first line."""
+    names = [name.lower() for name in _written_names(con, path, file_format)]
     for column, fields in _mapped_fields(source).items():
-        same = sum(name.lower() == column.lower() for name in names)
+        same = names.count(column.lower())
         if same > 1:
             raise IngestError(
                 f"{path}: {same} columns are named '{column}' (ignoring case), which field {' and '.join(fields)} "
@@ -264,8 +277,7 @@ def open_file(con: duckdb.DuckDBPyConnection, path: Path, source: SourceSpec, na
         raise IngestError(f"{path}: trace file not found")
     file_format = _file_format(path, source.file_format)
     types = _register_raw(con, path, file_format, name) if name else _describe_raw(con, path, file_format)
-    if file_format == "parquet":
-        _check_unambiguous_parquet_columns(path, source)
+    _check_unambiguous_columns(con, path, file_format, source)
     _check_columns(path, types, source)
     _check_scalar_columns(path, types, source)
     return types

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
 from conftest import policy_dict, write_policy
@@ -200,16 +201,20 @@ def test_a_timestamp_past_the_readers_range_is_refused_naming_file_and_column(tm
         ingest_traces(policy, Q1, files, tmp_path / "out")
 
 
+@pytest.mark.parametrize("file_format", ["parquet", "csv"])
 @pytest.mark.parametrize("names", [["device", "device"], ["DEVICE", "device"], ["device", "Device"]])
-def test_two_columns_named_as_the_mapped_one_are_refused(tmp_path, names):
+def test_two_columns_named_as_the_mapped_one_are_refused(tmp_path, names, file_format):
     """DuckDB renames a repeated name (`device_1`): the policy's `device` read whichever came first (another
     column's values, here), silently, or was reported missing beside `DEVICE`. Refused, naming the file
-    and the column."""
+    and the column, in a Parquet file and in a CSV file."""
     others = _table().drop_columns(["device"])
     arrays = [pa.array(["x1", "x2", "x3"]), pa.array(IDS), *others.columns]
-    pq.write_table(pa.Table.from_arrays(arrays, names=[*names, *others.column_names]), tmp_path / "t.parquet")
-    with pytest.raises(IngestError, match=r"t\.parquet: 2 columns are named 'device' \(ignoring case\)"):
-        check_trace_files(_policy_of(tmp_path), Q1)
+    table = pa.Table.from_arrays(arrays, names=[*names, *others.column_names])
+    path = tmp_path / f"t.{file_format}"
+    (pq.write_table if file_format == "parquet" else pa_csv.write_csv)(table, path)
+    policy = load_policy(write_policy(tmp_path, policy_dict(str(path))))
+    with pytest.raises(IngestError, match=rf"t\.{file_format}: 2 columns are named 'device' \(ignoring case\)"):
+        check_trace_files(policy, Q1)
 
 
 def test_a_column_named_like_duckdbs_renaming_is_no_problem(tmp_path):
