@@ -1,6 +1,7 @@
 """Trace files: which files a release reads (explicit paths or the policy's `source.paths`, `{month}`
 expanded), opening each as CSV or Parquet through DuckDB with 1-based row numbers, and checking, before any
-work starts, that every file opens and has every column the policy maps (`check_trace_files`)."""
+work starts, that every file opens and has every column the policy maps, each one column of one value a row
+(`check_trace_files`)."""
 
 from __future__ import annotations
 
