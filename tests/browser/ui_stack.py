@@ -544,6 +544,17 @@ class Deployment:
             raise AssertionError(f"run {run_id}: {run}")
         return run
 
+    def run_launched_at(self, run_id: str) -> float:
+        """When the daemon launched the run (its RunStartingEvent, epoch seconds): after the queue, before the
+        run worker loads the code location."""
+        query = """query ($runId: ID!) { logsForRun(runId: $runId) { __typename ... on EventConnection {
+                     events { __typename ... on MessageEvent { timestamp } } } } }"""
+        found = self.graphql(query, {"runId": run_id})["logsForRun"]
+        starting = [e for e in found.get("events", []) if e["__typename"] == "RunStartingEvent"]
+        if not starting:
+            raise AssertionError(f"run {run_id} has no RunStartingEvent: {found.get('__typename')}")
+        return int(starting[0]["timestamp"]) / 1000
+
     def run_tags(self, run_id: str) -> dict:
         query = """query ($runId: ID!) { runOrError(runId: $runId) { ... on Run { tags { key value } } } }"""
         run = self.graphql(query, {"runId": run_id})["runOrError"]
