@@ -42,22 +42,10 @@ class Period:
             return cls(label, start, end)
         raise PeriodError(f"period {label!r} is neither a quarter like 2018-Q1 nor a month like 2018-01")
 
-    @classmethod
-    def from_partition_key(cls, key: str) -> Period:
-        """Dagster's quarterly partition keys are the quarter's first day, e.g. 2018-01-01."""
-        start = date.fromisoformat(key)
-        if start.day != 1 or start.month not in (1, 4, 7, 10):
-            raise ValueError(f"partition key {key!r} is not the first day of a quarter")
-        return cls.parse(f"{start.year}-Q{(start.month - 1) // 3 + 1}")
-
     @property
     def kind(self) -> str:
         """'quarter' or 'month', as a policy's `period` names its cadence."""
         return "quarter" if QUARTER.fullmatch(self.label) else "month"
-
-    @property
-    def partition_key(self) -> str:
-        return self.start.isoformat()
 
     def utc_window(self, tz_name: str) -> tuple[datetime, datetime]:
         """[start, end) of the period as UTC instants, the boundaries being local midnights in tz_name."""

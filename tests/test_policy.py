@@ -86,9 +86,8 @@ def test_not_yaml_and_not_mapping(tmp_path):
 
 def test_periods():
     q = Period.parse("2018-Q1")
-    assert (q.start.isoformat(), q.end.isoformat(), q.partition_key) == ("2018-01-01", "2018-04-01", "2018-01-01")
+    assert (q.start.isoformat(), q.end.isoformat()) == ("2018-01-01", "2018-04-01")
     assert Period.parse("2018-Q4").end.isoformat() == "2019-01-01"
-    assert Period.from_partition_key("2018-04-01").label == "2018-Q2"
     start, end = q.utc_window("America/New_York")
     assert start.isoformat() == "2018-01-01T05:00:00+00:00" and end.isoformat() == "2018-04-01T04:00:00+00:00"
     with pytest.raises(ValueError):
@@ -96,8 +95,6 @@ def test_periods():
     for label in ("0000-Q1", "9999-Q4", "1899-12"):  # red team, issue 23: an internal error after ingest
         with pytest.raises(PeriodError, match="the year must be between"):
             Period.parse(label)
-    with pytest.raises(ValueError):
-        Period.from_partition_key("2018-02-01")
 
 
 @pytest.mark.parametrize(
