@@ -57,6 +57,7 @@ from spatial_release.traces.unit_ids import (
     MIXED_SCRIPT,
     fold_spelling,
     register_unit_id_functions,
+    without_marks,
 )
 
 PING_COLUMNS = ("unit", "ts", "lon", "lat")
@@ -340,10 +341,11 @@ _NUMBER_TEXT = re.compile(_NUMBER)
 
 
 def _listed_id(text: str) -> str:
-    """A policy's missing value as `_with_unit` writes ids (spelling folded, blanks trimmed, numbers written
-    out), in lower case: the policy's `-1` is then missing as `-1.0` too, its `—` as the data's `—`, which is
-    `-` once folded. (A policy is typed by hand: no format characters.)"""
-    text = fold_spelling(text).strip(BLANK_CHARACTERS)
+    """A policy's missing value as `_with_unit` writes ids (spelling folded, accents stripped, blanks trimmed,
+    numbers written out), in lower case: the policy's `-1` is then missing as `-1.0` too, its `—` as the
+    data's `—`, which is `-` once folded, its `inconnu` with an accent as the data's. (A policy is typed by
+    hand: no format characters.)"""
+    text = without_marks(fold_spelling(text)).strip(BLANK_CHARACTERS)
     match = _NUMBER_TEXT.fullmatch(text)
     if not match or not any(match[group] for group in (2, 3, 4, 5)):  # no digit: not a number
         return text.lower()

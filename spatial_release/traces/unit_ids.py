@@ -73,11 +73,17 @@ def fold_spelling(text: str) -> str:
     return _compatible(unicodedata.normalize("NFKD", once.casefold()))
 
 
+def without_marks(text: str) -> str:
+    """`text` without its combining marks (decomposed, marks removed, recomposed), as DuckDB's strip_accents
+    writes the ids."""
+    decomposed = unicodedata.normalize("NFD", text)
+    return unicodedata.normalize("NFC", "".join(c for c in decomposed if not unicodedata.category(c).startswith("M")))
+
+
 def _shown(text: str) -> str:
     """What a reader of the export sees of an id, case kept: compatibility forms and dashes folded, marks
     removed (ingest strips accents), digits of any script as ASCII (ingest writes them so)."""
-    decomposed = unicodedata.normalize("NFD", _compatible(text))
-    kept = (c for c in decomposed if not unicodedata.category(c).startswith("M"))
+    kept = without_marks(_compatible(text))
     return "".join(str(unicodedata.digit(c)) if unicodedata.category(c) == "Nd" else c for c in kept)
 
 

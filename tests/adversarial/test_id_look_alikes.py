@@ -38,11 +38,11 @@ SEVEN = (
 LOOK_ALIKE_REASONS = {"mixed_script_unit_id", "look_alike_unit_id"}
 
 
-def _ingest(folder: Path, ids: list[str]):
+def _ingest(folder: Path, ids: list[str], missing: tuple[str, ...] = ("unknown",)):
     frame = pd.DataFrame({"device": ids, "when": "2018-01-10 08:00:00", "lon": -74.05, "lat": 40.72})
     frame.to_csv(folder / "t.csv", index=False)
     data = policy_dict(str(folder / "t.csv"))
-    data["source"].update(max_rejected_share=1.0, missing_unit_values=["unknown"])
+    data["source"].update(max_rejected_share=1.0, missing_unit_values=list(missing))
     policy = load_policy(write_policy(folder, data))
     result = ingest_traces(policy, Q1, resolve_trace_paths(policy), folder / "out")
     return pd.read_parquet(result.quarantine_path), pd.read_parquet(result.pings_path)
@@ -255,3 +255,12 @@ def test_a_policy_missing_value_matches_its_folded_spellings(tmp_path):
     quarantine, pings = _ingest(tmp_path, ["UNKNOWN", "\uff35\uff4e\uff4b\uff4e\uff4f\uff57\uff4e", "Unknown", "u1"])
     assert pings["unit"].tolist() == ["u1"]
     assert quarantine["reason"].tolist() == ["missing_unit_id"] * 3
+
+
+def test_a_policy_missing_value_with_an_accent_matches_the_data_without(tmp_path):
+    """The data's ids lose their accents; so does the policy's list of missing values, or `inconnu` written
+    with an accent in the policy never matched the data (before: two units)."""
+    ids = ["inconnu", "INCONNU", "inco\u0301nnu", "inc\u00f3nnu", "u1"]
+    quarantine, pings = _ingest(tmp_path, ids, missing=("inc\u00f3nnu",))
+    assert pings["unit"].tolist() == ["u1"]
+    assert quarantine["reason"].tolist() == ["missing_unit_id"] * 4
