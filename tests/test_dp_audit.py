@@ -19,6 +19,7 @@ from spatial_release.dp.audit import (
     neighbouring_counts,
     noiseless_mechanism,
     opendp_mechanism,
+    shown_statistic,
 )
 from spatial_release.levels import LEAF, TOTAL
 
@@ -93,3 +94,29 @@ def test_the_mechanism_with_its_noise_switched_off_fails_the_audit(neighbours):
     assert result.false_positives == result.false_negatives == 0
     assert result.epsilon_lower > epsilon  # caught: about 4.4 at 300 + 300 trials
     assert result.advantage > result.advantage_bound
+
+
+@pytest.fixture(scope="module")
+def boundary_neighbours():
+    """The canary in a rare cell whose other units number one less than the mechanism's threshold at epsilon 1:
+    the boundary case of a k threshold (the key shows with the canary, not without it, when nothing is noisy)."""
+    threshold = calibrate(DpParams("approx", 1e-6, B, C, epsilon=1.0), Sensitivity.of(LEVELS, B, C)).threshold
+    rare = pd.DataFrame({"unit": [f"r{i}" for i in range(threshold - 1)], "bucket_start": DAY0, "cell_id": "c9"})
+    canary = CANARY.assign(cell_id="c9")
+    without, with_canary = neighbouring_counts(pd.concat([crowd(), rare], ignore_index=True), canary, counts)
+    return without, with_canary, canary_keys_of(with_canary, without), threshold
+
+
+def test_the_gates_membership_rule_breaks_a_noiseless_threshold_and_not_the_mechanism(boundary_neighbours):
+    """`shown_statistic` is the advantage gate's membership rule (in if a known key is published): advantage 1
+    against the threshold without noise at the boundary, within the DP bound against OpenDP's mechanism."""
+    without, with_canary, keys, threshold = boundary_neighbours
+    calibration = calibrate(DpParams("approx", 1e-6, B, C, epsilon=1.0), Sensitivity.of(LEVELS, B, C))
+    broken = audit_membership(
+        without, with_canary, keys, noiseless_mechanism(threshold), 1.0, 1e-6, TRIALS, seed=2, statistic=shown_statistic
+    )
+    assert broken.advantage == 1.0 and broken.epsilon_lower > 1.0
+    sound = audit_membership(
+        without, with_canary, keys, opendp_mechanism(calibration), 1.0, 1e-6, TRIALS, seed=2, statistic=shown_statistic
+    )
+    assert sound.epsilon_lower <= 1.0 and sound.advantage <= sound.advantage_bound + 0.1

@@ -58,9 +58,15 @@ def keyed(counts: pd.DataFrame) -> Counts:
 
 def canary_statistic(published: Counts, canary_keys: Sequence[str]) -> float:
     """The membership test's score: the sum of the published figures of the canary's keys (absent: 0). The
-    canary adds one to each of them, so the score is larger with it (a likelihood-ratio test for Laplace or
-    Gaussian noise of one scale ranks outcomes by this sum)."""
+    canary adds one to each of them, so the score is larger with it (under Gaussian noise of one scale the
+    likelihood-ratio test ranks outcomes by this sum; under Laplace noise it is close to it)."""
     return float(sum(published.get(key, 0) for key in canary_keys))
+
+
+def shown_statistic(published: Counts, canary_keys: Sequence[str]) -> float:
+    """The risk gate's membership rule against a threshold: how many of the canary's keys are published at
+    all (a key at the boundary shows with the canary and not without it)."""
+    return float(sum(key in published for key in canary_keys))
 
 
 @dataclass(frozen=True)
@@ -88,9 +94,10 @@ def audit_membership(
     seed: int,
     confidence: float = 0.95,
     calibration_trials: int = 50,
+    statistic: Callable[[Counts, Sequence[str]], float] = canary_statistic,
 ) -> AuditResult:
     """Run `mechanism` `trials` times on each of the neighbouring count tables (bounded counts without and with
-    the canary unit) and test membership by thresholding `canary_statistic` halfway between its means under the
+    the canary unit) and test membership by thresholding `statistic` halfway between its means under the
     two tables, estimated on `calibration_trials` separate runs of each (the cut is never fitted to the audited
     trials). The mechanism runs on the canary's keys only: its noise and selection act on each key alone, so
     the figures of the other keys change nothing the test sees, and consistency post-processing (which can only
@@ -104,7 +111,7 @@ def audit_membership(
     }
 
     def score(member: bool) -> float:
-        return canary_statistic(mechanism(tables[member]), keys)
+        return statistic(mechanism(tables[member]), keys)
 
     cut = (
         np.mean([score(False) for _ in range(calibration_trials)])
@@ -153,4 +160,5 @@ __all__: Sequence[str] = [
     "neighbouring_counts",
     "noiseless_mechanism",
     "opendp_mechanism",
+    "shown_statistic",
 ]
