@@ -89,21 +89,30 @@ def _shown(text: str) -> str:
 
 @functools.cache
 def _script(char: str) -> str:
-    from confusable_homoglyphs import categories  # 0.1 s to load its tables: only for ids that need it
+    from confusable_homoglyphs import categories
 
     return str(categories.alias(char))
 
 
 @functools.cache
+def _glyphs(text: str) -> tuple[str, ...]:
+    """The texts Unicode's confusables data lists beside `text`: its prototype, or the characters whose
+    prototype it is (the data wraps right-to-left glyphs in U+200E marks, which draw nothing)."""
+    from confusable_homoglyphs import confusables  # 0.1 s to load its tables: only for ids that need it
+
+    return tuple(entry["c"].replace("\u200e", "") for entry in confusables.confusables_data.get(text, ()))
+
+
+@functools.cache
 def _looks_ascii(char: str) -> bool:
-    """`char` is ASCII or, in Unicode's confusables data, looks like a text that folds to ASCII."""
+    """`char` is ASCII or shares its confusable skeleton (TS #39) with a text that folds to ASCII: its
+    prototype, or another character of that prototype (`─` has the prototype `ー`, as the em dash does,
+    which folds to `-`)."""
     if char.isascii():
         return True
-    from confusable_homoglyphs import confusables
-
-    glyphs = (entry["c"] for entry in confusables.confusables_data.get(char, ()))
-    # the data wraps right-to-left glyphs in U+200E marks, which draw nothing
-    return any(_compatible(glyph.replace("\u200e", "")).isascii() for glyph in glyphs)
+    prototypes = _glyphs(char)
+    alike = (*prototypes, *(other for glyph in prototypes for other in _glyphs(glyph)))
+    return any(_compatible(glyph).isascii() for glyph in alike)
 
 
 def _scripts(text: str) -> set[str]:

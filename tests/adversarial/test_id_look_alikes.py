@@ -231,6 +231,7 @@ def test_superscript_subscript_and_compatibility_digits_are_the_number(tmp_path)
         ("\u0391\u0392\u0395-1", "look_alike_unit_id"),  # Greek only, reads as ABE-1
         ("dev-\u0131d", "look_alike_unit_id"),  # Latin dotless i
         ("dev\u30fc777777", "look_alike_unit_id"),  # the katakana prolonged sound mark for the hyphen
+        ("dev\u2500777777", "look_alike_unit_id"),  # a box-drawing line: the em dash's skeleton, `ー`
     ],
 )
 def test_look_alikes_are_quarantined_with_their_reason(tmp_path, spelling, reason):
