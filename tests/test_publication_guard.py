@@ -310,6 +310,7 @@ def test_a_check_evaluation_logged_under_a_run_that_never_runs_the_check_is_repo
     instance.report_dagster_event(event, run_id=candidate)
     second = _tick(defs, instance, settings, first.cursor)
     [alert] = _alerts(tmp_path)
-    assert alert["period"] == "2018-Q2" and "reported by hand" in alert["reason"] and "NOT published" in alert["reason"]
+    assert alert["period"] == "2018-Q2" and f"reported by hand, under run {candidate}, which never" in alert["reason"]
+    assert "NOT published" in alert["reason"]
     [request] = second.run_requests
     assert not _launch(defs, instance, settings, request).passed

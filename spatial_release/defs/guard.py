@@ -106,13 +106,11 @@ def ledger_words(found: stages.Publication | None, what: str) -> str:
 
 
 @dataclass(frozen=True)
-class GuardReading:
-    """The guard's reading of one materialisation of a programme's published_release: where it came from
-    and, for one no publish run logged, what the ledger and the release folder say of its period."""
+class _Partition:
+    """A programme's published_release on one partition: its period (None: no period of the programme) and
+    what the ledger and the release folder say of it (None when not read)."""
 
     programme: Programme
-    record: dg.EventLogRecord
-    origin: Origin
     period: Period | None
     found: stages.Publication | None
 
@@ -123,6 +121,15 @@ class GuardReading:
     @property
     def label(self) -> str:
         return self.period.label if self.period is not None else "unknown"
+
+
+@dataclass(frozen=True)
+class GuardReading(_Partition):
+    """The guard's reading of one materialisation of a programme's published_release: where it came from
+    and, for one no publish run logged, what the ledger and the release folder say of its period."""
+
+    record: dg.EventLogRecord
+    origin: Origin
 
     def ledger_words(self) -> str:
         return ledger_words(self.found, "the materialisation")
@@ -180,7 +187,7 @@ def read_materialisation(
     found = None
     if not (origin.published or origin.pending) and period is not None:
         found = stages.publication(programme.policy, period, Path(settings.releases_dir), settings.ledger())
-    return GuardReading(programme, record, origin, period, found)
+    return GuardReading(programme, period, found, record, origin)
 
 
 def _recorded_by_its_run(instance: dg.DagsterInstance, record: dg.EventLogRecord) -> bool:
@@ -212,37 +219,29 @@ class PublicationCheckRequest(dg.Config):
 
 
 @dataclass(frozen=True)
-class ForgedCheck:
+class ForgedCheck(_Partition):
     """An evaluation of `published_by_the_publish_job` that no run of this instance executed (reported by hand:
     `report_runless_asset_event` stores it without a run), and what the ledger says of its partition."""
 
-    programme: Programme
     execution: AssetCheckExecutionRecord
-    period: Period | None
-    found: stages.Publication | None
-
-    @property
-    def key(self) -> dg.AssetKey:
-        return self.programme.key("published_release")
 
     def reason(self) -> str:
         execution, name = self.execution, self.programme.policy.name
-        label = self.period.label if self.period is not None else "unknown"
         status = execution.status.value.lower()
         at = datetime.fromtimestamp(execution.create_timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        how = f"under run {execution.run_id}, which never executes it" if execution.run_id else "without a run"
         return (
-            f"{name} {label}: an evaluation of the check {stages.PUBLICATION_CHECK} on partition "
-            f"{execution.partition} ({status}) was reported by hand, without a run, at {at}; only the publish job "
-            f"and the guard record it; {ledger_words(self.found, 'the evaluation')}. The guard records the check "
-            "again from the ledger"
+            f"{name} {self.label}: an evaluation of the check {stages.PUBLICATION_CHECK} on partition "
+            f"{execution.partition} ({status}) was reported by hand, {how}, at {at}; only the publish job, the "
+            f"guard and a run of the check record it; {ledger_words(self.found, 'the evaluation')}. The guard "
+            "records the check again from the ledger"
         )
 
     def alert(self) -> Alert:
-        label = self.period.label if self.period is not None else "unknown"
         return Alert.build(
             "unbacked_publication",
             self.programme.policy.name,
-            label,
+            self.label,
             stages.PUBLICATION_CHECK,
             self.reason(),
             ui_url=asset_link(self.key, self.execution.partition),
@@ -300,7 +299,7 @@ def forged_checks(
             if period is None
             else stages.publication(programme.policy, period, Path(settings.releases_dir), settings.ledger())
         )
-        forged.append(ForgedCheck(programme, execution, period, found))
+        forged.append(ForgedCheck(programme, period, found, execution))
     return forged, last
 
 
