@@ -415,3 +415,17 @@ def test_the_command_line_releases_a_new_quarter_from_a_file_named_on_it(tmp_pat
     assert cli.main([*common, "--period", "2026-Q4", "--traces", str(tmp_path / "april.csv")]) == 2
     assert "period '2026-Q4' is not over yet" in capsys.readouterr().err
     assert not (tmp_path / "out" / "work" / "bikes" / "2026-Q4").exists()
+
+
+def test_trace_files_that_cover_no_whole_period_make_no_partition(tmp_path):
+    """`{month}` files of two months of a quarter: no period of the programme is complete, so the period sensor
+    adds none (not every quarter since 2018); the third month's file makes that quarter a partition."""
+    pattern = _monthly_exports(tmp_path / "exports", ["201804", "201805"])
+    paths = _policies(tmp_path / "policies", bikes={})
+    data = yaml.safe_load(paths["bikes"].read_text())
+    data["source"]["paths"] = [pattern]
+    paths["bikes"].write_text(yaml.safe_dump(data, sort_keys=False))
+    defs, instance = programme_for(paths["bikes"]).runnable(), dg.DagsterInstance.ephemeral()
+    assert period_sensor_keys(defs, "bikes", instance) == []
+    fixture_pings().to_csv(tmp_path / "exports" / "export-201806.csv", index=False)
+    assert period_sensor_keys(defs, "bikes", instance) == ["2018-Q2"]

@@ -42,6 +42,8 @@ def programme_periods(policy: Policy) -> tuple[Period | None, Period | None]:
     last = Period.parse(policy.last_period) if policy.last_period else (data[-1] if data else None)
     if first is not None and last is not None and last.start < first.start:
         last = first  # a declared first period after the data's last: that one partition, its files missing
+    if data is not None and not data and last is None:
+        last = first  # the file names say, and no period has all its files yet: the declared first alone, or none
     return first, last
 
 
@@ -76,6 +78,8 @@ def is_over(policy: Policy, period: Period, now: datetime | None = None) -> bool
 def releasable_periods(policy: Policy, now: datetime | None = None) -> list[Period]:
     """The programme's periods that are over, as its trace files and declared bounds say now."""
     first, last = programme_periods(policy)
+    if first is None and last is None and periods_with_traces(policy) == []:
+        return []  # not "every period since 2018": the files say which periods there are, and none is complete
     period = first or Period.parse(f"{DEFAULT_FIRST[:4]}-{'01' if policy.period == 'month' else 'Q1'}")
     found = []
     while is_over(policy, period, now) and (last is None or period.start <= last.start):
