@@ -486,10 +486,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
     """Chain, signatures (under the trusted public key only) and HEAD; with --releases, the cross-check of
-    the release folders against the ledger. Any problem, malformed files included, is "does NOT verify"
-    with the entry's line (exit 1), never a traceback."""
+    the release folders against the ledger; with --work, the work files later releases read against the
+    sha256 their entries record. Any problem, malformed files included, is "does NOT verify" with the
+    entry's line (exit 1), never a traceback."""
     from spatial_release.defs.resources import ReleaseSettings
     from spatial_release.ledger import LedgerError, check_releases, read_ledger, trusted_public_key
+    from spatial_release.stages.carried import WorkFilesMismatch, verify_work_folders
 
     folder = Path(args.ledger or ReleaseSettings().ledger_dir).resolve()
     if not folder.is_dir():  # a mistyped path must not read as "verifies: 0 entries"
@@ -500,10 +502,13 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
         entries = read_ledger(folder, key)
         if args.releases:
             check_releases(entries, Path(args.releases).resolve())
-    except (LedgerError, OSError) as exc:
+        compared = verify_work_folders(entries, Path(args.work).resolve()) if args.work else 0
+    except (LedgerError, WorkFilesMismatch, OSError) as exc:
         print(f"ledger {folder} does NOT verify: {exc}", file=sys.stderr)
         return 1
     checked = f", every release folder under {Path(args.releases).resolve()} matches" if args.releases else ""
+    if args.work:
+        checked += f", {compared} work file(s) under {Path(args.work).resolve()} match their entries"
     print(f"ledger {folder} verifies: {len(entries)} entries, head {entries[-1]['hash'][:16] if entries else '-'}{checked}")
     return 0
 
@@ -553,6 +558,9 @@ def build_parser() -> argparse.ArgumentParser:
         "$SPATIAL_RELEASE_PUBLIC_KEY, else the .pub beside the signing key",
     )
     verify.add_argument("--releases", help="releases folder to cross-check against the ledger")
+    verify.add_argument(
+        "--work", help="work folder whose files later releases read (key sets, memberships, intervals) to check"
+    )
     verify.set_defaults(func=cmd_ledger_verify)
 
     generate = sub.add_parser("generate", help="write synthetic ping traces (CSV or Parquet by suffix)", parents=[common])

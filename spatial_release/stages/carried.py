@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from datetime import UTC, datetime
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from spatial_release.errors import Blocked
 from spatial_release.fileio import sha256_file
 from spatial_release.guarantees import CheckOutcome
-from spatial_release.ledger import ReleaseEntry
+from spatial_release.ledger import ReleaseEntry, release_entries
 from spatial_release.stages.context import Published, ReleaseContext, WorkArea
 
 WORK_FILES_CHECK = "earlier_work_files"
@@ -141,3 +141,14 @@ def refuse_changed_work_files(
             f"{WORK_FILES_CHECK} failed: {len(problems)} work file(s) of published releases differ from their "
             f"ledger entries; first: {problems[0]}"
         )
+
+
+def verify_work_folders(entries: list[dict], work_root: Path) -> int:
+    """`spatial-release ledger verify --work`: every carried file under `work_root/<dataset>/<period>/` of the
+    ledger's release entries (verified entries, as `read_ledger` returns them) against the sha256 its entry
+    records; returns how many were compared. A missing file is not compared: the verifier knows no policy,
+    so not whether the key retention deleted it. Raises WorkFilesMismatch naming the first that differs."""
+    releases = release_entries(entries)
+    areas = [(WorkArea(work_root / entry.dataset / entry.period), entry) for entry in releases]
+    refuse_changed_work_files(areas)
+    return sum((area.root / name).is_file() for area, entry in areas for name in (entry.work_files or {}) if _inside(name))

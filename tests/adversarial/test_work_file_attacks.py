@@ -222,3 +222,17 @@ def test_a_re_audit_of_a_published_release_keeps_the_intervals_its_entry_records
     assert cli.main([*argv, "--work", str(programme / "out/work"), "--ledger", str(programme / "ledger")]) == 0
     assert "of the publication" in capsys.readouterr().out
     assert sha256_file(intervals) == before and _check(programme).passed
+
+
+def test_ledger_verify_with_the_work_folder_names_an_edited_work_file(programme, capsys):
+    """As `ledger verify --releases` does for a published file: an auditor's check of the work files."""
+    from spatial_release import cli
+
+    argv = ["ledger", "verify", "--ledger", str(programme / "ledger"), "--work", str(programme / "out/work")]
+    assert cli.main(argv) == 0
+    held = len([n for n in CARRIED if (_area(programme, Q1) / n).is_file()])
+    assert f"{held} work file(s) under {(programme / 'out/work').resolve()} match" in capsys.readouterr().out
+    _permute_names(_area(programme, Q1) / MEMBERSHIP, "unit")
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "does NOT verify" in err and f"{Q1}/{MEMBERSHIP} does not match the sha256" in err
