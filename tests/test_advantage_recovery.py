@@ -195,3 +195,23 @@ def test_the_measured_targets_are_bounded_by_a_count_of_work_not_by_time():
     assert measured_targets(small, 10_000) == MEASURED_TARGETS
     big = [(SimpleNamespace(unit=np.zeros(MEASURED_WORK // 4)), None)]
     assert measured_targets(big, 50) == 4  # 10 M pings' memberships allow a few re-runs, never 100
+
+
+def test_the_recovery_runs_only_where_it_can_change_the_decision():
+    """Every zone over the ceiling by the membership attacker alone: the release is refused (or climbs) whatever
+    the recovery finds, so it is not run, and the report says so; otherwise it runs."""
+    calls: list[int] = []
+
+    def provider() -> RecoverySuccess:
+        calls.append(1)
+        return RecoverySuccess(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object), np.zeros(0), None, 0)
+
+    names = np.array(["c0@2018-01-01T00:00Z"], dtype=object)
+    zone = np.array(["z"], dtype=object)
+    for units, expect_run in ((K, False), (2 * K, True)):  # one key at exactly K (all boundary), one at 2K
+        sets = KeySets.from_codes(np.arange(units, dtype=np.int64), np.zeros(units, dtype=np.int64), zone)
+        calls.clear()
+        report = assess_advantage(sets, names, np.array([units]), K, AdvantageParams(), 0.05, None, None, provider)
+        assert bool(calls) == expect_run
+        assert report.recovery.startswith("run on every unit" if expect_run else "not run")
+        assert report.worst() is not None and (report.worst().gated() > 0.05) != expect_run

@@ -152,13 +152,14 @@ class AdvantageReport:
     boundary_keys: int = 0
     boundary_units: int = 0
     seconds: float = 0.0
+    recovery: str = "not in the portfolio"  # how the trajectory recovery entered the figures
 
     def worst(self) -> ZoneAdvantage | None:
         return max(self.zones, key=lambda z: (z.gated(), z.zone), default=None)
 
     def to_json(self) -> dict:
         return {
-            **{f: getattr(self, f) for f in ("units", "boundary_keys", "boundary_units", "seconds")},
+            **{f: getattr(self, f) for f in ("units", "boundary_keys", "boundary_units", "seconds", "recovery")},
             "zones": [asdict(z) for z in self.zones],
         }
 
@@ -166,7 +167,12 @@ class AdvantageReport:
     def from_json(cls, data: dict) -> AdvantageReport:
         zones = [ZoneAdvantage(**z) for z in data["zones"]]
         return cls(
-            zones, int(data["units"]), int(data["boundary_keys"]), int(data["boundary_units"]), float(data["seconds"])
+            zones,
+            int(data["units"]),
+            int(data["boundary_keys"]),
+            int(data["boundary_units"]),
+            float(data["seconds"]),
+            str(data["recovery"]),
         )
 
 
@@ -381,12 +387,14 @@ def assess_advantage(
     ceiling: float,
     population: dict[str, float] | None = None,
     hidden: tuple[np.ndarray, np.ndarray] | None = None,
-    recovery: RecoverySuccess | None = None,
+    recovery: RecoverySuccess | Callable[[], RecoverySuccess] | None = None,
 ) -> AdvantageReport:
     """Per-zone advantage of the release whose published key sets are `sets` (key names and published counts
     by key code; k the threshold). `hidden`: (unit code, zone) of every zone each unit has a true point in
     (the entries of zones where none of its keys is published come from it). `recovery`: the trajectory
-    recovery's success on the candidate per target (None: not in the portfolio)."""
+    recovery's success on the candidate per target, or what computes it; None: not in the portfolio. It is not
+    computed when the membership attacker alone puts every zone over the ceiling: the release is refused (or
+    climbs) whatever it finds, and the report says it did not run."""
     started = time.perf_counter()
     boundary = np.asarray(key_count) == k
     # boundary keys per unit, summed over each unit's run of keys (no per-pair unit array)
@@ -395,15 +403,31 @@ def assess_advantage(
     exposed_unit = unit_boundary > 0
     entries = _entries(sets, hidden)
     member = membership_advantage(unit_boundary[entries.unit])
+    published_zones = set(np.unique(sets.key_zone.astype(str)).tolist())
+    labels = np.where(np.isin(entries.zone, list(published_zones)), entries.zone, NO_PUBLISHED_FIGURE)
+    zones = sorted(set(labels.tolist()))
+    settled = all(quantile_higher(member[labels == zone], params.quantile) > ceiling for zone in zones)
+    note, earlier = "not in the portfolio", 0.0
+    if callable(recovery):
+        recovery = None if settled else recovery()
+        if recovery is None:
+            note = "not run: the membership attacker alone puts every zone over the ceiling"
+    elif recovery is not None:
+        earlier = recovery.seconds  # computed before this call
+    if recovery is not None:
+        note = f"run on every unit; {recovery.measured} targets over the ceiling measured without them"
     none = np.zeros(len(entries.unit))
     recovered = recovery.of(entries.unit, entries.zone) if recovery is not None else (none, none)
     guessers = _guessers(key_names)
     truth = sets  # the best-match kernel reads 32- or 64-bit codes alike: no copy of the pairs
     rng = np.random.default_rng(params.seed)
-    published_zones = set(np.unique(sets.key_zone.astype(str)).tolist())
-    report = AdvantageReport(units=sets.units, boundary_keys=int(boundary.sum()), boundary_units=int(exposed_unit.sum()))
-    labels = np.where(np.isin(entries.zone, list(published_zones)), entries.zone, NO_PUBLISHED_FIGURE)
-    for zone in sorted(set(labels.tolist())):
+    report = AdvantageReport(
+        units=sets.units,
+        boundary_keys=int(boundary.sum()),
+        boundary_units=int(exposed_unit.sum()),
+        recovery=note,
+    )
+    for zone in zones:
         rows = np.flatnonzero(labels == zone)
         sample = (
             rows
@@ -414,7 +438,7 @@ def assess_advantage(
         report.zones.append(
             _zone_figures(zone, rows, sample, member, recovered, found, params, ceiling, population, exposed_unit, entries)
         )
-    report.seconds = time.perf_counter() - started + (recovery.seconds if recovery is not None else 0.0)
+    report.seconds = time.perf_counter() - started + earlier
     return report
 
 

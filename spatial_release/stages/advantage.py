@@ -163,7 +163,7 @@ def advantage_of(
     boundary = np.zeros(sets.units, dtype=bool)
     held = np.repeat(np.arange(sets.units), np.diff(sets.unit_offsets))[key_count[sets.unit_keys] == ctx.policy.k]
     boundary[held] = True
-    recovery = recovery_success(ctx, zone_of_cells, unit_names, params, ceiling, boundary, rung)
+    recovery = lambda: recovery_success(ctx, zone_of_cells, unit_names, params, ceiling, boundary, rung)  # noqa: E731
     return assess_advantage(sets, names, key_count, ctx.policy.k, params, ceiling, population, hidden, recovery)
 
 
