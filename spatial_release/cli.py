@@ -267,6 +267,8 @@ def _privacy_summary(record: ReleaseRecord, risk: RiskRecord) -> list[str]:
 
 
 def _summary(record: ReleaseRecord, internal: ProtectionSummary, folder: Path) -> str:
+    from spatial_release.report.page import uniqueness_label
+
     counts, inputs, audit, risk, entry = record.counts, record.input, record.audit, record.risk, record.ledger_entry
     if risk is not None and entry is not None and record.privacy is not None:
         return "\n".join(
@@ -299,11 +301,7 @@ def _summary(record: ReleaseRecord, internal: ProtectionSummary, folder: Path) -
             f"audit     {'passed' if audit.passed else 'FAILED'}: {audit.criterion}",
             f"risk      {risk.status}: worst zone {risk.worst_zone} {risk.release_figure:.4f} ({risk.measure}), "
             f"cumulative {risk.cumulative:.4f}"
-            + (
-                f"; upper bound {risk.upper_bound:.4f} (uniqueness, zone {risk.upper_bound_zone})"
-                if risk.upper_bound is not None
-                else ""
-            ),
+            + (f"; {uniqueness_label(risk)}: {risk.upper_bound:.4f}" if risk.upper_bound is not None else ""),
             *([f"warning   {risk.warning}"] if risk.warning else []),
             f"ledger    entry {entry[:16]}",
         ]

@@ -635,3 +635,16 @@ def test_a_geometry_reads_as_its_kind_size_and_centre():
     assert report.readable(shapely.box(580_000, 4_508_000, 581_000, 4_509_000)) == (
         "Polygon, 5 vertices, centre (580500, 4508500)"
     )
+
+
+def test_the_uniqueness_figure_is_called_an_upper_bound_only_where_it_bounds():
+    """The demo's uniqueness figure (0.00155) is below its gated attack figure (0.00255): there it is not called
+    an upper bound; above the gated figure it is."""
+    from types import SimpleNamespace
+
+    from spatial_release.report.page import uniqueness_label
+
+    below = SimpleNamespace(upper_bound=0.00155, upper_bound_zone="Z", release_figure=0.00255)
+    above = SimpleNamespace(upper_bound=0.338, upper_bound_zone="D", release_figure=0.0)
+    assert "upper bound" not in uniqueness_label(below) and "below the gated figure" in uniqueness_label(below)
+    assert uniqueness_label(above).startswith("upper bound: uniqueness under perfect trajectory recovery, zone D")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from spatial_release.policy import Policy
-from spatial_release.release import ReleaseRecord
+from spatial_release.release import ReleaseRecord, RiskRecord
 from spatial_release.report.mapping import render_map_png
 from spatial_release.report.privacy import error_bars, privacy_pairs
 from spatial_release.report.tables import (
@@ -142,11 +142,11 @@ def risk_lines(view: ReleaseView) -> list[Line]:
     return lines
 
 
-def uniqueness_label(risk) -> str:
+def uniqueness_label(risk: RiskRecord) -> str:
     """The uniqueness figure's label: an upper bound of the gated figure only where it is at least that figure
     (under the attack model membership inference can succeed where no trajectory is unique)."""
     what = f"uniqueness under perfect trajectory recovery, zone {risk.upper_bound_zone} (not gated)"
-    if risk.release_figure is not None and risk.upper_bound < risk.release_figure:
+    if risk.release_figure is not None and risk.upper_bound is not None and risk.upper_bound < risk.release_figure:
         return f"{what}: below the gated figure, so no bound of it here"
     return f"upper bound: {what}"
 

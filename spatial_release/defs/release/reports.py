@@ -11,6 +11,7 @@ from __future__ import annotations
 from spatial_release import stages
 from spatial_release.policy.model import RiskSpec
 from spatial_release.release import RiskRecord
+from spatial_release.report.page import uniqueness_label
 from spatial_release.risk import public_ratio
 from spatial_release.stages.results import ZoneFigures
 
@@ -166,7 +167,7 @@ def risk_report(risk: stages.RiskAssessment, spec: RiskSpec | None) -> str:
         f"{_figure(room.get('cumulative_ceiling'))} | {_figure(room.get('cumulative_headroom'))} |\n"
     )
     if risk.upper_bound is not None:
-        bound = f"uniqueness upper bound, zone `{risk.upper_bound_zone}` (not gated)"
+        bound = uniqueness_label(risk)
         head += f"| {bound} | {risk.adversary} | {_figure(risk.upper_bound)} | - | - |\n"
     if risk.warning:
         head += f"\n**Warning**: {risk.warning}\n"
