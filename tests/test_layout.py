@@ -20,6 +20,7 @@ DOMAIN = [
     "spatial_release.levels",
     "spatial_release.suppression.verdicts",
     "spatial_release.report",
+    "spatial_release.dp",
 ]
 
 
