@@ -77,7 +77,7 @@ def traces(tmp_path_factory) -> Path:
 def dp_policy(folder: Path, traces: Path, name: str, period: str = "quarter", **protection) -> Path:
     data = policy_dict(str(traces), name=name, population="dp-fleet", period=period)
     data["time"] = {"bucket": "1w", "timezone": "America/New_York"}
-    data["protection"] = {**DP, **protection}
+    data["protection"] = {k: v for k, v in {**DP, **protection}.items() if v is not None}
     return write_policy(folder, data, name=f"{name}.yaml")
 
 
@@ -259,3 +259,13 @@ def test_the_dp_protection_logs_no_count_of_the_datas_keys(dp_candidate):
     messages: list[str] = []
     dp_stage.run_protect_dp(dp_candidate, progress=messages.append)
     assert messages and not any(ch.isdigit() for message in messages for ch in message)
+
+
+def test_a_zcdp_programme_publishes_with_gaussian_noise_and_accounts_rho(tmp_path, traces):
+    policy = dp_policy(tmp_path, traces, "dpz", accounting="zcdp", epsilon=None, rho=0.5, budget={"rho": 1.0, "delta": 1e-5})
+    record = json.loads((publish_by_stages(policy, "2018-Q1", tmp_path) / "release.json").read_text())
+    privacy = record["privacy"]
+    assert privacy["mechanism"] == "make_gaussian_threshold" and privacy["rho"] <= 0.5 and "epsilon" not in privacy
+    assert record["risk"]["privacy"]["accounting"] == "zcdp" and record["risk"]["privacy"]["left"][0] == pytest.approx(0.5)
+    # the gate's figure: the advantage the loss allows, through OpenDP's conversion of zCDP to (epsilon, delta)
+    assert 0 < record["risk"]["release_figure"] < 1 and record["risk"]["model"] == "dp"
