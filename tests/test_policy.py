@@ -53,6 +53,10 @@ def _error_for(tmp_path: Path, data) -> str:
         (lambda d: d.update(colour="blue"), "field 'colour'"),
         (lambda d: d["suppression"].update(budget=1.5), "field 'suppression.budget'"),
         (lambda d: d["source"].update(max_rejected_share=-0.1), "field 'source.max_rejected_share'"),
+        # a grid of size_m metres needs a projected CRS in metres: in EPSG:4326 it was a grid of 500 degrees
+        (lambda d: d["geometry"].update(crs="EPSG:4326"), "field 'geometry.grid.crs'"),
+        (lambda d: d["geometry"].update(crs="EPSG:2263"), "field 'geometry.grid.crs'"),  # New York, US feet
+        (lambda d: d["geometry"].update(crs="EPSG:999999"), "field 'geometry.grid.crs'"),
     ],
 )
 def test_bad_policy_names_file_and_field(tmp_path, change, field):

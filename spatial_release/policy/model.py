@@ -178,6 +178,26 @@ class GridGeometry(_Strict):
     parents_m: list[int] = Field(default_factory=list)
     linked: list[LinkedZoning] = Field(default_factory=list)
 
+    @field_validator("crs")
+    @classmethod
+    def _projected_in_metres(cls, value: str) -> str:
+        """Cells are `size_m` metres in this CRS: a geographic CRS (degrees) or one in feet would make a 500 m
+        grid one of 500 degrees or feet, and a code pyproj does not know would fail only when counting."""
+        from pyproj import CRS
+        from pyproj.exceptions import CRSError
+
+        try:
+            crs = CRS.from_user_input(value)
+        except CRSError as error:
+            raise ValueError(f"unknown CRS {value!r} ({error})") from None
+        units = {axis.unit_name for axis in crs.axis_info}
+        if not crs.is_projected or units != {"metre"}:
+            raise ValueError(
+                f"CRS {value!r} is not a projected CRS in metres (axes in {sorted(units)}): grid cells are size_m "
+                "metres, e.g. a UTM zone such as EPSG:32618"
+            )
+        return value
+
     @model_validator(mode="after")
     def _parents_nest(self) -> GridGeometry:
         previous = self.size_m
