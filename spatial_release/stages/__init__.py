@@ -14,7 +14,6 @@ from spatial_release.release import PublicCounts, ReleaseRecord
 from spatial_release.stages.carried import (
     WORK_FILES_CHECK,
     WorkFilesMismatch,
-    check_earlier_work_files,
     work_file_digests,
 )
 from spatial_release.stages.checks import (
@@ -25,6 +24,7 @@ from spatial_release.stages.checks import (
     ReleaseTampered,
     check_dp_mechanism,
     check_dp_withheld_absent,
+    check_earlier_work_files,
     check_k_floor,
     check_no_identifiers,
     check_outside_share,

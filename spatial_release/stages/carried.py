@@ -17,15 +17,14 @@ purpose); one missing within it is.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
-from datetime import UTC, datetime
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path, PurePosixPath
 
 from spatial_release.errors import Blocked
 from spatial_release.fileio import sha256_file
 from spatial_release.guarantees import CheckOutcome
 from spatial_release.ledger import ReleaseEntry, release_entries
-from spatial_release.stages.context import Published, ReleaseContext, WorkArea
+from spatial_release.stages.context import ReleaseContext, WorkArea
 
 WORK_FILES_CHECK = "earlier_work_files"
 
@@ -88,18 +87,18 @@ def own_earlier_releases(ctx: ReleaseContext, entries: Iterable[ReleaseEntry]) -
     return [e for e in entries if e.dataset == ctx.policy.name and e.period != ctx.period.label]
 
 
-def work_files_outcome(ctx: ReleaseContext, entries: list[ReleaseEntry], now: datetime) -> CheckOutcome:
-    """The check's outcome over `entries` (the dataset's earlier releases) at time `now` (for the retention)."""
-    from spatial_release.stages.risk import expired  # the risk stage reads this module
-
+def work_files_outcome(
+    ctx: ReleaseContext, entries: list[ReleaseEntry], retained: Callable[[ReleaseEntry], bool]
+) -> CheckOutcome:
+    """The check's outcome over `entries` (the dataset's earlier releases); `retained`: whether a release is
+    within its key retention (its recorded files must all be there)."""
     problems: list[str] = []
     unrecorded, compared = [], 0
     for entry in entries:
         if entry.work_files is None:
             unrecorded.append(entry.period)
             continue
-        retained = ctx.policy.risk is None or not expired(ctx.policy, entry, now)
-        problems += work_file_problems(ctx.area_of(entry.period), entry, retained)
+        problems += work_file_problems(ctx.area_of(entry.period), entry, retained(entry))
         compared += len(entry.work_files)
     facts = {"earlier_releases": len(entries), "files_compared": compared, "recorded_without_digests": unrecorded}
     if problems:
@@ -112,21 +111,6 @@ def work_files_outcome(ctx: ReleaseContext, entries: list[ReleaseEntry], now: da
             f"({', '.join(unrecorded)}) are read unverified: their entries have nothing to compare with"
         )
     return CheckOutcome(WORK_FILES_CHECK, True, summary, figures=facts)
-
-
-def check_earlier_work_files(
-    ctx: ReleaseContext, published: Published | None = None, now: datetime | None = None
-) -> CheckOutcome:
-    """The check `earlier_work_files`: every carried file of the dataset's published releases (read from the
-    ledger, cross-checked with releases/) matches the sha256 its ledger entry records. Without `published`
-    there is no ledger to read, so no earlier release: it passes, saying so."""
-    from spatial_release.stages.risk import population_releases, release_inputs  # the risk stage reads this module
-
-    if published is None:
-        return CheckOutcome(WORK_FILES_CHECK, True, "no ledger given: no earlier release to compare")
-    ledger = published.ledger.with_releases(published.releases_root)
-    entries = own_earlier_releases(ctx, population_releases(ctx.policy, ledger, release_inputs(ctx)))
-    return work_files_outcome(ctx, entries, now or datetime.now(UTC))
 
 
 def refuse_changed_work_files(

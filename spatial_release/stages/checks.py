@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
@@ -12,6 +13,7 @@ import pandas as pd
 from spatial_release import guarantees
 from spatial_release.errors import Blocked
 from spatial_release.fileio import atomic_path, scratch_folder, sha256_file
+from spatial_release.ledger import ReleaseEntry
 from spatial_release.memory import collector_paused
 from spatial_release.period import Period
 from spatial_release.policy import Policy
@@ -20,12 +22,12 @@ from spatial_release.release import AuditVerdict, ReleaseInputs, ReleaseRecord, 
 from spatial_release.risk import BLOCK, keysets
 from spatial_release.stages import dp as dp_stage
 from spatial_release.stages import reuse
-from spatial_release.stages.carried import check_earlier_work_files
+from spatial_release.stages.carried import WORK_FILES_CHECK, own_earlier_releases, work_files_outcome
 from spatial_release.stages.context import Published, ReleaseContext, WorkArea
 from spatial_release.stages.count import measure_coverage, read_true_counts, sql_path
 from spatial_release.stages.protect import certificate_dir, certificate_inputs
 from spatial_release.stages.results import CountsSummary, IngestSummary, ProtectionManifest, RiskAssessment
-from spatial_release.stages.risk import population_releases, population_releases_before, release_inputs
+from spatial_release.stages.risk import expired, population_releases, population_releases_before, release_inputs
 from spatial_release.suppression.certificate import Certificate, Verification
 from spatial_release.suppression.release_system import (
     DisclosureSpec,
@@ -475,6 +477,24 @@ def check_suppression_budget(ctx: ReleaseContext, published: Published | None = 
         f"the unit counts in withheld cells are within the budget of {budget:.0%} (figures in the work area){cut_note}",
         figures={"budget": budget},
     )
+
+
+def earlier_work_files_outcome(ctx: ReleaseContext, entries: list[ReleaseEntry], now: datetime) -> CheckOutcome:
+    """`earlier_work_files` over `entries` (the dataset's earlier releases) at time `now`, for the retention."""
+    return work_files_outcome(ctx, entries, lambda e: ctx.policy.risk is None or not expired(ctx.policy, e, now))
+
+
+def check_earlier_work_files(
+    ctx: ReleaseContext, published: Published | None = None, now: datetime | None = None
+) -> CheckOutcome:
+    """The check `earlier_work_files` (`stages.carried`): every carried file of the dataset's published releases
+    (read from the ledger, cross-checked with releases/) matches the sha256 its ledger entry records. Without
+    `published` there is no ledger to read, so no earlier release: it passes, saying so."""
+    if published is None:
+        return CheckOutcome(WORK_FILES_CHECK, True, "no ledger given: no earlier release to compare")
+    ledger = published.ledger.with_releases(published.releases_root)
+    entries = own_earlier_releases(ctx, population_releases(ctx.policy, ledger, release_inputs(ctx)))
+    return earlier_work_files_outcome(ctx, entries, now or datetime.now(UTC))
 
 
 GUARANTEES = (

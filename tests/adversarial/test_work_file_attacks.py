@@ -22,7 +22,8 @@ from spatial_release.fileio import sha256_file
 from spatial_release.ledger import ENTRIES, Ledger, LedgerCorrupt, ReleaseEntry, forget_pin
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
-from spatial_release.stages.carried import CARRIED, work_files_outcome
+from spatial_release.stages.carried import CARRIED
+from spatial_release.stages.checks import earlier_work_files_outcome
 from spatial_release.stages.context import Published
 
 Q1, Q2 = "2018-Q1", "2018-Q2"
@@ -162,7 +163,7 @@ def test_a_work_file_removed_within_retention_fails_and_after_it_passes(programm
     ctx = stages.ReleaseContext(load_policy(programme / "policy.yaml"), Period.parse(Q2), programme / "out/work")
     entries = Ledger(programme / "ledger").releases("fixture")
     later = datetime.now(UTC) + timedelta(days=ctx.policy.risk.key_retention_days + 1)
-    assert work_files_outcome(ctx, entries, later).passed  # the retention deletes per-unit files on purpose
+    assert earlier_work_files_outcome(ctx, entries, later).passed  # the retention deletes per-unit files on purpose
 
 
 def test_the_risk_step_refuses_an_edited_earlier_key_set_itself(published_q2, tmp_path):
@@ -189,9 +190,9 @@ def test_an_entry_recorded_before_the_digests_is_read_unverified_and_says_so(pro
     older = ReleaseEntry.from_entry({k: v for k, v in signed.items() if k != "work_files"})
     assert older.work_files is None
     _truncate_rows(_area(programme, Q1) / KEYS)
-    outcome = work_files_outcome(ctx, [older], datetime.now(UTC))
+    outcome = earlier_work_files_outcome(ctx, [older], datetime.now(UTC))
     assert outcome.passed and f"({Q1}) are read unverified" in outcome.summary
-    assert not work_files_outcome(ctx, [ReleaseEntry.from_entry(signed)], datetime.now(UTC)).passed
+    assert not earlier_work_files_outcome(ctx, [ReleaseEntry.from_entry(signed)], datetime.now(UTC)).passed
 
 
 @pytest.mark.parametrize("work_files", [["a"], {"risk/x": 1}, "digest"])
@@ -205,7 +206,7 @@ def test_a_recorded_name_outside_the_work_area_fails(programme):
     ctx = stages.ReleaseContext(load_policy(programme / "policy.yaml"), Period.parse(Q2), programme / "out/work")
     signed = next(e for e in _entries(programme) if e["kind"] == "release")
     entry = ReleaseEntry.from_entry({**signed, "work_files": {"../../../policy.yaml": "0" * 64}})
-    outcome = work_files_outcome(ctx, [entry], datetime.now(UTC))
+    outcome = earlier_work_files_outcome(ctx, [entry], datetime.now(UTC))
     assert not outcome.passed and "outside its work area" in outcome.summary
 
 
