@@ -8,7 +8,7 @@ from conftest import SHARED_DATA, requires_shared
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyproj import Transformer
-from shapely import Point, box, unary_union
+from shapely import LineString, Point, Polygon, box, unary_union
 
 from spatial_release.geometry import Grid, ZoneLayer
 from spatial_release.policy import GridGeometry, ZonesGeometry
@@ -122,3 +122,45 @@ def test_cell_squares_follow_each_row_and_index_when_ids_repeat():
         assert square.equals(box(east, north, east + 250, north + 250))
     with pytest.raises(ValueError):
         grid.geometries(pd.Series(["250mE0N0", "not a cell"]))
+
+
+def _zones_file(tmp_path, geometries, ids=None):
+    ids = ids or [f"z{i}" for i in range(len(geometries))]
+    path = tmp_path / "zones.geojson"
+    gpd.GeoDataFrame({"zone": ids}, geometry=geometries, crs="EPSG:32618").to_file(path, driver="GeoJSON")
+    return path
+
+
+@pytest.mark.parametrize(
+    "bad, what",
+    [
+        (Polygon([(0, 0), (1000, 0), (2000, 0)]), "not a valid polygon"),  # zero area: along a line
+        (LineString([(0, 0), (1000, 1000)]), "not a polygon"),
+        (Point(500, 500), "not a polygon"),
+        (Polygon([(0, 0), (1000, 1000), (1000, 0), (0, 1000)]), "not a valid polygon"),  # a bow tie
+        (None, "missing or empty"),
+    ],
+)
+def test_a_zone_that_is_not_an_area_is_refused_naming_the_file_and_zone(tmp_path, bad, what):
+    path = _zones_file(tmp_path, [box(5000, 0, 6000, 1000), bad], ["good", "bad"])
+    with pytest.raises(ValueError, match=what) as caught:
+        ZoneLayer(ZonesGeometry(kind="zones", path=str(path), id="zone"), path)
+    assert str(path) in str(caught.value) and "'bad'" in str(caught.value)
+
+
+def test_overlapping_zones_are_refused_and_boundary_slivers_are_not(tmp_path):
+    overlapping = _zones_file(tmp_path, [box(0, 0, 1000, 1000), box(900, 0, 1900, 1000)])  # 10 % of each
+    with pytest.raises(ValueError, match=r"'z0' and 'z1' overlap by 10\.0%"):
+        ZoneLayer(ZonesGeometry(kind="zones", path=str(overlapping), id="zone"), overlapping)
+    sliver = _zones_file(tmp_path, [box(0, 0, 1000, 1000), box(999, 0, 1999, 1000)])  # 0.1 %, as digitised edges
+    layer = ZoneLayer(ZonesGeometry(kind="zones", path=str(sliver), id="zone"), sliver)
+    to_lonlat = Transformer.from_crs("EPSG:32618", "EPSG:4326", always_xy=True)
+    lon, lat = to_lonlat.transform([999.5, 500.0, 1500.0], [500.0, 500.0, 500.0])
+    assert layer.locate(np.array(lon), np.array(lat)).tolist() == ["z0", "z0", "z1"]  # the sliver: smallest id
+
+
+@requires_shared
+def test_the_real_zone_files_pass_the_shape_checks():
+    for name, column in (("jc-wards.geojson", "ward"), ("hudson-blocks-geo.geojson", "GEOID")):
+        path = SHARED_DATA / "jersey-city" / name
+        assert len(ZoneLayer(ZonesGeometry(kind="zones", path=str(path), id=column), path).frame) > 0

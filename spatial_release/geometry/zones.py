@@ -11,6 +11,7 @@ from pathlib import Path
 import geopandas as gpd
 import numpy as np
 import pandas as pd
+import shapely
 from pyproj import CRS, Transformer
 from shapely import STRtree, points
 
@@ -40,7 +41,57 @@ def read_zones(path: Path, spec: ZonesGeometry) -> gpd.GeoDataFrame:
     duplicated = frame[spec.id][frame[spec.id].duplicated()].unique()
     if len(duplicated):
         raise ZoneFileError(f"{path}: zone id(s) {list(duplicated[:5])} appear more than once in {spec.id!r}")
-    return frame.sort_values(spec.id).reset_index(drop=True)
+    frame = frame.sort_values(spec.id).reset_index(drop=True)
+    _refuse_shapeless_zones(path, frame, spec.id)
+    _refuse_overlapping_zones(path, frame, spec.id)
+    return frame
+
+
+# Zones that overlap by more than this share of the smaller one are refused; below it (the slivers of digitised
+# boundaries: real ward files overlap their neighbours by a fraction of a percent) a point in both belongs to
+# the zone with the smallest id, as on a shared boundary.
+OVERLAP_SHARE = 0.01
+
+
+def _refuse_shapeless_zones(path: Path, frame: gpd.GeoDataFrame, id_column: str) -> None:
+    """A zone with no polygon (missing, empty, a point or line, zero area) holds no area a figure could describe,
+    and an invalid polygon (self-intersecting) makes the point-in-zone test unreliable: refused by zone id."""
+    geometry = frame.geometry
+    kinds = geometry.geom_type.fillna("missing")
+    polygonal = kinds.isin(["Polygon", "MultiPolygon"]).to_numpy()
+    problems = {
+        "missing or empty": (geometry.isna() | geometry.is_empty).to_numpy(),
+        "not a polygon": ~polygonal & ~geometry.isna().to_numpy(),
+        # a polygon of zero area (along a line, a bow tie whose halves cancel) is invalid too
+        "not a valid polygon (e.g. of zero area or self-intersecting)": polygonal & ~geometry.is_valid.to_numpy(),
+    }
+    for what, bad in problems.items():
+        if bad.any():
+            ids = frame[id_column].to_numpy()[bad][:5].tolist()
+            raise ZoneFileError(f"{path}: zone(s) {ids} in {id_column!r}: geometry {what}; each zone must be an area")
+
+
+def _refuse_overlapping_zones(path: Path, frame: gpd.GeoDataFrame, id_column: str) -> None:
+    """Zones that overlap by more than OVERLAP_SHARE of the smaller one: a unit there would be counted in one
+    of them only, so the other's figure would not describe its polygon."""
+    geometry = frame.geometry.to_numpy()
+    left, right = STRtree(geometry).query(geometry, predicate="intersects")
+    pairs = left < right
+    left, right = left[pairs], right[pairs]
+    if not len(left):
+        return
+    shared = shapely.area(shapely.intersection(geometry[left], geometry[right]))
+    smaller = np.minimum(shapely.area(geometry[left]), shapely.area(geometry[right]))
+    share = shared / smaller
+    over = np.flatnonzero(share > OVERLAP_SHARE)
+    if len(over):
+        worst = over[np.argmax(share[over])]
+        ids = frame[id_column].to_numpy()
+        raise ZoneFileError(
+            f"{path}: zones {ids[left[worst]]!r} and {ids[right[worst]]!r} overlap by {share[worst]:.1%} of the "
+            f"smaller one ({len(over)} pair(s) over {OVERLAP_SHARE:.0%}); zones must not overlap, or a unit in both "
+            "is counted in one only"
+        )
 
 
 class ZoneLayer:
