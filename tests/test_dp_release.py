@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from conftest import SIZE, lonlat_in, policy_dict, write_policy
 
 from spatial_release import cli, guarantees, stages
@@ -20,7 +22,7 @@ from spatial_release.ledger import Ledger
 from spatial_release.ledger.entries import ReleaseEntry
 from spatial_release.levels import LEAF, TOTAL
 from spatial_release.period import Period
-from spatial_release.policy import load_policy
+from spatial_release.policy import RiskSpec, load_policy
 from spatial_release.release import read_tables
 from spatial_release.report import readable
 from spatial_release.stages import GuaranteeFailed
@@ -269,3 +271,37 @@ def test_a_zcdp_programme_publishes_with_gaussian_noise_and_accounts_rho(tmp_pat
     assert record["risk"]["privacy"]["accounting"] == "zcdp" and record["risk"]["privacy"]["left"][0] == pytest.approx(0.5)
     # the gate's figure: the advantage the loss allows, through OpenDP's conversion of zCDP to (epsilon, delta)
     assert 0 < record["risk"]["release_figure"] < 1 and record["risk"]["model"] == "dp"
+
+
+def test_a_dp_programme_without_a_risk_section_is_reviewed_and_its_per_unit_files_kept_for_the_default_retention(
+    tmp_path, traces
+):
+    """A DP policy needs no risk section (its gate is the privacy budget): the review applies the default key
+    retention to its per-unit files, and a breach of its budget is alerted without a landscape."""
+    path = dp_policy(tmp_path, traces, "dpnorisk", period="month")
+    data = yaml.safe_load(path.read_text())
+    del data["risk"]
+    path.write_text(yaml.safe_dump(data))
+    policy = load_policy(path)
+    assert policy.risk is None
+    publish_by_stages(path, "2018-01", tmp_path)
+    ledger = Ledger(tmp_path / "ledger", tmp_path / "releases")
+    run = stages.run_review(policy, ledger, tmp_path / "work", tmp_path / "alerts")
+    assert run.pruned == [] and run.review.privacy is not None and not run.review.breaches
+    area = stages.WorkArea(tmp_path / "work" / "dpnorisk" / "2018-01")
+    per_unit = [p for p in area.per_unit_artefacts() if p.exists()]
+    assert per_unit  # the membership and key files a DP release keeps are per-unit data
+    recorded = ledger.releases("dpnorisk")[0].recorded_at
+    default = RiskSpec.model_fields["key_retention_days"].default
+    soon = recorded + timedelta(days=default - 1)
+    assert stages.prune_per_unit_artefacts(policy, ledger, tmp_path / "work", now=soon) == []
+    assert all(p.exists() for p in per_unit)
+    late = recorded + timedelta(days=default + 1)
+    assert stages.prune_per_unit_artefacts(policy, ledger, tmp_path / "work", now=late) == ["2018-01"]
+    assert not any(p.exists() for p in per_unit)
+    # a budget lowered below what was spent: a breach, alerted with no landscape to name an adversary
+    data["protection"]["budget"] = {"epsilon": 1.5, "delta": 1e-5}
+    data["protection"]["epsilon"] = 1.0
+    path.write_text(yaml.safe_dump(data))
+    run = stages.run_review(load_policy(path), ledger, tmp_path / "work", tmp_path / "alerts")
+    assert [b.period for b in run.review.breaches] == ["2018-01"] and len(run.alerts) == 1

@@ -40,8 +40,8 @@ def _remove(path: Path) -> bool:
 
 def prune_per_unit_artefacts(policy: Policy, ledger: Ledger, work_root: Path, now: datetime | None = None) -> list[str]:
     """Delete every per-unit artefact (WorkArea.per_unit_artefacts) of the releases older than the policy's
-    `risk.key_retention_days`; returns their periods. Such releases keep counting in the cumulative figure
-    (from the ledger) but no longer in the per-unit window of later estimates."""
+    `risk.key_retention_days` (its default without a risk section); returns their periods. Such releases keep
+    counting in the cumulative figure (from the ledger) but no longer in the per-unit window of later estimates."""
     now = now or datetime.now(UTC)
     pruned = []
     for entry in ledger.releases(policy.name):
@@ -212,7 +212,9 @@ def run_review(
     )
     review = replace(review, ledger_entry=entry["hash"])
     review.write_to(reviews_folder(work_root, policy.name) / f"review-{entry['seq']:06d}.json")
-    adversary = load_landscape(policy.resolve(risk_spec(policy).landscape))[0].adversary.value if review.breaches else None
+    adversary = (
+        load_landscape(policy.resolve(policy.risk.landscape))[0].adversary.value if review.breaches and policy.risk else None
+    )
     routing = routing or AlertRouting.for_policy(policy)
     deliveries = [
         deliver(breach_alert(policy, breach, adversary, run_id), routing, alerts_dir) for breach in review.breaches

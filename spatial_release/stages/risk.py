@@ -367,9 +367,17 @@ def key_set_path(work_root: Path, policy: Policy, period_label: str) -> Path:
     return WorkArea(work_root / policy.name / period_label).unit_keys
 
 
+def key_retention_days(policy: Policy) -> int:
+    """How long a release's per-unit artefacts are kept: the policy's `risk.key_retention_days`, or its default
+    for a policy without a risk section (a DP programme's membership files are per-unit data too)."""
+    if policy.risk is None:
+        return int(RiskSpec.model_fields["key_retention_days"].default)
+    return policy.risk.key_retention_days
+
+
 def expired(policy: Policy, entry: ReleaseEntry, now: datetime) -> bool:
     """Whether a release entry is past the policy's key retention (its per-unit data may be gone)."""
-    return now - entry.recorded_at > timedelta(days=risk_spec(policy).key_retention_days)
+    return now - entry.recorded_at > timedelta(days=key_retention_days(policy))
 
 
 def _earlier_keys(ctx: ReleaseContext, entries: list[ReleaseEntry]) -> list[Path]:
