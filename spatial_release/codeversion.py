@@ -11,20 +11,39 @@ its results with the new code's digest, nor a module imported after an upgrade w
 from __future__ import annotations
 
 import hashlib
-from importlib import metadata
-from pathlib import Path
+from collections.abc import Iterator
+from importlib import metadata, resources
+from importlib.resources.abc import Traversable
 
-PACKAGE = Path(__file__).resolve().parent
+# The package as its importer sees it: a folder, or a folder inside a zip (spark-submit --py-files, a zipapp),
+# whose files a filesystem walk would not find.
+PACKAGE: Traversable = resources.files(__package__)
 # whose results a saved estimate or verdict depends on: random streams, solvers, readers and writers
 LIBRARIES = ("numpy", "pandas", "pyarrow", "duckdb", "highspy", "numba", "shapely", "pyproj", "geopandas")
 
 
-def digest_of_files(package: Path = PACKAGE) -> str:
-    """sha256 of every Python file under `package` (relative path and bytes)."""
+class CodeUnreadable(RuntimeError):
+    """The package's Python files cannot be read where it was imported from."""
+
+
+def _python_files(folder: Traversable, parts: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Traversable]]:
+    for entry in folder.iterdir():
+        if entry.is_dir():
+            yield from _python_files(entry, (*parts, entry.name))
+        elif entry.name.endswith(".py"):
+            yield (*parts, entry.name), entry
+
+
+def digest_of_files(package: Traversable = PACKAGE) -> str:
+    """sha256 of every Python file under `package` (relative path and bytes), in a folder or a zip. A package
+    without one is refused: the digest of no files would be the same for every version of the code."""
+    files = sorted(_python_files(package))
+    if not files:
+        raise CodeUnreadable(f"no Python file of spatial_release found under {package}: its code cannot be digested")
     digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        digest.update(str(path.relative_to(package)).encode() + b"\0")
-        digest.update(path.read_bytes())
+    for parts, entry in files:
+        digest.update("/".join(parts).encode() + b"\0")
+        digest.update(entry.read_bytes())
     return digest.hexdigest()
 
 
