@@ -15,8 +15,12 @@ executors) and merged in job order, so the outputs are byte-identical whatever r
 (tests/test_spark_cluster.py compares a whole release on a standalone cluster with the local one).
 
 A Spark executor runs this package's job functions, so it must run the same code and the same libraries as
-the driver: `SparkTasks` compares `codeversion.CODE_DIGEST` on the executors with the driver's before the first
-job and refuses a cluster that differs (a different solver version could withhold other figures).
+the driver: `SparkTasks` compares the executors' code digest with the driver's before the first job and refuses
+a cluster that differs (a different solver version could withhold other figures). Every task reports the
+digest again, with its results, and a chunk run by other code is refused, not merged: the first check reaches
+only the executors its probe tasks land on, an executor that replaces a dead one or joins later is never
+probed, and a module imported after the files on an executor's path changed runs other code under the digest
+taken at import (`codeversion.current_digest` is None there).
 
 `running_on(runner)` sets the runner for a block of code (the Dagster steps and the command line do it for
 `--engine spark`); a notebook can do the same:
@@ -154,10 +158,17 @@ class ExecutorMismatch(RuntimeError):
     """The Spark executors run other code or other libraries than the driver."""
 
 
-def _executor_digest(_: object) -> str:
-    from spatial_release.codeversion import CODE_DIGEST
+def _executor_digest(_: object) -> str | None:
+    from spatial_release.codeversion import current_digest
 
-    return CODE_DIGEST
+    return current_digest()
+
+
+def _apply_reporting_digest(fn: Callable[[J], R], chunk: Sequence[J]) -> tuple[str | None, list[tuple[str, Any]]]:
+    """`_apply` on an executor, with the digest of the code that ran it (taken after the jobs: a module the
+    jobs imported lazily is on disk by then)."""
+    results = _apply(fn, chunk)
+    return _executor_digest(None), results
 
 
 def job_group(fn: Callable) -> str:
@@ -193,8 +204,6 @@ class SparkTasks:
     def check_executors(self) -> None:
         """Refuse executors whose package files or libraries differ from the driver's: their solver could
         withhold other figures than this machine's, and the release would depend on where it ran."""
-        from spatial_release.codeversion import CODE_DIGEST
-
         context = self.spark.sparkContext
         try:
             found = set(context.parallelize(range(self.slots), self.slots).map(_executor_digest).collect())
@@ -207,20 +216,29 @@ class SparkTasks:
                 "environment with this package; install it there, or point PYSPARK_PYTHON at one (e.g. a venv "
                 "shipped with spark.archives)"
             ) from None
-        if found != {CODE_DIGEST}:
-            raise ExecutorMismatch(
-                f"the Spark executors of {self.master} run other code than this driver (code digests "
-                f"{sorted(d[:12] for d in found)} against {CODE_DIGEST[:12]}): install the same spatial_release "
-                "version and the same numpy, pandas, pyarrow, duckdb, highspy, numba, shapely, pyproj and geopandas "
-                "on every executor (e.g. ship this environment with spark.archives)"
-            )
+        self._refuse_other_code(found)
         self._checked = True
+
+    def _refuse_other_code(self, found: set[str | None], where: str = "") -> None:
+        from spatial_release.codeversion import CODE_DIGEST
+
+        if found != {CODE_DIGEST}:
+            digests = sorted(d[:12] if d else "changed on disk since import" for d in found)
+            raise ExecutorMismatch(
+                f"the Spark executors of {self.master} run other code than this driver{where} (code digests "
+                f"{digests} against {CODE_DIGEST[:12]}): install the same spatial_release "
+                "version and the same numpy, pandas, pyarrow, duckdb, highspy, numba, shapely, pyproj and geopandas "
+                "on every executor (e.g. ship this environment with spark.archives), and do not change them while "
+                "a release runs"
+            )
 
     def _run(self, fn: Callable, chunk: list, group: str) -> list[tuple[str, Any]]:
         context = self.spark.sparkContext
         # the Spark UI and the status tracker show which step's jobs these are (job groups are per thread)
         context.setJobGroup(group, f"{len(chunk)} job(s) of {group}")
-        return context.parallelize([chunk], 1).map(lambda jobs: _apply(fn, jobs)).collect()[0]
+        digest, results = context.parallelize([chunk], 1).map(lambda jobs: _apply_reporting_digest(fn, jobs)).collect()[0]
+        self._refuse_other_code({digest}, f" in a task of {group}")
+        return results
 
     def map(self, fn: Callable[[J], R], jobs: Iterable[J], chunksize: int = 1, group: str | None = None) -> Iterator[R]:
         """As `Runner.map`; the tasks go to the job group `group` (default `job_group(fn)`)."""

@@ -157,3 +157,19 @@ def test_shared_inputs_go_to_the_executors_once_and_are_destroyed_after():
     [broadcast] = context.broadcasts
     assert broadcast.destroyed
     assert set(context.groups) == {"spatial_release:test_tasks.offset_square"}  # the job's function, not a wrapper
+
+
+def test_a_chunk_run_by_other_code_after_the_first_check_is_refused_not_merged(monkeypatch):
+    """The first check reaches only the executors its probes land on: an executor that replaces a dead one,
+    or a module edited on an executor's path after its worker imported the package, runs other code later.
+    Every task reports the digest of the code that ran it, and the driver refuses a chunk whose digest differs."""
+    from spatial_release import codeversion
+
+    session = _FakeSession()
+    runner = tasks.SparkTasks(session)
+    assert list(runner.map(square_or_refuse, range(4), chunksize=2)) == [0, 1, 4, 9]  # checked, and equal
+    monkeypatch.setattr(codeversion, "digest_of_files", lambda *a: "edited on the executor after the check")
+    with pytest.raises(tasks.ExecutorMismatch, match="in a task of spatial_release:test_tasks.square_or_refuse"):
+        list(runner.map(square_or_refuse, range(4), chunksize=2))
+    monkeypatch.undo()
+    assert list(runner.map(square_or_refuse, range(4), chunksize=2)) == [0, 1, 4, 9]  # the same code again
