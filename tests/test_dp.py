@@ -14,9 +14,12 @@ from spatial_release.dp import (
     bounded_counts,
     calibrate,
     consistent_counts,
+    consistent_ladder,
+    ladder_counts,
     release_counts,
 )
-from spatial_release.levels import LEAF, TOTAL
+from spatial_release.dp.bounding import rung_membership
+from spatial_release.levels import LEAF, TOTAL, rung_of, space_level
 
 DAY0 = pd.Timestamp("2018-01-01", tz="UTC")
 PARENTS = [("district", lambda a: "d" + str(int(a[1:]) // 4))]
@@ -164,3 +167,62 @@ def test_post_processing_makes_margins_consistent_and_only_raises(measure):
     both = noisy.merge(fixed, on=keys, suffixes=("_noisy", "_fixed"))
     assert len(both) == len(noisy) == len(fixed)
     assert (both["n_fixed"] >= both["n_noisy"].clip(lower=0)).all()
+
+
+# a 2-day rung and the whole period over the 10 days of `membership`
+RUNGS = {
+    "2d": {DAY0 + pd.Timedelta(days=d): DAY0 + pd.Timedelta(days=d - d % 2) for d in range(10)},
+    "period": {DAY0 + pd.Timedelta(days=d): DAY0 for d in range(10)},
+}
+
+
+@pytest.mark.parametrize(("b", "c"), [(2, 1), (3, 2)])
+def test_a_unit_moves_at_most_l0_figures_of_every_rung_by_one(b, c):
+    """Each rung of a time ladder is counted from the same bounded rows: the sensitivity grows with the rungs
+    (the policy's bucket's l0 alone is exceeded by the ladder's figures)."""
+    kept = bound_contributions(membership(), b, c, seed=2)
+    full = ladder_counts(kept, PARENTS, RUNGS)
+    assert {"cell@2d", "district@period", "total@2d"} <= set(full["level"])
+    moved = [unit_keys(full, ladder_counts(kept[kept["unit"] != u], PARENTS, RUNGS)) for u in kept["unit"].unique()[:25]]
+    assert max(moved) <= Sensitivity.of(LEVELS, b, c, rungs=len(RUNGS)).l0
+    assert max(moved) > Sensitivity.of(LEVELS, b, c).l0
+
+
+def test_a_rung_counts_a_unit_once_over_its_buckets_from_the_bounded_rows():
+    kept = bound_contributions(membership(), 3, 2, seed=2)
+    rung = rung_membership(kept, RUNGS["period"])
+    assert rung.groupby(["unit", "bucket_start"])["cell_id"].count().max() <= 3 * 2  # B x C areas at most
+    assert not rung.duplicated().any() and (rung["bucket_start"] == DAY0).all()
+    with pytest.raises(ValueError, match="outside the time ladder"):
+        rung_membership(kept, {DAY0: DAY0})
+
+
+def ladder_violations(frame: pd.DataFrame, measure: str) -> int:
+    """Rung figures below what their finer rung implies (the largest of the same area in the buckets inside
+    it), and within each rung the areas' violations (the policy's bucket under `measure`, rungs as visitors)."""
+    steps = [(None, "2d", RUNGS["2d"]), ("2d", "period", {DAY0 + pd.Timedelta(days=d): DAY0 for d in range(0, 10, 2)})]
+    rung = frame["level"].map(rung_of)
+    count = published_violations(frame[rung.isna()], measure)
+    for fine, coarse, coarse_of in steps:
+        finer = frame[rung.isna() if fine is None else rung == fine].assign(level=lambda f: f["level"].map(space_level))
+        here = frame[rung == coarse].assign(level=lambda f: f["level"].map(space_level))
+        count += published_violations(here, "visitors")
+        implied = finer.assign(bucket_start=finer["bucket_start"].map(coarse_of)).groupby(
+            ["level", "area_id", "bucket_start"]
+        )
+        both = here.merge(implied["n"].max().rename("floor").reset_index(), on=["level", "area_id", "bucket_start"])
+        count += int((both["n"] < both["floor"]).sum())
+    return count
+
+
+def test_post_processing_makes_every_rung_consistent_with_the_finer_one_and_only_raises():
+    rng = np.random.default_rng(5)
+    kept = bound_contributions(membership(), 3, 2, seed=2)
+    truth = ladder_counts(kept, PARENTS, RUNGS)
+    noisy = truth.assign(n=truth["n"] + rng.integers(-12, 13, len(truth))).sample(frac=0.8, random_state=1)
+    assert ladder_violations(noisy, "presence") > 0  # the noisy input breaks the relations: the check can fail
+    links = [("2d", RUNGS["2d"]), ("period", {DAY0 + pd.Timedelta(days=d): DAY0 for d in range(0, 10, 2)})]
+    fixed = consistent_ladder(noisy, PARENTS, "presence", links)
+    assert ladder_violations(fixed, "presence") == 0
+    both = noisy.merge(fixed, on=["level", "area_id", "bucket_start"], suffixes=("_noisy", "_fixed"))
+    assert len(both) == len(noisy) == len(fixed) and (both["n_fixed"] >= both["n_noisy"].clip(lower=0)).all()

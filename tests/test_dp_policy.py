@@ -75,7 +75,6 @@ def test_bad_dp_block_names_file_and_field(tmp_path, change, words):
 @pytest.mark.parametrize(
     "change, words",
     [
-        (lambda d: d["time"].update(ladder=["1w"]), "no time ladder"),
         (lambda d: d["suppression"].update(zeros="zeros.csv"), "no structural zeros"),
     ],
 )

@@ -305,3 +305,42 @@ def test_a_dp_programme_without_a_risk_section_is_reviewed_and_its_per_unit_file
     path.write_text(yaml.safe_dump(data))
     run = stages.run_review(load_policy(path), ledger, tmp_path / "work", tmp_path / "alerts")
     assert [b.period for b in run.review.breaches] == ["2018-01"] and len(run.alerts) == 1
+
+
+def test_a_dp_time_ladder_publishes_every_rung_consistent_and_accounts_the_rungs_composed(tmp_path, traces):
+    """A DP programme with a time ladder publishes each rung's figures from the same bounded rows: the
+    sensitivity is the rungs' summed, the loss stays the policy's (at most the rungs' losses composed), cut
+    buckets stay unpublished, and every rung's figure holds at least the finer figures inside it."""
+    path = dp_policy(tmp_path, traces, "dpladder")
+    data = yaml.safe_load(path.read_text())
+    data["time"]["ladder"] = ["4w", "period"]
+    path.write_text(yaml.safe_dump(data))
+    folder = publish_by_stages(path, "2018-Q1", tmp_path)
+    privacy = json.loads((folder / "release.json").read_text())["privacy"]
+    assert privacy["sensitivity"]["l0"] == 3 * 6  # B=2 weeks x (cell, 2 km parent, total), at three rungs
+    ladder = privacy["time_ladder"]
+    assert ladder["rungs"] == ["1w", "4w", "period"] and ladder["loss"][0] == pytest.approx(2.0)
+    assert ladder["loss"][0] <= ladder["composed_loss"][0] * (1 + 1e-9) and ladder["loss"][1] <= ladder["composed_loss"][1]
+    cells = pd.read_parquet(folder / "cells.parquet")
+    margins = pd.read_parquet(folder / "margins.parquet")
+    figures = pd.concat(
+        [cells.rename(columns={"cell_id": "area_id"}).assign(level=LEAF), margins], ignore_index=True
+    ).rename(columns={"n_devices": "n"})
+    rung = figures["level"].map(lambda level: level.split("@")[1] if "@" in level else None)
+    assert {"4w", "period"} <= set(rung.dropna())
+    start = pd.Timestamp("2018-01-01 05:00", tz="UTC")
+    assert (pd.to_datetime(figures["bucket_start"], utc=True) >= start).all()  # the 4 weeks across the start: cut
+    period = figures[rung == "period"].assign(level=lambda f: f["level"].str.split("@").str[0])
+    finer = figures[rung != "period"].assign(level=lambda f: f["level"].str.split("@").str[0])
+    floor = finer.groupby(["level", "area_id"])["n"].max().rename("floor").reset_index()
+    both = period.merge(floor, on=["level", "area_id"])
+    assert len(both) > 0 and (both["n"] >= both["floor"]).all()
+    # the mechanism check refuses a record calibrated for the policy's bucket alone (the rungs unaccounted)
+    ctx = stages.ReleaseContext(load_policy(path), Period.parse("2018-Q1"), tmp_path / "work")
+    manifest = stages.ProtectionManifest.read(ctx.area.candidate)
+    assert stages.check_dp_mechanism(ctx).passed
+    one_rung = dp_stage.policy_sensitivity(ctx, rungs=0)
+    summary = replace(manifest.summary, privacy={**(manifest.summary.privacy or {}), "sensitivity": one_rung.describe()})
+    replace(manifest, summary=summary).write(ctx.area.candidate)
+    outcome = stages.check_dp_mechanism(ctx)
+    assert not outcome.passed and outcome.offending[0]["parameter"] == "sensitivity"

@@ -5,11 +5,11 @@ bounding is a stable transformation: adding or removing a unit changes only that
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import pandas as pd
 
-from spatial_release.levels import LEAF, TOTAL
+from spatial_release.levels import LEAF, TOTAL, at_rung
 
 MEMBERSHIP_COLUMNS = ("unit", "bucket_start", "cell_id")
 
@@ -56,6 +56,30 @@ def bounded_counts(
         frames.append(_distinct(bounded.assign(cell_id=area.to_numpy()), level))
     if total:
         frames.append(_distinct(bounded.assign(cell_id=TOTAL), TOTAL))
+    return pd.concat(frames, ignore_index=True)
+
+
+def rung_membership(bounded: pd.DataFrame, coarse_of: Mapping[pd.Timestamp, pd.Timestamp]) -> pd.DataFrame:
+    """A unit's areas over the policy's buckets inside each bucket of a coarser time rung (`coarse_of`: the
+    rung's bucket of each of the policy's buckets), from its bounded rows: at most B coarse buckets and B x C
+    (coarse bucket, area) pairs per unit, so a rung's figures have the sensitivity of the policy's bucket."""
+    coarse = bounded["bucket_start"].map(coarse_of)
+    if coarse.isna().any():
+        raise ValueError(f"{int(coarse.isna().sum())} bounded rows have a bucket outside the time ladder's map")
+    return bounded.assign(bucket_start=coarse.to_numpy()).drop_duplicates(ignore_index=True)
+
+
+def ladder_counts(
+    bounded: pd.DataFrame,
+    parents: Sequence[tuple[str, Callable[[str], str]]],
+    rungs: Mapping[str, Mapping[pd.Timestamp, pd.Timestamp]],
+) -> pd.DataFrame:
+    """`bounded_counts` at the policy's bucket and at each coarser rung of the time ladder (levels `<level>@<rung>`),
+    every rung counted from the same bounded membership."""
+    frames = [bounded_counts(bounded, parents)]
+    for rung, coarse_of in rungs.items():
+        counts = bounded_counts(rung_membership(bounded, coarse_of), parents)
+        frames.append(counts.assign(level=[at_rung(level, rung) for level in counts["level"]]))
     return pd.concat(frames, ignore_index=True)
 
 

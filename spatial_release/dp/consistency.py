@@ -8,13 +8,13 @@ noisy figures are integers already (discrete noise), so only the repair and the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 
-from spatial_release.levels import LEAF, TOTAL
+from spatial_release.levels import LEAF, TOTAL, at_rung, rung_of, space_level
 
 
 def consistent_counts(
@@ -54,3 +54,29 @@ def consistent_counts(
         frames[level] = target
     out = pd.concat(frames.values(), ignore_index=True) if frames else noisy.iloc[0:0]
     return out.astype({"n": "int64"}).sort_values(["level", "area_id", "bucket_start"], ignore_index=True)
+
+
+def consistent_ladder(
+    noisy: pd.DataFrame,
+    parents: Sequence[tuple[str, Callable[[str], str]]],
+    measure: Literal["presence", "visitors"],
+    links: Sequence[tuple[str, Mapping[pd.Timestamp, pd.Timestamp]]],
+) -> pd.DataFrame:
+    """`consistent_counts` at the policy's bucket and at each coarser time rung of `links` ((rung, the rung's
+    bucket of each bucket of the rung below), finest first). A rung's figure counts the units seen in any
+    of its finer buckets, so it is first raised to the largest published figure of the same area in them;
+    then its areas are repaired as `visitors` (a unit may be in several areas over a rung's buckets)."""
+    rung = noisy["level"].map(rung_of)
+    below = consistent_counts(noisy[rung.isna()], parents, measure)
+    out = [below]
+    for name, coarse_of in links:
+        figures = noisy[rung == name].assign(level=lambda f: f["level"].map(space_level))
+        finer = below.assign(bucket_start=below["bucket_start"].map(coarse_of))
+        implied = finer.dropna(subset=["bucket_start"]).groupby(["level", "area_id", "bucket_start"])["n"].max()
+        floor = figures[["level", "area_id", "bucket_start"]].merge(
+            implied.rename("floor").reset_index(), on=["level", "area_id", "bucket_start"], how="left"
+        )
+        raised = np.maximum(figures["n"].to_numpy(), floor["floor"].fillna(0).to_numpy().astype("int64"))
+        below = consistent_counts(figures.assign(n=raised), parents, "visitors")
+        out.append(below.assign(level=[at_rung(level, name) for level in below["level"]]))
+    return pd.concat(out, ignore_index=True).sort_values(["level", "area_id", "bucket_start"], ignore_index=True)

@@ -64,11 +64,14 @@ class Sensitivity:
     linf: int = 1
 
     @classmethod
-    def of(cls, levels: Sequence[str], max_buckets: int, max_areas: int) -> Sensitivity:
+    def of(cls, levels: Sequence[str], max_buckets: int, max_areas: int, rungs: int = 0) -> Sensitivity:
         """A kept (unit, bucket) is in at most C cells, so in at most C areas of each coarser level and in one
-        bucket total; the unit keeps at most B buckets. Each of those figures counts it once."""
+        bucket total; the unit keeps at most B buckets. Each of those figures counts it once. Each coarser time
+        rung published beside the policy's bucket is counted from the same kept rows, so it adds as many
+        figures again (at most B coarse buckets and B x C coarse (bucket, area) pairs): the l0 grows with
+        the rungs, and the loss of one measurement over every rung is that of the rungs composed."""
         per_bucket = sum(1 if level == TOTAL else max_areas for level in levels)
-        return cls(l0=max_buckets * per_bucket)
+        return cls(l0=(1 + rungs) * max_buckets * per_bucket)
 
     @property
     def l1(self) -> int:

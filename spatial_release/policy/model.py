@@ -539,14 +539,13 @@ class Policy(_Strict):
 
     @model_validator(mode="after")
     def _dp_publishes_what_it_bounds(self) -> Policy:
-        """The DP method counts the main geometry's membership: a linked zoning (its own membership), a time
-        ladder or structural zeros (a published 0 for a listed cell) have no DP mechanism here yet."""
+        """The DP method counts the main geometry's membership (at the policy's bucket and at every rung of its
+        time ladder): a linked zoning (its own membership) or structural zeros (a published 0 for a listed
+        cell) have no DP mechanism here yet."""
         if self.protection.method != "dp":
             return self
         if self.geometry.linked:
             raise ValueError("protection.method 'dp' does not publish linked zonings; remove geometry.linked")
-        if self.time.ladder:
-            raise ValueError("protection.method 'dp' has no time ladder; remove time.ladder")
         if self.suppression.zeros:
             raise ValueError("protection.method 'dp' publishes no structural zeros; remove suppression.zeros")
         return self

@@ -12,13 +12,13 @@ from typing import Any
 
 import pandas as pd
 
-from spatial_release.dp import DpParams, Sensitivity, bound_contributions, bounded_counts, calibrate, consistent_counts
+from spatial_release.dp import DpParams, Sensitivity, bound_contributions, calibrate, consistent_ladder, ladder_counts
 from spatial_release.dp import release_counts as dp_release
 from spatial_release.dp.accounting import advantage_bound, approx_epsilon, compose
 from spatial_release.dp.mechanism import Calibration
 from spatial_release.fileio import sha256_file
 from spatial_release.ledger.entries import ReleaseEntry
-from spatial_release.levels import LEAF
+from spatial_release.levels import LEAF, rung_of
 from spatial_release.policy import DpProtection, Policy
 from spatial_release.progress import Progress, ProgressEvent, log_progress
 from spatial_release.release import RELEASE_FILES, release_tables, write_tables
@@ -26,6 +26,7 @@ from spatial_release.risk import BLOCK, PUBLISH
 from spatial_release.stages.context import ReleaseContext
 from spatial_release.stages.count import read_true_counts
 from spatial_release.stages.results import ProtectionManifest, ProtectionSummary, RiskAssessment
+from spatial_release.suppression.ladder import buckets_at_rungs
 from spatial_release.suppression.primary import ProtectedTable
 
 GUARANTEE = (
@@ -53,11 +54,59 @@ def chain_parents(ctx: ReleaseContext) -> list[tuple[str, object]]:
     return list(zip(chain.levels[1:-1], chain.parent_of[:-1]))
 
 
+def policy_sensitivity(ctx: ReleaseContext, rungs: int | None = None) -> Sensitivity:
+    """The bounded sensitivity of the policy's figures over its time rungs (all of them by default: the
+    policy's bucket and every rung of its time ladder)."""
+    params = dp_params(ctx.policy)
+    count = len(ctx.policy.time.ladder) if rungs is None else rungs
+    return Sensitivity.of(ctx.structure.chains[0].levels, params.max_buckets, params.max_areas, rungs=count)
+
+
 def policy_calibration(ctx: ReleaseContext) -> Calibration:
     """The mechanism the policy calls for, calibrated by OpenDP's map (deterministic in the policy)."""
-    chain = ctx.structure.chains[0]
-    params = dp_params(ctx.policy)
-    return calibrate(params, Sensitivity.of(chain.levels, params.max_buckets, params.max_areas))
+    return calibrate(dp_params(ctx.policy), policy_sensitivity(ctx))
+
+
+def ladder_accounting(ctx: ReleaseContext, calibration: Calibration) -> dict | None:
+    """What publishing the time ladder's rungs costs: the loss OpenDP's map gives the calibrated mechanism on
+    one rung's figures, the rungs' losses composed by OpenDP, and the loss of the one measurement over every
+    rung (never above the composition). None without a ladder."""
+    rungs = ctx.policy.time.ladder
+    if not rungs:
+        return None
+    one = calibration.measurement().map(policy_sensitivity(ctx, rungs=0).d_in())
+    per_rung = (float(one[0]), float(one[1]))
+    return {
+        "rungs": [ctx.policy.time.bucket, *rungs],
+        "per_rung_loss": list(per_rung),
+        "composed_loss": list(compose([per_rung] * (1 + len(rungs)), calibration.params.accounting)),
+        "loss": list(calibration.spent()),
+        "statement": (
+            f"the policy's bucket and {len(rungs)} coarser rung(s) are counted from the same bounded rows: a unit "
+            f"moves at most {policy_sensitivity(ctx, rungs=0).l0} figures of each rung, "
+            f"{calibration.sensitivity.l0} in all; one OpenDP measurement over every rung's figures is "
+            "calibrated at that sensitivity, so its loss is at most the rungs' losses composed"
+        ),
+    }
+
+
+def dp_counts(ctx: ReleaseContext, bounded: pd.DataFrame) -> pd.DataFrame:
+    """The bounded counts of every figure the release may publish: the policy's bucket and each rung of its time
+    ladder, without the buckets cut by the period's edges (a key means one whole bucket)."""
+    parents = chain_parents(ctx)
+    links = ctx.structure.time_links if ctx.policy.time.ladder else ()
+    counts = ladder_counts(bounded, parents, buckets_at_rungs(links))  # type: ignore[arg-type]
+    cut: set[tuple[str | None, pd.Timestamp]] = {(None, pd.Timestamp(b)) for b in ctx.structure.cut}
+    cut |= {(link.coarse, pd.Timestamp(b)) for link in links for b in link.cut}
+    starts = pd.to_datetime(counts["bucket_start"], utc=True)
+    keep = [(rung_of(level), start) not in cut for level, start in zip(counts["level"], starts)]
+    return counts[keep].reset_index(drop=True)
+
+
+def dp_consistent(ctx: ReleaseContext, noisy: pd.DataFrame) -> pd.DataFrame:
+    links = ctx.structure.time_links if ctx.policy.time.ladder else ()
+    steps = [(link.coarse, link.parent_map()) for link in links]
+    return consistent_ladder(noisy, chain_parents(ctx), ctx.policy.measure, steps)  # type: ignore[arg-type]
 
 
 def _published_frames(published: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -83,15 +132,11 @@ def run_protect_dp(ctx: ReleaseContext, progress: Progress = log_progress) -> Pr
     calibration = policy_calibration(ctx)
     seed = spec.seed if isinstance(spec.seed, int) else secrets.randbits(63)
     membership = pd.read_parquet(area.counts / MEMBERSHIP, columns=["unit", "bucket_start", "cell_id"])
-    bounded = bound_contributions(membership, spec.max_buckets, spec.max_areas, seed)
-    parents = chain_parents(ctx)
-    counts = bounded_counts(bounded, parents)  # type: ignore[arg-type]
-    cut = pd.DatetimeIndex(list(ctx.structure.cut))
-    counts = counts[~pd.to_datetime(counts["bucket_start"], utc=True).isin(cut)]  # cut buckets never published
+    counts = dp_counts(ctx, bound_contributions(membership, spec.max_buckets, spec.max_areas, seed))
     # how many keys the data holds is a fact about unselected keys too: the log names the mechanism only
     progress(ProgressEvent("dp", f"dp: bounded counts offered to OpenDP {calibration.describe()['mechanism']}"))
     noisy = dp_release(counts, calibration).counts
-    published = consistent_counts(noisy, parents, policy.measure)  # type: ignore[arg-type]
+    published = dp_consistent(ctx, noisy)
     cells, margins = _published_frames(published)
     true_cells, true_margins = read_true_counts(area)
     protected = ProtectedTable(
@@ -114,7 +159,9 @@ def run_protect_dp(ctx: ReleaseContext, progress: Progress = log_progress) -> Pr
         privacy={
             **calibration.describe(),
             "bounding_seed": "policy" if isinstance(spec.seed, int) else "random",
-            "post_processing": "monotone bottom-up repair to non-negative integers consistent with the margins",
+            "post_processing": "monotone bottom-up repair to non-negative integers consistent with the margins"
+            + (" and with the finer rungs of the time ladder" if policy.time.ladder else ""),
+            **({"time_ladder": ladder_accounting(ctx, calibration)} if policy.time.ladder else {}),
             "guarantee": GUARANTEE,
         },
     )

@@ -34,6 +34,7 @@ from spatial_release.stages.count import sql_path
 from spatial_release.stages.dp import privacy_assessment
 from spatial_release.stages.frontier import public_frontier
 from spatial_release.stages.results import IngestSummary, RiskAssessment, ZoneFigures
+from spatial_release.suppression.ladder import buckets_at_rungs
 
 # Column names that say which adversary each per-zone figure belongs to.
 ZONE_LABELS = {
@@ -57,11 +58,7 @@ def write_ladder_buckets(ctx: ReleaseContext) -> Path | None:
     links = ctx.structure.time_links if ctx.policy.time.ladder else ()
     if not links:
         return None
-    rows, current = [], {pd.Timestamp(a): pd.Timestamp(a) for a, _ in links[0].parents}
-    for link in links:
-        parent = link.parent_map()
-        current = {fine: parent[bucket] for fine, bucket in current.items()}
-        rows += [(link.coarse, fine, coarse) for fine, coarse in current.items()]
+    rows = [(rung, fine, coarse) for rung, parent in buckets_at_rungs(links).items() for fine, coarse in parent.items()]
     frame = pd.DataFrame(rows, columns=["rung", "fine", "coarse"])
     path = ctx.area.counts / LADDER_BUCKETS
     with atomic_path(path) as tmp:

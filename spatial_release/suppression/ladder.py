@@ -74,6 +74,18 @@ def time_links(rungs: list[str], parents_of, cut_of=lambda rung: ()) -> tuple[Ti
     return tuple(links)
 
 
+def buckets_at_rungs(links: tuple[TimeLink, ...]) -> dict[str, dict[pd.Timestamp, pd.Timestamp]]:
+    """Per rung of the ladder, the coarse bucket holding each of the policy's buckets (the links composed)."""
+    if not links:
+        return {}
+    out, current = {}, {pd.Timestamp(a): pd.Timestamp(a) for a, _ in links[0].parents}
+    for link in links:
+        parent = link.parent_map()
+        current = {fine: parent[bucket] for fine, bucket in current.items()}
+        out[link.coarse] = current
+    return out
+
+
 def _fine_nodes(table: Table, link: TimeLink):
     """(node, coarse key) of every figure at the link's fine rung."""
     parent = link.parent_map()
@@ -290,6 +302,7 @@ __all__ = [
     "TimeLink",
     "UNOFFERED",
     "add_absent_fine",
+    "buckets_at_rungs",
     "climb_to_budget",
     "cut_figures",
     "offer_needed",
