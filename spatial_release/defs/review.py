@@ -17,7 +17,7 @@ import dagster as dg
 from spatial_release import stages
 from spatial_release.defs.outcomes import check_result
 from spatial_release.defs.programmes import Programme
-from spatial_release.defs.release.reports import review_report
+from spatial_release.defs.release.reports import ledger_entry_shown, review_report
 from spatial_release.defs.resources import ReleaseSettings
 from spatial_release.guarantees import CheckOutcome
 from spatial_release.policy import Policy
@@ -106,7 +106,7 @@ def _review_metadata(policy: Policy, done: stages.ReviewRun) -> dict:
         "alerts": dg.MetadataValue.json([d.to_json() for d in done.deliveries]),
         "review_report": dg.MetadataValue.md(review_report(review, policy.risk, review_adversary(policy))),
         "review": dg.MetadataValue.json([_rounded(r.to_json()) for r in review.releases]),
-        "ledger_entry": review.ledger_entry,
+        "ledger_entry": ledger_entry_shown(review.ledger_entry),
         "per_unit_data_pruned": dg.MetadataValue.json(done.pruned),
         **(_privacy_metadata(review.privacy) if review.privacy is not None else {}),
     }

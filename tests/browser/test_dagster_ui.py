@@ -17,8 +17,8 @@ the same conditions. (h) "Materialize all" on `demo-blocked` (the demo accepting
 two periods) is a backfill of two runs, each blocked by its first check: published_release stays missing
 (never failed) for both periods, and each run's alert arrives once as a file, an e-mail and a webhook call,
 with its own period and link. (i) records what the asset page of demo/published_release (an external asset,
-reported by the publish job only) offers an operator. Otherwise GraphQL only launches runs, waits for state,
-finds run ids and reads the run records' times.
+reported by the publish job only) offers an operator; (j) demo/risk_review's review table is read whole at
+1280 px. Otherwise GraphQL only launches runs, waits for state, finds run ids and reads the run records' times.
 
 Each view is saved as a screenshot in ci-artifacts/screenshots/ (and the processes' logs in
 ci-artifacts/dagster-ui-logs/) before its check, so it is kept whether the check passes or not. Skips only
@@ -672,3 +672,48 @@ def test_published_release_actions_are_recorded(deployment, page):
              assetMaterializations(limit: 10) { runId } } } }"""
     )["assetOrError"]["assetMaterializations"]
     assert all(m["runId"] for m in reported), f"a materialisation was reported by hand: {reported}"
+
+
+def _wait_for_materialization(d, path: list[str], timeout: float) -> None:
+    query = """query ($key: AssetKeyInput!) { assetOrError(assetKey: $key) { ... on Asset {
+                 assetMaterializations(limit: 1) { runId } } } }"""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = d.graphql(query, {"key": {"path": path}})["assetOrError"]
+        if found.get("assetMaterializations"):
+            return
+        time.sleep(2)
+    raise AssertionError(f"{'/'.join(path)} was not materialised in {timeout:.0f} s:\n{d.log_tail('daemon')}")
+
+
+def test_the_review_table_is_readable_at_1280_px(deployment, page):
+    """(j) demo/risk_review's review (the review sensor runs it once the demo is published), read from its
+    latest materialisation in a 1280 px wide window, where Dagster shows it in the metadata table's value
+    column: the review's cell ends inside the page's main panel (not under the sidebar, cut off), and each
+    release's line says its period and verdict. Each entry's width goes to ci-artifacts/ui-review-1280.json."""
+    d = deployment
+    _wait_for_materialization(d, ["demo", "risk_review"], timeout=RUN_WAIT_S)
+    page.set_viewport_size({"width": 1280, "height": 1800})
+    try:
+        open_view(page, d, "/assets/demo/risk_review", "Latest materialization")
+        row = page.locator("tr").filter(has=page.get_by_text("review_report", exact=True)).first
+        row.wait_for()
+        row.get_by_text(PERIOD).first.wait_for()
+        cell = row.locator("td").last
+        text = cell.inner_text()
+        panel = page.get_by_text("Metadata", exact=True).first.locator("xpath=ancestor::*[.//table][1]")
+        widths = {
+            "panel": panel.bounding_box(),
+            "review_report_cell": cell.bounding_box(),
+            "rows": page.locator("tr").evaluate_all(
+                "rows => rows.map(r => [r.cells[0] && r.cells[0].innerText, r.scrollWidth])"
+            ),
+        }
+        screenshot(page, "ui-j-review-1280")
+    finally:
+        page.set_viewport_size({"width": 1600, "height": 1800})
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "ui-review-1280.json").write_text(json.dumps(widths, indent=2) + "\n")
+    shown, frame = widths["review_report_cell"], widths["panel"]
+    assert shown["x"] + shown["width"] <= frame["x"] + frame["width"] + 1, f"the review is cut off at 1280 px: {widths}"
+    assert f"{PERIOD} (demo, ledger entry" in text and "within" in text, text

@@ -39,7 +39,14 @@ from spatial_release.defs.partitions import (
 )
 from spatial_release.defs.programmes import Programme
 from spatial_release.defs.release.checks import build_checks
-from spatial_release.defs.release.reports import frontier_report, k_anonymity_report, readable, risk_metadata, risk_report
+from spatial_release.defs.release.reports import (
+    frontier_report,
+    k_anonymity_report,
+    ledger_entry_shown,
+    readable,
+    risk_metadata,
+    risk_report,
+)
 from spatial_release.defs.resources import CountingEngine, ReleaseSettings, is_http_base_url
 from spatial_release.errors import PeriodError, UserError
 from spatial_release.policy import Policy
@@ -377,7 +384,7 @@ def publication_metadata(
         "published_cells": record.counts.published_cells,
         "smallest_published_count": record.counts.smallest_published_count,
         **risk_metadata(record.risk, policy.risk),
-        "ledger_entry": record.ledger_entry,
+        "ledger_entry": ledger_entry_shown(record.ledger_entry),
         "policy": f"{policy.name} v{policy.version}",
         "policy_sha256": policy.sha256,
     }

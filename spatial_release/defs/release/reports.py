@@ -32,6 +32,16 @@ def _zone_figure(value: float | None) -> str:
     return "-" if value is None else f"{public_ratio(value, ZONE_DIGITS):g}"
 
 
+LEDGER_PREFIX = 16  # hex digits of a ledger entry's hash, as the command line and `ledger verify` show it
+
+
+def ledger_entry_shown(entry: str | None) -> str:
+    """A ledger entry's hash as a metadata value: its first 16 hex digits. The whole 64 set the width of the
+    asset page's metadata table past its panel at 1280 px, cutting off every entry beside it (the review's);
+    the whole hash is in release.json, the ledger and the release page's markdown."""
+    return "-" if entry is None else entry[:LEDGER_PREFIX]
+
+
 def k_anonymity_report(counts: stages.PublicCounts, k: int) -> str:
     """What the release shows, from its public counts only: figures about withheld cells (how many, how
     many units they hold) would be facts outside the audited system, so they stay in the work area."""
@@ -206,8 +216,9 @@ ADVERSARY_EXPLAINED = {
 
 
 def review_report(review: stages.Review, spec: RiskSpec | None, adversary: str) -> str:
-    """The risk review as an operator reads it: a headline, the landscape and both ceilings, and one row per
-    release of the population, with its figure at publication and now, rounded to 4 significant digits."""
+    """The risk review as an operator reads it: a headline, the landscape and both ceilings, and one item per
+    release of the population, with its verdict and its figure at publication and now, rounded to 4
+    significant digits."""
     breached = sorted({b.period for b in review.breaches})
     headline = (
         f"**{len(breached)} release(s) over budget: {', '.join(breached)}**"
@@ -236,15 +247,14 @@ def review_report(review: stages.Review, spec: RiskSpec | None, adversary: str) 
             f"{_figure(spec.cumulative_ceiling)}; cumulative now {_figure(review.cumulative)}.",
             "",
         ]
-    lines += [
-        "| period | programme | ledger entry | figure at publication | figure now | cumulative | worst zone | verdict |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    # One item per release, not a table: Dagster shows this entry in the metadata table's value column, where a
+    # table of eight columns is cut off at the column's edge and a list wraps.
     for row in review.releases:
         now = _figure(row.release_figure) if row.re_assessed else "(published figure counted)"
         verdict = "over budget" if row.period in breached and row.dataset == review.dataset else "within"
         lines.append(
-            f"| {row.period} | {row.dataset} | {row.ledger_seq} | {_figure(row.published_figure or row.release_figure)} "
-            f"| {now} | {_figure(row.cumulative)} | {row.worst_zone or '-'} | {verdict} |"
+            f"- **{row.period}** ({row.dataset}, ledger entry {row.ledger_seq}): **{verdict}**; figure at publication "
+            f"{_figure(row.published_figure or row.release_figure)}, now {now}, cumulative {_figure(row.cumulative)}, "
+            f"worst zone {row.worst_zone or '-'}"
         )
     return "\n".join(lines)
