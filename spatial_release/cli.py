@@ -295,8 +295,14 @@ def _summary(record: ReleaseRecord, internal: ProtectionSummary, folder: Path) -
             f"{internal.primary_cells} withheld below k, {internal.secondary_cells} withheld as complements, "
             f"{counts.structural_zero_cells_published} structural zeros",
             f"margins   {counts.published_margins} published, {internal.withheld_margins} withheld",
-            f"withheld  {internal.unit_counts_withheld} of {internal.unit_counts_total} unit counts "
-            f"({internal.share_withheld:.2%}); withheld figures are internal: release.json does not carry them",
+            f"withheld  {internal.unit_counts_withheld} of {internal.unit_counts_total} unit counts at the "
+            f"{record.bucket} bucket ({internal.share_withheld:.2%})"
+            + (
+                ", some shown at a coarser rung (the suppression budget counts those as shown)"
+                if any("@" in level for level in counts.published_by_level or {})
+                else ""
+            )
+            + "; withheld figures are internal: release.json does not carry them",
             f"checks    {', '.join(f'{k}: {v}' for k, v in record.checks.items())}",
             f"audit     {'passed' if audit.passed else 'FAILED'}: {audit.criterion}",
             f"risk      {risk.status}: worst zone {risk.worst_zone} {risk.release_figure:.4f} ({risk.measure}), "
