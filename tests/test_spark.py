@@ -7,6 +7,7 @@ in CI (CI=true) PySpark and Java are installed by .ci/run, and a missing one fai
 import importlib.util
 import os
 import shutil
+import signal
 from datetime import timedelta
 from pathlib import Path
 
@@ -149,3 +150,27 @@ def test_spark_zones_with_linked_zoning_and_outside_pings_equal_duckdb(tmp_path)
     assert duck["summary"][4] > 0 and len(duck["outside"]) == duck["summary"][4]
     assert set(duck["margins"]["level"]) >= {"block", "row", "block_total", "district", "total"}
     _assert_identical(duck, spark)
+
+
+def test_a_python_worker_killed_mid_chunk_is_retried_to_the_same_results_or_fails_the_map(tmp_path):
+    """kill -9 of the Python worker running a chunk of jobs: Spark runs the task again (`local[2,4]` retries
+    a failed task up to 4 times, as a cluster does) and the map returns what an undisturbed run returns, in
+    job order. A chunk whose worker dies on every attempt fails the map; no result of it is merged."""
+    from spatial_release import tasks
+    from spatial_release.counting.engines import spark_session
+
+    killed, always = tmp_path / "killed", tmp_path / "always"
+
+    def square_dying_on_3(n: int) -> int:  # nested: shipped by value, so the executors need not import tests/
+        if n == 3 and (always.exists() or not killed.exists()):
+            killed.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return n * n
+
+    runner = tasks.SparkTasks(spark_session(SparkSettings(master="local[2,4]")))
+    assert list(runner.map(square_dying_on_3, range(8), chunksize=2)) == [n * n for n in range(8)]
+    assert killed.exists()  # a worker did die
+    always.touch()
+    with pytest.raises(Exception, match="Python worker exited unexpectedly"):
+        list(runner.map(square_dying_on_3, range(8), chunksize=2))
+    runner.spark.stop()
