@@ -226,7 +226,8 @@ class SparkTasks:
             digests = sorted(d[:12] if d else "changed on disk since import" for d in found)
             raise ExecutorMismatch(
                 f"the Spark executors of {self.master} run other code than this driver{where} (code digests "
-                f"{digests} against {CODE_DIGEST[:12]}): install the same spatial_release "
+                f"{digests} against {CODE_DIGEST[:12]}; their Python: {self.spark.sparkContext.pythonExec}, from "
+                "PYSPARK_PYTHON or spark.pyspark.python of this driver): install the same spatial_release "
                 "version and the same numpy, pandas, pyarrow, duckdb, highspy, numba, shapely, pyproj and geopandas "
                 "on every executor (e.g. ship this environment with spark.archives), and do not change them while "
                 "a release runs"

@@ -126,6 +126,7 @@ def test_executors_running_other_code_are_refused_before_any_job():
     with pytest.raises(tasks.ExecutorMismatch, match="other code than this driver") as mismatch:
         list(runner.map(square_or_refuse, [1, 2]))
     assert "spark://fake:7077" in str(mismatch.value)
+    assert "their Python: python3" in str(mismatch.value)  # an executor Python without this environment differs too
     assert session.sparkContext.groups == []  # no job of the step was shipped
 
 
