@@ -19,6 +19,7 @@ from spatial_release.dp import (
     release_counts,
 )
 from spatial_release.dp.bounding import rung_membership
+from spatial_release.dp.frontier import Configuration, evaluate, public_rows, shown_and_error
 from spatial_release.levels import LEAF, TOTAL, rung_of, space_level
 
 DAY0 = pd.Timestamp("2018-01-01", tz="UTC")
@@ -226,3 +227,36 @@ def test_post_processing_makes_every_rung_consistent_with_the_finer_one_and_only
     assert ladder_violations(fixed, "presence") == 0
     both = noisy.merge(fixed, on=["level", "area_id", "bucket_start"], suffixes=("_noisy", "_fixed"))
     assert len(both) == len(noisy) == len(fixed) and (both["n_fixed"] >= both["n_noisy"].clip(lower=0)).all()
+
+
+def test_a_configurations_share_shown_and_error_are_measured_against_the_truth_and_never_public():
+    day = [DAY0, DAY0 + pd.Timedelta(days=1)]
+    truth = pd.DataFrame(
+        {
+            "level": [LEAF] * 4 + [TOTAL] * 2,
+            "area_id": ["c0", "c1", "c0", "c1", TOTAL, TOTAL],
+            "bucket_start": [*day[:1] * 2, *day[1:] * 2, *day],
+        }
+    ).assign(n=[10, 20, 0, 40, 30, 40])
+    published = truth.iloc[[0, 3, 4]].assign(n=[15, 40, 33])  # c0 day 0 (+50 %), c1 day 1 (exact), a total (+10 %)
+    figures = shown_and_error(published, truth)
+    assert figures["shown"] == pytest.approx(2 / 3)  # of the 3 non-empty cell figures (c0 day 1 is empty)
+    assert figures["error_median"] == pytest.approx(0.1)
+    row = {"configuration": "1w, B=1, C=1", "l0": 3, "scale": 1.5, "threshold": 22, "published": False, **figures}
+    assert set(public_rows([row])[0]) == {"configuration", "l0", "scale", "threshold", "published"}
+
+
+def test_every_configuration_is_calibrated_at_the_policys_loss():
+    params = DpParams("approx", 1e-6, 2, 1, epsilon=1.0)
+    rows = [
+        evaluate(
+            membership(units=1200), Configuration(rung, b, c), RUNGS.get(rung or ""), PARENTS, LEVELS, params, "visitors", 3
+        )
+        for rung, b, c in ((None, 2, 1), ("2d", 1, 2), ("period", 1, 2))
+    ]
+    assert [r["l0"] for r in rows] == [Sensitivity.of(LEVELS, b, c).l0 for b, c in ((2, 1), (1, 2), (1, 2))]
+    assert all(r["loss"][0] == pytest.approx(1.0) and r["loss"][1] <= 1e-6 for r in rows)
+    assert rows[1]["scale"] == rows[2]["scale"] and rows[0]["scale"] != rows[1]["scale"]
+    assert (
+        rows[2]["shown"] == 1.0 and rows[2]["shown"] > rows[0]["shown"]
+    )  # every cell of the whole period, each held by about 300 units, is shown

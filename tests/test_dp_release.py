@@ -18,6 +18,7 @@ from conftest import SIZE, lonlat_in, policy_dict, write_policy
 from spatial_release import cli, guarantees, stages
 from spatial_release.defs.catalogue import programme_for
 from spatial_release.defs.execution import execute_release
+from spatial_release.dp import Sensitivity, calibrate
 from spatial_release.ledger import Ledger
 from spatial_release.ledger.entries import ReleaseEntry
 from spatial_release.levels import LEAF, TOTAL
@@ -314,9 +315,11 @@ def test_a_dp_time_ladder_publishes_every_rung_consistent_and_accounts_the_rungs
     path = dp_policy(tmp_path, traces, "dpladder")
     data = yaml.safe_load(path.read_text())
     data["time"]["ladder"] = ["4w", "period"]
+    data["protection"]["compare"] = [{"rung": "4w", "max_buckets": 1}, {"rung": "period", "max_buckets": 1, "max_areas": 2}]
     path.write_text(yaml.safe_dump(data))
     folder = publish_by_stages(path, "2018-Q1", tmp_path)
-    privacy = json.loads((folder / "release.json").read_text())["privacy"]
+    record = json.loads((folder / "release.json").read_text())
+    privacy = record["privacy"]
     assert privacy["sensitivity"]["l0"] == 3 * 6  # B=2 weeks x (cell, 2 km parent, total), at three rungs
     ladder = privacy["time_ladder"]
     assert ladder["rungs"] == ["1w", "4w", "period"] and ladder["loss"][0] == pytest.approx(2.0)
@@ -335,8 +338,9 @@ def test_a_dp_time_ladder_publishes_every_rung_consistent_and_accounts_the_rungs
     floor = finer.groupby(["level", "area_id"])["n"].max().rename("floor").reset_index()
     both = period.merge(floor, on=["level", "area_id"])
     assert len(both) > 0 and (both["n"] >= both["floor"]).all()
-    # the mechanism check refuses a record calibrated for the policy's bucket alone (the rungs unaccounted)
     ctx = stages.ReleaseContext(load_policy(path), Period.parse("2018-Q1"), tmp_path / "work")
+    check_the_frontier_at_equal_loss(ctx, record, figures)
+    # the mechanism check refuses a record calibrated for the policy's bucket alone (the rungs unaccounted)
     manifest = stages.ProtectionManifest.read(ctx.area.candidate)
     assert stages.check_dp_mechanism(ctx).passed
     one_rung = dp_stage.policy_sensitivity(ctx, rungs=0)
@@ -344,3 +348,43 @@ def test_a_dp_time_ladder_publishes_every_rung_consistent_and_accounts_the_rungs
     replace(manifest, summary=summary).write(ctx.area.candidate)
     outcome = stages.check_dp_mechanism(ctx)
     assert not outcome.passed and outcome.offending[0]["parameter"] == "sensitivity"
+
+
+def record_folder(ctx: stages.ReleaseContext) -> Path:
+    return ctx.work_root.parent / "releases" / ctx.policy.name / ctx.period.label
+
+
+def check_the_frontier_at_equal_loss(ctx: stages.ReleaseContext, record: dict, figures: pd.DataFrame) -> None:
+    """release.json's frontier: the policy's configuration (published) and each compared one, at the policy's
+    loss, with what follows from the policy alone (re-derived here by OpenDP's calibration); the share shown and
+    the median error stay in the internal manifest (the published configuration's share re-derived)."""
+    rows = record["risk"]["frontier"]
+    assert [r["configuration"] for r in rows] == [
+        "1w, B=2, C=1 with rungs ['4w', 'period']",
+        "4w, B=1, C=1",
+        "period, B=1, C=2",
+    ]
+    assert [r["published"] for r in rows] == [True, False, False]
+    page = (Path(record_folder(ctx)) / "report.html").read_text()
+    assert "configuration at the same loss" in page and "period, B=1, C=2" in page
+    assert not {"shown", "error_median"} & {key for row in rows for key in row}
+    params = dp_stage.dp_params(ctx.policy)
+    levels = ctx.structure.chains[0].levels
+    for row in rows[1:]:
+        b, c = row["max_buckets"], row["max_areas"]
+        calibration = calibrate(replace(params, max_buckets=b, max_areas=c), Sensitivity.of(levels, b, c))
+        assert (row["l0"], row["scale"], row["threshold"]) == (
+            calibration.sensitivity.l0,
+            calibration.scale,
+            calibration.threshold,
+        )
+        assert calibration.spent()[0] == pytest.approx(2.0)  # equal epsilon
+    internal = stages.ProtectionManifest.read(ctx.area.candidate).summary.frontier or []
+    assert len(internal) == 3 and all(0 <= r["shown"] <= 1 for r in internal)
+    true_cells, _ = stages.read_true_counts(ctx.area)
+    cut = {pd.Timestamp(b) for b in ctx.structure.cut}
+    true_cells = true_cells[(true_cells["n"] > 0) & ~pd.to_datetime(true_cells["bucket_start"], utc=True).isin(cut)]
+    shown = figures[figures["level"] == LEAF][["area_id", "bucket_start"]].rename(columns={"area_id": "cell_id"})
+    assert internal[0]["shown"] == pytest.approx(
+        len(shown.merge(true_cells, on=["cell_id", "bucket_start"])) / len(true_cells)
+    )

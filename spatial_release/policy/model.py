@@ -370,6 +370,14 @@ class PrivacyBudget(_Strict):
     delta: float = Field(gt=0, lt=1)
 
 
+class DpConfiguration(_Strict):
+    """Another way to publish the period under the same loss, compared in the release's frontier."""
+
+    rung: str | None = Field(default=None, description="a rung of time.ladder; none: the policy's bucket")
+    max_buckets: int = Field(ge=1, description="buckets of that rung a unit contributes to, at most")
+    max_areas: int = Field(default=1, ge=1, description="cells a unit contributes to per bucket, at most")
+
+
 class DpProtection(_Strict):
     """Differential privacy instead of a k threshold (`spatial_release.dp`): each unit keeps at most
     `max_buckets` buckets of the period and `max_areas` areas per bucket (seeded sampling), then one OpenDP
@@ -389,6 +397,12 @@ class DpProtection(_Strict):
         "depends on that unit alone, so the seed may be public) or 'random' (drawn from the OS per release)"
     )
     budget: PrivacyBudget = Field(description="the population's budget over all its releases")
+    compare: list[DpConfiguration] = Field(
+        default_factory=list,
+        description="configurations (time rung, bounds B and C) compared with the policy's at the same loss in "
+        "the release's frontier: each is calibrated and run on the data internally; release.json records "
+        "their parameters only, the internal manifest their share shown and median error",
+    )
 
     @model_validator(mode="after")
     def _loss_of_the_accounting(self) -> DpProtection:
@@ -542,12 +556,18 @@ class Policy(_Strict):
         """The DP method counts the main geometry's membership (at the policy's bucket and at every rung of its
         time ladder): a linked zoning (its own membership) or structural zeros (a published 0 for a listed
         cell) have no DP mechanism here yet."""
-        if self.protection.method != "dp":
+        if not isinstance(self.protection, DpProtection):
             return self
         if self.geometry.linked:
             raise ValueError("protection.method 'dp' does not publish linked zonings; remove geometry.linked")
         if self.suppression.zeros:
             raise ValueError("protection.method 'dp' publishes no structural zeros; remove suppression.zeros")
+        for i, configuration in enumerate(self.protection.compare):
+            if configuration.rung is not None and configuration.rung not in self.time.ladder:
+                raise ValueError(
+                    f"protection.compare[{i}].rung {configuration.rung!r} is not a rung of time.ladder "
+                    f"{self.time.ladder}; leave it out for the policy's bucket"
+                )
         return self
 
     def margin_levels(self) -> list[str]:

@@ -175,8 +175,22 @@ def guarantee_rows(record: ReleaseRecord) -> tuple[list[str], list[list[str]]]:
 
 def frontier_rows(record: ReleaseRecord) -> tuple[list[str], list[list[str]]]:
     """The configurations protection tried, finest first (release.json risk.frontier); none without a climb."""
-    rows = (record.risk.frontier if record.risk is not None else None) or []
-    shown = [[r["configuration"], "yes" if r["passed"] else "no", "this release" if r["published"] else ""] for r in rows]
+    return frontier_table((record.risk.frontier if record.risk is not None else None) or [])
+
+
+def frontier_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """The public frontier as a table: under k-anonymity the configurations the coarsening tried and whether
+    each passed the risk gate; under differential privacy the configurations compared at the policy's loss
+    with their noise (what follows from the policy alone)."""
+    published = ["this release" if r["published"] else "" for r in rows]
+    if rows and "scale" in rows[0]:
+        header = ["configuration at the same loss", "l0", "noise scale", "threshold", "95 % noise interval", "published"]
+        cells = [
+            [r["configuration"], str(r["l0"]), readable(r["scale"]), str(r["threshold"]), readable(r["interval95"])]
+            for r in rows
+        ]
+        return header, [[*c, p] for c, p in zip(cells, published)]
+    shown = [[r["configuration"], "yes" if r["passed"] else "no", p] for r, p in zip(rows, published)]
     return ["configuration tried", "passed the risk gate", "published"], shown
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -15,6 +15,7 @@ import pandas as pd
 from spatial_release.dp import DpParams, Sensitivity, bound_contributions, calibrate, consistent_ladder, ladder_counts
 from spatial_release.dp import release_counts as dp_release
 from spatial_release.dp.accounting import advantage_bound, approx_epsilon, compose
+from spatial_release.dp.frontier import Configuration, evaluate, shown_and_error
 from spatial_release.dp.mechanism import Calibration
 from spatial_release.fileio import sha256_file
 from spatial_release.ledger.entries import ReleaseEntry
@@ -25,6 +26,7 @@ from spatial_release.release import RELEASE_FILES, release_tables, write_tables
 from spatial_release.risk import BLOCK, PUBLISH
 from spatial_release.stages.context import ReleaseContext
 from spatial_release.stages.count import read_true_counts
+from spatial_release.stages.frontier import public_frontier
 from spatial_release.stages.results import ProtectionManifest, ProtectionSummary, RiskAssessment
 from spatial_release.suppression.ladder import buckets_at_rungs
 from spatial_release.suppression.primary import ProtectedTable
@@ -48,7 +50,7 @@ def dp_params(policy: Policy) -> DpParams:
     return DpParams(spec.accounting, spec.delta, spec.max_buckets, spec.max_areas, epsilon=spec.epsilon, rho=spec.rho)
 
 
-def chain_parents(ctx: ReleaseContext) -> list[tuple[str, object]]:
+def chain_parents(ctx: ReleaseContext) -> list[tuple[str, Callable[[str], str]]]:
     """The main geometry's levels above the cells with the map from each level's areas to their parents."""
     chain = ctx.structure.chains[0]
     return list(zip(chain.levels[1:-1], chain.parent_of[:-1]))
@@ -95,18 +97,71 @@ def dp_counts(ctx: ReleaseContext, bounded: pd.DataFrame) -> pd.DataFrame:
     ladder, without the buckets cut by the period's edges (a key means one whole bucket)."""
     parents = chain_parents(ctx)
     links = ctx.structure.time_links if ctx.policy.time.ladder else ()
-    counts = ladder_counts(bounded, parents, buckets_at_rungs(links))  # type: ignore[arg-type]
-    cut: set[tuple[str | None, pd.Timestamp]] = {(None, pd.Timestamp(b)) for b in ctx.structure.cut}
-    cut |= {(link.coarse, pd.Timestamp(b)) for link in links for b in link.cut}
+    return without_cut(ctx, ladder_counts(bounded, parents, buckets_at_rungs(links)))
+
+
+def cut_buckets(ctx: ReleaseContext) -> dict[str | None, set[pd.Timestamp]]:
+    """Per time rung (None: the policy's bucket), its buckets cut by the period's edges (never published)."""
+    links = ctx.structure.time_links if ctx.policy.time.ladder else ()
+    cut: dict[str | None, set[pd.Timestamp]] = {None: {pd.Timestamp(b) for b in ctx.structure.cut}}
+    cut.update({link.coarse: {pd.Timestamp(b) for b in link.cut} for link in links})
+    return cut
+
+
+def without_cut(ctx: ReleaseContext, counts: pd.DataFrame) -> pd.DataFrame:
+    """`counts` (level, area_id, bucket_start, n) without the figures of buckets cut by the period's edges."""
+    cut = cut_buckets(ctx)
     starts = pd.to_datetime(counts["bucket_start"], utc=True)
-    keep = [(rung_of(level), start) not in cut for level, start in zip(counts["level"], starts)]
+    keep = [start not in cut.get(rung_of(level), ()) for level, start in zip(counts["level"], starts)]
     return counts[keep].reset_index(drop=True)
+
+
+def dp_frontier(ctx: ReleaseContext, membership: pd.DataFrame, published: pd.DataFrame, seed: int) -> list[dict]:
+    """The policy's configuration (as published) and each of `protection.compare`, at the policy's loss: their
+    parameters and, internal, their share of the non-empty cell figures shown and median relative error."""
+    spec, bucket = dp_spec(ctx.policy), ctx.policy.time.bucket
+    parents, levels = chain_parents(ctx), ctx.structure.chains[0].levels
+    links = ctx.structure.time_links if ctx.policy.time.ladder else ()
+    at_rungs = buckets_at_rungs(links)
+    calibration = policy_calibration(ctx)
+    truth = without_cut(ctx, ladder_counts(membership, parents, at_rungs))
+    cut = cut_buckets(ctx)
+    own = {
+        "configuration": Configuration(None, spec.max_buckets, spec.max_areas).name(bucket)
+        + (f" with rungs {list(ctx.policy.time.ladder)}" if links else ""),
+        "max_buckets": spec.max_buckets,
+        "max_areas": spec.max_areas,
+        "l0": calibration.sensitivity.l0,
+        "loss": list(calibration.spent()),
+        "scale": calibration.scale,
+        "threshold": calibration.threshold,
+        "interval95": calibration.interval95(),
+        **shown_and_error(published, truth),
+        "published": True,
+    }
+    rows = [own]
+    for option in spec.compare:
+        coarse_of = at_rungs[option.rung] if option.rung else None
+        configuration = Configuration(option.rung, option.max_buckets, option.max_areas)
+        row = evaluate(
+            membership,
+            configuration,
+            coarse_of,
+            parents,
+            levels,
+            dp_params(ctx.policy),
+            ctx.policy.measure,
+            seed,
+            cut=cut.get(option.rung, set()),
+        )
+        rows.append({"configuration": configuration.name(bucket), **row, "published": False})
+    return rows
 
 
 def dp_consistent(ctx: ReleaseContext, noisy: pd.DataFrame) -> pd.DataFrame:
     links = ctx.structure.time_links if ctx.policy.time.ladder else ()
     steps = [(link.coarse, link.parent_map()) for link in links]
-    return consistent_ladder(noisy, chain_parents(ctx), ctx.policy.measure, steps)  # type: ignore[arg-type]
+    return consistent_ladder(noisy, chain_parents(ctx), ctx.policy.measure, steps)
 
 
 def _published_frames(published: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -156,6 +211,7 @@ def run_protect_dp(ctx: ReleaseContext, progress: Progress = log_progress) -> Pr
         suppression={"method": "dp"},
         crs=tables.cells.crs.to_string(),
         published_by_level=by_level,
+        frontier=dp_frontier(ctx, membership, published, seed),
         privacy={
             **calibration.describe(),
             "bounding_seed": "policy" if isinstance(spec.seed, int) else "random",
@@ -262,4 +318,5 @@ def privacy_assessment(ctx: ReleaseContext, earlier: list[ReleaseEntry]) -> Risk
         keys=0,
         zones=[],
         seconds=round(time.perf_counter() - started, 2),
+        frontier=public_frontier(ProtectionManifest.read(ctx.area.candidate).summary.frontier),
     )

@@ -11,7 +11,8 @@ from __future__ import annotations
 from spatial_release import stages
 from spatial_release.policy.model import RiskSpec
 from spatial_release.release import RiskRecord
-from spatial_release.report.page import uniqueness_label
+from spatial_release.report import markdown_table
+from spatial_release.report.page import frontier_table, uniqueness_label
 from spatial_release.risk import public_ratio
 from spatial_release.stages.results import ZoneFigures
 
@@ -198,14 +199,9 @@ def risk_report(risk: stages.RiskAssessment, spec: RiskSpec | None) -> str:
 
 
 def frontier_report(rows: list[dict]) -> str:
-    """The configurations the coarsening pass tried, finest first (public part only: no figure of the ones not
-    published)."""
-    lines = ["| configuration | passed the risk gate | published |", "|---|---|---|"]
-    lines += [
-        f"| {r['configuration']} | {'yes' if r['passed'] else 'no'} | {'this release' if r['published'] else ''} |"
-        for r in rows
-    ]
-    return "\n".join(lines)
+    """The configurations the coarsening pass tried, finest first, or those a DP release compared at its loss
+    (public part only: no figure of the ones not published)."""
+    return markdown_table(*frontier_table(rows))
 
 
 ADVERSARY_EXPLAINED = {
