@@ -158,6 +158,19 @@ class ExecutorMismatch(RuntimeError):
     """The Spark executors run other code or other libraries than the driver."""
 
 
+class SparkTaskFailed(RuntimeError):
+    """A Spark task of a step failed on every attempt Spark made: its executor or Python worker died, ran out
+    of memory, or the job raised something other than a refusal."""
+
+
+def _spark_reason(error: BaseException) -> str:
+    """Spark's one-line reason for a failed job (the stage failure with its last attempt's cause), without the
+    JVM's stack, which follows on the next lines of a Py4J error."""
+    lines = [line.strip(" :") for line in str(error).splitlines() if line.strip(" :")]
+    reason = next((line for line in lines if "Job aborted" in line), lines[0] if lines else type(error).__name__)
+    return reason.split(" Consider setting")[0]
+
+
 def _executor_digest(_: object) -> str | None:
     from spatial_release.codeversion import current_digest
 
@@ -237,7 +250,17 @@ class SparkTasks:
         context = self.spark.sparkContext
         # the Spark UI and the status tracker show which step's jobs these are (job groups are per thread)
         context.setJobGroup(group, f"{len(chunk)} job(s) of {group}")
-        digest, results = context.parallelize([chunk], 1).map(lambda jobs: _apply_reporting_digest(fn, jobs)).collect()[0]
+        try:
+            digest, results = (
+                context.parallelize([chunk], 1).map(lambda jobs: _apply_reporting_digest(fn, jobs)).collect()[0]
+            )
+        except Exception as error:  # noqa: BLE001 - PySpark raises Py4J's and its own types
+            # raised in its context, not from it: the command line and the alert name a failed step by its
+            # innermost cause, and a Py4J error's says only which JVM method was called
+            raise SparkTaskFailed(  # noqa: B904
+                f"a Spark task of {group} ({len(chunk)} job(s)) failed on {self.master} and Spark gave up "
+                f"retrying it: {_spark_reason(error)}"
+            )
         self._refuse_other_code({digest}, f" in a task of {group}")
         return results
 

@@ -154,8 +154,10 @@ def test_spark_zones_with_linked_zoning_and_outside_pings_equal_duckdb(tmp_path)
 
 def test_a_python_worker_killed_mid_chunk_is_retried_to_the_same_results_or_fails_the_map(tmp_path):
     """kill -9 of the Python worker running a chunk of jobs: Spark runs the task again (`local[2,4]` retries
-    a failed task up to 4 times, as a cluster does) and the map returns what an undisturbed run returns, in
-    job order. A chunk whose worker dies on every attempt fails the map; no result of it is merged."""
+        a failed task up to 4 times, as a cluster does) and the map returns what an undisturbed run returns, in
+        job order. A chunk whose worker dies on every attempt fails the map with one line that says so (the command
+    line and the alert show a failed step's innermost cause, which was Py4J's "An error occurred while calling
+    z:...collectAndServe."); no result of it is merged."""
     from spatial_release import tasks
     from spatial_release.counting.engines import spark_session
 
@@ -171,6 +173,12 @@ def test_a_python_worker_killed_mid_chunk_is_retried_to_the_same_results_or_fail
     assert list(runner.map(square_dying_on_3, range(8), chunksize=2)) == [n * n for n in range(8)]
     assert killed.exists()  # a worker did die
     always.touch()
-    with pytest.raises(Exception, match="Python worker exited unexpectedly"):
+    with pytest.raises(tasks.SparkTaskFailed) as failed:
         list(runner.map(square_dying_on_3, range(8), chunksize=2))
+    # one line that names the step's job group and Spark's reason, not a Py4J call and the JVM's stack
+    message = str(failed.value)
+    assert message.startswith(f"a Spark task of {tasks.job_group(square_dying_on_3)} (2 job(s)) failed"), message
+    assert "failed 4 times" in message and "Python worker exited unexpectedly" in message, message
+    assert "\n" not in message and "at org.apache" not in message, message
+    assert failed.value.__cause__ is None and failed.value.__context__ is not None  # Spark's error, kept for logs
     runner.spark.stop()
