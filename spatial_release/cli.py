@@ -209,7 +209,7 @@ def run_release(
     from spatial_release import stages
     from spatial_release.defs.catalogue import programme_for
     from spatial_release.defs.execution import execute_release
-    from spatial_release.defs.partitions import check_declared_bounds
+    from spatial_release.defs.partitions import check_among_partitions, check_declared_bounds
     from spatial_release.defs.resources import ReleaseSettings
     from spatial_release.release import release_dir
     from spatial_release.traces.ingest import check_trace_files
@@ -221,6 +221,8 @@ def run_release(
     loaded = programme.programme.policy
     loaded.check_period(parsed)  # so is a period of the other cadence
     check_declared_bounds(loaded, parsed)  # and one not over, or outside the policy's first/last period
+    if not traces:  # the policy's own files: the period must be one of the programme's periods they make
+        check_among_partitions(loaded, parsed)
     check_trace_files(loaded, parsed, config["traces"])  # so is a missing or unreadable trace file
     check_folders(args, config)  # and an --out or --ledger that is a file
     check_counting(counting)  # and a memory limit the counting step would refuse

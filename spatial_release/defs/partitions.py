@@ -100,6 +100,19 @@ def check_declared_bounds(policy: Policy, period: Period) -> None:
         raise PeriodError(f"period {period.label!r} is not over yet: it ends {end.isoformat()}; release it after that")
 
 
+def check_among_partitions(policy: Policy, period: Period) -> None:
+    """Refuse a period that is not one of the programme's periods (`releasable_periods`): before its first, as
+    its trace files or declared bounds say. Files named on the command line may release any period that is over
+    (`check_declared_bounds`); the policy's own files release only the periods they make."""
+    periods = releasable_periods(policy)
+    if period.label not in {p.label for p in periods}:
+        span = f"{periods[0].label} to {periods[-1].label}" if periods else "none yet"
+        raise PeriodError(
+            f"period {period.label!r} is not a release partition of {policy.name}: its periods are {span} "
+            "(name the trace files with --traces to release another period that is over)"
+        )
+
+
 def add_partition(instance: dg.DagsterInstance, programme: Programme, period: Period) -> None:
     """Make the period a partition of the programme in this instance (once)."""
     name = partitions_name(programme.policy)
