@@ -7,6 +7,7 @@ it parses the three timestamp formats itself, assigns wards with a spatial join 
 """
 
 import json
+import re
 
 import geopandas as gpd
 import pandas as pd
@@ -290,3 +291,35 @@ def test_the_quarter_is_gated_on_the_advantage_and_its_table_is_in_the_record(re
         assert zone["success_with"] >= zone["success_without"]
     # the frontier says what was refused: every ward's ward-days (a bike in a ward-day at exactly k)
     assert risk["frontier"][0]["configuration"] == "as counted" and not risk["frontier"][0]["passed"]
+
+
+def _number(pattern: str, text: str) -> str:
+    found = re.search(pattern, text)
+    assert found, f"README no longer says {pattern!r}"
+    return found.group(1)
+
+
+def test_the_readme_quotes_the_quarter_as_released(release):
+    """The README's measured Citi Bike quarter (the policies section and the advantage gate's table) against the
+    quarter this test run releases: a figure the code no longer gives fails here, not in a reader's hands."""
+    folder, record = release
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    quoted = readme[readme.index("**Measured, 2018-Q1**") :][:900]
+    margins = pd.read_parquet(folder / "margins.parquet")
+    weeks = margins[margins["level"] == "cell@1w"].groupby("area_id").size()
+    assert int(_number(r"It publishes\s+(\d+) ward-days", quoted)) == record.counts.published_by_level["cell"]
+    assert int(_number(r"(\d+) ward-weeks", quoted)) == int(weeks.sum())
+    assert int(_number(r"and\s+([\d,]+)\s+margins", quoted).replace(",", "")) == record.counts.published_margins
+    assert int(_number(r"at\s+least\s+(\d+)\s+of\s+its\s+13\s+weeks", quoted)) == int(weeks.min())
+    zones = record.risk.zones
+    worst = max(zones, key=lambda z: z["advantage_ucb"])
+    assert _number(r"reads\s+ward\s+(\w)'s", quoted) == worst["zone"]
+    assert float(_number(r"bound,\s+([\d.]+), from", quoted)) == pytest.approx(worst["advantage_ucb"], abs=5e-5)
+    assert float(_number(r"uniqueness\s+upper\s+bound,\s+([\d.]+)", quoted)) == pytest.approx(
+        record.risk.upper_bound, abs=5e-4
+    )
+    row = next(line for line in readme.splitlines() if line.startswith("| Citi Bike 2018-Q1 as published:"))
+    assert int(_number(r"(\d+) ward-weeks of", row)) == int(weeks.sum())
+    low, high = (float(x) for x in re.search(r"bound ([\d.]+)-([\d.]+) \(recovery\)", row).groups())
+    ucbs = [z["advantage_ucb"] for z in zones]
+    assert (round(min(ucbs), 3), round(max(ucbs), 3)) == (low, high)
