@@ -4,11 +4,12 @@ figure.
 
     python bench/dp_utility.py                                   # Citi Bike 2018-Q1 and the synthetic city
     python bench/dp_utility.py --datasets synthetic --epsilons 1 4
+    python bench/dp_utility.py --frontier                        # configurations compared at equal epsilon
 
 Each dataset runs its shipped k-anonymous policy (policies/jc-bikes.yaml at k = 20; policies/demo.yaml at k = 5,
 synthetic traces from its generator) and the same policy under `protection.method: dp` at each epsilon per
-period (delta 1e-6; contribution bounds per dataset below; the main geometry only: DP publishes no linked
-zoning, time ladder or structural zeros), every run in its own output folder and ledger.
+period (delta 1e-6; contribution bounds per dataset below; the main geometry only, no linked zoning, no
+time ladder and no structural zeros), every run in its own output folder and ledger.
 
 - shown: published (area, bucket) figures of the main geometry's cells at the policy's bucket, over the
   non-empty ones counted (k-anonymity with a time ladder: `shown_any` also counts a cell-bucket shown by a
@@ -16,6 +17,11 @@ zoning, time ladder or structural zeros), every run in its own output folder and
 - error: median over published cells and margins of |published - true| / true (true: the distinct units
   counted before protection; k-anonymity publishes true counts).
 - coverage: share of the cells holding a unit in the period that show at least one figure (any bucket, any rung).
+- frontier (`--frontier`): per dataset and epsilon, one DP release with the time ladder [4w, period] whose
+  `protection.compare` lists other configurations (the policy's bucket or a rung, bounds B and C); each is
+  calibrated by OpenDP at the same epsilon and run once on the data by the protection stage, and the table
+  reads their share of non-empty cell figures shown and median relative error from the internal manifest
+  (release.json carries only their parameters).
 - risk: the figure release.json records as the gate's (`risk.model` in brackets): the advantage gate's worst
   zone for jc-bikes, the attack gate's for the demo; under DP the membership advantage the loss allows,
   (e^eps - 1 + 2 delta) / (e^eps + 1).
@@ -57,6 +63,14 @@ def absolute_paths(data: dict) -> dict:
     for linked in (data.get("geometry") or {}).get("linked", []):
         linked["path"] = str((base / linked["path"]).resolve())
     return data
+
+
+# configurations compared at equal epsilon: (rung or None for the DP bucket, B, C) beside each dataset's first bounds
+FRONTIER = {
+    "citibike": [(None, 13, 6), ("4w", 1, 3), ("4w", 3, 3), ("period", 1, 3), ("period", 1, 6)],
+    "synthetic": [(None, 13, 1), ("4w", 1, 1), ("4w", 3, 1), ("period", 1, 1), ("period", 1, 2)],
+}
+LADDER = ["4w", "period"]
 
 
 def dp_policy(data: dict, epsilon: float, bucket: str, max_buckets: int, max_areas: int) -> dict:
@@ -121,6 +135,48 @@ def measure(folder: Path, work: Path, policy_path: Path, period: str) -> dict:
     }
 
 
+def frontier_policy(dataset: str, epsilon: float) -> dict:
+    """The dataset's DP policy at its first bounds with the ladder and the configurations to compare."""
+    name, _, bucket, bounds = DATASETS[dataset]
+    data = dp_policy(absolute_paths(yaml.safe_load((ROOT / "policies" / name).read_text())), epsilon, bucket, *bounds[0])
+    data["time"]["ladder"] = LADDER
+    compare = [{"max_buckets": b, "max_areas": c, **({"rung": r} if r else {})} for r, b, c in FRONTIER[dataset]]
+    data["protection"]["compare"] = compare
+    return data
+
+
+def frontier(dataset: str, epsilon: float) -> list[dict]:
+    """The frontier rows of one DP release with the configurations compared (internal manifest)."""
+    from spatial_release.cli import run_release
+    from spatial_release.stages import ProtectionManifest
+
+    _, period, _, _ = DATASETS[dataset]
+    data = frontier_policy(dataset, epsilon)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        policy_path = folder / "policy.yaml"
+        policy_path.write_text(yaml.safe_dump(data, sort_keys=False))
+        outcome = run_release(str(policy_path), period, out=str(folder / "out"), ledger=str(folder / "ledger"))
+        if not outcome.published:
+            raise RuntimeError(f"{dataset} {epsilon}: not published: {[f.message for f in outcome.failures]}")
+        work = folder / "out" / "work" / data["name"] / period / "candidate"
+        rows = ProtectionManifest.read(work).summary.frontier or []
+    return [
+        {
+            "dataset": dataset,
+            "epsilon": epsilon,
+            "configuration": row["configuration"],
+            "l0": row["l0"],
+            "scale": round(row["scale"], 3),
+            "threshold": row["threshold"],
+            "shown": round(row["shown"], 3),
+            "error_median": round(row["error_median"], 3) if row["error_median"] is not None else None,
+            "published": row["published"],
+        }
+        for row in rows
+    ]
+
+
 def run(dataset: str, epsilon: float | None, max_buckets: int = 0, max_areas: int = 0) -> dict:
     from spatial_release.cli import run_release
 
@@ -156,9 +212,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0])
+    parser.add_argument("--frontier", action="store_true", help="configurations compared at equal epsilon")
     args = parser.parse_args()
     from spatial_release.report import markdown_table
 
+    if args.frontier:
+        table = []
+        for dataset in args.datasets:
+            for epsilon in args.epsilons:
+                table += frontier(dataset, epsilon)
+                print(json.dumps(table[-1]), flush=True)
+        print(markdown_table(list(table[0]), [[str(v) for v in row.values()] for row in table]))
+        return
     runs = [
         (dataset, epsilon, *bounds)
         for dataset in args.datasets
