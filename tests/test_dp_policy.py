@@ -76,7 +76,7 @@ def test_bad_dp_block_names_file_and_field(tmp_path, change, words):
     "change, words",
     [
         (lambda d: d["suppression"].update(zeros="zeros.csv"), "no structural zeros"),
-        (lambda d: d["protection"].update(compare=[{"rung": "4w", "max_buckets": 1}]), "protection.compare[0].rung"),
+        (lambda d: d["protection"].update(compare=[{"rung": "5h", "max_buckets": 1}]), "protection.compare[0].rung"),
     ],
 )
 def test_dp_refuses_what_it_cannot_protect(tmp_path, change, words):

@@ -315,7 +315,11 @@ def test_a_dp_time_ladder_publishes_every_rung_consistent_and_accounts_the_rungs
     path = dp_policy(tmp_path, traces, "dpladder")
     data = yaml.safe_load(path.read_text())
     data["time"]["ladder"] = ["4w", "period"]
-    data["protection"]["compare"] = [{"rung": "4w", "max_buckets": 1}, {"rung": "period", "max_buckets": 1, "max_areas": 2}]
+    data["protection"]["compare"] = [
+        {"rung": "4w", "max_buckets": 1},
+        {"rung": "period", "max_buckets": 1, "max_areas": 2},
+        {"rung": "2w", "max_buckets": 2},  # a rung outside the ladder
+    ]
     path.write_text(yaml.safe_dump(data))
     folder = publish_by_stages(path, "2018-Q1", tmp_path)
     record = json.loads((folder / "release.json").read_text())
@@ -363,8 +367,9 @@ def check_the_frontier_at_equal_loss(ctx: stages.ReleaseContext, record: dict, f
         "1w, B=2, C=1 with rungs ['4w', 'period']",
         "4w, B=1, C=1",
         "period, B=1, C=2",
+        "2w, B=2, C=1",
     ]
-    assert [r["published"] for r in rows] == [True, False, False]
+    assert [r["published"] for r in rows] == [True, False, False, False]
     page = (Path(record_folder(ctx)) / "report.html").read_text()
     assert "configuration at the same loss" in page and "period, B=1, C=2" in page
     assert not {"shown", "error_median"} & {key for row in rows for key in row}
@@ -380,7 +385,7 @@ def check_the_frontier_at_equal_loss(ctx: stages.ReleaseContext, record: dict, f
         )
         assert calibration.spent()[0] == pytest.approx(2.0)  # equal epsilon
     internal = stages.ProtectionManifest.read(ctx.area.candidate).summary.frontier or []
-    assert len(internal) == 3 and all(0 <= r["shown"] <= 1 for r in internal)
+    assert len(internal) == 4 and all(0 <= r["shown"] <= 1 for r in internal)
     true_cells, _ = stages.read_true_counts(ctx.area)
     cut = {pd.Timestamp(b) for b in ctx.structure.cut}
     true_cells = true_cells[(true_cells["n"] > 0) & ~pd.to_datetime(true_cells["bucket_start"], utc=True).isin(cut)]

@@ -373,7 +373,11 @@ class PrivacyBudget(_Strict):
 class DpConfiguration(_Strict):
     """Another way to publish the period under the same loss, compared in the release's frontier."""
 
-    rung: str | None = Field(default=None, description="a rung of time.ladder; none: the policy's bucket")
+    rung: str | None = Field(
+        default=None,
+        description="a coarser time rung ('period' or a multiple of the policy's bucket, in time.ladder or not); "
+        "none: the policy's bucket",
+    )
     max_buckets: int = Field(ge=1, description="buckets of that rung a unit contributes to, at most")
     max_areas: int = Field(default=1, ge=1, description="cells a unit contributes to per bucket, at most")
 
@@ -563,10 +567,13 @@ class Policy(_Strict):
         if self.suppression.zeros:
             raise ValueError("protection.method 'dp' publishes no structural zeros; remove suppression.zeros")
         for i, configuration in enumerate(self.protection.compare):
-            if configuration.rung is not None and configuration.rung not in self.time.ladder:
+            rung = configuration.rung
+            if rung is None or rung == PERIOD_RUNG:
+                continue
+            if not BUCKET_PATTERN.match(rung) or bucket_hours(rung) % bucket_hours(self.time.bucket):
                 raise ValueError(
-                    f"protection.compare[{i}].rung {configuration.rung!r} is not a rung of time.ladder "
-                    f"{self.time.ladder}; leave it out for the policy's bucket"
+                    f"protection.compare[{i}].rung {rung!r} is neither {PERIOD_RUNG!r} nor a multiple of the "
+                    f"policy's bucket {self.time.bucket!r}; leave it out for the policy's bucket"
                 )
         return self
 

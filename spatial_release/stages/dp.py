@@ -12,6 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from spatial_release.counting.buckets import cut_buckets as cut_rung_buckets
+from spatial_release.counting.buckets import rung_parents
 from spatial_release.dp import DpParams, Sensitivity, bound_contributions, calibrate, consistent_ladder, ladder_counts
 from spatial_release.dp import release_counts as dp_release
 from spatial_release.dp.accounting import advantage_bound, approx_epsilon, compose
@@ -141,8 +143,8 @@ def dp_frontier(ctx: ReleaseContext, membership: pd.DataFrame, published: pd.Dat
     }
     rows = [own]
     for option in spec.compare:
-        coarse_of = at_rungs[option.rung] if option.rung else None
         configuration = Configuration(option.rung, option.max_buckets, option.max_areas)
+        coarse_of, rung_cut = _rung_buckets(ctx, option.rung) if option.rung else (None, cut[None])
         row = evaluate(
             membership,
             configuration,
@@ -152,10 +154,18 @@ def dp_frontier(ctx: ReleaseContext, membership: pd.DataFrame, published: pd.Dat
             dp_params(ctx.policy),
             ctx.policy.measure,
             seed,
-            cut=cut.get(option.rung, set()),
+            cut=rung_cut,
         )
         rows.append({"configuration": configuration.name(bucket), **row, "published": False})
     return rows
+
+
+def _rung_buckets(ctx: ReleaseContext, rung: str) -> tuple[dict[pd.Timestamp, pd.Timestamp], set[pd.Timestamp]]:
+    """The bucket of `rung` (any rung nesting the policy's bucket, in its ladder or not) holding each of the
+    policy's buckets, and the rung's buckets cut by the period's edges."""
+    parents = rung_parents(ctx.policy, ctx.period, None, rung)
+    coarse_of = {pd.Timestamp(fine): pd.Timestamp(coarse) for fine, coarse in parents.items()}
+    return coarse_of, {pd.Timestamp(b) for b in cut_rung_buckets(ctx.policy, ctx.period, rung)}
 
 
 def dp_consistent(ctx: ReleaseContext, noisy: pd.DataFrame) -> pd.DataFrame:
