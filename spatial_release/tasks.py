@@ -164,11 +164,14 @@ class SparkTaskFailed(RuntimeError):
 
 
 def _spark_reason(error: BaseException) -> str:
-    """Spark's one-line reason for a failed job (the stage failure with its last attempt's cause), without the
-    JVM's stack, which follows on the next lines of a Py4J error."""
+    """Spark's one-line reason for a failed job: the stage failure with its last attempt's cause (without the
+    JVM's stack, which follows on the next lines of a Py4J error), or the last line of a job's Python
+    traceback, which is its error."""
     lines = [line.strip(" :") for line in str(error).splitlines() if line.strip(" :")]
-    reason = next((line for line in lines if "Job aborted" in line), lines[0] if lines else type(error).__name__)
-    return reason.split(" Consider setting")[0]
+    aborted = next((line for line in lines if "Job aborted" in line), None)
+    if aborted is not None:
+        return aborted.split(" Consider setting")[0]
+    return lines[-1] if lines else type(error).__name__
 
 
 def _executor_digest(_: object) -> str | None:

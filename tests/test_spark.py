@@ -157,7 +157,7 @@ def test_a_python_worker_killed_mid_chunk_is_retried_to_the_same_results_or_fail
         a failed task up to 4 times, as a cluster does) and the map returns what an undisturbed run returns, in
         job order. A chunk whose worker dies on every attempt fails the map with one line that says so (the command
     line and the alert show a failed step's innermost cause, which was Py4J's "An error occurred while calling
-    z:...collectAndServe."); no result of it is merged."""
+    z:...collectAndServe."); no result of it is merged. A job's own error is that line's end."""
     from spatial_release import tasks
     from spatial_release.counting.engines import spark_session
 
@@ -181,4 +181,12 @@ def test_a_python_worker_killed_mid_chunk_is_retried_to_the_same_results_or_fail
     assert "failed 4 times" in message and "Python worker exited unexpectedly" in message, message
     assert "\n" not in message and "at org.apache" not in message, message
     assert failed.value.__cause__ is None and failed.value.__context__ is not None  # Spark's error, kept for logs
+
+    def square_or_fail_on_3(n: int) -> int:
+        if n == 3:
+            raise ValueError("an internal error, not a refusal")
+        return n * n
+
+    with pytest.raises(tasks.SparkTaskFailed, match=r"failed .*: ValueError: an internal error, not a refusal$"):
+        list(runner.map(square_or_fail_on_3, range(8), chunksize=2))  # the job's own error, not PySpark's preamble
     runner.spark.stop()
