@@ -88,7 +88,7 @@ def failed_checks(run) -> dict[str, str]:
     failed = {}
     for event in run.candidate.all_events:
         if event.event_type_value == "ASSET_CHECK_EVALUATION":
-            data = event.event_specific_data.evaluation
+            data = event.event_specific_data
             if not data.passed:
                 failed[data.check_name] = data.metadata.get("summary").value if data.metadata.get("summary") else ""
     return failed
