@@ -92,7 +92,8 @@ def test_the_stages_that_build_the_large_graphs_run_with_the_collector_paused(mo
     monkeypatch.setattr(protect, "read_true_counts", first_read)
     monkeypatch.setattr(checks, "read_true_counts", first_read)
     ctx = SimpleNamespace(
-        policy=SimpleNamespace(suppression=SimpleNamespace(audit_with=())), area=SimpleNamespace(root=tmp_path)
+        policy=SimpleNamespace(suppression=SimpleNamespace(audit_with=()), protection=SimpleNamespace(method="kanon")),
+        area=SimpleNamespace(root=tmp_path),
     )
     for stage in (protect.run_protect, checks.check_suppression_audit):
         with pytest.raises(Seen):

@@ -75,7 +75,10 @@ def test_programmes_of_one_population_spend_one_cumulative_budget(tmp_path):
     from spatial_release.risk import cumulative_risk
 
     monthly, quarterly = _two_programmes(tmp_path, shared=True)
-    assert quarterly.cumulative == pytest.approx(cumulative_risk([monthly.release_figure, quarterly.release_figure]))
+    assert quarterly.cumulative == pytest.approx(
+        cumulative_risk([monthly.release_figure, quarterly.release_figure]), rel=5e-3
+    )  # 3 digits, up
+    assert quarterly.cumulative >= cumulative_risk([monthly.release_figure, quarterly.release_figure])
     assert quarterly.window_periods == ["2018-01", "2018-Q1"]
     assert quarterly.cumulative > quarterly.release_figure > 0
 
@@ -94,7 +97,10 @@ def test_a_copy_of_a_programme_without_its_population_line_spends_the_same_budge
 
     monthly, quarterly = _two_programmes(tmp_path, shared=False, same_files=True)
     assert quarterly.window_periods == ["2018-01", "2018-Q1"]
-    assert quarterly.cumulative == pytest.approx(cumulative_risk([monthly.release_figure, quarterly.release_figure]))
+    assert quarterly.cumulative == pytest.approx(
+        cumulative_risk([monthly.release_figure, quarterly.release_figure]), rel=5e-3
+    )  # 3 digits, up
+    assert quarterly.cumulative >= cumulative_risk([monthly.release_figure, quarterly.release_figure])
 
 
 def test_renaming_the_population_does_not_reset_the_budget(tmp_path):
@@ -119,7 +125,8 @@ def test_renaming_the_population_does_not_reset_the_budget(tmp_path):
         if quarter == "2018-Q1":
             first = record.risk.release_figure
     assert record.risk.window_periods == ["2018-Q1", "2018-Q2"]
-    assert record.risk.cumulative == pytest.approx(cumulative_risk([first, record.risk.release_figure]))
+    assert record.risk.cumulative == pytest.approx(cumulative_risk([first, record.risk.release_figure]), rel=5e-3)
+    assert record.risk.cumulative >= cumulative_risk([first, record.risk.release_figure])  # rounded up, never down
 
 
 def _conflicting_programmes(tmp_path, shared: bool):
