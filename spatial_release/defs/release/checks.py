@@ -118,13 +118,7 @@ def _dp_guarantees(scope: _CheckScope, protected_table: dg.AssetsDefinition) -> 
             "Keys the DP mechanism did not select are absent: every published key is a key of the data and shows "
             "at least the selection threshold; no null rows, flag column or zero.",
         ),
-        _guarantee(
-            scope,
-            protected_table,
-            "no_identifiers",
-            stages.check_no_identifiers,
-            "No identifier or quasi-identifier column (or unit id value) of the input reaches a release file.",
-        ),
+        _no_identifiers(scope, protected_table),
         _guarantee(
             scope,
             protected_table,
@@ -143,6 +137,17 @@ def _dp_guarantees(scope: _CheckScope, protected_table: dg.AssetsDefinition) -> 
             "stay within the policy's privacy budget; a release that would exceed it is refused.",
         ),
     ]
+
+
+def _no_identifiers(scope: _CheckScope, protected_table: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
+    """The one guarantee both protection methods share word for word."""
+    return _guarantee(
+        scope,
+        protected_table,
+        "no_identifiers",
+        stages.check_no_identifiers,
+        "No identifier or quasi-identifier column (or unit id value) of the input reaches a release file.",
+    )
 
 
 def _guarantees(scope: _CheckScope, protected_table: dg.AssetsDefinition) -> list[dg.AssetChecksDefinition]:
@@ -172,13 +177,7 @@ def _guarantees(scope: _CheckScope, protected_table: dg.AssetsDefinition) -> lis
             stages.check_withheld_absent,
             "Withheld cells are absent: no null rows, no flag column, no zero that is not a structural zero.",
         ),
-        _guarantee(
-            scope,
-            protected_table,
-            "no_identifiers",
-            stages.check_no_identifiers,
-            "No identifier or quasi-identifier column (or unit id value) of the input reaches a release file.",
-        ),
+        _no_identifiers(scope, protected_table),
         _guarantee(
             scope,
             protected_table,
