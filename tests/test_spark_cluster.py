@@ -192,7 +192,9 @@ class Cluster:
                 raise RuntimeError(f"Spark daemon(s) {dead} exited while starting:\n{self.log_tails()}")
             try:
                 state = _get_json(self.master_ui)
-            except OSError:
+            except (OSError, ValueError):
+                # Not listening yet, or (seen in CI) the master's UI answers /json/ with its HTML page while
+                # it is still starting: both mean "ask again".
                 state = {}
             if sum(w.get("state") == "ALIVE" for w in state.get("workers", [])) == 2:
                 return
