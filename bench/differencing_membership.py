@@ -1,17 +1,23 @@
-"""Differencing against the audit's intervals, as a membership test the advantage gate does not read yet.
+"""Differencing as membership, measured on real counterfactuals with the attacker's own lower bounds.
 
-The attacker knows the target was in a withheld figure w and derives w's interval [lo, up] from everything
-published (the suppression audit's LP). Test: "in the data iff lo >= 1". Without the target every figure it is in
-is one lower, and any solution of that system plus the target's own points solves the real one, so
-lo_without >= lo_with - 1: the test can only tell the two releases apart on figures whose lower bound is exactly
-1. This script measures how often it does, on real counterfactuals (the whole protection re-run without each
-sampled target that holds no published figure at exactly k), and how many units are in such figures.
+The attacker knows the target was in a withheld figure w and derives w's least value lo from everything
+published (the integer optimum of the audit's LP). Test: "in the data iff lo >= 1". Without the target every figure
+it is in is one lower, so lo_without >= lo_with - 1: the test can only tell the two releases apart on figures whose
+lower bound is exactly 1 (`spatial_release/suppression/existence.py`; the suppression audit check now blocks any
+such figure). This script re-solves every withheld primary's lower bound to its optimum, counts those at exactly
+1, and re-protects the city without sampled targets in such figures (none holds a published figure at exactly k)
+to see whether the bound falls to 0.
+
+The protection's own audit keeps *witness* bounds (a feasible value at the protection bound v - 1), which are not
+lower bounds: an earlier version of this script read them and counted every count of 2 with a witness of 1 as a
+figure at 1. With the attacker's optimum: 0 of 230 primaries (400 persons) and 0 of 486 (2,000 persons) are at 1.
 
     python bench/differencing_membership.py                     # a 400-person city, 1 km x 1 week, k = 5
     python bench/differencing_membership.py --persons 2000 --targets 30
-    python bench/differencing_membership.py --work OUT/work/jc-bikes/2018-Q1   # units in lo = 1 figures only
+    python bench/differencing_membership.py --work OUT/work/jc-bikes/2018-Q1   # the work area's stored bounds
 
-Per-unit figures stay in this process; it prints counts and shares only.
+`--work` reads the audit's stored intervals, which are witness bounds (an over-count of figures at 1); the audit
+check itself decides on the optimum. Per-unit figures stay in this process; it prints counts and shares only.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from spatial_release.period import Period  # noqa: E402
 from spatial_release.policy import load_policy  # noqa: E402
 from spatial_release.stages.context import ReleaseContext  # noqa: E402
 from spatial_release.stages.count import read_true_counts  # noqa: E402
+from spatial_release.suppression.audit import audit  # noqa: E402
 from spatial_release.suppression.release_system import protect_release  # noqa: E402
 from spatial_release.traces.synthetic import SyntheticConfig, generate_pings, write_pings  # noqa: E402
 
@@ -66,9 +73,13 @@ def city(folder: Path, persons: int, k: int) -> ReleaseContext:
     return ReleaseContext(load_policy(path), Period.parse("2018-Q1"), folder / "out" / "work")
 
 
-def lower_bounds(log, table) -> dict[Key, int]:
-    """Each audited primary's integer lower bound, by key."""
-    found = log.audit.intervals
+def lower_bounds(log, table, k: int) -> dict[Key, int]:
+    """Each withheld primary's integer lower bound, by key: the attacker's optimum, re-solved. The protection's
+    own audit keeps a witness bound (a feasible value that already clears the criterion, lo <= v - 1), which
+    is no lower bound an attacker derives: a witness of 1 for a count of 2 says nothing about whether 0 is
+    feasible."""
+    primaries = {i.node for i in log.audit.intervals}
+    found = audit(table, k, primaries=primaries, optimal_bounds=True, workers=1).intervals
     frame = table.keys_frame([i.node for i in found])
     starts = pd.to_datetime(frame["bucket_start"], utc=True)
     return {(lv, a, b): math.ceil(i.lo - 1e-9) for lv, a, b, i in zip(frame["level"], frame["area_id"], starts, found)}
@@ -105,7 +116,7 @@ def synthetic(persons: int, k: int, targets: int, seed: int) -> dict:
         ctx.area.counts / "membership.internal.parquet", columns=["unit", "bucket_start", "cell_id"]
     )
     protected, log, table = protect_release(cells, margins, ctx.disclosure)
-    lows = lower_bounds(log, table)
+    lows = lower_bounds(log, table, k)
     shown = {
         (lv, a, pd.Timestamp(b))
         for lv, a, b in zip(
@@ -139,7 +150,7 @@ def synthetic(persons: int, k: int, targets: int, seed: int) -> dict:
     for i in rng.choice(len(exposed), min(targets, len(exposed)), replace=False):
         _, keys, at_one = exposed[i]
         _, log2, table2 = protect_release(*without(cells, margins, keys), ctx.disclosure)
-        after = lower_bounds(log2, table2)
+        after = lower_bounds(log2, table2, k)
         for key in at_one:
             lo = after.get(key)
             gone += lo is None

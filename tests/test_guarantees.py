@@ -346,6 +346,22 @@ def test_structural_zeros_hold_blocks_a_listed_zero_that_holds_units(tmp_path, f
     assert not (tmp_path / "ledger" / "entries.jsonl").exists()
 
 
+def test_suppression_audit_blocks_a_withheld_figure_proven_to_hold_someone(tmp_path, fixture_traces):
+    """B (2 devices) is listed as a structural zero: its absence from the files tells an outsider it holds at
+    least 1, and no more than that, so B passes the primary criterion (lo 1 <= v - 1) and yet the release proves
+    someone was there by a margin of one unit: "in the data iff B's lower bound is >= 1" tells B's members apart
+    from non-members. The audit names B (differencing as membership, `suppression.existence`)."""
+    from spatial_release.stages.checks import PROVEN_PRESENT
+
+    ctx = _lake_policy(tmp_path, fixture_traces, cell_id(CELL_B))
+    audit = stages.check_suppression_audit(ctx)
+    assert not audit.passed
+    failing = {(o.get("area_id"), o.get("failing")) for o in audit.offending}
+    assert (cell_id(CELL_B), PROVEN_PRESENT) in failing
+    assert (cell_id(CELL_B), "lower") not in failing  # the primary criterion alone would have let B through
+    assert "1 withheld figures proven to hold someone" in audit.summary
+
+
 def test_structural_zeros_hold_passes_a_true_listed_zero(tmp_path, fixture_traces):
     ctx = _lake_policy(tmp_path, fixture_traces, cell_id((590_000, 4_508_000)))  # nobody there
     outcome = stages.check_structural_zeros(ctx)

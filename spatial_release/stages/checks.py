@@ -29,6 +29,7 @@ from spatial_release.stages.protect import certificate_dir, certificate_inputs
 from spatial_release.stages.results import CountsSummary, IngestSummary, ProtectionManifest, RiskAssessment
 from spatial_release.stages.risk import expired, population_releases, population_releases_before, release_inputs
 from spatial_release.suppression.certificate import Certificate, Verification
+from spatial_release.suppression.existence import ExistenceResult, figures_at_lower_bound_one
 from spatial_release.suppression.release_system import (
     DisclosureSpec,
     audit_published,
@@ -274,7 +275,8 @@ def check_suppression_audit(
     )
     if keep_intervals:
         _write_intervals(area, run)
-    outcome, summary = _audit_outcome(area, run)
+    existence = figures_at_lower_bound_one(run.table, spec.k, dict(spec.solver_options))
+    outcome, summary = _audit_outcome(area, run, existence)
     summary.write(area.root)
     if digest is not None and outcome.passed:
         save_audit_verdict(area, digest, outcome)
@@ -348,15 +350,27 @@ def _place_of(row: dict) -> str:
     return f"{where} at {row.get('bucket_start') or row.get('bucket')} ({row.get('failing')})"
 
 
-def _audit_outcome(area: WorkArea, run: _AuditRun) -> tuple[CheckOutcome, AuditSummary]:
-    """The check's outcome (public: verdict, shares, offending cells named) and the internal summary."""
+def _audit_outcome(area: WorkArea, run: _AuditRun, existence: ExistenceResult) -> tuple[CheckOutcome, AuditSummary]:
+    """The check's outcome (public: verdict, shares, offending cells named) and the internal summary. It fails
+    on a primary the attacker recovers or shows below k, and on a withheld figure (primary or complement) that
+    the published figures prove to hold someone with a lower bound of exactly 1: removing one unit could take
+    that proof away, which is a membership test (`suppression.existence`)."""
     result, verification = run.result, run.verification
     # Offending rows name the cell and what fails; the true value and the attacker's interval are
     # per-unit facts that stay in the internal intervals file (never in a log or Dagster metadata).
     offending = [{**run.table.key(i.node), "failing": i.failing} for i in result.failures()[:20]]
     offending += [{**c, "failing": "published with two values"} for c in result.conflicts[:20]]
     offending += [{"error": e} for e in result.errors[:20] if not e.startswith("releases contradict")]
-    summary = result.summary()
+    offending += [{**run.table.key(n), "failing": PROVEN_PRESENT} for n in existence.at_one[:20]]
+    offending += [{"error": e} for e in existence.errors[:20]]
+    passed = result.passed and not existence.at_one and not existence.errors
+    summary = replace(
+        result.summary(),
+        passed=passed,
+        at_lower_bound_one=len(existence.at_one),
+        existence_errors=existence.errors[:20],
+        existence_lps=existence.lps + existence.mips,
+    )
     figures: dict[str, str | float] = {"verified_by": run.method}
     how = "solved with the attacker LP"
     if verification is not None:
@@ -380,14 +394,20 @@ def _audit_outcome(area: WorkArea, run: _AuditRun) -> tuple[CheckOutcome, AuditS
             f"re-solved{': ' + reasons[0] if reasons else ''})"
         )
     text = (
-        f"every withheld primary is protected; {how}"
-        if result.passed
-        else f"{summary.failures} primaries recoverable or shown below k, {len(result.errors)} audit errors "
-        f"({how}); first: {_place_of(offending[0]) if offending else None}; intervals in "
+        f"every withheld primary is protected and no withheld figure is proven to hold someone by a lower bound "
+        f"of exactly 1; {how}"
+        if passed
+        else f"{summary.failures} primaries recoverable or shown below k, {len(existence.at_one)} withheld "
+        f"figures {PROVEN_PRESENT}, {len(result.errors) + len(existence.errors)} audit errors ({how}); first: "
+        f"{_place_of(offending[0]) if offending else None}; intervals in "
         f"{area.root / 'audit_intervals.internal.parquet'}"
     )
     verdict = AuditVerdict(summary.passed, summary.criterion, summary.solver)
-    return CheckOutcome("suppression_audit", result.passed, text, offending, {**verdict.to_json(), **figures}), summary
+    return CheckOutcome("suppression_audit", passed, text, offending, {**verdict.to_json(), **figures}), summary
+
+
+# what the audit says of a withheld figure at lower bound exactly 1 (offending rows, alerts)
+PROVEN_PRESENT = "proven to hold someone (lower bound exactly 1): its removal test tells members apart"
 
 
 AUDIT_VERDICT = "audit_verdict.internal.json"  # the check's passing verdict, for byte-identical inputs

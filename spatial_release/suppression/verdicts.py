@@ -169,6 +169,11 @@ class AuditSummary:
     solver: str
     seconds: float
     certificate: CertificateSummary | None = None
+    # withheld figures (primaries and complements) at lower bound exactly 1 (`suppression.existence`), the
+    # solver errors there, and the LPs and MIPs that decided it
+    at_lower_bound_one: int = 0
+    existence_errors: list[str] = field(default_factory=list)
+    existence_lps: int = 0
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
