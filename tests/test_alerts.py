@@ -323,6 +323,9 @@ def test_options_say_which_apply_to_a_release_never_published():
         bad_input = _alert(kind="blocked_release", check=check)
         assert bad_input.options[0].startswith("fix the input"), bad_input.options
         assert not any("coarser" in o for o in bad_input.options), bad_input.options
+        # nor for a published period: its figures are not what the input check found wrong
+        published_input = _alert(kind="blocked_release", check=check, published=True)
+        assert published_input.options == tuple(o for o in OPTIONS if "coarser" not in o), published_input.options
 
 
 # --------------------------------------------------------------------------------------- the alert file
@@ -484,6 +487,13 @@ def test_a_blocked_release_reaches_people_through_the_dagster_alert_sensor(smtp_
         ).for_run_failure()
         programme.alert_sensor()(context)
         tags = instance.get_run_by_id(run.run_id).tags
+        # the run's own page says it where it opens its log (the last line): what blocked, what to do, why
+        last = instance.all_logs(run.run_id)[-1]
+        notice = last.dagster_event.event_specific_data.metadata if last.dagster_event else {}
+    assert last.dagster_event is not None and last.dagster_event.event_type_value == "ENGINE_EVENT", last
+    assert last.message.startswith("BLOCKED by risk_budget (fixture 2018-Q1). WHAT TO DO: (1) fix the input"), last
+    assert all(option in last.message for option in OPTIONS[1:]) and "RiskBudgetExceeded" in last.message.split(". WHY: ")[1]
+    assert notice["stopped_by"].value == "risk_budget" and notice["alert_file"].value.startswith("blocked_release-")
     [(recipients, message)] = inbox.messages
     assert recipients == ["ops@example.org"]
     assert message["Subject"] == "[spatial_release] fixture 2018-Q1: blocked_release by risk_budget"

@@ -156,8 +156,12 @@ def test_a_refused_rerun_of_a_published_period_leaves_every_status_true(tmp_path
     assert "bikes/published_release" not in _planned(instance, again.candidate.run_id)
     [failure] = [e for e in again.candidate.all_events if e.event_type_value == "STEP_FAILURE"]
     assert failure.step_key == "bikes__validated_pings"  # where the refusal is
-    # a deliberate refusal, with its reason, not a crash with a stack trace
+    # a deliberate refusal, with its reason and what to do, not a crash with a stack trace
     assert "is already published" in failure.step_failure_data.user_failure_data.description
+    error = failure.step_failure_data.error
+    assert error.stack == [] and error.cause is None and error.cls_name is None, error
+    assert error.message.startswith("Refused, not failed: ") and "is already published" in error.message, error
+    assert "What to do: nothing to do: the published release stands" in error.message, error
     # what the UI reads: no partition of any asset of the programme is failed; each is still materialised
     graph = programme_for(paths["bikes"]).runnable().resolve_asset_graph()
     for name in ("validated_pings", "cell_counts", "protected_table", "risk_assessment", "published_release"):

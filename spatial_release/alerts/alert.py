@@ -263,7 +263,7 @@ class Alert:
                 else (UNBACKED_NOT_PUBLISHED, NO_HAND_REPORTS)
             )
         if self.published:
-            return OPTIONS
+            return tuple(o for o in OPTIONS if o != COARSER or self.check not in INPUT_CHECKS)
         risk = "risk" in self.check
         accept = (
             ACCEPT + ": applies to the risk gate only"

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 import dagster as dg
+from dagster._core.events import EngineEventData
 
 from spatial_release import stages
 from spatial_release.alerts import Alert, AlertRouting, deliver, mask_files
@@ -279,7 +280,29 @@ def alert_failed_run(instance: dg.DagsterInstance, run: dg.DagsterRun, programme
             OPTIONS_TAG: " | ".join(alert.options)[:MAX_TAG_CHARS],
         },
     )
+    message, metadata = run_notice(alert, report.path.name if report.path else None)
+    instance.report_engine_event(message, run, EngineEventData(metadata=metadata))
     return f"{alert.subject}: {alert.reason} -> {report.summary()}"
+
+
+# What stopped the run, by the alert's kind, as the first words of the run's notice.
+NOTICE_HEADINGS = {
+    "blocked_release": "BLOCKED by {check}",
+    "refused_release": "REFUSED (not failed) by {check}",
+    "disk_full": "STOPPED by a full disk in {check}",
+}
+
+
+def run_notice(alert: Alert, alert_file: str | None) -> tuple[str, dict[str, str]]:
+    """The notice the alert sensors add to the end of a blocked or refused run's event log, where the run page
+    opens its log (the last lines): what stopped it, why and what to do. Dagster's run header shows only its
+    own tags (status, job, partition, assets, checks, times), so the run's event log is the one place on the
+    run page that can say it; its tags (WHY_TAG, OPTIONS_TAG) hold the same words."""
+    heading = NOTICE_HEADINGS.get(alert.kind, alert.kind + " by {check}").format(check=alert.check)
+    options = "; ".join(f"({i}) {option}" for i, option in enumerate(alert.options, start=1))
+    # what to do before why: a reason may run long (the rows it quotes), and the page shows a long message cut
+    message = f"{heading} ({alert.dataset} {alert.period}). WHAT TO DO: {options}. WHY: {alert.reason}"
+    return message, {"stopped_by": alert.check, "alert_file": alert_file or "(not written)"}
 
 
 def build_alert_sensor(programmes: dict[str, Programme]) -> dg.SensorDefinition:

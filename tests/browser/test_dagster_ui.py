@@ -310,6 +310,27 @@ def test_blocked_run_shows_reason(deployment, blocked, page):
     assert page.get_by_text("Canceled", exact=True).first.is_visible()
     body = page.inner_text("body")
     assert "AlreadyPublished" not in body, f"the run page shows the refusal as a crash:\n{body[-3000:]}"
+    assert "Stack Trace" not in body, f"the run page shows the refusal with a stack trace:\n{body[-3000:]}"
+    assert "Refused, not failed: " in shown and "What to do: nothing to do" in shown, shown
+
+
+def notice_as_opened(page, deployment, run_id: str, heading: str, name: str) -> str:
+    """The run's page as it opens (nothing clicked, a 1600 x 1000 window): the notice the alert sensors add
+    to the end of its event log, where the page opens its log, is in the window; returns its text."""
+    page.set_viewport_size({"width": 1600, "height": 1000})
+    try:
+        open_view(page, deployment, f"/runs/{run_id}", "View tags and config")
+        notice = page.get_by_text(re.compile("^" + re.escape(heading))).first
+        settle(notice.wait_for)
+        screenshot(page, name)
+        assert notice.count(), f"the run page of {run_id} has no '{heading}' notice:\n{page.inner_text('body')[-3000:]}"
+        box = notice.bounding_box()
+        assert notice.is_visible() and box is not None and 0 <= box["y"] and box["y"] + 20 <= 1000, (
+            f"the notice of {run_id} is not in the window as the page opens: {box}"
+        )
+        return " ".join(notice.inner_text().split())
+    finally:
+        page.set_viewport_size({"width": 1600, "height": 1800})
 
 
 def tag_value(shown: str, key: str) -> str:
@@ -361,6 +382,11 @@ def test_blocked_run_alert(deployment, blocked, page):
     assert alert.get("kind") == "refused_release" and not any("withdraw" in o for o in alert.get("options", [])), alert
     # the same notice, received by e-mail and by webhook (the daemon delivers it before it tags the run)
     assert_received_once(deployment, run_id, alert, "demo", PERIOD, deadline=blocked.ended_at + ALERT_WAIT_S)
+    # and on the run's page as it opens: refused, why, what to do
+    shown = notice_as_opened(
+        page, deployment, run_id, "REFUSED (not failed) by validated_pings", "ui-d2-refused-run-as-opened"
+    )
+    assert f"(demo {PERIOD}). WHAT TO DO: (1) nothing to do" in shown and "already published" in shown, shown
 
 
 def _field(text: str, name: str, value: str) -> bool:
@@ -610,6 +636,9 @@ def test_materialize_all_on_a_blocked_programme_leaves_true_statuses_and_alerts(
     screenshot(page, "ui-h3-blocked-run-tags")
     page.keyboard.press("Escape")
     assert tag_value(shown, BLOCKED_BY_TAG) == "rejected_share" and "fix the input" in shown, shown
+    # and where the page opens its log: the check that blocked, why, and the options of an input failure
+    notice = notice_as_opened(page, d, first, "BLOCKED by rejected_share", "ui-h4-blocked-run-as-opened")
+    assert "WHAT TO DO: (1) fix the input" in notice and "coarser" not in notice, notice
     # the backfill's page once the daemon has closed the backfill: recorded, not asserted (its status lags)
     [backfill] = backfills
     status = d.wait_for_backfill(backfill, timeout=60)

@@ -20,8 +20,11 @@ from pathlib import Path
 from typing import TypedDict
 
 import dagster as dg
+from dagster._core.errors import DagsterUserCodeProcessError
+from dagster._utils.error import SerializableErrorInfo
 
 from spatial_release import report, stages
+from spatial_release.alerts.alert import STANDS, WAIT
 from spatial_release.defs.outcomes import check_evaluation
 from spatial_release.defs.partitions import (
     MONTH_CRON,
@@ -72,15 +75,44 @@ def refusal_kind(refused: Exception) -> str:
     return "already_published" if isinstance(refused, stages.AlreadyPublished) else "work_area_busy"
 
 
+class _GivenErrorInfo(DagsterUserCodeProcessError):
+    """Its error info is given (`user_code_process_error_infos`, set by the subclass), not taken from the
+    frames it is raised through."""
+
+    def __init__(self, *args: object):
+        Exception.__init__(self, *args)  # Dagster's own __init__ requires the infos as a keyword
+
+
+class Refusal(dg.Failure, _GivenErrorInfo):
+    """A step's deliberate refusal: a `dg.Failure` (its description and metadata are the step failure's, no
+    retry) whose error carries no stack trace. Dagster 1.13.27 records a Failure's error with the frames it was
+    raised through, and the run page prints them as "Stack Trace", as for a crash; an error info handed over
+    the way a user-code process hands one (DagsterUserCodeProcessError, one info) is recorded as given
+    (`serializable_error_info_from_exc_info`), so the step's failure reads as the refusal's words only.
+    Dagster 1.13 ends a run CANCELED, not SUCCESS, only when a step of a run reported as canceling failed
+    (`dagster._core.execution.api.job_execution_iterator`): a failed step there is the price of a grey run."""
+
+    def __init__(self, why: str, what_to_do: str, metadata: dict[str, str]):
+        # the description (what the alert quotes as the reason) is why; the run page shows both
+        dg.Failure.__init__(self, description=why, metadata={**metadata, "what_to_do": what_to_do}, allow_retries=False)
+        shown = f"Refused, not failed: {why}. What to do: {what_to_do}."
+        self.user_code_process_error_infos = [SerializableErrorInfo(message=shown, stack=[], cls_name=None)]
+
+
+def refusal_option(kind: str) -> str:
+    """What to do about a refusal (the refusal notice's option, `Alert.options`)."""
+    return STANDS if kind == "already_published" else WAIT
+
+
 @contextmanager
 def refusals_as_cancellations(step: AbstractContextManager[None], context: StepContext) -> Iterator[None]:
     """A deliberate refusal on taking the work area (a published period, a work area another run owns)
-    cancels the run, with its reason as the failed step's description (no stack trace), and tags the run
-    with it. Why a cancellation: Dagster shows a partition, and a check, as failed only when the run that
-    planned it ended FAILED; a cancelled run leaves the published materialisation the partition's latest
-    (green) and its checks' last results read Skipped, not "Execution failed". Dagster turns the failing
-    step of a run reported as canceling into RUN_CANCELED (its execution API). What the step's body raises
-    is left to the step."""
+    cancels the run, with its reason and what to do as the failed step's description (a `Refusal`: no stack
+    trace), and tags the run with it. Why a cancellation: Dagster shows a partition, and a check, as failed
+    only when the run that planned it ended FAILED; a cancelled run leaves the published materialisation the
+    partition's latest (green) and its checks' last results read Skipped, not "Execution failed". Dagster
+    turns the failing step of a run reported as canceling into RUN_CANCELED (its execution API). What the
+    step's body raises is left to the step."""
     with ExitStack() as stack:
         try:
             stack.enter_context(step)
@@ -88,7 +120,7 @@ def refusals_as_cancellations(step: AbstractContextManager[None], context: StepC
             kind = refusal_kind(refused)
             context.instance.add_run_tags(context.run.run_id, {REFUSED_TAG: kind})
             context.instance.report_run_canceling(context.run, message=f"refused ({kind}): {refused}")
-            raise dg.Failure(description=str(refused), metadata={"refusal": kind}, allow_retries=False) from None
+            raise Refusal(str(refused).rstrip("."), refusal_option(kind), {"refusal": kind}) from None
         yield
 
 
