@@ -121,7 +121,7 @@ def test_dense_coarse_release_gives_near_the_floor():
 
 # Monotonicity is a property of what is published: with every figure published (k = 1), a coarser or more
 # crowded release must never be riskier. At a k that withholds figures it is not a property of any attack: a
-# coarser grid withholds fewer figures, so the attacker reads more (measured below, and in the README).
+# coarser grid withholds fewer figures, so the attacker reads more (measured below, and in docs/guarantees.md).
 
 
 @pytest.mark.parametrize("seed", [1, 2])

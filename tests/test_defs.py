@@ -16,7 +16,6 @@ from conftest import (
     CELL_C,
     CELL_D,
     CELL_E,
-    PROJECT_ROOT,
     SHARED_DATA,
     K,
     cell_id,
@@ -25,6 +24,7 @@ from conftest import (
     policy_dict,
     write_policy,
 )
+from documentation import manual_text
 
 from spatial_release import cli, stages
 from spatial_release.definitions import defs as load_definitions
@@ -418,12 +418,12 @@ def test_progress_of_ingest_counting_and_audit_is_in_the_run_log(tmp_path):
     assert not any("withheld primaries in" in m or "components" in m or "cell groups" in m for m in messages)
 
 
-def test_readme_postgres_instance_config_is_valid_for_dagster(monkeypatch, tmp_path):
+def test_documented_postgres_instance_config_is_valid_for_dagster(monkeypatch, tmp_path):
     import re
 
     from dagster._core.instance.config import dagster_instance_config
 
-    block = re.search(r"# \$DAGSTER_HOME/dagster.yaml\n(.*?)```", (PROJECT_ROOT / "README.md").read_text(), re.S)
+    block = re.search(r"# \$DAGSTER_HOME/dagster.yaml\n(.*?)```", manual_text(), re.S)
     (tmp_path / "dagster.yaml").write_text(block.group(1))
     for name in ("DAGSTER_PG_HOST", "DAGSTER_PG_USER", "DAGSTER_PG_PASSWORD"):
         monkeypatch.setenv(name, "x")

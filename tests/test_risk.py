@@ -188,7 +188,7 @@ def test_the_sampled_knowledge_sets_are_uniform_and_anchored_in_their_zone():
 
 
 def test_the_gate_records_cumulative_and_headroom_at_three_significant_digits():
-    """release.json's cumulative figure and headroom as the README promises them (3 significant digits): the
+    """release.json's cumulative figure and headroom as docs/operator-guide.md promises them (3 significant digits): the
     cumulative rounded up (and gated so), the headroom rounded down; never a float's trailing noise."""
     from spatial_release.risk import cumulative_risk, decide
 

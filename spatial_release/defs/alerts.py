@@ -316,7 +316,7 @@ def build_alert_sensor(programmes: dict[str, Programme]) -> dg.SensorDefinition:
         description="A failed run that touches a programme's assets (its release or publish job, a schedule, "
         "Materialize all, a backfill, a retry) becomes an alert naming the dataset, period, check, reason, "
         "offending cells or zones, the options and a link to the run: written to the alerts folder, e-mailed "
-        "and posted to Slack when configured (see README, Alerts), and tagged on the failed run.",
+        "and posted to Slack when configured (see docs/operator-guide.md, Alerts), and tagged on the failed run.",
     )
     def failed_run_alert(context: dg.RunFailureSensorContext) -> None:
         run = context.dagster_run

@@ -307,8 +307,8 @@ def _states(
     where its day began) and each trajectory's state. Above MAX_STATES states, too many trajectories have
     distinct histories for one problem per bucket: the states keep only where each trajectory is (and was,
     and whether it was absent), and the day-before regularity acts inside each state, when its trajectories
-    are given their slots (`_allocate`): a weaker attacker, so a lower figure (the README says at which
-    scale). Returns (states, state of each trajectory, coarse)."""
+    are given their slots (`_allocate`): a weaker attacker, so a lower figure (bench/RESULTS.md says at
+    which scale). Returns (states, state of each trajectory, coarse)."""
     none = np.full(n, -1, dtype=np.int64)
     routine = yesterday if yesterday is not None else none
     start = home if home is not None else none

@@ -12,7 +12,7 @@ is already an instant. Wall-clock times at a change of the clocks follow one rul
   offsets of the period's zone are computed here, with zoneinfo, and applied in SQL (`LocalClock`).
 A text with a zone name (`%Z`) follows the first rule too: DuckDB's strptime moves a skipped time by the gap,
 so such a text is found by its round trip (`zone_gap_sql`) and quarantined; for a repeated time, strptime's
-%Z takes the later instant, which this module does not change (documented in the README).
+%Z takes the later instant, which this module does not change (documented in docs/policies.md).
 A UTC offset no place has (beyond -14:00..+14:00, e.g. +25:00, which DuckDB's strptime takes) is
 quarantined as `offset_out_of_range`. A Parquet INT96 timestamp (Spark, Hive, legacy writers) holds UTC and
 is read as an instant (`traces.files`), never as a wall-clock time.

@@ -180,7 +180,7 @@ def test_text_that_is_no_integer_stays_text(tmp_path):
     """Only numbers are written out: codes, hex, several points, inner spaces and commas between other than
     digits, and fractions are ids as written (a fraction's trailing zeros apart), and 12.5 is not 12 or 13.
     Case is folded: `AB12`, `Ab12` and `ab12` are one unit (an export changes the case of UUIDs and
-    advertising ids; README)."""
+    advertising ids; docs/policies.md)."""
     ids = ["u1", "0x1F", "1.2.3", "u 1", "a,b", "12 b", "12.5", "12.50", "1e999", "-", "e5", "AB12", "ab12", "Ab12"]
     result, quarantine, pings = _ingest(tmp_path, {"t.csv": _rows(ids)}, missing_unit_values=["unknown"])
     assert quarantine.empty

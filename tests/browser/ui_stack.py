@@ -53,7 +53,7 @@ BLOCKED_PROGRAMME = "demo-blocked"
 # Two devices of the demo's generator (present in every period) that demo-blocked reads as missing ids
 BLOCKED_DEVICES = ("dev-000000", "dev-000001")
 ALERTS_FROM, ALERTS_TO = "releases@example.org", "operators@example.org"
-# The instance settings the README recommends for a release deployment: queued runs are picked up within a
+# The instance settings docs/deployment.md recommends for a release deployment: queued runs are picked up within a
 # second, and sensors (the publish sensor among them) are evaluated in threads, not one after another.
 INSTANCE_YAML = """telemetry:
   enabled: false
