@@ -417,7 +417,7 @@ def test_the_policy_cost_reaches_protection_and_both_patterns_pass_the_audit(tmp
         policy = load_policy(write_policy(folder, data))
         assert policy.suppression.cost == cost
         ctx = _run_to_candidate(policy, folder)
-        assert ctx.disclosure.cost == cost
+        assert ctx.disclosure.method.cost == cost
         assert stages.check_suppression_audit(ctx).passed
 
 

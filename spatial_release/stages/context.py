@@ -29,6 +29,7 @@ from spatial_release.policy import Policy, RiskSpec
 from spatial_release.policy.zeros import ZerosFileError, read_structural_zeros
 from spatial_release.stages.results import CountsSummary
 from spatial_release.suppression.ladder import time_links
+from spatial_release.suppression.method import ProtectionMethod
 from spatial_release.suppression.release_system import DisclosureSpec, Structure
 from spatial_release.suppression.table import Chain, grid_chain, zones_chain
 
@@ -291,8 +292,8 @@ class ReleaseContext:
                 self.zeros,
                 tuple(self.buckets),
                 policy.count_column,
-                cost=policy.suppression.cost,
                 climb=policy.suppression.climb,
                 budget=policy.suppression.budget,
+                method=ProtectionMethod.release(cost=policy.suppression.cost),
             ),
         )

@@ -13,7 +13,7 @@ import hashlib
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import pandas as pd
@@ -94,8 +94,8 @@ class DisclosureSpec:
     - `count_column`: the count column of the release files (e.g. `n_devices`);
     - `criterion`: the protection levels a withheld primary must reach (default `Criterion(k)`);
     - `solver_options`: HiGHS options for the attacker LPs (e.g. a time limit; default none);
-    - `method`: how protection chooses the pattern (default: the release method, `ProtectionMethod`), at the
-      spec's `cost` (the policy's suppression.cost; None: the method's own). With a time ladder it runs without
+    - `method`: how protection chooses the pattern (default: the release method, `ProtectionMethod`), with what
+      a secondary costs (`method.cost`: the policy's suppression.cost). With a time ladder it runs without
       pruning (`protect_release`).
     """
 
@@ -107,16 +107,11 @@ class DisclosureSpec:
     count_column: str = "n"
     criterion: Criterion | None = None
     solver_options: Mapping[str, object] = field(default_factory=dict)
-    cost: str | None = None  # what a secondary costs (costs.costs_for): the policy's suppression.cost
     climb: str = "where_withheld"  # with a time ladder: see `suppression.ladder` and the policy's suppression.climb
     budget: float = 1.0  # the share of the main cells' unit counts that may stay unshown (climb = "to_budget")
     method: ProtectionMethod = ProtectionMethod()
 
     def __post_init__(self) -> None:
-        if self.cost is None:
-            object.__setattr__(self, "cost", self.method.cost)
-        elif self.method.cost != self.cost:
-            object.__setattr__(self, "method", replace(self.method, cost=self.cost))
         object.__setattr__(self, "zeros", frozenset(self.zeros))
         object.__setattr__(self, "buckets", tuple(self.buckets))
         if self.criterion is None:
