@@ -134,7 +134,7 @@ def run_publish(ctx: ReleaseContext, releases_root: Path, ledger: Ledger) -> tup
                     "risk": risk.record().to_json(),
                     "population": policy.population_key,
                     # the input files by content: a programme over the same data is of the same population,
-                    # whatever its label (stages.risk.population_releases)
+                    # whatever its label (history.population_releases)
                     "inputs": IngestSummary.read(ctx.area.ingest).input_digests or [],
                     # the whole record as published (minus the entry hash it will carry): an edit of any figure
                     # of release.json shows in the cross-check

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from spatial_release.alerts import Alert, AlertRouting, DeliveryReport, Place, deliver
 from spatial_release.guarantees import CheckOutcome
+from spatial_release.history import expired, population_releases, spent_figures
 from spatial_release.ledger import Ledger, ReleaseEntry
 from spatial_release.period import Period
 from spatial_release.policy import Policy
@@ -23,7 +24,7 @@ from spatial_release.stages.carried import refuse_changed_work_files
 from spatial_release.stages.context import ReleaseContext, WorkArea, risk_spec
 from spatial_release.stages.dp import dp_spec, privacy_spent
 from spatial_release.stages.results import Breach, Review, ReviewedRelease
-from spatial_release.stages.risk import assess_risk, expired, population_releases, spent_figures
+from spatial_release.stages.risk import assess_risk
 
 REVIEW_CHECK = "within_risk_budget"
 
