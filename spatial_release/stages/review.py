@@ -15,7 +15,7 @@ from pathlib import Path
 from spatial_release.alerts import Alert, AlertRouting, DeliveryReport, Place, deliver
 from spatial_release.guarantees import CheckOutcome
 from spatial_release.history import expired, population_releases, spent_figures
-from spatial_release.ledger import Ledger, ReleaseEntry
+from spatial_release.ledger import Ledger, ReleaseEntry, ReviewEntry
 from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.risk import cumulative_risk
@@ -201,16 +201,14 @@ def run_review(
     environment's merged with the policy's `alerts:`)."""
     pruned = prune_per_unit_artefacts(policy, ledger, work_root)
     review = review_programme(policy, ledger, work_root)
-    entry = ledger.append(
-        {
-            "kind": "review",
-            "dataset": policy.name,
-            "landscape_sha256": review.landscape_sha256,
-            "cumulative": review.cumulative,
-            "releases": len(review.releases),
-            "breaches": [b.period for b in review.breaches],
-        }
+    body = ReviewEntry(
+        dataset=policy.name,
+        landscape_sha256=review.landscape_sha256,
+        cumulative=review.cumulative,
+        releases=len(review.releases),
+        breaches=tuple(b.period for b in review.breaches),
     )
+    entry = ledger.append(body.to_json())
     review = replace(review, ledger_entry=entry["hash"])
     review.write_to(reviews_folder(work_root, policy.name) / f"review-{entry['seq']:06d}.json")
     adversary = (
