@@ -54,14 +54,14 @@ def read_key_sets(path: Path, zone_of_cells: Callable[[pd.Series], pd.Series]) -
     cell_series = pd.Series(np.asarray(cells, dtype=object))
     key_zone = cell_series.map(zone_of_cells(cell_series.drop_duplicates())).to_numpy(dtype=object)
     # 32-bit codes: 8 bytes per pair in each direction, as the uniqueness bound holds them (64-bit copies of every
-    # array took the 50 M-ping assessment to 9 GB)
+    # array double the assessment's memory)
     units, keys = np.asarray(unit_codes, dtype=np.int32), np.asarray(key_codes, dtype=np.int32)
     return _key_sets(units, keys, key_zone), names, unit_names
 
 
 def _key_sets(units: np.ndarray, keys: np.ndarray, key_zone: np.ndarray) -> KeySets:
     """KeySets of distinct (unit, key) pairs; pairs already by unit then key (as a coded file writes them) are
-    taken as they are, with one counting pass for the key-major side (two lexsorts took 8 s at 10 M pings)."""
+    taken as they are, with one counting pass for the key-major side, not two lexsorts."""
     same = units[1:] == units[:-1]
     ordered = bool((np.diff(units) >= 0).all() and (keys[1:][same] > keys[:-1][same]).all()) if len(units) > 1 else True
     if not ordered:

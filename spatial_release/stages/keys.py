@@ -51,8 +51,7 @@ LINKED_MEMBERSHIP = "linked_membership.internal.parquet"  # counts/: per unit, i
 
 def membership_cells(area: WorkArea) -> pd.Series:
     """The distinct cells of the membership, in order, read in DuckDB within its memory limit. The membership
-    has a row per (unit, cell, bucket): its cell column alone, read into pandas, took over 15 GB at 500 M
-    generated pings."""
+    has a row per (unit, cell, bucket): its cell column alone would not fit in memory read into pandas."""
     with scratch_folder(area.risk, "risk-cells") as spill:
         con = keysets.connect(spill)
         try:
@@ -124,8 +123,7 @@ class _KeyPart:
     """Published keys joined to the memberships counted in them. `members`: rows unit, cell_id, bucket_start
     (and zoning, for the linked zonings' areas); `published`: relations of each published key once per leaf
     area it covers (leaf, bucket_start, key, cell_id: the main geometry's cell whose risk zone the key takes),
-    formatted on the published side (a few hundred thousand rows): formatting the keys per membership row took
-    18 s of the 50 M-ping risk step."""
+    formatted on the published side (a few hundred thousand rows), not per membership row."""
 
     members: str
     published: tuple[str, ...]
@@ -224,8 +222,8 @@ def released_keys_sql(area: WorkArea, ladder: Path | None = None) -> str:
 def released_key_source(area: WorkArea, ladder: Path | None = None) -> keysets.KeySource:
     """The same key sets as `released_keys_sql`, for `keysets.load_key_sets` to code straight from the work
     area: the units of the memberships, the published keys, and the memberships joined to the published keys
-    by code. No key is named per membership row, and no key set file is read back: coding the 50 M-ping key
-    set file (118 M rows) took about 19 s, four scans of its key strings."""
+    by code. No key is named per membership row, and no key set file is read back (coding one scans its key
+    strings four times)."""
     parts = _key_parts(area, ladder)
     members = list(dict.fromkeys(part.members for part in parts))
     return keysets.KeySource(
@@ -262,8 +260,8 @@ def key_set_rows(path: Path) -> pd.DataFrame:
 
 
 # Up to this many rows this release's key sets are coded straight from the work area (`released_key_source`);
-# above, from a key set file. The coded join was measured at 118 M rows (50 M generated pings) and ran out of
-# DuckDB's 1 GB at 1.2 G; the file's road was measured at both.
+# above, from a key set file, whose road holds at any size; the coded join runs out of DuckDB's memory limit
+# somewhere between (bench/RESULTS.md).
 CODED_UP_TO = 150_000_000
 
 
@@ -285,8 +283,7 @@ def coarser_keys_sql(area: WorkArea, ladder: Path, rung: str, k: int) -> str:
 def keep_released_keys(ctx: ReleaseContext, ladder: Path | None) -> KeySets | None:
     """Code this release's key sets straight from the work area and keep them as its coded key set file
     (`keysets.write_coded`), returning them; over `CODED_UP_TO` rows keep them as (unit, key, cell_id) rows
-    instead (written by DuckDB, for the ranged road) and return None. At 50 M generated pings the rows took
-    15-20 s to write; with the coded file the whole risk step took 12 s less (medians of 2 alternating runs)."""
+    instead (written by DuckDB, for the ranged road) and return None."""
     source = released_key_source(ctx.area, ladder)
     sets = keysets.code_and_keep(source, ctx.risk_zones, CODED_UP_TO, ctx.area.risk, ctx.area.unit_keys)
     if sets is None:

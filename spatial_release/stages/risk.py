@@ -86,9 +86,9 @@ def window_key_sets(
     disk above `ranges_above` rows.
 
     Derived from the work area over that limit (or `stages.keys.CODED_UP_TO`; the rows hinted by the key set file the risk
-    step kept), this release's key sets are read from (unit, key, cell_id) rows written to scratch first. At
-    500 M generated pings (1.2 G rows) the coded join, whose published side holds every published key once per
-    leaf it covers, ran DuckDB out of its 1 GB; the rows' road is the one measured there (3,233 s, 4.7 GB)."""
+    step kept), this release's key sets are read from (unit, key, cell_id) rows written to scratch first: over
+    the limit the coded join, whose published side holds every published key once per leaf it covers, runs
+    DuckDB out of its memory."""
     earlier_keys = _earlier_keys(ctx, earlier) if earlier_keys is None else earlier_keys
     selects: list[str] = []
     files: list[keysets.KeySource] = []
@@ -143,8 +143,7 @@ ESTIMATE = "estimate.internal.json"  # risk/: the last estimate and the sha256 o
 
 
 # Above this many (unit, key) rows read, the estimate holds one range of units at a time (`risk.ranges`): the
-# window's key sets whole hold about 12 bytes a row while they are coded, 3 GB here (at 50 M generated pings
-# they are 118 M rows, whole; at 500 M about 1.2 G, in ranges).
+# window's key sets whole hold about 12 bytes a row while they are coded.
 RANGES_ABOVE = 250_000_000
 
 
@@ -201,8 +200,8 @@ def window_inputs_digest(
     """sha256 of what the window's estimate derives from when this release's key sets come from the work area
     (`released_keys_sql`): the membership, the candidate files, the policy and period (the time ladder), the
     earlier key set files, the risk zone of every cell they name (zone files shape it; no other hash covers
-    them), the parameters, the population and the code (`reuse.digest_of`). Hashing the files costs about a
-    second at 50 M pings; building the coded key sets again cost 28 s."""
+    them), the parameters, the population and the code (`reuse.digest_of`). Hashing the files costs a small
+    fraction of building the coded key sets again."""
     area = ctx.area
     membership = area.counts / "membership.internal.parquet"
     sources = [membership, *earlier_keys]
