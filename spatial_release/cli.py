@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 from spatial_release.errors import Blocked, ExitCode, UserError, is_disk_full, kind_of
 from spatial_release.ledger import forget_pin
 from spatial_release.memory import avoid_hugepage_stalls
-from spatial_release.outcome import Failure, RunOutcome
 from spatial_release.period import Period
+from spatial_release.run_outcome import Failure, RunOutcome
 
 if TYPE_CHECKING:
     from spatial_release.release.record import RiskRecord

@@ -169,7 +169,7 @@ def test_the_release_format_is_below_the_report_and_the_pipeline():
 ROOT = "spatial_release"
 PIPELINE = "spatial_release.stages"
 WIRING = ("spatial_release.defs", "spatial_release.definitions")
-COMMAND_LINE = ("spatial_release.cli", "spatial_release.outcome")
+COMMAND_LINE = ("spatial_release.cli", "spatial_release.run_outcome")
 DAGSTER = ("dagster", "dagster_")  # dagster itself and its integrations (dagster_slack, ...)
 
 # The pipeline's modules in the order they may import one another: each imports only modules before it. The
@@ -192,7 +192,7 @@ STAGE_ORDER = [
     "checks",
     "risk",
     "publish",
-    "publication",
+    "publication_check",
     "review",
 ]
 

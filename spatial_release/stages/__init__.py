@@ -61,7 +61,7 @@ from spatial_release.stages.ingest import read_ingest_summary, run_ingest, synth
 from spatial_release.stages.keys import key_set_path
 from spatial_release.stages.lock import AlreadyPublished, WorkAreaBusy, refuse_if_published, work_area_step
 from spatial_release.stages.protect import read_manifest, run_protect
-from spatial_release.stages.publication import PUBLICATION_CHECK, Publication, check_publication, publication
+from spatial_release.stages.publication_check import PUBLICATION_CHECK, Publication, check_publication, publication
 from spatial_release.stages.publish import run_publish
 from spatial_release.stages.results import (
     CountsSummary,
