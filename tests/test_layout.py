@@ -237,6 +237,56 @@ def _absolute_imports(source: str, name: str, is_package: bool) -> set[str]:
     return found
 
 
+def _room_problems(module: str, imported: set[str], ours: set[str]) -> list[str]:
+    """Dagster outside the wiring; the domain importing the pipeline or above; the pipeline importing above."""
+    problems = [
+        f"{module} imports {target}: only the wiring ({', '.join(WIRING)}) imports dagster"
+        for target in sorted(imported)
+        if target.startswith(DAGSTER) and not _in(module, WIRING)
+    ]
+    if not _in(module, (PIPELINE, *WIRING, *COMMAND_LINE)):
+        problems += [
+            f"{module} imports {target}: a domain module never imports the pipeline or above"
+            for target in sorted(t for t in ours if _in(t, (PIPELINE, *WIRING, *COMMAND_LINE)))
+        ]
+    if _in(module, PIPELINE):
+        problems += [
+            f"{module} imports {target}: the pipeline never imports the wiring or the command line"
+            for target in sorted(t for t in ours if _in(t, (*WIRING, *COMMAND_LINE)))
+        ]
+    return problems
+
+
+def _stage_order_problems(module: str, ours: set[str]) -> list[str]:
+    """A stage importing a later stage, or the facade (`spatial_release.stages`, which re-exports every stage);
+    a stage not placed in STAGE_ORDER."""
+    if not _in(module, PIPELINE) or module == PIPELINE:
+        return []
+    stage = module.split(".")[2]
+    if stage not in STAGE_ORDER:
+        return [f"{module}: not placed in STAGE_ORDER"]
+    problems = []
+    for target in sorted(t for t in ours if _in(t, PIPELINE) and t != PIPELINE):
+        other = target.split(".")[2]
+        if other not in STAGE_ORDER:  # a name of the facade, which imports every stage
+            problems.append(f"{module} imports {target}: a stage imports stage modules, not the facade")
+        elif STAGE_ORDER.index(other) > STAGE_ORDER.index(stage):
+            problems.append(f"{module} imports {target}: a stage imports only earlier stages")
+    return problems
+
+
+def _release_problems(module: str, ours: set[str]) -> list[str]:
+    """release/ importing anything but contract types (and the listed exceptions)."""
+    if not _in(module, "spatial_release.release"):
+        return []
+    return [
+        f"{module} imports {target}: release/ imports only contract types"
+        for target in sorted(ours)
+        if not (target in (ROOT, f"{ROOT}.__version__") or _in(target, RELEASE_CONTRACTS))
+        and not any(module == m and _in(target, t) for m, t in RELEASE_NOT_CONTRACTS_YET)
+    ]
+
+
 def layer_violations(sources: dict[str, tuple[str, bool]]) -> list[str]:
     """The imports of a module tree (module name -> its source and whether it is a package's __init__) that
     run against the declared layers, one line each."""
@@ -244,33 +294,9 @@ def layer_violations(sources: dict[str, tuple[str, bool]]) -> list[str]:
     for module, (source, is_package) in sorted(sources.items()):
         imported = _absolute_imports(source, module, is_package)
         ours = {i for i in imported if _in(i, ROOT)}
-        for target in sorted(imported):
-            if target.startswith(DAGSTER) and not _in(module, WIRING):
-                problems.append(f"{module} imports {target}: only the wiring ({', '.join(WIRING)}) imports dagster")
-        if _in(module, (PIPELINE, *WIRING, *COMMAND_LINE)):
-            pass
-        else:
-            for target in sorted(t for t in ours if _in(t, (PIPELINE, *WIRING, *COMMAND_LINE))):
-                problems.append(f"{module} imports {target}: a domain module never imports the pipeline or above")
-        if _in(module, PIPELINE):
-            for target in sorted(t for t in ours if _in(t, (*WIRING, *COMMAND_LINE))):
-                problems.append(f"{module} imports {target}: the pipeline never imports the wiring or the command line")
-            if module != PIPELINE:  # the package's __init__ is its facade: it re-exports every stage
-                stage = module.split(".")[2]
-                if stage not in STAGE_ORDER:
-                    problems.append(f"{module}: not placed in STAGE_ORDER")
-                else:
-                    for target in sorted(t for t in ours if _in(t, PIPELINE) and t != PIPELINE):
-                        other = target.split(".")[2]
-                        if other not in STAGE_ORDER:  # a name of the facade, which imports every stage
-                            problems.append(f"{module} imports {target}: a stage imports stage modules, not the facade")
-                        elif STAGE_ORDER.index(other) > STAGE_ORDER.index(stage):
-                            problems.append(f"{module} imports {target}: a stage imports only earlier stages")
-        if _in(module, "spatial_release.release"):
-            for target in sorted(ours):
-                allowed = target in (ROOT, f"{ROOT}.__version__") or _in(target, RELEASE_CONTRACTS)
-                if not allowed and not any(module == m and _in(target, t) for m, t in RELEASE_NOT_CONTRACTS_YET):
-                    problems.append(f"{module} imports {target}: release/ imports only contract types")
+        problems += _room_problems(module, imported, ours)
+        problems += _stage_order_problems(module, ours)
+        problems += _release_problems(module, ours)
     return problems
 
 
