@@ -7,8 +7,8 @@ import numpy as np
 
 def distinct_sorted(values: np.ndarray) -> np.ndarray:
     """np.unique(values) for a 1-d numeric array, by a sort and a mask. NumPy 2.4's np.unique without return
-    arrays goes through a hash table that took 43 s on 20 M distinct int64 codes on this project's machine,
-    against 0.5 s for the sort (the first 10 M-ping attack spent 33 s there)."""
+    arrays goes through a hash table, many times slower than the sort on millions of distinct int64 codes
+    (bench/RESULTS.md)."""
     ordered = np.sort(np.asarray(values).ravel())
     if len(ordered) < 2:
         return ordered

@@ -31,21 +31,14 @@ from typing import TYPE_CHECKING
 from spatial_release.errors import Blocked, ExitCode, UserError, is_disk_full, kind_of
 from spatial_release.ledger import forget_pin
 from spatial_release.memory import avoid_hugepage_stalls
-from spatial_release.outcome import Failure, RunOutcome
 from spatial_release.period import Period
+from spatial_release.run_outcome import Failure, RunOutcome
 
 if TYPE_CHECKING:
     from spatial_release.release.record import RiskRecord
     from spatial_release.stages import ProtectionSummary, ReleaseRecord
 
 DEMO_MARKER = ".spatial-release-demo"
-
-
-def _instance():
-    import dagster as dg
-
-    # With DAGSTER_HOME set, runs land in that instance and show in the UI; otherwise they are ephemeral.
-    return dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
 
 
 def _settings_config(args: argparse.Namespace) -> dict:
@@ -208,7 +201,7 @@ def run_release(
     What stops the run itself is in the outcome's `failures`, never raised."""
     from spatial_release import stages
     from spatial_release.defs.catalogue import programme_for
-    from spatial_release.defs.execution import execute_release
+    from spatial_release.defs.execution import environment_instance, execute_release
     from spatial_release.defs.partitions import check_among_partitions, check_declared_bounds
     from spatial_release.defs.resources import ReleaseSettings
     from spatial_release.release import release_dir
@@ -235,7 +228,7 @@ def run_release(
     except stages.AlreadyPublished as published:
         return RunOutcome(False, failures=(Failure("step", "validated_pings", str(published)),))
     # the period becomes a partition of the programme (in the UI too, with DAGSTER_HOME set) as it is released
-    run = execute_release(programme, parsed.label, config, counting, _instance(), tracebacks=debug)
+    run = execute_release(programme, parsed.label, config, counting, environment_instance(), tracebacks=debug)
     if not run.success:
         failures = tuple(_named_disk_full(f, config) for result in run.results for f in _failures(result))
         if not failures and run.publish is not None:  # another run published the period in between
@@ -458,8 +451,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(f"error: no true counts under {area.counts}; give --work", file=sys.stderr)
         return 2
     from spatial_release.defs.resources import ReleaseSettings
+    from spatial_release.history import expired
     from spatial_release.ledger import Ledger
-    from spatial_release.stages.risk import expired
     from spatial_release.suppression.verdicts import AuditSummary
 
     ledger = Ledger(Path(args.ledger).resolve() if args.ledger else Path(ReleaseSettings().ledger_dir))

@@ -1,11 +1,9 @@
 """Memory advice for the pipeline's large arrays, and the cyclic garbage collector around its large object graphs.
 
 NumPy asks the kernel for transparent huge pages (madvise MADV_HUGEPAGE) on every large array. Where the
-kernel's THP defrag setting is `madvise` (the default on many distributions, and on the machine this was
-measured on), the first touch of such an array may stall in direct compaction. Measured on a 2-core VM: the
-packed-key presence pass (`counting.packed`) over 10 M pings took 10.3-11.7 s with the advice and
-1.6-2.3 s without it, and the 10 M counting step of a whole release 13.7 s against 3.3 s
-(bench/release_bench.py). The advice changes no result, only how pages are handed out.
+kernel's THP defrag setting is `madvise` (the default on many distributions), the first touch of such an
+array may stall in direct compaction, and the counting passes over large arrays slow down several times
+(bench/RESULTS.md). The advice changes no result, only how pages are handed out.
 
 So the advice is off where the pipeline runs: process-wide in the processes the project owns (the command
 line, and any process that loads the Dagster definitions: `spatial_release.defs`), and for the duration of
@@ -65,8 +63,7 @@ def collector_paused() -> Iterator[None]:
 
     Protection and the audit build their linear system and its certificate as millions of small lists, dicts
     and tuples. While such a graph grows, the collector runs a full collection every time the long-lived
-    objects grow by a quarter, each one traversing every object alive: measured at 10 M pings, the audit
-    check took 14.5 s with the collector and 10.1 s without it (13 full collections). Those objects hold
+    objects grow by a quarter, each one traversing every object alive (bench/RESULTS.md). Those objects hold
     no reference cycles, so reference counting frees them as before; what cyclic garbage the block makes is
     collected once the collector runs again. The collector is process-wide: a block entered while it is
     already paused leaves it paused."""

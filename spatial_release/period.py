@@ -10,8 +10,8 @@ from zoneinfo import ZoneInfo
 from spatial_release.errors import PeriodError
 
 # ASCII digits, matched whole (`fullmatch`): Python's \d takes any Unicode digit and `$` matches before a
-# trailing newline, so `２０１８-Q1` and '2018-Q1\n' were periods whose label, written into the release's folder
-# name, is not the folder the publish step looks for (published, then an internal error: red team, issue 23).
+# trailing newline, so `２０１８-Q1` and '2018-Q1\n' would be periods whose label, written into the release's
+# folder name, is not the folder the publish step looks for.
 QUARTER = re.compile(r"([0-9]{4})-Q([1-4])")
 MONTH = re.compile(r"([0-9]{4})-(0[1-9]|1[0-2])")
 # Years a period may fall in: no trace predates 1900, and the period's end must still be a date (9999-Q4 ends

@@ -261,14 +261,15 @@ def test_key_sets_coded_from_the_work_area_are_those_of_the_key_set_file(release
     from spatial_release.period import Period
     from spatial_release.policy import load_policy
     from spatial_release.stages import ReleaseContext
+    from spatial_release.stages import keys as keys_stage
     from spatial_release.stages import risk as risk_stage
 
     folder, _ = release
     policy = load_policy(PROJECT_ROOT / "policies/jc-bikes.yaml")
     ctx = ReleaseContext(policy, Period.parse("2018-Q1"), folder.parents[2] / "work")
-    keys = risk_stage.key_set_rows(ctx.area.unit_keys)["key"]
+    keys = keys_stage.key_set_rows(ctx.area.unit_keys)["key"]
     assert keys.str.contains("@1w@").any() and keys.str.contains(":").any()
-    assert (ctx.area.counts / risk_stage.LINKED_MEMBERSHIP).exists()
+    assert (ctx.area.counts / keys_stage.LINKED_MEMBERSHIP).exists()
     from_area = risk_stage.window_key_sets(ctx, None, [], [])
     from_file = risk_stage.window_key_sets(ctx, ctx.area.unit_keys, [], [])
     assert from_area.units > 0 and from_area.digest() == from_file.digest()

@@ -241,7 +241,7 @@ def test_privacy_budget_of_a_release_alone_and_over_the_budget(dp_candidate, tmp
     decision = dp_stage.budget_decision(ctx.policy, entries)
     assert decision["over"] and decision["spent_with"][0] == pytest.approx(6.0)
     assert not dp_stage.budget_decision(ctx.policy, entries[:1])["over"]
-    zcdp = [replace(entries[0], privacy={"accounting": "zcdp", "loss": [0.1, 1e-6]})]
+    zcdp = [replace(entries[0], risk={**entries[0].risk, "privacy": {"accounting": "zcdp", "loss": [0.1, 1e-6]}})]
     with pytest.raises(ValueError, match="do not compose here"):
         dp_stage.budget_decision(ctx.policy, zcdp)
 

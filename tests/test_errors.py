@@ -7,7 +7,7 @@ import pytest
 
 from spatial_release import cli
 from spatial_release.errors import Blocked, ExitCode, UserError, kind_of
-from spatial_release.outcome import Failure, RunOutcome
+from spatial_release.run_outcome import Failure, RunOutcome
 
 
 def test_domain_errors_have_their_kind():

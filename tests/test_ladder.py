@@ -14,7 +14,7 @@ from spatial_release import stages
 from spatial_release.levels import LEAF, at_rung
 from spatial_release.period import Period
 from spatial_release.policy import PolicyError, load_policy
-from spatial_release.stages import risk as risk_stage
+from spatial_release.stages import keys as keys_stage
 from spatial_release.stages.count import read_true_counts
 from spatial_release.suppression.audit import audit
 from spatial_release.suppression.release_system import system_for
@@ -264,7 +264,7 @@ def test_a_ladder_release_publishes_end_to_end_with_its_report(ladder_policy, tm
     assert (outcome.release_dir / "report.html").is_file()
     # the risk gate saw the coarser figures: each published cell week is a key of every unit counted in it
     area = stages.ReleaseContext(ladder_policy, Period.parse("2018-Q1"), tmp_path / "out" / "work").area
-    keys = risk_stage.key_set_rows(area.unit_keys)
+    keys = keys_stage.key_set_rows(area.unit_keys)
     published_weeks = margins[margins["level"] == "cell@1w"]
     assert len(published_weeks), "the fixture publishes no cell week: the check below would prove nothing"
     week_keys = keys[keys["key"].str.contains("@1w@")]
@@ -381,7 +381,7 @@ def test_budget_that_even_the_coarsest_rung_cannot_meet_blocks_the_release(tmp_p
 
 def test_a_blocked_risk_gate_proposes_the_ladder_rungs_with_their_figures(tmp_path):
     from spatial_release.ledger import Ledger
-    from spatial_release.stages.risk import coarser_keys_sql, write_ladder_buckets
+    from spatial_release.stages.keys import coarser_keys_sql, write_ladder_buckets
 
     traces = tmp_path / "traces.csv"
     _ladder_pings().to_csv(traces, index=False)

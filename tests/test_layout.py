@@ -152,3 +152,211 @@ def test_the_release_format_is_below_the_report_and_the_pipeline():
     below = _imported_by("spatial_release.release")
     assert not {m for m in below if m.startswith(("spatial_release.stages", "spatial_release.report"))}
     assert not {m for m in _imported_by("spatial_release.report") if m.startswith("spatial_release.stages")}
+
+
+# ---- the declared layers -------------------------------------------------------------------------------
+#
+# Rooms of the package, from the bottom up:
+#   domain       every module not named below (policy, traces, geometry, counting, suppression, risk, ledger,
+#                release, history, report, ...): never imports the pipeline, the wiring, the command line or
+#                dagster
+#   pipeline     spatial_release.stages: imports the domain and earlier stages only (STAGE_ORDER)
+#   command line spatial_release.cli and the RunOutcome it returns: may import anything but dagster
+#   wiring       spatial_release.defs and its entry point spatial_release.definitions: the only importers of
+#                dagster
+# and inside the domain, release/ (the release folder's format) imports only the contract types it writes.
+
+ROOT = "spatial_release"
+PIPELINE = "spatial_release.stages"
+WIRING = ("spatial_release.defs", "spatial_release.definitions")
+COMMAND_LINE = ("spatial_release.cli", "spatial_release.run_outcome")
+DAGSTER = ("dagster", "dagster_")  # dagster itself and its integrations (dagster_slack, ...)
+
+# The pipeline's modules in the order they may import one another: each imports only modules before it. The
+# first five are what every stage stands on (typed results, reuse, the context, the lock, carried work files);
+# then the steps, with the helpers of protection (attacks, key sets, advantage, coarsening, DP) before it.
+STAGE_ORDER = [
+    "results",
+    "reuse",
+    "context",
+    "lock",
+    "carried",
+    "ingest",
+    "count",
+    "attack",
+    "keys",
+    "advantage",
+    "coarsen",
+    "dp",
+    "protect",
+    "checks",
+    "risk",
+    "publish",
+    "publication_check",
+    "review",
+]
+
+# What release/ may import: itself, the package's version, the contract types it records (policy,
+# period, the ledger's entries and errors) and atomic file writes.
+RELEASE_CONTRACTS = (
+    "spatial_release.release",
+    "spatial_release.policy",
+    "spatial_release.period",
+    "spatial_release.ledger",
+    "spatial_release.fileio",
+)
+# Imports of release/ that are not contract types yet: the release tables are still cut from a protected
+# table with the main geometry's locator (`release.files.release_tables`). Listed so that the list can only
+# shrink: the test fails when one is gone (remove it here) or a new one appears.
+RELEASE_NOT_CONTRACTS_YET = {
+    ("spatial_release.release.files", "spatial_release.geometry.locate"),
+    ("spatial_release.release.files", "spatial_release.suppression.primary"),
+}
+
+
+def _in(module: str, rooms: str | tuple[str, ...]) -> bool:
+    return any(module == r or module.startswith(r + ".") for r in ((rooms,) if isinstance(rooms, str) else rooms))
+
+
+def _absolute_imports(source: str, name: str, is_package: bool) -> set[str]:
+    """Every module name `source` imports, absolute, at any depth (a lazy import in a function and one under
+    `if TYPE_CHECKING:` count: both are arrows); `from a import b` gives `a.b` as well as `a`."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name if is_package else name.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    anchor = anchor.rpartition(".")[0]
+                base = f"{anchor}.{base}" if base else anchor
+            found.add(base)
+            found |= {f"{base}.{a.name}" for a in node.names}
+    return found
+
+
+def _room_problems(module: str, imported: set[str], ours: set[str]) -> list[str]:
+    """Dagster outside the wiring; the domain importing the pipeline or above; the pipeline importing above."""
+    problems = [
+        f"{module} imports {target}: only the wiring ({', '.join(WIRING)}) imports dagster"
+        for target in sorted(imported)
+        if target.startswith(DAGSTER) and not _in(module, WIRING)
+    ]
+    if not _in(module, (PIPELINE, *WIRING, *COMMAND_LINE)):
+        problems += [
+            f"{module} imports {target}: a domain module never imports the pipeline or above"
+            for target in sorted(t for t in ours if _in(t, (PIPELINE, *WIRING, *COMMAND_LINE)))
+        ]
+    if _in(module, PIPELINE):
+        problems += [
+            f"{module} imports {target}: the pipeline never imports the wiring or the command line"
+            for target in sorted(t for t in ours if _in(t, (*WIRING, *COMMAND_LINE)))
+        ]
+    return problems
+
+
+def _stage_order_problems(module: str, ours: set[str]) -> list[str]:
+    """A stage importing a later stage, or the facade (`spatial_release.stages`, which re-exports every stage);
+    a stage not placed in STAGE_ORDER."""
+    if not _in(module, PIPELINE) or module == PIPELINE:
+        return []
+    stage = module.split(".")[2]
+    if stage not in STAGE_ORDER:
+        return [f"{module}: not placed in STAGE_ORDER"]
+    problems = []
+    for target in sorted(t for t in ours if _in(t, PIPELINE) and t != PIPELINE):
+        other = target.split(".")[2]
+        if other not in STAGE_ORDER:  # a name of the facade, which imports every stage
+            problems.append(f"{module} imports {target}: a stage imports stage modules, not the facade")
+        elif STAGE_ORDER.index(other) > STAGE_ORDER.index(stage):
+            problems.append(f"{module} imports {target}: a stage imports only earlier stages")
+    return problems
+
+
+def _release_problems(module: str, ours: set[str]) -> list[str]:
+    """release/ importing anything but contract types (and the listed exceptions)."""
+    if not _in(module, "spatial_release.release"):
+        return []
+    return [
+        f"{module} imports {target}: release/ imports only contract types"
+        for target in sorted(ours)
+        if not (target in (ROOT, f"{ROOT}.__version__") or _in(target, RELEASE_CONTRACTS))
+        and not any(module == m and _in(target, t) for m, t in RELEASE_NOT_CONTRACTS_YET)
+    ]
+
+
+def layer_violations(sources: dict[str, tuple[str, bool]]) -> list[str]:
+    """The imports of a module tree (module name -> its source and whether it is a package's __init__) that
+    run against the declared layers, one line each."""
+    problems = []
+    for module, (source, is_package) in sorted(sources.items()):
+        imported = _absolute_imports(source, module, is_package)
+        ours = {i for i in imported if _in(i, ROOT)}
+        problems += _room_problems(module, imported, ours)
+        problems += _stage_order_problems(module, ours)
+        problems += _release_problems(module, ours)
+    return problems
+
+
+def _package_sources() -> dict[str, tuple[str, bool]]:
+    return {_module_name(p): (p.read_text(), p.name == "__init__.py") for p in PACKAGE.rglob("*.py")}
+
+
+def test_imports_follow_the_declared_layers():
+    assert layer_violations(_package_sources()) == []
+
+
+def test_release_imports_not_contracts_yet_only_shrink():
+    """Each listed exception is still an import of release/ (when one goes, it leaves the list too)."""
+    sources = _package_sources()
+    for module, target in RELEASE_NOT_CONTRACTS_YET:
+        source, is_package = sources[module]
+        assert target in _absolute_imports(source, module, is_package), (module, target)
+
+
+def test_every_stage_is_placed_in_the_pipeline_order():
+    stages = {p.stem for p in (PACKAGE / "stages").glob("*.py") if p.stem != "__init__"}
+    assert stages == set(STAGE_ORDER)
+
+
+def test_the_layer_check_reports_imports_against_the_layers():
+    """Negative control: a synthetic tree with one import against each rule, lazy, relative and type-only
+    imports among them, is reported line by line; the same tree without them is clean."""
+    lazy_stage = "def f():\n    from spatial_release.stages.risk import run_risk\n    return run_risk\n"
+    type_only = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from spatial_release.defs import x\n"
+    tree = {
+        "spatial_release.history": (lazy_stage, False),
+        "spatial_release.ledger": (type_only, True),
+        "spatial_release.geometry.grid": ("import dagster as dg\n", False),
+        "spatial_release.stages": ("from spatial_release.stages.review import a\n", True),
+        "spatial_release.stages.protect": ("from .risk import assess_risk\nfrom . import count\n", False),
+        "spatial_release.stages.count": ("from spatial_release.stages.context import ReleaseContext\n", False),
+        "spatial_release.stages.risk": ("from spatial_release.defs.outcomes import x\n", False),
+        "spatial_release.stages.extra": ("", False),
+        "spatial_release.release.files": ("from spatial_release.geometry.grid import CELL_ID\n", False),
+        "spatial_release.release.record": ("from spatial_release.policy import Policy\n", False),
+        "spatial_release.defs.assets": ("import dagster as dg\nfrom spatial_release.stages import run_risk\n", False),
+        "spatial_release.cli": ("def main():\n    import dagster_slack\n", False),
+    }
+    found = layer_violations(tree)
+    expected = [
+        "spatial_release.cli imports dagster_slack",
+        "spatial_release.geometry.grid imports dagster",
+        "spatial_release.history imports spatial_release.stages.risk",
+        "spatial_release.ledger imports spatial_release.defs",
+        "spatial_release.release.files imports spatial_release.geometry.grid",
+        "spatial_release.stages.extra: not placed",
+        "spatial_release.stages.protect imports spatial_release.stages.risk",
+        "spatial_release.stages.risk imports spatial_release.defs.outcomes",
+    ]
+    for start in expected:
+        assert any(line.startswith(start) for line in found), (start, found)
+    assert not any(
+        line.startswith(("spatial_release.stages.count", "spatial_release.defs", "spatial_release.release.record"))
+        for line in found
+    ), found
+    assert not any("spatial_release.stages.protect imports spatial_release.stages.count" in line for line in found)
+    clean = {m: ("", p) for m, (_, p) in tree.items() if m != "spatial_release.stages.extra"}
+    assert layer_violations(clean) == []

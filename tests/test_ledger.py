@@ -700,7 +700,7 @@ def test_release_entries_are_typed_and_a_signed_entry_missing_a_field_is_reporte
     assert (second.seq, second.population, second.inputs, second.release_figure) == (2, "d", (), None)
     assert handle.recorded("d", "2018-02") == second and handle.recorded("d", "2018-03") is None
     # the gate cannot count a release that records no figure as having spent nothing
-    from spatial_release.stages.risk import spent_figures
+    from spatial_release.history import spent_figures
 
     assert spent_figures([first]) == [0.01]
     with pytest.raises(LedgerCorrupt, match="records no risk figure"):

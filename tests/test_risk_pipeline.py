@@ -88,9 +88,9 @@ def test_crash_between_ledger_and_rename_rolls_forward(tmp_path, monkeypatch, cr
 
     # the machine stops while staging (before the ledger append) or after the append, before the rename
     if crash_at == "before_ledger":
-        monkeypatch.setattr(release.publication, "write_json_atomic", power_cut)
+        monkeypatch.setattr(release.staging, "write_json_atomic", power_cut)
     else:
-        monkeypatch.setattr(release.publication.os, "rename", power_cut)
+        monkeypatch.setattr(release.staging.os, "rename", power_cut)
     with pytest.raises(SystemExit):
         stages.run_publish(ctx, tmp_path / "releases", ledger)
     monkeypatch.undo()

@@ -27,6 +27,7 @@ from spatial_release.policy import load_policy
 from spatial_release.risk import RiskParams, kernels, ranges
 from spatial_release.risk.estimator import KeySets, estimate_key_sets
 from spatial_release.risk.keysets import window_key_sets
+from spatial_release.stages import keys as keys_stage
 from spatial_release.stages import risk as risk_stage
 
 
@@ -123,7 +124,7 @@ def test_over_the_limit_key_sets_derived_from_the_work_area_go_through_a_key_set
     before = sorted(ctx.area.risk.iterdir())
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ranges, "RANGE_ROWS", 7)
-        patch.setattr(risk_stage, "released_key_source", lambda *args: pytest.fail("coded join over the limit"))
+        patch.setattr(keys_stage, "released_key_source", lambda *args: pytest.fail("coded join over the limit"))
         held = risk_stage.window_key_sets(ctx, None, [], [], ranges_above=0)
     assert isinstance(held, ranges.KeyRanges) and len(held) > 1
     try:
@@ -134,8 +135,8 @@ def test_over_the_limit_key_sets_derived_from_the_work_area_go_through_a_key_set
     # over the coded join's own limit but under the ranges': the same key sets, whole, from a written file
     coded = risk_stage.window_key_sets(ctx, None, [], [])
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(risk_stage, "CODED_UP_TO", 0)
-        patch.setattr(risk_stage, "released_key_source", lambda *args: pytest.fail("coded join over its limit"))
+        patch.setattr(keys_stage, "CODED_UP_TO", 0)
+        patch.setattr(keys_stage, "released_key_source", lambda *args: pytest.fail("coded join over its limit"))
         from_file = risk_stage.window_key_sets(ctx, None, [], [], ranges_above=10**9)
     assert isinstance(from_file, KeySets) and from_file.digest() == coded.digest()
 
@@ -224,7 +225,7 @@ def test_the_risk_stage_over_its_row_limit_estimates_in_ranges_with_the_same_fig
     for saved in ctx.area.risk.glob("estimate*.internal.json"):  # no reuse: the estimate runs again
         saved.unlink()
     seen = []
-    real, real_source = risk_stage.estimate_key_ranges, risk_stage.released_key_source
+    real, real_source = risk_stage.estimate_key_ranges, keys_stage.released_key_source
 
     def spy(held, *args):
         seen.append((len(held), Path(held.folder.name)))
@@ -234,14 +235,14 @@ def test_the_risk_stage_over_its_row_limit_estimates_in_ranges_with_the_same_fig
     monkeypatch.setattr(ranges, "RANGE_ROWS", 5)
     monkeypatch.setattr(risk_stage, "estimate_key_ranges", spy)
     # over the limit the key sets come from the file the step wrote, not the coded join (out of memory at 500 M)
-    monkeypatch.setattr(risk_stage, "released_key_source", lambda *args: pytest.fail("coded join over the limit"))
+    monkeypatch.setattr(keys_stage, "released_key_source", lambda *args: pytest.fail("coded join over the limit"))
     again = stages.assess_risk(ctx, ledger, ctx.area.unit_keys, keys_from_area=True)
     assert len(seen) == 1 and seen[0][0] > 1, "the estimate did not go by ranges"
     # the risk step itself, which holds this release's coded key sets (coded by the join), reads them back in
     # ranges too
     for saved in ctx.area.risk.glob("estimate*.internal.json"):
         saved.unlink()
-    monkeypatch.setattr(risk_stage, "released_key_source", real_source)
+    monkeypatch.setattr(keys_stage, "released_key_source", real_source)
     assert stages.run_risk(ctx, ledger).zones == whole.zones
     assert len(seen) == 2 and seen[1][0] > 1, "the risk step's estimate did not go by ranges"
     assert seen[0][1].parent == ctx.area.risk  # per-unit rows: in the work area, whose step lock sweeps them
@@ -284,7 +285,7 @@ def test_over_the_coded_limit_or_out_of_memory_the_risk_step_keeps_rows_and_give
         for saved in ctx.area.risk.glob("estimate*.internal.json"):  # no reuse: the estimate runs again
             saved.unlink()
         with monkeypatch.context() as patch:
-            patch.setattr(risk_stage if name == "CODED_UP_TO" else keysets, name, value)
+            patch.setattr(keys_stage if name == "CODED_UP_TO" else keysets, name, value)
             again = stages.run_risk(ctx, ledger)
         assert keysets.coded_file_counts(ctx.area.unit_keys) is None, name
         assert len(pd.read_parquet(ctx.area.unit_keys, columns=["unit", "key"]).drop_duplicates()) == sum(

@@ -26,8 +26,10 @@ from spatial_release.risk import Adversary, RiskParams, decide, keysets, release
 from spatial_release.risk.estimator import RiskReport, ZoneRisk, _intersect_sorted, estimate_key_sets
 from spatial_release.risk.keysets import KeySource, window_key_sets
 from spatial_release.risk.landscape import load_landscape
+from spatial_release.stages import keys as keys_stage
 from spatial_release.stages import risk as risk_stage
-from spatial_release.stages.risk import _risk_zone_of, labelled_zones, zone_population
+from spatial_release.stages.context import zone_population
+from spatial_release.stages.risk import labelled_zones
 from spatial_release.traces.synthetic import SyntheticConfig, generate_pings, write_pings
 
 PERIOD = Period.parse("2018-Q1")
@@ -150,7 +152,7 @@ def reference_released_keys(ctx: stages.ReleaseContext) -> pd.DataFrame:
     for level in ctx.policy.geometry.level_names():
         up = membership.merge(hierarchy[["cell_id", level]], on="cell_id").rename(columns={level: "area_id"})
         up = up.merge(margins[margins["level"] == level], on=["area_id", "bucket_start"])
-        zones = pd.Series(_risk_zone_of(ctx, hierarchy["cell_id"]).reindex(hierarchy["cell_id"]).to_numpy())
+        zones = pd.Series(ctx.risk_zones(hierarchy["cell_id"]).reindex(hierarchy["cell_id"]).to_numpy())
         one_zone = zones.groupby(hierarchy[level].to_numpy()).nunique()
         up = up[up["area_id"].map(one_zone) == 1]
         up["key"] = level + ":" + up["area_id"] + "@" + up["bucket_start"].dt.strftime("%Y-%m-%dT%H:%MZ")
@@ -179,18 +181,18 @@ def _assess_both(ctx: stages.ReleaseContext, ledger: Ledger):
     assessment = stages.run_risk(ctx, ledger)
     policy = ctx.policy
     keys = reference_released_keys(ctx)
-    streamed = risk_stage.key_set_rows(ctx.area.unit_keys)
+    streamed = keys_stage.key_set_rows(ctx.area.unit_keys)
     assert set(map(tuple, streamed[["unit", "key"]].to_numpy().tolist())) == set(
         map(tuple, keys[["unit", "key"]].to_numpy().tolist())
     )
     # the kept file names each key with one cell (the least of the leaves it covers), in the key's risk zone
     kept_cell = streamed.drop_duplicates("key").set_index("key")["cell_id"]
-    zone = lambda cells: _risk_zone_of(ctx, cells).reindex(cells).to_numpy()  # noqa: E731
+    zone = lambda cells: ctx.risk_zones(cells).reindex(cells).to_numpy()  # noqa: E731
     kept_zone = dict(zip(kept_cell.index, zone(kept_cell)))
     assert kept_zone == dict(zip(keys["key"], zone(keys["cell_id"])))
     landscape_path = policy.resolve(policy.risk.landscape)
     landscape, _ = load_landscape(landscape_path)
-    zone_of_key = pd.Series(_risk_zone_of(ctx, keys["cell_id"]).to_numpy(), index=keys["key"].to_numpy())
+    zone_of_key = pd.Series(ctx.risk_zones(keys["cell_id"]).to_numpy(), index=keys["key"].to_numpy())
     reference = reference_estimate(
         keys,
         zone_of_key[~zone_of_key.index.duplicated()],
@@ -371,14 +373,14 @@ def test_key_sets_coded_from_the_work_area_are_those_of_the_key_set_file(tmp_pat
     (`released_key_source`), over every unit of the memberships and every published key: the same arrays as
     coding the key set file it writes, and as the pandas reference keys."""
     ctx = protected_candidate(fixture_policy, tmp_path)
-    risk_stage.write_risk_areas(ctx)
+    keys_stage.write_risk_areas(ctx)
     path = tmp_path / "keys.parquet"
-    risk_stage.write_released_keys(ctx.area, path)
+    keys_stage.write_released_keys(ctx.area, path)
     from_area = risk_stage.window_key_sets(ctx, None, [], [])
     from_file = risk_stage.window_key_sets(ctx, path, [], [])
     reference = window_key_sets(
         ["SELECT * FROM reference"],
-        lambda cells: _risk_zone_of(ctx, cells),
+        ctx.risk_zones,
         {"reference": reference_released_keys(ctx)},
     )
     assert from_area.digest() == from_file.digest() == reference.digest()
@@ -391,10 +393,10 @@ def test_the_coded_key_set_file_the_risk_step_keeps_reads_back_as_the_same_key_s
     it, alone or beside an earlier release's file of either kind, they give the same arrays as the key set
     rows, and its rows are those rows' (unit, key) pairs."""
     ctx = protected_candidate(fixture_policy, tmp_path)
-    risk_stage.write_risk_areas(ctx)
+    keys_stage.write_risk_areas(ctx)
     rows_path = tmp_path / "keys.parquet"
-    risk_stage.write_released_keys(ctx.area, rows_path)
-    kept = risk_stage.keep_released_keys(ctx, None)
+    keys_stage.write_released_keys(ctx.area, rows_path)
+    kept = keys_stage.keep_released_keys(ctx, None)
     coded_path = ctx.area.unit_keys
     counts = keysets.coded_file_counts(coded_path)
     assert counts is not None and keysets.coded_file_counts(rows_path) is None
@@ -404,7 +406,7 @@ def test_the_coded_key_set_file_the_risk_step_keeps_reads_back_as_the_same_key_s
     assert counts == {"units": kept.units, "keys": kept.keys, "pairs": len(kept.unit_keys)}
     assert keysets.file_rows(coded_path) == len(kept.unit_keys)
     rows = pd.read_parquet(rows_path)
-    back = risk_stage.key_set_rows(coded_path)
+    back = keys_stage.key_set_rows(coded_path)
     assert len(back) == len(kept.unit_keys)
     assert set(zip(back["unit"], back["key"])) == set(zip(rows["unit"], rows["key"]))
     # a window of this release and an "earlier" one (here the same keys, renamed): the coded file and the
@@ -431,8 +433,8 @@ def test_a_coded_key_set_file_whose_codes_do_not_join_is_refused_naming_it(tmp_p
     dropped by the joins silently. Negative controls: a unit's name row removed, two units given one name, a
     pair's key code out of range, a pair removed (the metadata's count), and another format version."""
     ctx = protected_candidate(fixture_policy, tmp_path)
-    risk_stage.write_risk_areas(ctx)
-    assert risk_stage.keep_released_keys(ctx, None) is not None
+    keys_stage.write_risk_areas(ctx)
+    assert keys_stage.keep_released_keys(ctx, None) is not None
     good = ctx.area.unit_keys
     is_unit = lambda f: f["u"].notna() & f["k"].isna()  # noqa: E731
     is_pair = lambda f: f["u"].notna() & f["k"].notna()  # noqa: E731
@@ -496,11 +498,13 @@ def test_the_publish_step_reuses_the_estimate_only_for_byte_identical_inputs(tmp
     forge(risk_stage.ESTIMATE)
     assert stages.assess_risk(ctx, ledger).zones == first.zones and len(calls) == 1
 
-    real_zone = risk_stage._risk_zone_of
-    monkeypatch.setattr(risk_stage, "_risk_zone_of", lambda c, cells: real_zone(c, cells).map(lambda z: f"moved-{z}"))
+    real_zone = stages.ReleaseContext.risk_zones
+    monkeypatch.setattr(
+        stages.ReleaseContext, "risk_zones", lambda c, cells: real_zone(c, cells).map(lambda z: f"moved-{z}")
+    )
     moved = stages.assess_risk(ctx, ledger)
     assert len(calls) == 2 and {z.zone for z in moved.zones} == {f"moved-{z.zone}" for z in first.zones}
-    monkeypatch.setattr(risk_stage, "_risk_zone_of", real_zone)
+    monkeypatch.setattr(stages.ReleaseContext, "risk_zones", real_zone)
     assert stages.assess_risk(ctx, ledger).zones == first.zones and len(calls) == 3  # the last save was "moved"
     assert stages.assess_risk(ctx, ledger).zones == first.zones and len(calls) == 3
 

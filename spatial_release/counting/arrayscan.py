@@ -1,8 +1,8 @@
 """The packed scan done in this process: the pings' Parquet row groups read by pyarrow and keyed by numpy.
 
 The packed path (`counting.packed`) needs one integer per ping, computed in the scan that projects the ping
-and assigns it to an area. In SQL that scan cost about a second of CPU per 10 M pings for the expression
-alone, and as much again to hand three columns over to Arrow; here the same arithmetic runs over blocks of
+and assigns it to an area. In SQL that scan pays for the expression and as much again to hand three columns
+over to Arrow; here the same arithmetic runs over blocks of
 64 Ki pings that stay in the CPU's cache, row groups in parallel on the engine's threads, and the keys are
 written straight into one array. It computes what the SQL computes (`counting.plan.zoning_sql`,
 `counts._bucket_sql`, `Packing.key_sql`), term for term:

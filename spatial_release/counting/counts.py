@@ -298,7 +298,7 @@ def _count_packed(
     """The packed path's tables (presence, keys as ranks), from its arrays: the leaf counts as they are,
     their ids as dictionary codes (`DecodedKeys.coded_table`); each parent's counts and the totals as sums of
     the leaf counts (a unit is in one area per bucket), summed in numpy. The membership is a view of its
-    arrays in the engine (no copy of 40 M rows at 50 M pings), for the coarser rungs of a time ladder."""
+    arrays in the engine (no copy of its rows), for the coarser rungs of a time ladder."""
     assert isinstance(engine, DuckDBEngine), "the packed path runs on DuckDB only (packing_for)"
     engine.register_arrow_view(f"member_{z}", given.member)
     rank, b, n = (given.leaf.column(name).to_numpy() for name in ("rank", "b", "n"))
@@ -842,9 +842,8 @@ def _count_pings(
     run = _start_count(policy, period, pings, plans, engine, progress)
     scanned = _scan_pings(run, packed_keys)
     t = time.perf_counter()
-    # the packed path's membership is written by pyarrow on a thread of its own, beside the counts (half the
-    # time of the steps below at 10 M pings), and so are the cell counts; the SQL paths' membership by the
-    # engine, after them
+    # the packed path's membership is written by pyarrow on a thread of its own, beside the counts, and so are
+    # the cell counts; the SQL paths' membership by the engine, after them
     with ThreadPoolExecutor(2) as writer:
         membership = (
             writer.submit(write_membership_arrays, scanned.given_keys, scanned.given.member, out_dir)

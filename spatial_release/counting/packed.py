@@ -5,9 +5,8 @@ When the unit ids are integers, each ping's (unit, bucket, area) fits one BIGINT
 with slot = area key + 1, 0 for a ping in no area, and all ones for an unsure ping (near an edge, assigned
 exactly afterwards). The scan computes the key with the projection: in this process (`counting.arrayscan`),
 or in DuckDB's SQL (`counts._keyed_sql`) when the files' footers or the zoning do not allow; numpy sorts the
-keys (a vectorised sort of 10 M integers takes about 0.1 s here, against 2-3 s for the two
-hash aggregations over (unit, bucket, area) and then (unit, bucket) that it replaces), and every group is
-then a run of equal values:
+keys (a vectorised sort, instead of two hash aggregations over (unit, bucket, area) and then (unit,
+bucket)), and every group is then a run of equal values:
 - runs of equal keys are the pings per (unit, bucket, area);
 - runs of equal key >> slot_bits are the (unit, bucket) pairs, their areas in ascending order; the dominant
   area (most pings, ties to the smallest key, which is the smallest id as `keys_sort_like_ids` requires) is
@@ -136,7 +135,7 @@ class PackedScan:
 
     def take_keys(self) -> np.ndarray:
         """The keys, no longer held here, so that `presence_from_keys` can free them as soon as it is done
-        with them (400 MB at 50 M pings)."""
+        with them (8 bytes a ping)."""
         keys, self.keys = self.keys, None
         if keys is None:
             raise ValueError("the packed keys were already taken")
@@ -212,7 +211,7 @@ def _finish_scan(
 def _keys_and_odd_rows(table: pa.Table) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
     """The keys as one writable array, and the positions and coordinates of the rows that kept theirs (in
     no area or unsure), batch by batch: batches whose coordinates are all NULL, nearly all of them, are
-    passed over on their null count (combining the columns first cost 1.2 s at 10 M pings)."""
+    passed over on their null count, without combining the columns first."""
     keys = np.empty(table.num_rows, np.int64)
     positions, coordinates = [], []
     offset = 0
@@ -330,7 +329,7 @@ class _Presence:
 def _presence_of_sorted(keys: np.ndarray, packing: Packing) -> _Presence:
     """The dominant area of every (unit, bucket) of the sorted keys: one max per (unit, bucket) over
     (pings << slot_bits | (mask - slot)): most pings, then the smallest slot, which is the smallest area key.
-    Arrays are updated in place where they can be (memory, not time, is the limit at 50 M pings), and the
+    Arrays are updated in place where they can be (memory, not time, is the limit on large inputs), and the
     areas, buckets and leaf keys are 32-bit when their fields fit (half the memory traffic, and the sort)."""
     slot_bits, bucket_bits = packing.slot_bits, packing.bucket_bits
     slot_mask, bucket_mask = (1 << slot_bits) - 1, (1 << bucket_bits) - 1

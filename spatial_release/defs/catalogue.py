@@ -109,8 +109,8 @@ class Catalogue:
                 ),
                 # Every job of the location (the release, publish and review jobs, "Materialize all") runs its
                 # steps in the run's own process: the multiprocess default starts a process per step, each
-                # loading the code location again (about 15 s a step on a 2-core machine, against well under a
-                # second of work for most checks). The heavy steps use worker processes of their own.
+                # loading the code location again, which costs far more than the work of most checks. The
+                # heavy steps use worker processes of their own.
                 executor=dg.in_process_executor,
             ),
             shared_resources(),

@@ -5,6 +5,7 @@ for that candidate run. The command line and the tests call this."""
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 
 import dagster as dg
@@ -75,6 +76,11 @@ def one_line_console_logger(init_context: dg.InitLoggerContext) -> logging.Logge
     for handler in logger.handlers:
         handler.setFormatter(_FirstLineOfErrors(handler.formatter))
     return logger
+
+
+def environment_instance() -> dg.DagsterInstance:
+    """With DAGSTER_HOME set, runs land in that instance and show in the UI; otherwise they are ephemeral."""
+    return dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
 
 
 def execute_release(

@@ -20,9 +20,9 @@ from spatial_release.defs.programmes import Programme
 from spatial_release.defs.release.reports import ledger_entry_shown, review_report
 from spatial_release.defs.resources import ReleaseSettings
 from spatial_release.guarantees import CheckOutcome
+from spatial_release.history import population_releases
 from spatial_release.policy import Policy
 from spatial_release.risk.landscape import load_landscape
-from spatial_release.stages.risk import population_releases
 
 
 @dataclass(frozen=True)

@@ -73,8 +73,7 @@ class Grid:
         return table
 
     def geometries(self, cell_ids: pd.Series) -> gpd.GeoSeries:
-        """Each cell's square, parsed once per distinct id (a release repeats each cell in every bucket: the
-        regex over 184,000 published rows took 2.7 s at 10 M pings)."""
+        """Each cell's square, parsed once per distinct id (a release repeats each cell in every bucket)."""
         codes, distinct = pd.factorize(cell_ids.astype(str))
         parts = pd.Series(distinct).str.extract(CELL_ID).astype(np.int64)
         size, x0, y0 = parts[0].to_numpy(), parts[1].to_numpy(), parts[2].to_numpy()

@@ -40,7 +40,7 @@ from spatial_release.ledger.chain import (
     verify_chain,
 )
 from spatial_release.ledger.crosscheck import check_releases
-from spatial_release.ledger.entries import ReleaseEntry, find_release, release_entries
+from spatial_release.ledger.entries import ReleaseEntry, ReleaseEntryBody, ReviewEntry, find_release, release_entries
 from spatial_release.ledger.errors import (
     ENTRIES,
     AlreadyRecorded,
@@ -81,6 +81,8 @@ __all__ = [
     "LedgerKeyError",
     "PinMismatch",
     "ReleaseEntry",
+    "ReleaseEntryBody",
+    "ReviewEntry",
     "ReleasesMismatch",
     "append_entry",
     "canonical",

@@ -1,4 +1,5 @@
-"""Typed views of verified ledger entries: what the stages read of a release entry, by attribute.
+"""Typed ledger entries: a release entry as the publish step writes it and as the stages read it back, by
+attribute, and a review entry as the review writes it.
 
 The ledger stores and signs plain JSON objects (their canonical bytes are what the chain hashes); readers
 get a `ReleaseEntry` instead, built once from the verified object, so a misspelt field is a type error and
@@ -45,30 +46,68 @@ def _is_loss(value: Any) -> bool:
     )
 
 
-@dataclass(frozen=True)
-class ReleaseEntry:
-    """One published release as its (verified) ledger entry records it.
+@dataclass(frozen=True, kw_only=True)
+class ReleaseEntryBody:
+    """What a release entry records, as the publish step writes it: the one spelling of the entry's fields
+    (`to_json`, which `Ledger.append` signs; `ReleaseEntry.from_entry` reads them back). The ledger adds
+    `seq`, `prev_hash`, `recorded_at`, `signer`, `hash` and `signature` when it appends.
 
-    population: the population key the release spent its budget on (the dataset's name for entries written
-    before populations were recorded). inputs: sha256 of each input file (empty for older entries).
-    files: the release files' sha256 by name, as the release record lists them. release_figure: the risk
-    figure the gate published (None when the gate had none). work_files: the sha256 of each file of the
-    release's work area that later releases and reviews read, by its path in the work area (None for
-    entries written before they were recorded)."""
+    policy: the policy's name, version and sha256, as the release record names it. files: the release files'
+    sha256 by name, as the release record lists them. risk: the risk record of the gate's decision, as
+    release.json carries it. population: the population key the release spent its budget on (the dataset's
+    name for entries written before populations were recorded). inputs: sha256 of each input file (empty for
+    older entries): a programme over the same data is of the same population, whatever its label
+    (`history.population_releases`). record_sha256: the whole release record as published, minus the entry
+    hash it will carry (an edit of any figure of release.json shows in the cross-check). work_files: the
+    sha256 of each file of the release's work area that later releases and reviews read, by its path in the
+    work area (None for entries written before they were recorded): an edit of one blocks them by name."""
+
+    dataset: str
+    period: str
+    policy: Mapping[str, Any] | None
+    files: Mapping[str, str] | None
+    risk: Mapping[str, Any]
+    population: str
+    inputs: tuple[str, ...]
+    record_sha256: str | None
+    work_files: Mapping[str, str] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry's fields as the ledger stores them (before it numbers, chains and signs them)."""
+        return {
+            "kind": "release",
+            "dataset": self.dataset,
+            "period": self.period,
+            "policy": self.policy,
+            "files": self.files,
+            "risk": self.risk,
+            "population": self.population,
+            "inputs": list(self.inputs),
+            "record_sha256": self.record_sha256,
+            "work_files": self.work_files,
+        }
+
+    @property
+    def release_figure(self) -> float | None:
+        """The risk figure the gate published (None when the gate had none)."""
+        figure = self.risk.get("release_figure")
+        return float(figure) if figure is not None else None
+
+    @property
+    def privacy(self) -> Mapping[str, Any] | None:
+        """protection.method dp: the accounting, the loss it spent and the budget (`risk.privacy` of the entry)."""
+        privacy = self.risk.get("privacy")
+        return dict(privacy) if privacy is not None else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseEntry(ReleaseEntryBody):
+    """One published release as its (verified) ledger entry records it: its body and where the ledger put it
+    (`seq`, `hash`, `recorded_at`)."""
 
     seq: int
     hash: str
-    dataset: str
-    period: str
     recorded_at: datetime
-    population: str
-    inputs: tuple[str, ...]
-    files: Mapping[str, str] | None
-    release_figure: float | None
-    record_sha256: str | None
-    work_files: Mapping[str, str] | None = None
-    # protection.method dp: the accounting, the loss it spent and the budget (`risk.privacy` of the entry)
-    privacy: Mapping[str, Any] | None = None
 
     @classmethod
     def from_entry(cls, entry: Mapping[str, Any]) -> ReleaseEntry:
@@ -100,13 +139,13 @@ class ReleaseEntry:
             dataset=dataset,
             period=_field(entry, "period", str),
             recorded_at=recorded_at,
+            policy=entry.get("policy"),
             population=entry.get("population") or dataset,
             inputs=_strings(entry, "inputs"),
             files=dict(files) if files is not None else None,
-            release_figure=float(figure) if figure is not None else None,
+            risk=dict(risk) if isinstance(risk, Mapping) else {},
             record_sha256=entry.get("record_sha256"),
             work_files=dict(work_files) if work_files is not None else None,
-            privacy=dict(privacy) if privacy is not None else None,
         )
 
     @property
@@ -134,3 +173,26 @@ def find_release(entries: Iterable[Mapping[str, Any]], dataset: str | None, peri
         ),
         None,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReviewEntry:
+    """What a review entry records, as the review writes it: the programme, the landscape it reviewed under,
+    the cumulative figure, how many releases it reviewed and the periods now over budget."""
+
+    dataset: str
+    landscape_sha256: str | None
+    cumulative: float
+    releases: int
+    breaches: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry's fields as the ledger stores them (before it numbers, chains and signs them)."""
+        return {
+            "kind": "review",
+            "dataset": self.dataset,
+            "landscape_sha256": self.landscape_sha256,
+            "cumulative": self.cumulative,
+            "releases": self.releases,
+            "breaches": list(self.breaches),
+        }

@@ -55,7 +55,7 @@ def _strptime_problem(spec: str) -> str | None:
 
 
 # A zone written as literal text ("... UTC", "...+00:00") would be matched and ignored, so the row would be
-# read as a wall-clock time in source.timezone: a silent shift (found by the hostile pass of issue 9).
+# read as a wall-clock time in source.timezone: a silent shift.
 _LITERAL_ZONE = re.compile(r"\b(UTC|GMT|Z)\b|[+-]\d{2}:?\d{2}\s*$")
 
 

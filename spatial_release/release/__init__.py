@@ -3,7 +3,7 @@ release.json and the report rendered from them) and how one is published.
 
 - `files`: the published tables, where a release lives, its files' hashes.
 - `record`: release.json, typed (`ReleaseRecord` and its parts).
-- `publication`: staging, the ledger append, the rename into place, and the recovery of an interrupted
+- `staging`: staging, the ledger append, the rename into place, and the recovery of an interrupted
   publication.
 
 Below the pipeline (`stages`) and the report (`report`): this package imports neither; the report's renderer
@@ -19,17 +19,6 @@ from spatial_release.release.files import (
     release_tables,
     write_tables,
 )
-from spatial_release.release.publication import (
-    ABANDONED,
-    PENDING,
-    STAGING_SUFFIX,
-    Renderer,
-    finish_pending,
-    publish,
-    quarantine,
-    recover_interrupted,
-    staging_dir,
-)
 from spatial_release.release.record import (
     BUCKET_START,
     K_BOUNDARY,
@@ -40,6 +29,17 @@ from spatial_release.release.record import (
     ReleaseInputs,
     ReleaseRecord,
     RiskRecord,
+)
+from spatial_release.release.staging import (
+    ABANDONED,
+    PENDING,
+    STAGING_SUFFIX,
+    Renderer,
+    finish_pending,
+    publish,
+    quarantine,
+    recover_interrupted,
+    staging_dir,
 )
 
 __all__ = [

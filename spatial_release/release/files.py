@@ -48,8 +48,8 @@ def write_tables(tables: ReleaseTables, folder: Path) -> None:
 
 def read_tables(folder: Path, geometry: bool = True) -> ReleaseTables:
     """The release files in `folder`. `geometry` False leaves the cells' geometry column as the file's WKB
-    bytes, undecoded: the checks and the audit read keys and counts only, and decoding every cell's polygon
-    into shapely was about a second per reading at 10 M pings (five readings per release). The column
+    bytes, undecoded: the checks and the audit read keys and counts only, and need no cell's polygon decoded
+    into shapely. The column
     is still there (the identifier check compares the files' columns with the schema), and a null stays null."""
     cells = gpd.read_parquet(folder / "cells.parquet") if geometry else pd.read_parquet(folder / "cells.parquet")
     return ReleaseTables(cells, pd.read_parquet(folder / "margins.parquet"))

@@ -21,7 +21,7 @@ gone without it (an over-approximation of what changes), and for the others noth
   with it and not without it: advantage 1 (at most 1 for any knowledge, so never below the truth); for the
   others the two releases agree on every key of theirs: advantage 0. Computed for every unit, never sampled.
 - `regularity_day`, `regularity_week`, `regularity_all` (attribute inference with regularity priors;
-  `regularity_day` is the trivial attacker of issue 37): the target was in the same published area the day
+  `regularity_day` is the trivial attacker): the target was in the same published area the day
   before and the day after each known key (`_week`: and the same time a week before and after; `_all`: at every
   bucket within a week of it; `_routine`, home at night and work by day: at the same time of day on every day of
   the period). The output is the known keys and those guesses that are published. Success is the

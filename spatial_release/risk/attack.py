@@ -69,11 +69,12 @@ from spatial_release.risk.estimator import KeySets, RiskParams, draw_knowledge
 
 STAY_COST = 1.0  # cost of leaving ABSENT or WITHHELD, or of entering them: about one typical distance
 REGULARITY = 1.0  # the pull of where a trajectory was at the same time the day before (Xu's across-day link)
-HOME_PULL = 1.0  # the pull of where its day began (measured on a regular 150-unit city: accuracy 0.57 -> 0.70)
+HOME_PULL = 1.0  # the pull of where its day began (bench/RESULTS.md: what it adds to the recovery)
 HUB_COST = 4.0  # the long way round in a sparse problem: any area, at four typical distances
 MAX_STATES = 2_000  # trajectory states per bucket above which the day-before and home pulls leave the states
-FULL_ARCS = 5_000  # states x areas up to which every arc is in the transportation problem (measured: the sparse
-# problem with 24 nearest areas and the hub recovered a 300-unit city as well, 7x faster)
+# states x areas up to which every arc is in the transportation problem; above, the sparse problem (24 nearest
+# areas and the hub) recovers as well, faster (bench/RESULTS.md)
+FULL_ARCS = 5_000
 BEST_PAIRS = 2_000_000  # (trajectory, unit) pairs examined at a time when matching trajectories to units
 
 
@@ -332,8 +333,8 @@ def _states(
 
 def _distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """np.unique(rows, axis=0, return_inverse=True) of integer rows, through one int64 code per row that
-    sorts as the rows do (each column shifted to start at 0, in mixed radix): np.unique over rows took 20 ms
-    a bucket at 40,000 trajectories, a fifth of the recovery. Rows whose code would not fit go the slow way."""
+    sorts as the rows do (each column shifted to start at 0, in mixed radix): np.unique over rows is a large
+    share of the recovery. Rows whose code would not fit go the slow way."""
     low = rows.min(axis=0) if len(rows) else np.zeros(rows.shape[1], dtype=np.int64)
     span = (rows.max(axis=0) - low + 1) if len(rows) else np.ones(rows.shape[1], dtype=np.int64)
     if float(np.prod(span.astype(float))) >= 2.0**62:
@@ -588,7 +589,7 @@ def _extra_slots(
 
 def _sets(owner: np.ndarray, key: np.ndarray, n_owners: int, n_keys: int, key_zone: np.ndarray) -> KeySets:
     """The key sets of the distinct (owner, key) pairs: what KeySets.from_codes builds, from one sort of the
-    pair codes (they come out by owner then key) and a counting sort by key (two lexsorts took 39 s at 10 M)."""
+    pair codes (they come out by owner then key) and a counting sort by key, not two lexsorts."""
     pairs = distinct_sorted(owner.astype(np.int64) * n_keys + key.astype(np.int64))
     if not len(pairs):
         return KeySets(

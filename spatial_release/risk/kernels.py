@@ -35,7 +35,7 @@ def _intersect(a: np.ndarray, na: int, b: np.ndarray, lo: int, hi: int, out: np.
     Galloping: the candidates ascend, so each is looked up from where the last one was found, with steps
     doubling (1, 2, 4 ...) and then a binary search inside the last step. A candidate list of n in postings of N
     costs about n log(N / n) reads near each other, where one binary search per candidate over all N cost
-    n log N reads spread across the postings (the risk step's largest cost at 50 M pings)."""
+    n log N reads spread across the postings."""
     m = 0
     pos = lo
     for i in range(na):
@@ -372,9 +372,9 @@ class DenseKeys(NamedTuple):
 
 def dense_keys(key_offsets: np.ndarray, key_units: np.ndarray, n_units: int) -> DenseKeys:
     """The bitsets of the keys held by more than n_units / 32 units. Each is smaller than the postings it
-    stands for, so they add less memory than the postings hold. At 50 M pings 1,872 of 470,717 keys (47 MB)
-    hold 41 % of the pairs, and most knowledge sets name at least one of them: a bit test per candidate
-    replaces a search of postings tens of thousands long."""
+    stands for, so they add less memory than the postings hold. A few such keys hold a large share of the
+    pairs, and most knowledge sets name at least one of them: a bit test per candidate replaces a search of
+    postings tens of thousands long."""
     _postings(key_offsets, key_units)
     _within("postings' units", key_units, n_units)
     return DenseKeys(*_dense_bits(key_offsets, key_units, n_units), len(key_units))

@@ -202,9 +202,9 @@ def load_key_sets(
         raise ValueError("no key sets to read: the window names no part")
     n_units, n_keys = _number(con, sources)
     # The coded pairs are streamed as they come out of the joins, repeats and all, and sorted and made distinct
-    # in compiled loops (kernels.unit_major_batches, key_major): a DISTINCT and two ORDER BYs in DuckDB took
-    # about 40 s of the 50 M-ping risk step, spilling within the 1 GB limit; the join alone streams in about
-    # 5 s. Not counted first: counting is a second pass over the joins (3.3 s at 50 M pings).
+    # in compiled loops (kernels.unit_major_batches, key_major): a DISTINCT and two ORDER BYs in DuckDB spill
+    # within the memory limit and cost several times the join itself. Not counted first: counting is a second
+    # pass over the joins.
     coded = " UNION ALL ".join(f"SELECT u, k FROM ({s.pairs})" for s in sources)
     over = ranges_above is not None and rows_hint is not None and rows_hint > ranges_above
     batches = None if over else _streamed(con, coded, ranges_above)
@@ -266,8 +266,8 @@ def window_key_sets(
 # ------------------------------------------------------------------ the coded key set file
 #
 # A release's key sets are kept (risk/unit_keys.internal.parquet) for the later releases of its window and for
-# reviews. Kept as (unit, key, cell_id) strings, writing them took 15-20 s of the 50 M-ping risk step (118 M
-# rows, 621 MB) and every reader coded the strings again. The coded file holds the arrays the estimate reads:
+# reviews. Kept as (unit, key, cell_id) strings, writing them is a large share of the risk step and every
+# reader codes the strings again (bench/RESULTS.md). The coded file holds the arrays the estimate reads:
 # one Parquet file (so one atomic rename) of three kinds of rows, told apart by which codes are null:
 #   unit rows  (u, NULL, unit name, NULL)     u = 0..units-1, in the units' sort order
 #   key rows   (NULL, k, key name, cell_id)   k = 0..keys-1, in the keys' sort order; cell_id: the least cell
@@ -326,8 +326,8 @@ def write_coded(
     no_code = lambda n: pa.nulls(n, pa.int32())  # noqa: E731
     no_name = lambda n: pa.nulls(n, pa.string())  # noqa: E731
     with atomic_path(path) as tmp:
-        # no dictionary and no statistics for the codes: 118 M generated int32 pairs took about 6 s to write,
-        # 43 s with pyarrow's defaults (measured alone, with another job on the machine)
+        # no dictionary and no statistics for the codes: with pyarrow's defaults the pairs take several times
+        # as long to write (bench/RESULTS.md)
         with pq.ParquetWriter(
             tmp, schema, compression="snappy", use_dictionary=["name", "cell_id"], write_statistics=False
         ) as out:
@@ -462,8 +462,8 @@ def code_and_keep(
             try:
                 batches = _streamed(con, f"SELECT u, k FROM ({source.pairs})", limit)
             except duckdb.OutOfMemoryException:
-                # the join's published side outgrew DuckDB's limit (it did at 500 M generated pings, 1.2 G rows,
-                # on the ranged road): a part that large is over `limit` anyway
+                # the join's published side outgrew DuckDB's limit (a window of about a billion rows, on the
+                # ranged road): a part that large is over `limit` anyway
                 return None
             if batches is None:
                 return None

@@ -1,7 +1,7 @@
 """The sampled risk estimate over key sets too large to hold at once: the units in ranges, one range in memory.
 
-At 50 M generated pings the window's key sets are 118 M (unit, key) rows, coded in about 1.4 GB; at 500 M they
-would be about 1.2 G rows, some 14 GB while coded, so the whole estimate cannot hold them. Here the coded pairs
+Coded, the window's key sets hold about 12 bytes per (unit, key) row, so a window of a billion rows cannot be
+held whole (bench/RESULTS.md gives the sizes at 50 M and 500 M pings). Here the coded pairs
 are streamed once out of DuckDB into one file pair per range of unit codes (`spill_ranges`, a private
 temporary folder), and the estimate (`estimate_key_ranges`) reads one range at a time:
 
@@ -46,7 +46,7 @@ from spatial_release.risk.estimator import (
     zone_report,
 )
 
-RANGE_ROWS = 100_000_000  # (unit, key) rows read per range: about 1.2 GB while a range is coded
+RANGE_ROWS = 100_000_000  # (unit, key) rows read per range: about 12 bytes a row while a range is coded
 RANGE_SETS = 65_536  # knowledge sets per counting task in a range
 
 

@@ -58,9 +58,10 @@ from spatial_release.stages.count import (
     zoning_plans,
 )
 from spatial_release.stages.ingest import read_ingest_summary, run_ingest, synthetic_traces
+from spatial_release.stages.keys import key_set_path
 from spatial_release.stages.lock import AlreadyPublished, WorkAreaBusy, refuse_if_published, work_area_step
 from spatial_release.stages.protect import read_manifest, run_protect
-from spatial_release.stages.publication import PUBLICATION_CHECK, Publication, check_publication, publication
+from spatial_release.stages.publication_check import PUBLICATION_CHECK, Publication, check_publication, publication
 from spatial_release.stages.publish import run_publish
 from spatial_release.stages.results import (
     CountsSummary,
@@ -81,7 +82,7 @@ from spatial_release.stages.review import (
     review_trigger,
     run_review,
 )
-from spatial_release.stages.risk import assess_risk, key_set_path, read_risk, run_risk
+from spatial_release.stages.risk import assess_risk, read_risk, run_risk
 
 __all__ = [
     "AlreadyPublished",

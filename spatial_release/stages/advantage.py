@@ -17,16 +17,20 @@ import pandas as pd
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from spatial_release.fileio import sha256_file
 from spatial_release.levels import LEAF
 from spatial_release.risk import kernels, keysets
 from spatial_release.risk.advantage import AdvantageParams, AdvantageReport, RecoverySuccess, assess_advantage
 from spatial_release.risk.attack import AttackParams, attack_risk, without_unit
 from spatial_release.risk.estimator import KeySets
+from spatial_release.risk.landscape import Landscape
+from spatial_release.stages import reuse
 from spatial_release.stages.attack import attack_inputs
-from spatial_release.stages.context import ReleaseContext
+from spatial_release.stages.context import ReleaseContext, risk_spec, zone_population
+from spatial_release.stages.keys import keep_released_keys, write_ladder_buckets
 
-KEY_TIME = "%Y-%m-%dT%H:%MZ"  # as stages.risk.KEY_FORMAT names bucket starts in keys
-ROWS_IN_MEMORY = 150_000_000  # key set rows the gate codes in memory (stages.risk.CODED_UP_TO keeps coded files to it)
+KEY_TIME = "%Y-%m-%dT%H:%MZ"  # as stages.keys.KEY_FORMAT names bucket starts in keys
+ROWS_IN_MEMORY = 150_000_000  # key set rows the gate codes in memory (stages.keys.CODED_UP_TO keeps coded files to it)
 
 
 def read_key_sets(path: Path, zone_of_cells: Callable[[pd.Series], pd.Series]) -> tuple[KeySets, np.ndarray, np.ndarray]:
@@ -50,14 +54,14 @@ def read_key_sets(path: Path, zone_of_cells: Callable[[pd.Series], pd.Series]) -
     cell_series = pd.Series(np.asarray(cells, dtype=object))
     key_zone = cell_series.map(zone_of_cells(cell_series.drop_duplicates())).to_numpy(dtype=object)
     # 32-bit codes: 8 bytes per pair in each direction, as the uniqueness bound holds them (64-bit copies of every
-    # array took the 50 M-ping assessment to 9 GB)
+    # array double the assessment's memory)
     units, keys = np.asarray(unit_codes, dtype=np.int32), np.asarray(key_codes, dtype=np.int32)
     return _key_sets(units, keys, key_zone), names, unit_names
 
 
 def _key_sets(units: np.ndarray, keys: np.ndarray, key_zone: np.ndarray) -> KeySets:
     """KeySets of distinct (unit, key) pairs; pairs already by unit then key (as a coded file writes them) are
-    taken as they are, with one counting pass for the key-major side (two lexsorts took 8 s at 10 M pings)."""
+    taken as they are, with one counting pass for the key-major side, not two lexsorts."""
     same = units[1:] == units[:-1]
     ordered = bool((np.diff(units) >= 0).all() and (keys[1:][same] > keys[:-1][same]).all()) if len(units) > 1 else True
     if not ordered:
@@ -280,3 +284,45 @@ def _measured_gains(runs: list, chosen: np.ndarray, attack: AttackParams) -> pd.
 def advantage_params(landscape) -> AdvantageParams:
     """The adversary of the landscape: p known points, draws per target and anchor, seed."""
     return AdvantageParams(points=landscape.points, draws=landscape.draws, seed=landscape.seed)
+
+
+def candidate_advantage(
+    ctx: ReleaseContext, landscape: Landscape, key_set_file: Path | None = None, rung: str | None = None
+) -> AdvantageReport:
+    """The advantage of the candidate (`stages.advantage`) from its kept key sets (`key_set_file`, the risk
+    step's own by default), with the landscape's adversary and public population and the ceiling the gate
+    applies. Only this release's key sets: the earlier releases of the window are the uniqueness bound's."""
+    risk = risk_spec(ctx.policy)
+    path = ctx.area.unit_keys if key_set_file is None else key_set_file
+    if not path.exists():  # the publish step's assessment, or a review, on a work area without kept key sets
+        keep_released_keys(ctx, write_ladder_buckets(ctx))
+        path = ctx.area.unit_keys
+    landscape_path = ctx.policy.resolve(risk.landscape)
+    population = zone_population(ctx.policy, landscape, landscape_path, ctx.layers)
+    params = advantage_params(landscape)
+    # one memo of the assessment per set of inputs: the climbing loop's last pass, the risk step and the publish
+    # step assess the same candidate
+    inputs = {
+        "key_sets": sha256_file(path),
+        "candidate": [sha256_file(ctx.area.candidate / n) for n in ("cells.parquet", "margins.parquet")],
+        "membership": sha256_file(ctx.area.counts / "membership.internal.parquet"),
+        "params": params.__dict__,
+        "ceiling": risk.per_release_ceiling,
+        "population": population,
+        "policy": ctx.policy.sha256,
+        "rung": rung,
+    }
+    digest = reuse.digest_of(inputs)
+    memo = ctx.area.risk / ADVANTAGE_MEMO
+    saved = reuse.load_saved(memo, digest)
+    if saved is not None:
+        try:
+            return AdvantageReport.from_json(saved)
+        except (KeyError, TypeError, ValueError):
+            pass
+    found = advantage_of(ctx, path, ctx.risk_zones, params, risk.per_release_ceiling, population, rung)
+    reuse.save(memo, digest, found.to_json())
+    return found
+
+
+ADVANTAGE_MEMO = "advantage.internal.json"  # risk/: the last advantage assessment and the digest of its inputs

@@ -107,7 +107,7 @@ def attack_inputs(
         zones_of = lambda names: _linked_zones(ctx, zone_of_cells, zoning, names)  # noqa: E731
     membership = _to_rung(ctx, membership, rung)
     period_buckets = [] if rung else list(pd.to_datetime(ctx.buckets, utc=True))
-    # distinct values first: a set of every membership row's Timestamp took 40 s at 10 M pings
+    # distinct values first, not a set of every membership row's Timestamp
     buckets = pd.DatetimeIndex(
         sorted(set(period_buckets) | set(pd.unique(membership["bucket_start"])) | set(pd.unique(cells["bucket_start"])))
     )

@@ -13,6 +13,7 @@ import pandas as pd
 from spatial_release import guarantees
 from spatial_release.errors import Blocked
 from spatial_release.fileio import atomic_path, scratch_folder, sha256_file
+from spatial_release.history import expired, population_releases, population_releases_before
 from spatial_release.ledger import ReleaseEntry
 from spatial_release.memory import collector_paused
 from spatial_release.period import Period
@@ -27,7 +28,6 @@ from spatial_release.stages.context import Published, ReleaseContext, WorkArea
 from spatial_release.stages.count import measure_coverage, read_true_counts, sql_path
 from spatial_release.stages.protect import certificate_dir, certificate_inputs
 from spatial_release.stages.results import CountsSummary, IngestSummary, ProtectionManifest, RiskAssessment
-from spatial_release.stages.risk import expired, population_releases, population_releases_before, release_inputs
 from spatial_release.suppression.certificate import Certificate, Verification
 from spatial_release.suppression.existence import ExistenceResult, figures_at_lower_bound_one
 from spatial_release.suppression.release_system import (
@@ -253,7 +253,7 @@ def check_suppression_audit(
     if policy.suppression.audit_with and published is None:
         raise ValueError(f"{policy.path}: suppression.audit_with needs the published releases and ledger")
     if published is not None:
-        earlier = [*earlier, *related_releases(policy, ctx.period, published, release_inputs(ctx))]
+        earlier = [*earlier, *related_releases(policy, ctx.period, published, ctx.input_digests())]
     true_cells, true_margins = read_true_counts(area)
     digest = None
     if release is None and options is None:
@@ -445,8 +445,8 @@ def save_audit_verdict(area: WorkArea, digest: str, outcome: CheckOutcome) -> No
 def reused_audit_verdict(area: WorkArea, digest: str | None) -> CheckOutcome | None:
     """The check's passing verdict when it was reached on byte-identical inputs by the same code and its
     internal outputs are still the ones it wrote; None otherwise (the audit is verified again). The publish
-    step re-evaluates every guarantee: this spares it verifying the certificate a second time (about 17 s at
-    10 M pings) when nothing changed since the check."""
+    step re-evaluates every guarantee: this spares it verifying the certificate a second time when nothing
+    changed since the check."""
     saved = reuse.load_saved(area.root / AUDIT_VERDICT, digest)
     if saved is None:
         return None
@@ -513,7 +513,7 @@ def check_earlier_work_files(
     if published is None:
         return CheckOutcome(WORK_FILES_CHECK, True, "no ledger given: no earlier release to compare")
     ledger = published.ledger.with_releases(published.releases_root)
-    entries = own_earlier_releases(ctx, population_releases(ctx.policy, ledger, release_inputs(ctx)))
+    entries = own_earlier_releases(ctx, population_releases(ctx.policy, ledger, ctx.input_digests()))
     return earlier_work_files_outcome(ctx, entries, now or datetime.now(UTC))
 
 
@@ -568,7 +568,11 @@ def check_dp_withheld_absent(ctx: ReleaseContext, published: Published | None = 
 def check_privacy_budget(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:
     """Under DP: the population's earlier releases (read from the ledger, keyed on the data too) composed with
     this one stay within the policy's privacy budget; a release that would exceed it is refused."""
-    earlier = [] if published is None else population_releases_before(ctx, published.ledger)
+    earlier = (
+        []
+        if published is None
+        else population_releases_before(ctx.policy, ctx.period, published.ledger, ctx.input_digests())
+    )
     try:
         decision = dp_stage.budget_decision(ctx.policy, earlier)
     except ValueError as exc:

@@ -26,29 +26,27 @@ from pathlib import Path
 
 import pandas as pd
 
+from spatial_release.dp.frontier import public_rows
 from spatial_release.fileio import scratch_folder
+from spatial_release.history import earlier_releases, spent_figures
 from spatial_release.levels import LEAF, RUNG_SEP, at_rung
 from spatial_release.progress import Progress, ProgressEvent
 from spatial_release.risk import Adversary, cumulative_risk, keysets
 from spatial_release.risk.advantage import AdvantageReport
 from spatial_release.risk.attack import AttackReport
 from spatial_release.risk.landscape import load_landscape
+from spatial_release.stages.advantage import candidate_advantage
 from spatial_release.stages.attack import attack_candidate, attack_params, attack_success, linked_areas_of_main
-from spatial_release.stages.context import Published, ReleaseContext, risk_spec
-from spatial_release.stages.frontier import FINEST, rung_name
-from spatial_release.stages.risk import (
+from spatial_release.stages.context import Published, ReleaseContext, risk_spec, zone_population
+from spatial_release.stages.keys import (
     CODED_UP_TO,
-    _risk_zone_of,
-    candidate_advantage,
-    earlier_releases,
-    release_inputs,
     released_key_source,
-    spent_figures,
     write_ladder_buckets,
     write_released_keys,
     write_risk_areas,
-    zone_population,
 )
+
+FINEST = "as counted"  # the frontier's name for the policy's own bucket everywhere
 
 
 @dataclass
@@ -127,14 +125,14 @@ def zone_areas(ctx: ReleaseContext, cells: pd.Series) -> ZoneAreas:
     """The areas of every level that lie in each risk zone (`ZoneAreas`)."""
     distinct = cells.drop_duplicates()
     found = ZoneAreas()
-    _inside(ctx.locator.hierarchy(distinct), _risk_zone_of(ctx, distinct), found.parents)
+    _inside(ctx.locator.hierarchy(distinct), ctx.risk_zones(distinct), found.parents)
     for spec in ctx.policy.geometry.linked:
         layer = ctx.layers.linked[spec.name]
         hierarchy = layer.parent_table()
         leaves = pd.Series(hierarchy["cell_id"].drop_duplicates().to_numpy())
         main = pd.Series(linked_areas_of_main(ctx, spec.name, leaves.to_numpy()), index=leaves.to_numpy())
         known = main.dropna()
-        zone_of_main = _risk_zone_of(ctx, pd.Series(known.unique())) if len(known) else pd.Series(dtype=object)
+        zone_of_main = ctx.risk_zones(pd.Series(known.unique())) if len(known) else pd.Series(dtype=object)
         zone_of_leaf = known.map(zone_of_main)
         for leaf, zone in zone_of_leaf.dropna().items():
             found.linked.setdefault(str(zone), set()).add((spec.name, str(leaf)))
@@ -147,7 +145,7 @@ def effective_ceiling(ctx: ReleaseContext, published: Published) -> float:
     figure under the programme ceiling given the earlier releases of the population."""
 
     risk = risk_spec(ctx.policy)
-    previous = spent_figures(earlier_releases(ctx.policy, ctx.period, published.ledger, release_inputs(ctx)))
+    previous = spent_figures(earlier_releases(ctx.policy, ctx.period, published.ledger, ctx.input_digests()))
     spent = cumulative_risk(previous)
     left = 1.0 - (1.0 - risk.cumulative_ceiling) / (1.0 - spent) if spent < 1 else 0.0
     return min(risk.per_release_ceiling, left)
@@ -200,11 +198,13 @@ def advantage_of_written_candidate(ctx: ReleaseContext) -> AdvantageReport:
     ladder = write_ladder_buckets(ctx)
     write_risk_areas(ctx)
     landscape, _ = load_landscape(ctx.policy.resolve(risk_spec(ctx.policy).landscape))
-    zone_of = lambda cells: _risk_zone_of(ctx, cells)  # noqa: E731
     ctx.area.risk.mkdir(parents=True, exist_ok=True)
     with scratch_folder(ctx.area.risk, "risk-climb") as spill:
         path = Path(spill) / "keys.parquet"
-        if keysets.code_and_keep(released_key_source(ctx.area, ladder), zone_of, CODED_UP_TO, Path(spill), path) is None:
+        if (
+            keysets.code_and_keep(released_key_source(ctx.area, ladder), ctx.risk_zones, CODED_UP_TO, Path(spill), path)
+            is None
+        ):
             write_released_keys(ctx.area, path, ladder)
         return candidate_advantage(ctx, landscape, path)
 
@@ -214,12 +214,12 @@ def attack_written_candidate(ctx: ReleaseContext) -> AttackReport:
 
     write_ladder_buckets(ctx)
     landscape, _ = load_landscape(ctx.policy.resolve(risk_spec(ctx.policy).landscape))
-    return attack_candidate(ctx, lambda cells: _risk_zone_of(ctx, cells), attack_params(landscape))
+    return attack_candidate(ctx, ctx.risk_zones, attack_params(landscape))
 
 
 def zone_cells(ctx: ReleaseContext, cells: pd.Series) -> dict[str, list[str]]:
 
-    zones = _risk_zone_of(ctx, cells.drop_duplicates())
+    zones = ctx.risk_zones(cells.drop_duplicates())
     out: dict[str, list[str]] = {}
     for cell, zone in zones.items():
         out.setdefault(str(zone), []).append(cell)
@@ -261,3 +261,30 @@ def climb_zones(climb: Climb, over: dict[str, float], zones: list[str], ladder: 
             ProgressEvent("risk", f"risk: coarsening {climb.name(ladder)} (over the gate: zones {', '.join(sorted(over))})")
         )
     return moved
+
+
+def public_frontier(rows: list[dict] | None, ladder: list[str] | None = None) -> list[dict] | None:
+    """What release.json may carry of the frontier: per configuration tried, how many zones were coarsened to
+    which rung, whether it passed, which is this release. No zone is named (a zone coarsened holds units, and
+    its cells may all be withheld) and no figure of a configuration not published (its counts and attack
+    figures are facts about unpublished data)."""
+    if not rows:
+        return None
+    if "scale" in rows[0]:  # differential privacy: configurations compared at the policy's loss
+        return public_rows(rows)
+    out = []
+    for i, row in enumerate(rows):
+        steps = list(row.get("zones_coarsened", {}).values())
+        by_step = {s: steps.count(s) for s in sorted(set(steps))}
+        shown = [f"{n} zone(s) at {rung_name(s, ladder)}" for s, n in by_step.items()]
+        out.append({"configuration": "; ".join(shown) or FINEST, "passed": row["passed"], "published": i == len(rows) - 1})
+    return out
+
+
+def rung_name(step: int, ladder: list[str] | None) -> str:
+    """What a zone climbed `step` steps shows: a rung of the time ladder, its parent areas, or the totals."""
+    if ladder is None:
+        return f"rung {step}"
+    if step - 1 < len(ladder):
+        return ladder[step - 1]
+    return "parent areas only" if step == len(ladder) + 1 else "the totals only"

@@ -27,7 +27,8 @@ from spatial_release.levels import LEAF, TOTAL, at_rung, linked_total
 from spatial_release.period import Period
 from spatial_release.policy import Policy, RiskSpec
 from spatial_release.policy.zeros import ZerosFileError, read_structural_zeros
-from spatial_release.stages.results import CountsSummary
+from spatial_release.risk.landscape import Landscape, read_population_table
+from spatial_release.stages.results import CountsSummary, IngestSummary
 from spatial_release.suppression.ladder import time_links
 from spatial_release.suppression.method import ProtectionMethod
 from spatial_release.suppression.release_system import DisclosureSpec, Structure
@@ -258,6 +259,22 @@ class ReleaseContext:
     def locator(self) -> Locator:
         return self.layers.main
 
+    def risk_zones(self, cells: pd.Series) -> pd.Series:
+        """The risk zone (an area of the level `risk.zones` names) of each cell of the main geometry, indexed by
+        cell."""
+        level = risk_spec(self.policy).zones
+        if level == LEAF:
+            return pd.Series(cells.to_numpy(), index=cells.to_numpy())
+        hierarchy = self.locator.hierarchy(cells.drop_duplicates())
+        mapping = dict(zip(hierarchy["cell_id"], hierarchy[level]))
+        return pd.Series([mapping[c] for c in cells], index=cells.to_numpy())
+
+    def input_digests(self) -> list[str]:
+        """The sha256 of each input file of the release, as its ingest summary records them (empty before
+        ingest, or for an older ingest summary)."""
+        path = self.area.ingest / IngestSummary.FILE
+        return list(IngestSummary.read(self.area.ingest).input_digests or []) if path.exists() else []
+
     @property
     def zeros(self) -> frozenset[str]:
         """The validated structural zeros (a list naming a cell outside the geometry is refused)."""
@@ -297,3 +314,33 @@ class ReleaseContext:
                 method=ProtectionMethod.release(cost=policy.suppression.cost),
             ),
         )
+
+
+def zone_population(
+    policy: Policy, landscape: Landscape, landscape_path: Path, layers: ZoneLayers | None = None
+) -> dict[str, float] | None:
+    """Public population per risk zone: each population polygon counts in the zone holding its
+    representative point (zones geometry only; a grid has no polygons to join)."""
+    if landscape.population is None:
+        return None
+    if landscape.population.table:  # the bounded, checked read the policy's load made too
+        return read_population_table(landscape_path, landscape)
+    if policy.geometry.kind != "zones":
+        return None
+    if landscape.population.path is None:
+        raise ValueError(f"{landscape_path}: population names neither a table nor polygons")
+    import geopandas as gpd
+
+    source = gpd.read_file((landscape_path.parent / landscape.population.path).resolve())
+    layer = (layers or ZoneLayers(policy)).main_zones
+    zones = layer.frame[[policy.geometry.id, "geometry"]].rename(columns={policy.geometry.id: "cell_id"})
+    level = risk_spec(policy).zones
+    if level != LEAF:
+        parents = layer.parent_table()[["cell_id", level]]
+        zones = zones.merge(parents, on="cell_id").dissolve(by=level).reset_index()
+        zones = zones.rename(columns={level: "zone"})
+    else:
+        zones = zones.rename(columns={"cell_id": "zone"})
+    points = source.set_geometry(source.representative_point()).to_crs(zones.crs)
+    joined = gpd.sjoin(points[[landscape.population.value, "geometry"]], zones[["zone", "geometry"]], predicate="within")
+    return joined.groupby("zone")[landscape.population.value].sum().astype(float).to_dict()

@@ -26,9 +26,9 @@ from spatial_release.policy import DpProtection, Policy
 from spatial_release.progress import Progress, ProgressEvent, log_progress
 from spatial_release.release import RELEASE_FILES, release_tables, write_tables
 from spatial_release.risk import BLOCK, PUBLISH
+from spatial_release.stages.coarsen import public_frontier
 from spatial_release.stages.context import ReleaseContext
 from spatial_release.stages.count import read_true_counts
-from spatial_release.stages.frontier import public_frontier
 from spatial_release.stages.results import ProtectionManifest, ProtectionSummary, RiskAssessment
 from spatial_release.suppression.ladder import buckets_at_rungs
 from spatial_release.suppression.primary import ProtectedTable

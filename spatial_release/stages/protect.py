@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from spatial_release.fileio import sha256_file
+from spatial_release.history import population_releases
 from spatial_release.levels import LEAF, RUNG_SEP, rung_of
 from spatial_release.memory import collector_paused
 from spatial_release.period import Period
@@ -112,11 +113,9 @@ def withheld_by_population(
     withheld never completes the other's equations. The same dataset and period is no earlier release."""
     if published is None:
         return frozenset()
-    from spatial_release.stages.risk import population_releases, release_inputs  # the risk stage owns them
-
     mine = _keys(true_cells.assign(level=LEAF, area_id=true_cells["cell_id"]), true_margins)
     forced: set[tuple[str, str, int]] = set()
-    for entry in population_releases(ctx.policy, published.ledger, release_inputs(ctx)):
+    for entry in population_releases(ctx.policy, published.ledger, ctx.input_digests()):
         if entry.key == (ctx.policy.name, ctx.period.label):
             continue
         other = Period.parse(entry.period)

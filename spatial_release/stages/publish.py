@@ -8,7 +8,7 @@ from pathlib import Path
 from PIL import Image
 
 from spatial_release import guarantees, report
-from spatial_release.ledger import Ledger, check_releases, find_release
+from spatial_release.ledger import Ledger, ReleaseEntryBody, check_releases, find_release
 from spatial_release.ledger.crosscheck import record_hash
 from spatial_release.policy import Policy
 from spatial_release.release import (
@@ -124,26 +124,18 @@ def run_publish(ctx: ReleaseContext, releases_root: Path, ledger: Ledger) -> tup
 
         def register(full_record: dict) -> str:
             refuse_unit_ids_in_staged(ctx, staging_dir(target), full_record)
-            entry = ledger.append(
-                {
-                    "kind": "release",
-                    "dataset": policy.name,
-                    "period": period.label,
-                    "policy": record.policy.to_json(),
-                    "files": ReleaseRecord.from_json(full_record).files,
-                    "risk": risk.record().to_json(),
-                    "population": policy.population_key,
-                    # the input files by content: a programme over the same data is of the same population,
-                    # whatever its label (stages.risk.population_releases)
-                    "inputs": IngestSummary.read(ctx.area.ingest).input_digests or [],
-                    # the whole record as published (minus the entry hash it will carry): an edit of any figure
-                    # of release.json shows in the cross-check
-                    "record_sha256": record_hash(full_record),
-                    # the work area's files later releases and reviews read (stages.carried): an edit of
-                    # one blocks them by name instead of changing their figures
-                    "work_files": work_file_digests(ctx.area),
-                }
+            body = ReleaseEntryBody(
+                dataset=policy.name,
+                period=period.label,
+                policy=record.policy.to_json(),
+                files=ReleaseRecord.from_json(full_record).files,
+                risk=risk.record().to_json(),
+                population=policy.population_key,
+                inputs=tuple(IngestSummary.read(ctx.area.ingest).input_digests or ()),
+                record_sha256=record_hash(full_record),
+                work_files=work_file_digests(ctx.area),
             )
+            entry = ledger.append(body.to_json())
             return entry["hash"]
 
         publish(ctx.area.candidate, target, record.to_json(), register, report_renderer(policy))

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from spatial_release.alerts import Alert, AlertRouting, DeliveryReport, Place, deliver
 from spatial_release.guarantees import CheckOutcome
-from spatial_release.ledger import Ledger, ReleaseEntry
+from spatial_release.history import expired, population_releases, spent_figures
+from spatial_release.ledger import Ledger, ReleaseEntry, ReviewEntry
 from spatial_release.period import Period
 from spatial_release.policy import Policy
 from spatial_release.risk import cumulative_risk
@@ -23,7 +24,7 @@ from spatial_release.stages.carried import refuse_changed_work_files
 from spatial_release.stages.context import ReleaseContext, WorkArea, risk_spec
 from spatial_release.stages.dp import dp_spec, privacy_spent
 from spatial_release.stages.results import Breach, Review, ReviewedRelease
-from spatial_release.stages.risk import assess_risk, expired, population_releases, spent_figures
+from spatial_release.stages.risk import assess_risk
 
 REVIEW_CHECK = "within_risk_budget"
 
@@ -200,16 +201,14 @@ def run_review(
     environment's merged with the policy's `alerts:`)."""
     pruned = prune_per_unit_artefacts(policy, ledger, work_root)
     review = review_programme(policy, ledger, work_root)
-    entry = ledger.append(
-        {
-            "kind": "review",
-            "dataset": policy.name,
-            "landscape_sha256": review.landscape_sha256,
-            "cumulative": review.cumulative,
-            "releases": len(review.releases),
-            "breaches": [b.period for b in review.breaches],
-        }
+    body = ReviewEntry(
+        dataset=policy.name,
+        landscape_sha256=review.landscape_sha256,
+        cumulative=review.cumulative,
+        releases=len(review.releases),
+        breaches=tuple(b.period for b in review.breaches),
     )
+    entry = ledger.append(body.to_json())
     review = replace(review, ledger_entry=entry["hash"])
     review.write_to(reviews_folder(work_root, policy.name) / f"review-{entry['seq']:06d}.json")
     adversary = (

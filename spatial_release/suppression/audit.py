@@ -30,9 +30,8 @@ single worker solves on the whole table (`_solve_in_place`: the same columns and
 without the sub-table); results are merged in component order, so verdicts, bounds, witnesses and the
 repair loop's pattern are the same whatever the worker count (tests/test_certificate.py). A big table of
 independent blocks is split further up, by `suppression.blocks`, whose workers run this audit with one
-worker. Threads were measured first: two HiGHS 1.16 solves in two threads took
-longer than one after the other (highspy's run() gave no parallel speed-up, and building the models is
-Python anyway), hence processes.
+worker. Processes, not threads: highspy's run() gives two HiGHS solves in two threads no parallel
+speed-up, and building the models is Python anyway.
 
 Witness points: every bound of every audited primary keeps an integral point of the attacker's feasible
 set attaining it (`AuditResult.witnesses`), the raw material of the audit certificate
@@ -633,8 +632,8 @@ def _own_component_points(
     for c, nodes in enumerate(comps):
         for node in nodes:
             comp_of[node] = c
-    # Each shared point is split once, in one pass over its items (filtering it once per component was
-    # quadratic in a pack: half of the audit's worker time at 10 M pings).
+    # Each shared point is split once, in one pass over its items (filtering it once per component is
+    # quadratic in a pack).
     split: dict[int, dict[int, Point]] = {}
 
     def own(point: Point | None, primary: int) -> Point | None:

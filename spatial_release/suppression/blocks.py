@@ -22,9 +22,8 @@ Blocks are grouped into chunks of at least CHUNK_NODES figures, in block order, 
 never from the number of workers, and each chunk is protected serially (`protect_whole` with one audit
 worker), so the pattern, the verdicts and the witness points are the same with 1 and N workers.
 
-Why: at 10 M pings (bench/release_bench.py, 1,080 hourly blocks, 540,000 cells) the elimination is pure
-Python and the audit's job building ran in the calling process, on one core, while the other waited;
-protecting whole blocks in the workers puts every stage on every core.
+Why: the elimination is pure Python, and the audit's job building would run in the calling process, on one
+core, while the others wait; protecting whole blocks in the workers puts every stage on every core.
 """
 
 from __future__ import annotations
@@ -55,8 +54,8 @@ from spatial_release.suppression.verdicts import AuditResult, Criterion
 # exactly the pattern they always had (tests/test_golden_pattern.py).
 BLOCKS_MIN_NODES = 20_000
 # Figures per chunk (a worker's job). Big enough that a job's fixed costs (the sub-table, its pickling, the
-# audit's setup) stay small beside its work; small enough for ~30 jobs per worker at 10 M pings, so that
-# the last job does not leave the other core idle for long.
+# audit's setup) stay small beside its work; small enough for tens of jobs per worker on a large release,
+# so that the last job does not leave the other core idle for long.
 CHUNK_NODES = 10_000
 
 

@@ -103,7 +103,6 @@ class Certificate:
         intervals = {i.node: i for i in result.intervals}
         ids: dict[int, int] = {}
         # column lists, not row tuples: a frame from typed columns is built without converting objects
-        # (over a million point rows at 10 M pings)
         point_col: list[int] = []
         node_col: list[int] = []
         value_col: list[int] = []
@@ -379,9 +378,9 @@ class _WitnessPoints:
         ends = np.r_[starts[1:], len(pids)] if len(pids) else starts
         self.slices = {int(pids[a]): (int(a), int(b)) for a, b in zip(starts, ends)}
         self.points: dict[int, dict[int, int]] = {}
-        # Points that touch EQ relations only are checked all at once (the same test as `_valid`, in arrays:
-        # at 10 M pings a certificate holds over 250,000 points); a point touching any other relation is
-        # evaluated one by one.
+        # Points that touch EQ relations only are checked all at once (the same test as `_valid`, in arrays: a
+        # certificate holds hundreds of thousands of points); a point touching any other relation is evaluated
+        # one by one.
         self.valid: dict[int, bool] = _eq_points_valid(
             table, checks.relations_of, checks.eq, checks.residual, pids, self.nodes_of, self.values_of
         )

@@ -80,7 +80,7 @@ class Table:
     def __getstate__(self) -> dict:
         """A compact state (`TablePack.state`) for the worker processes and Spark tasks a protection sends
         tables to: pickling the objects one by one (a datetime per figure, a dataclass per relation, the
-        index's key tuples) took 1.7 s and 75 MB for the 67 jobs at 10 M pings, all on the calling process."""
+        index's key tuples) is slow and large, and all of it runs on the calling process."""
         return TablePack.of(self).state()
 
     def __setstate__(self, state: dict) -> None:
@@ -400,7 +400,7 @@ def _add_counts(table: Table, counts: pd.DataFrame, k: int) -> None:
 def _bucket_objects(column: pd.Series) -> list:
     """The buckets of a count column as Python objects. Datetimes become stdlib `datetime`s: equal to, and
     hashing like, the pandas Timestamps every caller looks them up with, but their hash is cached, and the
-    system's index hashes each bucket several times (about 4x faster to build at 10 M pings). Each distinct
+    system's index hashes each bucket several times. Each distinct
     bucket is converted once and shared by its rows (a few thousand buckets for hundreds of thousands of rows),
     so its hash is computed once too."""
     if pd.api.types.is_datetime64_any_dtype(column):
@@ -444,8 +444,8 @@ def _sibling_groups(
 ) -> Iterator[tuple[str, object, tuple[int, ...]]]:
     """The figures of `child_level` grouped by (parent area, bucket): each group's parent area, bucket and
     children (ascending), the groups ordered by the bucket's text, then the parent area, then first
-    appearance. Grouped in arrays: a Python pass per figure and level took about a second per system at
-    10 M pings, and every release builds its system at least twice (protection and the audit check)."""
+    appearance. Grouped in arrays, not a Python pass per figure and level: every release builds its system at
+    least twice (protection and the audit check)."""
     nodes = np.flatnonzero(np.asarray(table.level, dtype=object) == child_level)
     if not len(nodes):
         return

@@ -172,7 +172,7 @@ def _int96_columns(path: Path) -> list[str]:
 def _int96_as_utc(path: Path) -> str:
     """A REPLACE clause making each INT96 column an instant. INT96 timestamps (Spark, Hive, Impala and
     other legacy writers) hold UTC, but DuckDB reads them as a TIMESTAMP without a zone, which ingest takes
-    for a wall-clock time in the policy's zone: 13:00Z became 18:00Z under America/New_York (issue 23).
+    for a wall-clock time in the policy's zone: 13:00Z would become 18:00Z under America/New_York.
     timezone('UTC', ...) names the zone, whatever the connection's own."""
     replaced = [f"timezone('UTC', {ident(c)}) AS {ident(c)}" for c in _int96_columns(path)]
     return f" REPLACE ({', '.join(replaced)})" if replaced else ""

@@ -110,15 +110,15 @@ ID_INTEGER_TYPES = tuple(t for t in INTEGER_TYPES if t != "UBIGINT")
 FLOAT_TYPES = ("DOUBLE", "FLOAT", "REAL")
 # The blanks stripped from the ends of a text id: a blank id is missing, whatever the blank is made of:
 # ASCII whitespace and NUL, and the Unicode spaces an export can leave behind (no-break, en/em and
-# ideographic spaces). Before, an id made of U+00A0 or U+200B alone was a unit, so k - 1 real units plus it
-# published as k (hostile pass, issue 9).
+# ideographic spaces). An id made of U+00A0 or U+200B alone is no unit: k - 1 real units plus it would
+# publish as k.
 BLANK_CHARACTERS = (
     " \t\r\n\x0b\x0c\x00\x85\u00a0\u1680\u180e"
     + "".join(chr(c) for c in range(0x2000, 0x200E))
     + "\u2028\u2029\u202f\u205f\u2060\u3000\ufeff"
 )
 # The characters removed anywhere in a text id, not only at its ends: they draw nothing, so `29590`,
-# `2959<U+00AD>0` and `<U+200E>29590` look alike to whoever reads the export, and were three bikes (issue 23).
+# `2959<U+00AD>0` and `<U+200E>29590` look alike to whoever reads the export, and are one bike.
 # Every format character (category Cf: bidi marks, soft hyphen, invisible operators, tags U+E0020-E007F...)
 # and the rest of Unicode's default-ignorable code points (variation selectors, Hangul fillers, U+034F).
 _INVISIBLE = (
@@ -127,7 +127,7 @@ _INVISIBLE = (
 )
 _BLANK = "".join(f"\\x{{{ord(c):X}}}" for c in BLANK_CHARACTERS)
 # RE2 (DuckDB's regexes). Removed anywhere: the invisibles and every control character (category Cc: a
-# trailing DEL made `29590\x7f` another unit than 29590, red-team re-test of issue 23).
+# trailing DEL must not make `29590\x7f` another unit than 29590).
 _HIDDEN = sql_str(f"[\\p{{Cc}}{_INVISIBLE}]")
 # After accents are stripped: blanks at either end (a blank id is missing).
 _ENDS = sql_str(f"^[{_BLANK}]+|[{_BLANK}]+$")
@@ -136,10 +136,10 @@ _ENDS = sql_str(f"^[{_BLANK}]+|[{_BLANK}]+$")
 _PLAIN = sql_str(r"[!-&(-+\--~]+")
 # Digits of every script (category Nd: fullwidth `２９５９０`, Arabic-Indic `٢٩٥٩٠`...) as ASCII digits, and
 # the signs and point a number can be written with outside ASCII (U+2212 minus, fullwidth + - .): each
-# spelling was another unit (red-team re-test of issue 23). translate() with all 650 digits builds its map
-# a row (7 s a 200 000 ids), so each character's digit is computed from its code point instead: Unicode's
-# digits come in runs of ten from a zero, each run inside one aligned block of 16 code points starting at
-# offset 0 or 6, but for the mathematical digits (five runs, U+1D7CE-U+1D7FF). 0.1 s a 200 000 ids.
+# spelling is the same unit. translate() with all 650 digits builds its map again for every row, so each
+# character's digit is computed from its code point instead: Unicode's digits come in runs of ten from a
+# zero, each run inside one aligned block of 16 code points starting at offset 0 or 6, but for the
+# mathematical digits (five runs, U+1D7CE-U+1D7FF).
 _ZEROS = tuple(
     c for c in range(0x80, sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Nd" and unicodedata.digit(chr(c)) == 0
 )
@@ -189,7 +189,7 @@ _INTEGER_FAST = r"(-?[1-9]\d*|0)(\.0)?"
 # Texts that mean 'no id' whatever the policy lists, compared in lower case after the id is cleaned: the
 # spellings of missing of pandas (its default na_values, `<NA>`, `NaT`), spreadsheets (`#N/A`, `#NULL!`),
 # databases and C/JavaScript exports, infinities, and an empty quoted string left in the field. Each was
-# counted as one more unit (issue 23). A policy's own `missing_unit_values` add to these.
+# would count as one more unit. A policy's own `missing_unit_values` add to these.
 COMMON_MISSING_IDS = (
     "",
     "null",
@@ -241,7 +241,7 @@ def _clean_text_layers(raw: str, text: str) -> str:
     """`raw` plus `__unit_text`: the id `text` written one way: visible (`_visible_text_sql`), its numerals in
     ASCII, a grouped number's marks removed; and `__unit_look_alike`, why the id is quarantined as a
     look-alike of another (`traces.unit_ids.look_alike_problem`) or NULL. A plain ASCII id skips all of it
-    but case folding: one regex decides (about 0.1 s a 2 M ids); the other steps run on the rest only (CASE
+    but case folding: one regex decides; the other steps run on the rest only (CASE
     evaluates a branch on its rows alone), each in its own layer so that no step is computed twice."""
     plain = f"SELECT *, regexp_full_match({text}, {_PLAIN}) AS __unit_plain FROM {raw}"
     look_alike = f"{LOOK_ALIKE_FUNCTION}(regexp_replace({text}, {_HIDDEN}, '', 'g'))"
@@ -310,7 +310,7 @@ def _with_unit(raw: str, column: str, dtype: str) -> str:
         return raw
     # Three steps, each computed once a row: the visible text; its number parts, only where it is not
     # already an integer's text, nor one with `.0` (a float column's CSV: a pandas column of ids with a
-    # blank is floats); the unit. The parts cost about 0.7 s a 2 M ids, the rest 0.15 s.
+    # blank is floats); the unit.
     parts = (
         f"CASE WHEN NOT regexp_full_match(__unit_text, {sql_str(_INTEGER_FAST)}) "
         f"THEN regexp_extract(__unit_text, {sql_str(_NUMBER)}, {_NUMBER_PARTS}) END"
@@ -514,8 +514,8 @@ OUTPUT_BATCH_ROWS = 1_000_000
 def _write_outputs(con: duckdb.DuckDBPyConnection, pings_path: Path, quarantine_path: Path) -> None:
     """One scan of the validated view: each batch's valid pings go to pings.parquet, its rejected rows to a
     temporary file, sorted into quarantine.parquet at the end. Validation (time zones, text to numbers) is
-    most of the cost of ingest: the two filtered COPYs this replaces validated every row twice (3.8 s + 3.7 s
-    at 10 M pings; one scan 5.6 s). The quarantine's raw values are selected for rejected rows only."""
+    most of the cost of ingest, so every row is validated once, not once per output. The quarantine's raw
+    values are selected for rejected rows only."""
     kept = [
         f"CASE WHEN reason IS NULL THEN NULL ELSE {_quarantine_column(c).rsplit(' AS ', 1)[0]} END AS {c}"
         for c in QUARANTINE_COLUMNS

@@ -111,7 +111,7 @@ class LocalClock:
 
 
 # A UTC offset no place has (`%z` beyond -14:00..+14:00, or minutes or seconds over 59), in RE2: DuckDB's
-# strptime takes +25:00 or +05:75 and shifts the instant by it (issue 23). The forms %z reads: +HH, +HHMM,
+# strptime takes +25:00 or +05:75 and shifts the instant by it. The forms %z reads: +HH, +HHMM,
 # +HH:MM, +HH:MM:SS.
 _BAD_OFFSET = (
     r"[+-](?:(?:1[5-9]|[2-9]\d)(?::?\d\d){0,2}|\d\d:?[6-9]\d(?::?\d\d)?|\d\d:?\d\d:?[6-9]\d"
@@ -242,8 +242,8 @@ def _is_instant_type(dtype: str) -> bool:
 def timestamp_sql(column: str, dtype: str, source: SourceSpec) -> TimeSql:
     """The expressions of a time column, by its stored type and the policy's formats. A typed timestamp of
     any unit (TIMESTAMP_S, _MS, _NS: `pandas.to_parquet` writes nanoseconds) is cast to microseconds, the
-    unit of everything downstream: a TIMESTAMP_NS beside the clock's TIMESTAMPTZ failed to bind at ingest,
-    and a TIMESTAMPTZ_NS reached counting's epoch_us(), which has no such overload (red team, issue 23)."""
+    unit of everything downstream: a TIMESTAMP_NS beside the clock's TIMESTAMPTZ fails to bind at ingest,
+    and counting's epoch_us() has no TIMESTAMPTZ_NS overload."""
     col = ident(column)
     raw = f"CAST({col} AS VARCHAR)"
     if _is_instant_type(dtype):

@@ -98,7 +98,7 @@ def _script(char: str) -> str:
 def _glyphs(text: str) -> tuple[str, ...]:
     """The texts Unicode's confusables data lists beside `text`: its prototype, or the characters whose
     prototype it is (the data wraps right-to-left glyphs in U+200E marks, which draw nothing)."""
-    from confusable_homoglyphs import confusables  # 0.1 s to load its tables: only for ids that need it
+    from confusable_homoglyphs import confusables  # its tables load slowly: only for ids that need it
 
     return tuple(entry["c"].replace("\u200e", "") for entry in confusables.confusables_data.get(text, ()))
 

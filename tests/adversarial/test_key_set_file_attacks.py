@@ -11,16 +11,17 @@ import pytest
 from test_risk_streaming import _rewritten, protected_candidate
 
 from spatial_release.risk import keysets
+from spatial_release.stages import advantage as advantage_stage
+from spatial_release.stages import keys as keys_stage
 from spatial_release.stages import risk as risk_stage
 from spatial_release.stages.advantage import read_key_sets
-from spatial_release.stages.risk import _risk_zone_of
 
 
 @pytest.fixture
 def kept(tmp_path, fixture_policy):
     ctx = protected_candidate(fixture_policy, tmp_path)
-    risk_stage.write_risk_areas(ctx)
-    assert risk_stage.keep_released_keys(ctx, None) is not None
+    keys_stage.write_risk_areas(ctx)
+    assert keys_stage.keep_released_keys(ctx, None) is not None
     return ctx
 
 
@@ -38,7 +39,7 @@ EDITS = {
 
 @pytest.mark.parametrize("edit", sorted(EDITS))
 def test_the_advantage_gate_refuses_a_coded_file_that_does_not_hold_what_it_says(kept, tmp_path, edit):
-    zones = lambda cells: _risk_zone_of(kept, cells)  # noqa: E731
+    zones = kept.risk_zones
     sets, _, _ = read_key_sets(kept.area.unit_keys, zones)  # the unedited file reads whole
     assert len(sets.unit_keys) == keysets.coded_file_counts(kept.area.unit_keys)["pairs"]
     bad = _rewritten(kept.area.unit_keys, tmp_path / f"{edit}.parquet", EDITS[edit])
@@ -51,7 +52,7 @@ def test_a_key_set_file_cut_mid_byte_is_refused_naming_it(kept, tmp_path):
     data = kept.area.unit_keys.read_bytes()
     cut = tmp_path / "cut.parquet"
     cut.write_bytes(data[: len(data) // 2])
-    zones = lambda cells: _risk_zone_of(kept, cells)  # noqa: E731
+    zones = kept.risk_zones
     with pytest.raises(ValueError, match=f"{cut}: not a readable key set file"):
         read_key_sets(cut, zones)
     with pytest.raises(ValueError, match=f"{cut}: not a readable key set file"):
@@ -88,4 +89,4 @@ def test_a_key_set_file_of_another_period_is_refused_by_the_advantage_gate(kept,
     assert keysets.check_coded_file(other)  # a well-formed file
     landscape, _ = load_landscape(kept.policy.resolve(kept.policy.risk.landscape))
     with pytest.raises(ValueError, match=f"{other}: keys without a published count in the candidate"):
-        risk_stage.candidate_advantage(kept, landscape, other)
+        advantage_stage.candidate_advantage(kept, landscape, other)

@@ -54,7 +54,7 @@ from spatial_release.defs.resources import CountingEngine, ReleaseSettings, is_h
 from spatial_release.errors import PeriodError, UserError
 from spatial_release.policy import Policy
 from spatial_release.progress import heartbeat
-from spatial_release.stages.frontier import public_frontier
+from spatial_release.stages.coarsen import public_frontier
 from spatial_release.traces.files import missing_trace_files
 
 CANDIDATE_TAG = "spatial_release/candidate_run"
