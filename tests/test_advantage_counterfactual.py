@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import PROJECT_ROOT
+from support.paths import PROJECT_ROOT
 
 from spatial_release.cli import run_release
 from spatial_release.period import Period

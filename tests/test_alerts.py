@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult
-from conftest import CELL_A, CELL_B, cell_id, fixture_pings, uniqueness_policy_dict, write_policy
+from support.fixture import CELL_A, CELL_B, cell_id, fixture_pings, uniqueness_policy_dict, write_policy
 
 from spatial_release import stages
 from spatial_release.alerts import OPTIONS, Alert, AlertRouting, Place, deliver, places, read_alert_record

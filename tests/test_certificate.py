@@ -11,8 +11,8 @@ import geopandas as gpd
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import CELL_B, CELL_C, cell_id
 from shapely.geometry import box
+from support.fixture import CELL_B, CELL_C, cell_id
 
 from spatial_release import stages
 from spatial_release.fileio import sha256_file

@@ -12,7 +12,7 @@ import re
 import geopandas as gpd
 import pandas as pd
 import pytest
-from conftest import PROJECT_ROOT, SHARED_DATA, requires_shared
+from support.paths import PROJECT_ROOT, SHARED_DATA, requires_shared
 
 from spatial_release import cli
 

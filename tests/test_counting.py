@@ -8,11 +8,12 @@ import geopandas as gpd
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id, policy_dict, spy_packing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyproj import Transformer
 from shapely import box
+from support.fixture import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id, policy_dict
+from support.spies import spy_packing
 
 from spatial_release import stages
 from spatial_release.counting import count_pings, period_buckets

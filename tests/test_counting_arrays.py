@@ -16,7 +16,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import policy_dict, spy_packing
+from support.fixture import policy_dict
+from support.spies import spy_packing
 from test_counting import _edge_points, zones_with_pings_in_no_zone
 
 from spatial_release import stages

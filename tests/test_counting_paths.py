@@ -12,8 +12,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from conftest import policy_dict, spy_packing
 from pyproj import Transformer
+from support.fixture import policy_dict
+from support.spies import spy_packing
 
 from spatial_release import stages
 from spatial_release.counting import count_pings, data_extent

@@ -10,21 +10,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import (
-    CELL_A,
-    CELL_B,
-    CELL_C,
-    CELL_D,
-    CELL_E,
-    PROJECT_ROOT,
-    SHARED_DATA,
-    K,
-    cell_id,
-    fixture_pings,
-    period_sensor_keys,
-    policy_dict,
-    write_policy,
-)
+from support.fixture import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id, fixture_pings, policy_dict, write_policy
+from support.paths import PROJECT_ROOT, SHARED_DATA
+from support.spies import period_sensor_keys
 
 from spatial_release import cli, stages
 from spatial_release.definitions import defs as load_definitions

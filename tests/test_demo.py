@@ -4,7 +4,7 @@ import json
 
 import geopandas as gpd
 import pandas as pd
-from conftest import PROJECT_ROOT
+from support.paths import PROJECT_ROOT
 
 from spatial_release import cli
 from spatial_release.policy.zeros import read_structural_zeros

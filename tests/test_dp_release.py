@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import SIZE, lonlat_in, policy_dict, write_policy
+from support.fixture import SIZE, lonlat_in, policy_dict, write_policy
 
 from spatial_release import cli, guarantees, stages
 from spatial_release.defs.catalogue import programme_for

@@ -67,7 +67,7 @@ def test_run_outcome_exit_code_and_messages():
 
 
 def test_a_policy_with_no_trace_source_is_a_user_error_before_the_run(tmp_path, capsys):
-    from conftest import policy_dict, write_policy
+    from support.fixture import policy_dict, write_policy
 
     data = policy_dict("unused")
     data["source"]["paths"] = []  # no paths, no traces given, no synthetic section
@@ -91,7 +91,7 @@ def test_a_policy_with_no_trace_source_is_a_user_error_before_the_run(tmp_path, 
 
 
 def test_a_bug_inside_the_run_exits_3_naming_the_step(tmp_path, capsys, monkeypatch):
-    from conftest import fixture_pings, policy_dict, write_policy
+    from support.fixture import fixture_pings, policy_dict, write_policy
 
     from spatial_release import guarantees
 
@@ -121,7 +121,7 @@ def test_an_output_folder_that_cannot_be_written_is_a_user_error(tmp_path, capsy
 def _fixture_release(tmp_path: Path, zeros: bool = False) -> list[str]:
     """`release` arguments for the fixture policy and traces in `tmp_path` (with `zeros`, a structural-zeros
     list naming a cell that holds units: the `structural_zeros_hold` check blocks)."""
-    from conftest import CELL_A, cell_id, fixture_pings, policy_dict, write_policy
+    from support.fixture import CELL_A, cell_id, fixture_pings, policy_dict, write_policy
 
     traces = tmp_path / "traces.csv"
     fixture_pings().to_csv(traces, index=False)
@@ -183,7 +183,7 @@ def test_a_corrupt_parquet_page_is_a_user_error_without_frames(tmp_path, capfd):
     Python frames on stderr."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from conftest import fixture_pings
+    from support.fixture import fixture_pings
 
     argv = _fixture_release(tmp_path)
     traces = tmp_path / "traces.parquet"
@@ -235,7 +235,7 @@ def test_an_alert_names_neither_a_trace_file_nor_a_unit_id(tmp_path):
 
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from conftest import fixture_pings
+    from support.fixture import fixture_pings
 
     argv = _fixture_release(tmp_path)
     traces = tmp_path / "bike-e0.parquet"

@@ -4,11 +4,11 @@ import geopandas as gpd
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import SHARED_DATA, requires_shared
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyproj import Transformer
 from shapely import LineString, Point, Polygon, box, unary_union
+from support.paths import SHARED_DATA, requires_shared
 
 from spatial_release.geometry import Grid, ZoneLayer
 from spatial_release.policy import GridGeometry, ZonesGeometry

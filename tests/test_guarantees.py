@@ -10,8 +10,8 @@ from dataclasses import replace
 import geopandas as gpd
 import pandas as pd
 import pytest
-from conftest import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id
 from shapely import box
+from support.fixture import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id
 
 from spatial_release import stages
 from spatial_release.fileio import sha256_file
@@ -252,7 +252,7 @@ def test_suppression_audit_rejects_primary_only_suppression(tmp_path, fixture_tr
     """The classic leak: with k = 4, primary suppression alone withholds A (3) but publishes its 2 km parent
     (9) and sibling E (6), so A + (the parent's absent empty cells) = 3: A is shown to be below k. The
     audit over the candidate files must block it."""
-    from conftest import policy_dict, write_policy
+    from support.fixture import policy_dict, write_policy
 
     from spatial_release.policy import load_policy
     from spatial_release.suppression.rules import publishable
@@ -308,7 +308,7 @@ def test_suppression_audit_fails_when_releases_contradict_each_other(protected):
 
 def _lake_policy(tmp_path, fixture_traces, listed: str):
     """The fixture policy with a public structural-zeros list naming one cell."""
-    from conftest import policy_dict, write_policy
+    from support.fixture import policy_dict, write_policy
 
     from spatial_release.policy import load_policy
 

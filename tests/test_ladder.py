@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import CRS, policy_dict, write_policy
+from support.fixture import CRS, policy_dict, write_policy
 
 from spatial_release import stages
 from spatial_release.levels import LEAF, at_rung

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PROJECT_ROOT, K, policy_dict, write_policy
+from support.fixture import K, policy_dict, write_policy
+from support.paths import PROJECT_ROOT
 
 from spatial_release import cli
 from spatial_release.configfile import MAX_DEPTH, MAX_POPULATION_BYTES, MAX_ZEROS_BYTES, StrictLoader

@@ -8,7 +8,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
-from conftest import PROJECT_ROOT, fixture_pings, period_sensor_keys, policy_dict, write_policy
+from support.fixture import fixture_pings, policy_dict, write_policy
+from support.paths import PROJECT_ROOT
+from support.spies import period_sensor_keys
 
 from spatial_release.defs.catalogue import build_catalogue, programme_for
 from spatial_release.defs.execution import execute_release

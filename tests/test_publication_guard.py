@@ -10,7 +10,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
-from conftest import fixture_pings, policy_dict, write_policy
+from support.fixture import fixture_pings, policy_dict, write_policy
 
 from spatial_release.alerts import Alert
 from spatial_release.defs import guard

@@ -20,9 +20,20 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import shapely
-from conftest import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, SIZE, cell_id, policy_dict, write_policy
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from test_release_io import prepare, two_quarter_policy
+from support.fixture import (
+    CELL_A,
+    CELL_B,
+    CELL_C,
+    CELL_D,
+    CELL_E,
+    SIZE,
+    cell_id,
+    policy_dict,
+    two_quarter_policy,
+    write_policy,
+)
+from support.releases import prepare
 
 from spatial_release import cli, report, stages
 from spatial_release.fileio import sha256_file

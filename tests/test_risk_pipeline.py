@@ -6,7 +6,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import fixture_pings, policy_dict, uniqueness_model, write_policy
+from support.fixture import fixture_pings, policy_dict, uniqueness_model, write_policy
 
 from spatial_release import release, stages
 from spatial_release.defs.catalogue import programme_for

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import uniqueness_policy_dict, write_policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.fixture import uniqueness_policy_dict, write_policy
 from test_risk_streaming import (
     _generated,
     _same,

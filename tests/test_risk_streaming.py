@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import fixture_pings, uniqueness_policy_dict, write_policy
+from support.fixture import fixture_pings, uniqueness_policy_dict, write_policy
 
 from spatial_release import stages
 from spatial_release.ledger import Ledger

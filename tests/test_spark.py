@@ -15,8 +15,8 @@ import geopandas as gpd
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import policy_dict
 from shapely import box
+from support.fixture import policy_dict
 from test_counting import _edge_points
 
 from spatial_release import stages

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import CELL_A, CELL_D, TO_LONLAT, fixture_pings, policy_dict, write_policy
+from support.fixture import CELL_A, CELL_D, TO_LONLAT, fixture_pings, policy_dict, write_policy
 
 from spatial_release import stages, tasks
 from spatial_release.period import Period

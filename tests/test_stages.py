@@ -1,7 +1,7 @@
 """The stages' contracts: one release context per run, the cadence rule in the policy, typed stage results."""
 
 import pytest
-from conftest import fixture_pings, policy_dict, write_policy
+from support.fixture import fixture_pings, policy_dict, write_policy
 
 from spatial_release.defs.catalogue import programme_for
 from spatial_release.defs.execution import execute_release

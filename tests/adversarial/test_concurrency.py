@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_release_io import QUARTER_DAYS, prepare, two_quarter_policy
+from support.fixture import QUARTER_DAYS, two_quarter_policy
+from support.releases import prepare
 
 from spatial_release import stages
 from spatial_release.fileio import sha256_file

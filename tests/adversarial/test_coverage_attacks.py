@@ -8,7 +8,8 @@ import json
 
 import numpy as np
 import pandas as pd
-from conftest import PROJECT_ROOT, SHARED_DATA, fixture_pings, policy_dict, requires_shared, write_policy
+from support.fixture import fixture_pings, policy_dict, write_policy
+from support.paths import PROJECT_ROOT, SHARED_DATA, requires_shared
 
 from spatial_release import cli
 from spatial_release.geometry import coverage

@@ -15,9 +15,9 @@ import geopandas as gpd
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import TO_LONLAT, policy_dict, write_policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.fixture import TO_LONLAT, policy_dict, write_policy
 
 from spatial_release import cli
 from spatial_release.period import Period

@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from conftest import policy_dict, write_policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.fixture import policy_dict, write_policy
 
 from spatial_release.period import Period
 from spatial_release.policy import load_policy

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import CELL_A, CELL_B, CELL_D, CELL_E, K, cell_id, fixture_pings, lonlat_in, policy_dict, write_policy
+from support.fixture import CELL_A, CELL_B, CELL_D, CELL_E, K, cell_id, fixture_pings, lonlat_in, policy_dict, write_policy
 
 from spatial_release import cli
 

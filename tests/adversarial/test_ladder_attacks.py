@@ -21,8 +21,8 @@ import highspy
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import CRS, policy_dict, write_policy
 from pyproj import Transformer
+from support.fixture import CRS, policy_dict, write_policy
 
 from spatial_release import stages
 from spatial_release.period import Period

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_release_io import two_quarter_policy
+from support.fixture import two_quarter_policy
 
 from spatial_release import cli
 from spatial_release.ledger import ENTRIES, HEAD, append_entry, entry_hash, forget_pin, pin_path

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import stat
 
-from conftest import fixture_pings, policy_dict, write_policy
+from support.fixture import fixture_pings, policy_dict, write_policy
 
 from spatial_release import cli
 

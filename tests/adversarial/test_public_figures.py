@@ -12,7 +12,7 @@ from pathlib import Path
 
 import geopandas as gpd
 import pandas as pd
-from conftest import fixture_pings, policy_dict, write_policy
+from support.fixture import fixture_pings, policy_dict, write_policy
 
 from spatial_release.defs.catalogue import programme_for
 from spatial_release.defs.execution import execute_release
@@ -233,7 +233,7 @@ def test_a_blocked_candidate_shows_no_figure_of_its_own_to_the_operator(tmp_path
     log, every materialisation's and check's metadata, the failure descriptions and the alert. A suppression
     bug publishes cell B (2 devices, below k = 3) and the checks block it. Every offending row may carry
     places and the failing rule only, and no text that names cell B may carry its count."""
-    from conftest import CELL_B, cell_id
+    from support.fixture import CELL_B, cell_id
 
     from spatial_release.stages import protect as protect_stage
     from spatial_release.suppression import primary

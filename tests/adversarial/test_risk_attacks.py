@@ -8,7 +8,7 @@ import re
 import pandas as pd
 import pytest
 import yaml
-from conftest import PROJECT_ROOT
+from support.paths import PROJECT_ROOT
 
 from spatial_release.risk.landscape import LandscapeError, load_landscape
 
@@ -45,7 +45,7 @@ def test_the_shipped_landscapes_fit_their_panels():
 def _two_programmes(tmp_path, shared: bool, same_files: bool = True) -> tuple[dict, dict]:
     """A monthly and a quarterly programme over the same devices, published into one ledger; with
     `same_files` False, the quarterly reads its own export of them (other bytes: the ids renamed)."""
-    from conftest import fixture_pings, uniqueness_policy_dict, write_policy
+    from support.fixture import fixture_pings, uniqueness_policy_dict, write_policy
 
     from spatial_release import cli
 
@@ -106,7 +106,7 @@ def test_a_copy_of_a_programme_without_its_population_line_spends_the_same_budge
 def test_renaming_the_population_does_not_reset_the_budget(tmp_path):
     """Hostile pass: Q1 under `population: pop-one`, then Q2 of the same dataset under `pop-two` reported a
     cumulative figure of Q2 alone. A dataset's own releases always count."""
-    from conftest import fixture_pings, uniqueness_policy_dict, write_policy
+    from support.fixture import fixture_pings, uniqueness_policy_dict, write_policy
 
     from spatial_release import cli
     from spatial_release.risk import cumulative_risk
@@ -132,7 +132,7 @@ def test_renaming_the_population_does_not_reset_the_budget(tmp_path):
 def _conflicting_programmes(tmp_path, shared: bool):
     """A monthly programme over every device, then a quarterly one over traces without one device of cell E
     (6 -> 5 devices, still published at k = 3): the key (E, 2018-01-10) has two values. No `audit_with`."""
-    from conftest import CELL_E, cell_id, fixture_pings, uniqueness_policy_dict, write_policy
+    from support.fixture import CELL_E, cell_id, fixture_pings, uniqueness_policy_dict, write_policy
 
     from spatial_release import cli
 

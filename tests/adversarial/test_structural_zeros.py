@@ -14,7 +14,7 @@ from pathlib import Path
 import geopandas as gpd
 import numpy as np
 import pandas as pd
-from conftest import DAY, SIZE, cell_id, fixture_pings, lonlat_in, policy_dict, write_policy
+from support.fixture import DAY, SIZE, cell_id, fixture_pings, lonlat_in, policy_dict, write_policy
 
 from spatial_release import cli
 from spatial_release.levels import LEAF, TOTAL

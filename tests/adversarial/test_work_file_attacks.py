@@ -35,7 +35,7 @@ INTERVALS = "audit_intervals.internal.parquet"
 @pytest.fixture(scope="module")
 def published_q1(tmp_path_factory) -> Path:
     """A programme with 2018-Q1 published, made once and copied per test."""
-    from test_release_io import two_quarter_policy
+    from support.fixture import two_quarter_policy
 
     root = tmp_path_factory.mktemp("programme")
     assert _release(root, two_quarter_policy(root), Q1) == 0

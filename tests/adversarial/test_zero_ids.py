@@ -5,7 +5,7 @@ the real cell's polygon, beside the real cell: a false zero. Such lists are refu
 from __future__ import annotations
 
 import pytest
-from conftest import CELL_C, cell_id, fixture_pings, policy_dict, write_policy
+from support.fixture import CELL_C, cell_id, fixture_pings, policy_dict, write_policy
 
 from spatial_release import cli
 
