@@ -12,6 +12,7 @@ import pytest
 import yaml
 from support.fixture import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id, fixture_pings, policy_dict, write_policy
 from support.paths import PROJECT_ROOT, SHARED_DATA
+from support.releases import published_folder, release
 from support.spies import period_sensor_keys
 
 from spatial_release import cli, stages
@@ -270,21 +271,7 @@ def test_a_published_release_is_never_overwritten(tmp_path):
 
 def test_cli_release_publishes(tmp_path, capsys):
     # --memory-limit reaches the counting resource: DuckDB runs the counting step under it
-    code = cli.main(
-        [
-            "release",
-            "--policy",
-            str(_policy_file(tmp_path)),
-            "--period",
-            "2018-Q1",
-            "--out",
-            str(tmp_path / "out"),
-            "--ledger",
-            str(tmp_path / "ledger"),
-            "--memory-limit",
-            "300MB",
-        ]
-    )
+    code = release(_policy_file(tmp_path), tmp_path, extra=["--memory-limit", "300MB"])
     assert code == 0
     captured = capsys.readouterr()
     assert "3 published" in captured.out and str(tmp_path / "out" / "releases" / "fixture" / "2018-Q1") in captured.out
@@ -294,19 +281,7 @@ def test_cli_release_publishes(tmp_path, capsys):
 
 
 def test_cli_blocked_release_names_check_and_cell(tmp_path, capsys, leaky_suppressor):
-    code = cli.main(
-        [
-            "release",
-            "--policy",
-            str(_policy_file(tmp_path)),
-            "--period",
-            "2018-Q1",
-            "--out",
-            str(tmp_path / "out"),
-            "--ledger",
-            str(tmp_path / "ledger"),
-        ]
-    )
+    code = release(_policy_file(tmp_path), tmp_path)
     assert code == 1
     err = capsys.readouterr().err
     assert "BLOCKED by check 'k_floor'" in err and cell_id(CELL_B) in err
@@ -335,42 +310,25 @@ def test_cli_bad_policy_is_a_usage_error(tmp_path, capsys):
     assert f"{bad}" in capsys.readouterr().err
 
 
-def _publish_with_cli(tmp_path) -> Path:
-    policy = _policy_file(tmp_path)
-    assert (
-        cli.main(
-            [
-                "release",
-                "--policy",
-                str(policy),
-                "--period",
-                "2018-Q1",
-                "--out",
-                str(tmp_path / "out"),
-                "--ledger",
-                str(tmp_path / "ledger"),
-            ]
-        )
-        == 0
-    )
-    return policy
+# The audit tests read the run's published fixture release (conftest.published_q1, published through the
+# command line as test_cli_release_publishes does): a copy of it each, never a release of their own.
 
 
-def test_cli_audit_passes_on_a_published_release(tmp_path, capsys):
-    policy = _publish_with_cli(tmp_path)
-    folder = tmp_path / "out" / "releases" / "fixture" / "2018-Q1"
+def test_cli_audit_passes_on_a_published_release(published_q1, capsys):
+    policy = published_q1 / "policy.yaml"
+    folder = published_folder(published_q1)
     capsys.readouterr()
     assert cli.main(["audit", str(folder), "--policy", str(policy)]) == 0
     out = capsys.readouterr().out
     assert "PASSED" in out and "2 withheld primaries audited" in out
-    intervals = pd.read_parquet(tmp_path / "out" / "work" / "fixture" / "2018-Q1" / "audit_intervals.internal.parquet")
+    intervals = pd.read_parquet(published_q1 / "out" / "work" / "fixture" / "2018-Q1" / "audit_intervals.internal.parquet")
     assert len(intervals) == 2 and intervals["passed"].all()
 
 
-def test_cli_audit_fails_a_release_that_leaks(tmp_path, capsys):
+def test_cli_audit_fails_a_release_that_leaks(published_q1, capsys):
     """The folder is edited after publication (B is published, the record re-hashed): C is then recovered."""
-    policy = _publish_with_cli(tmp_path)
-    folder = tmp_path / "out" / "releases" / "fixture" / "2018-Q1"
+    policy = published_q1 / "policy.yaml"
+    folder = published_folder(published_q1)
     cells = gpd.read_parquet(folder / "cells.parquet")
     b = cells.iloc[[0]].assign(cell_id=cell_id(CELL_B), n_devices=2)
     pd.concat([cells, b], ignore_index=True).to_parquet(folder / "cells.parquet")
@@ -384,10 +342,10 @@ def test_cli_audit_fails_a_release_that_leaks(tmp_path, capsys):
     assert "FAILED" in out and cell_id(CELL_C) in out
 
 
-def test_cli_audit_refuses_another_policy(tmp_path, capsys):
-    policy = _publish_with_cli(tmp_path)
-    other = write_policy(tmp_path, {**yaml.safe_load(policy.read_text()), "version": 2}, name="other.yaml")
-    folder = tmp_path / "out" / "releases" / "fixture" / "2018-Q1"
+def test_cli_audit_refuses_another_policy(published_q1, capsys):
+    policy = published_q1 / "policy.yaml"
+    other = write_policy(published_q1, {**yaml.safe_load(policy.read_text()), "version": 2}, name="other.yaml")
+    folder = published_folder(published_q1)
     assert cli.main(["audit", str(folder), "--policy", str(other)]) == 2
 
 

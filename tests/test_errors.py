@@ -4,6 +4,7 @@ with its cause in one line (the traceback only with --debug); the job runner ret
 from pathlib import Path
 
 import pytest
+from support.releases import release, release_argv
 
 from spatial_release import cli
 from spatial_release.errors import Blocked, ExitCode, UserError, kind_of
@@ -71,20 +72,7 @@ def test_a_policy_with_no_trace_source_is_a_user_error_before_the_run(tmp_path, 
 
     data = policy_dict("unused")
     data["source"]["paths"] = []  # no paths, no traces given, no synthetic section
-    policy = write_policy(tmp_path, data)
-    code = cli.main(
-        [
-            "release",
-            "--policy",
-            str(policy),
-            "--period",
-            "2018-Q1",
-            "--out",
-            str(tmp_path / "out"),
-            "--ledger",
-            str(tmp_path / "ledger"),
-        ]
-    )
+    code = release(write_policy(tmp_path, data), tmp_path)
     err = capsys.readouterr().err
     assert code == 2 and "source.paths" in err and "source.synthetic" in err, err
     assert not (tmp_path / "out" / "work").exists()  # nothing started
@@ -130,17 +118,7 @@ def _fixture_release(tmp_path: Path, zeros: bool = False) -> list[str]:
         (tmp_path / "zeros.csv").write_text(f"cell_id\n{cell_id(CELL_A)}\n")
         data["suppression"]["zeros"] = "zeros.csv"
     policy = write_policy(tmp_path, data)
-    return [
-        "release",
-        "--policy",
-        str(policy),
-        "--period",
-        "2018-Q1",
-        "--out",
-        str(tmp_path / "out"),
-        "--ledger",
-        str(tmp_path / "ledger"),
-    ]
+    return release_argv(policy, tmp_path)
 
 
 def _without(argv: list[str], option: str) -> list[str]:

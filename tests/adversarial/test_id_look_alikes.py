@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.fixture import TO_LONLAT, policy_dict, write_policy
+from support.releases import published_folder, release
 
-from spatial_release import cli
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
 from spatial_release.traces.ingest import COMMON_MISSING_IDS, ingest_traces, resolve_trace_paths
@@ -84,13 +84,10 @@ def test_one_device_spelled_seven_ways_is_one_unit_end_to_end(tmp_path, capsys):
     )
     data["source"]["identifiers"] = ["device"]
     policy = write_policy(tmp_path, data)
-    out = tmp_path / "out"
-    code = cli.main(
-        ["release", "--policy", str(policy), "--period", "2018-Q1", "--out", str(out), "--ledger", str(tmp_path / "ledger")]
-    )
+    code = release(policy, tmp_path)
     printed = capsys.readouterr()
     assert code == 0, printed.out + printed.err
-    folder = out / "releases" / "fixture" / "2018-Q1"
+    folder = published_folder(tmp_path)
     cells = gpd.read_parquet(folder / "cells.parquet")
     published = dict(zip(cells["cell_id"], cells["n_devices"], strict=True))
     crowded = {f"500mE{CORNER[0] + CELL * i}N{CORNER[1]}" for i in range(4)}

@@ -146,9 +146,10 @@ QUARTER_DAYS = {"2018-Q1": DAY, "2018-Q2": "2018-04-10"}
 def two_quarter_policy(tmp_path: Path) -> Path:
     """The fixture policy and one trace file per quarter: the same devices on one day of each quarter, so
     both releases count in one cumulative risk (gated on the uniqueness figure, which is above 0 here: the
-    tests of the cumulative budget need figures that add up)."""
+    tests of the cumulative budget need figures that add up). The policy names its traces relative to its
+    folder, so a copy of the folder is the same programme (the same policy, byte for byte) elsewhere."""
     for label, day in QUARTER_DAYS.items():
         pings = fixture_pings()
         pings["when"] = pings["when"].str.replace(DAY, day)
         pings.to_csv(tmp_path / f"traces-{label}.csv", index=False)
-    return write_policy(tmp_path, uniqueness_policy_dict(str(tmp_path / "traces-2018-Q1.csv")))
+    return write_policy(tmp_path, uniqueness_policy_dict("traces-2018-Q1.csv"))
