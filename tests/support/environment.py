@@ -8,19 +8,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from spatial_release.alerts.routing import ENV_VARS as ALERT_SETTINGS  # the deployment's channels
+from spatial_release.ledger.keys import PUBLIC_KEY_ENV, SIGNING_KEY_ENV
+
 # The folders whose defaults a run uses when it is not told where to write.
 DEFAULT_FOLDERS = ("LEDGER", "RELEASES", "WORK", "ALERTS")
-# The deployment's alert channels: tests that send alerts start their own servers.
-ALERT_SETTINGS = (
-    "SMTP_HOST",
-    "SMTP_PORT",
-    "SMTP_FROM",
-    "SMTP_TO",
-    "SMTP_USER",
-    "SMTP_PASSWORD",
-    "SMTP_STARTTLS",
-    "SLACK_WEBHOOK_URL",
-)
 
 
 class ScratchEnvironment:
@@ -33,8 +25,7 @@ class ScratchEnvironment:
         self.folder: Path | None = None
         self._saved: dict[str, str | None] = {}
 
-    def _set(self, name: str, value: str | None) -> None:
-        key = f"SPATIAL_RELEASE_{name}"
+    def _set(self, key: str, value: str | None) -> None:
         self._saved.setdefault(key, os.environ.get(key))
         if value is None:
             os.environ.pop(key, None)
@@ -44,10 +35,10 @@ class ScratchEnvironment:
     def enter(self) -> Path:
         self.folder = Path(tempfile.mkdtemp(prefix="spatial-release-tests-"))
         for name in DEFAULT_FOLDERS:
-            self._set(name, str(self.folder / name.lower()))
+            self._set(f"SPATIAL_RELEASE_{name}", str(self.folder / name.lower()))
         # tests sign with a key made in the scratch folder, and trust only the .pub beside it
-        self._set("SIGNING_KEY", str(self.folder / "keys" / "ledger-ed25519.key"))
-        self._set("PUBLIC_KEY", None)
+        self._set(SIGNING_KEY_ENV, str(self.folder / "keys" / "ledger-ed25519.key"))
+        self._set(PUBLIC_KEY_ENV, None)
         for name in ALERT_SETTINGS:
             self._set(name, None)
         return self.folder

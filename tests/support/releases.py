@@ -14,6 +14,7 @@ import pytest
 
 from spatial_release import cli, stages
 from spatial_release.ledger import Ledger
+from spatial_release.ledger.keys import SIGNING_KEY_ENV
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
 from support.fixture import two_quarter_policy
@@ -105,7 +106,7 @@ class ReleaseCache:
                 shutil.rmtree(root, ignore_errors=True)
                 root.mkdir()
                 with pytest.MonkeyPatch.context() as patch:
-                    patch.setenv("SPATIAL_RELEASE_SIGNING_KEY", str(root / KEY))
+                    sign_as(root, patch)
                     build(root)
                 (root / _COMPLETE).touch()
         return root
@@ -121,7 +122,7 @@ class ReleaseCache:
 
 def sign_as(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The test signs (and trusts, and keeps its pins) with the key of the shared release copied to `root`."""
-    monkeypatch.setenv("SPATIAL_RELEASE_SIGNING_KEY", str(root / KEY))
+    monkeypatch.setenv(SIGNING_KEY_ENV, str(root / KEY))
 
 
 def build_two_quarter_q1(root: Path) -> None:
