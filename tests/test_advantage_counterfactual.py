@@ -21,6 +21,9 @@ from spatial_release.stages.count import read_true_counts
 from spatial_release.suppression.release_system import protect_release
 from spatial_release.traces.synthetic import SyntheticConfig, generate_pings, write_pings
 
+# Whole releases: left out of the fast tier (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 K = 5
 TARGETS = 40
 

@@ -111,6 +111,7 @@ pings_strategy = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     rows=pings_strategy,
@@ -130,6 +131,7 @@ def test_counts_match_brute_force_with_pyproj_placement(tmp_path, rows, measure,
     assert _as_dicts(cells, margins) == _brute_force(pings, exact, measure, _parent_500)
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=pings_strategy)
 def test_presence_is_additive_and_visitors_bounded(tmp_path, rows):
@@ -166,6 +168,7 @@ def _edge_points(crs: str, size: int, n: int, seed: int, spread: int = 2000) -> 
     return to_lonlat.transform(x, y)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "crs, fitted",
     [
@@ -245,6 +248,7 @@ def _zones_file(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("integer_units", [False, True])
 def test_zone_counts_match_the_strtree_including_boundaries_and_outside(tmp_path, integer_units, monkeypatch):
     decided = spy_packing(monkeypatch)
@@ -366,6 +370,7 @@ def test_period_buckets(bucket, first, count):
     assert len(buckets) == count
 
 
+@pytest.mark.slow
 def test_fixture_counts_distinct_devices_not_pings(tmp_path, fixture_policy):
     ctx = stages.ReleaseContext(fixture_policy, PERIOD, tmp_path / "work")
     area = ctx.area

@@ -45,6 +45,7 @@ def public_counts_of(cells: pd.DataFrame, margins: pd.DataFrame, column: str) ->
 PARTITION = "2018-Q1"
 
 
+@pytest.mark.slow
 def test_definitions_load():
     dg.Definitions.validate_loadable(defs)
     # a programme's partitions are its periods, by label, as its period sensor adds them: the demo's declared
@@ -89,6 +90,7 @@ def test_definitions_load():
         assert job.executor_def.name == "in_process", job.name
 
 
+@pytest.mark.slow
 def test_schedule_requests_the_quarter_that_just_closed(tmp_path, monkeypatch):
     for name in ("RELEASES", "WORK", "LEDGER"):
         monkeypatch.setenv(f"SPATIAL_RELEASE_{name}", str(tmp_path / name.lower()))
@@ -134,6 +136,7 @@ def _materialized(result) -> set[str]:
     return {m.asset_key.to_user_string() for m in result.get_asset_materialization_events()}
 
 
+@pytest.mark.slow
 def test_release_job_publishes_the_fixture(tmp_path):
     result = _run(tmp_path, _policy_file(tmp_path))
     assert result.success
@@ -241,6 +244,7 @@ def leaky_suppressor(monkeypatch):
     monkeypatch.setattr(protect_stage, "protect_release", leaky)
 
 
+@pytest.mark.slow
 def test_blocking_check_stops_the_release(tmp_path, leaky_suppressor):
     result = _run(tmp_path, _policy_file(tmp_path))
     assert not result.success
@@ -252,6 +256,7 @@ def test_blocking_check_stops_the_release(tmp_path, leaky_suppressor):
     assert not (tmp_path / "releases" / "fixture" / "2018-Q1").exists()
 
 
+@pytest.mark.slow
 def test_rejected_share_blocks_before_counting(tmp_path):
     result = _run(tmp_path, _policy_file(tmp_path, bad_row=True, max_rejected_share=0.0))
     assert not result.success
@@ -260,6 +265,7 @@ def test_rejected_share_blocks_before_counting(tmp_path):
     assert _materialized(result) == {"fixture/validated_pings"}
 
 
+@pytest.mark.slow
 def test_a_published_release_is_never_overwritten(tmp_path):
     policy = _policy_file(tmp_path)
     assert _run(tmp_path, policy).success
@@ -269,6 +275,7 @@ def test_a_published_release_is_never_overwritten(tmp_path):
     assert sha256_file(tmp_path / "releases/fixture/2018-Q1/release.json") == before
 
 
+@pytest.mark.slow
 def test_cli_release_publishes(tmp_path, capsys):
     # --memory-limit reaches the counting resource: DuckDB runs the counting step under it
     code = release(_policy_file(tmp_path), tmp_path, extra=["--memory-limit", "300MB"])
@@ -280,6 +287,7 @@ def test_cli_release_publishes(tmp_path, capsys):
     assert counts["engine_settings"]["memory_limit"] == "286.1 MiB"  # DuckDB's spelling of 300MB
 
 
+@pytest.mark.slow
 def test_cli_blocked_release_names_check_and_cell(tmp_path, capsys, leaky_suppressor):
     code = release(_policy_file(tmp_path), tmp_path)
     assert code == 1
@@ -314,6 +322,7 @@ def test_cli_bad_policy_is_a_usage_error(tmp_path, capsys):
 # command line as test_cli_release_publishes does): a copy of it each, never a release of their own.
 
 
+@pytest.mark.slow
 def test_cli_audit_passes_on_a_published_release(published_q1, capsys):
     policy = published_q1 / "policy.yaml"
     folder = published_folder(published_q1)
@@ -325,6 +334,7 @@ def test_cli_audit_passes_on_a_published_release(published_q1, capsys):
     assert len(intervals) == 2 and intervals["passed"].all()
 
 
+@pytest.mark.slow
 def test_cli_audit_fails_a_release_that_leaks(published_q1, capsys):
     """The folder is edited after publication (B is published, the record re-hashed): C is then recovered."""
     policy = published_q1 / "policy.yaml"
@@ -342,6 +352,7 @@ def test_cli_audit_fails_a_release_that_leaks(published_q1, capsys):
     assert "FAILED" in out and cell_id(CELL_C) in out
 
 
+@pytest.mark.slow
 def test_cli_audit_refuses_another_policy(published_q1, capsys):
     policy = published_q1 / "policy.yaml"
     other = write_policy(published_q1, {**yaml.safe_load(policy.read_text()), "version": 2}, name="other.yaml")
@@ -349,6 +360,7 @@ def test_cli_audit_refuses_another_policy(published_q1, capsys):
     assert cli.main(["audit", str(folder), "--policy", str(other)]) == 2
 
 
+@pytest.mark.slow
 def test_progress_of_ingest_counting_and_audit_is_in_the_run_log(tmp_path):
     instance = dg.DagsterInstance.ephemeral()
     result = _run(tmp_path, _policy_file(tmp_path), instance).candidate

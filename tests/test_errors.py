@@ -78,6 +78,7 @@ def test_a_policy_with_no_trace_source_is_a_user_error_before_the_run(tmp_path, 
     assert not (tmp_path / "out" / "work").exists()  # nothing started
 
 
+@pytest.mark.slow
 def test_a_bug_inside_the_run_exits_3_naming_the_step(tmp_path, capsys, monkeypatch):
     from support.fixture import fixture_pings, policy_dict, write_policy
 
@@ -146,6 +147,7 @@ def test_bad_folders_memory_limits_and_years_are_user_errors_before_any_work(tmp
     assert not (tmp_path / "out").exists() and not (tmp_path / "ledger").exists()
 
 
+@pytest.mark.slow
 def test_a_blocked_run_prints_no_stack_trace(tmp_path, capfd):
     """Red team, issue 23: every blocked run printed Dagster's `Stack Trace:` blocks on stderr; only
     --debug shows them now. The blocking check is named once, with its offending cell."""
@@ -156,6 +158,7 @@ def test_a_blocked_run_prints_no_stack_trace(tmp_path, capfd):
     assert "BLOCKED by check 'structural_zeros_hold'" in err and "DagsterAssetCheckFailedError" not in err
 
 
+@pytest.mark.slow
 def test_a_corrupt_parquet_page_is_a_user_error_without_frames(tmp_path, capfd):
     """Red team, issue 23: a Parquet file whose footer reads but whose data page does not exited 2 with
     Python frames on stderr."""
@@ -176,6 +179,7 @@ def test_a_corrupt_parquet_page_is_a_user_error_without_frames(tmp_path, capfd):
     assert f"{traces}: cannot read as parquet" in err
 
 
+@pytest.mark.slow
 def test_a_full_disk_at_the_ledger_append_is_named_and_the_next_run_finishes(tmp_path, capfd, monkeypatch):
     """Red team, issue 23: ENOSPC after the ledger's entries were written, before HEAD: exit 3 with a
     traceback, and an alert `blocked_release`, published, "withdraw the release". Now the exit names the
@@ -205,6 +209,7 @@ def test_a_full_disk_at_the_ledger_append_is_named_and_the_next_run_finishes(tmp
     assert (tmp_path / "out" / "releases" / "fixture" / "2018-Q1" / "release.json").is_file()
 
 
+@pytest.mark.slow
 def test_an_alert_names_neither_a_trace_file_nor_a_unit_id(tmp_path):
     """Red team, issue 23: alerts quoted trace paths, and `Alert.build(never=...)` was never given the ids.
     A per-device export `bike-e0.parquet` (e0 is a device of the fixture) whose data page is corrupt stops

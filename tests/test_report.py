@@ -61,6 +61,7 @@ def _page_text(page: str) -> str:
 # ----------------------------------------------------------------------------------- publication
 
 
+@pytest.mark.slow
 def test_a_release_carries_its_report_and_the_ledger_hashes_it(published_q1):
     folder = published_folder(published_q1)
     record = json.loads((folder / "release.json").read_text())
@@ -77,6 +78,7 @@ def test_a_release_carries_its_report_and_the_ledger_hashes_it(published_q1):
     assert verify(published_q1) == 0
 
 
+@pytest.mark.slow
 def test_the_report_is_rendered_from_the_published_files_alone(published_q1, tmp_path):
     """(a) A copy of the three public files, far from the work area (which is deleted), gives the same PNG
     and page bytes. (b) The true counts with every withheld key removed give the same map."""
@@ -126,6 +128,7 @@ def _pixel(image: np.ndarray, ax, x: float, y: float) -> tuple[float, ...] | Non
     return tuple(np.round(image[row, col, :3], 3))
 
 
+@pytest.mark.slow
 def test_withheld_cells_are_drawn_exactly_as_empty_ones(published_q1):
     folder = published_folder(published_q1)
     view = report.read_release_view(folder, load_policy(published_q1 / "policy.yaml"))
@@ -221,6 +224,7 @@ def test_a_tampered_report_fails_ledger_verify(published_q1, capsys):
     assert verify(published_q1) == 0
 
 
+@pytest.mark.slow
 def test_a_release_published_before_reports_still_verifies(tmp_path, monkeypatch, capsys):
     """An older release has no report files in its record: it verifies, and the next release (with its
     report) publishes beside it."""
@@ -246,6 +250,7 @@ def test_a_release_published_before_reports_still_verifies(tmp_path, monkeypatch
     assert base64.b64decode(DATA_URI.search(markdown).group(1)).startswith(PNG_SIGNATURE)
 
 
+@pytest.mark.slow
 def test_a_rendering_failure_publishes_nothing(tmp_path, monkeypatch):
     policy_path = two_quarter_policy(tmp_path)
     prepare(tmp_path, policy_path, "2018-Q1")
@@ -333,6 +338,7 @@ def test_zone_parents_are_the_union_of_their_zones(tmp_path):
     assert report.view.area_geometries(margins, {"kind": "zones"}, zones.crs) == {}  # no policy: not drawn
 
 
+@pytest.mark.slow
 def test_rendering_200k_published_rows(published_q1):
     """A release of ~200k published figures (22,500 cells x 9 buckets) renders a map. How long it takes is a
     benchmark's question, not a test's (a timed assertion failed under load on 2 shared cores)."""
@@ -438,6 +444,7 @@ def _labels(ax) -> list[str]:
     return sorted(t.get_text() for t in ax.texts if t.get_gid() == "zoning-label")
 
 
+@pytest.mark.slow
 def test_the_map_fits_the_dagster_markdown_view(published_q1, tmp_path):
     """Dagster's markdown does not scale images down and its dialog is ~1250 px wide: the map is at most
     1200 px wide at its natural size, for the fixture's two panels and for a release of five panels."""
@@ -475,6 +482,7 @@ def test_map_image_metadata_is_the_map_alone(published_q1):
     assert metadata["map_png"].value == str(folder / "report.png")
 
 
+@pytest.mark.slow
 def test_an_area_not_published_is_drawn_exactly_as_one_never_populated(published_q1, tmp_path):
     """Negative control: two releases that differ only in that zone z3 had units whose figures were not
     published (its units still in the district and total figures) or never had any, render to the same PNG
@@ -509,6 +517,7 @@ def test_an_area_not_published_is_drawn_exactly_as_one_never_populated(published
     assert _labels(cells_ax) == sorted(zones["zone"])  # z3 labelled like every zone, nothing else written
 
 
+@pytest.mark.slow
 def test_the_map_outlines_every_area_of_the_zoning(published_q1, tmp_path):
     """Every zone of the policy's file is outlined (one path each, published or not), the main zoning's outer
     boundary is drawn, and a zoning of at most 40 areas is labelled with its ids; the district panel outlines

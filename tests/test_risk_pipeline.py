@@ -16,6 +16,9 @@ from spatial_release.ledger import Ledger, read_ledger
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
 
+# Whole releases: left out of the fast tier (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 PARTITION = "2018-Q1"
 
 

@@ -47,6 +47,7 @@ def test_settings_read_the_environment_when_built_not_at_import(monkeypatch, tmp
     assert ReleaseSettings().work_dir.endswith("/work")  # the project default
 
 
+@pytest.mark.slow
 def test_typed_stage_results_round_trip_their_json(tmp_path, fixture_policy):
     """The stage files are the serialisation of their types: reading a file back gives the same result,
     and writing it again gives the same JSON."""

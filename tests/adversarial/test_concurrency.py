@@ -87,6 +87,7 @@ def release_entries(tmp_path: Path) -> list[dict]:
     return [e for e in read_ledger(tmp_path / "ledger") if e["kind"] == "release"]
 
 
+@pytest.mark.slow
 def test_two_publications_of_one_period_at_once_record_it_once(tmp_path):
     policy_path = two_quarter_policy(tmp_path)
     prepare(tmp_path, policy_path, "2018-Q1")
@@ -100,6 +101,7 @@ def test_two_publications_of_one_period_at_once_record_it_once(tmp_path):
     assert record.ledger_entry == entry["hash"]
 
 
+@pytest.mark.slow
 def test_two_periods_at_once_assess_risk_with_each_other(tmp_path):
     policy_path = two_quarter_policy(tmp_path)
     sequential = tmp_path / "sequential"
@@ -149,6 +151,7 @@ def _work_files(tmp_path: Path) -> dict[str, str]:
     return {str(p.relative_to(work)): sha256_file(p) for p in sorted(work.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_a_re_run_of_a_published_period_is_refused_before_it_writes(tmp_path):
     policy_path = two_quarter_policy(tmp_path)
     first = _release(tmp_path, policy_path)
@@ -167,6 +170,7 @@ def test_a_re_run_of_a_published_period_is_refused_before_it_writes(tmp_path):
     assert len(release_entries(tmp_path)) == 1
 
 
+@pytest.mark.slow
 def test_two_command_line_runs_of_one_period_at_once(tmp_path):
     policy_path = two_quarter_policy(tmp_path)
     runs = [_release(tmp_path, policy_path) for _ in range(2)]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 from support.fixture import fixture_pings, policy_dict, write_policy
 from support.paths import PROJECT_ROOT, SHARED_DATA, requires_shared
 from support.releases import release
@@ -42,6 +43,7 @@ def _release(tmp_path, frame, **source) -> tuple[int, Path]:
     return release(write_policy(tmp_path, data), tmp_path), tmp_path / "out"
 
 
+@pytest.mark.slow
 def test_swapped_coordinates_block_the_release_and_name_the_file(tmp_path, capsys):
     frame = fixture_pings()
     frame[["lon", "lat"]] = frame[["lat", "lon"]].to_numpy()
@@ -55,6 +57,7 @@ def test_swapped_coordinates_block_the_release_and_name_the_file(tmp_path, capsy
     assert not (tmp_path / "ledger" / "entries.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_a_few_strays_within_the_ceiling_publish(tmp_path, capsys):
     """Control: one swapped ping of 90 (1.1 %) is within a 2 % ceiling, and the release publishes."""
     frame = fixture_pings()
@@ -70,6 +73,7 @@ def test_a_few_strays_within_the_ceiling_publish(tmp_path, capsys):
     assert membership.loc[membership["unit"] == frame.loc[0, "device"], "cell_id"].nunique() == 1
 
 
+@pytest.mark.slow
 def test_the_swapped_file_is_named_among_several(tmp_path, capsys):
     """Two files, the second with its axes swapped: the report attributes the outside pings to it."""
     good, bad = fixture_pings(), fixture_pings()
@@ -92,6 +96,7 @@ def test_the_swapped_file_is_named_among_several(tmp_path, capsys):
     assert named == [f"input file {bad_place} of 2 is {tmp_path / 'traces-2018-02.csv'}"], named
 
 
+@pytest.mark.slow
 @requires_shared
 def test_a_month_of_citi_bike_trips_with_swapped_coordinates_blocks(tmp_path, capsys):
     """The reproduced attack: February 2018's trips with latitude and longitude swapped published with

@@ -73,6 +73,7 @@ def _week_of_pings(rng: np.random.Generator) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["device", "when", "lon", "lat"])
 
 
+@pytest.mark.slow
 def test_one_device_spelled_seven_ways_is_one_unit_end_to_end(tmp_path, capsys):
     frame = _week_of_pings(np.random.default_rng(39))
     frame.to_csv(tmp_path / "traces.csv", index=False, encoding="utf-8")
@@ -166,6 +167,7 @@ def _devices_and_spellings(draw) -> list[tuple[str, str, bool]]:
     ]
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None)
 @given(_devices_and_spellings())
 def test_spellings_of_one_device_are_one_unit_or_quarantined(rows):
@@ -191,6 +193,7 @@ PLAIN = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_ch
 )  # a leading letter: no number (numbers are written one way on purpose)
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None)
 @given(st.lists(PLAIN, min_size=2, max_size=30, unique_by=str.lower))
 def test_distinct_plain_ascii_ids_never_merge(ids):
@@ -202,6 +205,7 @@ def test_distinct_plain_ascii_ids_never_merge(ids):
     assert pings["unit"].nunique() == len(ids)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=12))
 def test_folding_a_folded_id_changes_nothing(text):

@@ -79,6 +79,7 @@ def _pings_near_midnight() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@pytest.mark.slow
 def test_mixed_time_formats_publish_the_instants_of_the_raw_rows(tmp_path, capsys):
     frame = _pings_near_midnight()
     traces = tmp_path / "traces.csv"
@@ -97,6 +98,7 @@ def test_mixed_time_formats_publish_the_instants_of_the_raw_rows(tmp_path, capsy
     assert _published_cells(tmp_path) == expected
 
 
+@pytest.mark.slow
 def test_a_local_time_the_clocks_skipped_is_quarantined_not_moved(tmp_path, capsys):
     """02:30 on 2018-03-11 never happened in New York; with no rejected pings allowed, the release blocks
     and names the reason (before: it published the ping at 07:30Z with exit 0)."""
@@ -110,6 +112,7 @@ def test_a_local_time_the_clocks_skipped_is_quarantined_not_moved(tmp_path, caps
     assert nothing_published(tmp_path)
 
 
+@pytest.mark.slow
 def test_parquet_timestamps_of_every_unit_publish_the_instants_of_the_raw_rows(tmp_path, capsys):
     """Red-team re-test of issue 23: Parquet TIMESTAMP(NANOS), what `pandas.to_parquet` writes, exited 3
     (naive: counting's epoch_us had no TIMESTAMPTZ_NS overload; UTC-aware: ingest could not bind a CASE
@@ -143,6 +146,7 @@ def test_parquet_timestamps_of_every_unit_publish_the_instants_of_the_raw_rows(t
 # --- unit ids -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_nan_and_float_ids_count_the_units_the_rows_name(tmp_path, capsys):
     """Cell B holds two real bikes. A DOUBLE id column adds NaN rows (no id) and writes the bikes as 1.0
     and 2.0 while another file has them as integers: B holds k - 1 = 2 units and must stay withheld (before:
@@ -200,6 +204,7 @@ def test_nan_and_float_ids_count_the_units_the_rows_name(tmp_path, capsys):
     assert not {key for key, n in expected.items() if n < K} & set(published)  # below k: absent
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "bike",
     [
@@ -362,6 +367,7 @@ def test_period_of_other_digits_or_a_trailing_newline_exits_2_before_any_work(tm
     assert nothing_published(tmp_path) and not (tmp_path / "out" / "work").exists()
 
 
+@pytest.mark.slow
 def test_command_line_process_prints_no_traceback(tmp_path):
     """The installed entry point, as a user runs it: the message and exit code, nothing else."""
     policy = _policy_with(tmp_path)

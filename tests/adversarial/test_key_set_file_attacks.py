@@ -15,6 +15,9 @@ from spatial_release.stages import risk as risk_stage
 from spatial_release.stages.advantage import read_key_sets
 from spatial_release.stages.risk import _risk_zone_of
 
+# Whole releases: left out of the fast tier (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def kept(tmp_path, fixture_policy):

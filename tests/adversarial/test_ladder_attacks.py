@@ -29,6 +29,9 @@ from spatial_release.period import Period
 from spatial_release.policy import load_policy
 from spatial_release.suppression.release_system import audit_published
 
+# Whole releases: left out of the fast tier (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 K = 5
 TZ = "America/New_York"
 TO_LONLAT = Transformer.from_crs(CRS, "EPSG:4326", always_xy=True)

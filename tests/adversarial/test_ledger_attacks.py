@@ -55,6 +55,7 @@ def _assert_blocked(root: Path, capsys, message: str) -> None:
     assert not (root / "out/releases/fixture/2018-Q2").exists()
 
 
+@pytest.mark.slow
 def test_the_untouched_programme_verifies_and_goes_on(programme, capsys):
     assert verify(programme) == 0
     assert "every release folder" in capsys.readouterr().out
@@ -67,6 +68,7 @@ def test_the_untouched_programme_verifies_and_goes_on(programme, capsys):
     assert verify(programme) == 0
 
 
+@pytest.mark.slow
 def test_deleting_the_ledger_blocks(programme, capsys):
     # before the fix: verify said "0 entries", and Q2 published with its cumulative risk reset to zero
     for name in (ENTRIES, HEAD):
@@ -116,16 +118,19 @@ def test_a_ledger_re_signed_with_another_key_blocks(programme, tmp_path, monkeyp
     _assert_blocked(programme, capsys, "not by the trusted key")
 
 
+@pytest.mark.slow
 def test_a_removed_release_folder_blocks(programme, capsys):
     shutil.rmtree(programme / "out/releases/fixture/2018-Q1")
     _assert_blocked(programme, capsys, "has no readable release.json")
 
 
+@pytest.mark.slow
 def test_a_release_folder_the_ledger_does_not_know_blocks(programme, capsys):
     shutil.copytree(programme / "out/releases/fixture/2018-Q1", programme / "out/releases/fixture/2017-Q4")
     _assert_blocked(programme, capsys, "2017-Q4 is a published release the ledger does not record")
 
 
+@pytest.mark.slow
 def test_a_published_table_edited_after_publication_blocks(programme, capsys):
     """Found by the hostile pass: a figure of the published cells.parquet set below k passed `ledger verify
     --releases` (only release.json's hash fields were compared). The files are now re-hashed."""
@@ -138,6 +143,7 @@ def test_a_published_table_edited_after_publication_blocks(programme, capsys):
     _assert_blocked(programme, capsys, "cells.parquet does not match")
 
 
+@pytest.mark.slow
 def test_a_published_record_edited_after_publication_blocks(programme, capsys):
     """The risk figures of release.json lowered by hand: the signed ledger entry holds them too."""
     path = programme / "out/releases/fixture/2018-Q1/release.json"
@@ -147,6 +153,7 @@ def test_a_published_record_edited_after_publication_blocks(programme, capsys):
     _assert_blocked(programme, capsys, "field 'risk' differs")
 
 
+@pytest.mark.slow
 def test_any_figure_of_a_published_record_edited_blocks(programme, capsys):
     """Hostile pass: k and the counts of release.json edited by hand; the entry signs the record's hash."""
     path = programme / "out/releases/fixture/2018-Q1/release.json"
@@ -156,6 +163,7 @@ def test_any_figure_of_a_published_record_edited_blocks(programme, capsys):
     _assert_blocked(programme, capsys, "differs from the record ledger entry")
 
 
+@pytest.mark.slow
 def test_a_rolled_back_ledger_with_the_release_renamed_to_staging_blocks(programme, capsys):
     """Issue 23, item 7. An older copy of the ledger folder (before Q2) put back, and Q2's release folder
     renamed to its staging name: `ledger verify --releases` passed (the older ledger verifies, and the
@@ -186,6 +194,7 @@ def test_a_rolled_back_ledger_with_the_release_renamed_to_staging_blocks(program
     assert (hidden / "release.json").exists() and not q2.exists()
 
 
+@pytest.mark.slow
 def test_a_copy_of_the_ledger_and_releases_at_another_path_cannot_publish_behind_its_pin(programme, tmp_path, capsys):
     """Red-team re-test: the pin was keyed by the ledger's path, so a copy of the ledger and releases folders
     at another path started with no pin; publishing a period into the copy that the original had published
@@ -204,6 +213,7 @@ def test_a_copy_of_the_ledger_and_releases_at_another_path_cannot_publish_behind
     assert verify(programme) == 0  # the original is the pinned ledger
 
 
+@pytest.mark.slow
 def test_a_second_ledger_at_another_path_is_not_a_copy(programme, tmp_path, capsys):
     """Control: a ledger of its own (its own genesis) beside the first, under the same key, publishes and
     verifies with its own pin, and the first still goes on."""

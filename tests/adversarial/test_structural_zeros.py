@@ -14,6 +14,7 @@ from pathlib import Path
 import geopandas as gpd
 import numpy as np
 import pandas as pd
+import pytest
 from support.fixture import DAY, SIZE, cell_id, fixture_pings, lonlat_in, policy_dict, write_policy
 from support.releases import published_folder, release
 
@@ -115,6 +116,7 @@ def _ledger_mentions(ledger: Path, period: str) -> bool:
     return ledger.is_dir() and any(period in p.read_text(errors="replace") for p in ledger.rglob("*") if p.is_file())
 
 
+@pytest.mark.slow
 def test_cli_blocks_a_person_inside_a_listed_zero(tmp_path, capsys):
     code, folder = _release_with_lake(tmp_path, swimmer=True)
     err = capsys.readouterr().err
@@ -128,6 +130,7 @@ def test_cli_blocks_a_person_inside_a_listed_zero(tmp_path, capsys):
     assert not folder.exists() and not _ledger_mentions(tmp_path / "ledger", "2018-Q1")
 
 
+@pytest.mark.slow
 def test_cli_publishes_a_true_listed_zero_as_zero_in_every_bucket(tmp_path, capsys):
     """The control: the same policy without the swimmer publishes, the lake 0 in each of the 90 days."""
     code, folder = _release_with_lake(tmp_path, swimmer=False)

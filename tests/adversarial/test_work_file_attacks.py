@@ -27,6 +27,9 @@ from spatial_release.stages.carried import CARRIED
 from spatial_release.stages.checks import earlier_work_files_outcome
 from spatial_release.stages.context import Published
 
+# Whole releases (2018-Q2 published for the negative control): left out of the fast tier (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 Q1, Q2 = "2018-Q1", "2018-Q2"
 KEYS = "risk/unit_keys.internal.parquet"
 MEMBERSHIP = "counts/membership.internal.parquet"

@@ -8,6 +8,9 @@ import pytest
 from support.fixture import CELL_C, cell_id, fixture_pings, policy_dict, write_policy
 from support.releases import release
 
+# Whole releases: left out of the fast tier (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 
 def _release_with_zeros(tmp_path, listed: str, capsys) -> tuple[int, str]:
     traces = tmp_path / "traces.csv"
