@@ -100,6 +100,7 @@ def test_a_planted_unit_at_exactly_k_in_a_rare_cell_is_found_by_membership_infer
     assert zone.exposed >= K
 
 
+@pytest.mark.slow
 def test_decoys_do_not_lower_the_gated_figure():
     population = {f"z{i}": 200.0 for i in range(16)}
     real = _traces(300, cells=80, days=30, seed=5)

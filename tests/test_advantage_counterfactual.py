@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import PROJECT_ROOT
+from support.paths import PROJECT_ROOT
 
 from spatial_release.cli import run_release
 from spatial_release.period import Period
@@ -20,6 +20,9 @@ from spatial_release.stages.context import ReleaseContext
 from spatial_release.stages.count import read_true_counts
 from spatial_release.suppression.release_system import protect_release
 from spatial_release.traces.synthetic import SyntheticConfig, generate_pings, write_pings
+
+# Whole releases: left out of the fast tier (pytest -m "not slow").
+pytestmark = pytest.mark.slow
 
 K = 5
 TARGETS = 40

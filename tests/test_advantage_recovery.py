@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from spatial_release.risk.advantage import (
     MEMBERSHIP,
@@ -88,6 +89,7 @@ def _key_sets(unit, step, area, steps):
     return sets, np.asarray(keys, dtype=object), key_count
 
 
+@pytest.mark.slow
 def test_the_recovery_gains_on_units_without_a_boundary_key_and_the_gate_bounds_it():
     unit, step, area, steps = _city(600, days=2, seed=7)
     params = AttackParams(draws=3)
@@ -159,6 +161,7 @@ def test_the_recovery_bound_falls_when_the_release_is_coarser():
     assert quantile_higher(coarse.targets[2], 0.95) <= quantile_higher(fine.targets[2], 0.95)
 
 
+@pytest.mark.slow
 def test_the_release_without_a_target_keeps_the_pattern_and_lowers_its_figures():
     """`without_unit` (what the gate re-runs the recovery on) equals the release re-counted without the target
     when its removal withholds nothing, and linking only the target gives it the same success."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult
-from conftest import CELL_A, CELL_B, cell_id, fixture_pings, uniqueness_policy_dict, write_policy
+from support.fixture import CELL_A, CELL_B, cell_id, fixture_pings, uniqueness_policy_dict, write_policy
 
 from spatial_release import stages
 from spatial_release.alerts import OPTIONS, Alert, AlertRouting, Place, deliver, places, read_alert_record
@@ -404,6 +404,7 @@ def test_a_policy_never_holds_a_webhook_url(tmp_path, fixture_traces):
 # ------------------------------------------------------------------------------ a review breach is e-mailed
 
 
+@pytest.mark.slow
 def test_a_review_breach_is_emailed(smtp_server, tmp_path, monkeypatch):
     controller, inbox = smtp_server
     traces = tmp_path / "traces.csv"
@@ -442,6 +443,7 @@ def test_a_review_breach_is_emailed(smtp_server, tmp_path, monkeypatch):
     assert again.deliveries[0].result("email").status == "already sent" and len(inbox.messages) == 1
 
 
+@pytest.mark.slow
 def test_a_blocked_release_reaches_people_through_the_dagster_alert_sensor(smtp_server, webhook, tmp_path, monkeypatch):
     """End to end: the risk gate blocks a release run; the run-failure sensor e-mails and posts the alert
     with dataset, period, check, reason, offending zone and options, and tags the failed run with it."""
@@ -517,6 +519,7 @@ def test_a_blocked_release_reaches_people_through_the_dagster_alert_sensor(smtp_
     assert tags["spatial_release/what_to_do"].split(" | ") == alert["options"]
 
 
+@pytest.mark.slow
 def test_a_release_blocked_on_the_command_line_alerts_by_itself_once(smtp_server, tmp_path, monkeypatch):
     """A run executed in process (the command line) has no code-location origin, so the daemon's sensor
     never sees it: the command line delivers its alert; the sensor, if it saw the run, would send nothing
@@ -538,6 +541,7 @@ def test_a_release_blocked_on_the_command_line_alerts_by_itself_once(smtp_server
     assert len(list((tmp_path / "out" / "alerts").glob("blocked_release-*.json"))) == 1
 
 
+@pytest.mark.slow
 def test_a_step_failure_reason_is_the_message_without_the_class_path():
     """Red-team re-test: a ReleasesMismatch blocking a step reached the alert as
     `spatial_release.ledger.errors.ReleasesMismatch: releases/ ...`; the reason is the message alone."""
@@ -565,6 +569,7 @@ def test_a_step_failure_reason_is_the_message_without_the_class_path():
     assert message_only("ReleasesMismatch: x", "ReleasesMismatch") == "x"
 
 
+@pytest.mark.slow
 def test_a_materialize_all_run_is_alerted_with_its_period_and_a_link_to_the_run(smtp_server, webhook, tmp_path, monkeypatch):
     """A run of Dagster's implicit asset job ("Materialize all" on the programme's group, or a backfill from
     the asset graph) carries neither the programme's job name nor its period tag: it is matched to the

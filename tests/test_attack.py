@@ -124,6 +124,7 @@ def test_dense_coarse_release_gives_near_the_floor():
 # coarser grid withholds fewer figures, so the attacker reads more (measured below, and in docs/guarantees.md).
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2])
 def test_coarser_in_space_is_never_riskier(seed):
     fine = attack_risk(*regular_city(200, 16, 2, k=1, seed=seed), PARAMS)
@@ -131,6 +132,7 @@ def test_coarser_in_space_is_never_riskier(seed):
     assert worst(coarse) <= worst(fine) + 0.01
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2])
 def test_coarser_in_time_is_never_riskier(seed):
     fine = attack_risk(*regular_city(200, 16, 2, k=1, seed=seed), PARAMS)
@@ -138,6 +140,7 @@ def test_coarser_in_time_is_never_riskier(seed):
     assert worst(coarse) <= worst(fine) + 0.01
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2])
 def test_more_units_is_never_riskier(seed):
     few = attack_risk(*regular_city(100, 12, 2, k=1, seed=seed), PARAMS)
@@ -153,6 +156,7 @@ def test_suppression_is_what_makes_a_coarser_grid_riskier():
     assert coarse_view.figure_count.sum() > fine_view.figure_count.sum()
 
 
+@pytest.mark.slow
 def test_planted_unique_trajectory_is_found():
     """Tampering is caught: a unit that walks alone through cells nobody else visits (published at k = 1) is
     linked to its own trajectory: its zone's success is near 1."""
@@ -163,6 +167,7 @@ def test_planted_unique_trajectory_is_found():
     assert planted.linkage >= 0.9
 
 
+@pytest.mark.slow
 def test_same_inputs_same_figures():
     inputs = regular_city(120, 12, 2, k=2)
     a, b = attack_risk(*inputs, PARAMS), attack_risk(*inputs, PARAMS)

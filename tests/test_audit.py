@@ -284,6 +284,7 @@ def _brute_force(values: dict, known_leaves: set, known_margins: dict) -> dict:
     return feasible
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     values=st.lists(st.integers(0, 3), min_size=5, max_size=5),
@@ -373,6 +374,7 @@ def test_tau_compatibility_criterion_is_weaker_than_ours():
     assert Criterion(5, 10).upper(2) == 3 and Criterion(5).upper(2) == 5 and Criterion(5, 10).lower(1) == 0
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(
     st.integers(1, 40).flatmap(

@@ -47,6 +47,7 @@ def spied_chunks(monkeypatch) -> list:
     return calls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_blocks_give_the_pinned_golden_pattern(split_everything, monkeypatch, workers):
     """The golden table (three weekly buckets: three blocks) split into one chunk per block gives, under both
@@ -85,6 +86,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("measure, method, seed", CASES)
 def test_blocks_match_the_whole_table_and_pass_an_independent_audit(split_everything, monkeypatch, measure, method, seed):
     leaves, margins, spec = bigger_counts(monkeypatch, buckets=4, seed=seed, measure=measure)

@@ -11,8 +11,8 @@ import geopandas as gpd
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import CELL_B, CELL_C, cell_id
 from shapely.geometry import box
+from support.fixture import CELL_B, CELL_C, cell_id
 
 from spatial_release import stages
 from spatial_release.fileio import sha256_file
@@ -101,6 +101,7 @@ def leaky(table: Table, certificate: Certificate) -> tuple[Table, int, int]:
 # ---- all cores: same verdicts whatever the worker count -------------------------------------------
 
 
+@pytest.mark.slow
 def test_verdicts_and_bounds_identical_with_1_and_2_workers(monkeypatch):
     monkeypatch.setattr(audit_module, "PARALLEL_MIN_NODES", 0)  # small table: use the pool anyway
     monkeypatch.setattr(audit_module, "PACK_NODES", 60)  # several jobs, so that both workers get some
@@ -161,6 +162,7 @@ def assert_same_pattern_and_certificate(protected: list[tuple[Table, object]]) -
         pd.testing.assert_frame_equal(points, points_1)
 
 
+@pytest.mark.slow
 def test_pattern_and_certificate_identical_with_1_and_2_workers(monkeypatch):
     monkeypatch.setattr(audit_module, "PARALLEL_MIN_NODES", 0)
     monkeypatch.setattr(audit_module, "PACK_NODES", 60)
@@ -367,6 +369,7 @@ PERIOD = Period.parse("2018-Q1")
 BUCKET = pd.Timestamp("2018-01-10T05:00:00Z")
 
 
+@pytest.mark.slow
 def test_check_and_publication_verify_the_protection_steps_certificate(tmp_path, fixture_policy):
     ctx = stages.ReleaseContext(fixture_policy, PERIOD, tmp_path / "work")
     stages.run_ingest(ctx)
@@ -424,6 +427,7 @@ def test_an_unbounded_upper_bound_is_witnessed_by_a_point_beyond_the_criterion()
     assert verify(table, replace(certificate, primaries=forged), INPUTS, Criterion(K)).unverified
 
 
+@pytest.mark.slow
 def test_publication_reuses_the_checks_audit_verdict_only_for_byte_identical_inputs(tmp_path, fixture_policy, monkeypatch):
     """The publish step re-evaluates every guarantee; the audit's verdict is reused from the check when the
     inputs, the structure, the certificate, the check's own outputs and the code are byte-identical, and

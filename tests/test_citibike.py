@@ -12,12 +12,12 @@ import re
 import geopandas as gpd
 import pandas as pd
 import pytest
-from conftest import PROJECT_ROOT, SHARED_DATA, requires_shared
-from documentation import manual_text
+from support.documentation import manual_text
+from support.paths import PROJECT_ROOT, SHARED_DATA, requires_shared
 
 from spatial_release import cli
 
-pytestmark = requires_shared
+pytestmark = [requires_shared, pytest.mark.slow]  # slow: the Citi Bike releases, left out of the fast tier
 K = 20  # the policy's k
 SHARED_FIGURES = 500
 TZ = "America/New_York"

@@ -8,11 +8,12 @@ import geopandas as gpd
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id, policy_dict, spy_packing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyproj import Transformer
 from shapely import box
+from support.fixture import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id, policy_dict
+from support.spies import spy_packing
 
 from spatial_release import stages
 from spatial_release.counting import count_pings, period_buckets
@@ -110,6 +111,7 @@ pings_strategy = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     rows=pings_strategy,
@@ -129,6 +131,7 @@ def test_counts_match_brute_force_with_pyproj_placement(tmp_path, rows, measure,
     assert _as_dicts(cells, margins) == _brute_force(pings, exact, measure, _parent_500)
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=pings_strategy)
 def test_presence_is_additive_and_visitors_bounded(tmp_path, rows):
@@ -165,6 +168,7 @@ def _edge_points(crs: str, size: int, n: int, seed: int, spread: int = 2000) -> 
     return to_lonlat.transform(x, y)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "crs, fitted",
     [
@@ -244,6 +248,7 @@ def _zones_file(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("integer_units", [False, True])
 def test_zone_counts_match_the_strtree_including_boundaries_and_outside(tmp_path, integer_units, monkeypatch):
     decided = spy_packing(monkeypatch)
@@ -365,6 +370,7 @@ def test_period_buckets(bucket, first, count):
     assert len(buckets) == count
 
 
+@pytest.mark.slow
 def test_fixture_counts_distinct_devices_not_pings(tmp_path, fixture_policy):
     ctx = stages.ReleaseContext(fixture_policy, PERIOD, tmp_path / "work")
     area = ctx.area

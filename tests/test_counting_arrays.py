@@ -16,7 +16,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import policy_dict, spy_packing
+from support.fixture import policy_dict
+from support.spies import spy_packing
 from test_counting import _edge_points, zones_with_pings_in_no_zone
 
 from spatial_release import stages
@@ -137,6 +138,7 @@ def test_negative_control_without_the_guard_band_a_millimetre_misplaces_points(t
     assert (placed.to_numpy() != Grid(policy.geometry).locate(lon, lat)).sum() > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed, unit_type, ts_unit", [(1, np.int64, "us"), (2, np.int32, "ms"), (3, np.uint16, "us")])
 def test_array_scan_equals_the_sql_scans(tmp_path, monkeypatch, seed, unit_type, ts_unit):
     pings = _random_pings(seed, 3_000)
@@ -157,6 +159,7 @@ def test_array_scan_equals_the_sql_scans(tmp_path, monkeypatch, seed, unit_type,
     assert pd.read_parquet(results["arrays"].membership_path)["unit"].dtype == unit_type
 
 
+@pytest.mark.slow
 def test_array_scan_on_zones_with_pings_in_no_zone(tmp_path, monkeypatch):
     policy, path = zones_with_pings_in_no_zone(tmp_path)
     runs = _spy_scan(monkeypatch)
@@ -222,6 +225,7 @@ def test_presence_split_over_threads_equals_one_thread(tmp_path, monkeypatch):
     _assert_same(three, one)
 
 
+@pytest.mark.slow
 def test_array_path_with_a_time_ladder_equals_the_sql_path(tmp_path, monkeypatch):
     """Hours with a ladder of days and the period: the packed path's margins (sums in numpy) and its rungs
     (distinct units in SQL over its membership) against the SQL path's."""

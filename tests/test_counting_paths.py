@@ -12,8 +12,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from conftest import policy_dict, spy_packing
 from pyproj import Transformer
+from support.fixture import policy_dict
+from support.spies import spy_packing
 
 from spatial_release import stages
 from spatial_release.counting import count_pings, data_extent
@@ -106,6 +107,7 @@ def _outputs(result) -> list[pd.DataFrame]:
     return [f.sort_values(list(f.columns)).reset_index(drop=True) for f in frames]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "seed, unit_type",
     [(1, np.int64), (2, np.int32), (3, np.int16), (4, np.uint32), (5, np.int8), (6, np.uint8), (7, np.uint16)],
@@ -143,6 +145,7 @@ def test_packed_keys_and_presence_by_area_equal_the_generic_path(tmp_path, seed,
     assert pd.read_parquet(results["packed"].membership_path)["unit"].dtype == unit_type
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "units, why",
     [
@@ -217,6 +220,7 @@ def test_presence_from_keys_negative_control_the_check_catches_a_tie_broken_the_
         _check_against_pandas(wrong, unit, bucket, area)
 
 
+@pytest.mark.slow
 def test_one_engine_counts_twice_through_both_paths(tmp_path):
     """The packed path leaves its membership as a view of Arrow arrays, the SQL paths as a table under the
     same name: counting again on the same engine, either way round, replaces it and gives the same tables."""
@@ -235,6 +239,7 @@ def test_one_engine_counts_twice_through_both_paths(tmp_path):
             pd.testing.assert_frame_equal(a, b)
 
 
+@pytest.mark.slow
 def test_packed_path_on_zones_with_pings_in_no_zone_equals_the_sql_path(tmp_path, monkeypatch):
     """Zones leave pings in no area (slot 0) and unsure pings on shared edges that the exact assignment puts
     in no zone: the packed path's outside counts, outside file and tables against the SQL path's."""
@@ -268,6 +273,7 @@ def test_packed_path_on_zones_with_pings_in_no_zone_equals_the_sql_path(tmp_path
     )
 
 
+@pytest.mark.slow
 def test_packed_path_declines_past_the_memory_limit_and_reads_it(tmp_path, monkeypatch):
     from spatial_release.counting import packed
     from spatial_release.counting.engines import DuckDBEngine, DuckDBSettings
@@ -295,6 +301,7 @@ def test_packed_path_declines_past_the_memory_limit_and_reads_it(tmp_path, monke
         pd.testing.assert_frame_equal(a, b)
 
 
+@pytest.mark.slow
 def test_packed_path_declines_a_null_coordinate_which_the_sql_path_counts_outside(tmp_path, monkeypatch):
     """Ingest quarantines NULL coordinates; a caller who passes one anyway gets the SQL path's answer (the
     ping in no zone), not a zone made up from a NULL area key."""

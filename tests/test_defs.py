@@ -10,21 +10,11 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import (
-    CELL_A,
-    CELL_B,
-    CELL_C,
-    CELL_D,
-    CELL_E,
-    SHARED_DATA,
-    K,
-    cell_id,
-    fixture_pings,
-    period_sensor_keys,
-    policy_dict,
-    write_policy,
-)
-from documentation import manual_text
+from support.documentation import manual_text
+from support.fixture import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id, fixture_pings, policy_dict, write_policy
+from support.paths import SHARED_DATA
+from support.releases import published_folder, release
+from support.spies import period_sensor_keys
 
 from spatial_release import cli, stages
 from spatial_release.definitions import defs as load_definitions
@@ -56,6 +46,7 @@ def public_counts_of(cells: pd.DataFrame, margins: pd.DataFrame, column: str) ->
 PARTITION = "2018-Q1"
 
 
+@pytest.mark.slow
 def test_definitions_load():
     dg.Definitions.validate_loadable(defs)
     # a programme's partitions are its periods, by label, as its period sensor adds them: the demo's declared
@@ -100,6 +91,7 @@ def test_definitions_load():
         assert job.executor_def.name == "in_process", job.name
 
 
+@pytest.mark.slow
 def test_schedule_requests_the_quarter_that_just_closed(tmp_path, monkeypatch):
     for name in ("RELEASES", "WORK", "LEDGER"):
         monkeypatch.setenv(f"SPATIAL_RELEASE_{name}", str(tmp_path / name.lower()))
@@ -145,6 +137,7 @@ def _materialized(result) -> set[str]:
     return {m.asset_key.to_user_string() for m in result.get_asset_materialization_events()}
 
 
+@pytest.mark.slow
 def test_release_job_publishes_the_fixture(tmp_path):
     result = _run(tmp_path, _policy_file(tmp_path))
     assert result.success
@@ -252,6 +245,7 @@ def leaky_suppressor(monkeypatch):
     monkeypatch.setattr(protect_stage, "protect_release", leaky)
 
 
+@pytest.mark.slow
 def test_blocking_check_stops_the_release(tmp_path, leaky_suppressor):
     result = _run(tmp_path, _policy_file(tmp_path))
     assert not result.success
@@ -263,6 +257,7 @@ def test_blocking_check_stops_the_release(tmp_path, leaky_suppressor):
     assert not (tmp_path / "releases" / "fixture" / "2018-Q1").exists()
 
 
+@pytest.mark.slow
 def test_rejected_share_blocks_before_counting(tmp_path):
     result = _run(tmp_path, _policy_file(tmp_path, bad_row=True, max_rejected_share=0.0))
     assert not result.success
@@ -271,6 +266,7 @@ def test_rejected_share_blocks_before_counting(tmp_path):
     assert _materialized(result) == {"fixture/validated_pings"}
 
 
+@pytest.mark.slow
 def test_a_published_release_is_never_overwritten(tmp_path):
     policy = _policy_file(tmp_path)
     assert _run(tmp_path, policy).success
@@ -280,23 +276,10 @@ def test_a_published_release_is_never_overwritten(tmp_path):
     assert sha256_file(tmp_path / "releases/fixture/2018-Q1/release.json") == before
 
 
+@pytest.mark.slow
 def test_cli_release_publishes(tmp_path, capsys):
     # --memory-limit reaches the counting resource: DuckDB runs the counting step under it
-    code = cli.main(
-        [
-            "release",
-            "--policy",
-            str(_policy_file(tmp_path)),
-            "--period",
-            "2018-Q1",
-            "--out",
-            str(tmp_path / "out"),
-            "--ledger",
-            str(tmp_path / "ledger"),
-            "--memory-limit",
-            "300MB",
-        ]
-    )
+    code = release(_policy_file(tmp_path), tmp_path, extra=["--memory-limit", "300MB"])
     assert code == 0
     captured = capsys.readouterr()
     assert "3 published" in captured.out and str(tmp_path / "out" / "releases" / "fixture" / "2018-Q1") in captured.out
@@ -305,20 +288,9 @@ def test_cli_release_publishes(tmp_path, capsys):
     assert counts["engine_settings"]["memory_limit"] == "286.1 MiB"  # DuckDB's spelling of 300MB
 
 
+@pytest.mark.slow
 def test_cli_blocked_release_names_check_and_cell(tmp_path, capsys, leaky_suppressor):
-    code = cli.main(
-        [
-            "release",
-            "--policy",
-            str(_policy_file(tmp_path)),
-            "--period",
-            "2018-Q1",
-            "--out",
-            str(tmp_path / "out"),
-            "--ledger",
-            str(tmp_path / "ledger"),
-        ]
-    )
+    code = release(_policy_file(tmp_path), tmp_path)
     assert code == 1
     err = capsys.readouterr().err
     assert "BLOCKED by check 'k_floor'" in err and cell_id(CELL_B) in err
@@ -347,42 +319,27 @@ def test_cli_bad_policy_is_a_usage_error(tmp_path, capsys):
     assert f"{bad}" in capsys.readouterr().err
 
 
-def _publish_with_cli(tmp_path) -> Path:
-    policy = _policy_file(tmp_path)
-    assert (
-        cli.main(
-            [
-                "release",
-                "--policy",
-                str(policy),
-                "--period",
-                "2018-Q1",
-                "--out",
-                str(tmp_path / "out"),
-                "--ledger",
-                str(tmp_path / "ledger"),
-            ]
-        )
-        == 0
-    )
-    return policy
+# The audit tests read the run's published fixture release (conftest.published_q1, published through the
+# command line as test_cli_release_publishes does): a copy of it each, never a release of their own.
 
 
-def test_cli_audit_passes_on_a_published_release(tmp_path, capsys):
-    policy = _publish_with_cli(tmp_path)
-    folder = tmp_path / "out" / "releases" / "fixture" / "2018-Q1"
+@pytest.mark.slow
+def test_cli_audit_passes_on_a_published_release(published_q1, capsys):
+    policy = published_q1 / "policy.yaml"
+    folder = published_folder(published_q1)
     capsys.readouterr()
     assert cli.main(["audit", str(folder), "--policy", str(policy)]) == 0
     out = capsys.readouterr().out
     assert "PASSED" in out and "2 withheld primaries audited" in out
-    intervals = pd.read_parquet(tmp_path / "out" / "work" / "fixture" / "2018-Q1" / "audit_intervals.internal.parquet")
+    intervals = pd.read_parquet(published_q1 / "out" / "work" / "fixture" / "2018-Q1" / "audit_intervals.internal.parquet")
     assert len(intervals) == 2 and intervals["passed"].all()
 
 
-def test_cli_audit_fails_a_release_that_leaks(tmp_path, capsys):
+@pytest.mark.slow
+def test_cli_audit_fails_a_release_that_leaks(published_q1, capsys):
     """The folder is edited after publication (B is published, the record re-hashed): C is then recovered."""
-    policy = _publish_with_cli(tmp_path)
-    folder = tmp_path / "out" / "releases" / "fixture" / "2018-Q1"
+    policy = published_q1 / "policy.yaml"
+    folder = published_folder(published_q1)
     cells = gpd.read_parquet(folder / "cells.parquet")
     b = cells.iloc[[0]].assign(cell_id=cell_id(CELL_B), n_devices=2)
     pd.concat([cells, b], ignore_index=True).to_parquet(folder / "cells.parquet")
@@ -396,13 +353,15 @@ def test_cli_audit_fails_a_release_that_leaks(tmp_path, capsys):
     assert "FAILED" in out and cell_id(CELL_C) in out
 
 
-def test_cli_audit_refuses_another_policy(tmp_path, capsys):
-    policy = _publish_with_cli(tmp_path)
-    other = write_policy(tmp_path, {**yaml.safe_load(policy.read_text()), "version": 2}, name="other.yaml")
-    folder = tmp_path / "out" / "releases" / "fixture" / "2018-Q1"
+@pytest.mark.slow
+def test_cli_audit_refuses_another_policy(published_q1, capsys):
+    policy = published_q1 / "policy.yaml"
+    other = write_policy(published_q1, {**yaml.safe_load(policy.read_text()), "version": 2}, name="other.yaml")
+    folder = published_folder(published_q1)
     assert cli.main(["audit", str(folder), "--policy", str(other)]) == 2
 
 
+@pytest.mark.slow
 def test_progress_of_ingest_counting_and_audit_is_in_the_run_log(tmp_path):
     instance = dg.DagsterInstance.ephemeral()
     result = _run(tmp_path, _policy_file(tmp_path), instance).candidate

@@ -4,10 +4,14 @@ import json
 
 import geopandas as gpd
 import pandas as pd
-from conftest import PROJECT_ROOT
+import pytest
+from support.paths import PROJECT_ROOT
 
 from spatial_release import cli
 from spatial_release.policy.zeros import read_structural_zeros
+
+# Whole releases: left out of the fast tier (pytest -m "not slow").
+pytestmark = pytest.mark.slow
 
 
 def test_demo_publishes(tmp_path, capsys):

@@ -2,7 +2,7 @@
 the manual with `mkdocs build --strict`; these checks cover the README and bench/RESULTS.md, which the site
 does not contain, and run without mkdocs."""
 
-from documentation import PROJECT_ROOT, README, README_MAX_LINES, anchor, broken_links, pages
+from support.documentation import PROJECT_ROOT, README, README_MAX_LINES, anchor, broken_links, pages
 
 
 def test_the_readme_is_read_in_five_minutes():

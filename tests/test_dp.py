@@ -78,6 +78,7 @@ def test_bounding_names_missing_columns():
         bound_contributions(membership().drop(columns="cell_id"), 1, 1, seed=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("b", "c"), [(2, 1), (3, 2)])
 def test_a_unit_moves_at_most_l0_figures_by_one(b, c):
     rows = membership()
@@ -177,6 +178,7 @@ RUNGS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("b", "c"), [(2, 1), (3, 2)])
 def test_a_unit_moves_at_most_l0_figures_of_every_rung_by_one(b, c):
     """Each rung of a time ladder is counted from the same bounded rows: the sensitivity grows with the rungs
@@ -246,6 +248,7 @@ def test_a_configurations_share_shown_and_error_are_measured_against_the_truth_a
     assert set(public_rows([row])[0]) == {"configuration", "l0", "scale", "threshold", "published"}
 
 
+@pytest.mark.slow
 def test_every_configuration_is_calibrated_at_the_policys_loss():
     params = DpParams("approx", 1e-6, 2, 1, epsilon=1.0)
     rows = [

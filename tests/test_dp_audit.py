@@ -73,6 +73,7 @@ def test_the_canary_moves_at_most_l0_figures(neighbours):
     assert ((moved["n"] - moved["n_o"]).abs() <= 1).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("epsilon", [1.0, 4.0])
 def test_audit_of_the_opendp_mechanism_stays_within_epsilon(neighbours, epsilon):
     without, with_canary, keys = neighbours
@@ -107,6 +108,7 @@ def boundary_neighbours():
     return without, with_canary, canary_keys_of(with_canary, without), threshold
 
 
+@pytest.mark.slow
 def test_the_gates_membership_rule_breaks_a_noiseless_threshold_and_not_the_mechanism(boundary_neighbours):
     """`shown_statistic` is the advantage gate's membership rule (in if a known key is published): advantage 1
     against the threshold without noise at the boundary, within the DP bound against OpenDP's mechanism."""

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import PROJECT_ROOT, policy_dict, write_policy
+from support.fixture import policy_dict, write_policy
+from support.paths import PROJECT_ROOT
 
 from spatial_release.policy import DpProtection, PolicyError, load_policy
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import SIZE, lonlat_in, policy_dict, write_policy
+from support.fixture import SIZE, lonlat_in, policy_dict, write_policy
 
 from spatial_release import cli, guarantees, stages
 from spatial_release.defs.catalogue import programme_for
@@ -105,6 +105,7 @@ def publish_by_stages(policy_path: Path, period: str, root: Path) -> Path:
     return stages.run_publish(ctx, root / "releases", ledger)[0]
 
 
+@pytest.mark.slow
 def test_dp_release_publishes_noisy_consistent_figures_records_the_mechanism_and_spends_one_budget(tmp_path, traces):
     quarterly = dp_policy(tmp_path, traces, "dpq")
     run = execute_release(programme_for(quarterly), "2018-Q1", settings(tmp_path))
@@ -186,6 +187,7 @@ def _rewrite_manifest(ctx: stages.ReleaseContext, **privacy) -> None:
     replace(manifest, summary=summary).write(ctx.area.candidate)
 
 
+@pytest.mark.slow
 def test_dp_mechanism_check_refuses_a_record_that_differs_from_the_policy(dp_candidate):
     ctx = dp_candidate
     assert stages.check_dp_mechanism(ctx).passed
@@ -264,6 +266,7 @@ def test_the_dp_protection_logs_no_count_of_the_datas_keys(dp_candidate):
     assert messages and not any(ch.isdigit() for message in messages for ch in message)
 
 
+@pytest.mark.slow
 def test_a_zcdp_programme_publishes_with_gaussian_noise_and_accounts_rho(tmp_path, traces):
     policy = dp_policy(tmp_path, traces, "dpz", accounting="zcdp", epsilon=None, rho=0.5, budget={"rho": 1.0, "delta": 1e-5})
     record = json.loads((publish_by_stages(policy, "2018-Q1", tmp_path) / "release.json").read_text())
@@ -274,6 +277,7 @@ def test_a_zcdp_programme_publishes_with_gaussian_noise_and_accounts_rho(tmp_pat
     assert 0 < record["risk"]["release_figure"] < 1 and record["risk"]["model"] == "dp"
 
 
+@pytest.mark.slow
 def test_a_dp_programme_without_a_risk_section_is_reviewed_and_its_per_unit_files_kept_for_the_default_retention(
     tmp_path, traces
 ):
@@ -308,6 +312,7 @@ def test_a_dp_programme_without_a_risk_section_is_reviewed_and_its_per_unit_file
     assert [b.period for b in run.review.breaches] == ["2018-01"] and len(run.alerts) == 1
 
 
+@pytest.mark.slow
 def test_a_dp_time_ladder_publishes_every_rung_consistent_and_accounts_the_rungs_composed(tmp_path, traces):
     """A DP programme with a time ladder publishes each rung's figures from the same bounded rows: the
     sensitivity is the rungs' summed, the loss stays the policy's (at most the rungs' losses composed), cut

@@ -4,6 +4,7 @@ with its cause in one line (the traceback only with --debug); the job runner ret
 from pathlib import Path
 
 import pytest
+from support.releases import release, release_argv
 
 from spatial_release import cli
 from spatial_release.errors import Blocked, ExitCode, UserError, kind_of
@@ -67,31 +68,19 @@ def test_run_outcome_exit_code_and_messages():
 
 
 def test_a_policy_with_no_trace_source_is_a_user_error_before_the_run(tmp_path, capsys):
-    from conftest import policy_dict, write_policy
+    from support.fixture import policy_dict, write_policy
 
     data = policy_dict("unused")
     data["source"]["paths"] = []  # no paths, no traces given, no synthetic section
-    policy = write_policy(tmp_path, data)
-    code = cli.main(
-        [
-            "release",
-            "--policy",
-            str(policy),
-            "--period",
-            "2018-Q1",
-            "--out",
-            str(tmp_path / "out"),
-            "--ledger",
-            str(tmp_path / "ledger"),
-        ]
-    )
+    code = release(write_policy(tmp_path, data), tmp_path)
     err = capsys.readouterr().err
     assert code == 2 and "source.paths" in err and "source.synthetic" in err, err
     assert not (tmp_path / "out" / "work").exists()  # nothing started
 
 
+@pytest.mark.slow
 def test_a_bug_inside_the_run_exits_3_naming_the_step(tmp_path, capsys, monkeypatch):
-    from conftest import fixture_pings, policy_dict, write_policy
+    from support.fixture import fixture_pings, policy_dict, write_policy
 
     from spatial_release import guarantees
 
@@ -121,7 +110,7 @@ def test_an_output_folder_that_cannot_be_written_is_a_user_error(tmp_path, capsy
 def _fixture_release(tmp_path: Path, zeros: bool = False) -> list[str]:
     """`release` arguments for the fixture policy and traces in `tmp_path` (with `zeros`, a structural-zeros
     list naming a cell that holds units: the `structural_zeros_hold` check blocks)."""
-    from conftest import CELL_A, cell_id, fixture_pings, policy_dict, write_policy
+    from support.fixture import CELL_A, cell_id, fixture_pings, policy_dict, write_policy
 
     traces = tmp_path / "traces.csv"
     fixture_pings().to_csv(traces, index=False)
@@ -130,17 +119,7 @@ def _fixture_release(tmp_path: Path, zeros: bool = False) -> list[str]:
         (tmp_path / "zeros.csv").write_text(f"cell_id\n{cell_id(CELL_A)}\n")
         data["suppression"]["zeros"] = "zeros.csv"
     policy = write_policy(tmp_path, data)
-    return [
-        "release",
-        "--policy",
-        str(policy),
-        "--period",
-        "2018-Q1",
-        "--out",
-        str(tmp_path / "out"),
-        "--ledger",
-        str(tmp_path / "ledger"),
-    ]
+    return release_argv(policy, tmp_path)
 
 
 def _without(argv: list[str], option: str) -> list[str]:
@@ -168,6 +147,7 @@ def test_bad_folders_memory_limits_and_years_are_user_errors_before_any_work(tmp
     assert not (tmp_path / "out").exists() and not (tmp_path / "ledger").exists()
 
 
+@pytest.mark.slow
 def test_a_blocked_run_prints_no_stack_trace(tmp_path, capfd):
     """Red team, issue 23: every blocked run printed Dagster's `Stack Trace:` blocks on stderr; only
     --debug shows them now. The blocking check is named once, with its offending cell."""
@@ -178,12 +158,13 @@ def test_a_blocked_run_prints_no_stack_trace(tmp_path, capfd):
     assert "BLOCKED by check 'structural_zeros_hold'" in err and "DagsterAssetCheckFailedError" not in err
 
 
+@pytest.mark.slow
 def test_a_corrupt_parquet_page_is_a_user_error_without_frames(tmp_path, capfd):
     """Red team, issue 23: a Parquet file whose footer reads but whose data page does not exited 2 with
     Python frames on stderr."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from conftest import fixture_pings
+    from support.fixture import fixture_pings
 
     argv = _fixture_release(tmp_path)
     traces = tmp_path / "traces.parquet"
@@ -198,6 +179,7 @@ def test_a_corrupt_parquet_page_is_a_user_error_without_frames(tmp_path, capfd):
     assert f"{traces}: cannot read as parquet" in err
 
 
+@pytest.mark.slow
 def test_a_full_disk_at_the_ledger_append_is_named_and_the_next_run_finishes(tmp_path, capfd, monkeypatch):
     """Red team, issue 23: ENOSPC after the ledger's entries were written, before HEAD: exit 3 with a
     traceback, and an alert `blocked_release`, published, "withdraw the release". Now the exit names the
@@ -227,6 +209,7 @@ def test_a_full_disk_at_the_ledger_append_is_named_and_the_next_run_finishes(tmp
     assert (tmp_path / "out" / "releases" / "fixture" / "2018-Q1" / "release.json").is_file()
 
 
+@pytest.mark.slow
 def test_an_alert_names_neither_a_trace_file_nor_a_unit_id(tmp_path):
     """Red team, issue 23: alerts quoted trace paths, and `Alert.build(never=...)` was never given the ids.
     A per-device export `bike-e0.parquet` (e0 is a device of the fixture) whose data page is corrupt stops
@@ -235,7 +218,7 @@ def test_an_alert_names_neither_a_trace_file_nor_a_unit_id(tmp_path):
 
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from conftest import fixture_pings
+    from support.fixture import fixture_pings
 
     argv = _fixture_release(tmp_path)
     traces = tmp_path / "bike-e0.parquet"

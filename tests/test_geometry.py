@@ -4,11 +4,11 @@ import geopandas as gpd
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import SHARED_DATA, requires_shared
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyproj import Transformer
 from shapely import LineString, Point, Polygon, box, unary_union
+from support.paths import SHARED_DATA, requires_shared
 
 from spatial_release.geometry import Grid, ZoneLayer
 from spatial_release.policy import GridGeometry, ZonesGeometry
@@ -38,6 +38,7 @@ def test_points_near_cell_edges_agree_with_pyproj_and_shapely():
     assert (np.floor(x / 250) == expected_ix).all()
 
 
+@pytest.mark.slow
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.integers(-50, 50), st.integers(-50, 50)), min_size=1, max_size=30))
 def test_parent_is_exact_union_of_children(indices):
@@ -89,6 +90,7 @@ def test_zone_assignment_agrees_with_geopandas_sjoin():
     assert (pd.isna(reference)).sum() > 0  # some points fall outside every ward and are reported as such
 
 
+@pytest.mark.slow
 def test_fitted_projection_is_used_only_where_it_is_exact():
     from spatial_release.geometry.sqlproj import GUARD_M, fitted_projection
 
@@ -159,6 +161,7 @@ def test_overlapping_zones_are_refused_and_boundary_slivers_are_not(tmp_path):
     assert layer.locate(np.array(lon), np.array(lat)).tolist() == ["z0", "z0", "z1"]  # the sliver: smallest id
 
 
+@pytest.mark.slow
 @requires_shared
 def test_the_real_zone_files_pass_the_shape_checks():
     for name, column in (("jc-wards.geojson", "ward"), ("hudson-blocks-geo.geojson", "GEOID")):

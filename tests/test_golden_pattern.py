@@ -117,6 +117,7 @@ def render(rows: list[dict]) -> str:
     return out.getvalue()
 
 
+@pytest.mark.slow
 def test_suppression_pattern_matches_golden():
     rows = [*pattern("presence"), *pattern("visitors")]
     text = render(rows)

@@ -10,8 +10,8 @@ from dataclasses import replace
 import geopandas as gpd
 import pandas as pd
 import pytest
-from conftest import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id
 from shapely import box
+from support.fixture import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id
 
 from spatial_release import stages
 from spatial_release.fileio import sha256_file
@@ -64,6 +64,7 @@ def _row(cell, n):
     )
 
 
+@pytest.mark.slow
 def test_all_guarantees_pass_on_the_protected_fixture(protected):
     ctx = protected
     area = ctx.area
@@ -84,6 +85,7 @@ def test_all_guarantees_pass_on_the_protected_fixture(protected):
     assert published == {cell_id(CELL_A): K, cell_id(CELL_D): 5, cell_id(CELL_E): 6}
 
 
+@pytest.mark.slow
 def test_k_floor_rejects_a_cell_below_k(protected):
     ctx = protected
     area = ctx.area
@@ -97,6 +99,7 @@ def test_k_floor_rejects_a_cell_below_k(protected):
     assert outcome.summary.endswith(f"first: {outcome.offending[0]}")
 
 
+@pytest.mark.slow
 def test_k_floor_rejects_the_lonely_device_even_if_inflated(protected):
     ctx = protected
     area = ctx.area
@@ -111,6 +114,7 @@ def test_k_floor_rejects_the_lonely_device_even_if_inflated(protected):
     assert outcome.summary.endswith(f"first: {outcome.offending[0]}")
 
 
+@pytest.mark.slow
 def test_k_floor_rejects_a_misreported_count(protected):
     ctx = protected
     area = ctx.area
@@ -120,6 +124,7 @@ def test_k_floor_rejects_a_misreported_count(protected):
     assert not stages.check_k_floor(ctx).passed
 
 
+@pytest.mark.slow
 def test_k_floor_rejects_a_margin_below_k(protected):
     ctx = protected
     area = ctx.area
@@ -138,6 +143,7 @@ def test_k_floor_rejects_a_margin_below_k(protected):
     assert not stages.check_k_floor(ctx).passed
 
 
+@pytest.mark.slow
 def test_k_floor_boundary_is_inclusive(protected):
     ctx = protected
     policy, area = ctx.policy, ctx.area
@@ -149,6 +155,7 @@ def test_k_floor_boundary_is_inclusive(protected):
     assert not stages.check_k_floor(_with(ctx, k_plus)).passed  # with k + 1 that same cell is a violation
 
 
+@pytest.mark.slow
 def test_withheld_absent_rejects_a_null_row(protected):
     ctx = protected
     area = ctx.area
@@ -161,6 +168,7 @@ def test_withheld_absent_rejects_a_null_row(protected):
     assert {p["problem"] for p in outcome.offending} >= {"null value", "withheld key present"}
 
 
+@pytest.mark.slow
 def test_withheld_absent_rejects_a_flag_column(protected):
     ctx = protected
     area = ctx.area
@@ -169,6 +177,7 @@ def test_withheld_absent_rejects_a_flag_column(protected):
     assert not outcome.passed and outcome.offending[0]["column"] == "suppressed"
 
 
+@pytest.mark.slow
 def test_withheld_absent_rejects_a_zero_standing_for_a_gap(protected):
     ctx = protected
     area = ctx.area
@@ -178,6 +187,7 @@ def test_withheld_absent_rejects_a_zero_standing_for_a_gap(protected):
     assert "zero row that is not a structural zero" in {p["problem"] for p in outcome.offending}
 
 
+@pytest.mark.slow
 def test_withheld_absent_rejects_duplicated_keys(protected):
     ctx = protected
     area = ctx.area
@@ -187,6 +197,7 @@ def test_withheld_absent_rejects_duplicated_keys(protected):
     assert not outcome.passed and outcome.offending[0]["problem"] == "duplicated key"
 
 
+@pytest.mark.slow
 def test_no_identifiers_rejects_an_identifier_column(protected):
     ctx = protected
     area = ctx.area
@@ -199,6 +210,7 @@ def test_no_identifiers_rejects_an_identifier_column(protected):
     }
 
 
+@pytest.mark.slow
 def test_no_identifiers_rejects_a_unit_id_value(protected):
     ctx = protected
     area = ctx.area
@@ -211,6 +223,7 @@ def test_no_identifiers_rejects_a_unit_id_value(protected):
     assert "lonely" not in repr(outcome)
 
 
+@pytest.mark.slow
 def test_no_identifiers_rejects_a_raw_input_column(protected):
     ctx = protected
     area = ctx.area
@@ -219,6 +232,7 @@ def test_no_identifiers_rejects_a_raw_input_column(protected):
     assert not outcome.passed and outcome.offending[0]["problem"] == "raw input column"
 
 
+@pytest.mark.slow
 def test_suppression_budget_rejects_too_much_withheld(protected):
     ctx = protected
     policy = ctx.policy
@@ -230,6 +244,7 @@ def test_suppression_budget_rejects_too_much_withheld(protected):
     assert stages.check_suppression_budget(ctx).passed
 
 
+@pytest.mark.slow
 def test_candidate_changed_after_manifest_is_refused(protected):
     ctx = protected
     area = ctx.area
@@ -238,6 +253,7 @@ def test_candidate_changed_after_manifest_is_refused(protected):
         stages.check_k_floor(ctx)
 
 
+@pytest.mark.slow
 def test_publish_refuses_a_failing_candidate(protected, tmp_path):
     ctx = protected
     policy, area = ctx.policy, ctx.area
@@ -248,11 +264,12 @@ def test_publish_refuses_a_failing_candidate(protected, tmp_path):
     assert not (tmp_path / "ledger" / "entries.jsonl").exists()  # nothing recorded either
 
 
+@pytest.mark.slow
 def test_suppression_audit_rejects_primary_only_suppression(tmp_path, fixture_traces):
     """The classic leak: with k = 4, primary suppression alone withholds A (3) but publishes its 2 km parent
     (9) and sibling E (6), so A + (the parent's absent empty cells) = 3: A is shown to be below k. The
     audit over the candidate files must block it."""
-    from conftest import policy_dict, write_policy
+    from support.fixture import policy_dict, write_policy
 
     from spatial_release.policy import load_policy
     from spatial_release.suppression.rules import publishable
@@ -287,6 +304,7 @@ def test_suppression_audit_rejects_primary_only_suppression(tmp_path, fixture_tr
     assert a["attacker_up"] == 3 and not a["passed"]
 
 
+@pytest.mark.slow
 def test_suppression_audit_includes_earlier_releases_of_the_period(protected):
     """An earlier release of the same period that published C's value makes B recoverable now."""
     ctx = protected
@@ -298,6 +316,7 @@ def test_suppression_audit_includes_earlier_releases_of_the_period(protected):
     assert {o["area_id"] for o in outcome.offending if "area_id" in o} == {cell_id(CELL_B)}
 
 
+@pytest.mark.slow
 def test_suppression_audit_fails_when_releases_contradict_each_other(protected):
     ctx = protected
     other = pd.DataFrame({"cell_id": [cell_id(CELL_D)], "bucket_start": [BUCKET], "n_devices": [4]})  # truly 5
@@ -308,7 +327,7 @@ def test_suppression_audit_fails_when_releases_contradict_each_other(protected):
 
 def _lake_policy(tmp_path, fixture_traces, listed: str):
     """The fixture policy with a public structural-zeros list naming one cell."""
-    from conftest import policy_dict, write_policy
+    from support.fixture import policy_dict, write_policy
 
     from spatial_release.policy import load_policy
 
@@ -322,6 +341,7 @@ def _lake_policy(tmp_path, fixture_traces, listed: str):
     return ctx
 
 
+@pytest.mark.slow
 def test_structural_zeros_hold_blocks_a_listed_zero_that_holds_units(tmp_path, fixture_traces):
     """The lonely device's cell C is listed as a structural zero: the list is wrong. The release is
     blocked naming the cell and bucket (never a unit), the audit sees the gap as >= 1, nothing is
@@ -346,6 +366,7 @@ def test_structural_zeros_hold_blocks_a_listed_zero_that_holds_units(tmp_path, f
     assert not (tmp_path / "ledger" / "entries.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_suppression_audit_blocks_a_withheld_figure_proven_to_hold_someone(tmp_path, fixture_traces):
     """B (2 devices) is listed as a structural zero: its absence from the files tells an outsider it holds at
     least 1, and no more than that, so B passes the primary criterion (lo 1 <= v - 1) and yet the release proves
@@ -362,6 +383,7 @@ def test_suppression_audit_blocks_a_withheld_figure_proven_to_hold_someone(tmp_p
     assert "1 withheld figures proven to hold someone" in audit.summary
 
 
+@pytest.mark.slow
 def test_structural_zeros_hold_passes_a_true_listed_zero(tmp_path, fixture_traces):
     ctx = _lake_policy(tmp_path, fixture_traces, cell_id((590_000, 4_508_000)))  # nobody there
     outcome = stages.check_structural_zeros(ctx)

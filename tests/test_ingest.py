@@ -8,7 +8,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import PROJECT_ROOT, SHARED_DATA, policy_dict, requires_shared, write_policy
+from support.fixture import policy_dict, write_policy
+from support.paths import PROJECT_ROOT, SHARED_DATA, requires_shared
 
 from spatial_release.period import Period
 from spatial_release.policy import load_policy

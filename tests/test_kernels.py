@@ -97,6 +97,7 @@ def test_anonymity_counts_equal_the_reference(truth, rows):
     np.testing.assert_array_equal(kernels.anonymity_counts(sets.key_offsets, sets.key_units, keysets, dense), want)
 
 
+@pytest.mark.slow
 def test_anonymity_counts_and_holders_on_long_skewed_postings():
     """Postings of a few units up to most of 400 (so the galloping lookups take long and short steps), sets of
     widths 1-4 in production order (rarest key first) and in any order, counts of 0, 1, 2 and many: both

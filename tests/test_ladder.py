@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import CRS, policy_dict, write_policy
+from support.fixture import CRS, policy_dict, write_policy
 
 from spatial_release import stages
 from spatial_release.levels import LEAF, at_rung
@@ -125,6 +125,7 @@ def _presence_membership(pings: pd.DataFrame, policy) -> pd.DataFrame:
     return n.drop_duplicates(["device", "day"])[["device", "day", "cell"]]
 
 
+@pytest.mark.slow
 def test_every_rung_counts_distinct_units_and_published_figures_match_the_raw_pings(ladder_policy, tmp_path):
     ctx = _run_to_candidate(ladder_policy, tmp_path)
     members = _presence_membership(_ladder_pings(), ladder_policy)
@@ -174,6 +175,7 @@ def test_every_rung_counts_distinct_units_and_published_figures_match_the_raw_pi
     assert (week_sum > week_distinct).any()
 
 
+@pytest.mark.slow
 def test_additive_identities_hold_where_all_their_terms_are_published(ladder_policy, tmp_path):
     ctx = _run_to_candidate(ladder_policy, tmp_path)
     col = ladder_policy.count_column
@@ -201,6 +203,7 @@ def test_additive_identities_hold_where_all_their_terms_are_published(ladder_pol
     assert checked + unions > 0, "the candidate offers no identity and no week to check"
 
 
+@pytest.mark.slow
 def test_coarser_figures_are_offered_only_over_a_withheld_finer_figure(ladder_policy, tmp_path):
     ctx = _run_to_candidate(ladder_policy, tmp_path)
     true_cells, true_margins = stages.read_true_counts(ctx.area)
@@ -223,6 +226,7 @@ def test_coarser_figures_are_offered_only_over_a_withheld_finer_figure(ladder_po
         assert any(a == row.area_id for a, _ in small_weeks)
 
 
+@pytest.mark.slow
 def test_the_audit_of_the_published_files_models_the_rungs(ladder_policy, tmp_path):
     """Negative control on the real system: publish a withheld day back beside its published week and the
     audit of the files must fail or the figure must have been safe; adding the coarser figures changed the
@@ -251,6 +255,7 @@ def test_a_ladder_that_does_not_nest_is_refused_with_the_field(tmp_path, fixture
         load_policy(write_policy(tmp_path, data))
 
 
+@pytest.mark.slow
 def test_a_ladder_release_publishes_end_to_end_with_its_report(ladder_policy, tmp_path):
     from spatial_release.cli import run_release
 
@@ -296,6 +301,7 @@ def _monday(start: pd.Timestamp) -> pd.Timestamp:
     return (local - pd.Timedelta(days=local.weekday())).normalize().tz_convert("UTC")
 
 
+@pytest.mark.slow
 def test_utility_report_is_re_derived_independently(ladder_policy, tmp_path):
     import json
 
@@ -352,6 +358,7 @@ def _unshown_share(ctx) -> float:
     return unshown / true_cells["n"].sum()
 
 
+@pytest.mark.slow
 def test_budget_as_target_climbs_only_until_the_budget_holds(tmp_path):
     probe = _run_to_candidate(_budget_policy(tmp_path / "probe", 0.99), tmp_path / "probe")
     before = _unshown_share(probe)
@@ -370,6 +377,7 @@ def test_budget_as_target_climbs_only_until_the_budget_holds(tmp_path):
     assert {lv for lv in levels if "@" in lv} <= {"cell@1w", "cell@period"}  # only the cells climb
 
 
+@pytest.mark.slow
 def test_budget_that_even_the_coarsest_rung_cannot_meet_blocks_the_release(tmp_path):
     ctx = _run_to_candidate(_budget_policy(tmp_path, 0.0001), tmp_path)
     ladder = stages.read_manifest(ctx.area).summary.ladder
@@ -379,6 +387,7 @@ def test_budget_that_even_the_coarsest_rung_cannot_meet_blocks_the_release(tmp_p
     assert _unshown_share(ctx) > 0.0001
 
 
+@pytest.mark.slow
 def test_a_blocked_risk_gate_proposes_the_ladder_rungs_with_their_figures(tmp_path):
     from spatial_release.ledger import Ledger
     from spatial_release.stages.keys import coarser_keys_sql, write_ladder_buckets
@@ -406,6 +415,7 @@ def test_a_blocked_risk_gate_proposes_the_ladder_rungs_with_their_figures(tmp_pa
     assert len(weeks) and keys.groupby("key")["unit"].nunique().sort_values().tolist() == sorted(weeks["n"].tolist())
 
 
+@pytest.mark.slow
 def test_the_policy_cost_reaches_protection_and_both_patterns_pass_the_audit(tmp_path):
     traces = tmp_path / "traces.csv"
     _ladder_pings().to_csv(traces, index=False)
@@ -444,6 +454,7 @@ def _climbed(tmp_path: Path, ceiling: float, coarsen: str):
     return ctx, summary, stages.run_risk(ctx, ledger)
 
 
+@pytest.mark.slow
 def test_a_zone_over_the_attack_gate_is_shown_coarser_and_the_frontier_says_so(tmp_path):
     """risk.coarsen apply: the zone the attacks single out most is withheld at the policy's bucket and shown at
     the ladder's next rung, in a release protected and audited again; the frontier records both

@@ -1,6 +1,8 @@
 import subprocess
 import sys
 
+import pytest
+
 DOMAIN = [
     "spatial_release.policy",
     "spatial_release.period",
@@ -24,6 +26,7 @@ DOMAIN = [
 ]
 
 
+@pytest.mark.slow
 def test_domain_packages_do_not_import_dagster():
     code = "import sys\n" + "".join(f"import {m}\n" for m in DOMAIN) + "print('dagster' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -119,10 +122,12 @@ def _package_of(module: str) -> str:
     return ".".join(module.split(".")[:2])  # spatial_release.stages.risk -> spatial_release.stages
 
 
+@pytest.mark.slow
 def test_no_file_imports_another_that_imports_it_back():
     assert _cycles(_graph()) == []
 
 
+@pytest.mark.slow
 def test_packages_form_layers_no_arrow_runs_back_up():
     """A cycle between packages is an arrow from a lower layer up (`policy` reading through `geometry`, which
     reads `policy`); without one, the packages sort into layers."""
@@ -146,6 +151,7 @@ def _imported_by(module: str) -> set[str]:
     return set(result.stdout.split())
 
 
+@pytest.mark.slow
 def test_the_release_format_is_below_the_report_and_the_pipeline():
     """The arrows run one way: stages -> report -> release. The release format (files, record, publication)
     imports neither the report nor the stages; the report reads the release format, never the stages."""

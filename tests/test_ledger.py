@@ -362,7 +362,7 @@ def _put_back(folder: Path, snapshot: dict[str, bytes]) -> None:
 
 
 def test_the_pin_is_kept_beside_the_signing_key(ledger):
-    # the test key is in conftest's scratch folder: the pin is there too, never in the user's home
+    # the test key is in the scratch folder (support.environment): the pin is there too, never in the user's home
     path = pin_path(ledger)
     assert path.parent == signing_key_path().with_name(signing_key_path().name + ".pins")
     assert ledger not in path.parents and stat.S_IMODE(path.parent.stat().st_mode) == 0o700

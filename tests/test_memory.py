@@ -25,6 +25,7 @@ def test_loading_the_dagster_wiring_turns_the_advice_off(value, advice_on):
     assert _run("import spatial_release.defs; " + READ, value) == str(advice_on)
 
 
+@pytest.mark.slow
 def test_importing_the_domain_package_leaves_the_advice_alone():
     assert _run("import spatial_release, spatial_release.counting; " + READ, None) == "True"
 

@@ -4,9 +4,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PROJECT_ROOT, K, policy_dict, write_policy
+from support.fixture import K, policy_dict, write_policy
+from support.paths import PROJECT_ROOT
+from support.releases import release
 
-from spatial_release import cli
 from spatial_release.configfile import MAX_DEPTH, MAX_POPULATION_BYTES, MAX_ZEROS_BYTES, StrictLoader
 from spatial_release.errors import PeriodError
 from spatial_release.period import Period
@@ -255,21 +256,7 @@ def test_nesting_up_to_the_bound_and_a_tagged_landscape(tmp_path):
 def test_a_tagged_policy_exits_2_on_the_command_line(tmp_path, capsys):
     path = write_policy(tmp_path, policy_dict("x.csv"))
     path.write_text(path.read_text().replace(f"k: {K}\n", 'k: !!int "0x4"\n'))
-    code = cli.main(
-        [
-            "release",
-            "--policy",
-            str(path),
-            "--period",
-            "2018-01",
-            "--traces",
-            str(tmp_path / "x.csv"),
-            "--out",
-            str(tmp_path / "out"),
-            "--ledger",
-            str(tmp_path / "ledger"),
-        ]
-    )
+    code = release(path, tmp_path, "2018-01", traces=[tmp_path / "x.csv"])
     err = capsys.readouterr().err
     assert code == 2 and str(path) in err and "explicit tags" in err and "internal error" not in err
 
@@ -437,21 +424,7 @@ def test_the_population_table_of_the_landscape_is_checked_at_load(tmp_path, make
 def test_a_population_table_on_dev_zero_exits_2_before_any_work(tmp_path, fixture_traces, capsys):
     policy, _ = _population_table_is(tmp_path, lambda p: p.symlink_to("/dev/zero"))
     policy.write_text(policy.read_text().replace("x.csv", str(fixture_traces)))
-    code = cli.main(
-        [
-            "release",
-            "--policy",
-            str(policy),
-            "--period",
-            "2018-01",
-            "--traces",
-            str(fixture_traces),
-            "--out",
-            str(tmp_path / "out"),
-            "--ledger",
-            str(tmp_path / "ledger"),
-        ]
-    )
+    code = release(policy, tmp_path, "2018-01", traces=[fixture_traces])
     err = capsys.readouterr().err
     assert code == 2 and "population.table" in err and "not a regular file" in err, err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.parquet"))

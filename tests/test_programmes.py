@@ -8,7 +8,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
-from conftest import PROJECT_ROOT, fixture_pings, period_sensor_keys, policy_dict, write_policy
+from support.fixture import fixture_pings, policy_dict, write_policy
+from support.paths import PROJECT_ROOT
+from support.spies import period_sensor_keys
 
 from spatial_release.defs.catalogue import build_catalogue, programme_for
 from spatial_release.defs.execution import execute_release
@@ -113,6 +115,7 @@ def test_two_policy_files_of_one_dataset_are_both_refused(tmp_path):
     assert all("each policy file needs its own `name`" in e.error for e in catalogue.errors)
 
 
+@pytest.mark.slow
 def test_runs_carry_dataset_policy_and_period_tags_and_keys_are_prefixed(tmp_path):
     paths = _policies(tmp_path / "policies", first={}, second={})
     instance = dg.DagsterInstance.ephemeral()
@@ -140,6 +143,7 @@ def _planned(instance: dg.DagsterInstance, run_id: str) -> set[str]:
     return {r.dagster_event.asset_key.to_user_string() for r in records}
 
 
+@pytest.mark.slow
 def test_a_refused_rerun_of_a_published_period_leaves_every_status_true(tmp_path):
     """A re-run of a published period is refused by its first step: the run is cancelled, not failed, so
     Dagster keeps the published materialisations as the partition's state (a partition or a check reads
@@ -187,6 +191,7 @@ def test_a_refused_rerun_of_a_published_period_leaves_every_status_true(tmp_path
     assert not any("withdraw" in option for option in alert["options"]), alert["options"]
 
 
+@pytest.mark.slow
 def test_a_publish_run_of_a_published_period_writes_nothing_and_does_not_fail(tmp_path):
     """Someone materialises published_release again from the UI: the release stays as published."""
     paths = _policies(tmp_path / "policies", bikes={})
@@ -201,6 +206,7 @@ def test_a_publish_run_of_a_published_period_writes_nothing_and_does_not_fail(tm
     assert len(instance.fetch_materializations(dg.AssetKey(["bikes", "published_release"]), limit=5).records) == 1
 
 
+@pytest.mark.slow
 def test_the_schedule_skips_a_published_period(tmp_path):
     paths = _policies(tmp_path / "policies", bikes={})
     programme = programme_for(paths["bikes"])
@@ -215,6 +221,7 @@ def test_the_schedule_skips_a_published_period(tmp_path):
     assert tick.run_requests == [] and "already published" in tick.skip_message
 
 
+@pytest.mark.slow
 def test_the_publish_sensor_publishes_the_partition_of_a_successful_candidate(tmp_path):
     paths = _policies(tmp_path / "policies", bikes={})
     programme = programme_for(paths["bikes"])
@@ -249,6 +256,7 @@ def test_a_policy_edited_after_the_graph_was_built_is_refused(tmp_path):
         raise AssertionError("an edited policy file was used with a stale graph")
 
 
+@pytest.mark.slow
 def test_the_command_line_refuses_a_published_period_before_any_run(tmp_path):
     from spatial_release import cli
 
@@ -317,6 +325,7 @@ def test_a_first_period_of_the_other_cadence_is_refused(tmp_path):
             load_policy(paths["good"])
 
 
+@pytest.mark.slow
 def test_the_schedule_skips_a_period_without_trace_files_and_says_why(tmp_path, monkeypatch):
     for name in ("RELEASES", "WORK", "LEDGER"):
         monkeypatch.setenv(f"SPATIAL_RELEASE_{name}", str(tmp_path / name.lower()))
@@ -357,6 +366,7 @@ def test_the_schedule_skips_a_period_without_trace_files_and_says_why(tmp_path, 
     assert "export-" not in missing.skip_message  # how many, never which (a file name may be a unit id)
 
 
+@pytest.mark.slow
 def test_materialize_all_cannot_plan_the_published_release_and_its_success_is_published(tmp_path):
     """ "Materialize all" (Dagster's implicit asset job) never holds published_release: only the publish job
     reports it, so no such run publishes outside the publish job nor shows a never-published period failed
@@ -397,6 +407,7 @@ def test_materialize_all_cannot_plan_the_published_release_and_its_success_is_pu
     assert status == {PARTITION: dg.AssetPartitionStatus.MATERIALIZED}
 
 
+@pytest.mark.slow
 def test_the_command_line_releases_a_new_quarter_from_a_file_named_on_it(tmp_path, capsys):
     """The next quarter's release takes one command: its file, named on the command line, makes the period
     a partition (the policy's own folder holds only 2018-Q1's files); a period not over yet is refused."""

@@ -12,6 +12,7 @@ def _gaps(times: list[float], started: float, ended: float) -> list[float]:
     return [b - a for a, b in zip(marks, marks[1:])]
 
 
+@pytest.mark.slow
 def test_a_silent_step_is_heard_every_interval():
     """A step silent for 2 s under a 0.2 s heartbeat: no gap between messages over the interval (with a
     scheduler's slack wide enough for a loaded machine), each beat a structured event of the step. Negative

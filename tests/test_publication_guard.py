@@ -10,7 +10,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
-from conftest import fixture_pings, policy_dict, write_policy
+from support.fixture import fixture_pings, policy_dict, write_policy
 
 from spatial_release.alerts import Alert
 from spatial_release.defs import guard
@@ -134,6 +134,7 @@ def test_a_materialisation_reported_by_hand_fails_the_check_and_alerts_once(tmp_
     assert len(instance.event_log_storage.get_asset_check_execution_history(CHECK, limit=10)) == 2
 
 
+@pytest.mark.slow
 def test_a_publication_by_the_publish_job_passes_the_check_without_an_alert(tmp_path):
     folder, settings = _policies(tmp_path), _settings(tmp_path)
     defs = _definitions(folder)
@@ -186,6 +187,7 @@ def _run_check(folder: Path, settings: dict, instance: dg.DagsterInstance) -> dg
     return evaluation
 
 
+@pytest.mark.slow
 def test_the_check_passes_for_a_published_period_only(tmp_path):
     folder, settings = _policies(tmp_path), _settings(tmp_path)
     instance = dg.DagsterInstance.ephemeral()
@@ -239,6 +241,7 @@ def _forge_under_run(instance: dg.DagsterInstance, run_id: str, partition: str) 
     instance.report_dagster_event(event, run_id=run_id)
 
 
+@pytest.mark.slow
 def test_a_materialisation_of_another_period_under_a_publish_runs_id_is_no_publication(tmp_path):
     """Hostile pass (issue 39): the guard took any materialisation logged under a successful publish run's id
     for a publication, so 2018-Q2 logged under 2018-Q1's publish run was recorded passed, with no alert. A
@@ -260,6 +263,7 @@ def test_a_materialisation_of_another_period_under_a_publish_runs_id_is_no_publi
     assert not evaluation.passed and evaluation.partition == "2018-Q2"
 
 
+@pytest.mark.slow
 def test_a_check_evaluation_reported_by_hand_is_alerted_and_recorded_again_from_the_ledger(tmp_path):
     """Hostile pass (issue 39): `report_runless_asset_event` takes a check evaluation too, and the guard read
     only materialisations: a passing published_by_the_publish_job reported by hand showed an unpublished period
@@ -286,6 +290,7 @@ def test_a_check_evaluation_reported_by_hand_is_alerted_and_recorded_again_from_
     assert second.run_requests == [] and len(_alerts(tmp_path)) == 1 and _latest_check(instance).passed
 
 
+@pytest.mark.slow
 def test_a_check_evaluation_logged_under_a_run_that_never_runs_the_check_is_reported(tmp_path):
     """Variant: the evaluation logged under an existing run's id (`report_dagster_event`) instead of runless.
     Only a run that executes the check (the publish job, the guard's job, a run that selected it) is trusted;

@@ -11,38 +11,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import DAY, fixture_pings, uniqueness_policy_dict, write_policy
+from support.fixture import two_quarter_policy
+from support.releases import prepare
 
 from spatial_release import stages
 from spatial_release.fileio import atomic_path, remove_stale_temporaries
 from spatial_release.ledger import Ledger, check_releases, read_ledger
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
-
-QUARTER_DAYS = {"2018-Q1": DAY, "2018-Q2": "2018-04-10"}
-
-
-def two_quarter_policy(tmp_path: Path) -> Path:
-    """The fixture policy and one trace file per quarter: the same devices on one day of each quarter, so
-    both releases count in one cumulative risk (gated on the uniqueness figure, which is above 0 here: the
-    tests of the cumulative budget need figures that add up)."""
-    for label, day in QUARTER_DAYS.items():
-        pings = fixture_pings()
-        pings["when"] = pings["when"].str.replace(DAY, day)
-        pings.to_csv(tmp_path / f"traces-{label}.csv", index=False)
-    return write_policy(tmp_path, uniqueness_policy_dict(str(tmp_path / "traces-2018-Q1.csv")))
-
-
-def prepare(tmp_path: Path, policy_path: Path, label: str) -> stages.WorkArea:
-    """Every stage before publication, as the job runs them."""
-    policy, period = load_policy(policy_path), Period.parse(label)
-    ctx = stages.ReleaseContext(policy, period, tmp_path / "work")
-    area = ctx.area
-    stages.run_ingest(ctx, [policy_path.parent / f"traces-{label}.csv"])
-    stages.run_counts(ctx)
-    stages.run_protect(ctx)
-    stages.run_risk(ctx, Ledger(tmp_path / "ledger", tmp_path / "releases"))
-    return area
 
 
 def test_crash_while_writing_a_file_keeps_the_old_one(tmp_path):
@@ -136,6 +112,7 @@ def prepared(tmp_path_factory):
     return root, policy
 
 
+@pytest.mark.slow
 def test_kill_9_at_every_step_of_a_publication_is_repaired_by_the_next_run(prepared, tmp_path):
     """Finding 6: the publication is killed (SIGKILL) right before each of its renames in turn (audit
     files, staging record, ledger entries, HEAD, release.json, the final rename). Every time, the next

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from test_ladder import ladder_policy  # noqa: F401 - the fixture
 
 from spatial_release.cli import run_release
 from spatial_release.stages import protect as protect_stage
 from spatial_release.stages.results import ProtectionManifest
+
+# Whole releases: left out of the fast tier (pytest -m "not slow").
+pytestmark = pytest.mark.slow
 
 PRUNING = "pruning"
 

@@ -20,11 +20,22 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import shapely
-from conftest import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, SIZE, cell_id, policy_dict, write_policy
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from test_release_io import prepare, two_quarter_policy
+from support.fixture import (
+    CELL_A,
+    CELL_B,
+    CELL_C,
+    CELL_D,
+    CELL_E,
+    SIZE,
+    cell_id,
+    policy_dict,
+    two_quarter_policy,
+    write_policy,
+)
+from support.releases import prepare, published_folder, release, verify
 
-from spatial_release import cli, report, stages
+from spatial_release import report, stages
 from spatial_release.fileio import sha256_file
 from spatial_release.ledger import ENTRIES, Ledger, read_ledger
 from spatial_release.period import Period
@@ -34,41 +45,6 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 GRID_ID = re.compile(r"\d+mE-?\d+N-?\d+")
 DATA_URI = re.compile(r"data:image/png;base64,([A-Za-z0-9+/=]+)")
 REPORTS = ("report.png", "report.html")
-
-
-def _release(root: Path, period: str) -> int:
-    return cli.main(
-        [
-            "release",
-            "--policy",
-            str(root / "policy.yaml"),
-            "--period",
-            period,
-            "--traces",
-            str(root / f"traces-{period}.csv"),
-            "--out",
-            str(root / "out"),
-            "--ledger",
-            str(root / "ledger"),
-        ]
-    )
-
-
-def _verify(root: Path) -> int:
-    return cli.main(["ledger", "verify", "--ledger", str(root / "ledger"), "--releases", str(root / "out/releases")])
-
-
-@pytest.fixture(scope="module")
-def published_q1(tmp_path_factory) -> Path:
-    """The fixture programme with 2018-Q1 published through the command line (made once per module)."""
-    root = tmp_path_factory.mktemp("reported")
-    two_quarter_policy(root)
-    assert _release(root, "2018-Q1") == 0
-    return root
-
-
-def _folder(root: Path, period: str = "2018-Q1") -> Path:
-    return root / "out/releases/fixture" / period
 
 
 def _published_ids(folder: Path) -> set[str]:
@@ -85,8 +61,9 @@ def _page_text(page: str) -> str:
 # ----------------------------------------------------------------------------------- publication
 
 
+@pytest.mark.slow
 def test_a_release_carries_its_report_and_the_ledger_hashes_it(published_q1):
-    folder = _folder(published_q1)
+    folder = published_folder(published_q1)
     record = json.loads((folder / "release.json").read_text())
     [entry] = [e for e in read_ledger(published_q1 / "ledger") if e["kind"] == "release"]
     for name in REPORTS:
@@ -98,13 +75,14 @@ def test_a_release_carries_its_report_and_the_ledger_hashes_it(published_q1):
     # the page embeds exactly the published map
     [embedded] = DATA_URI.findall((folder / "report.html").read_text())
     assert base64.b64decode(embedded) == png
-    assert _verify(published_q1) == 0
+    assert verify(published_q1) == 0
 
 
+@pytest.mark.slow
 def test_the_report_is_rendered_from_the_published_files_alone(published_q1, tmp_path):
     """(a) A copy of the three public files, far from the work area (which is deleted), gives the same PNG
     and page bytes. (b) The true counts with every withheld key removed give the same map."""
-    folder = _folder(published_q1)
+    folder = published_folder(published_q1)
     policy = load_policy(published_q1 / "policy.yaml")
     work = published_q1 / "out/work/fixture/2018-Q1"
     truth, _ = stages.read_true_counts(stages.WorkArea(work))
@@ -150,8 +128,9 @@ def _pixel(image: np.ndarray, ax, x: float, y: float) -> tuple[float, ...] | Non
     return tuple(np.round(image[row, col, :3], 3))
 
 
+@pytest.mark.slow
 def test_withheld_cells_are_drawn_exactly_as_empty_ones(published_q1):
-    folder = _folder(published_q1)
+    folder = published_folder(published_q1)
     view = report.read_release_view(folder, load_policy(published_q1 / "policy.yaml"))
     figure = report.map_figure(view)
     canvas = FigureCanvasAgg(figure)
@@ -178,7 +157,7 @@ def test_withheld_cells_are_drawn_exactly_as_empty_ones(published_q1):
 
 
 def test_the_page_is_self_contained_and_names_only_published_areas(published_q1):
-    folder = _folder(published_q1)
+    folder = published_folder(published_q1)
     page = (folder / "report.html").read_text()
     text = _page_text(page)
     assert text.lstrip().lower().startswith("<!doctype html>")
@@ -203,7 +182,7 @@ def _risk_rows(page: str) -> list[list[str]]:
 
 
 def test_every_risk_figure_is_labelled_with_its_adversary(published_q1):
-    folder = _folder(published_q1)
+    folder = published_folder(published_q1)
     record = json.loads((folder / "release.json").read_text())
     risk, policy = record["risk"], load_policy(published_q1 / "policy.yaml")
     rows = _risk_rows((folder / "report.html").read_text())
@@ -233,18 +212,19 @@ def test_every_risk_figure_is_labelled_with_its_adversary(published_q1):
 
 
 def test_a_tampered_report_fails_ledger_verify(published_q1, capsys):
-    page = _folder(published_q1) / "report.html"
+    page = published_folder(published_q1) / "report.html"
     original = page.read_bytes()
     try:
         page.write_text(page.read_text().replace("journalist", "prosecutor"))
-        assert _verify(published_q1) == 1
+        assert verify(published_q1) == 1
         err = capsys.readouterr().err
         assert "does NOT verify" in err and "report.html" in err and "Traceback" not in err
     finally:
-        page.write_bytes(original)  # the module's release, as published, for the other tests
-    assert _verify(published_q1) == 0
+        page.write_bytes(original)  # the release as published: the negative control below verifies again
+    assert verify(published_q1) == 0
 
 
+@pytest.mark.slow
 def test_a_release_published_before_reports_still_verifies(tmp_path, monkeypatch, capsys):
     """An older release has no report files in its record: it verifies, and the next release (with its
     report) publishes beside it."""
@@ -255,11 +235,11 @@ def test_a_release_published_before_reports_still_verifies(tmp_path, monkeypatch
 
     with monkeypatch.context() as patch:
         patch.setattr(publish_stage, "report_renderer", lambda policy: lambda staging, record: ())
-        assert _release(root, "2018-Q1") == 0
-    old = _folder(root)
+        assert release(root / "policy.yaml", root, "2018-Q1", traces=[root / "traces-2018-Q1.csv"]) == 0
+    old = published_folder(root)
     assert sorted(p.name for p in old.iterdir()) == ["cells.parquet", "margins.parquet", "release.json"]
     assert report.report_png_path(old) is None
-    assert _release(root, "2018-Q2") == 0 and _verify(root) == 0
+    assert release(root / "policy.yaml", root, "2018-Q2", traces=[root / "traces-2018-Q2.csv"]) == 0 and verify(root) == 0
     entries = [json.loads(line) for line in (root / "ledger" / ENTRIES).read_text().splitlines()]
     assert [sorted(e["files"]) for e in entries if e["kind"] == "release"] == [
         ["cells.parquet", "margins.parquet"],
@@ -270,6 +250,7 @@ def test_a_release_published_before_reports_still_verifies(tmp_path, monkeypatch
     assert base64.b64decode(DATA_URI.search(markdown).group(1)).startswith(PNG_SIGNATURE)
 
 
+@pytest.mark.slow
 def test_a_rendering_failure_publishes_nothing(tmp_path, monkeypatch):
     policy_path = two_quarter_policy(tmp_path)
     prepare(tmp_path, policy_path, "2018-Q1")
@@ -295,7 +276,7 @@ def test_a_rendering_failure_publishes_nothing(tmp_path, monkeypatch):
 
 
 def test_column_schema_matches_the_files(published_q1):
-    folder = _folder(published_q1)
+    folder = published_folder(published_q1)
     for name in ("cells.parquet", "margins.parquet"):
         schema = pq.read_schema(folder / name)
         described = report.column_schema(folder / name)
@@ -321,7 +302,7 @@ def test_table_preview_rounds_for_reading():
 
 
 def test_every_string_of_the_page_is_escaped(published_q1):
-    folder = _folder(published_q1)
+    folder = published_folder(published_q1)
     view = report.read_release_view(folder)
     hostile = "<script>alert(1)</script>"
     margins = view.margins.assign(area_id=view.margins["area_id"].where(view.margins["level"] != "total", hostile))
@@ -357,10 +338,11 @@ def test_zone_parents_are_the_union_of_their_zones(tmp_path):
     assert report.view.area_geometries(margins, {"kind": "zones"}, zones.crs) == {}  # no policy: not drawn
 
 
+@pytest.mark.slow
 def test_rendering_200k_published_rows(published_q1):
     """A release of ~200k published figures (22,500 cells x 9 buckets) renders a map. How long it takes is a
     benchmark's question, not a test's (a timed assertion failed under load on 2 shared cores)."""
-    record = json.loads((_folder(published_q1) / "release.json").read_text())
+    record = json.loads((published_folder(published_q1) / "release.json").read_text())
     side, size = 150, 500
     ix, iy = (a.ravel() * size for a in np.meshgrid(np.arange(side), np.arange(side)))
     ids = np.char.add(
@@ -451,7 +433,7 @@ def _zones_view(
 
 
 def _record(root: Path) -> dict:
-    return json.loads((_folder(root) / "release.json").read_text())
+    return json.loads((published_folder(root) / "release.json").read_text())
 
 
 def _collections(ax, gid: str) -> list:
@@ -462,11 +444,12 @@ def _labels(ax) -> list[str]:
     return sorted(t.get_text() for t in ax.texts if t.get_gid() == "zoning-label")
 
 
+@pytest.mark.slow
 def test_the_map_fits_the_dagster_markdown_view(published_q1, tmp_path):
     """Dagster's markdown does not scale images down and its dialog is ~1250 px wide: the map is at most
     1200 px wide at its natural size, for the fixture's two panels and for a release of five panels."""
     assert report.mapping.MAX_WIDTH_PX <= 1200
-    width, height = _png_size((_folder(published_q1) / "report.png").read_bytes())
+    width, height = _png_size((published_folder(published_q1) / "report.png").read_bytes())
     assert 600 < width <= 1200 and height > 300
     view, _ = _zones_view(tmp_path, _record(published_q1), {"z1": [5, 7, 9], "z2": [4, 4, 6]})
     levels = view.margin_levels()
@@ -486,7 +469,7 @@ def test_map_image_metadata_is_the_map_alone(published_q1):
 
     from spatial_release.defs.release.assets import release_report_metadata
 
-    folder = _folder(published_q1)
+    folder = published_folder(published_q1)
     metadata = release_report_metadata(folder, load_policy(published_q1 / "policy.yaml"))
     image = metadata["map_image"]
     assert isinstance(image, dg.MarkdownMetadataValue)
@@ -499,6 +482,7 @@ def test_map_image_metadata_is_the_map_alone(published_q1):
     assert metadata["map_png"].value == str(folder / "report.png")
 
 
+@pytest.mark.slow
 def test_an_area_not_published_is_drawn_exactly_as_one_never_populated(published_q1, tmp_path):
     """Negative control: two releases that differ only in that zone z3 had units whose figures were not
     published (its units still in the district and total figures) or never had any, render to the same PNG
@@ -533,6 +517,7 @@ def test_an_area_not_published_is_drawn_exactly_as_one_never_populated(published
     assert _labels(cells_ax) == sorted(zones["zone"])  # z3 labelled like every zone, nothing else written
 
 
+@pytest.mark.slow
 def test_the_map_outlines_every_area_of_the_zoning(published_q1, tmp_path):
     """Every zone of the policy's file is outlined (one path each, published or not), the main zoning's outer
     boundary is drawn, and a zoning of at most 40 areas is labelled with its ids; the district panel outlines
@@ -565,7 +550,7 @@ def test_the_map_outlines_every_area_of_the_zoning(published_q1, tmp_path):
 def test_a_grid_is_outlined_over_the_extent_of_the_published_cells(published_q1):
     """A grid has no file: its cells are outlined over the frame of the published cells (whole cells), the
     frame is the boundary, and grid ids are never written on the map."""
-    folder = _folder(published_q1)
+    folder = published_folder(published_q1)
     view = report.read_release_view(folder, load_policy(published_q1 / "policy.yaml"))
     figure = report.map_figure(view)
     cells_ax = figure.axes[0]
@@ -596,7 +581,7 @@ def test_the_page_holds_every_guarantee_the_risk_bound_and_the_ledger_entry(publ
     it). The release page's markdown (Dagster metadata), rendered from the final record, names the entry."""
     from spatial_release.report.page import GUARANTEES, LEDGER_NOTE
 
-    folder = _folder(published_q1)
+    folder = published_folder(published_q1)
     record = json.loads((folder / "release.json").read_text())
     page = html.unescape(_page_text((folder / "report.html").read_text()))
     assert record["checks"] and all(
@@ -619,7 +604,7 @@ def test_the_cell_panel_counts_figures_as_the_headline_does(published_q1):
 
     from spatial_release.report.mapping import cells_panel_title
 
-    folder = _folder(published_q1)
+    folder = published_folder(published_q1)
     view = report.read_release_view(folder, load_policy(published_q1 / "policy.yaml"))
     published = view.record.counts.published_cells
     assert f", {published:,} published figures, " in cells_panel_title(view, 3)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import fixture_pings, policy_dict, uniqueness_model, write_policy
+from support.fixture import fixture_pings, policy_dict, uniqueness_model, write_policy
 
 from spatial_release import release, stages
 from spatial_release.defs.catalogue import programme_for
@@ -15,6 +15,9 @@ from spatial_release.defs.resources import ReleaseSettings
 from spatial_release.ledger import Ledger, read_ledger
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
+
+# Whole releases: left out of the fast tier (pytest -m "not slow").
+pytestmark = pytest.mark.slow
 
 PARTITION = "2018-Q1"
 

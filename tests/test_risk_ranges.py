@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import uniqueness_policy_dict, write_policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.fixture import uniqueness_policy_dict, write_policy
 from test_risk_streaming import (
     _generated,
     _same,
@@ -47,6 +47,7 @@ PARAMS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("params", PARAMS)
 @pytest.mark.parametrize("range_rows", [1, 37, 2_000, 10**9])
 def test_a_window_in_ranges_has_the_reference_figures(tmp_path, monkeypatch, params, range_rows):
@@ -113,6 +114,7 @@ def test_a_row_hint_chooses_the_road_and_never_a_figure(monkeypatch):
             _same(estimate_key_sets(held, params), whole)
 
 
+@pytest.mark.slow
 def test_over_the_limit_key_sets_derived_from_the_work_area_go_through_a_key_set_file(tmp_path, fixture_traces):
     """With no file just written (the publish step re-estimating), one is written to a scratch folder of the
     work area, read in ranges and deleted: the ranges hold the whole key sets' figures."""
@@ -154,6 +156,7 @@ def key_sets(draw) -> KeySets:
     return KeySets.from_codes(unit_codes, key_codes, zone_of)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     sets=key_sets(),
@@ -217,6 +220,7 @@ def test_units_outside_the_ranges_are_refused_and_leave_no_files(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_the_risk_stage_over_its_row_limit_estimates_in_ranges_with_the_same_figures(tmp_path, monkeypatch, fixture_traces):
     policy = load_policy(write_policy(tmp_path, uniqueness_policy_dict(str(fixture_traces))))
     ctx = protected_candidate(policy, tmp_path)
@@ -256,6 +260,7 @@ def test_the_risk_stage_over_its_row_limit_estimates_in_ranges_with_the_same_fig
     )
 
 
+@pytest.mark.slow
 def test_over_the_coded_limit_or_out_of_memory_the_risk_step_keeps_rows_and_gives_the_same_figures(
     tmp_path, monkeypatch, fixture_traces
 ):

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import fixture_pings, uniqueness_policy_dict, write_policy
+from support.fixture import fixture_pings, uniqueness_policy_dict, write_policy
 
 from spatial_release import stages
 from spatial_release.ledger import Ledger
@@ -222,12 +222,14 @@ def _assess_both(ctx: stages.ReleaseContext, ledger: Ledger):
     return assessment
 
 
+@pytest.mark.slow
 def test_fixture_release_has_the_reference_figures_and_decision(tmp_path, fixture_policy):
     ctx = protected_candidate(fixture_policy, tmp_path)
     assessment = _assess_both(ctx, Ledger(tmp_path / "ledger", tmp_path / "releases"))
     assert assessment.units > 0 and assessment.zones
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("population", [10_000, 5])  # 5: the gate blocks, on the same figures
 def test_fixture_decision_is_the_reference_one_when_blocked_too(tmp_path, population):
     traces = tmp_path / "traces.csv"
@@ -238,6 +240,7 @@ def test_fixture_decision_is_the_reference_one_when_blocked_too(tmp_path, popula
     assert (assessment.status == "block") == (population == 5)
 
 
+@pytest.mark.slow
 def test_synthetic_hourly_release_has_the_reference_figures(tmp_path):
     """Generated pings (the project's generator) at 500 m x hour, risk zones the 2 km parents, p = 4."""
     traces = write_pings(
@@ -301,6 +304,7 @@ def generated_window(tmp_path, text_units: bool) -> tuple[list[str], dict, pd.Da
     return selects, {"current_keys": parts[0]}, window, key_zone, {"z0": 4000.0, "z1": 900.0, "z3": 2.0}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text_units", [False, True])
 @pytest.mark.parametrize(
     "params",
@@ -368,6 +372,7 @@ def test_units_and_keys_no_pair_holds_are_not_counted():
         window_key_sets([], zones, {"current_keys": held}, coded=[naming_more("current_keys", "!first", "!key")])
 
 
+@pytest.mark.slow
 def test_key_sets_coded_from_the_work_area_are_those_of_the_key_set_file(tmp_path, fixture_policy):
     """The risk step codes this release's key sets straight from the memberships and the candidate
     (`released_key_source`), over every unit of the memberships and every published key: the same arrays as
@@ -388,6 +393,7 @@ def test_key_sets_coded_from_the_work_area_are_those_of_the_key_set_file(tmp_pat
     assert membership["unit"].nunique() > from_area.units, "no unit is counted only in withheld cells: nothing dropped"
 
 
+@pytest.mark.slow
 def test_the_coded_key_set_file_the_risk_step_keeps_reads_back_as_the_same_key_sets(tmp_path, fixture_policy):
     """The risk step keeps this release's key sets as a coded file (`keysets.write_coded`): coded again from
     it, alone or beside an earlier release's file of either kind, they give the same arrays as the key set
@@ -428,6 +434,7 @@ def _rewritten(source: Path, target: Path, edit) -> Path:
     return target
 
 
+@pytest.mark.slow
 def test_a_coded_key_set_file_whose_codes_do_not_join_is_refused_naming_it(tmp_path, fixture_policy):
     """A coded key set file is checked before it is read: a pair whose unit or key has no name row would be
     dropped by the joins silently. Negative controls: a unit's name row removed, two units given one name, a
@@ -467,6 +474,7 @@ def test_a_key_without_a_zone_is_refused():
         )
 
 
+@pytest.mark.slow
 def test_the_publish_step_reuses_the_estimate_only_for_byte_identical_inputs(tmp_path, fixture_policy, monkeypatch):
     """The risk step's estimate is reused by the publish step: keyed by the files the key sets derive from (no
     key sets built at all), or else by the coded key sets (built again from the candidate and the ledger's

@@ -15,8 +15,8 @@ import geopandas as gpd
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import policy_dict
 from shapely import box
+from support.fixture import policy_dict
 from test_counting import _edge_points
 
 from spatial_release import stages
@@ -28,7 +28,10 @@ from spatial_release.progress import silent
 HAVE_SPARK = importlib.util.find_spec("pyspark") is not None and shutil.which("java") is not None
 if not HAVE_SPARK and os.environ.get("CI"):
     raise RuntimeError("CI must run the Spark equality tests: pyspark or java is missing (see .ci/run)")
-pytestmark = pytest.mark.skipif(not HAVE_SPARK, reason="pyspark (pip install '.[spark]') or java is not installed")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not HAVE_SPARK, reason="pyspark (pip install '.[spark]') or java is not installed"),
+]  # slow: left out of the fast tier
 
 PERIOD = Period.parse("2018-Q1")
 

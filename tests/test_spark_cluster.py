@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import CELL_A, CELL_D, TO_LONLAT, fixture_pings, policy_dict, write_policy
+from support.fixture import CELL_A, CELL_D, TO_LONLAT, fixture_pings, policy_dict, write_policy
 
 from spatial_release import stages, tasks
 from spatial_release.period import Period
@@ -48,7 +48,10 @@ from spatial_release.suppression.blocks import _protect_chunk
 HAVE_SPARK = importlib.util.find_spec("pyspark") is not None and shutil.which("java") is not None
 if not HAVE_SPARK and os.environ.get("CI"):
     raise RuntimeError("CI must run the Spark cluster test: pyspark or java is missing (see .ci/run)")
-pytestmark = pytest.mark.skipif(not HAVE_SPARK, reason="pyspark (pip install '.[spark]') or java is not installed")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not HAVE_SPARK, reason="pyspark (pip install '.[spark]') or java is not installed"),
+]  # slow: left out of the fast tier
 
 PERIOD = Period.parse("2018-Q1")
 START_TIMEOUT = 150  # seconds for the three daemons to come up, on a loaded 2-core machine

@@ -1,7 +1,7 @@
 """The stages' contracts: one release context per run, the cadence rule in the policy, typed stage results."""
 
 import pytest
-from conftest import fixture_pings, policy_dict, write_policy
+from support.fixture import fixture_pings, policy_dict, write_policy
 
 from spatial_release.defs.catalogue import programme_for
 from spatial_release.defs.execution import execute_release
@@ -47,6 +47,7 @@ def test_settings_read_the_environment_when_built_not_at_import(monkeypatch, tmp
     assert ReleaseSettings().work_dir.endswith("/work")  # the project default
 
 
+@pytest.mark.slow
 def test_typed_stage_results_round_trip_their_json(tmp_path, fixture_policy):
     """The stage files are the serialisation of their types: reading a file back gives the same result,
     and writing it again gives the same JSON."""

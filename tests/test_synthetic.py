@@ -4,7 +4,7 @@ from datetime import date
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import PROJECT_ROOT
+from support.paths import PROJECT_ROOT
 
 from spatial_release.geometry import Grid
 from spatial_release.policy import GridGeometry

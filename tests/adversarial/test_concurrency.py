@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_release_io import QUARTER_DAYS, prepare, two_quarter_policy
+from support.fixture import QUARTER_DAYS, two_quarter_policy
+from support.releases import prepare
 
 from spatial_release import stages
 from spatial_release.fileio import sha256_file
@@ -86,6 +87,7 @@ def release_entries(tmp_path: Path) -> list[dict]:
     return [e for e in read_ledger(tmp_path / "ledger") if e["kind"] == "release"]
 
 
+@pytest.mark.slow
 def test_two_publications_of_one_period_at_once_record_it_once(tmp_path):
     policy_path = two_quarter_policy(tmp_path)
     prepare(tmp_path, policy_path, "2018-Q1")
@@ -99,6 +101,7 @@ def test_two_publications_of_one_period_at_once_record_it_once(tmp_path):
     assert record.ledger_entry == entry["hash"]
 
 
+@pytest.mark.slow
 def test_two_periods_at_once_assess_risk_with_each_other(tmp_path):
     policy_path = two_quarter_policy(tmp_path)
     sequential = tmp_path / "sequential"
@@ -148,6 +151,7 @@ def _work_files(tmp_path: Path) -> dict[str, str]:
     return {str(p.relative_to(work)): sha256_file(p) for p in sorted(work.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_a_re_run_of_a_published_period_is_refused_before_it_writes(tmp_path):
     policy_path = two_quarter_policy(tmp_path)
     first = _release(tmp_path, policy_path)
@@ -166,6 +170,7 @@ def test_a_re_run_of_a_published_period_is_refused_before_it_writes(tmp_path):
     assert len(release_entries(tmp_path)) == 1
 
 
+@pytest.mark.slow
 def test_two_command_line_runs_of_one_period_at_once(tmp_path):
     policy_path = two_quarter_policy(tmp_path)
     runs = [_release(tmp_path, policy_path) for _ in range(2)]

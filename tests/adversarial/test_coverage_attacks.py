@@ -5,12 +5,15 @@ published with those pings silently missing."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from conftest import PROJECT_ROOT, SHARED_DATA, fixture_pings, policy_dict, requires_shared, write_policy
+import pytest
+from support.fixture import fixture_pings, policy_dict, write_policy
+from support.paths import PROJECT_ROOT, SHARED_DATA, requires_shared
+from support.releases import release
 
-from spatial_release import cli
 from spatial_release.geometry import coverage
 
 UTM18N_AREA = coverage.crs_area_of_use("EPSG:32618")
@@ -25,26 +28,22 @@ def test_diagnosis_names_swapped_axes_and_flipped_signs():
     assert "swapped" not in other_region and "another region" in other_region
 
 
-def _run(capsys, *args: str) -> tuple[int, str]:
-    """`spatial-release release ARGS`: exit code and everything it printed."""
-    code = cli.main(["release", *args])
+def _run(capsys, policy: Path, root: Path, traces: list[Path] | None = None) -> tuple[int, str]:
+    """`spatial-release release` of 2018-Q1 into `root`: exit code and everything it printed."""
+    code = release(policy, root, traces=traces)
     captured = capsys.readouterr()
     return code, captured.out + captured.err
 
 
-def _release(tmp_path, frame, **source) -> tuple[int, str]:
+def _release(tmp_path, frame, **source) -> tuple[int, Path]:
     traces = tmp_path / "traces-2018-01.csv"
     frame.to_csv(traces, index=False)
     data = policy_dict(str(traces))
     data["source"].update(source)
-    policy = write_policy(tmp_path, data)
-    out = tmp_path / "out"
-    code = cli.main(
-        ["release", "--policy", str(policy), "--period", "2018-Q1", "--out", str(out), "--ledger", str(tmp_path / "ledger")]
-    )
-    return code, out
+    return release(write_policy(tmp_path, data), tmp_path), tmp_path / "out"
 
 
+@pytest.mark.slow
 def test_swapped_coordinates_block_the_release_and_name_the_file(tmp_path, capsys):
     frame = fixture_pings()
     frame[["lon", "lat"]] = frame[["lat", "lon"]].to_numpy()
@@ -58,6 +57,7 @@ def test_swapped_coordinates_block_the_release_and_name_the_file(tmp_path, capsy
     assert not (tmp_path / "ledger" / "entries.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_a_few_strays_within_the_ceiling_publish(tmp_path, capsys):
     """Control: one swapped ping of 90 (1.1 %) is within a 2 % ceiling, and the release publishes."""
     frame = fixture_pings()
@@ -73,6 +73,7 @@ def test_a_few_strays_within_the_ceiling_publish(tmp_path, capsys):
     assert membership.loc[membership["unit"] == frame.loc[0, "device"], "cell_id"].nunique() == 1
 
 
+@pytest.mark.slow
 def test_the_swapped_file_is_named_among_several(tmp_path, capsys):
     """Two files, the second with its axes swapped: the report attributes the outside pings to it."""
     good, bad = fixture_pings(), fixture_pings()
@@ -80,17 +81,7 @@ def test_the_swapped_file_is_named_among_several(tmp_path, capsys):
     good.to_csv(tmp_path / "traces-2018-01.csv", index=False)
     bad.to_csv(tmp_path / "traces-2018-02.csv", index=False)
     policy = write_policy(tmp_path, policy_dict(str(tmp_path / "traces-*.csv")))
-    code, text = _run(
-        capsys,
-        "--policy",
-        str(policy),
-        "--period",
-        "2018-Q1",
-        "--out",
-        str(tmp_path / "out"),
-        "--ledger",
-        str(tmp_path / "ledger"),
-    )
+    code, text = _run(capsys, policy, tmp_path)
     assert code == 1, text
     # files are named by their place in the ingest's list (a per-device export's name is a unit id); the
     # owner-only ingest.json maps the place to the name
@@ -105,6 +96,7 @@ def test_the_swapped_file_is_named_among_several(tmp_path, capsys):
     assert named == [f"input file {bad_place} of 2 is {tmp_path / 'traces-2018-02.csv'}"], named
 
 
+@pytest.mark.slow
 @requires_shared
 def test_a_month_of_citi_bike_trips_with_swapped_coordinates_blocks(tmp_path, capsys):
     """The reproduced attack: February 2018's trips with latitude and longitude swapped published with
@@ -118,21 +110,9 @@ def test_a_month_of_citi_bike_trips_with_swapped_coordinates_blocks(tmp_path, ca
                 trips[[lon, lat]] = trips[[lat, lon]].to_numpy()
         path = tmp_path / f"JC-2018{month}-citibike-tripdata.csv"
         trips.to_csv(path, index=False)
-        files.append(str(path))
+        files.append(path)
     out = tmp_path / "out"
-    code, text = _run(
-        capsys,
-        "--policy",
-        str(PROJECT_ROOT / "policies/jc-bikes.yaml"),
-        "--period",
-        "2018-Q1",
-        "--traces",
-        *files,
-        "--out",
-        str(out),
-        "--ledger",
-        str(tmp_path / "ledger"),
-    )
+    code, text = _run(capsys, PROJECT_ROOT / "policies/jc-bikes.yaml", tmp_path, files)
     assert code == 1, text
     assert "outside_share" in text and "JC-201802-citibike-tripdata.csv" in text
     assert "latitude and longitude swapped" in text

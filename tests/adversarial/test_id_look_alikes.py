@@ -15,11 +15,11 @@ import geopandas as gpd
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import TO_LONLAT, policy_dict, write_policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.fixture import TO_LONLAT, policy_dict, write_policy
+from support.releases import published_folder, release
 
-from spatial_release import cli
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
 from spatial_release.traces.ingest import COMMON_MISSING_IDS, ingest_traces, resolve_trace_paths
@@ -73,6 +73,7 @@ def _week_of_pings(rng: np.random.Generator) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["device", "when", "lon", "lat"])
 
 
+@pytest.mark.slow
 def test_one_device_spelled_seven_ways_is_one_unit_end_to_end(tmp_path, capsys):
     frame = _week_of_pings(np.random.default_rng(39))
     frame.to_csv(tmp_path / "traces.csv", index=False, encoding="utf-8")
@@ -84,13 +85,10 @@ def test_one_device_spelled_seven_ways_is_one_unit_end_to_end(tmp_path, capsys):
     )
     data["source"]["identifiers"] = ["device"]
     policy = write_policy(tmp_path, data)
-    out = tmp_path / "out"
-    code = cli.main(
-        ["release", "--policy", str(policy), "--period", "2018-Q1", "--out", str(out), "--ledger", str(tmp_path / "ledger")]
-    )
+    code = release(policy, tmp_path)
     printed = capsys.readouterr()
     assert code == 0, printed.out + printed.err
-    folder = out / "releases" / "fixture" / "2018-Q1"
+    folder = published_folder(tmp_path)
     cells = gpd.read_parquet(folder / "cells.parquet")
     published = dict(zip(cells["cell_id"], cells["n_devices"], strict=True))
     crowded = {f"500mE{CORNER[0] + CELL * i}N{CORNER[1]}" for i in range(4)}
@@ -169,6 +167,7 @@ def _devices_and_spellings(draw) -> list[tuple[str, str, bool]]:
     ]
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None)
 @given(_devices_and_spellings())
 def test_spellings_of_one_device_are_one_unit_or_quarantined(rows):
@@ -194,6 +193,7 @@ PLAIN = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_ch
 )  # a leading letter: no number (numbers are written one way on purpose)
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None)
 @given(st.lists(PLAIN, min_size=2, max_size=30, unique_by=str.lower))
 def test_distinct_plain_ascii_ids_never_merge(ids):
@@ -205,6 +205,7 @@ def test_distinct_plain_ascii_ids_never_merge(ids):
     assert pings["unit"].nunique() == len(ids)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=12))
 def test_folding_a_folded_id_changes_nothing(text):

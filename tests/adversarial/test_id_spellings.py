@@ -15,9 +15,10 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from conftest import policy_dict, write_policy
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.fixture import policy_dict, write_policy
 
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
@@ -129,6 +130,7 @@ def _spellings_of_one_id(draw) -> tuple[int, list[str]]:
     return n, draw(st.lists(_numeral(n).flatmap(_respelled).flatmap(_disguised), min_size=2, max_size=8))
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None)
 @given(_spellings_of_one_id())
 def test_every_spelling_of_one_id_is_one_unit(case):
@@ -140,6 +142,7 @@ def test_every_spelling_of_one_id_is_one_unit(case):
     assert sorted(pings["unit"].unique(), key=int) == [str(n), str(n + 1)]
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None)
 @given(
     st.lists(
@@ -227,6 +230,7 @@ def test_a_grouped_number_is_its_number_and_other_marks_stay(tmp_path):
     assert sorted(pings["unit"]) == sorted(["125", "125", "12", "1000000", "1000.5", "12 5 a", ",12", "12,", "1,,2"])
 
 
+@pytest.mark.slow
 def test_every_unicode_digit_is_its_ascii_digit_and_nothing_else_changes():
     """The numerals step computes a digit from its code point (no table of 650 digits): checked here on
     every code point against unicodedata, alone and in a text."""

@@ -21,33 +21,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import CELL_A, CELL_B, CELL_D, CELL_E, K, cell_id, fixture_pings, lonlat_in, policy_dict, write_policy
-
-from spatial_release import cli
+from support.fixture import CELL_A, CELL_B, CELL_D, CELL_E, K, cell_id, fixture_pings, lonlat_in, policy_dict, write_policy
+from support.releases import nothing_published, release
 
 NEW_YORK = ZoneInfo("America/New_York")
-
-
-def _release(tmp_path: Path, policy: Path, traces: list[Path] | None = None, period: str = "2018-Q1") -> int:
-    argv = [
-        "release",
-        "--policy",
-        str(policy),
-        "--period",
-        period,
-        "--out",
-        str(tmp_path / "out"),
-        "--ledger",
-        str(tmp_path / "ledger"),
-    ]
-    return cli.main(argv + (["--traces", *map(str, traces)] if traces else []))
-
-
-def _nothing_published(tmp_path: Path) -> bool:
-    return (
-        not list((tmp_path / "out").glob("releases/**/release.json"))
-        and not (tmp_path / "ledger" / "entries.jsonl").exists()
-    )
 
 
 def _published_cells(tmp_path: Path) -> dict[tuple[str, str], int]:
@@ -102,6 +79,7 @@ def _pings_near_midnight() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@pytest.mark.slow
 def test_mixed_time_formats_publish_the_instants_of_the_raw_rows(tmp_path, capsys):
     frame = _pings_near_midnight()
     traces = tmp_path / "traces.csv"
@@ -113,13 +91,14 @@ def test_mixed_time_formats_publish_the_instants_of_the_raw_rows(tmp_path, capsy
         "%Y-%m-%dT%H:%M:%S%z",
         "%Y-%m-%dT%H:%M:%SZ",
     ]
-    code = _release(tmp_path, write_policy(tmp_path, data))
+    code = release(write_policy(tmp_path, data), tmp_path)
     assert code == 0, capsys.readouterr().err
     expected = _expected_cells(frame.assign(unit=frame["device"], instant=frame["when"].map(_instant)))
     assert min(expected.values()) >= K  # nothing to withhold: every figure must be published as it is
     assert _published_cells(tmp_path) == expected
 
 
+@pytest.mark.slow
 def test_a_local_time_the_clocks_skipped_is_quarantined_not_moved(tmp_path, capsys):
     """02:30 on 2018-03-11 never happened in New York; with no rejected pings allowed, the release blocks
     and names the reason (before: it published the ping at 07:30Z with exit 0)."""
@@ -127,12 +106,13 @@ def test_a_local_time_the_clocks_skipped_is_quarantined_not_moved(tmp_path, caps
     frame.loc[0, "when"] = "2018-03-11 02:30:00"
     traces = tmp_path / "traces.csv"
     frame.to_csv(traces, index=False)
-    code = _release(tmp_path, write_policy(tmp_path, policy_dict(str(traces))))
+    code = release(write_policy(tmp_path, policy_dict(str(traces))), tmp_path)
     err = capsys.readouterr().err
     assert code == 1 and "nonexistent_local_time" in err and "input file 1 of 1 row 1" in err
-    assert _nothing_published(tmp_path)
+    assert nothing_published(tmp_path)
 
 
+@pytest.mark.slow
 def test_parquet_timestamps_of_every_unit_publish_the_instants_of_the_raw_rows(tmp_path, capsys):
     """Red-team re-test of issue 23: Parquet TIMESTAMP(NANOS), what `pandas.to_parquet` writes, exited 3
     (naive: counting's epoch_us had no TIMESTAMPTZ_NS overload; UTC-aware: ingest could not bind a CASE
@@ -156,7 +136,7 @@ def test_parquet_timestamps_of_every_unit_publish_the_instants_of_the_raw_rows(t
         )
         traces.append(tmp_path / f"traces-{unit}-{tz or 'naive'}.parquet")
         pq.write_table(table, traces[-1])
-    code = _release(tmp_path, write_policy(tmp_path, policy_dict(str(tmp_path / "traces-*.parquet"))))
+    code = release(write_policy(tmp_path, policy_dict(str(tmp_path / "traces-*.parquet"))), tmp_path)
     assert code == 0, capsys.readouterr().err
     expected = _expected_cells(frame)
     assert min(expected.values()) >= K  # nothing to withhold: every figure must be published as it is
@@ -166,6 +146,7 @@ def test_parquet_timestamps_of_every_unit_publish_the_instants_of_the_raw_rows(t
 # --- unit ids -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_nan_and_float_ids_count_the_units_the_rows_name(tmp_path, capsys):
     """Cell B holds two real bikes. A DOUBLE id column adds NaN rows (no id) and writes the bikes as 1.0
     and 2.0 while another file has them as integers: B holds k - 1 = 2 units and must stay withheld (before:
@@ -213,7 +194,7 @@ def test_nan_and_float_ids_count_the_units_the_rows_name(tmp_path, capsys):
     )
     data = policy_dict(str(tmp_path / "*.parquet"))
     data["source"]["max_rejected_share"] = 0.2
-    code = _release(tmp_path, write_policy(tmp_path, data))
+    code = release(write_policy(tmp_path, data), tmp_path)
     assert code == 0, capsys.readouterr().err
     known = frame.dropna(subset=["device"])
     expected = _expected_cells(known.assign(unit=known["device"].astype(int), instant=known["when"].map(_instant)))
@@ -223,6 +204,7 @@ def test_nan_and_float_ids_count_the_units_the_rows_name(tmp_path, capsys):
     assert not {key for key, n in expected.items() if n < K} & set(published)  # below k: absent
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "bike",
     [
@@ -269,7 +251,7 @@ def test_one_bike_written_three_ways_is_one_unit(tmp_path, capsys, bike):
     frame.drop(columns=["cell", "unit"]).assign(gender="f").to_csv(traces, index=False)
     data = policy_dict(str(traces))
     data["source"]["max_rejected_share"] = 0.2
-    code = _release(tmp_path, write_policy(tmp_path, data))
+    code = release(write_policy(tmp_path, data), tmp_path)
     assert code == 0, capsys.readouterr().err
     known = frame.dropna(subset=["unit"])
     expected = _expected_cells(known.assign(instant=known["when"].map(_instant)))
@@ -358,33 +340,34 @@ MISTAKES = [
 @pytest.mark.parametrize("mistake", MISTAKES, ids=lambda f: f.__name__.strip("_"))
 def test_user_mistake_exits_2_naming_file_and_field(tmp_path, capsys, mistake):
     policy, traces, named = mistake(tmp_path)
-    code = _release(tmp_path, policy, traces)
+    code = release(policy, tmp_path, traces=traces)
     err = capsys.readouterr().err
     assert code == 2, err
     assert all(part in err for part in named), err
     assert "Traceback" not in err and err.startswith("error: ") and len(err.splitlines()) == 1
     assert not any(unit in err for unit in fixture_pings()["device"].unique())  # no id, no raw row
-    assert _nothing_published(tmp_path) and not (tmp_path / "out" / "work").exists()  # no work started
+    assert nothing_published(tmp_path) and not (tmp_path / "out" / "work").exists()  # no work started
 
 
 @pytest.mark.parametrize("period", ["1990-Q1", "2099-Q1", "2018-Q5", "2018-13"])
 def test_period_outside_the_partitions_exits_2(tmp_path, capsys, period):
-    code = _release(tmp_path, _policy_with(tmp_path), period=period)
+    code = release(_policy_with(tmp_path), tmp_path, period)
     err = capsys.readouterr().err
     assert code == 2 and period in err and "Traceback" not in err, err
-    assert _nothing_published(tmp_path) and not (tmp_path / "out" / "work").exists()
+    assert nothing_published(tmp_path) and not (tmp_path / "out" / "work").exists()
 
 
 @pytest.mark.parametrize("period", ["\uff12\uff10\uff11\uff18-Q1", "2018-Q1\n"], ids=["fullwidth", "newline"])
 def test_period_of_other_digits_or_a_trailing_newline_exits_2_before_any_work(tmp_path, capsys, period):
     """Red team, issue 23: `--period ２０１８-Q1` or $'2018-Q1\\n' published releases/fixture/2018-Q1, then
     exited 3 (the publish step looked for the fullwidth folder name). A usage error, before any work."""
-    code = _release(tmp_path, _policy_with(tmp_path), period=period)
+    code = release(_policy_with(tmp_path), tmp_path, period)
     err = capsys.readouterr().err
     assert code == 2 and repr(period) in err and "Traceback" not in err, err
-    assert _nothing_published(tmp_path) and not (tmp_path / "out" / "work").exists()
+    assert nothing_published(tmp_path) and not (tmp_path / "out" / "work").exists()
 
 
+@pytest.mark.slow
 def test_command_line_process_prints_no_traceback(tmp_path):
     """The installed entry point, as a user runs it: the message and exit code, nothing else."""
     policy = _policy_with(tmp_path)

@@ -16,6 +16,9 @@ from spatial_release.stages import keys as keys_stage
 from spatial_release.stages import risk as risk_stage
 from spatial_release.stages.advantage import read_key_sets
 
+# Whole releases: left out of the fast tier (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def kept(tmp_path, fixture_policy):

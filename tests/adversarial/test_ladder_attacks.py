@@ -21,13 +21,16 @@ import highspy
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import CRS, policy_dict, write_policy
 from pyproj import Transformer
+from support.fixture import CRS, policy_dict, write_policy
 
 from spatial_release import stages
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
 from spatial_release.suppression.release_system import audit_published
+
+# Whole releases: left out of the fast tier (pytest -m "not slow").
+pytestmark = pytest.mark.slow
 
 K = 5
 TZ = "America/New_York"

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
-from conftest import policy_dict, write_policy
+from support.fixture import policy_dict, write_policy
 
 from spatial_release.period import Period
 from spatial_release.policy import load_policy

@@ -8,9 +8,13 @@ from __future__ import annotations
 import os
 import stat
 
-from conftest import fixture_pings, policy_dict, write_policy
+import pytest
+from support.fixture import fixture_pings, policy_dict, write_policy
 
 from spatial_release import cli
+
+# Whole releases: left out of the fast tier (pytest -m "not slow").
+pytestmark = pytest.mark.slow
 
 
 def _group_or_world_bits(path) -> int:

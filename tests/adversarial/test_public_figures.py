@@ -12,7 +12,8 @@ from pathlib import Path
 
 import geopandas as gpd
 import pandas as pd
-from conftest import fixture_pings, policy_dict, write_policy
+import pytest
+from support.fixture import fixture_pings, policy_dict, write_policy
 
 from spatial_release.defs.catalogue import programme_for
 from spatial_release.defs.execution import execute_release
@@ -66,6 +67,7 @@ def _run(tmp_path: Path, trace_name: str = "traces.csv"):
     return execute_release(programme_for(policy), "2018-Q1", config)
 
 
+@pytest.mark.slow
 def test_release_json_and_metadata_carry_no_fact_about_withheld_cells(tmp_path):
     result = _run(tmp_path)
     assert result.success
@@ -137,6 +139,7 @@ def _strings(value: object) -> list[str]:
     return []
 
 
+@pytest.mark.slow
 def test_no_exact_ratio_in_any_metadata_and_no_trace_file_name_anywhere(tmp_path):
     """Per-device exports name a unit (`bike-29590.csv`): the fixture's traces are written as `export-a0.csv`,
     a0 being one of its devices. Neither the name nor the id may reach release.json, report.html, report.png's
@@ -182,6 +185,7 @@ def test_the_identifiers_check_finds_a_unit_id_in_the_record_and_the_report(tmp_
     assert not ids_in_texts({"report.html": "margin:.5em 0;padding:0 utf-8 EPSG:4326 h3"}, {"0", "8", "4326", "5"})
 
 
+@pytest.mark.slow
 def test_publication_refuses_a_staged_report_that_names_a_unit(tmp_path, monkeypatch):
     """The last look before the ledger append: a report that quotes a unit id (here a policy whose map title
     would carry it is simulated by patching the renderer) is refused and nothing is published."""
@@ -228,12 +232,13 @@ def _standalone_integers(text: str, ids: set[str]) -> set[int]:
     return {int(n) for n in re.findall(r"(?<![\w.])\d+(?![\w.])", text)}
 
 
+@pytest.mark.slow
 def test_a_blocked_candidate_shows_no_figure_of_its_own_to_the_operator(tmp_path, monkeypatch):
     """Attack: read an unpublished figure of a blocked candidate off what an operator sees: the run's event
     log, every materialisation's and check's metadata, the failure descriptions and the alert. A suppression
     bug publishes cell B (2 devices, below k = 3) and the checks block it. Every offending row may carry
     places and the failing rule only, and no text that names cell B may carry its count."""
-    from conftest import CELL_B, cell_id
+    from support.fixture import CELL_B, cell_id
 
     from spatial_release.stages import protect as protect_stage
     from spatial_release.suppression import primary

@@ -8,7 +8,7 @@ import re
 import pandas as pd
 import pytest
 import yaml
-from conftest import PROJECT_ROOT
+from support.paths import PROJECT_ROOT
 
 from spatial_release.risk.landscape import LandscapeError, load_landscape
 
@@ -45,7 +45,7 @@ def test_the_shipped_landscapes_fit_their_panels():
 def _two_programmes(tmp_path, shared: bool, same_files: bool = True) -> tuple[dict, dict]:
     """A monthly and a quarterly programme over the same devices, published into one ledger; with
     `same_files` False, the quarterly reads its own export of them (other bytes: the ids renamed)."""
-    from conftest import fixture_pings, uniqueness_policy_dict, write_policy
+    from support.fixture import fixture_pings, uniqueness_policy_dict, write_policy
 
     from spatial_release import cli
 
@@ -69,6 +69,7 @@ def _two_programmes(tmp_path, shared: bool, same_files: bool = True) -> tuple[di
     return first.risk, second.risk
 
 
+@pytest.mark.slow
 def test_programmes_of_one_population_spend_one_cumulative_budget(tmp_path):
     """The quarterly Citi Bike programme reported 0.0043 after the monthly programme had reached 0.0093 on
     the same bikes. With a shared `population`, the quarterly's cumulative figure includes the monthly's."""
@@ -83,12 +84,14 @@ def test_programmes_of_one_population_spend_one_cumulative_budget(tmp_path):
     assert quarterly.cumulative > quarterly.release_figure > 0
 
 
+@pytest.mark.slow
 def test_without_a_shared_population_or_shared_files_the_budgets_stay_apart(tmp_path):
     """Control: programmes that neither say they share units nor read one file keep their own budgets."""
     _, quarterly = _two_programmes(tmp_path, shared=False, same_files=False)
     assert quarterly.cumulative == pytest.approx(quarterly.release_figure)
 
 
+@pytest.mark.slow
 def test_a_copy_of_a_programme_without_its_population_line_spends_the_same_budget(tmp_path):
     """Red team round 2: a copy of a policy under a new name and with no `population:` line, over the same
     files and into the same ledger, started a fresh budget (0.0112 instead of 0.0224). The population is
@@ -103,10 +106,11 @@ def test_a_copy_of_a_programme_without_its_population_line_spends_the_same_budge
     assert quarterly.cumulative >= cumulative_risk([monthly.release_figure, quarterly.release_figure])
 
 
+@pytest.mark.slow
 def test_renaming_the_population_does_not_reset_the_budget(tmp_path):
     """Hostile pass: Q1 under `population: pop-one`, then Q2 of the same dataset under `pop-two` reported a
     cumulative figure of Q2 alone. A dataset's own releases always count."""
-    from conftest import fixture_pings, uniqueness_policy_dict, write_policy
+    from support.fixture import fixture_pings, uniqueness_policy_dict, write_policy
 
     from spatial_release import cli
     from spatial_release.risk import cumulative_risk
@@ -132,7 +136,7 @@ def test_renaming_the_population_does_not_reset_the_budget(tmp_path):
 def _conflicting_programmes(tmp_path, shared: bool):
     """A monthly programme over every device, then a quarterly one over traces without one device of cell E
     (6 -> 5 devices, still published at k = 3): the key (E, 2018-01-10) has two values. No `audit_with`."""
-    from conftest import CELL_E, cell_id, fixture_pings, uniqueness_policy_dict, write_policy
+    from support.fixture import CELL_E, cell_id, fixture_pings, uniqueness_policy_dict, write_policy
 
     from spatial_release import cli
 
@@ -154,6 +158,7 @@ def _conflicting_programmes(tmp_path, shared: bool):
     return cli.run_release(str(quarterly), "2018-Q1", out=out, ledger=ledger)
 
 
+@pytest.mark.slow
 def test_programmes_of_one_population_are_audited_together_without_audit_with(tmp_path):
     """Red team round 2: a quarterly and a monthly programme of one population, no `audit_with`, published the
     same key with two values. Every release of a population is now audited with the population's earlier
@@ -170,6 +175,7 @@ def test_programmes_of_one_population_are_audited_together_without_audit_with(tm
     ), conflicts
 
 
+@pytest.mark.slow
 def test_programmes_of_different_populations_are_not_compared(tmp_path):
     """Control: without a shared population the two programmes count different units and both publish."""
     ok, messages, _ = _conflicting_programmes(tmp_path, shared=False)

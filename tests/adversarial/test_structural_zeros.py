@@ -14,9 +14,10 @@ from pathlib import Path
 import geopandas as gpd
 import numpy as np
 import pandas as pd
-from conftest import DAY, SIZE, cell_id, fixture_pings, lonlat_in, policy_dict, write_policy
+import pytest
+from support.fixture import DAY, SIZE, cell_id, fixture_pings, lonlat_in, policy_dict, write_policy
+from support.releases import published_folder, release
 
-from spatial_release import cli
 from spatial_release.levels import LEAF, TOTAL
 from spatial_release.suppression.audit import audit
 from spatial_release.suppression.release_system import DisclosureSpec, Structure, audit_published, protect_release
@@ -108,28 +109,14 @@ def _release_with_lake(tmp_path: Path, swimmer: bool) -> tuple[int, Path]:
     frame.to_csv(traces, index=False)
     (tmp_path / "zeros.csv").write_text(f"cell_id\n{cell_id(LAKE)}\n")
     policy = write_policy(tmp_path, policy_dict(str(traces), suppression={"budget": 0.9, "zeros": "zeros.csv"}))
-    code = cli.main(
-        [
-            "release",
-            "--policy",
-            str(policy),
-            "--period",
-            "2018-Q1",
-            "--traces",
-            str(traces),
-            "--out",
-            str(tmp_path / "out"),
-            "--ledger",
-            str(tmp_path / "ledger"),
-        ]
-    )
-    return code, tmp_path / "out" / "releases" / "fixture" / "2018-Q1"
+    return release(policy, tmp_path, traces=[traces]), published_folder(tmp_path)
 
 
 def _ledger_mentions(ledger: Path, period: str) -> bool:
     return ledger.is_dir() and any(period in p.read_text(errors="replace") for p in ledger.rglob("*") if p.is_file())
 
 
+@pytest.mark.slow
 def test_cli_blocks_a_person_inside_a_listed_zero(tmp_path, capsys):
     code, folder = _release_with_lake(tmp_path, swimmer=True)
     err = capsys.readouterr().err
@@ -143,6 +130,7 @@ def test_cli_blocks_a_person_inside_a_listed_zero(tmp_path, capsys):
     assert not folder.exists() and not _ledger_mentions(tmp_path / "ledger", "2018-Q1")
 
 
+@pytest.mark.slow
 def test_cli_publishes_a_true_listed_zero_as_zero_in_every_bucket(tmp_path, capsys):
     """The control: the same policy without the swimmer publishes, the lake 0 in each of the 90 days."""
     code, folder = _release_with_lake(tmp_path, swimmer=False)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.releases import build_two_quarter_q1, sign_as
 from test_ledger_attacks import _copy_programme, _release
 
 from spatial_release import stages
@@ -26,6 +27,9 @@ from spatial_release.stages.carried import CARRIED
 from spatial_release.stages.checks import earlier_work_files_outcome
 from spatial_release.stages.context import Published
 
+# Whole releases (2018-Q2 published for the negative control): left out of the fast tier (pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 Q1, Q2 = "2018-Q1", "2018-Q2"
 KEYS = "risk/unit_keys.internal.parquet"
 MEMBERSHIP = "counts/membership.internal.parquet"
@@ -33,29 +37,23 @@ INTERVALS = "audit_intervals.internal.parquet"
 
 
 @pytest.fixture(scope="module")
-def published_q1(tmp_path_factory) -> Path:
-    """A programme with 2018-Q1 published, made once and copied per test."""
-    from test_release_io import two_quarter_policy
-
-    root = tmp_path_factory.mktemp("programme")
-    assert _release(root, two_quarter_policy(root), Q1) == 0
-    return root
-
-
-@pytest.fixture(scope="module")
-def published_q2(published_q1, tmp_path_factory) -> Path:
-    """The negative control: the unedited programme publishes 2018-Q2 (and its files are another release's)."""
-    root = _copy_programme(published_q1, tmp_path_factory.mktemp("control") / "programme")
-    forget_pin(root / "ledger")
-    assert _release(root, root / "policy.yaml", Q2) == 0
+def published_q2(release_cache, tmp_path_factory) -> Path:
+    """The negative control: the unedited programme publishes 2018-Q2 (and its files are another release's).
+    A copy of the run's published 2018-Q1 (conftest.published_q1), signed with its key; a test that reads its
+    ledger signs as it (`sign_as`)."""
+    with pytest.MonkeyPatch.context() as patch:
+        root = release_cache.copy(
+            "two-quarter-q1", build_two_quarter_q1, tmp_path_factory.mktemp("control") / "programme", patch
+        )
+        assert _release(root, root / "policy.yaml", Q2) == 0
     return root
 
 
 @pytest.fixture
-def programme(published_q1, tmp_path) -> Path:
-    root = _copy_programme(published_q1, tmp_path / "programme")
-    forget_pin(root / "ledger")  # each test's copy starts its ledger's pin over (one genesis: one pin)
-    return root
+def programme(published_q1) -> Path:
+    """The run's published 2018-Q1 (conftest.published_q1: the test's own copy, signed with its key)."""
+    forget_pin(published_q1 / "ledger")  # each test's copy starts its ledger's pin over, as before
+    return published_q1
 
 
 def _area(root: Path, period: str) -> Path:
@@ -98,9 +96,10 @@ def _truncate_bytes(path: Path) -> None:
     path.write_bytes(data[: len(data) // 2])
 
 
-def test_the_unedited_programme_records_its_work_files_and_publishes(published_q2):
+def test_the_unedited_programme_records_its_work_files_and_publishes(published_q2, monkeypatch):
     """Each release entry records the sha256 of every carried file its work area holds (re-derived here by
     hashing the files); 2018-Q2 passed the check and published."""
+    sign_as(published_q2, monkeypatch)
     entries = [e for e in _entries(published_q2) if e["kind"] == "release"]
     assert [e["period"] for e in entries] == [Q1, Q2]
     for entry in entries:
@@ -166,10 +165,11 @@ def test_a_work_file_removed_within_retention_fails_and_after_it_passes(programm
     assert earlier_work_files_outcome(ctx, entries, later).passed  # the retention deletes per-unit files on purpose
 
 
-def test_the_risk_step_refuses_an_edited_earlier_key_set_itself(published_q2, tmp_path):
+def test_the_risk_step_refuses_an_edited_earlier_key_set_itself(published_q2, tmp_path, monkeypatch):
     """Without the check before it (a notebook, a review): the risk step reads the window's key set files
     only after comparing them with their entries."""
     root = _copy_programme(published_q2, tmp_path / "programme")
+    sign_as(root, monkeypatch)
     forget_pin(root / "ledger")
     ctx = stages.ReleaseContext(load_policy(root / "policy.yaml"), Period.parse(Q2), root / "out/work")
     ledger = Ledger(root / "ledger", root / "out/releases")
@@ -210,15 +210,14 @@ def test_a_recorded_name_outside_the_work_area_fails(programme):
     assert not outcome.passed and "outside its work area" in outcome.summary
 
 
-def test_a_re_audit_of_a_published_release_keeps_the_intervals_its_entry_records(programme, published_q1, capsys):
+def test_a_re_audit_of_a_published_release_keeps_the_intervals_its_entry_records(programme, capsys):
     """`spatial-release audit` of a published release solves from scratch; it used to write its intervals over
     the ones the publication was gated on, which the ledger entry now records (the next release would block)."""
     from spatial_release import cli
 
     intervals = _area(programme, Q1) / INTERVALS
     before = sha256_file(intervals)
-    # the policy as the release was made with it (the copy's names its traces under the copy; audit reads none)
-    shutil.copyfile(published_q1 / "policy.yaml", programme / "policy.yaml")
+    # the copy's policy is the one the release was made with, byte for byte (it names its traces relatively)
     argv = ["audit", str(programme / "out/releases/fixture" / Q1), "--policy", str(programme / "policy.yaml")]
     assert cli.main([*argv, "--work", str(programme / "out/work"), "--ledger", str(programme / "ledger")]) == 0
     assert "of the publication" in capsys.readouterr().out

@@ -5,9 +5,11 @@ the real cell's polygon, beside the real cell: a false zero. Such lists are refu
 from __future__ import annotations
 
 import pytest
-from conftest import CELL_C, cell_id, fixture_pings, policy_dict, write_policy
+from support.fixture import CELL_C, cell_id, fixture_pings, policy_dict, write_policy
+from support.releases import release
 
-from spatial_release import cli
+# Whole releases: left out of the fast tier (pytest -m "not slow").
+pytestmark = pytest.mark.slow
 
 
 def _release_with_zeros(tmp_path, listed: str, capsys) -> tuple[int, str]:
@@ -16,20 +18,7 @@ def _release_with_zeros(tmp_path, listed: str, capsys) -> tuple[int, str]:
     (tmp_path / "zeros.csv").write_text(f"cell_id\n{listed}\n")
     data = policy_dict(str(traces))
     data["suppression"]["zeros"] = "zeros.csv"
-    policy = write_policy(tmp_path, data)
-    code = cli.main(
-        [
-            "release",
-            "--policy",
-            str(policy),
-            "--period",
-            "2018-Q1",
-            "--out",
-            str(tmp_path / "out"),
-            "--ledger",
-            str(tmp_path / "ledger"),
-        ]
-    )
+    code = release(write_policy(tmp_path, data), tmp_path)
     return code, capsys.readouterr().err
 
 

@@ -71,6 +71,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"]
 _missing = missing_browser()
 _required = os.environ.get("SPATIAL_RELEASE_BROWSER_TEST") == "required"  # set by .ci/run: CI must not skip
 pytestmark = [
+    pytest.mark.slow,  # a whole deployment: left out of the fast tier (pytest -m "not slow")
     pytest.mark.browser,
     pytest.mark.skipif(_missing is not None and not _required, reason=f"browser test: {_missing}"),
 ]

@@ -9,7 +9,7 @@ import re
 import unicodedata
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 README = PROJECT_ROOT / "README.md"
 DOCS = PROJECT_ROOT / "docs"
 README_MAX_LINES = 200

@@ -1,0 +1,34 @@
+"""Spies on the package and small drivers of its Dagster definitions, for tests that show which path ran."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def spy_packing(monkeypatch) -> list:
+    """Records what the counting step's `packing_for` decided in each count (None: an SQL path), so a test
+    can show that the packed path (spatial_release/counting/packed.py) did run, or did not."""
+    from spatial_release.counting import counts as counts_module
+
+    decided = []
+    real = counts_module.packing_for
+
+    def spy(*args):
+        decided.append(real(*args))
+        return decided[-1]
+
+    monkeypatch.setattr(counts_module, "packing_for", spy)
+    return decided
+
+
+def period_sensor_keys(defs, prefix: str, instance: Any = None) -> list[str]:
+    """The periods the programme's period sensor adds as partitions in `instance` (a fresh one by default),
+    added there as the daemon would."""
+    import dagster as dg
+
+    instance = instance or dg.DagsterInstance.ephemeral()
+    result = defs.resolve_sensor_def(f"{prefix}_period_sensor")(dg.build_sensor_context(instance=instance, definitions=defs))
+    added = [key for request in result.dynamic_partitions_requests for key in request.partition_keys]
+    if added:
+        instance.add_dynamic_partitions(f"{prefix}_periods", added)
+    return added
