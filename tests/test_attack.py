@@ -197,3 +197,98 @@ def test_visitors_buckets_are_sets_of_areas():
     want = np.zeros(view.steps * view.areas, dtype=np.int64)
     want[view.figure_step * view.areas + view.figure_area] = view.figure_count
     assert (got == want).all()
+
+
+def _allocate_reference(flows, state_of, areas, withheld_code, yesterday, rng):
+    """The allocation as first written (a stable argsort per slot, every state shuffled): `_allocate` must give
+    the same slots and leave the generator in the same state."""
+    n_cells = len(areas)
+    result = np.full(len(state_of), -1, dtype=np.int64)
+    members = np.argsort(state_of, kind="stable")
+    starts = np.searchsorted(state_of[members], np.arange(state_of.max() + 2 if len(state_of) else 1))
+    by_state: dict[int, list[tuple[int, int]]] = {}
+    for (s, slot), f in flows.items():
+        by_state.setdefault(s, []).append((slot, f))
+    for s, outs in by_state.items():
+        pool = members[starts[s] : starts[s + 1]]
+        pool = pool[rng.permutation(len(pool))]
+        free = np.ones(len(pool), dtype=bool)
+        for slot, f in sorted(outs, key=lambda o: -o[1]):
+            code = -1 if slot == n_cells + 1 else (withheld_code if slot == n_cells else int(areas[slot]))
+            if yesterday is not None and code >= 0:
+                rank = np.argsort(~(free & (yesterday[pool] == code)), kind="stable")
+            else:
+                rank = np.arange(len(pool))
+            chosen = rank[free[rank]][:f]
+            result[pool[chosen]] = code
+            free[chosen] = False
+    return result
+
+
+def test_a_permutation_of_one_draws_nothing():
+    """`_allocate` does not shuffle a state of one trajectory: the generator must not move for it."""
+    rng = np.random.default_rng(7)
+    state = rng.bit_generator.state
+    rng.permutation(1)
+    rng.permutation(0)
+    assert rng.bit_generator.state == state
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("with_yesterday", [True, False])
+def test_allocation_is_the_reference_allocation(seed, with_yesterday):
+    """Random states, flows (every state's supply split over published areas, WITHHELD and ABSENT, in a random
+    order) and day-before areas: the same slot per trajectory, and the generator left where the reference
+    leaves it (the rest of the recovery draws from it)."""
+    from spatial_release.risk.attack import _allocate
+
+    rng = np.random.default_rng(seed)
+    n, n_states, n_cells, n_areas = 400, int(rng.integers(5, 300)), int(rng.integers(1, 30)), 60
+    state_of = rng.integers(0, n_states, n)
+    areas = np.sort(rng.choice(n_areas, n_cells, replace=False))
+    yesterday = rng.choice(np.concatenate([areas, [-1, n_areas]]), n) if with_yesterday else None
+    flows: dict[tuple[int, int], int] = {}
+    for s in rng.permutation(np.unique(state_of)):
+        left = int((state_of == s).sum())
+        while left:
+            slot = int(rng.integers(0, n_cells + 2))
+            f = int(rng.integers(1, left + 1))
+            flows[(int(s), slot)] = flows.get((int(s), slot), 0) + f
+            left -= f
+    mine, theirs = np.random.default_rng(seed + 100), np.random.default_rng(seed + 100)
+    got = _allocate(dict(flows), state_of, areas, n_areas, yesterday, mine)
+    want = _allocate_reference(dict(flows), state_of, areas, n_areas, yesterday, theirs)
+    np.testing.assert_array_equal(got, want)
+    assert mine.bit_generator.state == theirs.bit_generator.state
+
+
+@pytest.mark.parametrize("hub", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_columns_are_the_sorted_triplets(seed, hub):
+    """The transportation problem's matrix as `_columns` builds it is the triplets (supply row and demand row per
+    arc; with the hub, supply and hub rows per state, demand and hub rows per area) sorted by column, then row:
+    HiGHS gets the same model, so the same flows."""
+    from spatial_release.risk.attack import _columns
+
+    rng = np.random.default_rng(seed)
+    n_states, n_cells = int(rng.integers(1, 50)), int(rng.integers(1, 40))
+    per = int(rng.integers(1, n_cells + 1))
+    arc_state = np.concatenate([np.repeat(np.arange(n_states), per), np.arange(n_states), np.arange(n_states)])
+    near = np.stack([rng.choice(n_cells, per, replace=False) for _ in range(n_states)]).ravel()
+    arc_slot = np.concatenate([near, np.full(n_states, n_cells), np.full(n_states, n_cells + 1)])
+    n_arcs, hub_row = len(arc_state), n_states + n_cells + 2
+    rows, cols, vals = [arc_state, n_states + arc_slot], [np.arange(n_arcs)] * 2, [np.ones(n_arcs)] * 2
+    n_cols = n_arcs
+    if hub:
+        into, out = np.arange(n_cols, n_cols + n_states), np.arange(n_cols + n_states, n_cols + n_states + n_cells)
+        rows += [np.arange(n_states), np.full(n_states, hub_row), n_states + np.arange(n_cells), np.full(n_cells, hub_row)]
+        cols += [into, into, out, out]
+        vals += [np.ones(n_states), np.ones(n_states), np.ones(n_cells), -np.ones(n_cells)]
+        n_cols += n_states + n_cells
+    rows, cols, vals = np.concatenate(rows), np.concatenate(cols), np.concatenate(vals)
+    order = np.lexsort((rows, cols))
+    start, index, value = _columns(arc_state, arc_slot, n_states, n_cells, hub)
+    np.testing.assert_array_equal(start, np.searchsorted(cols[order], np.arange(n_cols + 1)).astype(np.int32))
+    np.testing.assert_array_equal(index, rows[order].astype(np.int32))
+    np.testing.assert_array_equal(value, vals[order].astype(float))
+    assert (start.dtype, index.dtype, value.dtype) == (np.int32, np.int32, np.float64)

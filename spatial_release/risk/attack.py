@@ -440,27 +440,12 @@ def _transport(
     arc_slot = np.concatenate([arc_slot, np.full(n_states, n_cells), np.full(n_states, n_cells + 1)])
     arc_cost = np.concatenate([arc_cost, cost_hidden, cost_absent])
     n_arcs = len(arc_state)
-    n_slots = n_cells + 2
     # rows: supply per state (=), demand per slot (between lo and hi), hub balance (= 0)
-    rows = [arc_state, n_states + arc_slot]
-    cols = [np.arange(n_arcs), np.arange(n_arcs)]
-    vals = [np.ones(n_arcs), np.ones(n_arcs)]
-    col_cost = [arc_cost]
-    n_cols = n_arcs
-    hub_row = n_states + n_slots
-    if hub:
-        into = np.arange(n_cols, n_cols + n_states)  # state -> hub
-        out = np.arange(n_cols + n_states, n_cols + n_states + n_cells)  # hub -> area
-        rows += [states_idx, np.full(n_states, hub_row), n_states + np.arange(n_cells), np.full(n_cells, hub_row)]
-        cols += [into, into, out, out]
-        vals += [np.ones(n_states), np.ones(n_states), np.ones(n_cells), -np.ones(n_cells)]
-        col_cost += [np.full(n_states, HUB_COST), np.zeros(n_cells)]
-        n_cols += n_states + n_cells
+    col_cost = [arc_cost] + ([np.full(n_states, HUB_COST), np.zeros(n_cells)] if hub else [])
+    start, index, value = _columns(arc_state, arc_slot, n_states, n_cells, hub)
     row_lo = np.concatenate([supply, demand_lo] + ([[0.0]] if hub else []))
     row_hi = np.concatenate([supply, demand_hi] + ([[0.0]] if hub else []))
-    solution = _solve_lp(
-        np.concatenate(col_cost), np.concatenate(rows), np.concatenate(cols), np.concatenate(vals), row_lo, row_hi, n_cols
-    )
+    solution = _solve_lp(np.concatenate(col_cost), start, index, value, row_lo, row_hi)
     flows: dict[tuple[int, int], int] = {}
     for a in np.flatnonzero(solution[:n_arcs] > 0.5):
         flows[(int(arc_state[a]), int(arc_slot[a]))] = int(round(solution[a]))
@@ -487,21 +472,39 @@ def _route_hub(flows: dict[tuple[int, int], int], into: np.ndarray, out: np.ndar
         j += receivers[j][1] == 0
 
 
+def _columns(
+    arc_state: np.ndarray, arc_slot: np.ndarray, n_states: int, n_cells: int, hub: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The transportation problem's constraint matrix, column-wise (HiGHS's start, index, value): one column per
+    arc (its state's supply row, its slot's demand row), then with the `hub` one per state into it (its supply
+    row, the hub row) and one per published area out of it (its demand row, the hub row, -1). Every column holds
+    two entries and the first row is the smaller one, so this is the triplets sorted by column and then row
+    (`tests/test_attack.py` compares the two), without the sort."""
+    n_slots = n_cells + 2
+    hub_row = n_states + n_slots
+    first = [arc_state, *((np.arange(n_states), n_states + np.arange(n_cells)) if hub else ())]
+    second = [n_states + arc_slot, *((np.full(n_states, hub_row), np.full(n_cells, hub_row)) if hub else ())]
+    signs = [np.ones(len(arc_state)), *((np.ones(n_states), -np.ones(n_cells)) if hub else ())]
+    rows_first, rows_second, sign = np.concatenate(first), np.concatenate(second), np.concatenate(signs)
+    index = np.stack([rows_first, rows_second], axis=1).ravel().astype(np.int32)
+    value = np.stack([np.ones(len(sign)), sign], axis=1).ravel()
+    start = np.arange(0, 2 * len(sign) + 1, 2, dtype=np.int32)
+    return start, index, value
+
+
 def _solve_lp(
     cost: np.ndarray,
-    rows: np.ndarray,
-    cols: np.ndarray,
-    vals: np.ndarray,
+    start: np.ndarray,
+    index: np.ndarray,
+    value: np.ndarray,
     row_lo: np.ndarray,
     row_hi: np.ndarray,
-    n_cols: int,
 ) -> np.ndarray:
-    """min cost.x over x >= 0 with row_lo <= A x <= row_hi (A in triplets), by HiGHS's simplex: a transportation
-    problem's vertices are integral, so the flows are whole trajectories."""
+    """min cost.x over x >= 0 with row_lo <= A x <= row_hi (A column-wise: `_columns`), by HiGHS's simplex: a
+    transportation problem's vertices are integral, so the flows are whole trajectories."""
+    n_cols = len(cost)
     if n_cols == 0 or len(row_lo) == 0:
         return np.zeros(n_cols)
-    order = np.lexsort((rows, cols))
-    rows, cols, vals = rows[order], cols[order], vals[order]
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = n_cols, len(row_lo)
     lp.col_cost_ = cost.astype(float)
@@ -509,9 +512,9 @@ def _solve_lp(
     lp.col_upper_ = np.full(n_cols, highspy.kHighsInf)
     lp.row_lower_, lp.row_upper_ = row_lo.astype(float), row_hi.astype(float)
     lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = np.searchsorted(cols, np.arange(n_cols + 1)).astype(np.int32)
-    lp.a_matrix_.index_ = rows.astype(np.int32)
-    lp.a_matrix_.value_ = vals.astype(float)
+    lp.a_matrix_.start_ = start
+    lp.a_matrix_.index_ = index
+    lp.a_matrix_.value_ = value
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)
@@ -534,7 +537,12 @@ def _allocate(
     rng: np.random.Generator,
 ) -> np.ndarray:
     """Each trajectory's slot from its state's flows: within a state, trajectories that were in an area the day
-    before take that area's slots first (regularity), the others in a seeded random order."""
+    before take that area's slots first (regularity), the others in a seeded random order.
+
+    A state's slots are served largest flow first (ties in the flows' order); each takes its flow from the
+    state's free trajectories in the shuffled order, those that were in its area the day before first. A state
+    of one trajectory is not shuffled: a permutation of one draws nothing from the generator
+    (`tests/test_attack.py` checks both, against the generator and against a reference allocation)."""
     n_cells = len(areas)
     result = np.full(len(state_of), -1, dtype=np.int64)
     members = np.argsort(state_of, kind="stable")
@@ -544,15 +552,26 @@ def _allocate(
         by_state.setdefault(s, []).append((slot, f))
     for s, outs in by_state.items():
         pool = members[starts[s] : starts[s + 1]]
+        ordered = sorted(outs, key=lambda o: -o[1])
+        if len(pool) == 1:  # the first slot with a flow takes it
+            first = next((slot for slot, f in ordered if f > 0), None)
+            if first is not None:
+                result[pool[0]] = -1 if first == n_cells + 1 else (withheld_code if first == n_cells else int(areas[first]))
+            continue
         pool = pool[rng.permutation(len(pool))]
         free = np.ones(len(pool), dtype=bool)
-        for slot, f in sorted(outs, key=lambda o: -o[1]):
+        before = yesterday[pool] if yesterday is not None else None
+        for slot, f in ordered:
             code = -1 if slot == n_cells + 1 else (withheld_code if slot == n_cells else int(areas[slot]))
-            if yesterday is not None and code >= 0:
-                rank = np.argsort(~(free & (yesterday[pool] == code)), kind="stable")
+            if before is not None and code >= 0:
+                # the free trajectories that were here the day before, then the other free ones, each in pool order
+                back = free & (before == code)
+                chosen = np.flatnonzero(back)
+                if len(chosen) < f:
+                    chosen = np.concatenate([chosen, np.flatnonzero(free & ~back)])
+                chosen = chosen[:f]
             else:
-                rank = np.arange(len(pool))
-            chosen = rank[free[rank]][:f]
+                chosen = np.flatnonzero(free)[:f]
             result[pool[chosen]] = code
             free[chosen] = False
     return result
