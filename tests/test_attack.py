@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spatial_release.risk.attack import AttackParams, ReleaseView, attack_risk, recover_trajectories
+from spatial_release.risk.attack import HUB_COST, AttackParams, ReleaseView, attack_risk, recover_trajectories
 
 
 def regular_city(
@@ -262,33 +262,85 @@ def test_allocation_is_the_reference_allocation(seed, with_yesterday):
     assert mine.bit_generator.state == theirs.bit_generator.state
 
 
+def _lp_optimum(n_states, n_slots, arc_state, arc_slot, arc_cost, hub_areas, supply, lo, hi):
+    """The same transportation problem as a linear program (scipy's HiGHS), written out independently of
+    risk.attack: one column per arc (and per hub arc), supply rows as equalities, demand rows between lo and hi,
+    the hub's balance at 0. Returns the optimal cost, or None when infeasible."""
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix, vstack
+
+    n_arcs = len(arc_state)
+    n_hub_in, n_hub_out = (n_states, hub_areas) if hub_areas else (0, 0)
+    n_cols = n_arcs + n_hub_in + n_hub_out
+    rows, cols, vals = [arc_state, n_states + arc_slot], [np.arange(n_arcs)] * 2, [np.ones(n_arcs)] * 2
+    if hub_areas:
+        hub_row = n_states + n_slots
+        into, out = n_arcs + np.arange(n_states), n_arcs + n_states + np.arange(hub_areas)
+        rows += [
+            np.arange(n_states),
+            np.full(n_states, hub_row),
+            n_states + np.arange(hub_areas),
+            np.full(hub_areas, hub_row),
+        ]
+        cols += [into, into, out, out]
+        vals += [np.ones(n_states), np.ones(n_states), np.ones(hub_areas), -np.ones(hub_areas)]
+    n_rows = n_states + n_slots + (1 if hub_areas else 0)
+    a = coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n_rows, n_cols)).tocsr()
+    cost = np.concatenate([arc_cost, np.full(n_hub_in, HUB_COST), np.zeros(n_hub_out)])
+    row_lo = np.concatenate([supply, lo, [0.0] if hub_areas else []])
+    row_hi = np.concatenate([supply, hi, [0.0] if hub_areas else []])
+    a_ub = vstack([a, -a]).tocsr()
+    b_ub = np.concatenate([row_hi, -row_lo])
+    result = linprog(cost, A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
+    return result.fun if result.status == 0 else None
+
+
 @pytest.mark.parametrize("hub", [False, True])
-@pytest.mark.parametrize("seed", range(4))
-def test_columns_are_the_sorted_triplets(seed, hub):
-    """The transportation problem's matrix as `_columns` builds it is the triplets (supply row and demand row per
-    arc; with the hub, supply and hub rows per state, demand and hub rows per area) sorted by column, then row:
-    HiGHS gets the same model, so the same flows."""
-    from spatial_release.risk.attack import _columns
+@pytest.mark.parametrize("seed", range(8))
+def test_the_min_cost_flow_is_a_feasible_plan_at_the_linear_programs_optimum(seed, hub):
+    """The recovery's transportation problems are solved as a min-cost flow network (OR-Tools). On random
+    problems with lower and upper demands, negative costs (the regularity pulls) and the hub: the flows are
+    whole, send every state's supply, give every slot between its demands, and cost what scipy's linear program
+    of the same problem says is optimal (to the rounding of costs). An infeasible problem raises."""
+    from spatial_release.risk.attack import COST_UNITS, TransportNetwork
 
     rng = np.random.default_rng(seed)
-    n_states, n_cells = int(rng.integers(1, 50)), int(rng.integers(1, 40))
+    n_states, n_cells = int(rng.integers(1, 40)), int(rng.integers(1, 30))
+    n_slots = n_cells + 2
     per = int(rng.integers(1, n_cells + 1))
-    arc_state = np.concatenate([np.repeat(np.arange(n_states), per), np.arange(n_states), np.arange(n_states)])
     near = np.stack([rng.choice(n_cells, per, replace=False) for _ in range(n_states)]).ravel()
+    arc_state = np.concatenate([np.repeat(np.arange(n_states), per), np.arange(n_states), np.arange(n_states)])
     arc_slot = np.concatenate([near, np.full(n_states, n_cells), np.full(n_states, n_cells + 1)])
-    n_arcs, hub_row = len(arc_state), n_states + n_cells + 2
-    rows, cols, vals = [arc_state, n_states + arc_slot], [np.arange(n_arcs)] * 2, [np.ones(n_arcs)] * 2
-    n_cols = n_arcs
+    arc_cost = np.round(rng.uniform(-2.0, 6.0, len(arc_state)), 6)
+    supply = rng.integers(0, 20, n_states).astype(float)
+    hi = rng.integers(0, 15, n_slots).astype(float)
+    hi[-1] = supply.sum()  # ABSENT can take anyone, so most problems are feasible
+    lo = np.floor(hi * rng.uniform(0, 1, n_slots))
+    lo[-1] = 0.0
+    hub_areas = n_cells if hub else 0
+    network = TransportNetwork(n_states, n_slots, arc_state, arc_slot, arc_cost, hub_areas=hub_areas)
+    optimum = _lp_optimum(n_states, n_slots, arc_state, arc_slot, arc_cost, hub_areas, supply, lo, hi)
+    if optimum is None:
+        with pytest.raises(RuntimeError, match="transportation problem"):
+            network.solve(supply, lo, hi)
+        return
+    flow, into, out = network.solve(supply, lo, hi)
+    assert flow.dtype == np.int64 and (flow >= 0).all()
+    sent = np.bincount(arc_state, weights=flow, minlength=n_states) + (into if hub else 0)
+    np.testing.assert_array_equal(sent, supply)
+    got = np.bincount(arc_slot, weights=flow, minlength=n_slots)
     if hub:
-        into, out = np.arange(n_cols, n_cols + n_states), np.arange(n_cols + n_states, n_cols + n_states + n_cells)
-        rows += [np.arange(n_states), np.full(n_states, hub_row), n_states + np.arange(n_cells), np.full(n_cells, hub_row)]
-        cols += [into, into, out, out]
-        vals += [np.ones(n_states), np.ones(n_states), np.ones(n_cells), -np.ones(n_cells)]
-        n_cols += n_states + n_cells
-    rows, cols, vals = np.concatenate(rows), np.concatenate(cols), np.concatenate(vals)
-    order = np.lexsort((rows, cols))
-    start, index, value = _columns(arc_state, arc_slot, n_states, n_cells, hub)
-    np.testing.assert_array_equal(start, np.searchsorted(cols[order], np.arange(n_cols + 1)).astype(np.int32))
-    np.testing.assert_array_equal(index, rows[order].astype(np.int32))
-    np.testing.assert_array_equal(value, vals[order].astype(float))
-    assert (start.dtype, index.dtype, value.dtype) == (np.int32, np.int32, np.float64)
+        got[:n_cells] += out
+        assert into.sum() == out.sum()
+    assert (got >= lo).all() and (got <= hi).all()
+    cost = float(arc_cost @ flow) + (HUB_COST * float(into.sum()) if hub else 0.0)
+    assert cost == pytest.approx(optimum, abs=len(arc_state) * supply.sum() / COST_UNITS + 1e-9)
+
+
+def test_an_infeasible_transportation_problem_raises():
+    """More units than slots can hold: no plan exists, and the recovery says so instead of placing them."""
+    from spatial_release.risk.attack import TransportNetwork
+
+    network = TransportNetwork(1, 2, np.array([0, 0]), np.array([0, 1]), np.array([1.0, 1.0]))
+    with pytest.raises(RuntimeError, match="transportation problem"):
+        network.solve(np.array([5.0]), np.array([0.0, 0.0]), np.array([2.0, 2.0]))
