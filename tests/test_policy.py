@@ -48,6 +48,12 @@ def _error_for(tmp_path: Path, data) -> str:
         (lambda d: d["time"].update(bucket="90m"), "field 'time.bucket'"),
         (lambda d: d["time"].update(timezone="Mars/Olympus"), "field 'time.timezone'"),
         (lambda d: d["source"].update(timezone="Nowhere/City"), "field 'source.timezone'"),
+        # a folder of the zone database: ZoneInfo raised IsADirectoryError, an internal error (exit 3)
+        (lambda d: d["time"].update(timezone="America"), "field 'time.timezone'"),
+        (lambda d: d["source"].update(timezone="America"), "field 'source.timezone'"),
+        # the host's zone, not an IANA name: the same policy gave other instants on another machine
+        (lambda d: d["source"].update(timezone="localtime"), "field 'source.timezone'"),
+        (lambda d: d["time"].update(timezone="localtime"), "field 'time.timezone'"),
         (lambda d: d["source"].pop("lat"), "field 'source'"),
         (lambda d: d["geometry"].update(parents_m=[1500]), "field 'geometry.grid'"),
         (lambda d: d["geometry"].update(kind="hexagons"), "field 'geometry'"),

@@ -7,7 +7,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 import duckdb
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
@@ -29,10 +29,20 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+@lru_cache(maxsize=1)
+def _zone_names() -> frozenset[str]:
+    """The IANA zone names this machine knows, but `localtime`: the host's own zone (a link some systems
+    keep among the zones), which would make one policy give other instants on another machine."""
+    return frozenset(available_timezones() - {"localtime"})
+
+
 def _check_timezone(value: str) -> str:
+    # a name, not a file of the zone database: a folder (`America`) made ZoneInfo raise IsADirectoryError
+    if value not in _zone_names():
+        raise ValueError(f"unknown IANA time zone {value!r} (a zone name such as 'America/New_York' or 'UTC')")
     try:
         ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
         raise ValueError(f"unknown IANA time zone {value!r}") from exc
     return value
 

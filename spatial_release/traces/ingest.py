@@ -55,8 +55,10 @@ from spatial_release.traces.unit_ids import (
     LOOK_ALIKE,
     LOOK_ALIKE_FUNCTION,
     MIXED_SCRIPT,
+    REORDERING,
     fold_spelling,
     register_unit_id_functions,
+    reordered_problem,
     without_marks,
 )
 
@@ -129,6 +131,8 @@ _BLANK = "".join(f"\\x{{{ord(c):X}}}" for c in BLANK_CHARACTERS)
 # RE2 (DuckDB's regexes). Removed anywhere: the invisibles and every control character (category Cc: a
 # trailing DEL must not make `29590\x7f` another unit than 29590).
 _HIDDEN = sql_str(f"[\\p{{Cc}}{_INVISIBLE}]")
+# The controls that show an id in another order than it is stored (`traces.unit_ids.REORDERING`).
+_REORDERS = sql_str("[" + "".join(f"\\x{{{ord(c):X}}}" for c in REORDERING) + "]")
 # After accents are stripped: blanks at either end (a blank id is missing).
 _ENDS = sql_str(f"^[{_BLANK}]+|[{_BLANK}]+$")
 # The ids that need none of the Unicode steps: printable ASCII without blank, comma or apostrophe (the
@@ -245,6 +249,15 @@ def _clean_text_layers(raw: str, text: str) -> str:
     evaluates a branch on its rows alone), each in its own layer so that no step is computed twice."""
     plain = f"SELECT *, regexp_full_match({text}, {_PLAIN}) AS __unit_plain FROM {raw}"
     look_alike = f"{LOOK_ALIKE_FUNCTION}(regexp_replace({text}, {_HIDDEN}, '', 'g'))"
+    # before the controls are removed: what shows an id in another order is a look-alike of another id
+    held = ", ".join(
+        f"CASE WHEN contains({text}, {sql_str(c)}) THEN {sql_str(f'U+{ord(c):04X} {unicodedata.name(c)}, ')} ELSE '' END"
+        for c in REORDERING
+    )
+    look_alike = (
+        f"CASE WHEN regexp_matches({text}, {_REORDERS}) THEN "
+        f"{sql_str(reordered_problem(''))} || rtrim(concat({held}), ', ') ELSE {look_alike} END"
+    )
     visible = (
         f"SELECT *, CASE WHEN __unit_plain THEN lower({text}) ELSE {_visible_text_sql(text)} END AS __unit_visible, "
         f"CASE WHEN NOT __unit_plain THEN {look_alike} END AS __unit_look_alike FROM ({plain})"

@@ -10,14 +10,20 @@ So a text id is folded (`fold_spelling`) before it is compared:
   common (UUIDs and advertising ids are upper case on one platform, lower case in most databases), while two
   devices told apart by case alone are rare; folding can lower a count, never publish one unit as several;
 - every dash (category Pd: U+2010 hyphen, U+2011 non-breaking hyphen, en and em dashes...) and minus sign
-  (U+2212, superscript and subscript minus, U+02D7, U+2796, small and fullwidth hyphen-minus) is `-`.
+  (U+2212, superscript and subscript minus, U+02D7, U+2796, small and fullwidth hyphen-minus) is `-`;
+- a circled digit NFKC leaves as it is (the dingbat, negative and double-circled ones: `❼`, `➆`, `➐`, `⓻`)
+  is its digit, as `⑦` is.
 
 What remains are look-alikes across scripts (Cyrillic `е` in `dеv`, Greek `ο`, Latin `ı`). Folding them into
 the letter they resemble (confusable skeletons, Unicode TS #39) would also fold ids that differ (`l`, `I` and
 `1` share a skeleton), so they are quarantined instead, with a reason (`look_alike_problem`):
 `mixed_script_unit_id` for letters of more than one script (Han with kana, Hangul or Bopomofo counts as one,
 as TS #39 resolves them), and `look_alike_unit_id` for an id outside ASCII every character of which looks
-like an ASCII one in Unicode's confusables data. A quarantined row lowers a count, never raises one.
+like an ASCII one, in Unicode's confusables data or by its name (small capitals `ᴅᴇᴠ`, the negative squared
+and circled letters `🅳`, `🅓` and the regional indicators `🇩`, which the data leaves out). An id holding a
+control that shows it in another order than it is stored (a right-to-left override, embedding or isolate:
+`<U+202E>777777-ved` is shown as `dev-777777`) is a `look_alike_unit_id` too (`REORDERING`, checked in SQL
+on the id before the controls are removed). A quarantined row lowers a count, never raises one.
 
 Both run in Python inside DuckDB's scan (`register_unit_id_functions`), on the ids that are not plain ASCII
 only: the SQL of `traces.ingest` decides which.
@@ -26,6 +32,7 @@ only: the SQL of `traces.ingest` decides which.
 from __future__ import annotations
 
 import functools
+import re
 import sys
 import unicodedata
 from collections.abc import Callable
@@ -47,6 +54,15 @@ _ONE_WRITING = (
 )
 _NO_SCRIPT = frozenset({"COMMON", "INHERITED"})  # digits, punctuation, combining marks: any script's
 
+# Read as the ASCII letter their name ends with; Unicode's confusables data lists few of them.
+_NAMED_LATIN = re.compile(
+    r"(?:SMALL CAPITAL|(?:NEGATIVE )?(?:CIRCLED|SQUARED) LATIN (?:CAPITAL|SMALL) LETTER"
+    r"|REGIONAL INDICATOR SYMBOL LETTER) [A-Z]"
+)
+# The controls that show an id in another order than it is stored: right-to-left embedding and override,
+# left-to-right override (which reverses right-to-left text) and right-to-left isolate.
+REORDERING = "\u202b\u202d\u202e\u2067"
+
 MIXED_SCRIPT = "mixed_script_unit_id"
 LOOK_ALIKE = "look_alike_unit_id"
 FOLD_FUNCTION = "unit_id_fold"
@@ -55,13 +71,19 @@ LOOK_ALIKE_FUNCTION = "unit_id_look_alike"
 
 @functools.cache
 def _dashes() -> dict[int, str]:
-    """Every dash and minus sign as `-`, for str.translate (built once, on the first id that needs it)."""
+    """Every dash and minus sign as `-`, and every circled digit NFKC leaves as it is as its digit, for
+    str.translate (built once, on the first id that needs it)."""
     dashes = (c for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Pd")
-    return {c: "-" for c in (*dashes, *map(ord, MINUS_SIGNS))}
+    circled = {
+        c: str(unicodedata.digit(chr(c)))
+        for c in range(0x80, sys.maxunicode + 1)
+        if "CIRCLED" in unicodedata.name(chr(c), "") and unicodedata.digit(chr(c), None) is not None
+    }
+    return {**{c: "-" for c in (*dashes, *map(ord, MINUS_SIGNS))}, **circled}
 
 
 def _compatible(text: str) -> str:
-    """NFKC with every dash and minus sign as `-`."""
+    """NFKC with every dash and minus sign as `-`, and circled digits as digits."""
     return unicodedata.normalize("NFKC", text).translate(_dashes())
 
 
@@ -108,7 +130,7 @@ def _looks_ascii(char: str) -> bool:
     """`char` is ASCII or shares its confusable skeleton (TS #39) with a text that folds to ASCII: its
     prototype, or another character of that prototype (`─` has the prototype `ー`, as the em dash does,
     which folds to `-`)."""
-    if char.isascii():
+    if char.isascii() or _NAMED_LATIN.fullmatch(unicodedata.name(char, "").removeprefix("LATIN LETTER ")):
         return True
     prototypes = _glyphs(char)
     alike = (*prototypes, *(other for glyph in prototypes for other in _glyphs(glyph)))
@@ -125,6 +147,11 @@ def _is_mixed(scripts: set[str]) -> bool:
 
 def _code_points(chars: str) -> str:
     return ", ".join(f"U+{ord(c):04X} {unicodedata.name(c, '?')}" for c in chars)
+
+
+def reordered_problem(controls: str) -> str:
+    """The quarantine's `<reason>\t<detail>` for an id holding the reordering `controls` (`REORDERING`)."""
+    return f"{LOOK_ALIKE}\tthe unit id is shown in another order than it is stored: it holds {_code_points(controls)}"
 
 
 def look_alike_problem(text: str) -> str | None:

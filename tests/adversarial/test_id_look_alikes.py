@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import string
 import tempfile
+import unicodedata
 from pathlib import Path
 
 import geopandas as gpd
@@ -266,3 +267,57 @@ def test_a_policy_missing_value_with_an_accent_matches_the_data_without(tmp_path
     quarantine, pings = _ingest(tmp_path, ids, missing=("inc\u00f3nnu",))
     assert pings["unit"].tolist() == ["u1"]
     assert quarantine["reason"].tolist() == ["missing_unit_id"] * 4
+
+
+# --- round 3 hostile pass: look-alikes the confusables data and NFKC leave as other units ------------------
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "dev-\u2776\u2776\u2776\u2776\u2776\u2776",  # DINGBAT NEGATIVE CIRCLED DIGIT ONE: no NFKC form
+        "dev-\u2790\u2790\u2790\u2790\u2790\u2790",  # DINGBAT NEGATIVE CIRCLED SANS-SERIF DIGIT SEVEN
+        "dev-\u24fb\u24fb\u24fb\u24fb\u24fb\u24fb",  # DOUBLE CIRCLED DIGIT SEVEN
+        "dev-\u2786\u2786\u2786\u2786\u2786\u2786",  # DINGBAT CIRCLED SANS-SERIF DIGIT SEVEN (was quarantined)
+    ],
+)
+def test_circled_digits_without_a_compatibility_form_are_their_digit(tmp_path, spelling):
+    """`①` folds under NFKC; its dingbat, negative and double-circled siblings have no compatibility form and
+    were each another unit (`dev-❼❼❼❼❼❼` beside `dev-777777`: one device counted twice). Unicode gives each a
+    digit value; the expected unit is written here from the character's name, not by the code under test."""
+    names = ["ONE", "TWO", "THREE", "FOUR", "FIVE", "SIX", "SEVEN", "EIGHT", "NINE"]
+    digit = str(names.index(unicodedata.name(spelling[-1]).rsplit(" ", 1)[1]) + 1)
+    quarantine, pings = _ingest(tmp_path, [f"dev-{digit * 6}", spelling])
+    assert quarantine.empty, quarantine[["reason", "detail"]]
+    assert pings["unit"].tolist() == [f"dev-{digit * 6}"] * 2
+    assert fold_spelling(spelling) == f"dev-{digit * 6}"
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "\u1d05\u1d07\u1d20-777777",  # LATIN LETTER SMALL CAPITAL D, E, V: reads as DEV-777777
+        "d\u1d07v-777777",  # one small capital among ASCII letters
+        "\U0001f173\U0001f174\U0001f185-777777",  # NEGATIVE SQUARED LATIN CAPITAL LETTER D, E, V
+        "\U0001f153\U0001f154\U0001f165-777777",  # NEGATIVE CIRCLED LATIN CAPITAL LETTER D, E, V
+        "\U0001f1e9\U0001f1ea\U0001f1fb-777777",  # REGIONAL INDICATOR SYMBOL LETTER D, E, V
+    ],
+)
+def test_latin_letters_the_confusables_data_misses_are_quarantined_as_look_alikes(tmp_path, spelling):
+    """Small capitals and the negative squared or circled letters read as the ASCII letter their name says,
+    but Unicode's confusables data lists few of them and NFKC folds none: `ᴅᴇᴠ-777777` was a unit beside
+    `dev-777777`. Each is quarantined as a look-alike; the ASCII spelling stays the unit."""
+    quarantine, pings = _ingest(tmp_path, ["dev-777777", spelling])
+    assert pings["unit"].tolist() == ["dev-777777"]
+    assert quarantine[["row", "reason"]].values.tolist() == [[2, "look_alike_unit_id"]]
+
+
+@pytest.mark.parametrize("override", ["\u202e", "\u202b", "\u2067"])
+def test_an_id_shown_in_another_order_than_it_is_stored_is_quarantined(tmp_path, override):
+    """A right-to-left override, embedding or isolate shows `777777-ved` as `dev-777777`: the controls drew
+    nothing and were removed, and the id stored backwards was another unit beside `dev-777777`. The
+    quarantine names the control; an id wrapped left-to-right (LRI ... PDI) is its unit (control)."""
+    quarantine, pings = _ingest(tmp_path, ["dev-777777", f"{override}777777-ved\u2069", "\u2066dev-777777\u2069"])
+    assert pings["unit"].tolist() == ["dev-777777"] * 2
+    assert quarantine[["row", "reason"]].values.tolist() == [[2, "look_alike_unit_id"]]
+    assert f"U+{ord(override):04X}" in quarantine["detail"].iloc[0]

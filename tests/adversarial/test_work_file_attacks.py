@@ -236,3 +236,63 @@ def test_ledger_verify_with_the_work_folder_names_an_edited_work_file(programme,
     assert cli.main(argv) == 1
     err = capsys.readouterr().err
     assert "does NOT verify" in err and f"{Q1}/{MEMBERSHIP} does not match the sha256" in err
+
+
+# --- hidden variants (issue 39's hostile pass, round 3) ------------------------------------------------------
+
+
+def test_an_edited_work_file_with_its_digest_rewritten_in_the_entry_blocks(programme, capsys):
+    """Whoever edits a key set file and writes its new sha256 into the entry, re-hashing the entry and HEAD
+    (everything but the signature, which needs the key), is refused by the ledger itself before any check."""
+    from test_ledger_attacks import _write
+
+    from spatial_release.ledger import entry_hash
+
+    keys = _area(programme, Q1) / KEYS
+    _permute_names(keys, "name", pa.compute.is_null(pq.read_table(keys).column("k")))
+    entries = _entries(programme)
+    entries[0]["work_files"][KEYS] = sha256_file(keys)
+    entries[0]["hash"] = entry_hash(entries[0])
+    _write(programme, entries)
+    assert _release(programme, programme / "policy.yaml", Q2) == 1
+    assert "signature does not verify" in capsys.readouterr().err
+    assert not (programme / "out/releases/fixture" / Q2).exists()
+
+
+def test_two_releases_work_files_swapped_fail_the_check_naming_both(published_q2, tmp_path, monkeypatch):
+    """2018-Q1's and 2018-Q2's key set files put in each other's place (each a valid file of the programme):
+    the next period's check names both."""
+    root = _copy_programme(published_q2, tmp_path / "programme")
+    sign_as(root, monkeypatch)
+    forget_pin(root / "ledger")
+    first, second = _area(root, Q1) / KEYS, _area(root, Q2) / KEYS
+    held = first.read_bytes()
+    shutil.copyfile(second, first)
+    second.write_bytes(held)
+    ctx = stages.ReleaseContext(load_policy(root / "policy.yaml"), Period.parse("2018-Q3"), root / "out/work")
+    releases = root / "out/releases"
+    outcome = stages.check_earlier_work_files(ctx, Published(Ledger(root / "ledger", releases), releases))
+    assert not outcome.passed and outcome.name == "earlier_work_files"
+    named = " ".join(p["problem"] for p in outcome.offending)
+    assert str(first) in named and str(second) in named and "ledger entry 1" in named
+
+
+def test_a_work_file_linked_to_a_copy_elsewhere_is_held_to_the_copys_content(programme, tmp_path):
+    """The key set file replaced by a link to a file of the right digest at another path passes (it holds
+    what the entry records); the copy edited afterwards fails, naming the path the entry records."""
+    keys = _area(programme, Q1) / KEYS
+    elsewhere = tmp_path / "elsewhere.parquet"
+    shutil.copyfile(keys, elsewhere)
+    keys.unlink()
+    keys.symlink_to(elsewhere)
+    assert _check(programme).passed
+    _truncate_rows(elsewhere)
+    outcome = _check(programme)
+    assert not outcome.passed and str(keys) in outcome.summary
+
+
+def test_the_whole_work_area_of_an_earlier_release_deleted_within_retention_fails(programme):
+    shutil.rmtree(_area(programme, Q1))
+    outcome = _check(programme)
+    assert not outcome.passed and "missing within its key retention" in outcome.summary
+    assert outcome.figures["files_compared"] >= 4 and len(outcome.offending) == outcome.figures["files_compared"]
