@@ -193,9 +193,11 @@ def work_release(args) -> dict:
     import dagster as dg
 
     from spatial_release import cli
+    from spatial_release.defs import execution
 
     instance = dg.DagsterInstance.ephemeral()
-    cli._instance = lambda: instance  # the same release, with its event log kept for the step timings
+    # the same release, with its event log kept for the step timings (the command line asks this function)
+    execution.environment_instance = lambda: instance
     out = Path(args.out)
     # a signing key of this run's own: the ledger is new every run, and the key's pin (which refuses a ledger
     # shorter than the one it last saw, as a rollback) would otherwise remember the previous run's ledger
@@ -219,12 +221,15 @@ def work_release(args) -> dict:
     from spatial_release.fileio import sha256_file
 
     files = ("cells.parquet", "margins.parquet")
+    steps = _steps(instance, sampler)
+    if not steps:  # the run went to another instance: per-stage figures would read 0 s, not "not measured"
+        raise RuntimeError("no Dagster step in the bench's instance: the command line did not run in it")
     return {
         "sha256": {f: sha256_file(outcome.release_dir / f)[:16] for f in files} if outcome.published else None,
         "published": outcome.published,
         "exit_code": outcome.exit_code,
         "failures": [f"{f.kind} {f.name}: {f.message}" for f in outcome.failures],
-        "steps": _steps(instance, sampler),
+        "steps": steps,
         "release_wall": release_wall,
         "figures": {
             "cells_published": record.counts.published_cells if record else None,
