@@ -3,6 +3,7 @@
     python bench/release_bench.py --pings 10M              # one run
     python bench/release_bench.py --pings 10M 50M --runs 3 # medians of 3 runs per size
     python bench/release_bench.py --pings 10M --risk-models attack --engine spark --spark-master spark://host:7077
+    python bench/release_bench.py --pings 10M --risk-models uniqueness advantage --dp   # + DP and a direct OpenDP job
 
 With --engine spark the counting runs on Spark and protection's chunks, the audit's packs and the risk
 estimate's chunks run as Spark tasks on the same master (`spatial_release.tasks`); each run prints the
@@ -15,6 +16,11 @@ Policy (written by this script beside the pings): the demo policy's programme at
 the demo structural zeros. Two settings differ from the demo, so that the benchmark always runs to the
 end: the suppression budget and the risk ceilings are 1.0 (an hourly table withholds far more than 10 %, and a
 blocked release would stop before publishing). Every check still runs and its figures are computed.
+
+With --dp the same programme also runs under `protection.method: dp` (epsilon 1 and delta 1e-6 for the
+quarter, each device bounded to --dp-buckets hours and one cell an hour, no structural zeros: DP refuses them),
+and, in the same sitting, a direct job of the same output written on the libraries alone (`work_direct`:
+pyproj, DuckDB and OpenDP's `make_laplace_threshold`, no pipeline, no checks, no ledger).
 
 Each run is one fresh process calling `spatial_release.cli.run_release` (the command line's `release`: the
 programme's release job, then its publish job, every blocking check, in process, on a fresh work area and
@@ -44,6 +50,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 PERIOD = "2018-Q1"
+DP_EPSILON, DP_DELTA = 1.0, 1e-6
+DIRECT = "direct OpenDP job"
 SIZES = {"200k": 200_000, "1M": 1_000_000, "2M": 2_000_000, "5M": 5_000_000, "10M": 10_000_000, "50M": 50_000_000}
 STAGES = ("ingest", "counting", "protection", "checks", "risk", "publish", "other")
 # The Dagster step of each asset and asset check, by the last part of its name.
@@ -61,6 +69,8 @@ STAGE_OF_STEP = {
     "suppression_budget": "checks",
     "risk_assessment": "risk",
     "risk_budget": "risk",
+    "dp_mechanism": "checks",
+    "privacy_budget": "checks",
     "published_release": "publish",
 }
 
@@ -72,10 +82,10 @@ def size_of(text: str) -> int:
     return int(float(text[:-1] if text[-1] in "kM" else text) * scale)
 
 
-def write_policy(folder: Path, risk_model: str = "attack") -> Path:
+def write_policy(folder: Path, risk_model: str = "attack", dp_buckets: int = 24) -> Path:
     """The benchmark's policy file: the demo programme at 500 m x hour with 2 km and 8 km parents, gated on
     `risk_model` (advantage, the default, and attack: run in protection's coarsening pass; uniqueness: the
-    upper bound alone gates)."""
+    upper bound alone gates; dp: `protection.method: dp`, each device bounded to `dp_buckets` hours)."""
     import yaml
 
     data = yaml.safe_load((ROOT / "policies" / "demo.yaml").read_text())
@@ -93,6 +103,18 @@ def write_policy(folder: Path, risk_model: str = "attack") -> Path:
         model=risk_model,
         coarsen="apply" if risk_model in ("attack", "advantage") else "propose",
     )
+    if risk_model == "dp":  # the same programme under differential privacy (its gate is the privacy budget)
+        del data["risk"]
+        data["suppression"] = {"budget": 1.0}
+        data["protection"] = {
+            "method": "dp",
+            "epsilon": DP_EPSILON,
+            "delta": DP_DELTA,
+            "max_buckets": dp_buckets,
+            "max_areas": 1,
+            "seed": 20180101,
+            "budget": {"epsilon": DP_EPSILON, "delta": DP_DELTA},
+        }
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"release-bench-{risk_model}.yaml"
     path.write_text("# Written by bench/release_bench.py\n" + yaml.safe_dump(data, sort_keys=False))
@@ -247,7 +269,87 @@ def work_release(args) -> dict:
     }
 
 
-WORKERS = {"generate": work_generate, "release": work_release}
+def work_direct(args) -> dict:
+    """The DP release's output written directly on the libraries, as a user without this project would: pings
+    projected by pyproj to the policy's 500 m cells; per device and local hour its dominant cell (most pings,
+    ties to the smallest cell) in DuckDB; each device bounded to --dp-buckets hours by a seeded hash; distinct
+    devices per cell, 2 km and 8 km parent and hour, and per hour; one OpenDP `make_laplace_threshold` over
+    every figure, calibrated by OpenDP's binary search to the same epsilon and delta; noisy figures clipped at
+    zero and written as Parquet. No validation, checks, consistency, report or ledger."""
+    started = time.perf_counter()
+    import duckdb
+    import numpy as np
+    import opendp.prelude as dp
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyproj import Transformer
+
+    pings = pq.read_table(args.raw, columns=["device_id", "local_time", "lon", "lat"])
+    x, y = Transformer.from_crs("EPSG:4326", "EPSG:32618", always_xy=True).transform(
+        pings["lon"].to_numpy(), pings["lat"].to_numpy()
+    )
+    cells = pa.table(
+        {
+            "unit": pings["device_id"],
+            "local_time": pings["local_time"],
+            "ix": np.floor(x / 500).astype("int64"),
+            "iy": np.floor(y / 500).astype("int64"),
+        }
+    )
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.register("cells", cells)
+    counts = con.execute(
+        f"""
+        WITH hourly AS (
+            SELECT unit, timezone('America/New_York', date_trunc('hour', local_time)) AS hour, ix, iy, count(*) AS n
+            FROM cells GROUP BY ALL
+        ), dominant AS (
+            SELECT unit, hour, ix, iy FROM hourly
+            QUALIFY row_number() OVER (PARTITION BY unit, hour ORDER BY n DESC, ix, iy) = 1
+        ), bounded AS (
+            SELECT * FROM dominant
+            QUALIFY row_number() OVER (PARTITION BY unit ORDER BY hash(unit, hour, 20180101), hour) <= {args.dp_buckets}
+        )
+        SELECT 'cell' AS level, ix * 500 AS x, iy * 500 AS y, epoch_us(hour) AS h, count(*) AS n
+        FROM bounded GROUP BY ALL
+        UNION ALL SELECT '2000m', (ix // 4) * 2000, (iy // 4) * 2000, epoch_us(hour), count(*) FROM bounded GROUP BY ALL
+        UNION ALL SELECT '8000m', (ix // 16) * 8000, (iy // 16) * 8000, epoch_us(hour), count(*) FROM bounded GROUP BY ALL
+        UNION ALL SELECT 'total', 0, 0, epoch_us(hour), count(*) FROM bounded GROUP BY ALL
+        """
+    ).df()
+    counted = time.perf_counter()
+    dp.enable_features("contrib")
+    domain = dp.map_domain(dp.atom_domain(T=str), dp.atom_domain(T="i64"))
+    metric = dp.l01inf_distance(dp.absolute_distance(T="i64"))
+    l0 = 4 * args.dp_buckets  # a device is in one cell, one 2 km and one 8 km parent and the total of each kept hour
+    d_in = (l0, l0, 1)
+
+    def mechanism(scale: float, threshold: int) -> dp.Measurement:
+        return dp.m.make_laplace_threshold(domain, metric, scale=scale, threshold=threshold)
+
+    scale = dp.binary_search(lambda s: mechanism(s, 2**30).map(d_in)[0] <= DP_EPSILON, bounds=(1e-9, 1e9), T=float)
+    threshold = dp.binary_search(lambda t: mechanism(scale, int(t)).map(d_in)[1] <= DP_DELTA, bounds=(1, 2**30), T=int)
+    keys = counts["level"] + ":" + counts["x"].astype(str) + ":" + counts["y"].astype(str) + ":" + counts["h"].astype(str)
+    noisy = mechanism(scale, threshold)(dict(zip(keys, counts["n"].astype("int64").tolist())))
+    parts = [key.split(":") for key in noisy]
+    out = pd.DataFrame(parts, columns=["level", "x", "y", "h"]).assign(n=[max(0, v) for v in noisy.values()])
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    out.to_parquet(Path(args.out) / "figures.parquet")
+    return {
+        "published": True,
+        "figures_offered": len(counts),
+        "figures_published": len(out),
+        "count_wall": counted - started,
+        "opendp_wall": time.perf_counter() - counted,
+        "release_wall": time.perf_counter() - started,
+        "scale": scale,
+        "threshold": threshold,
+    }
+
+
+WORKERS = {"generate": work_generate, "release": work_release, "direct": work_direct}
 
 
 # ---------------------------------------------------------------- the driver
@@ -279,9 +381,16 @@ def bench_size(size: str, args) -> dict:
         data.mkdir(parents=True, exist_ok=True)
         print(f"generating {n:,} pings ({args.ids} ids) into {raw}", file=sys.stderr, flush=True)
         run_worker("generate", ["--raw", str(raw), "--pings", size, "--ids", args.ids])
-    policies = {model: write_policy(data, model) for model in args.risk_models}
-    runs: dict[str, list] = {model: [] for model in args.risk_models}
+    models = [*args.risk_models, *(["dp"] if args.dp else [])]
+    policies = {model: write_policy(data, model, args.dp_buckets) for model in models}
+    runs: dict[str, list] = {model: [] for model in [*models, *([DIRECT] if args.dp else [])]}
     for i in range(args.runs):
+        if args.dp:  # the direct job first in each round, then the releases: the same machine state
+            out = data / "direct"
+            shutil.rmtree(out, ignore_errors=True)
+            direct = ["--raw", str(raw), "--out", str(out), "--dp-buckets", str(args.dp_buckets)]
+            runs[DIRECT].append(run_worker("direct", direct))
+            print(f"  {size} {DIRECT} run {i + 1}: {runs[DIRECT][-1]['wall']:.1f} s", file=sys.stderr, flush=True)
         for model, policy in policies.items():  # the models alternate, run by run: the same machine state
             out = data / "run"
             shutil.rmtree(out, ignore_errors=True)
@@ -298,7 +407,8 @@ def bench_size(size: str, args) -> dict:
             )
     if not args.keep_output:
         shutil.rmtree(data / "run", ignore_errors=True)
-    return [{"size": size, "pings": n, "risk_model": model, "runs": runs[model]} for model in args.risk_models]
+        shutil.rmtree(data / "direct", ignore_errors=True)
+    return [{"size": size, "pings": n, "risk_model": model, "runs": runs[model]} for model in runs]
 
 
 def _stage_totals(run: dict) -> dict[str, tuple[float, float]]:
@@ -311,9 +421,24 @@ def _stage_totals(run: dict) -> dict[str, tuple[float, float]]:
     return {s: (w, r) for s, (w, r) in totals.items()}
 
 
+def print_direct(result: dict) -> None:
+    runs = result["runs"]
+    walls = [r["wall"] for r in runs]
+    last = runs[-1]
+    print(
+        f"\n{result['pings']:,} pings, {DIRECT}, {len(runs)} run(s): whole process {statistics.median(walls):.1f} s "
+        f"({', '.join(f'{w:.1f}' for w in walls)}), peak RSS {max(r['rss_mb'] for r in runs):,.0f} MB; counting "
+        f"{last['count_wall']:.1f} s, OpenDP {last['opendp_wall']:.1f} s; figures offered {last['figures_offered']:,}, "
+        f"published {last['figures_published']:,}; scale {last['scale']:.3g}, threshold {last['threshold']}"
+    )
+
+
 def print_tables(results: list[dict], args) -> None:
     for result in results:
         runs = result["runs"]
+        if result["risk_model"] == DIRECT:
+            print_direct(result)
+            continue
         print(
             f"\n{result['pings']:,} pings, risk.model {result['risk_model']}, engine {args.engine}"
             f"{' on ' + args.spark_master if args.engine == 'spark' else ''}, {len(runs)} run(s); {runs[-1]['figures']}"
@@ -363,6 +488,12 @@ def main() -> None:
         choices=["uniqueness", "advantage", "attack"],
         help="gate on each, side by side (default both)",
     )
+    parser.add_argument(
+        "--dp",
+        action="store_true",
+        help="also the programme under protection.method: dp, and a direct job of the same output on OpenDP",
+    )
+    parser.add_argument("--dp-buckets", type=int, default=24, help="with --dp: hours a device is bounded to")
     parser.add_argument(
         "--engine",
         default="duckdb",

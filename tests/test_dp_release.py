@@ -398,3 +398,36 @@ def check_the_frontier_at_equal_loss(ctx: stages.ReleaseContext, record: dict, f
     assert internal[0]["shown"] == pytest.approx(
         len(shown.merge(true_cells, on=["cell_id", "bucket_start"])) / len(true_cells)
     )
+
+
+@pytest.mark.slow
+def test_a_copy_of_a_dp_programme_under_another_name_and_no_population_spends_the_same_budget(tmp_path, traces):
+    """The population is keyed on the data too: a copy of the quarterly programme under another name and
+    without `population:` reads the same files, so it spends the first programme's budget (2.0 + 4.0 over 5.0:
+    refused by `privacy_budget`); the same copy over other devices' files is a population of its own."""
+    publish_by_stages(dp_policy(tmp_path, traces, "dpq"), "2018-Q1", tmp_path)
+
+    def copy(folder: Path, files: Path, name: str) -> Path:
+        path = dp_policy(folder, files, name, epsilon=4.0)
+        data = yaml.safe_load(path.read_text())
+        del data["population"]
+        path.write_text(yaml.safe_dump(data))
+        return path
+
+    same = copy(tmp_path, traces, "dpcopy")
+    assert load_policy(same).population_key != load_policy(tmp_path / "dpq.yaml").population_key
+    with pytest.raises(GuaranteeFailed, match="privacy_budget failed: PrivacyBudgetExceeded"):
+        publish_by_stages(same, "2018-Q1", tmp_path)
+    assert not (tmp_path / "releases" / "dpcopy" / "2018-Q1").exists()
+    other = tmp_path / "other"
+    other.mkdir()
+    # other devices, one of them in March too (a header-only March file, the same bytes as the first
+    # programme's, would key the two programmes to one population)
+    pings = dp_pings(seed=4)
+    pings = pd.concat([pings, pings.head(1).assign(device="march", when="2018-03-05 12:00:00")], ignore_index=True)
+    months = pd.to_datetime(pings["when"]).dt.strftime("%Y%m")
+    for month in ("201801", "201802", "201803"):
+        pings[months == month].to_csv(other / f"traces-{month}.csv", index=False)
+    published = publish_by_stages(copy(other, other / "traces-{month}.csv", "dpother"), "2018-Q1", tmp_path)
+    privacy = json.loads((published / "release.json").read_text())["risk"]["privacy"]
+    assert privacy["spent_before"][0] == 0.0 and privacy["spent_with"][0] == pytest.approx(4.0)
