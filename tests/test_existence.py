@@ -89,3 +89,43 @@ def test_figures_at_one_equal_brute_force_on_small_two_way_tables(values, withhe
     least = brute_lower_bounds(table, ["x11", "x12", "x21", "x22"], cap=sum(values) + 1)
     expected = {i for i, lo in least.items() if lo == 1}
     assert set(figures_at_lower_bound_one(table, k=5).at_one) == expected
+
+
+def _two_way(values, withheld, suffix: str = ""):
+    x11, x12, x21, x22 = values
+    figures = {"x11": x11, "x12": x12, "x21": x21, "x22": x22}
+    figures |= {"r1": x11 + x12, "r2": x21 + x22, "c1": x11 + x21, "c2": x12 + x22}
+    nodes = {name + suffix: (v, P if name in withheld else U) for name, v in figures.items()}
+    relations = [(p + suffix, [c + suffix for c in cs]) for p, cs in RECTANGLE]
+    return nodes, relations
+
+
+RECTANGLE = [("r1", ["x11", "x12"]), ("r2", ["x21", "x22"]), ("c1", ["x11", "x21"]), ("c2", ["x12", "x22"])]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    tables=st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 3), min_size=4, max_size=4),
+            st.sets(st.sampled_from(["x11", "x12", "x21", "x22", "r1", "c1"]), min_size=1, max_size=4),
+        ),
+        min_size=2,
+        max_size=8,
+    )
+)
+def test_components_solved_together_find_what_each_alone_finds(tables):
+    """Many small components in one table are solved as one packed model (their disjoint union): the figures at
+    1 are exactly those brute force finds in each component on its own."""
+    nodes, relations, expected = {}, [], set()
+    for i, (values, withheld) in enumerate(tables):
+        own_nodes, own_relations = _two_way(values, withheld, f"_{i}")
+        nodes |= own_nodes
+        relations += own_relations
+        alone = table_of(*_two_way(values, withheld))
+        least = brute_lower_bounds(alone, ["x11", "x12", "x21", "x22"], cap=sum(values) + 1)
+        expected |= {f"{alone.area[n]}_{i}" for n, lo in least.items() if lo == 1}
+    table = table_of(nodes, relations)
+    found = figures_at_lower_bound_one(table, k=5)
+    assert not found.errors
+    assert names(table, found.at_one) == expected

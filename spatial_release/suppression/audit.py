@@ -265,6 +265,19 @@ class ComponentModel:
         LP spreads the slack instead of spending it on one primary. Every variable is also capped at `cap`.
         All of these only shrink the feasible set (the true table stays inside it), so any point found is
         feasible for the attacker too. Returns the column values of an integral optimal point, or None."""
+        values = self.bulk_optimum(nodes, maximise, cap, criterion, integer_fallback=True)
+        if values is None or not _is_integral(values):
+            return None
+        return values
+
+    def bulk_optimum(
+        self, nodes: list[int], maximise: bool, cap: float, criterion: Criterion, integer_fallback: bool = False
+    ) -> np.ndarray | None:
+        """The column values of the bulk LP's optimum (`bulk_witness`), integral or not; None when the LP has
+        no optimum. With `integer_fallback`, a fractional vertex of a model of BULK_MIP_MIN withheld figures or
+        more is replaced by the integer program's incumbent (`_bulk_integer`). A caller whose model holds
+        several components (their disjoint union) may read each component's part on its own: the LP
+        separates, so that part is an optimum of the component's own LP."""
         h = self.highs
         withheld = [n for n in self.nodes if self.table.status[n] != PUBLISHED]
         idx = np.array([self.column[n] for n in withheld], dtype=np.int32)
@@ -285,12 +298,10 @@ class ComponentModel:
         h.run()
         ok = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
         values = np.array(h.getSolution().col_value) if ok else None
-        if values is not None and not _is_integral(values) and len(idx) >= BULK_MIP_MIN:
+        if integer_fallback and values is not None and not _is_integral(values) and len(idx) >= BULK_MIP_MIN:
             values = self._bulk_integer(idx)
         h.changeColsCost(len(cols), cols, np.zeros(len(cols)))
         h.changeColsBounds(len(idx), idx, known, np.full(len(idx), INF))
-        if values is None or not _is_integral(values):
-            return None
         return values
 
     def _bulk_integer(self, withheld_cols: np.ndarray) -> np.ndarray | None:

@@ -11,10 +11,11 @@ a figure whose lower bound is *exactly 1*: at 0 it never fires with the target, 
 A release with no such figure gives this attacker no advantage on any unit. `figures_at_lower_bound_one` finds
 them, for primaries and complements alike: the suppression audit's witness bounds cannot tell (a witness only
 shows the protection bound v - 1 is reachable; a witness of 1 says nothing about whether 0 is), so each
-uncertain figure gets the attacker's own bound. Cheap first: one LP per component minimising the sum of its
-withheld figures (an integral optimum proves every figure it puts at 0 can be 0), repeated on what is left; then
-one LP per remaining figure (an optimum above 1 proves the integer bound is at least 2), and the integer program
-only where the LP leaves it open. A solver failure is reported as an error, never as "not at 1".
+uncertain figure gets the attacker's own bound. Cheap first: one LP per pack of components minimising the sum
+of their withheld figures (an optimum integral on a component proves every figure of it that it puts at 0 can be
+0), repeated on what is left; then one LP per remaining figure (an optimum above 1 proves the integer bound is at
+least 2), and the integer program only where the LP leaves it open. A solver failure is reported as an error,
+never as "not at 1".
 
 Domain code: no Dagster, no files.
 """
@@ -24,7 +25,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from spatial_release.suppression.audit import TOL, ComponentModel, _is_integral, components, table_cap
+import numpy as np
+
+from spatial_release.suppression.audit import PACK_NODES, TOL, ComponentModel, _is_integral, components, table_cap
 from spatial_release.suppression.table import PUBLISHED, Table
 from spatial_release.suppression.verdicts import Criterion
 
@@ -53,10 +56,16 @@ class ExistenceResult:
 
 def figures_at_lower_bound_one(table: Table, k: int, options: dict | None = None) -> ExistenceResult:
     """Every withheld figure of `table` (primaries and complements) whose lower bound, as an outsider derives it
-    from the published figures and the table's relations and floors, is exactly 1 (see the module docstring)."""
+    from the published figures and the table's relations and floors, is exactly 1 (see the module docstring).
+
+    Small components are solved together, PACK_NODES figures to a model, as the audit packs them: the model is
+    their disjoint union, so its LPs separate, and each component's part of an optimum is read on its own (its
+    integrality included). The figures found are the ones each component alone gives; only the count of LPs
+    differs."""
     result = ExistenceResult()
     relations_of = table.relations_of()
     cap = table_cap(table, Criterion(k))
+    pack: list[list[int]] = []
     for nodes in components(table, relations_of):
         result.withheld += len(nodes)
         related = [n for n in nodes if relations_of[n]]
@@ -64,19 +73,37 @@ def figures_at_lower_bound_one(table: Table, k: int, options: dict | None = None
             if table.lower_bound(lone) == 1:
                 result.at_one.append(lone)
         if related:
-            _component(ComponentModel(table, related, relations_of, dict(options or {})), related, k, cap, result)
+            pack.append(related)
+            if sum(map(len, pack)) >= PACK_NODES:
+                _solve_pack(table, pack, relations_of, dict(options or {}), k, cap, result)
+                pack = []
+    if pack:
+        _solve_pack(table, pack, relations_of, dict(options or {}), k, cap, result)
     result.at_one.sort()
     return result
 
 
-def _component(model: ComponentModel, nodes: list[int], k: int, cap: float, result: ExistenceResult) -> None:
-    table = model.table
-    pending = [n for n in nodes if table.status[n] != PUBLISHED and table.lower_bound(n) < 2]
-    at_zero = _Bulk(model, k, cap, result).zeros(pending)
+def _solve_pack(
+    table: Table,
+    pack: list[list[int]],
+    relations_of: list[list[int]],
+    options: dict,
+    k: int,
+    cap: float,
+    result: ExistenceResult,
+) -> None:
+    model = ComponentModel(table, [n for nodes in pack for n in nodes], relations_of, options)
+    # a component's free columns are its withheld figures (published ones are fixed at their value)
+    own_columns = {}
+    for nodes in pack:
+        columns = np.array([model.column[n] for n in nodes], dtype=np.int64)
+        own_columns.update({n: columns for n in nodes})
+    pending = [n for nodes in pack for n in nodes if table.status[n] != PUBLISHED and table.lower_bound(n) < 2]
+    at_zero = _Bulk(model, k, cap, result, own_columns).zeros(pending)
     for node in pending:
         if node in at_zero:
             continue
-        lo = _integer_lower_bound(model, node, result)
+        lo = _integer_lower_bound(model, node, result, own_columns[node])
         if lo is None or lo == 1:
             result.at_one.append(node)
 
@@ -87,19 +114,21 @@ class _Bulk:
     k: int
     cap: float
     result: ExistenceResult
+    own_columns: dict[int, np.ndarray]
 
     def zeros(self, pending: list[int]) -> set[int]:
-        """Figures shown able to be 0 by integral optima of sum-minimising LPs (sound: a feasible point)."""
+        """Figures shown able to be 0 by optima of sum-minimising LPs whose part in the figure's component is
+        integral (sound: a feasible point of that component)."""
         found: set[int] = set()
         left = list(pending)
         for _ in range(BULK_ROUNDS):
             if not left:
                 break
-            values = self.model.bulk_witness(left, False, self.cap, _AtZero(self.k))
+            values = self.model.bulk_optimum(left, False, self.cap, _AtZero(self.k))
             self.result.lps += 1
             if values is None:
                 break
-            newly = {n for n in left if values[self.model.column[n]] <= TOL}
+            newly = {n for n in left if values[self.model.column[n]] <= TOL and _is_integral(values[self.own_columns[n]])}
             if not newly:
                 break
             found |= newly
@@ -107,9 +136,10 @@ class _Bulk:
         return found
 
 
-def _integer_lower_bound(model: ComponentModel, node: int, result: ExistenceResult) -> int | None:
+def _integer_lower_bound(model: ComponentModel, node: int, result: ExistenceResult, own_columns: np.ndarray) -> int | None:
     """The attacker's integer lower bound of `node` where it can be 0, 1 or more; 2 stands for "at least 2".
-    None (with an error) when the solver does not answer."""
+    None (with an error) when the solver does not answer. `own_columns`: the columns of the node's component,
+    whose part of the optimum must be integral for its value to be the integer bound."""
     status, value, values, _ = model.bound(node, False)
     result.lps += 1
     if status != "optimal":
@@ -117,7 +147,7 @@ def _integer_lower_bound(model: ComponentModel, node: int, result: ExistenceResu
         return None
     if value > 1 + TOL:
         return 2  # the LP bound is below the integer one
-    if _is_integral(values):
+    if _is_integral(values[own_columns]):
         return int(round(value))
     status, value, _ = model.integer_point(node, False)
     result.mips += 1
