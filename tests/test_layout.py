@@ -211,13 +211,6 @@ RELEASE_CONTRACTS = (
     "spatial_release.ledger",
     "spatial_release.fileio",
 )
-# Imports of release/ that are not contract types yet: the release tables are still cut from a protected
-# table with the main geometry's locator (`release.files.release_tables`). Listed so that the list can only
-# shrink: the test fails when one is gone (remove it here) or a new one appears.
-RELEASE_NOT_CONTRACTS_YET = {
-    ("spatial_release.release.files", "spatial_release.geometry.locate"),
-    ("spatial_release.release.files", "spatial_release.suppression.primary"),
-}
 
 
 def _in(module: str, rooms: str | tuple[str, ...]) -> bool:
@@ -282,14 +275,13 @@ def _stage_order_problems(module: str, ours: set[str]) -> list[str]:
 
 
 def _release_problems(module: str, ours: set[str]) -> list[str]:
-    """release/ importing anything but contract types (and the listed exceptions)."""
+    """release/ importing anything but contract types."""
     if not _in(module, "spatial_release.release"):
         return []
     return [
         f"{module} imports {target}: release/ imports only contract types"
         for target in sorted(ours)
         if not (target in (ROOT, f"{ROOT}.__version__") or _in(target, RELEASE_CONTRACTS))
-        and not any(module == m and _in(target, t) for m, t in RELEASE_NOT_CONTRACTS_YET)
     ]
 
 
@@ -312,14 +304,6 @@ def _package_sources() -> dict[str, tuple[str, bool]]:
 
 def test_imports_follow_the_declared_layers():
     assert layer_violations(_package_sources()) == []
-
-
-def test_release_imports_not_contracts_yet_only_shrink():
-    """Each listed exception is still an import of release/ (when one goes, it leaves the list too)."""
-    sources = _package_sources()
-    for module, target in RELEASE_NOT_CONTRACTS_YET:
-        source, is_package = sources[module]
-        assert target in _absolute_imports(source, module, is_package), (module, target)
 
 
 def test_every_stage_is_placed_in_the_pipeline_order():
