@@ -323,7 +323,7 @@ def test_the_layer_check_reports_imports_against_the_layers():
         "spatial_release.stages": ("from spatial_release.stages.review import a\n", True),
         "spatial_release.stages.protect": ("from .risk import assess_risk\nfrom . import count\n", False),
         "spatial_release.stages.count": ("from spatial_release.stages.context import ReleaseContext\n", False),
-        "spatial_release.stages.risk": ("from spatial_release.defs.outcomes import x\n", False),
+        "spatial_release.stages.risk": ("from spatial_release.defs.check_results import x\n", False),
         "spatial_release.stages.extra": ("", False),
         "spatial_release.release.files": ("from spatial_release.geometry.grid import CELL_ID\n", False),
         "spatial_release.release.record": ("from spatial_release.policy import Policy\n", False),
@@ -339,7 +339,7 @@ def test_the_layer_check_reports_imports_against_the_layers():
         "spatial_release.release.files imports spatial_release.geometry.grid",
         "spatial_release.stages.extra: not placed",
         "spatial_release.stages.protect imports spatial_release.stages.risk",
-        "spatial_release.stages.risk imports spatial_release.defs.outcomes",
+        "spatial_release.stages.risk imports spatial_release.defs.check_results",
     ]
     for start in expected:
         assert any(line.startswith(start) for line in found), (start, found)
