@@ -306,6 +306,19 @@ def test_imports_follow_the_declared_layers():
     assert layer_violations(_package_sources()) == []
 
 
+def test_test_files_import_helpers_from_support_never_from_another_test_file():
+    """A helper two test files need lives in tests/support: a test file that imports another runs that file's
+    module code, collects the fixtures it imports as its own, and breaks when the other file's tests change."""
+    tests = Path(__file__).parent
+    found = [
+        f"{path.relative_to(tests)} imports {name}"
+        for path in sorted(tests.rglob("*.py"))
+        for name in sorted(_absolute_imports(path.read_text(), path.stem, False))
+        if name.split(".")[0].startswith("test_")
+    ]
+    assert found == []
+
+
 def test_every_stage_is_placed_in_the_pipeline_order():
     stages = {p.stem for p in (PACKAGE / "stages").glob("*.py") if p.stem != "__init__"}
     assert stages == set(STAGE_ORDER)
