@@ -46,7 +46,7 @@ class RunOutcome:
     operator's internal figures (`internal`, from the work area, never published), and every failure that
     stopped it.
 
-    Iterating gives (published, messages, record), the shape the job runner returned before it was typed."""
+    Iterating gives (published, messages, record), for a caller that needs only those."""
 
     published: bool
     release_dir: Path | None = None

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.tables import table_of
 
 from spatial_release.suppression.audit import audit
 from spatial_release.suppression.complementary import SuppressionError
@@ -27,18 +28,6 @@ from spatial_release.suppression.table import (
 )
 
 P, S, U = PRIMARY, SECONDARY, PUBLISHED
-
-
-def table_of(nodes: dict, relations: list, kind: str = EQ) -> Table:
-    """nodes: name -> (value, status); relations: (parent, [children]) all explicit (no absent rest)."""
-    table = Table()
-    for name, (value, status) in nodes.items():
-        table.add("x", name, 0, value, status)
-    for parent, children in relations:
-        table.relations.append(
-            Relation(kind, table.index[("x", parent, 0)], tuple(table.index[("x", c, 0)] for c in children))
-        )
-    return table
 
 
 def intervals(result) -> dict:
@@ -396,7 +385,7 @@ def test_components_are_the_connected_withheld_nodes_in_order(case):
     """audit.components (union by minimum label in arrays) against a breadth-first search over the withheld
     members of each relation: the same components, ordered by smallest node, nodes ascending."""
     from spatial_release.suppression.audit import components
-    from spatial_release.suppression.table import EQ, PRIMARY, PUBLISHED, Relation, Table
+    from spatial_release.suppression.table import PRIMARY, PUBLISHED, Table
 
     n, withheld, relations = case
     table = Table(

@@ -11,8 +11,8 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
-from test_certificate import assert_same_pattern_and_certificate, copy_table
-from test_golden_pattern import GOLDEN, STRUCTURE, ZEROS, K, pattern, render, true_counts
+from support.golden_pattern import GOLDEN, STRUCTURE, ZEROS, K, pattern, render, true_counts
+from support.tables import INPUTS, assert_same_pattern_and_certificate, copy_table, one_row_per_bucket
 
 from spatial_release.suppression import blocks, complementary
 from spatial_release.suppression.audit import Criterion, audit
@@ -22,8 +22,6 @@ from spatial_release.suppression.method import ProtectionMethod
 from spatial_release.suppression.protection import protect
 from spatial_release.suppression.release_system import DisclosureSpec, system_for
 from spatial_release.suppression.table import EQ, PRIMARY, PUBLISHED, Relation, Table, TablePack
-
-INPUTS = {"counts": "c0ffee", "candidate": "beef"}
 
 
 @pytest.fixture
@@ -59,16 +57,10 @@ def test_blocks_give_the_pinned_golden_pattern(split_everything, monkeypatch, wo
     assert text == GOLDEN.read_text()
 
 
-def bigger_counts(
-    monkeypatch, buckets: int, seed: int, measure: str = "presence"
-) -> tuple[pd.DataFrame, pd.DataFrame, DisclosureSpec]:
+def bigger_counts(buckets: int, seed: int, measure: str = "presence") -> tuple[pd.DataFrame, pd.DataFrame, DisclosureSpec]:
     """The golden fixture's grid over `buckets` hourly buckets, with other random counts."""
-    import test_golden_pattern as golden
-
     hours = [pd.Timestamp("2018-01-01T05:00:00Z") + pd.Timedelta(hours=h) for h in range(buckets)]
-    with monkeypatch.context() as patch:
-        patch.setattr(golden, "BUCKETS", hours)
-        leaves, margins = true_counts(measure, seed=seed)
+    leaves, margins = true_counts(measure, seed=seed, buckets=hours)
     return leaves, margins, DisclosureSpec(STRUCTURE, K, measure, frozenset(ZEROS), tuple(hours))
 
 
@@ -89,7 +81,7 @@ CASES = [
 @pytest.mark.slow
 @pytest.mark.parametrize("measure, method, seed", CASES)
 def test_blocks_match_the_whole_table_and_pass_an_independent_audit(split_everything, monkeypatch, measure, method, seed):
-    leaves, margins, spec = bigger_counts(monkeypatch, buckets=4, seed=seed, measure=measure)
+    leaves, margins, spec = bigger_counts(buckets=4, seed=seed, measure=measure)
     level_depth = spec.structure.level_depth()
     whole = system_for(leaves, margins, spec)
     split = system_for(leaves, margins, spec)
@@ -108,19 +100,6 @@ def test_blocks_match_the_whole_table_and_pass_an_independent_audit(split_everyt
     # the blocks' witness points, in the whole table's numbering, certify every component without an LP
     verification = verify(split, Certificate.build(split, log_split.audit, INPUTS), INPUTS, Criterion(K))
     assert not verification.errors and verification.rejected is None and not verification.unverified
-
-
-def one_row_per_bucket(buckets: int = 2) -> Table:
-    """Per bucket, a published row = a (5) + b (2, a primary) + d (6): the sweep must withhold the cheapest
-    other child, a, which is node 0 of the table (and of every chunk of one bucket)."""
-    table = Table()
-    for bucket in range(buckets):
-        a = table.add("cell", "a", bucket, 5, PUBLISHED)
-        b = table.add("cell", "b", bucket, 2, PRIMARY)
-        d = table.add("cell", "d", bucket, 6, PUBLISHED)
-        row = table.add("row", "p", bucket, 13, PUBLISHED)
-        table.relations.append(Relation(EQ, row, (a, b, d)))
-    return table
 
 
 def test_the_sweep_takes_the_first_figure_when_it_is_the_cheapest(split_everything):
@@ -147,7 +126,7 @@ def test_a_contradiction_in_a_block_with_nothing_withheld_is_still_an_error(spli
 
 
 def test_one_and_two_workers_give_the_same_pattern_and_certificate(split_everything, monkeypatch):
-    leaves, margins, spec = bigger_counts(monkeypatch, buckets=4, seed=3)
+    leaves, margins, spec = bigger_counts(buckets=4, seed=3)
     protected = []
     for workers in (1, 2):
         table = system_for(leaves, margins, spec)
@@ -234,7 +213,7 @@ def _same_table(got: Table, want: Table) -> None:
 def test_packed_sub_tables_unpickle_as_the_sub_tables_themselves(monkeypatch, measure):
     """What a worker receives (`TablePack.subtable`, pickled) is `Table.subtable` of the same figures and
     relations, and a whole table survives pickling unchanged: rests, UNION relations, floors and all."""
-    leaves, margins, spec = bigger_counts(monkeypatch, buckets=3, seed=2, measure=measure)
+    leaves, margins, spec = bigger_counts(buckets=3, seed=2, measure=measure)
     table = system_for(leaves, margins, spec)
     rests = [r.rest for r in table.relations if r.rest is not None]
     assert rests and any(r.rest_children is None for r in table.relations), "the fixture needs both kinds of rest"

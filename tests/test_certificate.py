@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from shapely.geometry import box
 from support.fixture import CELL_B, CELL_C, cell_id
+from support.tables import INPUTS, assert_same_pattern_and_certificate, copy_table
 
 from spatial_release import stages
 from spatial_release.fileio import sha256_file
@@ -26,7 +27,6 @@ from spatial_release.suppression.protection import protect
 from spatial_release.suppression.table import EQ, PRIMARY, PUBLISHED, SECONDARY, Relation, Table
 
 K = 5
-INPUTS = {"counts": "c0ffee", "candidate": "beef"}
 
 
 def many_components(groups: int = 40, seed: int = 7) -> Table:
@@ -53,19 +53,6 @@ def many_components(groups: int = 40, seed: int = 7) -> Table:
         table.relations.append(Relation(EQ, total, tuple(rows)))
         table.relations.append(Relation(EQ, total, tuple(cols)))
     return table
-
-
-def copy_table(table: Table) -> Table:
-    return Table(
-        list(table.level),
-        list(table.area),
-        list(table.bucket),
-        list(table.value),
-        list(table.status),
-        list(table.relations),
-        dict(table.index),
-        dict(table.floor),
-    )
 
 
 @pytest.fixture(scope="module")
@@ -146,20 +133,6 @@ def test_packing_components_changes_no_verdict_and_no_failing_bound(monkeypatch)
         if any(table.status[n] == PRIMARY for n in nodes) and not failing & set(nodes)
     }
     assert not verification.errors and set(verification.certified) == expected
-
-
-def assert_same_pattern_and_certificate(protected: list[tuple[Table, object]]) -> None:
-    """The tables' statuses and their certificates' frames (primaries, witness points) are all equal."""
-    outcomes = []
-    for table, log in protected:
-        certificate = Certificate.build(table, log.audit, INPUTS)
-        outcomes.append((table.status, certificate.primaries, certificate.points))
-    (status_1, primaries_1, points_1), *others = outcomes
-    assert others
-    for status, primaries, points in others:
-        assert status == status_1
-        pd.testing.assert_frame_equal(primaries, primaries_1)
-        pd.testing.assert_frame_equal(points, points_1)
 
 
 @pytest.mark.slow

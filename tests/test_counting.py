@@ -4,14 +4,13 @@ every ping with pyproj (grids) or the STRtree (zones) directly, never with the S
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import geopandas as gpd
 import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyproj import Transformer
-from shapely import box
+from support.counting_inputs import edge_points, zones_file
 from support.fixture import CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, K, cell_id, policy_dict
 from support.spies import spy_packing
 
@@ -151,23 +150,6 @@ def test_presence_is_additive_and_visitors_bounded(tmp_path, rows):
         assert sorted(totals.to_list()) == sorted(distinct.groupby("b")["unit"].nunique().to_list())
 
 
-def _edge_points(crs: str, size: int, n: int, seed: int, spread: int = 2000) -> tuple[np.ndarray, np.ndarray]:
-    """n points on or within a few micrometres of cell edges of a `size` grid in `crs`, around its origin area."""
-    rng = np.random.default_rng(seed)
-    to_lonlat = Transformer.from_crs(crs, "EPSG:4326", always_xy=True)
-    centre = Transformer.from_crs("EPSG:4326", crs, always_xy=True).transform(
-        *{"EPSG:32618": (-74.05, 40.72), "EPSG:3035": (10.0, 52.0), "EPSG:3857": (-74.05, 40.72)}[crs]
-    )
-    ix = np.floor(centre[0] / size) + rng.integers(-spread, spread, n)
-    iy = np.floor(centre[1] / size) + rng.integers(-spread, spread, n)
-    offset = rng.choice([0.0, 1e-6, -1e-6, 3e-6, -3e-6, 0.5], n)
-    along = rng.uniform(0, size, n)
-    on_x = rng.random(n) < 0.5
-    x = np.where(on_x, ix * size + offset, ix * size + along)
-    y = np.where(on_x, iy * size + along, iy * size + offset)
-    return to_lonlat.transform(x, y)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "crs, fitted",
@@ -184,7 +166,7 @@ def test_every_ping_gets_pyproj_cell(tmp_path, crs, fitted):
     """Each ping is its own unit, so the membership file shows where each one was placed. `fitted`: the
     pipeline's polynomial fitted to the pings' extent; else the full formula (none for Web Mercator)."""
     # a city region (+-50 km) for the fitted polynomial; +-500 km, where no polynomial is accurate enough, else
-    lon, lat = _edge_points(crs, SIZE, 20_000, seed=11, spread=200 if fitted else 2000)
+    lon, lat = edge_points(crs, SIZE, 20_000, seed=11, spread=200 if fitted else 2000)
     pings = pd.DataFrame({"unit": [f"p{i}" for i in range(len(lon))], "ts": pd.Timestamp(T0), "lon": lon, "lat": lat})
     policy = _grid_policy(crs=crs)
     result, _, _ = _count(tmp_path, pings, policy, fitted)
@@ -213,7 +195,7 @@ def test_sql_placement_without_the_guard_band_would_be_wrong(tmp_path, monkeypat
     layers = (*real.layers[:-1], ((x_name, f"({x_sql}) + 1e-3"), y_column))
     shifted = SqlProjection(real.crs, real.method, layers, 0.0, real.area)
     monkeypatch.setattr(plan_module, "validated_projection", lambda crs, **_: shifted)
-    lon, lat = _edge_points("EPSG:32618", SIZE, 5_000, seed=3)
+    lon, lat = edge_points("EPSG:32618", SIZE, 5_000, seed=3)
     pings = pd.DataFrame({"unit": [f"p{i}" for i in range(len(lon))], "ts": pd.Timestamp(T0), "lon": lon, "lat": lat})
     policy = _grid_policy()
     result, _, _ = _count(tmp_path, pings, policy, fitted=False)
@@ -235,24 +217,11 @@ def test_validation_refuses_a_projection_off_by_a_micrometre():
     assert validated_projection("EPSG:27700") is None  # needs a datum shift from WGS84: no plain formula
 
 
-def _zones_file(tmp_path: Path) -> Path:
-    """Three lon/lat zones: z1 and z2 share the edge lon = -74.05; z3 is a triangle inside z2's bounding box
-    but separate from it."""
-    zones = gpd.GeoDataFrame(
-        {"zone": ["z2", "z1", "z3"], "district": ["d1", "d1", "d2"]},
-        geometry=[box(-74.05, 40.70, -74.00, 40.75), box(-74.10, 40.70, -74.05, 40.75), box(-74.00, 40.75, -73.98, 40.77)],
-        crs="EPSG:4326",
-    )
-    path = tmp_path / "zones.geojson"
-    zones.to_file(path, driver="GeoJSON")
-    return path
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("integer_units", [False, True])
 def test_zone_counts_match_the_strtree_including_boundaries_and_outside(tmp_path, integer_units, monkeypatch):
     decided = spy_packing(monkeypatch)
-    path = _zones_file(tmp_path)
+    path = zones_file(tmp_path)
     rng = np.random.default_rng(4)
     n = 3000
     lon = np.concatenate([rng.uniform(-74.12, -73.96, n), np.full(50, -74.05), rng.uniform(-74.1, -74.0, 50)])
@@ -299,36 +268,6 @@ def test_dominant_cell_ties_go_to_smallest_cell_id(tmp_path, units, monkeypatch)
     placed = Grid(_grid_policy().geometry).locate(pings["lon"].to_numpy(), pings["lat"].to_numpy())
     assert len(set(placed)) == 2
     assert cells[["cell_id", "n"]].values.tolist() == [[min(placed), 1]]
-
-
-def zones_with_pings_in_no_zone(tmp_path: Path) -> tuple[Policy, Path]:
-    """An hourly policy over `_zones_file`'s zones and integer-id pings of which some lie in no zone and some
-    on the edge two zones share (unsure: the exact assignment decides): for the counting paths' comparisons."""
-    rng = np.random.default_rng(8)
-    n = 2_000
-    lon = np.concatenate([rng.uniform(-74.12, -73.96, n), np.full(40, -74.05), np.full(40, -74.10)])
-    lat = np.concatenate([rng.uniform(40.68, 40.79, n), rng.uniform(40.70, 40.75, 40), rng.uniform(40.6, 40.8, 40)])
-    pings = pd.DataFrame(
-        {
-            "unit": rng.integers(0, 60, len(lon)).astype(np.int64),
-            "ts": pd.Timestamp("2018-02-01T10:00:00Z") + pd.to_timedelta(rng.integers(0, 6 * 3600, len(lon)), unit="s"),
-            "lon": lon,
-            "lat": lat,
-        }
-    )
-    path = tmp_path / "pings.parquet"
-    pings.to_parquet(path)
-    data = policy_dict(
-        "unused.csv",
-        geometry={
-            "kind": "zones",
-            "path": str(_zones_file(tmp_path)),
-            "id": "zone",
-            "parents": [{"level": "district", "column": "district"}],
-        },
-        time={"bucket": "1h", "timezone": "America/New_York"},
-    )
-    return parse_policy(data, tmp_path / "inline.yaml"), path
 
 
 def test_bucket_follows_the_policy_time_zone(tmp_path):

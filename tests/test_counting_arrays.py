@@ -16,9 +16,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.counting_inputs import edge_points, zones_with_pings_in_no_zone
 from support.fixture import policy_dict
 from support.spies import spy_packing
-from test_counting import _edge_points, zones_with_pings_in_no_zone
 
 from spatial_release import stages
 from spatial_release.counting import counts as counts_module
@@ -88,7 +88,7 @@ def _random_pings(seed: int, n: int, hours: int = 6) -> pd.DataFrame:
     """n pings of 40 units over a few kilometres of the city, a tenth of them on cell edges."""
     rng = np.random.default_rng(seed)
     lon, lat = rng.uniform(-74.08, -74.02, n), rng.uniform(40.70, 40.74, n)
-    edge_lon, edge_lat = _edge_points("EPSG:32618", 250, n // 10, seed=seed, spread=20)
+    edge_lon, edge_lat = edge_points("EPSG:32618", 250, n // 10, seed=seed, spread=20)
     lon[: n // 10], lat[: n // 10] = edge_lon, edge_lat
     return pd.DataFrame(
         {
@@ -101,7 +101,7 @@ def _random_pings(seed: int, n: int, hours: int = 6) -> pd.DataFrame:
 
 
 def test_every_ping_gets_its_pyproj_cell_through_the_array_scan(tmp_path, monkeypatch):
-    lon, lat = _edge_points("EPSG:32618", 250, 20_000, seed=11, spread=200)
+    lon, lat = edge_points("EPSG:32618", 250, 20_000, seed=11, spread=200)
     pings = pd.DataFrame(
         {"unit": np.arange(len(lon), dtype=np.int64), "ts": pd.Timestamp("2018-01-10T05:00Z"), "lon": lon, "lat": lat}
     )
@@ -126,7 +126,7 @@ def test_negative_control_without_the_guard_band_a_millimetre_misplaces_points(t
         return replace(zoning, guard=0.0, polynomial=replace(poly, cx=(poly.cx[0] + 1e-3, *poly.cx[1:])))
 
     monkeypatch.setattr(ArrayZoning, "of", classmethod(shifted))
-    lon, lat = _edge_points("EPSG:32618", 250, 5_000, seed=3, spread=200)
+    lon, lat = edge_points("EPSG:32618", 250, 5_000, seed=3, spread=200)
     pings = pd.DataFrame(
         {"unit": np.arange(len(lon), dtype=np.int64), "ts": pd.Timestamp("2018-01-10T05:00Z"), "lon": lon, "lat": lat}
     )

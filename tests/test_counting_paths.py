@@ -13,6 +13,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 from pyproj import Transformer
+from support.counting_inputs import zones_policy_dict, zones_with_pings_in_no_zone
 from support.fixture import policy_dict
 from support.spies import spy_packing
 
@@ -243,8 +244,6 @@ def test_one_engine_counts_twice_through_both_paths(tmp_path):
 def test_packed_path_on_zones_with_pings_in_no_zone_equals_the_sql_path(tmp_path, monkeypatch):
     """Zones leave pings in no area (slot 0) and unsure pings on shared edges that the exact assignment puts
     in no zone: the packed path's outside counts, outside file and tables against the SQL path's."""
-    from test_counting import zones_with_pings_in_no_zone
-
     policy, path = zones_with_pings_in_no_zone(tmp_path)
     decided = spy_packing(monkeypatch)
     results = {}
@@ -305,8 +304,6 @@ def test_packed_path_declines_past_the_memory_limit_and_reads_it(tmp_path, monke
 def test_packed_path_declines_a_null_coordinate_which_the_sql_path_counts_outside(tmp_path, monkeypatch):
     """Ingest quarantines NULL coordinates; a caller who passes one anyway gets the SQL path's answer (the
     ping in no zone), not a zone made up from a NULL area key."""
-    from test_counting import _zones_file
-
     pings = pd.DataFrame(
         {
             "unit": np.array([1, 1, 2], np.int64),
@@ -317,15 +314,7 @@ def test_packed_path_declines_a_null_coordinate_which_the_sql_path_counts_outsid
     )
     path = tmp_path / "pings.parquet"
     pings.to_parquet(path)
-    data = policy_dict(
-        "unused.csv",
-        geometry={
-            "kind": "zones",
-            "path": str(_zones_file(tmp_path)),
-            "id": "zone",
-            "parents": [{"level": "district", "column": "district"}],
-        },
-    )
+    data = zones_policy_dict(tmp_path)
     decided = spy_packing(monkeypatch)
     with open_engine("duckdb", scratch=tmp_path / "scratch") as engine:
         result = stages.count_validated_pings(

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_audit import table_of  # noqa: E402 (tests/ is on the path, as for support)
+from support.tables import table_of
 
 from spatial_release.suppression import audit as audit_module
 from spatial_release.suppression.audit import ComponentModel, Criterion, audit

@@ -54,7 +54,7 @@ def test_user_errors_and_refusals_outside_a_run(tmp_path, capsys):
 def test_run_outcome_exit_code_and_messages():
     published = RunOutcome(True, Path("/r/demo/2018-Q1"), {"k": 5})
     assert published.exit_code == 0 and published.messages == ["published /r/demo/2018-Q1"]
-    ok, messages, record = published  # the shape callers unpacked before the outcome was typed
+    ok, messages, record = published  # a caller that needs only these unpacks it
     assert ok and record == {"k": 5} and messages == published.messages
     check = Failure("check", "k_floor", "1 cell below k", ({"cell_id": "a"},), "protected_table")
     assert RunOutcome(False, failures=(check,)).exit_code == ExitCode.BLOCKED

@@ -5,7 +5,7 @@ import itertools
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_audit import table_of  # the audit tests' small EQ tables, built the same way
+from support.tables import table_of
 
 from spatial_release.suppression.existence import figures_at_lower_bound_one
 from spatial_release.suppression.table import PRIMARY, PUBLISHED, SECONDARY, Table

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 from support.fixture import CRS, policy_dict, write_policy
+from support.ladder import ladder_pings, write_ladder_policy
 
 from spatial_release import stages
 from spatial_release.levels import LEAF, at_rung
@@ -63,43 +63,9 @@ def test_a_week_is_at_least_each_of_its_days_so_a_small_week_caps_a_withheld_day
 # ---- the whole pipeline on a ladder ------------------------------------------------------------------
 
 
-def _ladder_pings(first_day: str = "2018-01-08", n_days: int = 14) -> pd.DataFrame:
-    """Devices over two weeks in four 1 km cells of one 2 km parent: some every day, some once."""
-    from pyproj import Transformer
-
-    to_lonlat = Transformer.from_crs(CRS, "EPSG:4326", always_xy=True)
-    rng = np.random.default_rng(11)
-    corners = [(580_000, 4_508_000), (581_000, 4_508_000), (580_000, 4_509_000), (581_000, 4_509_000)]
-    rows = []
-    days = pd.date_range(first_day, periods=n_days, freq="D")  # Monday 8 January: two whole weeks
-    for device in range(40):
-        home = corners[device % 4] if device < 36 else corners[3]
-        active = days if device % 3 == 0 else days[rng.choice(n_days, size=int(rng.integers(1, 5)), replace=False)]
-        for day in active:
-            corner = home if rng.random() < 0.8 else corners[int(rng.integers(0, 4))]
-            for hour in (9, 12, 17):
-                x, y = corner[0] + rng.uniform(100, 900), corner[1] + rng.uniform(100, 900)
-                lon, lat = to_lonlat.transform(x, y)
-                rows.append(
-                    {
-                        "device": f"d{device}",
-                        "when": f"{day.date()} {hour:02d}:15:00",
-                        "lon": round(lon, 7),
-                        "lat": round(lat, 7),
-                        "gender": "f",
-                    }
-                )
-    return pd.DataFrame(rows)
-
-
 @pytest.fixture
 def ladder_policy(tmp_path: Path):
-    traces = tmp_path / "traces.csv"
-    _ladder_pings().to_csv(traces, index=False)
-    data = policy_dict(str(traces), k=5)
-    data["time"] = {"bucket": "1d", "timezone": "America/New_York", "ladder": ["1w", "period"]}
-    data["risk"]["coarsen"] = "apply"  # as the shipped policies: a zone over the gate is shown coarser
-    return load_policy(write_policy(tmp_path, data))
+    return write_ladder_policy(tmp_path)
 
 
 def _run_to_candidate(policy, tmp_path: Path):
@@ -128,7 +94,7 @@ def _presence_membership(pings: pd.DataFrame, policy) -> pd.DataFrame:
 @pytest.mark.slow
 def test_every_rung_counts_distinct_units_and_published_figures_match_the_raw_pings(ladder_policy, tmp_path):
     ctx = _run_to_candidate(ladder_policy, tmp_path)
-    members = _presence_membership(_ladder_pings(), ladder_policy)
+    members = _presence_membership(ladder_pings(), ladder_policy)
     members["week"] = (
         members["day"]
         .dt.tz_convert("America/New_York")
@@ -337,7 +303,7 @@ def _budget_policy(tmp_path: Path, budget: float):
     )
     tmp_path.mkdir(parents=True, exist_ok=True)
     traces = tmp_path / "traces.csv"
-    pd.concat([_ladder_pings(), hermit], ignore_index=True).to_csv(traces, index=False)
+    pd.concat([ladder_pings(), hermit], ignore_index=True).to_csv(traces, index=False)
     data = policy_dict(str(traces), k=5)
     data["time"] = {"bucket": "1d", "timezone": "America/New_York", "ladder": ["1w", "period"]}
     data["suppression"] = {"budget": budget, "climb": "to_budget"}
@@ -393,7 +359,7 @@ def test_a_blocked_risk_gate_proposes_the_ladder_rungs_with_their_figures(tmp_pa
     from spatial_release.stages.keys import coarser_keys_sql, write_ladder_buckets
 
     traces = tmp_path / "traces.csv"
-    _ladder_pings().to_csv(traces, index=False)
+    ladder_pings().to_csv(traces, index=False)
     data = policy_dict(str(traces), k=5)
     data["time"] = {"bucket": "1d", "timezone": "America/New_York", "ladder": ["1w", "period"]}
     data["risk"]["per_release_ceiling"] = 0.0001  # every release blocks: the proposal must still be made
@@ -418,7 +384,7 @@ def test_a_blocked_risk_gate_proposes_the_ladder_rungs_with_their_figures(tmp_pa
 @pytest.mark.slow
 def test_the_policy_cost_reaches_protection_and_both_patterns_pass_the_audit(tmp_path):
     traces = tmp_path / "traces.csv"
-    _ladder_pings().to_csv(traces, index=False)
+    ladder_pings().to_csv(traces, index=False)
     for cost in ("unit_value", "cells"):
         data = policy_dict(str(traces), k=5)
         data["suppression"] = {"budget": 0.99, "cost": cost}
@@ -433,7 +399,7 @@ def test_the_policy_cost_reaches_protection_and_both_patterns_pass_the_audit(tmp
 
 def _attack_policy(tmp_path: Path, ceiling: float, coarsen: str):
     traces = tmp_path / "traces.csv"
-    _ladder_pings().to_csv(traces, index=False)
+    ladder_pings().to_csv(traces, index=False)
     data = policy_dict(str(traces), k=5)
     data["time"] = {"bucket": "1d", "timezone": "America/New_York", "ladder": ["1w", "period"]}
     data["risk"].update(model="attack", coarsen=coarsen, per_release_ceiling=ceiling, cumulative_ceiling=1.0)
@@ -494,7 +460,7 @@ def test_a_week_cut_by_the_end_of_the_quarter_is_never_published_under_the_week_
     Re-derived from the files: no published week figure reaches past the period's end, the whole week before
     it is published, and the cut week's days still are."""
     traces = tmp_path / "traces.csv"
-    _ladder_pings("2018-03-19", 13).to_csv(traces, index=False)  # Monday 19 March to Saturday 31 March
+    ladder_pings("2018-03-19", 13).to_csv(traces, index=False)  # Monday 19 March to Saturday 31 March
     data = policy_dict(str(traces), k=5)
     data["time"] = {"bucket": "1d", "timezone": "America/New_York", "ladder": ["1w"]}
     policy = load_policy(write_policy(tmp_path, data))
@@ -525,7 +491,7 @@ def test_a_week_cut_by_the_end_of_a_month_is_withheld_at_the_policy_bucket(tmp_p
     three days of units; a quarterly release of the same population would publish the whole week under the
     same key. The cut week is counted but nothing of it is published; the whole week before it is."""
     traces = tmp_path / "traces.csv"
-    _ladder_pings("2018-01-22", 10).to_csv(traces, index=False)  # Monday 22 to Wednesday 31 January
+    ladder_pings("2018-01-22", 10).to_csv(traces, index=False)  # Monday 22 to Wednesday 31 January
     data = policy_dict(str(traces), k=5)
     data["period"] = "month"
     data["time"] = {"bucket": "1w", "timezone": "America/New_York"}

@@ -211,13 +211,6 @@ RELEASE_CONTRACTS = (
     "spatial_release.ledger",
     "spatial_release.fileio",
 )
-# Imports of release/ that are not contract types yet: the release tables are still cut from a protected
-# table with the main geometry's locator (`release.files.release_tables`). Listed so that the list can only
-# shrink: the test fails when one is gone (remove it here) or a new one appears.
-RELEASE_NOT_CONTRACTS_YET = {
-    ("spatial_release.release.files", "spatial_release.geometry.locate"),
-    ("spatial_release.release.files", "spatial_release.suppression.primary"),
-}
 
 
 def _in(module: str, rooms: str | tuple[str, ...]) -> bool:
@@ -282,14 +275,13 @@ def _stage_order_problems(module: str, ours: set[str]) -> list[str]:
 
 
 def _release_problems(module: str, ours: set[str]) -> list[str]:
-    """release/ importing anything but contract types (and the listed exceptions)."""
+    """release/ importing anything but contract types."""
     if not _in(module, "spatial_release.release"):
         return []
     return [
         f"{module} imports {target}: release/ imports only contract types"
         for target in sorted(ours)
         if not (target in (ROOT, f"{ROOT}.__version__") or _in(target, RELEASE_CONTRACTS))
-        and not any(module == m and _in(target, t) for m, t in RELEASE_NOT_CONTRACTS_YET)
     ]
 
 
@@ -314,12 +306,17 @@ def test_imports_follow_the_declared_layers():
     assert layer_violations(_package_sources()) == []
 
 
-def test_release_imports_not_contracts_yet_only_shrink():
-    """Each listed exception is still an import of release/ (when one goes, it leaves the list too)."""
-    sources = _package_sources()
-    for module, target in RELEASE_NOT_CONTRACTS_YET:
-        source, is_package = sources[module]
-        assert target in _absolute_imports(source, module, is_package), (module, target)
+def test_test_files_import_helpers_from_support_never_from_another_test_file():
+    """A helper two test files need lives in tests/support: a test file that imports another runs that file's
+    module code, collects the fixtures it imports as its own, and breaks when the other file's tests change."""
+    tests = Path(__file__).parent
+    found = [
+        f"{path.relative_to(tests)} imports {name}"
+        for path in sorted(tests.rglob("*.py"))
+        for name in sorted(_absolute_imports(path.read_text(), path.stem, False))
+        if name.split(".")[0].startswith("test_")
+    ]
+    assert found == []
 
 
 def test_every_stage_is_placed_in_the_pipeline_order():
@@ -339,7 +336,7 @@ def test_the_layer_check_reports_imports_against_the_layers():
         "spatial_release.stages": ("from spatial_release.stages.review import a\n", True),
         "spatial_release.stages.protect": ("from .risk import assess_risk\nfrom . import count\n", False),
         "spatial_release.stages.count": ("from spatial_release.stages.context import ReleaseContext\n", False),
-        "spatial_release.stages.risk": ("from spatial_release.defs.outcomes import x\n", False),
+        "spatial_release.stages.risk": ("from spatial_release.defs.check_results import x\n", False),
         "spatial_release.stages.extra": ("", False),
         "spatial_release.release.files": ("from spatial_release.geometry.grid import CELL_ID\n", False),
         "spatial_release.release.record": ("from spatial_release.policy import Policy\n", False),
@@ -355,7 +352,7 @@ def test_the_layer_check_reports_imports_against_the_layers():
         "spatial_release.release.files imports spatial_release.geometry.grid",
         "spatial_release.stages.extra: not placed",
         "spatial_release.stages.protect imports spatial_release.stages.risk",
-        "spatial_release.stages.risk imports spatial_release.defs.outcomes",
+        "spatial_release.stages.risk imports spatial_release.defs.check_results",
     ]
     for start in expected:
         assert any(line.startswith(start) for line in found), (start, found)

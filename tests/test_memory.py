@@ -73,7 +73,7 @@ def test_the_stages_that_build_the_large_graphs_run_with_the_collector_paused(mo
     from types import SimpleNamespace
 
     import numpy as np
-    from test_blocks import one_row_per_bucket
+    from support.tables import one_row_per_bucket
 
     from spatial_release.stages import checks, protect
     from spatial_release.suppression import blocks

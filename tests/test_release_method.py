@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_ladder import ladder_policy  # noqa: F401 - the fixture
+from support.ladder import write_ladder_policy
 
 from spatial_release.cli import run_release
 from spatial_release.stages import protect as protect_stage
@@ -55,7 +55,7 @@ def test_a_plain_release_states_the_method_its_protection_ran(fixture_policy, tm
     assert "Gaussian elimination" in stated and PRUNING in stated
 
 
-def test_a_ladder_release_states_that_it_is_not_pruned(ladder_policy, tmp_path, monkeypatch):  # noqa: F811
-    stated, ran, published = _publish(ladder_policy.path, tmp_path, monkeypatch)
+def test_a_ladder_release_states_that_it_is_not_pruned(tmp_path, monkeypatch):
+    stated, ran, published = _publish(write_ladder_policy(tmp_path).path, tmp_path, monkeypatch)
     assert stated == ran == published["complementary_suppression"]
     assert "Gaussian elimination" in stated and PRUNING not in stated

@@ -1,5 +1,5 @@
 """The risk estimate over key sets held in ranges of units (risk.ranges): the same report, figure for figure,
-as the estimate over the whole key sets (and so as the plain in-memory reference of test_risk_streaming), for
+as the estimate over the whole key sets (and so as the plain in-memory reference, support.key_sets), for
 any cut of the units into ranges; through the risk stage when the window is over its row limit; and a
 refusal, never a wrong figure, when a range's file is not what was written."""
 
@@ -11,15 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.fixture import uniqueness_policy_dict, write_policy
-from test_risk_streaming import (
-    _generated,
-    _same,
-    _zone_of_cells,
+from support.key_sets import (
+    generated_key_sets,
     generated_window,
     naming_more,
-    protected_candidate,
     reference_estimate,
+    same_report,
+    zone_of_cells,
 )
+from support.releases import protected_candidate
 
 from spatial_release import stages
 from spatial_release.ledger import Ledger
@@ -51,11 +51,11 @@ PARAMS = [
 @pytest.mark.parametrize("params", PARAMS)
 @pytest.mark.parametrize("range_rows", [1, 37, 2_000, 10**9])
 def test_a_window_in_ranges_has_the_reference_figures(tmp_path, monkeypatch, params, range_rows):
-    """Over the generated window of test_risk_streaming (three files, text and integer ids, a repeated
+    """Over the generated window of support.key_sets (three files, text and integer ids, a repeated
     (unit, key)), read into ranges of `range_rows` rows: one unit a range up to all units in one."""
     selects, frames, window, key_zone, population = generated_window(tmp_path, False)
     monkeypatch.setattr(ranges, "RANGE_ROWS", range_rows)
-    held = window_key_sets(selects, _zone_of_cells, frames, ranges_above=0)
+    held = window_key_sets(selects, zone_of_cells, frames, ranges_above=0)
     assert isinstance(held, ranges.KeyRanges)
     expected = min(window["unit"].nunique(), -(-len(window) // range_rows))
     assert len(held) == expected and sum(held.rows) == len(window)
@@ -64,7 +64,7 @@ def test_a_window_in_ranges_has_the_reference_figures(tmp_path, monkeypatch, par
     finally:
         held.close()
     assert not Path(held.folder.name).exists(), "the ranges' files outlive the estimate"
-    _same(report, reference_estimate(window, key_zone, params, population))
+    same_report(report, reference_estimate(window, key_zone, params, population))
     assert report.units == window["unit"].nunique() and report.keys == window["key"].nunique()
 
 
@@ -72,15 +72,15 @@ def test_a_window_in_ranges_has_the_reference_figures(tmp_path, monkeypatch, par
 def test_ranges_of_parts_naming_more_than_they_hold_have_the_whole_figures(monkeypatch, range_rows):
     """Ranges are cut as the coded pairs stream, so the units and keys no pair holds are found first (one
     more pass in DuckDB) and every code renumbered over the held ones: the report of the whole key sets."""
-    frame = _generated(8, 90, True)
-    zones = lambda cells: _zone_of_cells(cells[cells != "nowhere"])  # noqa: E731
+    frame = generated_key_sets(8, 90, True)
+    zones = lambda cells: zone_of_cells(cells[cells != "nowhere"])  # noqa: E731
     params = RiskParams(points=3, draws=6, seed=5)
     whole = estimate_key_sets(window_key_sets(["SELECT * FROM k"], zones, {"k": frame}), params)
     monkeypatch.setattr(ranges, "RANGE_ROWS", range_rows)
     held = window_key_sets([], zones, {"k": frame}, ranges_above=0, coded=[naming_more("k", "!first", "!key")])
     assert isinstance(held, ranges.KeyRanges) and held.units == frame["unit"].nunique()
     try:
-        _same(ranges.estimate_key_ranges(held, params), whole)
+        same_report(ranges.estimate_key_ranges(held, params), whole)
     finally:
         held.close()
 
@@ -90,9 +90,9 @@ def test_a_row_hint_chooses_the_road_and_never_a_figure(monkeypatch):
     to ranges without first streaming up to it. A hint that is wrong either way gives the same figures."""
     from spatial_release.risk import keysets
 
-    frame = _generated(9, 60, True)
+    frame = generated_key_sets(9, 60, True)
     params = RiskParams(points=2, draws=4, seed=9)
-    whole = estimate_key_sets(window_key_sets(["SELECT * FROM k"], _zone_of_cells, {"k": frame}), params)
+    whole = estimate_key_sets(window_key_sets(["SELECT * FROM k"], zone_of_cells, {"k": frame}), params)
     streamed: list[int] = []
     real = keysets._streamed
     monkeypatch.setattr(keysets, "_streamed", lambda *args: streamed.append(1) or real(*args))
@@ -103,15 +103,15 @@ def test_a_row_hint_chooses_the_road_and_never_a_figure(monkeypatch):
         (len(frame), len(frame) + 1, False, True),  # a true hint under the limit: streamed, whole
     ):
         streamed.clear()
-        held = window_key_sets(["SELECT * FROM k"], _zone_of_cells, {"k": frame}, limit, rows_hint=hint)
+        held = window_key_sets(["SELECT * FROM k"], zone_of_cells, {"k": frame}, limit, rows_hint=hint)
         assert isinstance(held, ranges.KeyRanges) == goes_by_ranges and bool(streamed) == streams
         if isinstance(held, ranges.KeyRanges):
             try:
-                _same(ranges.estimate_key_ranges(held, params), whole)
+                same_report(ranges.estimate_key_ranges(held, params), whole)
             finally:
                 held.close()
         else:
-            _same(estimate_key_sets(held, params), whole)
+            same_report(estimate_key_sets(held, params), whole)
 
 
 @pytest.mark.slow
@@ -130,7 +130,7 @@ def test_over_the_limit_key_sets_derived_from_the_work_area_go_through_a_key_set
         held = risk_stage.window_key_sets(ctx, None, [], [], ranges_above=0)
     assert isinstance(held, ranges.KeyRanges) and len(held) > 1
     try:
-        _same(ranges.estimate_key_ranges(held, params), whole)
+        same_report(ranges.estimate_key_ranges(held, params), whole)
     finally:
         held.close()
     assert sorted(ctx.area.risk.iterdir()) == before  # the written file's scratch folder is gone
@@ -172,7 +172,7 @@ def test_any_cut_into_ranges_gives_the_whole_estimate(sets, points, draws, seed,
         report = ranges.estimate_key_ranges(held, params, {"z0": 50.0})
     finally:
         held.close()
-    _same(report, estimate_key_sets(sets, params, {"z0": 50.0}))
+    same_report(report, estimate_key_sets(sets, params, {"z0": 50.0}))
 
 
 def test_exact_counts_are_the_numbers_themselves_zero_included():

@@ -4,27 +4,34 @@ the per-unit groupby, the knowledge sets drawn one by one in Python as the estim
 anonymity counts and list-based aggregation), on the test fixture, on a synthetic release through the stages,
 and on generated key set tables over a window of several files."""
 
-import itertools
 import json
 from datetime import date
-from pathlib import Path
 
 import geopandas as gpd
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
 from support.fixture import fixture_pings, uniqueness_policy_dict, write_policy
+from support.key_sets import (
+    generated_key_sets,
+    generated_window,
+    naming_more,
+    reference_estimate,
+    rewritten_key_set_file,
+    same_report,
+    zone_of_cells,
+)
+from support.releases import protected_candidate
 
 from spatial_release import stages
 from spatial_release.ledger import Ledger
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
 from spatial_release.risk import Adversary, RiskParams, decide, keysets, release_figure
-from spatial_release.risk.estimator import RiskReport, ZoneRisk, _intersect_sorted, estimate_key_sets
-from spatial_release.risk.keysets import KeySource, window_key_sets
+from spatial_release.risk.estimator import estimate_key_sets
+from spatial_release.risk.keysets import window_key_sets
 from spatial_release.risk.landscape import load_landscape
 from spatial_release.stages import keys as keys_stage
 from spatial_release.stages import risk as risk_stage
@@ -35,107 +42,13 @@ from spatial_release.traces.synthetic import SyntheticConfig, generate_pings, wr
 PERIOD = Period.parse("2018-Q1")
 
 
-# ------------------------------------------------------------------ the reference: the in-memory estimator
-
-
-class _ReferenceIndex:
-    """The inverted index as it was: built from the pairs by a lexsort, postings as int64."""
-
-    def __init__(self, unit_ids: np.ndarray, key_ids: np.ndarray, n_keys: int):
-        order = np.lexsort((unit_ids, key_ids))
-        self.units = unit_ids[order].astype(np.int64)
-        bounds = np.searchsorted(key_ids[order], np.arange(n_keys + 1))
-        self.starts, self.ends = bounds[:-1], bounds[1:]
-
-    def anonymity(self, keys: list[int]) -> int:
-        ordered = sorted(keys, key=lambda k: (self.ends[k] - self.starts[k], k))
-        current = self.units[self.starts[ordered[0]] : self.ends[ordered[0]]]
-        for key in ordered[1:]:
-            if len(current) <= 1:
-                break
-            current = _intersect_sorted(current, self.units[self.starts[key] : self.ends[key]])
-        return max(len(current), 1)
+# ------------------------------------------------------------------ the reference key sets (its estimate: support.key_sets)
 
 
 @pytest.fixture
 def fixture_policy(tmp_path, fixture_traces):
     """The conftest fixture policy gated on the uniqueness figure: this file tests that estimator's streaming."""
     return load_policy(write_policy(tmp_path, uniqueness_policy_dict(str(fixture_traces))))
-
-
-def reference_draws(by_unit: list[np.ndarray], zones_of_key: np.ndarray, params: RiskParams) -> list[list[list[int]]]:
-    """The knowledge sets of each (unit, anchor zone) entry, in unit then zone order, as the estimator specifies
-    them, in plain Python. Exhaustive: each anchor with each (p - 1)-subset of the other keys. Sampled, per draw
-    (row r = entry * S + draw): the anchor is the floor(U0[r] * a)-th of the unit's a keys in the zone, then
-    each other key the floor(U_j[r] * remaining)-th of the unit's keys not yet known (anchor excluded); U0,
-    U_1, ... drawn in that order, one value per row each."""
-    entries = [(keys, keys[zones_of_key[keys] == zone]) for keys in by_unit for zone in sorted(set(zones_of_key[keys]))]
-    if params.exhaustive:
-        return [
-            [
-                [int(anchor), *rest]
-                for anchor in anchors
-                for rest in itertools.combinations(
-                    [int(k) for k in keys if k != anchor], min(params.points - 1, len(keys) - 1)
-                )
-            ]
-            for keys, anchors in entries
-        ]
-    rows = len(entries) * params.draws
-    rng = np.random.default_rng(params.seed)
-    u0 = rng.random(rows)
-    us = [rng.random(rows) for _ in range(params.points - 1)]
-    drawn = []
-    for e, (keys, anchors) in enumerate(entries):
-        drawn.append([])
-        for s in range(params.draws):
-            r = e * params.draws + s
-            anchor = int(anchors[int(u0[r] * len(anchors))])
-            remaining = [int(k) for k in keys if k != anchor]
-            known = [anchor]
-            for j in range(min(params.points - 1, len(remaining))):
-                known.append(remaining.pop(int(us[j][r] * len(remaining))))
-            drawn[-1].append(known)
-    return drawn
-
-
-def reference_estimate(
-    unit_keys: pd.DataFrame, key_zone: pd.Series, params: RiskParams, population: dict[str, float] | None = None
-) -> RiskReport:
-    pairs = unit_keys[["unit", "key"]].drop_duplicates()
-    unit_codes, units = pd.factorize(pairs["unit"], sort=True)
-    key_codes, keys = pd.factorize(pairs["key"], sort=True)
-    zones_of_key = key_zone.reindex(keys).to_numpy()
-    index = _ReferenceIndex(unit_codes, key_codes, len(keys))
-    by_unit = list(pd.Series(key_codes).groupby(unit_codes).apply(lambda s: np.sort(s.to_numpy())))
-    drawn = iter(reference_draws(by_unit, zones_of_key, params))
-    means: dict[str, list[float]] = {}
-    worsts: dict[str, list[float]] = {}
-    draws: dict[str, list[np.ndarray]] = {}
-    for unit_keys_arr in by_unit:
-        zones = zones_of_key[unit_keys_arr]
-        for zone in sorted(set(zones)):
-            risks = np.array([1.0 / index.anonymity(known) for known in next(drawn)])
-            means.setdefault(zone, []).append(float(np.mean(risks)))
-            worsts.setdefault(zone, []).append(float(np.max(risks)))
-            draws.setdefault(zone, []).append(risks)
-    zones_out = []
-    for zone in sorted(means):
-        share = min(1.0, len(means[zone]) / population[zone]) if population and population.get(zone) else None
-        journalist = None if share is None else float(np.mean([np.mean(np.minimum(1.0, share * r)) for r in draws[zone]]))
-        zones_out.append(
-            ZoneRisk(
-                str(zone),
-                len(means[zone]),
-                float(np.mean(means[zone])),
-                float(np.mean(np.array(means[zone]) > params.threshold)),
-                float(np.max(worsts[zone])),
-                journalist,
-                share,
-            )
-        )
-    pooled = [m for zone in sorted(means) for m in means[zone]]
-    return RiskReport(zones_out, float(np.mean(pooled)) if pooled else 0.0, len(units), len(keys))
 
 
 def reference_released_keys(ctx: stages.ReleaseContext) -> pd.DataFrame:
@@ -160,21 +73,7 @@ def reference_released_keys(ctx: stages.ReleaseContext) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True).drop_duplicates(["unit", "key"])
 
 
-def _same(report: RiskReport, reference: RiskReport) -> None:
-    assert report.zones == reference.zones  # every figure of every zone, exactly
-    assert (report.units, report.keys, report.pooled) == (reference.units, reference.keys, reference.pooled)
-
-
 # ------------------------------------------------------------------ through the stages
-
-
-def protected_candidate(policy, tmp_path) -> stages.ReleaseContext:
-    """A release of `policy` through ingest, counting and protection, in tmp_path/work: what the risk step reads."""
-    ctx = stages.ReleaseContext(policy, PERIOD, tmp_path / "work")
-    stages.run_ingest(ctx)
-    stages.run_counts(ctx)
-    stages.run_protect(ctx)
-    return ctx
 
 
 def _assess_both(ctx: stages.ReleaseContext, ledger: Ledger):
@@ -269,41 +168,6 @@ def test_synthetic_hourly_release_has_the_reference_figures(tmp_path):
 # ------------------------------------------------------------------ generated key set tables, several files
 
 
-def _generated(seed: int, units: int, text_units: bool) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    rows = []
-    for u in range(units):
-        home = rng.integers(0, 6)
-        for _ in range(rng.integers(1, 9)):
-            cell = int(home + rng.integers(0, 3)) if rng.random() < 0.8 else int(rng.integers(0, 12))
-            bucket = int(rng.integers(0, 10))
-            rows.append((f"dev-{u:05d}" if text_units else u * 7 + 3, f"z{cell // 3}c{cell:02d}", bucket))
-    frame = pd.DataFrame(rows, columns=["unit", "cell_id", "bucket"])
-    frame["key"] = frame["cell_id"] + "@2018-01-" + (frame["bucket"] + 10).astype(str) + "T05:00Z"
-    return frame[["unit", "key", "cell_id"]]
-
-
-def _zone_of_cells(cells: pd.Series) -> pd.Series:
-    return pd.Series(cells.str.slice(0, 2).to_numpy(), index=cells.to_numpy())
-
-
-def generated_window(tmp_path, text_units: bool) -> tuple[list[str], dict, pd.DataFrame, pd.Series, dict]:
-    """Three generated key set tables as a window: the current one a DataFrame, two earlier ones Parquet files
-    (one with a repeated (unit, key), which counts once). Returns the selects, the frames they name, the
-    window whole, each key's zone and a population per zone."""
-    parts = [_generated(seed, units, text_units) for seed, units in ((1, 700), (2, 400), (3, 500))]
-    parts[1] = pd.concat([parts[1], parts[1].head(50)])
-    paths = []
-    for i, part in enumerate(parts[1:]):
-        paths.append(tmp_path / f"earlier-{i}.parquet")
-        part.to_parquet(paths[-1], index=False)
-    selects = ["SELECT * FROM current_keys"] + [f"SELECT * FROM read_parquet('{p}')" for p in paths]
-    window = pd.concat(parts, ignore_index=True)
-    key_zone = pd.Series(window["cell_id"].str.slice(0, 2).to_numpy(), index=window["key"].to_numpy())
-    key_zone = key_zone[~key_zone.index.duplicated()]
-    return selects, {"current_keys": parts[0]}, window, key_zone, {"z0": 4000.0, "z1": 900.0, "z3": 2.0}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("text_units", [False, True])
 @pytest.mark.parametrize(
@@ -312,9 +176,9 @@ def generated_window(tmp_path, text_units: bool) -> tuple[list[str], dict, pd.Da
 )
 def test_generated_window_over_files_has_the_reference_figures(tmp_path, params, text_units):
     selects, frames, window, key_zone, population = generated_window(tmp_path, text_units)
-    sets = window_key_sets(selects, _zone_of_cells, frames)
+    sets = window_key_sets(selects, zone_of_cells, frames)
     report = estimate_key_sets(sets, params, population)
-    _same(report, reference_estimate(window, key_zone, params, population))
+    same_report(report, reference_estimate(window, key_zone, params, population))
     assert report.units == window["unit"].nunique() and report.keys == window["key"].nunique()
 
 
@@ -326,42 +190,30 @@ def test_anonymity_sets_counted_in_small_chunks_give_the_reference_figures(monke
 
     monkeypatch.setattr(estimator, "CANDIDATES", 5)
     monkeypatch.setattr(estimator, "DRAW_PAIRS", 7)
-    frame = pd.concat([_generated(4, 300, False), _generated(5, 40, False).head(30)], ignore_index=True)
+    frame = pd.concat([generated_key_sets(4, 300, False), generated_key_sets(5, 40, False).head(30)], ignore_index=True)
     params = RiskParams(points=4, draws=6, seed=11)
-    sets = window_key_sets(["SELECT * FROM current_keys"], _zone_of_cells, {"current_keys": frame})
+    sets = window_key_sets(["SELECT * FROM current_keys"], zone_of_cells, {"current_keys": frame})
     key_zone = pd.Series(frame["cell_id"].str.slice(0, 2).to_numpy(), index=frame["key"].to_numpy())
     reference = reference_estimate(frame, key_zone[~key_zone.index.duplicated()], params)
     assert min(np.diff(sets.unit_offsets)) < params.points  # some units hold fewer keys than p
     assert reference.pooled < 1.0  # sets larger than one unit: the counts matter, not only the 1s
-    _same(estimate_key_sets(sets, params), reference)
+    same_report(estimate_key_sets(sets, params), reference)
 
 
 def test_generated_exhaustive_mode_has_the_reference_figures(tmp_path):
-    frame = _generated(4, 60, True)
+    frame = generated_key_sets(4, 60, True)
     params = RiskParams(points=2, exhaustive=True)
-    sets = window_key_sets(["SELECT * FROM current_keys"], _zone_of_cells, {"current_keys": frame})
+    sets = window_key_sets(["SELECT * FROM current_keys"], zone_of_cells, {"current_keys": frame})
     key_zone = pd.Series(frame["cell_id"].str.slice(0, 2).to_numpy(), index=frame["key"].to_numpy())
-    _same(estimate_key_sets(sets, params), reference_estimate(frame, key_zone[~key_zone.index.duplicated()], params))
-
-
-def naming_more(frame_name: str, unit, key: str) -> KeySource:
-    """The rows of `frame_name`, with one more unit and one more key named that no row holds (both sort
-    first, so every code after them would move if they were counted)."""
-    rows = KeySource.of_rows(frame_name)
-    return KeySource(
-        units=f"{rows.units} UNION ALL SELECT {unit!r} AS unit",
-        keys=f"{rows.keys} UNION ALL SELECT '{key}' AS key, 'nowhere' AS cell_id",
-        pairs=rows.pairs,
-        exact=False,
-    )
+    same_report(estimate_key_sets(sets, params), reference_estimate(frame, key_zone[~key_zone.index.duplicated()], params))
 
 
 def test_units_and_keys_no_pair_holds_are_not_counted():
     """A part may name more units and keys than its pairs hold (the memberships' units, some counted only in
     withheld cells; every published key): the key sets are those of the pairs alone, numbered as if the rest
     were never named, and a key no pair holds needs no risk zone."""
-    frame = _generated(6, 80, True)
-    zones = lambda cells: _zone_of_cells(cells[cells != "nowhere"])  # noqa: E731
+    frame = generated_key_sets(6, 80, True)
+    zones = lambda cells: zone_of_cells(cells[cells != "nowhere"])  # noqa: E731
     plain = window_key_sets(["SELECT * FROM current_keys"], zones, {"current_keys": frame})
     named = window_key_sets([], zones, {"current_keys": frame}, coded=[naming_more("current_keys", "!first", "!key")])
     assert named.digest() == plain.digest()
@@ -426,14 +278,6 @@ def test_the_coded_key_set_file_the_risk_step_keeps_reads_back_as_the_same_key_s
     assert risk_stage.window_key_sets(ctx, rows_path, [], [coded_path]).units == kept.units  # one unit, two files
 
 
-def _rewritten(source: Path, target: Path, edit) -> Path:
-    """A copy of a coded key set file with its rows edited by `edit` (a DataFrame -> DataFrame), metadata kept."""
-    table = pq.read_table(source)
-    frame = edit(table.to_pandas())
-    pq.write_table(pa.Table.from_pandas(frame, schema=table.schema, preserve_index=False), target)
-    return target
-
-
 @pytest.mark.slow
 def test_a_coded_key_set_file_whose_codes_do_not_join_is_refused_naming_it(tmp_path, fixture_policy):
     """A coded key set file is checked before it is read: a pair whose unit or key has no name row would be
@@ -455,7 +299,7 @@ def test_a_coded_key_set_file_whose_codes_do_not_join_is_refused_naming_it(tmp_p
         "pair_removed": lambda f: f.drop(f.index[is_pair(f)][-1]),
     }
     for name, edit in edits.items():
-        bad = _rewritten(good, tmp_path / f"{name}.parquet", edit)
+        bad = rewritten_key_set_file(good, tmp_path / f"{name}.parquet", edit)
         with pytest.raises(ValueError, match=f"{bad}: not a valid coded key set file"):
             risk_stage.window_key_sets(ctx, bad, [], [])
     table = pq.read_table(good)
@@ -467,11 +311,9 @@ def test_a_coded_key_set_file_whose_codes_do_not_join_is_refused_naming_it(tmp_p
 
 
 def test_a_key_without_a_zone_is_refused():
-    frame = _generated(5, 20, False)
+    frame = generated_key_sets(5, 20, False)
     with pytest.raises(ValueError, match="keys without a risk zone"):
-        window_key_sets(
-            ["SELECT * FROM current_keys"], lambda cells: _zone_of_cells(cells).iloc[1:], {"current_keys": frame}
-        )
+        window_key_sets(["SELECT * FROM current_keys"], lambda cells: zone_of_cells(cells).iloc[1:], {"current_keys": frame})
 
 
 @pytest.mark.slow

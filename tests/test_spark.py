@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from shapely import box
+from support.counting_inputs import edge_points
 from support.fixture import policy_dict
-from test_counting import _edge_points
 
 from spatial_release import stages
 from spatial_release.counting.engines import SparkSettings, open_engine
@@ -90,7 +90,7 @@ def _hourly_pings_across_dst(lon: np.ndarray, lat: np.ndarray, int_ids: bool) ->
 @pytest.mark.parametrize("measure, int_ids", [("presence", True), ("presence", False), ("visitors", False)])
 def test_spark_grid_counts_equal_duckdb(tmp_path, measure, int_ids):
     # +-50 km (the fitted polynomial) or +-500 km (the full formula)
-    lon, lat = _edge_points("EPSG:32618", 250, 6000, seed=21, spread=200 if int_ids else 2000)
+    lon, lat = edge_points("EPSG:32618", 250, 6000, seed=21, spread=200 if int_ids else 2000)
     pings = _hourly_pings_across_dst(lon, lat, int_ids)
     data = policy_dict(
         "unused.csv",

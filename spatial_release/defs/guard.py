@@ -34,7 +34,7 @@ from pydantic import Field
 from spatial_release import stages
 from spatial_release.alerts import Alert, AlertRouting, alert_path, deliver
 from spatial_release.defs.alerts import asset_link
-from spatial_release.defs.outcomes import check_evaluation
+from spatial_release.defs.check_results import check_evaluation
 from spatial_release.defs.partitions import PERIOD_TAG, period_of
 from spatial_release.defs.programmes import Programme
 from spatial_release.defs.resources import ReleaseSettings

@@ -15,7 +15,7 @@ from pathlib import Path
 import dagster as dg
 
 from spatial_release import stages
-from spatial_release.defs.outcomes import check_result
+from spatial_release.defs.check_results import check_result
 from spatial_release.defs.programmes import Programme
 from spatial_release.defs.release.reports import ledger_entry_shown, review_report
 from spatial_release.defs.resources import ReleaseSettings

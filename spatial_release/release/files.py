@@ -3,7 +3,7 @@ margins.parquet), where a release lives, and the sha256 of its files."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,10 +11,8 @@ import geopandas as gpd
 import pandas as pd
 
 from spatial_release.fileio import atomic_path, sha256_file
-from spatial_release.geometry.locate import Locator
 from spatial_release.period import Period
 from spatial_release.policy import Policy
-from spatial_release.suppression.primary import ProtectedTable
 
 RELEASE_FILES = ("cells.parquet", "margins.parquet")
 
@@ -25,14 +23,21 @@ class ReleaseTables:
     margins: pd.DataFrame
 
 
-def release_tables(protected: ProtectedTable, locator: Locator, count_column: str) -> ReleaseTables:
-    """The published tables of a protected table: only the figures it publishes (withheld ones are absent),
-    the count as `count_column` (`n_persons` or `n_devices`), each cell with its geometry from `locator`."""
-    cells = protected.cells.rename(columns={"n": count_column})
+def release_tables(
+    cells: pd.DataFrame,
+    margins: pd.DataFrame,
+    geometries: Callable[[pd.Series], gpd.GeoSeries],
+    count_column: str,
+) -> ReleaseTables:
+    """The published tables of a protection's published figures (withheld ones are absent): `cells`
+    (cell_id, bucket_start, n) and `margins` (level, area_id, bucket_start, n), the count as `count_column`
+    (`n_persons` or `n_devices`), each cell with its geometry from `geometries` (the main geometry's cell ids
+    to their polygons). The caller hands frames and a function, so the release format needs neither the
+    protection's types nor the geometry package."""
+    cells = cells.rename(columns={"n": count_column})
     cells[count_column] = cells[count_column].astype("int64")
-    geometry = locator.geometries(cells["cell_id"])
-    cells = gpd.GeoDataFrame(cells[["cell_id", "bucket_start", count_column]], geometry=geometry)
-    margins = protected.margins.rename(columns={"n": count_column})[["level", "area_id", "bucket_start", count_column]]
+    cells = gpd.GeoDataFrame(cells[["cell_id", "bucket_start", count_column]], geometry=geometries(cells["cell_id"]))
+    margins = margins.rename(columns={"n": count_column})[["level", "area_id", "bucket_start", count_column]]
     margins[count_column] = margins[count_column].astype("int64")
     return ReleaseTables(cells, margins.reset_index(drop=True))
 

@@ -157,7 +157,7 @@ def _linked_membership(ctx: ReleaseContext, zoning: str) -> pd.DataFrame:
     policy's measure counts them: every area a unit was in (visitors), or its dominant area (presence: most
     pings, ties to the smallest id, as the counting breaks them). Read once per context: every view of the
     zoning and the uniqueness keys use it."""
-    return ctx._once(f"linked_membership:{zoning}", lambda: _read_linked_membership(ctx, zoning))
+    return ctx.cached(f"linked_membership:{zoning}", lambda: _read_linked_membership(ctx, zoning))
 
 
 def _read_linked_membership(ctx: ReleaseContext, zoning: str) -> pd.DataFrame:
@@ -224,7 +224,7 @@ def inputs_digest(inputs: AttackInputs, params: AttackParams) -> str:
 ATTACKS = "attacks"  # risk/attacks/: the last attack report of each view and the sha256 of its inputs
 
 
-def attack_once(
+def cached_attack(
     ctx: ReleaseContext,
     zone_of_cells,
     params: AttackParams,
@@ -257,7 +257,7 @@ def attack_candidate(ctx: ReleaseContext, zone_of_cells, params: AttackParams) -
     reports = []
     for zoning in [None, *(spec.name for spec in ctx.policy.geometry.linked)]:
         for rung in [None, *ctx.policy.time.ladder]:
-            reports.append(attack_once(ctx, zone_of_cells, params, rung, zoning=zoning))
+            reports.append(cached_attack(ctx, zone_of_cells, params, rung, zoning=zoning))
     return worst_of(reports)
 
 

@@ -163,7 +163,7 @@ def unit_ids(ctx: ReleaseContext) -> frozenset[str]:
         return frozenset()
     stat = pings.stat()
     key = f"unit_ids:{stat.st_size}:{stat.st_mtime_ns}"
-    return ctx._once(key, lambda: frozenset(distinct_units(pings)))
+    return ctx.cached(key, lambda: frozenset(distinct_units(pings)))
 
 
 def never_quoted(ctx: ReleaseContext, traces: Sequence[str | Path] = ()) -> tuple[set[str], list[str]]:

@@ -238,14 +238,16 @@ class ReleaseContext:
     def __post_init__(self) -> None:
         self.policy.check_period(self.period)
 
-    def _once(self, name: str, load: Callable[[], T]) -> T:
+    def cached(self, name: str, load: Callable[[], T]) -> T:
+        """`load()`'s value under `name`, computed on the first call and kept for this context's life: the
+        inputs every stage reads (the work area, the zone layers, ...) and what a stage reads more than once."""
         if name not in self._cache:
             self._cache[name] = load()
         return self._cache[name]
 
     @property
     def area(self) -> WorkArea:
-        return self._once("area", lambda: WorkArea.for_release(self.work_root, self.policy, self.period))
+        return self.cached("area", lambda: WorkArea.for_release(self.work_root, self.policy, self.period))
 
     def area_of(self, period_label: str) -> WorkArea:
         """The work area of another period of the same dataset (an earlier release's key sets)."""
@@ -253,7 +255,7 @@ class ReleaseContext:
 
     @property
     def layers(self) -> ZoneLayers:
-        return self._once("layers", lambda: ZoneLayers(self.policy))
+        return self.cached("layers", lambda: ZoneLayers(self.policy))
 
     @property
     def locator(self) -> Locator:
@@ -278,17 +280,17 @@ class ReleaseContext:
     @property
     def zeros(self) -> frozenset[str]:
         """The validated structural zeros (a list naming a cell outside the geometry is refused)."""
-        return self._once("zeros", lambda: structural_zeros(self.policy, self.layers.main))
+        return self.cached("zeros", lambda: structural_zeros(self.policy, self.layers.main))
 
     @property
     def buckets(self) -> list[datetime]:
         """Every bucket start (UTC) that overlaps the period."""
-        return self._once("buckets", lambda: period_buckets(self.policy, self.period))
+        return self.cached("buckets", lambda: period_buckets(self.policy, self.period))
 
     @property
     def structure(self) -> Structure:
         """The release structure (known once the counts say which linked zonings cover every ping)."""
-        return self._once(
+        return self.cached(
             "structure",
             lambda: release_structure(
                 self.policy, self.layers, CountsSummary.read(self.area.counts).linked_covers_main, self.period
@@ -300,7 +302,7 @@ class ReleaseContext:
         """What the release must guarantee apart from the counts (structure, k, measure, zeros, buckets,
         count column): the one spec that protection and the suppression audit share."""
         policy = self.policy
-        return self._once(
+        return self.cached(
             "disclosure",
             lambda: DisclosureSpec(
                 self.structure,

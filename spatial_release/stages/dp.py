@@ -211,7 +211,7 @@ def run_protect_dp(ctx: ReleaseContext, progress: Progress = log_progress) -> Pr
         _unpublished(true_margins, margins, ["level", "area_id", "bucket_start"]),
         0,
     )
-    tables = release_tables(protected, ctx.locator, policy.count_column)
+    tables = release_tables(protected.cells, protected.margins, ctx.locator.geometries, policy.count_column)
     write_tables(tables, area.candidate)
     protected.withheld_cells.to_parquet(area.candidate / "withheld_cells.internal.parquet", index=False)
     by_level = {str(k): int(v) for k, v in published["level"].value_counts().sort_index().items()}

@@ -181,7 +181,7 @@ def run_protect(
         protected, log, table = protect_release(
             true_cells, true_margins, ctx.disclosure, progress=progress, withhold=frozenset(withhold)
         )
-        tables = release_tables(protected, ctx.locator, policy.count_column)
+        tables = release_tables(protected.cells, protected.margins, ctx.locator.geometries, policy.count_column)
         write_tables(tables, area.candidate)
         if gate is None:  # not climbing
             break

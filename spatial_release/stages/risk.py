@@ -156,7 +156,7 @@ def _saved_report(path: Path, digest: str | None) -> RiskReport | None:
         return None
 
 
-def estimate_once(
+def cached_estimate(
     area: WorkArea, sets: KeySets | KeyRanges, params: RiskParams, population: dict[str, float] | None, started: float
 ) -> RiskReport:
     """`estimate_key_sets`, reusing the work area's last estimate when it was computed from byte-identical
@@ -258,7 +258,7 @@ def estimate_window(
     """The estimate over this release's key sets and the earlier ones of the window. When this release's key
     sets derive from the work area (the publish step, or the risk step that has just derived them), an
     estimate saved for byte-identical source files is reused without building the key sets at all;
-    otherwise the coded key sets are built and `estimate_once` reuses or computes the estimate."""
+    otherwise the coded key sets are built and `cached_estimate` reuses or computes the estimate."""
     earlier_keys = _earlier_keys(ctx, earlier)
     inputs = None
     if unit_keys is None or keys_from_area:
@@ -277,7 +277,7 @@ def estimate_window(
         # kept so because the coded join was over its limit, so not tried again)
         current = None if keys_from_area and not isinstance(unit_keys, Path) else unit_keys
         sets = window_key_sets(ctx, current, earlier, earlier_keys, RANGES_ABOVE)
-    report = estimate_once(ctx.area, sets, params, population, started)
+    report = cached_estimate(ctx.area, sets, params, population, started)
     if inputs is not None:
         reuse.save(ctx.area.risk / ESTIMATE_BY_INPUTS, inputs, report.to_json())
     return report
@@ -400,7 +400,7 @@ def _model_figures(
         attack = (
             attack_stage.attack_candidate(ctx, ctx.risk_zones, attack_params(landscape))
             if rung is None
-            else attack_stage.attack_once(ctx, ctx.risk_zones, attack_params(landscape), rung, proposal=True)
+            else attack_stage.cached_attack(ctx, ctx.risk_zones, attack_params(landscape), rung, proposal=True)
         )
         zones = with_attack_figures(zones, attack, adversary)
         worst_zone, figure = worst_attack_zone(zones)

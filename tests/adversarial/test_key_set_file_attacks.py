@@ -8,7 +8,8 @@ from __future__ import annotations
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from test_risk_streaming import _rewritten, protected_candidate
+from support.key_sets import rewritten_key_set_file
+from support.releases import protected_candidate
 
 from spatial_release.risk import keysets
 from spatial_release.stages import advantage as advantage_stage
@@ -45,7 +46,7 @@ def test_the_advantage_gate_refuses_a_coded_file_that_does_not_hold_what_it_says
     zones = kept.risk_zones
     sets, _, _ = read_key_sets(kept.area.unit_keys, zones)  # the unedited file reads whole
     assert len(sets.unit_keys) == keysets.coded_file_counts(kept.area.unit_keys)["pairs"]
-    bad = _rewritten(kept.area.unit_keys, tmp_path / f"{edit}.parquet", EDITS[edit])
+    bad = rewritten_key_set_file(kept.area.unit_keys, tmp_path / f"{edit}.parquet", EDITS[edit])
     assert keysets.coded_file_counts(bad) == keysets.coded_file_counts(kept.area.unit_keys)  # its metadata kept
     with pytest.raises(ValueError, match=f"{bad}: not a valid coded key set file"):
         read_key_sets(bad, zones)
@@ -73,7 +74,7 @@ def test_a_coded_file_of_another_version_is_refused_by_the_advantage_gate(kept, 
 @pytest.mark.parametrize("edit", ["one_pair_cut", "a_unit_name_row_cut"])
 def test_the_ranged_road_checks_a_coded_file_before_reading_it(kept, tmp_path, edit):
     """Held: the ranged estimate numbers every part first, each coded file checked (`keysets._number`)."""
-    bad = _rewritten(kept.area.unit_keys, tmp_path / f"{edit}.parquet", EDITS[edit])
+    bad = rewritten_key_set_file(kept.area.unit_keys, tmp_path / f"{edit}.parquet", EDITS[edit])
     with pytest.raises(ValueError, match=f"{bad}: not a valid coded key set file"):
         risk_stage.window_key_sets(kept, bad, [], [], ranges_above=1)
     assert risk_stage.window_key_sets(kept, kept.area.unit_keys, [], [], ranges_above=1).units > 0
@@ -84,7 +85,7 @@ def test_a_key_set_file_of_another_period_is_refused_by_the_advantage_gate(kept,
     the candidate does not publish; the gate fails closed, naming the file."""
     from spatial_release.risk.landscape import load_landscape
 
-    other = _rewritten(
+    other = rewritten_key_set_file(
         kept.area.unit_keys,
         tmp_path / "other_period.parquet",
         lambda f: f.assign(name=f["name"].where(f["u"].notna(), f["name"].str.replace("@2018-", "@2017-"))),

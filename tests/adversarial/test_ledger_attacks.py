@@ -11,15 +11,9 @@ from pathlib import Path
 
 import pytest
 from support.fixture import two_quarter_policy
-from support.releases import release, verify
+from support.releases import copy_programme, release_period, verify, write_ledger_entries
 
 from spatial_release.ledger import ENTRIES, HEAD, append_entry, entry_hash, forget_pin, pin_path
-
-
-def _copy_programme(source: Path, root: Path) -> Path:
-    # the policy names its traces relative to its folder: the copy is the same programme at another path
-    shutil.copytree(source, root)
-    return root
 
 
 @pytest.fixture
@@ -31,18 +25,8 @@ def programme(published_q1) -> Path:
     return published_q1
 
 
-def _release(root: Path, policy: Path, period: str) -> int:
-    return release(policy, root, period, traces=[root / f"traces-{period}.csv"])
-
-
 def _entries(root: Path) -> list[dict]:
     return [json.loads(line) for line in (root / "ledger" / ENTRIES).read_text().splitlines()]
-
-
-def _write(root: Path, entries: list[dict], head: bool = True) -> None:
-    (root / "ledger" / ENTRIES).write_text("".join(json.dumps(e) + "\n" for e in entries))
-    if head:
-        (root / "ledger" / HEAD).write_text(f"{len(entries)} {entries[-1]['hash']}\n")
 
 
 def _assert_blocked(root: Path, capsys, message: str) -> None:
@@ -50,7 +34,7 @@ def _assert_blocked(root: Path, capsys, message: str) -> None:
     assert verify(root) == 1
     err = capsys.readouterr().err
     assert "does NOT verify" in err and message in err and "Traceback" not in err
-    assert _release(root, root / "policy.yaml", "2018-Q2") == 1
+    assert release_period(root, root / "policy.yaml", "2018-Q2") == 1
     assert message in capsys.readouterr().err
     assert not (root / "out/releases/fixture/2018-Q2").exists()
 
@@ -59,7 +43,7 @@ def _assert_blocked(root: Path, capsys, message: str) -> None:
 def test_the_untouched_programme_verifies_and_goes_on(programme, capsys):
     assert verify(programme) == 0
     assert "every release folder" in capsys.readouterr().out
-    assert _release(programme, programme / "policy.yaml", "2018-Q2") == 0
+    assert release_period(programme, programme / "policy.yaml", "2018-Q2") == 0
     record = json.loads((programme / "out/releases/fixture/2018-Q2/release.json").read_text())
     first = json.loads((programme / "out/releases/fixture/2018-Q1/release.json").read_text())
     # the cumulative figure carries Q1's
@@ -81,7 +65,7 @@ def test_a_consistently_rehashed_edit_blocks(programme, capsys):
     entries = _entries(programme)
     entries[0]["risk"]["release_figure"] = 0.0
     entries[0]["hash"] = entry_hash(entries[0])
-    _write(programme, entries)
+    write_ledger_entries(programme, entries)
     _assert_blocked(programme, capsys, "signature does not verify")
 
 
@@ -99,7 +83,7 @@ def test_a_forged_entry_appended_with_head_one_behind_blocks(programme, capsys):
     }
     forged["hash"] = entry_hash(forged)
     forged["signature"] = entries[-1]["signature"]
-    _write(programme, [*entries, forged], head=False)
+    write_ledger_entries(programme, [*entries, forged], head=False)
     _assert_blocked(programme, capsys, "signature does not verify")
 
 
@@ -172,7 +156,7 @@ def test_a_rolled_back_ledger_with_the_release_renamed_to_staging_blocks(program
     auditor elsewhere, or a pin deleted), the hidden release.json blocks them."""
     ledger, q2 = programme / "ledger", programme / "out/releases/fixture/2018-Q2"
     older = {name: (ledger / name).read_bytes() for name in (ENTRIES, HEAD)}
-    assert _release(programme, programme / "policy.yaml", "2018-Q2") == 0
+    assert release_period(programme, programme / "policy.yaml", "2018-Q2") == 0
     capsys.readouterr()
     for name, data in older.items():
         (ledger / name).write_bytes(data)
@@ -182,14 +166,14 @@ def test_a_rolled_back_ledger_with_the_release_renamed_to_staging_blocks(program
     assert verify(programme) == 1
     err = capsys.readouterr().err
     assert "does NOT verify" in err and str(pin_path(ledger)) in err and "1 entry missing" in err
-    assert _release(programme, programme / "policy.yaml", "2018-Q2") == 1
+    assert release_period(programme, programme / "policy.yaml", "2018-Q2") == 1
     assert "1 entry missing" in capsys.readouterr().err
     assert (hidden / "release.json").exists() and not q2.exists()
 
     forget_pin(ledger)
     assert verify(programme) == 1
     assert ".2018-Q2.publishing holds a published release" in capsys.readouterr().err
-    assert _release(programme, programme / "policy.yaml", "2018-Q2") == 1
+    assert release_period(programme, programme / "policy.yaml", "2018-Q2") == 1
     assert "holds a published release" in capsys.readouterr().err
     assert (hidden / "release.json").exists() and not q2.exists()
 
@@ -201,13 +185,13 @@ def test_a_copy_of_the_ledger_and_releases_at_another_path_cannot_publish_behind
     since re-published it with a cumulative risk that left that release out, and `ledger verify` passed. The
     pin is keyed by the ledger's genesis now: the copy is behind the original's pin wherever it lives."""
     capsys.readouterr()
-    copy = _copy_programme(programme, tmp_path / "elsewhere")
-    assert _release(programme, programme / "policy.yaml", "2018-Q2") == 0
+    copy = copy_programme(programme, tmp_path / "elsewhere")
+    assert release_period(programme, programme / "policy.yaml", "2018-Q2") == 0
     capsys.readouterr()
     assert verify(copy) == 1
     err = capsys.readouterr().err
     assert "does NOT verify" in err and str(pin_path(copy / "ledger")) in err and "1 entry missing" in err
-    assert _release(copy, copy / "policy.yaml", "2018-Q2") == 1
+    assert release_period(copy, copy / "policy.yaml", "2018-Q2") == 1
     assert "1 entry missing" in capsys.readouterr().err
     assert not (copy / "out/releases/fixture/2018-Q2").exists()
     assert verify(programme) == 0  # the original is the pinned ledger
@@ -220,7 +204,7 @@ def test_a_second_ledger_at_another_path_is_not_a_copy(programme, tmp_path, caps
     other = tmp_path / "other"
     other.mkdir()
     policy = two_quarter_policy(other)
-    assert _release(other, policy, "2018-Q1") == 0 and _release(other, policy, "2018-Q2") == 0
+    assert release_period(other, policy, "2018-Q1") == 0 and release_period(other, policy, "2018-Q2") == 0
     assert verify(other) == 0
     assert pin_path(other / "ledger") != pin_path(programme / "ledger")
-    assert _release(programme, programme / "policy.yaml", "2018-Q2") == 0 and verify(programme) == 0
+    assert release_period(programme, programme / "policy.yaml", "2018-Q2") == 0 and verify(programme) == 0

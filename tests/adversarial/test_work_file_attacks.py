@@ -15,8 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from support.releases import build_two_quarter_q1, sign_as
-from test_ledger_attacks import _copy_programme, _release
+from support.releases import build_two_quarter_q1, copy_programme, release_period, sign_as, write_ledger_entries
 
 from spatial_release import stages
 from spatial_release.fileio import sha256_file
@@ -45,7 +44,7 @@ def published_q2(release_cache, tmp_path_factory) -> Path:
         root = release_cache.copy(
             "two-quarter-q1", build_two_quarter_q1, tmp_path_factory.mktemp("control") / "programme", patch
         )
-        assert _release(root, root / "policy.yaml", Q2) == 0
+        assert release_period(root, root / "policy.yaml", Q2) == 0
     return root
 
 
@@ -118,7 +117,7 @@ def test_permuted_unit_names_in_the_key_sets_block_the_next_release(programme, c
     table = pq.read_table(keys)
     _permute_names(keys, "name", pa.compute.is_null(table.column("k")))
     assert pq.read_schema(keys).metadata == table.schema.metadata  # still a coded key set file
-    assert _release(programme, programme / "policy.yaml", Q2) == 1
+    assert release_period(programme, programme / "policy.yaml", Q2) == 1
     err = capsys.readouterr().err
     assert "earlier_work_files" in err and f"{Q1}/{KEYS}" in err and "does not match the sha256" in err, err
     assert not (programme / "out/releases/fixture" / Q2).exists()
@@ -168,7 +167,7 @@ def test_a_work_file_removed_within_retention_fails_and_after_it_passes(programm
 def test_the_risk_step_refuses_an_edited_earlier_key_set_itself(published_q2, tmp_path, monkeypatch):
     """Without the check before it (a notebook, a review): the risk step reads the window's key set files
     only after comparing them with their entries."""
-    root = _copy_programme(published_q2, tmp_path / "programme")
+    root = copy_programme(published_q2, tmp_path / "programme")
     sign_as(root, monkeypatch)
     forget_pin(root / "ledger")
     ctx = stages.ReleaseContext(load_policy(root / "policy.yaml"), Period.parse(Q2), root / "out/work")
@@ -244,8 +243,6 @@ def test_ledger_verify_with_the_work_folder_names_an_edited_work_file(programme,
 def test_an_edited_work_file_with_its_digest_rewritten_in_the_entry_blocks(programme, capsys):
     """Whoever edits a key set file and writes its new sha256 into the entry, re-hashing the entry and HEAD
     (everything but the signature, which needs the key), is refused by the ledger itself before any check."""
-    from test_ledger_attacks import _write
-
     from spatial_release.ledger import entry_hash
 
     keys = _area(programme, Q1) / KEYS
@@ -253,8 +250,8 @@ def test_an_edited_work_file_with_its_digest_rewritten_in_the_entry_blocks(progr
     entries = _entries(programme)
     entries[0]["work_files"][KEYS] = sha256_file(keys)
     entries[0]["hash"] = entry_hash(entries[0])
-    _write(programme, entries)
-    assert _release(programme, programme / "policy.yaml", Q2) == 1
+    write_ledger_entries(programme, entries)
+    assert release_period(programme, programme / "policy.yaml", Q2) == 1
     assert "signature does not verify" in capsys.readouterr().err
     assert not (programme / "out/releases/fixture" / Q2).exists()
 
@@ -262,7 +259,7 @@ def test_an_edited_work_file_with_its_digest_rewritten_in_the_entry_blocks(progr
 def test_two_releases_work_files_swapped_fail_the_check_naming_both(published_q2, tmp_path, monkeypatch):
     """2018-Q1's and 2018-Q2's key set files put in each other's place (each a valid file of the programme):
     the next period's check names both."""
-    root = _copy_programme(published_q2, tmp_path / "programme")
+    root = copy_programme(published_q2, tmp_path / "programme")
     sign_as(root, monkeypatch)
     forget_pin(root / "ledger")
     first, second = _area(root, Q1) / KEYS, _area(root, Q2) / KEYS

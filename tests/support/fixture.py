@@ -134,7 +134,7 @@ def write_policy(folder: Path, data: dict, name: str = "policy.yaml", population
     path = folder / name
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     (folder / "landscape.yaml").write_text(yaml.safe_dump(LANDSCAPE))
-    # the fixture's cells and the other two 1 km cells of A's 2 km parent (tests/test_ladder.py's pings)
+    # the fixture's cells and the other two 1 km cells of A's 2 km parent (support/ladder.py's pings)
     cells = [cell_id(c) for c in (CELL_A, CELL_B, CELL_C, CELL_D, CELL_E, (580_000, 4_509_000), (581_000, 4_508_000))]
     (folder / "population.csv").write_text("zone,population\n" + "".join(f"{c},{population}\n" for c in cells))
     return path

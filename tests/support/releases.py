@@ -5,6 +5,7 @@ as the job runs them."""
 from __future__ import annotations
 
 import fcntl
+import json
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from spatial_release import cli, stages
-from spatial_release.ledger import Ledger
+from spatial_release.ledger import ENTRIES, HEAD, Ledger
 from spatial_release.ledger.keys import SIGNING_KEY_ENV
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
@@ -68,6 +69,15 @@ def prepare(root: Path, policy_path: Path, label: str) -> stages.WorkArea:
     stages.run_protect(ctx)
     stages.run_risk(ctx, Ledger(root / "ledger", root / "releases"))
     return area
+
+
+def protected_candidate(policy, tmp_path) -> stages.ReleaseContext:
+    """A release of `policy` through ingest, counting and protection, in tmp_path/work: what the risk step reads."""
+    ctx = stages.ReleaseContext(policy, Period.parse(PERIOD), tmp_path / "work")
+    stages.run_ingest(ctx)
+    stages.run_counts(ctx)
+    stages.run_protect(ctx)
+    return ctx
 
 
 @contextmanager
@@ -130,3 +140,22 @@ def build_two_quarter_q1(root: Path) -> None:
     through the command line; 2018-Q2's traces are beside it, unreleased."""
     policy = two_quarter_policy(root)
     assert release(policy, root, "2018-Q1", traces=[root / "traces-2018-Q1.csv"]) == 0
+
+
+def copy_programme(source: Path, root: Path) -> Path:
+    """A copy of the programme folder `source` (policy, traces, out/, ledger/) at `root`: the policy names its
+    traces relative to its folder, so the copy is the same programme at another path."""
+    shutil.copytree(source, root)
+    return root
+
+
+def release_period(root: Path, policy: Path, period: str) -> int:
+    """`release` of `period` from its own traces, `root`/traces-<period>.csv (the two-quarter programme's)."""
+    return release(policy, root, period, traces=[root / f"traces-{period}.csv"])
+
+
+def write_ledger_entries(root: Path, entries: list[dict], head: bool = True) -> None:
+    """`entries` as `root`'s whole ledger, and its HEAD naming the last of them unless `head` is False."""
+    (root / "ledger" / ENTRIES).write_text("".join(json.dumps(e) + "\n" for e in entries))
+    if head:
+        (root / "ledger" / HEAD).write_text(f"{len(entries)} {entries[-1]['hash']}\n")

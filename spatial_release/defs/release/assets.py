@@ -25,7 +25,7 @@ from dagster._utils.error import SerializableErrorInfo
 
 from spatial_release import report, stages
 from spatial_release.alerts.alert import STANDS, WAIT
-from spatial_release.defs.outcomes import check_evaluation
+from spatial_release.defs.check_results import check_evaluation
 from spatial_release.defs.partitions import (
     MONTH_CRON,
     PERIOD_TAG,

@@ -11,7 +11,7 @@ from pathlib import Path
 import dagster as dg
 
 from spatial_release import stages
-from spatial_release.defs.outcomes import check_result
+from spatial_release.defs.check_results import check_result
 from spatial_release.defs.partitions import period_of
 from spatial_release.defs.programmes import Programme
 from spatial_release.defs.resources import CountingEngine, ReleaseSettings
