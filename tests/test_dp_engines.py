@@ -7,16 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from test_spark import HAVE_SPARK
+from support.spark import HAVE_SPARK, SKIP_REASON, require_spark_on_ci
 
 from spatial_release.counting.engines import SparkSettings, open_engine
 from spatial_release.dp import bound_contributions, bounded_counts
 from spatial_release.dp.bounding import bound_contributions_on
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not HAVE_SPARK, reason="pyspark (pip install '.[spark]') or java is not installed"),
-]
+require_spark_on_ci()
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not HAVE_SPARK, reason=SKIP_REASON)]
 
 DAY0 = pd.Timestamp("2018-01-01 05:00", tz="UTC")
 PARENTS = [("district", lambda a: "d" + str(int(a[1:]) // 4))]

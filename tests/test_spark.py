@@ -4,9 +4,7 @@ Spark runs as a `local[*]` session. On a user's machine without PySpark (an opti
 in CI (CI=true) PySpark and Java are installed by .ci/run, and a missing one fails instead of skipping.
 """
 
-import importlib.util
 import os
-import shutil
 import signal
 from datetime import timedelta
 from pathlib import Path
@@ -18,6 +16,7 @@ import pytest
 from shapely import box
 from support.counting_inputs import edge_points
 from support.fixture import policy_dict
+from support.spark import HAVE_SPARK, SKIP_REASON, require_spark_on_ci
 
 from spatial_release import stages
 from spatial_release.counting.engines import SparkSettings, open_engine
@@ -25,13 +24,8 @@ from spatial_release.period import Period
 from spatial_release.policy import parse_policy
 from spatial_release.progress import silent
 
-HAVE_SPARK = importlib.util.find_spec("pyspark") is not None and shutil.which("java") is not None
-if not HAVE_SPARK and os.environ.get("CI"):
-    raise RuntimeError("CI must run the Spark equality tests: pyspark or java is missing (see .ci/run)")
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not HAVE_SPARK, reason="pyspark (pip install '.[spark]') or java is not installed"),
-]  # slow: left out of the fast tier
+require_spark_on_ci()
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not HAVE_SPARK, reason=SKIP_REASON)]  # slow: not in the fast tier
 
 PERIOD = Period.parse("2018-Q1")
 

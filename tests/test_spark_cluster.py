@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import importlib.util
 import json
 import os
-import shutil
 import signal
 import socket
 import stat
@@ -38,6 +36,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from support.fixture import CELL_A, CELL_D, TO_LONLAT, fixture_pings, policy_dict, write_policy
+from support.spark import HAVE_SPARK, SKIP_REASON, require_spark_on_ci
 
 from spatial_release import stages, tasks
 from spatial_release.period import Period
@@ -45,13 +44,8 @@ from spatial_release.risk.attack import _best_slice, _linkage_task
 from spatial_release.risk.estimator import _anonymity_task
 from spatial_release.suppression.blocks import _protect_chunk
 
-HAVE_SPARK = importlib.util.find_spec("pyspark") is not None and shutil.which("java") is not None
-if not HAVE_SPARK and os.environ.get("CI"):
-    raise RuntimeError("CI must run the Spark cluster test: pyspark or java is missing (see .ci/run)")
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not HAVE_SPARK, reason="pyspark (pip install '.[spark]') or java is not installed"),
-]  # slow: left out of the fast tier
+require_spark_on_ci()
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not HAVE_SPARK, reason=SKIP_REASON)]  # slow: not in the fast tier
 
 PERIOD = Period.parse("2018-Q1")
 START_TIMEOUT = 150  # seconds for the three daemons to come up, on a loaded 2-core machine
