@@ -179,6 +179,14 @@ def never_quoted(ctx: ReleaseContext, traces: Sequence[str | Path] = ()) -> tupl
         return ids, []
 
 
+def release_inputs(ctx: ReleaseContext) -> ReleaseInputs:
+    """The inputs block of the release record: the ingest's and the counting's exact figures under
+    k-anonymity; under differential privacy none of them (`ReleaseInputs.withheld_under_dp` says why)."""
+    if ctx.policy.protection.method == "dp":
+        return ReleaseInputs.withheld_under_dp()
+    return ReleaseInputs.of(IngestSummary.read(ctx.area.ingest), CountsSummary.read(ctx.area.counts))
+
+
 def check_no_identifiers(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:
     """No input column that identifies (or is a quasi-identifier) in the release files or as a key of the
     release record, and no unit id value in the files."""
@@ -188,7 +196,7 @@ def check_no_identifiers(ctx: ReleaseContext, published: Published | None = None
     record_keys = ReleaseRecord.key_names(
         policy, list(ingest.rejected_by_reason), list(ProtectionManifest.read(area.candidate).sha256)
     )
-    inputs = ReleaseInputs.of(ingest, CountsSummary.read(area.counts))
+    inputs = release_inputs(ctx)
     return guarantees.check_no_identifiers(
         {"cells.parquet": cells, "margins.parquet": margins},
         record_keys,
