@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -195,3 +196,40 @@ def test_a_dp_release_shows_no_exact_input_figure_and_the_k_anonymous_one_keeps_
     assert stated["rejected_by_reason"] == ingest.rejected_by_reason and stated["files"] == 1
     found = leaks({"release.json": json.loads((kanon / "release.json").read_text())}, truth, secrets)
     assert {what for _, what in found} >= {f"figure {truth['pings_read']}", "text unparseable_timestamp"}
+
+
+def audit(folder: Path, root: Path, policy_file: Path, capsys) -> tuple[int, str]:
+    code = cli.main(["audit", str(folder), "--policy", str(policy_file), "--work", str(root / "work")])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def test_the_audit_of_a_dp_release_verifies_the_mechanism_and_refuses_an_edited_scale(dp_release, tmp_path, capsys):
+    """`spatial-release audit` of a DP release checks what the DP guarantee rests on and says the LP audit does
+    not apply; a record whose noise scale was edited (the files' hashes still match) is refused (exit 1)."""
+    root, folder, _, _, _ = dp_release
+    policy_file = root / "dpx.yaml"
+    code, out = audit(folder, root, policy_file, capsys)
+    assert code == 0, out
+    assert "PASSED" in out and "LP audit does not apply" in out
+    for name in ("dp_mechanism", "withheld_absent", "no_identifiers", "input_withheld"):
+        assert f"{name} passed" in out
+    assert (
+        "primaries audited" not in out
+        and not (root / "work" / "dpx" / "2018-Q1" / "audit_intervals.internal.parquet").exists()
+    )
+
+    def tampered(name: str, edit) -> Path:
+        copy = tmp_path / name / "releases" / "dpx" / "2018-Q1"
+        shutil.copytree(folder, copy)
+        record = json.loads((copy / "release.json").read_text())
+        edit(record)
+        (copy / "release.json").write_text(json.dumps(record))
+        return copy
+
+    halved = tampered("scale", lambda r: r["privacy"].update(scale=r["privacy"]["scale"] / 2))
+    code, out = audit(halved, root, policy_file, capsys)
+    assert code == 1 and "FAILED" in out and "dp_mechanism FAILED" in out and '"parameter": "scale"' in out, out
+    stated = tampered("input", lambda r: r["input"].update(pings_read=4973))
+    code, out = audit(stated, root, policy_file, capsys)
+    assert code == 1 and "input_withheld FAILED" in out and "pings_read" in out, out
