@@ -419,7 +419,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     """`audit RELEASE_DIR`: re-run the attacker LP (Fischetti and Salazar 2001, `suppression.audit`) on a
-    published folder against the true counts kept in the work area. --policy: the policy file (default
+    published folder against the true counts kept in the work area; under differential privacy, which the LP
+    audit does not apply to, verify the mechanism recorded against the policy, unselected keys absent, no
+    identifiers and the inputs withheld instead (`stages.audit_dp_release`). --policy: the policy file (default
     policies/<dataset>.yaml; its sha256 must be the record's, else exit 2); --work: the work folder (default
     beside releases/); --ledger: for the releases of `suppression.audit_with` datasets. Exit 0 passed, 1
     failed or the files do not match their record, 2 not a release folder or no true counts."""
@@ -450,6 +452,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if not (area.counts / "cell_counts.parquet").exists():
         print(f"error: no true counts under {area.counts}; give --work", file=sys.stderr)
         return 2
+    if policy.protection.method == "dp":
+        return _audit_dp(ctx, folder)
     from spatial_release.defs.resources import ReleaseSettings
     from spatial_release.history import expired
     from spatial_release.ledger import Ledger
@@ -481,6 +485,26 @@ def cmd_audit(args: argparse.Namespace) -> int:
     else:
         print(f"per-primary intervals (internal, never publish): {intervals}")
     return 0 if outcome.passed else 1
+
+
+def _audit_dp(ctx, folder: Path) -> int:
+    """`audit` of a DP release: what its guarantee rests on (`stages.audit_dp_release`), not the LP audit."""
+    from spatial_release import stages
+
+    outcomes = stages.audit_dp_release(ctx, folder)
+    passed = all(o.passed for o in outcomes)
+    print(
+        f"audit of {folder}: {'PASSED' if passed else 'FAILED'}: differential privacy release; checks "
+        + ", ".join(f"{o.name} {'passed' if o.passed else 'FAILED'}" for o in outcomes)
+        + "; the k-anonymity LP audit does not apply (no figure is withheld for being below k: the mechanism's "
+        "guarantee replaces it)"
+    )
+    for outcome in outcomes:
+        if not outcome.passed:
+            print(f"    {outcome.name}: {outcome.summary}")
+            for row in outcome.offending[:20]:
+                print(f"    offending: {json.dumps(row, default=str)}")
+    return 0 if passed else 1
 
 
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
@@ -538,7 +562,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine_options(release)
     release.set_defaults(func=cmd_release)
 
-    audit = sub.add_parser("audit", help="independent LP audit of a release folder", parents=[common])
+    audit = sub.add_parser(
+        "audit",
+        help="independent audit of a release folder (the LP audit; under DP, the mechanism's record)",
+        parents=[common],
+    )
     audit.add_argument("release_dir")
     audit.add_argument("--policy", help="policy file (default: policies/<dataset>.yaml, sha256 checked)")
     audit.add_argument("--work", help="work folder holding the true counts (default: <out>/work beside releases/)")

@@ -62,3 +62,36 @@ def test_bounding_on_spark_equals_duckdb_and_the_in_process_bounding_for_the_sam
     # negative control: the equality is not that of a fixed choice; another seed keeps other rows on Spark
     other = bounded_on("spark", path, tmp_path, seed=20180102)
     assert len(other) == len(spark) and not other.equals(spark)
+
+
+def test_the_protect_stage_bounds_on_the_spark_engine_as_in_process_for_the_same_seed(tmp_path, monkeypatch):
+    """Wired through the stage: given the Spark engine, the DP protection bounds there (the in-process bounding is
+    made to fail) and offers OpenDP the same bounded counts as the in-process bounding, for the policy's seed."""
+    from test_dp_release import dp_pings, dp_policy
+
+    from spatial_release import stages
+    from spatial_release.period import Period
+    from spatial_release.policy import load_policy
+    from spatial_release.stages import dp as dp_stage
+
+    traces = tmp_path / "traces.csv"
+    dp_pings(devices=150).to_csv(traces, index=False)
+    ctx = stages.ReleaseContext(load_policy(dp_policy(tmp_path, traces, "dps")), Period.parse("2018-Q1"), tmp_path / "w")
+    stages.run_ingest(ctx)
+    stages.run_counts(ctx)
+    offered: list[pd.DataFrame] = []
+    release = dp_stage.dp_release
+    monkeypatch.setattr(
+        dp_stage, "dp_release", lambda counts, calibration: offered.append(counts) or release(counts, calibration)
+    )
+    stages.run_protect(ctx)
+
+    def not_in_process(*args, **kwargs):
+        raise AssertionError("bounded in process although the Spark engine was given")
+
+    monkeypatch.setattr(dp_stage, "bound_contributions", not_in_process)
+    with open_engine("spark", scratch=tmp_path / "scratch", spark_settings=SparkSettings(shuffle_partitions=4)) as engine:
+        stages.run_protect(ctx, engine=engine)
+    in_process, on_spark = (c.sort_values(["level", "area_id", "bucket_start"], ignore_index=True) for c in offered)
+    assert len(in_process) > 0 and (in_process["n"] > 0).all()
+    pd.testing.assert_frame_equal(in_process, on_spark)

@@ -75,6 +75,12 @@ def bound_contributions(membership: pd.DataFrame, max_buckets: int, max_areas: i
         kept = _from_sql(con.execute(f"SELECT * FROM ({sql}) AS bounded ORDER BY unit, bucket_us, cell_id").df())
     finally:
         con.close()
+    return typed_like(kept, rows)
+
+
+def typed_like(kept: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """Kept rows (unit, bucket_start in UTC, cell_id, as an engine hands them back) with the column types of
+    the membership `rows` they were kept from, so the counts downstream do not depend on the engine."""
     buckets = kept["bucket_start"]
     if getattr(rows["bucket_start"].dtype, "tz", None) is None and pd.api.types.is_datetime64_any_dtype(
         rows["bucket_start"]

@@ -145,15 +145,23 @@ class CountsFigures(Protocol):
 class ReleaseInputs(Record):
     """What went in: how many input files and a digest of their contents (never their names: a per-device
     export such as `bike-29590.csv` names a unit), rows and pings read, quarantined and outside the
-    geometry."""
+    geometry.
 
-    files: int
+    Under differential privacy every one of these is null and `withheld` says why (`withheld_under_dp`): each
+    is an exact function of the data that one unit's pings move (its rows, its rejected pings and their
+    reasons, its pings outside the geometry, even the digest and the number of files of a per-unit export),
+    published outside the mechanism, so a release that carried them would not be (epsilon, delta)-DP as a
+    whole. The exact figures stay in the owner-only work area (the ingest and counts summaries)."""
+
+    files: int | None
     files_sha256: str | None
-    rows_read: int
-    pings_read: int
-    pings_rejected: int
-    rejected_by_reason: dict[str, int]
-    pings_outside_geometry: int
+    rows_read: int | None
+    pings_read: int | None
+    pings_rejected: int | None
+    rejected_by_reason: dict[str, int] | None
+    pings_outside_geometry: int | None
+    # why the figures above are null; absent from a record that carries them (k-anonymity)
+    withheld: str | None = None
 
     @classmethod
     def of(cls, ingest: IngestFigures, counts: CountsFigures) -> ReleaseInputs:
@@ -166,6 +174,23 @@ class ReleaseInputs(Record):
             ingest.rejected_by_reason,
             counts.pings_outside_geometry,
         )
+
+    @classmethod
+    def withheld_under_dp(cls) -> ReleaseInputs:
+        """The inputs block of a DP release: every figure null, with the reason (the class's docstring)."""
+        return cls(None, None, None, None, None, None, None, withheld=INPUTS_WITHHELD_UNDER_DP)
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        return out if self.withheld is not None else {k: v for k, v in out.items() if k != "withheld"}
+
+
+# The reason a DP release's inputs block gives for its null figures.
+INPUTS_WITHHELD_UNDER_DP = (
+    "withheld under differential privacy: input files, their digest, rows and pings read, quarantined "
+    "(by reason) and outside the geometry are exact figures of the data outside the mechanism, which one "
+    "unit's pings move; they stay in the owner-only work area"
+)
 
 
 K_BOUNDARY = "inclusive: a count n is published only if n >= k"

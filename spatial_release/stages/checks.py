@@ -3,6 +3,7 @@ manifest) and the true counts, and re-derives its verdict with `spatial_release.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -179,6 +180,14 @@ def never_quoted(ctx: ReleaseContext, traces: Sequence[str | Path] = ()) -> tupl
         return ids, []
 
 
+def release_inputs(ctx: ReleaseContext) -> ReleaseInputs:
+    """The inputs block of the release record: the ingest's and the counting's exact figures under
+    k-anonymity; under differential privacy none of them (`ReleaseInputs.withheld_under_dp` says why)."""
+    if ctx.policy.protection.method == "dp":
+        return ReleaseInputs.withheld_under_dp()
+    return ReleaseInputs.of(IngestSummary.read(ctx.area.ingest), CountsSummary.read(ctx.area.counts))
+
+
 def check_no_identifiers(ctx: ReleaseContext, published: Published | None = None) -> CheckOutcome:
     """No input column that identifies (or is a quasi-identifier) in the release files or as a key of the
     release record, and no unit id value in the files."""
@@ -188,7 +197,7 @@ def check_no_identifiers(ctx: ReleaseContext, published: Published | None = None
     record_keys = ReleaseRecord.key_names(
         policy, list(ingest.rejected_by_reason), list(ProtectionManifest.read(area.candidate).sha256)
     )
-    inputs = ReleaseInputs.of(ingest, CountsSummary.read(area.counts))
+    inputs = release_inputs(ctx)
     return guarantees.check_no_identifiers(
         {"cells.parquet": cells, "margins.parquet": margins},
         record_keys,
@@ -531,7 +540,11 @@ GUARANTEES = (
 def check_dp_mechanism(ctx: ReleaseContext, published: Published | None = None) -> guarantees.CheckOutcome:
     """The mechanism the manifest records is the one the policy calls for (re-calibrated here from the policy),
     and OpenDP's privacy map of it at the bounded sensitivity is within the policy's loss."""
-    recorded = ProtectionManifest.read(ctx.area.candidate).summary.privacy or {}
+    return dp_mechanism_outcome(ctx, ProtectionManifest.read(ctx.area.candidate).summary.privacy or {})
+
+
+def dp_mechanism_outcome(ctx: ReleaseContext, recorded: dict) -> guarantees.CheckOutcome:
+    """`recorded` (a manifest's or a published record's `privacy`) against the mechanism the policy calls for."""
     calibration = dp_stage.policy_calibration(ctx)
     expected = calibration.describe()
     names = ("mechanism", "accounting", "scale", "threshold", "max_buckets", "max_areas", "sensitivity")
@@ -587,6 +600,54 @@ def check_privacy_budget(ctx: ReleaseContext, published: Published | None = None
     )
     offending = [{"release": r} for r in decision["releases_before"]] if decision["over"] else []
     return CheckOutcome("privacy_budget", not decision["over"], summary, offending, decision)
+
+
+def audit_dp_release(ctx: ReleaseContext, folder: Path) -> list[CheckOutcome]:
+    """What `spatial-release audit` verifies of a published DP release folder (its files already checked
+    against its record): the recorded mechanism against the policy (`dp_mechanism`), unselected keys absent
+    from its tables against the true counts (`withheld_absent`), no identifier in its tables, record or
+    report (`no_identifiers`), and its inputs block withheld (`input_withheld`). The k-anonymity LP audit
+    does not apply: no figure is withheld for being below k, and the mechanism's guarantee replaces it."""
+    record = ReleaseRecord.read(folder)
+    recorded = record.privacy or {}
+    tables = read_tables(folder, geometry=False)
+    true_cells, true_margins = read_true_counts(ctx.area)
+    threshold = max(int(recorded.get("threshold") or 0), dp_stage.policy_calibration(ctx).threshold)
+    withheld = guarantees.check_dp_withheld_absent(
+        tables.cells, tables.margins, true_cells, true_margins, threshold, ctx.policy.count_column
+    )
+    ingest = IngestSummary.read(ctx.area.ingest)
+    raw = json.loads((folder / ReleaseRecord.FILE).read_text())
+    texts: dict[str, str | list[str]] = {"release.json": guarantees.record_texts(raw)}
+    if (folder / "report.html").exists():
+        texts["report.html"] = (folder / "report.html").read_text(errors="replace")
+    identifiers = guarantees.check_no_identifiers(
+        {"cells.parquet": tables.cells, "margins.parquet": tables.margins},
+        ReleaseRecord.key_names(ctx.policy, list(ingest.rejected_by_reason), list(record.files)),
+        ctx.policy.source.protected_columns(),
+        ingest.input_columns,
+        unit_ids(ctx),
+        ctx.policy.count_column,
+        texts=texts,
+    )
+    return [dp_mechanism_outcome(ctx, recorded), withheld, identifiers, input_withheld(raw.get("input"))]
+
+
+def input_withheld(inputs: object) -> CheckOutcome:
+    """A DP release's inputs block: every figure null, with the reason (`ReleaseInputs.withheld_under_dp`)."""
+    expected = ReleaseInputs.withheld_under_dp().to_json()
+    given = inputs if isinstance(inputs, dict) else {}
+    stated = sorted(k for k, v in given.items() if k != "withheld" and v is not None)
+    missing = sorted(set(expected) - set(given) - {"withheld"})
+    differ = stated + missing + (["withheld"] if not given.get("withheld") else [])
+    return CheckOutcome(
+        "input_withheld",
+        not differ,
+        "the inputs block states no exact figure of the data (null, with the reason)"
+        if not differ
+        else f"the inputs block states exact figures of the data or lacks its keys: {differ}",
+        [{"field": name, "problem": "stated or missing under differential privacy"} for name in differ],
+    )
 
 
 # Under differential privacy the k floor, the suppression audit and budget and the structural zeros (refused by

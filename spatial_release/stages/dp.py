@@ -14,9 +14,11 @@ import pandas as pd
 
 from spatial_release.counting.buckets import cut_buckets as cut_rung_buckets
 from spatial_release.counting.buckets import rung_parents
+from spatial_release.counting.engines import Engine
 from spatial_release.dp import DpParams, Sensitivity, bound_contributions, calibrate, consistent_ladder, ladder_counts
 from spatial_release.dp import release_counts as dp_release
 from spatial_release.dp.accounting import advantage_bound, approx_epsilon, compose
+from spatial_release.dp.bounding import bound_contributions_on, typed_like
 from spatial_release.dp.frontier import Configuration, evaluate, shown_and_error
 from spatial_release.dp.mechanism import Calibration
 from spatial_release.fileio import sha256_file
@@ -188,16 +190,30 @@ def _unpublished(truth: pd.DataFrame, shown: pd.DataFrame, key: list[str]) -> pd
     return merged[merged["_merge"] == "left_only"].drop(columns="_merge").assign(reason="unselected")
 
 
-def run_protect_dp(ctx: ReleaseContext, progress: Progress = log_progress) -> ProtectionSummary:
-    """Bound each unit's contribution, run the calibrated measurement on every figure's bounded count, make
-    the noisy figures consistent, and write the candidate files with the manifest (which records the
-    mechanism, never a noise draw)."""
+def bounded_membership(ctx: ReleaseContext, membership: pd.DataFrame, seed: int, engine: Engine | None) -> pd.DataFrame:
+    """The membership after contribution bounding: on the counting engine when one is given (the same SQL on
+    DuckDB or Spark keeps the same rows for the same seed, so a Spark deployment does not bring the
+    membership into one process to bound it), else on an in-process DuckDB over `membership`."""
+    spec = dp_spec(ctx.policy)
+    if engine is None:
+        return bound_contributions(membership, spec.max_buckets, spec.max_areas, seed)
+    engine.register_parquet("dp_membership", [ctx.area.counts / MEMBERSHIP])
+    kept = bound_contributions_on(engine, "dp_membership", spec.max_buckets, spec.max_areas, seed)
+    return typed_like(kept, membership)
+
+
+def run_protect_dp(
+    ctx: ReleaseContext, progress: Progress = log_progress, engine: Engine | None = None
+) -> ProtectionSummary:
+    """Bound each unit's contribution (on `engine`, the counting engine, when given), run the calibrated
+    measurement on every figure's bounded count, make the noisy figures consistent, and write the candidate
+    files with the manifest (which records the mechanism, never a noise draw)."""
     policy, area = ctx.policy, ctx.area
     spec = dp_spec(policy)
     calibration = policy_calibration(ctx)
     seed = spec.seed if isinstance(spec.seed, int) else secrets.randbits(63)
     membership = pd.read_parquet(area.counts / MEMBERSHIP, columns=["unit", "bucket_start", "cell_id"])
-    counts = dp_counts(ctx, bound_contributions(membership, spec.max_buckets, spec.max_areas, seed))
+    counts = dp_counts(ctx, bounded_membership(ctx, membership, seed, engine))
     # how many keys the data holds is a fact about unselected keys too: the log names the mechanism only
     progress(ProgressEvent("dp", f"dp: bounded counts offered to OpenDP {calibration.describe()['mechanism']}"))
     noisy = dp_release(counts, calibration).counts

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from spatial_release.counting.engines import Engine
 from spatial_release.fileio import sha256_file
 from spatial_release.history import population_releases
 from spatial_release.levels import LEAF, RUNG_SEP, rung_of
@@ -154,16 +155,20 @@ def _keys(cells: pd.DataFrame, margins: pd.DataFrame) -> pd.DataFrame:
 
 @collector_paused()
 def run_protect(
-    ctx: ReleaseContext, progress: Progress = log_progress, published: Published | None = None
+    ctx: ReleaseContext,
+    progress: Progress = log_progress,
+    published: Published | None = None,
+    engine: Engine | None = None,
 ) -> ProtectionSummary:
     """Suppress the true counts (k, complements over the release structure, structural zeros) and write the
     candidate files, the withheld cells (internal), the manifest the checks verify the files against, and
     the audit certificate (`suppression.certificate`) that lets the check and the publish step verify the
-    audit instead of solving it again."""
+    audit instead of solving it again. `engine`: the counting engine, which bounds the units' contributions
+    under differential privacy (None: an in-process DuckDB)."""
     policy, area = ctx.policy, ctx.area
     shutil.rmtree(certificate_dir(area), ignore_errors=True)  # never a certificate of an earlier candidate
     if policy.protection.method == "dp":
-        return run_protect_dp(ctx, progress)
+        return run_protect_dp(ctx, progress, engine)
     true_cells, true_margins = read_true_counts(area)
     population = withheld_by_population(ctx, published, true_cells, true_margins)
     climbing = coarsen.applies(ctx, published)

@@ -13,7 +13,6 @@ from spatial_release.ledger.crosscheck import record_hash
 from spatial_release.policy import Policy
 from spatial_release.release import (
     AuditVerdict,
-    ReleaseInputs,
     ReleaseRecord,
     RiskRecord,
     publish,
@@ -23,10 +22,10 @@ from spatial_release.release import (
 )
 from spatial_release.risk import BLOCK
 from spatial_release.stages.carried import work_file_digests
-from spatial_release.stages.checks import GuaranteeFailed, run_guarantees, unit_ids
+from spatial_release.stages.checks import GuaranteeFailed, release_inputs, run_guarantees, unit_ids
 from spatial_release.stages.context import Published, ReleaseContext
 from spatial_release.stages.lock import AlreadyPublished
-from spatial_release.stages.results import CountsSummary, IngestSummary, ProtectionManifest
+from spatial_release.stages.results import IngestSummary, ProtectionManifest
 from spatial_release.stages.risk import assess_risk
 
 
@@ -39,7 +38,7 @@ def draft_record(ctx: ReleaseContext, checks: dict[str, str], audit: AuditVerdic
             f"{area.candidate / ProtectionManifest.FILE} does not say which method protected the "
             "candidate (written before it was recorded): run the protection step again"
         )
-    inputs = ReleaseInputs.of(IngestSummary.read(area.ingest), CountsSummary.read(area.counts))
+    inputs = release_inputs(ctx)
     return ReleaseRecord.build(
         ctx.policy,
         ctx.period,

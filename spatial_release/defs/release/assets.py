@@ -14,7 +14,7 @@ exactly the files that will be published.
 """
 
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
@@ -284,8 +284,15 @@ def _protected_table_asset(scope: _GraphScope, cell_counts: dg.AssetsDefinition)
     ) -> dg.MaterializeResult:
         ctx = scope.release_context(context, settings)
         policy = ctx.policy
-        with _hold(context, settings, ctx), counting.tasks(), heartbeat(context.log.info, "suppression") as progress:
-            summary = stages.run_protect(ctx, progress=progress, published=settings.published())
+        # under DP the contribution bounding runs on the counting engine (Spark's too), over the membership file
+        bounding = counting.open(ctx.area) if policy.protection.method == "dp" else nullcontext(None)
+        with (
+            _hold(context, settings, ctx),
+            counting.tasks(),
+            bounding as engine,
+            heartbeat(context.log.info, "suppression") as progress,
+        ):
+            summary = stages.run_protect(ctx, progress=progress, published=settings.published(), engine=engine)
             counts = summary.public_counts()
         frontier = public_frontier(summary.frontier, list(policy.time.ladder))
         return dg.MaterializeResult(
