@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
+from support.dp import DP, dp_pings, publish_by_stages, settings
 from support.fixture import policy_dict, write_policy
-from test_dp_release import DP, dp_pings, publish_by_stages, settings
 
 from spatial_release import cli, stages
 from spatial_release.defs.catalogue import programme_for

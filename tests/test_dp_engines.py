@@ -67,7 +67,7 @@ def test_bounding_on_spark_equals_duckdb_and_the_in_process_bounding_for_the_sam
 def test_the_protect_stage_bounds_on_the_spark_engine_as_in_process_for_the_same_seed(tmp_path, monkeypatch):
     """Wired through the stage: given the Spark engine, the DP protection bounds there (the in-process bounding is
     made to fail) and offers OpenDP the same bounded counts as the in-process bounding, for the policy's seed."""
-    from test_dp_release import dp_pings, dp_policy
+    from support.dp import dp_pings, dp_policy
 
     from spatial_release import stages
     from spatial_release.period import Period

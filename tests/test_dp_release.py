@@ -9,11 +9,10 @@ from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from support.fixture import SIZE, lonlat_in, policy_dict, write_policy
+from support.dp import dp_pings, dp_policy, failed_checks, publish_by_stages, settings
 
 from spatial_release import cli, guarantees, stages
 from spatial_release.defs.catalogue import programme_for
@@ -29,42 +28,6 @@ from spatial_release.report import readable
 from spatial_release.stages import GuaranteeFailed
 from spatial_release.stages import dp as dp_stage
 
-CELLS = [(580_000 + SIZE * i, 4_508_000 + SIZE * j) for i in range(2) for j in range(2)]  # one 2 km parent
-DP = {
-    "method": "dp",
-    "epsilon": 2.0,
-    "delta": 1e-6,
-    "max_buckets": 2,
-    "max_areas": 1,
-    "seed": 11,
-    "budget": {"epsilon": 5.0, "delta": 1e-5},
-}
-
-
-def dp_pings(devices: int = 1600, seed: int = 3) -> pd.DataFrame:
-    """Devices with a home cell, seen on 4 random days of January-February 2018 (one ping a day)."""
-    rng = np.random.default_rng(seed)
-    days = pd.date_range("2018-01-01", "2018-02-28", freq="D")
-    rows = []
-    for d in range(devices):
-        home = CELLS[int(rng.integers(len(CELLS)))]
-        for day in rng.choice(days, 4, replace=False):
-            lon, lat = lonlat_in(home, 1, rng)
-            rows.append(
-                {
-                    "device": f"dev{d}",
-                    "when": f"{pd.Timestamp(day):%Y-%m-%d} 12:00:00",
-                    "lon": round(float(lon[0]), 7),
-                    "lat": round(float(lat[0]), 7),
-                    "gender": "f",
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-def settings(root: Path) -> dict:
-    return {name: str(root / name.removesuffix("_dir")) for name in ("releases_dir", "work_dir", "ledger_dir", "alerts_dir")}
-
 
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory) -> Path:
@@ -75,34 +38,6 @@ def traces(tmp_path_factory) -> Path:
     for month in ("201801", "201802", "201803"):
         pings[months == month].to_csv(folder / f"traces-{month}.csv", index=False)
     return folder / "traces-{month}.csv"
-
-
-def dp_policy(folder: Path, traces: Path, name: str, period: str = "quarter", **protection) -> Path:
-    data = policy_dict(str(traces), name=name, population="dp-fleet", period=period)
-    data["time"] = {"bucket": "1w", "timezone": "America/New_York"}
-    data["protection"] = {k: v for k, v in {**DP, **protection}.items() if v is not None}
-    return write_policy(folder, data, name=f"{name}.yaml")
-
-
-def failed_checks(run) -> dict[str, str]:
-    failed = {}
-    for event in run.candidate.all_events:
-        if event.event_type_value == "ASSET_CHECK_EVALUATION":
-            data = event.event_specific_data
-            if not data.passed:
-                failed[data.check_name] = data.metadata.get("summary").value if data.metadata.get("summary") else ""
-    return failed
-
-
-def publish_by_stages(policy_path: Path, period: str, root: Path) -> Path:
-    """The release steps without Dagster (the publish step re-evaluates every guarantee under the ledger lock)."""
-    ctx = stages.ReleaseContext(load_policy(policy_path), Period.parse(period), root / "work")
-    ledger = Ledger(root / "ledger", root / "releases")
-    stages.run_ingest(ctx)
-    stages.run_counts(ctx)
-    stages.run_protect(ctx)
-    stages.run_risk(ctx, ledger)
-    return stages.run_publish(ctx, root / "releases", ledger)[0]
 
 
 @pytest.mark.slow
