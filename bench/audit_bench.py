@@ -1,4 +1,4 @@
-"""Audit benchmark (issue 13, items 1 and 2): the independent audit of a protected release with 1 and N
+"""Audit benchmark: the independent audit of a protected release with 1 and N
 worker processes, and the check's verification of the protection step's certificate against solving again.
 
 The table is `suppression_bench.release_counts` (250 m cells x hour, 1 km and 4 km parents, the hourly

@@ -1,8 +1,8 @@
 """Counting benchmark: the pipeline's counting step against the same job done by a plain DuckDB job and by
 pandas, and the read floor, in the same run.
 
-    python bench/counting_bench.py --sizes 10M 50M --only read count duckdb-job pandas-job   # the issue 13 table
-    python bench/counting_bench.py --sizes 10M --repeat 3 --only read count duckdb-lean duckdb-job pandas-job  # issue 26
+    python bench/counting_bench.py --sizes 10M 50M --only read count duckdb-job pandas-job   # the table of contenders
+    python bench/counting_bench.py --sizes 10M --repeat 3 --only read count duckdb-lean duckdb-job pandas-job  # lean SQL
     python bench/counting_bench.py --sizes 2M --repeat 1 --only count duckdb-job            # a quick comparison
     python bench/counting_bench.py --sizes 500M --ids int --repeat 1 --memory-limit 2GB --only ingest count
 
@@ -17,7 +17,7 @@ output (unit, ts, lon, lat) every contender below reads:
               exact pyproj assignment near edges, hourly buckets in America/New_York, the dominant cells from
               the sorted keys, presence per 250 m EPSG:32618 cell with 1 km and 4 km parents and hourly
               totals, and the membership file (integer keys until the files are written).
-- duckdb-lean: the same job as a skilled DuckDB user writes it (issue 26): DuckDB reads the pings with the
+- duckdb-lean: the same job as a skilled DuckDB user writes it: DuckDB reads the pings with the
               hour as epoch_us(ts) // 3600e6; pyproj projects the coordinates over numpy arrays; one integer
               cell key ix * 2^22 + iy; then SQL: one GROUP BY unit, hour, cell and arg_max(cell, n * 2^40 -
               cell) per (unit, hour) (most pings, ties to the smallest cell), presence per cell x hour, parents
@@ -290,7 +290,7 @@ LEAN_BITS = 22  # the lean job's cell key: ix * 2^22 + iy (the city's iy < 2^22,
 
 
 def work_duckdb_lean(args) -> dict:
-    """The same job as a skilled DuckDB user writes it (issue 26): integer cell keys, pyproj over numpy, one
+    """The same job as a skilled DuckDB user writes it: integer cell keys, pyproj over numpy, one
     GROUP BY unit, hour, cell, then arg_max for the dominant cell; parents by integer division; ids only
     where the files are written (each distinct cell named once, joined to the membership)."""
     import duckdb

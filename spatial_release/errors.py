@@ -9,8 +9,8 @@
 - anything else is internal (exit 3): a bug or an environment failure (a full disk is named as such,
   `is_disk_full`). The command line prints its cause in one line, and the traceback only with `--debug`.
 
-Domain errors subclass one of the two classes (and keep their historical built-in base, e.g. ValueError,
-so that callers catching those still work). Errors raised inside a Dagster step reach the command line
+Domain errors subclass one of the two classes (and also a built-in base, e.g. ValueError, so that callers
+catching that still work). Errors raised inside a Dagster step reach the command line
 only as the class name of their root cause; `kind_of` maps such a name back to its kind.
 """
 

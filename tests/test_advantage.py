@@ -150,7 +150,7 @@ def _routine_guesses(names: np.ndarray):
 def _trivial_attacker(
     sets: KeySets, names: np.ndarray, counts: np.ndarray, seed: int, draws: int = 10, routine: bool = False
 ):
-    """Issue 37's attacker, written independently: 4 known keys (one in the zone), guess the same area the day
+    """An attacker written independently of the gate: 4 known keys (one in the zone), guess the same area the day
     before and after (`routine`: at the same time of day on every day of the period); success when the target is
     the best Jaccard match (ties shared) and the output shows a published key of the target it did not know.
     Without the target, its keys at exactly k are not published."""

@@ -543,7 +543,7 @@ def test_a_release_blocked_on_the_command_line_alerts_by_itself_once(smtp_server
 
 @pytest.mark.slow
 def test_a_step_failure_reason_is_the_message_without_the_class_path():
-    """Red-team re-test: a ReleasesMismatch blocking a step reached the alert as
+    """A ReleasesMismatch blocking a step must not reach the alert as
     `spatial_release.ledger.errors.ReleasesMismatch: releases/ ...`; the reason is the message alone."""
     import dagster as dg
 

@@ -64,9 +64,9 @@ def bigger_counts(buckets: int, seed: int, measure: str = "presence") -> tuple[p
     return leaves, margins, DisclosureSpec(STRUCTURE, K, measure, frozenset(ZEROS), tuple(hours))
 
 
-# the release method (elimination, pruning) and the historical default (the constraint sweep, no pruning),
-# under EQ (presence) and UNION (visitors) relations; seeds 1 and 4 under the sweep are the tables on which a
-# review found the split differing from the whole table (the sweep took node 0 for "none found")
+# the release method (elimination, pruning) and the constraint sweep without pruning, under EQ (presence) and
+# UNION (visitors) relations; seeds 1 and 4 under the sweep are tables on which the split differs from the
+# whole table if the sweep takes node 0 for "none found"
 RELEASE, SWEEP = ProtectionMethod.release(), ProtectionMethod.sweep()
 CASES = [
     ("presence", RELEASE, 1),

@@ -481,7 +481,7 @@ def test_publication_reuses_the_checks_audit_verdict_only_for_byte_identical_inp
 def test_the_code_digest_is_taken_at_import_and_void_once_the_code_on_disk_changes(tmp_path, monkeypatch):
     """A process that keeps running the code it imported (a Dagster code server after an upgrade), or imports a
     module after the files changed, must neither reuse a saved result nor save one: the digest is the one
-    taken at import while the files and libraries on disk still hash to it, and None after (hostile pass)."""
+    taken at import while the files and libraries on disk still hash to it, and None after."""
     from spatial_release import codeversion
     from spatial_release.stages import reuse
 

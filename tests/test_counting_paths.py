@@ -1,4 +1,4 @@
-"""The counting step's shortcuts give the same results as the long ways they replace (issue 13, item 4):
+"""The counting step's shortcuts give the same results as the long ways they replace:
 - hourly (even) buckets by arithmetic instead of the slot table;
 - presence over one zoning whose keys compare like its ids, with keys as ranks and the dominant area found
   from (unit, bucket, area) counts (`_scan_presence_by_area`), against the generic path with its

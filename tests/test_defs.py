@@ -373,7 +373,7 @@ def test_progress_of_ingest_counting_and_audit_is_in_the_run_log(tmp_path):
     assert (
         sum(m.startswith("audit: done in") and "every withheld primary protected" in m for m in messages) == 2
     )  # protect, then the check
-    # no count of withheld figures or components in the run log (issue 9, finding 12)
+    # no count of withheld figures or components in the run log
     assert not any("withheld primaries in" in m or "components" in m or "cell groups" in m for m in messages)
 
 

@@ -128,8 +128,9 @@ def _without(argv: list[str], option: str) -> list[str]:
 
 
 def test_bad_folders_memory_limits_and_years_are_user_errors_before_any_work(tmp_path, capfd):
-    """Red team, issue 23: each ran ingest, then exited 3 with Python frames (the memory limit also raised
-    a blocked_release alert). Each is a usage error (2), in one line, before anything is written."""
+    """A file for a folder, a memory limit that is no size and a year out of range must not run ingest and
+    then exit 3 with Python frames (or raise a blocked_release alert). Each is a usage error (2), in one line,
+    before anything is written."""
     argv = _fixture_release(tmp_path)
     a_file = tmp_path / "a-file"
     a_file.write_text("not a folder")
@@ -149,8 +150,8 @@ def test_bad_folders_memory_limits_and_years_are_user_errors_before_any_work(tmp
 
 @pytest.mark.slow
 def test_a_blocked_run_prints_no_stack_trace(tmp_path, capfd):
-    """Red team, issue 23: every blocked run printed Dagster's `Stack Trace:` blocks on stderr; only
-    --debug shows them now. The blocking check is named once, with its offending cell."""
+    """A blocked run prints no `Stack Trace:` blocks of Dagster's on stderr; only --debug shows them. The
+    blocking check is named once, with its offending cell."""
     argv = _fixture_release(tmp_path, zeros=True)
     assert cli.main(argv) == ExitCode.BLOCKED
     err = capfd.readouterr().err
@@ -160,7 +161,7 @@ def test_a_blocked_run_prints_no_stack_trace(tmp_path, capfd):
 
 @pytest.mark.slow
 def test_a_corrupt_parquet_page_is_a_user_error_without_frames(tmp_path, capfd):
-    """Red team, issue 23: a Parquet file whose footer reads but whose data page does not exited 2 with
+    """A Parquet file whose footer reads but whose data page does not exits 2, naming the file, with no
     Python frames on stderr."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -181,9 +182,9 @@ def test_a_corrupt_parquet_page_is_a_user_error_without_frames(tmp_path, capfd):
 
 @pytest.mark.slow
 def test_a_full_disk_at_the_ledger_append_is_named_and_the_next_run_finishes(tmp_path, capfd, monkeypatch):
-    """Red team, issue 23: ENOSPC after the ledger's entries were written, before HEAD: exit 3 with a
-    traceback, and an alert `blocked_release`, published, "withdraw the release". Now the exit names the
-    full disk and the ledger, the alert says what the next run does, and the next run finishes the release."""
+    """ENOSPC after the ledger's entries are written, before HEAD: no traceback, and no alert that says
+    "withdraw the release". The exit names the full disk and the ledger, the alert says what the next run
+    does, and the next run finishes the release."""
     import errno
     import json
 
@@ -211,7 +212,7 @@ def test_a_full_disk_at_the_ledger_append_is_named_and_the_next_run_finishes(tmp
 
 @pytest.mark.slow
 def test_an_alert_names_neither_a_trace_file_nor_a_unit_id(tmp_path):
-    """Red team, issue 23: alerts quoted trace paths, and `Alert.build(never=...)` was never given the ids.
+    """An alert must quote neither a trace path nor a unit id (`Alert.build(never=...)` is given the ids).
     A per-device export `bike-e0.parquet` (e0 is a device of the fixture) whose data page is corrupt stops
     the ingest: the alert (file, e-mail and Slack text) names the file by position only."""
     import json

@@ -207,9 +207,9 @@ def test_typed_parquet_timestamps_with_and_without_zone(tmp_path):
 
 
 def test_int96_timestamps_are_utc_instants(tmp_path):
-    """Issue 23: Parquet INT96 (Spark, Hive, legacy writers) stores UTC; it was read as a wall-clock time
-    in New York, so 13:00Z became 18:00Z. Beside it, a TIMESTAMP without a zone is still New York's wall
-    clock and one with a zone an instant."""
+    """Parquet INT96 (Spark, Hive, legacy writers) stores UTC; read as a wall-clock time in New York, 13:00Z
+    would become 18:00Z. Beside it, a TIMESTAMP without a zone is still New York's wall clock and one with a
+    zone an instant."""
     at = datetime(2018, 3, 1, 13, 0)
     files = {  # name: (unit, Arrow type, value, INT96)
         "a.parquet": ("u1", pa.timestamp("us", tz="UTC"), at.replace(tzinfo=UTC), True),
@@ -232,9 +232,9 @@ def test_int96_timestamps_are_utc_instants(tmp_path):
 
 @pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
 def test_parquet_timestamps_of_every_unit_are_microsecond_instants(tmp_path, unit):
-    """Red-team re-test of issue 23: `pandas.to_parquet` writes TIMESTAMP(NANOS); DuckDB reads it as
-    TIMESTAMP_NS (or TIMESTAMPTZ_NS when UTC-adjusted), which crashed counting (`epoch_us(TIMESTAMPTZ_NS)`)
-    or ingest (a CASE mixing TIMESTAMPTZ and TIMESTAMP_NS). Every unit, naive (New York's wall clock),
+    """`pandas.to_parquet` writes TIMESTAMP(NANOS); DuckDB reads it as TIMESTAMP_NS (or TIMESTAMPTZ_NS when
+    UTC-adjusted), which neither counting (`epoch_us(TIMESTAMPTZ_NS)`) nor ingest (a CASE mixing TIMESTAMPTZ
+    and TIMESTAMP_NS) may be given as it is. Every unit, naive (New York's wall clock),
     UTC-aware and Kolkata-aware, in one union: the same instant, written as microsecond TIMESTAMPTZ."""
     at = datetime(2018, 3, 1, 13, 0, 0, 123456)
     files = {
@@ -263,7 +263,7 @@ def test_parquet_timestamps_of_every_unit_are_microsecond_instants(tmp_path, uni
 
 @pytest.mark.parametrize("offset_format", [OFFSET, "%Y-%m-%dT%H:%M:%S%z", "%z %Y-%m-%d %H:%M:%S"])
 def test_utc_offsets_no_place_has_are_quarantined(tmp_path, offset_format):
-    """Issue 23: `+25:00` was taken and moved the instant by 25 hours. An offset beyond -14:00..+14:00 (or
+    """`+25:00`, taken as written, would move the instant by 25 hours. An offset beyond -14:00..+14:00 (or
     with minutes over 59) is quarantined as offset_out_of_range, counted; -14:00 and +14:00 are instants."""
     good = {
         "+14:00": "2018-02-28T20:00:00Z",
@@ -312,8 +312,8 @@ def test_local_time_in_the_spring_forward_gap_is_quarantined(tmp_path, typed):
 
 @pytest.mark.parametrize("formats", [[OFFSET, ZONE_NAME, NAIVE], [ZONE_NAME, NAIVE, OFFSET]])
 def test_a_zone_name_does_not_make_a_skipped_local_time_an_instant(tmp_path, formats):
-    """Red-team re-test of issue 23: `%Z` took 02:30 America/New_York on 2018-03-11, which never happened,
-    as 07:30Z, while 02:30 without a zone was quarantined. Now both are nonexistent_local_time, in any zone
+    """`%Z` must not take 02:30 America/New_York on 2018-03-11, which never happened, as 07:30Z, while 02:30
+    without a zone is quarantined. Both are nonexistent_local_time, in any zone
     with a gap (Paris's is another day), whatever the name's case; an offset, UTC, a fixed-offset name and
     times beside the gap are instants."""
     whens = {
@@ -426,7 +426,7 @@ NAN = float("nan")
         (["a", "nan", "c"], pa.string()),
         (["a", "None", "c"], pa.string()),
         (["a", "-", "c"], pa.string()),
-        # invisible blanks (hostile pass): each alone was a unit, so k - 1 real units plus it published as k
+        # invisible blanks: each alone as a unit would make k - 1 real units plus it publish as k
         (["a", "\u00a0", "c"], pa.string()),
         (["a", "\u200b", "c"], pa.string()),
         (["a", "\u3000", "c"], pa.string()),
@@ -456,7 +456,7 @@ def test_policy_lists_its_own_missing_unit_values(tmp_path):
         tmp_path / "text", ["x", " Unknown", "NULL", "-", "-1.0"], "csv", missing_unit_values=["unknown", "-1"]
     )
     # The policy's list replaces the default one ('-' is an id here), but the common spellings of missing
-    # (NULL) stay missing (issue 23), and a listed number is missing however it is written (-1.0).
+    # (NULL) stay missing, and a listed number is missing however it is written (-1.0).
     assert quarantine["row"].tolist() == [2, 3, 5] and sorted(pings["unit"]) == ["-", "x"]
 
 
@@ -540,7 +540,7 @@ def test_corrupt_parquet_page_names_the_file(tmp_path):
 
 def test_a_corrupt_page_met_after_the_first_batch_names_the_file(tmp_path, monkeypatch):
     """The one-scan ingest reads in batches: a page that only fails after batches were written surfaces through
-    pyarrow's reader (an OSError), and must still be an IngestError naming the file (hostile pass)."""
+    pyarrow's reader (an OSError), and must still be an IngestError naming the file."""
     from spatial_release.traces import ingest as ingest_module
 
     monkeypatch.setattr(ingest_module, "OUTPUT_BATCH_ROWS", 1000)

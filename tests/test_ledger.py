@@ -104,7 +104,7 @@ def test_a_cut_off_tail_is_detected(ledger):
 
 
 def test_a_consistently_rehashed_edit_is_detected(ledger):
-    # finding 7: the editor recomputes the edited entry's hash, every later prev_hash and hash, and HEAD;
+    # the editor recomputes the edited entry's hash, every later prev_hash and hash, and HEAD;
     # the chain verifies, the signature of the edited entry does not
     lines = _lines(ledger)
     entry = json.loads(lines[1])
@@ -117,7 +117,7 @@ def test_a_consistently_rehashed_edit_is_detected(ledger):
 
 
 def test_a_forged_entry_appended_with_head_left_one_behind_is_detected(ledger):
-    # finding 7: the state a crash between the two renames leaves is accepted only for a signed entry
+    # the state a crash between the two renames leaves is accepted only for a signed entry
     lines = _lines(ledger)
     last = json.loads(lines[-1])
     forged = {
@@ -159,7 +159,7 @@ def test_crash_between_entries_and_head_is_accepted_and_repaired(ledger):
 
 
 def test_crash_before_the_first_head_is_rolled_forward(tmp_path):
-    # finding 6: entries.jsonl written, HEAD never: this used to break the ledger for good
+    # entries.jsonl written, HEAD never: the next read and append roll it forward
     folder = tmp_path / "ledger"
     append_entry(folder, {"kind": "release", "dataset": "d", "period": "2018-01"})
     (folder / HEAD).unlink()
@@ -175,7 +175,7 @@ def test_head_missing_behind_several_entries_is_corrupt(ledger):
 
 
 def test_a_second_release_entry_for_a_period_is_refused(ledger):
-    # finding 5: whatever the caller checked, the ledger itself records a (dataset, period) once
+    # whatever the caller checked, the ledger itself records a (dataset, period) once
     with pytest.raises(AlreadyRecorded, match="already records d 2018-02"):
         append_entry(ledger, {"kind": "release", "dataset": "d", "period": "2018-02"})
     append_entry(ledger, {"kind": "release", "dataset": "other", "period": "2018-02"})
@@ -343,12 +343,12 @@ def test_kill_9_at_every_step_of_an_append_is_rolled_forward(tmp_path, existing,
 
 
 def test_cli_verify_of_a_mistyped_ledger_path_is_a_user_error(tmp_path, capsys):
-    """Hostile pass: a path that does not exist read as "verifies: 0 entries", exit 0."""
+    """A path that does not exist must not read as "verifies: 0 entries", exit 0."""
     assert cli.main(["ledger", "verify", "--ledger", str(tmp_path / "no-such-ledger")]) == 2
     assert "not a ledger folder" in capsys.readouterr().err
 
 
-# ------------------------------------------------------------------- the last-head pin (issue 23, item 7)
+# ------------------------------------------------------------------------------------------ the last-head pin
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -429,9 +429,8 @@ def test_ledgers_sharing_a_key_have_a_pin_each(ledger, tmp_path):
 
 
 def test_a_copy_at_another_path_behind_its_pin_does_not_verify(ledger, tmp_path, capsys):
-    """Red-team re-test: keyed by the ledger's path, a copy of the ledger folder elsewhere started with no
-    pin, so a copy from before the last release verified and took appends. Keyed by the genesis, the copy
-    finds the original's pin wherever it lives."""
+    """A copy of the ledger folder elsewhere, from before the last release: keyed by path, it would have no
+    pin, verify and take appends. Keyed by the genesis, the copy finds the original's pin wherever it lives."""
     copy = tmp_path / "elsewhere" / "ledger"
     shutil.copytree(ledger, copy)
     append_entry(ledger, {"kind": "release", "dataset": "d", "period": "2018-05"})
@@ -460,9 +459,9 @@ def test_a_copy_that_went_ahead_leaves_the_original_behind(ledger, tmp_path):
 
 
 def test_the_path_a_copy_moved_ahead_from_stays_pinned(ledger, tmp_path, capsys):
-    """Hostile pass (issue 39): the pin recorded only the last path its ledger was pinned at, so once a copy
-    elsewhere moved ahead, the ledger deleted (or replaced) at the original path read as first use there,
-    with no entry and no pin, where the pin is. Every path it was pinned at is kept."""
+    """A copy elsewhere moves ahead, then the ledger at the original path is deleted (or replaced): with only
+    the last pinned path recorded, that would read as first use there, with no entry and no pin, where the
+    pin is. Every path it was pinned at is kept."""
     copy = tmp_path / "elsewhere"
     shutil.copytree(ledger, copy)
     append_entry(copy, {"kind": "review"})
@@ -495,7 +494,7 @@ def test_the_path_a_copy_moved_ahead_from_stays_pinned(ledger, tmp_path, capsys)
 
 
 def test_two_hosts_writing_one_ledger_each_catch_a_rollback(tmp_path):
-    """Hostile pass (issue 39): two hosts append to one shared ledger and releases folder with one key, each
+    """Two hosts append to one shared ledger and releases folder with one key, each
     with its own pin beside its copy of the key. A rollback of the entry host B appended: B is behind its pin;
     host A never saw the entry, so its pin cannot tell, and the cross-check of releases/ (the release B
     published, which the ledger no longer records) is what blocks there."""
@@ -615,7 +614,7 @@ def test_an_edited_pin_is_refused(ledger):
         read_ledger(ledger)
 
 
-# ---------------------------------------------- staging folders are evidence, never deleted (issue 23, item 7)
+# ---------------------------------------------------------------- staging folders are evidence, never deleted
 
 
 def _staging(releases: Path, period: str, files: dict[str, str]) -> Path:

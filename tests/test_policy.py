@@ -103,7 +103,7 @@ def test_periods():
     assert start.isoformat() == "2018-01-01T05:00:00+00:00" and end.isoformat() == "2018-04-01T04:00:00+00:00"
     with pytest.raises(ValueError):
         Period.parse("2018-Q5")
-    for label in ("0000-Q1", "9999-Q4", "1899-12"):  # red team, issue 23: an internal error after ingest
+    for label in ("0000-Q1", "9999-Q4", "1899-12"):  # outside the years the pipeline handles
         with pytest.raises(PeriodError, match="the year must be between"):
             Period.parse(label)
 
@@ -122,8 +122,8 @@ def test_periods():
     ],
 )
 def test_period_is_ascii_digits_matched_whole(label):
-    """Red team, issue 23: Python's \\d takes any Unicode digit and `$` matches before a final newline, so
-    these were periods; the fullwidth one published a release folder the publish step then could not find."""
+    """Python's \\d takes any Unicode digit and `$` matches before a final newline, so these would be
+    periods; a fullwidth one would publish a release folder the publish step then cannot find."""
     with pytest.raises(PeriodError, match="neither a quarter"):
         Period.parse(label)
 
@@ -138,8 +138,8 @@ def test_bad_strptime_format_names_file_and_item(tmp_path):
 
 @pytest.mark.parametrize("spec", ["%Y-%m-%d %H:%M:%S UTC", "%Y-%m-%d %H:%M:%S+00:00", "%d/%m/%Y %H:%M GMT"])
 def test_a_time_zone_spelt_as_literal_text_is_refused(tmp_path, spec):
-    """Hostile pass of issue 9: '... UTC' as literal text was matched and ignored, so 03:00 UTC was read as
-    03:00 New York time (a wrong bucket, exit 0). Such a format must name its zone with %Z or %z."""
+    """'... UTC' as literal text would be matched and ignored, so 03:00 UTC would be read as 03:00 New York
+    time (a wrong bucket, exit 0). Such a format must name its zone with %Z or %z."""
     data = policy_dict("x.csv")
     data["source"]["time_formats"] = ["%Y-%m-%d %H:%M:%S", spec]
     message = _error_for(tmp_path, data)
@@ -186,7 +186,7 @@ def _refused_line(tmp_path: Path, old: str, new: str) -> str:
 
 @pytest.mark.parametrize("value", ["1:0", "0x2", "010", "1_0", "0b11", ".inf"])
 def test_yaml_11_numbers_are_refused_not_read_as_other_numbers(tmp_path, value):
-    """Red team, issue 23: `k: 1:0` loaded as k = 60 (YAML 1.1 sexagesimal) and `k: 0x2` as 2. The strict
+    """YAML 1.1 reads `k: 1:0` as k = 60 (sexagesimal) and `k: 0x2` as 2. The strict
     loader reads plain scalars as YAML 1.2 does, and refuses those YAML 1.1 would read as another number."""
     message = _refused_line(tmp_path, f"k: {K}\n", f"k: {value}\n")
     assert "field 'k'" in message
@@ -199,7 +199,7 @@ def test_yaml_11_booleans_are_refused(tmp_path, value):
 
 
 def test_yaml_merge_keys_are_refused(tmp_path):
-    """Red team, issue 23: `<<: {k: 2}` set k without a `k:` line a reviewer would see."""
+    """`<<: {k: 2}` would set k without a `k:` line a reviewer would see."""
     message = _refused_line(tmp_path, f"k: {K}\n", "<<: {k: 2}\n")
     assert "field '<<'" in message and "merge keys" in message
 
@@ -226,8 +226,8 @@ def test_yaml_anchors_and_aliases_are_refused(tmp_path):
     ],
 )
 def test_explicit_yaml_tags_are_refused(tmp_path, value):
-    """Red-team re-test: `k: !!int "4_0"` loaded as k = 40 (Python's int() reads underscores) and
-    `!!int "0x4"` raised ValueError (exit 3, internal error). Every explicit tag is refused, naming the line."""
+    """`k: !!int "4_0"` would load as k = 40 (Python's int() reads underscores) and `!!int "0x4"` raise
+    ValueError (exit 3, internal error). Every explicit tag is refused, naming the line."""
     message = _refused_line(tmp_path, f"k: {K}\n", f"k: {value}\n")
     assert "field 'k'" in message and "explicit tags" in message
 
@@ -236,7 +236,7 @@ def test_explicit_yaml_tags_are_refused(tmp_path, value):
     "nested", ["deep: " + "[" * 100_000 + "]" * 100_000 + "\n", "deep: " + "{a: " * 3_000 + "1" + "}" * 3_000 + "\n"]
 )
 def test_deep_nesting_is_refused_before_it_is_composed(tmp_path, nested):
-    """Red-team re-test: 100,000 nested lists (or 3,000 mappings) raised RecursionError (exit 3). Past
+    """100,000 nested lists (or 3,000 mappings) must not raise RecursionError (exit 3). Past
     MAX_DEPTH levels the loader refuses, naming the file and the line, without recursing further."""
     message = _refused_line(tmp_path, "time:\n", nested + "time:\n")
     assert f"nested deeper than {MAX_DEPTH} levels" in message
@@ -280,14 +280,14 @@ def test_yaml_12_values_still_load(tmp_path):
 
 
 def test_an_absurd_k_is_refused_at_load(tmp_path):
-    """Red team, issue 23: k = 10**23 loaded, and the run blocked after ingest with "no risk estimate"."""
+    """k = 10**23 must not load and then block the run after ingest with "no risk estimate"."""
     assert "field 'k'" in _error_for(tmp_path, policy_dict("x.csv", k=10**23))
     assert "field 'k'" in _error_for(tmp_path, policy_dict("x.csv", k=MAX_K + 1))
     assert load_policy(write_policy(tmp_path, policy_dict("x.csv", k=MAX_K))).k == MAX_K
 
 
 def test_audit_with_names_a_programme_beside_the_policy(tmp_path):
-    """Red team, issue 23: `audit_with: [nope]` was accepted and audited with nothing."""
+    """`audit_with: [nope]` must not be accepted and audit with nothing."""
     data = policy_dict("x.csv")
     data["suppression"]["audit_with"] = ["nope"]
     message = _error_for(tmp_path, data)
@@ -316,7 +316,7 @@ def _unreadable_message(path: Path) -> str:
 
 
 def test_a_policy_that_is_no_regular_file_or_too_large_is_refused(tmp_path):
-    """Red team, issue 23: `--policy /dev/zero` was read until the process was OOM-killed."""
+    """`--policy /dev/zero` must not be read until the process is OOM-killed."""
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
     huge = tmp_path / "huge.yaml"
@@ -415,10 +415,10 @@ def _sparse(size: int):
     ],
 )
 def test_the_population_table_of_the_landscape_is_checked_at_load(tmp_path, make, problem):
-    """Red-team re-test: the table a landscape names (`population: {table: ...}`) was read by the risk stage
-    only, without a bound or a type check: a symlink to /dev/zero ran out of memory, a 20 GB sparse file
-    raised MemoryError, a FIFO hung, all after counting and protection (exit 3). It is read at policy load
-    now, bounded, a regular file only, and never quoted."""
+    """The table a landscape names (`population: {table: ...}`), read without a bound or a type check, would
+    let a symlink to /dev/zero run out of memory, a 20 GB sparse file raise MemoryError and a FIFO hang, all
+    after counting and protection (exit 3). It is read at policy load, bounded, a regular file only, and
+    never quoted."""
     if make is os.mkfifo and not hasattr(os, "mkfifo"):
         pytest.skip("no FIFOs here")
     policy, table = _population_table_is(tmp_path, make)

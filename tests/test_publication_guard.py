@@ -243,9 +243,8 @@ def _forge_under_run(instance: dg.DagsterInstance, run_id: str, partition: str) 
 
 @pytest.mark.slow
 def test_a_materialisation_of_another_period_under_a_publish_runs_id_is_no_publication(tmp_path):
-    """Hostile pass (issue 39): the guard took any materialisation logged under a successful publish run's id
-    for a publication, so 2018-Q2 logged under 2018-Q1's publish run was recorded passed, with no alert. A
-    publish run publishes its own partition only."""
+    """A materialisation of 2018-Q2 logged under 2018-Q1's successful publish run's id must not be taken for a
+    publication and recorded passed without an alert. A publish run publishes its own partition only."""
     folder, settings = _policies(tmp_path), _settings(tmp_path)
     defs = _definitions(folder)
     instance = dg.DagsterInstance.ephemeral()
@@ -265,9 +264,9 @@ def test_a_materialisation_of_another_period_under_a_publish_runs_id_is_no_publi
 
 @pytest.mark.slow
 def test_a_check_evaluation_reported_by_hand_is_alerted_and_recorded_again_from_the_ledger(tmp_path):
-    """Hostile pass (issue 39): `report_runless_asset_event` takes a check evaluation too, and the guard read
-    only materialisations: a passing published_by_the_publish_job reported by hand showed an unpublished period
-    green. The guard alerts and records the check again from the ledger; the evaluations its runs and the
+    """`report_runless_asset_event` takes a check evaluation too: a passing published_by_the_publish_job
+    reported by hand must not show an unpublished period green. The guard reads check evaluations as well as
+    materialisations, alerts and records the check again from the ledger; the evaluations its runs and the
     publish run record are not reported."""
     folder, settings = _policies(tmp_path), _settings(tmp_path)
     defs = _definitions(folder)

@@ -114,7 +114,7 @@ def prepared(tmp_path_factory):
 
 @pytest.mark.slow
 def test_kill_9_at_every_step_of_a_publication_is_repaired_by_the_next_run(prepared, tmp_path):
-    """Finding 6: the publication is killed (SIGKILL) right before each of its renames in turn (audit
+    """The publication is killed (SIGKILL) right before each of its renames in turn (audit
     files, staging record, ledger entries, HEAD, release.json, the final rename). Every time, the next
     run_publish finishes or redoes it: one ledger entry, the release folder in place and matching it, no
     staging folder and no temporary left."""

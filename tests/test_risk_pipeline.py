@@ -266,8 +266,8 @@ def test_per_unit_data_is_pruned_after_retention_and_the_figure_still_counts(tmp
 
 
 def test_an_audit_after_retention_does_not_write_the_intervals_back(tmp_path, monkeypatch):
-    """Red team, issue 23: `audit` after retention re-created audit_intervals.internal.parquet, a per-unit
-    file retention had deleted. The audit still runs on the kept true counts; the intervals are not kept."""
+    """`audit` after retention must not re-create audit_intervals.internal.parquet, a per-unit file retention
+    deleted. The audit still runs on the kept true counts; the intervals are not kept."""
     from datetime import datetime, timedelta
 
     import spatial_release.cli as cli_module

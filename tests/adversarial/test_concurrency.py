@@ -1,4 +1,4 @@
-"""Finding 5 of issue 9: two runs at once, in real processes.
+"""Two runs at once, in real processes.
 
 - Two publications of one period at once record it once; the loser is refused, never a second entry.
 - Two publications of different periods at once: the second one's risk assessment sees the first (its

@@ -66,7 +66,7 @@ def test_a_few_strays_within_the_ceiling_publish(tmp_path, capsys):
     assert code == 0, capsys.readouterr().out
     folder = out / "releases" / "fixture" / "2018-Q1"
     record = json.loads((folder / "release.json").read_text())
-    # the stray is outside (reported), never counted in a cell thousands of km away (hostile pass)
+    # the stray is outside (reported), never counted in a cell thousands of km away
     assert record["input"]["pings_outside_geometry"] == 1
     membership = pd.read_parquet(out / "work/fixture/2018-Q1/counts/membership.internal.parquet")
     assert not membership["cell_id"].str.contains("N-").any()

@@ -1,7 +1,7 @@
-"""Hostile pass of issue 39: one device spelled seven ways (four dashes, fullwidth letters, a fullwidth
-hyphen-minus) in a cell nobody else visits was published as 6 devices at k = 5. Spellings that read alike
-must be one unit (compatibility forms, case, dashes and minus signs) or be quarantined with a reason
-(look-alikes across scripts); distinct ids must never merge. The expected units are derived here from the
+"""One device spelled seven ways (four dashes, fullwidth letters, a fullwidth hyphen-minus) in a cell nobody
+else visits must not be published as 6 devices at k = 5. Spellings that read alike must be one unit
+(compatibility forms, case, dashes and minus signs) or be quarantined with a reason (look-alikes across
+scripts); distinct ids must never merge. The expected units are derived here from the
 devices the spellings were made of, never with the code under test."""
 
 from __future__ import annotations
@@ -269,7 +269,7 @@ def test_a_policy_missing_value_with_an_accent_matches_the_data_without(tmp_path
     assert quarantine["reason"].tolist() == ["missing_unit_id"] * 4
 
 
-# --- round 3 hostile pass: look-alikes the confusables data and NFKC leave as other units ------------------
+# --- look-alikes the confusables data and NFKC leave as other units -------------------------------------------
 
 
 @pytest.mark.parametrize(

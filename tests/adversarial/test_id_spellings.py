@@ -1,9 +1,9 @@
-"""Hostile pass of issue 23: one unit counted as several. A text id was compared as text, so `29590`,
-`29590.0`, `2.959e4` and `29590` behind an invisible format character (U+200E, a soft hyphen inside...) were
-four units, and `<NA>`, `#N/A`, `NaT`, `inf` or `""` were units too: one bike written three ways published
-as 3 devices at k = 3 with every check passing. Each spelling of one id must be one unit, each spelling of
-missing a quarantined `missing_unit_id` (counted, not lost). The expected units are derived here from the
-integer the spellings were made of, never with the code under test."""
+"""Attacks that count one unit as several. Compared as text, `29590`, `29590.0`, `2.959e4` and `29590`
+behind an invisible format character (U+200E, a soft hyphen inside...) would be four units, and `<NA>`,
+`#N/A`, `NaT`, `inf` or `""` units too: one bike written three ways would publish as 3 devices at k = 3 with
+every check passing. Each spelling of one id must be one unit, each spelling of missing a quarantined
+`missing_unit_id` (counted, not lost). The expected units are derived here from the integer the spellings
+were made of, never with the code under test."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ from spatial_release.traces.ingest import ingest_traces, resolve_trace_paths
 Q1 = Period.parse("2018-Q1")
 OTHER = {"when": "2018-01-10 08:00:00", "lon": -74.05, "lat": 40.72, "gender": "f"}
 
-# The format characters of the report (category Cf, outside the blanks that were trimmed already), and some
-# of the blanks an export leaves at the ends.
+# Format characters (category Cf, outside the blanks trimmed as whitespace), and some of the blanks an export
+# leaves at the ends.
 FORMAT_CHARACTERS = (
     "\u00ad\u061c\u180e\u200b\u200c\u200d\u200e\u200f\u2060\u2061\u2062\u2063\u2064"
     + "".join(map(chr, range(0x206A, 0x2070)))
@@ -36,9 +36,9 @@ FORMAT_CHARACTERS = (
     + "".join(map(chr, range(0xE0020, 0xE0080, 7)))
 )
 BLANKS = " \t\u00a0\u2003\u202f\u3000"
-# Red-team re-test of issue 23: what else made one id several. The zero of every script's digits (category
-# Nd, derived here with unicodedata), grouping marks, control characters (category Cc; no NUL, no line
-# break: a CSV field), combining marks (category Mn) and the minus signs that are not ASCII.
+# Other ways to make one id several: the zero of every script's digits (category Nd, derived here with
+# unicodedata), grouping marks, control characters (category Cc; no NUL, no line break: a CSV field),
+# combining marks (category Mn) and the minus signs that are not ASCII.
 ZEROS = tuple(
     chr(c)
     for c in range(0x80, sys.maxunicode + 1)
@@ -162,9 +162,9 @@ def test_every_spelling_of_missing_is_a_quarantined_missing_id(spellings):
     assert result.pings_read == len(spellings) + 2 and result.rejected_by_reason == {"missing_unit_id": len(spellings)}
 
 
-def test_the_red_team_bike_is_one_unit_in_a_union_with_an_integer_column(tmp_path):
-    """The issue's case: a Parquet BIGINT id and the same bike in a CSV, as a float's text, in scientific
-    notation and behind a left-to-right mark, with a soft hyphen inside; one unit, beside another bike."""
+def test_a_bike_as_float_text_and_behind_format_characters_is_one_unit_with_its_integer_id(tmp_path):
+    """A Parquet BIGINT id and the same bike in a CSV, as a float's text, in scientific notation and behind a
+    left-to-right mark, with a soft hyphen inside; one unit, beside another bike."""
     integers = pa.table({"device": pa.array([29590, 1234], pa.int64()), **{k: pa.array([v] * 2) for k, v in OTHER.items()}})
     text = _rows(["29590.0", "2.959e4", "\u200e2959\u00ad0", "2.9590E+04", "01234"])
     result, quarantine, pings = _ingest(tmp_path, {"t1.parquet": integers, "t2.csv": text})
@@ -192,8 +192,8 @@ def test_text_that_is_no_integer_stays_text(tmp_path):
     )
 
 
-def test_the_red_team_spellings_of_one_bike_are_one_unit(tmp_path):
-    """Red-team re-test of issue 23: each of these was one more unit beside 29590 (a 2-unit cell published
+def test_a_bike_spelled_many_ways_is_one_unit(tmp_path):
+    """Each of these spellings, counted apart, would be one more unit beside 29590 (a 2-unit cell published
     as 3 at k = 3): digits of other scripts, grouped digits, a control character, a combining mark, a
     Unicode minus. Beside them, NFC and NFD spellings of `josé` (and `jose`: accents are stripped) are one
     unit, and 29591 and -29590 stay others."""

@@ -3,9 +3,9 @@ command line. Each test asserts either the release that the raw rows imply (re-d
 zoneinfo, never with the code under test) or a refusal with exit 2 that names the file and the field (or
 row), without a traceback, with nothing published and nothing in the ledger.
 
-Before issue 9: a policy whose time_formats held %z shifted every instant (a naive 00:30 in New York became
-the evening before), a NaN id in a DOUBLE column was counted as one pseudo-unit "nan", 1234.0 and 1234 were
-two units, and the mistakes below exited 1 with a traceback, some after ingest and counting had run."""
+The attacks: a policy whose time_formats hold %z must not shift every instant (a naive 00:30 in New York
+read as the evening before), a NaN id in a DOUBLE column must not count as one pseudo-unit "nan", 1234.0 and
+1234 must be one unit, and the mistakes below must not exit with a traceback after ingest and counting ran."""
 
 from __future__ import annotations
 
@@ -114,10 +114,10 @@ def test_a_local_time_the_clocks_skipped_is_quarantined_not_moved(tmp_path, caps
 
 @pytest.mark.slow
 def test_parquet_timestamps_of_every_unit_publish_the_instants_of_the_raw_rows(tmp_path, capsys):
-    """Red-team re-test of issue 23: Parquet TIMESTAMP(NANOS), what `pandas.to_parquet` writes, exited 3
-    (naive: counting's epoch_us had no TIMESTAMPTZ_NS overload; UTC-aware: ingest could not bind a CASE
-    mixing it with TIMESTAMPTZ). The pings near midnight, spread over eight files: each Parquet unit (s, ms,
-    us, ns), naive New York wall time or UTC-aware; a file read an hour off would move pings across a day."""
+    """Parquet TIMESTAMP(NANOS), what `pandas.to_parquet` writes, naive or UTC-aware, must publish like the
+    other units (DuckDB has no epoch_us over TIMESTAMPTZ_NS, and no CASE mixing it with TIMESTAMPTZ). The
+    pings near midnight, spread over eight files: each Parquet unit (s, ms, us, ns), naive New York wall time
+    or UTC-aware; a file read an hour off would move pings across a day."""
     frame = _pings_near_midnight()
     frame = frame.assign(unit=frame["device"], instant=frame["when"].map(_instant))
     kinds = [(unit, tz) for unit in ("s", "ms", "us", "ns") for tz in (None, "UTC")]
@@ -211,14 +211,14 @@ def test_nan_and_float_ids_count_the_units_the_rows_name(tmp_path, capsys):
         ["29590.0", "\u200e2.959\u00ade4"],
         ["\uff12\uff19\uff15\uff19\uff10", "29,590\x7f", "\u0662\u0669\u0665\u0669\u0660\u0301", "29\u202f590"],
     ],
-    ids=["issue-23", "re-test"],
+    ids=["float-text-and-format-characters", "other-scripts-grouped-and-marked"],
 )
 def test_one_bike_written_three_ways_is_one_unit(tmp_path, capsys, bike):
-    """Issue 23: cell B holds two bikes; one of them is written `29590`, `29590.0` and `2.959e4` behind a
-    left-to-right mark with a soft hyphen inside, and rows whose id is `<NA>`, `#N/A` or `NaT` ping there too.
-    B holds k - 1 units and must stay withheld (before: 3 spellings made 3 devices, published at k = 3, and
-    each spelling of missing one more). The rows of missing ids are quarantined, not lost. Its re-test: in
-    fullwidth or Arabic-Indic digits, grouped, with a DEL or a combining mark."""
+    """Cell B holds two bikes; one of them is written `29590`, `29590.0` and `2.959e4` behind a left-to-right
+    mark with a soft hyphen inside (or in fullwidth or Arabic-Indic digits, grouped, with a DEL or a combining
+    mark), and rows whose id is `<NA>`, `#N/A` or `NaT` ping there too. B holds k - 1 units and must stay
+    withheld (counted apart, 3 spellings would make 3 devices, published at k = 3, and each spelling of
+    missing one more). The rows of missing ids are quarantined, not lost."""
     rng = np.random.default_rng(23)
     rows = []
     spellings = {
@@ -359,8 +359,8 @@ def test_period_outside_the_partitions_exits_2(tmp_path, capsys, period):
 
 @pytest.mark.parametrize("period", ["\uff12\uff10\uff11\uff18-Q1", "2018-Q1\n"], ids=["fullwidth", "newline"])
 def test_period_of_other_digits_or_a_trailing_newline_exits_2_before_any_work(tmp_path, capsys, period):
-    """Red team, issue 23: `--period ２０１８-Q1` or $'2018-Q1\\n' published releases/fixture/2018-Q1, then
-    exited 3 (the publish step looked for the fullwidth folder name). A usage error, before any work."""
+    """`--period ２０１８-Q1` or $'2018-Q1\\n' must not publish releases/fixture/2018-Q1 under a name the
+    publish step then looks for under another spelling. A usage error, before any work."""
     code = release(_policy_with(tmp_path), tmp_path, period)
     err = capsys.readouterr().err
     assert code == 2 and repr(period) in err and "Traceback" not in err, err

@@ -1,7 +1,7 @@
-"""Issue 39, hostile pass over the coded key set files: the advantage gate (the default risk model) read a
-coded key set file's arrays whole without the checks the uniqueness window runs on it, so a file cut short
-(its metadata kept) gave fewer key sets, silently; a file cut mid-byte was refused without naming it. The
-publish step's gate reads the risk step's kept file, so such a file would have been gated as it was."""
+"""Attacks on the coded key set files read by the advantage gate (the default risk model): a file cut short
+(its metadata kept) must not give fewer key sets silently, and a file cut mid-byte must be refused naming it.
+The gate runs the same checks on a file as the uniqueness window does, and the publish step's gate reads the
+risk step's kept file, so an edited kept file is refused there too, never gated as it is."""
 
 from __future__ import annotations
 

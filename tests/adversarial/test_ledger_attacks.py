@@ -1,4 +1,4 @@
-"""Finding 7 of issue 9, end to end through the command line: someone who can write the ledger folder (and
+"""Attacks on the ledger, end to end through the command line: someone who can write the ledger folder (and
 the releases folder) edits, forges or deletes the ledger. Each attack must be reported by `ledger verify`
 (exit 1, "does NOT verify") and must block the next release (exit 1, nothing published), never publish
 with a risk figure reset."""
@@ -116,8 +116,8 @@ def test_a_release_folder_the_ledger_does_not_know_blocks(programme, capsys):
 
 @pytest.mark.slow
 def test_a_published_table_edited_after_publication_blocks(programme, capsys):
-    """Found by the hostile pass: a figure of the published cells.parquet set below k passed `ledger verify
-    --releases` (only release.json's hash fields were compared). The files are now re-hashed."""
+    """A figure of the published cells.parquet set below k must not pass `ledger verify --releases`, as it
+    would if only release.json's hash fields were compared. The files are re-hashed."""
     import pandas as pd
 
     cells = programme / "out/releases/fixture/2018-Q1/cells.parquet"
@@ -139,7 +139,7 @@ def test_a_published_record_edited_after_publication_blocks(programme, capsys):
 
 @pytest.mark.slow
 def test_any_figure_of_a_published_record_edited_blocks(programme, capsys):
-    """Hostile pass: k and the counts of release.json edited by hand; the entry signs the record's hash."""
+    """k and the counts of release.json edited by hand; the entry signs the record's hash."""
     path = programme / "out/releases/fixture/2018-Q1/release.json"
     record = json.loads(path.read_text())
     record["k"] = 50
@@ -149,11 +149,10 @@ def test_any_figure_of_a_published_record_edited_blocks(programme, capsys):
 
 @pytest.mark.slow
 def test_a_rolled_back_ledger_with_the_release_renamed_to_staging_blocks(programme, capsys):
-    """Issue 23, item 7. An older copy of the ledger folder (before Q2) put back, and Q2's release folder
-    renamed to its staging name: `ledger verify --releases` passed (the older ledger verifies, and the
-    cross-check skipped hidden folders) and the next run deleted the folder, so Q2 vanished without trace.
-    Now the pin beside the signing key blocks both, and the folder is kept; where the pin is not (an
-    auditor elsewhere, or a pin deleted), the hidden release.json blocks them."""
+    """An older copy of the ledger folder (before Q2) put back, and Q2's release folder renamed to its staging
+    name: the older ledger verifies on its own, and a run that deleted staging folders would make Q2 vanish
+    without trace. The pin beside the signing key blocks both, and the folder is kept; where the pin is not
+    (an auditor elsewhere, or a pin deleted), the hidden release.json blocks them."""
     ledger, q2 = programme / "ledger", programme / "out/releases/fixture/2018-Q2"
     older = {name: (ledger / name).read_bytes() for name in (ENTRIES, HEAD)}
     assert release_period(programme, programme / "policy.yaml", "2018-Q2") == 0
@@ -180,10 +179,10 @@ def test_a_rolled_back_ledger_with_the_release_renamed_to_staging_blocks(program
 
 @pytest.mark.slow
 def test_a_copy_of_the_ledger_and_releases_at_another_path_cannot_publish_behind_its_pin(programme, tmp_path, capsys):
-    """Red-team re-test: the pin was keyed by the ledger's path, so a copy of the ledger and releases folders
-    at another path started with no pin; publishing a period into the copy that the original had published
-    since re-published it with a cumulative risk that left that release out, and `ledger verify` passed. The
-    pin is keyed by the ledger's genesis now: the copy is behind the original's pin wherever it lives."""
+    """A copy of the ledger and releases folders at another path, used after the original moved on: a pin
+    keyed by path would leave the copy unpinned, so a period the original published since could be
+    re-published into the copy with a cumulative risk that leaves that release out. The pin is keyed by the
+    ledger's genesis: the copy is behind the original's pin wherever it lives."""
     capsys.readouterr()
     copy = copy_programme(programme, tmp_path / "elsewhere")
     assert release_period(programme, programme / "policy.yaml", "2018-Q2") == 0

@@ -1,4 +1,4 @@
-"""Hostile pass of issue 39 over Parquet trace files: every timestamp encoding, dictionary-encoded ids, nested
+"""Attacks through Parquet trace files: every timestamp encoding, dictionary-encoded ids, nested
 columns and zero-row row groups. Each file is either read as its CSV equivalent is (the same pings and the
 same quarantine, compared here row by row) or refused with an error naming the file and the column."""
 

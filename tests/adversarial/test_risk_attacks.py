@@ -93,9 +93,9 @@ def test_without_a_shared_population_or_shared_files_the_budgets_stay_apart(tmp_
 
 @pytest.mark.slow
 def test_a_copy_of_a_programme_without_its_population_line_spends_the_same_budget(tmp_path):
-    """Red team round 2: a copy of a policy under a new name and with no `population:` line, over the same
-    files and into the same ledger, started a fresh budget (0.0112 instead of 0.0224). The population is
-    keyed on the input files' contents too: the copy's cumulative figure includes the first programme's."""
+    """A copy of a policy under a new name and with no `population:` line, over the same files and into the
+    same ledger, must not start a fresh risk budget. The population is keyed on the input files' contents
+    too: the copy's cumulative figure includes the first programme's."""
     from spatial_release.risk import cumulative_risk
 
     monthly, quarterly = _two_programmes(tmp_path, shared=False, same_files=True)
@@ -108,7 +108,7 @@ def test_a_copy_of_a_programme_without_its_population_line_spends_the_same_budge
 
 @pytest.mark.slow
 def test_renaming_the_population_does_not_reset_the_budget(tmp_path):
-    """Hostile pass: Q1 under `population: pop-one`, then Q2 of the same dataset under `pop-two` reported a
+    """Q1 under `population: pop-one`, then Q2 of the same dataset under `pop-two`, must not report a
     cumulative figure of Q2 alone. A dataset's own releases always count."""
     from support.fixture import fixture_pings, uniqueness_policy_dict, write_policy
 
@@ -160,9 +160,9 @@ def _conflicting_programmes(tmp_path, shared: bool):
 
 @pytest.mark.slow
 def test_programmes_of_one_population_are_audited_together_without_audit_with(tmp_path):
-    """Red team round 2: a quarterly and a monthly programme of one population, no `audit_with`, published the
-    same key with two values. Every release of a population is now audited with the population's earlier
-    releases: the quarterly is refused by the audit."""
+    """A quarterly and a monthly programme of one population, with no `audit_with`, must not publish the same
+    key with two values. Every release of a population is audited with the population's earlier releases:
+    the quarterly is refused by the audit."""
     ok, messages, _ = _conflicting_programmes(tmp_path, shared=True)
     assert not ok
     conflicts = [m for m in messages if "suppression_audit" in m and "published with two values" in m]

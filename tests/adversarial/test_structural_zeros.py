@@ -1,4 +1,4 @@
-"""Issue 9, finding 4: a person inside a listed structural-zero cell.
+"""A person inside a listed structural-zero cell.
 
 The zeros list is public and a listed cell that holds no unit is published as 0 in every bucket. So when
 one unit sits in a listed cell in one bucket, a suppressor that treats the cell as an ordinary small cell

@@ -1,7 +1,7 @@
-"""Issue 39, item 2: the files of a published release's work area that later releases and reviews read (key
-sets, memberships, key areas, audit intervals, candidate tables) are held to the sha256 its ledger entry
-records. Before, permuting the unit names of 2018-Q1's key set file passed every check and 2018-Q2
-published with other risk figures. Each kind of file is edited (names permuted, truncated, replaced by
+"""The files of a published release's work area that later releases and reviews read (key sets,
+memberships, key areas, audit intervals, candidate tables) are held to the sha256 its ledger entry records,
+so that permuting the unit names of 2018-Q1's key set file cannot make 2018-Q2 publish with other risk
+figures. Each kind of file is edited (names permuted, truncated, replaced by
 another release's file) and the next release must be refused by the check `earlier_work_files`, naming the
 file; the unedited programme publishes."""
 
@@ -237,7 +237,7 @@ def test_ledger_verify_with_the_work_folder_names_an_edited_work_file(programme,
     assert "does NOT verify" in err and f"{Q1}/{MEMBERSHIP} does not match the sha256" in err
 
 
-# --- hidden variants (issue 39's hostile pass, round 3) ------------------------------------------------------
+# --- hidden variants: digests rewritten, files swapped or linked, a work area deleted ---------------------------
 
 
 def test_an_edited_work_file_with_its_digest_rewritten_in_the_entry_blocks(programme, capsys):

@@ -1,6 +1,6 @@
-"""Hostile pass of issue 9: a structural-zeros list naming a grid cell in a non-canonical spelling (a
-leading zero) or an off-grid corner was accepted, and that id was published as 0 in every bucket with
-the real cell's polygon, beside the real cell: a false zero. Such lists are refused at load."""
+"""A structural-zeros list naming a grid cell in a non-canonical spelling (a leading zero) or an off-grid
+corner: accepted, that id would be published as 0 in every bucket with the real cell's polygon, beside the
+real cell: a false zero. Such lists are refused at load."""
 
 from __future__ import annotations
 

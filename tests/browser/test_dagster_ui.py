@@ -1,4 +1,4 @@
-"""The Dagster UI in a real browser (issue 11, item 7).
+"""The Dagster UI in a real browser.
 
 A fresh DAGSTER_HOME receives the demo release (`spatial-release demo`, in-process); `dagster-webserver` and
 `dagster-daemon` then serve it. Chromium, driven by Playwright, first reads the published state: the `demo`
