@@ -1,7 +1,8 @@
 """Golden suppression pattern: which figures a fixed table withholds, pinned.
 
 The complementary-suppression heuristic (the release method: elimination, audit-and-repair, pruning) is
-deterministic: the same counts give the same pattern. This test fixes a small but non-trivial table -- a
+deterministic: the same counts give the same pattern. This test fixes a small but non-trivial table (built in
+`tests/support/golden_pattern.py`) -- a
 16 x 16 grid of 500 m cells with 1 km and 2 km parents and the bucket total, three weekly buckets, k = 5, two
 structural-zero cells, counted once as `presence` (EQ relations) and once as `visitors` (UNION relations) --
 and compares every withheld figure (level, area, bucket, primary or secondary) with `tests/golden/suppression_pattern.csv`.
