@@ -183,6 +183,32 @@ def _anonymity_counts(
 
 
 @njit(nogil=True, cache=True)
+def _select_ties(
+    touched: np.ndarray,
+    seen: int,
+    inter: np.ndarray,
+    inter_shown: np.ndarray,
+    unit_offsets: np.ndarray,
+    size_r: int,
+    best: float,
+    tie_units: np.ndarray,
+) -> int:
+    """The units of `touched[:seen]` whose Jaccard ties the best, into `tie_units` in the order touched (their
+    count returned); every other touched unit's counts are reset to 0 (the ties' are reset once they are read)."""
+    n_ties = 0
+    for j in range(seen):
+        unit = touched[j]
+        c = inter[unit]
+        if c / (size_r + (unit_offsets[unit + 1] - unit_offsets[unit]) - c) >= best - 1e-12:
+            tie_units[n_ties] = unit
+            n_ties += 1
+        else:
+            inter[unit] = 0
+            inter_shown[unit] = 0
+    return n_ties
+
+
+@njit(nogil=True, cache=True)
 def _best_slice(
     rec_offsets: np.ndarray,
     rec_keys: np.ndarray,
@@ -205,6 +231,7 @@ def _best_slice(
     inter = np.zeros(n_units, dtype=np.int64)
     inter_shown = np.zeros(n_units, dtype=np.int64)
     touched = np.empty(n_units, dtype=np.int64)
+    tie_units = np.empty(n_units, dtype=np.int64)
     codes = np.empty(1024, dtype=np.int64)
     shared = np.empty(1024, dtype=np.float64)
     m = 0
@@ -238,19 +265,22 @@ def _best_slice(
             if jac > best:
                 best = jac
         top[i] = best
-        ties = np.sort(touched[:seen])
+        # the ties first, in the order touched, then sorted by unit: only the ties are sorted, not every unit
+        # the trajectory touched (most of them share a key or two with it and are far from the best)
+        n_ties = _select_ties(touched, seen, inter, inter_shown, unit_offsets, size_r, best, tie_units)
+        ties = np.sort(tie_units[:n_ties])
+        if m + n_ties > len(codes):
+            grow = max(len(codes), m + n_ties)
+            codes = np.concatenate((codes, np.empty(grow, dtype=np.int64)))
+            shared = np.concatenate((shared, np.empty(grow, dtype=np.float64)))
         for unit in ties:
             c = inter[unit]
-            if c / (size_r + (unit_offsets[unit + 1] - unit_offsets[unit]) - c) >= best - 1e-12:
-                if m == len(codes):
-                    codes = np.concatenate((codes, np.empty(len(codes), dtype=np.int64)))
-                    shared = np.concatenate((shared, np.empty(len(shared), dtype=np.float64)))
-                codes[m] = r * n_units + unit
-                shared[m] = inter_shown[unit]
-                m += 1
-                share = c / size_r
-                if share > precision[i]:
-                    precision[i] = share
+            codes[m] = r * n_units + unit
+            shared[m] = inter_shown[unit]
+            m += 1
+            share = c / size_r
+            if share > precision[i]:
+                precision[i] = share
             inter[unit] = 0
             inter_shown[unit] = 0
     return codes[:m].copy(), shared[:m].copy(), top, precision
