@@ -472,10 +472,10 @@ class TransportNetwork:
     `hub_areas` a hub reachable from every state at HUB_COST that reaches the first `hub_areas` slots at 0.
 
     Solved by OR-Tools' min-cost flow (an exact combinatorial algorithm on integers), not as a linear program:
-    the problem is a network, its optimal flows are whole trajectories by construction, and on the recovery's
-    problems it is an order of magnitude faster than HiGHS's simplex (bench/RESULTS.md) with the same optimal
-    cost. Costs are rounded to 1/COST_UNITS of a typical distance. Where several plans are optimal the two
-    solvers may return different ones: the attacker is the same (the same objective), its tie-breaking is not."""
+    the problem is a network, its optimal flows are whole trajectories by construction, and a network algorithm
+    solves it faster than a general LP solver at the same optimal cost (bench/RESULTS.md has the figures). Costs
+    are rounded to 1/COST_UNITS of a typical distance. Where several plans are optimal an LP solver may return
+    another one: the attacker is the same (the same objective), its tie-breaking is not."""
 
     n_states: int
     n_slots: int
