@@ -205,7 +205,7 @@ def test_the_recovery_runs_only_where_it_can_change_the_decision():
     the recovery finds, so it is not run, and the report says so; otherwise it runs."""
     calls: list[int] = []
 
-    def provider() -> RecoverySuccess:
+    def provider(targets) -> RecoverySuccess:
         calls.append(1)
         return RecoverySuccess(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object), np.zeros(0), None, 0)
 
@@ -218,3 +218,42 @@ def test_the_recovery_runs_only_where_it_can_change_the_decision():
         assert bool(calls) == expect_run
         assert report.recovery.startswith("run on every unit" if expect_run else "not run")
         assert report.worst() is not None and (report.worst().gated() > 0.05) != expect_run
+
+
+@pytest.mark.slow
+def test_linking_a_sample_of_targets_gives_each_the_success_it_has_when_every_unit_is_linked():
+    """The gate links sampled (unit, zone) targets and matches only the trajectories their knowledge can pick;
+    each sampled target's success must equal the one it gets when every unit is linked and every trajectory
+    matched, and the others are not linked. Half the cells withheld makes withheld anchors; with the totals of
+    every other hour withheld too, some anchors are held by no trajectory, so the guess among all of them (and
+    the trajectories it reads) is exercised."""
+    unit, step, area, steps = _city(300, days=2, seed=11)
+    sparse = _sparse_view(unit, step, area, steps)
+    hidden_totals = replace(sparse, totals=np.where(np.arange(sparse.steps) % 2 == 0, -1, sparse.totals))
+    for view in (_view(unit, step, area, steps), sparse, hidden_totals):
+        params = AttackParams(draws=3)
+        full = attack_risk(view, unit, step, area, ZONES, params)
+        assert full.targets is not None
+        rng = np.random.default_rng(3)
+        pick = np.sort(rng.choice(len(full.targets[0]), 40, replace=False))
+        chosen = (full.targets[0][pick], full.targets[1][pick])
+        part = attack_risk(view, unit, step, area, ZONES, params, targets=chosen)
+        assert part.targets is not None
+        index = pd.MultiIndex.from_arrays([part.targets[0], part.targets[1].astype(str)])
+        got = pd.Series(part.targets[2], index=index)
+        expected = pd.Series(
+            full.targets[2], index=pd.MultiIndex.from_arrays([full.targets[0], full.targets[1].astype(str)])
+        )
+        wanted = pd.MultiIndex.from_arrays([chosen[0], chosen[1].astype(str)])
+        assert np.allclose(got.reindex(wanted).to_numpy(), expected.reindex(wanted).to_numpy())
+        assert expected.reindex(wanted).to_numpy().any()  # a test of equal zeros would prove nothing
+        assert not got.drop(wanted).to_numpy().any()  # the others are not linked
+
+
+def _sparse_view(unit, step, area, steps) -> ReleaseView:
+    """Half of the cells withheld at random (a pattern with withheld anchors), totals published."""
+    view = _view(unit, step, area, steps)
+    keep = np.random.default_rng(5).random(len(view.figure_area)) < 0.5
+    return replace(
+        view, figure_step=view.figure_step[keep], figure_area=view.figure_area[keep], figure_count=view.figure_count[keep]
+    )

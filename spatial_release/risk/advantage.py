@@ -104,6 +104,12 @@ class AdvantageParams:
     # home-at-night attacker): the reported success_with must not be below theirs.
     regularity_draws: int = 10
     quantile: float = 0.95
+    # The trajectory recovery's targets per zone (seeded, uniform over the zone's units): the recovery runs on the
+    # whole release, but linking every unit's knowledge and matching every trajectory was most of the gate's cost.
+    # A zone with fewer units is assessed whole (exact); a sampled zone's bounds are upper confidence bounds at
+    # `confidence` (hypergeometric, `count_ucb`). 500 covers Citi Bike's wards whole (430 bikes).
+    recovery_targets_per_zone: int = 500
+    confidence: float = 0.95
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,7 @@ class ZoneAdvantage:
     exposed: int
     exposed_share: float | None
     boundary_units: int
+    regularity_targets: int = 0  # the regularity attackers' sampled targets (`targets`: the recovery's)
 
     def gated(self) -> float:
         """The zone's figure against the ceiling: the larger of the quantile's bound and the exposed share."""
@@ -191,6 +198,54 @@ def quantile_higher(values: np.ndarray, q: float) -> float:
         return 0.0
     ordered = np.sort(values)
     return float(ordered[min(len(ordered), max(1, math.ceil(q * len(ordered) - 1e-9))) - 1])
+
+
+def count_ucb(population: int, sampled: int, hits: int, confidence: float) -> int:
+    """An upper confidence bound on how many of `population` units have a property when `hits` of a uniform
+    sample of `sampled` of them (without replacement) have it: the largest count K under which seeing `hits` or
+    fewer has probability above 1 - confidence (exact hypergeometric tail). Exact when every unit is sampled."""
+    from scipy.stats import hypergeom
+
+    if sampled >= population:
+        return hits
+    lo, hi = hits, population - (sampled - hits)  # the tail falls as the count grows: a binary search
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if hypergeom.cdf(hits, population, mid, sampled) > 1.0 - confidence:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def quantile_ucb(known: np.ndarray, population: int, sample: np.ndarray, q: float, confidence: float) -> float:
+    """An upper confidence bound on the q quantile (rank ceil(q N), as `quantile_higher`) of N = len(known) +
+    `population` values: `known` exactly, the other `population` through a uniform `sample` of them. The
+    quantile is at most x when at most N - ceil(q N) values exceed x; the bound is the least x (a known or
+    sampled value, or 1) for which the known values over x plus `count_ucb` of the sampled ones fit. With every
+    value known or sampled it is the quantile itself."""
+    total = len(known) + population
+    if not total:
+        return 0.0
+    room = total - min(total, max(1, math.ceil(q * total - 1e-9)))
+    candidates = np.unique(np.concatenate([[0.0], known, sample, [1.0]]))
+    known_sorted, sample_sorted = np.sort(known), np.sort(sample)
+
+    def fits(x: float) -> bool:
+        if x >= 1.0:  # no advantage or success exceeds 1
+            return True
+        over_known = len(known_sorted) - int(np.searchsorted(known_sorted, x, side="right"))
+        hits = len(sample_sorted) - int(np.searchsorted(sample_sorted, x, side="right"))
+        return over_known + count_ucb(population, len(sample), hits, confidence) <= room
+
+    lo, hi = 0, len(candidates) - 1  # fits() only turns true as x grows: a binary search over the candidates
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(float(candidates[mid])):
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(candidates[lo]) if fits(float(candidates[lo])) else float(candidates[-1])
 
 
 # --- keys ---------------------------------------------------------------------------------------------------
@@ -405,7 +460,7 @@ def assess_advantage(
     ceiling: float,
     population: dict[str, float] | None = None,
     hidden: tuple[np.ndarray, np.ndarray] | None = None,
-    recovery: RecoverySuccess | Callable[[], RecoverySuccess] | None = None,
+    recovery: RecoverySuccess | Callable[[tuple[np.ndarray, np.ndarray]], RecoverySuccess] | None = None,
 ) -> AdvantageReport:
     """Per-zone advantage of the release whose published key sets are `sets` (key names and published counts
     by key code; k the threshold). `hidden`: (unit code, zone) of every zone each unit has a true point in
@@ -426,14 +481,18 @@ def assess_advantage(
     zones = sorted(set(labels.tolist()))
     settled = all(quantile_higher(member[labels == zone], params.quantile) > ceiling for zone in zones)
     note, earlier = "not in the portfolio", 0.0
+    linked = np.arange(len(entries.unit))  # the recovery's targets (entry rows): every one unless it samples
     if callable(recovery):
-        recovery = None if settled else recovery()
+        linked = _recovery_sample(labels, zones, params)
+        recovery = None if settled else recovery((entries.unit[linked], entries.zone[linked]))
         if recovery is None:
             note = "not run: the membership attacker alone puts every zone over the ceiling"
+            linked = np.arange(len(entries.unit))
     elif recovery is not None:
         earlier = recovery.seconds  # computed before this call
     if recovery is not None:
-        note = f"run on every unit; {recovery.measured} targets over the ceiling measured without them"
+        sampled = "every unit" if len(linked) == len(entries.unit) else f"{len(linked):,} sampled targets"
+        note = f"run on {sampled}; {recovery.measured} targets over the ceiling measured without them"
     none = np.zeros(len(entries.unit))
     recovered = recovery.of(entries.unit, entries.zone) if recovery is not None else (none, none)
     guessers = _guessers(key_names)
@@ -453,11 +512,27 @@ def assess_advantage(
             else np.sort(rng.choice(rows, params.targets_per_zone, replace=False))
         )
         found = _sampled_attacks(sets, truth, entries, exposed_unit, guessers, params, sample, rng)
+        chosen = np.intersect1d(rows, linked, assume_unique=True)
         report.zones.append(
-            _zone_figures(zone, rows, sample, member, recovered, found, params, ceiling, population, exposed_unit, entries)
+            _zone_figures(
+                zone, rows, sample, chosen, member, recovered, found, params, ceiling, population, exposed_unit, entries
+            )
         )
     report.seconds = time.perf_counter() - started + earlier
     return report
+
+
+def _recovery_sample(labels: np.ndarray, zones: list[str], params: AdvantageParams) -> np.ndarray:
+    """The recovery's targets (entry rows, sorted): per zone label, every entry when there are at most
+    `recovery_targets_per_zone`, else that many drawn uniformly (seeded; a generator of its own, so the
+    regularity attackers' sample does not move with it)."""
+    rng = np.random.default_rng([params.seed, 1])
+    chosen = []
+    for zone in zones:
+        rows = np.flatnonzero(labels == zone)
+        n = params.recovery_targets_per_zone
+        chosen.append(rows if len(rows) <= n else np.sort(rng.choice(rows, n, replace=False)))
+    return np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64)
 
 
 def _sampled_attacks(
@@ -495,6 +570,7 @@ def _zone_figures(
     zone: str,
     rows: np.ndarray,
     sample: np.ndarray,
+    linked: np.ndarray,
     member: np.ndarray,
     recovered: tuple[np.ndarray, np.ndarray],
     found: dict[str, tuple[np.ndarray, np.ndarray]],
@@ -508,39 +584,49 @@ def _zone_figures(
     unit of the zone (the regularity attackers cannot exceed it: without a boundary key nothing of a unit's
     changes). `advantage_ucb`: the quantile over every unit of the larger of that and the recovery's bound (its
     success with the release, which bounds its advantage from above since its success without is >= 0, or its
-    advantage measured without the target), for every unit and without sampling. Success with and without:
-    the strongest attacker's, at the quantile."""
+    advantage measured without the target). A unit with a boundary key is at 1 exactly; the others' recovery
+    bounds are known for the recovery's `linked` targets, every unit of a small zone, a uniform sample of a
+    large one, where the quantile and the count of units over the ceiling are upper confidence bounds
+    (`quantile_ucb`, `count_ucb`). Success with and without: the strongest attacker's, at the quantile."""
     q = params.quantile
     recovery_with, recovery_bound = recovered
     sampled_adv = {name: np.clip(w - wo, 0.0, 1.0) for name, (w, wo) in found.items()}
     advantage = quantile_higher(member[rows], q)
-    bound = np.maximum(member[rows], recovery_bound[rows])
+    at_one = member[rows] >= 1.0
+    others = linked[member[linked] < 1.0]  # the sampled units without a boundary key
+    others_bound = recovery_bound[others]
+    population_others = int((~at_one).sum())
+    advantage_ucb = quantile_ucb(np.ones(int(at_one.sum())), population_others, others_bound, q, params.confidence)
+    hits = int((others_bound > ceiling).sum())
+    exposed = (int(at_one.sum()) if ceiling < 1.0 else 0) + count_ucb(
+        population_others, len(others), hits, params.confidence
+    )
     with_each = [w for w, _ in found.values()] + [recovery_with[sample]]
     success_with = np.max(np.vstack(with_each), axis=0) if len(sample) else np.zeros(0)
     success_without = np.max(np.vstack([wo for _, wo in found.values()]), axis=0) if len(sample) else np.zeros(0)
     by_attacker = {
         MEMBERSHIP: advantage,
         **{name: quantile_higher(adv, q) for name, adv in sampled_adv.items()},
-        RECOVERY: quantile_higher(recovery_bound[rows], q),
+        RECOVERY: quantile_ucb(np.zeros(0), len(rows), recovery_bound[linked], q, params.confidence),
     }
     strongest = max(ATTACKERS, key=lambda a: (by_attacker[a], a == MEMBERSHIP))
     if by_attacker[strongest] == 0.0:  # no attacker gains: name the one that succeeds most, with or without
         strongest = max(REGULARITY, key=lambda a: (quantile_higher(found[a][0], q), a == REGULARITY_DAY))
-    exposed = int((bound > ceiling).sum())
     public = population.get(zone) if population else None
     return ZoneAdvantage(
         zone=zone,
-        targets=len(sample),
+        targets=len(linked),
         units=None if zone == NO_PUBLISHED_FIGURE else len(rows),
         success_without=quantile_higher(success_without, q),
-        # the recovery ran on every unit: its quantile over the zone counts beside the sampled targets'
-        success_with=max(quantile_higher(success_with, q), quantile_higher(recovery_with[rows], q)),
+        # the recovery's targets (every unit of a small zone) count beside the regularity attackers'
+        success_with=max(quantile_higher(success_with, q), quantile_higher(recovery_with[linked], q)),
         advantage=advantage,
-        advantage_ucb=quantile_higher(bound, q),  # every unit of the zone: no sampling error
+        advantage_ucb=advantage_ucb,
         strongest=strongest,
         exposed=exposed,
         exposed_share=(exposed / public) if public else None,
         boundary_units=int(exposed_unit[entries.unit[rows]].sum()),
+        regularity_targets=len(sample),
     )
 
 

@@ -60,6 +60,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+import pandas as pd
 from ortools.graph.python import min_cost_flow
 
 from spatial_release import tasks
@@ -713,11 +714,15 @@ def attack_risk(
     params: AttackParams = AttackParams(),
     recovered: Recovered | None = None,
     only: np.ndarray | None = None,
+    targets: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> AttackReport:
     """Per-zone linkage and membership figures of the release `view` for the true memberships (unit, step,
     area codes; units numbered 0..U-1), each area's risk zone (`zone_of_area`, strings). `only`: link only the
-    knowledge sets of these units (the others count as failures; the knowledge drawn is the same as without
-    it, so a target's success can be compared between two views)."""
+    knowledge sets of these units; `targets`: only those of these (unit code, zone name) entries (the others
+    count as failures in either case; the knowledge drawn is the same as without them, so a target's success
+    can be compared between two views, and equals its success when every unit is linked). Linking a sample,
+    the trajectories are matched to the units only where a sampled knowledge set can pick them
+    (`_reachable`): the per-zone figures and the recovery's accuracy then describe the sample alone."""
     started = time.perf_counter()
     recovered = recover_trajectories(view, params) if recovered is None else recovered
     n_areas = view.areas
@@ -738,9 +743,6 @@ def attack_risk(
         recovered.trajectories,
     )
     hidden_key = np.arange(view.steps * width) % width == n_areas
-    pairs, shared, _, precision = best_matches(rec, truth_view, hidden_key)
-    ties = np.bincount(pairs // max(n_units, 1), minlength=rec.units) if len(pairs) else np.zeros(rec.units)
-    guess = _guess_success(pairs, shared, ties, n_units, rec.units)
     drawn = draw_knowledge(truth_cells, params.knowledge())
     rows = len(drawn.entry_zone) * params.draws
     success = np.zeros(rows)
@@ -748,20 +750,30 @@ def attack_risk(
     out_hit = np.zeros(rows)
     target = np.zeros(rows, dtype=np.int64)
     sizes = np.diff(rec.key_offsets)
+    linked = _linked_entries(drawn, only, targets)
     jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (rows, knowledge sets, targets)
     for row_ids, keysets in drawn.by_width:
         target[row_ids] = drawn.entry_unit[row_ids // params.draws]
-        if only is not None:
-            keep = np.isin(target[row_ids], only)
+        if linked is not None:
+            keep = linked[row_ids // params.draws]
             row_ids, keysets = row_ids[keep], keysets[keep]
         view_sets = view_key_of[keysets.astype(np.int64)]  # withheld known points are WITHHELD to the recovery
         for part in _row_chunks(sizes[view_sets].min(axis=1)):  # bounded memory: candidates per chunk
             jobs.append((row_ids[part], view_sets[part], target[row_ids[part]]))
+    matched = rec if linked is None else _only_trajectories(rec, _reachable(rec, truth_view, jobs))
+    pairs, shared, _, precision = best_matches(matched, truth_view, hidden_key)
+    ties = np.bincount(pairs // max(n_units, 1), minlength=rec.units) if len(pairs) else np.zeros(rec.units)
+    guess = _guess_success(pairs, shared, ties, n_units, rec.units)
     for (chunk, _, _), (hit, fires_in, fires_out) in zip(
         jobs, _linkages(jobs, (rec, pairs, shared, ties, n_units, hidden_key, guess))
     ):
         success[chunk], member_hit[chunk], out_hit[chunk] = hit, fires_in, fires_out
-    report = AttackReport(trajectories=recovered.trajectories, accuracy=float(precision.mean()) if len(precision) else 0.0)
+    # the trajectories matched to units: every one, or those a sampled knowledge set can pick
+    was_matched = np.diff(matched.unit_offsets) > 0 if linked is not None else np.ones(rec.units, dtype=bool)
+    report = AttackReport(
+        trajectories=recovered.trajectories,
+        accuracy=float(precision[was_matched].mean()) if was_matched.any() else 0.0,
+    )
     entry_success = success.reshape(-1, params.draws).mean(axis=1) if rows else np.zeros(0)
     report.targets = (drawn.entry_unit, np.asarray(drawn.zones, dtype=object)[drawn.entry_zone], entry_success)
     for code, zone in enumerate(drawn.zones):
@@ -772,6 +784,7 @@ def attack_risk(
         advantage = max(0.0, float(member_hit[row_mask].mean() - out_hit[row_mask].mean()))
         in_zone = np.isin(rec.unit_keys, np.flatnonzero(key_zone == zone))
         owners = distinct_sorted(np.repeat(np.arange(rec.units), np.diff(rec.unit_offsets))[in_zone])
+        owners = owners[was_matched[owners]]
         report.zones.append(
             ZoneAttack(
                 zone=str(zone),
@@ -783,6 +796,47 @@ def attack_risk(
         )
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _linked_entries(drawn, only: np.ndarray | None, targets: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray | None:
+    """Per drawn entry: whether it is linked (None: every entry)."""
+    if only is None and targets is None:
+        return None
+    keep = np.ones(len(drawn.entry_unit), dtype=bool)
+    if only is not None:
+        keep &= np.isin(drawn.entry_unit, only)
+    if targets is not None:
+        zone_code = pd.Index(np.asarray(drawn.zones).astype(str)).get_indexer(np.asarray(targets[1]).astype(str))
+        found = zone_code >= 0
+        wanted = np.asarray(targets[0], dtype=np.int64)[found] * max(len(drawn.zones), 1) + zone_code[found]
+        keep &= np.isin(drawn.entry_unit.astype(np.int64) * max(len(drawn.zones), 1) + drawn.entry_zone, wanted)
+    return keep
+
+
+def _reachable(rec: KeySets, truth_view: KeySets, jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> np.ndarray:
+    """The trajectories a linked knowledge set can pick, or whose matches its guess reads: every candidate of a
+    set holds its first point (the anchor; `_linkage` falls back to the anchor alone), and a set whose anchor no
+    trajectory holds guesses among all of them, where only a trajectory sharing a point with the target can be
+    the target's best match with a published point shown (`_guess_success`): the holders of the target's points."""
+    anchors = np.unique(np.concatenate([sets[:, 0] for _, sets, _ in jobs])) if jobs else np.zeros(0, dtype=np.int64)
+    held = np.diff(rec.key_offsets)[anchors] > 0
+    keys = [anchors[held]]
+    unheld = [t[np.isin(sets[:, 0], anchors[~held])] for _, sets, t in jobs]
+    for unit in np.unique(np.concatenate(unheld or [np.zeros(0, dtype=np.int64)])).astype(np.int64).tolist():
+        keys.append(np.asarray(truth_view.unit_keys[truth_view.unit_offsets[unit] : truth_view.unit_offsets[unit + 1]]))
+    wanted = np.unique(np.concatenate(keys)).astype(np.int64)
+    starts, ends = rec.key_offsets[wanted], rec.key_offsets[wanted + 1]
+    picked = np.zeros(rec.units, dtype=bool)
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        picked[rec.key_units[a:b]] = True
+    return picked
+
+
+def _only_trajectories(rec: KeySets, keep: np.ndarray) -> KeySets:
+    """`rec` with every trajectory not in `keep` emptied (unit-major side only: what `best_matches` reads)."""
+    counts = np.where(keep, np.diff(rec.unit_offsets), 0)
+    owner = np.repeat(np.arange(rec.units), np.diff(rec.unit_offsets))
+    return KeySets(rec.key_zone, KeySets.offsets(counts), rec.unit_keys[keep[owner]], rec.key_offsets, rec.key_units)
 
 
 def without_unit(view: ReleaseView, unit: np.ndarray, step: np.ndarray, area: np.ndarray, target: int) -> ReleaseView:

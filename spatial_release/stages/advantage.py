@@ -167,7 +167,10 @@ def advantage_of(
     boundary = np.zeros(sets.units, dtype=bool)
     held = np.repeat(np.arange(sets.units), np.diff(sets.unit_offsets))[key_count[sets.unit_keys] == ctx.policy.k]
     boundary[held] = True
-    recovery = lambda: recovery_success(ctx, zone_of_cells, unit_names, params, ceiling, boundary, rung)  # noqa: E731
+
+    def recovery(targets: tuple[np.ndarray, np.ndarray]) -> RecoverySuccess:
+        return recovery_success(ctx, zone_of_cells, unit_names, params, ceiling, boundary, rung, targets)
+
     return assess_advantage(sets, names, key_count, ctx.policy.k, params, ceiling, population, hidden, recovery)
 
 
@@ -192,18 +195,20 @@ def recovery_success(
     ceiling: float,
     boundary: np.ndarray,
     rung: str | None = None,
+    targets: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> RecoverySuccess:
     """The trajectory recovery's success per (unit, zone) target on every view the candidate publishes (each
     zoning at the policy's bucket and at each rung of its time ladder; a proposal: its cells at `rung`), the
     worst view per target, with units coded as `unit_names` (the key sets' order; a unit of the memberships
-    without a published key is left out: it has no entry in the gate). The targets whose success is over the
-    `ceiling` and who hold no published figure at exactly k (`boundary`, by unit code: the membership attacker
-    already puts those at 1), in zones that attacker does not already put at 1, are measured: the recovery is
-    re-run without each (`risk.attack.without_unit`), and their bound is the largest gain of a view; the others
-    keep their success as the bound."""
+    without a published key is left out: it has no entry in the gate). `targets`: the (unit code, zone) targets
+    to link (the gate's sample; None: every unit); the recovery itself always runs on the whole view. The
+    targets whose success is over the `ceiling` and who hold no published figure at exactly k (`boundary`, by
+    unit code: the membership attacker already puts those at 1), in zones that attacker does not already put at
+    1, are measured: the recovery is re-run without each (`risk.attack.without_unit`), and their bound is the
+    largest gain of a view; the others keep their success as the bound."""
     started = time.perf_counter()
     attack = AttackParams(points=params.points, draws=params.draws, seed=params.seed)
-    runs = [run for run in _recovery_runs(ctx, zone_of_cells, unit_names, attack, rung) if run is not None]
+    runs = [run for run in _recovery_runs(ctx, zone_of_cells, unit_names, attack, rung, targets) if run is not None]
     if not runs:
         empty = np.zeros(0)
         return RecoverySuccess(empty.astype(np.int64), empty.astype(object), empty, None, 0, time.perf_counter() - started)
@@ -239,9 +244,17 @@ def _worth_measuring(worst: pd.Series, boundary: np.ndarray, ceiling: float, qua
     return worst[keep].groupby(level=0).max()
 
 
-def _recovery_runs(ctx, zone_of_cells, unit_names: np.ndarray, attack: AttackParams, rung: str | None):
+def _recovery_runs(
+    ctx,
+    zone_of_cells,
+    unit_names: np.ndarray,
+    attack: AttackParams,
+    rung: str | None,
+    targets: tuple[np.ndarray, np.ndarray] | None = None,
+):
     """Per view: its inputs and the recovery's success per target (u: the key sets' unit code, a: the view's
-    own unit code, zone, s); None for a view with no published figure (nothing to recover or reveal)."""
+    own unit code, zone, s), of the `targets` only when given; None for a view with no published figure
+    (nothing to recover or reveal)."""
     views: list[tuple[str | None, str | None, bool]] = []  # (zoning, rung, proposal)
     if rung is not None:
         views = [(None, rung, True)]
@@ -254,12 +267,19 @@ def _recovery_runs(ctx, zone_of_cells, unit_names: np.ndarray, attack: AttackPar
         if not len(inputs.view.figure_area) or inputs.unit_names is None:
             yield None
             continue
-        report = attack_risk(inputs.view, inputs.unit, inputs.step, inputs.area, inputs.zone_of_area, attack)
+        linked = None
+        if targets is not None:  # the targets in the view's own unit codes
+            own = pd.Index(inputs.unit_names.astype(str)).get_indexer(np.asarray(unit_names)[targets[0]].astype(str))
+            linked = (own[own >= 0], np.asarray(targets[1], dtype=object)[own >= 0])
+        report = attack_risk(inputs.view, inputs.unit, inputs.step, inputs.area, inputs.zone_of_area, attack, targets=linked)
         assert report.targets is not None
         unit, zone, success = report.targets
         code = names.get_indexer(inputs.unit_names.astype(str)[unit])
         frame = pd.DataFrame({"u": code, "a": unit, "zone": zone.astype(str), "s": success})
-        yield inputs, frame[code >= 0]
+        if targets is not None:  # the others were not linked: no figure, rather than a 0 taken for one
+            wanted = pd.MultiIndex.from_arrays([np.asarray(targets[0], dtype=np.int64), np.asarray(targets[1]).astype(str)])
+            frame = frame[pd.MultiIndex.from_arrays([frame["u"], frame["zone"]]).isin(wanted)]
+        yield inputs, frame[frame["u"] >= 0]
 
 
 def _measured_gains(runs: list, chosen: np.ndarray, attack: AttackParams) -> pd.DataFrame:
