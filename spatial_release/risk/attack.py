@@ -555,30 +555,27 @@ def _allocate(
     by_state: dict[int, list[tuple[int, int]]] = {}
     for (s, slot), f in flows.items():
         by_state.setdefault(s, []).append((slot, f))
-    for s, outs in by_state.items():
+    pools, slots = [], []
+    for s, outs in by_state.items():  # the shuffles here, in this order: the generator's stream is the reference's
         pool = members[starts[s] : starts[s + 1]]
-        ordered = sorted(outs, key=lambda o: -o[1])
-        if len(pool) == 1:  # the first slot with a flow takes it
-            first = next((slot for slot, f in ordered if f > 0), None)
-            if first is not None:
-                result[pool[0]] = -1 if first == n_cells + 1 else (withheld_code if first == n_cells else int(areas[first]))
-            continue
-        pool = pool[rng.permutation(len(pool))]
-        free = np.ones(len(pool), dtype=bool)
-        before = yesterday[pool] if yesterday is not None else None
-        for slot, f in ordered:
-            code = -1 if slot == n_cells + 1 else (withheld_code if slot == n_cells else int(areas[slot]))
-            if before is not None and code >= 0:
-                # the free trajectories that were here the day before, then the other free ones, each in pool order
-                back = free & (before == code)
-                chosen = np.flatnonzero(back)
-                if len(chosen) < f:
-                    chosen = np.concatenate([chosen, np.flatnonzero(free & ~back)])
-                chosen = chosen[:f]
-            else:
-                chosen = np.flatnonzero(free)[:f]
-            result[pool[chosen]] = code
-            free[chosen] = False
+        pools.append(pool if len(pool) == 1 else pool[rng.permutation(len(pool))])
+        slots.append(sorted(outs, key=lambda o: -o[1]))
+    flat = [o for outs in slots for o in outs]
+    slot_of = np.array([o[0] for o in flat], dtype=np.int64)
+    code = np.where(
+        slot_of == n_cells + 1,
+        -1,
+        np.where(slot_of == n_cells, withheld_code, areas[np.minimum(slot_of, n_cells - 1)] if n_cells else -1),
+    )
+    kernels.allocate_states(
+        np.concatenate(pools or [np.zeros(0, dtype=np.int64)]).astype(np.int64),
+        KeySets.offsets(np.array([len(p) for p in pools], dtype=np.int64)),
+        code.astype(np.int64),
+        np.array([o[1] for o in flat], dtype=np.int64),
+        KeySets.offsets(np.array([len(outs) for outs in slots], dtype=np.int64)),
+        None if yesterday is None else np.asarray(yesterday, dtype=np.int64),
+        result,
+    )
     return result
 
 
@@ -814,20 +811,24 @@ def _linked_entries(drawn, only: np.ndarray | None, targets: tuple[np.ndarray, n
 
 
 def _reachable(rec: KeySets, truth_view: KeySets, jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> np.ndarray:
-    """The trajectories a linked knowledge set can pick, or whose matches its guess reads: every candidate of a
-    set holds its first point (the anchor; `_linkage` falls back to the anchor alone), and a set whose anchor no
-    trajectory holds guesses among all of them, where only a trajectory sharing a point with the target can be
-    the target's best match with a published point shown (`_guess_success`): the holders of the target's points."""
-    anchors = np.unique(np.concatenate([sets[:, 0] for _, sets, _ in jobs])) if jobs else np.zeros(0, dtype=np.int64)
-    held = np.diff(rec.key_offsets)[anchors] > 0
-    keys = [anchors[held]]
-    unheld = [t[np.isin(sets[:, 0], anchors[~held])] for _, sets, t in jobs]
-    for unit in np.unique(np.concatenate(unheld or [np.zeros(0, dtype=np.int64)])).astype(np.int64).tolist():
-        keys.append(np.asarray(truth_view.unit_keys[truth_view.unit_offsets[unit] : truth_view.unit_offsets[unit + 1]]))
-    wanted = np.unique(np.concatenate(keys)).astype(np.int64)
-    starts, ends = rec.key_offsets[wanted], rec.key_offsets[wanted + 1]
+    """The trajectories a linked knowledge set can pick, or whose matches its guess reads (`_linkage`): its
+    candidates (every trajectory holding all its points); with none, those holding its first point (the anchor);
+    with none of those either, it guesses among all of them, where only a trajectory sharing a point with the
+    target can be the target's best match with a published point shown (`_guess_success`): the holders of the
+    target's points."""
     picked = np.zeros(rec.units, dtype=bool)
-    for a, b in zip(starts.tolist(), ends.tolist()):
+    keys: list[np.ndarray] = []
+    for _, view_sets, target in jobs:
+        row, owner = _candidates(rec, view_sets)
+        picked[owner] = True
+        lone = np.flatnonzero(np.bincount(row, minlength=len(view_sets)) == 0)
+        anchors = view_sets[lone, 0].astype(np.int64)
+        held = np.diff(rec.key_offsets)[anchors] > 0
+        keys.append(anchors[held])
+        for unit in np.unique(target[lone][~held]).astype(np.int64).tolist():
+            keys.append(np.asarray(truth_view.unit_keys[truth_view.unit_offsets[unit] : truth_view.unit_offsets[unit + 1]]))
+    wanted = np.unique(np.concatenate(keys)).astype(np.int64) if keys else np.zeros(0, dtype=np.int64)
+    for a, b in zip(rec.key_offsets[wanted].tolist(), rec.key_offsets[wanted + 1].tolist()):
         picked[rec.key_units[a:b]] = True
     return picked
 

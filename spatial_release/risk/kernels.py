@@ -378,6 +378,45 @@ def _key_major(
     return offsets, out
 
 
+@njit(nogil=True, cache=True)
+def _allocate_states(
+    pools: np.ndarray,
+    pool_offsets: np.ndarray,
+    slot_codes: np.ndarray,
+    slot_flows: np.ndarray,
+    slot_offsets: np.ndarray,
+    yesterday: np.ndarray,
+    regular: bool,
+    result: np.ndarray,
+) -> None:
+    for s in range(len(pool_offsets) - 1):
+        lo, hi = pool_offsets[s], pool_offsets[s + 1]
+        if hi - lo == 1:  # a state of one trajectory: the first slot with a flow takes it
+            for j in range(slot_offsets[s], slot_offsets[s + 1]):
+                if slot_flows[j] > 0:
+                    result[pools[lo]] = slot_codes[j]
+                    break
+            continue
+        free = np.ones(hi - lo, dtype=np.bool_)
+        for j in range(slot_offsets[s], slot_offsets[s + 1]):
+            code, left = slot_codes[j], slot_flows[j]
+            if regular and code >= 0:  # those here the day before first, each pass in pool order
+                for i in range(hi - lo):
+                    if left == 0:
+                        break
+                    if free[i] and yesterday[pools[lo + i]] == code:
+                        result[pools[lo + i]] = code
+                        free[i] = False
+                        left -= 1
+            for i in range(hi - lo):
+                if left == 0:
+                    break
+                if free[i]:
+                    result[pools[lo + i]] = code
+                    free[i] = False
+                    left -= 1
+
+
 def _within(name: str, codes: np.ndarray, bound: int) -> None:
     """Refuse codes outside 0..bound-1 (the compiled loops would read past their arrays)."""
     if len(codes) and (int(codes.min()) < 0 or int(codes.max()) >= bound):
@@ -512,3 +551,28 @@ def key_major(
     if len(unit_offsets) == 0 or unit_offsets[0] != 0 or unit_offsets[-1] != len(unit_keys):
         raise ValueError("key sets: unit offsets do not span the keys")
     return _key_major(unit_offsets, unit_keys, n_keys, np.zeros(0, dtype=unit_dtype))
+
+
+def allocate_states(
+    pools: np.ndarray,
+    pool_offsets: np.ndarray,
+    slot_codes: np.ndarray,
+    slot_flows: np.ndarray,
+    slot_offsets: np.ndarray,
+    yesterday: np.ndarray | None,
+    result: np.ndarray,
+) -> None:
+    """The recovery's allocation (`risk.attack._allocate`) once its states' pools are shuffled: per state s, its
+    trajectories pools[pool_offsets[s]:...] in their shuffled order and its slots (area code, flow) in serving
+    order slot_*[slot_offsets[s]:...]; each slot takes its flow from the free trajectories, those whose
+    `yesterday` is its area first. Writes each trajectory's code into `result`."""
+    _within("pooled trajectories", pools, len(result))
+    if len(pool_offsets) != len(slot_offsets) or (len(pool_offsets) and (pool_offsets[-1] != len(pools))):
+        raise ValueError("allocation: pool and slot offsets do not describe the same states")
+    if len(slot_offsets) and slot_offsets[-1] != len(slot_codes):
+        raise ValueError("allocation: slot offsets do not span the slots")
+    regular = yesterday is not None
+    before = yesterday if yesterday is not None else np.zeros(len(result), dtype=np.int64)
+    if len(before) != len(result):
+        raise ValueError(f"allocation: {len(before):,} day-before areas for {len(result):,} trajectories")
+    _allocate_states(pools, pool_offsets, slot_codes, slot_flows, slot_offsets, before, regular, result)
