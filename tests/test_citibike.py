@@ -276,7 +276,7 @@ def test_key_sets_coded_from_the_work_area_are_those_of_the_key_set_file(release
 
 
 ZONE_COLUMNS = {"zone", "targets", "success_without", "success_with", "advantage", "advantage_ucb", "strongest"}
-ZONE_COLUMNS |= {"exposed_share", "uniqueness_bound"}
+ZONE_COLUMNS |= {"classifier", "exposed_share", "uniqueness_bound"}
 
 
 def test_the_quarter_is_gated_on_the_advantage_and_its_table_is_in_the_record(release):

@@ -357,6 +357,14 @@ class RiskSpec(_Strict):
         "protects again, rung by rung, until every zone passes (the frontier of what was tried is "
         "recorded); 'propose' only names the rung that would pass",
     )
+    count_classifier: Literal["report", "gate"] = Field(
+        default="report",
+        description="the membership classifier on the published counts (Pyrgelis et al.; risk.advantage "
+        "`membership_classifier`): 'report' shows its figure per zone beside the gate's, 'gate' makes the gate read "
+        "it too. Exact counts of tens to hundreds of units give each of them an advantage of about 0.1 against it "
+        "(docs/risk.md), so 'gate' with a ceiling of 0.05 refuses most exact-count releases: what differential "
+        "privacy (protection.method dp) is for",
+    )
     landscape: str = Field(description="the auxiliary-landscape YAML, relative to the policy file")
     per_release_ceiling: float = Field(default=0.05, gt=0.0, le=1.0)
     cumulative_ceiling: float = Field(default=0.20, gt=0.0, le=1.0)

@@ -102,7 +102,7 @@ class RiskRecord(Record):
     upper_bound_zone: str | None = None
     warning: str | None = None
     # risk.model advantage: per zone, zone, targets, success_without, success_with, advantage, advantage_ucb,
-    # strongest, exposed_share, uniqueness_bound (stages.results.ZoneFigures.public_row)
+    # strongest, classifier, exposed_share, uniqueness_bound (stages.results.ZoneFigures.public_row)
     zones: list[dict[str, Any]] | None = None
     # protection.method dp: the population's privacy accounting (accounting, measure, loss, budget, spent before
     # and with this release, left); absent from a k-anonymous release's record

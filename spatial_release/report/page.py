@@ -206,7 +206,7 @@ def ledger_line(record: ReleaseRecord) -> str:
 
 
 ZONE_COLUMNS = ["zone", "targets", "success_without", "success_with", "advantage", "advantage_ucb", "strongest"]
-ZONE_COLUMNS += ["exposed_share", "uniqueness_bound"]
+ZONE_COLUMNS += ["classifier", "exposed_share", "uniqueness_bound"]
 
 
 def risk_zone_rows(view: ReleaseView) -> tuple[list[str], list[list[str]]]:

@@ -73,13 +73,14 @@ import pandas as pd
 from spatial_release.risk.estimator import KeySets
 
 MEMBERSHIP = "membership_threshold"
+CLASSIFIER = "membership_classifier"
 REGULARITY_DAY = "regularity_day"
 REGULARITY_WEEK = "regularity_week"
 REGULARITY_ALL = "regularity_all"
 REGULARITY_ROUTINE = "regularity_routine"
 REGULARITY = (REGULARITY_DAY, REGULARITY_WEEK, REGULARITY_ALL, REGULARITY_ROUTINE)
 RECOVERY = "trajectory_recovery"
-ATTACKERS = (MEMBERSHIP, *REGULARITY, RECOVERY)
+ATTACKERS = (MEMBERSHIP, CLASSIFIER, *REGULARITY, RECOVERY)
 NO_PUBLISHED_FIGURE = "(zones with no published figure)"
 
 DAY_MINUTES = 24 * 60
@@ -110,6 +111,9 @@ class AdvantageParams:
     # `confidence` (hypergeometric, `count_ucb`). 500 covers Citi Bike's wards whole (430 bikes).
     recovery_targets_per_zone: int = 500
     confidence: float = 0.95
+    # The membership classifier on the counts: reported per zone always; read by the gate only when the policy
+    # says so (risk.count_classifier: gate), since it puts most exact-count releases over a ceiling of 0.05.
+    gate_classifier: bool = False
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,7 @@ class ZoneAdvantage:
     exposed_share: float | None
     boundary_units: int
     regularity_targets: int = 0  # the regularity attackers' sampled targets (`targets`: the recovery's)
+    classifier: float = 0.0  # the membership classifier's advantage at the quantile, over every unit (exact)
 
     def gated(self) -> float:
         """The zone's figure against the ceiling: the larger of the quantile's bound and the exposed share."""
@@ -339,6 +344,80 @@ class SamePlace:
         return np.concatenate(found) if found else np.asarray(keys)[:0]
 
 
+# --- membership by the counts (Pyrgelis et al.'s classifier, every unit) ------------------------------------
+
+MIN_VARIANCE = 0.25  # a count model's variance floor: two equal reference counts must not make a certainty
+
+
+def key_classes(times: KeyTimes) -> np.ndarray:
+    """Per key, its class: the same area and level at the same UTC hour of the day."""
+    return times.prefix.astype(np.int64) * 24 + (times.minute % DAY_MINUTES) // 60
+
+
+def count_model(classes: np.ndarray, key_count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per published key, how many other published keys share its class (the adversary's references) and the
+    variance of their counts (leave-one-out; the Poisson variance, the count, where there are fewer than
+    three). The classifier's training data in Pyrgelis et al. are aggregates without the target; here they are
+    the release's own other buckets of the same area and hour."""
+    count = np.asarray(key_count, dtype=float)
+    groups = pd.DataFrame({"g": classes, "c": count, "c2": count * count}).groupby("g")
+    n = groups["c"].transform("size").to_numpy(dtype=float) - 1
+    total = groups["c"].transform("sum").to_numpy() - count
+    squares = groups["c2"].transform("sum").to_numpy() - count * count
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = total / n
+        variance = (squares - n * mean * mean) / (n - 1)
+    variance = np.where(n >= 3, variance, np.maximum(count, 1.0))
+    return n, np.maximum(np.nan_to_num(variance, nan=MIN_VARIANCE), MIN_VARIANCE)
+
+
+def classifier_advantage(variances: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """Per knowledge set (rows: the count variance of each known published key, and how much the removal of
+    the target moves that key's count against its references, 1 - the share of references the target is in
+    too), the advantage of the best test of "the target is in the data" from those counts under the
+    adversary's Gaussian count model. The log-likelihood ratio sum_j (c_j - mu_j - 1/2) / var_j has variance
+    w = sum_j 1 / var_j; without the target it moves by d = sum_j shift_j / var_j (the count one lower, the
+    references as much lower as the target was in them), so the best threshold separates the two by their
+    total variation, 2 Phi(d / (2 sqrt(w))) - 1 (Neyman-Pearson)."""
+    from scipy.stats import norm
+
+    inverse = 1.0 / variances
+    w = inverse.sum(axis=1)
+    d = (np.clip(shift, 0.0, 1.0) * inverse).sum(axis=1)
+    return 2.0 * norm.cdf(d / (2.0 * np.sqrt(np.maximum(w, 1e-12)))) - 1.0
+
+
+def _classifier_per_entry(
+    sets: KeySets, entries: _Entries, classes: np.ndarray, key_count: np.ndarray, params: AdvantageParams
+) -> np.ndarray:
+    """The classifier's advantage per gate entry (unit, zone), the mean over the landscape's knowledge draws
+    (`estimator.draw_knowledge`, the uniqueness bound's and the recovery's draws); an entry of a zone where
+    the unit has no published key takes the largest of the unit's entries."""
+    from spatial_release.risk.estimator import RiskParams, draw_knowledge
+
+    references, variance = count_model(classes, key_count)
+    owner = np.repeat(np.arange(sets.units, dtype=np.int64), np.diff(sets.unit_offsets))
+    # how many of each unit's keys fall in each class: the target's own presence among a key's references
+    held = pd.Series(1, index=pd.MultiIndex.from_arrays([owner, classes[sets.unit_keys]])).groupby(level=[0, 1]).size()
+    drawn = draw_knowledge(sets, RiskParams(points=params.points, draws=params.draws, seed=params.seed))
+    rows = len(drawn.entry_zone) * params.draws
+    per_row = np.zeros(rows)
+    for row_ids, keysets in drawn.by_width:
+        keys = keysets.astype(np.int64)
+        unit = np.repeat(drawn.entry_unit[row_ids // params.draws].astype(np.int64), keys.shape[1])
+        mine = held.reindex(pd.MultiIndex.from_arrays([unit, classes[keys].ravel()])).to_numpy(dtype=float)
+        share = (mine.reshape(keys.shape) - 1.0) / np.maximum(references[keys], 1.0)
+        per_row[row_ids] = classifier_advantage(variance[keys], 1.0 - share)
+    per_entry = per_row.reshape(-1, params.draws).mean(axis=1) if rows else np.zeros(0)
+    zones = np.asarray(drawn.zones).astype(str)[drawn.entry_zone]
+    found = pd.Series(per_entry, index=pd.MultiIndex.from_arrays([drawn.entry_unit.astype(np.int64), zones]))
+    found = found.groupby(level=[0, 1]).max()
+    wanted = pd.MultiIndex.from_arrays([entries.unit.astype(np.int64), entries.zone.astype(str)])
+    got = found.reindex(wanted).to_numpy()
+    best_of_unit = found.groupby(level=0).max().reindex(entries.unit.astype(np.int64)).to_numpy()
+    return np.nan_to_num(np.where(np.isnan(got), best_of_unit, got), nan=0.0)
+
+
 # --- the assessment -----------------------------------------------------------------------------------------
 
 
@@ -439,8 +518,8 @@ def _regularity(
     return success_with, np.where(exposed_unit[targets], 0.0, success_with)
 
 
-def _guessers(key_names: np.ndarray) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
-    times = KeyTimes.parse(key_names)
+def _guessers(key_names: np.ndarray | KeyTimes) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
+    times = key_names if isinstance(key_names, KeyTimes) else KeyTimes.parse(key_names)
     shifts = {name: key_shifts(times, minutes) for name, minutes in SHIFTS.items()}
     same_place = SamePlace(times)
     return {
@@ -495,7 +574,9 @@ def assess_advantage(
         note = f"run on {sampled}; {recovery.measured} targets over the ceiling measured without them"
     none = np.zeros(len(entries.unit))
     recovered = recovery.of(entries.unit, entries.zone) if recovery is not None else (none, none)
-    guessers = _guessers(key_names)
+    times = KeyTimes.parse(key_names)
+    classified = _classifier_per_entry(sets, entries, key_classes(times), key_count, params)
+    guessers = _guessers(times)
     truth = sets  # the best-match kernel reads 32- or 64-bit codes alike: no copy of the pairs
     rng = np.random.default_rng(params.seed)
     report = AdvantageReport(
@@ -515,7 +596,19 @@ def assess_advantage(
         chosen = np.intersect1d(rows, linked, assume_unique=True)
         report.zones.append(
             _zone_figures(
-                zone, rows, sample, chosen, member, recovered, found, params, ceiling, population, exposed_unit, entries
+                zone,
+                rows,
+                sample,
+                chosen,
+                member,
+                classified,
+                recovered,
+                found,
+                params,
+                ceiling,
+                population,
+                exposed_unit,
+                entries,
             )
         )
     report.seconds = time.perf_counter() - started + earlier
@@ -572,6 +665,7 @@ def _zone_figures(
     sample: np.ndarray,
     linked: np.ndarray,
     member: np.ndarray,
+    classified: np.ndarray,
     recovered: tuple[np.ndarray, np.ndarray],
     found: dict[str, tuple[np.ndarray, np.ndarray]],
     params: AdvantageParams,
@@ -591,10 +685,12 @@ def _zone_figures(
     q = params.quantile
     recovery_with, recovery_bound = recovered
     sampled_adv = {name: np.clip(w - wo, 0.0, 1.0) for name, (w, wo) in found.items()}
-    advantage = quantile_higher(member[rows], q)
+    gated_classifier = classified if params.gate_classifier else np.zeros(len(classified))
+    exact = np.maximum(member, gated_classifier)  # the gated attackers computed for every unit
+    advantage = quantile_higher(exact[rows], q)
     at_one = member[rows] >= 1.0
     others = linked[member[linked] < 1.0]  # the sampled units without a boundary key
-    others_bound = recovery_bound[others]
+    others_bound = np.maximum(recovery_bound[others], gated_classifier[others])
     population_others = int((~at_one).sum())
     advantage_ucb = quantile_ucb(np.ones(int(at_one.sum())), population_others, others_bound, q, params.confidence)
     hits = int((others_bound > ceiling).sum())
@@ -605,7 +701,8 @@ def _zone_figures(
     success_with = np.max(np.vstack(with_each), axis=0) if len(sample) else np.zeros(0)
     success_without = np.max(np.vstack([wo for _, wo in found.values()]), axis=0) if len(sample) else np.zeros(0)
     by_attacker = {
-        MEMBERSHIP: advantage,
+        MEMBERSHIP: quantile_higher(member[rows], q),
+        CLASSIFIER: quantile_higher(gated_classifier[rows], q),
         **{name: quantile_higher(adv, q) for name, adv in sampled_adv.items()},
         RECOVERY: quantile_ucb(np.zeros(0), len(rows), recovery_bound[linked], q, params.confidence),
     }
@@ -627,6 +724,7 @@ def _zone_figures(
         exposed_share=(exposed / public) if public else None,
         boundary_units=int(exposed_unit[entries.unit[rows]].sum()),
         regularity_targets=len(sample),
+        classifier=quantile_higher(classified[rows], q),
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -319,7 +320,7 @@ def candidate_advantage(
         path = ctx.area.unit_keys
     landscape_path = ctx.policy.resolve(risk.landscape)
     population = zone_population(ctx.policy, landscape, landscape_path, ctx.layers)
-    params = advantage_params(landscape)
+    params = replace(advantage_params(landscape), gate_classifier=risk.count_classifier == "gate")
     # one memo of the assessment per set of inputs: the climbing loop's last pass, the risk step and the publish
     # step assess the same candidate
     inputs = {

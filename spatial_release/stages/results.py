@@ -143,6 +143,7 @@ class ZoneFigures(Record):
     strongest: str | None = None
     exposed: int | None = None  # internal: units over the ceiling (an upper bound), never published
     exposed_share: float | None = None
+    classifier: float | None = None  # the membership classifier on the counts, at the quantile
     boundary_units: int | None = None  # internal
     complete: bool | None = None  # every unit of the zone was a target
 
@@ -160,6 +161,7 @@ class ZoneFigures(Record):
             "advantage": public_ratio(self.advantage),
             "advantage_ucb": public_ratio(self.advantage_ucb),
             "strongest": self.strongest,
+            "classifier": public_ratio(self.classifier),
             "exposed_share": public_ratio(self.exposed_share, 1),
             "uniqueness_bound": public_ratio(self.journalist_mean if adversary == "journalist" else self.prosecutor_mean),
         }

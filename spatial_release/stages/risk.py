@@ -433,6 +433,7 @@ def with_advantage_figures(zones: list[ZoneFigures], found: AdvantageReport) -> 
                 strongest=z.strongest,
                 exposed=z.exposed,
                 exposed_share=None if z.exposed_share is None else round(z.exposed_share, 6),
+                classifier=round(z.classifier, 6),
                 boundary_units=z.boundary_units,
                 complete=z.targets == z.units,
             )

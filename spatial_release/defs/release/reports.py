@@ -147,7 +147,7 @@ def _zone_rows(risk: stages.RiskAssessment, attack: bool) -> list[str]:
 
 
 ADVANTAGE_COLUMNS = ["zone", "targets", "success without", "success with", "advantage", "advantage (upper bound)"]
-ADVANTAGE_COLUMNS += ["strongest attacker", "exposed share of public population", "uniqueness bound"]
+ADVANTAGE_COLUMNS += ["strongest attacker", "count classifier", "exposed share of public population", "uniqueness bound"]
 
 
 def advantage_table(risk: stages.RiskAssessment) -> str:
@@ -155,7 +155,7 @@ def advantage_table(risk: stages.RiskAssessment) -> str:
     rows = risk.record().zones or []
     table = "| " + " | ".join(ADVANTAGE_COLUMNS) + " |\n|" + "---|" * len(ADVANTAGE_COLUMNS) + "\n"
     keys = ["zone", "targets", "success_without", "success_with", "advantage", "advantage_ucb", "strongest"]
-    keys += ["exposed_share", "uniqueness_bound"]
+    keys += ["classifier", "exposed_share", "uniqueness_bound"]
     for row in rows:
         shown = ["all" if k == "targets" and row[k] is None else ("-" if row[k] is None else str(row[k])) for k in keys]
         table += "| " + " | ".join(shown) + " |\n"
