@@ -72,6 +72,7 @@ def run(persons: int, size_m: int, bucket: str) -> dict:
         "advantage": worst["advantage"],
         "advantage_ucb": worst["advantage_ucb"],
         "strongest": worst["strongest"],
+        "classifier": worst.get("classifier"),  # the count classifier, reported beside the gate (risk.count_classifier)
         "uniqueness_bound": risk["upper_bound"],
         "decision": risk["status"] + ("" if outcome.published else " (not published)"),
         "risk_step_s": risk["seconds"],

@@ -398,15 +398,18 @@ def _classifier_per_entry(
     references, variance = count_model(classes, key_count)
     owner = np.repeat(np.arange(sets.units, dtype=np.int64), np.diff(sets.unit_offsets))
     # how many of each unit's keys fall in each class: the target's own presence among a key's references
-    held = pd.Series(1, index=pd.MultiIndex.from_arrays([owner, classes[sets.unit_keys]])).groupby(level=[0, 1]).size()
+    _, class_code = np.unique(classes, return_inverse=True)
+    n_classes = int(class_code.max()) + 1 if len(class_code) else 1
+    held_code, held = np.unique(owner * n_classes + class_code[sets.unit_keys], return_counts=True)
     drawn = draw_knowledge(sets, RiskParams(points=params.points, draws=params.draws, seed=params.seed))
     rows = len(drawn.entry_zone) * params.draws
     per_row = np.zeros(rows)
     for row_ids, keysets in drawn.by_width:
         keys = keysets.astype(np.int64)
-        unit = np.repeat(drawn.entry_unit[row_ids // params.draws].astype(np.int64), keys.shape[1])
-        mine = held.reindex(pd.MultiIndex.from_arrays([unit, classes[keys].ravel()])).to_numpy(dtype=float)
-        share = (mine.reshape(keys.shape) - 1.0) / np.maximum(references[keys], 1.0)
+        unit = drawn.entry_unit[row_ids // params.draws].astype(np.int64)[:, None]
+        # every known key is one of the target's own: its (unit, class) is among the counted ones
+        mine = held[np.searchsorted(held_code, unit * n_classes + class_code[keys])].astype(float)
+        share = (mine - 1.0) / np.maximum(references[keys], 1.0)
         per_row[row_ids] = classifier_advantage(variance[keys], 1.0 - share)
     per_entry = per_row.reshape(-1, params.draws).mean(axis=1) if rows else np.zeros(0)
     zones = np.asarray(drawn.zones).astype(str)[drawn.entry_zone]
