@@ -20,6 +20,10 @@ gone without it (an over-approximation of what changes), and for the others noth
   the published key I know it was in is published". For a unit with a boundary key some key of it is published
   with it and not without it: advantage 1 (at most 1 for any knowledge, so never below the truth); for the
   others the two releases agree on every key of theirs: advantage 0. Computed for every unit, never sampled.
+- `membership_classifier` (Pyrgelis et al.'s classifier on the aggregates): the best threshold test of "in the
+  data" from the counts of the known keys, under a Gaussian count model the adversary learns from the release's
+  other buckets of the same area and hour (`classifier_advantage`). Exact for every unit. Reported per zone; read
+  by the gate only under `risk.count_classifier: gate` (`AdvantageParams.gate_classifier`).
 - `regularity_day`, `regularity_week`, `regularity_all` (attribute inference with regularity priors;
   `regularity_day` is the trivial attacker): the target was in the same published area the day
   before and the day after each known key (`_week`: and the same time a week before and after; `_all`: at every
@@ -35,7 +39,8 @@ gone without it (an over-approximation of what changes), and for the others noth
   counts are one lower and the recovered trajectories move (`tests/test_advantage_recovery.py` re-runs the
   recovery without chosen targets and finds such gains). The recovery is a global problem, so it is re-run per
   target only where it matters: it runs once on every view the candidate publishes (the worst view per
-  target), and a target's success *with* the release bounds its advantage (its success without is >= 0).
+  target) and links `recovery_targets_per_zone` sampled targets per zone (every unit of a smaller zone), and a
+  target's success *with* the release bounds its advantage (its success without is >= 0).
   The targets whose success is over the ceiling and who hold no figure at exactly k are then measured: the
   recovery is re-run on each view without them (same published pattern, their figures one lower, the same
   knowledge drawn), and their bound is the largest gain (`stages.advantage.recovery_success`; past a cap of
@@ -50,11 +55,11 @@ on no unit of a published release.
 - `advantage`: the `quantile` (0.95) of the per-target advantage over every unit of the zone (the strongest
   attacker per target, each attacker's advantage the mean over the draws);
 - `advantage_ucb`: its upper bound, the quantile over every unit of the larger of the membership advantage and
-  the recovery's success with the release: every unit of the zone is a target of both, and the sampled
-  regularity attackers cannot add to it;
+  the recovery's bound: exact in a zone the recovery linked whole, else an upper confidence bound from its
+  sample (`quantile_ucb`); the sampled regularity attackers cannot add to it;
 - `success_with`, `success_without`: the quantiles of the strongest attacker's success on the candidate (the
-  sampled targets' and the recovery's over every unit) and of the regularity attackers' on the counterfactual;
-- `exposed`: the number of the zone's units whose bound is over the ceiling (exact), and `exposed_share`,
+  sampled targets' and the recovery's) and of the regularity attackers' on the counterfactual;
+- `exposed`: the number of the zone's units whose bound is over the ceiling (or its `count_ucb`), and `exposed_share`,
   that number over the zone's *public* population (the landscape), never over the data's own units, which
   padding inflates.
 Never a mean over units: a mean can be diluted by adding harmless units.
