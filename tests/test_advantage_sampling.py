@@ -108,3 +108,31 @@ def test_the_gate_on_a_sampled_zone_is_not_below_the_gate_on_every_unit():
     assert sampled.zones[0].advantage_ucb >= exact
     assert sampled.zones[0].exposed >= int((truth > 0.05).sum())
     assert "300 sampled targets" in sampled.recovery and whole.recovery.startswith("run on every unit")
+
+
+def test_a_zone_assessed_whole_is_marked_complete_so_its_unit_count_is_not_published():
+    """The units of zones with no published figure are one entry; when every one of them is a target, the number
+    of targets is their count, an unpublished figure: the zone must say it was assessed whole (release.json then
+    shows no number), and a sampled zone must not."""
+    from spatial_release.risk.advantage import NO_PUBLISHED_FIGURE
+    from spatial_release.stages.risk import with_advantage_figures
+
+    units = 12
+    sets = KeySets.from_codes(
+        np.arange(units, dtype=np.int64), np.zeros(units, dtype=np.int64), np.array(["z"], dtype=object)
+    )
+    names = np.array(["c0@2018-01-01T00:00Z"], dtype=object)
+    hidden = (np.arange(units, dtype=np.int64), np.full(units, "w", dtype=object))  # all truly in w, nothing shown there
+
+    def provider(targets) -> RecoverySuccess:
+        return RecoverySuccess(
+            np.asarray(targets[0], dtype=np.int64), np.asarray(targets[1], dtype=object), np.zeros(len(targets[0]))
+        )
+
+    for per_zone, whole in ((50, True), (5, False)):
+        params = AdvantageParams(recovery_targets_per_zone=per_zone)
+        report = assess_advantage(sets, names, np.array([units]), 5, params, 0.05, None, hidden, provider)
+        merged = next(z for z in report.zones if z.zone == NO_PUBLISHED_FIGURE)
+        assert merged.units is None and merged.complete is whole
+        row = next(z for z in with_advantage_figures([], report) if z.zone == NO_PUBLISHED_FIGURE).public_row("journalist")
+        assert (row["targets"] is None) is whole

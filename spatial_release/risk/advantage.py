@@ -136,6 +136,9 @@ class ZoneAdvantage:
     boundary_units: int
     regularity_targets: int = 0  # the regularity attackers' sampled targets (`targets`: the recovery's)
     classifier: float = 0.0  # the membership classifier's advantage at the quantile, over every unit (exact)
+    # every unit of the zone was a target of the recovery: `targets` is then its unit count, which the release
+    # must not publish (for the zones with no published figure, a figure nothing else shows)
+    complete: bool = False
 
     def gated(self) -> float:
         """The zone's figure against the ceiling: the larger of the quantile's bound and the exposed share."""
@@ -733,6 +736,7 @@ def _zone_figures(
         boundary_units=int(exposed_unit[entries.unit[rows]].sum()),
         regularity_targets=len(sample),
         classifier=quantile_higher(classified[rows], q),
+        complete=len(linked) == len(rows),
     )
 
 

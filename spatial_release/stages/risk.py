@@ -435,7 +435,7 @@ def with_advantage_figures(zones: list[ZoneFigures], found: AdvantageReport) -> 
                 exposed_share=None if z.exposed_share is None else round(z.exposed_share, 6),
                 classifier=round(z.classifier, 6),
                 boundary_units=z.boundary_units,
-                complete=z.targets == z.units,
+                complete=z.complete or z.targets == z.units,
             )
         )
     return sorted(out + list(by_zone.values()), key=lambda z: z.zone)
