@@ -136,3 +136,29 @@ def test_a_zone_assessed_whole_is_marked_complete_so_its_unit_count_is_not_publi
         assert merged.units is None and merged.complete is whole
         row = next(z for z in with_advantage_figures([], report) if z.zone == NO_PUBLISHED_FIGURE).public_row("journalist")
         assert (row["targets"] is None) is whole
+
+
+def test_a_sampled_zone_reports_no_less_success_than_the_recovery_has_on_every_unit():
+    """success_with is what hidden attackers are compared with: from a sample it is an upper confidence bound, so
+    the recovery's success over every unit of the zone is not above it (negative control: the sample's plain
+    quantile is, for this zone)."""
+    rng = np.random.default_rng(21)
+    units = 3_000
+    success = _population(rng, units, 0.06)
+    names = np.array([f"c{i}@2018-01-01T00:00Z" for i in range(40)], dtype=object)
+    keys = np.arange(units) % 40
+    sets = KeySets.from_codes(np.arange(units, dtype=np.int64), keys.astype(np.int64), np.full(40, "z", dtype=object))
+    linked: list[np.ndarray] = []
+
+    def provider(targets) -> RecoverySuccess:
+        linked.append(np.asarray(targets[0]))
+        return RecoverySuccess(
+            np.asarray(targets[0], dtype=np.int64), np.asarray(targets[1], dtype=object), success[targets[0]]
+        )
+
+    zone = assess_advantage(
+        sets, names, np.bincount(keys), 5, AdvantageParams(recovery_targets_per_zone=300), 0.05, None, None, provider
+    ).zones[0]
+    truth = quantile_higher(success, Q)
+    assert zone.success_with >= truth
+    assert quantile_higher(success[linked[0]], Q) < truth  # this zone's sample alone under-reports

@@ -726,8 +726,12 @@ def _zone_figures(
         targets=len(linked),
         units=None if zone == NO_PUBLISHED_FIGURE else len(rows),
         success_without=quantile_higher(success_without, q),
-        # the recovery's targets (every unit of a small zone) count beside the regularity attackers'
-        success_with=max(quantile_higher(success_with, q), quantile_higher(recovery_with[linked], q)),
+        # the recovery's targets count beside the regularity attackers': every unit of a small zone, else its
+        # sample's upper confidence bound (an attacker measured on every unit must not report more)
+        success_with=max(
+            quantile_higher(success_with, q),
+            quantile_ucb(np.zeros(0), len(rows), recovery_with[linked], q, params.confidence),
+        ),
         advantage=advantage,
         advantage_ucb=advantage_ucb,
         strongest=strongest,
