@@ -555,7 +555,9 @@ def assess_advantage(
     """Per-zone advantage of the release whose published key sets are `sets` (key names and published counts
     by key code; k the threshold). `hidden`: (unit code, zone) of every zone each unit has a true point in
     (the entries of zones where none of its keys is published come from it). `recovery`: the trajectory
-    recovery's success on the candidate per target, or what computes it; None: not in the portfolio. It is not
+    recovery's success on the candidate per target (taken as covering every unit), or what computes it for
+    the (unit code, zone) targets it is given (`recovery_targets_per_zone` per zone); None: not in the
+    portfolio. It is not
     computed when the membership attacker alone puts every zone over the ceiling: the release is refused (or
     climbs) whatever it finds, and the report says it did not run."""
     started = time.perf_counter()

@@ -66,7 +66,7 @@ from ortools.graph.python import min_cost_flow
 from spatial_release import tasks
 from spatial_release.arrays import distinct_sorted
 from spatial_release.risk import kernels
-from spatial_release.risk.estimator import KeySets, RiskParams, draw_knowledge
+from spatial_release.risk.estimator import Draws, KeySets, RiskParams, draw_knowledge
 
 STAY_COST = 1.0  # cost of leaving ABSENT or WITHHELD, or of entering them: about one typical distance
 REGULARITY = 1.0  # the pull of where a trajectory was at the same time the day before (Xu's across-day link)
@@ -795,7 +795,9 @@ def attack_risk(
     return report
 
 
-def _linked_entries(drawn, only: np.ndarray | None, targets: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray | None:
+def _linked_entries(
+    drawn: Draws, only: np.ndarray | None, targets: tuple[np.ndarray, np.ndarray] | None
+) -> np.ndarray | None:
     """Per drawn entry: whether it is linked (None: every entry)."""
     if only is None and targets is None:
         return None
