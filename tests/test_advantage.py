@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from support.regularity import START, K, day_release, regular_city
 
 from spatial_release.risk.advantage import (
     MEMBERSHIP,
@@ -20,63 +21,24 @@ from spatial_release.risk.advantage import (
 )
 from spatial_release.risk.estimator import KeySets
 
-K = 5
-START = pd.Timestamp("2018-01-01", tz="UTC")
-
-
-def _traces(n_units: int, cells: int, days: int, seed: int, decoys: int = 0) -> pd.DataFrame:
-    """A regular city: each unit at home every day and at work most days; decoys at one random place a day."""
-    rng = np.random.default_rng(seed)
-    home, work = rng.integers(cells, size=n_units), rng.integers(cells, size=n_units)
-    rows = []
-    for u in range(n_units):
-        for d in range(days):
-            rows.append((f"u{u:05d}", int(home[u]), d))
-            if rng.random() < 0.6:
-                rows.append((f"u{u:05d}", int(work[u]), d))
-    for j in range(decoys):
-        rows += [(f"z{j:05d}", int(rng.integers(cells)), d) for d in range(days)]
-    return pd.DataFrame(rows, columns=["unit", "cell", "day"]).drop_duplicates()
-
-
-def _release(traces: pd.DataFrame, k: int = K, zone_cells: int = 5):
-    """The published key sets of a release of cell x day counts at threshold k (no complements: the key sets
-    are what is published), the key names, their counts, and the true zones of each unit."""
-    f = traces.copy()
-    stamp = (START + pd.to_timedelta(f["day"], unit="D")).dt.strftime("%Y-%m-%dT%H:%MZ")
-    f["key"] = "c" + f["cell"].astype(str) + "@" + stamp
-    f["zone"] = "z" + (f["cell"] // zone_cells).astype(str)
-    counts = f.groupby("key")["unit"].nunique()
-    published = counts[counts >= k]
-    shown = f[f["key"].isin(published.index)]
-    unit_codes, units = pd.factorize(shown["unit"], sort=True)
-    key_codes, keys = pd.factorize(shown["key"], sort=True)
-    zone_of_key = shown.groupby("key")["zone"].first().reindex(keys).to_numpy(dtype=object)
-    sets = KeySets.from_codes(unit_codes.astype(np.int64), key_codes.astype(np.int64), zone_of_key)
-    names = np.asarray(keys, dtype=object)
-    true = f[["unit", "zone"]].drop_duplicates()
-    code = pd.Index(units).get_indexer(true["unit"])
-    hidden = (code[code >= 0].astype(np.int64), true["zone"].to_numpy(dtype=object)[code >= 0])
-    return sets, names, published.reindex(keys).to_numpy(), hidden, units
-
 
 def _assess(traces, k=K, population=None, params: AdvantageParams | None = None, zone_cells=5):
-    sets, names, counts, hidden, _ = _release(traces, k, zone_cells)
+    sets, names, counts, hidden, _ = day_release(traces, k, zone_cells)
     return assess_advantage(sets, names, counts, k, params or AdvantageParams(), 0.05, population, hidden)
 
 
 def test_fine_sparse_release_has_a_high_advantage_and_the_gate_refuses_it():
-    report = _assess(_traces(300, cells=80, days=30, seed=1))
+    report = _assess(regular_city(300, cells=80, days=30, seed=1))
     worst = report.worst()
     assert worst is not None and worst.gated() > 0.05
     # re-derived: units in a published key at exactly k are many
-    sets, names, counts, _, _ = _release(_traces(300, cells=80, days=30, seed=1))
+    sets, names, counts, _, _ = day_release(regular_city(300, cells=80, days=30, seed=1))
     assert (counts == K).sum() > 0 and report.boundary_keys == int((counts == K).sum())
 
 
 def test_coarse_dense_release_has_about_no_advantage():
-    report = _assess(_traces(300, cells=5, days=30, seed=1))
-    sets, names, counts, _, _ = _release(_traces(300, cells=5, days=30, seed=1))
+    report = _assess(regular_city(300, cells=5, days=30, seed=1))
+    sets, names, counts, _, _ = day_release(regular_city(300, cells=5, days=30, seed=1))
     assert (counts == K).sum() == 0  # no key at the threshold: nobody's removal changes what is published
     for zone in report.zones:
         assert zone.advantage == 0.0 and zone.advantage_ucb == 0.0
@@ -84,10 +46,10 @@ def test_coarse_dense_release_has_about_no_advantage():
 
 
 def test_a_planted_unit_at_exactly_k_in_a_rare_cell_is_found_by_membership_inference():
-    traces = _traces(200, cells=5, days=14, seed=3)
+    traces = regular_city(200, cells=5, days=14, seed=3)
     rare = pd.DataFrame([(f"p{i}", 99, 3) for i in range(K)], columns=["unit", "cell", "day"])  # cell 99: five units
     report = _assess(pd.concat([traces, rare], ignore_index=True), zone_cells=100)
-    sets, names, counts, _, units = _release(pd.concat([traces, rare], ignore_index=True), zone_cells=100)
+    sets, names, counts, _, units = day_release(pd.concat([traces, rare], ignore_index=True), zone_cells=100)
     planted = [i for i, u in enumerate(units) if str(u).startswith("p")]
     key = int(np.flatnonzero(names == "c99@" + (START + pd.Timedelta(days=3)).strftime("%Y-%m-%dT%H:%MZ"))[0])
     assert counts[key] == K
@@ -103,8 +65,8 @@ def test_a_planted_unit_at_exactly_k_in_a_rare_cell_is_found_by_membership_infer
 @pytest.mark.slow
 def test_decoys_do_not_lower_the_gated_figure():
     population = {f"z{i}": 200.0 for i in range(16)}
-    real = _traces(300, cells=80, days=30, seed=5)
-    padded = _traces(300, cells=80, days=30, seed=5, decoys=600)
+    real = regular_city(300, cells=80, days=30, seed=5)
+    padded = regular_city(300, cells=80, days=30, seed=5, decoys=600)
     before = _assess(real, population=population).worst()
     after = _assess(padded, population=population)
     assert before is not None and after.worst() is not None
@@ -115,7 +77,7 @@ def test_decoys_do_not_lower_the_gated_figure():
 
 
 def test_coarser_release_is_never_riskier():
-    traces = _traces(300, cells=80, days=30, seed=7)
+    traces = regular_city(300, cells=80, days=30, seed=7)
     fine = _assess(traces).worst()
     coarse_traces = traces.assign(cell=traces["cell"] // 4)
     coarse = _assess(coarse_traces, zone_cells=2).worst()  # the same 16 zones: 5 fine cells = 1.25 coarse ones
@@ -124,7 +86,7 @@ def test_coarser_release_is_never_riskier():
 
 
 def test_zones_with_no_published_figure_are_reported_with_their_units_figures():
-    traces = _traces(200, cells=5, days=10, seed=11)
+    traces = regular_city(200, cells=5, days=10, seed=11)
     lonely = pd.DataFrame([("u00000", 50, 2)], columns=["unit", "cell", "day"])  # one unit, alone in zone z10
     report = _assess(pd.concat([traces, lonely], ignore_index=True))
     hidden = [z for z in report.zones if z.zone == NO_PUBLISHED_FIGURE]
@@ -191,8 +153,8 @@ def _trivial_attacker(
 def test_a_simple_attacker_of_our_own_does_not_beat_the_gate(cells, days, routine):
     """(80 cells, 42 days) with home at night: the gate without `regularity_routine`, or with 2 knowledge sets
     per target, reported a success 0.3-0.4 below this attacker's in one zone."""
-    traces = _traces(120, cells=cells, days=days, seed=13)
-    sets, names, counts, hidden, _ = _release(traces)
+    traces = regular_city(120, cells=cells, days=days, seed=13)
+    sets, names, counts, hidden, _ = day_release(traces)
     report = assess_advantage(sets, names, counts, K, AdvantageParams(targets_per_zone=1000), 0.05, None, hidden)
     theirs = _trivial_attacker(sets, names, counts, seed=99, routine=routine)
     for zone in report.zones:
@@ -208,8 +170,8 @@ def test_a_simple_attacker_of_our_own_does_not_beat_the_gate(cells, days, routin
 def test_the_zone_advantage_is_the_quantile_of_the_units_with_a_key_at_exactly_k():
     """Re-derived from the counts: a unit's membership advantage is 1 when one of its published keys is at
     exactly k (its removal withholds it), else 0; the zone's figure is the 95th percentile over all its units."""
-    traces = _traces(300, cells=80, days=30, seed=1)
-    sets, names, counts, hidden, _ = _release(traces)
+    traces = regular_city(300, cells=80, days=30, seed=1)
+    sets, names, counts, hidden, _ = day_release(traces)
     report = assess_advantage(sets, names, counts, K, AdvantageParams(), 0.05, None, hidden)
     exposed = np.zeros(sets.units, dtype=bool)
     for u in range(sets.units):
@@ -244,5 +206,5 @@ def test_key_shifts_find_the_day_before_and_after():
 
 
 def test_membership_attacker_is_named_strongest_where_it_wins():
-    report = _assess(_traces(300, cells=80, days=30, seed=1))
+    report = _assess(regular_city(300, cells=80, days=30, seed=1))
     assert any(z.strongest == MEMBERSHIP and z.advantage > 0 for z in report.zones)

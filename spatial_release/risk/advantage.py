@@ -31,9 +31,11 @@ gone without it (an over-approximation of what changes), and for the others noth
   the period). The output is the known keys and those guesses that are published. Success is the
   project's rule: the target is the best Jaccard match of the output among every unit's published key set (a
   tie of t counts 1/t), and the output shows a published key of the target that the adversary did not know.
-  Without a target that has a boundary key, none of its keys is taken as published. Run on sampled targets
-  (stratified by zone): their success with and without is reported; their advantage is never above the
-  membership attacker's (it needs a boundary key too).
+  Without a target that has a boundary key, none of its keys is taken as published. Run on every unit of a zone
+  of up to `regularity_whole_zone` units, else on `targets_per_zone` sampled targets: their success with and
+  without is reported; their advantage is never above the membership attacker's (it needs a boundary key too).
+  The best match is `kernels.regularity_shares`: what `risk.attack.best_matches` finds, without the walk of
+  every posting where a holder of the target's rarest known key already beats the target.
 - `trajectory_recovery` (`risk.attack`: Xu et al.'s recovery from the counts, then linkage with the known
   points). It reads the counts, so it can gain on a unit without a boundary key too: without the target its
   counts are one lower and the recovered trajectories move (`tests/test_advantage_recovery.py` re-runs the
@@ -51,14 +53,16 @@ know it was in is >= 1") is not computed here: it can only tell a unit apart whe
 and the blocking suppression audit refuses any release with such a figure (`suppression.existence`), so it gains
 on no unit of a published release.
 
-**Per zone** (the regularity attackers' targets: every unit when they are few, else `targets_per_zone` sampled):
+**Per zone** (the regularity attackers' targets: every unit of a small zone, else `targets_per_zone` sampled):
 - `advantage`: the `quantile` (0.95) of the per-target advantage over every unit of the zone (the strongest
   attacker per target, each attacker's advantage the mean over the draws);
 - `advantage_ucb`: its upper bound, the quantile over every unit of the larger of the membership advantage and
   the recovery's bound: exact in a zone the recovery linked whole, else an upper confidence bound from its
   sample (`quantile_ucb`); the sampled regularity attackers cannot add to it;
 - `success_with`, `success_without`: the quantiles of the strongest attacker's success on the candidate (the
-  sampled targets' and the recovery's) and of the regularity attackers' on the counterfactual;
+  regularity attackers' targets' and the recovery's) and of the regularity attackers' on the counterfactual;
+  where either attacker ran on a sample of the zone, the upper confidence bound of that quantile
+  (`quantile_ucb`): an attacker measured on every unit must not report more;
 - `exposed`: the number of the zone's units whose bound is over the ceiling (or its `count_ucb`), and `exposed_share`,
   that number over the zone's *public* population (the landscape), never over the data's own units, which
   padding inflates.
@@ -68,14 +72,18 @@ Never a mean over units: a mean can be diluted by adding harmless units.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from spatial_release.risk import kernels
 from spatial_release.risk.estimator import KeySets
+from spatial_release.risk.kernels import Guesses
 
 MEMBERSHIP = "membership_threshold"
 CLASSIFIER = "membership_classifier"
@@ -102,9 +110,13 @@ class AdvantageParams:
     points: int = 4
     draws: int = 10
     seed: int = 20180101
-    # The regularity attackers' sample per zone: they are reported (success with and without), never the figure
-    # the gate reads (they gain only on the units the membership attacker puts at 1), so their cost is bounded.
-    targets_per_zone: int = 40
+    # The regularity attackers' targets: every unit of a zone of at most `regularity_whole_zone` units (exact),
+    # else `targets_per_zone` sampled. They are reported (success with and without), never the figure the gate
+    # reads (they gain only on the units the membership attacker puts at 1), so their cost is bounded. A sampled
+    # zone reports upper confidence bounds of their success (`quantile_ucb`), which need at least 59 targets to be
+    # below 1 at the 0.95 quantile and confidence; at 100 it is about the second largest of the sample.
+    targets_per_zone: int = 100
+    regularity_whole_zone: int = 500
     # Knowledge sets per sampled target (at most the landscape's draws). Two made each target's success a 0, 1/2
     # or 1, and the zone's quantile fell below what an attacker with every draw reaches (tests/test_advantage.py's
     # home-at-night attacker): the reported success_with must not be below theirs.
@@ -488,56 +500,37 @@ def _draw(
     return drawn
 
 
-def _tie_share(outputs: list[np.ndarray], targets: np.ndarray, truth: KeySets) -> np.ndarray:
-    """Per output: 1/t when its target is among the t units whose published key sets are its best Jaccard
-    matches, else 0."""
-    from spatial_release.risk.attack import best_matches
-
-    if not outputs:
-        return np.zeros(0)
-    offsets = KeySets.offsets(np.array([len(o) for o in outputs]))
-    flat = np.concatenate(outputs).astype(np.int64)
-    rec = KeySets(truth.key_zone, offsets, flat, np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    pairs, _, _, _ = best_matches(rec, truth, np.zeros(truth.keys, dtype=bool))
-    n_units = max(truth.units, 1)
-    ties = np.bincount(pairs // n_units, minlength=len(outputs)) if len(pairs) else np.zeros(len(outputs))
-    wanted = np.arange(len(outputs), dtype=np.int64) * n_units + targets
-    hit = np.isin(wanted, pairs)
-    return np.where(hit, 1.0 / np.maximum(ties, 1), 0.0)
-
-
 def _regularity(
-    sets: KeySets,
-    truth: KeySets,
-    exposed_unit: np.ndarray,
-    guesses_of: Callable[[np.ndarray], np.ndarray],
-    knowledge: list[np.ndarray],
-    targets: np.ndarray,
+    truth: KeySets, exposed_unit: np.ndarray, guesses: Guesses, knowledge: list[np.ndarray], targets: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Success with and without the target of the regularity guess from each knowledge set (its keys and the
-    published keys `guesses_of` them), under the project's rule. Without a target that has a boundary key
-    (`exposed_unit`), none of its keys is taken as published: no guess of it can be shown, so it reveals nothing
-    (success 0, whoever the output matches); without any other target nothing of its changes."""
-    outputs, reveal = [], []
-    for known, unit in zip(knowledge, targets.tolist()):
-        guesses = guesses_of(known)
-        guesses = np.setdiff1d(guesses[guesses >= 0], known)
-        mine = sets.unit_keys[sets.unit_offsets[unit] : sets.unit_offsets[unit + 1]]
-        outputs.append(np.union1d(known, guesses))
-        reveal.append(bool(np.isin(guesses, mine).any()))
-    success_with = _tie_share(outputs, targets, truth) * np.array(reveal, dtype=float)
+    published keys `guesses` makes of them), under the project's rule (`kernels.regularity_shares`). Without a
+    target that has a boundary key (`exposed_unit`), none of its keys is taken as published: no guess of it can be
+    shown, so it reveals nothing (success 0, whoever the output matches); without any other target nothing of
+    its changes."""
+    if not knowledge:
+        return np.zeros(0), np.zeros(0)
+    offsets = KeySets.offsets(np.array([len(k) for k in knowledge]))
+    known = np.concatenate(knowledge).astype(np.int64)
+    targets = np.asarray(targets, dtype=np.int64)
+    pieces = np.linspace(0, len(knowledge), min(len(knowledge), 4 * (os.cpu_count() or 1)) + 1).astype(np.int64)
+    common = (guesses, offsets, known, targets, truth.unit_offsets, truth.unit_keys, truth.key_offsets, truth.key_units)
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:  # the kernel holds no GIL
+        done = list(pool.map(lambda at, end: kernels.regularity_shares(*common, at, end), pieces[:-1], pieces[1:]))
+    success_with = np.concatenate(done)
     return success_with, np.where(exposed_unit[targets], 0.0, success_with)
 
 
-def _guessers(key_names: np.ndarray | KeyTimes) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
+def _guessers(key_names: np.ndarray | KeyTimes) -> dict[str, Guesses]:
     times = key_names if isinstance(key_names, KeyTimes) else KeyTimes.parse(key_names)
-    shifts = {name: key_shifts(times, minutes) for name, minutes in SHIFTS.items()}
     same_place = SamePlace(times)
+    grouped = (same_place.order.astype(np.int64), same_place.starts, same_place.group.astype(np.int64), same_place.minute)
+    none = np.zeros((0, 0), dtype=np.int64)
     return {
-        REGULARITY_DAY: lambda known: shifts[REGULARITY_DAY][known].ravel(),
-        REGULARITY_WEEK: lambda known: shifts[REGULARITY_WEEK][known].ravel(),
-        REGULARITY_ALL: same_place.of,
-        REGULARITY_ROUTINE: same_place.same_time_of_day,
+        REGULARITY_DAY: Guesses(kernels.GUESS_SHIFTS, key_shifts(times, SHIFTS[REGULARITY_DAY]), *grouped),
+        REGULARITY_WEEK: Guesses(kernels.GUESS_SHIFTS, key_shifts(times, SHIFTS[REGULARITY_WEEK]), *grouped),
+        REGULARITY_ALL: Guesses(kernels.GUESS_WEEK, none, *grouped),
+        REGULARITY_ROUTINE: Guesses(kernels.GUESS_TIME_OF_DAY, none, *grouped),
     }
 
 
@@ -602,7 +595,7 @@ def assess_advantage(
         rows = np.flatnonzero(labels == zone)
         sample = (
             rows
-            if len(rows) <= params.targets_per_zone
+            if len(rows) <= max(params.regularity_whole_zone, params.targets_per_zone)
             else np.sort(rng.choice(rows, params.targets_per_zone, replace=False))
         )
         found = _sampled_attacks(sets, truth, entries, exposed_unit, guessers, params, sample, rng)
@@ -646,7 +639,7 @@ def _sampled_attacks(
     truth: KeySets,
     entries: _Entries,
     exposed_unit: np.ndarray,
-    guessers: dict[str, Callable[[np.ndarray], np.ndarray]],
+    guessers: dict[str, Guesses],
     params: AdvantageParams,
     sample: np.ndarray,
     rng: np.random.Generator,
@@ -663,11 +656,7 @@ def _sampled_attacks(
     targets = entries.unit[sample][owner_arr] if len(owner_arr) else np.zeros(0, dtype=np.int64)
     found = {}
     for name in REGULARITY:
-        w, wo = (
-            _regularity(sets, truth, exposed_unit, guessers[name], knowledge, targets)
-            if knowledge
-            else (np.zeros(0), np.zeros(0))
-        )
+        w, wo = _regularity(truth, exposed_unit, guessers[name], knowledge, targets)
         found[name] = (_per_target(w, owner_arr, len(sample)), _per_target(wo, owner_arr, len(sample)))
     return found
 
@@ -727,11 +716,11 @@ def _zone_figures(
         zone=zone,
         targets=len(linked),
         units=None if zone == NO_PUBLISHED_FIGURE else len(rows),
-        success_without=quantile_higher(success_without, q),
-        # the recovery's targets count beside the regularity attackers': every unit of a small zone, else its
-        # sample's upper confidence bound (an attacker measured on every unit must not report more)
+        # every unit of a small zone, else the sample's upper confidence bound (an attacker measured on every unit
+        # must not report more), for the regularity attackers' targets and the recovery's alike, with and without
+        success_without=quantile_ucb(np.zeros(0), len(rows), success_without, q, params.confidence),
         success_with=max(
-            quantile_higher(success_with, q),
+            quantile_ucb(np.zeros(0), len(rows), success_with, q, params.confidence),
             quantile_ucb(np.zeros(0), len(rows), recovery_with[linked], q, params.confidence),
         ),
         advantage=advantage,

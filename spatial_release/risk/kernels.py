@@ -417,6 +417,235 @@ def _allocate_states(
                     left -= 1
 
 
+# The regularity attackers' guesses (`risk.advantage`): the keys a known key's guesses are drawn from.
+GUESS_SHIFTS = 0  # a table of keys x shifts: the same area at fixed offsets (-1: none published)
+GUESS_WEEK = 1  # the same area and level at every bucket within a week
+GUESS_TIME_OF_DAY = 2  # the same area and level at the same time of day (an hour either way) on every day
+WEEK_MINUTES = 7 * 24 * 60
+DAY_MINUTES = 24 * 60
+TIE = 1e-12  # the Jaccard tolerance of a tie, as `_select_ties`
+
+
+@njit(nogil=True, cache=True)
+def _mark_guesses(
+    mode: int,
+    key: int,
+    shifts: np.ndarray,
+    order: np.ndarray,
+    starts: np.ndarray,
+    group: np.ndarray,
+    minute: np.ndarray,
+    stamp: np.ndarray,
+    mark: int,
+    base: int,
+    out: np.ndarray,
+    n: int,
+) -> int:
+    """Append to out[n:] the guesses from `key` not yet in the output (`stamp` below `base`), stamped `mark`;
+    returns the new length."""
+    if mode == GUESS_SHIFTS:
+        for j in range(shifts.shape[1]):
+            g = shifts[key, j]
+            if g >= 0 and stamp[g] < base:
+                stamp[g] = mark
+                out[n] = g
+                n += 1
+        return n
+    lo, hi = starts[group[key]], starts[group[key] + 1]
+    if mode == GUESS_WEEK:
+        # members sorted by start: the first at or after start - a week, then on to the last at or before + a week
+        left, right = lo, hi
+        while left < right:
+            mid = (left + right) >> 1
+            if minute[order[mid]] < minute[key] - WEEK_MINUTES:
+                left = mid + 1
+            else:
+                right = mid
+        for p in range(left, hi):
+            g = order[p]
+            if minute[g] > minute[key] + WEEK_MINUTES:
+                break
+            if stamp[g] < base:
+                stamp[g] = mark
+                out[n] = g
+                n += 1
+        return n
+    for p in range(lo, hi):
+        g = order[p]
+        offset = ((minute[g] - minute[key]) % DAY_MINUTES + DAY_MINUTES) % DAY_MINUTES
+        if (offset <= 60 or offset >= DAY_MINUTES - 60) and stamp[g] < base:
+            stamp[g] = mark
+            out[n] = g
+            n += 1
+    return n
+
+
+@njit(nogil=True, cache=True)
+def _overlap(unit_offsets: np.ndarray, unit_keys: np.ndarray, unit: int, stamp: np.ndarray, base: int) -> tuple[int, int]:
+    """How many of `unit`'s keys the output holds (stamp >= base), and how many of them as guesses (base + 1)."""
+    held = 0
+    guessed = 0
+    for p in range(unit_offsets[unit], unit_offsets[unit + 1]):
+        s = stamp[unit_keys[p]]
+        if s >= base:
+            held += 1
+            if s == base + 1:
+                guessed += 1
+    return held, guessed
+
+
+@njit(nogil=True, cache=True)
+def _regularity_output(
+    mode: int,
+    known_keys: np.ndarray,
+    lo: int,
+    hi: int,
+    shifts: np.ndarray,
+    order: np.ndarray,
+    starts: np.ndarray,
+    group: np.ndarray,
+    minute: np.ndarray,
+    stamp: np.ndarray,
+    base: int,
+    output: np.ndarray,
+) -> int:
+    """The output of the knowledge set known_keys[lo:hi] into output[:n] (n returned): its known keys, stamped
+    `base`, then their guesses not among them, stamped base + 1."""
+    n = 0
+    for p in range(lo, hi):
+        key = known_keys[p]
+        if stamp[key] < base:
+            stamp[key] = base
+            output[n] = key
+            n += 1
+    for p in range(lo, hi):
+        n = _mark_guesses(mode, known_keys[p], shifts, order, starts, group, minute, stamp, base + 1, base, output, n)
+    return n
+
+
+@njit(nogil=True, cache=True)
+def _beaten_early(
+    known_keys: np.ndarray,
+    lo: int,
+    hi: int,
+    target: int,
+    jac_t: float,
+    n: int,
+    unit_offsets: np.ndarray,
+    unit_keys: np.ndarray,
+    key_offsets: np.ndarray,
+    key_units: np.ndarray,
+    stamp: np.ndarray,
+    base: int,
+    budget: int,
+) -> bool:
+    """Whether a holder of the target's rarest known key matches the output (n keys) strictly better than the
+    target: then the target is no tie for the best, whatever the other units. The holders are tried until their
+    keys read add up to `budget` (a share of what the whole walk of the output's postings reads)."""
+    rare, fewest = -1, len(key_units) + 1
+    for p in range(lo, hi):
+        key = known_keys[p]
+        if key_offsets[key + 1] - key_offsets[key] < fewest:
+            rare, fewest = key, key_offsets[key + 1] - key_offsets[key]
+    if rare < 0:
+        return False
+    spent = 0
+    for q in range(key_offsets[rare], key_offsets[rare + 1]):
+        unit = key_units[q]
+        if unit != target:
+            spent += unit_offsets[unit + 1] - unit_offsets[unit]
+            if spent > budget:
+                return False
+            c, _ = _overlap(unit_offsets, unit_keys, unit, stamp, base)
+            if jac_t < c / (n + (unit_offsets[unit + 1] - unit_offsets[unit]) - c) - TIE:
+                return True
+    return False
+
+
+@njit(nogil=True, cache=True)
+def _ties_at_best(
+    output: np.ndarray,
+    n: int,
+    jac_t: float,
+    unit_offsets: np.ndarray,
+    key_offsets: np.ndarray,
+    key_units: np.ndarray,
+    inter: np.ndarray,
+    touched: np.ndarray,
+) -> int:
+    """How many units tie for the best Jaccard with output[:n] when the target (Jaccard `jac_t`) is among
+    them, else 0 (`_best_slice`'s ties, counted). `inter` is left all zero."""
+    seen = 0
+    for p in range(n):
+        key = output[p]
+        for q in range(key_offsets[key], key_offsets[key + 1]):
+            unit = key_units[q]
+            if inter[unit] == 0:
+                touched[seen] = unit
+                seen += 1
+            inter[unit] += 1
+    best = 0.0
+    for j in range(seen):
+        unit = touched[j]
+        jac = inter[unit] / (n + (unit_offsets[unit + 1] - unit_offsets[unit]) - inter[unit])
+        if jac > best:
+            best = jac
+    ties = 0
+    for j in range(seen):
+        unit = touched[j]
+        c = inter[unit]
+        if c / (n + (unit_offsets[unit + 1] - unit_offsets[unit]) - c) >= best - TIE:
+            ties += 1
+        inter[unit] = 0
+    return ties if jac_t >= best - TIE else 0
+
+
+@njit(nogil=True, cache=True)
+def _regularity_slice(
+    mode: int,
+    known_offsets: np.ndarray,
+    known_keys: np.ndarray,
+    targets: np.ndarray,
+    shifts: np.ndarray,
+    order: np.ndarray,
+    starts: np.ndarray,
+    group: np.ndarray,
+    minute: np.ndarray,
+    unit_offsets: np.ndarray,
+    unit_keys: np.ndarray,
+    key_offsets: np.ndarray,
+    key_units: np.ndarray,
+    at: int,
+    end: int,
+    probe: int,
+) -> np.ndarray:
+    """Per knowledge set at..end-1, the regularity attacker's success (`regularity_shares`)."""
+    shares = np.zeros(end - at)
+    stamp = np.zeros(len(key_offsets) - 1, dtype=np.int64)
+    output = np.empty(len(key_offsets) - 1, dtype=np.int64)
+    inter = np.zeros(len(unit_offsets) - 1, dtype=np.int64)
+    touched = np.empty(len(unit_offsets) - 1, dtype=np.int64)
+    for i in range(at, end):
+        base = 2 * (i - at) + 2  # this output's stamps: base (a known key), base + 1 (a guess)
+        lo, hi = known_offsets[i], known_offsets[i + 1]
+        n = _regularity_output(mode, known_keys, lo, hi, shifts, order, starts, group, minute, stamp, base, output)
+        target = targets[i]
+        held, guessed = _overlap(unit_offsets, unit_keys, target, stamp, base)
+        if guessed == 0:  # the output shows nothing of the target's the adversary did not know
+            continue
+        jac_t = held / (n + (unit_offsets[target + 1] - unit_offsets[target]) - held)
+        walk = 0  # what the whole walk reads: the postings of the output's keys
+        for p in range(n):
+            walk += key_offsets[output[p] + 1] - key_offsets[output[p]]
+        args = (unit_offsets, unit_keys, key_offsets, key_units, stamp, base, walk // probe)
+        if _beaten_early(known_keys, lo, hi, target, jac_t, n, *args):
+            continue
+        ties = _ties_at_best(output, n, jac_t, unit_offsets, key_offsets, key_units, inter, touched)
+        if ties:
+            shares[i - at] = 1.0 / ties
+    return shares
+
+
 def _within(name: str, codes: np.ndarray, bound: int) -> None:
     """Refuse codes outside 0..bound-1 (the compiled loops would read past their arrays)."""
     if len(codes) and (int(codes.min()) < 0 or int(codes.max()) >= bound):
@@ -576,3 +805,77 @@ def allocate_states(
     if len(before) != len(result):
         raise ValueError(f"allocation: {len(before):,} day-before areas for {len(result):,} trajectories")
     _allocate_states(pools, pool_offsets, slot_codes, slot_flows, slot_offsets, before, regular, result)
+
+
+class Guesses(NamedTuple):
+    """What a regularity attacker guesses from each known key (`risk.advantage`): `mode` GUESS_SHIFTS with
+    `shifts` (keys x offsets, -1: none), or GUESS_WEEK / GUESS_TIME_OF_DAY over the keys grouped by area and level
+    (`order`: key codes by group then start, `starts`: each group's first position, `group` and `minute` per
+    key)."""
+
+    mode: int
+    shifts: np.ndarray
+    order: np.ndarray
+    starts: np.ndarray
+    group: np.ndarray
+    minute: np.ndarray
+
+
+# The holders of the target's rarest known key are tried first for a strictly better match, reading up to
+# 1 / PROBE_SHARE of what the whole walk would: a failed try costs that much more, a success saves the walk.
+PROBE_SHARE = 1
+
+
+def regularity_shares(
+    guesses: Guesses,
+    known_offsets: np.ndarray,
+    known_keys: np.ndarray,
+    targets: np.ndarray,
+    unit_offsets: np.ndarray,
+    unit_keys: np.ndarray,
+    key_offsets: np.ndarray,
+    key_units: np.ndarray,
+    at: int,
+    end: int,
+) -> np.ndarray:
+    """Per knowledge set at..end-1 (its keys known_keys[known_offsets[i]:...], all the target's own published keys),
+    the regularity attacker's success under the project's rule: the output is the known keys and their guesses;
+    0 when no guess is a published key of the target, else 1/t when the target is among the t units (the
+    published key sets unit_*, postings key_*) whose Jaccard with the output ties the best, else 0. What
+    `risk.attack.best_matches` finds for the output, without walking every posting of a knowledge set whose
+    target a unit among its rarest known key's holders already beats."""
+    n_keys, n_units = len(key_offsets) - 1, len(unit_offsets) - 1
+    if not 0 <= at <= end <= len(known_offsets) - 1 or len(targets) != len(known_offsets) - 1:
+        raise ValueError(f"regularity: knowledge sets {at}..{end} of {len(known_offsets) - 1} for {len(targets)} targets")
+    _postings(key_offsets, key_units)
+    _within("regularity: known keys", known_keys, n_keys)
+    _within("regularity: targets", targets, n_units)
+    _within("regularity: units' keys", unit_keys, n_keys)
+    _within("regularity: postings' units", key_units, n_units)
+    if guesses.mode == GUESS_SHIFTS:
+        if guesses.shifts.ndim != 2 or guesses.shifts.shape[0] != n_keys:
+            raise ValueError(f"regularity: a shift table of {n_keys:,} keys expected, got {guesses.shifts.shape}")
+        _within("regularity: shifted keys", guesses.shifts[guesses.shifts >= 0], n_keys)
+    else:
+        if len(guesses.group) != n_keys or len(guesses.minute) != n_keys or len(guesses.order) != n_keys:
+            raise ValueError("regularity: the grouped keys do not cover the key codes")
+        _within("regularity: grouped keys", guesses.order, n_keys)
+        _within("regularity: groups", guesses.group, len(guesses.starts) - 1)
+    return _regularity_slice(
+        guesses.mode,
+        known_offsets,
+        known_keys,
+        targets,
+        guesses.shifts,
+        guesses.order,
+        guesses.starts,
+        guesses.group,
+        guesses.minute,
+        unit_offsets,
+        unit_keys,
+        key_offsets,
+        key_units,
+        at,
+        end,
+        PROBE_SHARE,
+    )
