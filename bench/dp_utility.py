@@ -165,13 +165,13 @@ def frontier(dataset: str, epsilon: float) -> list[dict]:
         {
             "dataset": dataset,
             "epsilon": epsilon,
-            "configuration": row["configuration"],
-            "l0": row["l0"],
-            "scale": round(row["scale"], 3),
-            "threshold": row["threshold"],
-            "shown": round(row["shown"], 3),
-            "error_median": round(row["error_median"], 3) if row["error_median"] is not None else None,
-            "published": row["published"],
+            "configuration": row.configuration,
+            "l0": row.l0,
+            "scale": round(row.scale, 3),
+            "threshold": row.threshold,
+            "shown": round(row.shown, 3),
+            "error_median": round(row.error_median, 3) if row.error_median is not None else None,
+            "published": row.published,
         }
         for row in rows
     ]

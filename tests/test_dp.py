@@ -19,7 +19,7 @@ from spatial_release.dp import (
     release_counts,
 )
 from spatial_release.dp.bounding import rung_membership
-from spatial_release.dp.frontier import Configuration, evaluate, public_rows, shown_and_error
+from spatial_release.dp.frontier import Configuration, DpFrontierRow, evaluate, shown_and_error
 from spatial_release.levels import LEAF, TOTAL, rung_of, space_level
 
 DAY0 = pd.Timestamp("2018-01-01", tz="UTC")
@@ -244,8 +244,10 @@ def test_a_configurations_share_shown_and_error_are_measured_against_the_truth_a
     figures = shown_and_error(published, truth)
     assert figures["shown"] == pytest.approx(2 / 3)  # of the 3 non-empty cell figures (c0 day 1 is empty)
     assert figures["error_median"] == pytest.approx(0.1)
-    row = {"configuration": "1w, B=1, C=1", "l0": 3, "scale": 1.5, "threshold": 22, "published": False, **figures}
-    assert set(public_rows([row])[0]) == {"configuration", "l0", "scale", "threshold", "published"}
+    row = DpFrontierRow("1w, B=1, C=1", 1, 1, 3, [2.0, 1e-7], 1.5, 22, 4.5, **figures, published=False)
+    assert {"shown", "error_median"} <= set(row.to_json())  # the internal row carries them...
+    public = {"configuration", "max_buckets", "max_areas", "l0", "scale", "threshold", "interval95", "published"}
+    assert set(row.public().to_json()) == public  # ...release.json's does not
 
 
 @pytest.mark.slow
@@ -253,13 +255,21 @@ def test_every_configuration_is_calibrated_at_the_policys_loss():
     params = DpParams("approx", 1e-6, 2, 1, epsilon=1.0)
     rows = [
         evaluate(
-            membership(units=1200), Configuration(rung, b, c), RUNGS.get(rung or ""), PARENTS, LEVELS, params, "visitors", 3
+            membership(units=1200),
+            Configuration(rung, b, c),
+            RUNGS.get(rung or ""),
+            PARENTS,
+            LEVELS,
+            params,
+            "visitors",
+            3,
+            name=Configuration(rung, b, c).name("1d"),
         )
         for rung, b, c in ((None, 2, 1), ("2d", 1, 2), ("period", 1, 2))
     ]
-    assert [r["l0"] for r in rows] == [Sensitivity.of(LEVELS, b, c).l0 for b, c in ((2, 1), (1, 2), (1, 2))]
-    assert all(r["loss"][0] == pytest.approx(1.0) and r["loss"][1] <= 1e-6 for r in rows)
-    assert rows[1]["scale"] == rows[2]["scale"] and rows[0]["scale"] != rows[1]["scale"]
+    assert [r.l0 for r in rows] == [Sensitivity.of(LEVELS, b, c).l0 for b, c in ((2, 1), (1, 2), (1, 2))]
+    assert all(r.loss[0] == pytest.approx(1.0) and r.loss[1] <= 1e-6 for r in rows)
+    assert rows[1].scale == rows[2].scale and rows[0].scale != rows[1].scale
     assert (
-        rows[2]["shown"] == 1.0 and rows[2]["shown"] > rows[0]["shown"]
+        rows[2].shown == 1.0 and rows[2].shown > rows[0].shown
     )  # every cell of the whole period, each held by about 300 units, is shown

@@ -325,14 +325,12 @@ def check_the_frontier_at_equal_loss(ctx: stages.ReleaseContext, record: dict, f
         )
         assert calibration.spent()[0] == pytest.approx(2.0)  # equal epsilon
     internal = stages.ProtectionManifest.read(ctx.area.candidate).summary.frontier or []
-    assert len(internal) == 4 and all(0 <= r["shown"] <= 1 for r in internal)
+    assert len(internal) == 4 and all(0 <= r.shown <= 1 for r in internal)
     true_cells, _ = stages.read_true_counts(ctx.area)
     cut = {pd.Timestamp(b) for b in ctx.structure.cut}
     true_cells = true_cells[(true_cells["n"] > 0) & ~pd.to_datetime(true_cells["bucket_start"], utc=True).isin(cut)]
     shown = figures[figures["level"] == LEAF][["area_id", "bucket_start"]].rename(columns={"area_id": "cell_id"})
-    assert internal[0]["shown"] == pytest.approx(
-        len(shown.merge(true_cells, on=["cell_id", "bucket_start"])) / len(true_cells)
-    )
+    assert internal[0].shown == pytest.approx(len(shown.merge(true_cells, on=["cell_id", "bucket_start"])) / len(true_cells))
 
 
 @pytest.mark.slow

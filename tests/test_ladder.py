@@ -367,8 +367,8 @@ def test_a_blocked_risk_gate_proposes_the_ladder_rungs_with_their_figures(tmp_pa
     ctx = _run_to_candidate(policy, tmp_path)
     risk = stages.run_risk(ctx, Ledger(tmp_path / "ledger"))
     assert risk.status == "block"
-    assert [p["rung"] for p in risk.coarsening] == ["1w", "period"]
-    assert all(p["release_figure"] is not None for p in risk.coarsening)
+    assert [p.rung for p in risk.coarsening] == ["1w", "period"]
+    assert all(p.release_figure is not None for p in risk.coarsening)
     outcome = stages.check_risk_budget(ctx)
     assert not outcome.passed and ("coarsening proposed" in outcome.summary or "no rung" in outcome.summary)
     # the keys a week release would show: exactly the units of each cell week that passes k
@@ -433,22 +433,22 @@ def test_a_zone_over_the_attack_gate_is_shown_coarser_and_the_frontier_says_so(t
     ceiling = worst_figure * 0.99
     ctx, summary, risk = _climbed(tmp_path / "apply", ceiling, "apply")
     first, *rest = summary.frontier
-    assert first["configuration"] == "as counted" and not first["passed"] and first["worst_zone_over"] == worst_zone
-    assert rest and worst_zone in rest[0]["zones_coarsened"]
+    assert first.configuration == "as counted" and not first.passed and first.worst_zone_over == worst_zone
+    assert rest and worst_zone in rest[0].zones_coarsened
     cells = pd.read_parquet(ctx.area.candidate / "cells.parquet")
-    if summary.frontier[-1]["passed"]:
+    if summary.frontier[-1].passed:
         assert risk.status != "block" and risk.release_figure <= ceiling
-        climbed = {z for z, step in summary.frontier[-1]["zones_coarsened"].items() if step >= 1}
+        climbed = {z for z, step in summary.frontier[-1].zones_coarsened.items() if step >= 1}
         assert not set(cells["cell_id"]) & climbed  # their days are withheld...
         margins = pd.read_parquet(ctx.area.candidate / "margins.parquet")
         assert set(margins.loc[margins["level"].str.startswith(LEAF + "@"), "area_id"]) & climbed  # ...shown coarser
     else:
         assert risk.status == "block"
-    assert len(risk.frontier) == len(summary.frontier) and risk.frontier[0]["configuration"] == "as counted"
-    assert [row["passed"] for row in risk.frontier] == [row["passed"] for row in summary.frontier]
-    assert all(set(row) == {"configuration", "passed", "published"} for row in risk.frontier)
-    zones = {z for row in summary.frontier for z in row["zones_coarsened"]}
-    assert not any(z in row["configuration"] for row in risk.frontier for z in zones)  # no zone is named
+    assert len(risk.frontier) == len(summary.frontier) and risk.frontier[0].configuration == "as counted"
+    assert [row.passed for row in risk.frontier] == [row.passed for row in summary.frontier]
+    assert all(set(row.to_json()) == {"configuration", "passed", "published"} for row in risk.frontier)
+    zones = {z for row in summary.frontier for z in row.zones_coarsened}
+    assert not any(z in row.configuration for row in risk.frontier for z in zones)  # no zone is named
     # negative control: without coarsening, the same ceiling blocks
     _, unchanged, blocked = _climbed(tmp_path / "propose", ceiling, "propose")
     assert unchanged.frontier is None and blocked.status == "block"

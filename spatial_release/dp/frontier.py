@@ -8,18 +8,18 @@ configuration is what follows from the policy alone: its bounds, sensitivity, no
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Literal
 
 import pandas as pd
 
 from spatial_release.dp.bounding import bound_contributions, bounded_counts, rung_membership
 from spatial_release.dp.consistency import consistent_counts
-from spatial_release.dp.mechanism import DpParams, Sensitivity, calibrate, release_counts
+from spatial_release.dp.mechanism import Calibration, DpParams, Sensitivity, calibrate, release_counts
 from spatial_release.levels import LEAF
+from spatial_release.release import PublicDpFrontierRow, Record
 
 KEY = ["level", "area_id", "bucket_start"]
-PUBLIC_FIELDS = ("configuration", "max_buckets", "max_areas", "l0", "scale", "threshold", "interval95", "published")
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,48 @@ class Configuration:
 
     def name(self, bucket: str) -> str:
         return f"{self.rung or bucket}, B={self.max_buckets}, C={self.max_areas}"
+
+
+@dataclass(frozen=True)
+class DpFrontierRow(Record):
+    """One configuration compared at the policy's loss, as the internal manifest keeps it: its bounds and its
+    calibration, and (internal: see the module) its share of the non-empty cell figures shown and the median
+    relative error of its figures."""
+
+    configuration: str
+    max_buckets: int
+    max_areas: int
+    l0: int
+    loss: list[float]
+    scale: float
+    threshold: int
+    interval95: float
+    shown: float
+    error_median: float | None
+    published: bool
+
+    @classmethod
+    def measured(
+        cls, name: str, calibration: Calibration, shown: float, error_median: float | None, published: bool
+    ) -> DpFrontierRow:
+        """The configuration `name`, calibrated as `calibration`, with its figures (`shown_and_error`)."""
+        return cls(
+            name,
+            calibration.params.max_buckets,
+            calibration.params.max_areas,
+            calibration.sensitivity.l0,
+            list(calibration.spent()),
+            calibration.scale,
+            calibration.threshold,
+            calibration.interval95(),
+            shown,
+            error_median,
+            published,
+        )
+
+    def public(self) -> PublicDpFrontierRow:
+        """What release.json may carry of it: what follows from the policy alone."""
+        return PublicDpFrontierRow(**{f.name: getattr(self, f.name) for f in fields(PublicDpFrontierRow)})
 
 
 def at_resolution(membership: pd.DataFrame, coarse_of: Mapping[pd.Timestamp, pd.Timestamp] | None) -> pd.DataFrame:
@@ -64,10 +106,13 @@ def evaluate(
     measure: Literal["presence", "visitors"],
     seed: int,
     cut: Collection[pd.Timestamp] = (),
-) -> dict:
+    *,
+    name: str,
+) -> DpFrontierRow:
     """Calibrate `configuration` at the policy's loss (`params`, whose bounds it replaces), run it once on the
-    membership and measure it against the true counts at its resolution (internal figures: see the module).
-    Buckets in `cut` (cut by the period's edges) are neither offered to the mechanism nor measured."""
+    membership and measure it against the true counts at its resolution (internal figures: see the module):
+    its row `name`, not published. Buckets in `cut` (cut by the period's edges) are neither offered to the
+    mechanism nor measured."""
     at_rung = at_resolution(membership[["unit", "bucket_start", "cell_id"]], coarse_of)
     at_rung = at_rung[~at_rung["bucket_start"].isin(list(cut))]
     params = replace(params, max_buckets=configuration.max_buckets, max_areas=configuration.max_areas)
@@ -76,19 +121,5 @@ def evaluate(
     bounded = bound_contributions(at_rung, configuration.max_buckets, configuration.max_areas, seed)
     noisy = release_counts(bounded_counts(bounded, parents), calibration).counts
     published = consistent_counts(noisy, parents, measure if coarse_of is None else "visitors")
-    described = calibration.describe()
-    return {
-        "max_buckets": configuration.max_buckets,
-        "max_areas": configuration.max_areas,
-        "l0": sensitivity.l0,
-        "loss": list(calibration.spent()),
-        "scale": described["scale"],
-        "threshold": described["threshold"],
-        "interval95": described["interval95"],
-        **shown_and_error(published, bounded_counts(at_rung, parents)),
-    }
-
-
-def public_rows(rows: Sequence[Mapping]) -> list[dict]:
-    """What release.json may carry of the configurations tried: what follows from the policy alone."""
-    return [{name: row[name] for name in PUBLIC_FIELDS if name in row} for row in rows]
+    figures = shown_and_error(published, bounded_counts(at_rung, parents))
+    return DpFrontierRow.measured(name, calibration, **figures, published=False)

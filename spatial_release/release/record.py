@@ -10,10 +10,11 @@ summaries in `stages.results` too).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeAlias
 
 from spatial_release import __version__
 from spatial_release.fileio import write_json_atomic
@@ -33,7 +34,12 @@ class Record:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]):
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+        return cls(**cls.field_values(data))
+
+    @classmethod
+    def field_values(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """The fields `data` has, as JSON holds them (a record with typed parts replaces those)."""
+        return {f.name: data[f.name] for f in fields(cls) if f.name in data}
 
     def write(self, folder: Path) -> None:
         self.write_to(folder / self.FILE)
@@ -75,6 +81,50 @@ class AuditVerdict(Record):
     solver: str
 
 
+def records_json(records: Sequence[Record] | None) -> list[dict[str, Any]] | None:
+    """A list of typed parts as their file holds them."""
+    return None if records is None else [r.to_json() for r in records]
+
+
+@dataclass(frozen=True)
+class PublicFrontierRow(Record):
+    """A configuration the coarsening tried, as release.json may carry it: how many zones it coarsened to which
+    rung, whether it passed the risk gate and whether it is this release. No zone is named (a zone coarsened
+    holds units, and its cells may all be withheld) and no figure is given (the counts and attack figures of a
+    configuration not published are facts about unpublished data)."""
+
+    configuration: str
+    passed: bool
+    published: bool
+
+
+@dataclass(frozen=True)
+class PublicDpFrontierRow(Record):
+    """A configuration a DP release compared at the policy's loss, as release.json may carry it: what follows
+    from the policy alone (its bounds, sensitivity, noise scale and threshold), never its share of figures
+    shown or its error (facts about the true counts)."""
+
+    configuration: str
+    max_buckets: int
+    max_areas: int
+    l0: int
+    scale: float
+    threshold: int
+    interval95: float
+    published: bool
+
+
+PublicFrontier: TypeAlias = list[PublicFrontierRow | PublicDpFrontierRow]
+
+
+def frontier_from_json(rows: list[dict[str, Any]] | None, tried: type[Record], compared: type[Record]) -> list[Any] | None:
+    """A frontier read back (release.json's public rows or the manifest's internal ones): the rows of the
+    configurations a DP release compared carry their noise scale, those the coarsening tried do not."""
+    if rows is None:
+        return None
+    return [compared.from_json(r) if "scale" in r else tried.from_json(r) for r in rows]
+
+
 @dataclass(frozen=True)
 class RiskRecord(Record):
     """The risk figures a release record and its ledger entry carry."""
@@ -96,8 +146,9 @@ class RiskRecord(Record):
     # the gated attack figure is not.
     model: str = "uniqueness"
     # risk.coarsen apply: the configurations protection tried, finest first (public part: which zones were
-    # coarsened to which rung, whether it passed, which one this release is)
-    frontier: list[dict[str, Any]] | None = None
+    # coarsened to which rung, whether it passed, which one this release is); protection.method dp: the
+    # configurations compared at the policy's loss (what follows from the policy alone)
+    frontier: PublicFrontier | None = None
     upper_bound: float | None = None
     upper_bound_zone: str | None = None
     warning: str | None = None
@@ -109,8 +160,15 @@ class RiskRecord(Record):
     privacy: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out = super().to_json()
+        out = {**super().to_json(), "frontier": records_json(self.frontier)}
         return out if self.privacy is not None else {k: v for k, v in out.items() if k != "privacy"}
+
+    @classmethod
+    def field_values(cls, data: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **super().field_values(data),
+            "frontier": frontier_from_json(data.get("frontier"), PublicFrontierRow, PublicDpFrontierRow),
+        }
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from spatial_release.policy import Policy
-from spatial_release.release import ReleaseRecord, RiskRecord
+from spatial_release.release import PublicDpFrontierRow, PublicFrontier, PublicFrontierRow, ReleaseRecord, RiskRecord
 from spatial_release.report.mapping import render_map_png
 from spatial_release.report.privacy import error_bars, privacy_pairs
 from spatial_release.report.tables import (
@@ -178,19 +178,20 @@ def frontier_rows(record: ReleaseRecord) -> tuple[list[str], list[list[str]]]:
     return frontier_table((record.risk.frontier if record.risk is not None else None) or [])
 
 
-def frontier_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+def frontier_table(rows: PublicFrontier) -> tuple[list[str], list[list[str]]]:
     """The public frontier as a table: under k-anonymity the configurations the coarsening tried and whether
     each passed the risk gate; under differential privacy the configurations compared at the policy's loss
     with their noise (what follows from the policy alone)."""
-    published = ["this release" if r["published"] else "" for r in rows]
-    if rows and "scale" in rows[0]:
+    mark = {True: "this release", False: ""}
+    compared = [r for r in rows if isinstance(r, PublicDpFrontierRow)]
+    if compared:
         header = ["configuration at the same loss", "l0", "noise scale", "threshold", "95 % noise interval", "published"]
-        cells = [
-            [r["configuration"], str(r["l0"]), readable(r["scale"]), str(r["threshold"]), readable(r["interval95"])]
-            for r in rows
+        return header, [
+            [r.configuration, str(r.l0), readable(r.scale), str(r.threshold), readable(r.interval95), mark[r.published]]
+            for r in compared
         ]
-        return header, [[*c, p] for c, p in zip(cells, published)]
-    shown = [[r["configuration"], "yes" if r["passed"] else "no", p] for r, p in zip(rows, published)]
+    tried = [r for r in rows if isinstance(r, PublicFrontierRow)]
+    shown = [[r.configuration, "yes" if r.passed else "no", mark[r.published]] for r in tried]
     return ["configuration tried", "passed the risk gate", "published"], shown
 
 

@@ -26,11 +26,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from spatial_release.dp.frontier import public_rows
+from spatial_release.dp.frontier import DpFrontierRow
 from spatial_release.fileio import scratch_folder
 from spatial_release.history import earlier_releases, spent_figures
 from spatial_release.levels import LEAF, RUNG_SEP, at_rung
 from spatial_release.progress import Progress, ProgressEvent
+from spatial_release.release import PublicFrontier, PublicFrontierRow
 from spatial_release.risk import Adversary, cumulative_risk, keysets
 from spatial_release.risk.advantage import AdvantageReport
 from spatial_release.risk.attack import AttackReport
@@ -45,6 +46,7 @@ from spatial_release.stages.keys import (
     write_released_keys,
     write_risk_areas,
 )
+from spatial_release.stages.results import Frontier, FrontierRow
 
 FINEST = "as counted"  # the frontier's name for the policy's own bucket everywhere
 
@@ -226,18 +228,20 @@ def zone_cells(ctx: ReleaseContext, cells: pd.Series) -> dict[str, list[str]]:
     return out
 
 
-def frontier_row(climb: Climb, ladder: list[str], cells: int, margins: int, over: dict[str, float], ceiling: float) -> dict:
+def frontier_row(
+    climb: Climb, ladder: list[str], cells: int, margins: int, over: dict[str, float], ceiling: float
+) -> FrontierRow:
     worst = max(over.items(), key=lambda item: (item[1], item[0]), default=None)
-    return {
-        "configuration": climb.name(ladder),
-        "zones_coarsened": dict(sorted(climb.steps.items())),
-        "published_cells": cells,
-        "published_margins": margins,
-        "zones_over": {z: round(f, 6) for z, f in sorted(over.items())},
-        "worst_zone_over": worst[0] if worst else None,
-        "ceiling": round(ceiling, 6),
-        "passed": not over,
-    }
+    return FrontierRow(
+        configuration=climb.name(ladder),
+        zones_coarsened=dict(sorted(climb.steps.items())),
+        published_cells=cells,
+        published_margins=margins,
+        zones_over={z: round(f, 6) for z, f in sorted(over.items())},
+        worst_zone_over=worst[0] if worst else None,
+        ceiling=round(ceiling, 6),
+        passed=not over,
+    )
 
 
 def climb_zones(climb: Climb, over: dict[str, float], zones: list[str], ladder: list[str], progress: Progress) -> bool:
@@ -263,22 +267,25 @@ def climb_zones(climb: Climb, over: dict[str, float], zones: list[str], ladder: 
     return moved
 
 
-def public_frontier(rows: list[dict] | None, ladder: list[str] | None = None) -> list[dict] | None:
+def public_frontier(rows: Frontier | None, ladder: list[str] | None = None) -> PublicFrontier | None:
     """What release.json may carry of the frontier: per configuration tried, how many zones were coarsened to
-    which rung, whether it passed, which is this release. No zone is named (a zone coarsened holds units, and
-    its cells may all be withheld) and no figure of a configuration not published (its counts and attack
-    figures are facts about unpublished data)."""
+    which rung, whether it passed, which is this release (the last one tried). No zone is named (a zone
+    coarsened holds units, and its cells may all be withheld) and no figure of a configuration not published
+    (its counts and attack figures are facts about unpublished data). Under differential privacy, what follows
+    from the policy alone of each configuration compared (`DpFrontierRow.public`)."""
     if not rows:
         return None
-    if "scale" in rows[0]:  # differential privacy: configurations compared at the policy's loss
-        return public_rows(rows)
-    out = []
-    for i, row in enumerate(rows):
-        steps = list(row.get("zones_coarsened", {}).values())
-        by_step = {s: steps.count(s) for s in sorted(set(steps))}
-        shown = [f"{n} zone(s) at {rung_name(s, ladder)}" for s, n in by_step.items()]
-        out.append({"configuration": "; ".join(shown) or FINEST, "passed": row["passed"], "published": i == len(rows) - 1})
-    return out
+    last = len(rows) - 1
+    return [
+        row.public() if isinstance(row, DpFrontierRow) else _public_row(row, i == last, ladder) for i, row in enumerate(rows)
+    ]
+
+
+def _public_row(row: FrontierRow, published: bool, ladder: list[str] | None) -> PublicFrontierRow:
+    steps = list(row.zones_coarsened.values())
+    by_step = {s: steps.count(s) for s in sorted(set(steps))}
+    shown = [f"{n} zone(s) at {rung_name(s, ladder)}" for s, n in by_step.items()]
+    return PublicFrontierRow("; ".join(shown) or FINEST, row.passed, published)
 
 
 def rung_name(step: int, ladder: list[str] | None) -> str:

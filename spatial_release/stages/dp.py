@@ -19,7 +19,7 @@ from spatial_release.dp import DpParams, Sensitivity, bound_contributions, calib
 from spatial_release.dp import release_counts as dp_release
 from spatial_release.dp.accounting import advantage_bound, approx_epsilon, compose
 from spatial_release.dp.bounding import bound_contributions_on, typed_like
-from spatial_release.dp.frontier import Configuration, evaluate, shown_and_error
+from spatial_release.dp.frontier import Configuration, DpFrontierRow, evaluate, shown_and_error
 from spatial_release.dp.mechanism import Calibration
 from spatial_release.fileio import sha256_file
 from spatial_release.ledger.entries import ReleaseEntry
@@ -120,30 +120,19 @@ def without_cut(ctx: ReleaseContext, counts: pd.DataFrame) -> pd.DataFrame:
     return counts[keep].reset_index(drop=True)
 
 
-def dp_frontier(ctx: ReleaseContext, membership: pd.DataFrame, published: pd.DataFrame, seed: int) -> list[dict]:
+def dp_frontier(ctx: ReleaseContext, membership: pd.DataFrame, published: pd.DataFrame, seed: int) -> list[DpFrontierRow]:
     """The policy's configuration (as published) and each of `protection.compare`, at the policy's loss: their
     parameters and, internal, their share of the non-empty cell figures shown and median relative error."""
     spec, bucket = dp_spec(ctx.policy), ctx.policy.time.bucket
     parents, levels = chain_parents(ctx), ctx.structure.chains[0].levels
     links = ctx.structure.time_links if ctx.policy.time.ladder else ()
     at_rungs = buckets_at_rungs(links)
-    calibration = policy_calibration(ctx)
     truth = without_cut(ctx, ladder_counts(membership, parents, at_rungs))
     cut = cut_buckets(ctx)
-    own = {
-        "configuration": Configuration(None, spec.max_buckets, spec.max_areas).name(bucket)
-        + (f" with rungs {list(ctx.policy.time.ladder)}" if links else ""),
-        "max_buckets": spec.max_buckets,
-        "max_areas": spec.max_areas,
-        "l0": calibration.sensitivity.l0,
-        "loss": list(calibration.spent()),
-        "scale": calibration.scale,
-        "threshold": calibration.threshold,
-        "interval95": calibration.interval95(),
-        **shown_and_error(published, truth),
-        "published": True,
-    }
-    rows = [own]
+    own = Configuration(None, spec.max_buckets, spec.max_areas).name(bucket) + (
+        f" with rungs {list(ctx.policy.time.ladder)}" if links else ""
+    )
+    rows = [DpFrontierRow.measured(own, policy_calibration(ctx), **shown_and_error(published, truth), published=True)]
     for option in spec.compare:
         configuration = Configuration(option.rung, option.max_buckets, option.max_areas)
         coarse_of, rung_cut = _rung_buckets(ctx, option.rung) if option.rung else (None, cut[None])
@@ -157,8 +146,9 @@ def dp_frontier(ctx: ReleaseContext, membership: pd.DataFrame, published: pd.Dat
             ctx.policy.measure,
             seed,
             cut=rung_cut,
+            name=configuration.name(bucket),
         )
-        rows.append({"configuration": configuration.name(bucket), **row, "published": False})
+        rows.append(row)
     return rows
 
 

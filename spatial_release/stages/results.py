@@ -10,11 +10,13 @@ outside this module and the release format reads a stage's JSON by key.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeAlias
 
-from spatial_release.release.record import PublicCounts, Record, RiskRecord
+from spatial_release.dp.frontier import DpFrontierRow
+from spatial_release.release.record import PublicCounts, Record, RiskRecord, frontier_from_json, records_json
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,26 @@ class CountsSummary(Record):
 
 
 @dataclass(frozen=True)
+class FrontierRow(Record):
+    """One configuration the coarsening tried (`stages.coarsen`), as the internal manifest keeps it: the steps
+    each zone climbed, the figures it published, the zones still over the gate with their figures (rounded to
+    6 digits), the worst of them, the ceiling and whether it passed."""
+
+    configuration: str
+    zones_coarsened: dict[str, int]
+    published_cells: int
+    published_margins: int
+    zones_over: dict[str, float]
+    worst_zone_over: str | None
+    ceiling: float
+    passed: bool
+
+
+# The frontier of a protection: the configurations the coarsening tried, or those a DP release compared
+Frontier: TypeAlias = Sequence[FrontierRow | DpFrontierRow]
+
+
+@dataclass(frozen=True)
 class ProtectionSummary(Record):
     """Internal figures of the protection (in the work area's manifest; printed to the operator only)."""
 
@@ -90,10 +112,21 @@ class ProtectionSummary(Record):
     # of withheld figures that the audit never modelled, so they would add equations an attacker could use.
     utility: dict[str, Any] | None = None
     # risk.coarsen apply: every configuration tried (zones coarsened, published figures, the attacks' worst
-    # zone and figure, passed), finest first; internal, the public part goes to release.json's risk section
-    frontier: list[dict[str, Any]] | None = None
+    # zone and figure, passed), finest first; protection.method dp: the configurations compared at the
+    # policy's loss. Internal: the public part goes to release.json's risk section (`stages.coarsen`)
+    frontier: Frontier | None = None
     # protection.method dp: the mechanism as release.json records it (`stages.dp`)
     privacy: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**super().to_json(), "frontier": records_json(self.frontier)}
+
+    @classmethod
+    def field_values(cls, data: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **super().field_values(data),
+            "frontier": frontier_from_json(data.get("frontier"), FrontierRow, DpFrontierRow),
+        }
 
     def public_counts(self) -> PublicCounts:
         return PublicCounts(**{f.name: getattr(self, f.name) for f in fields(PublicCounts)})
@@ -167,6 +200,18 @@ class ZoneFigures(Record):
         }
 
 
+@dataclass(frozen=True)
+class CoarseningProposal(Record):
+    """What the gate would say of a release of the cells at one rung of the time ladder instead of the
+    policy's bucket (`stages.risk.propose_coarsening`)."""
+
+    rung: str
+    status: str
+    worst_zone: str | None
+    release_figure: float | None
+    cumulative: float | None
+
+
 @dataclass(frozen=True, kw_only=True)
 class RiskAssessment(RiskRecord):
     """Per-zone risk of the candidate with the earlier releases of its window, and the gate's decision: the
@@ -182,19 +227,23 @@ class RiskAssessment(RiskRecord):
     seconds: float
     # When the gate blocks a policy with a time ladder: per rung, the figures a release of the cells at that
     # rung would get (stages.risk.propose_coarsening), finest first.
-    coarsening: list[dict[str, Any]] | None = None
+    coarsening: list[CoarseningProposal] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {**super().to_json(), "zones": [z.to_json() for z in self.zones]}
+        return {
+            **super().to_json(),
+            "zones": [z.to_json() for z in self.zones],
+            "coarsening": records_json(self.coarsening),
+        }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RiskAssessment:
-        return cls(
-            **{
-                **{f.name: data[f.name] for f in fields(cls) if f.name in data},
-                "zones": [ZoneFigures.from_json(z) for z in data["zones"]],
-            }
-        )
+    def field_values(cls, data: dict[str, Any]) -> dict[str, Any]:
+        proposals = data.get("coarsening")
+        return {
+            **super().field_values(data),
+            "zones": [ZoneFigures.from_json(z) for z in data["zones"]],
+            "coarsening": None if proposals is None else [CoarseningProposal.from_json(p) for p in proposals],
+        }
 
     def record(self) -> RiskRecord:
         public = {f.name: getattr(self, f.name) for f in fields(RiskRecord) if f.name != "zones"}

@@ -18,6 +18,7 @@ from spatial_release.fileio import scratch_folder, sha256_file
 from spatial_release.history import earlier_releases, expired, population_releases_before, spent_figures
 from spatial_release.ledger import Ledger, ReleaseEntry
 from spatial_release.policy import Policy, RiskSpec
+from spatial_release.release import PublicFrontier
 from spatial_release.risk import BLOCK, Adversary, ZoneRisk, decide, keysets, pooled_figure, public_ratio, release_figure
 from spatial_release.risk.advantage import AdvantageReport
 from spatial_release.risk.estimator import KeySets, RiskParams, RiskReport, estimate_digest, estimate_key_sets
@@ -42,7 +43,7 @@ from spatial_release.stages.keys import (
     write_released_keys,
     write_risk_areas,
 )
-from spatial_release.stages.results import ProtectionManifest, RiskAssessment, ZoneFigures
+from spatial_release.stages.results import CoarseningProposal, ProtectionManifest, RiskAssessment, ZoneFigures
 
 # Column names that say which adversary each per-zone figure belongs to.
 ZONE_LABELS = {
@@ -466,7 +467,7 @@ def _bound_warning(figures: _ModelFigures, model: str, ceiling: float) -> str | 
     return None
 
 
-def _public_frontier(ctx: ReleaseContext) -> list[dict] | None:
+def _public_frontier(ctx: ReleaseContext) -> PublicFrontier | None:
     """The public part of the configurations protection tried (`stages.coarsen`), from the candidate's manifest."""
     try:
         return public_frontier(ProtectionManifest.read(ctx.area.candidate).summary.frontier, list(ctx.policy.time.ladder))
@@ -474,7 +475,7 @@ def _public_frontier(ctx: ReleaseContext) -> list[dict] | None:
         return None
 
 
-def propose_coarsening(ctx: ReleaseContext, ledger: Ledger, ladder: Path) -> list[dict]:
+def propose_coarsening(ctx: ReleaseContext, ledger: Ledger, ladder: Path) -> list[CoarseningProposal]:
     """Risk-driven coarsening, proposed: for each rung of the time ladder (finest first), the gate's figures
     for a release that would show the cells at that rung instead of the policy's bucket, estimated with the
     same landscape, window and ceilings. Applying one is a policy change in review (time.bucket), never a
@@ -492,25 +493,21 @@ def propose_coarsening(ctx: ReleaseContext, ledger: Ledger, ladder: Path) -> lis
                 con.close()
             assessment = assess_risk(ctx, ledger, path, rung=rung)
         proposals.append(
-            {
-                "rung": rung,
-                "status": assessment.status,
-                "worst_zone": assessment.worst_zone,
-                "release_figure": assessment.release_figure,
-                "cumulative": assessment.cumulative,
-            }
+            CoarseningProposal(
+                rung, assessment.status, assessment.worst_zone, assessment.release_figure, assessment.cumulative
+            )
         )
     return proposals
 
 
-def _with_proposal(assessment: RiskAssessment, proposals: list[dict]) -> RiskAssessment:
-    passing = [p for p in proposals if p["status"] != BLOCK]
+def _with_proposal(assessment: RiskAssessment, proposals: list[CoarseningProposal]) -> RiskAssessment:
+    passing = [p for p in proposals if p.status != BLOCK]
     if passing:
         best = passing[0]
         note = (
-            f"; coarsening proposed: cells at the ladder's {best['rung']} rung would give "
-            f"{best['release_figure']:.4g} (worst zone {best['worst_zone']}), within the ceilings: set "
-            f"time.bucket to {best['rung']} in a reviewed policy change"
+            f"; coarsening proposed: cells at the ladder's {best.rung} rung would give "
+            f"{best.release_figure:.4g} (worst zone {best.worst_zone}), within the ceilings: set "
+            f"time.bucket to {best.rung} in a reviewed policy change"
         )
     else:
         note = "; no rung of the time ladder passes the gate either: coarser zones or a larger k are needed"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from spatial_release import stages
 from spatial_release.policy.model import RiskSpec
-from spatial_release.release import RiskRecord
+from spatial_release.release import PublicFrontier, RiskRecord
 from spatial_release.report import markdown_table
 from spatial_release.report.page import frontier_table, uniqueness_label
 from spatial_release.risk import public_ratio
@@ -198,7 +198,7 @@ def risk_report(risk: stages.RiskAssessment, spec: RiskSpec | None) -> str:
     )
 
 
-def frontier_report(rows: list[dict]) -> str:
+def frontier_report(rows: PublicFrontier) -> str:
     """The configurations the coarsening pass tried, finest first, or those a DP release compared at its loss
     (public part only: no figure of the ones not published)."""
     return markdown_table(*frontier_table(rows))
