@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 if TYPE_CHECKING:
     import dagster as dg
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def spy_packing(monkeypatch) -> list:
@@ -22,6 +26,16 @@ def spy_packing(monkeypatch) -> list:
 
     monkeypatch.setattr(counts_module, "packing_for", spy)
     return decided
+
+
+def counted(real: Callable[P, R], calls: list[int]) -> Callable[P, R]:
+    """`real`, appending 1 to `calls` each time it is called: shows whether a step ran, and how often."""
+
+    def spy(*args: P.args, **kwargs: P.kwargs) -> R:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    return spy
 
 
 def period_sensor_keys(defs, prefix: str, instance: Any = None) -> list[str]:
