@@ -12,11 +12,13 @@ from email import message_from_bytes
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult
 from support.fixture import CELL_A, CELL_B, cell_id, fixture_pings, uniqueness_policy_dict, write_policy
+from support.spies import run_failure_context, stored_run
 
 from spatial_release import stages
 from spatial_release.alerts import OPTIONS, Alert, AlertRouting, Place, deliver, places, read_alert_record
@@ -56,11 +58,22 @@ def smtp_server():
         controller.stop()
 
 
+class _Receiver(ThreadingHTTPServer):
+    """Keeps what was posted; answers with the queued statuses, then 200."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Hook)
+        self.received: list[tuple[str, Any]] = []
+        self.statuses: list[int] = []
+
+
 class _Hook(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802 - http.server's name
+        server = self.server
+        assert isinstance(server, _Receiver)
         body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.server.received.append((self.path, json.loads(body)))
-        status = self.server.statuses.pop(0) if self.server.statuses else 200
+        server.received.append((self.path, json.loads(body)))
+        status = server.statuses.pop(0) if server.statuses else 200
         self.send_response(status)
         self.send_header("Content-Type", "text/plain")
         self.end_headers()
@@ -72,8 +85,7 @@ class _Hook(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def webhook():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
-    server.received, server.statuses = [], []
+    server = _Receiver()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -113,7 +125,9 @@ def _closed_port() -> int:
 
 
 def _body(message: Message) -> str:
-    return message.get_payload(decode=True).decode()
+    payload = message.get_payload(decode=True)
+    assert isinstance(payload, bytes)  # a single-part message: its decoded body
+    return payload.decode()
 
 
 EXPECTED = [
@@ -134,6 +148,7 @@ def test_an_alert_arrives_by_email_and_by_slack_webhook_naming_every_field(smtp_
     report = deliver(alert, AlertRouting.from_env(_env(controller.port, url)), tmp_path / "alerts")
 
     assert report.sent == ["email", "slack"] and not report.failed and report.file_error is None
+    assert report.path is not None
     [(recipients, message)] = inbox.messages
     assert recipients == ["ops@example.org"] and message["From"] == "releases@example.org"
     assert message["Subject"] == "[spatial_release] jc-bikes 2018-Q1: risk_breach by within_risk_budget"
@@ -162,10 +177,12 @@ def test_an_alert_arrives_by_email_and_by_slack_webhook_naming_every_field(smtp_
 def test_a_down_smtp_server_is_recorded_as_failed_and_slack_still_sends(webhook, tmp_path):
     server, url = webhook
     report = deliver(_alert(), AlertRouting.from_env(_env(_closed_port(), url)), tmp_path)
-    assert report.result("email").status == "failed" and "Connection" in report.result("email").error
+    email = report.result("email")
+    assert email.status == "failed" and email.error is not None and "Connection" in email.error
+    assert report.path is not None
     assert report.result("slack").status == "sent" and len(server.received) == 1
     deliveries = read_alert_record(report.path)["deliveries"]
-    assert deliveries["email"]["status"] == "failed" and deliveries["email"]["error"] == report.result("email").error
+    assert deliveries["email"]["status"] == "failed" and deliveries["email"]["error"] == email.error
     assert deliveries["slack"]["status"] == "sent"
 
 
@@ -175,8 +192,10 @@ def test_a_webhook_500_is_recorded_as_failed_and_the_email_still_sends(smtp_serv
     server.statuses = [500]
     report = deliver(_alert(), AlertRouting.from_env(_env(controller.port, url)), tmp_path)
     slack = report.result("slack")
-    assert slack.status == "failed" and "HTTP 500" in slack.error and SECRET_TOKEN not in slack.error
+    assert slack.status == "failed" and slack.error is not None
+    assert "HTTP 500" in slack.error and SECRET_TOKEN not in slack.error
     assert report.result("email").status == "sent" and len(inbox.messages) == 1
+    assert report.path is not None
     deliveries = read_alert_record(report.path)["deliveries"]
     assert deliveries["slack"] == {"status": "failed", "error": slack.error, "at": slack.at}
     assert SECRET_TOKEN not in report.path.read_text()
@@ -195,6 +214,7 @@ def test_a_repeated_delivery_sends_nothing_again_and_retries_only_what_failed(sm
     third = deliver(_alert(), routing, tmp_path)
     assert [r.status for r in third.channels] == ["already sent", "already sent"]
     assert len(inbox.messages) == 1 and len(server.received) == 2  # one e-mail; the failed call, then one post
+    assert first.path is not None
     assert [p.name for p in tmp_path.glob("*.json")] == [first.path.name]
     # another alert (another run) is another file and is sent
     other = deliver(_alert(run_id="another-run"), routing, tmp_path)
@@ -204,7 +224,9 @@ def test_a_repeated_delivery_sends_nothing_again_and_retries_only_what_failed(sm
 def test_no_channel_configured_still_writes_the_alert(tmp_path):
     report = deliver(_alert(), AlertRouting.from_env({}), tmp_path)
     assert [r.status for r in report.channels] == ["not configured", "not configured"]
-    assert "SPATIAL_RELEASE_SMTP_HOST" in report.result("email").detail
+    detail = report.result("email").detail
+    assert detail is not None and "SPATIAL_RELEASE_SMTP_HOST" in detail
+    assert report.path is not None
     deliveries = read_alert_record(report.path)["deliveries"]
     assert deliveries["slack"]["status"] == "not configured"
 
@@ -215,9 +237,10 @@ def test_misconfigured_variables_fail_their_channel_by_name_without_showing_secr
     routing = AlertRouting.from_env(env)
     report = deliver(_alert(), routing, tmp_path)
     email, slack = report.result("email"), report.result("slack")
-    assert email.status == "failed" and "SPATIAL_RELEASE_SMTP_STARTTLS" in email.error
+    assert email.status == "failed" and email.error is not None and "SPATIAL_RELEASE_SMTP_STARTTLS" in email.error
     assert "SPATIAL_RELEASE_SMTP_USER and SPATIAL_RELEASE_SMTP_PASSWORD" in email.error
-    assert slack.status == "failed" and "SPATIAL_RELEASE_SLACK_WEBHOOK_URL" in slack.error
+    assert slack.status == "failed" and slack.error is not None and "SPATIAL_RELEASE_SLACK_WEBHOOK_URL" in slack.error
+    assert report.path is not None
     assert SECRET_TOKEN not in report.path.read_text()
 
 
@@ -239,8 +262,9 @@ def test_starttls_is_required_when_configured_and_a_login_is_used(tmp_path):
         assert plain.sent == ["email"] and seen == [(b"relay", ("pw-" + SECRET_TOKEN).encode())]
         tls = AlertRouting.from_env(_env(controller.port, SPATIAL_RELEASE_SMTP_STARTTLS="true", **login))
         refused = deliver(_alert(), tls, tmp_path / "b")  # no STARTTLS offered: never sent in clear
-        assert refused.result("email").status == "failed" and "STARTTLS" in refused.result("email").error
-        assert len(inbox.messages) == 1
+        error = refused.result("email").error
+        assert refused.result("email").status == "failed" and error is not None and "STARTTLS" in error
+        assert len(inbox.messages) == 1 and plain.path is not None
         assert SECRET_TOKEN not in (tmp_path / "a").joinpath(plain.path.name).read_text()
     finally:
         controller.stop()
@@ -250,7 +274,7 @@ def test_starttls_is_required_when_configured_and_a_login_is_used(tmp_path):
 
 
 def test_offending_places_keep_identifier_fields_only():
-    rows = [
+    rows: list[dict[str, Any] | str] = [
         {"file": "cells.parquet", "value": "lonely", "problem": "value equal to a unit id"},  # no_identifiers
         {"cell_id": cell_id(CELL_B), "bucket_start": BUCKET, "device": "b1", "gender": "m", "n_devices": 2},
         {"level": "grid_2000m", "area_id": "2000mE582000N4508000", "bucket_start": BUCKET, "n_devices": 8},
@@ -286,7 +310,8 @@ def test_offending_places_keep_identifier_fields_only():
         "2018-Q1",
         "k_floor",
         "1 published cell(s) hold fewer than 3 units; first: [{'cell_id': 'x', 'device': 'lonely', 'true_n': 1}]",
-        tuple(rows[:4]),
+        # rows, as the constructor accepts them: its field is typed as what __post_init__ makes of them
+        tuple(rows[:4]),  # type: ignore[arg-type]
     )
     shown = json.dumps(plain.to_json()) + plain.text
     assert "lonely" not in shown and "b1" not in shown and "true_n" not in shown and len(plain.offending) == 3
@@ -346,6 +371,7 @@ def test_the_alert_file_is_complete_before_its_name_exists(tmp_path, monkeypatch
     report = deliver(_alert(), AlertRouting.from_env({}), tmp_path)
     assert seen[0][1] is False and seen[0][0]["dataset"] == "jc-bikes"  # first write: the name did not exist
     assert all(s[1] for s in seen[1:])  # the deliveries replace the whole file, never append to it
+    assert report.path is not None
     assert [p.name for p in tmp_path.iterdir() if p.suffix in (".json", ".tmp")] == [report.path.name]
 
 
@@ -357,7 +383,7 @@ def test_a_crash_while_writing_leaves_no_partial_alert_and_still_sends(smtp_serv
 
     monkeypatch.setattr("spatial_release.fileio.os.replace", crash)
     report = deliver(_alert(), AlertRouting.from_env(_env(controller.port)), tmp_path)
-    assert report.path is None and "No space left" in report.file_error
+    assert report.path is None and report.file_error is not None and "No space left" in report.file_error
     assert report.sent == ["email"] and len(inbox.messages) == 1
     assert list(tmp_path.glob("*.json")) == [] and list(tmp_path.glob(".*.tmp")) == []
 
@@ -374,20 +400,19 @@ def test_routing_merges_the_policy_section_with_the_environment(tmp_path, fixtur
     policy = load_policy(write_policy(tmp_path, data))
     routing = AlertRouting.for_policy(policy, _env(2525) | {"FIXTURE_SLACK_WEBHOOK": url})
     assert routing.email_to == ("ops@example.org", "fixture-owner@example.org")
+    assert routing.smtp is not None and routing.slack_webhook_url is not None
     assert routing.smtp.port == 2525 and routing.smtp.host == "127.0.0.1" and not routing.smtp.starttls
     assert routing.slack_webhook_url.get_secret_value() == url and SECRET_TOKEN not in repr(routing)
     missing = AlertRouting.for_policy(policy, _env(2525, url))  # the programme's own webhook is not set
     assert "FIXTURE_SLACK_WEBHOOK" in missing.problems["slack"]
-    assert (
-        AlertRouting.from_env(
-            {
-                "SPATIAL_RELEASE_SMTP_HOST": "mx",
-                "SPATIAL_RELEASE_SMTP_FROM": "a@b.org",
-                "SPATIAL_RELEASE_SMTP_STARTTLS": "yes",
-            }
-        ).smtp.port
-        == 587
-    )
+    starttls = AlertRouting.from_env(
+        {
+            "SPATIAL_RELEASE_SMTP_HOST": "mx",
+            "SPATIAL_RELEASE_SMTP_FROM": "a@b.org",
+            "SPATIAL_RELEASE_SMTP_STARTTLS": "yes",
+        }
+    ).smtp
+    assert starttls is not None and starttls.port == 587
 
 
 def test_a_policy_never_holds_a_webhook_url(tmp_path, fixture_traces):
@@ -448,6 +473,7 @@ def test_a_blocked_release_reaches_people_through_the_dagster_alert_sensor(smtp_
     """End to end: the risk gate blocks a release run; the run-failure sensor e-mails and posts the alert
     with dataset, period, check, reason, offending zone and options, and tags the failed run with it."""
     import dagster as dg
+    from dagster._core.events import EngineEventData
 
     from spatial_release.defs.catalogue import programme_for
     from spatial_release.defs.partitions import add_partition
@@ -480,28 +506,26 @@ def test_a_blocked_release_reaches_people_through_the_dagster_alert_sensor(smtp_
             )
         )
         assert not run.success and inbox.messages == []
-        [event] = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
-        context = dg.build_run_status_sensor_context(
-            sensor_name="failed_run_alert",
-            dagster_instance=instance,
-            dagster_run=instance.get_run_by_id(run.run_id),
-            dagster_event=event.dagster_event,
-        ).for_run_failure()
-        programme.alert_sensor()(context)
-        tags = instance.get_run_by_id(run.run_id).tags
+        programme.alert_sensor()(run_failure_context(instance, run.run_id))
+        tags = stored_run(instance, run.run_id).tags
         # the run's own page says it where it opens its log (the last line): what blocked, what to do, why
         last = instance.all_logs(run.run_id)[-1]
-        notice = last.dagster_event.event_specific_data.metadata if last.dagster_event else {}
+        data = last.dagster_event.event_specific_data if last.dagster_event else None
+        notice = data.metadata if isinstance(data, EngineEventData) else {}
     assert last.dagster_event is not None and last.dagster_event.event_type_value == "ENGINE_EVENT", last
     assert last.message.startswith("BLOCKED by risk_budget (fixture 2018-Q1). WHAT TO DO: (1) fix the input"), last
     assert all(option in last.message for option in OPTIONS[1:]) and "RiskBudgetExceeded" in last.message.split(". WHY: ")[1]
-    assert notice["stopped_by"].value == "risk_budget" and notice["alert_file"].value.startswith("blocked_release-")
+    alert_file = notice["alert_file"].value
+    assert notice["stopped_by"].value == "risk_budget"
+    assert isinstance(alert_file, str) and alert_file.startswith("blocked_release-")
     [(recipients, message)] = inbox.messages
     assert recipients == ["ops@example.org"]
     assert message["Subject"] == "[spatial_release] fixture 2018-Q1: blocked_release by risk_budget"
     body = _body(message)
     worst = next(e for e in run.get_asset_check_evaluations() if e.check_name == "risk_budget")
-    zone = worst.metadata["offending"].value[0]["zone"]
+    offending = worst.metadata["offending"]
+    assert isinstance(offending, dg.JsonMetadataValue) and isinstance(offending.value, list)
+    zone = offending.value[0]["zone"]
     assert "RiskBudgetExceeded" in body and run.run_id in body and f"- zone {zone}" in body
     # unit ids as whole words (a run id's hex may contain "a0")
     assert "re-publish" in body and not any(re.search(rf"\b{unit}\b", body) for unit in ("lonely", "a0", "b1", "d0", "e0"))
@@ -606,14 +630,10 @@ def test_a_materialize_all_run_is_alerted_with_its_period_and_a_link_to_the_run(
             run_config={"resources": {"settings": {"config": settings}}},
         )
         assert not run.success
-        stored = instance.get_run_by_id(run.run_id)
+        stored = stored_run(instance, run.run_id)
         assert stored.job_name.startswith("__") and "spatial_release/period" not in stored.tags
         assert programmes_of_run(stored, {"other_job": programme.programme}) == [programme.programme]
-        [event] = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
-        context = dg.build_run_status_sensor_context(
-            sensor_name="failed_run_alert", dagster_instance=instance, dagster_run=stored, dagster_event=event.dagster_event
-        ).for_run_failure()
-        programme.alert_sensor()(context)
+        programme.alert_sensor()(run_failure_context(instance, run.run_id))
         # control: a run of another group's assets is no programme's
         other = stored._replace(
             asset_selection=frozenset({dg.AssetKey(["elsewhere", "table"])}),

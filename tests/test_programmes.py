@@ -10,7 +10,7 @@ import pytest
 import yaml
 from support.fixture import fixture_pings, policy_dict, write_policy
 from support.paths import PROJECT_ROOT
-from support.spies import period_sensor_keys
+from support.spies import period_sensor_keys, stored_run
 
 from spatial_release.defs.catalogue import build_catalogue, programme_for
 from spatial_release.defs.execution import execute_release
@@ -69,6 +69,7 @@ def test_each_policy_file_has_its_own_graph_partitions_jobs_and_schedules(tmp_pa
                 "risk_review",
             )
         } <= keys
+        assert defs.schedules is not None
         assert {s.name for s in defs.schedules} >= {f"{prefix}_release_schedule", f"{prefix}_risk_review_schedule"}
     for prefix in ("bikes_q", "bikes_m"):
         partitions = defs.resolve_job_def(f"{prefix}_release_job").partitions_def
@@ -98,12 +99,15 @@ def test_an_invalid_policy_file_fails_alone_and_names_the_file(tmp_path):
     defs = catalogue.definitions()
     dg.Definitions.validate_loadable(defs)
     spec = defs.resolve_asset_graph().get(dg.AssetKey(["broken", "invalid_policy_file"]))
+    assert spec.description is not None
     assert str(folder / "broken.yaml") in spec.description and "k" in spec.description
     # materialising it says what is wrong with the file now
     result = dg.materialize([defs.resolve_assets_def(dg.AssetKey(["broken", "invalid_policy_file"]))], raise_on_error=False)
     assert not result.success
     [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
-    assert str(folder / "broken.yaml") in failure.step_failure_data.user_failure_data.description
+    refused = failure.step_failure_data.user_failure_data
+    assert refused is not None and refused.description is not None
+    assert str(folder / "broken.yaml") in refused.description
 
 
 def test_two_policy_files_of_one_dataset_are_both_refused(tmp_path):
@@ -139,8 +143,11 @@ def test_runs_carry_dataset_policy_and_period_tags_and_keys_are_prefixed(tmp_pat
 def _planned(instance: dg.DagsterInstance, run_id: str) -> set[str]:
     """The assets a run planned to materialise: the UI shows a planned asset that a failed run did not
     materialise as a failed partition."""
-    records = instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED)
-    return {r.dagster_event.asset_key.to_user_string() for r in records}
+    planned: set[str] = set()
+    for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED):
+        assert record.dagster_event is not None and record.dagster_event.asset_key is not None, record
+        planned.add(record.dagster_event.asset_key.to_user_string())
+    return planned
 
 
 @pytest.mark.slow
@@ -155,14 +162,17 @@ def test_a_refused_rerun_of_a_published_period_leaves_every_status_true(tmp_path
     assert first.success
     again = execute_release(programme_for(paths["bikes"]), PARTITION, _settings(tmp_path), instance=instance)
     assert not again.success and again.publish is None
-    run = instance.get_run_by_id(again.candidate.run_id)
+    run = stored_run(instance, again.candidate.run_id)
     assert run.status == dg.DagsterRunStatus.CANCELED and run.tags["spatial_release/refused"] == "already_published"
     assert "bikes/published_release" not in _planned(instance, again.candidate.run_id)
     [failure] = [e for e in again.candidate.all_events if e.event_type_value == "STEP_FAILURE"]
     assert failure.step_key == "bikes__validated_pings"  # where the refusal is
     # a deliberate refusal, with its reason and what to do, not a crash with a stack trace
-    assert "is already published" in failure.step_failure_data.user_failure_data.description
+    refused = failure.step_failure_data.user_failure_data
+    assert refused is not None and refused.description is not None
+    assert "is already published" in refused.description
     error = failure.step_failure_data.error
+    assert error is not None
     assert error.stack == [] and error.cause is None and error.cls_name is None, error
     assert error.message.startswith("Refused, not failed: ") and "is already published" in error.message, error
     assert "What to do: nothing to do: the published release stands" in error.message, error
@@ -170,17 +180,19 @@ def test_a_refused_rerun_of_a_published_period_leaves_every_status_true(tmp_path
     graph = programme_for(paths["bikes"]).runnable().resolve_asset_graph()
     for name in ("validated_pings", "cell_counts", "protected_table", "risk_assessment", "published_release"):
         key = dg.AssetKey(["bikes", name])
-        status = instance.get_status_by_partition(key, [PARTITION], graph.get(key).partitions_def)
+        partitions = graph.get(key).partitions_def
+        assert partitions is not None
+        status = instance.get_status_by_partition(key, [PARTITION], partitions)
         assert status == {PARTITION: dg.AssetPartitionStatus.MATERIALIZED}, (name, status)
     # the checks the refused run planned were never evaluated: in a run that did not fail, Dagster resolves
     # them as skipped (AssetCheckExecutionRecord.resolve_status), never "execution failed"
     from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
     planned = 0
-    for key in graph.asset_check_keys:
-        history = instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
+    for check_key in graph.asset_check_keys:
+        history = instance.event_log_storage.get_asset_check_execution_history(check_key, limit=1)
         if history and history[0].run_id == again.candidate.run_id:
-            assert history[0].status == AssetCheckExecutionRecordStatus.PLANNED, key
+            assert history[0].status == AssetCheckExecutionRecordStatus.PLANNED, check_key
             planned += 1
     assert planned > 0
     # the notice: its own kind and options, nothing to withdraw
@@ -218,7 +230,7 @@ def test_the_schedule_skips_a_published_period(tmp_path):
         repository_def=defs.get_repository_def(),
     )
     tick = defs.resolve_schedule_def("bikes_release_schedule").evaluate_tick(context)
-    assert tick.run_requests == [] and "already published" in tick.skip_message
+    assert tick.run_requests == [] and tick.skip_message is not None and "already published" in tick.skip_message
 
 
 @pytest.mark.slow
@@ -240,6 +252,7 @@ def test_the_publish_sensor_publishes_the_partition_of_a_successful_candidate(tm
         dagster_event=success,
     )
     request = defs.resolve_sensor_def("bikes_publish_sensor")(context)
+    assert isinstance(request, dg.RunRequest), request
     assert request.partition_key == PARTITION and request.tags["spatial_release/candidate_run"] == candidate.run_id
 
 
@@ -266,10 +279,10 @@ def test_the_command_line_refuses_a_published_period_before_any_run(tmp_path):
 
         os.environ["DAGSTER_HOME"] = instance.root_directory
         try:
-            args = {"out": str(tmp_path / "out"), "ledger": str(tmp_path / "ledger")}
-            assert cli.run_release(str(paths["bikes"]), "2018-Q1", **args).published
+            out, ledger = str(tmp_path / "out"), str(tmp_path / "ledger")
+            assert cli.run_release(str(paths["bikes"]), "2018-Q1", out=out, ledger=ledger).published
             runs = len(instance.get_runs())
-            again = cli.run_release(str(paths["bikes"]), "2018-Q1", **args)
+            again = cli.run_release(str(paths["bikes"]), "2018-Q1", out=out, ledger=ledger)
         finally:
             del os.environ["DAGSTER_HOME"]
         assert not again.published and again.exit_code == 1
@@ -389,8 +402,8 @@ def test_materialize_all_cannot_plan_the_published_release_and_its_success_is_pu
         run_config={"resources": {"settings": {"config": _settings(tmp_path)}}},
     )
     assert run.success and not (tmp_path / "releases" / "bikes").exists()  # built and checked, not published
-    stored = instance.get_run_by_id(run.run_id)
-    stored = stored._replace(asset_selection=frozenset(implicit.asset_layer.executable_asset_keys))  # as the UI sets it
+    selected = frozenset(implicit.asset_layer.executable_asset_keys)
+    stored = stored_run(instance, run.run_id)._replace(asset_selection=selected)  # as the UI sets it
     assert is_candidate_run(stored, programme.programme, "bikes_release_job")
     assert not is_candidate_run(stored._replace(asset_selection=frozenset()), programme.programme, "bikes_release_job")
     # the sensor's request publishes it through the publish job, which reports the materialisation
@@ -403,7 +416,9 @@ def test_materialize_all_cannot_plan_the_published_release_and_its_success_is_pu
     assert publish.success and (tmp_path / "releases" / "bikes" / "2018-Q1" / "release.json").is_file()
     graph = defs.resolve_asset_graph()
     key = dg.AssetKey(["bikes", "published_release"])
-    status = instance.get_status_by_partition(key, [PARTITION], graph.get(key).partitions_def)
+    partitions = graph.get(key).partitions_def
+    assert partitions is not None
+    status = instance.get_status_by_partition(key, [PARTITION], partitions)
     assert status == {PARTITION: dg.AssetPartitionStatus.MATERIALIZED}
 
 

@@ -22,16 +22,19 @@ def _failure(raised: Exception) -> dg.DagsterEvent:
 
 def test_a_refusal_is_recorded_with_its_words_and_no_stack_trace():
     failure = _failure(Refusal("demo 2018-Q1 is already published", "nothing to do", {"refusal": "already_published"}))
-    data = failure.step_failure_data
-    assert data.error.stack == [] and data.error.cause is None and data.error.cls_name is None
-    assert data.error.message == "Refused, not failed: demo 2018-Q1 is already published. What to do: nothing to do."
+    error, refused = failure.step_failure_data.error, failure.step_failure_data.user_failure_data
+    assert error is not None and refused is not None
+    assert error.stack == [] and error.cause is None and error.cls_name is None
+    assert error.message == "Refused, not failed: demo 2018-Q1 is already published. What to do: nothing to do."
     # still a dg.Failure: its description (the alert's reason) and metadata, and no retry
-    assert data.user_failure_data.description == "demo 2018-Q1 is already published"
-    assert data.user_failure_data.metadata["what_to_do"].value == "nothing to do"
-    assert data.user_failure_data.metadata["refusal"].value == "already_published"
+    assert refused.description == "demo 2018-Q1 is already published"
+    assert refused.metadata["what_to_do"].value == "nothing to do"
+    assert refused.metadata["refusal"].value == "already_published"
 
 
 def test_control_any_other_failure_keeps_its_stack_trace():
     failure = _failure(dg.Failure(description="a real failure", allow_retries=False))
-    assert failure.step_failure_data.error.stack, "Dagster records a Failure's frames: the run page shows them"
-    assert failure.step_failure_data.error.message.startswith("dagster._core.definitions.events.Failure: a real failure")
+    error = failure.step_failure_data.error
+    assert error is not None
+    assert error.stack, "Dagster records a Failure's frames: the run page shows them"
+    assert error.message.startswith("dagster._core.definitions.events.Failure: a real failure")

@@ -42,6 +42,7 @@ def _publish(policy_path, tmp_path, monkeypatch) -> tuple[str, str, dict]:
     logs = _spy_on_protection(monkeypatch)
     outcome = run_release(str(policy_path), "2018-Q1", out=str(tmp_path / "out"), ledger=str(tmp_path / "ledger"))
     assert outcome.published, [f.message for f in outcome.failures]
+    assert outcome.release_dir is not None and outcome.record is not None
     assert logs, "the protection step ran no protection the spy saw: the comparison below would prove nothing"
     published = json.loads((outcome.release_dir / "release.json").read_text())
     return outcome.record.complementary_suppression, logs[-1].method.describe(), published

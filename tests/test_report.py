@@ -150,9 +150,9 @@ def test_withheld_cells_are_drawn_exactly_as_empty_ones(published_q1):
     published = [_pixel(drawn, cells_ax, *centre(c)) for c in (CELL_A, CELL_D, CELL_E)]
     assert all(p is not None and p != background for p in published)
     empty = [(580_000, 4_509_000), (581_000, 4_508_000)]  # no device ever there
-    for corner in (CELL_B, CELL_C, *empty):  # B and C are withheld (2 and 1 devices, k = 3)
-        seen = _pixel(drawn, cells_ax, *centre(corner))
-        assert seen in (None, background), corner
+    for withheld in (CELL_B, CELL_C, *empty):  # B and C are withheld (2 and 1 devices, k = 3)
+        seen = _pixel(drawn, cells_ax, *centre(withheld))
+        assert seen in (None, background), withheld
     assert _pixel(drawn, cells_ax, *centre(CELL_B)) == background  # inside the extent: really tested
 
 
@@ -188,6 +188,7 @@ def test_every_risk_figure_is_labelled_with_its_adversary(published_q1):
     rows = _risk_rows((folder / "report.html").read_text())
     assert rows and all(adversary == risk["adversary"] for _, adversary, _ in rows)
     values = {value for _, _, value in rows}
+    assert policy.risk is not None
     ceilings = policy.risk.per_release_ceiling, policy.risk.cumulative_ceiling
     for figure in (
         risk["release_figure"],
@@ -247,7 +248,8 @@ def test_a_release_published_before_reports_still_verifies(tmp_path, monkeypatch
     ]
     # the markdown of the old release renders its map now, from its files
     markdown = report.report_markdown(old)
-    assert base64.b64decode(DATA_URI.search(markdown).group(1)).startswith(PNG_SIGNATURE)
+    embedded = DATA_URI.search(markdown)
+    assert embedded is not None and base64.b64decode(embedded.group(1)).startswith(PNG_SIGNATURE)
 
 
 @pytest.mark.slow
@@ -457,7 +459,7 @@ def test_the_map_fits_the_dagster_markdown_view(published_q1, tmp_path):
     width, height = _png_size(report.render_map_png(view))
     assert 600 < width <= 1200 and height > width / 2
     # the title says what the outlines mean, wrapped to the figure's width
-    title = report.map_figure(view)._suptitle.get_text()
+    title = report.map_figure(view).get_suptitle()
     assert "outlines: every area of the zoning" in title and "filled: published" in title
     assert "not drawn" not in title and max(map(len, title.splitlines())) <= 11 * 11.2
 
@@ -624,11 +626,30 @@ def test_a_geometry_reads_as_its_kind_size_and_centre():
 def test_the_uniqueness_figure_is_called_an_upper_bound_only_where_it_bounds():
     """The demo's uniqueness figure (0.00155) is below its gated attack figure (0.00255): there it is not called
     an upper bound; above the gated figure it is."""
-    from types import SimpleNamespace
-
+    from spatial_release.release.record import RiskRecord
     from spatial_release.report.page import uniqueness_label
 
-    below = SimpleNamespace(upper_bound=0.00155, upper_bound_zone="Z", release_figure=0.00255)
-    above = SimpleNamespace(upper_bound=0.338, upper_bound_zone="D", release_figure=0.0)
+    def risk(upper_bound: float, upper_bound_zone: str, release_figure: float) -> RiskRecord:
+        """A record's risk figures: the label reads the gated figure and the upper bound with its zone."""
+        return RiskRecord(
+            status="publish",
+            reason="",
+            worst_zone=upper_bound_zone,
+            release_figure=release_figure,
+            pooled=None,
+            cumulative=None,
+            headroom=None,
+            measure="mean",
+            adversary="prosecutor",
+            landscape_sha256="",
+            points=2,
+            window_periods=[],
+            model="attack",
+            upper_bound=upper_bound,
+            upper_bound_zone=upper_bound_zone,
+        )
+
+    below = risk(upper_bound=0.00155, upper_bound_zone="Z", release_figure=0.00255)
+    above = risk(upper_bound=0.338, upper_bound_zone="D", release_figure=0.0)
     assert "upper bound" not in uniqueness_label(below) and "below the gated figure" in uniqueness_label(below)
     assert uniqueness_label(above).startswith("upper bound: uniqueness under perfect trajectory recovery, zone D")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spatial_release.risk import BLOCK, PUBLISH, WARN, RiskParams, decide, estimate_risk
+from spatial_release.risk import BLOCK, PUBLISH, WARN, GateDecision, RiskParams, decide, estimate_risk
 
 EXACT = RiskParams(points=2, exhaustive=True)
 
@@ -84,7 +84,8 @@ def test_journalist_is_at_most_prosecutor_and_scales_with_panel_share():
     full = estimate_risk(frame, _zones(frame), RiskParams(points=2, draws=5), population={"A": 4})
     tenth = estimate_risk(frame, _zones(frame), RiskParams(points=2, draws=5), population={"A": 40})
     assert full.zones[0].journalist == pytest.approx(full.zones[0].mean)  # pi = 1
-    assert tenth.zones[0].journalist == pytest.approx(0.1) and tenth.zones[0].journalist <= tenth.zones[0].mean
+    journalist = tenth.zones[0].journalist
+    assert journalist is not None and journalist == pytest.approx(0.1) and journalist <= tenth.zones[0].mean
 
 
 def test_sparse_zone_is_the_release_figure_not_the_pooled_mean():
@@ -95,6 +96,7 @@ def test_sparse_zone_is_the_release_figure_not_the_pooled_mean():
     frame = _keys(dense | sparse)
     report = estimate_risk(frame, _zones(frame), RiskParams(points=2, draws=4))
     worst = report.worst_zone()
+    assert worst is not None
     dense_zone = next(z for z in report.zones if z.zone == "D")
     assert worst.zone == "S" and worst.mean == pytest.approx(1.0)
     assert worst.mean >= 30 * dense_zone.mean and report.pooled < 0.05
@@ -104,7 +106,8 @@ def test_sparse_zone_is_the_release_figure_not_the_pooled_mean():
 
 
 def test_quarterly_worked_example():
-    previous, outcomes = [], []
+    previous: list[float] = []
+    outcomes: list[tuple[str, float | None]] = []
     for figure in (0.031, 0.044, 0.049, 0.052):
         d = decide(figure, "ward-B", previous, 0.05, 0.20, 0.9)
         outcomes.append((d.status, None if d.cumulative is None else round(d.cumulative, 3)))
@@ -121,7 +124,8 @@ def test_quarterly_worked_example():
 
 
 def test_monthly_series_blocks_the_twelfth():
-    previous, decisions = [], []
+    previous: list[float] = []
+    decisions: list[GateDecision] = []
     for _ in range(12):
         d = decide(0.02, "zone", previous, 0.05, 0.20, 0.9)
         decisions.append(d)
@@ -157,8 +161,8 @@ def test_the_sampled_knowledge_sets_are_uniform_and_anchored_in_their_zone():
     drawn = draw_knowledge(sets, params)
     assert list(drawn.zones) == ["A", "B"] and list(drawn.entry_zone) == [0, 1, 0]  # unit 0: A, B; unit 1: A
     rows = {}
-    for row_numbers, known in drawn.by_width:
-        for r, k in zip(row_numbers, known):
+    for row_numbers, known_keys in drawn.by_width:
+        for r, k in zip(row_numbers, known_keys):
             rows[int(r)] = [int(x) for x in k]
     assert sorted(rows) == list(range(3 * params.draws))
     entry_of = {r: r // params.draws for r in rows}
@@ -176,7 +180,7 @@ def test_the_sampled_knowledge_sets_are_uniform_and_anchored_in_their_zone():
     assert chi_square(anchors, list(range(5))) < 18.5  # 4 degrees of freedom, p = 0.001
     # given the anchor, the two others: a uniform 2-subset of the 6 other keys (15 subsets)
     for a in range(5):
-        others = {}
+        others: dict[tuple[int, ...], int] = {}
         for known in zone_a:
             if known[0] == a:
                 pair = tuple(sorted(known[1:]))

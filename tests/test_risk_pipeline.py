@@ -7,6 +7,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from support.fixture import fixture_pings, policy_dict, uniqueness_model, write_policy
+from support.spies import run_failure_context, stored_run
 
 from spatial_release import release, stages
 from spatial_release.defs.catalogue import programme_for
@@ -141,7 +142,8 @@ def test_a_review_with_nothing_published_writes_no_ledger_entry(tmp_path):
         assert not (tmp_path / "ledger").exists() or read_ledger(tmp_path / "ledger") == []
         assert not (tmp_path / "work" / "fixture" / "reviews").exists()
         [evaluation] = empty.get_asset_check_evaluations()
-        assert evaluation.passed and "nothing to review" in evaluation.description
+        assert evaluation.passed and evaluation.description is not None
+        assert "nothing to review" in evaluation.description
         [event] = empty.get_asset_materialization_events()
         assert event.materialization.metadata["releases_reviewed"].value == 0
         assert _run(tmp_path, policy, instance=instance).success
@@ -174,15 +176,16 @@ def test_review_flags_a_published_release_that_is_now_over_budget(tmp_path):
             [risk_review, published_within_budget], resources=resources, instance=instance, raise_on_error=False
         )
         [evaluation] = [e for e in stormy.get_asset_check_evaluations() if e.check_name == "published_within_budget"]
-        assert not evaluation.passed and "2018-Q1" in evaluation.description
+        assert not evaluation.passed and evaluation.description is not None and "2018-Q1" in evaluation.description
         assert not stormy.success  # the breach fails the review run: the runs overview shows it red
         # the review as an operator reads it: a headline naming the period, the ceilings, the adversary
         [calm_event] = calm.get_asset_materialization_events()
-        assert "**Every one of the 1 published release(s) is within its budget.**" in (
-            calm_event.materialization.metadata["review_report"].value
-        )
+        calm_report = calm_event.materialization.metadata["review_report"].value
+        assert isinstance(calm_report, str)
+        assert "**Every one of the 1 published release(s) is within its budget.**" in calm_report
         [event] = stormy.get_asset_materialization_events()
         report = event.materialization.metadata["review_report"].value
+        assert isinstance(report, str)
         assert report.startswith("**1 release(s) over budget: 2018-Q1**") and "Ceilings: per release 0.05" in report
         assert "- **2018-Q1** (fixture, ledger entry 0): **over budget**; " in report and "adversary **" in report
         assert "|" not in report  # no table: the entry is shown in a narrow column of the metadata table
@@ -199,15 +202,8 @@ def test_run_failure_sensor_turns_a_blocked_release_into_an_alert(tmp_path):
         policy = _policy(tmp_path, population=5)
         result = _run(tmp_path, policy, instance=instance).candidate
         assert not result.success
-        [event] = instance.all_logs(result.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
-        context = dg.build_run_status_sensor_context(
-            sensor_name="failed_run_alert",
-            dagster_instance=instance,
-            dagster_run=instance.get_run_by_id(result.run_id),
-            dagster_event=event.dagster_event,
-        ).for_run_failure()
-        programme_for(policy).alert_sensor()(context)
-        tags = instance.get_run_by_id(result.run_id).tags
+        programme_for(policy).alert_sensor()(run_failure_context(instance, result.run_id))
+        tags = stored_run(instance, result.run_id).tags
     folder = tmp_path / "alerts"  # the failed run's own alerts folder (its settings), not the default
     alerts = [json.loads(p.read_text()) for p in folder.glob("blocked_release-*.json")]
     mine = [a for a in alerts if a["run_id"] == result.run_id]
@@ -255,6 +251,7 @@ def test_per_unit_data_is_pruned_after_retention_and_the_figure_still_counts(tmp
     assert all(p.exists() for p in per_unit)
     assert stages.prune_per_unit_artefacts(policy, ledger, work) == []  # within retention: kept
     assert all(p.exists() for p in per_unit)
+    assert policy.risk is not None
     later = datetime.now(UTC) + timedelta(days=policy.risk.key_retention_days + 1)
     assert stages.prune_per_unit_artefacts(policy, ledger, work, now=later) == ["2018-Q1"]
     remaining = {str(p.relative_to(area)) for p in area.rglob("*") if p.is_file()}
@@ -276,6 +273,7 @@ def test_an_audit_after_retention_does_not_write_the_intervals_back(tmp_path, mo
     assert _run(tmp_path, policy_path).success
     policy = load_policy(policy_path)
     work, intervals = tmp_path / "work", tmp_path / "work/fixture/2018-Q1/audit_intervals.internal.parquet"
+    assert policy.risk is not None
     later = datetime.now(UTC) + timedelta(days=policy.risk.key_retention_days + 1)
     assert stages.prune_per_unit_artefacts(policy, Ledger(tmp_path / "ledger"), work, now=later) == ["2018-Q1"]
     assert not intervals.exists()

@@ -14,12 +14,14 @@ from support.fixture import uniqueness_policy_dict, write_policy
 from support.key_sets import (
     generated_key_sets,
     generated_window,
+    in_memory,
     naming_more,
     reference_estimate,
     same_report,
     zone_of_cells,
 )
 from support.releases import protected_candidate
+from support.spies import counted
 
 from spatial_release import stages
 from spatial_release.ledger import Ledger
@@ -75,7 +77,7 @@ def test_ranges_of_parts_naming_more_than_they_hold_have_the_whole_figures(monke
     frame = generated_key_sets(8, 90, True)
     zones = lambda cells: zone_of_cells(cells[cells != "nowhere"])  # noqa: E731
     params = RiskParams(points=3, draws=6, seed=5)
-    whole = estimate_key_sets(window_key_sets(["SELECT * FROM k"], zones, {"k": frame}), params)
+    whole = estimate_key_sets(in_memory(window_key_sets(["SELECT * FROM k"], zones, {"k": frame})), params)
     monkeypatch.setattr(ranges, "RANGE_ROWS", range_rows)
     held = window_key_sets([], zones, {"k": frame}, ranges_above=0, coded=[naming_more("k", "!first", "!key")])
     assert isinstance(held, ranges.KeyRanges) and held.units == frame["unit"].nunique()
@@ -92,10 +94,9 @@ def test_a_row_hint_chooses_the_road_and_never_a_figure(monkeypatch):
 
     frame = generated_key_sets(9, 60, True)
     params = RiskParams(points=2, draws=4, seed=9)
-    whole = estimate_key_sets(window_key_sets(["SELECT * FROM k"], zone_of_cells, {"k": frame}), params)
+    whole = estimate_key_sets(in_memory(window_key_sets(["SELECT * FROM k"], zone_of_cells, {"k": frame})), params)
     streamed: list[int] = []
-    real = keysets._streamed
-    monkeypatch.setattr(keysets, "_streamed", lambda *args: streamed.append(1) or real(*args))
+    monkeypatch.setattr(keysets, "_streamed", counted(keysets._streamed, streamed))
     for hint, limit, goes_by_ranges, streams in (
         (len(frame), len(frame) - 1, True, False),  # a true hint over the limit: straight to ranges
         (1, len(frame) - 1, True, True),  # under, wrongly: streamed until over the limit, then ranges
@@ -122,7 +123,7 @@ def test_over_the_limit_key_sets_derived_from_the_work_area_go_through_a_key_set
     ctx = protected_candidate(policy, tmp_path)
     stages.run_risk(ctx, Ledger(tmp_path / "ledger", tmp_path / "releases"))
     params = RiskParams(points=3, draws=5, seed=2)
-    whole = estimate_key_sets(risk_stage.window_key_sets(ctx, None, [], []), params)
+    whole = estimate_key_sets(in_memory(risk_stage.window_key_sets(ctx, None, [], [])), params)
     before = sorted(ctx.area.risk.iterdir())
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ranges, "RANGE_ROWS", 7)
@@ -135,7 +136,7 @@ def test_over_the_limit_key_sets_derived_from_the_work_area_go_through_a_key_set
         held.close()
     assert sorted(ctx.area.risk.iterdir()) == before  # the written file's scratch folder is gone
     # over the coded join's own limit but under the ranges': the same key sets, whole, from a written file
-    coded = risk_stage.window_key_sets(ctx, None, [], [])
+    coded = in_memory(risk_stage.window_key_sets(ctx, None, [], []))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(keys_stage, "CODED_UP_TO", 0)
         patch.setattr(keys_stage, "released_key_source", lambda *args: pytest.fail("coded join over its limit"))
@@ -294,7 +295,7 @@ def test_over_the_coded_limit_or_out_of_memory_the_risk_step_keeps_rows_and_give
             again = stages.run_risk(ctx, ledger)
         assert keysets.coded_file_counts(ctx.area.unit_keys) is None, name
         assert len(pd.read_parquet(ctx.area.unit_keys, columns=["unit", "key"]).drop_duplicates()) == sum(
-            np.diff(risk_stage.window_key_sets(ctx, None, [], []).unit_offsets)
+            np.diff(in_memory(risk_stage.window_key_sets(ctx, None, [], [])).unit_offsets)
         )
         assert again.zones == whole.zones, name
         assert name == "CODED_UP_TO" or len(calls) > 1, "the coded join was not tried"

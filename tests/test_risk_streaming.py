@@ -17,6 +17,7 @@ from support.fixture import fixture_pings, uniqueness_policy_dict, write_policy
 from support.key_sets import (
     generated_key_sets,
     generated_window,
+    in_memory,
     naming_more,
     reference_estimate,
     rewritten_key_set_file,
@@ -24,6 +25,7 @@ from support.key_sets import (
     zone_of_cells,
 )
 from support.releases import protected_candidate
+from support.spies import counted
 
 from spatial_release import stages
 from spatial_release.ledger import Ledger
@@ -89,6 +91,7 @@ def _assess_both(ctx: stages.ReleaseContext, ledger: Ledger):
     zone = lambda cells: ctx.risk_zones(cells).reindex(cells).to_numpy()  # noqa: E731
     kept_zone = dict(zip(kept_cell.index, zone(kept_cell)))
     assert kept_zone == dict(zip(keys["key"], zone(keys["cell_id"])))
+    assert policy.risk is not None
     landscape_path = policy.resolve(policy.risk.landscape)
     landscape, _ = load_landscape(landscape_path)
     zone_of_key = pd.Series(ctx.risk_zones(keys["cell_id"]).to_numpy(), index=keys["key"].to_numpy())
@@ -176,7 +179,7 @@ def test_synthetic_hourly_release_has_the_reference_figures(tmp_path):
 )
 def test_generated_window_over_files_has_the_reference_figures(tmp_path, params, text_units):
     selects, frames, window, key_zone, population = generated_window(tmp_path, text_units)
-    sets = window_key_sets(selects, zone_of_cells, frames)
+    sets = in_memory(window_key_sets(selects, zone_of_cells, frames))
     report = estimate_key_sets(sets, params, population)
     same_report(report, reference_estimate(window, key_zone, params, population))
     assert report.units == window["unit"].nunique() and report.keys == window["key"].nunique()
@@ -192,7 +195,7 @@ def test_anonymity_sets_counted_in_small_chunks_give_the_reference_figures(monke
     monkeypatch.setattr(estimator, "DRAW_PAIRS", 7)
     frame = pd.concat([generated_key_sets(4, 300, False), generated_key_sets(5, 40, False).head(30)], ignore_index=True)
     params = RiskParams(points=4, draws=6, seed=11)
-    sets = window_key_sets(["SELECT * FROM current_keys"], zone_of_cells, {"current_keys": frame})
+    sets = in_memory(window_key_sets(["SELECT * FROM current_keys"], zone_of_cells, {"current_keys": frame}))
     key_zone = pd.Series(frame["cell_id"].str.slice(0, 2).to_numpy(), index=frame["key"].to_numpy())
     reference = reference_estimate(frame, key_zone[~key_zone.index.duplicated()], params)
     assert min(np.diff(sets.unit_offsets)) < params.points  # some units hold fewer keys than p
@@ -203,7 +206,7 @@ def test_anonymity_sets_counted_in_small_chunks_give_the_reference_figures(monke
 def test_generated_exhaustive_mode_has_the_reference_figures(tmp_path):
     frame = generated_key_sets(4, 60, True)
     params = RiskParams(points=2, exhaustive=True)
-    sets = window_key_sets(["SELECT * FROM current_keys"], zone_of_cells, {"current_keys": frame})
+    sets = in_memory(window_key_sets(["SELECT * FROM current_keys"], zone_of_cells, {"current_keys": frame}))
     key_zone = pd.Series(frame["cell_id"].str.slice(0, 2).to_numpy(), index=frame["key"].to_numpy())
     same_report(estimate_key_sets(sets, params), reference_estimate(frame, key_zone[~key_zone.index.duplicated()], params))
 
@@ -214,8 +217,10 @@ def test_units_and_keys_no_pair_holds_are_not_counted():
     were never named, and a key no pair holds needs no risk zone."""
     frame = generated_key_sets(6, 80, True)
     zones = lambda cells: zone_of_cells(cells[cells != "nowhere"])  # noqa: E731
-    plain = window_key_sets(["SELECT * FROM current_keys"], zones, {"current_keys": frame})
-    named = window_key_sets([], zones, {"current_keys": frame}, coded=[naming_more("current_keys", "!first", "!key")])
+    plain = in_memory(window_key_sets(["SELECT * FROM current_keys"], zones, {"current_keys": frame}))
+    named = in_memory(
+        window_key_sets([], zones, {"current_keys": frame}, coded=[naming_more("current_keys", "!first", "!key")])
+    )
     assert named.digest() == plain.digest()
     assert (named.units, named.keys) == (frame["unit"].nunique(), frame["key"].nunique())
     # negative control: the extra key held by one pair is counted, and then needs its zone
@@ -233,12 +238,14 @@ def test_key_sets_coded_from_the_work_area_are_those_of_the_key_set_file(tmp_pat
     keys_stage.write_risk_areas(ctx)
     path = tmp_path / "keys.parquet"
     keys_stage.write_released_keys(ctx.area, path)
-    from_area = risk_stage.window_key_sets(ctx, None, [], [])
-    from_file = risk_stage.window_key_sets(ctx, path, [], [])
-    reference = window_key_sets(
-        ["SELECT * FROM reference"],
-        ctx.risk_zones,
-        {"reference": reference_released_keys(ctx)},
+    from_area = in_memory(risk_stage.window_key_sets(ctx, None, [], []))
+    from_file = in_memory(risk_stage.window_key_sets(ctx, path, [], []))
+    reference = in_memory(
+        window_key_sets(
+            ["SELECT * FROM reference"],
+            ctx.risk_zones,
+            {"reference": reference_released_keys(ctx)},
+        )
     )
     assert from_area.digest() == from_file.digest() == reference.digest()
     membership = pd.read_parquet(ctx.area.counts / "membership.internal.parquet")
@@ -258,8 +265,8 @@ def test_the_coded_key_set_file_the_risk_step_keeps_reads_back_as_the_same_key_s
     coded_path = ctx.area.unit_keys
     counts = keysets.coded_file_counts(coded_path)
     assert counts is not None and keysets.coded_file_counts(rows_path) is None
-    from_rows = risk_stage.window_key_sets(ctx, rows_path, [], [])
-    from_coded = risk_stage.window_key_sets(ctx, coded_path, [], [])
+    from_rows = in_memory(risk_stage.window_key_sets(ctx, rows_path, [], []))
+    from_coded = in_memory(risk_stage.window_key_sets(ctx, coded_path, [], []))
     assert kept is not None and kept.digest() == from_coded.digest() == from_rows.digest()
     assert counts == {"units": kept.units, "keys": kept.keys, "pairs": len(kept.unit_keys)}
     assert keysets.file_rows(coded_path) == len(kept.unit_keys)
@@ -272,8 +279,8 @@ def test_the_coded_key_set_file_the_risk_step_keeps_reads_back_as_the_same_key_s
     renamed = rows.assign(unit="earlier-" + rows["unit"])
     earlier_rows = tmp_path / "earlier_rows.parquet"
     renamed.to_parquet(earlier_rows)
-    mixed = risk_stage.window_key_sets(ctx, coded_path, [], [earlier_rows])
-    plain = risk_stage.window_key_sets(ctx, rows_path, [], [earlier_rows])
+    mixed = in_memory(risk_stage.window_key_sets(ctx, coded_path, [], [earlier_rows]))
+    plain = in_memory(risk_stage.window_key_sets(ctx, rows_path, [], [earlier_rows]))
     assert mixed.digest() == plain.digest() and mixed.units == 2 * kept.units
     assert risk_stage.window_key_sets(ctx, rows_path, [], [coded_path]).units == kept.units  # one unit, two files
 
@@ -327,10 +334,10 @@ def test_the_publish_step_reuses_the_estimate_only_for_byte_identical_inputs(tmp
     ctx = protected_candidate(fixture_policy, tmp_path)
     ledger = Ledger(tmp_path / "ledger", tmp_path / "releases")
     first = stages.run_risk(ctx, ledger)
-    calls, built = [], []
-    real, real_sets = risk_stage.estimate_key_sets, risk_stage.window_key_sets
-    monkeypatch.setattr(risk_stage, "estimate_key_sets", lambda *a, **k: calls.append(1) or real(*a, **k))
-    monkeypatch.setattr(risk_stage, "window_key_sets", lambda *a, **k: built.append(1) or real_sets(*a, **k))
+    calls: list[int] = []
+    built: list[int] = []
+    monkeypatch.setattr(risk_stage, "estimate_key_sets", counted(risk_stage.estimate_key_sets, calls))
+    monkeypatch.setattr(risk_stage, "window_key_sets", counted(risk_stage.window_key_sets, built))
 
     again = stages.assess_risk(ctx, ledger)  # as the publish step calls it: no key set file
     assert not calls and not built and again.zones == first.zones and again.release_figure == first.release_figure

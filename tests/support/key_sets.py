@@ -14,8 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spatial_release.risk import RiskParams
-from spatial_release.risk.estimator import RiskReport, ZoneRisk, _intersect_sorted
+from spatial_release.risk.estimator import KeySets, RiskReport, ZoneRisk, _intersect_sorted
 from spatial_release.risk.keysets import KeySource
+from spatial_release.risk.ranges import KeyRanges
 
 
 class _ReferenceIndex:
@@ -36,6 +37,12 @@ class _ReferenceIndex:
                 break
             current = _intersect_sorted(current, self.units[self.starts[key] : self.ends[key]])
         return max(len(current), 1)
+
+
+def in_memory(sets: KeySets | KeyRanges) -> KeySets:
+    """`sets` as read in memory: a window under the ranges' limit is, and a test of the whole key sets says so."""
+    assert isinstance(sets, KeySets), f"key sets read in {len(sets)} ranges, not whole"
+    return sets
 
 
 def reference_draws(by_unit: list[np.ndarray], zones_of_key: np.ndarray, params: RiskParams) -> list[list[list[int]]]:

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+if TYPE_CHECKING:
+    import dagster as dg
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def spy_packing(monkeypatch) -> list:
@@ -21,6 +28,16 @@ def spy_packing(monkeypatch) -> list:
     return decided
 
 
+def counted(real: Callable[P, R], calls: list[int]) -> Callable[P, R]:
+    """`real`, appending 1 to `calls` each time it is called: shows whether a step ran, and how often."""
+
+    def spy(*args: P.args, **kwargs: P.kwargs) -> R:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    return spy
+
+
 def period_sensor_keys(defs, prefix: str, instance: Any = None) -> list[str]:
     """The periods the programme's period sensor adds as partitions in `instance` (a fresh one by default),
     added there as the daemon would."""
@@ -32,3 +49,24 @@ def period_sensor_keys(defs, prefix: str, instance: Any = None) -> list[str]:
     if added:
         instance.add_dynamic_partitions(f"{prefix}_periods", added)
     return added
+
+
+def stored_run(instance: dg.DagsterInstance, run_id: str) -> dg.DagsterRun:
+    """The run `run_id` as `instance` stores it: a run the test launched there, so it is found."""
+    run = instance.get_run_by_id(run_id)
+    assert run is not None, run_id
+    return run
+
+
+def run_failure_context(instance: dg.DagsterInstance, run_id: str) -> dg.RunFailureSensorContext:
+    """What Dagster hands the programme's run-failure sensor (`failed_run_alert`) for the failed run `run_id`."""
+    import dagster as dg
+
+    [event] = instance.all_logs(run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+    assert event.dagster_event is not None
+    return dg.build_run_status_sensor_context(
+        sensor_name="failed_run_alert",
+        dagster_instance=instance,
+        dagster_run=stored_run(instance, run_id),
+        dagster_event=event.dagster_event,
+    ).for_run_failure()
