@@ -117,7 +117,7 @@ def _trivial_attacker(
     the best Jaccard match (ties shared) and the output shows a published key of the target it did not know.
     Without the target, its keys at exactly k are not published."""
     rng = np.random.default_rng(seed)
-    shifts = key_shifts(names, (-1440, 1440))
+    shifts: np.ndarray | list[list[int]] = key_shifts(names, (-1440, 1440))
     if routine:
         routine_of = _routine_guesses(names)
         shifts = [routine_of(key) for key in range(len(names))]

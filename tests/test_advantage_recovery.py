@@ -217,7 +217,8 @@ def test_the_recovery_runs_only_where_it_can_change_the_decision():
         report = assess_advantage(sets, names, np.array([units]), K, AdvantageParams(), 0.05, None, None, provider)
         assert bool(calls) == expect_run
         assert report.recovery.startswith("run on every unit" if expect_run else "not run")
-        assert report.worst() is not None and (report.worst().gated() > 0.05) != expect_run
+        worst = report.worst()
+        assert worst is not None and (worst.gated() > 0.05) != expect_run
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ def regular_city(
     merge: int = 1,
     hours: int = 1,
     plant: bool = False,
-):
+) -> tuple[ReleaseView, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Units with a home, a workplace within three cells and their own hours, every day the same, released
     hourly (or every `hours`) on a side x side grid of `cell_m` cells (cells merged `merge` x `merge`): the
     (cell, bucket) counts >= k are published with the bucket totals. Zones are the grid's four quadrants;

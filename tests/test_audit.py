@@ -220,7 +220,7 @@ def test_protect_repairs_failing_patterns_and_is_deterministic():
     second.status[second.index[("x", "c", 0)]] = U
     log = protect(first, k=5, level_depth={}, method=SWEEP)
     protect(second, k=5, level_depth={}, method=SWEEP)
-    assert first.status == second.status and log.audit.passed
+    assert first.status == second.status and log.audit is not None and log.audit.passed
     assert audit(first, k=5).passed  # an independent re-audit agrees
     assert first.status[first.index[("x", "T", 0)]] == U  # the total is the most expensive: kept
 
@@ -229,7 +229,7 @@ def test_protect_repair_loop_is_exercised():
     # the sweep sees only one relation at a time; the odd cycle needs the LP repair to find the binding cell
     table = odd_cycle(others=U)
     log = protect(table, k=3, level_depth={}, method=SWEEP)
-    assert log.audit.passed and audit(table, k=3).passed
+    assert log.audit is not None and log.audit.passed and audit(table, k=3).passed
     assert log.repair_secondaries >= 1 and log.rounds >= 1
 
 
@@ -237,7 +237,7 @@ def test_protect_climbs_single_child_chains_to_the_top():
     # a cell alone in its district, alone in the total: only withholding the whole chain protects it
     table = table_of({"T": (2, U), "D": (2, U), "a": (2, P)}, [("T", ["D"]), ("D", ["a"])])
     log = protect(table, k=5, level_depth={}, method=SWEEP)
-    assert log.audit.passed and table.status == [S, S, P]
+    assert log.audit is not None and log.audit.passed and table.status == [S, S, P]
 
 
 def test_protect_turns_solver_failure_into_an_error():
@@ -341,7 +341,7 @@ def test_pruning_gives_back_unneeded_secondaries_and_keeps_the_audit_passing():
     plain, pruned = odd_cycle(others=U), odd_cycle(others=U)
     protect(plain, k=3, level_depth={}, method=SWEEP)
     log = protect(pruned, k=3, level_depth={}, method=SWEEP.with_prune_tries(50))
-    assert log.audit.passed and audit(pruned, k=3, optimal_bounds=True).passed
+    assert log.audit is not None and log.audit.passed and audit(pruned, k=3, optimal_bounds=True).passed
     assert len(pruned.secondaries()) == len(plain.secondaries()) - log.pruned
     assert log.pruned >= 1  # the repair rounds over-withheld on this table
 

@@ -91,6 +91,7 @@ def test_blocks_match_the_whole_table_and_pass_an_independent_audit(split_everyt
     assert chunks == [4]
     assert split.status == whole.status
     assert split.secondaries() or measure == "visitors", "the fixture needs complementary suppression"
+    assert log_split.audit is not None and log_whole.audit is not None
     assert [(i.node, i.passed) for i in log_split.audit.intervals] == [(i.node, i.passed) for i in log_whole.audit.intervals]
     assert [i.node for i in log_split.audit.intervals] == split.primaries()
     assert log_split.audit.workers == 2
@@ -131,7 +132,7 @@ def test_one_and_two_workers_give_the_same_pattern_and_certificate(split_everyth
     for workers in (1, 2):
         table = system_for(leaves, margins, spec)
         log = protect(table, K, spec.structure.level_depth(), ProtectionMethod(workers=workers))
-        assert log.audit.workers == workers
+        assert log.audit is not None and log.audit.workers == workers
         protected.append((table, log))
     assert_same_pattern_and_certificate(protected)
 

@@ -20,7 +20,7 @@ from spatial_release.counting.counts import CountingError
 from spatial_release.counting.engines import open_engine
 from spatial_release.geometry import Grid, make_locator
 from spatial_release.period import Period
-from spatial_release.policy import Policy, parse_policy
+from spatial_release.policy import GridGeometry, Policy, parse_policy
 from spatial_release.progress import silent
 
 T0 = datetime(2018, 1, 10, 5, 0, tzinfo=UTC)  # local midnight in New York
@@ -37,6 +37,12 @@ def _grid_policy(measure: str = "presence", bucket: str = "1d", crs: str = "EPSG
         time={"bucket": bucket, "timezone": "America/New_York"},
     )
     return parse_policy(data, Path("inline.yaml"))
+
+
+def _grid(policy: Policy) -> Grid:
+    """The grid of a grid policy, which places a ping with pyproj (the brute force's way)."""
+    assert isinstance(policy.geometry, GridGeometry)
+    return Grid(policy.geometry)
 
 
 def _candidate_points() -> tuple[np.ndarray, np.ndarray]:
@@ -126,7 +132,7 @@ def test_counts_match_brute_force_with_pyproj_placement(tmp_path, rows, measure,
     pings = _pings(rows, units)
     policy = _grid_policy(measure)
     _, cells, margins = _count(tmp_path, pings, policy, fitted)
-    exact = Grid(policy.geometry).locate(pings["lon"].to_numpy(), pings["lat"].to_numpy())
+    exact = _grid(policy).locate(pings["lon"].to_numpy(), pings["lat"].to_numpy())
     assert _as_dicts(cells, margins) == _brute_force(pings, exact, measure, _parent_500)
 
 
@@ -171,7 +177,7 @@ def test_every_ping_gets_pyproj_cell(tmp_path, crs, fitted):
     policy = _grid_policy(crs=crs)
     result, _, _ = _count(tmp_path, pings, policy, fitted)
     placed = pd.read_parquet(result.membership_path).set_index("unit")["cell_id"]
-    exact = pd.Series(Grid(policy.geometry).locate(lon, lat), index=pings["unit"])
+    exact = pd.Series(_grid(policy).locate(lon, lat), index=pings["unit"])
     assert len(placed) == len(exact)
     assert (placed.reindex(exact.index) == exact).all()
     if fitted:
@@ -190,7 +196,8 @@ def test_sql_placement_without_the_guard_band_would_be_wrong(tmp_path, monkeypat
     from spatial_release.counting import plan as plan_module
     from spatial_release.geometry.sqlproj import SqlProjection, candidate_projection
 
-    real = candidate_projection(Grid(_grid_policy().geometry).crs)
+    real = candidate_projection(_grid(_grid_policy()).crs)
+    assert real is not None  # UTM has a formula
     (x_name, x_sql), y_column = real.layers[-1]
     layers = (*real.layers[:-1], ((x_name, f"({x_sql}) + 1e-3"), y_column))
     shifted = SqlProjection(real.crs, real.method, layers, 0.0, real.area)
@@ -200,7 +207,7 @@ def test_sql_placement_without_the_guard_band_would_be_wrong(tmp_path, monkeypat
     policy = _grid_policy()
     result, _, _ = _count(tmp_path, pings, policy, fitted=False)
     placed = pd.read_parquet(result.membership_path).set_index("unit")["cell_id"].reindex(pings["unit"])
-    exact = Grid(policy.geometry).locate(lon, lat)
+    exact = _grid(policy).locate(lon, lat)
     assert (placed.to_numpy() != exact).sum() > 0
 
 
@@ -265,7 +272,7 @@ def test_dominant_cell_ties_go_to_smallest_cell_id(tmp_path, units, monkeypatch)
     pings = _pings(rows, units)
     _, cells, _ = _count(tmp_path, pings, _grid_policy())
     assert (decided[0] is not None) is (units is not None)
-    placed = Grid(_grid_policy().geometry).locate(pings["lon"].to_numpy(), pings["lat"].to_numpy())
+    placed = _grid(_grid_policy()).locate(pings["lon"].to_numpy(), pings["lat"].to_numpy())
     assert len(set(placed)) == 2
     assert cells[["cell_id", "n"]].values.tolist() == [[min(placed), 1]]
 

@@ -122,6 +122,7 @@ def test_negative_control_without_the_guard_band_a_millimetre_misplaces_points(t
 
     def shifted(cls, plan):
         zoning = real(plan)
+        assert zoning is not None and zoning.polynomial is not None  # a UTM grid: scanned with its polynomial
         poly = zoning.polynomial
         return replace(zoning, guard=0.0, polynomial=replace(poly, cx=(poly.cx[0] + 1e-3, *poly.cx[1:])))
 

@@ -7,6 +7,7 @@
 - the pings' extent from the Parquet footers instead of a scan."""
 
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import pandas as pd
@@ -65,13 +66,17 @@ def test_bucket_arithmetic_is_the_slot_table_or_refused(bucket, timezone):
     assert np.array_equal((np.arange(len(table)) + offset) // per, table)
 
 
+def _unused(*_: object) -> NoReturn:
+    raise AssertionError("a plan's placement callables are not needed to compare its keys")
+
+
 def test_compact_keys_compare_like_ids_only_when_the_digits_agree():
     for box, expected in (
         (CompactGrid(2269, 17978, 109, 111), True),  # the city: 6-digit x, 7-digit y
         (CompactGrid(390, 17978, 20, 5), False),
     ):  # x from 97,500 to 102,250: 5 and 6 digits
         plan = ZoningPlan(
-            "cell", (), "total", None, None, None, None, grid_size=250.0, compact=box, key_bound=box.nx * box.ny
+            "cell", (), "total", None, _unused, _unused, _unused, grid_size=250.0, compact=box, key_bound=box.nx * box.ny
         )
         assert plan.keys_sort_like_ids is expected
         keys = np.arange(box.nx * box.ny)
@@ -277,9 +282,9 @@ def test_packed_path_declines_past_the_memory_limit_and_reads_it(tmp_path, monke
     from spatial_release.counting import packed
     from spatial_release.counting.engines import DuckDBEngine, DuckDBSettings
 
-    engine = DuckDBEngine(DuckDBSettings(memory_limit="2GB"))
-    assert 1.7 * 2**30 < packed._memory_limit(engine) < 2.0 * 10**9  # DuckDB reports '1.8 GiB'
-    engine.close()
+    limited = DuckDBEngine(DuckDBSettings(memory_limit="2GB"))
+    assert 1.7 * 2**30 < packed._memory_limit(limited) < 2.0 * 10**9  # DuckDB reports '1.8 GiB'
+    limited.close()
     pings = _pings(9, 200)
     path = tmp_path / "pings.parquet"
     pings.to_parquet(path)

@@ -80,6 +80,7 @@ def test_definitions_load():
         "published_by_the_publish_job",
     }
     # the alert sensors and the publication guard (its sensor and job), one each for the code location
+    assert defs.sensors is not None
     assert {"failed_run_alert", "refused_run_notice", "publication_guard"} <= {s.name for s in defs.sensors}
     assert defs.resolve_job_def("publication_guard_job").executor_def.name == "in_process"
     for key in defs.resolve_asset_graph().asset_check_keys:
@@ -105,7 +106,9 @@ def test_schedule_requests_the_quarter_that_just_closed(tmp_path, monkeypatch):
         repository_def=defs.get_repository_def(),
         instance=dg.DagsterInstance.local_temp(str(tmp_path)),
     )
-    [request] = schedule.evaluate_tick(context).run_requests
+    requests = schedule.evaluate_tick(context).run_requests
+    assert requests is not None
+    [request] = requests
     assert request.partition_key == "2018-Q1" and request.tags[PERIOD_TAG] == "2018-Q1"
 
 
@@ -383,6 +386,7 @@ def test_documented_postgres_instance_config_is_valid_for_dagster(monkeypatch, t
     from dagster._core.instance.config import dagster_instance_config
 
     block = re.search(r"# \$DAGSTER_HOME/dagster.yaml\n(.*?)```", manual_text(), re.S)
+    assert block is not None, "the manual shows the instance's dagster.yaml"
     (tmp_path / "dagster.yaml").write_text(block.group(1))
     for name in ("DAGSTER_PG_HOST", "DAGSTER_PG_USER", "DAGSTER_PG_PASSWORD"):
         monkeypatch.setenv(name, "x")

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
+from PIL.PngImagePlugin import PngImageFile
 from support.dp import DP, dp_pings, publish_by_stages, settings
 from support.fixture import policy_dict, write_policy
 
@@ -105,7 +106,7 @@ def numbers_and_texts(value: object) -> tuple[set[float], list[str]]:
         return {float(n) for n in integers(value)}, [value]
     if isinstance(value, dict):
         value = [*map(str, value), *value.values()]
-    if type(value) in (list, tuple):  # a Dagster record (a table schema) is read as its text
+    if type(value) is list or type(value) is tuple:  # a Dagster record (a table schema) is read as its text
         numbers: set[float] = set()
         texts: list[str] = []
         for item in value:
@@ -120,6 +121,7 @@ def public_surfaces(folder: Path, run, summary: str) -> dict[str, object]:
     """What a DP release shows: its record, its report (page and image text), the published side's Dagster
     metadata and check results, and the command line's summary."""
     with Image.open(folder / "report.png") as image:
+        assert isinstance(image, PngImageFile)  # a PNG's text chunks
         png_text = [f"{k} {v}" for k, v in image.text.items()]
     surfaces: dict[str, object] = {
         "release.json": json.loads((folder / "release.json").read_text()),

@@ -81,9 +81,12 @@ def test_the_protect_stage_bounds_on_the_spark_engine_as_in_process_for_the_same
     stages.run_counts(ctx)
     offered: list[pd.DataFrame] = []
     release = dp_stage.dp_release
-    monkeypatch.setattr(
-        dp_stage, "dp_release", lambda counts, calibration: offered.append(counts) or release(counts, calibration)
-    )
+
+    def offer(counts, calibration):
+        offered.append(counts)
+        return release(counts, calibration)
+
+    monkeypatch.setattr(dp_stage, "dp_release", offer)
     stages.run_protect(ctx)
 
     def not_in_process(*args, **kwargs):

@@ -49,7 +49,8 @@ def test_dp_policy_loads_with_its_loss_and_budget(tmp_path):
     assert policy.protection.loss == (1.0, 1e-6) and policy.protection.budget_loss == (4.0, 1e-5)
     zcdp = dp_policy_dict(accounting="zcdp", epsilon=None, rho=0.1, budget={"rho": 0.5, "delta": 1e-5})
     del zcdp["protection"]["epsilon"]
-    assert load_policy(write_policy(tmp_path, zcdp)).protection.loss == (0.1, 1e-6)
+    protection = load_policy(write_policy(tmp_path, zcdp)).protection
+    assert isinstance(protection, DpProtection) and protection.loss == (0.1, 1e-6)
 
 
 @pytest.mark.parametrize(

@@ -118,7 +118,8 @@ def test_two_primaries_below_k_alone_in_a_relation_get_a_complement():
     assert virtual_sums(again, 3) == [] and stage1(again, 3) == 0
     # and the final pattern of protect passes the audit that would have caught the sum
     final = table_of(nodes, [("T", ["a", "b", "c"])])
-    assert protect(final, 5, {}, ProtectionMethod(prune_tries=0)).audit.passed and audit(final, 5).passed
+    protected = protect(final, 5, {}, ProtectionMethod(prune_tries=0)).audit
+    assert protected is not None and protected.passed and audit(final, 5).passed
 
 
 def test_model_columns_are_sums_of_non_empty_inner_figures():
@@ -143,7 +144,7 @@ def test_same_input_gives_the_same_pattern(monkeypatch):
         monkeypatch.setenv("SPATIAL_RELEASE_AUDIT_WORKERS", workers)
         table = grid_table(random_counts(4, cells=10, hours=5), 5, zeros_published=False)
         log = protect(table, 5, DEPTH, ProtectionMethod())
-        assert log.audit.passed
+        assert log.audit is not None and log.audit.passed
         patterns.append(list(table.status))
     assert patterns[0] == patterns[1] == patterns[2]
     assert patterns[0].count(S) > 0
@@ -155,7 +156,7 @@ def test_union_relations_are_protected_by_the_sweep():
     table = table_of(nodes, [("T", ["a", "b", "c"])], kind=UNION)
     assert not audit(table, 5).passed  # the primary alone is not protected: 2 <= T <= 4 < k
     log = protect(table, 5, {}, ProtectionMethod(prune_tries=0))
-    assert log.audit.passed and audit(table, 5, optimal_bounds=True).passed
+    assert log.audit is not None and log.audit.passed and audit(table, 5, optimal_bounds=True).passed
     assert table.secondaries()
     # mixed: an EQ hierarchy whose parents are also in a UNION relation
     mixed = table_of(
@@ -166,7 +167,7 @@ def test_union_relations_are_protected_by_the_sweep():
         Relation(UNION, mixed.index[("x", "T", 0)], (mixed.index[("x", "A", 0)], mixed.index[("x", "B", 0)]))
     )
     log = protect(mixed, 5, {}, ProtectionMethod())
-    assert log.audit.passed and audit(mixed, 5, optimal_bounds=True).passed
+    assert log.audit is not None and log.audit.passed and audit(mixed, 5, optimal_bounds=True).passed
 
 
 def test_costs_are_the_callers_choice():
@@ -195,7 +196,7 @@ def test_final_pattern_passes_an_independent_audit(seed, k, cost, prune, compat)
     table = grid_table(counts, k, zeros_published=False)
     criterion = Criterion(k, 10) if compat else None
     log = protect(table, k, DEPTH, ProtectionMethod(cost=cost, prune_tries=None if prune else 0), criterion=criterion)
-    assert log.audit.passed
+    assert log.audit is not None and log.audit.passed
     fresh = grid_table(counts, k, zeros_published=False)  # the pattern on a table built again
     fresh.status = list(table.status)
     assert audit(fresh, k, optimal_bounds=True, criterion=criterion, workers=1).passed

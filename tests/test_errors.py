@@ -2,12 +2,14 @@
 with its cause in one line (the traceback only with --debug); the job runner returns a typed RunOutcome."""
 
 from pathlib import Path
+from typing import cast
 
 import pytest
 from support.releases import release, release_argv
 
 from spatial_release import cli
 from spatial_release.errors import Blocked, ExitCode, UserError, kind_of
+from spatial_release.release.record import ReleaseRecord
 from spatial_release.run_outcome import Failure, RunOutcome
 
 
@@ -52,7 +54,8 @@ def test_user_errors_and_refusals_outside_a_run(tmp_path, capsys):
 
 
 def test_run_outcome_exit_code_and_messages():
-    published = RunOutcome(True, Path("/r/demo/2018-Q1"), {"k": 5})
+    stand_in = cast(ReleaseRecord, {"k": 5})  # the outcome hands its record back untouched, whatever it is
+    published = RunOutcome(True, Path("/r/demo/2018-Q1"), stand_in)
     assert published.exit_code == 0 and published.messages == ["published /r/demo/2018-Q1"]
     ok, messages, record = published  # a caller that needs only these unpacks it
     assert ok and record == {"k": 5} and messages == published.messages

@@ -117,7 +117,8 @@ RECTANGLE = [("r1", ["x11", "x12"]), ("r2", ["x21", "x22"]), ("c1", ["x11", "x21
 def test_components_solved_together_find_what_each_alone_finds(tables):
     """Many small components in one table are solved as one packed model (their disjoint union): the figures at
     1 are exactly those brute force finds in each component on its own."""
-    nodes, relations, expected = {}, [], set()
+    nodes: dict[str, tuple[int, str]] = {}
+    relations, expected = [], set()
     for i, (values, withheld) in enumerate(tables):
         own_nodes, own_relations = _two_way(values, withheld, f"_{i}")
         nodes |= own_nodes

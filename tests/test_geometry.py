@@ -105,6 +105,7 @@ def test_compact_grid_keys_round_trip_and_refuse_points_outside_their_box():
 
     grid = Grid(SPEC)
     box_ = CompactGrid.around(grid, (-74.1, 40.7, -74.0, 40.75))
+    assert box_ is not None  # a small box: its keys fit
     lon, lat = np.array([-74.05, -74.0999]), np.array([40.72, 40.7001])
     ix, iy = grid.indices(lon, lat)
     assert [tuple(a) for a in zip(*box_.decode(box_.encode(ix, iy)))] == list(zip(ix, iy))

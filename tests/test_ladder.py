@@ -103,11 +103,12 @@ def test_every_rung_counts_distinct_units_and_published_figures_match_the_raw_pi
         .dt.start_time.dt.tz_localize("America/New_York")
         .dt.tz_convert("UTC")
     )
-    members["parent"] = members["cell"].map(
-        lambda c: (lambda e, n: f"2000mE{e // 2000 * 2000}N{n // 2000 * 2000}")(
-            *map(int, c.removeprefix("1000mE").split("N"))
-        )
-    )
+
+    def parent(cell: str) -> str:
+        e, n = map(int, cell.removeprefix("1000mE").split("N"))
+        return f"2000mE{e // 2000 * 2000}N{n // 2000 * 2000}"
+
+    members["parent"] = members["cell"].map(parent)
     expected = {}
     for level, area in ((LEAF, "cell"), ("grid_2000m", "parent")):
         for (a, b), n in members.groupby([area, "day"])["device"].nunique().items():
@@ -228,7 +229,9 @@ def test_a_ladder_release_publishes_end_to_end_with_its_report(ladder_policy, tm
     outcome = run_release(str(ladder_policy.path), "2018-Q1", out=str(tmp_path / "out"), ledger=str(tmp_path / "ledger"))
     assert outcome.published, [f.message for f in outcome.failures]
     record = outcome.record
+    assert record is not None and outcome.release_dir is not None
     by_level = record.counts.published_by_level
+    assert by_level is not None
     assert any("@" in level for level in by_level), by_level
     margins = pd.read_parquet(outcome.release_dir / "margins.parquet")
     assert margins["level"].value_counts().to_dict() == {k: v for k, v in by_level.items() if k != LEAF}
@@ -334,6 +337,7 @@ def test_budget_as_target_climbs_only_until_the_budget_holds(tmp_path):
     target = float(before) / 2
     ctx = _run_to_candidate(_budget_policy(tmp_path / "climb", target), tmp_path / "climb")
     ladder = stages.read_manifest(ctx.area).summary.ladder
+    assert ladder is not None
     assert ladder["climb"] == "to_budget" and ladder["rounds"] >= 1 and sum(ladder["offered"].values()) >= 1
     after = _unshown_share(ctx)
     assert after <= target, (before, after, target)
@@ -347,6 +351,7 @@ def test_budget_as_target_climbs_only_until_the_budget_holds(tmp_path):
 def test_budget_that_even_the_coarsest_rung_cannot_meet_blocks_the_release(tmp_path):
     ctx = _run_to_candidate(_budget_policy(tmp_path, 0.0001), tmp_path)
     ladder = stages.read_manifest(ctx.area).summary.ladder
+    assert ladder is not None
     assert not ladder["budget_holds"]
     outcome = stages.check_suppression_budget(ctx)
     assert not outcome.passed  # negative control: the budget check blocks
@@ -366,7 +371,7 @@ def test_a_blocked_risk_gate_proposes_the_ladder_rungs_with_their_figures(tmp_pa
     policy = load_policy(write_policy(tmp_path, data, population=1))
     ctx = _run_to_candidate(policy, tmp_path)
     risk = stages.run_risk(ctx, Ledger(tmp_path / "ledger"))
-    assert risk.status == "block"
+    assert risk.status == "block" and risk.coarsening is not None
     assert [p.rung for p in risk.coarsening] == ["1w", "period"]
     assert all(p.release_figure is not None for p in risk.coarsening)
     outcome = stages.check_risk_budget(ctx)
@@ -375,6 +380,7 @@ def test_a_blocked_risk_gate_proposes_the_ladder_rungs_with_their_figures(tmp_pa
     import duckdb
 
     ladder = write_ladder_buckets(ctx)
+    assert ladder is not None  # the policy has a time ladder
     keys = duckdb.connect().execute(coarser_keys_sql(ctx.area, ladder, "1w", policy.k)).df()
     _, true_margins = stages.read_true_counts(ctx.area)
     weeks = true_margins[(true_margins["level"] == "cell@1w") & (true_margins["n"] >= policy.k)]

@@ -82,17 +82,18 @@ def test_a_review_entry_written_both_ways_is_the_same_ledger_line(tmp_path):
     old = Ledger(tmp_path / "old", signing_key=key)
     new = Ledger(tmp_path / "new", signing_key=key)
     stamp = {"recorded_at": "2026-01-01T00:00:00+00:00"}
+    landscape = "e1f8800fe765f47448c6e2a5594a584331222dbea55b40e87b609e16badc3961"
     spelled = {
         "kind": "review",
         "dataset": "demo",
-        "landscape_sha256": "e1f8800fe765f47448c6e2a5594a584331222dbea55b40e87b609e16badc3961",
+        "landscape_sha256": landscape,
         "cumulative": 0.00255,
         "releases": 2,
         "breaches": ["2018-Q2"],
     }
     typed = ReviewEntry(
         dataset="demo",
-        landscape_sha256=spelled["landscape_sha256"],
+        landscape_sha256=landscape,
         cumulative=0.00255,
         releases=2,
         breaches=("2018-Q2",),

@@ -71,11 +71,12 @@ def test_the_stages_that_build_the_large_graphs_run_with_the_collector_paused(mo
     paused, and leave it running after them, an error included."""
     import gc
     from types import SimpleNamespace
+    from typing import cast
 
     import numpy as np
     from support.tables import one_row_per_bucket
 
-    from spatial_release.stages import checks, protect
+    from spatial_release.stages import ReleaseContext, checks, protect
     from spatial_release.suppression import blocks
     from spatial_release.suppression.method import ProtectionMethod
     from spatial_release.suppression.table import TablePack
@@ -92,9 +93,13 @@ def test_the_stages_that_build_the_large_graphs_run_with_the_collector_paused(mo
 
     monkeypatch.setattr(protect, "read_true_counts", first_read)
     monkeypatch.setattr(checks, "read_true_counts", first_read)
-    ctx = SimpleNamespace(
-        policy=SimpleNamespace(suppression=SimpleNamespace(audit_with=()), protection=SimpleNamespace(method="kanon")),
-        area=SimpleNamespace(root=tmp_path),
+    # what the stages read of their context before the first read of the counts
+    ctx = cast(
+        ReleaseContext,
+        SimpleNamespace(
+            policy=SimpleNamespace(suppression=SimpleNamespace(audit_with=()), protection=SimpleNamespace(method="kanon")),
+            area=SimpleNamespace(root=tmp_path),
+        ),
     )
     for stage in (protect.run_protect, checks.check_suppression_audit):
         with pytest.raises(Seen):

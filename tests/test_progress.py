@@ -26,14 +26,14 @@ def test_a_silent_step_is_heard_every_interval():
         time.sleep(1.0)
     ended = time.monotonic()
     beats = [m for _, m in heard if m != "risk: halfway"]
-    assert len(beats) >= 3 and all(event_of(m) is not None and event_of(m).step == "risk" for m in beats)
+    assert len(beats) >= 3 and all((e := event_of(m)) is not None and e.step == "risk" for m in beats)
     assert all(str(m).startswith("risk: still running, ") for m in beats)
     assert max(_gaps([t for t, _ in heard], started, ended)) < every + slack
     assert max(_gaps(own, started, ended)) > every + slack  # the step alone: silent for a second
 
 
 def test_the_heartbeat_stops_with_its_step_even_when_it_fails():
-    heard = []
+    heard: list[str] = []
     with pytest.raises(RuntimeError), heartbeat(heard.append, "risk", every=0.05):
         raise RuntimeError("the step failed")
     count = len(heard)

@@ -78,7 +78,10 @@ def _latest_check(instance: dg.DagsterInstance) -> dg.AssetCheckEvaluation:
     """The partition's check as the UI reads it: its latest stored evaluation."""
     record = instance.get_latest_asset_check_evaluation_record(CHECK)
     assert record is not None, "the check has no evaluation stored"
-    return record.event.dagster_event.event_specific_data
+    assert record.event is not None
+    event = record.event.dagster_event
+    assert event is not None and isinstance(event.event_specific_data, dg.AssetCheckEvaluation)
+    return event.event_specific_data
 
 
 def _report_by_hand(instance: dg.DagsterInstance) -> None:
@@ -144,6 +147,7 @@ def test_a_publication_by_the_publish_job_passes_the_check_without_an_alert(tmp_
     # the publish run records the check itself, passed
     [evaluation] = [e for e in release.publish.get_asset_check_evaluations() if e.check_name == CHECK.name]
     assert evaluation.passed and evaluation.partition == PARTITION
+    assert evaluation.description is not None
     assert evaluation.description.startswith("fixture 2018-Q1 is published: ledger entry")
     assert _latest_check(instance).passed
     # ...so the guard reads its materialisation and has nothing to add: no run, no alert
@@ -192,16 +196,19 @@ def test_the_check_passes_for_a_published_period_only(tmp_path):
     folder, settings = _policies(tmp_path), _settings(tmp_path)
     instance = dg.DagsterInstance.ephemeral()
     never = _run_check(folder, settings, instance)
+    assert never.description is not None
     assert not never.passed and never.description.startswith("fixture 2018-Q1 is not published")
     assert "records no release" in never.description
     assert execute_release(programme_for(folder / "fixture.yaml"), PARTITION, settings, instance=instance).success
     published = _run_check(folder, settings, instance)
+    assert published.description is not None
     assert published.passed and published.description.startswith("fixture 2018-Q1 is published: ledger entry")
     assert "cells.parquet, margins.parquet, report.html, report.png" in published.description
     # control: a published file altered after publication fails the check, naming it
     cells = Path(settings["releases_dir"]) / "fixture" / "2018-Q1" / "cells.parquet"
     cells.write_bytes(cells.read_bytes() + b"\0")
     altered = _run_check(folder, settings, instance)
+    assert altered.description is not None
     assert not altered.passed and f"{cells} does not match the sha256 ledger entry" in altered.description
 
 
@@ -306,9 +313,11 @@ def test_a_check_evaluation_logged_under_a_run_that_never_runs_the_check_is_repo
     assert first.run_requests == [] and _alerts(tmp_path) == []
     candidate = release.candidate.run_id
     evaluation = dg.AssetCheckEvaluation(asset_key=RELEASE, check_name=CHECK.name, passed=True, partition="2018-Q2")
+    candidate_run = instance.get_run_by_id(candidate)
+    assert candidate_run is not None
     event = DagsterEvent(
         event_type_value=DagsterEventType.ASSET_CHECK_EVALUATION.value,
-        job_name=instance.get_run_by_id(candidate).job_name,
+        job_name=candidate_run.job_name,
         event_specific_data=evaluation,
     )
     instance.report_dagster_event(event, run_id=candidate)

@@ -434,6 +434,7 @@ def _release(spec: dict, name: str, counting: dict | None) -> dict:
     outcome = run_release(spec["policy"], PERIOD.label, out=str(out), ledger=str(out / "ledger"), counting=counting)
     done = {"published": outcome.published, "failures": [f.message for f in outcome.failures]}
     if outcome.published:
+        assert outcome.release_dir is not None
         files = ("cells.parquet", "margins.parquet")
         done["sha256"] = {f: hashlib.sha256((outcome.release_dir / f).read_bytes()).hexdigest() for f in files}
         area = stages.WorkArea(out / "work" / "fixture" / PERIOD.label)
@@ -456,14 +457,24 @@ def _drive(spec: dict) -> None:
     and the workers' local folders showed while the application ran."""
     from spatial_release.ledger import SIGNING_KEY_ENV
     from spatial_release.risk import ranges
+    from spatial_release.risk.estimator import RiskParams, RiskReport
+    from spatial_release.risk.ranges import KeyRanges
     from spatial_release.stages import risk as risk_stage
     from spatial_release.suppression import blocks
+    from spatial_release.suppression.table import Table
 
     os.environ[SIGNING_KEY_ENV] = str(Path(spec["root"]) / "key" / "ledger.key")
     blocks.BLOCKS_MIN_NODES, blocks.CHUNK_NODES = DRIVER_BLOCKS_MIN_NODES, DRIVER_CHUNK_NODES
     chunks: list[int] = []
     real_chunks = blocks._chunks
-    blocks._chunks = lambda table, found: chunks.append(len(out := real_chunks(table, found))) or out
+
+    # the stand-ins keep the parameter names of the functions they replace, which a caller may pass by name
+    def counted_chunks(table: Table, blocks: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+        out = real_chunks(table, blocks)
+        chunks.append(len(out))
+        return out
+
+    blocks._chunks = counted_chunks
     report: dict = {"releases": {"local": _release(spec, "local", None)}}
     report["releases"]["local"]["chunks"] = chunks[-1] if chunks else 0
     counting = {"engine": "spark", "spark_master": spec["master"], "scratch_dir": spec["scratch"], "spark_conf": SPARK_CONF}
@@ -471,13 +482,21 @@ def _drive(spec: dict) -> None:
     # each range's counts are Spark jobs, and its figures must still be those of the whole key sets here.
     ranged: list[int] = []
     real_ranges = risk_stage.estimate_key_ranges
-    risk_stage.estimate_key_ranges = lambda held, *args: ranged.append(len(held)) or real_ranges(held, *args)
+
+    def counted_ranges(
+        ranges: KeyRanges, params: RiskParams, population: dict[str, float] | None = None, started: float | None = None
+    ) -> RiskReport:
+        ranged.append(len(ranges))
+        return real_ranges(ranges, params, population, started)
+
+    risk_stage.estimate_key_ranges = counted_ranges
     risk_stage.RANGES_ABOVE, ranges.RANGE_ROWS = 0, DRIVER_RANGE_ROWS
     report["releases"]["spark"] = _release(spec, "spark", counting)
     report["ranges"] = ranged
     from pyspark.sql import SparkSession
 
     spark = SparkSession.getActiveSession()
+    assert spark is not None, "the spark release left its session running"
     context = spark.sparkContext
     tracker = context.statusTracker()
     groups = {
@@ -515,12 +534,13 @@ def _reachable_by_others(path: Path, top: Path) -> bool:
 def test_an_engine_on_another_master_does_not_reuse_the_running_session(tmp_path):
     """getOrCreate() hands back a running session unchanged: a cluster run after a local one in the same
     process (a Dagster process, this test session) would run locally. The engine stops the other one."""
-    from spatial_release.counting.engines import SparkSettings, open_engine
+    from spatial_release.counting.engines import SparkEngine, SparkSettings, open_engine
 
     for master in ("local[1]", "local[2]"):
         with open_engine("spark", scratch=tmp_path / master, spark_settings=SparkSettings(master=master)) as engine:
             assert engine.describe()["master"] == master
             assert engine.fetch("SELECT 1 AS one")["one"].tolist() == [1]
+    assert isinstance(engine, SparkEngine)
     engine.spark.stop()
 
 

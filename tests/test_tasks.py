@@ -8,6 +8,8 @@ release on a real standalone cluster and compares it byte for byte with the loca
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -30,7 +32,8 @@ NO_PACKAGE = "executors without the package"
 
 class _FakeRDD:
     def __init__(self, items, executor_digest: str | None = None):
-        self.items, self.fns, self.executor_digest = list(items), [], executor_digest
+        self.items, self.executor_digest = list(items), executor_digest
+        self.fns: list[Callable[[Any], Any]] = []
 
     def map(self, fn):
         self.fns.append(fn)
@@ -67,7 +70,8 @@ class _FakeContext:
     pythonExec = "python3"
 
     def __init__(self, digest: str = CODE_DIGEST):
-        self.digest, self.groups, self.tasks = digest, [], 0
+        self.digest, self.tasks = digest, 0
+        self.groups: list[str] = []
 
     def setJobGroup(self, group, description):
         self.groups.append(group)
