@@ -7,6 +7,7 @@ published."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -93,12 +94,16 @@ def test_each_row_and_proposal_reads_back_from_its_json_equal():
 )
 def test_a_file_written_before_the_rows_were_typed_reads_back_typed_and_writes_the_same_bytes(tmp_path, kind, name, row):
     read = kind.read_from(GOLDEN / name)
+    rows: Sequence[object] | None
     if isinstance(read, ProtectionManifest):
         rows = read.summary.frontier
     elif isinstance(read, RiskAssessment) and row is CoarseningProposal:
         rows = read.coarsening
+    elif isinstance(read, ReleaseRecord):
+        assert read.risk is not None
+        rows = read.risk.frontier
     else:
-        rows = (read.risk if isinstance(read, ReleaseRecord) else read).frontier
+        rows = read.frontier
     assert rows and all(type(r) is row for r in rows)
     read.write_to(tmp_path / name)
     assert (tmp_path / name).read_bytes() == (GOLDEN / name).read_bytes()
