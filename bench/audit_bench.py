@@ -76,6 +76,7 @@ def main() -> None:
     spec = DisclosureSpec(structure, args.k, "presence")
     started = time.perf_counter()
     protected, log, table = protect_release(true_cells, true_margins, spec)
+    assert log.audit is not None
     print(
         f"{args.persons} persons, {args.days} days: {len(true_cells) + len(true_margins)} figures, "
         f"{len(protected.cells)} cells and {len(protected.margins)} margins published; protection "

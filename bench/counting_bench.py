@@ -142,7 +142,7 @@ def work_read(args) -> dict:
     con = duckdb.connect()
     row = con.execute(
         f"SELECT count(*), sum(hash(unit)), sum(epoch_us(ts)), sum(lon), sum(lat) FROM read_parquet('{args.pings}')"
-    ).fetchone()
+    ).fetchall()[0]
     return {"rows": row[0]}
 
 
@@ -466,7 +466,7 @@ def run_worker(name: str, extra: list[str], spill_dir: Path | None = None) -> di
 
     def watch() -> None:
         # RSS of the worker and its children (Spark's JVM is a child process), sampled twice a second
-        import psutil
+        import psutil  # type: ignore[import-untyped]
 
         root = psutil.Process(proc.pid)
         while not done.wait(0.5):
@@ -483,6 +483,7 @@ def run_worker(name: str, extra: list[str], spill_dir: Path | None = None) -> di
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
     done.set()
+    assert proc.stdout is not None  # piped above
     output = proc.stdout.read()
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
@@ -539,18 +540,18 @@ def check_same_outputs(folders: dict[str, Path], exact_rows: int) -> str:
             continue
         for output in OUTPUTS:
             a, b = (f"read_parquet('{f / (output + '.parquet')}')" for f in (reference, folder))
-            rows_a, rows_b = (con.execute(f"SELECT count(*) FROM {x}").fetchone()[0] for x in (a, b))
+            rows_a, rows_b = (con.execute(f"SELECT count(*) FROM {x}").fetchall()[0][0] for x in (a, b))
             assert rows_a == rows_b, f"{name}: {output} has {rows_b:,} rows, the pipeline's {rows_a:,}"
             if output != "membership.internal" or rows_a <= exact_rows:
                 diff = con.execute(
                     f"SELECT (SELECT count(*) FROM (FROM {a} EXCEPT ALL FROM {b})) + "
                     f"(SELECT count(*) FROM (FROM {b} EXCEPT ALL FROM {a}))"
-                ).fetchone()[0]
+                ).fetchall()[0][0]
                 assert diff == 0, f"{name}: {output} differs from the pipeline's in {diff:,} rows"
                 how = "row for row"
             else:
                 sums = [
-                    con.execute(f"SELECT sum(hash(unit, bucket_start, cell_id)::HUGEINT) FROM {x}").fetchone()[0]
+                    con.execute(f"SELECT sum(hash(unit, bucket_start, cell_id)::HUGEINT) FROM {x}").fetchall()[0][0]
                     for x in (a, b)
                 ]
                 assert sums[0] == sums[1], f"{name}: {output} differs from the pipeline's (checksum)"
@@ -689,6 +690,7 @@ def run_downstream(args) -> None:
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         _, status, usage = os.wait4(proc.pid, 0)
+        assert proc.stdout is not None  # piped above
         lines = [line for line in proc.stdout.read().splitlines() if not line.startswith("Running HiGHS")]
         print("\n".join(lines))
         print(

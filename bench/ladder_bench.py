@@ -185,6 +185,7 @@ def run_one(dataset: str, k: int, persons: int, budget: float, folder: Path) -> 
         start = time.perf_counter()
         result = run(ctx)
         seconds[stage] = round(time.perf_counter() - start, 2)
+    assert isinstance(result, stages.RiskAssessment)  # the last stage run: the risk step's assessment
     risk = result
     start = time.perf_counter()
     checks = stages.run_guarantees(ctx)
@@ -379,7 +380,7 @@ def main() -> None:
         print(f"SKIPPED citibike: {SHARED_DATA} is absent (../shared must be beside the project; CI has it)")
         datasets.remove("citibike")
     temp = None if args.keep else tempfile.TemporaryDirectory(prefix="ladder-bench-")
-    base = Path(args.keep or temp.name)
+    base = Path(args.keep) if temp is None else Path(temp.name)
     started = time.perf_counter()
     rows = {}
     for dataset in datasets:  # each table as soon as its dataset is done (a later one may run for long)

@@ -137,7 +137,7 @@ class RssSampler:
     event timestamps)."""
 
     def __init__(self, every: float = 0.1) -> None:
-        import psutil
+        import psutil  # type: ignore[import-untyped]
 
         self.process, self.every = psutil.Process(), every
         self.samples: list[tuple[float, int]] = []
@@ -172,7 +172,9 @@ def _steps(instance, sampler: RssSampler) -> list[dict]:
     steps = []
     runs = sorted(instance.get_runs(), key=lambda r: instance.get_run_record_by_id(r.run_id).create_timestamp)
     for run in runs:
-        starts, ends, failed = {}, {}, set()
+        starts: dict[str, float] = {}
+        ends: dict[str, float] = {}
+        failed: set[str] = set()
         for entry in instance.all_logs(run.run_id):
             event = entry.dagster_event
             if event is None or not entry.step_key:
@@ -184,7 +186,7 @@ def _steps(instance, sampler: RssSampler) -> list[dict]:
                 ends[entry.step_key] = entry.timestamp
                 if kind == "STEP_FAILURE":
                     failed.add(entry.step_key)
-        for key in sorted(starts, key=starts.get):
+        for key in sorted(starts, key=starts.__getitem__):
             end = ends.get(key, starts[key])
             name = next((n for n in STAGE_OF_STEP if key.endswith(n)), key)
             steps.append(
@@ -246,8 +248,12 @@ def work_release(args) -> dict:
     steps = _steps(instance, sampler)
     if not steps:  # the run went to another instance: per-stage figures would read 0 s, not "not measured"
         raise RuntimeError("no Dagster step in the bench's instance: the command line did not run in it")
+    sha256 = None
+    if outcome.published:
+        assert outcome.release_dir is not None  # a published run names its release folder
+        sha256 = {f: sha256_file(outcome.release_dir / f)[:16] for f in files}
     return {
-        "sha256": {f: sha256_file(outcome.release_dir / f)[:16] for f in files} if outcome.published else None,
+        "sha256": sha256,
         "published": outcome.published,
         "exit_code": outcome.exit_code,
         "failures": [f"{f.kind} {f.name}: {f.message}" for f in outcome.failures],
@@ -330,7 +336,8 @@ def work_direct(args) -> dict:
         return dp.m.make_laplace_threshold(domain, metric, scale=scale, threshold=threshold)
 
     scale = dp.binary_search(lambda s: mechanism(s, 2**30).map(d_in)[0] <= DP_EPSILON, bounds=(1e-9, 1e9), T=float)
-    threshold = dp.binary_search(lambda t: mechanism(scale, int(t)).map(d_in)[1] <= DP_DELTA, bounds=(1, 2**30), T=int)
+    # an integer with T=int, though the stub says float
+    threshold = int(dp.binary_search(lambda t: mechanism(scale, int(t)).map(d_in)[1] <= DP_DELTA, bounds=(1, 2**30), T=int))
     keys = counts["level"] + ":" + counts["x"].astype(str) + ":" + counts["y"].astype(str) + ":" + counts["h"].astype(str)
     noisy = mechanism(scale, threshold)(dict(zip(keys, counts["n"].astype("int64").tolist())))
     parts = [key.split(":") for key in noisy]
@@ -362,6 +369,7 @@ def run_worker(name: str, extra: list[str]) -> dict:
     log = Path(extra[extra.index("--out") + 1] + ".log") if "--out" in extra else None
     with open(log, "w") if log else open(os.devnull, "w") as errors:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors if log else None, text=True)
+        assert proc.stdout is not None  # piped
         output = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
@@ -373,7 +381,7 @@ def run_worker(name: str, extra: list[str]) -> dict:
     return result
 
 
-def bench_size(size: str, args) -> dict:
+def bench_size(size: str, args) -> list[dict]:
     n = size_of(size)
     data = Path(args.data) / f"{size}-{args.ids}"
     raw = data / "raw.parquet"

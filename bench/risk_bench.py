@@ -57,6 +57,7 @@ def main() -> None:
     prepared = time.perf_counter() - started
     report = estimate_risk(keys, key_zone, RiskParams(points=args.points, draws=args.draws))
     worst = report.worst_zone()
+    assert worst is not None, "no zone has a figure: too few persons or days for the k"
     print(
         f"persons {args.persons}, days {args.days}: {report.units} units with released keys, {report.keys} keys, "
         f"{len(keys)} unit-key pairs, {len(report.zones)} zones (data prepared in {prepared:.1f} s)"

@@ -175,9 +175,9 @@ def run_engine(engine: str, micro_path: Path, region_km, k: int, range_pct: int)
         fresh, _ = build(micro, region_km, k, zeros_published=False)
         summary = pattern_summary(fresh, statuses, k, range_pct)
     else:
-        from pytauargus import protect as tau_protect
+        from pytauargus import protect as tau_protect  # type: ignore[import-not-found]
 
-        method = {"tau-modular": "MOD(1)", "tau-optimal": "OPT(1)"}[engine]
+        suppress = {"tau-modular": "MOD(1)", "tau-optimal": "OPT(1)"}[engine]
         workdir = Path(tempfile.mkdtemp(prefix=f"tau-{engine}-"))
         hrc = write_hrc(workdir, region_km)
         micro_tau = micro.assign(one=1)[["space", "hour", "one"]]
@@ -188,7 +188,7 @@ def run_engine(engine: str, micro_path: Path, region_km, k: int, range_pct: int)
             tables=[["space", "hour"]],
             response="one",
             safety_rules=f"FREQ({k},{range_pct})",
-            suppress=method,
+            suppress=suppress,
             hrc=hrc,
             totcode="Total",
             workdir=str(workdir),
@@ -261,6 +261,7 @@ def release_mode(persons: int, days: int, k: int, seed: int, method: str | None 
     started = time.perf_counter()
     protected, log, _ = protect_release(true_cells, true_margins, DisclosureSpec(structure, k, "presence", method=chosen))
     seconds = time.perf_counter() - started
+    assert log.audit is not None
     audit_summary = log.audit.summary()
     print(
         f"release mode: {persons} persons, {days} days of hourly buckets, 250 m cells; "
@@ -268,15 +269,15 @@ def release_mode(persons: int, days: int, k: int, seed: int, method: str | None 
     )
     print(
         f"  figures {len(true_cells) + len(true_margins)}; published cells {len(protected.cells)}, "
-        f"published margins {len(protected.margins)}; primaries {audit_summary['primaries_audited']}; "
+        f"published margins {len(protected.margins)}; primaries {audit_summary.primaries_audited}; "
         f"secondaries {log.sweep_secondaries + log.repair_secondaries - log.pruned} "
         f"(stage 1 {log.sweep_secondaries}, repair {log.repair_secondaries}, rounds {log.rounds}, "
         f"pruned {log.pruned})"
     )
     print(
-        f"  protect + audit {seconds:.1f} s (final audit {audit_summary['seconds']} s, "
-        f"{audit_summary['components']} components, {audit_summary['lps_solved']} exact LPs, "
-        f"{audit_summary['bulk_lps']} bulk LPs, failures {audit_summary['failures']}); "
+        f"  protect + audit {seconds:.1f} s (final audit {audit_summary.seconds} s, "
+        f"{audit_summary.components} components, {audit_summary.lps_solved} exact LPs, "
+        f"{audit_summary.bulk_lps} bulk LPs, failures {audit_summary.failures}); "
         f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB"
     )
 

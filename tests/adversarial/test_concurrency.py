@@ -120,7 +120,7 @@ def test_two_periods_at_once_assess_risk_with_each_other(tmp_path):
     assert sorted(e["period"] for e in release_entries(concurrent)) == ["2018-Q1", "2018-Q2"]
 
 
-def _release(tmp_path: Path, policy_path: Path, *extra: str) -> subprocess.Popen:
+def _release(tmp_path: Path, policy_path: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -174,7 +174,10 @@ def test_a_re_run_of_a_published_period_is_refused_before_it_writes(tmp_path):
 def test_two_command_line_runs_of_one_period_at_once(tmp_path):
     policy_path = two_quarter_policy(tmp_path)
     runs = [_release(tmp_path, policy_path) for _ in range(2)]
-    finished = [(run.wait(timeout=600), run.stderr.read()) for run in runs]
+    finished: list[tuple[int, str]] = []
+    for run in runs:
+        assert run.stderr is not None  # _release pipes it
+        finished.append((run.wait(timeout=600), run.stderr.read()))
     codes = sorted(code for code, _ in finished)
     assert codes == [0, 1], finished
     [(_, err)] = [(code, err) for code, err in finished if code == 1]

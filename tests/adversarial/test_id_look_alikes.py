@@ -182,7 +182,7 @@ def test_spellings_of_one_device_are_one_unit_or_quarantined(rows):
     assert set(quarantine["reason"]) <= LOOK_ALIKE_REASONS
     devices_of_valid = [device for device, _, was in rows if not was]
     assert len(pings) == len(devices_of_valid)
-    units = {}  # unit -> the real devices whose spellings became it
+    units: dict[str, set[str]] = {}  # unit -> the real devices whose spellings became it
     for device, unit in zip(devices_of_valid, pings.sort_values("src", kind="stable")["unit"], strict=True):
         units.setdefault(unit, set()).add(device)
     assert all(len(devices) == 1 for devices in units.values()), units

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, time
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -36,7 +36,7 @@ def _published_cells(tmp_path: Path) -> dict[tuple[str, str], int]:
 def _expected_cells(rows: pd.DataFrame) -> dict[tuple[str, str], int]:
     """Distinct units per (cell, local day), the day's start as a UTC instant: from `cell` and `instant`."""
     day = rows["instant"].map(
-        lambda t: datetime(*t.astimezone(NEW_YORK).timetuple()[:3], tzinfo=NEW_YORK).astimezone(UTC).isoformat()
+        lambda t: datetime.combine(t.astimezone(NEW_YORK).date(), time(), tzinfo=NEW_YORK).astimezone(UTC).isoformat()
     )
     counts = rows.assign(day=day).groupby(["cell", "day"])["unit"].nunique()
     return {key: int(n) for key, n in counts.items()}
@@ -55,7 +55,7 @@ def _pings_near_midnight() -> pd.DataFrame:
     """Pings of known cells just after and just before local midnight, written as naive New York time, as
     UTC with an offset, and with New York's own offset: an instant shifted by the zone's 5 hours changes day."""
     rng = np.random.default_rng(9)
-    rows = []
+    rows: list[dict[str, object]] = []
 
     def add(prefix: str, corner: tuple[int, int], n_units: int, whens: list[str]) -> None:
         for u in range(n_units):

@@ -5,6 +5,7 @@ same quarantine, compared here row by row) or refused with an error naming the f
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -15,7 +16,7 @@ import pytest
 from support.fixture import policy_dict, write_policy
 
 from spatial_release.period import Period
-from spatial_release.policy import load_policy
+from spatial_release.policy import Policy, load_policy
 from spatial_release.traces.ingest import IngestError, check_trace_files, ingest_traces
 
 Q1 = Period.parse("2018-Q1")
@@ -50,7 +51,7 @@ def _ingest(folder: Path, name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pings.reset_index(drop=True), quarantine
 
 
-def _same_as_csv(tmp_path: Path, table: pa.Table, texts: list[str | None], **write) -> pd.DataFrame:
+def _same_as_csv(tmp_path: Path, table: pa.Table, texts: Sequence[str | None], **write) -> pd.DataFrame:
     """Ingest `table` as Parquet and, as CSV, the same rows with the time column written as `texts`; assert
     the two give the same pings and the same quarantine; return the pings."""
     pq.write_table(table, tmp_path / "t.parquet", **write)
@@ -145,7 +146,7 @@ def test_zero_row_row_groups_keep_counts_and_row_numbers(tmp_path):
     assert sorted(parquet_quarantine["row"]) == [2, 3, 5, 6]  # rows 2 and 5 no lon; 3 and 6 after the quarter
 
 
-def _policy_of(folder: Path) -> object:
+def _policy_of(folder: Path) -> Policy:
     data = policy_dict(str(folder / "t.parquet"))
     data["source"].update(max_rejected_share=1.0)
     return load_policy(write_policy(folder, data))

@@ -154,9 +154,10 @@ def test_no_exact_ratio_in_any_metadata_and_no_trace_file_name_anywhere(tmp_path
     assert record["input"]["files"] == 1 and len(record["input"]["files_sha256"]) == 64
     html = (folder / "report.html").read_text()
     assert "export-a0" not in html and "a0.csv" not in html
-    from PIL import Image
+    from PIL import Image, PngImagePlugin
 
     with Image.open(folder / "report.png") as image:
+        assert isinstance(image, PngImagePlugin.PngImageFile)
         assert not any("a0" in f"{k} {v}" for k, v in image.text.items())
     entries = _metadata_entries(result)
     assert entries

@@ -4,16 +4,18 @@ programmes that count the same units."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 from support.paths import PROJECT_ROOT
 
+from spatial_release.release.record import RiskRecord
 from spatial_release.risk.landscape import LandscapeError, load_landscape
 
 
-def _landscape(tmp_path, **fields) -> object:
+def _landscape(tmp_path, **fields) -> Path:
     data = {"version": 1, "points": 4, "population": {"table": "population.csv"}, **fields}
     path = tmp_path / "landscape.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -42,7 +44,7 @@ def test_the_shipped_landscapes_fit_their_panels():
     assert (demo.panel, demo.adversary) == ("sample", "journalist")  # subscribers among residents
 
 
-def _two_programmes(tmp_path, shared: bool, same_files: bool = True) -> tuple[dict, dict]:
+def _two_programmes(tmp_path, shared: bool, same_files: bool = True) -> tuple[RiskRecord, RiskRecord]:
     """A monthly and a quarterly programme over the same devices, published into one ledger; with
     `same_files` False, the quarterly reads its own export of them (other bytes: the ids renamed)."""
     from support.fixture import fixture_pings, uniqueness_policy_dict, write_policy
@@ -76,6 +78,8 @@ def test_programmes_of_one_population_spend_one_cumulative_budget(tmp_path):
     from spatial_release.risk import cumulative_risk
 
     monthly, quarterly = _two_programmes(tmp_path, shared=True)
+    assert monthly.release_figure is not None and quarterly.release_figure is not None
+    assert quarterly.cumulative is not None
     assert quarterly.cumulative == pytest.approx(
         cumulative_risk([monthly.release_figure, quarterly.release_figure]), rel=5e-3
     )  # 3 digits, up
@@ -100,6 +104,8 @@ def test_a_copy_of_a_programme_without_its_population_line_spends_the_same_budge
 
     monthly, quarterly = _two_programmes(tmp_path, shared=False, same_files=True)
     assert quarterly.window_periods == ["2018-01", "2018-Q1"]
+    assert monthly.release_figure is not None and quarterly.release_figure is not None
+    assert quarterly.cumulative is not None
     assert quarterly.cumulative == pytest.approx(
         cumulative_risk([monthly.release_figure, quarterly.release_figure]), rel=5e-3
     )  # 3 digits, up

@@ -95,6 +95,7 @@ def test_a_sparse_bucket_is_protected_by_withholding(shape, method):
     table = sparse_bucket(*shape)
     chosen = ProtectionMethod.release(workers=1) if method == "release" else ProtectionMethod.sweep(workers=1)
     log = protect_whole(table, K, DEPTH, chosen)
+    assert log.audit is not None
     assert log.audit.passed
     result = independent_audit(table)
     assert result.passed, result.summary()
@@ -108,6 +109,7 @@ def test_many_sparse_hours_through_the_blocks(monkeypatch):
     monkeypatch.setattr(blocks, "CHUNK_NODES", 1)
     table = joined([sparse_bucket(1 + h % 3, 1 + h % 2, 1 + (h // 2) % 2, BUCKET + pd.Timedelta(hours=h)) for h in range(4)])
     log = protect(table, K, DEPTH, ProtectionMethod(workers=2))
+    assert log.audit is not None
     assert log.audit.passed and independent_audit(table).passed
 
 
@@ -141,7 +143,8 @@ def test_a_refusal_in_a_block_worker_stays_a_named_refusal(monkeypatch):
     table = joined([sparse_bucket(bucket=BUCKET), pinned_table(BUCKET + pd.Timedelta(hours=1))])
     with pytest.raises(SuppressionError) as raised:
         protect(table, K, DEPTH, ProtectionMethod(workers=2))
-    error, innermost = raised.value, raised.value
+    error = raised.value
+    innermost: BaseException = raised.value
     while innermost.__cause__ is not None:
         innermost = innermost.__cause__
     assert not isinstance(innermost, _RemoteTraceback)

@@ -60,6 +60,7 @@ def test_absent_listed_zero_is_caught_by_the_audit_of_a_naive_release():
     protected, log, _ = protect_release(true_cells, true_margins, SPEC)
     lake = protected.cells[protected.cells["cell_id"] == ZERO]
     assert sorted(lake["bucket_start"]) == [BUCKETS[0], BUCKETS[2]] and (lake["n"] == 0).all()
+    assert log.audit is not None
     assert log.audit.passed  # the naive suppressor believed the lake protected
 
     result, table = audit_published(true_cells, true_margins, protected.cells, protected.margins, SPEC)

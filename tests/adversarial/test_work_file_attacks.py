@@ -19,6 +19,7 @@ from support.releases import build_two_quarter_q1, copy_programme, release_perio
 
 from spatial_release import stages
 from spatial_release.fileio import sha256_file
+from spatial_release.guarantees import CheckOutcome
 from spatial_release.ledger import ENTRIES, Ledger, LedgerCorrupt, ReleaseEntry, forget_pin
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
@@ -63,7 +64,7 @@ def _entries(root: Path) -> list[dict]:
     return [json.loads(line) for line in (root / "ledger" / ENTRIES).read_text().splitlines()]
 
 
-def _check(root: Path) -> stages.CheckOutcome:
+def _check(root: Path) -> CheckOutcome:
     """The check `earlier_work_files` as the guarantees run it for 2018-Q2."""
     ctx = stages.ReleaseContext(load_policy(root / "policy.yaml"), Period.parse(Q2), root / "out/work")
     releases = root / "out/releases"
@@ -160,6 +161,7 @@ def test_a_work_file_removed_within_retention_fails_and_after_it_passes(programm
     assert not outcome.passed and "missing within its key retention" in outcome.summary
     ctx = stages.ReleaseContext(load_policy(programme / "policy.yaml"), Period.parse(Q2), programme / "out/work")
     entries = Ledger(programme / "ledger").releases("fixture")
+    assert ctx.policy.risk is not None
     later = datetime.now(UTC) + timedelta(days=ctx.policy.risk.key_retention_days + 1)
     assert earlier_work_files_outcome(ctx, entries, later).passed  # the retention deletes per-unit files on purpose
 

@@ -591,8 +591,10 @@ def test_materialize_all_on_a_blocked_programme_leaves_true_statuses_and_alerts(
         assert status == "FAILURE", f"the blocked Materialize-all run {run['runId']} of {partition} ended {status}"
     # the backfill's other runs: the programme's risk_review (unpartitioned) re-assesses what is published
     # (nothing of demo-blocked): it runs beside the blocked partitions and succeeds
-    others = [r["runId"] for r in d.runs("__ASSET_JOB") if r["runId"] not in before and "dagster/partition" not in r["tags"]]
-    others = {run_id: d.wait_for_run(run_id, timeout=RUN_WAIT_S) for run_id in others}
+    other_ids = [
+        r["runId"] for r in d.runs("__ASSET_JOB") if r["runId"] not in before and "dagster/partition" not in r["tags"]
+    ]
+    others = {run_id: d.wait_for_run(run_id, timeout=RUN_WAIT_S) for run_id in other_ids}
     assert all(status == "SUCCESS" for status in others.values()), (
         f"the backfill's unpartitioned runs ended {others} (its runs: {launched})"
     )

@@ -24,9 +24,13 @@ from dataclasses import dataclass, field
 from email import message_from_bytes
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from spatial_release.alerts.routing import ENV_VARS, SLACK_WEBHOOK_URL, SMTP_FROM, SMTP_HOST, SMTP_PORT, SMTP_TO
 from spatial_release.policy.model import DEFAULT_MISSING_UNIT_VALUES
+
+if TYPE_CHECKING:
+    from aiosmtpd.controller import Controller
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # the venv running pytest holds spatial-release and the dagster commands
@@ -128,6 +132,14 @@ class Inbox:
         return "250 Message accepted for delivery"
 
 
+class _HookServer(ThreadingHTTPServer):
+    """The webhook's server: what its handler (_Hook) received, (path, JSON body), in order of arrival."""
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        super().__init__(address, _Hook)
+        self.received: list[tuple[str, Any]] = []
+
+
 class _Hook(BaseHTTPRequestHandler):
     """A webhook that answers 200 and records each POST's path and JSON body (Slack's incoming webhook)."""
 
@@ -137,6 +149,7 @@ class _Hook(BaseHTTPRequestHandler):
             payload = json.loads(body)
         except ValueError:
             payload = {"text": body.decode(errors="replace")}
+        assert isinstance(self.server, _HookServer)
         self.server.received.append((self.path, payload))
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
@@ -180,8 +193,8 @@ class Deployment:
     procs: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=dict)  # each command line's wall time, by command
     inbox: Inbox = field(default_factory=Inbox)
-    smtp: object = None  # the aiosmtpd Controller
-    hook: ThreadingHTTPServer | None = None
+    smtp: Controller | None = None
+    hook: _HookServer | None = None
 
     @classmethod
     def create(cls, root: Path) -> Deployment:
@@ -221,8 +234,7 @@ class Deployment:
 
         self.smtp = Controller(self.inbox, hostname="127.0.0.1", port=free_port())
         self.smtp.start()
-        self.hook = ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
-        self.hook.received = []
+        self.hook = _HookServer(("127.0.0.1", 0))
         threading.Thread(target=self.hook.serve_forever, name="alert-webhook", daemon=True).start()
         self.env |= {
             SMTP_HOST: "127.0.0.1",
@@ -366,7 +378,8 @@ class Deployment:
 
     def received_summary(self) -> str:
         subjects = [" ".join(str(m["Subject"]).split()) for _, m in list(self.inbox.messages)]
-        calls = [(path, str(payload.get("text", ""))[:120]) for path, payload in list(self.hook.received)]
+        received = list(self.hook.received) if self.hook else []
+        calls = [(path, str(payload.get("text", ""))[:120]) for path, payload in received]
         return f"e-mails received: {subjects or 'none'}; webhook calls: {calls or 'none'}"
 
     def log_tail(self, name: str, lines: int = 30) -> str:

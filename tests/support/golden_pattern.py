@@ -77,7 +77,7 @@ def pattern(measure: str) -> list[dict]:
     leaves, margins = true_counts(measure)
     spec = DisclosureSpec(STRUCTURE, K, measure, frozenset(ZEROS), tuple(BUCKETS))
     _, log, table = protect_release(leaves, margins, spec)
-    assert log.audit.passed
+    assert log.audit is not None and log.audit.passed
     assert audit(table, K).passed  # the pattern pinned below protects every primary
     rows = [
         {

@@ -67,7 +67,7 @@ def reference_draws(by_unit: list[np.ndarray], zones_of_key: np.ndarray, params:
     rng = np.random.default_rng(params.seed)
     u0 = rng.random(rows)
     us = [rng.random(rows) for _ in range(params.points - 1)]
-    drawn = []
+    drawn: list[list[list[int]]] = []
     for e, (keys, anchors) in enumerate(entries):
         drawn.append([])
         for s in range(params.draws):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from spatial_release.suppression.certificate import Certificate
+from spatial_release.suppression.complementary import ProtectionLog
 from spatial_release.suppression.table import EQ, PRIMARY, PUBLISHED, Relation, Table
 
 INPUTS = {"counts": "c0ffee", "candidate": "beef"}  # the input digests a test certificate is built for
@@ -37,10 +38,11 @@ def copy_table(table: Table) -> Table:
     )
 
 
-def assert_same_pattern_and_certificate(protected: list[tuple[Table, object]]) -> None:
+def assert_same_pattern_and_certificate(protected: list[tuple[Table, ProtectionLog]]) -> None:
     """The tables' statuses and their certificates' frames (primaries, witness points) are all equal."""
     outcomes = []
     for table, log in protected:
+        assert log.audit is not None
         certificate = Certificate.build(table, log.audit, INPUTS)
         outcomes.append((table.status, certificate.primaries, certificate.points))
     (status_1, primaries_1, points_1), *others = outcomes
