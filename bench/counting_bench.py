@@ -466,7 +466,7 @@ def run_worker(name: str, extra: list[str], spill_dir: Path | None = None) -> di
 
     def watch() -> None:
         # RSS of the worker and its children (Spark's JVM is a child process), sampled twice a second
-        import psutil  # type: ignore[import-untyped]
+        import psutil
 
         root = psutil.Process(proc.pid)
         while not done.wait(0.5):

@@ -137,7 +137,7 @@ class RssSampler:
     event timestamps)."""
 
     def __init__(self, every: float = 0.1) -> None:
-        import psutil  # type: ignore[import-untyped]
+        import psutil
 
         self.process, self.every = psutil.Process(), every
         self.samples: list[tuple[float, int]] = []
