@@ -25,6 +25,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from spatial_release.fileio import atomic_path, scratch_folder
@@ -351,7 +352,6 @@ def _check_coded_file(con: duckdb.DuckDBPyConnection, path: Path, counts: dict[s
     are numbered, each unit and key holding one at least, as many as the metadata says. (A code without its
     name row would drop its pairs from the joins silently.)"""
     f = _parquet(path)
-    units, keys, pairs = counts["units"], counts["keys"], counts["pairs"]
     row = con.execute(
         "SELECT "
         "count(*) FILTER (WHERE u IS NOT NULL AND k IS NULL), count(DISTINCT u) FILTER (WHERE k IS NULL), "
@@ -365,6 +365,58 @@ def _check_coded_file(con: duckdb.DuckDBPyConnection, path: Path, counts: dict[s
         f"count(*) FILTER (WHERE u IS NULL AND k IS NULL) FROM {f}"
     ).fetchone()
     assert row is not None
+    _refuse_coded_rows(path, counts, tuple(row))
+
+
+def check_coded_table(path: Path, table: pa.Table, counts: dict[str, int]) -> None:
+    """`_check_coded_file` on the file's rows already read whole (columns u, k, name, cell_id): the same checks
+    in numpy over the arrays, not a second scan of the file."""
+    u, k = table.column("u"), table.column("k")
+    u_set, k_set = pc.is_valid(u), pc.is_valid(k)
+    unit_row, key_row = pc.and_(u_set, pc.invert(k_set)), pc.and_(pc.invert(u_set), k_set)
+    pair = pc.and_(u_set, k_set)
+    unit_codes = pc.filter(u, unit_row).to_numpy()
+    key_codes = pc.filter(k, key_row).to_numpy()
+    pair_units, pair_keys = pc.filter(u, pair).to_numpy(), pc.filter(k, pair).to_numpy()
+    neither = len(u) - len(unit_codes) - len(key_codes) - len(pair_units)
+    row = (
+        len(unit_codes),
+        _distinct(unit_codes),
+        pc.count_distinct(pc.filter(table.column("name"), unit_row)).as_py(),
+        *_min_max(unit_codes),
+        len(key_codes),
+        _distinct(key_codes),
+        pc.count_distinct(pc.filter(table.column("name"), key_row)).as_py(),
+        pc.count(pc.filter(table.column("cell_id"), key_row)).as_py(),
+        *_min_max(key_codes),
+        len(pair_units),
+        _distinct(pair_units),
+        _distinct(pair_keys),
+        *_min_max(pair_units),
+        *_min_max(pair_keys),
+        neither,
+    )
+    _refuse_coded_rows(path, counts, row)
+
+
+def _distinct(codes: np.ndarray) -> int:
+    """How many distinct codes: a counting pass when they are small non-negative integers, else a sort."""
+    if not len(codes):
+        return 0
+    low, high = int(codes.min()), int(codes.max())
+    if low >= 0 and high < 4 * len(codes) + 1_000_000:
+        return int(np.count_nonzero(np.bincount(codes, minlength=high + 1)))
+    return len(np.unique(codes))
+
+
+def _min_max(codes: np.ndarray) -> tuple[int | None, int | None]:
+    return (int(codes.min()), int(codes.max())) if len(codes) else (None, None)
+
+
+def _refuse_coded_rows(path: Path, counts: dict[str, int], row: tuple) -> None:
+    """Raise ValueError naming `path` when the figures of its rows (`_check_coded_file`'s query, in its order)
+    are not those of a valid coded key set file of `counts`."""
+    units, keys, pairs = counts["units"], counts["keys"], counts["pairs"]
     (u_rows, u_codes, u_names, u_min, u_max, k_rows, k_codes, k_names, k_cells, k_min, k_max) = row[:11]
     (p_rows, p_units, p_keys, pu_min, pu_max, pk_min, pk_max, neither) = row[11:]
     wrong = []
@@ -394,9 +446,10 @@ def _check_coded_file(con: duckdb.DuckDBPyConnection, path: Path, counts: dict[s
 
 
 def check_coded_file(path: Path) -> dict[str, int]:
-    """The units, keys and pairs of a coded key set file, after checking its rows against them
-    (`_check_coded_file`): a reader that takes its arrays whole (the advantage gate) must not read a file
-    cut short, or one whose codes name no unit or key, as fewer key sets. ValueError naming the file."""
+    """The units, keys and pairs of a coded key set file, after checking its rows against them in a scan of the
+    file (`_check_coded_file`; a reader that holds the rows already checks them with `check_coded_table`): no
+    reader may take a file cut short, or one whose codes name no unit or key, as fewer key sets. ValueError
+    naming the file."""
     counts = coded_file_counts(path)
     if counts is None:
         raise ValueError(f"{path}: not a coded key set file")

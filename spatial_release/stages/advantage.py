@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -76,15 +77,20 @@ def _key_sets(units: np.ndarray, keys: np.ndarray, key_zone: np.ndarray) -> KeyS
 def _coded_file(path: Path) -> tuple[np.ndarray, np.ndarray, pd.Series, np.ndarray, np.ndarray]:
     """A coded key set file's pairs (unit and key codes), and its keys' cells and names and units' names, by
     code; the codes read as arrays, never a frame of one row per pair. The file is checked against the counts
-    its metadata records first (`keysets.check_coded_file`)."""
-    keysets.check_coded_file(path)
-    table = pq.read_table(path, columns=["u", "k"])
+    its metadata records first (`keysets.check_coded_table`, on the rows read)."""
+    counts = keysets.coded_file_counts(path)
+    if counts is None:
+        raise ValueError(f"{path}: not a coded key set file")
+    try:
+        table = pq.read_table(path, columns=["u", "k", "name", "cell_id"])
+    except (pa.ArrowException, OSError) as error:
+        raise ValueError(f"{path}: not a readable key set file ({error})") from None
+    keysets.check_coded_table(path, table, counts)
     u, k = table.column("u"), table.column("k")
     both = pc.and_(u.is_valid(), k.is_valid())
     unit_codes = pc.filter(u, both).to_numpy()
     key_codes = pc.filter(k, both).to_numpy()
-    named = pq.read_table(path, columns=["u", "k", "name", "cell_id"]).filter(pc.invert(both))
-    frame = named.to_pandas()
+    frame = table.filter(pc.invert(both)).to_pandas()
     unit_rows = frame[frame["k"].isna()].sort_values("u")
     key_rows = frame[frame["u"].isna()].sort_values("k")
     return (

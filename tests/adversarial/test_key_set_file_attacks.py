@@ -54,6 +54,24 @@ def test_the_advantage_gate_refuses_a_coded_file_that_does_not_hold_what_it_says
         read_key_sets(bad, zones)
 
 
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_the_check_on_the_rows_read_finds_what_the_scan_of_the_file_finds(kept, tmp_path, edit):
+    """The advantage gate checks the rows it has read (`check_coded_table`), the ranged road scans the file
+    (`check_coded_file`): the same refusal, word for word, and both accept the unedited file."""
+    columns = ["u", "k", "name", "cell_id"]
+    good = kept.area.unit_keys
+    counts = keysets.coded_file_counts(good)
+    assert counts is not None
+    keysets.check_coded_table(good, pq.read_table(good, columns=columns), counts)
+    assert keysets.check_coded_file(good) == counts
+    bad = rewritten_key_set_file(good, tmp_path / f"{edit}.parquet", EDITS[edit])
+    with pytest.raises(ValueError, match="not a valid coded key set file") as scanned:
+        keysets.check_coded_file(bad)
+    with pytest.raises(ValueError, match="not a valid coded key set file") as in_memory:
+        keysets.check_coded_table(bad, pq.read_table(bad, columns=columns), counts)
+    assert str(in_memory.value) == str(scanned.value)
+
+
 def test_a_key_set_file_cut_mid_byte_is_refused_naming_it(kept, tmp_path):
     data = kept.area.unit_keys.read_bytes()
     cut = tmp_path / "cut.parquet"
