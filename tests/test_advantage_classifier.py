@@ -12,9 +12,11 @@ import pytest
 from spatial_release.risk.advantage import (
     CLASSIFIER,
     AdvantageParams,
+    KeyTimes,
     assess_advantage,
     classifier_advantage,
     count_model,
+    key_classes,
 )
 from spatial_release.risk.estimator import KeySets
 
@@ -68,6 +70,23 @@ def test_the_count_model_is_the_other_buckets_of_the_same_area_and_hour():
     assert variance[0] == pytest.approx(np.var([12, 14, 100], ddof=1))  # leave-one-out
     assert variance[3] == pytest.approx(np.var([10, 12, 14], ddof=1))
     assert variance[4] == 7 and variance[5] == 9  # too few references: the Poisson variance, the count
+
+
+def test_a_day_bucket_keeps_its_class_across_the_change_to_summer_time():
+    """Day buckets start at local midnight: 05:00 UTC before New York's DST change on 2018-03-11, 04:00 after. In
+    the policy's time zone they are one class (the same area at the same local hour); in UTC they split in two,
+    each with half the references (the negative control)."""
+    names = np.array(
+        [f"c1@2018-03-{d:02d}T05:00Z" for d in range(5, 12)]
+        + [f"c1@2018-03-{d:02d}T04:00Z" for d in range(12, 17)]
+        + ["c2@2018-03-12T04:00Z", "c1:ward@2018-03-12T04:00Z"],
+        dtype=object,
+    )
+    local = key_classes(KeyTimes.parse(names), "America/New_York")
+    assert len(set(local[:12].tolist())) == 1  # one class for the area's twelve days
+    assert len(set(local.tolist())) == 3  # another area and another level stay apart
+    utc = key_classes(KeyTimes.parse(names))
+    assert len(set(utc[:12].tolist())) == 2
 
 
 def test_a_target_in_every_reference_bucket_gains_nothing_and_a_rare_visitor_gains():

@@ -22,7 +22,7 @@ gone without it (an over-approximation of what changes), and for the others noth
   others the two releases agree on every key of theirs: advantage 0. Computed for every unit, never sampled.
 - `membership_classifier` (Pyrgelis et al.'s classifier on the aggregates): the best threshold test of "in the
   data" from the counts of the known keys, under a Gaussian count model the adversary learns from the release's
-  other buckets of the same area and hour (`classifier_advantage`). Exact for every unit. Reported per zone; read
+  other buckets of the same area and local hour (`classifier_advantage`). Exact for every unit. Reported per zone; read
   by the gate only under `risk.count_classifier: gate` (`AdvantageParams.gate_classifier`).
 - `regularity_day`, `regularity_week`, `regularity_all` (attribute inference with regularity priors;
   `regularity_day` is the trivial attacker): the target was in the same published area the day
@@ -131,6 +131,8 @@ class AdvantageParams:
     # The membership classifier on the counts: reported per zone always; read by the gate only when the policy
     # says so (risk.count_classifier: gate), since it puts most exact-count releases over a ceiling of 0.05.
     gate_classifier: bool = False
+    # the policy's time zone: the classifier's references are the same area's counts at the same local hour
+    timezone: str = "UTC"
 
 
 @dataclass(frozen=True)
@@ -369,16 +371,22 @@ class SamePlace:
 MIN_VARIANCE = 0.25  # a count model's variance floor: two equal reference counts must not make a certainty
 
 
-def key_classes(times: KeyTimes) -> np.ndarray:
-    """Per key, its class: the same area and level at the same UTC hour of the day."""
-    return times.prefix.astype(np.int64) * 24 + (times.minute % DAY_MINUTES) // 60
+def key_classes(times: KeyTimes, timezone: str = "UTC") -> np.ndarray:
+    """Per key, its class: the same area and level at the same local hour of the day in `timezone` (the policy's:
+    a day bucket starts at local midnight on either side of a DST change, which is two UTC hours)."""
+    hour = (times.minute % DAY_MINUTES) // 60
+    if timezone != "UTC" and times.valid.any():
+        instants = pd.to_datetime(times.minute[times.valid] * 60_000_000_000, utc=True)
+        hour = hour.copy()
+        hour[times.valid] = pd.DatetimeIndex(instants).tz_convert(timezone).hour.to_numpy()
+    return times.prefix.astype(np.int64) * 24 + hour
 
 
 def count_model(classes: np.ndarray, key_count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per published key, how many other published keys share its class (the adversary's references) and the
     variance of their counts (leave-one-out; the Poisson variance, the count, where there are fewer than
     three). The classifier's training data in Pyrgelis et al. are aggregates without the target; here they are
-    the release's own other buckets of the same area and hour."""
+    the release's own other buckets of the same area and local hour."""
     count = np.asarray(key_count, dtype=float)
     groups = pd.DataFrame({"g": classes, "c": count, "c2": count * count}).groupby("g")
     n = groups["c"].transform("size").to_numpy(dtype=float) - 1
@@ -581,7 +589,7 @@ def assess_advantage(
     none = np.zeros(len(entries.unit))
     recovered = recovery.of(entries.unit, entries.zone) if recovery is not None else (none, none)
     times = KeyTimes.parse(key_names)
-    classified = _classifier_per_entry(sets, entries, key_classes(times), key_count, params)
+    classified = _classifier_per_entry(sets, entries, key_classes(times, params.timezone), key_count, params)
     guessers = _guessers(times)
     truth = sets  # the best-match kernel reads 32- or 64-bit codes alike: no copy of the pairs
     rng = np.random.default_rng(params.seed)

@@ -326,7 +326,9 @@ def candidate_advantage(
         path = ctx.area.unit_keys
     landscape_path = ctx.policy.resolve(risk.landscape)
     population = zone_population(ctx.policy, landscape, landscape_path, ctx.layers)
-    params = replace(advantage_params(landscape), gate_classifier=risk.count_classifier == "gate")
+    params = replace(
+        advantage_params(landscape), gate_classifier=risk.count_classifier == "gate", timezone=ctx.policy.time.timezone
+    )
     # one memo of the assessment per set of inputs: the climbing loop's last pass, the risk step and the publish
     # step assess the same candidate
     inputs = {
