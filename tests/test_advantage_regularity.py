@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.regularity import city_release
 
 from spatial_release.risk import advantage, kernels
@@ -106,6 +108,47 @@ def test_the_compiled_best_match_is_the_reference_best_match(seed):
         assert np.array_equal(with_, expected), name
         assert np.array_equal(without, np.where(exposed[targets], 0.0, expected)), name
     assert any(_reference(sets, reference_guesses[n], knowledge, targets).any() for n in REGULARITY)  # not all 0
+
+
+@st.composite
+def _small_releases(draw):
+    """Tiny releases built to tie: a few areas and hours (some key names without a time, which no shift or
+    same-place guess can reach), units of one to six keys, knowledge sets with repeated keys."""
+    areas, hours = draw(st.integers(1, 3)), draw(st.integers(1, 60))
+    starts = pd.date_range("2018-03-09", periods=hours, freq="h", tz="UTC").strftime("%Y-%m-%dT%H:%MZ")
+    names = [f"c{a}@{t}" for a in range(areas) for t in starts] + [f"c{a}" for a in range(draw(st.integers(0, 2)))]
+    held = draw(st.lists(st.sets(st.integers(0, len(names) - 1), min_size=1, max_size=6), min_size=1, max_size=12))
+    units = np.repeat(np.arange(len(held)), [len(h) for h in held])
+    keys = np.concatenate([sorted(h) for h in held])
+    sets = KeySets.from_codes(units, keys, np.array(["z"] * len(names), dtype=object))
+    knowledge, targets = [], []
+    for _ in range(draw(st.integers(1, 8))):
+        u = draw(st.integers(0, len(held) - 1))
+        mine = sorted(held[u])
+        picks = draw(st.lists(st.sampled_from(mine), min_size=1, max_size=4))
+        knowledge.append(np.array(sorted(picks), dtype=np.int64))
+        targets.append(u)
+    return sets, np.array(names, dtype=object), knowledge, np.array(targets, dtype=np.int64)
+
+
+@given(_small_releases())
+@settings(max_examples=150, deadline=None, derandomize=True)  # the same examples on every machine
+def test_the_compiled_best_match_is_the_reference_one_on_tiny_releases_built_to_tie(release):
+    sets, names, knowledge, targets = release
+    times = KeyTimes.parse(names)
+    same_place = SamePlace(times)
+    day, week = key_shifts(times, SHIFTS[REGULARITY_DAY]), key_shifts(times, SHIFTS[REGULARITY_WEEK])
+    reference_guesses = {
+        REGULARITY_DAY: lambda known: day[known].ravel(),
+        REGULARITY_WEEK: lambda known: week[known].ravel(),
+        REGULARITY_ALL: same_place.of,
+        REGULARITY_ROUTINE: same_place.same_time_of_day,
+    }
+    compiled = _guessers(times)
+    exposed = np.zeros(sets.units, dtype=bool)
+    for name in REGULARITY:
+        with_, _ = _regularity(sets, exposed, compiled[name], knowledge, targets)
+        assert np.array_equal(with_, _reference(sets, reference_guesses[name], knowledge, targets)), name
 
 
 def test_the_compiled_best_match_refuses_codes_outside_the_key_sets():
