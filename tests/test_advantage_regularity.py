@@ -56,6 +56,18 @@ def _reference(sets: KeySets, guess_of, knowledge: list[np.ndarray], targets: np
     return np.where(hit, 1.0 / np.maximum(ties, 1), 0.0) * np.array(reveal, dtype=float)
 
 
+def _reference_guessers(times: KeyTimes) -> dict:
+    """Each attacker's guesses from a knowledge set, with numpy (`key_shifts`, `SamePlace`)."""
+    same_place = SamePlace(times)
+    day, week = key_shifts(times, SHIFTS[REGULARITY_DAY]), key_shifts(times, SHIFTS[REGULARITY_WEEK])
+    return {
+        REGULARITY_DAY: lambda known: day[known].ravel(),
+        REGULARITY_WEEK: lambda known: week[known].ravel(),
+        REGULARITY_ALL: same_place.of,
+        REGULARITY_ROUTINE: same_place.same_time_of_day,
+    }
+
+
 def _random_release(rng: np.random.Generator) -> tuple[KeySets, np.ndarray]:
     """Key sets over areas x hourly buckets: each unit mostly in its home area, some elsewhere."""
     areas, hours = int(rng.integers(2, 7)), int(rng.integers(24, 24 * 16))
@@ -93,14 +105,7 @@ def test_the_compiled_best_match_is_the_reference_best_match(seed):
     knowledge, targets = _knowledge(rng, sets, 150)
     exposed = rng.random(sets.units) < 0.3
     times = KeyTimes.parse(names)
-    same_place = SamePlace(times)
-    day, week = key_shifts(times, SHIFTS[REGULARITY_DAY]), key_shifts(times, SHIFTS[REGULARITY_WEEK])
-    reference_guesses = {
-        REGULARITY_DAY: lambda known: day[known].ravel(),
-        REGULARITY_WEEK: lambda known: week[known].ravel(),
-        REGULARITY_ALL: same_place.of,
-        REGULARITY_ROUTINE: same_place.same_time_of_day,
-    }
+    reference_guesses = _reference_guessers(times)
     compiled = _guessers(times)
     for name in REGULARITY:
         expected = _reference(sets, reference_guesses[name], knowledge, targets)
@@ -136,14 +141,7 @@ def _small_releases(draw):
 def test_the_compiled_best_match_is_the_reference_one_on_tiny_releases_built_to_tie(release):
     sets, names, knowledge, targets = release
     times = KeyTimes.parse(names)
-    same_place = SamePlace(times)
-    day, week = key_shifts(times, SHIFTS[REGULARITY_DAY]), key_shifts(times, SHIFTS[REGULARITY_WEEK])
-    reference_guesses = {
-        REGULARITY_DAY: lambda known: day[known].ravel(),
-        REGULARITY_WEEK: lambda known: week[known].ravel(),
-        REGULARITY_ALL: same_place.of,
-        REGULARITY_ROUTINE: same_place.same_time_of_day,
-    }
+    reference_guesses = _reference_guessers(times)
     compiled = _guessers(times)
     exposed = np.zeros(sets.units, dtype=bool)
     for name in REGULARITY:
