@@ -5,7 +5,8 @@ Each kernel works on one independent piece (a chunk of knowledge sets, a slice o
 scratch arrays, so pieces run on threads, in worker processes or as Spark tasks alike (`spatial_release.tasks`).
 Every kernel returns exactly what the numpy code it replaced returned (same integers, same float64
 operations in the same order), so the figures and the published files do not move; `tests/test_kernels.py`
-compares them with plain-numpy references.
+compares them with plain-numpy references (`tests/test_advantage_regularity.py` the regularity attackers' best
+match with `risk.attack.best_matches`).
 
 Compiled code does not check its indices, so every code a kernel indexes with is checked, by its wrapper before
 the call or in the loop where it is read (a ValueError, where the numpy version raised an IndexError): a wrong
