@@ -10,8 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
-from support.paths import PROJECT_ROOT
+from support.fixture import advantage_city_policy
 
 from spatial_release.cli import run_release
 from spatial_release.period import Period
@@ -34,23 +33,7 @@ def release(tmp_path_factory):
     ceilings of 1 (so that it publishes whatever the gate reads)."""
     folder = tmp_path_factory.mktemp("counterfactual")
     pings = write_pings(generate_pings(SyntheticConfig(persons=400, days=28)), folder / "pings.parquet")
-    data = yaml.safe_load((PROJECT_ROOT / "policies" / "demo.yaml").read_text())
-    data.update(name="counterfactual", k=K)
-    data["source"].pop("synthetic", None)
-    data["source"]["identifiers"] = ["device_id"]
-    data["geometry"] = {"kind": "grid", "crs": "EPSG:32618", "size_m": 1000, "parents_m": [2000]}
-    data["time"] = {"bucket": "1w", "timezone": "America/New_York"}
-    data["suppression"] = {"budget": 1.0}
-    data["risk"].update(
-        zones="grid_2000m",
-        model="advantage",
-        coarsen="propose",
-        landscape=str(PROJECT_ROOT / "policies" / "landscapes" / "demo.yaml"),
-        per_release_ceiling=1.0,
-        cumulative_ceiling=1.0,
-    )
-    path = folder / "policy.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    path = advantage_city_policy(folder, "counterfactual", 1000, 2000, coarsen="propose")
     outcome = run_release(str(path), "2018-Q1", [str(pings)], out=str(folder / "out"), ledger=str(folder / "ledger"))
     assert outcome.published, [f.message for f in outcome.failures]
     ctx = ReleaseContext(load_policy(path), Period.parse("2018-Q1"), folder / "out" / "work")

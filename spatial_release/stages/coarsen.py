@@ -22,30 +22,22 @@ step taken is left to the risk gate, which blocks the release.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pandas as pd
 
 from spatial_release.dp.frontier import DpFrontierRow
-from spatial_release.fileio import scratch_folder
 from spatial_release.history import earlier_releases, spent_figures
 from spatial_release.levels import LEAF, RUNG_SEP, at_rung
 from spatial_release.progress import Progress, ProgressEvent
 from spatial_release.release import PublicFrontier, PublicFrontierRow
-from spatial_release.risk import Adversary, cumulative_risk, keysets
+from spatial_release.risk import Adversary, cumulative_risk
 from spatial_release.risk.advantage import AdvantageReport
 from spatial_release.risk.attack import AttackReport
 from spatial_release.risk.landscape import load_landscape
 from spatial_release.stages.advantage import candidate_advantage
 from spatial_release.stages.attack import attack_candidate, attack_params, attack_success, linked_areas_of_main
 from spatial_release.stages.context import Published, ReleaseContext, risk_spec, zone_population
-from spatial_release.stages.keys import (
-    CODED_UP_TO,
-    released_key_source,
-    write_ladder_buckets,
-    write_released_keys,
-    write_risk_areas,
-)
+from spatial_release.stages.keys import keep_released_keys, write_ladder_buckets, write_risk_areas
 from spatial_release.stages.results import Frontier, FrontierRow
 
 FINEST = "as counted"  # the frontier's name for the policy's own bucket everywhere
@@ -196,19 +188,14 @@ def zones_over(
 
 
 def advantage_of_written_candidate(ctx: ReleaseContext) -> AdvantageReport:
-    """The advantage of the candidate files as written, from their key sets coded into a scratch file."""
+    """The advantage of the candidate files as written, from their key sets coded and kept as the release's
+    key set file: the risk step reads the last pass's instead of coding them again (`keys.kept_keys_current`)."""
     ladder = write_ladder_buckets(ctx)
     write_risk_areas(ctx)
     landscape, _ = load_landscape(ctx.policy.resolve(risk_spec(ctx.policy).landscape))
     ctx.area.risk.mkdir(parents=True, exist_ok=True)
-    with scratch_folder(ctx.area.risk, "risk-climb") as spill:
-        path = Path(spill) / "keys.parquet"
-        if (
-            keysets.code_and_keep(released_key_source(ctx.area, ladder), ctx.risk_zones, CODED_UP_TO, Path(spill), path)
-            is None
-        ):
-            write_released_keys(ctx.area, path, ladder)
-        return candidate_advantage(ctx, landscape, path)
+    keep_released_keys(ctx, ladder)
+    return candidate_advantage(ctx, landscape, ctx.area.unit_keys)
 
 
 def attack_written_candidate(ctx: ReleaseContext) -> AttackReport:

@@ -55,6 +55,8 @@ PER_UNIT_ARTEFACTS = (
     # aggregates, but keyed by digests of the per-unit data: deleted with it
     "risk/estimate.internal.json",
     "risk/estimate_inputs.internal.json",
+    "risk/unit_keys_seal.internal.json",
+    "risk/advantage.internal.json",
     "risk/attacks",
     "audit_verdict.internal.json",
 )
@@ -111,6 +113,11 @@ class WorkArea:
     def unit_keys(self) -> Path:
         """The release's per-unit key sets (internal): read by later releases' risk and by reviews."""
         return self.risk / "unit_keys.internal.parquet"
+
+    @property
+    def unit_keys_seal(self) -> Path:
+        """The digest of what the kept key sets were coded from (`stages.keys.kept_keys_current`)."""
+        return self.risk / "unit_keys_seal.internal.json"
 
     @property
     def lock(self) -> Path:

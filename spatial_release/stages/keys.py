@@ -11,11 +11,12 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from spatial_release.fileio import atomic_path, scratch_folder
+from spatial_release.fileio import atomic_path, scratch_folder, sha256_file
 from spatial_release.levels import LEAF
 from spatial_release.policy import Policy
 from spatial_release.risk import keysets
 from spatial_release.risk.estimator import KeySets
+from spatial_release.stages import reuse
 from spatial_release.stages.attack import _linked_membership, linked_areas_of_main
 from spatial_release.stages.context import LADDER_BUCKETS, ReleaseContext, WorkArea
 from spatial_release.stages.count import sql_path
@@ -283,9 +284,38 @@ def coarser_keys_sql(area: WorkArea, ladder: Path, rung: str, k: int) -> str:
 def keep_released_keys(ctx: ReleaseContext, ladder: Path | None) -> KeySets | None:
     """Code this release's key sets straight from the work area and keep them as its coded key set file
     (`keysets.write_coded`), returning them; over `CODED_UP_TO` rows keep them as (unit, key, cell_id) rows
-    instead (written by DuckDB, for the ranged road) and return None."""
+    instead (written by DuckDB, for the ranged road) and return None. The kept file is sealed with the digest
+    of what it was coded from (`kept_keys_current`)."""
+    ctx.area.unit_keys_seal.unlink(missing_ok=True)  # never a seal of the file being replaced
     source = released_key_source(ctx.area, ladder)
     sets = keysets.code_and_keep(source, ctx.risk_zones, CODED_UP_TO, ctx.area.risk, ctx.area.unit_keys)
     if sets is None:
         write_released_keys(ctx.area, ctx.area.unit_keys, ladder)
+    reuse.save(ctx.area.unit_keys_seal, _key_source_digest(ctx), {"unit_keys": sha256_file(ctx.area.unit_keys)})
     return sets
+
+
+def kept_keys_current(ctx: ReleaseContext) -> bool:
+    """Whether the kept key set file was coded, by this code, from the work area's files as they are now: the
+    candidate, the memberships, the risk areas and the ladder buckets (written again by the caller first:
+    they follow the policy's zone files, which no other digest covers). Then the risk step reads it instead of
+    coding the same key sets again from the files the protection loop coded them from. Any changed byte, in
+    the kept file or in what it was coded from, and it is coded again."""
+    path = ctx.area.unit_keys
+    saved = reuse.load_saved(ctx.area.unit_keys_seal, _key_source_digest(ctx)) if path.exists() else None
+    return saved is not None and saved.get("unit_keys") == sha256_file(path)
+
+
+def _key_source_digest(ctx: ReleaseContext) -> str | None:
+    """The digest of everything `released_key_source` codes the key sets from, and of the code."""
+    area = ctx.area
+    sources = [
+        area.candidate / "cells.parquet",
+        area.candidate / "margins.parquet",
+        area.counts / "membership.internal.parquet",
+        area.counts / LINKED_MEMBERSHIP,
+        area.counts / AREAS,
+        area.counts / LADDER_BUCKETS,
+    ]
+    files = {path.name: sha256_file(path) if path.exists() else None for path in sources}
+    return reuse.digest_of({"kept_keys": files, "policy": ctx.policy.sha256, "coded_up_to": CODED_UP_TO})

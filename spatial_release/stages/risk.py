@@ -527,7 +527,8 @@ def run_risk(ctx: ReleaseContext, ledger: Ledger) -> RiskAssessment:
     ctx.area.risk.mkdir(parents=True, exist_ok=True)
     ladder = write_ladder_buckets(ctx)
     write_risk_areas(ctx)
-    this_release = keep_released_keys(ctx, ladder)
+    # the protection loop's last pass kept the key sets of this very candidate: read, not coded again
+    this_release = None if keys.kept_keys_current(ctx) else keep_released_keys(ctx, ladder)
     assessment = assess_risk(ctx, ledger, ctx.area.unit_keys, keys_from_area=True, this_release=this_release)
     if assessment.status == BLOCK and ladder is not None:
         assessment = _with_proposal(assessment, propose_coarsening(ctx, ledger, ladder))

@@ -153,3 +153,29 @@ def two_quarter_policy(tmp_path: Path) -> Path:
         pings["when"] = pings["when"].str.replace(DAY, day)
         pings.to_csv(tmp_path / f"traces-{label}.csv", index=False)
     return write_policy(tmp_path, uniqueness_policy_dict("traces-2018-Q1.csv"))
+
+
+def advantage_city_policy(folder: Path, name: str, size_m: int, parents_m: int, coarsen: str) -> Path:
+    """A policy over synthetic city pings (the demo's source columns) at `size_m` cells x one week, k = 5, risk
+    zones the `parents_m` parents, gated on the advantage with ceilings of 1 (it publishes whatever the gate
+    reads) and `risk.coarsen` as given; written to `folder`/policy.yaml."""
+    from support.paths import PROJECT_ROOT
+
+    data = yaml.safe_load((PROJECT_ROOT / "policies" / "demo.yaml").read_text())
+    data.update(name=name, k=5)
+    data["source"].pop("synthetic", None)
+    data["source"]["identifiers"] = ["device_id"]
+    data["geometry"] = {"kind": "grid", "crs": "EPSG:32618", "size_m": size_m, "parents_m": [parents_m]}
+    data["time"] = {"bucket": "1w", "timezone": "America/New_York"}
+    data["suppression"] = {"budget": 1.0}
+    data["risk"].update(
+        zones=f"grid_{parents_m}m",
+        model="advantage",
+        coarsen=coarsen,
+        landscape=str(PROJECT_ROOT / "policies" / "landscapes" / "demo.yaml"),
+        per_release_ceiling=1.0,
+        cumulative_ceiling=1.0,
+    )
+    path = folder / "policy.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

@@ -1,0 +1,104 @@
+"""The candidate's key sets are coded once: the protection loop keeps the last pass's as the release's key set
+file, sealed with the digest of what they were coded from, and the risk step reads them instead of coding them
+again. The seal must fail on any changed byte (the kept file, the candidate, the memberships), and the risk
+step must then code them afresh; the figures must be the ones a fresh coding gives."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from support.fixture import advantage_city_policy
+from support.spies import counted
+
+from spatial_release import stages
+from spatial_release.ledger import Ledger
+from spatial_release.period import Period
+from spatial_release.policy import load_policy
+from spatial_release.stages import keys as keys_stage
+from spatial_release.stages.context import Published, ReleaseContext
+from spatial_release.traces.synthetic import SyntheticConfig, generate_pings, write_pings
+
+pytestmark = pytest.mark.slow  # a small release through protection and risk
+
+
+@pytest.fixture(scope="module")
+def candidate(tmp_path_factory) -> tuple[ReleaseContext, Ledger]:
+    """A small city (200 persons, 1 km x 1 week, k = 5) protected under the advantage model with coarsening
+    applied (ceilings of 1: one pass of the loop)."""
+    folder = tmp_path_factory.mktemp("candidate-keys")
+    pings = write_pings(generate_pings(SyntheticConfig(persons=200, days=21)), folder / "pings.parquet")
+    path = advantage_city_policy(folder, "candidate_keys", 1000, 4000, coarsen="apply")
+    ctx = ReleaseContext(load_policy(path), Period.parse("2018-Q1"), folder / "work")
+    ledger = Ledger(folder / "ledger", folder / "releases")
+    stages.run_ingest(ctx, [pings])
+    stages.run_counts(ctx)
+    stages.run_protect(ctx, published=Published(ledger, folder / "releases"))
+    return ctx, ledger
+
+
+def _risk_with_coding_counted(ctx: ReleaseContext, ledger: Ledger, monkeypatch) -> tuple[dict, int]:
+    """The risk step's assessment (as JSON, without its timing) and how often it coded the key sets."""
+    calls: list[int] = []
+    monkeypatch.setattr(stages.risk, "keep_released_keys", counted(keys_stage.keep_released_keys, calls))
+    assessment = stages.run_risk(ctx, ledger).to_json()
+    monkeypatch.undo()
+    assessment.pop("seconds", None)
+    return assessment, len(calls)
+
+
+def test_the_loop_keeps_sealed_key_sets_and_the_risk_step_reads_them(candidate, monkeypatch):
+    ctx, ledger = candidate
+    assert ctx.area.unit_keys.exists() and ctx.area.unit_keys_seal.exists()
+    assert keys_stage.kept_keys_current(ctx)
+    kept = ctx.area.unit_keys.read_bytes()
+    reused, coded = _risk_with_coding_counted(ctx, ledger, monkeypatch)
+    assert coded == 0  # read as the loop kept them
+    assert ctx.area.unit_keys.read_bytes() == kept
+    # the same figures as key sets coded afresh: the seal removed, the risk step codes them again
+    ctx.area.unit_keys_seal.unlink()
+    fresh, coded = _risk_with_coding_counted(ctx, ledger, monkeypatch)
+    assert coded == 1
+    assert ctx.area.unit_keys.read_bytes() == kept  # the loop's coding is the risk step's, byte for byte
+    assert json.dumps(reused, sort_keys=True) == json.dumps(fresh, sort_keys=True)
+    assert keys_stage.kept_keys_current(ctx)  # the risk step seals what it kept
+
+
+def _restore_after(path: Path):
+    original = path.read_bytes()
+
+    def restore() -> None:
+        path.write_bytes(original)
+
+    return restore
+
+
+@pytest.mark.parametrize(
+    "edited", ["risk/unit_keys.internal.parquet", "candidate/cells.parquet", "counts/membership.internal.parquet"]
+)
+def test_an_edited_file_breaks_the_seal_and_the_risk_step_codes_again(candidate, monkeypatch, edited):
+    """Negative control: a byte changed in the kept key sets, the candidate or the membership they were coded
+    from, and the kept file is not read."""
+    ctx, ledger = candidate
+    assert keys_stage.kept_keys_current(ctx)
+    path = ctx.area.root / edited
+    restore = _restore_after(path)
+    try:
+        frame = pd.read_parquet(path)
+        frame.iloc[::-1].to_parquet(path, index=False)  # the same rows in another order: other bytes
+        assert not keys_stage.kept_keys_current(ctx)
+        if edited == "risk/unit_keys.internal.parquet":
+            _, coded = _risk_with_coding_counted(ctx, ledger, monkeypatch)
+            assert coded == 1
+            assert keys_stage.kept_keys_current(ctx)  # coded again from the files as they are, and sealed
+    finally:
+        restore()
+        # the kept file coded from the restored files: sealed again, for the next test
+        stages.run_risk(ctx, ledger)
+    assert keys_stage.kept_keys_current(ctx)
+
+
+def test_the_seal_is_deleted_with_the_per_unit_data():
+    assert "risk/unit_keys_seal.internal.json" in stages.context.PER_UNIT_ARTEFACTS
