@@ -18,7 +18,7 @@ from spatial_release.ledger import Ledger
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
 from spatial_release.stages import keys as keys_stage
-from spatial_release.stages.context import Published, ReleaseContext
+from spatial_release.stages.context import CandidateTables, Published, ReleaseContext
 from spatial_release.traces.synthetic import SyntheticConfig, generate_pings, write_pings
 
 pytestmark = pytest.mark.slow  # a small release through protection and risk
@@ -87,7 +87,12 @@ def test_an_edited_file_breaks_the_seal_and_the_risk_step_codes_again(candidate,
     restore = _restore_after(path)
     try:
         frame = pd.read_parquet(path)
-        frame.iloc[::-1].to_parquet(path, index=False)  # the same rows in another order: other bytes
+        if edited == "candidate/cells.parquet":
+            # the candidate's digest is of its figures, not of how the file encodes them: a changed count
+            frame.loc[frame.index[0], ctx.policy.count_column] += 1
+            frame.to_parquet(path, index=False)
+        else:
+            frame.iloc[::-1].to_parquet(path, index=False)  # the same rows in another order: other bytes
         assert not keys_stage.kept_keys_current(ctx)
         if edited == "risk/unit_keys.internal.parquet":
             _, coded = _risk_with_coding_counted(ctx, ledger, monkeypatch)
@@ -98,6 +103,19 @@ def test_an_edited_file_breaks_the_seal_and_the_risk_step_codes_again(candidate,
         # the kept file coded from the restored files: sealed again, for the next test
         stages.run_risk(ctx, ledger)
     assert keys_stage.kept_keys_current(ctx)
+
+
+def test_the_candidate_digest_is_of_the_figures_whatever_holds_them(candidate):
+    """The loop holds the candidate in memory and the risk step reads the files: the same figures must give the
+    same digest either way, and another figure another digest."""
+    ctx, _ = candidate
+    written = ctx.candidate_tables()
+    cells, margins = written.cells.iloc[::-1].copy(), written.margins.copy()
+    cells["bucket_start"] = pd.to_datetime(cells["bucket_start"], utc=True).dt.as_unit("us")
+    same = CandidateTables(cells, margins, written.count_column)
+    assert same.digest() == written.digest()
+    margins.loc[margins.index[0], written.count_column] += 1
+    assert CandidateTables(written.cells, margins, written.count_column).digest() != written.digest()
 
 
 def test_the_seal_is_deleted_with_the_per_unit_data():

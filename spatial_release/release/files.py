@@ -34,12 +34,18 @@ def release_tables(
     (`n_persons` or `n_devices`), each cell with its geometry from `geometries` (the main geometry's cell ids
     to their polygons). The caller hands frames and a function, so the release format needs neither the
     protection's types nor the geometry package."""
-    cells = cells.rename(columns={"n": count_column})
+    cells, margins = published_frames(cells, margins, count_column)
+    return ReleaseTables(gpd.GeoDataFrame(cells, geometry=geometries(cells["cell_id"])), margins)
+
+
+def published_frames(cells: pd.DataFrame, margins: pd.DataFrame, count_column: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The columns `release_tables` publishes, without the cells' geometry: (cell_id, bucket_start, count) and
+    (level, area_id, bucket_start, count), the count as `count_column`, in 64 bits."""
+    cells = cells.rename(columns={"n": count_column})[["cell_id", "bucket_start", count_column]]
     cells[count_column] = cells[count_column].astype("int64")
-    cells = gpd.GeoDataFrame(cells[["cell_id", "bucket_start", count_column]], geometry=geometries(cells["cell_id"]))
     margins = margins.rename(columns={"n": count_column})[["level", "area_id", "bucket_start", count_column]]
     margins[count_column] = margins[count_column].astype("int64")
-    return ReleaseTables(cells, margins.reset_index(drop=True))
+    return cells, margins.reset_index(drop=True)
 
 
 def write_tables(tables: ReleaseTables, folder: Path) -> None:

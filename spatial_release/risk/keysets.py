@@ -17,8 +17,8 @@ integer codes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
@@ -82,6 +82,12 @@ class KeySource:
     exact: bool = True
     # raises ValueError when the part's files cannot give the rows they claim (a coded key set file's codes)
     validate: Callable[[duckdb.DuckDBPyConnection], None] | None = None
+    # relations the queries name that are held in memory, not read from files: registered on the connection
+    frames: Mapping[str, pd.DataFrame] = field(default_factory=dict)
+
+    def register(self, con: duckdb.DuckDBPyConnection) -> None:
+        for name, frame in self.frames.items():
+            con.register(name, frame)
 
     @classmethod
     def of_rows(cls, relation: str) -> KeySource:
@@ -100,6 +106,7 @@ def _number(con: duckdb.DuckDBPyConnection, sources: list[KeySource]) -> tuple[i
     numbered in their sort order (as pandas.factorize(sort=True) would); a key's cell is the least of those
     named with it. Returns how many units and keys are numbered."""
     for source in sources:
+        source.register(con)
         if source.validate is not None:
             source.validate(con)
     units = " UNION ALL ".join(f"SELECT unit FROM ({s.units})" for s in sources)

@@ -110,9 +110,8 @@ def published_counts(ctx: ReleaseContext, proposal: bool = False) -> pd.Series:
     """Each published key's count, by key name: the candidate's cells and margins (a margin of level `cell@r`
     under both of the names the key sets give it). A `proposal` adds the true counts >= k of every level."""
     count = ctx.policy.count_column
-    cells = pd.read_parquet(ctx.area.candidate / "cells.parquet", columns=["cell_id", "bucket_start", count])
-    margins = pd.read_parquet(ctx.area.candidate / "margins.parquet", columns=["level", "area_id", "bucket_start", count])
-    margins = margins.rename(columns={count: "n"})
+    candidate = ctx.candidate_tables()
+    cells, margins = candidate.cells, candidate.margins.rename(columns={count: "n"})
     if proposal:
         true = pd.read_parquet(ctx.area.counts / "margin_counts.parquet", columns=["level", "area_id", "bucket_start", "n"])
         margins = pd.concat([margins, true[true["n"] >= ctx.policy.k]], ignore_index=True)
@@ -333,7 +332,7 @@ def candidate_advantage(
     # step assess the same candidate
     inputs = {
         "key_sets": sha256_file(path),
-        "candidate": [sha256_file(ctx.area.candidate / n) for n in ("cells.parquet", "margins.parquet")],
+        "candidate": ctx.candidate_tables().digest(),
         "membership": sha256_file(ctx.area.counts / "membership.internal.parquet"),
         "params": params.__dict__,
         "ceiling": risk.per_release_ceiling,

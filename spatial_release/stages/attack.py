@@ -56,11 +56,11 @@ def _figures(ctx: ReleaseContext, rung: str | None, proposal: bool = False) -> t
     complementary suppression, so at least as many figures as such a release would show)."""
     area, count = ctx.area, ctx.policy.count_column
     if not proposal:
-        margins = pd.read_parquet(area.candidate / "margins.parquet").rename(columns={count: "n"})
+        candidate = ctx.candidate_tables()
+        margins = candidate.margins.rename(columns={count: "n"})
         totals = margins[(margins["level"] == at_rung(TOTAL, rung)) & (margins["area_id"] == TOTAL)]
         if rung is None:
-            cells = pd.read_parquet(area.candidate / "cells.parquet", columns=["cell_id", "bucket_start", count])
-            cells = cells.rename(columns={count: "n"})
+            cells = candidate.cells.rename(columns={count: "n"})
         else:
             cells = margins[margins["level"] == at_rung(LEAF, rung)].rename(columns={"area_id": "cell_id"})
         return cells[["cell_id", "bucket_start", "n"]], totals[["bucket_start", "n"]]
@@ -99,7 +99,7 @@ def attack_inputs(
         from spatial_release.levels import linked_total
 
         count = ctx.policy.count_column
-        margins = pd.read_parquet(ctx.area.candidate / "margins.parquet").rename(columns={count: "n"})
+        margins = ctx.candidate_tables().margins.rename(columns={count: "n"})
         cells = margins[margins["level"] == at_rung(zoning, rung)].rename(columns={"area_id": "cell_id"})
         top = margins[margins["level"] == at_rung(linked_total(zoning), rung)]
         membership = _linked_membership(ctx, zoning)

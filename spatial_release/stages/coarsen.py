@@ -11,8 +11,10 @@ withheld too). Each step is one whole protection (k floor, complements, audit), 
 configuration tried is a consistent, audited release; nothing is cut along lines drawn from the data (a zone
 is an area of the policy's risk level, a rung a bucket of its ladder). The frontier records every
 configuration tried, finest first: which zones were coarsened to which rung, how many figures it published,
-the zones still over the gate with their figures, and whether it passed. The risk step then assesses the chosen candidate
-as any other (and reuses the assessment computed here for identical files).
+the zones still over the gate with their figures, and whether it passed. Each configuration is held in memory
+(`ReleaseContext.hold_candidate`) and only the last one is written. The risk step then assesses the chosen
+candidate as any other, reading the key sets and the assessment kept here under the candidate's digest
+(`CandidateTables.digest`), which the written files give again.
 
 The k floor and the audit need no such loop (a time ladder climbs locally where a figure is below k), and a
 suppression budget is met by `suppression.climb: to_budget`; a zone that is still over the gate with every
@@ -179,17 +181,18 @@ GATED = ("advantage", "attack")  # the models whose figures the climbing loop re
 def zones_over(
     ctx: ReleaseContext, ceiling: float, adversary: Adversary, population: dict[str, float] | None
 ) -> dict[str, float]:
-    """The zones over the gate of the candidate as written, under the policy's model: the advantage (each zone's
-    gated figure, `risk.advantage.ZoneAdvantage.gated`) or the attacks' success."""
+    """The zones over the gate of the candidate (the one the loop holds), under the policy's model: the
+    advantage (each zone's gated figure, `risk.advantage.ZoneAdvantage.gated`) or the attacks' success."""
     if risk_spec(ctx.policy).model == "advantage":
-        report = advantage_of_written_candidate(ctx)
+        report = advantage_of_candidate(ctx)
         return {z.zone: z.gated() for z in report.zones if z.gated() > ceiling}
-    return over_the_gate(attack_written_candidate(ctx), ceiling, adversary, population)
+    return over_the_gate(attack_of_candidate(ctx), ceiling, adversary, population)
 
 
-def advantage_of_written_candidate(ctx: ReleaseContext) -> AdvantageReport:
-    """The advantage of the candidate files as written, from their key sets coded and kept as the release's
-    key set file: the risk step reads the last pass's instead of coding them again (`keys.kept_keys_current`)."""
+def advantage_of_candidate(ctx: ReleaseContext) -> AdvantageReport:
+    """The advantage of the candidate (the one the loop holds, else the files), from its key sets coded and kept
+    as the release's key set file: the risk step reads the last pass's instead of coding them again
+    (`keys.kept_keys_current`)."""
     ladder = write_ladder_buckets(ctx)
     write_risk_areas(ctx)
     landscape, _ = load_landscape(ctx.policy.resolve(risk_spec(ctx.policy).landscape))
@@ -198,9 +201,9 @@ def advantage_of_written_candidate(ctx: ReleaseContext) -> AdvantageReport:
     return candidate_advantage(ctx, landscape, ctx.area.unit_keys)
 
 
-def attack_written_candidate(ctx: ReleaseContext) -> AttackReport:
-    """The attacks on the candidate files as written (every rung), with the policy's landscape."""
-
+def attack_of_candidate(ctx: ReleaseContext) -> AttackReport:
+    """The attacks on the candidate (the one the loop holds, else the files; every rung), with the policy's
+    landscape."""
     write_ladder_buckets(ctx)
     landscape, _ = load_landscape(ctx.policy.resolve(risk_spec(ctx.policy).landscape))
     return attack_candidate(ctx, ctx.risk_zones, attack_params(landscape))

@@ -8,6 +8,7 @@ A Dagster run may execute each step in its own process, so each step builds its 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -230,6 +231,47 @@ def release_structure(
     return Structure(tuple(chains), tuple(identities), links, cut)
 
 
+CELL_COLUMNS = ("cell_id", "bucket_start")  # a candidate cell figure's key; then its count
+MARGIN_COLUMNS = ("level", "area_id", "bucket_start")  # a candidate margin figure's key; then its count
+
+
+@dataclass(frozen=True)
+class CandidateTables:
+    """The candidate's published figures without geometry: `cells` (cell_id, bucket_start, count) and `margins`
+    (level, area_id, bucket_start, count), the count named as the policy names it. The protection loop holds
+    each configuration it tries as one of these and writes only the last one; the later steps read it back
+    from the files. `digest` is the same for both: it is the candidate's identity, whatever holds it."""
+
+    cells: pd.DataFrame
+    margins: pd.DataFrame
+    count_column: str
+
+    @classmethod
+    def read(cls, folder: Path, count_column: str) -> CandidateTables:
+        cells = pd.read_parquet(folder / "cells.parquet", columns=[*CELL_COLUMNS, count_column])
+        margins = pd.read_parquet(folder / "margins.parquet", columns=[*MARGIN_COLUMNS, count_column])
+        return cls(cells, margins, count_column)
+
+    def digest(self) -> str:
+        """sha256 of the figures, each table in the order of its keys, bucket starts as UTC nanoseconds: what
+        is published, not how a file encodes it."""
+        digest = hashlib.sha256()
+        for frame, keys in ((self.cells, CELL_COLUMNS), (self.margins, MARGIN_COLUMNS)):
+            columns = [*keys, self.count_column]
+            ordered = frame.sort_values(list(keys), kind="stable")
+            digest.update(f"{len(ordered)}:{','.join(columns)}".encode())
+            for column in columns:
+                values = ordered[column]
+                if column == "bucket_start":
+                    data = pd.DatetimeIndex(pd.to_datetime(values, utc=True)).as_unit("ns").asi8.tobytes()
+                elif column == self.count_column:
+                    data = values.to_numpy(dtype="int64").tobytes()
+                else:
+                    data = "\x1f".join(values.astype(str)).encode()
+                digest.update(hashlib.sha256(data).digest())
+        return digest.hexdigest()
+
+
 @dataclass(frozen=True)
 class ReleaseContext:
     """One release (policy, period) and its work area under `work_root`. Costly inputs load lazily, once.
@@ -244,6 +286,19 @@ class ReleaseContext:
 
     def __post_init__(self) -> None:
         self.policy.check_period(self.period)
+
+    def hold_candidate(self, candidate: CandidateTables | None) -> None:
+        """Make `candidate` the one `candidate_tables` answers (the protection loop's configuration, not yet
+        written); None: the candidate files again."""
+        self._cache["held_candidate"] = candidate
+
+    def candidate_tables(self) -> CandidateTables:
+        """The candidate the protection loop holds, else the candidate files as written."""
+        held = self._cache.get("held_candidate")
+        return held if held is not None else CandidateTables.read(self.area.candidate, self.policy.count_column)
+
+    def held_candidate(self) -> CandidateTables | None:
+        return self._cache.get("held_candidate")
 
     def cached(self, name: str, load: Callable[[], T]) -> T:
         """`load()`'s value under `name`, computed on the first call and kept for this context's life: the

@@ -18,7 +18,7 @@ from spatial_release.risk import keysets
 from spatial_release.risk.estimator import KeySets
 from spatial_release.stages import reuse
 from spatial_release.stages.attack import _linked_membership, linked_areas_of_main
-from spatial_release.stages.context import LADDER_BUCKETS, ReleaseContext, WorkArea
+from spatial_release.stages.context import LADDER_BUCKETS, CandidateTables, ReleaseContext, WorkArea
 from spatial_release.stages.count import sql_path
 from spatial_release.suppression.ladder import buckets_at_rungs
 
@@ -160,41 +160,53 @@ class _KeyPart:
         )
 
 
-def _margin_keys(area: WorkArea) -> str:
-    """The candidate's published margins (level, area_id, bucket_start, key "<level>:<area>@<start>")."""
+def _margin_keys(margins: str) -> str:
+    """The candidate's published margins (level, area_id, bucket_start, key "<level>:<area>@<start>") from the
+    relation `margins`."""
     return (
         f"(SELECT level, area_id, bucket_start, level || ':' || area_id || '@' || strftime(bucket_start, "
-        f"'{KEY_FORMAT}') AS key FROM (SELECT DISTINCT level, area_id, bucket_start "
-        f"FROM {parquet_scan(area.candidate / 'margins.parquet')}))"
+        f"'{KEY_FORMAT}') AS key FROM (SELECT DISTINCT level, area_id, bucket_start FROM {margins}))"
     )
 
 
-def _rung_keys(area: WorkArea) -> str:
+def _rung_keys(margins: str) -> str:
     """The candidate's published cell figures at the rungs of its time ladder (rung, area_id, bucket_start,
-    key "<cell>@<rung>@<start>")."""
+    key "<cell>@<rung>@<start>") from the relation `margins`."""
     rung = f"substr(level, {len(LEAF) + 2})"
     return (
         f"(SELECT {rung} AS rung, area_id, bucket_start, area_id || '@' || {rung} || '@' || strftime(bucket_start, "
         f"'{KEY_FORMAT}') AS key FROM (SELECT DISTINCT level, area_id, bucket_start "
-        f"FROM {parquet_scan(area.candidate / 'margins.parquet')} WHERE starts_with(level, '{LEAF}@')))"
+        f"FROM {margins} WHERE starts_with(level, '{LEAF}@')))"
     )
 
 
-def _key_parts(area: WorkArea, ladder: Path | None = None) -> list[_KeyPart]:
+HELD_CELLS, HELD_MARGINS = "candidate_cells", "candidate_margins"  # a held candidate's relations in DuckDB
+
+
+def _candidate_relations(area: WorkArea, held: CandidateTables | None) -> tuple[str, str, dict[str, pd.DataFrame]]:
+    """The relations of the candidate's cells and margins: the files, or the frames of the candidate the
+    protection loop holds (to register on the connection)."""
+    if held is None:
+        return parquet_scan(area.candidate / "cells.parquet"), parquet_scan(area.candidate / "margins.parquet"), {}
+    return HELD_CELLS, HELD_MARGINS, {HELD_CELLS: held.cells, HELD_MARGINS: held.margins}
+
+
+def _key_parts(area: WorkArea, ladder: Path | None = None, held: CandidateTables | None = None) -> list[_KeyPart]:
     """Every published key a unit is counted in (see `released_keys_sql`): one part for the membership (its
     cells, the parent areas of the main geometry and the cells at each rung of the time ladder: one join per
     membership row, not one per kind of key) and one for the linked zonings' memberships."""
     membership = parquet_scan(area.counts / "membership.internal.parquet")
+    cells, margins, _ = _candidate_relations(area, held)
     published = [
         f"SELECT cell_id AS leaf, bucket_start, cell_id || '@' || strftime(bucket_start, '{KEY_FORMAT}') AS key, "
-        f"cell_id FROM (SELECT DISTINCT cell_id, bucket_start FROM {parquet_scan(area.candidate / 'cells.parquet')})"
+        f"cell_id FROM (SELECT DISTINCT cell_id, bucket_start FROM {cells})"
     ]
     linked_part = []
     areas = area.counts / AREAS
     if areas.exists():
         zoned = (
             "SELECT a.zoning, a.leaf, g.bucket_start, g.key, a.main_cell AS cell_id "
-            f"FROM {parquet_scan(areas)} a JOIN {_margin_keys(area)} g ON g.level = a.level AND g.area_id = a.area_id"
+            f"FROM {parquet_scan(areas)} a JOIN {_margin_keys(margins)} g ON g.level = a.level AND g.area_id = a.area_id"
         )
         published.append(f"SELECT leaf, bucket_start, key, cell_id FROM ({zoned}) WHERE zoning = '{LEAF}'")
         linked = area.counts / LINKED_MEMBERSHIP
@@ -203,12 +215,12 @@ def _key_parts(area: WorkArea, ladder: Path | None = None) -> list[_KeyPart]:
     if ladder is not None:
         published.append(
             "SELECT c.area_id AS leaf, r.fine AS bucket_start, c.key, c.area_id AS cell_id "
-            f"FROM {_rung_keys(area)} c JOIN {parquet_scan(ladder)} r ON r.rung = c.rung AND r.coarse = c.bucket_start"
+            f"FROM {_rung_keys(margins)} c JOIN {parquet_scan(ladder)} r ON r.rung = c.rung AND r.coarse = c.bucket_start"
         )
     return [_KeyPart(membership, tuple(published)), *linked_part]
 
 
-def released_keys_sql(area: WorkArea, ladder: Path | None = None) -> str:
+def released_keys_sql(area: WorkArea, ladder: Path | None = None, held: CandidateTables | None = None) -> str:
     """A DuckDB query of unit, key, cell_id for every published (cell, bucket) each unit was counted in,
     joining the membership to the candidate's cells in DuckDB (UTC session: keys name UTC instants). A
     streaming join, no DISTINCT: the membership has one row per (unit, cell, bucket), and the key sets
@@ -217,31 +229,36 @@ def released_keys_sql(area: WorkArea, ladder: Path | None = None) -> str:
     units counted in that cell in one of its buckets: what an outsider learns from the week's figure. Every
     published area of the main geometry's parent levels and of the linked zonings a unit is counted in is a key
     too (`write_risk_areas`: "<level>:<area>@<start>"), so the bound counts every zoning."""
-    return " UNION ALL ".join(part.rows() for part in _key_parts(area, ladder))
+    return " UNION ALL ".join(part.rows() for part in _key_parts(area, ladder, held))
 
 
-def released_key_source(area: WorkArea, ladder: Path | None = None) -> keysets.KeySource:
+def released_key_source(
+    area: WorkArea, ladder: Path | None = None, held: CandidateTables | None = None
+) -> keysets.KeySource:
     """The same key sets as `released_keys_sql`, for `keysets.load_key_sets` to code straight from the work
     area: the units of the memberships, the published keys, and the memberships joined to the published keys
     by code. No key is named per membership row, and no key set file is read back (coding one scans its key
     strings four times)."""
-    parts = _key_parts(area, ladder)
+    parts = _key_parts(area, ladder, held)
     members = list(dict.fromkeys(part.members for part in parts))
     return keysets.KeySource(
         units=" UNION ALL ".join(f"SELECT unit FROM {m}" for m in members),
         keys=" UNION ALL ".join(part.keys() for part in parts),
         pairs=" UNION ALL ".join(part.coded() for part in parts),
         exact=False,
+        frames=_candidate_relations(area, held)[2],
     )
 
 
-def write_released_keys(area: WorkArea, path: Path, ladder: Path | None = None) -> None:
+def write_released_keys(area: WorkArea, path: Path, ladder: Path | None = None, held: CandidateTables | None = None) -> None:
     """Write the candidate's per-unit key sets (unit, key, cell_id) to `path`, in DuckDB: nothing per
     membership row is held in Python."""
     with scratch_folder(area.risk, "risk-keys") as spill, atomic_path(path) as tmp:
         con = keysets.connect(spill)
         try:
-            con.execute(f"COPY ({released_keys_sql(area, ladder)}) TO '{sql_path(tmp)}' (FORMAT parquet)")
+            for name, frame in _candidate_relations(area, held)[2].items():
+                con.register(name, frame)
+            con.execute(f"COPY ({released_keys_sql(area, ladder, held)}) TO '{sql_path(tmp)}' (FORMAT parquet)")
         finally:
             con.close()
 
@@ -287,10 +304,11 @@ def keep_released_keys(ctx: ReleaseContext, ladder: Path | None) -> KeySets | No
     instead (written by DuckDB, for the ranged road) and return None. The kept file is sealed with the digest
     of what it was coded from (`kept_keys_current`)."""
     ctx.area.unit_keys_seal.unlink(missing_ok=True)  # never a seal of the file being replaced
-    source = released_key_source(ctx.area, ladder)
+    held = ctx.held_candidate()
+    source = released_key_source(ctx.area, ladder, held)
     sets = keysets.code_and_keep(source, ctx.risk_zones, CODED_UP_TO, ctx.area.risk, ctx.area.unit_keys)
     if sets is None:
-        write_released_keys(ctx.area, ctx.area.unit_keys, ladder)
+        write_released_keys(ctx.area, ctx.area.unit_keys, ladder, held)
     reuse.save(ctx.area.unit_keys_seal, _key_source_digest(ctx), {"unit_keys": sha256_file(ctx.area.unit_keys)})
     return sets
 
@@ -310,12 +328,13 @@ def _key_source_digest(ctx: ReleaseContext) -> str | None:
     """The digest of everything `released_key_source` codes the key sets from, and of the code."""
     area = ctx.area
     sources = [
-        area.candidate / "cells.parquet",
-        area.candidate / "margins.parquet",
         area.counts / "membership.internal.parquet",
         area.counts / LINKED_MEMBERSHIP,
         area.counts / AREAS,
         area.counts / LADDER_BUCKETS,
     ]
     files = {path.name: sha256_file(path) if path.exists() else None for path in sources}
-    return reuse.digest_of({"kept_keys": files, "policy": ctx.policy.sha256, "coded_up_to": CODED_UP_TO})
+    candidate = ctx.candidate_tables().digest()  # the held one in the loop, the files' in the risk step: the same
+    return reuse.digest_of(
+        {"kept_keys": files, "candidate": candidate, "policy": ctx.policy.sha256, "coded_up_to": CODED_UP_TO}
+    )

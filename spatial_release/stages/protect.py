@@ -18,9 +18,9 @@ from spatial_release.levels import LEAF, RUNG_SEP, rung_of
 from spatial_release.memory import collector_paused
 from spatial_release.period import Period
 from spatial_release.progress import Progress, ProgressEvent, log_progress
-from spatial_release.release import RELEASE_FILES, read_tables, release_tables, write_tables
+from spatial_release.release import RELEASE_FILES, published_frames, read_tables, release_tables, write_tables
 from spatial_release.stages import coarsen
-from spatial_release.stages.context import Published, ReleaseContext, WorkArea
+from spatial_release.stages.context import CandidateTables, Published, ReleaseContext, WorkArea
 from spatial_release.stages.count import read_true_counts
 from spatial_release.stages.dp import run_protect_dp
 from spatial_release.stages.results import ProtectionManifest, ProtectionSummary
@@ -181,20 +181,30 @@ def run_protect(
         if climbing and published is not None
         else None
     )
-    while True:
-        withhold = population | climb.keys(cells_by_zone, true_cells, true_margins, ladder, areas_by_zone)
-        protected, log, table = protect_release(
-            true_cells, true_margins, ctx.disclosure, progress=progress, withhold=frozenset(withhold)
-        )
-        tables = release_tables(protected.cells, protected.margins, ctx.locator.geometries, policy.count_column)
-        write_tables(tables, area.candidate)
-        if gate is None:  # not climbing
-            break
-        ceiling, adversary, population_of_zone = gate
-        over = coarsen.zones_over(ctx, ceiling, adversary, population_of_zone)
-        frontier.append(coarsen.frontier_row(climb, ladder, len(tables.cells), len(tables.margins), over, ceiling))
-        if not over or not coarsen.climb_zones(climb, over, sorted(cells_by_zone), ladder, progress):
-            break
+    # Each configuration the loop tries is held in memory (`ReleaseContext.hold_candidate`) and assessed there;
+    # only the last one is written, once. The loop's last assessment and the key sets it coded are kept under
+    # the candidate's digest, which the files written below give again to the risk and publish steps.
+    try:
+        while True:
+            withhold = population | climb.keys(cells_by_zone, true_cells, true_margins, ladder, areas_by_zone)
+            protected, log, table = protect_release(
+                true_cells, true_margins, ctx.disclosure, progress=progress, withhold=frozenset(withhold)
+            )
+            if gate is None:  # not climbing
+                break
+            held = CandidateTables(
+                *published_frames(protected.cells, protected.margins, policy.count_column), policy.count_column
+            )
+            ctx.hold_candidate(held)
+            ceiling, adversary, population_of_zone = gate
+            over = coarsen.zones_over(ctx, ceiling, adversary, population_of_zone)
+            frontier.append(coarsen.frontier_row(climb, ladder, len(held.cells), len(held.margins), over, ceiling))
+            if not over or not coarsen.climb_zones(climb, over, sorted(cells_by_zone), ladder, progress):
+                break
+    finally:
+        ctx.hold_candidate(None)
+    tables = release_tables(protected.cells, protected.margins, ctx.locator.geometries, policy.count_column)
+    write_tables(tables, area.candidate)
     protected.withheld_cells.to_parquet(area.candidate / "withheld_cells.internal.parquet", index=False)
     audit = log.audit
     if audit is None:  # every protection audits its pattern: the record states that audit, never a guess
