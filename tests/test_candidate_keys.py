@@ -1,7 +1,7 @@
-"""The candidate's key sets are coded once: the protection loop keeps the last pass's as the release's key set
-file, sealed with the digest of what they were coded from, and the risk step reads them instead of coding them
-again. The seal must fail on any changed byte (the kept file, the candidate, the memberships), and the risk
-step must then code them afresh; the figures must be the ones a fresh coding gives."""
+"""One candidate, built once: the protection loop holds each configuration in memory, writes the last one once,
+and keeps its key sets and its assessment in the work area's memo under the candidate's digest. The risk step
+reads them instead of coding and assessing again; any changed byte (the kept key sets, the candidate's figures,
+the memberships) and it codes them afresh, with the figures a fresh coding gives."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from spatial_release import stages
 from spatial_release.ledger import Ledger
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
+from spatial_release.stages import advantage as advantage_stage
 from spatial_release.stages import keys as keys_stage
 from spatial_release.stages.context import CandidateTables, Published, ReleaseContext
 from spatial_release.traces.synthetic import SyntheticConfig, generate_pings, write_pings
@@ -39,31 +40,40 @@ def candidate(tmp_path_factory) -> tuple[ReleaseContext, Ledger]:
     return ctx, ledger
 
 
-def _risk_with_coding_counted(ctx: ReleaseContext, ledger: Ledger, monkeypatch) -> tuple[dict, int]:
-    """The risk step's assessment (as JSON, without its timing) and how often it coded the key sets."""
+def _risk_with_coding_counted(ctx: ReleaseContext, ledger: Ledger, monkeypatch, assessed: list[int] | None = None):
+    """The risk step's assessment (as JSON, without its timing) and how often it coded the key sets; how often it
+    assessed the advantage is appended to `assessed`."""
     calls: list[int] = []
     monkeypatch.setattr(stages.risk, "keep_released_keys", counted(keys_stage.keep_released_keys, calls))
+    if assessed is not None:
+        monkeypatch.setattr(advantage_stage, "advantage_of", counted(advantage_stage.advantage_of, assessed))
     assessment = stages.run_risk(ctx, ledger).to_json()
     monkeypatch.undo()
     assessment.pop("seconds", None)
     return assessment, len(calls)
 
 
-def test_the_loop_keeps_sealed_key_sets_and_the_risk_step_reads_them(candidate, monkeypatch):
+def test_the_risk_step_reads_the_key_sets_and_the_assessment_the_loop_kept(candidate, monkeypatch):
     ctx, ledger = candidate
-    assert ctx.area.unit_keys.exists() and ctx.area.unit_keys_seal.exists()
+    assert ctx.area.unit_keys.exists()
     assert keys_stage.kept_keys_current(ctx)
     kept = ctx.area.unit_keys.read_bytes()
-    reused, coded = _risk_with_coding_counted(ctx, ledger, monkeypatch)
-    assert coded == 0  # read as the loop kept them
+    assessed: list[int] = []
+    reused, coded = _risk_with_coding_counted(ctx, ledger, monkeypatch, assessed)
+    assert coded == 0 and not assessed  # read as the loop kept them, and its assessment reused
     assert ctx.area.unit_keys.read_bytes() == kept
-    # the same figures as key sets coded afresh: the seal removed, the risk step codes them again
-    ctx.area.unit_keys_seal.unlink()
+    # the same figures as key sets coded afresh: the record removed, the risk step codes them again
+    ctx.memo().save(keys_stage.KEPT_KEYS, None, {})
+    assert not keys_stage.kept_keys_current(ctx)
     fresh, coded = _risk_with_coding_counted(ctx, ledger, monkeypatch)
     assert coded == 1
     assert ctx.area.unit_keys.read_bytes() == kept  # the loop's coding is the risk step's, byte for byte
     assert json.dumps(reused, sort_keys=True) == json.dumps(fresh, sort_keys=True)
-    assert keys_stage.kept_keys_current(ctx)  # the risk step seals what it kept
+    assert keys_stage.kept_keys_current(ctx)  # the risk step records what it kept
+    # negative control of the spy: without the loop's assessment in the memo, the risk step assesses
+    ctx.memo().save("advantage", None, {})
+    _risk_with_coding_counted(ctx, ledger, monkeypatch, assessed)
+    assert assessed == [1]
 
 
 def _restore_after(path: Path):
@@ -78,7 +88,7 @@ def _restore_after(path: Path):
 @pytest.mark.parametrize(
     "edited", ["risk/unit_keys.internal.parquet", "candidate/cells.parquet", "counts/membership.internal.parquet"]
 )
-def test_an_edited_file_breaks_the_seal_and_the_risk_step_codes_again(candidate, monkeypatch, edited):
+def test_an_edited_file_voids_the_kept_key_sets_and_the_risk_step_codes_again(candidate, monkeypatch, edited):
     """Negative control: a byte changed in the kept key sets, the candidate or the membership they were coded
     from, and the kept file is not read."""
     ctx, ledger = candidate
@@ -97,10 +107,10 @@ def test_an_edited_file_breaks_the_seal_and_the_risk_step_codes_again(candidate,
         if edited == "risk/unit_keys.internal.parquet":
             _, coded = _risk_with_coding_counted(ctx, ledger, monkeypatch)
             assert coded == 1
-            assert keys_stage.kept_keys_current(ctx)  # coded again from the files as they are, and sealed
+            assert keys_stage.kept_keys_current(ctx)  # coded again from the files as they are, and recorded
     finally:
         restore()
-        # the kept file coded from the restored files: sealed again, for the next test
+        # the kept file coded from the restored files and recorded again, for the next test
         stages.run_risk(ctx, ledger)
     assert keys_stage.kept_keys_current(ctx)
 
@@ -118,5 +128,5 @@ def test_the_candidate_digest_is_of_the_figures_whatever_holds_them(candidate):
     assert CandidateTables(written.cells, margins, written.count_column).digest() != written.digest()
 
 
-def test_the_seal_is_deleted_with_the_per_unit_data():
-    assert "risk/unit_keys_seal.internal.json" in stages.context.PER_UNIT_ARTEFACTS
+def test_the_memo_is_deleted_with_the_per_unit_data():
+    assert "memo.internal.json" in stages.context.PER_UNIT_ARTEFACTS

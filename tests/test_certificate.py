@@ -472,9 +472,9 @@ def test_publication_reuses_the_checks_audit_verdict_only_for_byte_identical_inp
     )
     # (e) a forged verdict file (digest of other inputs) is never trusted
     ctx = stages.ReleaseContext(fixture_policy, PERIOD, tmp_path / "work")
-    saved = area.root / checks.AUDIT_VERDICT
+    saved = area.root / reuse.MEMO
     data = json.loads(saved.read_text())
-    data["digest"] = "0" * 64
+    data["results"][checks.AUDIT_VERDICT]["digest"] = "0" * 64
     saved.write_text(json.dumps(data))
     assert verified_again() and not verified_again()
     # (f) a manifest that no longer matches the candidate refuses it on the reuse path too
@@ -499,16 +499,17 @@ def test_the_code_digest_is_taken_at_import_and_void_once_the_code_on_disk_chang
     (package / "sub" / "b.py").write_text("y = 3\n")
     assert codeversion.digest_of_files(package) != before  # any byte of any file changes it
     assert reuse.code_digest() == codeversion.CODE_DIGEST  # unchanged on disk: the import's digest
-    saved = tmp_path / "saved.json"
+    memo = reuse.Memo(tmp_path / reuse.MEMO, "a candidate")
     digest = reuse.digest_of({"x": 1})
-    reuse.save(saved, digest, {"figure": 1})
-    assert reuse.load_saved(saved, digest) == {"figure": 1}
+    memo.save("result", digest, {"figure": 1})
+    assert memo.load("result", digest) == {"figure": 1}
+    assert reuse.Memo(memo.path, "another candidate").load("result", digest) is None  # keyed by the candidate
 
     monkeypatch.setattr(codeversion, "digest_of_files", lambda *a: "upgraded on disk")
     assert reuse.code_digest() is None and reuse.digest_of({"x": 1}) is None
-    assert reuse.load_saved(saved, reuse.digest_of({"x": 1})) is None
-    reuse.save(saved, reuse.digest_of({"x": 1}), {"figure": 2})  # nothing saved, and the old result removed
-    assert not saved.exists()
+    assert memo.load("result", reuse.digest_of({"x": 1})) is None
+    memo.save("result", reuse.digest_of({"x": 1}), {"figure": 2})  # nothing saved, and the old result removed
+    assert "result" not in json.loads(memo.path.read_text())["results"]
     monkeypatch.undo()
     monkeypatch.setattr(codeversion, "library_versions", lambda: {"numpy": "another"})
     assert reuse.code_digest() is None  # a library upgraded under the process

@@ -221,14 +221,20 @@ def test_units_outside_the_ranges_are_refused_and_leave_no_files(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def _forget_the_estimate(ctx) -> None:
+    """Drop the estimate the work area's memo holds, so that the next assessment runs it again."""
+    memo = ctx.memo()
+    for name in (risk_stage.ESTIMATE, risk_stage.ESTIMATE_BY_INPUTS):
+        memo.save(name, None, {})
+
+
 @pytest.mark.slow
 def test_the_risk_stage_over_its_row_limit_estimates_in_ranges_with_the_same_figures(tmp_path, monkeypatch, fixture_traces):
     policy = load_policy(write_policy(tmp_path, uniqueness_policy_dict(str(fixture_traces))))
     ctx = protected_candidate(policy, tmp_path)
     ledger = Ledger(tmp_path / "ledger", tmp_path / "releases")
     whole = stages.run_risk(ctx, ledger)
-    for saved in ctx.area.risk.glob("estimate*.internal.json"):  # no reuse: the estimate runs again
-        saved.unlink()
+    _forget_the_estimate(ctx)  # no reuse: the estimate runs again
     seen = []
     real, real_source = risk_stage.estimate_key_ranges, keys_stage.released_key_source
 
@@ -245,8 +251,7 @@ def test_the_risk_stage_over_its_row_limit_estimates_in_ranges_with_the_same_fig
     assert len(seen) == 1 and seen[0][0] > 1, "the estimate did not go by ranges"
     # the risk step itself, which holds this release's coded key sets (coded by the join), reads them back in
     # ranges too
-    for saved in ctx.area.risk.glob("estimate*.internal.json"):
-        saved.unlink()
+    _forget_the_estimate(ctx)
     monkeypatch.setattr(keys_stage, "released_key_source", real_source)
     assert stages.run_risk(ctx, ledger).zones == whole.zones
     assert len(seen) == 2 and seen[1][0] > 1, "the risk step's estimate did not go by ranges"
@@ -288,8 +293,7 @@ def test_over_the_coded_limit_or_out_of_memory_the_risk_step_keeps_rows_and_give
         return real_streamed(*args)
 
     for name, value in (("CODED_UP_TO", 0), ("_streamed", out_of_memory_once)):
-        for saved in ctx.area.risk.glob("estimate*.internal.json"):  # no reuse: the estimate runs again
-            saved.unlink()
+        _forget_the_estimate(ctx)  # no reuse: the estimate runs again
         with monkeypatch.context() as patch:
             patch.setattr(keys_stage if name == "CODED_UP_TO" else keysets, name, value)
             again = stages.run_risk(ctx, ledger)

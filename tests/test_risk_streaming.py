@@ -329,6 +329,7 @@ def test_the_publish_step_reuses_the_estimate_only_for_byte_identical_inputs(tmp
     key sets built at all), or else by the coded key sets (built again from the candidate and the ledger's
     window), parameters and population. Negative controls: tampered saved digests, a risk zone that moved,
     and a candidate that lost a published cell each make it compute the estimate again."""
+    from spatial_release.stages import reuse
     from spatial_release.stages import risk as risk_stage
 
     ctx = protected_candidate(fixture_policy, tmp_path)
@@ -343,10 +344,11 @@ def test_the_publish_step_reuses_the_estimate_only_for_byte_identical_inputs(tmp
     assert not calls and not built and again.zones == first.zones and again.release_figure == first.release_figure
 
     def forge(name: str) -> None:
-        saved = ctx.area.risk / name
+        saved = ctx.area.root / reuse.MEMO
         data = json.loads(saved.read_text())
-        data["result"]["zones"][0]["mean"] = 0.0  # a forged figure with a digest that no longer matches
-        data["digest"] = "0" * 64
+        entry = data["results"][name]
+        entry["result"]["zones"][0]["mean"] = 0.0  # a forged figure with a digest that no longer matches
+        entry["digest"] = "0" * 64
         saved.write_text(json.dumps(data))
 
     forge(risk_stage.ESTIMATE_BY_INPUTS)

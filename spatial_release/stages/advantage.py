@@ -332,7 +332,6 @@ def candidate_advantage(
     # step assess the same candidate
     inputs = {
         "key_sets": sha256_file(path),
-        "candidate": ctx.candidate_tables().digest(),
         "membership": sha256_file(ctx.area.counts / "membership.internal.parquet"),
         "params": params.__dict__,
         "ceiling": risk.per_release_ceiling,
@@ -340,17 +339,14 @@ def candidate_advantage(
         "policy": ctx.policy.sha256,
         "rung": rung,
     }
-    digest = reuse.digest_of(inputs)
-    memo = ctx.area.risk / ADVANTAGE_MEMO
-    saved = reuse.load_saved(memo, digest)
+    digest, memo = reuse.digest_of(inputs), ctx.memo()
+    name = "advantage" if rung is None else f"advantage@{rung}"
+    saved = memo.load(name, digest)
     if saved is not None:
         try:
             return AdvantageReport.from_json(saved)
         except (KeyError, TypeError, ValueError):
             pass
     found = advantage_of(ctx, path, ctx.risk_zones, params, risk.per_release_ceiling, population, rung)
-    reuse.save(memo, digest, found.to_json())
+    memo.save(name, digest, found.to_json())
     return found
-
-
-ADVANTAGE_MEMO = "advantage.internal.json"  # risk/: the last advantage assessment and the digest of its inputs

@@ -221,9 +221,6 @@ def inputs_digest(inputs: AttackInputs, params: AttackParams) -> str:
     return digest.hexdigest()
 
 
-ATTACKS = "attacks"  # risk/attacks/: the last attack report of each view and the sha256 of its inputs
-
-
 def cached_attack(
     ctx: ReleaseContext,
     zone_of_cells,
@@ -236,16 +233,16 @@ def cached_attack(
     it was computed from identical coded inputs by the same code (the risk step, then the publish step)."""
     inputs = attack_inputs(ctx, zone_of_cells, rung, proposal, zoning)
     digest = reuse.digest_of({"attack": inputs_digest(inputs, params), "rung": rung, "proposal": proposal, "zoning": zoning})
-    name = (zoning or "cells") + ("" if rung is None else f"@{rung}{'-proposal' if proposal else ''}")
-    path = ctx.area.risk / ATTACKS / f"{name}.internal.json"
-    saved = reuse.load_saved(path, digest)
+    name = "attack:" + (zoning or "cells") + ("" if rung is None else f"@{rung}{'-proposal' if proposal else ''}")
+    memo = ctx.memo()
+    saved = memo.load(name, digest)
     if saved is not None:
         try:
             return AttackReport.from_json(saved)
         except (KeyError, TypeError, ValueError):
             pass
     report = attack_risk(inputs.view, inputs.unit, inputs.step, inputs.area, inputs.zone_of_area, params)
-    reuse.save(path, digest, report.to_json())
+    memo.save(name, digest, report.to_json())
     return report
 
 

@@ -267,7 +267,7 @@ def check_suppression_audit(
     digest = None
     if release is None and options is None:
         digest = audit_digest(ctx, earlier, true_cells, true_margins)
-        reused = reused_audit_verdict(area, digest)
+        reused = reused_audit_verdict(ctx, digest)
         if reused is not None:
             _verify_manifest(area)  # as on the verifying path: an edited candidate is refused, not judged
             return reused
@@ -288,7 +288,7 @@ def check_suppression_audit(
     outcome, summary = _audit_outcome(area, run, existence)
     summary.write(area.root)
     if digest is not None and outcome.passed:
-        save_audit_verdict(area, digest, outcome)
+        save_audit_verdict(ctx, digest, outcome)
     return outcome
 
 
@@ -419,7 +419,7 @@ def _audit_outcome(area: WorkArea, run: _AuditRun, existence: ExistenceResult) -
 PROVEN_PRESENT = "proven to hold someone (lower bound exactly 1): its removal test tells members apart"
 
 
-AUDIT_VERDICT = "audit_verdict.internal.json"  # the check's passing verdict, for byte-identical inputs
+AUDIT_VERDICT = "suppression_audit"  # the memo's name of the check's passing verdict, for byte-identical inputs
 AUDIT_OUTPUTS = ("audit_intervals.internal.parquet", AuditSummary.FILE)  # what the check writes beside it
 
 
@@ -444,23 +444,21 @@ def audit_digest(
     )
 
 
-def save_audit_verdict(area: WorkArea, digest: str, outcome: CheckOutcome) -> None:
-    outputs = {name: sha256_file(area.root / name) for name in AUDIT_OUTPUTS}
-    reuse.save(
-        area.root / AUDIT_VERDICT, digest, {"summary": outcome.summary, "figures": outcome.figures, "outputs": outputs}
-    )
+def save_audit_verdict(ctx: ReleaseContext, digest: str, outcome: CheckOutcome) -> None:
+    outputs = {name: sha256_file(ctx.area.root / name) for name in AUDIT_OUTPUTS}
+    ctx.memo().save(AUDIT_VERDICT, digest, {"summary": outcome.summary, "figures": outcome.figures, "outputs": outputs})
 
 
-def reused_audit_verdict(area: WorkArea, digest: str | None) -> CheckOutcome | None:
+def reused_audit_verdict(ctx: ReleaseContext, digest: str | None) -> CheckOutcome | None:
     """The check's passing verdict when it was reached on byte-identical inputs by the same code and its
     internal outputs are still the ones it wrote; None otherwise (the audit is verified again). The publish
     step re-evaluates every guarantee: this spares it verifying the certificate a second time when nothing
     changed since the check."""
-    saved = reuse.load_saved(area.root / AUDIT_VERDICT, digest)
+    saved = ctx.memo().load(AUDIT_VERDICT, digest)
     if saved is None:
         return None
     try:
-        if any(sha256_file(area.root / name) != saved["outputs"][name] for name in AUDIT_OUTPUTS):
+        if any(sha256_file(ctx.area.root / name) != saved["outputs"][name] for name in AUDIT_OUTPUTS):
             return None
         figures = {**saved["figures"], "reused_verdict": True}
         if figures.get("passed") is not True:

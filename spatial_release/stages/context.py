@@ -12,6 +12,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 from typing import TypeVar
 
@@ -29,6 +30,7 @@ from spatial_release.period import Period
 from spatial_release.policy import Policy, RiskSpec
 from spatial_release.policy.zeros import ZerosFileError, read_structural_zeros
 from spatial_release.risk.landscape import Landscape, read_population_table
+from spatial_release.stages import reuse
 from spatial_release.stages.results import CountsSummary, IngestSummary
 from spatial_release.suppression.ladder import time_links
 from spatial_release.suppression.method import ProtectionMethod
@@ -54,12 +56,8 @@ PER_UNIT_ARTEFACTS = (
     "audit_intervals.internal.parquet",
     "audit_certificate",
     # aggregates, but keyed by digests of the per-unit data: deleted with it
-    "risk/estimate.internal.json",
-    "risk/estimate_inputs.internal.json",
-    "risk/unit_keys_seal.internal.json",
-    "risk/advantage.internal.json",
-    "risk/attacks",
-    "audit_verdict.internal.json",
+    "memo.internal.json",
+    ".memo.internal.json.lock",  # empty, but named for the memo
 )
 
 
@@ -114,11 +112,6 @@ class WorkArea:
     def unit_keys(self) -> Path:
         """The release's per-unit key sets (internal): read by later releases' risk and by reviews."""
         return self.risk / "unit_keys.internal.parquet"
-
-    @property
-    def unit_keys_seal(self) -> Path:
-        """The digest of what the kept key sets were coded from (`stages.keys.kept_keys_current`)."""
-        return self.risk / "unit_keys_seal.internal.json"
 
     @property
     def lock(self) -> Path:
@@ -252,9 +245,16 @@ class CandidateTables:
         margins = pd.read_parquet(folder / "margins.parquet", columns=[*MARGIN_COLUMNS, count_column])
         return cls(cells, margins, count_column)
 
+    @cached_property
+    def _digest(self) -> str:
+        return self._figures_digest()
+
     def digest(self) -> str:
         """sha256 of the figures, each table in the order of its keys, bucket starts as UTC nanoseconds: what
         is published, not how a file encodes it."""
+        return self._digest
+
+    def _figures_digest(self) -> str:
         digest = hashlib.sha256()
         for frame, keys in ((self.cells, CELL_COLUMNS), (self.margins, MARGIN_COLUMNS)):
             columns = [*keys, self.count_column]
@@ -293,9 +293,25 @@ class ReleaseContext:
         self._cache["held_candidate"] = candidate
 
     def candidate_tables(self) -> CandidateTables:
-        """The candidate the protection loop holds, else the candidate files as written."""
+        """The candidate the protection loop holds, else the candidate files as written (read again when
+        either file changed since it was last read here)."""
         held = self._cache.get("held_candidate")
-        return held if held is not None else CandidateTables.read(self.area.candidate, self.policy.count_column)
+        if held is not None:
+            return held
+        folder = self.area.candidate
+        stamp = tuple(
+            (s.st_ino, s.st_size, s.st_mtime_ns)
+            for s in (folder.joinpath(n).stat() for n in ("cells.parquet", "margins.parquet"))
+        )
+        read = self._cache.get("written_candidate")
+        if read is None or read[0] != stamp:
+            read = (stamp, CandidateTables.read(folder, self.policy.count_column))
+            self._cache["written_candidate"] = read
+        return read[1]
+
+    def memo(self) -> reuse.Memo:
+        """The work area's memo for the candidate as it is now (`stages.reuse`)."""
+        return reuse.Memo(self.area.root / reuse.MEMO, self.candidate_tables().digest())
 
     def held_candidate(self) -> CandidateTables | None:
         return self._cache.get("held_candidate")

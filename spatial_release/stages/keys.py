@@ -301,31 +301,36 @@ def coarser_keys_sql(area: WorkArea, ladder: Path, rung: str, k: int) -> str:
 def keep_released_keys(ctx: ReleaseContext, ladder: Path | None) -> KeySets | None:
     """Code this release's key sets straight from the work area and keep them as its coded key set file
     (`keysets.write_coded`), returning them; over `CODED_UP_TO` rows keep them as (unit, key, cell_id) rows
-    instead (written by DuckDB, for the ranged road) and return None. The kept file is sealed with the digest
-    of what it was coded from (`kept_keys_current`)."""
-    ctx.area.unit_keys_seal.unlink(missing_ok=True)  # never a seal of the file being replaced
+    instead (written by DuckDB, for the ranged road) and return None. The memo records what the kept file was
+    coded from (`kept_keys_current`)."""
+    memo = ctx.memo()
+    memo.save(KEPT_KEYS, None, {})  # never a record of the file being replaced
     held = ctx.held_candidate()
     source = released_key_source(ctx.area, ladder, held)
     sets = keysets.code_and_keep(source, ctx.risk_zones, CODED_UP_TO, ctx.area.risk, ctx.area.unit_keys)
     if sets is None:
         write_released_keys(ctx.area, ctx.area.unit_keys, ladder, held)
-    reuse.save(ctx.area.unit_keys_seal, _key_source_digest(ctx), {"unit_keys": sha256_file(ctx.area.unit_keys)})
+    memo.save(KEPT_KEYS, _key_source_digest(ctx), {"unit_keys": sha256_file(ctx.area.unit_keys)})
     return sets
+
+
+KEPT_KEYS = "kept_keys"  # the memo's record of the kept key set file
 
 
 def kept_keys_current(ctx: ReleaseContext) -> bool:
     """Whether the kept key set file was coded, by this code, from the work area's files as they are now: the
-    candidate, the memberships, the risk areas and the ladder buckets (written again by the caller first:
-    they follow the policy's zone files, which no other digest covers). Then the risk step reads it instead of
-    coding the same key sets again from the files the protection loop coded them from. Any changed byte, in
-    the kept file or in what it was coded from, and it is coded again."""
+    candidate (the memo's key), the memberships, the risk areas and the ladder buckets (written again by the
+    caller first: they follow the policy's zone files, which no other digest covers). Then the risk step reads
+    it instead of coding the same key sets again from what the protection loop coded them from. Any changed
+    byte, in the kept file or in what it was coded from, and it is coded again."""
     path = ctx.area.unit_keys
-    saved = reuse.load_saved(ctx.area.unit_keys_seal, _key_source_digest(ctx)) if path.exists() else None
+    saved = ctx.memo().load(KEPT_KEYS, _key_source_digest(ctx)) if path.exists() else None
     return saved is not None and saved.get("unit_keys") == sha256_file(path)
 
 
 def _key_source_digest(ctx: ReleaseContext) -> str | None:
-    """The digest of everything `released_key_source` codes the key sets from, and of the code."""
+    """The digest of everything `released_key_source` codes the key sets from besides the candidate, and of
+    the code."""
     area = ctx.area
     sources = [
         area.counts / "membership.internal.parquet",
@@ -334,7 +339,4 @@ def _key_source_digest(ctx: ReleaseContext) -> str | None:
         area.counts / LADDER_BUCKETS,
     ]
     files = {path.name: sha256_file(path) if path.exists() else None for path in sources}
-    candidate = ctx.candidate_tables().digest()  # the held one in the loop, the files' in the risk step: the same
-    return reuse.digest_of(
-        {"kept_keys": files, "candidate": candidate, "policy": ctx.policy.sha256, "coded_up_to": CODED_UP_TO}
-    )
+    return reuse.digest_of({"kept_keys": files, "policy": ctx.policy.sha256, "coded_up_to": CODED_UP_TO})

@@ -1,10 +1,14 @@
-"""Results a later step reuses instead of computing them again, only for byte-identical inputs.
+"""Results a later step reuses instead of computing them again, only for byte-identical inputs: one memo per
+work area, keyed by the candidate's digest.
 
-A release computes two expensive results twice: the suppression audit (the check, then the publish step, which
-re-evaluates every guarantee under the ledger lock) and the risk estimate (the risk step, then the publish
-step). Each is a pure function of files and settings. It is saved with the sha256 of everything it depends on,
-including the code that computed it (`code_digest`), and reused only when that digest is equal again; any
-changed byte, setting or line of code means computing it afresh.
+A release computes expensive results more than once: the protection loop assesses its last candidate, the risk
+step assesses it again, and the publish step re-evaluates every guarantee and the risk gate under the ledger
+lock. Each result is a pure function of the candidate, files and settings. The work area keeps them in one
+file, `memo.internal.json`, under the digest of the candidate they were computed for
+(`CandidateTables.digest`, of its figures, whether the loop holds it or the files give it back); each named
+result also carries the sha256 of everything else it depends on, including the code that computed it
+(`code_digest`). A result is reused only when both digests are equal again: a new candidate empties the memo,
+and any other changed byte, setting or line of code means computing that result afresh.
 
 Trust: a saved result is trusted as the work area is. Whoever can write the work area can already change the
 true counts the guarantees are checked against, so a saved verdict widens nothing; the release folder and
@@ -18,7 +22,7 @@ import json
 from pathlib import Path
 
 from spatial_release import codeversion
-from spatial_release.fileio import write_json_atomic
+from spatial_release.fileio import folder_lock, write_json_atomic
 
 
 def code_digest() -> str | None:
@@ -36,25 +40,46 @@ def digest_of(payload: object) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def load_saved(path: Path, digest: str | None) -> dict | None:
-    """The result saved at `path` under `digest`, or None when there is none, it is unreadable, it was
-    computed from other inputs, or `digest` is None."""
-    if digest is None:
+MEMO = "memo.internal.json"  # the work area's root: every result reused, under the candidate's digest
+
+
+class Memo:
+    """The work area's memo (`MEMO`) as seen for one candidate (`candidate`: its digest; None, a candidate not
+    known: nothing is reused or saved). Steps of one run may save at once (a check beside the risk step): each
+    saving reads and rewrites the file under a lock, atomically."""
+
+    def __init__(self, path: Path, candidate: str | None):
+        self.path, self.candidate = path, candidate
+
+    def _read(self) -> dict:
+        try:
+            saved = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(saved, dict) or saved.get("candidate") != self.candidate:
+            return {}
+        results = saved.get("results")
+        return results if isinstance(results, dict) else {}
+
+    def load(self, name: str, digest: str | None) -> dict | None:
+        """The result saved as `name` for this candidate under `digest`, or None."""
+        if self.candidate is None or digest is None:
+            return None
+        entry = self._read().get(name)
+        if isinstance(entry, dict) and entry.get("digest") == digest and isinstance(entry.get("result"), dict):
+            return entry["result"]
         return None
-    try:
-        saved = json.loads(path.read_text())
-        if isinstance(saved, dict) and saved.get("digest") == digest and isinstance(saved.get("result"), dict):
-            return saved["result"]
-    except (OSError, ValueError):
-        pass
-    return None
 
-
-def save(path: Path, digest: str | None, result: dict) -> None:
-    """Save `result` under `digest`, atomically (a crash leaves the old file or the new one); with no digest
-    (the code changed on disk), remove what is there instead: it may describe other code."""
-    if digest is None:
-        path.unlink(missing_ok=True)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, {"digest": digest, "result": result})
+    def save(self, name: str, digest: str | None, result: dict) -> None:
+        """Save `result` as `name` under `digest` for this candidate (the results of another candidate are
+        dropped); with no digest, drop what `name` holds instead: it may describe other code."""
+        if self.candidate is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with folder_lock(self.path.with_name(f".{self.path.name}.lock")):
+            results = self._read()
+            if digest is None:
+                results.pop(name, None)
+            else:
+                results[name] = {"digest": digest, "result": result}
+            write_json_atomic(self.path, {"candidate": self.candidate, "results": results})

@@ -140,7 +140,7 @@ def labelled_zones(frame: pd.DataFrame) -> list[ZoneFigures]:
     return [ZoneFigures.from_json(z) for z in frame.rename(columns=ZONE_LABELS).to_dict("records")]
 
 
-ESTIMATE = "estimate.internal.json"  # risk/: the last estimate and the sha256 of what it was computed from
+ESTIMATE, ESTIMATE_BY_INPUTS = "estimate", "estimate_by_inputs"  # the memo's names of the window's estimate
 
 
 # Above this many (unit, key) rows read, the estimate holds one range of units at a time (`risk.ranges`): the
@@ -148,9 +148,9 @@ ESTIMATE = "estimate.internal.json"  # risk/: the last estimate and the sha256 o
 RANGES_ABOVE = 250_000_000
 
 
-def _saved_report(path: Path, digest: str | None) -> RiskReport | None:
-    """The estimate saved at `path` under `digest`, or None (none, other inputs, or unreadable)."""
-    saved = reuse.load_saved(path, digest)
+def _saved_report(memo: reuse.Memo, name: str, digest: str | None) -> RiskReport | None:
+    """The estimate the memo holds as `name` under `digest`, or None (none, other inputs, or unreadable)."""
+    saved = memo.load(name, digest)
     try:
         return None if saved is None else RiskReport.from_json(saved)
     except (KeyError, TypeError, ValueError):
@@ -158,7 +158,7 @@ def _saved_report(path: Path, digest: str | None) -> RiskReport | None:
 
 
 def cached_estimate(
-    area: WorkArea, sets: KeySets | KeyRanges, params: RiskParams, population: dict[str, float] | None, started: float
+    memo: reuse.Memo, sets: KeySets | KeyRanges, params: RiskParams, population: dict[str, float] | None, started: float
 ) -> RiskReport:
     """`estimate_key_sets`, reusing the work area's last estimate when it was computed from byte-identical
     inputs by the same code (`estimate_digest`: the coded key sets, the parameters and the population;
@@ -175,24 +175,20 @@ def cached_estimate(
                 "ranges": key_ranges_digest(sets),
             }
             digest = reuse.digest_of({"risk_estimate_ranges": json.dumps(payload, sort_keys=True, default=str)})
-            return _saved_or_computed(area, digest, lambda: estimate_key_ranges(sets, params, population, started))
+            return _saved_or_computed(memo, digest, lambda: estimate_key_ranges(sets, params, population, started))
         finally:
             sets.close()
     digest = reuse.digest_of({"risk_estimate": estimate_digest(sets, params, population)})
-    return _saved_or_computed(area, digest, lambda: estimate_key_sets(sets, params, population, started))
+    return _saved_or_computed(memo, digest, lambda: estimate_key_sets(sets, params, population, started))
 
 
-def _saved_or_computed(area: WorkArea, digest: str | None, compute: Callable[[], RiskReport]) -> RiskReport:
-    path = area.risk / ESTIMATE
-    saved = _saved_report(path, digest)
+def _saved_or_computed(memo: reuse.Memo, digest: str | None, compute: Callable[[], RiskReport]) -> RiskReport:
+    saved = _saved_report(memo, ESTIMATE, digest)
     if saved is not None:
         return saved
     report = compute()
-    reuse.save(path, digest, report.to_json())
+    memo.save(ESTIMATE, digest, report.to_json())
     return report
-
-
-ESTIMATE_BY_INPUTS = "estimate_inputs.internal.json"  # risk/: the same estimate, keyed by the files it derives from
 
 
 def window_inputs_digest(
@@ -267,7 +263,8 @@ def estimate_window(
             inputs = window_inputs_digest(ctx, earlier_keys, params, population)
         except (KeyError, ValueError, OSError, duckdb.Error):
             inputs = None  # the key sets' own checks below name what is wrong with the inputs
-    saved = _saved_report(ctx.area.risk / ESTIMATE_BY_INPUTS, inputs)
+    memo = ctx.memo()
+    saved = _saved_report(memo, ESTIMATE_BY_INPUTS, inputs)
     if saved is not None:
         return saved
     sets: KeySets | KeyRanges
@@ -278,9 +275,9 @@ def estimate_window(
         # kept so because the coded join was over its limit, so not tried again)
         current = None if keys_from_area and not isinstance(unit_keys, Path) else unit_keys
         sets = window_key_sets(ctx, current, earlier, earlier_keys, RANGES_ABOVE)
-    report = cached_estimate(ctx.area, sets, params, population, started)
+    report = cached_estimate(memo, sets, params, population, started)
     if inputs is not None:
-        reuse.save(ctx.area.risk / ESTIMATE_BY_INPUTS, inputs, report.to_json())
+        memo.save(ESTIMATE_BY_INPUTS, inputs, report.to_json())
     return report
 
 
