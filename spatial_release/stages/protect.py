@@ -79,7 +79,12 @@ def release_utility(
     progress: Progress = log_progress,
 ) -> dict:
     """The utility report of the candidate and, with a time ladder, of the single-level release of the policy's
-    bucket at the same k (the baseline a user compares with: protected here on the same true counts)."""
+    bucket at the same k (the baseline a user compares with: protected here on the same true counts).
+
+    The baseline is a release of its own, so it takes a protection of its own, once per protection step and
+    outside the coarsening loop. No figure of the candidate's protection gives it: with the ladder's coarser
+    figures offered, complementary suppression chooses other complements at the policy's bucket, and a bound
+    (the figures at or over k) would overstate what a single-level release shows."""
     structure, k = ctx.structure, ctx.policy.k
     base_chains = [c for c in structure.chains if RUNG_SEP not in c.levels[0]]
     report = utility_report(
