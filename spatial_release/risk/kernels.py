@@ -899,31 +899,6 @@ def key_major(
     return _key_major(unit_offsets, unit_keys, n_keys, np.zeros(0, dtype=unit_dtype))
 
 
-def allocate_states(
-    pools: np.ndarray,
-    pool_offsets: np.ndarray,
-    slot_codes: np.ndarray,
-    slot_flows: np.ndarray,
-    slot_offsets: np.ndarray,
-    yesterday: np.ndarray | None,
-    result: np.ndarray,
-) -> None:
-    """The recovery's allocation (`risk.attack._allocate`) once its states' pools are shuffled: per state s, its
-    trajectories pools[pool_offsets[s]:...] in their shuffled order and its slots (area code, flow) in serving
-    order slot_*[slot_offsets[s]:...]; each slot takes its flow from the free trajectories, those whose
-    `yesterday` is its area first. Writes each trajectory's code into `result`."""
-    _within("pooled trajectories", pools, len(result))
-    if len(pool_offsets) != len(slot_offsets) or (len(pool_offsets) and (pool_offsets[-1] != len(pools))):
-        raise ValueError("allocation: pool and slot offsets do not describe the same states")
-    if len(slot_offsets) and slot_offsets[-1] != len(slot_codes):
-        raise ValueError("allocation: slot offsets do not span the slots")
-    regular = yesterday is not None
-    before = yesterday if yesterday is not None else np.zeros(len(result), dtype=np.int64)
-    if len(before) != len(result):
-        raise ValueError(f"allocation: {len(before):,} day-before areas for {len(result):,} trajectories")
-    _allocate_states(pools, pool_offsets, slot_codes, slot_flows, slot_offsets, before, regular, result)
-
-
 # A shuffle of m trajectories draws m - 1 indices, each one 32-bit draw or more (a redraw is likelier than not
 # under half): twice that and a few more is almost always enough; when it is not, the generator is rewound and
 # twice as many are drawn.
@@ -944,12 +919,12 @@ def allocate_flows(
     the flows were found, a (state, slot) repeated adding to its first entry: each trajectory's code (the slot's
     `slot_codes`, -1 where none). The states are served in the order of their first flow; each state's
     trajectories (in trajectory order) are shuffled as `rng.permutation` of their number would shuffle them, in
-    that order, then its slots, largest flow first, take them (`allocate_states`).
+    that order, then its slots, largest flow first, take them, those whose `yesterday` is the slot's area first.
 
     The shuffles read the generator's 32-bit stream drawn in bulk, and the generator is left where the
     permutations would have left it: NumPy's Generator shuffles by Fisher-Yates with random_interval (a 32-bit
     draw under a mask, redrawn while above the bound) and `integers(0, 2**32, dtype=uint32)` returns that same
-    stream. `tests/test_attack.py` compares both, the slots and the generator's state, with
+    stream. `tests/test_kernels.py` and `tests/test_attack.py` compare both, the slots and the generator's state, with
     `rng.permutation`."""
     n = len(state_of)
     n_states = int(state_of.max()) + 1 if n else 0
