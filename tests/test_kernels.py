@@ -385,3 +385,34 @@ def test_allocate_flows_refuse_codes_outside_their_tables():
         kernels.allocate_flows(np.array([0]), np.array([2]), one, state_of, codes, None, rng)
     with pytest.raises(ValueError, match="day-before"):
         kernels.allocate_flows(np.array([0]), np.array([0]), one, state_of, codes, np.zeros(2, dtype=np.int64), rng)
+
+
+@settings(max_examples=80, deadline=None)
+@given(values=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=60), repeat=st.integers(1, 3), seed=st.integers(0, 99))
+def test_distinct_inverse_equals_numpy_unique(values, repeat, seed):
+    """kernels.distinct_inverse: the sorted distinct codes and the inverse np.unique(return_inverse=True) gives,
+    whatever the codes' range (both int64 ends) and order."""
+    array = np.random.default_rng(seed).permutation(np.array(values * repeat, dtype=np.int64))
+    got, inverse = kernels.distinct_inverse(array)
+    want, want_inverse = np.unique(array, return_inverse=True)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(inverse, want_inverse)
+    assert got.dtype == np.int64 and inverse.dtype == np.int64
+
+
+@pytest.mark.parametrize(
+    "codes",
+    [
+        np.zeros(0, dtype=np.int64),  # empty
+        np.array([7], dtype=np.int64),  # one code
+        np.full(5000, -3, dtype=np.int64),  # one code many times
+        np.arange(6000, dtype=np.int64)[::-1] << 40,  # multiples of a power of two: a poor hash's worst case
+        np.repeat(np.arange(-50, 50, dtype=np.int64) * 2**56, 80),  # many equal codes, sorted
+        np.random.default_rng(1).integers(0, 3, 20_000).astype(np.int64),  # three codes, many times each
+    ],
+)
+def test_distinct_inverse_edge_cases(codes):
+    got, inverse = kernels.distinct_inverse(codes)
+    want, want_inverse = np.unique(codes, return_inverse=True)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(inverse, want_inverse)

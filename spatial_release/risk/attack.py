@@ -324,7 +324,7 @@ def _states(
                 [coarse_of // 2 // width - 1, coarse_of // 2 % width - 1, coarse_of % 2, codes[:, 1], codes[:, 2]], axis=1
             )
             return states, state_of.ravel(), False
-    codes, state_of = np.unique(coarse_key, return_inverse=True)
+    codes, state_of = kernels.distinct_inverse(coarse_key)
     states = np.stack(
         [codes // 2 // width - 1, codes // 2 % width - 1, codes % 2, np.full(len(codes), -1), np.full(len(codes), -1)],
         axis=1,
@@ -336,15 +336,17 @@ def _distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """np.unique(rows, axis=0, return_inverse=True) of integer rows, through one int64 code per row that
     sorts as the rows do (each column shifted to start at 0, in mixed radix): np.unique over rows is a large
     share of the recovery. Rows whose code would not fit go the slow way."""
-    low = rows.min(axis=0) if len(rows) else np.zeros(rows.shape[1], dtype=np.int64)
-    span = (rows.max(axis=0) - low + 1) if len(rows) else np.ones(rows.shape[1], dtype=np.int64)
+    # a column at a time: rows.min(axis=0) of a tall row-major array reads it many times slower
+    columns = range(rows.shape[1])
+    low = np.array([rows[:, c].min() for c in columns] if len(rows) else np.zeros(rows.shape[1]), dtype=np.int64)
+    span = np.array([rows[:, c].max() for c in columns] if len(rows) else low, dtype=np.int64) - low + 1
     if float(np.prod(span.astype(float))) >= 2.0**62:
         codes, inverse = np.unique(rows, axis=0, return_inverse=True)
         return codes, inverse.ravel()
     code = np.zeros(len(rows), dtype=np.int64)
     for column in range(rows.shape[1]):
         code = code * int(span[column]) + (rows[:, column] - low[column])
-    distinct, inverse = np.unique(code, return_inverse=True)
+    distinct, inverse = kernels.distinct_inverse(code)
     decoded = np.empty((len(distinct), rows.shape[1]), dtype=rows.dtype)
     rest = distinct.copy()
     for column in range(rows.shape[1] - 1, -1, -1):

@@ -534,6 +534,33 @@ def _allocate_flows(
     return used
 
 
+@njit(nogil=True, cache=True)
+def _first_seen(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct int64 codes in order of first sight and each code's number among them (a hash table, open
+    addressing)."""
+    n = len(codes)
+    size, bits = 2, 1  # a power of two at least twice the codes: short probes
+    while size < 2 * n:
+        size <<= 1
+        bits += 1
+    shift = np.uint64(64 - bits)  # Fibonacci hashing: the product's top bits
+    held = np.full(size, -1, dtype=np.int64)  # the distinct code's number in each bucket (-1: empty)
+    distinct = np.empty(n, dtype=np.int64)
+    seen = np.empty(n, dtype=np.int64)
+    k = 0
+    for i in range(n):
+        c = codes[i]
+        h = np.int64((np.uint64(c) * np.uint64(0x9E3779B97F4A7C15)) >> shift)
+        while held[h] >= 0 and distinct[held[h]] != c:
+            h = (h + 1) & (size - 1)
+        if held[h] < 0:
+            held[h] = k
+            distinct[k] = c
+            k += 1
+        seen[i] = held[h]
+    return distinct[:k], seen
+
+
 # The regularity attackers' guesses (`risk.advantage`): the keys a known key's guesses are drawn from.
 GUESS_SHIFTS = 0  # a table of keys x shifts: the same area at fixed offsets (-1: none published)
 GUESS_WEEK = 1  # the same area and level at every bucket within a week
@@ -897,6 +924,17 @@ def key_major(
     if len(unit_offsets) == 0 or unit_offsets[0] != 0 or unit_offsets[-1] != len(unit_keys):
         raise ValueError("key sets: unit offsets do not span the keys")
     return _key_major(unit_offsets, unit_keys, n_keys, np.zeros(0, dtype=unit_dtype))
+
+
+def distinct_inverse(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(codes, return_inverse=True) of a 1-d integer array, as int64: the sorted distinct codes and
+    each code's place among them. One hash per code and a sort of the distinct ones only, where np.unique sorts
+    every code with its position (the recovery's states, at every bucket)."""
+    distinct, seen = _first_seen(np.ascontiguousarray(codes, dtype=np.int64).ravel())
+    order = np.argsort(distinct)  # distinct values: any sort gives the same order
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return distinct[order], rank[seen]
 
 
 # A shuffle of m trajectories draws m - 1 indices, each one 32-bit draw or more (a redraw is likelier than not
