@@ -440,3 +440,28 @@ def test_hub_routes_are_the_reference_routes(seed):
     np.add.at(out, rng.integers(0, len(out), int(into.sum())), 1)
     state, area, flow = _route_hub(into.astype(np.int64), out)
     assert list(zip(state.tolist(), area.tolist(), flow.tolist())) == _route_hub_reference(into, out)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_zone_owners_are_the_holders_of_the_zones_keys(seed):
+    """`attack._zone_owners` (a lookup of each point's area) gives the trajectories np.isin found among the
+    zone's keys: random trajectories' keys over steps x (areas + WITHHELD), zones of a few names, a zone no
+    point is in, and trajectories without a point."""
+    from spatial_release.arrays import distinct_sorted
+    from spatial_release.risk.attack import _zone_owners
+
+    rng = np.random.default_rng(seed)
+    steps, n_areas, n_traj = int(rng.integers(1, 20)), int(rng.integers(1, 30)), int(rng.integers(1, 60))
+    width = n_areas + 1
+    area_zone = np.concatenate([rng.choice(np.array(["a", "b", "c"], dtype=object), n_areas), ["(withheld)"]])
+    key_zone = area_zone[np.arange(steps * width) % width]
+    sizes = rng.integers(0, 12, n_traj)
+    unit_keys = np.concatenate(
+        [np.sort(rng.choice(steps * width, min(int(n), steps * width), replace=False)) for n in sizes]
+    ).astype(np.int64)
+    unit_offsets = np.concatenate([[0], np.cumsum([min(int(n), steps * width) for n in sizes])])
+    point_owner = np.repeat(np.arange(n_traj), np.diff(unit_offsets))
+    for zone in ["a", "b", "c", "(withheld)", "nowhere"]:
+        want = distinct_sorted(point_owner[np.isin(unit_keys, np.flatnonzero(key_zone == zone))])
+        got = _zone_owners(point_owner, unit_keys % width, area_zone == zone)
+        np.testing.assert_array_equal(got, want)

@@ -718,7 +718,8 @@ def attack_risk(
     hidden = ~published
     view_key_of[hidden] = (view_key_of[hidden] // width) * width + n_areas  # withheld areas merge per bucket
     zones = np.asarray(zone_of_area, dtype=object)
-    key_zone = np.concatenate([zones, ["(withheld)"]])[np.arange(view.steps * width) % width]
+    area_zone = np.concatenate([zones, ["(withheld)"]])  # per area code, WITHHELD last: a key's is its area's
+    key_zone = area_zone[np.arange(view.steps * width) % width]
     n_units = int(unit.max()) + 1 if len(unit) else 0
     truth_cells = _sets(unit, true_key, n_units, view.steps * width, key_zone)
     truth_view = _sets(unit, view_key_of[true_key], n_units, view.steps * width, key_zone)
@@ -760,14 +761,15 @@ def attack_risk(
     )
     entry_success = success.reshape(-1, params.draws).mean(axis=1) if rows else np.zeros(0)
     report.targets = (drawn.entry_unit, np.asarray(drawn.zones, dtype=object)[drawn.entry_zone], entry_success)
+    point_owner = np.repeat(np.arange(rec.units), np.diff(rec.unit_offsets))
+    point_area = rec.unit_keys % width
     for code, zone in enumerate(drawn.zones):
         mine = drawn.entry_zone == code
         if not mine.any():
             continue
         row_mask = np.repeat(mine, params.draws)
         advantage = max(0.0, float(member_hit[row_mask].mean() - out_hit[row_mask].mean()))
-        in_zone = np.isin(rec.unit_keys, np.flatnonzero(key_zone == zone))
-        owners = distinct_sorted(np.repeat(np.arange(rec.units), np.diff(rec.unit_offsets))[in_zone])
+        owners = _zone_owners(point_owner, point_area, area_zone == zone)
         owners = owners[was_matched[owners]]
         report.zones.append(
             ZoneAttack(
@@ -780,6 +782,13 @@ def attack_risk(
         )
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _zone_owners(point_owner: np.ndarray, point_area: np.ndarray, area_in_zone: np.ndarray) -> np.ndarray:
+    """The trajectories holding a point in the zone, ascending: owner and area code (key % width) of every
+    recovered point, and which area codes (WITHHELD last) are in the zone. A key's zone is its area's, so this
+    is a lookup per point, not a search of every point among the zone's keys (np.isin) for every zone."""
+    return distinct_sorted(point_owner[area_in_zone[point_area]])
 
 
 def _linked_entries(
