@@ -452,11 +452,11 @@ def _transport(
     network = TransportNetwork(n_states, n_cells + 2, arc_state, arc_slot, arc_cost, hub_areas=n_cells if hub else 0)
     arc_flow, into_hub, out_of_hub = network.solve(supply, demand_lo, demand_hi)
     carried = np.flatnonzero(arc_flow > 0)
-    flows = (arc_state[carried].astype(np.int64), arc_slot[carried].astype(np.int64), arc_flow[carried])
+    state, slot, flow = arc_state[carried].astype(np.int64), arc_slot[carried].astype(np.int64), arc_flow[carried]
     if not hub:
-        return flows
-    routed = _route_hub(into_hub, out_of_hub)
-    return tuple(np.concatenate([a, b]) for a, b in zip(flows, routed))  # type: ignore[return-value]
+        return state, slot, flow
+    hub_state, hub_slot, hub_flow = _route_hub(into_hub, out_of_hub)
+    return np.concatenate([state, hub_state]), np.concatenate([slot, hub_slot]), np.concatenate([flow, hub_flow])
 
 
 def _route_hub(into: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
