@@ -238,8 +238,8 @@ def test_a_permutation_of_one_draws_nothing():
 @pytest.mark.parametrize("with_yesterday", [True, False])
 def test_allocation_is_the_reference_allocation(seed, with_yesterday):
     """Random states, flows (every state's supply split over published areas, WITHHELD and ABSENT, in a random
-    order) and day-before areas: the same slot per trajectory, and the generator left where the reference
-    leaves it (the rest of the recovery draws from it)."""
+    order, a (state, slot) found more than once) and day-before areas: the same slot per trajectory, and the
+    generator left where the reference leaves it (the rest of the recovery draws from it)."""
     from spatial_release.risk.attack import _allocate
 
     rng = np.random.default_rng(seed)
@@ -248,18 +248,32 @@ def test_allocation_is_the_reference_allocation(seed, with_yesterday):
     areas = np.sort(rng.choice(n_areas, n_cells, replace=False))
     yesterday = rng.choice(np.concatenate([areas, [-1, n_areas]]), n) if with_yesterday else None
     flows: dict[tuple[int, int], int] = {}
+    entries: list[tuple[int, int, int]] = []  # as found, a (state, slot) repeated: it adds to the first
     for s in rng.permutation(np.unique(state_of)):
         left = int((state_of == s).sum())
         while left:
             slot = int(rng.integers(0, n_cells + 2))
             f = int(rng.integers(1, left + 1))
             flows[(int(s), slot)] = flows.get((int(s), slot), 0) + f
+            entries.append((int(s), slot, f))
             left -= f
-    mine, theirs = np.random.default_rng(seed + 100), np.random.default_rng(seed + 100)
-    got = _allocate(dict(flows), state_of, areas, n_areas, yesterday, mine)
-    want = _allocate_reference(dict(flows), state_of, areas, n_areas, yesterday, theirs)
-    np.testing.assert_array_equal(got, want)
-    assert mine.bit_generator.state == theirs.bit_generator.state
+    for shuffled in (False, True):  # states' entries interleaved: a state is still served at its first flow
+        order = np.arange(len(entries))
+        if shuffled:
+            order = rng.permutation(len(entries))
+            flows = {}
+            for s, slot, f in (entries[i] for i in order):
+                flows[(s, slot)] = flows.get((s, slot), 0) + f
+        flow_state, flow_slot, flow_size = (np.array([entries[i][c] for i in order], dtype=np.int64) for c in range(3))
+        mine, theirs = np.random.default_rng(seed + 100), np.random.default_rng(seed + 100)
+        mine.random(int(shuffled))  # and from a generator with half a 64-bit draw held back
+        theirs.random(int(shuffled))
+        mine.integers(0, 2**32, int(shuffled), dtype=np.uint32)
+        theirs.integers(0, 2**32, int(shuffled), dtype=np.uint32)
+        got = _allocate(flow_state, flow_slot, flow_size, state_of, areas, n_areas, yesterday, mine)
+        want = _allocate_reference(dict(flows), state_of, areas, n_areas, yesterday, theirs)
+        np.testing.assert_array_equal(got, want)
+        assert mine.bit_generator.state == theirs.bit_generator.state
 
 
 def _lp_optimum(n_states, n_slots, arc_state, arc_slot, arc_cost, hub_areas, supply, lo, hi):
@@ -344,3 +358,110 @@ def test_an_infeasible_transportation_problem_raises():
     network = TransportNetwork(1, 2, np.array([0, 0]), np.array([0, 1]), np.array([1.0, 1.0]))
     with pytest.raises(RuntimeError, match="transportation problem"):
         network.solve(np.array([5.0]), np.array([0.0, 0.0]), np.array([2.0, 2.0]))
+
+
+def _stay_first_reference(view, states, areas, supply, demand_lo, demand_hi):
+    """The stays as first written (a loop over the states, in order): {(state, slot): count}."""
+    n_cells = len(areas)
+    slot_of_area = {int(a): i for i, a in enumerate(areas)}
+    last, was_absent = states[:, 0], states[:, 2].astype(bool)
+    stays = {}
+    for g in range(len(states)):
+        if was_absent[g]:
+            slot = n_cells + 1
+        elif last[g] == view.withheld:
+            slot = n_cells
+        else:
+            slot = slot_of_area.get(int(last[g]), -1)
+        if slot < 0:
+            continue
+        keep = int(min(supply[g], demand_lo[slot]))
+        if keep <= 0:
+            continue
+        stays[(g, slot)] = keep
+        supply[g] -= keep
+        demand_hi[slot] -= keep
+        demand_lo[slot] = max(demand_lo[slot] - keep, 0.0)
+    return stays
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_stays_are_the_reference_stays(seed):
+    """`_stay_first` keeps, state by state, what the loop it replaced kept, and leaves the supply and the
+    demands as it did: many states sharing a slot, demands they exhaust or not, never-seen and absent states,
+    areas that are not published in the bucket, and no published area at all."""
+    from spatial_release.risk.attack import _stay_first
+
+    rng = np.random.default_rng(seed)
+    n_areas = 40
+    n_cells = 0 if seed == 0 else int(rng.integers(1, 12))
+    areas = np.sort(rng.choice(n_areas, n_cells, replace=False))
+    n_states = 1 if seed == 1 else int(rng.integers(1, 200))
+    last = rng.choice(np.concatenate([areas, [-1, n_areas], rng.integers(0, n_areas, 3)]), n_states)
+    states = np.stack(
+        [last, np.full(n_states, -1), rng.random(n_states) < 0.2, np.full(n_states, -1), np.full(n_states, -1)], axis=1
+    ).astype(np.int64)
+    supply = rng.integers(1, 30, n_states).astype(float)
+    demand_hi = rng.integers(0, 400, n_cells + 2).astype(float)
+    demand_lo = np.floor(demand_hi * rng.uniform(0, 1, n_cells + 2))
+    view = ReleaseView(1, np.zeros((n_areas, 2)), np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(1), True)
+    mine = [a.copy() for a in (supply, demand_lo, demand_hi)]
+    theirs = [a.copy() for a in (supply, demand_lo, demand_hi)]
+    state, slot, kept = _stay_first(view, states, areas, *mine)
+    want = _stay_first_reference(view, states, areas, *theirs)
+    assert list(zip(state.tolist(), slot.tolist(), kept.tolist())) == [(g, s, f) for (g, s), f in want.items()]
+    for got_array, want_array in zip(mine, theirs):
+        np.testing.assert_array_equal(got_array, want_array)
+
+
+def _route_hub_reference(into, out):
+    senders = [(int(s), int(f)) for s, f in enumerate(into) if f > 0]
+    receivers = [(int(c), int(f)) for c, f in enumerate(out) if f > 0]
+    routes, i, j = [], 0, 0
+    while i < len(senders) and j < len(receivers):
+        (s, fs), (c, fc) = senders[i], receivers[j]
+        moved = min(fs, fc)
+        routes.append((s, c, moved))
+        senders[i], receivers[j] = (s, fs - moved), (c, fc - moved)
+        i += senders[i][1] == 0
+        j += receivers[j][1] == 0
+    return routes
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_hub_routes_are_the_reference_routes(seed):
+    """`_route_hub` pairs the flows through the hub as the two queues did: senders in state order fill the
+    receivers in area order (equal running totals, zeros on either side, nothing through the hub)."""
+    from spatial_release.risk.attack import _route_hub
+
+    rng = np.random.default_rng(seed)
+    into = rng.integers(0, 4, int(rng.integers(0, 30))) * (rng.random() < 0.9)
+    out = np.zeros(int(rng.integers(1, 30)), dtype=np.int64)
+    np.add.at(out, rng.integers(0, len(out), int(into.sum())), 1)
+    state, area, flow = _route_hub(into.astype(np.int64), out)
+    assert list(zip(state.tolist(), area.tolist(), flow.tolist())) == _route_hub_reference(into, out)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_zone_owners_are_the_holders_of_the_zones_keys(seed):
+    """`attack._zone_owners` (a lookup of each point's area) gives the trajectories np.isin found among the
+    zone's keys: random trajectories' keys over steps x (areas + WITHHELD), zones of a few names, a zone no
+    point is in, and trajectories without a point."""
+    from spatial_release.arrays import distinct_sorted
+    from spatial_release.risk.attack import _zone_owners
+
+    rng = np.random.default_rng(seed)
+    steps, n_areas, n_traj = int(rng.integers(1, 20)), int(rng.integers(1, 30)), int(rng.integers(1, 60))
+    width = n_areas + 1
+    area_zone = np.concatenate([rng.choice(np.array(["a", "b", "c"], dtype=object), n_areas), ["(withheld)"]])
+    key_zone = area_zone[np.arange(steps * width) % width]
+    sizes = rng.integers(0, 12, n_traj)
+    unit_keys = np.concatenate(
+        [np.sort(rng.choice(steps * width, min(int(n), steps * width), replace=False)) for n in sizes]
+    ).astype(np.int64)
+    unit_offsets = np.concatenate([[0], np.cumsum([min(int(n), steps * width) for n in sizes])])
+    point_owner = np.repeat(np.arange(n_traj), np.diff(unit_offsets))
+    for zone in ["a", "b", "c", "(withheld)", "nowhere"]:
+        want = distinct_sorted(point_owner[np.isin(unit_keys, np.flatnonzero(key_zone == zone))])
+        got = _zone_owners(point_owner, unit_keys % width, area_zone == zone)
+        np.testing.assert_array_equal(got, want)

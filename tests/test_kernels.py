@@ -280,3 +280,139 @@ def test_codes_outside_their_arrays_are_refused_not_read():
         )
     with pytest.raises(ValueError, match="keys"):
         kernels.key_major(np.array([0, 1, 2]), np.array([0, 4]), 2)
+
+
+def _allocate_flows_reference(flows, state_of, slot_codes, yesterday, rng):
+    """The allocation as `risk.attack._allocate` first wrote it: states in the order of their first flow, each
+    shuffled by `rng.permutation` (not for one trajectory), its slots largest flow first taking the free
+    trajectories, those in the slot's area the day before first."""
+    result = np.full(len(state_of), -1, dtype=np.int64)
+    members = np.argsort(state_of, kind="stable")
+    starts = np.searchsorted(state_of[members], np.arange(state_of.max() + 2 if len(state_of) else 1))
+    by_state: dict[int, list[tuple[int, int]]] = {}
+    for (s, slot), f in flows.items():
+        by_state.setdefault(s, []).append((slot, f))
+    for s, outs in by_state.items():
+        pool = members[starts[s] : starts[s + 1]]
+        pool = pool if len(pool) == 1 else pool[rng.permutation(len(pool))]
+        free = np.ones(len(pool), dtype=bool)
+        for slot, f in sorted(outs, key=lambda o: -o[1]):
+            code = int(slot_codes[slot])
+            rank = np.arange(len(pool))
+            if yesterday is not None and code >= 0:
+                rank = np.argsort(~(free & (yesterday[pool] == code)), kind="stable")
+            chosen = rank[free[rank]][:f]
+            result[pool[chosen]] = code
+            free[chosen] = False
+    return result
+
+
+def _flows_of(entries):
+    flows: dict[tuple[int, int], int] = {}
+    for s, slot, f in entries:
+        flows[(s, slot)] = flows.get((s, slot), 0) + f
+    arrays = tuple(np.array([e[c] for e in entries], dtype=np.int64) for c in range(3))
+    return flows, arrays
+
+
+def _split_flows(state_of, n_slots, rng):
+    """Every state's trajectories split over random slots, the states in a random order, entries repeated."""
+    entries = []
+    for s in rng.permutation(np.unique(state_of)):
+        left = int((state_of == s).sum())
+        while left:
+            f = int(rng.integers(1, left + 1))
+            entries.append((int(s), int(rng.integers(0, n_slots)), f))
+            left -= f
+    return entries
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        [],  # no trajectory
+        [1],  # one trajectory
+        [2],
+        [3000],  # one state: many equal codes, masks up to 2^12
+        [1] * 50,  # no shuffle at all: nothing drawn
+        [1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 31, 32, 33, 64, 65, 129, 255, 256, 257, 1025],  # around the masks
+    ],
+)
+@pytest.mark.parametrize("regular", [False, True])
+def test_allocate_flows_equal_the_permutations(sizes, regular):
+    """`kernels.allocate_flows` shuffles each state's trajectories from the generator's bulk 32-bit stream: the
+    same allocation as `rng.permutation` per state, and the generator left where the permutations leave it."""
+    rng = np.random.default_rng(len(sizes) + 7 * sum(sizes) + regular)
+    state_of = rng.permutation(np.repeat(np.arange(len(sizes)), sizes)).astype(np.int64)
+    slot_codes = np.array([4, 9, 11, 20, -1], dtype=np.int64)
+    yesterday = rng.choice([4, 9, 11, -1, 20], len(state_of)) if regular else None
+    flows, arrays = _flows_of(_split_flows(state_of, len(slot_codes), rng))
+    for held_back in (0, 1):  # a generator with half a 64-bit draw held back, or not
+        mine, theirs = np.random.default_rng(3), np.random.default_rng(3)
+        mine.integers(0, 2**32, held_back, dtype=np.uint32)
+        theirs.integers(0, 2**32, held_back, dtype=np.uint32)
+        got = kernels.allocate_flows(*arrays, state_of, slot_codes, yesterday, mine)
+        want = _allocate_flows_reference(flows, state_of, slot_codes, yesterday, theirs)
+        np.testing.assert_array_equal(got, want)
+        assert mine.bit_generator.state == theirs.bit_generator.state
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_allocate_flows_draw_again_when_too_few_were_drawn(seed, monkeypatch):
+    """With too few 32-bit draws taken at first, the generator is rewound and more are drawn, until the
+    shuffles have what they read: the same allocation and generator state as the permutations."""
+    monkeypatch.setattr(kernels, "SHUFFLE_DRAWS", 0)
+    monkeypatch.setattr(kernels, "SPARE_DRAWS", 1)
+    rng = np.random.default_rng(seed)
+    state_of = rng.integers(0, 40, 600).astype(np.int64)
+    slot_codes = np.arange(6, dtype=np.int64) - 1
+    flows, arrays = _flows_of(_split_flows(state_of, len(slot_codes), rng))
+    mine, theirs = np.random.default_rng(seed + 50), np.random.default_rng(seed + 50)
+    got = kernels.allocate_flows(*arrays, state_of, slot_codes, None, mine)
+    np.testing.assert_array_equal(got, _allocate_flows_reference(flows, state_of, slot_codes, None, theirs))
+    assert mine.bit_generator.state == theirs.bit_generator.state
+
+
+def test_allocate_flows_refuse_codes_outside_their_tables():
+    """A flow's state or slot outside its codes is a ValueError, never memory read past an array."""
+    state_of = np.array([0, 1, 1], dtype=np.int64)
+    codes = np.array([5, -1], dtype=np.int64)
+    rng = np.random.default_rng(0)
+    one = np.array([1], dtype=np.int64)
+    with pytest.raises(ValueError, match="flows' states"):
+        kernels.allocate_flows(np.array([2]), np.array([0]), one, state_of, codes, None, rng)
+    with pytest.raises(ValueError, match="flows' slots"):
+        kernels.allocate_flows(np.array([0]), np.array([2]), one, state_of, codes, None, rng)
+    with pytest.raises(ValueError, match="day-before"):
+        kernels.allocate_flows(np.array([0]), np.array([0]), one, state_of, codes, np.zeros(2, dtype=np.int64), rng)
+
+
+@settings(max_examples=80, deadline=None)
+@given(values=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=60), repeat=st.integers(1, 3), seed=st.integers(0, 99))
+def test_distinct_inverse_equals_numpy_unique(values, repeat, seed):
+    """kernels.distinct_inverse: the sorted distinct codes and the inverse np.unique(return_inverse=True) gives,
+    whatever the codes' range (both int64 ends) and order."""
+    array = np.random.default_rng(seed).permutation(np.array(values * repeat, dtype=np.int64))
+    got, inverse = kernels.distinct_inverse(array)
+    want, want_inverse = np.unique(array, return_inverse=True)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(inverse, want_inverse)
+    assert got.dtype == np.int64 and inverse.dtype == np.int64
+
+
+@pytest.mark.parametrize(
+    "codes",
+    [
+        np.zeros(0, dtype=np.int64),  # empty
+        np.array([7], dtype=np.int64),  # one code
+        np.full(5000, -3, dtype=np.int64),  # one code many times
+        np.arange(6000, dtype=np.int64)[::-1] << 40,  # multiples of a power of two: a poor hash's worst case
+        np.repeat(np.arange(-50, 50, dtype=np.int64) * 2**56, 80),  # many equal codes, sorted
+        np.random.default_rng(1).integers(0, 3, 20_000).astype(np.int64),  # three codes, many times each
+    ],
+)
+def test_distinct_inverse_edge_cases(codes):
+    got, inverse = kernels.distinct_inverse(codes)
+    want, want_inverse = np.unique(codes, return_inverse=True)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(inverse, want_inverse)

@@ -283,17 +283,17 @@ def _link_step(
     demand_hi = np.concatenate([cell_cap, [float(hidden)], [float(n - units)]])
     if view.additive and published > units:  # inconsistent figures: let the cells take fewer
         demand_lo[: len(counts)] = 0.0
-    stays: dict[tuple[int, int], int] = {}
-    if coarse:
-        stays = _stay_first(view, states, areas, supply, demand_lo, demand_hi)
+    flows = [_stay_first(view, states, areas, supply, demand_lo, demand_hi)] if coarse else []
     live = np.flatnonzero(supply > 0)
-    flows = dict(stays)
     if len(live):
         cost_cells = _state_costs(view, states[live], areas, moving, scale)
-        moved = _transport(cost_cells, states[live], supply[live], demand_lo, demand_hi, withheld_code, neighbours)
-        for (g, slot), f in moved.items():
-            flows[(int(live[g]), slot)] = flows.get((int(live[g]), slot), 0) + f
-    return _allocate(flows, state_of, areas, withheld_code, yesterday, rng)
+        g, slot, f = _transport(cost_cells, states[live], supply[live], demand_lo, demand_hi, withheld_code, neighbours)
+        flows.append((live[g], slot, f))
+    # the stays first, then the moves: the order in which `_allocate` serves the states and their ties
+    flow_state, flow_slot, flow_size = (
+        np.concatenate([part[i] for part in flows] or [np.zeros(0, dtype=np.int64)]) for i in range(3)
+    )
+    return _allocate(flow_state, flow_slot, flow_size, state_of, areas, withheld_code, yesterday, rng)
 
 
 def _states(
@@ -324,7 +324,7 @@ def _states(
                 [coarse_of // 2 // width - 1, coarse_of // 2 % width - 1, coarse_of % 2, codes[:, 1], codes[:, 2]], axis=1
             )
             return states, state_of.ravel(), False
-    codes, state_of = np.unique(coarse_key, return_inverse=True)
+    codes, state_of = kernels.distinct_inverse(coarse_key)
     states = np.stack(
         [codes // 2 // width - 1, codes // 2 % width - 1, codes % 2, np.full(len(codes), -1), np.full(len(codes), -1)],
         axis=1,
@@ -336,15 +336,17 @@ def _distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """np.unique(rows, axis=0, return_inverse=True) of integer rows, through one int64 code per row that
     sorts as the rows do (each column shifted to start at 0, in mixed radix): np.unique over rows is a large
     share of the recovery. Rows whose code would not fit go the slow way."""
-    low = rows.min(axis=0) if len(rows) else np.zeros(rows.shape[1], dtype=np.int64)
-    span = (rows.max(axis=0) - low + 1) if len(rows) else np.ones(rows.shape[1], dtype=np.int64)
+    # a column at a time: rows.min(axis=0) of a tall row-major array reads it many times slower
+    columns = range(rows.shape[1])
+    low = np.array([rows[:, c].min() for c in columns] if len(rows) else np.zeros(rows.shape[1]), dtype=np.int64)
+    span = np.array([rows[:, c].max() for c in columns] if len(rows) else low, dtype=np.int64) - low + 1
     if float(np.prod(span.astype(float))) >= 2.0**62:
         codes, inverse = np.unique(rows, axis=0, return_inverse=True)
         return codes, inverse.ravel()
     code = np.zeros(len(rows), dtype=np.int64)
     for column in range(rows.shape[1]):
         code = code * int(span[column]) + (rows[:, column] - low[column])
-    distinct, inverse = np.unique(code, return_inverse=True)
+    distinct, inverse = kernels.distinct_inverse(code)
     decoded = np.empty((len(distinct), rows.shape[1]), dtype=rows.dtype)
     rest = distinct.copy()
     for column in range(rows.shape[1] - 1, -1, -1):
@@ -360,34 +362,39 @@ def _stay_first(
     supply: np.ndarray,
     demand_lo: np.ndarray,
     demand_hi: np.ndarray,
-) -> dict[tuple[int, int], int]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Coarse states only (no regularity pulls): keep every trajectory that can stay where it is (its area
     still has slots it must fill, hidden stays hidden, absent stays absent), before the transportation problem
     moves the rest. Only required slots (their lower demand) are filled so: a trajectory kept in an optional
     slot (a visitors area) could be the one an exact demand elsewhere needs. With distance costs (a metric) and
     fixed costs for leaving the withheld and absent slots, some optimal plan keeps that common mass in place, so
-    this only makes the problem smaller: at night most trajectories stay. `supply` and the demands are reduced in place."""
+    this only makes the problem smaller: at night most trajectories stay. `supply` and the demands are reduced in
+    place. Returns the stays as (state, slot, count), by state.
+
+    The states take a slot's lower demand in state order, each as much as it has, until the demand is met: a
+    state keeps min(its supply, what the states before it with the same slot left). `areas` ascend (the bucket's
+    published areas in code order), a repeated area's last slot being its slot."""
     n_cells = len(areas)
-    slot_of_area = {int(a): i for i, a in enumerate(areas)}
     last, was_absent = states[:, 0], states[:, 2].astype(bool)
-    stays: dict[tuple[int, int], int] = {}
-    for g in range(len(states)):
-        if was_absent[g]:
-            slot = n_cells + 1
-        elif last[g] == view.withheld:
-            slot = n_cells
-        else:
-            slot = slot_of_area.get(int(last[g]), -1)
-        if slot < 0:
-            continue
-        keep = int(min(supply[g], demand_lo[slot]))  # required slots only: optional ones may be needed elsewhere
-        if keep <= 0:
-            continue
-        stays[(g, slot)] = keep
-        supply[g] -= keep
-        demand_hi[slot] -= keep
-        demand_lo[slot] = max(demand_lo[slot] - keep, 0.0)
-    return stays
+    at = np.searchsorted(areas, last, side="right") - 1
+    found = (at >= 0) & (areas[np.maximum(at, 0)] == last) if n_cells else np.zeros(len(states), dtype=bool)
+    slot = np.where(was_absent, n_cells + 1, np.where(last == view.withheld, n_cells, np.where(found, at, -1)))
+    staying = np.flatnonzero(slot >= 0)
+    order = staying[np.argsort(slot[staying], kind="stable")]  # by slot, then state
+    slot_in, size = slot[order], supply[order]
+    before = np.cumsum(size) - size  # the supply of the states before, then less that of the slots before
+    first = np.concatenate([[True], slot_in[1:] != slot_in[:-1]]) if len(order) else np.zeros(0, dtype=bool)
+    before -= np.maximum.accumulate(np.where(first, before, 0.0)) if len(order) else before
+    keep = np.minimum(size, np.maximum(demand_lo[slot_in] - before, 0.0))  # integers held in floats: exact
+    taken = keep > 0
+    state, slot_taken, kept = order[taken], slot_in[taken], keep[taken]
+    by_state = np.argsort(state, kind="stable")
+    state, slot_taken, kept = state[by_state], slot_taken[by_state], kept[by_state]
+    supply[state] -= kept
+    total = np.bincount(slot_taken, weights=kept, minlength=len(demand_lo))
+    demand_hi -= total
+    np.maximum(demand_lo - total, 0.0, out=demand_lo)
+    return state.astype(np.int64), slot_taken.astype(np.int64), kept.astype(np.int64)
 
 
 def _state_costs(view: ReleaseView, states: np.ndarray, areas: np.ndarray, moving: bool, scale: float) -> np.ndarray:
@@ -417,10 +424,12 @@ def _transport(
     demand_hi: np.ndarray,
     withheld_code: int,
     neighbours: int,
-) -> dict[tuple[int, int], int]:
-    """Min-cost flows from states to the slots (published areas, then WITHHELD, then ABSENT): {(state, slot):
-    flow}. Arcs to every area when states x areas is small; otherwise to each state's nearest areas, plus a
-    hub reachable from every state at HUB_COST that reaches every area (so the problem is always feasible)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Min-cost flows from states to the slots (published areas, then WITHHELD, then ABSENT): (state, slot,
+    flow) of the arcs with a flow, in arc order, then of the routes through the hub (a (state, slot) may come
+    twice: once by its arc, once through the hub). Arcs to every area when states x areas is small; otherwise
+    to each state's nearest areas, plus a hub reachable from every state at HUB_COST that reaches every area (so
+    the problem is always feasible)."""
     n_states, n_cells = cost_cells.shape
     last, was_absent = states[:, 0], states[:, 2].astype(bool)
     cost_hidden = np.where(last == withheld_code, 0.0, STAY_COST) + np.where(was_absent, STAY_COST, 0.0)
@@ -442,26 +451,26 @@ def _transport(
     arc_cost = np.concatenate([arc_cost, cost_hidden, cost_absent])
     network = TransportNetwork(n_states, n_cells + 2, arc_state, arc_slot, arc_cost, hub_areas=n_cells if hub else 0)
     arc_flow, into_hub, out_of_hub = network.solve(supply, demand_lo, demand_hi)
-    flows: dict[tuple[int, int], int] = {}
-    for a in np.flatnonzero(arc_flow > 0):
-        flows[(int(arc_state[a]), int(arc_slot[a]))] = int(arc_flow[a])
-    if hub:
-        _route_hub(flows, into_hub, out_of_hub)
-    return flows
+    carried = np.flatnonzero(arc_flow > 0)
+    state, slot, flow = arc_state[carried].astype(np.int64), arc_slot[carried].astype(np.int64), arc_flow[carried]
+    if not hub:
+        return state, slot, flow
+    hub_state, hub_slot, hub_flow = _route_hub(into_hub, out_of_hub)
+    return np.concatenate([state, hub_state]), np.concatenate([slot, hub_slot]), np.concatenate([flow, hub_flow])
 
 
-def _route_hub(flows: dict[tuple[int, int], int], into: np.ndarray, out: np.ndarray) -> None:
-    """Pair the flows through the hub (every route through it costs the same) into (state, area) flows."""
-    senders = [(int(s), int(f)) for s, f in enumerate(into) if f > 0]
-    receivers = [(int(c), int(f)) for c, f in enumerate(out) if f > 0]
-    i = j = 0
-    while i < len(senders) and j < len(receivers):
-        (s, fs), (c, fc) = senders[i], receivers[j]
-        moved = min(fs, fc)
-        flows[(s, c)] = flows.get((s, c), 0) + moved
-        senders[i], receivers[j] = (s, fs - moved), (c, fc - moved)
-        i += senders[i][1] == 0
-        j += receivers[j][1] == 0
+def _route_hub(into: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pair the flows through the hub (every route through it costs the same) into (state, area, flow) routes:
+    the senders in state order fill the receivers in area order, as two queues (the routes are the pieces
+    between the running totals of either side)."""
+    senders, receivers = np.flatnonzero(into > 0), np.flatnonzero(out > 0)
+    sent, received = np.cumsum(into[senders]), np.cumsum(out[receivers])
+    ends = np.union1d(sent, received)
+    ends = ends[ends <= min(sent[-1] if len(sent) else 0, received[-1] if len(received) else 0)]
+    begins = np.concatenate([[0], ends[:-1]])[: len(ends)].astype(np.int64)
+    state = senders[np.searchsorted(sent, begins, side="right")]
+    area = receivers[np.searchsorted(received, begins, side="right")]
+    return state.astype(np.int64), area.astype(np.int64), (ends - begins).astype(np.int64)
 
 
 COST_UNITS = 1 << 20  # integer cost units per typical distance in the min-cost flow (costs are a few units)
@@ -534,49 +543,27 @@ class TransportNetwork:
 
 
 def _allocate(
-    flows: dict[tuple[int, int], int],
+    flow_state: np.ndarray,
+    flow_slot: np.ndarray,
+    flow_size: np.ndarray,
     state_of: np.ndarray,
     areas: np.ndarray,
     withheld_code: int,
     yesterday: np.ndarray | None,
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """Each trajectory's slot from its state's flows: within a state, trajectories that were in an area the day
+    """Each trajectory's slot from its state's flows (entries (state, slot, size) in the order they were found,
+    a repeated (state, slot) adding to its first): within a state, trajectories that were in an area the day
     before take that area's slots first (regularity), the others in a seeded random order.
 
-    A state's slots are served largest flow first (ties in the flows' order); each takes its flow from the
-    state's free trajectories in the shuffled order, those that were in its area the day before first. A state
-    of one trajectory is not shuffled: a permutation of one draws nothing from the generator
-    (`tests/test_attack.py` checks both, against the generator and against a reference allocation)."""
-    n_cells = len(areas)
-    result = np.full(len(state_of), -1, dtype=np.int64)
-    members = np.argsort(state_of, kind="stable")
-    starts = np.searchsorted(state_of[members], np.arange(state_of.max() + 2 if len(state_of) else 1))
-    by_state: dict[int, list[tuple[int, int]]] = {}
-    for (s, slot), f in flows.items():
-        by_state.setdefault(s, []).append((slot, f))
-    pools, slots = [], []
-    for s, outs in by_state.items():  # the shuffles here, in this order: the generator's stream is the reference's
-        pool = members[starts[s] : starts[s + 1]]
-        pools.append(pool if len(pool) == 1 else pool[rng.permutation(len(pool))])
-        slots.append(sorted(outs, key=lambda o: -o[1]))
-    flat = [o for outs in slots for o in outs]
-    slot_of = np.array([o[0] for o in flat], dtype=np.int64)
-    code = np.where(
-        slot_of == n_cells + 1,
-        -1,
-        np.where(slot_of == n_cells, withheld_code, areas[np.minimum(slot_of, n_cells - 1)] if n_cells else -1),
-    )
-    kernels.allocate_states(
-        np.concatenate(pools or [np.zeros(0, dtype=np.int64)]).astype(np.int64),
-        KeySets.offsets(np.array([len(p) for p in pools], dtype=np.int64)),
-        code.astype(np.int64),
-        np.array([o[1] for o in flat], dtype=np.int64),
-        KeySets.offsets(np.array([len(outs) for outs in slots], dtype=np.int64)),
-        None if yesterday is None else np.asarray(yesterday, dtype=np.int64),
-        result,
-    )
-    return result
+    The states are served in the order of their first flow, each shuffled then (`rng.permutation` of its
+    trajectories, in trajectory order); a state's slots are served largest flow first (ties in the order of
+    their first flow); each takes its flow from the state's free trajectories in the shuffled order, those that
+    were in its area the day before first. A state of one trajectory draws nothing from the generator
+    (`kernels.allocate_flows`; `tests/test_attack.py` checks it against the generator and a reference
+    allocation)."""
+    slot_codes = np.concatenate([np.asarray(areas, dtype=np.int64), [withheld_code, -1]])
+    return kernels.allocate_flows(flow_state, flow_slot, flow_size, state_of, slot_codes, yesterday, rng)
 
 
 def _extra_slots(
@@ -731,7 +718,8 @@ def attack_risk(
     hidden = ~published
     view_key_of[hidden] = (view_key_of[hidden] // width) * width + n_areas  # withheld areas merge per bucket
     zones = np.asarray(zone_of_area, dtype=object)
-    key_zone = np.concatenate([zones, ["(withheld)"]])[np.arange(view.steps * width) % width]
+    area_zone = np.concatenate([zones, ["(withheld)"]])  # per area code, WITHHELD last: a key's is its area's
+    key_zone = area_zone[np.arange(view.steps * width) % width]
     n_units = int(unit.max()) + 1 if len(unit) else 0
     truth_cells = _sets(unit, true_key, n_units, view.steps * width, key_zone)
     truth_view = _sets(unit, view_key_of[true_key], n_units, view.steps * width, key_zone)
@@ -773,14 +761,15 @@ def attack_risk(
     )
     entry_success = success.reshape(-1, params.draws).mean(axis=1) if rows else np.zeros(0)
     report.targets = (drawn.entry_unit, np.asarray(drawn.zones, dtype=object)[drawn.entry_zone], entry_success)
+    point_owner = np.repeat(np.arange(rec.units), np.diff(rec.unit_offsets))
+    point_area = rec.unit_keys % width
     for code, zone in enumerate(drawn.zones):
         mine = drawn.entry_zone == code
         if not mine.any():
             continue
         row_mask = np.repeat(mine, params.draws)
         advantage = max(0.0, float(member_hit[row_mask].mean() - out_hit[row_mask].mean()))
-        in_zone = np.isin(rec.unit_keys, np.flatnonzero(key_zone == zone))
-        owners = distinct_sorted(np.repeat(np.arange(rec.units), np.diff(rec.unit_offsets))[in_zone])
+        owners = _zone_owners(point_owner, point_area, area_zone == zone)
         owners = owners[was_matched[owners]]
         report.zones.append(
             ZoneAttack(
@@ -793,6 +782,13 @@ def attack_risk(
         )
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _zone_owners(point_owner: np.ndarray, point_area: np.ndarray, area_in_zone: np.ndarray) -> np.ndarray:
+    """The trajectories holding a point in the zone, ascending: owner and area code (key % width) of every
+    recovered point, and which area codes (WITHHELD last) are in the zone. A key's zone is its area's, so this
+    is a lookup per point, not a search of every point among the zone's keys (np.isin) for every zone."""
+    return distinct_sorted(point_owner[area_in_zone[point_area]])
 
 
 def _linked_entries(

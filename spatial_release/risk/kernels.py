@@ -418,6 +418,149 @@ def _allocate_states(
                     left -= 1
 
 
+@njit(nogil=True, cache=True)
+def _by_code(codes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of `codes` (0..n-1) by code, in position order within a code (the stable argsort, as a
+    counting sort), and each code's offsets."""
+    offsets = _counting_offsets(codes, n)
+    at = offsets[:-1].copy()
+    placed = np.empty(len(codes), dtype=np.int64)
+    for i in range(len(codes)):
+        placed[at[codes[i]]] = i
+        at[codes[i]] += 1
+    return placed, offsets
+
+
+@njit(nogil=True, cache=True)
+def _served_slots(
+    flow_state: np.ndarray, flow_slot: np.ndarray, flow_size: np.ndarray, n_states: int, n_slots: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The flows as a dict built from the entries in order would hold them: the states in the order of their
+    first entry; per state, its slots in the order of their first entry, a repeat adding to it, then largest
+    flow first (a stable sort). Returns the states in that order, the slots, their flows and each state's
+    offsets into them."""
+    rank = np.full(n_states, -1, dtype=np.int64)
+    order = np.empty(n_states, dtype=np.int64)
+    k = 0
+    for e in range(len(flow_state)):
+        if rank[flow_state[e]] < 0:
+            rank[flow_state[e]] = k
+            order[k] = flow_state[e]
+            k += 1
+    entry_rank = np.empty(len(flow_state), dtype=np.int64)
+    for e in range(len(flow_state)):
+        entry_rank[e] = rank[flow_state[e]]
+    entries, entry_offsets = _by_code(entry_rank, k)
+    slot_at = np.full(n_slots, -1, dtype=np.int64)
+    out_slot = np.empty(len(flow_state), dtype=np.int64)
+    out_flow = np.empty(len(flow_state), dtype=np.int64)
+    out_offsets = np.zeros(k + 1, dtype=np.int64)
+    m = 0
+    for r in range(k):
+        start = m
+        for p in range(entry_offsets[r], entry_offsets[r + 1]):
+            slot = flow_slot[entries[p]]
+            if slot_at[slot] < 0:
+                slot_at[slot] = m
+                out_slot[m] = slot
+                out_flow[m] = flow_size[entries[p]]
+                m += 1
+            else:
+                out_flow[slot_at[slot]] += flow_size[entries[p]]
+        for q in range(start, m):
+            slot_at[out_slot[q]] = -1
+        if m - start > 1:
+            served = np.argsort(-out_flow[start:m], kind="mergesort")
+            out_slot[start:m] = out_slot[start:m][served]
+            out_flow[start:m] = out_flow[start:m][served]
+        out_offsets[r + 1] = m
+    return order[:k], out_slot[:m], out_flow[:m], out_offsets
+
+
+@njit(nogil=True, cache=True)
+def _shuffle(values: np.ndarray, draws: np.ndarray, used: int) -> int:
+    """Shuffle `values` in place as NumPy's Generator.permutation shuffles an arange (Fisher-Yates from the end,
+    each index drawn by random_interval: a 32-bit draw under the smallest mask covering the bound, drawn again
+    while above it), reading draws[used:]. Returns where the draws continue, -1 when they ran out."""
+    for i in range(len(values) - 1, 0, -1):
+        mask = np.uint64(i)
+        for shift in (1, 2, 4, 8, 16, 32):
+            mask |= mask >> np.uint64(shift)
+        while True:
+            if used >= len(draws):
+                return -1
+            drawn = np.uint64(draws[used]) & mask
+            used += 1
+            if drawn <= np.uint64(i):
+                break
+        j = np.int64(drawn)
+        values[i], values[j] = values[j], values[i]
+    return used
+
+
+@njit(nogil=True, cache=True)
+def _allocate_flows(
+    flow_state: np.ndarray,
+    flow_slot: np.ndarray,
+    flow_size: np.ndarray,
+    state_of: np.ndarray,
+    n_states: int,
+    slot_codes: np.ndarray,
+    draws: np.ndarray,
+    yesterday: np.ndarray,
+    regular: bool,
+    result: np.ndarray,
+) -> int:
+    members, member_offsets = _by_code(state_of, n_states)
+    order, out_slot, out_flow, out_offsets = _served_slots(flow_state, flow_slot, flow_size, n_states, len(slot_codes))
+    # each served state's trajectories, shuffled in serving order (one trajectory: nothing drawn)
+    pool_offsets = np.zeros(len(order) + 1, dtype=np.int64)
+    for r in range(len(order)):
+        pool_offsets[r + 1] = pool_offsets[r] + member_offsets[order[r] + 1] - member_offsets[order[r]]
+    pools = np.empty(pool_offsets[-1], dtype=np.int64)
+    used = 0
+    for r in range(len(order)):
+        lo = member_offsets[order[r]]
+        pool = pools[pool_offsets[r] : pool_offsets[r + 1]]
+        for i in range(len(pool)):
+            pool[i] = members[lo + i]
+        used = _shuffle(pool, draws, used)
+        if used < 0:
+            return -1
+    codes = np.empty(len(out_slot), dtype=np.int64)
+    for q in range(len(out_slot)):
+        codes[q] = slot_codes[out_slot[q]]
+    _allocate_states(pools, pool_offsets, codes, out_flow, out_offsets, yesterday, regular, result)
+    return used
+
+
+@njit(nogil=True, cache=True)
+def _first_seen(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct int64 codes in order of first sight and each code's number among them (a hash table, open
+    addressing)."""
+    n = len(codes)
+    size, bits = 2, 1  # a power of two at least twice the codes: short probes
+    while size < 2 * n:
+        size <<= 1
+        bits += 1
+    shift = np.uint64(64 - bits)  # Fibonacci hashing: the product's top bits
+    held = np.full(size, -1, dtype=np.int64)  # the distinct code's number in each bucket (-1: empty)
+    distinct = np.empty(n, dtype=np.int64)
+    seen = np.empty(n, dtype=np.int64)
+    k = 0
+    for i in range(n):
+        c = codes[i]
+        h = np.int64((np.uint64(c) * np.uint64(0x9E3779B97F4A7C15)) >> shift)
+        while held[h] >= 0 and distinct[held[h]] != c:
+            h = (h + 1) & (size - 1)
+        if held[h] < 0:
+            held[h] = k
+            distinct[k] = c
+            k += 1
+        seen[i] = held[h]
+    return distinct[:k], seen
+
+
 # The regularity attackers' guesses (`risk.advantage`): the keys a known key's guesses are drawn from.
 GUESS_SHIFTS = 0  # a table of keys x shifts: the same area at fixed offsets (-1: none published)
 GUESS_WEEK = 1  # the same area and level at every bucket within a week
@@ -783,29 +926,80 @@ def key_major(
     return _key_major(unit_offsets, unit_keys, n_keys, np.zeros(0, dtype=unit_dtype))
 
 
-def allocate_states(
-    pools: np.ndarray,
-    pool_offsets: np.ndarray,
+def distinct_inverse(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(codes, return_inverse=True) of a 1-d integer array, as int64: the sorted distinct codes and
+    each code's place among them. One hash per code and a sort of the distinct ones only, where np.unique sorts
+    every code with its position (the recovery's states, at every bucket)."""
+    distinct, seen = _first_seen(np.ascontiguousarray(codes, dtype=np.int64).ravel())
+    order = np.argsort(distinct)  # distinct values: any sort gives the same order
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return distinct[order], rank[seen]
+
+
+# A shuffle of m trajectories draws m - 1 indices, each one 32-bit draw or more (a redraw is likelier than not
+# under half): twice that and a few more is almost always enough; when it is not, the generator is rewound and
+# twice as many are drawn.
+SHUFFLE_DRAWS = 2
+SPARE_DRAWS = 64
+
+
+def allocate_flows(
+    flow_state: np.ndarray,
+    flow_slot: np.ndarray,
+    flow_size: np.ndarray,
+    state_of: np.ndarray,
     slot_codes: np.ndarray,
-    slot_flows: np.ndarray,
-    slot_offsets: np.ndarray,
     yesterday: np.ndarray | None,
-    result: np.ndarray,
-) -> None:
-    """The recovery's allocation (`risk.attack._allocate`) once its states' pools are shuffled: per state s, its
-    trajectories pools[pool_offsets[s]:...] in their shuffled order and its slots (area code, flow) in serving
-    order slot_*[slot_offsets[s]:...]; each slot takes its flow from the free trajectories, those whose
-    `yesterday` is its area first. Writes each trajectory's code into `result`."""
-    _within("pooled trajectories", pools, len(result))
-    if len(pool_offsets) != len(slot_offsets) or (len(pool_offsets) and (pool_offsets[-1] != len(pools))):
-        raise ValueError("allocation: pool and slot offsets do not describe the same states")
-    if len(slot_offsets) and slot_offsets[-1] != len(slot_codes):
-        raise ValueError("allocation: slot offsets do not span the slots")
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """The recovery's allocation (`risk.attack._allocate`) from its flows, entries (state, slot, size) in the order
+    the flows were found, a (state, slot) repeated adding to its first entry: each trajectory's code (the slot's
+    `slot_codes`, -1 where none). The states are served in the order of their first flow; each state's
+    trajectories (in trajectory order) are shuffled as `rng.permutation` of their number would shuffle them, in
+    that order, then its slots, largest flow first, take them, those whose `yesterday` is the slot's area first.
+
+    The shuffles read the generator's 32-bit stream drawn in bulk, and the generator is left where the
+    permutations would have left it: NumPy's Generator shuffles by Fisher-Yates with random_interval (a 32-bit
+    draw under a mask, redrawn while above the bound) and `integers(0, 2**32, dtype=uint32)` returns that same
+    stream. `tests/test_kernels.py` and `tests/test_attack.py` compare both, the slots and the generator's state, with
+    `rng.permutation`."""
+    n = len(state_of)
+    n_states = int(state_of.max()) + 1 if n else 0
+    if n >= 2**32:
+        raise ValueError(f"allocation: {n:,} trajectories, past the 32-bit draws of a shuffle")
+    _within("allocation: states", state_of, n_states)
+    _within("allocation: flows' states", flow_state, n_states)
+    _within("allocation: flows' slots", flow_slot, len(slot_codes))
+    if not len(flow_state) == len(flow_slot) == len(flow_size):
+        raise ValueError("allocation: flows' states, slots and sizes differ in length")
     regular = yesterday is not None
-    before = yesterday if yesterday is not None else np.zeros(len(result), dtype=np.int64)
-    if len(before) != len(result):
-        raise ValueError(f"allocation: {len(before):,} day-before areas for {len(result):,} trajectories")
-    _allocate_states(pools, pool_offsets, slot_codes, slot_flows, slot_offsets, before, regular, result)
+    before = np.asarray(yesterday, dtype=np.int64) if yesterday is not None else np.zeros(n, dtype=np.int64)
+    if len(before) != n:
+        raise ValueError(f"allocation: {len(before):,} day-before areas for {n:,} trajectories")
+    args = (
+        np.asarray(flow_state, dtype=np.int64),
+        np.asarray(flow_slot, dtype=np.int64),
+        np.asarray(flow_size, dtype=np.int64),
+        np.asarray(state_of, dtype=np.int64),
+        n_states,
+        np.asarray(slot_codes, dtype=np.int64),
+    )
+    held = int(np.count_nonzero(np.bincount(args[3], minlength=n_states))) if n else 0
+    wanted = SHUFFLE_DRAWS * (n - held) + SPARE_DRAWS if n > held else 0
+    start = rng.bit_generator.state
+    while True:
+        draws = rng.integers(0, 2**32, size=wanted, dtype=np.uint32) if wanted else np.zeros(0, dtype=np.uint32)
+        result = np.full(n, -1, dtype=np.int64)
+        used = _allocate_flows(*args, draws, before, regular, result)
+        if used >= 0:
+            break
+        rng.bit_generator.state = start
+        wanted = max(2 * wanted, 1)
+    if used < wanted:  # rewind, and take exactly what the shuffles read
+        rng.bit_generator.state = start
+        rng.integers(0, 2**32, size=used, dtype=np.uint32)
+    return result
 
 
 class Guesses(NamedTuple):
