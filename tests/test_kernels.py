@@ -307,12 +307,12 @@ def _allocate_flows_reference(flows, state_of, slot_codes, yesterday, rng):
     return result
 
 
-def _flows_of(entries):
+def _flows_of(entries) -> tuple[dict[tuple[int, int], int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     flows: dict[tuple[int, int], int] = {}
     for s, slot, f in entries:
         flows[(s, slot)] = flows.get((s, slot), 0) + f
-    arrays = tuple(np.array([e[c] for e in entries], dtype=np.int64) for c in range(3))
-    return flows, arrays
+    state, slot, size = (np.array([e[c] for e in entries], dtype=np.int64) for c in range(3))
+    return flows, (state, slot, size)
 
 
 def _split_flows(state_of, n_slots, rng):
