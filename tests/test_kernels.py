@@ -219,6 +219,32 @@ def test_distinct_sorted_equals_numpy_unique(values, repeat):
     assert got.dtype == np.int64
 
 
+@settings(max_examples=80, deadline=None)
+@given(names=st.lists(st.text(max_size=4), max_size=60), repeat=st.integers(1, 3))
+def test_distinct_names_equal_numpy_unique(names, repeat):
+    """arrays.distinct_names: the sorted distinct names and the inverse np.unique gives, for object and str
+    arrays (zone names per key)."""
+    from spatial_release.arrays import distinct_names
+
+    for array in (np.array(names * repeat, dtype=object), np.array(names * repeat, dtype=str)):
+        got, inverse = distinct_names(array)
+        want, want_inverse = np.unique(array, return_inverse=True)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(inverse, want_inverse)
+        assert got.dtype == want.dtype and inverse.dtype == np.int64
+
+
+def test_distinct_names_leave_a_missing_name_to_numpy():
+    """Negative control: a None among the names is not coded as a name of its own (pandas would give it -1);
+    it goes np.unique's way, which refuses to order it among strings."""
+    from spatial_release.arrays import distinct_names
+
+    with pytest.raises(TypeError):
+        np.unique(np.array(["b", None, "a"], dtype=object), return_inverse=True)
+    with pytest.raises(TypeError):
+        distinct_names(np.array(["b", None, "a"], dtype=object))
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     rows=st.lists(st.tuples(st.integers(0, 40), st.integers(-1, 6), st.integers(-1, 6)), min_size=1, max_size=50),

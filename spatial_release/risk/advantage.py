@@ -81,6 +81,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
+from spatial_release.arrays import distinct_names
 from spatial_release.risk import kernels
 from spatial_release.risk.estimator import KeySets
 from spatial_release.risk.kernels import Guesses
@@ -465,7 +466,7 @@ DENSE_ENTRIES = 50_000_000  # units x zones up to which the entries are counted 
 def _entries(sets: KeySets, hidden: tuple[np.ndarray, np.ndarray] | None) -> _Entries:
     """Every (unit, zone) target: the zones of each unit's published keys (with how many of its keys lie there),
     then the zones it was truly in without a published key there (`hidden`)."""
-    zones, zone_of_key = np.unique(sets.key_zone.astype(str), return_inverse=True)
+    zones, zone_of_key = distinct_names(sets.key_zone.astype(str))
     n_zones = max(len(zones), 1)
     wide = np.int64 if sets.units * n_zones >= 2**31 else np.int32
     code: np.ndarray = np.repeat(np.arange(sets.units, dtype=wide) * n_zones, np.diff(sets.unit_offsets))

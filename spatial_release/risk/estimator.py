@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from spatial_release import tasks
+from spatial_release.arrays import distinct_names
 from spatial_release.risk import kernels
 
 
@@ -308,7 +309,7 @@ def draw_knowledge(sets: KeySets, params: RiskParams) -> Draws:
     before any set is built; the sets are then built chunk by chunk of units (DRAW_PAIRS), so memory is that
     of the rows, not of every (unit, key) pair several times over (sorting the pairs whole multiplied the
     peak memory at scale); drawing entries one by one in Python was the slowest part of the estimate."""
-    zones, zone_of_key = np.unique(sets.key_zone, return_inverse=True)
+    zones, zone_of_key = distinct_names(sets.key_zone)
     chunks = _unit_chunks(sets)
     # Each chunk's entries are found twice: here to count the rows (every uniform is drawn before any set), and
     # below to build its sets, so that no chunk's sorted pairs are kept in between (the second pass is cheap

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spatial_release.arrays import distinct_names
 from spatial_release.fileio import scratch_folder
 from spatial_release.risk import kernels
 from spatial_release.risk.estimator import (
@@ -158,7 +159,7 @@ def estimate_key_ranges(
     started = time.perf_counter() if started is None else started
     if params.exhaustive:
         raise ValueError("the exhaustive estimate enumerates every set of small key sets: hold them whole")
-    zones, zone_of_key = np.unique(ranges.key_zone, return_inverse=True)
+    zones, zone_of_key = distinct_names(ranges.key_zone)
     entry_zone, sizes = _entries_and_sizes(ranges, zone_of_key, len(zones))
     keysets, width = _knowledge(ranges, zone_of_key, len(zones), len(entry_zone) * params.draws, params)
     counts = np.zeros(len(width), dtype=np.int64)
