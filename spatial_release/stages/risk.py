@@ -26,7 +26,7 @@ from spatial_release.risk.landscape import Landscape, load_landscape
 from spatial_release.risk.ranges import KeyRanges, estimate_key_ranges, key_ranges_digest
 from spatial_release.stages import attack as attack_stage
 from spatial_release.stages import keys, reuse
-from spatial_release.stages.advantage import candidate_advantage
+from spatial_release.stages.advantage import candidate_advantage, read_key_sets
 from spatial_release.stages.attack import attack_params, attack_pooled, with_attack_figures, worst_attack_zone
 from spatial_release.stages.carried import UNIT_KEYS, refuse_changed_work_files
 from spatial_release.stages.coarsen import public_frontier
@@ -524,13 +524,21 @@ def run_risk(ctx: ReleaseContext, ledger: Ledger) -> RiskAssessment:
     ctx.area.risk.mkdir(parents=True, exist_ok=True)
     ladder = write_ladder_buckets(ctx)
     write_risk_areas(ctx)
-    # the protection loop's last pass kept the key sets of this very candidate: read, not coded again
-    this_release = None if keys.kept_keys_current(ctx) else keep_released_keys(ctx, ladder)
+    this_release = kept_key_sets(ctx) if keys.kept_keys_current(ctx) else keep_released_keys(ctx, ladder)
     assessment = assess_risk(ctx, ledger, ctx.area.unit_keys, keys_from_area=True, this_release=this_release)
     if assessment.status == BLOCK and ladder is not None:
         assessment = _with_proposal(assessment, propose_coarsening(ctx, ledger, ladder))
     assessment.write(ctx.area.risk)
     return assessment
+
+
+def kept_key_sets(ctx: ReleaseContext) -> KeySets | None:
+    """The key sets the protection loop's last pass kept for this very candidate, read, not coded again: a coded
+    file as arrays (`stages.advantage.read_key_sets`, checked against its own counts), as the coding would have
+    returned them; None for a file of rows (kept so over `CODED_UP_TO`: the estimate reads it by ranges)."""
+    if keysets.coded_file_counts(ctx.area.unit_keys) is None:
+        return None
+    return read_key_sets(ctx.area.unit_keys, ctx.risk_zones)[0]
 
 
 def read_risk(area: WorkArea) -> RiskAssessment:
