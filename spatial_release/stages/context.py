@@ -245,16 +245,13 @@ class CandidateTables:
         margins = pd.read_parquet(folder / "margins.parquet", columns=[*MARGIN_COLUMNS, count_column])
         return cls(cells, margins, count_column)
 
-    @cached_property
-    def _digest(self) -> str:
-        return self._figures_digest()
-
     def digest(self) -> str:
         """sha256 of the figures, each table in the order of its keys, bucket starts as UTC nanoseconds: what
-        is published, not how a file encodes it."""
+        is published, not how a file encodes it (computed once per value)."""
         return self._digest
 
-    def _figures_digest(self) -> str:
+    @cached_property
+    def _digest(self) -> str:
         digest = hashlib.sha256()
         for frame, keys in ((self.cells, CELL_COLUMNS), (self.margins, MARGIN_COLUMNS)):
             columns = [*keys, self.count_column]
