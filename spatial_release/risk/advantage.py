@@ -194,6 +194,9 @@ class AdvantageReport:
     boundary_units: int = 0
     seconds: float = 0.0
     recovery: str = "not in the portfolio"  # how the trajectory recovery entered the figures
+    # False: the gate's figures only (`assess_advantage(reported=False)`): the regularity attackers did not run,
+    # so each zone's success with and without, and its strongest attacker, are not the release's to report
+    reported: bool = True
 
     def worst(self) -> ZoneAdvantage | None:
         return max(self.zones, key=lambda z: (z.gated(), z.zone), default=None)
@@ -201,6 +204,7 @@ class AdvantageReport:
     def to_json(self) -> dict:
         return {
             **{f: getattr(self, f) for f in ("units", "boundary_keys", "boundary_units", "seconds", "recovery")},
+            "reported": self.reported,
             "zones": [asdict(z) for z in self.zones],
         }
 
@@ -214,6 +218,7 @@ class AdvantageReport:
             int(data["boundary_units"]),
             float(data["seconds"]),
             str(data["recovery"]),
+            bool(data["reported"]),
         )
 
 
@@ -553,6 +558,7 @@ def assess_advantage(
     population: dict[str, float] | None = None,
     hidden: tuple[np.ndarray, np.ndarray] | None = None,
     recovery: RecoverySuccess | Callable[[tuple[np.ndarray, np.ndarray]], RecoverySuccess] | None = None,
+    reported: bool | Callable[[list[ZoneAdvantage]], bool] = True,
 ) -> AdvantageReport:
     """Per-zone advantage of the release whose published key sets are `sets` (key names and published counts
     by key code; k the threshold). `hidden`: (unit code, zone) of every zone each unit has a true point in
@@ -561,7 +567,13 @@ def assess_advantage(
     the (unit code, zone) targets it is given (`recovery_targets_per_zone` per zone); None: not in the
     portfolio. It is not
     computed when the membership attacker alone puts every zone over the ceiling: the release is refused (or
-    climbs) whatever it finds, and the report says it did not run."""
+    climbs) whatever it finds, and the report says it did not run.
+
+    `reported`: whether the report is the release's, with the regularity attackers, whose success is reported
+    and never gated; or a callable that decides from the zones' gate figures (`ZoneAdvantage.gated`: the
+    quantile's bound and the exposed share, which read the membership attacker, the recovery and the gated
+    classifier). False: the gate's figures only. The coarsening loop reads those of every configuration it
+    tries, and runs the regularity attackers on the one it keeps alone."""
     started = time.perf_counter()
     boundary = np.asarray(key_count) == k
     # boundary keys per unit, summed over each unit's run of keys (no per-pair unit array)
@@ -591,15 +603,27 @@ def assess_advantage(
     recovered = recovery.of(entries.unit, entries.zone) if recovery is not None else (none, none)
     times = KeyTimes.parse(key_names)
     classified = _classifier_per_entry(sets, entries, key_classes(times, params.timezone), key_count, params)
-    guessers = _guessers(times)
-    truth = sets  # the best-match kernel reads 32- or 64-bit codes alike: no copy of the pairs
-    rng = np.random.default_rng(params.seed)
     report = AdvantageReport(
         units=sets.units,
         boundary_keys=int(boundary.sum()),
         boundary_units=int(exposed_unit.sum()),
         recovery=note,
     )
+    no_targets = np.zeros(0, dtype=np.int64)  # no regularity targets: the gate's figures do not read them
+    gate = []
+    for zone in zones:
+        rows = np.flatnonzero(labels == zone)
+        chosen = np.intersect1d(rows, linked, assume_unique=True)
+        figures = (member, classified, recovered, _not_run(no_targets), params, ceiling, population, exposed_unit, entries)
+        gate.append(_zone_figures(zone, rows, no_targets, chosen, *figures))
+    report.reported = bool(reported(gate)) if callable(reported) else reported
+    if not report.reported:
+        report.zones = gate
+        report.seconds = time.perf_counter() - started + earlier
+        return report
+    guessers = _guessers(times)
+    truth = sets  # the best-match kernel reads 32- or 64-bit codes alike: no copy of the pairs
+    rng = np.random.default_rng(params.seed)
     for zone in zones:
         rows = np.flatnonzero(labels == zone)
         sample = (
@@ -626,8 +650,17 @@ def assess_advantage(
                 entries,
             )
         )
+    _same_gate(gate, report.zones)
     report.seconds = time.perf_counter() - started + earlier
     return report
+
+
+def _same_gate(gate: list[ZoneAdvantage], reported: list[ZoneAdvantage]) -> None:
+    """Refuse a report whose gate figures are not those `reported` decided on: the regularity attackers are
+    reported, never gated, so adding them must not move a gated figure."""
+    fields = ("zone", "advantage", "advantage_ucb", "exposed", "exposed_share")
+    if [[getattr(z, f) for f in fields] for z in gate] != [[getattr(z, f) for f in fields] for z in reported]:
+        raise RuntimeError("advantage: the reported zones' gate figures differ from those the gate read")
 
 
 def _recovery_sample(labels: np.ndarray, zones: list[str], params: AdvantageParams) -> np.ndarray:
@@ -641,6 +674,12 @@ def _recovery_sample(labels: np.ndarray, zones: list[str], params: AdvantagePara
         n = params.recovery_targets_per_zone
         chosen.append(rows if len(rows) <= n else np.sort(rng.choice(rows, n, replace=False)))
     return np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64)
+
+
+def _not_run(sample: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The regularity attackers' place in a report of the gate's figures only: no success with or without."""
+    none = np.zeros(len(sample))
+    return {name: (none, none) for name in REGULARITY}
 
 
 def _sampled_attacks(

@@ -22,7 +22,13 @@ import pyarrow.parquet as pq
 from spatial_release.fileio import sha256_file
 from spatial_release.levels import LEAF
 from spatial_release.risk import kernels, keysets
-from spatial_release.risk.advantage import AdvantageParams, AdvantageReport, RecoverySuccess, assess_advantage
+from spatial_release.risk.advantage import (
+    AdvantageParams,
+    AdvantageReport,
+    RecoverySuccess,
+    ZoneAdvantage,
+    assess_advantage,
+)
 from spatial_release.risk.attack import AttackParams, attack_risk, without_unit
 from spatial_release.risk.estimator import KeySets
 from spatial_release.risk.landscape import Landscape
@@ -160,9 +166,10 @@ def advantage_of(
     ceiling: float,
     population: dict[str, float] | None,
     rung: str | None = None,
+    reported: bool | Callable[[list[ZoneAdvantage]], bool] = True,
 ) -> AdvantageReport:
     """`assess_advantage` of the candidate whose key sets `key_set_file` holds (a coarsening proposal at time
-    rung `rung` when one is given)."""
+    rung `rung` when one is given); `reported` as there."""
     sets, names, unit_names = read_key_sets(key_set_file, zone_of_cells)
     counts = published_counts(ctx, rung is not None).reindex(pd.Index(names.astype(str)))
     if counts.isna().any():  # a key without its published count could hide a boundary key: fail closed
@@ -177,7 +184,9 @@ def advantage_of(
     def recovery(targets: tuple[np.ndarray, np.ndarray]) -> RecoverySuccess:
         return recovery_success(ctx, zone_of_cells, unit_names, params, ceiling, boundary, rung, targets)
 
-    return assess_advantage(sets, names, key_count, ctx.policy.k, params, ceiling, population, hidden, recovery)
+    return assess_advantage(
+        sets, names, key_count, ctx.policy.k, params, ceiling, population, hidden, recovery, reported=reported
+    )
 
 
 MEASURED_TARGETS = 100  # targets over the ceiling whose recovery advantage is measured, per assessment
@@ -313,11 +322,17 @@ def advantage_params(landscape) -> AdvantageParams:
 
 
 def candidate_advantage(
-    ctx: ReleaseContext, landscape: Landscape, key_set_file: Path | None = None, rung: str | None = None
+    ctx: ReleaseContext,
+    landscape: Landscape,
+    key_set_file: Path | None = None,
+    rung: str | None = None,
+    reported: bool | Callable[[list[ZoneAdvantage]], bool] = True,
 ) -> AdvantageReport:
     """The advantage of the candidate (`stages.advantage`) from its kept key sets (`key_set_file`, the risk
     step's own by default), with the landscape's adversary and public population and the ceiling the gate
-    applies. Only this release's key sets: the earlier releases of the window are the uniqueness bound's."""
+    applies. Only this release's key sets: the earlier releases of the window are the uniqueness bound's.
+    `reported`: the whole report, or the gate's figures only, or a callable that decides from those
+    (`assess_advantage`); a saved whole report answers all three."""
     risk = risk_spec(ctx.policy)
     path = ctx.area.unit_keys if key_set_file is None else key_set_file
     if not path.exists():  # the publish step's assessment, or a review, on a work area without kept key sets
@@ -341,12 +356,25 @@ def candidate_advantage(
     }
     digest, memo = reuse.digest_of(inputs), ctx.memo()
     name = "advantage" if rung is None else f"advantage@{rung}"
-    saved = memo.load(name, digest)
-    if saved is not None:
-        try:
-            return AdvantageReport.from_json(saved)
-        except (KeyError, TypeError, ValueError):
-            pass
-    found = advantage_of(ctx, path, ctx.risk_zones, params, risk.per_release_ceiling, population, rung)
-    memo.save(name, digest, found.to_json())
+    gate_name = f"{name}:gate"  # the gate's figures only: never read where the whole report is asked for
+    whole = _saved_report(memo, name, digest)
+    if whole is not None and whole.reported:
+        return whole
+    if reported is not True:
+        gate_only = _saved_report(memo, gate_name, digest)
+        if gate_only is not None and not gate_only.reported:
+            if reported is False or not reported(gate_only.zones):
+                return gate_only
+    found = advantage_of(ctx, path, ctx.risk_zones, params, risk.per_release_ceiling, population, rung, reported)
+    memo.save(name if found.reported else gate_name, digest, found.to_json())
     return found
+
+
+def _saved_report(memo: reuse.Memo, name: str, digest: str | None) -> AdvantageReport | None:
+    saved = memo.load(name, digest)
+    if saved is None:
+        return None
+    try:
+        return AdvantageReport.from_json(saved)
+    except (KeyError, TypeError, ValueError):
+        return None

@@ -12,8 +12,9 @@ configuration tried is a consistent, audited release; nothing is cut along lines
 is an area of the policy's risk level, a rung a bucket of its ladder). The frontier records every
 configuration tried, finest first: which zones were coarsened to which rung, how many figures it published,
 the zones still over the gate with their figures, and whether it passed. Each configuration is held in memory
-(`ReleaseContext.hold_candidate`) and only the last one is written. The risk step then assesses the chosen
-candidate as any other, reading the key sets and the assessment kept here under the candidate's digest
+(`ReleaseContext.hold_candidate`) and only the last one is written. Under the advantage model each configuration
+is assessed for the gate's figures alone, and the one the loop keeps with the regularity attackers too (reported,
+never gated). The risk step then assesses the chosen candidate as any other, reading the key sets and the assessment kept here under the candidate's digest
 (`CandidateTables.digest`), which the written files give again.
 
 The k floor and the audit need no such loop (a time ladder climbs locally where a figure is below k), and a
@@ -23,6 +24,7 @@ step taken is left to the risk gate, which blocks the release.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -33,7 +35,7 @@ from spatial_release.levels import LEAF, RUNG_SEP, at_rung
 from spatial_release.progress import Progress, ProgressEvent
 from spatial_release.release import PublicFrontier, PublicFrontierRow
 from spatial_release.risk import Adversary, cumulative_risk
-from spatial_release.risk.advantage import AdvantageReport
+from spatial_release.risk.advantage import AdvantageReport, ZoneAdvantage
 from spatial_release.risk.attack import AttackReport
 from spatial_release.risk.landscape import load_landscape
 from spatial_release.stages.advantage import candidate_advantage
@@ -179,26 +181,39 @@ GATED = ("advantage", "attack")  # the models whose figures the climbing loop re
 
 
 def zones_over(
-    ctx: ReleaseContext, ceiling: float, adversary: Adversary, population: dict[str, float] | None
+    ctx: ReleaseContext,
+    ceiling: float,
+    adversary: Adversary,
+    population: dict[str, float] | None,
+    kept: Callable[[dict[str, float]], bool] | None = None,
 ) -> dict[str, float]:
     """The zones over the gate of the candidate (the one the loop holds), under the policy's model: the
-    advantage (each zone's gated figure, `risk.advantage.ZoneAdvantage.gated`) or the attacks' success."""
+    advantage (each zone's gated figure, `risk.advantage.ZoneAdvantage.gated`) or the attacks' success.
+    `kept`: whether the loop keeps the candidate, given its zones over the gate (None: it does). The advantage's
+    regularity attackers, reported and never gated, run only on a candidate the loop keeps: the risk step then
+    reads that report."""
     if risk_spec(ctx.policy).model == "advantage":
-        report = advantage_of_candidate(ctx)
-        return {z.zone: z.gated() for z in report.zones if z.gated() > ceiling}
+
+        def over_of(zones: list[ZoneAdvantage]) -> dict[str, float]:
+            return {z.zone: z.gated() for z in zones if z.gated() > ceiling}
+
+        report = advantage_of_candidate(ctx, True if kept is None else lambda zones: kept(over_of(zones)))
+        return over_of(report.zones)
     return over_the_gate(attack_of_candidate(ctx), ceiling, adversary, population)
 
 
-def advantage_of_candidate(ctx: ReleaseContext) -> AdvantageReport:
+def advantage_of_candidate(
+    ctx: ReleaseContext, reported: bool | Callable[[list[ZoneAdvantage]], bool] = True
+) -> AdvantageReport:
     """The advantage of the candidate (the one the loop holds, else the files), from its key sets coded and kept
     as the release's key set file: the risk step reads the last pass's instead of coding them again
-    (`keys.kept_keys_current`)."""
+    (`keys.kept_keys_current`). `reported`: as `risk.advantage.assess_advantage`'s."""
     ladder = write_ladder_buckets(ctx)
     write_risk_areas(ctx)
     landscape, _ = load_landscape(ctx.policy.resolve(risk_spec(ctx.policy).landscape))
     ctx.area.risk.mkdir(parents=True, exist_ok=True)
     keep_released_keys(ctx, ladder)
-    return candidate_advantage(ctx, landscape, ctx.area.unit_keys)
+    return candidate_advantage(ctx, landscape, ctx.area.unit_keys, reported=reported)
 
 
 def attack_of_candidate(ctx: ReleaseContext) -> AttackReport:
@@ -234,11 +249,21 @@ def frontier_row(
     )
 
 
+def _top(ladder: list[str]) -> int:
+    """The last step of a zone: its cells, then its own parent areas withheld, so it shows through the totals."""
+    return len(ladder) + 2
+
+
+def can_climb(climb: Climb, zones: list[str], ladder: list[str]) -> bool:
+    """Whether `climb_zones` would move a zone, with some zone over the gate: whether any zone can still climb."""
+    return any(climb.steps.get(zone, 0) < _top(ladder) for zone in zones)
+
+
 def climb_zones(climb: Climb, over: dict[str, float], zones: list[str], ladder: list[str], progress: Progress) -> bool:
     """One step up for every zone over the gate that can still climb. When none of them can (their units are
     singled out through the other zones they visit), one step up for every zone that can. False when no zone
     can climb any more."""
-    top = len(ladder) + 2  # its cells, then its own parent areas withheld: the zone shows through the totals alone
+    top = _top(ladder)
 
     def up(candidates) -> bool:
         moved = False

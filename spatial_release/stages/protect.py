@@ -179,6 +179,7 @@ def run_protect(
     climbing = coarsen.applies(ctx, published)
     climb, frontier, ladder = coarsen.Climb(), [], list(policy.time.ladder)
     cells_by_zone = coarsen.zone_cells(ctx, true_cells["cell_id"]) if climbing else {}
+    zones = sorted(cells_by_zone)
     areas_by_zone = coarsen.zone_areas(ctx, true_cells["cell_id"]) if climbing else None
     # the attack gate of the climbing loop: (ceiling, adversary, public population per zone), when it climbs
     gate = (
@@ -202,9 +203,15 @@ def run_protect(
             )
             ctx.hold_candidate(held)
             ceiling, adversary, population_of_zone = gate
-            over = coarsen.zones_over(ctx, ceiling, adversary, population_of_zone)
+            over = coarsen.zones_over(
+                ctx,
+                ceiling,
+                adversary,
+                population_of_zone,
+                kept=lambda over: not over or not coarsen.can_climb(climb, zones, ladder),
+            )
             frontier.append(coarsen.frontier_row(climb, ladder, len(held.cells), len(held.margins), over, ceiling))
-            if not over or not coarsen.climb_zones(climb, over, sorted(cells_by_zone), ladder, progress):
+            if not over or not coarsen.climb_zones(climb, over, zones, ladder, progress):
                 break
     finally:
         ctx.hold_candidate(None)
