@@ -160,18 +160,15 @@ def test_the_comparison_catches_a_tie_taken_for_a_better_match_and_an_overlap_of
     """The negative control: two wrong rules (the target beaten by a unit it only ties, so that the ties are
     never shared; each unit's overlap counted one short) differ from the kernel on the examples the property
     test draws, and the true rule does not."""
-    wrong_rules = {
-        "a tie taken for a better match": {"sole": True},
-        "an overlap off by one": {"short_by": 1},
-    }
+    wrong_rules = {"a tie taken for a better match": (0, True), "an overlap off by one": (1, False)}
     caught = dict.fromkeys(wrong_rules, False)
     for case in _examples(300):
         for mode in MODES:
             rounds = kernel_shares(case, mode, 1, kernels.ROUND_KEYS, kernels.CHECKS, full_walk=False).tolist()
             pairs = list(zip(case.knowledge, case.targets))
             assert rounds == [rule_share(case, mode, k, t) for k, t in pairs]
-            for name, wrong in wrong_rules.items():
-                caught[name] |= rounds != [rule_share(case, mode, k, t, **wrong) for k, t in pairs]
+            for name, (short_by, sole) in wrong_rules.items():
+                caught[name] |= rounds != [rule_share(case, mode, k, t, short_by, sole) for k, t in pairs]
     assert all(caught.values()), caught
 
 
@@ -200,8 +197,9 @@ def test_a_unit_beating_the_target_ends_the_walk_and_leaves_the_counts_zero():
     for output, jac_t, ties in ((np.arange(n_keys), 8 / 64, 0), (np.arange(0, n_keys, 8), 1.0, 2)):
         base = 2 + 2 * ties
         stamp[output] = base
-        scratch = (inter, touched, checked, picks, 2)
-        got = kernels._ties_unless_beaten(output, len(output), jac_t, *arrays, stamp, base, *scratch)
+        got = kernels._ties_unless_beaten(
+            output, len(output), jac_t, *arrays, stamp, base, inter, touched, checked, picks, 2
+        )
         assert got == ties
         assert not inter.any()
     assert checked[1] == 2  # the beating unit was found by a check, not by the walk to the end
