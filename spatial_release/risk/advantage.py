@@ -35,7 +35,8 @@ gone without it (an over-approximation of what changes), and for the others noth
   of up to `regularity_whole_zone` units, else on `targets_per_zone` sampled targets: their success with and
   without is reported; their advantage is never above the membership attacker's (it needs a boundary key too).
   The best match is `kernels.regularity_shares`: what `risk.attack.best_matches` finds, without the walk of
-  every posting where a holder of the target's rarest known key already beats the target.
+  every posting where a holder of the target's rarest known key, or a unit a part of the walk ranks first,
+  already beats the target.
 - `trajectory_recovery` (`risk.attack`: Xu et al.'s recovery from the counts, then linkage with the known
   points). It reads the counts, so it can gain on a unit without a boundary key too: without the target its
   counts are one lower and the recovered trajectories move (`tests/test_advantage_recovery.py` re-runs the

@@ -745,7 +745,157 @@ def _ties_at_best(
 
 
 @njit(nogil=True, cache=True)
-def _regularity_slice(
+def _first_stride(n: int, round_keys: int) -> int:
+    """The stride of the first round over n output keys: the largest power of two leaving at least `round_keys`
+    keys in it (1: one round, the whole walk)."""
+    stride = 1
+    while stride * 2 * round_keys <= n:
+        stride *= 2
+    return stride
+
+
+@njit(nogil=True, cache=True)
+def _walk_postings(
+    output: np.ndarray,
+    n: int,
+    start: int,
+    step: int,
+    key_offsets: np.ndarray,
+    key_units: np.ndarray,
+    inter: np.ndarray,
+    touched: np.ndarray,
+    seen: int,
+) -> int:
+    """Count into `inter` the units of the postings of output[start:n:step], appending the units met for the
+    first time to touched[seen:]; returns the new number touched."""
+    for p in range(start, n, step):
+        key = output[p]
+        for q in range(key_offsets[key], key_offsets[key + 1]):
+            unit = key_units[q]
+            if inter[unit] == 0:
+                touched[seen] = unit
+                seen += 1
+            inter[unit] += 1
+    return seen
+
+
+@njit(nogil=True, cache=True)
+def _promising(
+    touched: np.ndarray,
+    seen: int,
+    inter: np.ndarray,
+    scale: float,
+    n: int,
+    jac_t: float,
+    unit_offsets: np.ndarray,
+    checked: np.ndarray,
+    mark: int,
+    picks: np.ndarray,
+) -> int:
+    """The units of touched[:seen] not yet checked (`checked` below `mark`) whose counts so far, scaled to the
+    whole output by `scale`, promise a Jaccard above the target's `jac_t`: the best len(picks) of them into
+    `picks`, best first (their number returned). Only an order of what to check: the checks are exact."""
+    width = len(picks)
+    promise = np.empty(width)
+    found = 0
+    for j in range(seen):
+        unit = touched[j]
+        if checked[unit] == mark:
+            continue
+        size = unit_offsets[unit + 1] - unit_offsets[unit]
+        c = min(inter[unit] * scale, float(size))
+        jac = c / (n + size - c)
+        if jac <= jac_t or (found == width and jac <= promise[width - 1]):
+            continue
+        at = min(found, width - 1)
+        while at > 0 and promise[at - 1] < jac:
+            promise[at] = promise[at - 1]
+            picks[at] = picks[at - 1]
+            at -= 1
+        promise[at] = jac
+        picks[at] = unit
+        found = min(found + 1, width)
+    return found
+
+
+@njit(nogil=True, cache=True)
+def _a_pick_beats(
+    picks: np.ndarray,
+    found: int,
+    jac_t: float,
+    n: int,
+    unit_offsets: np.ndarray,
+    unit_keys: np.ndarray,
+    stamp: np.ndarray,
+    base: int,
+    checked: np.ndarray,
+    mark: int,
+) -> bool:
+    """Whether one of picks[:found] matches the output (n keys, stamped from `base`) strictly better than the
+    target, its overlap counted exactly from its own keys (`_beaten_early`'s test); each is marked checked."""
+    for j in range(found):
+        unit = picks[j]
+        checked[unit] = mark
+        c, _ = _overlap(unit_offsets, unit_keys, unit, stamp, base)
+        if jac_t < c / (n + (unit_offsets[unit + 1] - unit_offsets[unit]) - c) - TIE:
+            return True
+    return False
+
+
+@njit(nogil=True, cache=True)
+def _ties_unless_beaten(
+    output: np.ndarray,
+    n: int,
+    jac_t: float,
+    unit_offsets: np.ndarray,
+    unit_keys: np.ndarray,
+    key_offsets: np.ndarray,
+    key_units: np.ndarray,
+    stamp: np.ndarray,
+    base: int,
+    inter: np.ndarray,
+    touched: np.ndarray,
+    checked: np.ndarray,
+    picks: np.ndarray,
+    round_keys: int,
+) -> int:
+    """`_ties_at_best`, its walk of the output's postings done in rounds that double the keys walked (every
+    stride-th key, then the keys halfway between, down to every key). After each round but the last, the units
+    whose counts so far promise the best Jaccard are checked exactly, and one strictly better than the target
+    ends the walk: the target is then no tie for the best, whatever the keys not walked. A target rarely is the
+    best match, and the units beating it hold so many of the output's keys that a small share of them ranks
+    them near the top. The last round leaves every unit's exact count, from which the ties are counted as
+    `_ties_at_best` counts them. `checked` marks the units checked for this output (`base`); `inter` is left
+    all zero."""
+    stride = _first_stride(n, round_keys)
+    seen = _walk_postings(output, n, 0, stride, key_offsets, key_units, inter, touched, 0)
+    while stride > 1:
+        scale = n / ((n + stride - 1) // stride)  # the output's keys per key walked so far
+        found = _promising(touched, seen, inter, scale, n, jac_t, unit_offsets, checked, base, picks)
+        if _a_pick_beats(picks, found, jac_t, n, unit_offsets, unit_keys, stamp, base, checked, base):
+            for j in range(seen):
+                inter[touched[j]] = 0
+            return 0
+        stride //= 2
+        seen = _walk_postings(output, n, stride, 2 * stride, key_offsets, key_units, inter, touched, seen)
+    best = 0.0
+    for j in range(seen):
+        unit = touched[j]
+        jac = inter[unit] / (n + (unit_offsets[unit + 1] - unit_offsets[unit]) - inter[unit])
+        if jac > best:
+            best = jac
+    ties = 0
+    for j in range(seen):
+        unit = touched[j]
+        c = inter[unit]
+        if c / (n + (unit_offsets[unit + 1] - unit_offsets[unit]) - c) >= best - TIE:
+            ties += 1
+        inter[unit] = 0
+    return ties if jac_t >= best - TIE else 0
+
+
+@njit(nogil=True, cache=True)
+def _regularity_slice_full_walk(
     mode: int,
     known_offsets: np.ndarray,
     known_keys: np.ndarray,
@@ -763,7 +913,8 @@ def _regularity_slice(
     end: int,
     probe: int,
 ) -> np.ndarray:
-    """Per knowledge set at..end-1, the regularity attacker's success (`regularity_shares`)."""
+    """`_regularity_slice` with the whole walk of every output's postings (`_ties_at_best`): the reference the
+    rounds are tested and measured against."""
     shares = np.zeros(end - at)
     stamp = np.zeros(len(key_offsets) - 1, dtype=np.int64)
     output = np.empty(len(key_offsets) - 1, dtype=np.int64)
@@ -785,6 +936,57 @@ def _regularity_slice(
         if _beaten_early(known_keys, lo, hi, target, jac_t, n, *args):
             continue
         ties = _ties_at_best(output, n, jac_t, unit_offsets, key_offsets, key_units, inter, touched)
+        if ties:
+            shares[i - at] = 1.0 / ties
+    return shares
+
+
+@njit(nogil=True, cache=True)
+def _regularity_slice(
+    mode: int,
+    known_offsets: np.ndarray,
+    known_keys: np.ndarray,
+    targets: np.ndarray,
+    shifts: np.ndarray,
+    order: np.ndarray,
+    starts: np.ndarray,
+    group: np.ndarray,
+    minute: np.ndarray,
+    unit_offsets: np.ndarray,
+    unit_keys: np.ndarray,
+    key_offsets: np.ndarray,
+    key_units: np.ndarray,
+    at: int,
+    end: int,
+    probe: int,
+    round_keys: int,
+    checks: int,
+) -> np.ndarray:
+    """Per knowledge set at..end-1, the regularity attacker's success (`regularity_shares`)."""
+    shares = np.zeros(end - at)
+    stamp = np.zeros(len(key_offsets) - 1, dtype=np.int64)
+    output = np.empty(len(key_offsets) - 1, dtype=np.int64)
+    inter = np.zeros(len(unit_offsets) - 1, dtype=np.int64)
+    touched = np.empty(len(unit_offsets) - 1, dtype=np.int64)
+    checked = np.zeros(len(unit_offsets) - 1, dtype=np.int64)
+    picks = np.empty(checks, dtype=np.int64)
+    for i in range(at, end):
+        base = 2 * (i - at) + 2  # this output's stamps: base (a known key), base + 1 (a guess)
+        lo, hi = known_offsets[i], known_offsets[i + 1]
+        n = _regularity_output(mode, known_keys, lo, hi, shifts, order, starts, group, minute, stamp, base, output)
+        target = targets[i]
+        held, guessed = _overlap(unit_offsets, unit_keys, target, stamp, base)
+        if guessed == 0:  # the output shows nothing of the target's the adversary did not know
+            continue
+        jac_t = held / (n + (unit_offsets[target + 1] - unit_offsets[target]) - held)
+        walk = 0  # what the whole walk reads: the postings of the output's keys
+        for p in range(n):
+            walk += key_offsets[output[p] + 1] - key_offsets[output[p]]
+        args = (unit_offsets, unit_keys, key_offsets, key_units, stamp, base, walk // max(probe, 1))
+        if probe and _beaten_early(known_keys, lo, hi, target, jac_t, n, *args):
+            continue
+        walked = (inter, touched, checked, picks, round_keys)
+        ties = _ties_unless_beaten(output, n, jac_t, unit_offsets, unit_keys, key_offsets, key_units, stamp, base, *walked)
         if ties:
             shares[i - at] = 1.0 / ties
     return shares
@@ -1019,6 +1221,11 @@ class Guesses(NamedTuple):
 # The holders of the target's rarest known key are tried first for a strictly better match, reading up to
 # 1 / PROBE_SHARE of what the whole walk would: a failed try costs that much more, a success saves the walk.
 PROBE_SHARE = 1
+# The walk of an output's postings starts with about ROUND_KEYS of its keys and doubles them each round; after each
+# round the CHECKS units its counts rank best are checked for a strictly better match (their own keys read). On
+# the 10 M-ping benchmark (bench/regularity_bench.py) the cost is flat from 2 to 8 keys and 16 to 64 checks.
+ROUND_KEYS = 2
+CHECKS = 32
 
 
 def regularity_shares(
@@ -1032,13 +1239,16 @@ def regularity_shares(
     key_units: np.ndarray,
     at: int,
     end: int,
+    full_walk: bool = False,
 ) -> np.ndarray:
     """Per knowledge set at..end-1 (its keys known_keys[known_offsets[i]:...], all the target's own published keys),
     the regularity attacker's success under the project's rule: the output is the known keys and their guesses;
     0 when no guess is a published key of the target, else 1/t when the target is among the t units (the
     published key sets unit_*, postings key_*) whose Jaccard with the output ties the best, else 0. What
     `risk.attack.best_matches` finds for the output, without walking every posting of a knowledge set whose
-    target a unit among its rarest known key's holders already beats."""
+    target a unit among its rarest known key's holders, or among the best ranked by a part of the walk, already
+    beats. `full_walk`: every posting of every output walked once the rarest key's holders fail (the former
+    kernel, kept as the reference the rounds are compared with)."""
     n_keys, n_units = len(key_offsets) - 1, len(unit_offsets) - 1
     if not 0 <= at <= end <= len(known_offsets) - 1 or len(targets) != len(known_offsets) - 1:
         raise ValueError(f"regularity: knowledge sets {at}..{end} of {len(known_offsets) - 1} for {len(targets)} targets")
@@ -1056,7 +1266,7 @@ def regularity_shares(
             raise ValueError("regularity: the grouped keys do not cover the key codes")
         _within("regularity: grouped keys", guesses.order, n_keys)
         _within("regularity: groups", guesses.group, len(guesses.starts) - 1)
-    return _regularity_slice(
+    args = (
         guesses.mode,
         known_offsets,
         known_keys,
@@ -1074,3 +1284,6 @@ def regularity_shares(
         end,
         PROBE_SHARE,
     )
+    if full_walk:
+        return _regularity_slice_full_walk(*args)
+    return _regularity_slice(*args, ROUND_KEYS, CHECKS)
