@@ -57,7 +57,8 @@ def shares(
     offsets = KeySets.offsets(np.array([len(k) for k in knowledge]))
     known = np.concatenate(knowledge).astype(np.int64)
     pieces = np.linspace(0, len(knowledge), min(len(knowledge), 4 * (os.cpu_count() or 1)) + 1).astype(np.int64)
-    common = (guesses, offsets, known, targets, sets.unit_offsets, sets.unit_keys, sets.key_offsets, sets.key_units)
+    truth = kernels.MatchSets(sets.unit_offsets, sets.unit_keys, sets.key_offsets, sets.key_units)
+    common = (guesses, offsets, known, targets, truth)
 
     def piece(at: int, end: int) -> np.ndarray:
         return kernels.regularity_shares(*common, at, end, full_walk=full_walk)

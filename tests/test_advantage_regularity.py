@@ -109,7 +109,7 @@ def test_the_compiled_best_match_is_the_reference_best_match(seed):
     compiled = _guessers(times)
     for name in REGULARITY:
         expected = _reference(sets, reference_guesses[name], knowledge, targets)
-        with_, without = _regularity(sets, exposed, compiled[name], knowledge, targets)
+        with_, without = _regularity(_match(sets), exposed, compiled[name], knowledge, targets)
         assert np.array_equal(with_, expected), name
         assert np.array_equal(without, np.where(exposed[targets], 0.0, expected)), name
     assert any(_reference(sets, reference_guesses[n], knowledge, targets).any() for n in REGULARITY)  # not all 0
@@ -145,7 +145,7 @@ def test_the_compiled_best_match_is_the_reference_one_on_tiny_releases_built_to_
     compiled = _guessers(times)
     exposed = np.zeros(sets.units, dtype=bool)
     for name in REGULARITY:
-        with_, _ = _regularity(sets, exposed, compiled[name], knowledge, targets)
+        with_, _ = _regularity(_match(sets), exposed, compiled[name], knowledge, targets)
         assert np.array_equal(with_, _reference(sets, reference_guesses[name], knowledge, targets)), name
 
 
@@ -157,7 +157,7 @@ def test_the_compiled_best_match_refuses_codes_outside_the_key_sets():
     guesses = _guessers(KeyTimes.parse(names))[REGULARITY_DAY]
     offsets = KeySets.offsets(np.array([len(k) for k in knowledge]))
     known = np.concatenate(knowledge).astype(np.int64)
-    args = (sets.unit_offsets, sets.unit_keys, sets.key_offsets, sets.key_units, 0, len(knowledge))
+    args = (_match(sets), 0, len(knowledge))
     kernels.regularity_shares(guesses, offsets, known, targets, *args)  # as given: accepted
     bad_key = known.copy()
     bad_key[2] = sets.keys
@@ -169,6 +169,30 @@ def test_the_compiled_best_match_refuses_codes_outside_the_key_sets():
         kernels.regularity_shares(guesses, offsets, known, bad_target, *args)
     with pytest.raises(ValueError, match="shift table"):
         kernels.regularity_shares(guesses._replace(shifts=guesses.shifts[:-1]), offsets, known, targets, *args)
+    with pytest.raises(ValueError, match="span their keys"):
+        kernels.regularity_shares(guesses, offsets[:-1], known, targets[:-1], _match(sets), 0, len(knowledge) - 1)
+    # the key sets are checked once, when they are built, and the kernel takes no others
+    with pytest.raises(TypeError, match="MatchSets"):
+        kernels.regularity_shares(guesses, offsets, known, targets, sets, 0, len(knowledge))  # type: ignore[arg-type]
+    pairs = (sets.unit_offsets, sets.unit_keys, sets.key_offsets, sets.key_units)
+    bad_unit_key = sets.unit_keys.copy()
+    bad_unit_key[0] = sets.keys
+    with pytest.raises(ValueError, match="units' keys"):
+        kernels.MatchSets(pairs[0], bad_unit_key, *pairs[2:])
+    bad_posting = sets.key_units.copy()
+    bad_posting[0] = sets.units
+    with pytest.raises(ValueError, match="postings' units"):
+        kernels.MatchSets(*pairs[:3], bad_posting)
+    short = sets.unit_offsets.copy()
+    short[-1] -= 1
+    with pytest.raises(ValueError, match="units' offsets"):
+        kernels.MatchSets(short, *pairs[1:])
+    with pytest.raises(ValueError):  # read-only: checked once, not changed after
+        _match(sets).unit_keys[0] = 0
+
+
+def _match(sets: KeySets) -> kernels.MatchSets:
+    return kernels.MatchSets(sets.unit_offsets, sets.unit_keys, sets.key_offsets, sets.key_units)
 
 
 def test_a_sampled_zone_reports_no_less_than_the_attackers_on_every_unit():

@@ -76,7 +76,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -516,7 +516,7 @@ def _draw(
 
 
 def _regularity(
-    truth: KeySets, exposed_unit: np.ndarray, guesses: Guesses, knowledge: list[np.ndarray], targets: np.ndarray
+    truth: kernels.MatchSets, exposed_unit: np.ndarray, guesses: Guesses, knowledge: list[np.ndarray], targets: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Success with and without the target of the regularity guess from each knowledge set (its keys and the
     published keys `guesses` makes of them), under the project's rule (`kernels.regularity_shares`). Without a
@@ -529,7 +529,7 @@ def _regularity(
     known = np.concatenate(knowledge).astype(np.int64)
     targets = np.asarray(targets, dtype=np.int64)
     pieces = np.linspace(0, len(knowledge), min(len(knowledge), 4 * (os.cpu_count() or 1)) + 1).astype(np.int64)
-    common = (guesses, offsets, known, targets, truth.unit_offsets, truth.unit_keys, truth.key_offsets, truth.key_units)
+    common = (guesses, offsets, known, targets, truth)
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:  # the kernel holds no GIL
         done = list(pool.map(lambda at, end: kernels.regularity_shares(*common, at, end), pieces[:-1], pieces[1:]))
     success_with = np.concatenate(done)
@@ -589,69 +589,52 @@ def assess_advantage(
     settled = all(quantile_higher(member[labels == zone], params.quantile) > ceiling for zone in zones)
     note, earlier = "not in the portfolio", 0.0
     linked = np.arange(len(entries.unit))  # the recovery's targets (entry rows): every one unless it samples
+    pending: Future[RecoverySuccess] | None = None
+    done: RecoverySuccess | None = None  # the recovery's result, once there is one
     if callable(recovery):
         linked = _recovery_sample(labels, zones, params)
-        recovery = None if settled else recovery((entries.unit[linked], entries.zone[linked]))
-        if recovery is None:
+        if settled:
             note = "not run: the membership attacker alone puts every zone over the ceiling"
             linked = np.arange(len(entries.unit))
+        else:
+            pending = _in_background(recovery, (entries.unit[linked], entries.zone[linked]))
     elif recovery is not None:
-        earlier = recovery.seconds  # computed before this call
-    if recovery is not None:
-        sampled = "every unit" if len(linked) == len(entries.unit) else f"{len(linked):,} sampled targets"
-        note = f"run on {sampled}; {recovery.measured} targets over the ceiling measured without them"
-    none = np.zeros(len(entries.unit))
-    recovered = recovery.of(entries.unit, entries.zone) if recovery is not None else (none, none)
+        done, earlier = recovery, recovery.seconds  # computed before this call
     times = KeyTimes.parse(key_names)
     classified = _classifier_per_entry(sets, entries, key_classes(times, params.timezone), key_count, params)
+    figures = _Figures(labels, linked, member, classified, params, ceiling, population, exposed_unit, entries)
+    unrecovered = (np.zeros(len(entries.unit)), np.zeros(len(entries.unit)))
+    recovered = unrecovered if done is None else done.of(entries.unit, entries.zone)
+    gate = _gate_zones(zones, figures, recovered)
+    # While the recovery runs, the regularity attackers run too when the report will (likely) be the release's:
+    # the gate's figures only grow with the recovery's bounds, so what they say without it decides early.
+    wanted = reported(gate) if callable(reported) else reported
+    found = _regularity_found(sets, entries, exposed_unit, params, zones, labels, times) if wanted else None
+    if pending is not None:
+        done = pending.result()
+        recovered = done.of(entries.unit, entries.zone)
+        gate = _gate_zones(zones, figures, recovered)
+        wanted = reported(gate) if callable(reported) else reported
+        if wanted and found is None:
+            found = _regularity_found(sets, entries, exposed_unit, params, zones, labels, times)
+    if done is not None:
+        sampled = "every unit" if len(linked) == len(entries.unit) else f"{len(linked):,} sampled targets"
+        note = f"run on {sampled}; {done.measured} targets over the ceiling measured without them"
     report = AdvantageReport(
         units=sets.units,
         boundary_keys=int(boundary.sum()),
         boundary_units=int(exposed_unit.sum()),
         recovery=note,
+        reported=bool(wanted),
     )
-    no_targets = np.zeros(0, dtype=np.int64)  # no regularity targets: the gate's figures do not read them
-    gate = []
-    for zone in zones:
-        rows = np.flatnonzero(labels == zone)
-        chosen = np.intersect1d(rows, linked, assume_unique=True)
-        figures = (member, classified, recovered, _not_run(no_targets), params, ceiling, population, exposed_unit, entries)
-        gate.append(_zone_figures(zone, rows, no_targets, chosen, *figures))
-    report.reported = bool(reported(gate)) if callable(reported) else reported
-    if not report.reported:
+    if not wanted or found is None:
         report.zones = gate
-        report.seconds = time.perf_counter() - started + earlier
-        return report
-    guessers = _guessers(times)
-    truth = sets  # the best-match kernel reads 32- or 64-bit codes alike: no copy of the pairs
-    rng = np.random.default_rng(params.seed)
-    for zone in zones:
-        rows = np.flatnonzero(labels == zone)
-        sample = (
-            rows
-            if len(rows) <= max(params.regularity_whole_zone, params.targets_per_zone)
-            else np.sort(rng.choice(rows, params.targets_per_zone, replace=False))
-        )
-        found = _sampled_attacks(sets, truth, entries, exposed_unit, guessers, params, sample, rng)
-        chosen = np.intersect1d(rows, linked, assume_unique=True)
-        report.zones.append(
-            _zone_figures(
-                zone,
-                rows,
-                sample,
-                chosen,
-                member,
-                classified,
-                recovered,
-                found,
-                params,
-                ceiling,
-                population,
-                exposed_unit,
-                entries,
-            )
-        )
-    _same_gate(gate, report.zones)
+    else:
+        report.zones = [
+            _zone_figures(zone, *figures.of(zone, found[zone][0]), recovered, found[zone][1], *figures.rest())
+            for zone in zones
+        ]
+        _same_gate(gate, report.zones)
     report.seconds = time.perf_counter() - started + earlier
     return report
 
@@ -662,6 +645,79 @@ def _same_gate(gate: list[ZoneAdvantage], reported: list[ZoneAdvantage]) -> None
     fields = ("zone", "advantage", "advantage_ucb", "exposed", "exposed_share")
     if [[getattr(z, f) for f in fields] for z in gate] != [[getattr(z, f) for f in fields] for z in reported]:
         raise RuntimeError("advantage: the reported zones' gate figures differ from those the gate read")
+
+
+def _in_background(
+    recovery: Callable[[tuple[np.ndarray, np.ndarray]], RecoverySuccess], targets: tuple[np.ndarray, np.ndarray]
+) -> Future[RecoverySuccess]:
+    """The recovery on its own thread: it is the longest piece and mostly one core's work, and nothing else of the
+    assessment reads it until the gate's figures. Its result (or its error) is read with `.result()`."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="advantage-recovery")
+    try:
+        return pool.submit(recovery, targets)
+    finally:
+        pool.shutdown(wait=False)
+
+
+@dataclass(frozen=True)
+class _Figures:
+    """What every zone's figures read besides the recovery and the regularity attackers."""
+
+    labels: np.ndarray
+    linked: np.ndarray
+    member: np.ndarray
+    classified: np.ndarray
+    params: AdvantageParams
+    ceiling: float
+    population: dict[str, float] | None
+    exposed_unit: np.ndarray
+    entries: _Entries
+
+    def of(self, zone: str, sample: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """`_zone_figures`'s arguments before the recovery's: the zone, its rows, the regularity sample, the
+        recovery's targets in it, the membership and classifier figures."""
+        rows = np.flatnonzero(self.labels == zone)
+        chosen = np.intersect1d(rows, self.linked, assume_unique=True)
+        return rows, sample, chosen, self.member, self.classified
+
+    def rest(self) -> tuple[AdvantageParams, float, dict[str, float] | None, np.ndarray, _Entries]:
+        return self.params, self.ceiling, self.population, self.exposed_unit, self.entries
+
+
+def _gate_zones(zones: list[str], figures: _Figures, recovered: tuple[np.ndarray, np.ndarray]) -> list[ZoneAdvantage]:
+    """Every zone's gate figures, without the regularity attackers (no target: the gate does not read them)."""
+    no_targets = np.zeros(0, dtype=np.int64)
+    return [
+        _zone_figures(zone, *figures.of(zone, no_targets), recovered, _not_run(no_targets), *figures.rest())
+        for zone in zones
+    ]
+
+
+def _regularity_found(
+    sets: KeySets,
+    entries: _Entries,
+    exposed_unit: np.ndarray,
+    params: AdvantageParams,
+    zones: list[str],
+    labels: np.ndarray,
+    times: KeyTimes,
+) -> dict[str, tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]]:
+    """Per zone, the regularity attackers' targets (every unit of a small zone, else `targets_per_zone` sampled,
+    seeded) and their success with and without each target."""
+    guessers = _guessers(times)
+    # checked once for every attacker and zone; the kernel reads 32- or 64-bit codes alike: no copy of the pairs
+    truth = kernels.MatchSets(sets.unit_offsets, sets.unit_keys, sets.key_offsets, sets.key_units)
+    rng = np.random.default_rng(params.seed)
+    found = {}
+    for zone in zones:
+        rows = np.flatnonzero(labels == zone)
+        sample = (
+            rows
+            if len(rows) <= max(params.regularity_whole_zone, params.targets_per_zone)
+            else np.sort(rng.choice(rows, params.targets_per_zone, replace=False))
+        )
+        found[zone] = (sample, _sampled_attacks(sets, truth, entries, exposed_unit, guessers, params, sample, rng))
+    return found
 
 
 def _recovery_sample(labels: np.ndarray, zones: list[str], params: AdvantageParams) -> np.ndarray:
@@ -685,7 +741,7 @@ def _not_run(sample: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 def _sampled_attacks(
     sets: KeySets,
-    truth: KeySets,
+    truth: kernels.MatchSets,
     entries: _Entries,
     exposed_unit: np.ndarray,
     guessers: dict[str, Guesses],

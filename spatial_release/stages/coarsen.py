@@ -14,8 +14,8 @@ configuration tried, finest first: which zones were coarsened to which rung, how
 the zones still over the gate with their figures, and whether it passed. Each configuration is held in memory
 (`ReleaseContext.hold_candidate`) and only the last one is written. Under the advantage model each configuration
 is assessed for the gate's figures alone, and the one the loop keeps with the regularity attackers too (reported,
-never gated). The risk step then assesses the chosen candidate as any other, reading the key sets and the assessment kept here under the candidate's digest
-(`CandidateTables.digest`), which the written files give again.
+never gated). The risk step then assesses the chosen candidate as any other, reading the key sets and the
+assessment kept here under the candidate's digest (`CandidateTables.digest`), which the written files give again.
 
 The k floor and the audit need no such loop (a time ladder climbs locally where a figure is below k), and a
 suppression budget is met by `suppression.climb: to_budget`; a zone that is still over the gate with every
