@@ -708,27 +708,22 @@ def attack_risk(
     the trajectories are matched to the units only where a sampled knowledge set can pick them
     (`_reachable`): the per-zone figures and the recovery's accuracy then describe the sample alone."""
     started = time.perf_counter()
-    recovered = recover_trajectories(view, params) if recovered is None else recovered
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="attack-recovery") as pool:
+        # the recovery (one core's work, step by step) beside the true key sets and the knowledge drawn from
+        # them, which do not read it
+        pending = pool.submit(recover_trajectories, view, params) if recovered is None else None
+        truth_cells, truth_view, key_zone, view_key_of, width = _truth_sets(view, unit, step, area, zone_of_area)
+        drawn = draw_knowledge(truth_cells, params.knowledge())
+        recovered = pending.result() if pending is not None else recovered
+    assert recovered is not None
     n_areas = view.areas
-    width = n_areas + 1  # per bucket: the areas, then WITHHELD
-    published = np.zeros(view.steps * width, dtype=bool)
-    published[view.figure_step.astype(np.int64) * width + view.figure_area] = True
-    true_key = step.astype(np.int64) * width + area
-    view_key_of = np.arange(view.steps * width, dtype=np.int64)
-    hidden = ~published
-    view_key_of[hidden] = (view_key_of[hidden] // width) * width + n_areas  # withheld areas merge per bucket
-    zones = np.asarray(zone_of_area, dtype=object)
-    area_zone = np.concatenate([zones, ["(withheld)"]])  # per area code, WITHHELD last: a key's is its area's
-    key_zone = area_zone[np.arange(view.steps * width) % width]
     n_units = int(unit.max()) + 1 if len(unit) else 0
-    truth_cells = _sets(unit, true_key, n_units, view.steps * width, key_zone)
-    truth_view = _sets(unit, view_key_of[true_key], n_units, view.steps * width, key_zone)
     rec = _padded(
         _sets(recovered.traj, recovered.step * width + recovered.area, recovered.trajectories, view.steps * width, key_zone),
         recovered.trajectories,
     )
     hidden_key = np.arange(view.steps * width) % width == n_areas
-    drawn = draw_knowledge(truth_cells, params.knowledge())
+    area_zone = np.concatenate([np.asarray(zone_of_area, dtype=object), ["(withheld)"]])
     rows = len(drawn.entry_zone) * params.draws
     success = np.zeros(rows)
     member_hit = np.zeros(rows, dtype=bool)
@@ -782,6 +777,28 @@ def attack_risk(
         )
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _truth_sets(
+    view: ReleaseView, unit: np.ndarray, step: np.ndarray, area: np.ndarray, zone_of_area: np.ndarray
+) -> tuple[KeySets, KeySets, np.ndarray, np.ndarray, int]:
+    """The true key sets by (bucket, area) and as the view shows them (withheld areas merged per bucket into
+    WITHHELD, the last code of each bucket), each key's zone, the view's key of each true key, and the keys per
+    bucket (the areas and WITHHELD)."""
+    n_areas = view.areas
+    width = n_areas + 1  # per bucket: the areas, then WITHHELD
+    published = np.zeros(view.steps * width, dtype=bool)
+    published[view.figure_step.astype(np.int64) * width + view.figure_area] = True
+    true_key = step.astype(np.int64) * width + area
+    view_key_of = np.arange(view.steps * width, dtype=np.int64)
+    hidden = ~published
+    view_key_of[hidden] = (view_key_of[hidden] // width) * width + n_areas  # withheld areas merge per bucket
+    area_zone = np.concatenate([np.asarray(zone_of_area, dtype=object), ["(withheld)"]])  # WITHHELD last
+    key_zone = area_zone[np.arange(view.steps * width) % width]  # a key's zone is its area's
+    n_units = int(unit.max()) + 1 if len(unit) else 0
+    truth_cells = _sets(unit, true_key, n_units, view.steps * width, key_zone)
+    truth_view = _sets(unit, view_key_of[true_key], n_units, view.steps * width, key_zone)
+    return truth_cells, truth_view, key_zone, view_key_of, width
 
 
 def _zone_owners(point_owner: np.ndarray, point_area: np.ndarray, area_in_zone: np.ndarray) -> np.ndarray:
