@@ -1,6 +1,7 @@
 """The zone lookup classified through blocks of lookup cells (`build_zone_lookup`) is the lookup that classifying
 every lookup cell on its own gives (`_build_zone_lookup_flat`, the method before): the same grid and the same
-table, row for row, on random zone layers and on the Jersey City wards and census blocks. Two wrong variants
+table, row for row, on random zone layers and on the Jersey City wards and census blocks; and the zones each
+lookup cell touches, found by the prepared zones, are the ones the STRtree's intersects query finds. Two wrong variants
 of the blocks (a block on one zone's edge taken as inside it; a block's square a hair short of its lookup
 cells') show the comparison would catch a wrong classifier."""
 
@@ -132,6 +133,32 @@ def test_blocks_give_the_lookup_of_every_cell_on_random_layers(layout, seed, wid
         assert_same_lookup(build_zone_lookup(layer, max_cells, chunk), _build_zone_lookup_flat(layer, max_cells))
 
 
+def assert_same_touching_pairs(layer: ZoneLayer, max_cells: int) -> None:
+    frame = lookup._lookup_frame(layer, max_cells)
+    geoms = lookup._prepared_geometries(layer)
+    tree = shapely.STRtree(geoms)
+    lk = np.arange(frame.nx * frame.ny, dtype=np.int64)
+    boxes = lookup._boxes(frame.x0, frame.y0, frame.cell, lk // frame.ny, lk % frame.ny)
+    found = np.column_stack(lookup._touching_pairs(tree, geoms, boxes))
+    expected = np.column_stack(tree.query(boxes, predicate="intersects"))
+    assert np.array_equal(found[np.lexsort(found.T[::-1])], expected[np.lexsort(expected.T[::-1])])
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None)
+@given(
+    layout=st.sampled_from(sorted(LAYOUTS)),
+    seed=st.integers(0, 2**32 - 1),
+    width=st.floats(1e-3, 0.2),
+    max_cells=st.integers(1, 3_000),
+)
+def test_touching_pairs_are_the_tree_querys_pairs(layout, seed, width, max_cells):
+    """Every lookup cell's zones, by the prepared zones, are the pairs the tree's intersects query gives."""
+    polygons = LAYOUTS[layout](np.random.default_rng(seed), width, width * 0.7)
+    with zone_layer(polygons) as layer:
+        assert_same_touching_pairs(layer, max_cells)
+
+
 def aligned_squares(cols: int, rows: int, side: float) -> list[shapely.Geometry]:
     return [shapely.box(i * side, j * side, (i + 1) * side, (j + 1) * side) for i in range(cols) for j in range(rows)]
 
@@ -152,6 +179,7 @@ def test_blocks_give_the_lookup_of_every_cell_when_zone_edges_are_block_edges(co
         assert found.cell == 0.25
         assert_same_lookup(found, _build_zone_lookup_flat(layer, max_cells))
         assert found.boundary_share > 0
+        assert_same_touching_pairs(layer, max_cells)
 
 
 @pytest.mark.slow

@@ -87,10 +87,20 @@ def _block_boxes(frame: _Frame, gx0: np.ndarray, gy0: np.ndarray, gx1: np.ndarra
     return shapely.box(x0 + gx0 * cell, y0 + gy0 * cell, x0 + gx1 * cell, y0 + gy1 * cell)
 
 
+def _touching_pairs(tree: shapely.STRtree, geoms: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(box, zone) for every zone a box intersects. The same pairs as `tree.query(boxes, predicate="intersects")`:
+    the tree's envelope candidates, then GEOS's intersects on each, but evaluated by the prepared zone, not by
+    each box prepared afresh, which the query does and which cost a third of the time. Either way GEOS decides
+    with exact orientation tests on the same coordinates (the tests compare with the query's pairs)."""
+    box_idx, zone_idx = tree.query(boxes)
+    hit = shapely.intersects(geoms[zone_idx], boxes[box_idx])
+    return box_idx[hit], zone_idx[hit]
+
+
 def _classify(tree: shapely.STRtree, geoms: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     """Per box: the zone row when the box lies in the interior of the one zone it touches, ABSENT when it
     touches no zone, BOUNDARY otherwise."""
-    box_idx, zone_idx = tree.query(boxes, predicate="intersects")
+    box_idx, zone_idx = _touching_pairs(tree, geoms, boxes)
     touching = np.bincount(box_idx, minlength=len(boxes))
     cls = np.where(touching > 0, BOUNDARY, ABSENT).astype(np.int64)
     single = np.flatnonzero(touching[box_idx] == 1)
