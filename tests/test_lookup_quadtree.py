@@ -139,7 +139,7 @@ def assert_same_touching_pairs(layer: ZoneLayer, max_cells: int) -> None:
     tree = shapely.STRtree(geoms)
     lk = np.arange(frame.nx * frame.ny, dtype=np.int64)
     boxes = lookup._boxes(frame.x0, frame.y0, frame.cell, lk // frame.ny, lk % frame.ny)
-    found = np.column_stack(lookup._touching_pairs(tree, geoms, boxes))
+    found = np.column_stack(lookup._touching_pairs(geoms, boxes, *tree.query(boxes)))
     expected = np.column_stack(tree.query(boxes, predicate="intersects"))
     assert np.array_equal(found[np.lexsort(found.T[::-1])], expected[np.lexsort(expected.T[::-1])])
 
@@ -199,21 +199,32 @@ def test_blocks_give_the_lookup_of_every_cell_on_the_jersey_city_wards_and_block
 # The negative controls: wrong block classifiers that the comparison above must catch.
 
 
-def _inside_the_one_zone_it_touches(cell: float) -> Callable[..., np.ndarray]:
+Classified = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _inside_the_one_zone_it_touches(cell: float) -> Callable[..., Classified]:
     """A wrong `_classify`: a block (larger than one lookup cell) touching one zone is taken as inside it, even
     when the zone's edge crosses it."""
     exact = lookup._classify
 
-    def classify(tree: shapely.STRtree, geoms: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-        cls = exact(tree, geoms, boxes)
+    def classify(geoms: np.ndarray, boxes: np.ndarray, box_idx: np.ndarray, zone_idx: np.ndarray) -> Classified:
+        cls, box_idx, zone_idx = exact(geoms, boxes, box_idx, zone_idx)
         xmin, _, xmax, _ = shapely.bounds(boxes).T
-        box_idx, zone_idx = tree.query(boxes, predicate="intersects")
         touching = np.bincount(box_idx, minlength=len(boxes))
         lenient = (touching[box_idx] == 1) & ((xmax - xmin)[box_idx] > 1.5 * cell)
         cls[box_idx[lenient]] = zone_idx[lenient]
-        return cls
+        return cls, box_idx, zone_idx
 
     return classify
+
+
+def _one_zone_fewer(frame, level, mixed, pair_block, pair_zone):
+    """A wrong `_children`: the quarters of a block miss the last of the zones it touches."""
+    last = np.r_[pair_block[1:] != pair_block[:-1], True][: len(pair_block)]
+    return EXACT_CHILDREN(frame, level, mixed, pair_block[~last], pair_zone[~last])
+
+
+EXACT_CHILDREN = lookup._children
 
 
 def _a_hair_short(frame, gx0, gy0, gx1, gy1) -> np.ndarray:
@@ -242,3 +253,11 @@ def test_the_comparison_catches_a_block_square_short_of_its_lookup_cells(monkeyp
         assert_same_lookup(build_zone_lookup(layer, max_cells), expected)
         monkeypatch.setattr(lookup, "_block_boxes", _a_hair_short)
         assert lookups_differ(build_zone_lookup(layer, max_cells), expected)
+
+
+def test_the_comparison_catches_a_block_quarter_missing_one_of_its_blocks_zones(monkeypatch):
+    polygons = voronoi_zones(np.random.default_rng(1), 12, 0.05, 0.03)
+    with zone_layer(polygons) as layer:
+        expected = _build_zone_lookup_flat(layer, 5_000)
+        monkeypatch.setattr(lookup, "_children", _one_zone_fewer)
+        assert lookups_differ(build_zone_lookup(layer, 5_000), expected)

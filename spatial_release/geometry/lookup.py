@@ -87,26 +87,29 @@ def _block_boxes(frame: _Frame, gx0: np.ndarray, gy0: np.ndarray, gx1: np.ndarra
     return shapely.box(x0 + gx0 * cell, y0 + gy0 * cell, x0 + gx1 * cell, y0 + gy1 * cell)
 
 
-def _touching_pairs(tree: shapely.STRtree, geoms: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(box, zone) for every zone a box intersects. The same pairs as `tree.query(boxes, predicate="intersects")`:
-    the tree's envelope candidates, then GEOS's intersects on each, but evaluated by the prepared zone, not by
-    each box prepared afresh, which the query does and which cost a third of the time. Either way GEOS decides
-    with exact orientation tests on the same coordinates (the tests compare with the query's pairs)."""
-    box_idx, zone_idx = tree.query(boxes)
+def _touching_pairs(
+    geoms: np.ndarray, boxes: np.ndarray, box_idx: np.ndarray, zone_idx: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The candidate (box, zone) pairs whose box and zone intersect. GEOS evaluates intersects by the prepared
+    zone; the STRtree's intersects query prepares each box afresh instead, which cost a third of the time. Either
+    way GEOS decides with exact orientation tests on the same coordinates (the tests compare the two)."""
     hit = shapely.intersects(geoms[zone_idx], boxes[box_idx])
     return box_idx[hit], zone_idx[hit]
 
 
-def _classify(tree: shapely.STRtree, geoms: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+def _classify(
+    geoms: np.ndarray, boxes: np.ndarray, box_idx: np.ndarray, zone_idx: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per box: the zone row when the box lies in the interior of the one zone it touches, ABSENT when it
-    touches no zone, BOUNDARY otherwise."""
-    box_idx, zone_idx = _touching_pairs(tree, geoms, boxes)
+    touches no zone, BOUNDARY otherwise; given candidate (box, zone) pairs that hold every zone a box touches.
+    Also the pairs that touch."""
+    box_idx, zone_idx = _touching_pairs(geoms, boxes, box_idx, zone_idx)
     touching = np.bincount(box_idx, minlength=len(boxes))
     cls = np.where(touching > 0, BOUNDARY, ABSENT).astype(np.int64)
     single = np.flatnonzero(touching[box_idx] == 1)
     inside = shapely.contains_properly(geoms[zone_idx[single]], boxes[box_idx[single]])
     cls[box_idx[single][inside]] = zone_idx[single][inside]
-    return cls
+    return cls, box_idx, zone_idx
 
 
 def _cells_of_blocks(
@@ -123,14 +126,33 @@ def _cells_of_blocks(
     return gx * frame.ny + gy, block
 
 
-def _children(frame: _Frame, bx: np.ndarray, by: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """The four quarters (blocks of side size // 2, in block indices of that side) of the blocks (bx, by) of side
-    `size`, less the quarters that start past the lookup grid."""
-    cx = (2 * bx[:, None] + np.array([0, 0, 1, 1])).ravel()
-    cy = (2 * by[:, None] + np.array([0, 1, 0, 1])).ravel()
-    half = size // 2
+@dataclass(frozen=True)
+class _Level:
+    """Blocks of side `size` lookup cells to classify, (bx, by) in block indices, and the zones each may touch:
+    candidate pairs (pair_block, a row of bx, sorted; pair_zone)."""
+
+    size: int
+    bx: np.ndarray
+    by: np.ndarray
+    pair_block: np.ndarray
+    pair_zone: np.ndarray
+
+
+def _children(frame: _Frame, level: _Level, mixed: np.ndarray, pair_block: np.ndarray, pair_zone: np.ndarray) -> _Level:
+    """The four quarters of the mixed blocks (rows of level.bx), less those that start past the lookup grid,
+    with the zones their block touches (pairs by row of `mixed`, sorted) as their candidates: a quarter's square
+    lies in its block's, so it touches no zone its block does not."""
+    cx = (2 * level.bx[mixed][:, None] + np.array([0, 0, 1, 1])).ravel()
+    cy = (2 * level.by[mixed][:, None] + np.array([0, 1, 0, 1])).ravel()
+    half = level.size // 2
     on_grid = (cx * half < frame.nx) & (cy * half < frame.ny)
-    return cx[on_grid], cy[on_grid]
+    child = np.cumsum(on_grid) - 1
+    quarter = (pair_block[:, None] * 4 + np.arange(4)).ravel()
+    # by quarter, as the chunks slice them; stable, so each quarter's zones stay in order
+    order = np.argsort(quarter, kind="stable")
+    quarter, zone = quarter[order], np.repeat(pair_zone, 4)[order]
+    kept = on_grid[quarter]
+    return _Level(half, cx[on_grid], cy[on_grid], child[quarter[kept]], zone[kept])
 
 
 def _chunks(n: int, chunk: int) -> Iterator[slice]:
@@ -138,42 +160,50 @@ def _chunks(n: int, chunk: int) -> Iterator[slice]:
         yield slice(start, min(start + chunk, n))
 
 
-def _classify_blocks(frame: _Frame, tree: shapely.STRtree, geoms: np.ndarray, chunk: int) -> np.ndarray:
+def _classify_blocks(frame: _Frame, geoms: np.ndarray, chunk: int) -> np.ndarray:
     """The class of every lookup cell (ABSENT, a zone row or BOUNDARY), indexed by lookup key.
 
     Level by level from one block over the whole grid: a block that touches no zone leaves its lookup cells
     ABSENT, since each one's square lies in the block's (`_block_boxes`) and so touches no zone either. A block
     in the interior of the one zone it touches gives that zone to its lookup cells: each one's square lies in
     that interior, so it touches that zone, no other, and lies in its interior, as `_classify` of the lookup cell
-    alone finds. Any other block is cut in four, down to single lookup cells, classified as before. Blocks are
-    classified `chunk` at a time, so the shapely boxes in memory stay bounded as before.
+    alone finds. Any other block is cut in four, down to single lookup cells, classified as before (the zones a
+    square touches are the zones its block touches that it touches). Blocks are classified `chunk` at a time, so
+    the shapely boxes in memory stay bounded as before.
     """
     classes = np.full(frame.nx * frame.ny, ABSENT, dtype=np.int64)
     size = 1 << max(0, math.ceil(math.log2(max(frame.nx, frame.ny))))
-    bx, by = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
-    while len(bx):
-        refine = []
-        for part in _chunks(len(bx), chunk):
-            gx0, gy0 = bx[part] * size, by[part] * size
-            gx1, gy1 = np.minimum(gx0 + size, frame.nx), np.minimum(gy0 + size, frame.ny)
-            cls = _classify(tree, geoms, _block_boxes(frame, gx0, gy0, gx1, gy1))
+    origin = np.zeros(1, dtype=np.int64)
+    level = _Level(size, origin, origin, np.zeros(len(geoms), dtype=np.int64), np.arange(len(geoms), dtype=np.int64))
+    while len(level.bx):
+        refine, pair_blocks, pair_zones = [], [], []
+        for part in _chunks(len(level.bx), chunk):
+            lo, hi = np.searchsorted(level.pair_block, [part.start, part.stop])
+            gx0, gy0 = level.bx[part] * level.size, level.by[part] * level.size
+            gx1, gy1 = np.minimum(gx0 + level.size, frame.nx), np.minimum(gy0 + level.size, frame.ny)
+            boxes = _block_boxes(frame, gx0, gy0, gx1, gy1)
+            cls, box_idx, zone_idx = _classify(geoms, boxes, level.pair_block[lo:hi] - part.start, level.pair_zone[lo:hi])
             # a lookup cell's BOUNDARY is final; a larger block's is settled by its quarters
-            settled = cls != ABSENT if size == 1 else cls >= 0
+            settled = cls != ABSENT if level.size == 1 else cls >= 0
             lk, block = _cells_of_blocks(frame, gx0[settled], gy0[settled], gx1[settled], gy1[settled])
             classes[lk] = cls[settled][block]
-            refine.append(np.flatnonzero(cls == BOUNDARY) + part.start)
-        if size == 1:
+            mixed = cls == BOUNDARY
+            refine.append(np.flatnonzero(mixed) + part.start)
+            pair_blocks.append(box_idx[mixed[box_idx]] + part.start)
+            pair_zones.append(zone_idx[mixed[box_idx]])
+        if level.size == 1:
             break
-        mixed = np.concatenate(refine)
-        bx, by = _children(frame, bx[mixed], by[mixed], size)
-        size //= 2
+        rows = np.concatenate(refine)
+        # each pair's block as its row among the mixed blocks (both sorted)
+        pair_block = np.searchsorted(rows, np.concatenate(pair_blocks))
+        level = _children(frame, level, rows, pair_block, np.concatenate(pair_zones))
     return classes
 
 
 def build_zone_lookup(layer: ZoneLayer, max_cells: int = 1_000_000, chunk: int = 250_000) -> ZoneLookup:
     frame = _lookup_frame(layer, max_cells)
     geoms = _prepared_geometries(layer)
-    classes = _classify_blocks(frame, shapely.STRtree(geoms), geoms, chunk)
+    classes = _classify_blocks(frame, geoms, chunk)
     lk = np.flatnonzero(classes != ABSENT).astype(np.int64)
     table = pd.DataFrame({"lk": lk, "cls": classes[lk]})
     return ZoneLookup(float(frame.x0), float(frame.y0), float(frame.cell), frame.nx, frame.ny, table)
