@@ -1,9 +1,9 @@
 """The zone lookup classified through blocks of lookup cells (`build_zone_lookup`) is the lookup that classifying
 every lookup cell on its own gives (`_build_zone_lookup_flat`, the method before): the same grid and the same
 table, row for row, on random zone layers and on the Jersey City wards and census blocks; and the zones each
-lookup cell touches, found by the prepared zones, are the ones the STRtree's intersects query finds. Two wrong variants
-of the blocks (a block on one zone's edge taken as inside it; a block's square a hair short of its lookup
-cells') show the comparison would catch a wrong classifier."""
+lookup cell touches, found by the prepared zones, are the ones the STRtree's intersects query finds. Three wrong
+variants of the blocks (a block on one zone's edge taken as inside it; a block's square a hair short of its
+lookup cells'; a block's quarters missing one of its zones) show the comparison would catch a wrong classifier."""
 
 from __future__ import annotations
 
