@@ -10,9 +10,10 @@ So the lookup changes speed, never the answer.
 
 The lookup cells are classified through blocks of 2^l x 2^l of them (a quadtree, `_classify_blocks`): a block
 that touches no zone, or lies in the interior of the one zone it touches, gives all its lookup cells that
-class at once; only the other blocks are cut in four, down to the lookup cells, which are classified as each
-one always was. A block's square covers its lookup cells' squares exactly as they are computed (`_boxes`), so
-the table is the one classifying every lookup cell gives (`_build_zone_lookup_flat`, kept as the reference).
+class at once; only the other blocks are cut in four, down to the lookup cells, which get the same two
+predicates as before (GEOS's intersects and contains_properly, exact on the given coordinates). A block's square
+covers its lookup cells' squares exactly as they are computed (`_block_boxes`), so the table is the one
+classifying every lookup cell gives (`_build_zone_lookup_flat`, kept as the reference the tests compare with).
 """
 
 from __future__ import annotations
