@@ -416,10 +416,10 @@ def _state_costs(view: ReleaseView, states: np.ndarray, areas: np.ndarray, movin
     return cost
 
 
-# np.argpartition's order among equal values is its implementation's: numpy picks one by the CPU's vector
-# extensions (AVX2, AVX-512), so the arcs it chose, and the trajectories a tie sent where, differed between machines,
-# and so did the recovery's figures (Citi Bike 2018-Q1's worst ward bound: 0.0128 on one machine, 0.0087 on
-# another, from the same code and data). These two break ties by position, on every machine.
+# np.argpartition's order among equal values is its implementation's, and numpy picks the implementation by the
+# CPU's vector extensions. The same code and data gave Citi Bike 2018-Q1's worst ward bound 0.0128 on the machine
+# that wrote the manual and 0.0087 on another (AVX2, no AVX-512); the ties these two choose were the only part of
+# the recovery found to depend on the machine. They break ties by position, as a stable sort does, everywhere.
 
 
 def smallest(values: np.ndarray, take: int) -> np.ndarray:
