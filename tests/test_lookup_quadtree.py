@@ -118,7 +118,7 @@ LAYOUTS: dict[str, Callable[[np.random.Generator, float, float], list[shapely.Ge
 
 
 @pytest.mark.slow
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     layout=st.sampled_from(sorted(LAYOUTS)),
     seed=st.integers(0, 2**32 - 1),
@@ -193,7 +193,9 @@ def test_blocks_give_the_lookup_of_every_cell_on_the_jersey_city_wards_and_block
     assert len(layers) == 2
     for layer in layers:
         assert isinstance(layer, ZoneLayer)
-        assert_same_lookup(build_zone_lookup(layer), _build_zone_lookup_flat(layer))
+        # a quarter of the default million lookup cells: the real zones' edges at a grid the reference builds in a
+        # quarter of the time (the default grid is compared by bench/lookup_bench.py)
+        assert_same_lookup(build_zone_lookup(layer, 250_000), _build_zone_lookup_flat(layer, 250_000))
 
 
 # The negative controls: wrong block classifiers that the comparison above must catch.
