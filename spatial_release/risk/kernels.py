@@ -707,6 +707,28 @@ def _beaten_early(
 
 
 @njit(nogil=True, cache=True)
+def _ties_of_counts(
+    touched: np.ndarray, seen: int, inter: np.ndarray, n: int, jac_t: float, unit_offsets: np.ndarray
+) -> int:
+    """From every touched unit's exact overlap with the output (n keys) in `inter`: how many units tie for the
+    best Jaccard when the target (Jaccard `jac_t`) is among them, else 0. `inter` is left all zero."""
+    best = 0.0
+    for j in range(seen):
+        unit = touched[j]
+        jac = inter[unit] / (n + (unit_offsets[unit + 1] - unit_offsets[unit]) - inter[unit])
+        if jac > best:
+            best = jac
+    ties = 0
+    for j in range(seen):
+        unit = touched[j]
+        c = inter[unit]
+        if c / (n + (unit_offsets[unit + 1] - unit_offsets[unit]) - c) >= best - TIE:
+            ties += 1
+        inter[unit] = 0
+    return ties if jac_t >= best - TIE else 0
+
+
+@njit(nogil=True, cache=True)
 def _ties_at_best(
     output: np.ndarray,
     n: int,
@@ -728,20 +750,7 @@ def _ties_at_best(
                 touched[seen] = unit
                 seen += 1
             inter[unit] += 1
-    best = 0.0
-    for j in range(seen):
-        unit = touched[j]
-        jac = inter[unit] / (n + (unit_offsets[unit + 1] - unit_offsets[unit]) - inter[unit])
-        if jac > best:
-            best = jac
-    ties = 0
-    for j in range(seen):
-        unit = touched[j]
-        c = inter[unit]
-        if c / (n + (unit_offsets[unit + 1] - unit_offsets[unit]) - c) >= best - TIE:
-            ties += 1
-        inter[unit] = 0
-    return ties if jac_t >= best - TIE else 0
+    return _ties_of_counts(touched, seen, inter, n, jac_t, unit_offsets)
 
 
 @njit(nogil=True, cache=True)
@@ -878,20 +887,7 @@ def _ties_unless_beaten(
             return 0
         stride //= 2
         seen = _walk_postings(output, n, stride, 2 * stride, key_offsets, key_units, inter, touched, seen)
-    best = 0.0
-    for j in range(seen):
-        unit = touched[j]
-        jac = inter[unit] / (n + (unit_offsets[unit + 1] - unit_offsets[unit]) - inter[unit])
-        if jac > best:
-            best = jac
-    ties = 0
-    for j in range(seen):
-        unit = touched[j]
-        c = inter[unit]
-        if c / (n + (unit_offsets[unit + 1] - unit_offsets[unit]) - c) >= best - TIE:
-            ties += 1
-        inter[unit] = 0
-    return ties if jac_t >= best - TIE else 0
+    return _ties_of_counts(touched, seen, inter, n, jac_t, unit_offsets)
 
 
 @njit(nogil=True, cache=True)
