@@ -94,18 +94,44 @@ def _solve_pack(
 ) -> None:
     model = ComponentModel(table, [n for nodes in pack for n in nodes], relations_of, options)
     # a component's free columns are its withheld figures (published ones are fixed at their value)
-    own_columns = {}
-    for nodes in pack:
-        columns = np.array([model.column[n] for n in nodes], dtype=np.int64)
-        own_columns.update({n: columns for n in nodes})
+    parts = _PackParts(model, pack)
     pending = [n for nodes in pack for n in nodes if table.status[n] != PUBLISHED and table.lower_bound(n) < 2]
-    at_zero = _Bulk(model, k, cap, result, own_columns).zeros(pending)
+    at_zero = _Bulk(model, k, cap, result, parts).zeros(pending)
     for node in pending:
         if node in at_zero:
             continue
-        lo = _integer_lower_bound(model, node, result, own_columns[node])
+        lo = _integer_lower_bound(model, node, result, parts.columns_of(node))
         if lo is None or lo == 1:
             result.at_one.append(node)
+
+
+class _PackParts:
+    """Which component of a pack each node and each model column belongs to, so that an optimum's integrality
+    is judged once per component (the same answer as judging each node's component columns on their own,
+    without a pass over the component per node)."""
+
+    def __init__(self, model: ComponentModel, pack: list[list[int]]):
+        self.model = model
+        self.part_of: dict[int, int] = {}
+        self.columns: list[np.ndarray] = []
+        self.part_of_column = np.full(len(model.nodes), -1, dtype=np.int64)
+        for i, nodes in enumerate(pack):
+            columns = np.array([model.column[n] for n in nodes], dtype=np.int64)
+            self.columns.append(columns)
+            self.part_of_column[columns] = i
+            self.part_of.update(dict.fromkeys(nodes, i))
+
+    def columns_of(self, node: int) -> np.ndarray:
+        return self.columns[self.part_of[node]]
+
+    def integral_parts(self, values: np.ndarray) -> np.ndarray:
+        """Per component: whether every finite value of its columns is within TOL of an integer
+        (`audit._is_integral` on the component's columns)."""
+        fractional = np.isfinite(values) & (np.abs(values - np.round(values)) > TOL)
+        integral = np.ones(len(self.columns), dtype=bool)
+        owners = self.part_of_column[fractional]
+        integral[owners[owners >= 0]] = False
+        return integral
 
 
 @dataclass
@@ -114,7 +140,7 @@ class _Bulk:
     k: int
     cap: float
     result: ExistenceResult
-    own_columns: dict[int, np.ndarray]
+    parts: _PackParts
 
     def zeros(self, pending: list[int]) -> set[int]:
         """Figures shown able to be 0 by optima of sum-minimising LPs whose part in the figure's component is
@@ -128,7 +154,9 @@ class _Bulk:
             self.result.lps += 1
             if values is None:
                 break
-            newly = {n for n in left if values[self.model.column[n]] <= TOL and _is_integral(values[self.own_columns[n]])}
+            integral = self.parts.integral_parts(values)
+            column, part_of = self.model.column, self.parts.part_of
+            newly = {n for n in left if values[column[n]] <= TOL and integral[part_of[n]]}
             if not newly:
                 break
             found |= newly
