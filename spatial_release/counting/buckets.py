@@ -6,6 +6,7 @@ not assumed); the counting engines map an instant to its bucket through this slo
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -65,10 +66,29 @@ def bucket_slots(policy: Policy, period: Period, rung: str | None = None) -> Buc
     checking that the slot's first and last microsecond fall in the same bucket. `rung`: a rung of the
     policy's time ladder instead of its bucket."""
     start, end = period.utc_window(policy.time.timezone)
+    first_slot, slot_bucket, buckets = _slot_table(
+        rung_interval_sql(policy, rung), policy.time.timezone, start, end, period.label, policy.time.bucket
+    )
+    # fresh lists: a caller may keep and change its own copy, never the memo's
+    return BucketSlots(first_slot, list(slot_bucket), list(buckets))
+
+
+# The slot table depends on the interval, the zone and the window alone; a release asks for the same few tables
+# hundreds of times (structure, counting, ladders, the report), and each costs a DuckDB session and a query
+# over some 8,600 slots. Tuples in the memo: nothing a caller does can change it.
+SLOT_TABLES_KEPT = 64
+
+
+@functools.lru_cache(maxsize=SLOT_TABLES_KEPT)
+def _slot_table(
+    interval: str, timezone: str, start: datetime, end: datetime, label: str, bucket: str
+) -> tuple[int, tuple[int, ...], tuple[datetime, ...]]:
+    """(first slot, bucket number of each slot, bucket starts) for `interval` in `timezone` over [start, end).
+    `label` and `bucket` name the period and the bucket in the errors only."""
     con = duckdb.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
-        interval, tz = rung_interval_sql(policy, rung), _lit(policy.time.timezone)
+        tz = _lit(timezone)
         # instants as microseconds (numpy arrays): a datetime object per slot cost a tenth of a second
         rows = con.execute(
             f"SELECT epoch_us(t) // {SLOT_US} AS slot, epoch_us(time_bucket({interval}, t, {tz})) AS b, "
@@ -79,16 +99,16 @@ def bucket_slots(policy: Policy, period: Period, rung: str | None = None) -> Buc
     finally:
         con.close()
     if int(start.timestamp() * 1_000_000) % SLOT_US:
-        raise CountingError(f"period {period.label} does not start on a 15-minute boundary in UTC")
+        raise CountingError(f"period {label} does not start on a 15-minute boundary in UTC")
     slot, first, last = (np.asarray(rows[name], np.int64) for name in ("slot", "b", "b_last"))
     split = np.flatnonzero(first != last)
     if len(split):
         raise CountingError(
-            f"bucket {policy.time.bucket} in {policy.time.timezone} has an edge inside the "
+            f"bucket {bucket} in {timezone} has an edge inside the "
             f"15-minute slot starting {_instant(int(first[split[0]]))}; slot bucketing cannot be used"
         )
     starts, number = np.unique(first, return_inverse=True)
-    return BucketSlots(int(slot[0]), number.tolist(), [_instant(int(us)) for us in starts])
+    return int(slot[0]), tuple(number.tolist()), tuple(_instant(int(us)) for us in starts)
 
 
 _UTC = ZoneInfo("UTC")
@@ -106,20 +126,25 @@ def partial_buckets(policy: Policy, period: Period, rung: str | None = None) -> 
     slots = bucket_slots(policy, period, rung)
     start, end = period.utc_window(policy.time.timezone)
     partial = {0} if slots.buckets and slots.buckets[0] < start else set()
+    holding_end = _bucket_holding(rung_interval_sql(policy, rung), policy.time.timezone, end)
+    if slots.buckets and holding_end == slots.buckets[-1]:
+        partial.add(len(slots.buckets) - 1)
+    return partial
+
+
+@functools.lru_cache(maxsize=SLOT_TABLES_KEPT)
+def _bucket_holding(interval: str, timezone: str, instant: datetime) -> datetime:
+    """The start of the bucket of `interval` in `timezone` that holds `instant` (DuckDB's time_bucket)."""
     con = duckdb.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
         row = con.execute(
-            f"SELECT time_bucket({rung_interval_sql(policy, rung)}, TIMESTAMPTZ {_lit(end.isoformat())}, "
-            f"{_lit(policy.time.timezone)})"
+            f"SELECT time_bucket({interval}, TIMESTAMPTZ {_lit(instant.isoformat())}, {_lit(timezone)})"
         ).fetchone()
     finally:
         con.close()
     assert row is not None  # a SELECT without FROM returns one row
-    (holding_end,) = row
-    if slots.buckets and holding_end == slots.buckets[-1]:
-        partial.add(len(slots.buckets) - 1)
-    return partial
+    return row[0]
 
 
 def cut_buckets(policy: Policy, period: Period, rung: str | None) -> list[datetime]:
