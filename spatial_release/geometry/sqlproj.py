@@ -350,22 +350,14 @@ def fitted_projection(
         return None
     w, s, e, n = w - 1e-6, s - 1e-6, e + 1e-6, n + 1e-6  # a margin so the extremes are strictly inside
     cu, cv, hu, hv = (w + e) / 2, (s + n) / 2, (e - w) / 2, (n - s) / 2
-    to_crs = Transformer.from_crs("EPSG:4326", crs, always_xy=True)
-    nodes = np.cos(np.pi * (np.arange(64) + 0.5) / 64)  # Chebyshev nodes: near-minimax least squares
-    u, v = (a.ravel() for a in np.meshgrid(nodes, nodes))
-    x, y = to_crs.transform(cu + hu * u, cv + hv * v)
-    check_lon, check_lat = validation_points((w, s, e, n))
-    ex, ey = to_crs.transform(check_lon, check_lat)
-    if not all(np.isfinite(a).all() for a in (x, y, ex, ey)):
+    samples = _fit_samples(crs, (w, s, e, n))
+    if samples is None:
         # the CRS is undefined somewhere in the extent (pings on the far side of the globe, e.g. a file
         # with swapped axes beside a good one): no polynomial can stand for it, use the formula or pyproj
         return None
-    cu_check, cv_check = (check_lon - cu) / hu, (check_lat - cv) / hv
+    check_lon, check_lat, ex, ey = samples.check_lon, samples.check_lat, samples.ex, samples.ey
     for degree in degrees:
-        basis = _monomials(u, v, degree)
-        fx, fy = (np.linalg.lstsq(basis, target, rcond=None)[0] for target in (x, y))
-        check = _monomials(cu_check, cv_check, degree)
-        fit_error = max(np.abs(check @ fx - ex).max(), np.abs(check @ fy - ey).max())
+        fx, fy, fit_error = _fit(crs, (w, s, e, n), samples, degree)
         if not fit_error <= guard * MAX_ERROR_FRACTION / 2:  # a NaN error is a failed fit too
             continue
         layers: Layers = (
@@ -381,3 +373,71 @@ def fitted_projection(
             trusted = _error_against(*polynomial.evaluate(check_lon, check_lat), ex, ey) <= guard * MAX_ERROR_FRACTION
             return replace(projection, max_error=error, polynomial=polynomial if trusted else None)
     return None
+
+
+@dataclass(frozen=True)
+class _FitSamples:
+    """pyproj's values at the fit's Chebyshev nodes (x, y at u, v in [-1, 1]^2) and at the validation points."""
+
+    u: np.ndarray
+    v: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    check_lon: np.ndarray
+    check_lat: np.ndarray
+    ex: np.ndarray
+    ey: np.ndarray
+
+
+# The fit depends on the CRS and the extent alone, and a release asks for it once per zoning and engine (the
+# counting step, its reruns in the checks, the DP frontier): fitted once per process. Read-only arrays: nothing
+# a caller does changes the memo. Validation on the engine is never memoised: it is what makes a fit usable.
+_FITS_KEPT = 32
+_samples_memo: dict[tuple, _FitSamples | None] = {}
+_fit_memo: dict[tuple, tuple[np.ndarray, np.ndarray, float]] = {}
+
+
+def _read_only(*arrays: np.ndarray) -> None:
+    for a in arrays:
+        a.flags.writeable = False
+
+
+def _fit_samples(crs: CRS, bounds: tuple[float, float, float, float]) -> _FitSamples | None:
+    key = (crs.to_wkt(), bounds)
+    if key not in _samples_memo:
+        w, s, e, n = bounds
+        cu, cv, hu, hv = (w + e) / 2, (s + n) / 2, (e - w) / 2, (n - s) / 2
+        to_crs = Transformer.from_crs("EPSG:4326", crs, always_xy=True)
+        nodes = np.cos(np.pi * (np.arange(64) + 0.5) / 64)  # Chebyshev nodes: near-minimax least squares
+        u, v = (a.ravel() for a in np.meshgrid(nodes, nodes))
+        x, y = to_crs.transform(cu + hu * u, cv + hv * v)
+        check_lon, check_lat = validation_points(bounds)
+        ex, ey = to_crs.transform(check_lon, check_lat)
+        found = None
+        if all(np.isfinite(a).all() for a in (x, y, ex, ey)):
+            arrays = tuple(np.asarray(a, dtype=float) for a in (u, v, x, y, check_lon, check_lat, ex, ey))
+            _read_only(*arrays)
+            found = _FitSamples(*arrays)
+        if len(_samples_memo) >= _FITS_KEPT:
+            _samples_memo.clear()
+        _samples_memo[key] = found
+    return _samples_memo[key]
+
+
+def _fit(
+    crs: CRS, bounds: tuple[float, float, float, float], samples: _FitSamples, degree: int
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """The least-squares polynomial of `degree` (x and y coefficients) and its error on the validation points."""
+    key = (crs.to_wkt(), bounds, degree)
+    if key not in _fit_memo:
+        w, s, e, n = bounds
+        cu, cv, hu, hv = (w + e) / 2, (s + n) / 2, (e - w) / 2, (n - s) / 2
+        basis = _monomials(samples.u, samples.v, degree)
+        fx, fy = (np.linalg.lstsq(basis, target, rcond=None)[0] for target in (samples.x, samples.y))
+        check = _monomials((samples.check_lon - cu) / hu, (samples.check_lat - cv) / hv, degree)
+        fit_error = max(np.abs(check @ fx - samples.ex).max(), np.abs(check @ fy - samples.ey).max())
+        _read_only(fx, fy)
+        if len(_fit_memo) >= _FITS_KEPT * 5:
+            _fit_memo.clear()
+        _fit_memo[key] = (fx, fy, float(fit_error))
+    return _fit_memo[key]
