@@ -216,6 +216,7 @@ class Attacker:
     def __init__(self, published: dict[tuple, int], measure: str, overlap: bool = False):
         self.published = published
         self.col: dict[tuple, int] = {}
+        self._highs: highspy.Highs | None = None
         weeks = sorted({_week_of(d) for d in DAYS})
         areas = [("cell", c) for c in CELLS] + [("grid_2000m", PARENT), ("total", "total")]
         for base, area in areas:
@@ -279,26 +280,47 @@ class Attacker:
     def _var(self, key: tuple) -> None:
         self.col[key] = len(self.col)
 
+    def _model(self) -> highspy.Highs:
+        """The attacker's integer program (published figures fixed, every relation a row), built once: each
+        bound is the same program under another objective."""
+        if self._highs is None:
+            h = highspy.Highs()
+            h.setOptionValue("output_flag", False)
+            h.setOptionValue("threads", 1)
+            n = len(self.col)
+            lo = np.zeros(n)
+            up = np.full(n, highspy.kHighsInf)
+            for k_, v in self.published.items():  # (aux variables stay in [0, inf))
+                lo[self.col[k_]] = up[self.col[k_]] = v
+            h.addVars(n, lo, up)
+            h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.full(n, highspy.HighsVarType.kInteger))
+            starts, index, values = [], [], []
+            for coefs, _, _ in self.rows:
+                starts.append(len(index))
+                for i in sorted(coefs):
+                    index.append(i)
+                    values.append(coefs[i])
+            h.addRows(
+                len(self.rows),
+                np.array([r[1] for r in self.rows], dtype=float),
+                np.array([r[2] for r in self.rows], dtype=float),
+                len(index),
+                np.array(starts, dtype=np.int32),
+                np.array(index, dtype=np.int32),
+                np.array(values, dtype=float),
+            )
+            self._highs = h
+        return self._highs
+
     def bound(self, key: tuple, maximise: bool) -> float:
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
-        h.setOptionValue("threads", 1)
-        n = len(self.col)
-        lo = np.zeros(n)
-        up = np.full(n, highspy.kHighsInf)
-        for k_, v in self.published.items():  # (aux variables stay in [0, inf))
-            lo[self.col[k_]] = up[self.col[k_]] = v
-        h.addVars(n, lo, up)
-        h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.full(n, highspy.HighsVarType.kInteger))
-        for coefs, rlo, rup in self.rows:
-            idx = np.array(sorted(coefs), dtype=np.int32)
-            h.addRow(rlo, rup, len(idx), idx, np.array([coefs[i] for i in idx]))
+        h = self._model()
         h.changeColCost(self.col[key], 1.0)
         h.changeObjectiveSense(highspy.ObjSense.kMaximize if maximise else highspy.ObjSense.kMinimize)
         h.run()
-        status = h.getModelStatus()
+        status, value = h.getModelStatus(), h.getInfo().objective_function_value
+        h.changeColCost(self.col[key], 0.0)  # (after reading: a change of the model clears its status)
         if status == highspy.HighsModelStatus.kOptimal:
-            return round(h.getInfo().objective_function_value, 6)
+            return round(value, 6)
         if maximise and status in (highspy.HighsModelStatus.kUnbounded, highspy.HighsModelStatus.kUnboundedOrInfeasible):
             return float("inf")
         raise AssertionError(f"attacker model {h.modelStatusToString(status)} for {key}: the files contradict the structure")
