@@ -271,6 +271,7 @@ def verify(
     checks.check_true_table()
     points = _WitnessPoints(table, checks, certificate.points, out)
     recorded = _Recorded(certificate.primaries)
+    recorded.read_witnesses(points)
     certified: dict[int, list[Interval]] = {}
     for c in primary_comps:
         if c in out.unverified:
@@ -377,6 +378,9 @@ class _WitnessPoints:
         starts = np.flatnonzero(np.r_[True, pids[1:] != pids[:-1]]) if len(pids) else np.array([], dtype=np.int64)
         ends = np.r_[starts[1:], len(pids)] if len(pids) else starts
         self.slices = {int(pids[a]): (int(a), int(b)) for a, b in zip(starts, ends)}
+        self.n_nodes = len(table)
+        self.pids_of = pids
+        self._lookup: tuple[np.ndarray, np.ndarray] | None = None
         self.points: dict[int, dict[int, int]] = {}
         # Points that touch EQ relations only are checked all at once (the same test as `_valid`, in arrays: a
         # certificate holds hundreds of thousands of points); a point touching any other relation is evaluated
@@ -385,6 +389,38 @@ class _WitnessPoints:
             table, checks.relations_of, checks.eq, checks.residual, pids, self.nodes_of, self.values_of
         )
         self.counted_invalid: set[int] = set()
+
+    def has(self, pid: int) -> bool:
+        """Whether the certificate has a point `pid` (a point moves at least one figure)."""
+        return pid in self.slices
+
+    def values_at(self, pids: np.ndarray, nodes: np.ndarray, default: np.ndarray) -> np.ndarray:
+        """For each (point, node): the node's value at the point, `default` where the point does not move it (or
+        is not in the certificate). A node listed twice in a point reads its last row, as `moved` does."""
+        found = np.asarray(default, dtype=np.int64).copy()
+        pids, nodes = np.asarray(pids, dtype=np.int64), np.asarray(nodes, dtype=np.int64)
+        if not len(self.nodes_of) or not len(pids):
+            return found
+        limit = np.int64(self.n_nodes + 1)
+        largest = np.int64(2**62) // limit  # point ids past it (or below 0) would wrap the composite keys
+        wraps = min(self.pids_of.min(), pids.min()) < 0 or max(self.pids_of.max(), pids.max()) > largest
+        if wraps or nodes.min() < 0 or nodes.max() >= self.n_nodes:  # (never for a table's own primaries)
+            for j, (pid, node) in enumerate(zip(pids.tolist(), nodes.tolist())):
+                moved = self.moved(pid)
+                if moved is not None and node in moved:
+                    found[j] = moved[node]
+            return found
+        if self._lookup is None:
+            inside = (self.nodes_of >= 0) & (self.nodes_of < self.n_nodes)
+            keys = self.pids_of * limit + np.where(inside, self.nodes_of, self.n_nodes)
+            order = np.argsort(keys, kind="stable")
+            self._lookup = (keys[order], order)
+        sorted_keys, order = self._lookup
+        wanted = pids * limit + nodes
+        at = np.searchsorted(sorted_keys, wanted, side="right") - 1
+        hit = (at >= 0) & (sorted_keys[np.maximum(at, 0)] == wanted)
+        found[hit] = self.values_of[order[at[hit]]]
+        return found
 
     def moved(self, pid: int) -> dict[int, int] | None:
         """The point's moved figures {node: value}, or None when the certificate has no such point."""
@@ -434,6 +470,14 @@ class _Recorded:
         self.lo, self.up = primaries["lo"].to_numpy(dtype=float), primaries["up"].to_numpy(dtype=float)
         self.lo_point = primaries["lo_point"].to_numpy(dtype=np.int64)
         self.up_point = primaries["up_point"].to_numpy(dtype=np.int64)
+        self.node = node_col
+        self.y_lo = self.y_up = self.value
+
+    def read_witnesses(self, points: _WitnessPoints) -> None:
+        """Each row's value at its lower and upper witness points (its recorded value where the point does not
+        move it), read for every row at once."""
+        self.y_lo = points.values_at(self.lo_point, self.node, self.value)
+        self.y_up = points.values_at(self.up_point, self.node, self.value)
 
 
 def _certify_component(
@@ -454,10 +498,9 @@ def _certify_component(
         lo_point, up_point = int(recorded.lo_point[i]), int(recorded.up_point[i])
         if not (points.ok(lo_point) and points.ok(up_point)):
             return "a witness point that is not a feasible integral point of the published system"
-        lo_moved, up_moved = points.moved(lo_point), points.moved(up_point)
-        if lo_moved is None or up_moved is None:  # never after ok(): it holds only for points the certificate has
+        if not (points.has(lo_point) and points.has(up_point)):  # never after ok(): it holds only for points it has
             return "a witness point that is not a feasible integral point of the published system"
-        y_lo, y_up = lo_moved.get(n, v), up_moved.get(n, v)
+        y_lo, y_up = int(recorded.y_lo[i]), int(recorded.y_up[i])  # the recorded value is v (checked above)
         lo, up = float(recorded.lo[i]), float(recorded.up[i])
         if lo != y_lo or not (up == y_up or (math.isinf(up) and up > 0)):
             return "a bound its witness does not attain"
