@@ -294,7 +294,9 @@ class Attacker:
                 lo[self.col[k_]] = up[self.col[k_]] = v
             h.addVars(n, lo, up)
             h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.full(n, highspy.HighsVarType.kInteger))
-            starts, index, values = [], [], []
+            starts: list[int] = []
+            index: list[int] = []
+            values: list[float] = []
             for coefs, _, _ in self.rows:
                 starts.append(len(index))
                 for i in sorted(coefs):
