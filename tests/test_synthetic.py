@@ -85,3 +85,21 @@ def test_zeros_that_are_not_cells_of_the_geometry_are_refused(tmp_path):
     with pytest.raises(ZerosFileError, match=r"2 listed cell\(s\) are not cells of the policy's geometry"):
         stages.structural_zeros(load_policy(tmp_path / "p.yaml"))
     assert stages.structural_zeros(load_policy(PROJECT_ROOT / "policies/demo.yaml"))  # the shipped list is valid
+
+
+@pytest.mark.parametrize(
+    "first_person",
+    [0, 999_800],  # ids of 6 digits only (rows ordered on numbers); ids crossing 10^6 (ordered by pandas on text)
+)
+def test_the_frame_is_the_one_pandas_sorting_on_the_ids_text_gives(monkeypatch, first_person):
+    from spatial_release.traces import synthetic
+
+    config = SyntheticConfig(persons=300, days=21, first_person=first_person)
+    got = generate_pings(config)
+    monkeypatch.setattr(synthetic, "_pings_frame", synthetic._pings_frame_by_sorting)
+    reference = generate_pings(config)
+    pd.testing.assert_frame_equal(got, reference, check_exact=True)
+    assert (got["device_id"].str.len() > 10).any() == (first_person > 0)  # the second case does cross 10^6
+    # negative control: the same rows in another order are told apart
+    with pytest.raises(AssertionError):
+        pd.testing.assert_frame_equal(got.iloc[::-1].reset_index(drop=True), reference, check_exact=True)

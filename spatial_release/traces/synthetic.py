@@ -150,11 +150,43 @@ def generate_pings(cfg: SyntheticConfig = SyntheticConfig()) -> pd.DataFrame:
     lon, lat = Transformer.from_crs(cfg.crs, "EPSG:4326", always_xy=True).transform(x, y)
     seconds = np.floor(np.clip(hour, 0, 24 - 1e-6) * 3600).astype("int64")
     local = (np.datetime64(cfg.start) + d.astype("timedelta64[D]")).astype("datetime64[s]") + seconds
+    return _pings_frame(p, local, lon, lat)
+
+
+AGE_BANDS = np.array(["18-24", "25-34", "35-44", "45-54", "55-64", "65+"])
+ID_DIGITS = 6  # device ids are "dev-" and the person's number zero-padded to this many digits
+
+
+def _pings_frame(p: np.ndarray, local: np.ndarray, lon: np.ndarray, lat: np.ndarray) -> pd.DataFrame:
+    """The pings in (local_time, device_id) order, as `_pings_frame_by_sorting` gives them. While every person's
+    number has ID_DIGITS digits or fewer, the ids' text order is their numbers' order, so the rows are ordered on
+    numbers (a stable sort, as pandas' on the text) and each person's texts are made once, not once a ping."""
+    if len(p) and (p.min() < 0 or p.max() >= 10**ID_DIGITS):
+        return _pings_frame_by_sorting(p, local, lon, lat)
+    order = np.lexsort((p, local))  # stable: rows equal on both keys keep their order
+    p, local, lon, lat = p[order], local[order], lon[order], lat[order]
+    persons, person_of_row = np.unique(p, return_inverse=True)
+    device = np.char.add("dev-", np.char.zfill(persons.astype(str), ID_DIGITS))
+    imsi = (310_260_000_000_000 + persons * 7919).astype("int64").astype(str)
+    return pd.DataFrame(
+        {
+            "device_id": device[person_of_row],
+            "imsi": imsi[person_of_row],
+            "age_band": AGE_BANDS[p % 6],
+            "local_time": local,  # naive local time: Parquet stores a TIMESTAMP, CSV writes ISO text
+            "lon": np.round(lon, 6),
+            "lat": np.round(lat, 6),
+        }
+    )
+
+
+def _pings_frame_by_sorting(p: np.ndarray, local: np.ndarray, lon: np.ndarray, lat: np.ndarray) -> pd.DataFrame:
+    """The pings sorted by pandas on (local_time, device_id) as text: any person number."""
     frame = pd.DataFrame(
         {
-            "device_id": np.char.add("dev-", np.char.zfill(p.astype(str), 6)),
+            "device_id": np.char.add("dev-", np.char.zfill(p.astype(str), ID_DIGITS)),
             "imsi": (310_260_000_000_000 + p * 7919).astype("int64").astype(str),
-            "age_band": np.array(["18-24", "25-34", "35-44", "45-54", "55-64", "65+"])[p % 6],
+            "age_band": AGE_BANDS[p % 6],
             "local_time": local,  # naive local time: Parquet stores a TIMESTAMP, CSV writes ISO text
             "lon": np.round(lon, 6),
             "lat": np.round(lat, 6),
