@@ -395,6 +395,7 @@ class _FitSamples:
 _FITS_KEPT = 32
 _samples_memo: dict[tuple, _FitSamples | None] = {}
 _fit_memo: dict[tuple, tuple[np.ndarray, np.ndarray, float]] = {}
+_NOT_KEPT = object()
 
 
 def _read_only(*arrays: np.ndarray) -> None:
@@ -404,24 +405,24 @@ def _read_only(*arrays: np.ndarray) -> None:
 
 def _fit_samples(crs: CRS, bounds: tuple[float, float, float, float]) -> _FitSamples | None:
     key = (crs.to_wkt(), bounds)
-    if key not in _samples_memo:
-        w, s, e, n = bounds
-        cu, cv, hu, hv = (w + e) / 2, (s + n) / 2, (e - w) / 2, (n - s) / 2
-        to_crs = Transformer.from_crs("EPSG:4326", crs, always_xy=True)
-        nodes = np.cos(np.pi * (np.arange(64) + 0.5) / 64)  # Chebyshev nodes: near-minimax least squares
-        u, v = (a.ravel() for a in np.meshgrid(nodes, nodes))
-        x, y = to_crs.transform(cu + hu * u, cv + hv * v)
-        check_lon, check_lat = validation_points(bounds)
-        ex, ey = to_crs.transform(check_lon, check_lat)
-        found = None
-        if all(np.isfinite(a).all() for a in (x, y, ex, ey)):
-            arrays = tuple(np.asarray(a, dtype=float) for a in (u, v, x, y, check_lon, check_lat, ex, ey))
-            _read_only(*arrays)
-            found = _FitSamples(*arrays)
-        if len(_samples_memo) >= _FITS_KEPT:
-            _samples_memo.clear()
-        _samples_memo[key] = found
-    return _samples_memo[key]
+    kept = _samples_memo.get(key, _NOT_KEPT)  # one read: another thread may clear the memo between two
+    if kept is not _NOT_KEPT:
+        return kept  # type: ignore[return-value]
+    w, s, e, n = bounds
+    cu, cv, hu, hv = (w + e) / 2, (s + n) / 2, (e - w) / 2, (n - s) / 2
+    to_crs = Transformer.from_crs("EPSG:4326", crs, always_xy=True)
+    nodes = np.cos(np.pi * (np.arange(64) + 0.5) / 64)  # Chebyshev nodes: near-minimax least squares
+    u, v = (a.ravel() for a in np.meshgrid(nodes, nodes))
+    x, y = to_crs.transform(cu + hu * u, cv + hv * v)
+    check_lon, check_lat = validation_points(bounds)
+    ex, ey = to_crs.transform(check_lon, check_lat)
+    found = None
+    if all(np.isfinite(a).all() for a in (x, y, ex, ey)):
+        arrays = tuple(np.asarray(a, dtype=float) for a in (u, v, x, y, check_lon, check_lat, ex, ey))
+        _read_only(*arrays)
+        found = _FitSamples(*arrays)
+    _remember(_samples_memo, key, found, _FITS_KEPT)
+    return found  # (the local, not the memo: another thread may clear the memo meanwhile)
 
 
 def _fit(
@@ -429,15 +430,23 @@ def _fit(
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """The least-squares polynomial of `degree` (x and y coefficients) and its error on the validation points."""
     key = (crs.to_wkt(), bounds, degree)
-    if key not in _fit_memo:
-        w, s, e, n = bounds
-        cu, cv, hu, hv = (w + e) / 2, (s + n) / 2, (e - w) / 2, (n - s) / 2
-        basis = _monomials(samples.u, samples.v, degree)
-        fx, fy = (np.linalg.lstsq(basis, target, rcond=None)[0] for target in (samples.x, samples.y))
-        check = _monomials((samples.check_lon - cu) / hu, (samples.check_lat - cv) / hv, degree)
-        fit_error = max(np.abs(check @ fx - samples.ex).max(), np.abs(check @ fy - samples.ey).max())
-        _read_only(fx, fy)
-        if len(_fit_memo) >= _FITS_KEPT * 5:
-            _fit_memo.clear()
-        _fit_memo[key] = (fx, fy, float(fit_error))
-    return _fit_memo[key]
+    fitted = _fit_memo.get(key)
+    if fitted is not None:
+        return fitted
+    w, s, e, n = bounds
+    cu, cv, hu, hv = (w + e) / 2, (s + n) / 2, (e - w) / 2, (n - s) / 2
+    basis = _monomials(samples.u, samples.v, degree)
+    fx, fy = (np.linalg.lstsq(basis, target, rcond=None)[0] for target in (samples.x, samples.y))
+    check = _monomials((samples.check_lon - cu) / hu, (samples.check_lat - cv) / hv, degree)
+    fit_error = max(np.abs(check @ fx - samples.ex).max(), np.abs(check @ fy - samples.ey).max())
+    _read_only(fx, fy)
+    found = (fx, fy, float(fit_error))
+    _remember(_fit_memo, key, found, _FITS_KEPT * 5)
+    return found
+
+
+def _remember(memo: dict, key: tuple, value: object, kept: int) -> None:
+    """Store `value` under `key`, emptying the memo first when it holds `kept` entries (bounded memory)."""
+    if len(memo) >= kept:
+        memo.clear()
+    memo[key] = value
