@@ -210,6 +210,18 @@ def _select_ties(
 
 
 @njit(nogil=True, cache=True)
+def _best_jaccard(touched: np.ndarray, seen: int, inter: np.ndarray, n: int, unit_offsets: np.ndarray) -> float:
+    """The best Jaccard of an output of n keys with the touched units, from their overlaps in `inter`."""
+    best = 0.0
+    for j in range(seen):
+        unit = touched[j]
+        jac = inter[unit] / (n + (unit_offsets[unit + 1] - unit_offsets[unit]) - inter[unit])
+        if jac > best:
+            best = jac
+    return best
+
+
+@njit(nogil=True, cache=True)
 def _best_slice(
     rec_offsets: np.ndarray,
     rec_keys: np.ndarray,
@@ -259,12 +271,7 @@ def _best_slice(
                     seen += 1
                 inter[unit] += 1
                 inter_shown[unit] += shown
-        best = 0.0
-        for j in range(seen):
-            unit = touched[j]
-            jac = inter[unit] / (size_r + (unit_offsets[unit + 1] - unit_offsets[unit]) - inter[unit])
-            if jac > best:
-                best = jac
+        best = _best_jaccard(touched, seen, inter, size_r, unit_offsets)
         top[i] = best
         # the ties first, in the order touched, then sorted by unit: only the ties are sorted, not every unit
         # the trajectory touched (most of them share a key or two with it and are far from the best)
@@ -712,12 +719,7 @@ def _ties_of_counts(
 ) -> int:
     """From every touched unit's exact overlap with the output (n keys) in `inter`: how many units tie for the
     best Jaccard when the target (Jaccard `jac_t`) is among them, else 0. `inter` is left all zero."""
-    best = 0.0
-    for j in range(seen):
-        unit = touched[j]
-        jac = inter[unit] / (n + (unit_offsets[unit + 1] - unit_offsets[unit]) - inter[unit])
-        if jac > best:
-            best = jac
+    best = _best_jaccard(touched, seen, inter, n, unit_offsets)
     ties = 0
     for j in range(seen):
         unit = touched[j]
