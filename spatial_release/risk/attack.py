@@ -54,6 +54,7 @@ uniqueness of each unit's published keys (`estimator`) is the upper bound and st
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -181,8 +182,16 @@ def _units_in(view: ReleaseView, step: int, counts: np.ndarray) -> int:
     return int(counts.sum() if view.additive else (counts.max() if len(counts) else 0))
 
 
-def recover_trajectories(view: ReleaseView, params: AttackParams = AttackParams()) -> Recovered:
-    """Chain the published counts into trajectories, bucket by bucket (see the module docstring)."""
+class RecoveryStopped(Exception):
+    """The recovery was told to stop (`recover_trajectories`'s `stop`) before it ended: nothing was recovered."""
+
+
+def recover_trajectories(
+    view: ReleaseView, params: AttackParams = AttackParams(), stop: threading.Event | None = None
+) -> Recovered:
+    """Chain the published counts into trajectories, bucket by bucket (see the module docstring). `stop`: when
+    set, the recovery raises RecoveryStopped at its next bucket (a recovery started before anyone knew whether
+    it would be read)."""
     started = time.perf_counter()
     order = np.lexsort((view.figure_area, view.figure_step))
     f_step, f_area, f_count = view.figure_step[order], view.figure_area[order], view.figure_count[order]
@@ -203,6 +212,8 @@ def recover_trajectories(view: ReleaseView, params: AttackParams = AttackParams(
     ring = np.full((max(lag, 1), n), -1, dtype=np.int64)  # where each trajectory was `lag` buckets ago
     points: list[tuple[np.ndarray, np.ndarray]] = []
     for t, (areas, counts) in enumerate(per_step):
+        if stop is not None and stop.is_set():
+            raise RecoveryStopped(f"the recovery was stopped at bucket {t} of {view.steps}")
         moving = params.velocity and view.daytime is not None and bool(view.daytime[t])
         yesterday = ring[t % lag] if lag else None
         home = ring[0] if lag else None  # where the trajectory was in the day's first bucket

@@ -8,9 +8,11 @@ the coarsening loop codes the candidate it has just written into a scratch file 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,11 +31,11 @@ from spatial_release.risk.advantage import (
     ZoneAdvantage,
     assess_advantage,
 )
-from spatial_release.risk.attack import AttackParams, attack_risk, without_unit
+from spatial_release.risk.attack import AttackParams, Recovered, attack_risk, recover_trajectories, without_unit
 from spatial_release.risk.estimator import KeySets
 from spatial_release.risk.landscape import Landscape
 from spatial_release.stages import reuse
-from spatial_release.stages.attack import attack_inputs
+from spatial_release.stages.attack import AttackInputs, attack_inputs
 from spatial_release.stages.context import ReleaseContext, risk_spec, zone_population
 from spatial_release.stages.keys import keep_released_keys, write_ladder_buckets
 
@@ -167,9 +169,10 @@ def advantage_of(
     population: dict[str, float] | None,
     rung: str | None = None,
     reported: bool | Callable[[list[ZoneAdvantage]], bool] = True,
+    early: EarlyRecovery | None = None,
 ) -> AdvantageReport:
     """`assess_advantage` of the candidate whose key sets `key_set_file` holds (a coarsening proposal at time
-    rung `rung` when one is given); `reported` as there."""
+    rung `rung` when one is given); `reported` as there; `early`: the candidate's recovery, already started."""
     sets, names, unit_names = read_key_sets(key_set_file, zone_of_cells)
     counts = published_counts(ctx, rung is not None).reindex(pd.Index(names.astype(str)))
     if counts.isna().any():  # a key without its published count could hide a boundary key: fail closed
@@ -182,7 +185,7 @@ def advantage_of(
     boundary[held] = True
 
     def recovery(targets: tuple[np.ndarray, np.ndarray]) -> RecoverySuccess:
-        return recovery_success(ctx, zone_of_cells, unit_names, params, ceiling, boundary, rung, targets)
+        return recovery_success(ctx, zone_of_cells, unit_names, params, ceiling, boundary, rung, targets, early)
 
     return assess_advantage(
         sets, names, key_count, ctx.policy.k, params, ceiling, population, hidden, recovery, reported=reported
@@ -211,6 +214,7 @@ def recovery_success(
     boundary: np.ndarray,
     rung: str | None = None,
     targets: tuple[np.ndarray, np.ndarray] | None = None,
+    early: EarlyRecovery | None = None,
 ) -> RecoverySuccess:
     """The trajectory recovery's success per (unit, zone) target on every view the candidate publishes (each
     zoning at the policy's bucket and at each rung of its time ladder; a proposal: its cells at `rung`), the
@@ -220,10 +224,15 @@ def recovery_success(
     targets whose success is over the `ceiling` and who hold no published figure at exactly k (`boundary`, by
     unit code: the membership attacker already puts those at 1), in zones that attacker does not already put at
     1, are measured: the recovery is re-run without each (`risk.attack.without_unit`), and their bound is the
-    largest gain of a view; the others keep their success as the bound."""
+    largest gain of a view; the others keep their success as the bound. `early`: the recovery of every view of
+    this candidate, started before its key sets were coded (`start_recovery`), read instead of recovering
+    again when it is of this candidate and these parameters."""
     started = time.perf_counter()
-    attack = AttackParams(points=params.points, draws=params.draws, seed=params.seed)
-    runs = [run for run in _recovery_runs(ctx, zone_of_cells, unit_names, attack, rung, targets) if run is not None]
+    attack = recovery_params(params)
+    prepared = early.views() if early is not None and early.serves(ctx, attack, rung) else None
+    runs = [
+        run for run in _recovery_runs(ctx, zone_of_cells, unit_names, attack, rung, targets, prepared) if run is not None
+    ]
     if not runs:
         empty = np.zeros(0)
         return RecoverySuccess(empty.astype(np.int64), empty.astype(object), empty, None, 0, time.perf_counter() - started)
@@ -266,35 +275,114 @@ def _recovery_runs(
     attack: AttackParams,
     rung: str | None,
     targets: tuple[np.ndarray, np.ndarray] | None = None,
+    prepared: list[tuple[AttackInputs, Recovered] | None] | None = None,
 ):
     """Per view: its inputs and the recovery's success per target (u: the key sets' unit code, a: the view's
     own unit code, zone, s), of the `targets` only when given; None for a view with no published figure
-    (nothing to recover or reveal)."""
-    views: list[tuple[str | None, str | None, bool]] = []  # (zoning, rung, proposal)
-    if rung is not None:
-        views = [(None, rung, True)]
-    else:
-        zonings = [None, *(spec.name for spec in ctx.policy.geometry.linked)]
-        views = [(zoning, r, False) for zoning in zonings for r in [None, *ctx.policy.time.ladder]]
+    (nothing to recover or reveal). `prepared`: each view's inputs and recovery, in `_views` order, already
+    computed (`start_recovery`)."""
     names = pd.Index(pd.Series(unit_names).astype(str))
-    for zoning, at, proposal in views:
-        inputs = attack_inputs(ctx, zone_of_cells, at, proposal, zoning)
-        if not len(inputs.view.figure_area) or inputs.unit_names is None:
-            yield None
-            continue
+    for number, (zoning, at, proposal) in enumerate(_views(ctx, rung)):
+        recovered = None
+        if prepared is not None:
+            view_done = prepared[number]
+            if view_done is None:
+                yield None
+                continue
+            inputs, recovered = view_done
+        else:
+            inputs = attack_inputs(ctx, zone_of_cells, at, proposal, zoning)
+            if not _recoverable(inputs):
+                yield None
+                continue
+        view_units = inputs.unit_names
+        assert view_units is not None  # `_recoverable`
         linked = None
         if targets is not None:  # the targets in the view's own unit codes
-            own = pd.Index(inputs.unit_names.astype(str)).get_indexer(np.asarray(unit_names)[targets[0]].astype(str))
+            own = pd.Index(view_units.astype(str)).get_indexer(np.asarray(unit_names)[targets[0]].astype(str))
             linked = (own[own >= 0], np.asarray(targets[1], dtype=object)[own >= 0])
-        report = attack_risk(inputs.view, inputs.unit, inputs.step, inputs.area, inputs.zone_of_area, attack, targets=linked)
+        report = attack_risk(
+            inputs.view, inputs.unit, inputs.step, inputs.area, inputs.zone_of_area, attack, recovered, targets=linked
+        )
         assert report.targets is not None
         unit, zone, success = report.targets
-        code = names.get_indexer(inputs.unit_names.astype(str)[unit])
+        code = names.get_indexer(view_units.astype(str)[unit])
         frame = pd.DataFrame({"u": code, "a": unit, "zone": zone.astype(str), "s": success})
         if targets is not None:  # the others were not linked: no figure, rather than a 0 taken for one
             wanted = pd.MultiIndex.from_arrays([np.asarray(targets[0], dtype=np.int64), np.asarray(targets[1]).astype(str)])
             frame = frame[pd.MultiIndex.from_arrays([frame["u"], frame["zone"]]).isin(wanted)]
         yield inputs, frame[frame["u"] >= 0]
+
+
+def _views(ctx: ReleaseContext, rung: str | None) -> list[tuple[str | None, str | None, bool]]:
+    """The views the recovery runs on, as (zoning, rung, proposal): a proposal's cells at `rung`; else every
+    zoning the candidate publishes (the main geometry, then each linked one) at its bucket and at each rung of
+    the time ladder."""
+    if rung is not None:
+        return [(None, rung, True)]
+    zonings = [None, *(spec.name for spec in ctx.policy.geometry.linked)]
+    return [(zoning, r, False) for zoning in zonings for r in [None, *ctx.policy.time.ladder]]
+
+
+def _recoverable(inputs: AttackInputs) -> bool:
+    """A view with a published figure and named units: one with nothing published has nothing to recover or
+    reveal."""
+    return bool(len(inputs.view.figure_area)) and inputs.unit_names is not None
+
+
+def recovery_params(params: AdvantageParams) -> AttackParams:
+    """The recovery attacker of the advantage gate: the landscape's knowledge (points, draws, seed)."""
+    return AttackParams(points=params.points, draws=params.draws, seed=params.seed)
+
+
+@dataclass(frozen=True)
+class EarlyRecovery:
+    """The trajectory recovery of every view of a candidate, started on a thread of its own before the candidate's
+    key sets are coded (`stages.keys.keep_released_keys`), which it does not read: it reads the published
+    figures and the memberships, and it is the longest piece of the gate, one core's work bucket by bucket
+    (bench/RESULTS.md). `recovery_success` reads it instead of recovering again. Stopped (`stop`) once the
+    assessment no longer needs it: a saved assessment, or zones the membership attacker alone settles."""
+
+    candidate: object  # the candidate tables it recovered from (`ReleaseContext.candidate_tables()`)
+    attack: AttackParams
+    future: Future
+    stopping: threading.Event
+
+    def serves(self, ctx: ReleaseContext, attack: AttackParams, rung: str | None) -> bool:
+        """Whether it is the recovery `recovery_success` would run: the same candidate (the very tables the
+        context holds now), the same attacker, the candidate's own views (no proposal)."""
+        return rung is None and attack == self.attack and ctx.candidate_tables() is self.candidate
+
+    def views(self) -> list[tuple[AttackInputs, Recovered] | None]:
+        """Each view's inputs and recovery, in `_views` order (None: nothing published); its error, if it failed."""
+        return self.future.result()
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+
+def start_recovery(
+    ctx: ReleaseContext, zone_of_cells: Callable[[pd.Series], pd.Series], params: AdvantageParams
+) -> EarlyRecovery:
+    """Start the recovery of every view of the context's candidate (`EarlyRecovery`)."""
+    attack, stopping = recovery_params(params), threading.Event()
+    candidate = ctx.candidate_tables()
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="early-recovery")
+    try:
+        future = pool.submit(_recover_views, ctx, zone_of_cells, attack, stopping)
+    finally:
+        pool.shutdown(wait=False)
+    return EarlyRecovery(candidate, attack, future, stopping)
+
+
+def _recover_views(
+    ctx: ReleaseContext, zone_of_cells: Callable[[pd.Series], pd.Series], attack: AttackParams, stopping: threading.Event
+) -> list[tuple[AttackInputs, Recovered] | None]:
+    done: list[tuple[AttackInputs, Recovered] | None] = []
+    for zoning, at, proposal in _views(ctx, None):
+        inputs = attack_inputs(ctx, zone_of_cells, at, proposal, zoning)
+        done.append((inputs, recover_trajectories(inputs.view, attack, stopping)) if _recoverable(inputs) else None)
+    return done
 
 
 def _measured_gains(runs: list, chosen: np.ndarray, attack: AttackParams) -> pd.DataFrame:
@@ -327,12 +415,14 @@ def candidate_advantage(
     key_set_file: Path | None = None,
     rung: str | None = None,
     reported: bool | Callable[[list[ZoneAdvantage]], bool] = True,
+    early: EarlyRecovery | None = None,
 ) -> AdvantageReport:
     """The advantage of the candidate (`stages.advantage`) from its kept key sets (`key_set_file`, the risk
     step's own by default), with the landscape's adversary and public population and the ceiling the gate
     applies. Only this release's key sets: the earlier releases of the window are the uniqueness bound's.
     `reported`: the whole report, or the gate's figures only, or a callable that decides from those
-    (`assess_advantage`); a saved whole report answers all three."""
+    (`assess_advantage`); a saved whole report answers all three. `early`: this candidate's recovery, started
+    while its key sets were coded (`start_recovery`)."""
     risk = risk_spec(ctx.policy)
     path = ctx.area.unit_keys if key_set_file is None else key_set_file
     if not path.exists():  # the publish step's assessment, or a review, on a work area without kept key sets
@@ -365,7 +455,7 @@ def candidate_advantage(
         if gate_only is not None and not gate_only.reported:
             if reported is False or not reported(gate_only.zones):
                 return gate_only
-    found = advantage_of(ctx, path, ctx.risk_zones, params, risk.per_release_ceiling, population, rung, reported)
+    found = advantage_of(ctx, path, ctx.risk_zones, params, risk.per_release_ceiling, population, rung, reported, early)
     memo.save(name if found.reported else gate_name, digest, found.to_json())
     return found
 

@@ -38,7 +38,7 @@ from spatial_release.risk import Adversary, cumulative_risk
 from spatial_release.risk.advantage import AdvantageReport, ZoneAdvantage
 from spatial_release.risk.attack import AttackReport
 from spatial_release.risk.landscape import load_landscape
-from spatial_release.stages.advantage import candidate_advantage
+from spatial_release.stages.advantage import advantage_params, candidate_advantage, start_recovery
 from spatial_release.stages.attack import attack_candidate, attack_params, attack_success, linked_areas_of_main
 from spatial_release.stages.context import Published, ReleaseContext, risk_spec, zone_population
 from spatial_release.stages.keys import keep_released_keys, write_ladder_buckets, write_risk_areas
@@ -212,8 +212,13 @@ def advantage_of_candidate(
     write_risk_areas(ctx)
     landscape, _ = load_landscape(ctx.policy.resolve(risk_spec(ctx.policy).landscape))
     ctx.area.risk.mkdir(parents=True, exist_ok=True)
-    keep_released_keys(ctx, ladder)
-    return candidate_advantage(ctx, landscape, ctx.area.unit_keys, reported=reported)
+    # the recovery reads no key set: it starts now, beside their coding, and stops if nothing reads it
+    early = start_recovery(ctx, ctx.risk_zones, advantage_params(landscape))
+    try:
+        keep_released_keys(ctx, ladder)
+        return candidate_advantage(ctx, landscape, ctx.area.unit_keys, reported=reported, early=early)
+    finally:
+        early.stop()
 
 
 def attack_of_candidate(ctx: ReleaseContext) -> AttackReport:
