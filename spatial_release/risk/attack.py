@@ -56,7 +56,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
@@ -738,7 +738,7 @@ def attack_risk(
     area: np.ndarray,
     zone_of_area: np.ndarray,
     params: AttackParams = AttackParams(),
-    recovered: Recovered | None = None,
+    recovered: Recovered | Callable[[], Recovered] | None = None,
     only: np.ndarray | None = None,
     targets: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> AttackReport:
@@ -748,7 +748,9 @@ def attack_risk(
     count as failures in either case; the knowledge drawn is the same as without them, so a target's success
     can be compared between two views, and equals its success when every unit is linked). Linking a sample,
     the trajectories are matched to the units only where a sampled knowledge set can pick them
-    (`_reachable`): the per-zone figures and the recovery's accuracy then describe the sample alone."""
+    (`_reachable`): the per-zone figures and the recovery's accuracy then describe the sample alone.
+    `recovered`: the view's recovery, or what waits for one under way elsewhere (called once the true key sets
+    and the knowledge, which do not read it, are drawn); None: recovered here, beside them."""
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="attack-recovery") as pool:
         # the recovery (one core's work, step by step) beside the true key sets and the knowledge drawn from
@@ -756,8 +758,11 @@ def attack_risk(
         pending = pool.submit(recover_trajectories, view, params) if recovered is None else None
         truth_cells, truth_view, key_zone, view_key_of, width = _truth_sets(view, unit, step, area, zone_of_area)
         drawn = draw_knowledge(truth_cells, params.knowledge())
-        recovered = pending.result() if pending is not None else recovered
-    assert recovered is not None
+        if pending is not None:
+            recovered = pending.result()
+        elif callable(recovered):  # a recovery under way elsewhere: waited for only now
+            recovered = recovered()
+    assert isinstance(recovered, Recovered)
     n_areas = view.areas
     n_units = int(unit.max()) + 1 if len(unit) else 0
     rec = _padded(

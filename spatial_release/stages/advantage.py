@@ -8,6 +8,7 @@ the coarsening loop codes the candidate it has just written into a scratch file 
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -229,7 +230,7 @@ def recovery_success(
     again when it is of this candidate and these parameters."""
     started = time.perf_counter()
     attack = recovery_params(params)
-    prepared = early.views() if early is not None and early.serves(ctx, attack, rung) else None
+    prepared = early if early is not None and early.serves(ctx, attack, rung) else None
     runs = [
         run for run in _recovery_runs(ctx, zone_of_cells, unit_names, attack, rung, targets, prepared) if run is not None
     ]
@@ -275,21 +276,21 @@ def _recovery_runs(
     attack: AttackParams,
     rung: str | None,
     targets: tuple[np.ndarray, np.ndarray] | None = None,
-    prepared: list[tuple[AttackInputs, Recovered] | None] | None = None,
+    prepared: EarlyRecovery | None = None,
 ):
     """Per view: its inputs and the recovery's success per target (u: the key sets' unit code, a: the view's
     own unit code, zone, s), of the `targets` only when given; None for a view with no published figure
-    (nothing to recover or reveal). `prepared`: each view's inputs and recovery, in `_views` order, already
-    computed (`start_recovery`)."""
+    (nothing to recover or reveal). `prepared`: each view's inputs and recovery, in `_views` order, computed
+    or under way (`start_recovery`)."""
     names = pd.Index(pd.Series(unit_names).astype(str))
     for number, (zoning, at, proposal) in enumerate(_views(ctx, rung)):
-        recovered = None
+        recovered: Callable[[], Recovered] | None = None
         if prepared is not None:
-            view_done = prepared[number]
-            if view_done is None:
+            view_inputs = prepared.inputs()[number]
+            if view_inputs is None:
                 yield None
                 continue
-            inputs, recovered = view_done
+            inputs, recovered = view_inputs, functools.partial(prepared.recovered, number)
         else:
             inputs = attack_inputs(ctx, zone_of_cells, at, proposal, zoning)
             if not _recoverable(inputs):
@@ -345,7 +346,8 @@ class EarlyRecovery:
 
     candidate: object  # the candidate tables it recovered from (`ReleaseContext.candidate_tables()`)
     attack: AttackParams
-    future: Future
+    views_read: Future  # each view's inputs, read first
+    views_recovered: Future  # then each view's recovery
     stopping: threading.Event
 
     def serves(self, ctx: ReleaseContext, attack: AttackParams, rung: str | None) -> bool:
@@ -353,9 +355,19 @@ class EarlyRecovery:
         context holds now), the same attacker, the candidate's own views (no proposal)."""
         return rung is None and attack == self.attack and ctx.candidate_tables() is self.candidate
 
+    def inputs(self) -> list[AttackInputs | None]:
+        """Each view's inputs, in `_views` order (None: nothing published); their error, if reading them failed."""
+        return self.views_read.result()
+
+    def recovered(self, number: int) -> Recovered:
+        """The recovery of view `number` (one with inputs), once every view's has ended; its error, if it failed."""
+        done = self.views_recovered.result()[number]
+        assert done is not None, f"the early recovery has no view {number}"
+        return done
+
     def views(self) -> list[tuple[AttackInputs, Recovered] | None]:
-        """Each view's inputs and recovery, in `_views` order (None: nothing published); its error, if it failed."""
-        return self.future.result()
+        """Each view's inputs and recovery, in `_views` order (None: nothing published)."""
+        return [None if inputs is None else (inputs, self.recovered(number)) for number, inputs in enumerate(self.inputs())]
 
     def stop(self) -> None:
         self.stopping.set()
@@ -367,22 +379,32 @@ def start_recovery(
     """Start the recovery of every view of the context's candidate (`EarlyRecovery`)."""
     attack, stopping = recovery_params(params), threading.Event()
     candidate = ctx.candidate_tables()
+    read: Future[list[AttackInputs | None]] = Future()
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="early-recovery")
     try:
-        future = pool.submit(_recover_views, ctx, zone_of_cells, attack, stopping)
+        recovered = pool.submit(_recover_views, ctx, zone_of_cells, attack, stopping, read)
     finally:
         pool.shutdown(wait=False)
-    return EarlyRecovery(candidate, attack, future, stopping)
+    return EarlyRecovery(candidate, attack, read, recovered, stopping)
 
 
 def _recover_views(
-    ctx: ReleaseContext, zone_of_cells: Callable[[pd.Series], pd.Series], attack: AttackParams, stopping: threading.Event
-) -> list[tuple[AttackInputs, Recovered] | None]:
-    done: list[tuple[AttackInputs, Recovered] | None] = []
-    for zoning, at, proposal in _views(ctx, None):
-        inputs = attack_inputs(ctx, zone_of_cells, at, proposal, zoning)
-        done.append((inputs, recover_trajectories(inputs.view, attack, stopping)) if _recoverable(inputs) else None)
-    return done
+    ctx: ReleaseContext,
+    zone_of_cells: Callable[[pd.Series], pd.Series],
+    attack: AttackParams,
+    stopping: threading.Event,
+    read: Future[list[AttackInputs | None]],
+) -> list[Recovered | None]:
+    """Every view's inputs (given to `read` as soon as they are all read: the assessment draws its knowledge from
+    them while the recoveries run), then every view's recovery."""
+    try:
+        views = [attack_inputs(ctx, zone_of_cells, at, proposal, zoning) for zoning, at, proposal in _views(ctx, None)]
+    except BaseException as error:
+        read.set_exception(error)
+        raise
+    shown = [inputs if _recoverable(inputs) else None for inputs in views]
+    read.set_result(shown)
+    return [None if inputs is None else recover_trajectories(inputs.view, attack, stopping) for inputs in shown]
 
 
 def _measured_gains(runs: list, chosen: np.ndarray, attack: AttackParams) -> pd.DataFrame:
