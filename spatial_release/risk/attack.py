@@ -664,16 +664,23 @@ def _padded(sets: KeySets, n_owners: int) -> KeySets:
 
 
 def best_matches(
-    recovered: KeySets, truth: KeySets, hidden_key: np.ndarray
+    recovered: KeySets, truth: KeySets, hidden_key: np.ndarray, targets: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """For every recovered trajectory, the true units most similar to it (Jaccard over view keys): pairs
     (trajectory, unit) of every tie with the number of published keys (not `hidden_key`, the WITHHELD ones)
     the two share, and each trajectory's best Jaccard and precision (share of its points the best unit
     holds). The trajectories are matched in slices of about BEST_PAIRS candidate pairs, each independent of
     the others: here, or as Spark tasks when the context runs on Spark (`tasks`; the key sets broadcast
-    once), merged in slice order either way."""
+    once), merged in slice order either way.
+
+    `targets` (unit codes): only the ties that hold a target are read. A trajectory whose best match no target
+    ties is dropped as soon as the walk of its postings shows it (`kernels.targets_best_slice`): no pair, NaN
+    for its best Jaccard and precision; every other trajectory gets all of the above, every tie included."""
     slices = _trajectory_slices(recovered, truth)
-    common = (recovered, truth, hidden_key)
+    common: tuple = (recovered, truth, hidden_key)
+    if targets is not None:
+        sets = kernels.MatchSets(truth.unit_offsets, truth.unit_keys, truth.key_offsets, truth.key_units)
+        common = (*common, sets, kernels.TargetPostings(sets, targets))
     spark = tasks.spark_tasks()
     if spark is None:  # threads: the kernel holds no GIL, the slices are independent
         with ThreadPoolExecutor(max_workers=max(1, min(os.cpu_count() or 1, len(slices)))) as pool:
@@ -705,12 +712,15 @@ def _trajectory_slices(recovered: KeySets, truth: KeySets) -> list[tuple[int, in
     return slices
 
 
-def _best_slice(
-    common: tuple[KeySets, KeySets, np.ndarray], piece: tuple[int, int]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _best_slice(common: tuple, piece: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """`best_matches` of the trajectories at..end-1: their tie pairs, the published keys each pair shares,
-    and each trajectory's best Jaccard and precision (`kernels.best_slice`)."""
-    recovered, truth, hidden_key = common
+    and each trajectory's best Jaccard and precision (`kernels.best_slice`; with the targets' postings in
+    `common`, `kernels.targets_best_slice`)."""
+    recovered, truth, hidden_key = common[:3]
+    if len(common) == 5:
+        return kernels.targets_best_slice(
+            recovered.unit_offsets, recovered.unit_keys, common[3], hidden_key, common[4], piece[0], piece[1]
+        )
     return kernels.best_slice(
         recovered.unit_offsets,
         recovered.unit_keys,
@@ -788,7 +798,10 @@ def attack_risk(
         for part in _row_chunks(sizes[view_sets].min(axis=1)):  # bounded memory: candidates per chunk
             jobs.append((row_ids[part], view_sets[part], target[row_ids[part]]))
     matched = rec if linked is None else _only_trajectories(rec, _reachable(rec, truth_view, jobs))
-    pairs, shared, _, precision = best_matches(matched, truth_view, hidden_key)
+    # linking a sample, only the ties that hold a sampled target are read (`_score`, `_guess_success` at the
+    # targets): the other trajectories' best matches are not measured, nor the sample's accuracy (NaN)
+    sampled = None if linked is None else np.unique(np.concatenate([job[2] for job in jobs] or [np.zeros(0, np.int64)]))
+    pairs, shared, _, precision = best_matches(matched, truth_view, hidden_key, sampled)
     ties = np.bincount(pairs // max(n_units, 1), minlength=rec.units) if len(pairs) else np.zeros(rec.units)
     guess = _guess_success(pairs, shared, ties, n_units, rec.units)
     for (chunk, _, _), (hit, fires_in, fires_out) in zip(

@@ -300,6 +300,176 @@ def _best_slice(
 
 
 @njit(nogil=True, cache=True)
+def _targets_best_slice(
+    rec_offsets: np.ndarray,
+    rec_keys: np.ndarray,
+    unit_offsets: np.ndarray,
+    unit_keys: np.ndarray,
+    key_offsets: np.ndarray,
+    key_units: np.ndarray,
+    hidden_key: np.ndarray,
+    target_offsets: np.ndarray,
+    target_units: np.ndarray,
+    at: int,
+    end: int,
+    round_keys: int,
+    checks: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`_best_slice` where only the ties that hold a target matter (`target_*`: the postings of the targets
+    alone). A trajectory's best target Jaccard is counted first; then its postings are walked in rounds, and a
+    unit found strictly better than every target by more than the tie tolerance (`_walk_unless_beaten`, its
+    overlap counted exactly from its own keys) ends the walk: no target can tie the best. Such a trajectory, and
+    one no target shares a key with, gets no pair and NaN for its best Jaccard and precision; one walked whole
+    gets what `_best_slice` gives it, every tie included (a target's share is 1 / ties)."""
+    n_units = max(len(unit_offsets) - 1, 1)
+    n = end - at
+    top = np.full(n, np.nan)
+    precision = np.full(n, np.nan)
+    inter = np.zeros(n_units, dtype=np.int32)  # as `_best_slice`'s counts: a count is at most a trajectory's keys
+    touched = np.empty(n_units, dtype=np.int64)
+    checked = np.zeros(n_units, dtype=np.int64)
+    picks = np.empty(checks, dtype=np.int64)
+    stamp = np.zeros(len(key_offsets) - 1, dtype=np.int64)
+    tie_units = np.empty(n_units, dtype=np.int64)
+    codes = np.empty(1024, dtype=np.int64)
+    shared = np.empty(1024, dtype=np.float64)
+    m = 0
+    for i in range(n):
+        r = at + i
+        output = rec_keys[rec_offsets[r] : rec_offsets[r + 1]]
+        size_r = len(output)
+        seen = _walk_postings(output, size_r, 0, 1, target_offsets, target_units, inter, touched, 0)
+        best_target = _best_jaccard(touched, seen, inter, size_r, unit_offsets)
+        for j in range(seen):
+            inter[touched[j]] = 0
+        if seen == 0:  # no target shares a key with it: each is at 0, below any unit that does
+            continue
+        base = i + 1  # this trajectory's stamp on its keys (`_overlap`)
+        for p in range(size_r):
+            stamp[output[p]] = base
+        walk = (key_offsets, key_units, stamp, base, inter, touched, checked, picks, round_keys)
+        seen = _walk_unless_beaten(output, size_r, best_target, unit_offsets, unit_keys, *walk)
+        if seen < 0:
+            continue
+        best = _best_jaccard(touched, seen, inter, size_r, unit_offsets)
+        top[i] = best
+        marks = (stamp, base, hidden_key)
+        codes, shared, m, precision[i] = _emit_ties(
+            codes, shared, m, tie_units, r, n_units, touched, seen, inter, size_r, best, unit_offsets, unit_keys, *marks
+        )
+    return codes[:m].copy(), shared[:m].copy(), top, precision
+
+
+@njit(nogil=True, cache=True)
+def _emit_ties(
+    codes: np.ndarray,
+    shared: np.ndarray,
+    m: int,
+    tie_units: np.ndarray,
+    r: int,
+    n_units: int,
+    touched: np.ndarray,
+    seen: int,
+    inter: np.ndarray,
+    size_r: int,
+    best: float,
+    unit_offsets: np.ndarray,
+    unit_keys: np.ndarray,
+    stamp: np.ndarray,
+    base: int,
+    hidden_key: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, int, float]:
+    """Append trajectory r's ties for the best Jaccard (`_select_ties`' rule, by unit) to codes and shared from
+    m: the tie's code, and the published keys it shares with the trajectory (its own keys stamped `base` and not
+    hidden); returns the arrays (grown when full), the new m and the trajectory's precision. `inter` is left
+    all zero."""
+    n_ties = 0
+    for j in range(seen):
+        unit = touched[j]
+        c = inter[unit]
+        if c / (size_r + (unit_offsets[unit + 1] - unit_offsets[unit]) - c) >= best - 1e-12:
+            tie_units[n_ties] = unit
+            n_ties += 1
+        else:
+            inter[unit] = 0
+    ties = np.sort(tie_units[:n_ties])
+    if m + n_ties > len(codes):
+        grow = max(len(codes), m + n_ties)
+        codes = np.concatenate((codes, np.empty(grow, dtype=np.int64)))
+        shared = np.concatenate((shared, np.empty(grow, dtype=np.float64)))
+    precision = 0.0
+    for unit in ties:
+        c = inter[unit]
+        shown = 0
+        for p in range(unit_offsets[unit], unit_offsets[unit + 1]):
+            key = unit_keys[p]
+            if stamp[key] == base and not hidden_key[key]:
+                shown += 1
+        codes[m] = r * n_units + unit
+        shared[m] = shown
+        m += 1
+        precision = max(precision, c / size_r)
+        inter[unit] = 0
+    return codes, shared, m, precision
+
+
+@njit(nogil=True, cache=True)
+def _walk_unless_beaten(
+    output: np.ndarray,
+    n: int,
+    jac_t: float,
+    unit_offsets: np.ndarray,
+    unit_keys: np.ndarray,
+    key_offsets: np.ndarray,
+    key_units: np.ndarray,
+    stamp: np.ndarray,
+    base: int,
+    inter: np.ndarray,
+    touched: np.ndarray,
+    checked: np.ndarray,
+    picks: np.ndarray,
+    round_keys: int,
+) -> int:
+    """The walk of `_ties_unless_beaten` (rounds, exact checks of the units the counts so far rank best) against
+    the best target Jaccard `jac_t`: -1 (`inter` left all zero) when a unit matches the output strictly better
+    than `jac_t` by more than the tie tolerance, else the number of units touched, `inter` holding their exact
+    counts."""
+    stride = _first_stride(n, round_keys)
+    seen = _walk_postings(output, n, 0, stride, key_offsets, key_units, inter, touched, 0)
+    while stride > 1:
+        scale = n / ((n + stride - 1) // stride)  # the output's keys per key walked so far
+        found = _promising(touched, seen, inter, scale, n, jac_t, unit_offsets, checked, base, picks)
+        if _a_pick_beats(picks, found, jac_t, n, unit_offsets, unit_keys, stamp, base, checked, base):
+            for j in range(seen):
+                inter[touched[j]] = 0
+            return -1
+        stride //= 2
+        seen = _walk_postings(output, n, stride, 2 * stride, key_offsets, key_units, inter, touched, seen)
+    return seen
+
+
+@njit(nogil=True, cache=True)
+def _target_postings(key_offsets: np.ndarray, key_units: np.ndarray, is_target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The postings of every key restricted to the units `is_target` marks (offsets, units), in their order."""
+    n_keys = len(key_offsets) - 1
+    offsets = np.zeros(n_keys + 1, dtype=np.int64)
+    for key in range(n_keys):
+        kept = 0
+        for q in range(key_offsets[key], key_offsets[key + 1]):
+            if is_target[key_units[q]]:
+                kept += 1
+        offsets[key + 1] = offsets[key] + kept
+    units = np.empty(offsets[n_keys], dtype=key_units.dtype)
+    at = 0
+    for key in range(n_keys):
+        for q in range(key_offsets[key], key_offsets[key + 1]):
+            if is_target[key_units[q]]:
+                units[at] = key_units[q]
+                at += 1
+    return offsets, units
+
+
+@njit(nogil=True, cache=True)
 def _holders(key_offsets: np.ndarray, key_units: np.ndarray, keysets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(row, unit) of every unit holding every key of a row of `keysets` (rows x width, each row's rarest key
     first), by row and then unit: `_anonymity_counts` with the units themselves."""
@@ -1230,6 +1400,10 @@ PROBE_SHARE = 1
 # the 10 M-ping benchmark (bench/regularity_bench.py) the cost is flat from 2 to 8 keys and 16 to 64 checks.
 ROUND_KEYS = 2
 CHECKS = 32
+# A recovered trajectory is an output of hundreds of keys, each scan of its touched units (tens of thousands) after
+# a round costs about as much as a round's walk: its first round walks about 50 keys (on the 10 M release's
+# trajectories, linking 4,500 targets: 5.0 s against 5.9 s with 2, and the full walk 7.7 s; bench/RESULTS.md).
+TRAJECTORY_ROUND_KEYS = 50
 
 
 class MatchSets:
@@ -1255,6 +1429,62 @@ def _read_only(array: np.ndarray) -> np.ndarray:
     view = array.view()
     view.flags.writeable = False
     return view
+
+
+class TargetPostings:
+    """The postings of every key of `MatchSets` restricted to some units (the targets a linkage samples), built
+    and checked once: `targets_best_slice` reads them unchecked for every slice of trajectories."""
+
+    __slots__ = ("offsets", "units")
+
+    def __init__(self, truth: MatchSets, targets: np.ndarray):
+        n_units = len(truth.unit_offsets) - 1
+        targets = np.asarray(targets, dtype=np.int64)
+        _within("best matches: targets", targets, n_units)
+        is_target = np.zeros(n_units, dtype=np.bool_)
+        is_target[targets] = True
+        offsets, units = _target_postings(truth.key_offsets, truth.key_units, is_target)
+        self.offsets, self.units = _read_only(offsets), _read_only(units)
+
+
+def targets_best_slice(
+    rec_offsets: np.ndarray,
+    rec_keys: np.ndarray,
+    truth: MatchSets,
+    hidden_key: np.ndarray,
+    targets: TargetPostings,
+    at: int,
+    end: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`best_slice` of the trajectories at..end-1 where only the ties that hold a target matter
+    (`_targets_best_slice`): the truth's and the targets' codes were checked when they were built, the
+    trajectories' keys are checked here."""
+    if not isinstance(truth, MatchSets) or not isinstance(targets, TargetPostings):
+        raise TypeError("best matches: the key sets must be kernels.MatchSets and the targets kernels.TargetPostings")
+    n_keys = len(truth.key_offsets) - 1
+    if not 0 <= at <= end <= len(rec_offsets) - 1:
+        raise ValueError(f"trajectories {at}..{end} outside 0..{len(rec_offsets) - 1}")
+    lo, hi = int(rec_offsets[at]), int(rec_offsets[end])
+    if lo < 0 or hi > len(rec_keys) or (np.diff(rec_offsets[at : end + 1]) < 0).any():
+        raise ValueError("best matches: the trajectories' offsets do not span their keys")
+    _within("best matches: recovered keys", rec_keys[lo:hi], n_keys)
+    if len(hidden_key) < n_keys or len(targets.offsets) != n_keys + 1:
+        raise ValueError("best matches: the hidden keys or the targets' postings are not of the same keys")
+    return _targets_best_slice(
+        rec_offsets,
+        rec_keys,
+        truth.unit_offsets,
+        truth.unit_keys,
+        truth.key_offsets,
+        truth.key_units,
+        hidden_key,
+        targets.offsets,
+        targets.units,
+        at,
+        end,
+        TRAJECTORY_ROUND_KEYS,
+        CHECKS,
+    )
 
 
 def regularity_shares(
