@@ -126,3 +126,52 @@ def test_the_loop_stops_the_early_recovery_whatever_the_assessment_does(protecte
     with pytest.raises(RuntimeError, match="boom"):
         coarsen.advantage_of_candidate(ctx)
     assert len(started) == 1 and started[0].stopping.is_set()
+
+
+def _same_linkage(a, b) -> bool:
+    same_sets = all(
+        np.array_equal(getattr(x, f), getattr(y, f))
+        for x, y in ((a.truth_cells, b.truth_cells), (a.truth_view, b.truth_view))
+        for f in ("unit_offsets", "unit_keys", "key_offsets", "key_units")
+    )
+    draws = len(a.drawn.by_width) == len(b.drawn.by_width) and all(
+        np.array_equal(r1, r2) and np.array_equal(k1, k2) for (r1, k1), (r2, k2) in zip(a.drawn.by_width, b.drawn.by_width)
+    )
+    return (
+        same_sets
+        and draws
+        and a.width == b.width
+        and np.array_equal(a.view_key_of, b.view_key_of)
+        and np.array_equal(a.drawn.entry_unit, b.drawn.entry_unit)
+    )
+
+
+def test_the_linkage_inputs_are_computed_once_whoever_asks_first(protected_city, monkeypatch):
+    ctx = protected_city
+    calls: list[int] = []
+    real = advantage_stage.linkage_inputs
+
+    def counted_inputs(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(advantage_stage, "linkage_inputs", counted_inputs)
+    early = start_recovery(ctx, ctx.risk_zones, PARAMS)
+    asked: list = []
+    askers = [threading.Thread(target=lambda: asked.append(early.linkage(0))) for _ in range(3)]
+    for asker in askers:
+        asker.start()
+    for asker in askers:
+        asker.join()
+    early.recovered(0)  # the thread's own turn comes after its recovery
+    found = early.linkage(0)
+    assert len(asked) == 3 and all(a is found for a in asked)
+    assert len(calls) == 1
+    inputs = attack_inputs(ctx, ctx.risk_zones)
+    fresh = real(inputs.view, inputs.unit, inputs.step, inputs.area, inputs.zone_of_area, recovery_params(PARAMS))
+    assert _same_linkage(found, fresh)
+    # the negative control of the comparison: another seed draws other knowledge
+    other = real(
+        inputs.view, inputs.unit, inputs.step, inputs.area, inputs.zone_of_area, replace(recovery_params(PARAMS), seed=7)
+    )
+    assert not _same_linkage(found, other)

@@ -751,6 +751,7 @@ def attack_risk(
     recovered: Recovered | Callable[[], Recovered] | None = None,
     only: np.ndarray | None = None,
     targets: tuple[np.ndarray, np.ndarray] | None = None,
+    linkage: Callable[[], LinkageInputs] | None = None,
 ) -> AttackReport:
     """Per-zone linkage and membership figures of the release `view` for the true memberships (unit, step,
     area codes; units numbered 0..U-1), each area's risk zone (`zone_of_area`, strings). `only`: link only the
@@ -760,14 +761,22 @@ def attack_risk(
     the trajectories are matched to the units only where a sampled knowledge set can pick them
     (`_reachable`): the per-zone figures and the recovery's accuracy then describe the sample alone.
     `recovered`: the view's recovery, or what waits for one under way elsewhere (called once the true key sets
-    and the knowledge, which do not read it, are drawn); None: recovered here, beside them."""
+    and the knowledge, which do not read it, are drawn); None: recovered here, beside them. `linkage`: what gives
+    those key sets and knowledge (`linkage_inputs` of these memberships and `params`), computed elsewhere or on
+    the call."""
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="attack-recovery") as pool:
         # the recovery (one core's work, step by step) beside the true key sets and the knowledge drawn from
         # them, which do not read it
         pending = pool.submit(recover_trajectories, view, params) if recovered is None else None
-        truth_cells, truth_view, key_zone, view_key_of, width = _truth_sets(view, unit, step, area, zone_of_area)
-        drawn = draw_knowledge(truth_cells, params.knowledge())
+        found = linkage_inputs(view, unit, step, area, zone_of_area, params) if linkage is None else linkage()
+        truth_view, key_zone, view_key_of, width, drawn = (
+            found.truth_view,
+            found.key_zone,
+            found.view_key_of,
+            found.width,
+            found.drawn,
+        )
         if pending is not None:
             recovered = pending.result()
         elif callable(recovered):  # a recovery under way elsewhere: waited for only now
@@ -837,6 +846,34 @@ def attack_risk(
         )
     report.seconds = time.perf_counter() - started
     return report
+
+
+@dataclass(frozen=True)
+class LinkageInputs:
+    """What the linkage reads besides the recovery (`_truth_sets`'s key sets, each key's zone, the view's key of
+    each true key, the keys per bucket) and the knowledge drawn from the true key sets. Per-unit: internal."""
+
+    truth_cells: KeySets
+    truth_view: KeySets
+    key_zone: np.ndarray
+    view_key_of: np.ndarray
+    width: int
+    drawn: Draws
+
+
+def linkage_inputs(
+    view: ReleaseView,
+    unit: np.ndarray,
+    step: np.ndarray,
+    area: np.ndarray,
+    zone_of_area: np.ndarray,
+    params: AttackParams,
+) -> LinkageInputs:
+    """The true key sets of the memberships against the view, and the knowledge drawn from them (`params`)."""
+    truth_cells, truth_view, key_zone, view_key_of, width = _truth_sets(view, unit, step, area, zone_of_area)
+    return LinkageInputs(
+        truth_cells, truth_view, key_zone, view_key_of, width, draw_knowledge(truth_cells, params.knowledge())
+    )
 
 
 def _truth_sets(

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +32,15 @@ from spatial_release.risk.advantage import (
     ZoneAdvantage,
     assess_advantage,
 )
-from spatial_release.risk.attack import AttackParams, Recovered, attack_risk, recover_trajectories, without_unit
+from spatial_release.risk.attack import (
+    AttackParams,
+    LinkageInputs,
+    Recovered,
+    attack_risk,
+    linkage_inputs,
+    recover_trajectories,
+    without_unit,
+)
 from spatial_release.risk.estimator import KeySets
 from spatial_release.risk.landscape import Landscape
 from spatial_release.stages import reuse
@@ -285,12 +293,14 @@ def _recovery_runs(
     names = pd.Index(pd.Series(unit_names).astype(str))
     for number, (zoning, at, proposal) in enumerate(_views(ctx, rung)):
         recovered: Callable[[], Recovered] | None = None
+        linkage: Callable[[], LinkageInputs] | None = None
         if prepared is not None:
             view_inputs = prepared.inputs()[number]
             if view_inputs is None:
                 yield None
                 continue
             inputs, recovered = view_inputs, functools.partial(prepared.recovered, number)
+            linkage = functools.partial(prepared.linkage, number)
         else:
             inputs = attack_inputs(ctx, zone_of_cells, at, proposal, zoning)
             if not _recoverable(inputs):
@@ -303,7 +313,15 @@ def _recovery_runs(
             own = pd.Index(view_units.astype(str)).get_indexer(np.asarray(unit_names)[targets[0]].astype(str))
             linked = (own[own >= 0], np.asarray(targets[1], dtype=object)[own >= 0])
         report = attack_risk(
-            inputs.view, inputs.unit, inputs.step, inputs.area, inputs.zone_of_area, attack, recovered, targets=linked
+            inputs.view,
+            inputs.unit,
+            inputs.step,
+            inputs.area,
+            inputs.zone_of_area,
+            attack,
+            recovered,
+            targets=linked,
+            linkage=linkage,
         )
         assert report.targets is not None
         unit, zone, success = report.targets
@@ -336,19 +354,25 @@ def recovery_params(params: AdvantageParams) -> AttackParams:
     return AttackParams(points=params.points, draws=params.draws, seed=params.seed)
 
 
-@dataclass(frozen=True)
 class EarlyRecovery:
     """The trajectory recovery of every view of a candidate, started on a thread of its own before the candidate's
     key sets are coded (`stages.keys.keep_released_keys`), which it does not read: it reads the published
     figures and the memberships, and it is the longest piece of the gate, one core's work bucket by bucket
     (bench/RESULTS.md). `recovery_success` reads it instead of recovering again. Stopped (`stop`) once the
-    assessment no longer needs it: a saved assessment, or zones the membership attacker alone settles."""
+    assessment no longer needs it: a saved assessment, or zones the membership attacker alone settles.
 
-    candidate: object  # the candidate tables it recovered from (`ReleaseContext.candidate_tables()`)
-    attack: AttackParams
-    views_read: Future  # each view's inputs, read first
-    views_recovered: Future  # then each view's recovery
-    stopping: threading.Event
+    Each view's linkage inputs (`risk.attack.linkage_inputs`: the true key sets and the knowledge drawn) are
+    computed once, by whichever asks first: the assessment, before it waits for a recovery still under way, or
+    this thread once its recoveries are done (at 50 M pings they end before the assessment has its targets)."""
+
+    def __init__(self, candidate: object, attack: AttackParams, stopping: threading.Event):
+        self.candidate = candidate  # the candidate tables it recovers from (`ReleaseContext.candidate_tables()`)
+        self.attack = attack
+        self.stopping = stopping
+        self.views_read: Future[list[AttackInputs | None]] = Future()  # each view's inputs, read first
+        self.views_recovered: Future[list[Recovered | None]] = Future()  # then each view's recovery
+        self._linkage_lock = threading.Lock()
+        self._linkage: dict[int, Future[LinkageInputs]] = {}
 
     def serves(self, ctx: ReleaseContext, attack: AttackParams, rung: str | None) -> bool:
         """Whether it is the recovery `recovery_success` would run: the same candidate (the very tables the
@@ -365,6 +389,25 @@ class EarlyRecovery:
         assert done is not None, f"the early recovery has no view {number}"
         return done
 
+    def linkage(self, number: int) -> LinkageInputs:
+        """View `number`'s linkage inputs: computed here by the first caller, waited for by the others."""
+        with self._linkage_lock:
+            cell = self._linkage.get(number)
+            mine = cell is None
+            if cell is None:
+                cell = self._linkage[number] = Future()
+        if not mine:
+            return cell.result()
+        inputs = self.inputs()[number]
+        assert inputs is not None, f"the early recovery has no view {number}"
+        try:
+            found = linkage_inputs(inputs.view, inputs.unit, inputs.step, inputs.area, inputs.zone_of_area, self.attack)
+        except BaseException as error:
+            cell.set_exception(error)
+            raise
+        cell.set_result(found)
+        return found
+
     def views(self) -> list[tuple[AttackInputs, Recovered] | None]:
         """Each view's inputs and recovery, in `_views` order (None: nothing published)."""
         return [None if inputs is None else (inputs, self.recovered(number)) for number, inputs in enumerate(self.inputs())]
@@ -377,34 +420,38 @@ def start_recovery(
     ctx: ReleaseContext, zone_of_cells: Callable[[pd.Series], pd.Series], params: AdvantageParams
 ) -> EarlyRecovery:
     """Start the recovery of every view of the context's candidate (`EarlyRecovery`)."""
-    attack, stopping = recovery_params(params), threading.Event()
-    candidate = ctx.candidate_tables()
-    read: Future[list[AttackInputs | None]] = Future()
+    early = EarlyRecovery(ctx.candidate_tables(), recovery_params(params), threading.Event())
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="early-recovery")
     try:
-        recovered = pool.submit(_recover_views, ctx, zone_of_cells, attack, stopping, read)
+        pool.submit(_recover_views, ctx, zone_of_cells, early)
     finally:
         pool.shutdown(wait=False)
-    return EarlyRecovery(candidate, attack, read, recovered, stopping)
+    return early
 
 
-def _recover_views(
-    ctx: ReleaseContext,
-    zone_of_cells: Callable[[pd.Series], pd.Series],
-    attack: AttackParams,
-    stopping: threading.Event,
-    read: Future[list[AttackInputs | None]],
-) -> list[Recovered | None]:
-    """Every view's inputs (given to `read` as soon as they are all read: the assessment draws its knowledge from
-    them while the recoveries run), then every view's recovery."""
+def _recover_views(ctx: ReleaseContext, zone_of_cells: Callable[[pd.Series], pd.Series], early: EarlyRecovery) -> None:
+    """Every view's inputs (given to `views_read` as soon as they are all read: the assessment draws its knowledge
+    from them while the recoveries run), then every view's recovery (`views_recovered`), then every view's
+    linkage inputs that nobody asked for yet. A stop ends it with RecoveryStopped."""
     try:
         views = [attack_inputs(ctx, zone_of_cells, at, proposal, zoning) for zoning, at, proposal in _views(ctx, None)]
     except BaseException as error:
-        read.set_exception(error)
+        early.views_read.set_exception(error)
+        early.views_recovered.set_exception(error)
         raise
     shown = [inputs if _recoverable(inputs) else None for inputs in views]
-    read.set_result(shown)
-    return [None if inputs is None else recover_trajectories(inputs.view, attack, stopping) for inputs in shown]
+    early.views_read.set_result(shown)
+    try:
+        recovered = [
+            None if inputs is None else recover_trajectories(inputs.view, early.attack, early.stopping) for inputs in shown
+        ]
+    except BaseException as error:
+        early.views_recovered.set_exception(error)
+        raise
+    early.views_recovered.set_result(recovered)
+    for number, inputs in enumerate(shown):
+        if inputs is not None and not early.stopping.is_set():
+            early.linkage(number)
 
 
 def _measured_gains(runs: list, chosen: np.ndarray, attack: AttackParams) -> pd.DataFrame:
