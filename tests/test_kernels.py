@@ -81,6 +81,13 @@ def test_best_matches_in_many_slices_equal_one_slice(monkeypatch):
         np.testing.assert_array_equal(g, w)
     for g, w in zip(whole, _reference_best(rec, truth, hidden, 40, 50)):
         np.testing.assert_array_equal(g, w)
+    # the targeted matches (only the sampled targets' ties read) in many slices: what one slice gives
+    targets = np.arange(0, 50, 7)
+    one = best_matches(rec_sets, truth_sets, hidden, targets)
+    monkeypatch.setattr(attack, "TARGETED_PAIRS", 30)
+    assert len(_trajectory_slices(rec_sets, truth_sets, attack.TARGETED_PAIRS)) > 10
+    for g, w in zip(best_matches(rec_sets, truth_sets, hidden, targets), one):
+        np.testing.assert_array_equal(g, w)
 
 
 @settings(max_examples=60, deadline=None)

@@ -78,6 +78,7 @@ MAX_STATES = 2_000  # trajectory states per bucket above which the day-before an
 # areas and the hub) recovers as well, faster (bench/RESULTS.md)
 FULL_ARCS = 5_000
 BEST_PAIRS = 2_000_000  # (trajectory, unit) pairs examined at a time when matching trajectories to units
+TARGETED_PAIRS = 32_000_000  # the same, where only the sampled targets' ties are read (`best_matches`)
 
 
 @dataclass(frozen=True)
@@ -676,7 +677,8 @@ def best_matches(
     `targets` (unit codes): only the ties that hold a target are read. A trajectory whose best match no target
     ties is dropped as soon as the walk of its postings shows it (`kernels.targets_best_slice`): no pair, NaN
     for its best Jaccard and precision; every other trajectory gets all of the above, every tie included."""
-    slices = _trajectory_slices(recovered, truth)
+    # a targeted slice clears arrays over every unit, and walks only part of its pairs: fewer, larger slices
+    slices = _trajectory_slices(recovered, truth, None if targets is None else TARGETED_PAIRS)
     common: tuple = (recovered, truth, hidden_key)
     if targets is not None:
         sets = kernels.MatchSets(truth.unit_offsets, truth.unit_keys, truth.key_offsets, truth.key_units)
@@ -696,15 +698,16 @@ def best_matches(
     return pairs, shared, best_j, precision
 
 
-def _trajectory_slices(recovered: KeySets, truth: KeySets) -> list[tuple[int, int]]:
+def _trajectory_slices(recovered: KeySets, truth: KeySets, pairs: int | None = None) -> list[tuple[int, int]]:
     """Consecutive (first, end) trajectory ranges whose candidate pairs (the units of each of their keys) add
-    up to about BEST_PAIRS each (a trajectory with more is a slice of its own)."""
+    up to about `pairs` (BEST_PAIRS by default) each (a trajectory with more is a slice of its own)."""
+    pairs = BEST_PAIRS if pairs is None else pairs
     k_sizes = np.diff(truth.key_offsets)
     load = np.cumsum(k_sizes[recovered.unit_keys])
     slices, at = [], 0
     while at < recovered.units:
         base = int(load[recovered.unit_offsets[at] - 1]) if recovered.unit_offsets[at] else 0
-        end_pair = int(np.searchsorted(load, base + BEST_PAIRS, side="right"))
+        end_pair = int(np.searchsorted(load, base + pairs, side="right"))
         end = max(at + 1, int(np.searchsorted(recovered.unit_offsets, end_pair, side="right")) - 1)
         end = min(end, recovered.units)
         slices.append((at, end))

@@ -329,7 +329,6 @@ def _targets_best_slice(
     touched = np.empty(n_units, dtype=np.int64)
     checked = np.zeros(n_units, dtype=np.int64)
     picks = np.empty(checks, dtype=np.int64)
-    stamp = np.zeros(len(key_offsets) - 1, dtype=np.int64)
     tie_units = np.empty(n_units, dtype=np.int64)
     codes = np.empty(1024, dtype=np.int64)
     shared = np.empty(1024, dtype=np.float64)
@@ -344,18 +343,15 @@ def _targets_best_slice(
             inter[touched[j]] = 0
         if seen == 0:  # no target shares a key with it: each is at 0, below any unit that does
             continue
-        base = i + 1  # this trajectory's stamp on its keys (`_overlap`)
-        for p in range(size_r):
-            stamp[output[p]] = base
-        walk = (key_offsets, key_units, stamp, base, inter, touched, checked, picks, round_keys)
+        mark = i + 1  # the units checked for this trajectory (`checked`)
+        walk = (key_offsets, key_units, mark, inter, touched, checked, picks, round_keys)
         seen = _walk_unless_beaten(output, size_r, best_target, unit_offsets, unit_keys, *walk)
         if seen < 0:
             continue
         best = _best_jaccard(touched, seen, inter, size_r, unit_offsets)
         top[i] = best
-        marks = (stamp, base, hidden_key)
         codes, shared, m, precision[i] = _emit_ties(
-            codes, shared, m, tie_units, r, n_units, touched, seen, inter, size_r, best, unit_offsets, unit_keys, *marks
+            codes, shared, m, tie_units, r, n_units, touched, seen, inter, output, best, unit_offsets, unit_keys, hidden_key
         )
     return codes[:m].copy(), shared[:m].copy(), top, precision
 
@@ -371,18 +367,16 @@ def _emit_ties(
     touched: np.ndarray,
     seen: int,
     inter: np.ndarray,
-    size_r: int,
+    output: np.ndarray,
     best: float,
     unit_offsets: np.ndarray,
     unit_keys: np.ndarray,
-    stamp: np.ndarray,
-    base: int,
     hidden_key: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, int, float]:
     """Append trajectory r's ties for the best Jaccard (`_select_ties`' rule, by unit) to codes and shared from
-    m: the tie's code, and the published keys it shares with the trajectory (its own keys stamped `base` and not
-    hidden); returns the arrays (grown when full), the new m and the trajectory's precision. `inter` is left
-    all zero."""
+    m: the tie's code, and the published (not hidden) keys it shares with the trajectory's keys `output`; returns
+    the arrays (grown when full), the new m and the trajectory's precision. `inter` is left all zero."""
+    size_r = len(output)
     n_ties = 0
     for j in range(seen):
         unit = touched[j]
@@ -400,11 +394,7 @@ def _emit_ties(
     precision = 0.0
     for unit in ties:
         c = inter[unit]
-        shown = 0
-        for p in range(unit_offsets[unit], unit_offsets[unit + 1]):
-            key = unit_keys[p]
-            if stamp[key] == base and not hidden_key[key]:
-                shown += 1
+        _, shown = _sorted_overlap(output, unit_keys[unit_offsets[unit] : unit_offsets[unit + 1]], hidden_key)
         codes[m] = r * n_units + unit
         shared[m] = shown
         m += 1
@@ -422,30 +412,97 @@ def _walk_unless_beaten(
     unit_keys: np.ndarray,
     key_offsets: np.ndarray,
     key_units: np.ndarray,
-    stamp: np.ndarray,
-    base: int,
+    mark: int,
     inter: np.ndarray,
     touched: np.ndarray,
     checked: np.ndarray,
     picks: np.ndarray,
     round_keys: int,
 ) -> int:
-    """The walk of `_ties_unless_beaten` (rounds, exact checks of the units the counts so far rank best) against
-    the best target Jaccard `jac_t`: -1 (`inter` left all zero) when a unit matches the output strictly better
-    than `jac_t` by more than the tie tolerance, else the number of units touched, `inter` holding their exact
-    counts."""
+    """The walk of `_ties_unless_beaten` (rounds, exact checks of the units the counts so far rank best; `checked`
+    marks with `mark` the units checked for this output, whose keys are sorted) against the best target Jaccard
+    `jac_t`: -1 (`inter` left all zero) when a unit matches the output strictly better than `jac_t` by more than
+    the tie tolerance, else the number of units touched, `inter` holding their exact counts."""
     stride = _first_stride(n, round_keys)
     seen = _walk_postings(output, n, 0, stride, key_offsets, key_units, inter, touched, 0)
     while stride > 1:
         scale = n / ((n + stride - 1) // stride)  # the output's keys per key walked so far
-        found = _promising(touched, seen, inter, scale, n, jac_t, unit_offsets, checked, base, picks)
-        if _a_pick_beats(picks, found, jac_t, n, unit_offsets, unit_keys, stamp, base, checked, base):
+        found = _promising(touched, seen, inter, scale, n, jac_t, unit_offsets, checked, mark, picks)
+        if _a_sorted_pick_beats(picks, found, jac_t, output, unit_offsets, unit_keys, checked, mark):
             for j in range(seen):
                 inter[touched[j]] = 0
             return -1
         stride //= 2
         seen = _walk_postings(output, n, stride, 2 * stride, key_offsets, key_units, inter, touched, seen)
     return seen
+
+
+@njit(nogil=True, cache=True)
+def _sorted_overlap(a: np.ndarray, b: np.ndarray, hidden_key: np.ndarray) -> tuple[int, int]:
+    """How many keys two ascending key arrays share, and how many of those are not hidden (a merge of the two:
+    no array over every key, which the linkage's slices would each have to clear)."""
+    i = j = common = shown = 0
+    while i < len(a) and j < len(b):
+        if a[i] < b[j]:
+            i += 1
+        elif a[i] > b[j]:
+            j += 1
+        else:
+            common += 1
+            if not hidden_key[a[i]]:
+                shown += 1
+            i += 1
+            j += 1
+    return common, shown
+
+
+@njit(nogil=True, cache=True)
+def _sorted_common(a: np.ndarray, b: np.ndarray) -> int:
+    """How many keys two ascending key arrays share (a merge)."""
+    i = j = common = 0
+    while i < len(a) and j < len(b):
+        if a[i] < b[j]:
+            i += 1
+        elif a[i] > b[j]:
+            j += 1
+        else:
+            common += 1
+            i += 1
+            j += 1
+    return common
+
+
+@njit(nogil=True, cache=True)
+def _a_sorted_pick_beats(
+    picks: np.ndarray,
+    found: int,
+    jac_t: float,
+    output: np.ndarray,
+    unit_offsets: np.ndarray,
+    unit_keys: np.ndarray,
+    checked: np.ndarray,
+    mark: int,
+) -> bool:
+    """`_a_pick_beats` for an output of ascending keys: each pick's overlap counted exactly by a merge of its own
+    keys with the output's; each is marked checked."""
+    n = len(output)
+    for j in range(found):
+        unit = picks[j]
+        checked[unit] = mark
+        c = _sorted_common(output, unit_keys[unit_offsets[unit] : unit_offsets[unit + 1]])
+        if jac_t < c / (n + (unit_offsets[unit + 1] - unit_offsets[unit]) - c) - TIE:
+            return True
+    return False
+
+
+@njit(nogil=True, cache=True)
+def _ascending_runs(offsets: np.ndarray, keys: np.ndarray) -> bool:
+    """Whether each run keys[offsets[i]:offsets[i + 1]] is strictly ascending."""
+    for i in range(len(offsets) - 1):
+        for p in range(offsets[i] + 1, offsets[i + 1]):
+            if keys[p] <= keys[p - 1]:
+                return False
+    return True
 
 
 @njit(nogil=True, cache=True)
@@ -1443,6 +1500,8 @@ class TargetPostings:
         _within("best matches: targets", targets, n_units)
         is_target = np.zeros(n_units, dtype=np.bool_)
         is_target[targets] = True
+        if not _ascending_runs(truth.unit_offsets, truth.unit_keys):  # the exact overlaps are merges
+            raise ValueError("best matches: a unit's keys are not in ascending order")
         offsets, units = _target_postings(truth.key_offsets, truth.key_units, is_target)
         self.offsets, self.units = _read_only(offsets), _read_only(units)
 
@@ -1468,6 +1527,8 @@ def targets_best_slice(
     if lo < 0 or hi > len(rec_keys) or (np.diff(rec_offsets[at : end + 1]) < 0).any():
         raise ValueError("best matches: the trajectories' offsets do not span their keys")
     _within("best matches: recovered keys", rec_keys[lo:hi], n_keys)
+    if not _ascending_runs(rec_offsets[at : end + 1] - lo, rec_keys[lo:hi]):
+        raise ValueError("best matches: a trajectory's keys are not in ascending order")
     if len(hidden_key) < n_keys or len(targets.offsets) != n_keys + 1:
         raise ValueError("best matches: the hidden keys or the targets' postings are not of the same keys")
     return _targets_best_slice(
