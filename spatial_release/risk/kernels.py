@@ -210,6 +210,18 @@ def _select_ties(
 
 
 @njit(nogil=True, cache=True)
+def _room_for(codes: np.ndarray, shared: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """`codes` and `shared`, grown (at least doubled) when they hold fewer than `size` entries."""
+    if size <= len(codes):
+        return codes, shared
+    grow = max(len(codes), size)
+    return (
+        np.concatenate((codes, np.empty(grow, dtype=np.int64))),
+        np.concatenate((shared, np.empty(grow, dtype=np.float64))),
+    )
+
+
+@njit(nogil=True, cache=True)
 def _best_jaccard(touched: np.ndarray, seen: int, inter: np.ndarray, n: int, unit_offsets: np.ndarray) -> float:
     """The best Jaccard of an output of n keys with the touched units, from their overlaps in `inter`."""
     best = 0.0
@@ -282,10 +294,7 @@ def _best_slice(
         # the trajectory touched (most of them share a key or two with it and are far from the best)
         n_ties = _select_ties(touched, seen, inter, inter_hidden, unit_offsets, size_r, best, tie_units)
         ties = np.sort(tie_units[:n_ties])
-        if m + n_ties > len(codes):
-            grow = max(len(codes), m + n_ties)
-            codes = np.concatenate((codes, np.empty(grow, dtype=np.int64)))
-            shared = np.concatenate((shared, np.empty(grow, dtype=np.float64)))
+        codes, shared = _room_for(codes, shared, m + n_ties)
         for unit in ties:
             c = counts[unit, 0]
             codes[m] = r * n_units + unit
@@ -344,7 +353,7 @@ def _targets_best_slice(
         if seen == 0:  # no target shares a key with it: each is at 0, below any unit that does
             continue
         mark = i + 1  # the units checked for this trajectory (`checked`)
-        walk = (key_offsets, key_units, mark, inter, touched, checked, picks, round_keys)
+        walk = (key_offsets, key_units, hidden_key, mark, inter, touched, checked, picks, round_keys)
         seen = _walk_unless_beaten(output, size_r, best_target, unit_offsets, unit_keys, *walk)
         if seen < 0:
             continue
@@ -377,20 +386,9 @@ def _emit_ties(
     m: the tie's code, and the published (not hidden) keys it shares with the trajectory's keys `output`; returns
     the arrays (grown when full), the new m and the trajectory's precision. `inter` is left all zero."""
     size_r = len(output)
-    n_ties = 0
-    for j in range(seen):
-        unit = touched[j]
-        c = inter[unit]
-        if c / (size_r + (unit_offsets[unit + 1] - unit_offsets[unit]) - c) >= best - 1e-12:
-            tie_units[n_ties] = unit
-            n_ties += 1
-        else:
-            inter[unit] = 0
+    n_ties = _select_ties(touched, seen, inter, inter, unit_offsets, size_r, best, tie_units)  # one count array
     ties = np.sort(tie_units[:n_ties])
-    if m + n_ties > len(codes):
-        grow = max(len(codes), m + n_ties)
-        codes = np.concatenate((codes, np.empty(grow, dtype=np.int64)))
-        shared = np.concatenate((shared, np.empty(grow, dtype=np.float64)))
+    codes, shared = _room_for(codes, shared, m + n_ties)
     precision = 0.0
     for unit in ties:
         c = inter[unit]
@@ -412,6 +410,7 @@ def _walk_unless_beaten(
     unit_keys: np.ndarray,
     key_offsets: np.ndarray,
     key_units: np.ndarray,
+    hidden_key: np.ndarray,
     mark: int,
     inter: np.ndarray,
     touched: np.ndarray,
@@ -428,7 +427,7 @@ def _walk_unless_beaten(
     while stride > 1:
         scale = n / ((n + stride - 1) // stride)  # the output's keys per key walked so far
         found = _promising(touched, seen, inter, scale, n, jac_t, unit_offsets, checked, mark, picks)
-        if _a_sorted_pick_beats(picks, found, jac_t, output, unit_offsets, unit_keys, checked, mark):
+        if _a_sorted_pick_beats(picks, found, jac_t, output, unit_offsets, unit_keys, hidden_key, checked, mark):
             for j in range(seen):
                 inter[touched[j]] = 0
             return -1
@@ -457,22 +456,6 @@ def _sorted_overlap(a: np.ndarray, b: np.ndarray, hidden_key: np.ndarray) -> tup
 
 
 @njit(nogil=True, cache=True)
-def _sorted_common(a: np.ndarray, b: np.ndarray) -> int:
-    """How many keys two ascending key arrays share (a merge)."""
-    i = j = common = 0
-    while i < len(a) and j < len(b):
-        if a[i] < b[j]:
-            i += 1
-        elif a[i] > b[j]:
-            j += 1
-        else:
-            common += 1
-            i += 1
-            j += 1
-    return common
-
-
-@njit(nogil=True, cache=True)
 def _a_sorted_pick_beats(
     picks: np.ndarray,
     found: int,
@@ -480,6 +463,7 @@ def _a_sorted_pick_beats(
     output: np.ndarray,
     unit_offsets: np.ndarray,
     unit_keys: np.ndarray,
+    hidden_key: np.ndarray,
     checked: np.ndarray,
     mark: int,
 ) -> bool:
@@ -489,7 +473,7 @@ def _a_sorted_pick_beats(
     for j in range(found):
         unit = picks[j]
         checked[unit] = mark
-        c = _sorted_common(output, unit_keys[unit_offsets[unit] : unit_offsets[unit + 1]])
+        c, _ = _sorted_overlap(output, unit_keys[unit_offsets[unit] : unit_offsets[unit + 1]], hidden_key)
         if jac_t < c / (n + (unit_offsets[unit + 1] - unit_offsets[unit]) - c) - TIE:
             return True
     return False
