@@ -7,24 +7,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.matching import pair_key_sets
 
 from spatial_release.risk import kernels
 from spatial_release.risk.attack import _padded, _trajectory_slices, best_matches
 from spatial_release.risk.estimator import KeySets
 
-
-def _key_sets(pairs: set[tuple[int, int]], n_owners: int, n_keys: int) -> KeySets:
-    ordered = sorted(pairs)
-    owner = np.array([p[0] for p in ordered], dtype=np.int64)
-    key = np.array([p[1] for p in ordered], dtype=np.int64)
-    zone = np.array(["z"] * n_keys, dtype=object)
-    if not ordered:
-        return KeySets(zone, np.zeros(n_owners + 1, np.int64), owner, np.zeros(n_keys + 1, np.int64), owner)
-    sets = KeySets.from_codes(owner, key, zone)
-    if sets.keys < n_keys:  # keys nobody holds at the end
-        pad = np.full(n_keys - sets.keys, sets.key_offsets[-1])
-        sets = KeySets(zone, sets.unit_offsets, sets.unit_keys, np.concatenate([sets.key_offsets, pad]), sets.key_units)
-    return _padded(sets, n_owners)
+_key_sets = pair_key_sets
 
 
 pair_sets = st.sets(st.tuples(st.integers(0, 11), st.integers(0, 14)), max_size=90)

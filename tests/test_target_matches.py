@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_kernels import _key_sets
+from support.matching import pair_key_sets as _key_sets
 
 from spatial_release.risk import kernels
 from spatial_release.risk.attack import best_matches
