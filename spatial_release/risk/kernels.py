@@ -1442,8 +1442,9 @@ PROBE_SHARE = 1
 ROUND_KEYS = 2
 CHECKS = 32
 # A recovered trajectory is an output of hundreds of keys, each scan of its touched units (tens of thousands) after
-# a round costs about as much as a round's walk: its first round walks about 50 keys (on the 10 M release's
-# trajectories, linking 4,500 targets: 5.0 s against 5.9 s with 2, and the full walk 7.7 s; bench/RESULTS.md).
+# a round costs about as much as a round's walk: its first round walks about 50 keys (on 400 of the 50 M release's
+# trajectories: 0.6-0.7 s with a first round of 2 to 50 keys, 1.5 s with 200, 2.7 s for the whole walk;
+# bench/RESULTS.md).
 TRAJECTORY_ROUND_KEYS = 50
 
 
