@@ -10,20 +10,15 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from support.fixture import advantage_city_policy
+from support.releases import protected_advantage_city
 
-from spatial_release import stages
-from spatial_release.ledger import Ledger
-from spatial_release.period import Period
-from spatial_release.policy import load_policy
 from spatial_release.risk.advantage import AdvantageParams
 from spatial_release.risk.attack import AttackParams, RecoveryStopped, recover_trajectories
 from spatial_release.stages import advantage as advantage_stage
 from spatial_release.stages.advantage import read_key_sets, recovery_params, recovery_success, start_recovery
 from spatial_release.stages.attack import attack_inputs
-from spatial_release.stages.context import CandidateTables, Published, ReleaseContext
+from spatial_release.stages.context import CandidateTables, ReleaseContext
 from spatial_release.stages.keys import keep_released_keys, write_ladder_buckets
-from spatial_release.traces.synthetic import SyntheticConfig, generate_pings, write_pings
 
 PARAMS = AdvantageParams()
 
@@ -31,16 +26,7 @@ PARAMS = AdvantageParams()
 @pytest.fixture(scope="module")
 def protected_city(tmp_path_factory):
     """200 persons over 3 weeks, 1 km cells x 1 week, 4 km risk zones, protected, its key sets kept."""
-    folder = tmp_path_factory.mktemp("early-recovery")
-    pings = write_pings(generate_pings(SyntheticConfig(persons=200, days=21)), folder / "pings.parquet")
-    ctx = ReleaseContext(
-        load_policy(advantage_city_policy(folder, "early_recovery", 1000, 4000, coarsen="propose")),
-        Period.parse("2018-Q1"),
-        folder / "work",
-    )
-    stages.run_ingest(ctx, [pings])
-    stages.run_counts(ctx)
-    stages.run_protect(ctx, published=Published(Ledger(folder / "ledger", folder / "releases"), folder / "releases"))
+    ctx = protected_advantage_city(tmp_path_factory.mktemp("early-recovery"), "early_recovery")
     keep_released_keys(ctx, write_ladder_buckets(ctx))
     return ctx
 

@@ -28,6 +28,7 @@ from support.releases import protected_candidate
 from support.spies import counted
 
 from spatial_release import stages
+from spatial_release.fileio import sha256_file
 from spatial_release.ledger import Ledger
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
@@ -261,13 +262,15 @@ def test_the_coded_key_set_file_the_risk_step_keeps_reads_back_as_the_same_key_s
     keys_stage.write_risk_areas(ctx)
     rows_path = tmp_path / "keys.parquet"
     keys_stage.write_released_keys(ctx.area, rows_path)
-    kept = keys_stage.keep_released_keys(ctx, None)
+    held = keys_stage.keep_released_keys(ctx, None)
     coded_path = ctx.area.unit_keys
     counts = keysets.coded_file_counts(coded_path)
     assert counts is not None and keysets.coded_file_counts(rows_path) is None
     from_rows = in_memory(risk_stage.window_key_sets(ctx, rows_path, [], []))
     from_coded = in_memory(risk_stage.window_key_sets(ctx, coded_path, [], []))
-    assert kept is not None and kept.digest() == from_coded.digest() == from_rows.digest()
+    assert held is not None and held.sha256 == sha256_file(coded_path)
+    kept = held.sets
+    assert kept.digest() == from_coded.digest() == from_rows.digest()
     assert counts == {"units": kept.units, "keys": kept.keys, "pairs": len(kept.unit_keys)}
     assert keysets.file_rows(coded_path) == len(kept.unit_keys)
     rows = pd.read_parquet(rows_path)

@@ -317,18 +317,40 @@ def file_rows(path: Path) -> int:
     return pq.ParquetFile(path).metadata.num_rows if counts is None else counts["pairs"]
 
 
-def write_coded(
-    con: duckdb.DuckDBPyConnection, path: Path, sets: KeySets, held_units: np.ndarray, held_keys: np.ndarray
-) -> None:
-    """Write `sets` as a coded key set file, naming its units and keys from the tables risk_units and
-    risk_keys (`_number`) of which they hold `held_units` and `held_keys`; atomically."""
+@dataclass(frozen=True)
+class CodedKeySets:
+    """Key sets as a coded key set file holds them: the sets, and the names of their keys and units by code,
+    with each key's cell (the least cell named with it, the one its risk zone is read from)."""
+
+    sets: KeySets
+    key_names: pa.StringArray
+    unit_names: pa.StringArray
+    key_cells: pa.StringArray
+
+
+def _coded_names(
+    con: duckdb.DuckDBPyConnection, sets: KeySets, held_units: np.ndarray, held_keys: np.ndarray
+) -> CodedKeySets:
+    """`sets` with the names of their units and keys, from the tables risk_units and risk_keys (`_number`) of
+    which they hold `held_units` and `held_keys`."""
     names = con.sql("SELECT unit FROM risk_units ORDER BY u").to_arrow_table().column(0).combine_chunks()
     keys = con.sql("SELECT key, cell_id FROM risk_keys ORDER BY k").to_arrow_table()
     names = names.filter(pa.array(held_units)).cast(pa.string())
     keys = keys.filter(pa.array(held_keys))
-    n_units, n_keys, n_pairs = len(names), keys.num_rows, len(sets.unit_keys)
-    if (n_units, n_keys) != (sets.units, sets.keys):
-        raise RuntimeError(f"key sets of {sets.units} units and {sets.keys} keys named by {n_units} and {n_keys}")
+    if (len(names), keys.num_rows) != (sets.units, sets.keys):
+        raise RuntimeError(f"key sets of {sets.units} units and {sets.keys} keys named by {len(names)} and {keys.num_rows}")
+    key_names, cells = (keys.column(c).combine_chunks().cast(pa.string()) for c in ("key", "cell_id"))
+    return CodedKeySets(sets, key_names, names, cells)
+
+
+def write_coded(
+    con: duckdb.DuckDBPyConnection, path: Path, sets: KeySets, held_units: np.ndarray, held_keys: np.ndarray
+) -> CodedKeySets:
+    """Write `sets` as a coded key set file, naming its units and keys from the tables risk_units and
+    risk_keys (`_number`) of which they hold `held_units` and `held_keys`; atomically. Returns the sets with
+    the names written."""
+    coded = _coded_names(con, sets, held_units, held_keys)
+    n_units, n_keys, n_pairs = sets.units, sets.keys, len(sets.unit_keys)
     metadata = {FILE_FORMAT: FILE_VERSION, b"units": b"%d" % n_units, b"keys": b"%d" % n_keys, b"pairs": b"%d" % n_pairs}
     schema = _SCHEMA.with_metadata(metadata)
     no_code = lambda n: pa.nulls(n, pa.int32())  # noqa: E731
@@ -340,10 +362,9 @@ def write_coded(
             tmp, schema, compression="snappy", use_dictionary=["name", "cell_id"], write_statistics=False
         ) as out:
             codes = pa.array(np.arange(n_units, dtype=np.int32))
-            out.write_batch(pa.record_batch([codes, no_code(n_units), names, no_name(n_units)], schema=schema))
+            out.write_batch(pa.record_batch([codes, no_code(n_units), coded.unit_names, no_name(n_units)], schema=schema))
             codes = pa.array(np.arange(n_keys, dtype=np.int32))
-            key_names, cells = (keys.column(c).combine_chunks().cast(pa.string()) for c in ("key", "cell_id"))
-            out.write_batch(pa.record_batch([no_code(n_keys), codes, key_names, cells], schema=schema))
+            out.write_batch(pa.record_batch([no_code(n_keys), codes, coded.key_names, coded.key_cells], schema=schema))
             pair_units = np.repeat(np.arange(n_units, dtype=np.int32), np.diff(sets.unit_offsets))
             for start in range(0, n_pairs, _WRITE_ROWS):
                 stop = min(start + _WRITE_ROWS, n_pairs)
@@ -351,6 +372,7 @@ def write_coded(
                 out.write_batch(
                     pa.record_batch([*map(pa.array, columns), no_name(stop - start), no_name(stop - start)], schema=schema)
                 )
+    return coded
 
 
 def _check_coded_file(con: duckdb.DuckDBPyConnection, path: Path, counts: dict[str, int]) -> None:
@@ -511,9 +533,9 @@ def code_and_keep(
     limit: int,
     scratch: Path | None,
     path: Path,
-) -> KeySets | None:
-    """The KeySets of one part (as `load_key_sets` codes it alone), also written to `path` as a coded key set
-    file; None, with nothing written, as soon as the part streams more than `limit` rows (or its join runs
+) -> CodedKeySets | None:
+    """The KeySets of one part (as `load_key_sets` codes it alone) with their names, also written to `path` as
+    a coded key set file; None, with nothing written, as soon as the part streams more than `limit` rows (or its join runs
     out of DuckDB's memory)."""
     with scratch_folder(scratch, "risk-keys") as spill:
         con = connect(spill)
@@ -528,7 +550,6 @@ def code_and_keep(
             if batches is None:
                 return None
             sets, held_units, held_keys = _whole(con, batches, n_units, n_keys, zone_of_cells)
-            write_coded(con, path, sets, held_units, held_keys)
-            return sets
+            return write_coded(con, path, sets, held_units, held_keys)
         finally:
             con.close()

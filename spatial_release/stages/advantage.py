@@ -46,7 +46,7 @@ from spatial_release.risk.landscape import Landscape
 from spatial_release.stages import reuse
 from spatial_release.stages.attack import AttackInputs, attack_inputs
 from spatial_release.stages.context import ReleaseContext, risk_spec, zone_population
-from spatial_release.stages.keys import keep_released_keys, write_ladder_buckets
+from spatial_release.stages.keys import KeptKeys, keep_released_keys, write_ladder_buckets
 
 KEY_TIME = "%Y-%m-%dT%H:%MZ"  # as stages.keys.KEY_FORMAT names bucket starts in keys
 ROWS_IN_MEMORY = 150_000_000  # key set rows the gate codes in memory (stages.keys.CODED_UP_TO keeps coded files to it)
@@ -179,10 +179,13 @@ def advantage_of(
     rung: str | None = None,
     reported: bool | Callable[[list[ZoneAdvantage]], bool] = True,
     early: EarlyRecovery | None = None,
+    held: KeptKeys | None = None,
 ) -> AdvantageReport:
     """`assess_advantage` of the candidate whose key sets `key_set_file` holds (a coarsening proposal at time
-    rung `rung` when one is given); `reported` as there; `early`: the candidate's recovery, already started."""
-    sets, names, unit_names = read_key_sets(key_set_file, zone_of_cells)
+    rung `rung` when one is given); `reported` as there; `early`: the candidate's recovery, already started;
+    `held`: those key sets as coded into the file, taken instead of reading it (the caller checked that they
+    are: `KeptKeys.serves`)."""
+    sets, names, unit_names = read_key_sets(key_set_file, zone_of_cells) if held is None else held.arrays()
     counts = published_counts(ctx, rung is not None).reindex(pd.Index(names.astype(str)))
     if counts.isna().any():  # a key without its published count could hide a boundary key: fail closed
         missing = names[counts.isna().to_numpy()][:3].tolist()
@@ -190,8 +193,8 @@ def advantage_of(
     key_count = counts.to_numpy(np.int64)
     hidden = true_zones(ctx, unit_names, zone_of_cells)
     boundary = np.zeros(sets.units, dtype=bool)
-    held = np.repeat(np.arange(sets.units), np.diff(sets.unit_offsets))[key_count[sets.unit_keys] == ctx.policy.k]
-    boundary[held] = True
+    at_k = np.repeat(np.arange(sets.units), np.diff(sets.unit_offsets))[key_count[sets.unit_keys] == ctx.policy.k]
+    boundary[at_k] = True
 
     def recovery(targets: tuple[np.ndarray, np.ndarray]) -> RecoverySuccess:
         return recovery_success(ctx, zone_of_cells, unit_names, params, ceiling, boundary, rung, targets, early)
@@ -485,17 +488,20 @@ def candidate_advantage(
     rung: str | None = None,
     reported: bool | Callable[[list[ZoneAdvantage]], bool] = True,
     early: EarlyRecovery | None = None,
+    held: KeptKeys | None = None,
 ) -> AdvantageReport:
     """The advantage of the candidate (`stages.advantage`) from its kept key sets (`key_set_file`, the risk
-    step's own by default), with the landscape's adversary and public population and the ceiling the gate
-    applies. Only this release's key sets: the earlier releases of the window are the uniqueness bound's.
+    step's own by default; `held`: as `keep_released_keys` coded them, read instead of the file when it is
+    the one they were written to, unchanged since), with the landscape's adversary and public population and
+    the ceiling the gate applies. Only this release's key sets: the earlier releases of the window are the
+    uniqueness bound's.
     `reported`: the whole report, or the gate's figures only, or a callable that decides from those
     (`assess_advantage`); a saved whole report answers all three. `early`: this candidate's recovery, started
     while its key sets were coded (`start_recovery`)."""
     risk = risk_spec(ctx.policy)
     path = ctx.area.unit_keys if key_set_file is None else key_set_file
     if not path.exists():  # the publish step's assessment, or a review, on a work area without kept key sets
-        keep_released_keys(ctx, write_ladder_buckets(ctx))
+        held = keep_released_keys(ctx, write_ladder_buckets(ctx))
         path = ctx.area.unit_keys
     landscape_path = ctx.policy.resolve(risk.landscape)
     population = zone_population(ctx.policy, landscape, landscape_path, ctx.layers)
@@ -504,8 +510,9 @@ def candidate_advantage(
     )
     # one memo of the assessment per set of inputs: the climbing loop's last pass, the risk step and the publish
     # step assess the same candidate
+    key_sets_digest = sha256_file(path)
     inputs = {
-        "key_sets": sha256_file(path),
+        "key_sets": key_sets_digest,
         "membership": sha256_file(ctx.area.counts / "membership.internal.parquet"),
         "params": params.__dict__,
         "ceiling": risk.per_release_ceiling,
@@ -524,7 +531,10 @@ def candidate_advantage(
         if gate_only is not None and not gate_only.reported:
             if reported is False or not reported(gate_only.zones):
                 return gate_only
-    found = advantage_of(ctx, path, ctx.risk_zones, params, risk.per_release_ceiling, population, rung, reported, early)
+    coded = held if held is not None and held.serves(path, key_sets_digest, ctx.risk_zones) else None
+    found = advantage_of(
+        ctx, path, ctx.risk_zones, params, risk.per_release_ceiling, population, rung, reported, early, coded
+    )
     memo.save(name if found.reported else gate_name, digest, found.to_json())
     return found
 

@@ -215,8 +215,8 @@ def advantage_of_candidate(
     # the recovery reads no key set: it starts now, beside their coding, and stops if nothing reads it
     early = start_recovery(ctx, ctx.risk_zones, advantage_params(landscape))
     try:
-        keep_released_keys(ctx, ladder)
-        return candidate_advantage(ctx, landscape, ctx.area.unit_keys, reported=reported, early=early)
+        kept = keep_released_keys(ctx, ladder)
+        return candidate_advantage(ctx, landscape, ctx.area.unit_keys, reported=reported, early=early, held=kept)
     finally:
         early.stop()
 

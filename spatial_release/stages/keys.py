@@ -5,10 +5,12 @@ reviews."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pandas as pd
 
 from spatial_release.fileio import atomic_path, scratch_folder, sha256_file
@@ -298,7 +300,35 @@ def coarser_keys_sql(area: WorkArea, ladder: Path, rung: str, k: int) -> str:
     )
 
 
-def keep_released_keys(ctx: ReleaseContext, ladder: Path | None) -> KeySets | None:
+@dataclass(frozen=True)
+class KeptKeys:
+    """This release's key sets as `keep_released_keys` coded and kept them, with the file it wrote and that
+    file's sha256 as written: a reader that finds the file with that digest may take these arrays for what
+    reading it back would give (`stages.advantage.read_key_sets`), without reading it."""
+
+    coded: keysets.CodedKeySets
+    file: Path
+    sha256: str
+    zones: Callable[[pd.Series], pd.Series]  # what the keys' risk zones were read with
+
+    @property
+    def sets(self) -> KeySets:
+        return self.coded.sets
+
+    def serves(self, path: Path, sha256: str, zones: Callable[[pd.Series], pd.Series]) -> bool:
+        """Whether these arrays are what reading `path`, whose digest is now `sha256`, with risk zones `zones`
+        would give: the very file written, unchanged since, its keys' zones read the same way. Reading back a
+        file just coded costs 3 s at 10 M pings and 21-28 s at 50 M (bench/RESULTS.md)."""
+        return path == self.file and sha256 == self.sha256 and zones == self.zones
+
+    def arrays(self) -> tuple[KeySets, np.ndarray, np.ndarray]:
+        """The key sets, their key names and unit names by code (object arrays of str), as
+        `stages.advantage.read_key_sets` gives them."""
+        names, units = (a.to_numpy(zero_copy_only=False) for a in (self.coded.key_names, self.coded.unit_names))
+        return self.sets, names.astype(object, copy=False), units.astype(object, copy=False)
+
+
+def keep_released_keys(ctx: ReleaseContext, ladder: Path | None) -> KeptKeys | None:
     """Code this release's key sets straight from the work area and keep them as its coded key set file
     (`keysets.write_coded`), returning them; over `CODED_UP_TO` rows keep them as (unit, key, cell_id) rows
     instead (written by DuckDB, for the ranged road) and return None. The memo records what the kept file was
@@ -307,11 +337,12 @@ def keep_released_keys(ctx: ReleaseContext, ladder: Path | None) -> KeySets | No
     memo.save(KEPT_KEYS, None, {})  # never a record of the file being replaced
     held = ctx.held_candidate()
     source = released_key_source(ctx.area, ladder, held)
-    sets = keysets.code_and_keep(source, ctx.risk_zones, CODED_UP_TO, ctx.area.risk, ctx.area.unit_keys)
-    if sets is None:
+    coded = keysets.code_and_keep(source, ctx.risk_zones, CODED_UP_TO, ctx.area.risk, ctx.area.unit_keys)
+    if coded is None:
         write_released_keys(ctx.area, ctx.area.unit_keys, ladder, held)
-    memo.save(KEPT_KEYS, _key_source_digest(ctx), {"unit_keys": sha256_file(ctx.area.unit_keys)})
-    return sets
+    digest = sha256_file(ctx.area.unit_keys)
+    memo.save(KEPT_KEYS, _key_source_digest(ctx), {"unit_keys": digest})
+    return None if coded is None else KeptKeys(coded, ctx.area.unit_keys, digest, ctx.risk_zones)
 
 
 KEPT_KEYS = "kept_keys"  # the memo's record of the kept key set file

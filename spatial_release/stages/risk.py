@@ -524,7 +524,11 @@ def run_risk(ctx: ReleaseContext, ledger: Ledger) -> RiskAssessment:
     ctx.area.risk.mkdir(parents=True, exist_ok=True)
     ladder = write_ladder_buckets(ctx)
     write_risk_areas(ctx)
-    this_release = kept_key_sets(ctx) if keys.kept_keys_current(ctx) else keep_released_keys(ctx, ladder)
+    if keys.kept_keys_current(ctx):
+        this_release = kept_key_sets(ctx)
+    else:
+        kept = keep_released_keys(ctx, ladder)
+        this_release = None if kept is None else kept.sets
     assessment = assess_risk(ctx, ledger, ctx.area.unit_keys, keys_from_area=True, this_release=this_release)
     if assessment.status == BLOCK and ladder is not None:
         assessment = _with_proposal(assessment, propose_coarsening(ctx, ledger, ladder))

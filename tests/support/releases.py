@@ -18,7 +18,9 @@ from spatial_release.ledger import ENTRIES, HEAD, Ledger
 from spatial_release.ledger.keys import SIGNING_KEY_ENV
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
-from support.fixture import two_quarter_policy
+from spatial_release.stages.context import Published
+from spatial_release.traces.synthetic import SyntheticConfig, generate_pings, write_pings
+from support.fixture import advantage_city_policy, two_quarter_policy
 
 DATASET = "fixture"  # the fixture policy's name (support.fixture.policy_dict)
 PERIOD = "2018-Q1"
@@ -77,6 +79,23 @@ def protected_candidate(policy, tmp_path) -> stages.ReleaseContext:
     stages.run_ingest(ctx)
     stages.run_counts(ctx)
     stages.run_protect(ctx)
+    return ctx
+
+
+def protected_advantage_city(folder: Path, name: str, seed: int | None = None) -> stages.ReleaseContext:
+    """A synthetic city of 200 persons over 3 weeks (`seed`: the generator's, else its default), released at
+    1 km cells x 1 week with 4 km risk zones under the advantage gate (`support.fixture.advantage_city_policy`),
+    protected: the work area in `folder`/work, the ledger and releases beside it."""
+    config = SyntheticConfig(persons=200, days=21) if seed is None else SyntheticConfig(persons=200, days=21, seed=seed)
+    pings = write_pings(generate_pings(config), folder / "pings.parquet")
+    ctx = stages.ReleaseContext(
+        load_policy(advantage_city_policy(folder, name, 1000, 4000, coarsen="propose")),
+        Period.parse(PERIOD),
+        folder / "work",
+    )
+    stages.run_ingest(ctx, [pings])
+    stages.run_counts(ctx)
+    stages.run_protect(ctx, published=Published(Ledger(folder / "ledger", folder / "releases"), folder / "releases"))
     return ctx
 
 
