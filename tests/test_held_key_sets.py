@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 from support.releases import protected_advantage_city
 
@@ -90,3 +91,24 @@ def test_kept_key_sets_are_not_taken_for_another_file_a_changed_one_or_other_zon
     assert not stale.serves(path, digest, lambda cells: ctx.risk_zones(cells))
     for wrong in (replace(stale, sha256="0" * 64), replace(stale, file=path.with_name("other.parquet"))):
         assert _figures(_assessed(ctx, wrong, monkeypatch)) == from_file
+
+
+def test_the_true_zones_are_every_zone_each_unit_was_counted_in(kept_city):
+    """`true_zones` (joined in DuckDB) against a plain reading of the memberships: the same (unit, zone) pairs,
+    in (unit, zone) order, units coded as the key sets name them. Some are zones without a published key of
+    the unit (else the gate's entries would not need them)."""
+    ctx, kept = kept_city
+    sets, _, unit_names = kept.arrays()
+    unit, zone = advantage_stage.true_zones(ctx, unit_names, ctx.risk_zones)
+    rows = pd.read_parquet(ctx.area.counts / "membership.internal.parquet", columns=["unit", "cell_id"])
+    rows = rows.drop_duplicates()
+    zones = ctx.risk_zones(pd.Series(rows["cell_id"].astype(str).unique()))
+    code = {name: i for i, name in enumerate(unit_names)}
+    expected = sorted({(code[str(u)], zones[str(c)]) for u, c in zip(rows["unit"], rows["cell_id"]) if str(u) in code})
+    assert list(zip(unit.tolist(), zone.tolist())) == expected
+    published = {
+        (u, sets.key_zone[k])
+        for u in range(sets.units)
+        for k in sets.unit_keys[sets.unit_offsets[u] : sets.unit_offsets[u + 1]]
+    }
+    assert set(expected) - published and published <= set(expected)
