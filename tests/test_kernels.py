@@ -438,3 +438,40 @@ def test_distinct_inverse_edge_cases(codes):
     want, want_inverse = np.unique(codes, return_inverse=True)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(inverse, want_inverse)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(-2, 12), st.integers(-2, 9)), max_size=60),
+    st.integers(0, 12),
+    st.integers(0, 9),
+    st.booleans(),
+)
+def test_the_pair_scan_gives_numpy_s_figures(pairs, n_units, n_keys, sort):
+    """`scan_pairs` (the coded file check's one pass) against numpy's figures, on pairs in and out of the
+    declared ranges, in and out of order, with repeats."""
+    if sort:
+        pairs = sorted(set(pairs))
+    units = np.array([u for u, _ in pairs], dtype=np.int32)
+    keys = np.array([k for _, k in pairs], dtype=np.int32)
+    scan = kernels.scan_pairs(units, keys, n_units, n_keys)
+    in_range = bool(((units >= 0) & (units < n_units) & (keys >= 0) & (keys < n_keys)).all())
+    assert scan.in_range == in_range
+    if len(units):
+        assert (scan.unit_min, scan.unit_max, scan.key_min, scan.key_max) == (
+            units.min(),
+            units.max(),
+            keys.min(),
+            keys.max(),
+        )
+    same = units[1:] == units[:-1]
+    assert scan.ordered == bool((np.diff(units) >= 0).all() and (keys[1:][same] > keys[:-1][same]).all())
+    if in_range:
+        assert scan.unit_counts.tolist() == np.bincount(units, minlength=n_units).tolist()
+        assert scan.keys_held == len(np.unique(keys))
+    assert len(scan.unit_counts) == n_units  # out-of-range codes were never counted in (nor past) it
+
+
+def test_the_pair_scan_refuses_mismatched_arrays():
+    with pytest.raises(ValueError, match="unit codes against"):
+        kernels.scan_pairs(np.zeros(3, dtype=np.int32), np.zeros(2, dtype=np.int32), 1, 1)

@@ -397,9 +397,25 @@ def _check_coded_file(con: duckdb.DuckDBPyConnection, path: Path, counts: dict[s
     _refuse_coded_rows(path, counts, tuple(row))
 
 
-def check_coded_table(path: Path, table: pa.Table, counts: dict[str, int]) -> None:
+@dataclass(frozen=True)
+class CodedRows:
+    """A coded key set file's rows read whole, split by kind (`check_coded_table`): the unit rows' codes and
+    names, the key rows' codes, names and cells, the pairs' codes, and the pairs' one-pass scan."""
+
+    unit_codes: np.ndarray
+    unit_names: pa.Array
+    key_codes: np.ndarray
+    key_names: pa.Array
+    key_cells: pa.Array
+    pair_units: np.ndarray
+    pair_keys: np.ndarray
+    scan: kernels.PairScan
+
+
+def check_coded_table(path: Path, table: pa.Table, counts: dict[str, int]) -> CodedRows:
     """`_check_coded_file` on the file's rows already read whole (columns u, k, name, cell_id): the same checks
-    in numpy over the arrays, not a second scan of the file."""
+    in numpy over the arrays, not a second scan of the file; the pairs' figures in one compiled pass
+    (`kernels.scan_pairs`, against the numbers the metadata declares). Returns the rows split by kind."""
     u, k = table.column("u"), table.column("k")
     u_set, k_set = pc.is_valid(u), pc.is_valid(k)
     unit_row, key_row = pc.and_(u_set, pc.invert(k_set)), pc.and_(pc.invert(u_set), k_set)
@@ -407,25 +423,36 @@ def check_coded_table(path: Path, table: pa.Table, counts: dict[str, int]) -> No
     unit_codes = pc.filter(u, unit_row).to_numpy()
     key_codes = pc.filter(k, key_row).to_numpy()
     pair_units, pair_keys = pc.filter(u, pair).to_numpy(), pc.filter(k, pair).to_numpy()
+    scan = kernels.scan_pairs(pair_units, pair_keys, counts["units"], counts["keys"])
+    pair_figures: tuple[int | None, ...]
+    if scan.in_range:
+        held_units = int(np.count_nonzero(scan.unit_counts))
+        pair_figures = (held_units, scan.keys_held, scan.unit_min, scan.unit_max, scan.key_min, scan.key_max)
+    else:  # codes the scan could not count (the file is refused below): the exact figures for the message
+        pair_figures = (_distinct(pair_units), _distinct(pair_keys), *_min_max(pair_units), *_min_max(pair_keys))
     neither = len(u) - len(unit_codes) - len(key_codes) - len(pair_units)
+    names = table.column("name")
+    unit_names, key_names = pc.filter(names, unit_row), pc.filter(names, key_row)
+    key_cells = pc.filter(table.column("cell_id"), key_row)
     row = (
         len(unit_codes),
         _distinct(unit_codes),
-        pc.count_distinct(pc.filter(table.column("name"), unit_row)).as_py(),
+        pc.count_distinct(unit_names).as_py(),
         *_min_max(unit_codes),
         len(key_codes),
         _distinct(key_codes),
-        pc.count_distinct(pc.filter(table.column("name"), key_row)).as_py(),
-        pc.count(pc.filter(table.column("cell_id"), key_row)).as_py(),
+        pc.count_distinct(key_names).as_py(),
+        pc.count(key_cells).as_py(),
         *_min_max(key_codes),
         len(pair_units),
-        _distinct(pair_units),
-        _distinct(pair_keys),
-        *_min_max(pair_units),
-        *_min_max(pair_keys),
+        *pair_figures,
         neither,
     )
     _refuse_coded_rows(path, counts, row)
+    as_array = lambda column: column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column  # noqa: E731
+    return CodedRows(
+        unit_codes, as_array(unit_names), key_codes, as_array(key_names), as_array(key_cells), pair_units, pair_keys, scan
+    )
 
 
 def _distinct(codes: np.ndarray) -> int:

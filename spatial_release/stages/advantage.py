@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from spatial_release.fileio import sha256_file
@@ -68,33 +67,41 @@ def read_key_sets(path: Path, zone_of_cells: Callable[[pd.Series], pd.Series]) -
         key_codes, keys = pd.factorize(rows["key"], sort=True)
         cells = rows.groupby("key")["cell_id"].min().reindex(keys)
         names, unit_names = np.asarray(keys, dtype=object), np.asarray(units, dtype=object)
+        scan = None
     else:
-        unit_codes, key_codes, cells, names, unit_names = _coded_file(path)
+        unit_codes, key_codes, cells, names, unit_names, scan = _coded_file(path)
     cell_series = pd.Series(np.asarray(cells, dtype=object))
     key_zone = cell_series.map(zone_of_cells(cell_series.drop_duplicates())).to_numpy(dtype=object)
     # 32-bit codes: 8 bytes per pair in each direction, as the uniqueness bound holds them (64-bit copies of every
     # array double the assessment's memory)
     units, keys = np.asarray(unit_codes, dtype=np.int32), np.asarray(key_codes, dtype=np.int32)
-    return _key_sets(units, keys, key_zone), names, unit_names
+    return _key_sets(units, keys, key_zone, scan), names, unit_names
 
 
-def _key_sets(units: np.ndarray, keys: np.ndarray, key_zone: np.ndarray) -> KeySets:
+def _key_sets(units: np.ndarray, keys: np.ndarray, key_zone: np.ndarray, scan: kernels.PairScan | None = None) -> KeySets:
     """KeySets of distinct (unit, key) pairs; pairs already by unit then key (as a coded file writes them) are
-    taken as they are, with one counting pass for the key-major side, not two lexsorts."""
-    same = units[1:] == units[:-1]
-    ordered = bool((np.diff(units) >= 0).all() and (keys[1:][same] > keys[:-1][same]).all()) if len(units) > 1 else True
+    taken as they are, with one counting pass for the key-major side, not two lexsorts. `scan`: the pairs'
+    `kernels.scan_pairs` (of a checked coded file: every unit holds a pair), which says whether they are so."""
+    if scan is None:
+        same = units[1:] == units[:-1]
+        ordered = bool((np.diff(units) >= 0).all() and (keys[1:][same] > keys[:-1][same]).all()) if len(units) > 1 else True
+    else:
+        ordered = scan.ordered and scan.in_range
     if not ordered:
         return KeySets.from_codes(units, keys, key_zone)
     n_units = int(units[-1]) + 1 if len(units) else 0
-    unit_offsets = KeySets.offsets(np.bincount(units, minlength=n_units))
+    if scan is not None and len(scan.unit_counts) == n_units:
+        unit_offsets = KeySets.offsets(scan.unit_counts)
+    else:
+        unit_offsets = KeySets.offsets(np.bincount(units, minlength=n_units))
     key_offsets, key_units = kernels.key_major(unit_offsets, keys, len(key_zone), np.int32)
     return KeySets(key_zone, unit_offsets, keys, key_offsets, key_units)
 
 
-def _coded_file(path: Path) -> tuple[np.ndarray, np.ndarray, pd.Series, np.ndarray, np.ndarray]:
+def _coded_file(path: Path) -> tuple[np.ndarray, np.ndarray, pd.Series, np.ndarray, np.ndarray, kernels.PairScan]:
     """A coded key set file's pairs (unit and key codes), and its keys' cells and names and units' names, by
-    code; the codes read as arrays, never a frame of one row per pair. The file is checked against the counts
-    its metadata records first (`keysets.check_coded_table`, on the rows read)."""
+    code, with the pairs' scan; the codes read as arrays, never a frame of one row per pair. The file is checked
+    against the counts its metadata records first (`keysets.check_coded_table`, on the rows read)."""
     counts = keysets.coded_file_counts(path)
     if counts is None:
         raise ValueError(f"{path}: not a coded key set file")
@@ -102,21 +109,16 @@ def _coded_file(path: Path) -> tuple[np.ndarray, np.ndarray, pd.Series, np.ndarr
         table = pq.read_table(path, columns=["u", "k", "name", "cell_id"])
     except (pa.ArrowException, OSError) as error:
         raise ValueError(f"{path}: not a readable key set file ({error})") from None
-    keysets.check_coded_table(path, table, counts)
-    u, k = table.column("u"), table.column("k")
-    both = pc.and_(u.is_valid(), k.is_valid())
-    unit_codes = pc.filter(u, both).to_numpy()
-    key_codes = pc.filter(k, both).to_numpy()
-    frame = table.filter(pc.invert(both)).to_pandas()
-    unit_rows = frame[frame["k"].isna()].sort_values("u")
-    key_rows = frame[frame["u"].isna()].sort_values("k")
-    return (
-        unit_codes,
-        key_codes,
-        key_rows["cell_id"].reset_index(drop=True),
-        key_rows["name"].to_numpy(dtype=object),
-        unit_rows["name"].to_numpy(dtype=object),
-    )
+    rows = keysets.check_coded_table(path, table, counts)
+    del table
+    # checked: the unit and key codes are 0..n-1, once each, so each name goes to its code's place
+    unit_names = np.empty(len(rows.unit_codes), dtype=object)
+    unit_names[rows.unit_codes] = rows.unit_names.to_numpy(zero_copy_only=False)
+    key_names = np.empty(len(rows.key_codes), dtype=object)
+    key_names[rows.key_codes] = rows.key_names.to_numpy(zero_copy_only=False)
+    cells = np.empty(len(rows.key_codes), dtype=object)
+    cells[rows.key_codes] = rows.key_cells.to_numpy(zero_copy_only=False)
+    return rows.pair_units, rows.pair_keys, pd.Series(cells), key_names, unit_names, rows.scan
 
 
 def _stamp(starts: pd.Series) -> pd.Series:
