@@ -475,3 +475,36 @@ def test_the_pair_scan_gives_numpy_s_figures(pairs, n_units, n_keys, sort):
 def test_the_pair_scan_refuses_mismatched_arrays():
     with pytest.raises(ValueError, match="unit codes against"):
         kernels.scan_pairs(np.zeros(3, dtype=np.int32), np.zeros(2, dtype=np.int32), 1, 1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sets(st.integers(0, 40), max_size=12), min_size=1, max_size=30), st.integers(1, 4))
+def test_key_major_in_blocks_equals_one_scatter(key_sets, bits):
+    """The two-pass key-major sort (blocks of 2^bits keys) gives the one-pass sort's offsets and units."""
+    unit_offsets = KeySets.offsets(np.array([len(s) for s in key_sets]))
+    unit_keys = np.array([k for s in key_sets for k in sorted(s)], dtype=np.int32)
+    n_keys = int(unit_keys.max()) + 1 if len(unit_keys) else 1
+    like = np.zeros(0, dtype=np.int32)
+    one = kernels._key_major(unit_offsets, unit_keys, n_keys, like)
+    blocked = kernels._key_major_blocked(unit_offsets, unit_keys, n_keys, like, bits)
+    assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(one, blocked))
+
+
+def test_key_major_of_large_key_sets_takes_the_blocks_and_equals_one_scatter(monkeypatch):
+    rng = np.random.default_rng(5)
+    counts = rng.integers(0, 60, 4_000)
+    unit_offsets = KeySets.offsets(counts)
+    unit_keys = np.concatenate([np.sort(rng.choice(9_000, c, replace=False)) for c in counts]).astype(np.int32)
+    taken: list[int] = []
+    blocked = kernels._key_major_blocked
+    monkeypatch.setattr(kernels, "BLOCKED_FROM", 10_000)
+
+    def counted(*args):
+        taken.append(args[-1])
+        return blocked(*args)
+
+    monkeypatch.setattr(kernels, "_key_major_blocked", counted)
+    got = kernels.key_major(unit_offsets, unit_keys, 9_000, np.int32)
+    assert taken == [kernels.KEY_BLOCK_BITS]
+    one = kernels._key_major(unit_offsets, unit_keys, 9_000, np.zeros(0, dtype=np.int32))
+    assert all(np.array_equal(a, b) for a, b in zip(got, one))
