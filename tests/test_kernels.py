@@ -508,3 +508,25 @@ def test_key_major_of_large_key_sets_takes_the_blocks_and_equals_one_scatter(mon
     assert taken == [kernels.KEY_BLOCK_BITS]
     one = kernels._key_major(unit_offsets, unit_keys, 9_000, np.zeros(0, dtype=np.int32))
     assert all(np.array_equal(a, b) for a, b in zip(got, one))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sets(st.integers(0, 30), max_size=15), min_size=1, max_size=25), st.integers(1, 7), st.integers(0, 99))
+def test_unit_class_counts_equal_numpy_unique(key_sets, n_classes, seed):
+    """Each unit's keys per class (the count classifier's own presence among a key's references) against
+    np.unique over every (unit, key) pair's code."""
+    unit_offsets = KeySets.offsets(np.array([len(s) for s in key_sets]))
+    unit_keys = np.array([k for s in key_sets for k in sorted(s)], dtype=np.int32)
+    class_code = np.random.default_rng(seed).integers(0, n_classes, 31)
+    owner = np.repeat(np.arange(len(key_sets), dtype=np.int64), np.diff(unit_offsets))
+    expected = np.unique(owner * n_classes + class_code[unit_keys], return_counts=True)
+    got = kernels.unit_class_counts(unit_offsets, unit_keys, class_code, n_classes)
+    assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(got, expected))
+
+
+def test_unit_class_counts_refuse_codes_outside_their_tables():
+    offsets, keys = np.array([0, 2]), np.array([0, 3], dtype=np.int32)
+    with pytest.raises(ValueError, match="unit keys"):
+        kernels.unit_class_counts(offsets, keys, np.zeros(3, dtype=np.int64), 1)
+    with pytest.raises(ValueError, match="key classes"):
+        kernels.unit_class_counts(offsets, keys, np.array([0, 0, 0, 2]), 2)

@@ -431,11 +431,10 @@ def _classifier_per_entry(
     from spatial_release.risk.estimator import RiskParams, draw_knowledge
 
     references, variance = count_model(classes, key_count)
-    owner = np.repeat(np.arange(sets.units, dtype=np.int64), np.diff(sets.unit_offsets))
     # how many of each unit's keys fall in each class: the target's own presence among a key's references
     _, class_code = np.unique(classes, return_inverse=True)
     n_classes = int(class_code.max()) + 1 if len(class_code) else 1
-    held_code, held = np.unique(owner * n_classes + class_code[sets.unit_keys], return_counts=True)
+    held_code, held = kernels.unit_class_counts(sets.unit_offsets, sets.unit_keys, class_code.ravel(), n_classes)
     drawn = draw_knowledge(sets, RiskParams(points=params.points, draws=params.draws, seed=params.seed))
     rows = len(drawn.entry_zone) * params.draws
     per_row = np.zeros(rows)

@@ -1443,6 +1443,51 @@ def scan_pairs(units: np.ndarray, keys: np.ndarray, n_units: int, n_keys: int) -
     return PairScan(int(u_min), int(u_max), int(k_min), int(k_max), bool(in_range), bool(ordered), counts, int(held))
 
 
+@njit(nogil=True, cache=True)
+def _unit_class_counts(
+    unit_offsets: np.ndarray, unit_keys: np.ndarray, class_code: np.ndarray, n_classes: int
+) -> tuple[np.ndarray, np.ndarray]:
+    # per unit: count its keys' classes in arrays over the classes (stamped with the unit, never cleared), then
+    # sort only the distinct classes it holds
+    stamp = np.full(n_classes, -1, dtype=np.int64)
+    count = np.zeros(n_classes, dtype=np.int64)
+    held = np.empty(n_classes, dtype=np.int64)
+    codes = np.empty(len(unit_keys), dtype=np.int64)
+    counts = np.empty(len(unit_keys), dtype=np.int64)
+    m = 0
+    for u in range(len(unit_offsets) - 1):
+        distinct = 0
+        for p in range(unit_offsets[u], unit_offsets[u + 1]):
+            c = class_code[unit_keys[p]]
+            if stamp[c] != u:
+                stamp[c] = u
+                count[c] = 0
+                held[distinct] = c
+                distinct += 1
+            count[c] += 1
+        ordered = np.sort(held[:distinct])
+        for j in range(distinct):
+            codes[m] = u * n_classes + ordered[j]
+            counts[m] = count[ordered[j]]
+            m += 1
+    return codes[:m].copy(), counts[:m].copy()
+
+
+def unit_class_counts(
+    unit_offsets: np.ndarray, unit_keys: np.ndarray, class_code: np.ndarray, n_classes: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """How many of each unit's keys fall in each class, as np.unique(unit * n_classes + class_code[key],
+    return_counts=True) over every (unit, key) pair gives it (int64 codes and counts, ascending), from each
+    unit's own keys counted by class: a sort of the 118 M pairs of a 50 M-ping release was 12 s of the count
+    classifier (bench/RESULTS.md)."""
+    _within("unit keys", unit_keys, len(class_code))
+    _within("key classes", class_code, n_classes)
+    if len(unit_offsets) == 0 or unit_offsets[0] != 0 or unit_offsets[-1] != len(unit_keys):
+        raise ValueError("key sets: unit offsets do not span the keys")
+    classes = np.ascontiguousarray(class_code, dtype=np.int64)
+    return _unit_class_counts(unit_offsets, unit_keys, classes, int(n_classes))
+
+
 def distinct_inverse(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """np.unique(codes, return_inverse=True) of a 1-d integer array, as int64: the sorted distinct codes and
     each code's place among them. One hash per code and a sort of the distinct ones only, where np.unique sorts
