@@ -17,6 +17,7 @@ from spatial_release import stages
 from spatial_release.ledger import Ledger
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
+from spatial_release.progress import event_of
 from spatial_release.risk import advantage
 from spatial_release.risk.advantage import AdvantageParams, AdvantageReport, ZoneAdvantage, assess_advantage
 from spatial_release.stages import advantage as advantage_stage
@@ -92,12 +93,16 @@ def climbing_city(tmp_path_factory):
     return ctx, folder
 
 
-def _protect_counting_regularity(ctx: ReleaseContext, folder, monkeypatch) -> tuple[list, int]:
-    """The protection's frontier and how many zones the regularity attackers ran on, in a fresh ledger."""
+def _protect_counting_regularity(
+    ctx: ReleaseContext, folder, monkeypatch, messages: list[str] | None = None
+) -> tuple[list, int]:
+    """The protection's frontier and how many zones the regularity attackers ran on, in a fresh ledger
+    (`messages`: where its progress messages go)."""
     calls: list[int] = []
     monkeypatch.setattr(advantage, "_sampled_attacks", counted(advantage._sampled_attacks, calls))
     ledger = Ledger(folder / "ledger", folder / "releases")
-    summary = stages.run_protect(ctx, published=Published(ledger, folder / "releases"))
+    heard = messages if messages is not None else []
+    summary = stages.run_protect(ctx, published=Published(ledger, folder / "releases"), progress=heard.append)
     return list(summary.frontier or []), len(calls)
 
 
@@ -114,8 +119,17 @@ def _saved_whole_report(ctx: ReleaseContext) -> dict:
 @pytest.mark.slow
 def test_the_loop_runs_the_regularity_attackers_on_the_configuration_it_keeps_alone(climbing_city, monkeypatch):
     ctx, folder = climbing_city
-    frontier, ran = _protect_counting_regularity(ctx, folder, monkeypatch)
+    messages: list[str] = []
+    frontier, ran = _protect_counting_regularity(ctx, folder, monkeypatch, messages)
     assert len(frontier) >= 2  # the loop climbed: else there is no configuration it did not keep
+    # the run log says when each configuration's assessment starts and ends, and how many zones it found over
+    risk = [e for m in messages if (e := event_of(m)) is not None and e.step == "risk"]
+    opened = [e for e in risk if str(e).startswith("risk: assessing the candidate")]
+    closed = [e for e in risk if e.done]
+    assert len(opened) == len(closed) == len(frontier)
+    assert [f"{len(row.zones_over)} zone(s) over the gate" in str(e) for row, e in zip(frontier, closed)] == [True] * len(
+        frontier
+    )
     saved = _saved_whole_report(ctx)["result"]
     assert saved["reported"] and saved["zones"] and all(z["regularity_targets"] > 0 for z in saved["zones"])
     assert ran == len(saved["zones"])  # one assessment's worth of regularity attacks, not one per configuration

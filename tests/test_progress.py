@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from spatial_release.progress import event_of, heartbeat
+from spatial_release.progress import ProgressEvent, event_of, heartbeat
 
 
 def _gaps(times: list[float], started: float, ended: float) -> list[float]:
@@ -39,3 +39,41 @@ def test_the_heartbeat_stops_with_its_step_even_when_it_fails():
     count = len(heard)
     time.sleep(0.2)
     assert len(heard) == count  # nothing after the step ended
+
+
+def test_the_heartbeat_names_the_phase_the_step_is_in():
+    """The protection step suppresses, then assesses the candidate's risk: each beat names the phase of the last
+    message that opened work, counted from that message, and the step itself once that phase closes. Negative
+    control: a beat after the suppression's closing message must not say the suppression is still running."""
+    every = 0.1
+    heard: list[tuple[float, str]] = []
+    with heartbeat(lambda m: heard.append((time.monotonic(), m)), "protection", every=every) as progress:
+        time.sleep(0.35)
+        progress(ProgressEvent("suppression", "suppression: 30% of the table protected", share=0.3))
+        time.sleep(0.35)
+        progress(ProgressEvent("suppression", "suppression: every block protected in 0.7 s", done=True))
+        time.sleep(0.35)
+        risk_started = time.monotonic()
+        progress(ProgressEvent("risk", "risk: assessing the candidate against the advantage gate"))
+        time.sleep(0.35)
+    texts = [m for _, m in heard]
+    opened, closed, assessing = (
+        texts.index("suppression: 30% of the table protected"),
+        texts.index("suppression: every block protected in 0.7 s"),
+        texts.index("risk: assessing the candidate against the advantage gate"),
+    )
+    beats = {
+        "before": texts[:opened],
+        "suppressing": texts[opened + 1 : closed],
+        "after suppression": texts[closed + 1 : assessing],
+        "assessing": texts[assessing + 1 :],
+    }
+    expected = {"before": "protection", "suppressing": "suppression", "after suppression": "protection", "assessing": "risk"}
+    for phase, step in expected.items():
+        assert beats[phase], f"no beat while {phase}"
+        assert all(str(b).startswith(f"{step}: still running, ") for b in beats[phase]), (phase, beats[phase])
+        assert all((e := event_of(b)) is not None and e.step == step for b in beats[phase])
+    # the risk phase is counted from its own start, not from the step's: under a second, not over one
+    last = event_of(beats["assessing"][-1])
+    assert last is not None and last.seconds is not None and last.seconds <= time.monotonic() - risk_started + every
+    assert not any(str(b).startswith("suppression: still running") for b in beats["after suppression"])

@@ -24,6 +24,7 @@ step taken is left to the risk gate, which blocks the release.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -32,7 +33,7 @@ import pandas as pd
 from spatial_release.dp.frontier import DpFrontierRow
 from spatial_release.history import earlier_releases, spent_figures
 from spatial_release.levels import LEAF, RUNG_SEP, at_rung
-from spatial_release.progress import Progress, ProgressEvent
+from spatial_release.progress import Progress, ProgressEvent, silent
 from spatial_release.release import PublicFrontier, PublicFrontierRow
 from spatial_release.risk import Adversary, cumulative_risk
 from spatial_release.risk.advantage import AdvantageReport, ZoneAdvantage
@@ -186,20 +187,36 @@ def zones_over(
     adversary: Adversary,
     population: dict[str, float] | None,
     kept: Callable[[dict[str, float]], bool] | None = None,
+    progress: Progress = silent,
 ) -> dict[str, float]:
     """The zones over the gate of the candidate (the one the loop holds), under the policy's model: the
     advantage (each zone's gated figure, `risk.advantage.ZoneAdvantage.gated`) or the attacks' success.
     `kept`: whether the loop keeps the candidate, given its zones over the gate (None: it does). The advantage's
     regularity attackers, reported and never gated, run only on a candidate the loop keeps: the risk step then
-    reads that report."""
-    if risk_spec(ctx.policy).model == "advantage":
+    reads that report. `progress` hears when the assessment starts and ends (it is most of the protection
+    step's time under the advantage gate), with how many zones are over the gate, never which or by how much."""
+    model = risk_spec(ctx.policy).model
+    progress(ProgressEvent("risk", f"risk: assessing the candidate against the {model} gate"))
+    started = time.perf_counter()
+    if model == "advantage":
 
         def over_of(zones: list[ZoneAdvantage]) -> dict[str, float]:
             return {z.zone: z.gated() for z in zones if z.gated() > ceiling}
 
         report = advantage_of_candidate(ctx, True if kept is None else lambda zones: kept(over_of(zones)))
-        return over_of(report.zones)
-    return over_the_gate(attack_of_candidate(ctx), ceiling, adversary, population)
+        over = over_of(report.zones)
+    else:
+        over = over_the_gate(attack_of_candidate(ctx), ceiling, adversary, population)
+    seconds = time.perf_counter() - started
+    progress(
+        ProgressEvent(
+            "risk",
+            f"risk: candidate assessed in {seconds:.1f} s, {len(over)} zone(s) over the gate",
+            seconds=round(seconds, 1),
+            done=True,
+        )
+    )
+    return over
 
 
 def advantage_of_candidate(

@@ -209,6 +209,7 @@ def run_protect(
                 adversary,
                 population_of_zone,
                 kept=lambda over: not over or not coarsen.can_climb(climb, zones, ladder),
+                progress=progress,
             )
             frontier.append(coarsen.frontier_row(climb, ladder, len(held.cells), len(held.margins), over, ceiling))
             if not over or not coarsen.climb_zones(climb, over, zones, ladder, progress):

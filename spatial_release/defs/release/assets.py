@@ -290,7 +290,7 @@ def _protected_table_asset(scope: _GraphScope, cell_counts: dg.AssetsDefinition)
             _hold(context, settings, ctx),
             counting.tasks(),
             bounding as engine,
-            heartbeat(context.log.info, "suppression") as progress,
+            heartbeat(context.log.info, "protection") as progress,
         ):
             summary = stages.run_protect(ctx, progress=progress, published=settings.published(), engine=engine)
             counts = summary.public_counts()
