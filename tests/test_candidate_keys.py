@@ -17,6 +17,7 @@ from spatial_release import stages
 from spatial_release.ledger import Ledger
 from spatial_release.period import Period
 from spatial_release.policy import load_policy
+from spatial_release.progress import event_of
 from spatial_release.stages import advantage as advantage_stage
 from spatial_release.stages import keys as keys_stage
 from spatial_release.stages.context import CandidateTables, Published, ReleaseContext
@@ -40,17 +41,24 @@ def candidate(tmp_path_factory) -> tuple[ReleaseContext, Ledger]:
     return ctx, ledger
 
 
-def _risk_with_coding_counted(ctx: ReleaseContext, ledger: Ledger, monkeypatch, assessed: list[int] | None = None):
+def _risk_with_coding_counted(
+    ctx: ReleaseContext, ledger: Ledger, monkeypatch, assessed: list[int] | None = None, said: list[str] | None = None
+):
     """The risk step's assessment (as JSON, without its timing) and how often it coded the key sets; how often it
-    assessed the advantage is appended to `assessed`."""
+    assessed the advantage is appended to `assessed`, its progress messages to `said`."""
     calls: list[int] = []
     monkeypatch.setattr(stages.risk, "keep_released_keys", counted(keys_stage.keep_released_keys, calls))
     if assessed is not None:
         monkeypatch.setattr(advantage_stage, "advantage_of", counted(advantage_stage.advantage_of, assessed))
-    assessment = stages.run_risk(ctx, ledger).to_json()
+    assessment = stages.run_risk(ctx, ledger, progress=(said if said is not None else []).append).to_json()
     monkeypatch.undo()
     assessment.pop("seconds", None)
     return assessment, len(calls)
+
+
+def _parts(said: list[str]) -> list[str]:
+    """What the risk step said it did, without the times."""
+    return [str(m).split(" in ")[0] for m in said]
 
 
 def test_the_risk_step_reads_the_key_sets_and_the_assessment_the_loop_kept(candidate, monkeypatch):
@@ -59,14 +67,23 @@ def test_the_risk_step_reads_the_key_sets_and_the_assessment_the_loop_kept(candi
     assert keys_stage.kept_keys_current(ctx)
     kept = ctx.area.unit_keys.read_bytes()
     assessed: list[int] = []
-    reused, coded = _risk_with_coding_counted(ctx, ledger, monkeypatch, assessed)
+    said: list[str] = []
+    reused, coded = _risk_with_coding_counted(ctx, ledger, monkeypatch, assessed, said)
     assert coded == 0 and not assessed  # read as the loop kept them, and its assessment reused
+    # the run log says what the step did, part by part, in the order it did it (and never a figure)
+    assert _parts(said) == [
+        "risk: the key sets the protection step kept read back",
+        "risk: the uniqueness bound and the advantage model's figures assessed, this release with the earlier ones",
+    ]
+    assert all((e := event_of(m)) is not None and e.step == "risk" and e.seconds is not None for m in said)
     assert ctx.area.unit_keys.read_bytes() == kept
     # the same figures as key sets coded afresh: the record removed, the risk step codes them again
     ctx.memo().save(keys_stage.KEPT_KEYS, None, {})
     assert not keys_stage.kept_keys_current(ctx)
-    fresh, coded = _risk_with_coding_counted(ctx, ledger, monkeypatch)
+    said = []
+    fresh, coded = _risk_with_coding_counted(ctx, ledger, monkeypatch, said=said)
     assert coded == 1
+    assert _parts(said)[0] == "risk: the release's key sets coded and kept"  # what it did this time
     assert ctx.area.unit_keys.read_bytes() == kept  # the loop's coding is the risk step's, byte for byte
     assert json.dumps(reused, sort_keys=True) == json.dumps(fresh, sort_keys=True)
     assert keys_stage.kept_keys_current(ctx)  # the risk step records what it kept

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 import pandas as pd
@@ -18,6 +19,7 @@ from spatial_release.fileio import scratch_folder, sha256_file
 from spatial_release.history import earlier_releases, expired, population_releases_before, spent_figures
 from spatial_release.ledger import Ledger, ReleaseEntry
 from spatial_release.policy import Policy, RiskSpec
+from spatial_release.progress import Progress, ProgressEvent, silent
 from spatial_release.release import PublicFrontier
 from spatial_release.risk import BLOCK, Adversary, ZoneRisk, decide, keysets, pooled_figure, public_ratio, release_figure
 from spatial_release.risk.advantage import AdvantageReport
@@ -52,6 +54,8 @@ ZONE_LABELS = {
     "worst": "prosecutor_worst",
     "journalist": "journalist_mean",
 }
+
+T = TypeVar("T")
 
 
 def _earlier_keys(ctx: ReleaseContext, entries: list[ReleaseEntry]) -> list[Path]:
@@ -511,29 +515,46 @@ def _with_proposal(assessment: RiskAssessment, proposals: list[CoarseningProposa
     return replace(assessment, reason=assessment.reason + note, coarsening=proposals)
 
 
-def run_risk(ctx: ReleaseContext, ledger: Ledger) -> RiskAssessment:
+def run_risk(ctx: ReleaseContext, ledger: Ledger, progress: Progress = silent) -> RiskAssessment:
     """Keep the candidate's per-unit key sets (internal, for later releases and reviews) and assess its risk;
     when the gate blocks a policy with a time ladder, say which rung would pass (`propose_coarsening`). Under
-    `protection.method: dp` the population's privacy budget gates instead (`stages.dp.privacy_assessment`)."""
+    `protection.method: dp` the population's privacy budget gates instead (`stages.dp.privacy_assessment`).
+    `progress` hears each part as it ends, with its time: the key sets, the assessment, a proposal. No figure:
+    the decision is the step's result, and the run log is no place for a figure that may never be published."""
     if ctx.policy.protection.method == "dp":
         ctx.area.risk.mkdir(parents=True, exist_ok=True)
-        assessment = assess_risk(ctx, ledger)
+        assessment = _timed(progress, "the population's privacy budget assessed", lambda: assess_risk(ctx, ledger))
         assessment.write(ctx.area.risk)
         return assessment
-    _required_risk(ctx.policy)  # before anything is coded: the key sets' zones are the policy's risk zones
+    model = _required_risk(ctx.policy).model  # before anything is coded: the key sets' zones are the policy's
     ctx.area.risk.mkdir(parents=True, exist_ok=True)
     ladder = write_ladder_buckets(ctx)
     write_risk_areas(ctx)
     if keys.kept_keys_current(ctx):
-        this_release = kept_key_sets(ctx)
+        this_release = _timed(progress, "the key sets the protection step kept read back", lambda: kept_key_sets(ctx))
     else:
-        kept = keep_released_keys(ctx, ladder)
+        kept = _timed(progress, "the release's key sets coded and kept", lambda: keep_released_keys(ctx, ladder))
         this_release = None if kept is None else kept.sets
-    assessment = assess_risk(ctx, ledger, ctx.area.unit_keys, keys_from_area=True, this_release=this_release)
+    assessment = _timed(
+        progress,
+        f"the uniqueness bound and the {model} model's figures assessed, this release with the earlier ones",
+        lambda: assess_risk(ctx, ledger, ctx.area.unit_keys, keys_from_area=True, this_release=this_release),
+    )
     if assessment.status == BLOCK and ladder is not None:
-        assessment = _with_proposal(assessment, propose_coarsening(ctx, ledger, ladder))
+        proposal = _timed(progress, "a coarser rung proposed", lambda: propose_coarsening(ctx, ledger, ladder))
+        assessment = _with_proposal(assessment, proposal)
     assessment.write(ctx.area.risk)
     return assessment
+
+
+def _timed(progress: Progress, done: str, part: Callable[[], T]) -> T:
+    """`part()`, then `risk: <done> in N s` to `progress`: the risk step runs for half a minute at 50 M pings,
+    and an operator reads what it did, not only that it is still running."""
+    started = time.perf_counter()
+    result = part()
+    seconds = time.perf_counter() - started
+    progress(ProgressEvent("risk", f"risk: {done} in {seconds:.1f} s", seconds=round(seconds, 1)))
+    return result
 
 
 def kept_key_sets(ctx: ReleaseContext) -> KeySets | None:

@@ -323,9 +323,9 @@ def _risk_assessment_asset(scope: _GraphScope, protected_table: dg.AssetsDefinit
         context: dg.AssetExecutionContext, settings: ReleaseSettings, counting: CountingEngine
     ) -> dg.MaterializeResult:
         ctx = scope.release_context(context, settings)
-        # the risk step says nothing of its own for minutes at 10 M pings: the heartbeat says it is alive
-        with _hold(context, settings, ctx), counting.tasks(), heartbeat(context.log.info, "risk"):
-            risk = stages.run_risk(ctx, settings.ledger())
+        # the risk step says what it did as each part ends; between them, the heartbeat says it is alive
+        with _hold(context, settings, ctx), counting.tasks(), heartbeat(context.log.info, "risk") as progress:
+            risk = stages.run_risk(ctx, settings.ledger(), progress=progress)
         return dg.MaterializeResult(
             metadata={
                 "period": ctx.period.label,
