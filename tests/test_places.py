@@ -38,10 +38,12 @@ def test_places_are_get_indexers_on_arrow_chunks(chunks, in_index):
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.sampled_from(NAMES), max_size=40), st.lists(st.sampled_from(NAMES), unique=True, min_size=1))
-def test_places_on_object_columns(values, in_index):
+def test_places_on_object_and_categorical_columns(values, in_index):
     index = pd.Index(np.array(sorted(in_index), dtype=object))
     series = pd.Series(np.array(values, dtype=object), dtype=object)
     assert np.array_equal(places(index, series), index.get_indexer(series).astype(np.int64))
+    categories = series.astype("category")  # a linked zoning's names may come so: Arrow holds them as a dictionary
+    assert np.array_equal(places(index, categories), index.get_indexer(categories).astype(np.int64))
 
 
 def test_places_on_timestamps():
