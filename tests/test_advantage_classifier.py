@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from spatial_release.risk import advantage
 from spatial_release.risk.advantage import (
     CLASSIFIER,
     AdvantageParams,
@@ -144,3 +145,22 @@ def test_visitors_raise_the_classifier_figure_of_a_regular_city():
     regular = assess_advantage(*_city(regular=True), 5, AdvantageParams(), 0.05).zones[0]
     mixed = assess_advantage(*_city(regular=False), 5, AdvantageParams(), 0.05).zones[0]
     assert mixed.classifier > regular.classifier
+
+
+def test_the_classifier_scores_the_same_in_blocks_of_any_size(monkeypatch):
+    """The classifier scores its knowledge sets a block at a time (memory): blocks of 1, 7 and 1,000 rows give
+    every entry the same figure, to the bit, as all the rows at once; 7 leaves a partial last block."""
+    sets, names, counts = _city(regular=False)
+    classes = key_classes(KeyTimes.parse(names))
+    params = AdvantageParams(gate_classifier=True)
+    entries = advantage._entries(sets, None)
+    assert (len(entries.unit) * params.draws) % 7  # a partial last block of 7
+
+    def scored(rows: int) -> np.ndarray:
+        monkeypatch.setattr(advantage, "CLASSIFIER_ROWS", rows)
+        return advantage._classifier_per_entry(sets, entries, classes, counts, params)
+
+    whole = scored(1 << 40)
+    assert (whole > 0).sum() >= 30  # the visitors at least: a figure that blocks could lose
+    for rows in (1, 7, 1000):
+        assert np.array_equal(scored(rows), whole)
