@@ -463,5 +463,6 @@ def test_zone_owners_are_the_holders_of_the_zones_keys(seed):
     point_owner = np.repeat(np.arange(n_traj), np.diff(unit_offsets))
     for zone in ["a", "b", "c", "(withheld)", "nowhere"]:
         want = distinct_sorted(point_owner[np.isin(unit_keys, np.flatnonzero(key_zone == zone))])
-        got = _zone_owners(point_owner, unit_keys % width, area_zone == zone)
+        got = _zone_owners(point_owner, unit_keys % width, area_zone == zone, n_traj)
+        assert got.dtype == want.dtype  # the same codes, the same type
         np.testing.assert_array_equal(got, want)
