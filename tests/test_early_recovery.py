@@ -57,6 +57,10 @@ def test_the_early_recovery_is_the_recovery_of_the_candidate(protected_city):
     # the assessment's success with it is its success without it, target by target
     with_early, without = _success(ctx, early), _success(ctx)
     assert len(without[0]) and all(np.array_equal(a, b) for a, b in zip(with_early, without))
+    # the assessment took the recovery over: the early recovery no longer holds its points, nor hands them twice
+    assert early.views_recovered.result()[0] is None
+    with pytest.raises(AssertionError, match="handed over"):
+        early.take(0)
 
 
 def test_an_early_recovery_of_another_candidate_attacker_or_view_is_not_read(protected_city, monkeypatch):

@@ -792,21 +792,22 @@ def attack_risk(
         )
         if pending is not None:
             recovered = pending.result()
+            pending = None  # the future would hold the points to the end (see `del recovered` below)
         elif callable(recovered):  # a recovery under way elsewhere: waited for only now
             recovered = recovered()
     assert isinstance(recovered, Recovered)
     n_areas = view.areas
     n_units = int(unit.max()) + 1 if len(unit) else 0
+    n_traj = recovered.trajectories
     rec = _padded(
         _sets(
-            recovered.traj,
-            recovered.step.astype(np.int64) * width + recovered.area,
-            recovered.trajectories,
-            view.steps * width,
-            key_zone,
+            recovered.traj, recovered.step.astype(np.int64) * width + recovered.area, n_traj, view.steps * width, key_zone
         ),
-        recovered.trajectories,
+        n_traj,
     )
+    # the points are coded into `rec`: not held through the matches (at 50 M pings 40 M points); a recovery
+    # handed over by `recovered()` is the caller's last reference
+    del recovered
     hidden_key = np.arange(view.steps * width) % width == n_areas
     area_zone = np.concatenate([np.asarray(zone_of_area, dtype=object), ["(withheld)"]])
     rows = len(drawn.entry_zone) * params.draws
@@ -839,12 +840,12 @@ def attack_risk(
     # the trajectories matched to units: every one, or those a sampled knowledge set can pick
     was_matched = np.diff(matched.unit_offsets) > 0 if linked is not None else np.ones(rec.units, dtype=bool)
     report = AttackReport(
-        trajectories=recovered.trajectories,
+        trajectories=n_traj,
         accuracy=float(precision[was_matched].mean()) if was_matched.any() else 0.0,
     )
     entry_success = success.reshape(-1, params.draws).mean(axis=1) if rows else np.zeros(0)
     report.targets = (drawn.entry_unit, np.asarray(drawn.zones, dtype=object)[drawn.entry_zone], entry_success)
-    point_owner = np.repeat(np.arange(rec.units), np.diff(rec.unit_offsets))
+    point_owner = np.repeat(np.arange(rec.units, dtype=rec.unit_keys.dtype), np.diff(rec.unit_offsets))
     point_area = rec.unit_keys % width
     for code, zone in enumerate(drawn.zones):
         mine = drawn.entry_zone == code
@@ -908,6 +909,7 @@ def _truth_sets(
     view_key_of = np.arange(view.steps * width, dtype=np.int64)
     hidden = ~published
     view_key_of[hidden] = (view_key_of[hidden] // width) * width + n_areas  # withheld areas merge per bucket
+    view_key_of = narrow_codes(view_key_of)  # held through the assessment: one code per (bucket, area)
     area_zone = np.concatenate([np.asarray(zone_of_area, dtype=object), ["(withheld)"]])  # WITHHELD last
     key_zone = area_zone[np.arange(view.steps * width) % width]  # a key's zone is its area's
     n_units = int(unit.max()) + 1 if len(unit) else 0

@@ -318,7 +318,7 @@ def _recovery_runs(
             if view_inputs is None:
                 yield None
                 continue
-            inputs, recovered = view_inputs, functools.partial(prepared.recovered, number)
+            inputs, recovered = view_inputs, functools.partial(prepared.take, number)
             linkage = functools.partial(prepared.linkage, number)
         else:
             inputs = attack_inputs(ctx, zone_of_cells, at, proposal, zoning)
@@ -392,6 +392,7 @@ class EarlyRecovery:
         self.views_recovered: Future[list[Recovered | None]] = Future()  # then each view's recovery
         self._linkage_lock = threading.Lock()
         self._linkage: dict[int, Future[LinkageInputs]] = {}
+        self._taken: set[int] = set()  # the views whose recovery was handed over (`take`)
 
     def serves(self, ctx: ReleaseContext, attack: AttackParams, rung: str | None) -> bool:
         """Whether it is the recovery `recovery_success` would run: the same candidate (the very tables the
@@ -405,7 +406,18 @@ class EarlyRecovery:
     def recovered(self, number: int) -> Recovered:
         """The recovery of view `number` (one with inputs), once every view's has ended; its error, if it failed."""
         done = self.views_recovered.result()[number]
+        assert number not in self._taken, f"the early recovery of view {number} was handed over (`take`)"
         assert done is not None, f"the early recovery has no view {number}"
+        return done
+
+    def take(self, number: int) -> Recovered:
+        """`recovered(number)`, handed over: this object forgets it, so the points (at 50 M pings 40 M of them)
+        are freed as soon as the linkage has coded them (`risk.attack.attack_risk`), not held to the end of the
+        assessment. An assessment reads each view's recovery once; a second take is an error."""
+        with self._linkage_lock:
+            done = self.recovered(number)
+            self._taken.add(number)
+            self.views_recovered.result()[number] = None
         return done
 
     def linkage(self, number: int) -> LinkageInputs:
