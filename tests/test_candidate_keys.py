@@ -6,8 +6,10 @@ the memberships) and it codes them afresh, with the figures a fresh coding gives
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from support.fixture import advantage_city_policy
@@ -65,6 +67,7 @@ def test_the_risk_step_reads_the_key_sets_and_the_assessment_the_loop_kept(candi
     ctx, ledger = candidate
     assert ctx.area.unit_keys.exists()
     assert keys_stage.kept_keys_current(ctx)
+    keys_stage._hand_over(None)  # the file read back (taking over what this process coded is tested below)
     kept = ctx.area.unit_keys.read_bytes()
     assessed: list[int] = []
     said: list[str] = []
@@ -147,3 +150,60 @@ def test_the_candidate_digest_is_of_the_figures_whatever_holds_them(candidate):
 
 def test_the_memo_is_deleted_with_the_per_unit_data():
     assert "memo.internal.json" in stages.context.PER_UNIT_ARTEFACTS
+
+
+def test_the_risk_step_takes_over_the_key_sets_this_process_coded(candidate, monkeypatch):
+    """In one process (a run executed in process, the command line) the risk step takes the key sets the
+    protection step coded instead of reading the file back: the same assessment, and the file not read. The
+    negative control: key sets handed over with other zones give other figures, so the takeover is what the
+    estimate read."""
+    ctx, ledger = candidate
+    keys_stage._hand_over(None)  # whatever an earlier test left: this first step reads the file back
+    said: list[str] = []
+    _forget_estimates(ctx)  # each step below estimates from the key sets it holds, not from the memo
+    read_back, coded = _risk_with_coding_counted(ctx, ledger, monkeypatch, said=said)
+    assert coded == 0 and _parts(said)[0] == "risk: the key sets the protection step kept read back"
+    kept = keys_stage.keep_released_keys(ctx, keys_stage.write_ladder_buckets(ctx))  # as the loop's last pass
+    assert kept is not None
+    reads: list[int] = []
+    monkeypatch.setattr(stages.risk, "read_key_sets", counted(stages.risk.read_key_sets, reads))
+    said = []
+    _forget_estimates(ctx)
+    taken, coded = _risk_with_coding_counted(ctx, ledger, monkeypatch, said=said)
+    assert coded == 0 and reads == []
+    assert _parts(said)[0] == "risk: the key sets the protection step kept taken over from it, not read back"
+    assert json.dumps(taken, sort_keys=True) == json.dumps(read_back, sort_keys=True)
+    assert keys_stage.take_handed_over(ctx) is None  # taken once
+    # negative control: the same file and sources, key sets of other zones handed over
+    other = replace(kept.sets, key_zone=np.full(len(kept.sets.key_zone), "elsewhere", dtype=object))
+    keys_stage._hand_over(replace(kept, coded=replace(kept.coded, sets=other)))
+    _forget_estimates(ctx)
+    wrong, _ = _risk_with_coding_counted(ctx, ledger, monkeypatch)
+    assert json.dumps(wrong, sort_keys=True) != json.dumps(read_back, sort_keys=True)
+    stages.run_risk(ctx, ledger)  # the assessment of the files as they are, for the next test
+
+
+def _forget_estimates(ctx: ReleaseContext) -> None:
+    for name in (stages.risk.ESTIMATE, stages.risk.ESTIMATE_BY_INPUTS):
+        ctx.memo().save(name, None, {})
+
+
+@pytest.mark.parametrize("edited", ["risk/unit_keys.internal.parquet", "counts/membership.internal.parquet"])
+def test_key_sets_are_not_taken_over_once_a_file_changed(candidate, edited):
+    """Negative control of the takeover: a byte changed in the kept file or in what it was coded from, and the
+    key sets this process coded are not taken (the risk step reads or codes the files as they are); the slot
+    is emptied all the same."""
+    ctx, ledger = candidate
+    kept = keys_stage.keep_released_keys(ctx, keys_stage.write_ladder_buckets(ctx))
+    assert kept is not None
+    path = ctx.area.root / edited
+    restore = _restore_after(path)
+    try:
+        pd.read_parquet(path).iloc[::-1].to_parquet(path, index=False)  # the same rows in another order
+        assert keys_stage.take_handed_over(ctx) is None
+    finally:
+        restore()
+    assert keys_stage.take_handed_over(ctx) is None  # emptied by the refused take, not kept for later
+    again = keys_stage.keep_released_keys(ctx, keys_stage.write_ladder_buckets(ctx))
+    assert again is not None and keys_stage.take_handed_over(ctx) is again.sets  # unchanged files: taken
+    stages.run_risk(ctx, ledger)

@@ -5,6 +5,7 @@ reviews."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -310,6 +311,7 @@ class KeptKeys:
     file: Path
     sha256: str
     zones: Callable[[pd.Series], pd.Series]  # what the keys' risk zones were read with
+    source: str | None = None  # `_key_source_digest` of what they were coded from (`take_handed_over`)
 
     @property
     def sets(self) -> KeySets:
@@ -341,8 +343,39 @@ def keep_released_keys(ctx: ReleaseContext, ladder: Path | None) -> KeptKeys | N
     if coded is None:
         write_released_keys(ctx.area, ctx.area.unit_keys, ladder, held)
     digest = sha256_file(ctx.area.unit_keys)
-    memo.save(KEPT_KEYS, _key_source_digest(ctx), {"unit_keys": digest})
-    return None if coded is None else KeptKeys(coded, ctx.area.unit_keys, digest, ctx.risk_zones)
+    coded_from = _key_source_digest(ctx)
+    memo.save(KEPT_KEYS, coded_from, {"unit_keys": digest})
+    kept = None if coded is None else KeptKeys(coded, ctx.area.unit_keys, digest, ctx.risk_zones, coded_from)
+    _hand_over(kept)
+    return kept
+
+
+# The last key sets this process coded (`keep_released_keys`), for the risk step that follows the protection
+# step in the same process (a run executed in process, the command line, the benchmark): it reads them back
+# from the file otherwise, 9 s at 50 M pings (bench/RESULTS.md). At most one is held, and the first reader
+# takes it: 1 GB at 50 M pings is not kept for a step that never comes.
+_handed: list[KeptKeys] = []
+_handed_lock = threading.Lock()
+
+
+def _hand_over(kept: KeptKeys | None) -> None:
+    with _handed_lock:
+        _handed[:] = [] if kept is None else [kept]
+
+
+def take_handed_over(ctx: ReleaseContext) -> KeySets | None:
+    """The key sets this process last coded (`keep_released_keys`), taken, when they are what reading the
+    context's kept key set file gives now: the same file, unchanged since it was written (its sha256), coded
+    from the same work-area files by the same code and policy (`_key_source_digest`, which covers the risk
+    areas the keys' zones come from). None otherwise, and the file is read. The slot is emptied either way."""
+    with _handed_lock:
+        kept = _handed.pop() if _handed else None
+    path = ctx.area.unit_keys
+    if kept is None or kept.file != path or not path.exists():
+        return None
+    if kept.source != _key_source_digest(ctx) or sha256_file(path) != kept.sha256:
+        return None
+    return kept.sets
 
 
 KEPT_KEYS = "kept_keys"  # the memo's record of the kept key set file

@@ -530,7 +530,10 @@ def run_risk(ctx: ReleaseContext, ledger: Ledger, progress: Progress = silent) -
     ctx.area.risk.mkdir(parents=True, exist_ok=True)
     ladder = write_ladder_buckets(ctx)
     write_risk_areas(ctx)
-    if keys.kept_keys_current(ctx):
+    this_release = keys.take_handed_over(ctx)  # coded by this process's protection step, the file unchanged since
+    if this_release is not None:
+        progress(ProgressEvent("risk", "risk: the key sets the protection step kept taken over from it, not read back"))
+    elif keys.kept_keys_current(ctx):
         this_release = _timed(progress, "the key sets the protection step kept read back", lambda: kept_key_sets(ctx))
     else:
         kept = _timed(progress, "the release's key sets coded and kept", lambda: keep_released_keys(ctx, ladder))
