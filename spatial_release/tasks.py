@@ -47,8 +47,9 @@ from spatial_release.errors import Blocked
 J = TypeVar("J")
 R = TypeVar("R")
 
-# modules a fork server imports once, before forking the workers (the job functions live there)
-PRELOAD = ("spatial_release.suppression.audit", "spatial_release.suppression.blocks")
+# modules a fork server imports once, before forking the workers (the job functions live there; the trajectory
+# recovery's, `in_own_process`, too)
+PRELOAD = ("spatial_release.suppression.audit", "spatial_release.suppression.blocks", "spatial_release.risk.attack")
 
 
 class Runner(Protocol):
@@ -304,3 +305,52 @@ def runner_for(workers: int) -> Runner | None:
     if workers <= 1:
         return None
     return current() or LocalProcesses(workers)
+
+
+class JobStopped(RuntimeError):
+    """A job run in its own process (`in_own_process`) was stopped before it ended: its process was ended."""
+
+
+class JobProcessEnded(RuntimeError):
+    """A job's own process ended without sending a result (killed by a signal, out of memory)."""
+
+
+def in_own_process(fn: Callable[..., R], *args: Any, stop: threading.Event | None = None, name: str = "job") -> R:
+    """fn(*args) in a process of its own (a fork server's child: the caller is a thread), its result or its error
+    sent back. For one long job that holds the interpreter lock (a native solver's call) beside threads that
+    need it: in a thread it stalled them, in a process it runs on its own core. `stop`, when set, ends the process
+    at once (JobStopped). The result travels pickled through a pipe: meant for arrays, not for objects holding
+    open files or locks."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(PRELOAD))  # read when the fork server starts, by whichever caller is first
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_run_and_send, args=(sender, fn, args), name=name, daemon=True)
+    process.start()
+    sender.close()  # the child holds the sending end: a child that dies closes it, and the poll below sees it
+    try:
+        while not receiver.poll(0.2):
+            if stop is not None and stop.is_set():
+                raise JobStopped(f"{name}: stopped")
+        try:
+            kind, value = receiver.recv()
+        except EOFError:
+            process.join()
+            raise JobProcessEnded(f"{name}: its process ended with exit code {process.exitcode} and no result") from None
+    finally:
+        if process.is_alive():
+            process.terminate()
+        process.join()
+        receiver.close()
+    if kind == "error":
+        raise value
+    return value
+
+
+def _run_and_send(sender: Any, fn: Callable[..., Any], args: tuple) -> None:
+    try:
+        result: tuple[str, Any] = ("ok", fn(*args))
+    except BaseException as error:  # noqa: BLE001 - the caller raises it as itself
+        error.__traceback__ = None
+        result = ("error", error)
+    sender.send(result)
+    sender.close()

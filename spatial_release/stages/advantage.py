@@ -21,6 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from spatial_release import tasks
 from spatial_release.fileio import sha256_file
 from spatial_release.levels import LEAF
 from spatial_release.risk import kernels, keysets
@@ -35,6 +36,7 @@ from spatial_release.risk.attack import (
     AttackParams,
     LinkageInputs,
     Recovered,
+    RecoveryStopped,
     attack_risk,
     linkage_inputs,
     recover_trajectories,
@@ -473,9 +475,7 @@ def _recover_views(ctx: ReleaseContext, zone_of_cells: Callable[[pd.Series], pd.
     shown = [inputs if _recoverable(inputs) else None for inputs in views]
     early.views_read.set_result(shown)
     try:
-        recovered = [
-            None if inputs is None else recover_trajectories(inputs.view, early.attack, early.stopping) for inputs in shown
-        ]
+        recovered = [None if inputs is None else _recover_in_process(inputs, early) for inputs in shown]
     except BaseException as error:
         early.views_recovered.set_exception(error)
         raise
@@ -483,6 +483,17 @@ def _recover_views(ctx: ReleaseContext, zone_of_cells: Callable[[pd.Series], pd.
     for number, inputs in enumerate(shown):
         if inputs is not None and not early.stopping.is_set():
             early.linkage(number)
+
+
+def _recover_in_process(inputs: AttackInputs, early: EarlyRecovery) -> Recovered:
+    """The view's recovery in a process of its own (`tasks.in_own_process`): OR-Tools' min-cost flow holds the
+    interpreter lock while it solves, and on a thread it stalled the assessment's other work, which runs beside
+    it. At 50 M pings the assessment took 102 s with it on a thread and 79 s with it in a process, and the
+    process's own memory is freed when it ends (bench/RESULTS.md). A stop ends the process (RecoveryStopped)."""
+    try:
+        return tasks.in_own_process(recover_trajectories, inputs.view, early.attack, stop=early.stopping, name="recovery")
+    except tasks.JobStopped:
+        raise RecoveryStopped("the recovery was stopped: its process ended") from None
 
 
 def _measured_gains(runs: list, chosen: np.ndarray, attack: AttackParams) -> pd.DataFrame:
