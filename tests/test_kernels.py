@@ -150,7 +150,9 @@ def test_attack_key_sets_equal_from_codes(pairs):
     )
     for name in ("unit_offsets", "unit_keys", "key_offsets", "key_units"):
         np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
-        assert getattr(got, name).dtype == np.int64
+    # offsets in 64 bits, codes in 32 (attack.NARROW_BELOW; tests/test_narrow_codes.py forces 64-bit codes too)
+    assert got.unit_offsets.dtype == got.key_offsets.dtype == np.int64
+    assert got.unit_keys.dtype == got.key_units.dtype == np.int32
 
 
 @settings(max_examples=60, deadline=None)

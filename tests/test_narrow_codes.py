@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_attack import regular_city
+from support.attack_city import regular_city
 
 from spatial_release.arrays import narrow_codes
 from spatial_release.risk import attack
