@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from support.releases import protected_advantage_city
+from support.spies import counted
 
+from spatial_release import tasks
 from spatial_release.risk.advantage import AdvantageParams
 from spatial_release.risk.attack import AttackParams, RecoveryStopped, recover_trajectories
 from spatial_release.stages import advantage as advantage_stage
@@ -165,3 +168,17 @@ def test_the_linkage_inputs_are_computed_once_whoever_asks_first(protected_city,
         inputs.view, inputs.unit, inputs.step, inputs.area, inputs.zone_of_area, replace(recovery_params(PARAMS), seed=7)
     )
     assert not _same_linkage(found, other)
+
+
+def test_a_daemonic_process_recovers_on_its_thread(protected_city, monkeypatch):
+    """A pool's worker (a daemonic process) may not start a process of its own: the early recovery then runs on
+    its thread, with the same result; elsewhere it goes to a process (the negative control of the spy)."""
+    ctx = protected_city
+    sent: list[int] = []
+    monkeypatch.setattr(tasks, "in_own_process", counted(tasks.in_own_process, sent))
+    fresh = recover_trajectories(attack_inputs(ctx, ctx.risk_zones).view, recovery_params(PARAMS))
+    in_process = start_recovery(ctx, ctx.risk_zones, PARAMS).recovered(0)
+    assert sent == [1] and _same_recovery(in_process, fresh)
+    monkeypatch.setattr(advantage_stage.multiprocessing, "current_process", lambda: SimpleNamespace(daemon=True))
+    on_thread = start_recovery(ctx, ctx.risk_zones, PARAMS).recovered(0)
+    assert sent == [1] and _same_recovery(on_thread, fresh)

@@ -9,6 +9,7 @@ the coarsening loop codes the candidate it has just written into a scratch file 
 from __future__ import annotations
 
 import functools
+import multiprocessing
 import threading
 import time
 from collections.abc import Callable
@@ -490,6 +491,8 @@ def _recover_in_process(inputs: AttackInputs, early: EarlyRecovery) -> Recovered
     interpreter lock while it solves, and on a thread it stalled the assessment's other work, which runs beside
     it. At 50 M pings the assessment took 102 s with it on a thread and 79 s with it in a process, and the
     process's own memory is freed when it ends (bench/RESULTS.md). A stop ends the process (RecoveryStopped)."""
+    if multiprocessing.current_process().daemon:  # a pool's worker may have no process of its own: on this thread
+        return recover_trajectories(inputs.view, early.attack, early.stopping)
     try:
         return tasks.in_own_process(recover_trajectories, inputs.view, early.attack, stop=early.stopping, name="recovery")
     except tasks.JobStopped:
