@@ -207,3 +207,13 @@ def test_key_sets_are_not_taken_over_once_a_file_changed(candidate, edited):
     again = keys_stage.keep_released_keys(ctx, keys_stage.write_ladder_buckets(ctx))
     assert again is not None and keys_stage.take_handed_over(ctx) is again.sets  # unchanged files: taken
     stages.run_risk(ctx, ledger)
+
+
+def test_key_sets_are_not_taken_over_when_the_code_is_not_known(candidate, monkeypatch):
+    """As the memo: code changed on disk since it was imported has no digest, and nothing is taken over."""
+    ctx, ledger = candidate
+    assert keys_stage.keep_released_keys(ctx, keys_stage.write_ladder_buckets(ctx)) is not None
+    monkeypatch.setattr(keys_stage.reuse, "code_digest", lambda: None)
+    assert keys_stage.take_handed_over(ctx) is None
+    monkeypatch.undo()
+    stages.run_risk(ctx, ledger)
