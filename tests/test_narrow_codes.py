@@ -47,7 +47,9 @@ def test_the_linkage_on_32_bit_codes_is_the_linkage_on_64_bit_ones(monkeypatch, 
     narrow = _linkage(view, narrow_codes(unit), narrow_codes(step), narrow_codes(area), zones)
     held = attack._sets(unit, step * 10 + area % 10, int(unit.max()) + 1, 10 * view.steps, np.zeros(10 * view.steps))
     assert held.unit_keys.dtype == np.int32 and held.key_units.dtype == np.int32
-    monkeypatch.setattr(attack, "NARROW_BELOW", 0)  # every key set and recovery held as 64-bit codes
+    monkeypatch.setattr(
+        attack, "NARROW_BELOW", 0
+    )  # every key set of the linkage held as 64-bit codes, fed 64-bit memberships
     wide_sets = attack._sets(unit, step * 10 + area % 10, int(unit.max()) + 1, 10 * view.steps, np.zeros(10 * view.steps))
     assert wide_sets.unit_keys.dtype == np.int64 and wide_sets.key_units.dtype == np.int64
     wide = _linkage(view, unit.astype(np.int64), step.astype(np.int64), area.astype(np.int64), zones)

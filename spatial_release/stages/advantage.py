@@ -489,8 +489,9 @@ def _recover_views(ctx: ReleaseContext, zone_of_cells: Callable[[pd.Series], pd.
 def _recover_in_process(inputs: AttackInputs, early: EarlyRecovery) -> Recovered:
     """The view's recovery in a process of its own (`tasks.in_own_process`): OR-Tools' min-cost flow holds the
     interpreter lock while it solves, and on a thread it stalled the assessment's other work, which runs beside
-    it. At 50 M pings the assessment took 102 s with it on a thread and 79 s with it in a process, and the
-    process's own memory is freed when it ends (bench/RESULTS.md). A stop ends the process (RecoveryStopped)."""
+    it. At 50 M pings, two rounds alternating, the assessment took 79.3 and 81.4 s with it in a process against
+    102.1 and 85.5 s on a thread, and the process's own memory is freed when it ends (bench/RESULTS.md). A stop
+    ends the process (RecoveryStopped)."""
     if multiprocessing.current_process().daemon:  # a pool's worker may have no process of its own: on this thread
         return recover_trajectories(inputs.view, early.attack, early.stopping)
     try:
