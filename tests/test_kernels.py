@@ -70,8 +70,19 @@ def test_best_matches_in_many_slices_equal_one_slice(monkeypatch):
         np.testing.assert_array_equal(g, w)
     for g, w in zip(whole, _reference_best(rec, truth, hidden, 40, 50)):
         np.testing.assert_array_equal(g, w)
-    # the targeted matches (only the sampled targets' ties read) in many slices: what one slice gives
-    targets = np.arange(0, 50, 7)
+    # the targeted matches (only each trajectory's own targets' ties read) in many slices: what one slice gives
+    own = [np.arange(r % 7, 50, 7) for r in range(40)]  # every trajectory its own targets, some anchored, some guessing
+    anchored = [np.arange(k % 5, 50, 11) for k in range(60)]
+    guessing = np.zeros(50, dtype=bool)
+    guessing[[3, 17]] = True
+    targets = attack.Linked(
+        KeySets.offsets(np.array([len(o) for o in own])),
+        np.concatenate(own),
+        KeySets.offsets(np.array([len(a) for a in anchored])),
+        np.concatenate(anchored),
+        guessing,
+        np.ones(40, dtype=bool),
+    )
     one = best_matches(rec_sets, truth_sets, hidden, targets)
     monkeypatch.setattr(attack, "TARGETED_PAIRS", 30)
     assert len(_trajectory_slices(rec_sets, truth_sets, attack.TARGETED_PAIRS)) > 10

@@ -59,6 +59,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -675,7 +676,10 @@ def _padded(sets: KeySets, n_owners: int) -> KeySets:
 
 
 def best_matches(
-    recovered: KeySets, truth: KeySets, hidden_key: np.ndarray, targets: np.ndarray | None = None
+    recovered: KeySets,
+    truth: KeySets,
+    hidden_key: np.ndarray,
+    linked: Linked | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """For every recovered trajectory, the true units most similar to it (Jaccard over view keys): pairs
     (trajectory, unit) of every tie with the number of published keys (not `hidden_key`, the WITHHELD ones)
@@ -684,15 +688,19 @@ def best_matches(
     the others: here, or as Spark tasks when the context runs on Spark (`tasks`; the key sets broadcast
     once), merged in slice order either way.
 
-    `targets` (unit codes): only the ties that hold a target are read. A trajectory whose best match no target
-    ties is dropped as soon as the walk of its postings shows it (`kernels.targets_best_slice`): no pair, NaN
-    for its best Jaccard and precision; every other trajectory gets all of the above, every tie included."""
+    `linked` (`_linked_targets`): per trajectory, the only units whose ties with it are read.
+    A trajectory whose best match none of its own targets ties is dropped as soon as the walk of its postings
+    shows it (`kernels.targets_best_slice`): no pair, NaN for its best Jaccard and precision; every other
+    trajectory gets all of the above, every tie included."""
     # a targeted slice clears arrays over every unit, and walks only part of its pairs: fewer, larger slices
-    slices = _trajectory_slices(recovered, truth, None if targets is None else TARGETED_PAIRS)
+    slices = _trajectory_slices(recovered, truth, None if linked is None else TARGETED_PAIRS)
     common: tuple = (recovered, truth, hidden_key)
-    if targets is not None:
+    if linked is not None:
         sets = kernels.MatchSets(truth.unit_offsets, truth.unit_keys, truth.key_offsets, truth.key_units)
-        common = (*common, sets, kernels.TargetPostings(sets, targets))
+        own = kernels.LinkedTargets(
+            sets, linked.offsets, linked.units, linked.guessing, linked.key_offsets, linked.key_units
+        )
+        common = (*common, sets, own)
     spark = tasks.spark_tasks()
     if spark is None:  # threads: the kernel holds no GIL, the slices are independent
         with ThreadPoolExecutor(max_workers=max(1, min(os.cpu_count() or 1, len(slices)))) as pool:
@@ -772,7 +780,7 @@ def attack_risk(
     count as failures in either case; the knowledge drawn is the same as without them, so a target's success
     can be compared between two views, and equals its success when every unit is linked). Linking a sample,
     the trajectories are matched to the units only where a sampled knowledge set can pick them
-    (`_reachable`): the per-zone figures and the recovery's accuracy then describe the sample alone.
+    (`_linked_targets`): the per-zone figures and the recovery's accuracy then describe the sample alone.
     `recovered`: the view's recovery, or what waits for one under way elsewhere (called once the true key sets
     and the knowledge, which do not read it, are drawn); None: recovered here, beside them. `linkage`: what gives
     those key sets and knowledge (`linkage_inputs` of these memberships and `params`), computed elsewhere or on
@@ -826,11 +834,12 @@ def attack_risk(
         view_sets = view_key_of[keysets.astype(np.int64)]  # withheld known points are WITHHELD to the recovery
         for part in _row_chunks(sizes[view_sets].min(axis=1)):  # bounded memory: candidates per chunk
             jobs.append((row_ids[part], view_sets[part], target[row_ids[part]]))
-    matched = rec if linked is None else _only_trajectories(rec, _reachable(rec, truth_view, jobs))
-    # linking a sample, only the ties that hold a sampled target are read (`_score`, `_guess_success` at the
-    # targets): the other trajectories' best matches are not measured, nor the sample's accuracy (NaN)
-    sampled = None if linked is None else np.unique(np.concatenate([job[2] for job in jobs] or [np.zeros(0, np.int64)]))
-    pairs, shared, _, precision = best_matches(matched, truth_view, hidden_key, sampled)
+    # linking a sample, only the ties of each trajectory with the targets that can read them are read (`_score`,
+    # `_guess_success` at the targets): the other trajectories' best matches are not measured, nor the sample's
+    # accuracy (NaN)
+    own = None if linked is None else _linked_targets(rec, truth_view, jobs, n_units)
+    matched = rec if own is None else _only_trajectories(rec, own.matched)
+    pairs, shared, _, precision = best_matches(matched, truth_view, hidden_key, own)
     ties = np.bincount(pairs // max(n_units, 1), minlength=rec.units) if len(pairs) else np.zeros(rec.units)
     guess = _guess_success(pairs, shared, ties, n_units, rec.units)
     for (chunk, _, _), (hit, fires_in, fires_out) in zip(
@@ -946,27 +955,65 @@ def _linked_entries(
     return keep
 
 
-def _reachable(rec: KeySets, truth_view: KeySets, jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> np.ndarray:
-    """The trajectories a linked knowledge set can pick, or whose matches its guess reads (`_linkage`): its
-    candidates (every trajectory holding all its points); with none, those holding its first point (the anchor);
-    with none of those either, it guesses among all of them, where only a trajectory sharing a point with the
-    target can be the target's best match with a published point shown (`_guess_success`): the holders of the
-    target's points."""
-    picked = np.zeros(rec.units, dtype=bool)
-    keys: list[np.ndarray] = []
+class Linked(NamedTuple):
+    """The targets whose ties with each trajectory `_linkage` reads (`_linked_targets`): per trajectory (offsets
+    over the trajectories, then unit codes, ascending and distinct within each), per key (offsets over the keys,
+    then unit codes: the targets of every trajectory holding the key) and the guessing targets (a flag per unit:
+    of every trajectory); and which trajectories are matched at all."""
+
+    offsets: np.ndarray
+    units: np.ndarray
+    key_offsets: np.ndarray
+    key_units: np.ndarray
+    guessing: np.ndarray
+    matched: np.ndarray
+
+
+def _linked_targets(
+    rec: KeySets, truth_view: KeySets, jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n_units: int
+) -> Linked:
+    """The targets whose ties with each trajectory `_linkage` reads: the target of each linked knowledge set that
+    can pick it (every trajectory holding all its points); with none, of each that keeps the holders of its first
+    point (the anchor: the targets of every trajectory holding that key); with none of those either, it guesses
+    among all of them, and only a trajectory sharing a point with the target can be the target's best match with
+    a published point shown (`_guess_success`), so its ties with every trajectory holding one of its points are
+    read (a guessing target). A trajectory is matched at all when it has a target of its own, holds an anchor or
+    holds a guessing target's point. A tie of another target is never read: `_score` looks up (candidate, the
+    row's own target) pairs only. The anchors are kept by key, not listed for each of their holders: a key held by
+    thousands of trajectories would list each of them."""
+    width = max(n_units, 1)
+    picked: list[np.ndarray] = []
+    anchored: list[np.ndarray] = []
+    guessing = np.zeros(width, dtype=bool)
     for _, view_sets, target in jobs:
         row, owner = _candidates(rec, view_sets)
-        picked[owner] = True
+        picked.append(owner.astype(np.int64) * width + target[row].astype(np.int64))
         lone = np.flatnonzero(np.bincount(row, minlength=len(view_sets)) == 0)
-        anchors = view_sets[lone, 0].astype(np.int64)
-        held = np.diff(rec.key_offsets)[anchors] > 0
-        keys.append(anchors[held])
-        for unit in np.unique(target[lone][~held]).astype(np.int64).tolist():
-            keys.append(np.asarray(truth_view.unit_keys[truth_view.unit_offsets[unit] : truth_view.unit_offsets[unit + 1]]))
-    wanted = np.unique(np.concatenate(keys)).astype(np.int64) if keys else np.zeros(0, dtype=np.int64)
-    for a, b in zip(rec.key_offsets[wanted].tolist(), rec.key_offsets[wanted + 1].tolist()):
-        picked[rec.key_units[a:b]] = True
-    return picked
+        anchor = view_sets[lone, 0].astype(np.int64)
+        held = np.diff(rec.key_offsets)[anchor] > 0
+        anchored.append(anchor[held] * width + target[lone][held].astype(np.int64))
+        guessing[target[lone][~held].astype(np.int64)] = True
+    pairs = np.unique(np.concatenate(picked or [np.zeros(0, dtype=np.int64)]))
+    per_trajectory = np.bincount(pairs // width, minlength=rec.units)
+    by_key = np.unique(np.concatenate(anchored or [np.zeros(0, dtype=np.int64)]))
+    per_key = np.bincount(by_key // width, minlength=rec.keys)
+    matched = per_trajectory > 0
+    owners = np.repeat(np.arange(truth_view.units), np.diff(truth_view.unit_offsets))
+    guessed_keys = np.asarray(truth_view.unit_keys)[guessing[owners]] if guessing.any() else np.zeros(0, dtype=np.int64)
+    keys = np.unique(np.concatenate([np.unique(by_key // width), guessed_keys.astype(np.int64)]))
+    if len(keys):  # the holders of every anchor and of every point of a guessing target
+        held_by = np.zeros(len(rec.key_units) + 1, dtype=np.int64)
+        np.add.at(held_by, rec.key_offsets[keys], 1)
+        np.add.at(held_by, rec.key_offsets[keys + 1], -1)
+        matched[np.asarray(rec.key_units)[np.cumsum(held_by)[:-1] > 0]] = True
+    return Linked(
+        KeySets.offsets(per_trajectory),
+        pairs % width,
+        KeySets.offsets(per_key),
+        by_key % width,
+        guessing[:n_units],
+        matched,
+    )
 
 
 def _only_trajectories(rec: KeySets, keep: np.ndarray) -> KeySets:

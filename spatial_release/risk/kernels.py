@@ -309,6 +309,33 @@ def _best_slice(
 
 
 @njit(nogil=True, cache=True)
+def _own_best_target(
+    touched: np.ndarray,
+    seen: int,
+    inter: np.ndarray,
+    n: int,
+    unit_offsets: np.ndarray,
+    own: np.ndarray,
+    mark: int,
+    guessing: np.ndarray,
+) -> tuple[float, bool]:
+    """Of the touched targets (their overlaps with an output of n keys in `inter`), those of this trajectory
+    (`own` at `mark`, or a guessing target): the best Jaccard, and whether any shares a key with it. `inter` is
+    left all zero."""
+    best = 0.0
+    shares = False
+    for j in range(seen):
+        unit = touched[j]
+        if own[unit] == mark or guessing[unit]:
+            shares = True
+            jac = inter[unit] / (n + (unit_offsets[unit + 1] - unit_offsets[unit]) - inter[unit])
+            if jac > best:
+                best = jac
+        inter[unit] = 0
+    return best, shares
+
+
+@njit(nogil=True, cache=True)
 def _targets_best_slice(
     rec_offsets: np.ndarray,
     rec_keys: np.ndarray,
@@ -319,17 +346,25 @@ def _targets_best_slice(
     hidden_key: np.ndarray,
     target_offsets: np.ndarray,
     target_units: np.ndarray,
+    linked_offsets: np.ndarray,
+    linked_units: np.ndarray,
+    anchor_offsets: np.ndarray,
+    anchor_units: np.ndarray,
+    guessing: np.ndarray,
     at: int,
     end: int,
     round_keys: int,
     checks: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`_best_slice` where only the ties that hold a target matter (`target_*`: the postings of the targets
-    alone). A trajectory's best target Jaccard is counted first; then its postings are walked in rounds, and a
-    unit found strictly better than every target by more than the tie tolerance (`_walk_unless_beaten`, its
-    overlap counted exactly from its own keys) ends the walk: no target can tie the best. Such a trajectory, and
-    one no target shares a key with, gets no pair and NaN for its best Jaccard and precision; one walked whole
-    gets what `_best_slice` gives it, every tie included (a target's share is 1 / ties)."""
+    """`_best_slice` where only the ties that hold one of each trajectory's own targets matter: those of
+    `linked_*` (per trajectory), of `anchor_*` (per key: the targets of every trajectory holding it) and the
+    `guessing` ones (of every trajectory), `target_*` the postings of them all.
+    A trajectory's best Jaccard with its own targets is counted first (a walk of the targets' postings); then its
+    postings are walked in rounds, and a unit found strictly better than each of its targets by more than the tie
+    tolerance (`_walk_unless_beaten`, its overlap counted exactly from its own keys) ends the walk: none of them
+    can tie the best. Such a trajectory, and one none of its targets shares a key with, gets no pair and NaN for
+    its best Jaccard and precision; one walked whole gets what `_best_slice` gives it, every tie included (a
+    target's share is 1 / ties)."""
     n_units = max(len(unit_offsets) - 1, 1)
     n = end - at
     top = np.full(n, np.nan)
@@ -337,6 +372,7 @@ def _targets_best_slice(
     inter = np.zeros(n_units, dtype=np.int32)  # as `_best_slice`'s counts: a count is at most a trajectory's keys
     touched = np.empty(n_units, dtype=np.int64)
     checked = np.zeros(n_units, dtype=np.int64)
+    own = np.zeros(n_units, dtype=np.int64)
     picks = np.empty(checks, dtype=np.int64)
     tie_units = np.empty(n_units, dtype=np.int64)
     codes = np.empty(1024, dtype=np.int64)
@@ -346,11 +382,14 @@ def _targets_best_slice(
         r = at + i
         output = rec_keys[rec_offsets[r] : rec_offsets[r + 1]]
         size_r = len(output)
+        for p in range(linked_offsets[r], linked_offsets[r + 1]):
+            own[linked_units[p]] = i + 1
+        for key in output:
+            for p in range(anchor_offsets[key], anchor_offsets[key + 1]):
+                own[anchor_units[p]] = i + 1
         seen = _walk_postings(output, size_r, 0, 1, target_offsets, target_units, inter, touched, 0)
-        best_target = _best_jaccard(touched, seen, inter, size_r, unit_offsets)
-        for j in range(seen):
-            inter[touched[j]] = 0
-        if seen == 0:  # no target shares a key with it: each is at 0, below any unit that does
+        best_target, shares = _own_best_target(touched, seen, inter, size_r, unit_offsets, own, i + 1, guessing)
+        if not shares:  # none of its targets shares a key with it: each is at 0, below any unit that does
             continue
         mark = i + 1  # the units checked for this trajectory (`checked`)
         walk = (key_offsets, key_units, hidden_key, mark, inter, touched, checked, picks, round_keys)
@@ -1618,22 +1657,46 @@ def _read_only(array: np.ndarray) -> np.ndarray:
     return view
 
 
-class TargetPostings:
-    """The postings of every key of `MatchSets` restricted to some units (the targets a linkage samples), built
-    and checked once: `targets_best_slice` reads them unchecked for every slice of trajectories."""
+class LinkedTargets:
+    """The targets whose ties with each recovered trajectory are read (`risk.attack._linked_targets`): `offsets`
+    over the trajectories, then target unit codes (`units`); the `guessing` targets (a flag per unit), read for
+    every trajectory; `key_offsets` over the keys, then target unit codes (`key_units`), read for every trajectory
+    holding the key; with the postings of all of them (every key's holders among them). Built and checked once:
+    `targets_best_slice` reads them unchecked for every slice of trajectories."""
 
-    __slots__ = ("offsets", "units")
+    __slots__ = ("offsets", "units", "guessing", "key_offsets", "key_units", "postings", "holders")
 
-    def __init__(self, truth: MatchSets, targets: np.ndarray):
-        n_units = len(truth.unit_offsets) - 1
-        targets = np.asarray(targets, dtype=np.int64)
-        _within("best matches: targets", targets, n_units)
-        is_target = np.zeros(n_units, dtype=np.bool_)
-        is_target[targets] = True
+    def __init__(
+        self,
+        truth: MatchSets,
+        offsets: np.ndarray,
+        units: np.ndarray,
+        guessing: np.ndarray,
+        key_offsets: np.ndarray | None = None,
+        key_units: np.ndarray | None = None,
+    ):
+        n_units, n_keys = len(truth.unit_offsets) - 1, len(truth.key_offsets) - 1
+        offsets, units = np.asarray(offsets, dtype=np.int64), np.asarray(units, dtype=np.int64)
+        guessing = np.asarray(guessing, dtype=np.bool_)
+        by_key = np.zeros(n_keys + 1, dtype=np.int64) if key_offsets is None else np.asarray(key_offsets, dtype=np.int64)
+        of_key = np.zeros(0, dtype=np.int64) if key_units is None else np.asarray(key_units, dtype=np.int64)
+        for name, at, values in (("trajectories'", offsets, units), ("keys'", by_key, of_key)):
+            if not len(at) or at[0] != 0 or at[-1] != len(values) or (np.diff(at) < 0).any():
+                raise ValueError(f"best matches: the linked targets' offsets over the {name} do not span their targets")
+            _within("best matches: targets", values, n_units)
+        if len(by_key) != n_keys + 1:
+            raise ValueError(f"best matches: the anchors' offsets cover {len(by_key) - 1} keys, not {n_keys}")
+        if len(guessing) != n_units:
+            raise ValueError(f"best matches: {len(guessing)} guessing flags for {n_units} units")
         if not _ascending_runs(truth.unit_offsets, truth.unit_keys):  # the exact overlaps are merges
             raise ValueError("best matches: a unit's keys are not in ascending order")
-        offsets, units = _target_postings(truth.key_offsets, truth.key_units, is_target)
-        self.offsets, self.units = _read_only(offsets), _read_only(units)
+        is_target = guessing.copy()
+        is_target[units] = True
+        is_target[of_key] = True
+        postings, holders = _target_postings(truth.key_offsets, truth.key_units, is_target)
+        self.offsets, self.units, self.guessing = _read_only(offsets), _read_only(units), _read_only(guessing)
+        self.key_offsets, self.key_units = _read_only(by_key), _read_only(of_key)
+        self.postings, self.holders = _read_only(postings), _read_only(holders)
 
 
 def targets_best_slice(
@@ -1641,15 +1704,15 @@ def targets_best_slice(
     rec_keys: np.ndarray,
     truth: MatchSets,
     hidden_key: np.ndarray,
-    targets: TargetPostings,
+    targets: LinkedTargets,
     at: int,
     end: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`best_slice` of the trajectories at..end-1 where only the ties that hold a target matter
-    (`_targets_best_slice`): the truth's and the targets' codes were checked when they were built, the
-    trajectories' keys are checked here."""
-    if not isinstance(truth, MatchSets) or not isinstance(targets, TargetPostings):
-        raise TypeError("best matches: the key sets must be kernels.MatchSets and the targets kernels.TargetPostings")
+    """`best_slice` of the trajectories at..end-1 where only the ties that hold one of each trajectory's linked
+    targets matter (`_targets_best_slice`): the truth's and the targets' codes were checked when they were built,
+    the trajectories' keys are checked here."""
+    if not isinstance(truth, MatchSets) or not isinstance(targets, LinkedTargets):
+        raise TypeError("best matches: the key sets must be kernels.MatchSets and the targets kernels.LinkedTargets")
     n_keys = len(truth.key_offsets) - 1
     if not 0 <= at <= end <= len(rec_offsets) - 1:
         raise ValueError(f"trajectories {at}..{end} outside 0..{len(rec_offsets) - 1}")
@@ -1659,8 +1722,10 @@ def targets_best_slice(
     _within("best matches: recovered keys", rec_keys[lo:hi], n_keys)
     if not _ascending_runs(rec_offsets[at : end + 1] - lo, rec_keys[lo:hi]):
         raise ValueError("best matches: a trajectory's keys are not in ascending order")
-    if len(hidden_key) < n_keys or len(targets.offsets) != n_keys + 1:
-        raise ValueError("best matches: the hidden keys or the targets' postings are not of the same keys")
+    if len(hidden_key) < n_keys:
+        raise ValueError("best matches: the hidden keys are not of the same keys")
+    if len(targets.offsets) != len(rec_offsets):
+        raise ValueError("best matches: the linked targets are not of the same trajectories")
     return _targets_best_slice(
         rec_offsets,
         rec_keys,
@@ -1669,8 +1734,13 @@ def targets_best_slice(
         truth.key_offsets,
         truth.key_units,
         hidden_key,
+        targets.postings,
+        targets.holders,
         targets.offsets,
         targets.units,
+        targets.key_offsets,
+        targets.key_units,
+        targets.guessing,
         at,
         end,
         TRAJECTORY_ROUND_KEYS,
