@@ -10,9 +10,12 @@ attack is; the uniqueness bound counts them). Coordinates are the areas' centroi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -84,6 +87,103 @@ def _to_rung(ctx: ReleaseContext, membership: pd.DataFrame, rung: str | None) ->
     return membership.assign(bucket_start=membership["bucket_start"].map(parent)).dropna().drop_duplicates()
 
 
+@dataclass(frozen=True)
+class MembershipCodes:
+    """The true memberships of one view (zoning, rung) coded on their own: their buckets and area names (sorted,
+    distinct) and each row's unit, bucket and area code among them, with the unit names. `attack_inputs` numbers
+    the areas and buckets over these and the candidate's published ones, which a candidate seldom adds to: then
+    these codes are the view's as they are. Per-unit: internal."""
+
+    buckets: pd.DatetimeIndex
+    names: np.ndarray
+    unit: np.ndarray
+    step: np.ndarray
+    area: np.ndarray
+    unit_names: np.ndarray
+    source: tuple | None  # the membership file's (size, mtime, inode) before and after it was read (None: linked)
+
+
+def membership_codes(ctx: ReleaseContext, rung: str | None = None, zoning: str | None = None) -> MembershipCodes:
+    """The memberships of the view at `rung` of `zoning` (None: the main geometry's cells), coded (see
+    `MembershipCodes`). They do not read the candidate, so the protection step codes them while its suppression
+    runs (`prefetch_membership_codes`)."""
+    path = _membership_file(ctx)
+    before = _file_stamp(path) if zoning is None else None
+    if zoning is None:
+        membership = pd.read_parquet(path, columns=["unit", "bucket_start", "cell_id"])
+    else:
+        membership = _linked_membership(ctx, zoning)
+    membership = _to_rung(ctx, membership, rung)
+    buckets = pd.DatetimeIndex(sorted(set(pd.unique(membership["bucket_start"]))))
+    names = np.array(sorted(set(pd.unique(membership["cell_id"]))), dtype=object)
+    unit_codes, unit_names = pd.factorize(membership["unit"], sort=True)
+    return MembershipCodes(
+        buckets,
+        names,
+        # the codes are held through the whole assessment (at 50 M pings 40 M rows each): 32-bit where they fit
+        narrow_codes(unit_codes),
+        # datetime64 bucket starts: get_indexer is the faster here (0.42 s against places' 1.43 s at 50 M pings)
+        narrow_codes(buckets.get_indexer(membership["bucket_start"])),
+        narrow_codes(places(pd.Index(names), membership["cell_id"])),
+        np.asarray(unit_names, dtype=object),
+        None if before is None else (before, _file_stamp(path)),
+    )
+
+
+def _file_stamp(path: Path) -> tuple[int, int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns, stat.st_ino
+
+
+def _codes_key(rung: str | None, zoning: str | None) -> str:
+    return f"membership_codes:{zoning or ''}:{rung or ''}"
+
+
+def prefetch_membership_codes(ctx: ReleaseContext, views: list[tuple[str | None, str | None]]) -> None:
+    """Code the memberships of each (zoning, rung) view on a thread of their own, kept in the context for
+    `attack_inputs`. At 50 M pings reading and coding them took 8 s before the recovery could start; the
+    suppression leaves part of a core free (its workers end unevenly) and never reads them. An error is raised
+    where they are read."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="membership-codes")
+    try:
+        for zoning, rung in views:  # submitted unless the context keeps them already
+            ctx.cached(_codes_key(rung, zoning), functools.partial(pool.submit, membership_codes, ctx, rung, zoning))
+    finally:
+        pool.shutdown(wait=False)
+
+
+def _view_codes(ctx: ReleaseContext, rung: str | None, zoning: str | None) -> MembershipCodes:
+    """The view's membership codes, kept in the context: prefetched or read by an earlier call, when the
+    membership file is the one they were read from (its size, modification time and inode before and after the
+    read and now), else read now. A read that failed fails again where they are asked for."""
+    key = _codes_key(rung, zoning)
+    mine: Future[MembershipCodes] = Future()
+    kept = ctx.cached(key, lambda: mine)
+    if kept is not mine:
+        codes = kept.result()
+        if codes.source is None or codes.source == (_file_stamp(_membership_file(ctx)),) * 2:
+            return codes
+        ctx.forget(key)  # the file changed since: read again
+        kept = ctx.cached(key, lambda: mine)
+    try:
+        mine.set_result(membership_codes(ctx, rung, zoning))
+    except BaseException as error:
+        mine.set_exception(error)
+        raise
+    return mine.result()
+
+
+def _membership_file(ctx: ReleaseContext) -> Path:
+    return ctx.area.counts / "membership.internal.parquet"
+
+
+def _numbered(codes: np.ndarray, own: pd.Index, every: pd.Index) -> np.ndarray:
+    """`codes` (places in `own`) as places in `every` (which holds `own`): themselves when the two are equal."""
+    if own.equals(every):
+        return codes
+    return narrow_codes(np.asarray(every.get_indexer(own), dtype=np.int64)[codes])
+
+
 def attack_inputs(
     ctx: ReleaseContext, zone_of_cells, rung: str | None = None, proposal: bool = False, zoning: str | None = None
 ) -> AttackInputs:
@@ -93,9 +193,6 @@ def attack_inputs(
     risk zone is that of the main geometry's area holding its representative point."""
     if zoning is None:
         cells, top = _figures(ctx, rung, proposal)
-        membership = pd.read_parquet(
-            ctx.area.counts / "membership.internal.parquet", columns=["unit", "bucket_start", "cell_id"]
-        )
         geometries = ctx.locator.geometries
         zones_of = lambda names: zone_of_cells(pd.Series(names)).reindex(names).to_numpy(dtype=object)  # noqa: E731
     else:
@@ -105,16 +202,13 @@ def attack_inputs(
         margins = ctx.candidate_tables().margins.rename(columns={count: "n"})
         cells = margins[margins["level"] == at_rung(zoning, rung)].rename(columns={"area_id": "cell_id"})
         top = margins[margins["level"] == at_rung(linked_total(zoning), rung)]
-        membership = _linked_membership(ctx, zoning)
         geometries = ctx.layers.linked[zoning].geometries
         zones_of = lambda names: _linked_zones(ctx, zone_of_cells, zoning, names)  # noqa: E731
-    membership = _to_rung(ctx, membership, rung)
+    codes = _view_codes(ctx, rung, zoning)
     period_buckets = [] if rung else list(pd.to_datetime(ctx.buckets, utc=True))
     # distinct values first, not a set of every membership row's Timestamp
-    buckets = pd.DatetimeIndex(
-        sorted(set(period_buckets) | set(pd.unique(membership["bucket_start"])) | set(pd.unique(cells["bucket_start"])))
-    )
-    names = np.array(sorted(set(pd.unique(membership["cell_id"])) | set(pd.unique(cells["cell_id"]))), dtype=object)
+    buckets = pd.DatetimeIndex(sorted(set(period_buckets) | set(codes.buckets) | set(pd.unique(cells["bucket_start"]))))
+    names = np.array(sorted(set(codes.names.tolist()) | set(pd.unique(cells["cell_id"]))), dtype=object)
     totals = np.full(len(buckets), -1, dtype=np.int64)
     totals[buckets.get_indexer(top["bucket_start"])] = top["n"].to_numpy()
     hours = bucket_hours(rung or ctx.policy.time.bucket) if rung != PERIOD_RUNG else None
@@ -135,16 +229,13 @@ def attack_inputs(
         daytime=daytime,
         day_lag=day_lag,
     )
-    unit_codes, unit_names = pd.factorize(membership["unit"], sort=True)
-    # the codes are held through the whole assessment (at 50 M pings 40 M rows each): 32-bit where they fit
     return AttackInputs(
         view,
-        narrow_codes(unit_codes),
-        # datetime64 bucket starts: get_indexer is the faster here (0.42 s against places' 1.43 s at 50 M pings)
-        narrow_codes(buckets.get_indexer(membership["bucket_start"])),
-        narrow_codes(places(pd.Index(names), membership["cell_id"])),
+        codes.unit,
+        _numbered(codes.step, codes.buckets, buckets),
+        _numbered(codes.area, pd.Index(codes.names), pd.Index(names)),
         zones_of(names),
-        np.asarray(unit_names, dtype=object),
+        codes.unit_names,
     )
 
 

@@ -320,6 +320,10 @@ class ReleaseContext:
             self._cache[name] = load()
         return self._cache[name]
 
+    def forget(self, name: str) -> None:
+        """Drop what `cached` keeps under `name` (a value found stale): the next call loads it again."""
+        self._cache.pop(name, None)
+
     @property
     def area(self) -> WorkArea:
         return self.cached("area", lambda: WorkArea.for_release(self.work_root, self.policy, self.period))
