@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from types import SimpleNamespace
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -142,3 +144,46 @@ def test_a_failed_read_fails_where_the_codes_are_asked_for(city, tmp_path):
     prefetch_membership_codes(ctx, [(None, None)])
     with pytest.raises(Exception, match="(?i)parquet|magic"):
         attack_inputs(ctx, ctx.risk_zones)
+
+
+def _membership_file(folder, units: list) -> ReleaseContext:
+    """A membership file of `units` (repeated, shuffled) over a few buckets and cells; a context that reads it."""
+    rng = np.random.default_rng(4)
+    n = 200
+    frame = pd.DataFrame(
+        {
+            "unit": [units[i] for i in rng.integers(0, len(units), n)],
+            "bucket_start": pd.to_datetime("2018-01-01", utc=True) + pd.to_timedelta(rng.integers(0, 30, n) * 3600, "s"),
+            "cell_id": [f"1000mE{578000 + 1000 * int(i)}N4509000" for i in rng.integers(0, 12, n)],
+        }
+    )
+    frame.to_parquet(folder / "membership.internal.parquet", index=False)
+    return cast(ReleaseContext, SimpleNamespace(area=SimpleNamespace(counts=folder)))  # what the coding reads
+
+
+@pytest.mark.parametrize("units", [[9, 3, 12, 40, 7], ["d-9", "d-10", "b", "Ä", "a"]], ids=["integer units", "text units"])
+def test_the_codes_read_in_batches_are_the_frames(tmp_path, monkeypatch, units):
+    ctx = _membership_file(tmp_path, units)
+    monkeypatch.setattr(attack_stage, "MEMBERSHIP_BATCH", 7)  # many batches, each with its own dictionary
+    streamed = attack_stage.membership_codes(ctx)
+    monkeypatch.setattr(attack_stage, "_streamed_codes", lambda path: None)
+    frame = attack_stage.membership_codes(ctx)
+    for name in ("unit", "step", "area"):
+        got, want = getattr(streamed, name), getattr(frame, name)
+        assert got.dtype == want.dtype and np.array_equal(got, want), name
+    assert streamed.unit_names.tolist() == frame.unit_names.tolist()
+    assert [type(u) for u in streamed.unit_names] == [type(u) for u in frame.unit_names]
+    assert streamed.names.tolist() == frame.names.tolist()
+    assert list(streamed.buckets) == list(frame.buckets)
+    assert streamed.source is not None and streamed.source == frame.source
+
+
+def test_a_missing_value_is_refused_naming_the_file_row_and_column(tmp_path):
+    ctx = _membership_file(tmp_path, [1, 2, 3])
+    path = tmp_path / "membership.internal.parquet"
+    frame = pd.read_parquet(path)
+    frame["cell_id"] = frame["cell_id"].astype(object)
+    frame.loc[3, "cell_id"] = None
+    frame.to_parquet(path, index=False)
+    with pytest.raises(ValueError, match=r"membership.internal.parquet: row 3: no cell_id"):
+        attack_stage.membership_codes(ctx)

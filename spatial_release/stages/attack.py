@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from spatial_release.arrays import narrow_codes
 from spatial_release.levels import LEAF, TOTAL, at_rung
@@ -109,6 +110,10 @@ def membership_codes(ctx: ReleaseContext, rung: str | None = None, zoning: str |
     runs (`prefetch_membership_codes`)."""
     path = _membership_file(ctx)
     before = _file_stamp(path) if zoning is None else None
+    if zoning is None and rung is None:
+        streamed = _streamed_codes(path)
+        if streamed is not None:
+            return replace(streamed, source=(before, _file_stamp(path)))
     if zoning is None:
         membership = pd.read_parquet(path, columns=["unit", "bucket_start", "cell_id"])
     else:
@@ -128,6 +133,70 @@ def membership_codes(ctx: ReleaseContext, rung: str | None = None, zoning: str |
         np.asarray(unit_names, dtype=object),
         None if before is None else (before, _file_stamp(path)),
     )
+
+
+MEMBERSHIP_BATCH = 1 << 20  # membership rows coded at a time (`_streamed_codes`)
+
+
+def _streamed_codes(path: Path) -> MembershipCodes | None:
+    """`membership_codes` of the main geometry at the policy's bucket, read in batches of MEMBERSHIP_BATCH rows
+    twice (their distinct values, then their codes) instead of as one frame: the protection step codes them
+    while its suppression holds its own memory, and the whole frame and its temporaries at 50 M pings raised the
+    release's peak by 0.8 GB there (bench/RESULTS.md). The same codes and names as the frame's way (integer or
+    text units, sorted as `pd.factorize(sort=True)` sorts them); None, for that way, when a column is of another
+    type. A missing value is an error naming the row (the frame's way failed on it with a comparison error)."""
+    columns = ["unit", "bucket_start", "cell_id"]
+    source = pq.ParquetFile(path)
+    schema = source.schema_arrow
+    unit_type, bucket_type = schema.field("unit").type, schema.field("bucket_start").type
+    integer_units = pa.types.is_integer(unit_type)
+    if not (integer_units or pa.types.is_string(unit_type) or pa.types.is_large_string(unit_type)):
+        return None
+    if not pa.types.is_timestamp(bucket_type):
+        return None
+    units: set = set()
+    buckets: set = set()
+    names: set = set()
+    rows = 0
+    for batch in source.iter_batches(batch_size=MEMBERSHIP_BATCH, columns=columns):
+        for column in columns:
+            if batch.column(column).null_count:
+                row = rows + int(np.flatnonzero(batch.column(column).is_null().to_numpy(zero_copy_only=False))[0])
+                raise ValueError(f"{path}: row {row}: no {column}; every membership row names a unit, bucket and cell")
+        units.update(pc.unique(batch.column("unit")).to_pylist())
+        buckets.update(pc.unique(batch.column("bucket_start").cast(pa.int64())).to_pylist())
+        names.update(pc.unique(batch.column("cell_id")).to_pylist())
+        rows += batch.num_rows
+    unit_names = np.array(sorted(units), dtype=object)
+    bucket_values = np.array(sorted(buckets), dtype=np.int64)
+    area_names = np.array(sorted(names), dtype=object)
+    unit_index, area_index = pd.Index(unit_names), pd.Index(area_names)
+    coded: list[np.ndarray] = [np.empty(rows, dtype=_code_type(len(v))) for v in (unit_names, bucket_values, area_names)]
+    at = 0
+    for batch in source.iter_batches(batch_size=MEMBERSHIP_BATCH, columns=columns):
+        end = at + batch.num_rows
+        for out, column, index in ((coded[0], "unit", unit_index), (coded[2], "cell_id", area_index)):
+            encoded = pc.dictionary_encode(batch.column(column))
+            found = np.asarray(index.get_indexer(encoded.dictionary.to_pylist()), dtype=np.int64)
+            out[at:end] = found[encoded.indices.to_numpy(zero_copy_only=False)]
+        coded[1][at:end] = np.searchsorted(bucket_values, batch.column("bucket_start").cast(pa.int64()).to_numpy())
+        at = end
+    tz = bucket_type.tz
+    stamps = pd.DatetimeIndex(bucket_values.astype(f"datetime64[{bucket_type.unit}]"))
+    return MembershipCodes(
+        stamps.tz_localize(tz) if tz else stamps,
+        area_names,
+        coded[0],
+        coded[1],
+        coded[2],
+        unit_names,  # pd.factorize's uniques, as Python objects, as the frame's way gives them
+        None,
+    )
+
+
+def _code_type(distinct: int) -> type:
+    """The type `narrow_codes` gives the codes of `distinct` values (0 .. distinct - 1)."""
+    return np.int32 if distinct <= 2**31 else np.int64
 
 
 def _file_stamp(path: Path) -> tuple[int, int, int]:
