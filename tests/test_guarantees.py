@@ -5,6 +5,7 @@ and one device with 40 pings alone in a cell. Negative controls edit the candida
 suppressor would, and each check must reject them by re-deriving the truth from the counts.
 """
 
+import threading
 from dataclasses import replace
 
 import geopandas as gpd
@@ -372,10 +373,24 @@ def test_suppression_audit_blocks_a_withheld_figure_proven_to_hold_someone(tmp_p
     least 1, and no more than that, so B passes the primary criterion (lo 1 <= v - 1) and yet the release proves
     someone was there by a margin of one unit: "in the data iff B's lower bound is >= 1" tells B's members apart
     from non-members. The audit names B (differencing as membership, `suppression.existence`)."""
+    from spatial_release.stages import checks
     from spatial_release.stages.checks import PROVEN_PRESENT
 
     ctx = _lake_policy(tmp_path, fixture_traces, cell_id(CELL_B))
-    audit = stages.check_suppression_audit(ctx)
+    threads: list[str] = []
+    real = checks.figures_at_lower_bound_one
+
+    def spied(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    checks.figures_at_lower_bound_one = spied
+    try:
+        audit = stages.check_suppression_audit(ctx)
+    finally:
+        checks.figures_at_lower_bound_one = real
+    # on the certificate's path the existence pass runs beside the verification, and still blocks
+    assert len(threads) == 1 and threads[0].startswith("existence")
     assert not audit.passed
     failing = {(o.get("area_id"), o.get("failing")) for o in audit.offending}
     assert (cell_id(CELL_B), PROVEN_PRESENT) in failing

@@ -4,7 +4,8 @@ manifest) and the true counts, and re-derives its verdict with `spatial_release.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -273,18 +274,30 @@ def check_suppression_audit(
             return reused
     cells, margins = _audited_files(area, release)
     spec = ctx.disclosure if options is None else replace(ctx.disclosure, solver_options=options)
-    run = _solve_or_certify(
-        ctx,
-        spec,
-        (true_cells, true_margins),
-        (cells, margins),
-        earlier,
-        certify=release is None and options is None,
-        progress=progress,
-    )
-    if keep_intervals:
-        _write_intervals(area, run)
-    existence = figures_at_lower_bound_one(run.table, spec.k, dict(spec.solver_options))
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="existence") as pool:
+        beside: list[Future[ExistenceResult]] = []
+
+        def start_existence(table: Table) -> None:
+            # The existence pass's LPs (HiGHS frees the interpreter while it solves) beside the certificate's
+            # verification (no LP, one core): both only read the system; its relations are listed here once.
+            table.relations_of()
+            beside.append(pool.submit(figures_at_lower_bound_one, table, spec.k, dict(spec.solver_options)))
+
+        run = _solve_or_certify(
+            ctx,
+            spec,
+            (true_cells, true_margins),
+            (cells, margins),
+            earlier,
+            certify=release is None and options is None,
+            progress=progress,
+            built=start_existence,
+        )
+        if keep_intervals:
+            _write_intervals(area, run)
+        existence = (
+            beside[0].result() if beside else figures_at_lower_bound_one(run.table, spec.k, dict(spec.solver_options))
+        )
     outcome, summary = _audit_outcome(area, run, existence)
     summary.write(area.root)
     if digest is not None and outcome.passed:
@@ -319,9 +332,11 @@ def _solve_or_certify(
     earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]],
     certify: bool,
     progress: Progress,
+    built: Callable[[Table], None] | None = None,
 ) -> _AuditRun:
     """Verify the protection step's certificate and solve what it cannot certify (`certify`), else solve
-    everything; a missing or unreadable certificate means solving everything."""
+    everything; a missing or unreadable certificate means solving everything. `built`: given the system once
+    it is built, on the certificate's path only (solving everything keeps both cores busy itself)."""
     certificate, method = None, "solved"
     if certify:
         try:
@@ -332,7 +347,7 @@ def _solve_or_certify(
         result, table = audit_published(*truth, *files, spec, earlier, progress)
         return _AuditRun(result, table, method, None)
     result, table, verification = certify_published(
-        *truth, *files, spec, certificate, certificate_inputs(ctx, earlier), earlier, progress
+        *truth, *files, spec, certificate, certificate_inputs(ctx, earlier), earlier, progress, built=built
     )
     return _AuditRun(result, table, "certificate", verification)
 

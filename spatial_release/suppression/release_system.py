@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -479,16 +479,20 @@ def certify_published(
     earlier: Sequence[tuple[pd.DataFrame, pd.DataFrame]] = (),
     progress: Progress = silent,
     workers: int | None = None,
+    built: Callable[[Table], None] | None = None,
 ) -> tuple[AuditResult, Table, Verification]:
     """`audit_published`, with the protection step's `certificate` (`suppression.certificate`): the
     published system is built the same way, the certificate is verified against it (witness points and
     input hashes `inputs`, no LP), and only the components it cannot certify are solved. The result holds
     one interval per withheld primary, as `audit_published` would give; the `Verification` says what was
-    certified and what was re-solved (and why)."""
+    certified and what was re-solved (and why). `built`: called with the system as soon as it is built,
+    before the verification (what else reads it can start beside it; neither changes it)."""
     started = time.perf_counter()
     table, conflicts, from_earlier = published_system(
         true_cells, true_margins, published_cells, published_margins, spec, earlier
     )
+    if built is not None:
+        built(table)
     verification = verify(table, certificate, inputs, spec.criterion or Criterion(spec.k), from_earlier)
     progress(
         ProgressEvent(
