@@ -1,8 +1,9 @@
-"""The attacks' memberships coded on their own (`stages.attack.membership_codes`), before the candidate exists: the
-protection step codes them beside its first suppression, and `attack_inputs` numbers them over the candidate's
+"""The attacks' memberships coded on their own (`stages.attack.membership_codes`), once per context (the coarsening
+loop assesses each candidate it tries against them), and numbered by `attack_inputs` over each candidate's
 published areas and buckets. The view and the codes must be those the memberships and the candidate give when
 read together (re-derived here from the files), a candidate that publishes an area or bucket no membership holds
-included; codes read from a membership file that changed since must not be used."""
+included; codes read from a membership file that changed since must not be used; read in batches, they must be
+the codes of the whole frame."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from support.releases import protected_advantage_city
 from support.spies import counted
 
 from spatial_release.stages import attack as attack_stage
-from spatial_release.stages.attack import attack_inputs, prefetch_membership_codes
+from spatial_release.stages.attack import attack_inputs
 from spatial_release.stages.context import CandidateTables, ReleaseContext
 
 
@@ -63,9 +64,9 @@ def _candidate_cells(ctx: ReleaseContext) -> pd.DataFrame:
     return cells.rename(columns={ctx.policy.count_column: "n"})[["cell_id", "bucket_start", "n"]]
 
 
-def test_prefetched_codes_give_the_view_read_together(city):
+def test_kept_codes_give_the_view_read_together(city):
     ctx = _fresh(city)
-    prefetch_membership_codes(ctx, [(None, None)])
+    attack_inputs(ctx, ctx.risk_zones)  # the codes read and kept
     inputs = attack_inputs(ctx, ctx.risk_zones)
     _assert_inputs(inputs, ctx, _candidate_cells(ctx))
     fresh = attack_inputs(_fresh(city), city.risk_zones)
@@ -77,7 +78,7 @@ def test_prefetched_codes_give_the_view_read_together(city):
 
 def test_a_published_area_and_bucket_no_membership_holds_renumber_the_codes(city):
     ctx = _fresh(city)
-    prefetch_membership_codes(ctx, [(None, None)])
+    attack_inputs(ctx, ctx.risk_zones)  # the codes kept, of the memberships alone
     tables = ctx.candidate_tables()
     cells = tables.cells.copy()
     extra = cells.iloc[[0]].copy()
@@ -103,8 +104,7 @@ def test_codes_of_a_membership_file_changed_since_are_read_again(city, tmp_path)
     shutil.copy2(path, saved)
     calls: list[int] = []
     try:
-        prefetch_membership_codes(ctx, [(None, None)])
-        attack_inputs(ctx, ctx.risk_zones)  # the prefetched codes, read
+        attack_inputs(ctx, ctx.risk_zones)  # the codes read and kept
         membership = pd.read_parquet(path)
         fewer = membership[membership["unit"] != membership["unit"].iloc[0]]
         fewer.to_parquet(path, index=False)
@@ -128,7 +128,6 @@ def test_the_negative_control_unchanged_codes_are_not_read_again(city):
     real = attack_stage.membership_codes
     attack_stage.membership_codes = counted(real, calls)
     try:
-        prefetch_membership_codes(ctx, [(None, None)])
         first = attack_inputs(ctx, ctx.risk_zones)
         second = attack_inputs(ctx, ctx.risk_zones)
     finally:
@@ -141,9 +140,9 @@ def test_a_failed_read_fails_where_the_codes_are_asked_for(city, tmp_path):
     ctx = ReleaseContext(city.policy, city.period, tmp_path / "work")
     shutil.copytree(city.area.root, ctx.area.root, dirs_exist_ok=True)
     (ctx.area.counts / "membership.internal.parquet").write_bytes(b"not parquet")
-    prefetch_membership_codes(ctx, [(None, None)])
-    with pytest.raises(Exception, match="(?i)parquet|magic"):
-        attack_inputs(ctx, ctx.risk_zones)
+    for _ in range(2):  # and again from what the context keeps
+        with pytest.raises(Exception, match="(?i)parquet|magic"):
+            attack_inputs(ctx, ctx.risk_zones)
 
 
 def _membership_file(folder, units: list) -> ReleaseContext:

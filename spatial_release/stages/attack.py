@@ -10,10 +10,9 @@ attack is; the uniqueness bound counts them). Coordinates are the areas' centroi
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -106,8 +105,7 @@ class MembershipCodes:
 
 def membership_codes(ctx: ReleaseContext, rung: str | None = None, zoning: str | None = None) -> MembershipCodes:
     """The memberships of the view at `rung` of `zoning` (None: the main geometry's cells), coded (see
-    `MembershipCodes`). They do not read the candidate, so the protection step codes them while its suppression
-    runs (`prefetch_membership_codes`)."""
+    `MembershipCodes`). They do not read the candidate: one coding serves every candidate a context assesses."""
     path = _membership_file(ctx)
     before = _file_stamp(path) if zoning is None else None
     if zoning is None and rung is None:
@@ -140,11 +138,11 @@ MEMBERSHIP_BATCH = 1 << 20  # membership rows coded at a time (`_streamed_codes`
 
 def _streamed_codes(path: Path) -> MembershipCodes | None:
     """`membership_codes` of the main geometry at the policy's bucket, read in batches of MEMBERSHIP_BATCH rows
-    twice (their distinct values, then their codes) instead of as one frame: the protection step codes them
-    while its suppression holds its own memory, and the whole frame and its temporaries at 50 M pings raised the
-    release's peak by 0.8 GB there (bench/RESULTS.md). The same codes and names as the frame's way (integer or
-    text units, sorted as `pd.factorize(sort=True)` sorts them); None, for that way, when a column is of another
-    type. A missing value is an error naming the row (the frame's way failed on it with a comparison error)."""
+    twice (their distinct values, then their codes) instead of as one frame: at 50 M pings 1.2 GB of process peak
+    instead of 4.0 GB, and 5 s instead of 8 s, before the recovery can start (bench/RESULTS.md). The same codes
+    and names as the frame's way (integer or text units, sorted as `pd.factorize(sort=True)` sorts them); None,
+    for that way, when a column is of another type. A missing value is an error naming the row (the frame's way
+    failed on it with a comparison error)."""
     columns = ["unit", "bucket_start", "cell_id"]
     source = pq.ParquetFile(path)
     schema = source.schema_arrow
@@ -208,23 +206,11 @@ def _codes_key(rung: str | None, zoning: str | None) -> str:
     return f"membership_codes:{zoning or ''}:{rung or ''}"
 
 
-def prefetch_membership_codes(ctx: ReleaseContext, views: list[tuple[str | None, str | None]]) -> None:
-    """Code the memberships of each (zoning, rung) view on a thread of their own, kept in the context for
-    `attack_inputs`. At 50 M pings reading and coding them took 8 s before the recovery could start; the
-    suppression leaves part of a core free (its workers end unevenly) and never reads them. An error is raised
-    where they are read."""
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="membership-codes")
-    try:
-        for zoning, rung in views:  # submitted unless the context keeps them already
-            ctx.cached(_codes_key(rung, zoning), functools.partial(pool.submit, membership_codes, ctx, rung, zoning))
-    finally:
-        pool.shutdown(wait=False)
-
-
 def _view_codes(ctx: ReleaseContext, rung: str | None, zoning: str | None) -> MembershipCodes:
-    """The view's membership codes, kept in the context: prefetched or read by an earlier call, when the
-    membership file is the one they were read from (its size, modification time and inode before and after the
-    read and now), else read now. A read that failed fails again where they are asked for."""
+    """The view's membership codes, kept in the context (the coarsening loop assesses each candidate it tries
+    against the same memberships): those an earlier call read, when the membership file is the one they were
+    read from (its size, modification time and inode before and after the read and now), else read now. A read
+    that failed fails again where they are asked for."""
     key = _codes_key(rung, zoning)
     mine: Future[MembershipCodes] = Future()
     kept = ctx.cached(key, lambda: mine)

@@ -20,8 +20,7 @@ from spatial_release.period import Period
 from spatial_release.progress import Progress, ProgressEvent, log_progress
 from spatial_release.release import RELEASE_FILES, published_frames, read_tables, release_tables, write_tables
 from spatial_release.stages import coarsen
-from spatial_release.stages.attack import prefetch_membership_codes
-from spatial_release.stages.context import CandidateTables, Published, ReleaseContext, WorkArea, risk_spec
+from spatial_release.stages.context import CandidateTables, Published, ReleaseContext, WorkArea
 from spatial_release.stages.count import read_true_counts
 from spatial_release.stages.dp import run_protect_dp
 from spatial_release.stages.results import ProtectionManifest, ProtectionSummary
@@ -188,10 +187,6 @@ def run_protect(
         if climbing and published is not None
         else None
     )
-    if gate is not None and risk_spec(policy).model in ("advantage", "attack"):
-        # the attacks' memberships at the policy's bucket, coded beside the first suppression, which never reads
-        # them (the time rungs read the ladder's buckets, which each assessment writes first: read there)
-        prefetch_membership_codes(ctx, [(None, None)])
     # Each configuration the loop tries is held in memory (`ReleaseContext.hold_candidate`) and assessed there;
     # only the last one is written, once. The loop's last assessment and the key sets it coded are kept under
     # the candidate's digest, which the files written below give again to the risk and publish steps.
