@@ -173,10 +173,8 @@ def _streamed_codes(path: Path) -> MembershipCodes | None:
     at = 0
     for batch in source.iter_batches(batch_size=MEMBERSHIP_BATCH, columns=columns):
         end = at + batch.num_rows
-        for out, column, index in ((coded[0], "unit", unit_index), (coded[2], "cell_id", area_index)):
-            encoded = pc.dictionary_encode(batch.column(column))
-            found = np.asarray(index.get_indexer(encoded.dictionary.to_pylist()), dtype=np.int64)
-            out[at:end] = found[encoded.indices.to_numpy(zero_copy_only=False)]
+        coded[0][at:end] = _chunk_places(unit_index, batch.column("unit"))
+        coded[2][at:end] = _chunk_places(area_index, batch.column("cell_id"))
         coded[1][at:end] = np.searchsorted(bucket_values, batch.column("bucket_start").cast(pa.int64()).to_numpy())
         at = end
     tz = bucket_type.tz
@@ -309,11 +307,17 @@ def places(index: pd.Index, values: pd.Series) -> np.ndarray:
         if chunk.null_count:
             out[at : at + len(chunk)] = index.get_indexer(chunk.to_pandas())
         else:
-            encoded = pc.dictionary_encode(chunk)
-            found = np.asarray(index.get_indexer(encoded.dictionary.to_pandas()), dtype=np.int64)
-            out[at : at + len(chunk)] = found[encoded.indices.to_numpy(zero_copy_only=False)]
+            out[at : at + len(chunk)] = _chunk_places(index, chunk)
         at += len(chunk)
     return out
+
+
+def _chunk_places(index: pd.Index, chunk: pa.Array) -> np.ndarray:
+    """Each value of an Arrow array with no missing value, placed in `index` (-1: not in it): its dictionary
+    encoding, each distinct value looked up once."""
+    encoded = pc.dictionary_encode(chunk)
+    found = np.asarray(index.get_indexer(encoded.dictionary.to_pandas()), dtype=np.int64)
+    return found[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
 OUTSIDE = "(outside the risk zones)"  # linked areas whose representative point is in no area of the main geometry
