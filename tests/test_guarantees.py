@@ -373,29 +373,56 @@ def test_suppression_audit_blocks_a_withheld_figure_proven_to_hold_someone(tmp_p
     least 1, and no more than that, so B passes the primary criterion (lo 1 <= v - 1) and yet the release proves
     someone was there by a margin of one unit: "in the data iff B's lower bound is >= 1" tells B's members apart
     from non-members. The audit names B (differencing as membership, `suppression.existence`)."""
-    from spatial_release.stages import checks
+    from spatial_release import tasks
     from spatial_release.stages.checks import PROVEN_PRESENT
+    from spatial_release.suppression.existence import figures_at_lower_bound_one
 
     ctx = _lake_policy(tmp_path, fixture_traces, cell_id(CELL_B))
-    threads: list[str] = []
-    real = checks.figures_at_lower_bound_one
+    calls: list[tuple] = []
+    real = tasks.in_own_process
 
-    def spied(*args, **kwargs):
-        threads.append(threading.current_thread().name)
-        return real(*args, **kwargs)
+    def spied(fn, *args, **kwargs):
+        calls.append((fn, kwargs.get("name"), threading.current_thread().name))
+        return real(fn, *args, **kwargs)
 
-    checks.figures_at_lower_bound_one = spied
+    tasks.in_own_process = spied
     try:
         audit = stages.check_suppression_audit(ctx)
     finally:
-        checks.figures_at_lower_bound_one = real
-    # on the certificate's path the existence pass runs beside the verification, and still blocks
-    assert len(threads) == 1 and threads[0].startswith("existence")
+        tasks.in_own_process = real
+    # on the certificate's path the existence pass runs beside the verification, in a process of its own (the
+    # pass itself is not replaced: the child imports the real one), and still blocks
+    assert [(fn, name) for fn, name, _ in calls] == [(figures_at_lower_bound_one, "existence")]
+    assert calls[0][2].startswith("existence")  # started from the check's own thread, beside the verification
     assert not audit.passed
     failing = {(o.get("area_id"), o.get("failing")) for o in audit.offending}
     assert (cell_id(CELL_B), PROVEN_PRESENT) in failing
     assert (cell_id(CELL_B), "lower") not in failing  # the primary criterion alone would have let B through
     assert "1 withheld figures proven to hold someone" in audit.summary
+
+
+@pytest.mark.slow
+def test_suppression_audit_fails_closed_when_the_existence_process_dies(tmp_path, fixture_traces):
+    """The existence pass's own process killed without a result (out of memory, a signal): the check raises and
+    nothing is published; never a pass for want of the pass's verdict."""
+    from support import jobs
+
+    from spatial_release import tasks
+
+    ctx = _lake_policy(tmp_path, fixture_traces, cell_id(CELL_B))
+    real = tasks.in_own_process
+
+    def killed(fn, *args, **kwargs):
+        return real(jobs.killed, name=kwargs.get("name", "job"))  # the same road: a child that dies mid-job
+
+    tasks.in_own_process = killed
+    try:
+        with pytest.raises(tasks.JobProcessEnded, match="existence: its process ended"):
+            stages.check_suppression_audit(ctx)
+    finally:
+        tasks.in_own_process = real
+    # negative control: with the process left alone the same check runs to its verdict
+    assert not stages.check_suppression_audit(ctx).passed
 
 
 @pytest.mark.slow
