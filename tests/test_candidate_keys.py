@@ -6,6 +6,7 @@ the memberships) and it codes them afresh, with the figures a fresh coding gives
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -40,6 +41,7 @@ def candidate(tmp_path_factory) -> tuple[ReleaseContext, Ledger]:
     stages.run_ingest(ctx, [pings])
     stages.run_counts(ctx)
     stages.run_protect(ctx, published=Published(ledger, folder / "releases"))
+    stages.risk._estimate_beside_done(ctx)  # the estimate the protection step started: ended before any test
     return ctx, ledger
 
 
@@ -217,3 +219,91 @@ def test_key_sets_are_not_taken_over_when_the_code_is_not_known(candidate, monke
     assert keys_stage.take_handed_over(ctx) is None
     monkeypatch.undo()
     stages.run_risk(ctx, ledger)
+
+
+def _estimates_by_thread(monkeypatch) -> list[str]:
+    """The threads `estimate_key_sets` runs on from now on (the risk step's own, or the one started beside)."""
+    threads: list[str] = []
+    real = stages.risk.estimate_key_sets
+
+    def spy(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stages.risk, "estimate_key_sets", spy)
+    return threads
+
+
+def test_the_risk_step_reads_the_estimate_started_beside_the_checks(candidate, monkeypatch):
+    """The protection step starts the risk step's uniqueness estimate once the candidate is written
+    (`start_estimate_beside`): the risk step waits for it and reads it from the memo, under the digest of its own
+    inputs, instead of estimating again: the same figures as its own estimate. Negative control: an estimate
+    beside of other inputs (other zone populations) is not read; the risk step estimates on its own."""
+    ctx, ledger = candidate
+    published = Published(ledger, ctx.area.root / "releases")
+    kept = keys_stage.keep_released_keys(ctx, keys_stage.write_ladder_buckets(ctx))  # as the loop's last pass
+    assert kept is not None
+    _forget_estimates(ctx)
+    alone = stages.run_risk(ctx, ledger).to_json()  # the risk step's own estimate, nothing beside it
+    alone.pop("seconds", None)
+
+    keys_stage.keep_released_keys(ctx, keys_stage.write_ladder_buckets(ctx))
+    _forget_estimates(ctx)
+    threads = _estimates_by_thread(monkeypatch)
+    stages.risk.start_estimate_beside(ctx, published)
+    said: list[str] = []
+    beside = stages.run_risk(ctx, ledger, progress=said.append).to_json()
+    beside.pop("seconds", None)
+    assert threads == ["estimate-beside"]  # estimated once, beside; the risk step read it
+    assert "risk: the uniqueness estimate started beside the checks has ended" in _parts(said)
+    assert json.dumps(beside, sort_keys=True) == json.dumps(alone, sort_keys=True)
+
+    # negative control: beside, an estimate of other inputs; the risk step does not take it for its own
+    keys_stage.keep_released_keys(ctx, keys_stage.write_ladder_buckets(ctx))
+    _forget_estimates(ctx)
+    threads.clear()
+    real_population = stages.risk.zone_population
+    monkeypatch.setattr(
+        stages.risk, "zone_population", lambda *a, **k: {z: 2 * v for z, v in (real_population(*a, **k) or {}).items()}
+    )
+    stages.risk.start_estimate_beside(ctx, published)
+    assert stages.risk._beside[ctx.area.root].exception(timeout=120) is None  # ended, with the other populations
+    monkeypatch.setattr(stages.risk, "zone_population", real_population)
+    again = stages.run_risk(ctx, ledger).to_json()
+    again.pop("seconds", None)
+    assert threads == ["estimate-beside", "MainThread"]
+    assert json.dumps(again, sort_keys=True) == json.dumps(alone, sort_keys=True)
+
+
+def test_a_failed_estimate_beside_the_checks_leaves_the_risk_step_its_own(candidate, monkeypatch):
+    """An error in the estimate started beside is dropped there: the risk step estimates on its own, and says
+    nothing of an estimate beside."""
+    ctx, ledger = candidate
+    assert keys_stage.keep_released_keys(ctx, keys_stage.write_ladder_buckets(ctx)) is not None
+    _forget_estimates(ctx)
+    threads = _estimates_by_thread(monkeypatch)
+    real_window = stages.risk.estimate_window
+
+    def failing(*args, **kwargs):
+        if threading.current_thread().name == "estimate-beside":
+            raise OSError("the disk went away")
+        return real_window(*args, **kwargs)
+
+    monkeypatch.setattr(stages.risk, "estimate_window", failing)
+    stages.risk.start_estimate_beside(ctx, Published(ledger, ctx.area.root / "releases"))
+    said: list[str] = []
+    assessment = stages.run_risk(ctx, ledger, progress=said.append)
+    assert threads == ["MainThread"]
+    assert not any("beside" in part for part in _parts(said))
+    assert assessment.status in {"pass", "warn", "block"}
+
+
+def test_nothing_is_estimated_beside_without_a_ledger_or_kept_key_sets(candidate, monkeypatch):
+    ctx, ledger = candidate
+    threads = _estimates_by_thread(monkeypatch)
+    keys_stage._hand_over(None)
+    stages.risk.start_estimate_beside(ctx, Published(ledger, ctx.area.root / "releases"))  # nothing kept in process
+    assert keys_stage.keep_released_keys(ctx, keys_stage.write_ladder_buckets(ctx)) is not None
+    stages.risk.start_estimate_beside(ctx, None)  # no ledger: the window is not known
+    assert ctx.area.root not in stages.risk._beside and threads == []
+    keys_stage._hand_over(None)

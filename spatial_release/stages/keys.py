@@ -370,6 +370,17 @@ def take_handed_over(ctx: ReleaseContext) -> KeySets | None:
     areas the keys' zones come from). None otherwise, and the file is read. The slot is emptied either way."""
     with _handed_lock:
         kept = _handed.pop() if _handed else None
+    return _current_sets(ctx, kept)
+
+
+def peek_handed_over(ctx: ReleaseContext) -> KeySets | None:
+    """`take_handed_over`'s key sets, left in the slot for the risk step."""
+    with _handed_lock:
+        kept = _handed[-1] if _handed else None
+    return _current_sets(ctx, kept)
+
+
+def _current_sets(ctx: ReleaseContext, kept: KeptKeys | None) -> KeySets | None:
     path = ctx.area.unit_keys
     if kept is None or kept.file != path or not path.exists():
         return None

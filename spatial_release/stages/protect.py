@@ -24,6 +24,7 @@ from spatial_release.stages.context import CandidateTables, Published, ReleaseCo
 from spatial_release.stages.count import read_true_counts
 from spatial_release.stages.dp import run_protect_dp
 from spatial_release.stages.results import ProtectionManifest, ProtectionSummary
+from spatial_release.stages.risk import start_estimate_beside
 from spatial_release.suppression.certificate import EARLIER, Certificate, earlier_digest
 from spatial_release.suppression.primary import ProtectedTable
 from spatial_release.suppression.release_system import Structure, protect_release
@@ -219,6 +220,8 @@ def run_protect(
     tables = release_tables(protected.cells, protected.margins, ctx.locator.geometries, policy.count_column)
     write_tables(tables, area.candidate)
     protected.withheld_cells.to_parquet(area.candidate / "withheld_cells.internal.parquet", index=False)
+    if climbing:  # the loop kept this candidate's key sets: the risk step's estimate can start now, beside the rest
+        start_estimate_beside(ctx, published)
     audit = log.audit
     if audit is None:  # every protection audits its pattern: the record states that audit, never a guess
         raise RuntimeError("the protection log does not record the audit of the candidate")

@@ -4,8 +4,10 @@ earlier releases of its window, and the gate's decision (risk/risk.json)."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,6 +17,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from spatial_release import tasks
 from spatial_release.fileio import scratch_folder, sha256_file
 from spatial_release.history import earlier_releases, expired, population_releases_before, spent_figures
 from spatial_release.ledger import Ledger, ReleaseEntry
@@ -32,7 +35,7 @@ from spatial_release.stages.advantage import candidate_advantage, read_key_sets
 from spatial_release.stages.attack import attack_params, attack_pooled, with_attack_figures, worst_attack_zone
 from spatial_release.stages.carried import UNIT_KEYS, refuse_changed_work_files
 from spatial_release.stages.coarsen import public_frontier
-from spatial_release.stages.context import ReleaseContext, WorkArea, zone_population
+from spatial_release.stages.context import Published, ReleaseContext, WorkArea, zone_population
 from spatial_release.stages.count import sql_path
 from spatial_release.stages.dp import privacy_assessment
 from spatial_release.stages.keys import (
@@ -515,6 +518,65 @@ def _with_proposal(assessment: RiskAssessment, proposals: list[CoarseningProposa
     return replace(assessment, reason=assessment.reason + note, coarsening=proposals)
 
 
+# The estimate started beside the candidate's checks (`start_estimate_beside`), by work area: the risk step waits
+# for it (`_estimate_beside_done`) instead of estimating the same again.
+_beside: dict[Path, Future[None]] = {}
+_beside_lock = threading.Lock()
+
+
+def start_estimate_beside(ctx: ReleaseContext, published: Published | None) -> None:
+    """Start, on a thread of its own, the uniqueness estimate the risk step will ask for: `estimate_window` with
+    this release's key sets as the protection loop kept them (`keys.peek_handed_over`) and the ledger's window as
+    it is now. The protection step calls it once the candidate is written: what follows it until the risk step
+    (the candidate's certificate, its checks) runs mostly on one core, and the estimate's counting kernels hold
+    no interpreter lock (50 M pings: a 21 s risk step, the checks before it at 1.0-1.4 cores).
+
+    The thread only fills the work area's memo. The risk step runs its own `estimate_window` after waiting for
+    it, and that reuses a saved estimate only under the digest of its own inputs (the ledger read again, the
+    files hashed again): a ledger or a file changed in between means estimating again, never a stale figure. An
+    error here is dropped (the risk step meets it again, and raises it). Not started without the key sets this
+    process kept, without a ledger, under DP, or on another runner than this machine's (a Spark estimate runs on
+    the cluster, from the risk step)."""
+    policy = ctx.policy
+    if published is None or policy.risk is None or policy.protection.method == "dp" or tasks.current() is not None:
+        return
+    sets = keys.peek_handed_over(ctx)
+    if sets is None:
+        return
+    ledger = published.ledger
+
+    def estimate() -> None:
+        risk = _required_risk(policy)
+        path = policy.resolve(risk.landscape)
+        landscape, _ = load_landscape(path)
+        params, population = landscape.params(), zone_population(policy, landscape, path, ctx.layers)
+        earlier = earlier_releases(policy, ctx.period, ledger, ctx.input_digests())
+        started = time.perf_counter()
+        estimate_window(ctx, ctx.area.unit_keys, earlier, params, population, started, True, sets)
+
+    future: Future[None] = Future()
+
+    def run() -> None:
+        try:
+            estimate()
+        except BaseException as error:  # noqa: BLE001 - kept for `_estimate_beside_done`, which drops it
+            future.set_exception(error)
+        else:
+            future.set_result(None)
+
+    with _beside_lock:
+        _beside[ctx.area.root] = future
+    threading.Thread(target=run, name="estimate-beside", daemon=True).start()
+
+
+def _estimate_beside_done(ctx: ReleaseContext) -> bool:
+    """Wait for the estimate started beside the checks for this work area, if one was; whether it ended
+    without an error (its figures are then in the memo, under the digest of what it read)."""
+    with _beside_lock:
+        future = _beside.pop(ctx.area.root, None)
+    return future is not None and future.exception() is None
+
+
 def run_risk(ctx: ReleaseContext, ledger: Ledger, progress: Progress = silent) -> RiskAssessment:
     """Keep the candidate's per-unit key sets (internal, for later releases and reviews) and assess its risk;
     when the gate blocks a policy with a time ladder, say which rung would pass (`propose_coarsening`). Under
@@ -538,6 +600,8 @@ def run_risk(ctx: ReleaseContext, ledger: Ledger, progress: Progress = silent) -
     else:
         kept = _timed(progress, "the release's key sets coded and kept", lambda: keep_released_keys(ctx, ladder))
         this_release = None if kept is None else kept.sets
+    if _estimate_beside_done(ctx):
+        progress(ProgressEvent("risk", "risk: the uniqueness estimate started beside the checks has ended"))
     assessment = _timed(
         progress,
         f"the uniqueness bound and the {model} model's figures assessed, this release with the earlier ones",
