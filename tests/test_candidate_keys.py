@@ -307,3 +307,29 @@ def test_nothing_is_estimated_beside_without_a_ledger_or_kept_key_sets(candidate
     stages.risk.start_estimate_beside(ctx, None)  # no ledger: the window is not known
     assert ctx.area.root not in stages.risk._beside and threads == []
     keys_stage._hand_over(None)
+
+
+def test_a_release_run_estimates_once_beside_the_checks(tmp_path, monkeypatch):
+    """Through the Dagster jobs (`cli.run_release`, every step in one process): the protection step starts the
+    estimate once the candidate is written, and neither the risk step nor the publish step estimates again; the
+    release publishes. Negative control: the same run without the start (the step's hook replaced by nothing)
+    estimates on the risk step's own thread, with the same published risk figures."""
+    from spatial_release.cli import run_release
+
+    pings = write_pings(generate_pings(SyntheticConfig(persons=200, days=21)), tmp_path / "pings.parquet")
+    path = advantage_city_policy(tmp_path, "beside_run", 1000, 4000, coarsen="apply")
+
+    def released(name: str) -> tuple[list[str], dict]:
+        threads = _estimates_by_thread(monkeypatch)
+        outcome = run_release(str(path), "2018-Q1", [str(pings)], str(tmp_path / name), str(tmp_path / name / "ledger"))
+        assert outcome.published, outcome.failures
+        record = json.loads((outcome.release_dir / "release.json").read_text())
+        record["risk"].pop("seconds", None)
+        return threads, record["risk"]
+
+    threads, beside = released("beside")
+    assert threads == ["estimate-beside"]
+    monkeypatch.setattr(stages, "start_estimate_beside", lambda ctx, published: None)
+    threads, alone = released("alone")
+    assert threads and "estimate-beside" not in threads
+    assert json.dumps(beside, sort_keys=True) == json.dumps(alone, sort_keys=True)

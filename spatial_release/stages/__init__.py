@@ -83,7 +83,7 @@ from spatial_release.stages.review import (
     review_trigger,
     run_review,
 )
-from spatial_release.stages.risk import assess_risk, read_risk, run_risk
+from spatial_release.stages.risk import assess_risk, read_risk, run_risk, start_estimate_beside
 
 __all__ = [
     "AlreadyPublished",
@@ -154,6 +154,7 @@ __all__ = [
     "run_publish",
     "run_review",
     "run_risk",
+    "start_estimate_beside",
     "structural_zeros",
     "synthetic_traces",
     "verify_release_files",

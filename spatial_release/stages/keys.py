@@ -373,6 +373,12 @@ def take_handed_over(ctx: ReleaseContext) -> KeySets | None:
     return _current_sets(ctx, kept)
 
 
+def holds_handed_over() -> bool:
+    """Whether some key sets are held for the risk step (not checked against the files: `peek_handed_over`)."""
+    with _handed_lock:
+        return bool(_handed)
+
+
 def peek_handed_over(ctx: ReleaseContext) -> KeySets | None:
     """`take_handed_over`'s key sets, left in the slot for the risk step."""
     with _handed_lock:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,7 +24,6 @@ from spatial_release.stages.context import CandidateTables, Published, ReleaseCo
 from spatial_release.stages.count import read_true_counts
 from spatial_release.stages.dp import run_protect_dp
 from spatial_release.stages.results import ProtectionManifest, ProtectionSummary
-from spatial_release.stages.risk import start_estimate_beside
 from spatial_release.suppression.certificate import EARLIER, Certificate, earlier_digest
 from spatial_release.suppression.primary import ProtectedTable
 from spatial_release.suppression.release_system import Structure, protect_release
@@ -165,12 +164,15 @@ def run_protect(
     progress: Progress = log_progress,
     published: Published | None = None,
     engine: Engine | None = None,
+    written: Callable[[], None] | None = None,
 ) -> ProtectionSummary:
     """Suppress the true counts (k, complements over the release structure, structural zeros) and write the
     candidate files, the withheld cells (internal), the manifest the checks verify the files against, and
     the audit certificate (`suppression.certificate`) that lets the check and the publish step verify the
     audit instead of solving it again. `engine`: the counting engine, which bounds the units' contributions
-    under differential privacy (None: an in-process DuckDB)."""
+    under differential privacy (None: an in-process DuckDB). `written`: called once the candidate files are
+    written, before the certificate and the summary (what may start beside them: `stages.start_estimate_beside`,
+    wired by the Dagster step, since a stage never calls a later one)."""
     policy, area = ctx.policy, ctx.area
     shutil.rmtree(certificate_dir(area), ignore_errors=True)  # never a certificate of an earlier candidate
     if policy.protection.method == "dp":
@@ -220,8 +222,8 @@ def run_protect(
     tables = release_tables(protected.cells, protected.margins, ctx.locator.geometries, policy.count_column)
     write_tables(tables, area.candidate)
     protected.withheld_cells.to_parquet(area.candidate / "withheld_cells.internal.parquet", index=False)
-    if climbing:  # the loop kept this candidate's key sets: the risk step's estimate can start now, beside the rest
-        start_estimate_beside(ctx, published)
+    if written is not None:
+        written()
     audit = log.audit
     if audit is None:  # every protection audits its pattern: the record states that audit, never a guess
         raise RuntimeError("the protection log does not record the audit of the candidate")

@@ -540,12 +540,14 @@ def start_estimate_beside(ctx: ReleaseContext, published: Published | None) -> N
     policy = ctx.policy
     if published is None or policy.risk is None or policy.protection.method == "dp" or tasks.current() is not None:
         return
-    sets = keys.peek_handed_over(ctx)
-    if sets is None:
+    if not keys.holds_handed_over():
         return
     ledger = published.ledger
 
     def estimate() -> None:
+        sets = keys.peek_handed_over(ctx)  # checked against the files here: hashing them is not the caller's time
+        if sets is None:
+            return
         risk = _required_risk(policy)
         path = policy.resolve(risk.landscape)
         landscape, _ = load_landscape(path)

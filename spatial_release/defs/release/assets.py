@@ -292,7 +292,16 @@ def _protected_table_asset(scope: _GraphScope, cell_counts: dg.AssetsDefinition)
             bounding as engine,
             heartbeat(context.log.info, "protection") as progress,
         ):
-            summary = stages.run_protect(ctx, progress=progress, published=settings.published(), engine=engine)
+            published = settings.published()
+            summary = stages.run_protect(
+                ctx,
+                progress=progress,
+                published=published,
+                engine=engine,
+                # the risk step's estimate, started once the candidate is written: it runs beside the certificate
+                # and the checks, which leave a core idle, and the risk step reads it (in this run's process)
+                written=lambda: stages.start_estimate_beside(ctx, published),
+            )
             counts = summary.public_counts()
         frontier = public_frontier(summary.frontier, list(policy.time.ladder))
         return dg.MaterializeResult(
