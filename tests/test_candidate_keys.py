@@ -322,7 +322,7 @@ def test_a_release_run_estimates_once_beside_the_checks(tmp_path, monkeypatch):
     def released(name: str) -> tuple[list[str], dict]:
         threads = _estimates_by_thread(monkeypatch)
         outcome = run_release(str(path), "2018-Q1", [str(pings)], str(tmp_path / name), str(tmp_path / name / "ledger"))
-        assert outcome.published, outcome.failures
+        assert outcome.published and outcome.release_dir is not None, outcome.failures
         record = json.loads((outcome.release_dir / "release.json").read_text())
         record["risk"].pop("seconds", None)
         return threads, record["risk"]
