@@ -6,6 +6,8 @@ the memberships) and it codes them afresh, with the figures a fresh coding gives
 from __future__ import annotations
 
 import json
+import os
+import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -333,3 +335,33 @@ def test_a_release_run_estimates_once_beside_the_checks(tmp_path, monkeypatch):
     threads, alone = released("alone")
     assert threads and "estimate-beside" not in threads
     assert json.dumps(beside, sort_keys=True) == json.dumps(alone, sort_keys=True)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priorities are Linux's")
+def test_the_estimate_beside_runs_below_the_checks_priority(candidate, monkeypatch):
+    """The estimate beside takes the cores the checks leave idle: its thread, and the counting threads it starts,
+    run at a lower priority than the step's own (niceness +10, at most 19); the calling thread's is unchanged."""
+    from spatial_release.risk import estimator
+
+    ctx, ledger = candidate
+    assert keys_stage.keep_released_keys(ctx, keys_stage.write_ladder_buckets(ctx)) is not None
+    _forget_estimates(ctx)
+    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    seen: list[tuple[str, int]] = []
+    real = estimator._anonymity_task
+
+    def spy(*args, **kwargs):
+        seen.append((threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(estimator, "_anonymity_task", spy)
+    stages.risk.start_estimate_beside(ctx, Published(ledger, ctx.area.root / "releases"))
+    assert stages.risk._estimate_beside_done(ctx)
+    assert seen and all(priority == min(own + stages.risk.BESIDE_NICENESS, 19) for _, priority in seen), seen
+    assert not any(name == threading.current_thread().name for name, _ in seen)  # on the estimate's threads
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
+    # negative control: the risk step's own estimate counts at the step's priority
+    seen.clear()
+    _forget_estimates(ctx)
+    stages.run_risk(ctx, ledger)
+    assert seen and all(priority == own for _, priority in seen)
