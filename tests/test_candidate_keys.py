@@ -6,8 +6,6 @@ the memberships) and it codes them afresh, with the figures a fresh coding gives
 from __future__ import annotations
 
 import json
-import os
-import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -43,7 +41,6 @@ def candidate(tmp_path_factory) -> tuple[ReleaseContext, Ledger]:
     stages.run_ingest(ctx, [pings])
     stages.run_counts(ctx)
     stages.run_protect(ctx, published=Published(ledger, folder / "releases"))
-    stages.risk._estimate_beside_done(ctx)  # the estimate the protection step started: ended before any test
     return ctx, ledger
 
 
@@ -337,31 +334,28 @@ def test_a_release_run_estimates_once_beside_the_checks(tmp_path, monkeypatch):
     assert json.dumps(beside, sort_keys=True) == json.dumps(alone, sort_keys=True)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priorities are Linux's")
-def test_the_estimate_beside_runs_below_the_checks_priority(candidate, monkeypatch):
-    """The estimate beside takes the cores the checks leave idle: its thread, and the counting threads it starts,
-    run at a lower priority than the step's own (niceness +10, at most 19); the calling thread's is unchanged."""
-    from spatial_release.risk import estimator
-
+def test_key_sets_are_not_taken_over_for_another_candidate(candidate, monkeypatch):
+    """A later protection in the same process may write another candidate and keep no key sets (no climbing):
+    the kept file, what it was coded from and the slot all stay as they were. The key sets coded for the
+    earlier candidate are then neither taken by the risk step nor estimated beside it: another candidate's
+    figures would be read as this one's. Negative control: the candidate put back, they are taken."""
     ctx, ledger = candidate
-    assert keys_stage.keep_released_keys(ctx, keys_stage.write_ladder_buckets(ctx)) is not None
-    _forget_estimates(ctx)
-    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    seen: list[tuple[str, int]] = []
-    real = estimator._anonymity_task
-
-    def spy(*args, **kwargs):
-        seen.append((threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(estimator, "_anonymity_task", spy)
-    stages.risk.start_estimate_beside(ctx, Published(ledger, ctx.area.root / "releases"))
-    assert stages.risk._estimate_beside_done(ctx)
-    assert seen and all(priority == min(own + stages.risk.BESIDE_NICENESS, 19) for _, priority in seen), seen
-    assert not any(name == threading.current_thread().name for name, _ in seen)  # on the estimate's threads
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
-    # negative control: the risk step's own estimate counts at the step's priority
-    seen.clear()
-    _forget_estimates(ctx)
+    kept = keys_stage.keep_released_keys(ctx, keys_stage.write_ladder_buckets(ctx))
+    assert kept is not None and keys_stage.peek_handed_over(ctx) is kept.sets
+    path = ctx.area.candidate / "cells.parquet"
+    restore = _restore_after(path)
+    try:
+        cells = pd.read_parquet(path)
+        cells.iloc[1:].to_parquet(path, index=False)  # another candidate: one figure fewer
+        assert ctx.candidate_tables().digest() != kept.candidate
+        threads = _estimates_by_thread(monkeypatch)
+        stages.risk.start_estimate_beside(ctx, Published(ledger, ctx.area.root / "releases"))
+        assert stages.risk._estimate_beside_done(ctx) and threads == []  # nothing estimated beside
+        assert keys_stage.peek_handed_over(ctx) is None
+        assert keys_stage.take_handed_over(ctx) is None
+    finally:
+        restore()
+    monkeypatch.undo()
+    again = keys_stage.keep_released_keys(ctx, keys_stage.write_ladder_buckets(ctx))
+    assert again is not None and keys_stage.take_handed_over(ctx) is again.sets
     stages.run_risk(ctx, ledger)
-    assert seen and all(priority == own for _, priority in seen)

@@ -312,6 +312,7 @@ class KeptKeys:
     sha256: str
     zones: Callable[[pd.Series], pd.Series]  # what the keys' risk zones were read with
     source: str | None = None  # `_key_source_digest` of what they were coded from (`take_handed_over`)
+    candidate: str | None = None  # the digest of the candidate they were coded from (`CandidateTables.digest`)
 
     @property
     def sets(self) -> KeySets:
@@ -345,7 +346,8 @@ def keep_released_keys(ctx: ReleaseContext, ladder: Path | None) -> KeptKeys | N
     digest = sha256_file(ctx.area.unit_keys)
     coded_from = _key_source_digest(ctx)
     memo.save(KEPT_KEYS, coded_from, {"unit_keys": digest})
-    kept = None if coded is None else KeptKeys(coded, ctx.area.unit_keys, digest, ctx.risk_zones, coded_from)
+    candidate = (held or ctx.candidate_tables()).digest()
+    kept = None if coded is None else KeptKeys(coded, ctx.area.unit_keys, digest, ctx.risk_zones, coded_from, candidate)
     _hand_over(kept)
     return kept
 
@@ -367,7 +369,8 @@ def take_handed_over(ctx: ReleaseContext) -> KeySets | None:
     """The key sets this process last coded (`keep_released_keys`), taken, when they are what reading the
     context's kept key set file gives now: the same file, unchanged since it was written (its sha256), coded
     from the same work-area files by the same code and policy (`_key_source_digest`, which covers the risk
-    areas the keys' zones come from). None otherwise, and the file is read. The slot is emptied either way."""
+    areas the keys' zones come from), for the candidate the context holds or reads now (its digest). None
+    otherwise, and the file is read. The slot is emptied either way."""
     with _handed_lock:
         kept = _handed.pop() if _handed else None
     return _current_sets(ctx, kept)
@@ -389,6 +392,10 @@ def peek_handed_over(ctx: ReleaseContext) -> KeySets | None:
 def _current_sets(ctx: ReleaseContext, kept: KeptKeys | None) -> KeySets | None:
     path = ctx.area.unit_keys
     if kept is None or kept.file != path or not path.exists():
+        return None
+    # the candidate too: a later protection in this process may write another candidate and keep no key sets (no
+    # climbing), leaving these, the kept file and what it was coded from all unchanged
+    if kept.candidate is None or kept.candidate != ctx.candidate_tables().digest():
         return None
     source = _key_source_digest(ctx)  # None when the code is not known (changed on disk): then, as the memo, never
     if source is None or kept.source != source or sha256_file(path) != kept.sha256:

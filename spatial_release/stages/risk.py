@@ -4,8 +4,6 @@ earlier releases of its window, and the gate's decision (risk/risk.json)."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -523,7 +521,6 @@ def _with_proposal(assessment: RiskAssessment, proposals: list[CoarseningProposa
 # The estimate started beside the candidate's checks (`start_estimate_beside`), by work area: the risk step waits
 # for it (`_estimate_beside_done`) instead of estimating the same again.
 _beside: dict[Path, Future[None]] = {}
-BESIDE_NICENESS = 10  # added to the estimate's threads' niceness: the checks first
 _beside_lock = threading.Lock()
 
 
@@ -563,32 +560,23 @@ def start_estimate_beside(ctx: ReleaseContext, published: Published | None) -> N
     future: Future[None] = Future()
 
     def run() -> None:
-        _yield_the_cores()
         try:
             estimate()
-        except BaseException as error:  # noqa: BLE001 - kept for `_estimate_beside_done`, which drops it
+        except BaseException as error:  # noqa: BLE001 - dropped by `_estimate_beside_done`
+            # the error only: its traceback's frames hold the key sets (1 GB at 50 M pings) for as long as the
+            # future is kept, and a run stopped at a check never pops it
+            error.__traceback__ = None
             future.set_exception(error)
         else:
             future.set_result(None)
 
-    with _beside_lock:
-        _beside[ctx.area.root] = future
-    threading.Thread(target=run, name="estimate-beside", daemon=True).start()
-
-
-def _yield_the_cores() -> None:
-    """Lower this thread's priority (and that of the threads it starts, which inherit it): the estimate beside
-    takes the cores the checks leave idle and does not slow them (50 M pings: the audit check 14.1 s niced, 15.3-16.4
-    s at equal priority; the whole release the same, the risk step waiting the longer). A verdict on a guarantee
-    is not delayed for a figure that may never be published. Alone, or waited for by the risk step, it runs at full
-    speed all the same. Linux only: there a thread's id names it to `setpriority`; elsewhere that id could name
-    another process."""
-    if not sys.platform.startswith("linux"):
-        return
+    thread = threading.Thread(target=run, name="estimate-beside", daemon=True)
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BESIDE_NICENESS)
-    except OSError:
-        pass  # a priority it may not lower: it shares the cores, as it would without this
+        thread.start()
+    except RuntimeError:  # no thread to be had: the risk step estimates on its own
+        return
+    with _beside_lock:  # registered once running: a future nobody sets would hold the risk step for ever
+        _beside[ctx.area.root] = future
 
 
 def _estimate_beside_done(ctx: ReleaseContext) -> bool:
