@@ -350,7 +350,7 @@ def test_key_sets_are_not_taken_over_for_another_candidate(candidate, monkeypatc
         assert ctx.candidate_tables().digest() != kept.candidate
         threads = _estimates_by_thread(monkeypatch)
         stages.risk.start_estimate_beside(ctx, Published(ledger, ctx.area.root / "releases"))
-        assert stages.risk._estimate_beside_done(ctx) and threads == []  # nothing estimated beside
+        assert not stages.risk._estimate_beside_done(ctx) and threads == []  # nothing estimated beside
         assert keys_stage.peek_handed_over(ctx) is None
         assert keys_stage.take_handed_over(ctx) is None
     finally:

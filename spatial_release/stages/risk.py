@@ -520,7 +520,7 @@ def _with_proposal(assessment: RiskAssessment, proposals: list[CoarseningProposa
 
 # The estimate started beside the candidate's checks (`start_estimate_beside`), by work area: the risk step waits
 # for it (`_estimate_beside_done`) instead of estimating the same again.
-_beside: dict[Path, Future[None]] = {}
+_beside: dict[Path, Future[bool]] = {}
 _beside_lock = threading.Lock()
 
 
@@ -545,10 +545,10 @@ def start_estimate_beside(ctx: ReleaseContext, published: Published | None) -> N
         return
     ledger = published.ledger
 
-    def estimate() -> None:
+    def estimate() -> bool:
         sets = keys.peek_handed_over(ctx)  # checked against the files here: hashing them is not the caller's time
         if sets is None:
-            return
+            return False
         risk = _required_risk(policy)
         path = policy.resolve(risk.landscape)
         landscape, _ = load_landscape(path)
@@ -556,19 +556,20 @@ def start_estimate_beside(ctx: ReleaseContext, published: Published | None) -> N
         earlier = earlier_releases(policy, ctx.period, ledger, ctx.input_digests())
         started = time.perf_counter()
         estimate_window(ctx, ctx.area.unit_keys, earlier, params, population, started, True, sets)
+        return True
 
-    future: Future[None] = Future()
+    future: Future[bool] = Future()
 
     def run() -> None:
         try:
-            estimate()
+            done = estimate()
         except BaseException as error:  # noqa: BLE001 - dropped by `_estimate_beside_done`
             # the error only: its traceback's frames hold the key sets (1 GB at 50 M pings) for as long as the
             # future is kept, and a run stopped at a check never pops it
             error.__traceback__ = None
             future.set_exception(error)
         else:
-            future.set_result(None)
+            future.set_result(done)
 
     thread = threading.Thread(target=run, name="estimate-beside", daemon=True)
     try:
@@ -580,11 +581,11 @@ def start_estimate_beside(ctx: ReleaseContext, published: Published | None) -> N
 
 
 def _estimate_beside_done(ctx: ReleaseContext) -> bool:
-    """Wait for the estimate started beside the checks for this work area, if one was; whether it ended
-    without an error (its figures are then in the memo, under the digest of what it read)."""
+    """Wait for the estimate started beside the checks for this work area, if one was; whether it estimated and
+    ended without an error (its figures are then in the memo, under the digest of what it read)."""
     with _beside_lock:
         future = _beside.pop(ctx.area.root, None)
-    return future is not None and future.exception() is None
+    return future is not None and future.exception() is None and future.result()
 
 
 def run_risk(ctx: ReleaseContext, ledger: Ledger, progress: Progress = silent) -> RiskAssessment:
