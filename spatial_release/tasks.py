@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import partial
 from itertools import islice
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from spatial_release.errors import Blocked
 
@@ -316,34 +316,63 @@ class JobProcessEnded(RuntimeError):
 
 
 def in_own_process(fn: Callable[..., R], *args: Any, stop: threading.Event | None = None, name: str = "job") -> R:
-    """fn(*args) in a process of its own (a fork server's child: the caller is a thread), its result or its error
-    sent back. For one long job that holds the interpreter lock (a native solver's call) beside threads that
-    need it: in a thread it stalled them, in a process it runs on its own core. `stop`, when set, ends the process
-    at once (JobStopped). The result travels pickled through a pipe: meant for arrays, not for objects holding
-    open files or locks."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(list(PRELOAD))  # read when the fork server starts, by whichever caller is first
+    """fn(*args) in a process of its own, its result or its error sent back (`start_in_own_process`). For one
+    long job that holds the interpreter lock (a native solver's call) beside threads that need it: in a thread it
+    stalled them, in a process it runs on its own core. `stop`, when set, ends the process at once (JobStopped).
+    The result travels pickled through a pipe: meant for arrays, not for objects holding open files or locks."""
+    return start_in_own_process(fn, *args, stop=stop, name=name).result()
+
+
+def start_in_own_process(
+    fn: Callable[..., R], *args: Any, stop: threading.Event | None = None, name: str = "job"
+) -> OwnProcess[R]:
+    """Start fn(*args) in a process of its own and return at once; `OwnProcess.result` waits for it. A caller
+    on the process's only thread (a script, a notebook) forks, as `pool` does: a script without a `__main__`
+    guard keeps working, and the arguments are not pickled. Otherwise (a Dagster run, the caller a thread) the
+    process is a fork server's child, whose arguments travel pickled and which imports the main module again."""
+    if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
+        context: Any = multiprocessing.get_context("fork")
+    else:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(list(PRELOAD))  # read when the fork server starts, by whichever caller is first
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(target=_run_and_send, args=(sender, fn, args), name=name, daemon=True)
     process.start()
     sender.close()  # the child holds the sending end: a child that dies closes it, and the poll below sees it
-    try:
-        while not receiver.poll(0.2):
-            if stop is not None and stop.is_set():
-                raise JobStopped(f"{name}: stopped")
+    return OwnProcess(process, receiver, name, stop)
+
+
+class OwnProcess(Generic[R]):
+    """A job running in a process of its own (`start_in_own_process`)."""
+
+    def __init__(self, process: Any, receiver: Any, name: str, stop: threading.Event | None):
+        self._process, self._receiver, self._name, self._stop = process, receiver, name, stop
+
+    def result(self) -> R:
+        """The job's result, or its error raised as itself; JobStopped when `stop` was set first, JobProcessEnded
+        when the process ended without sending one. The process is ended and reaped either way."""
         try:
-            kind, value = receiver.recv()
-        except EOFError:
-            process.join()
-            raise JobProcessEnded(f"{name}: its process ended with exit code {process.exitcode} and no result") from None
-    finally:
-        if process.is_alive():
-            process.terminate()
-        process.join()
-        receiver.close()
-    if kind == "error":
-        raise value
-    return value
+            while not self._receiver.poll(0.2):
+                if self._stop is not None and self._stop.is_set():
+                    raise JobStopped(f"{self._name}: stopped")
+            try:
+                kind, value = self._receiver.recv()
+            except EOFError:
+                self._process.join()
+                code = self._process.exitcode
+                raise JobProcessEnded(f"{self._name}: its process ended with exit code {code} and no result") from None
+        finally:
+            self.close()
+        if kind == "error":
+            raise value
+        return value
+
+    def close(self) -> None:
+        """End the process if it still runs (its result no longer wanted), and reap it."""
+        if self._process.is_alive():
+            self._process.terminate()
+        self._process.join()
+        self._receiver.close()
 
 
 def _run_and_send(sender: Any, fn: Callable[..., Any], args: tuple) -> None:

@@ -379,21 +379,21 @@ def test_suppression_audit_blocks_a_withheld_figure_proven_to_hold_someone(tmp_p
 
     ctx = _lake_policy(tmp_path, fixture_traces, cell_id(CELL_B))
     calls: list[tuple] = []
-    real = tasks.in_own_process
+    real = tasks.start_in_own_process
 
     def spied(fn, *args, **kwargs):
         calls.append((fn, kwargs.get("name"), threading.current_thread().name))
         return real(fn, *args, **kwargs)
 
-    tasks.in_own_process = spied
+    tasks.start_in_own_process = spied
     try:
         audit = stages.check_suppression_audit(ctx)
     finally:
-        tasks.in_own_process = real
+        tasks.start_in_own_process = real
     # on the certificate's path the existence pass runs beside the verification, in a process of its own (the
-    # pass itself is not replaced: the child imports the real one), and still blocks
+    # pass itself is not replaced: the child runs the real one), started from the check's thread, and still blocks
     assert [(fn, name) for fn, name, _ in calls] == [(figures_at_lower_bound_one, "existence")]
-    assert calls[0][2].startswith("existence")  # started from the check's own thread, beside the verification
+    assert calls[0][2] == threading.current_thread().name
     assert not audit.passed
     failing = {(o.get("area_id"), o.get("failing")) for o in audit.offending}
     assert (cell_id(CELL_B), PROVEN_PRESENT) in failing
@@ -410,17 +410,17 @@ def test_suppression_audit_fails_closed_when_the_existence_process_dies(tmp_path
     from spatial_release import tasks
 
     ctx = _lake_policy(tmp_path, fixture_traces, cell_id(CELL_B))
-    real = tasks.in_own_process
+    real = tasks.start_in_own_process
 
     def killed(fn, *args, **kwargs):
         return real(jobs.killed, name=kwargs.get("name", "job"))  # the same road: a child that dies mid-job
 
-    tasks.in_own_process = killed
+    tasks.start_in_own_process = killed
     try:
         with pytest.raises(tasks.JobProcessEnded, match="existence: its process ended"):
             stages.check_suppression_audit(ctx)
     finally:
-        tasks.in_own_process = real
+        tasks.start_in_own_process = real
     # negative control: with the process left alone the same check runs to its verdict
     assert not stages.check_suppression_audit(ctx).passed
 

@@ -39,3 +39,43 @@ def test_a_stop_ends_the_process_at_once():
 def test_a_process_killed_without_a_result_is_an_error():
     with pytest.raises(tasks.JobProcessEnded, match="exit code -9 and no result"):
         tasks.in_own_process(jobs.killed, name="recovery")
+
+
+UNGUARDED = """
+import sys, threading
+from pathlib import Path
+with open(sys.argv[1], "a") as marker:
+    marker.write(__name__ + "\\n")
+if __name__ == "__main__":  # only what the test needs to stop a re-import from starting a process again
+    from spatial_release import tasks
+    from support import jobs
+    call = lambda: print(tasks.in_own_process(jobs.squares, 4).tolist())
+    if sys.argv[2] == "thread":
+        worker = threading.Thread(target=call)
+        worker.start()
+        worker.join()
+    else:
+        call()
+"""
+
+
+@pytest.mark.parametrize("caller", ["main", "thread"])
+def test_a_script_on_one_thread_forks_and_is_not_imported_again(tmp_path, caller):
+    """A script calling from its only thread forks (as `tasks.pool` does): its top level runs once, so one
+    without a `__main__` guard keeps working and never runs its work twice. Negative control: called from a
+    second thread, the job runs in a fork server's child, which imports the script again (as `__mp_main__`)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script, marker = tmp_path / "unguarded.py", tmp_path / "marker.txt"
+    script.write_text(UNGUARDED)
+    tests = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+    done = subprocess.run(
+        [sys.executable, str(script), str(marker), caller], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[0, 1, 4, 9]"
+    imported = marker.read_text().split()
+    assert imported == (["__main__"] if caller == "main" else ["__main__", "__mp_main__"])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -274,26 +273,21 @@ def check_suppression_audit(
             return reused
     cells, margins = _audited_files(area, release)
     spec = ctx.disclosure if options is None else replace(ctx.disclosure, solver_options=options)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="existence") as pool:
-        beside: list[Future[ExistenceResult]] = []
+    beside: list[tasks.OwnProcess[ExistenceResult]] = []
 
-        def start_existence(table: Table) -> None:
-            # The existence pass beside the certificate's verification, in a process of its own: both are mostly
-            # Python (the pass's LP models are built one by one), so in a thread they took turns on the
-            # interpreter lock and the check ran as long as both together (10 M pings: 9.7 s for the pass
-            # beside 4.4 s of verification). The system travels in its compact pickled state; the result
-            # is the same function's on the same system.
-            beside.append(
-                pool.submit(
-                    tasks.in_own_process,
-                    figures_at_lower_bound_one,
-                    table,
-                    spec.k,
-                    dict(spec.solver_options),
-                    name="existence",
-                )
+    def start_existence(table: Table) -> None:
+        # The existence pass beside the certificate's verification, in a process of its own: both are mostly
+        # Python (the pass's LP models are built one by one), so in a thread they took turns on the interpreter
+        # lock and the check ran as long as both together (10 M pings: 9.7 s for the pass beside 4.4 s of
+        # verification). Started from this thread: a script's (its only thread) forks, with the system as it
+        # is; a Dagster run's sends it in its compact pickled state. The same function on the same system.
+        beside.append(
+            tasks.start_in_own_process(
+                figures_at_lower_bound_one, table, spec.k, dict(spec.solver_options), name="existence"
             )
+        )
 
+    try:
         run = _solve_or_certify(
             ctx,
             spec,
@@ -309,6 +303,9 @@ def check_suppression_audit(
         existence = (
             beside[0].result() if beside else figures_at_lower_bound_one(run.table, spec.k, dict(spec.solver_options))
         )
+    finally:
+        for running in beside:  # ended at once when the verification failed: its verdict is no longer wanted
+            running.close()
     outcome, summary = _audit_outcome(area, run, existence)
     summary.write(area.root)
     if digest is not None and outcome.passed:
