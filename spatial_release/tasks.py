@@ -88,11 +88,16 @@ def pool(workers: int) -> ProcessPoolExecutor:
     no worker is forked from a process whose other threads may hold locks; there, as for any spawned
     worker, the main module is imported again and must guard its entry point (Dagster's and the command
     line's do)."""
+    return ProcessPoolExecutor(max_workers=workers, mp_context=_process_context())
+
+
+def _process_context() -> Any:
+    """Fork for a caller on the process's only thread, else a fork server (`pool`'s rule)."""
     if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
-        return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+        return multiprocessing.get_context("fork")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(list(PRELOAD))
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    context.set_forkserver_preload(list(PRELOAD))  # read when the fork server starts, by whichever caller is first
+    return context
 
 
 def _chunked(jobs: Iterable[J], size: int) -> Iterator[list[J]]:
@@ -330,11 +335,7 @@ def start_in_own_process(
     on the process's only thread (a script, a notebook) forks, as `pool` does: a script without a `__main__`
     guard keeps working, and the arguments are not pickled. Otherwise (a Dagster run, the caller a thread) the
     process is a fork server's child, whose arguments travel pickled and which imports the main module again."""
-    if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
-        context: Any = multiprocessing.get_context("fork")
-    else:
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(list(PRELOAD))  # read when the fork server starts, by whichever caller is first
+    context = _process_context()
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(target=_run_and_send, args=(sender, fn, args), name=name, daemon=True)
     process.start()
