@@ -135,6 +135,42 @@ def test_anonymity_counts_and_holders_on_long_skewed_postings():
             assert {len(c) for c in common} >= {0, 1, 2}, "the case lacks the counts it is meant to cover"
 
 
+def test_dense_slots_widen_to_the_most_held_keys_within_the_budget():
+    """Every key over n / DENSE_ALWAYS has a bitset; of those over n / widest, the most held (ties to the lower
+    key) while the extra bitsets fit in DENSE_EXTRA of the postings' bytes; slots follow key order."""
+    n_units = 6400  # 100 words: 800 bytes a bitset
+    sizes = np.array([300, 5, 60, 100, 60, 201, 49, 0])  # over 6400/32 = 200: keys 0 and 5; over 6400/128 = 50: 2, 3, 4
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    slot = kernels.dense_slots(offsets, n_units, key_bytes=3200)  # room for two more: 3 (100), then 2 (60, lower key)
+    np.testing.assert_array_equal(slot, [0, -1, 1, 2, -1, 3, -1, -1])
+    np.testing.assert_array_equal(kernels.dense_slots(offsets, n_units, key_bytes=0), [0, -1, -1, -1, -1, 1, -1, -1])
+    np.testing.assert_array_equal(kernels.dense_slots(offsets, n_units, 3200, widest=32), [0, -1, -1, -1, -1, 1, -1, -1])
+
+
+@pytest.mark.slow
+def test_anonymity_counts_the_same_whichever_keys_have_bitsets():
+    """Knowledge sets whose keys with a bitset come anywhere in the row (the kernel narrows by them first): the
+    counts are those of Python sets with no bitsets, the usual ones, and the widest allowed."""
+    rng = np.random.default_rng(5)
+    n_units, n_keys = 640, 60
+    share = np.geomspace(0.002, 0.6, n_keys)
+    truth = {(u, k) for k in range(n_keys) for u in range(n_units) if rng.random() < share[k]}
+    sets = _key_sets(truth, n_units, n_keys)
+    holders = {k: {u for u, kk in truth if kk == k} for k in range(n_keys)}
+    sizes = np.diff(sets.key_offsets)
+    keysets = rng.integers(0, n_keys, size=(4000, 4))
+    keysets = np.take_along_axis(keysets, np.lexsort((keysets, sizes[keysets]), axis=1), axis=1)
+    want = [max(1, len(set.intersection(*(holders[k] for k in row)))) for row in keysets.tolist()]
+    usual = kernels.dense_keys(sets.key_offsets, sets.key_units, n_units, widest=32)
+    widest = kernels.dense_keys(sets.key_offsets, sets.key_units, n_units, widest=n_units)
+    assert (usual.slot >= 0).sum() < (widest.slot >= 0).sum() < n_keys, "the case needs the bitsets to differ"
+    for dense in (None, usual, widest):
+        got = kernels.anonymity_counts(sets.key_offsets, sets.key_units, keysets, dense)
+        np.testing.assert_array_equal(got, want)
+    exact = kernels.anonymity_counts(sets.key_offsets, sets.key_units, keysets, widest, exact=True)
+    np.testing.assert_array_equal(exact, [len(set.intersection(*(holders[k] for k in row))) for row in keysets.tolist()])
+
+
 def test_anonymity_counts_a_key_nobody_holds_is_a_set_of_one():
     sets = _key_sets({(0, 0), (1, 0), (2, 1)}, 3, 3)
     got = kernels.anonymity_counts(sets.key_offsets, sets.key_units, np.array([[0, 2], [2, 0], [0, 0], [1, 0]]))

@@ -80,25 +80,20 @@ def _keep_set_bits(a: np.ndarray, na: int, bits: np.ndarray, out: np.ndarray) ->
 
 
 @njit(nogil=True, cache=True)
-def _dense_bits(key_offsets: np.ndarray, key_units: np.ndarray, n_units: int) -> tuple[np.ndarray, np.ndarray]:
-    """A bitset over the units for every key held by more than n_units / 32 of them (its bitset is then
-    smaller than its postings): the slot of each key's bitset (-1: none) and the bitsets."""
-    n_keys = len(key_offsets) - 1
-    slot = np.full(n_keys, -1, dtype=np.int32)
+def _dense_bits(key_offsets: np.ndarray, key_units: np.ndarray, n_units: int, slot: np.ndarray) -> np.ndarray:
+    """The bitsets over the units of the keys with a slot (`slot[key]`, -1: none), in slot order."""
     n_dense = 0
-    for k in range(n_keys):
-        if (key_offsets[k + 1] - key_offsets[k]) * 32 > n_units:
-            slot[k] = n_dense
-            n_dense += 1
+    for k in range(len(slot)):
+        n_dense = max(n_dense, slot[k] + 1)
     words = (n_units + 63) // 64
     bits = np.zeros((n_dense, words), dtype=np.uint64)
-    for k in range(n_keys):
+    for k in range(len(key_offsets) - 1):
         s = slot[k]
         if s >= 0:
             for p in range(key_offsets[k], key_offsets[k + 1]):
                 u = key_units[p]
                 bits[s, u >> 6] |= np.uint64(1) << np.uint64(u & 63)
-    return slot, bits
+    return bits
 
 
 @njit(nogil=True, cache=True)
@@ -158,6 +153,25 @@ def _common_units(
 
 
 @njit(nogil=True, cache=True)
+def _bitsets_first(keyset: np.ndarray, slot: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """`keyset` (rarest key first) into order[:len(keyset)]: the rarest key, then the keys with a bitset, then the
+    others, each group in its order in `keyset`. The intersection is the same in any order, and a bit test per
+    candidate costs a fraction of a galloping step: at 50 M pings the estimate's counting took 13.0 s so against
+    19.4 s with the keys in size order (bench/RESULTS.md)."""
+    order[0] = keyset[0]
+    j = 1
+    for c in range(1, len(keyset)):
+        if len(slot) and slot[keyset[c]] >= 0:
+            order[j] = keyset[c]
+            j += 1
+    for c in range(1, len(keyset)):
+        if not (len(slot) and slot[keyset[c]] >= 0):
+            order[j] = keyset[c]
+            j += 1
+    return order[: len(keyset)]
+
+
+@njit(nogil=True, cache=True)
 def _anonymity_counts(
     key_offsets: np.ndarray,
     key_units: np.ndarray,
@@ -167,19 +181,22 @@ def _anonymity_counts(
     exact: bool,
 ) -> np.ndarray:
     """max(1, number of units holding every key of the row) for every row of `keysets` (rows x width, each
-    row's rarest key first). The intersections stop at one unit left: fewer cannot change max(count, 1).
+    row's rarest key first), the candidates of the rarest key narrowed by the keys with a bitset first
+    (`_bitsets_first`). The intersections stop at one unit left: fewer cannot change max(count, 1).
     `exact`: the number itself, 0 included, never stopping early (postings of some of the units only, whose
     counts are summed over the ranges: `risk.ranges`)."""
     rows, width = keysets.shape
     out = np.empty(rows, dtype=np.int64)
     buf = np.empty(_widest_first_postings(key_offsets, keysets), dtype=key_units.dtype)
+    order = np.empty(width, dtype=np.int64)
     floor = 0 if exact else 1
     for i in range(rows):
         if width == 1:
             first = keysets[i, 0]
             out[i] = max(key_offsets[first + 1] - key_offsets[first], floor)
             continue
-        out[i] = max(_common_units(key_offsets, key_units, keysets[i], buf, floor, slot, bits), floor)
+        keyset = _bitsets_first(keysets[i], slot, order)
+        out[i] = max(_common_units(key_offsets, key_units, keyset, buf, floor, slot, bits), floor)
     return out
 
 
@@ -1318,14 +1335,42 @@ class DenseKeys(NamedTuple):
     pairs: int  # the length of the postings they were built from (a check that they are the same postings)
 
 
-def dense_keys(key_offsets: np.ndarray, key_units: np.ndarray, n_units: int) -> DenseKeys:
-    """The bitsets of the keys held by more than n_units / 32 units. Each is smaller than the postings it
-    stands for, so they add less memory than the postings hold. A few such keys hold a large share of the
-    pairs, and most knowledge sets name at least one of them: a bit test per candidate replaces a search of
-    postings tens of thousands long."""
+# A key held by more than n_units / DENSE_ALWAYS units always has a bitset: it is smaller than its postings. Keys
+# held by more than n_units / DENSE_WIDEST have one too, the most held first, while their bitsets together take at
+# most DENSE_EXTRA of the postings' bytes: at 50 M pings (200,000 units) the knowledge sets' candidates are mostly
+# checked against keys a few thousand units hold, where a galloping search costs several bit tests
+# (bench/RESULTS.md, "The uniqueness estimate's bit tests").
+DENSE_ALWAYS = 32
+DENSE_WIDEST = 128
+DENSE_EXTRA = 0.5
+
+
+def dense_slots(key_offsets: np.ndarray, n_units: int, key_bytes: int, widest: int | None = None) -> np.ndarray:
+    """The slot of each key's bitset (-1: none), slots in key order: every key held by more than
+    n_units / DENSE_ALWAYS units, and of those held by more than n_units / `widest` (DENSE_WIDEST), the most held
+    (ties to the lower key) while their bitsets take at most DENSE_EXTRA x `key_bytes` (the postings' bytes)."""
+    widest = DENSE_WIDEST if widest is None else widest
+    sizes = np.diff(np.asarray(key_offsets, dtype=np.int64))
+    chosen = sizes * DENSE_ALWAYS > n_units
+    wider = np.flatnonzero(~chosen & (sizes * max(widest, DENSE_ALWAYS) > n_units))
+    if len(wider):
+        room = int(DENSE_EXTRA * key_bytes) // (((n_units + 63) // 64) * 8)
+        chosen[wider[np.lexsort((wider, -sizes[wider]))][:room]] = True
+    slot = np.full(len(sizes), -1, dtype=np.int32)
+    slot[chosen] = np.arange(int(chosen.sum()), dtype=np.int32)
+    return slot
+
+
+def dense_keys(key_offsets: np.ndarray, key_units: np.ndarray, n_units: int, widest: int | None = None) -> DenseKeys:
+    """The bitsets of the keys held by more than n_units / 32 units, and of the most held of those held by more
+    than n_units / `widest`, within a budget (`dense_slots`). The first are each smaller than the postings they
+    stand for; the others together take at most half the postings' memory. A few such keys hold a large share of
+    the pairs, and most knowledge sets name at least one of them: a bit test per candidate replaces a search of
+    postings thousands long."""
     _postings(key_offsets, key_units)
     _within("postings' units", key_units, n_units)
-    return DenseKeys(*_dense_bits(key_offsets, key_units, n_units), len(key_units))
+    slot = dense_slots(key_offsets, n_units, int(np.asarray(key_units).nbytes), widest)
+    return DenseKeys(slot, _dense_bits(key_offsets, key_units, n_units, slot), len(key_units))
 
 
 def _knowledge_sets(keysets: np.ndarray, n_keys: int) -> np.ndarray:
