@@ -1131,9 +1131,14 @@ def _promising(
     width = len(picks)
     promise = np.empty(width)
     found = 0
+    # A unit's promise is at most its scaled count over n (its size is at least the count it is promised), so a
+    # count at most `bar` (that bound below the promise to beat by a relative 1e-9, far above rounding) is passed
+    # over without reading its size or whether it was checked: most touched units share a key or two with the
+    # output, and those reads, at random over every unit, were most of the scan.
+    bar = jac_t * n / scale / (1.0 + 1e-9)
     for j in range(seen):
         unit = touched[j]
-        if checked[unit] == mark:
+        if inter[unit] <= bar or checked[unit] == mark:
             continue
         size = unit_offsets[unit + 1] - unit_offsets[unit]
         c = min(inter[unit] * scale, float(size))
@@ -1148,6 +1153,8 @@ def _promising(
         promise[at] = jac
         picks[at] = unit
         found = min(found + 1, width)
+        if found == width:
+            bar = max(jac_t, promise[width - 1]) * n / scale / (1.0 + 1e-9)
     return found
 
 
