@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 from types import SimpleNamespace
 from typing import cast
 
@@ -187,70 +186,3 @@ def test_a_missing_value_is_refused_naming_the_file_row_and_column(tmp_path):
     frame.to_parquet(path, index=False)
     with pytest.raises(ValueError, match=r"membership.internal.parquet: row 3: no cell_id"):
         attack_stage.membership_codes(ctx)
-
-
-def _counted_city(folder) -> ReleaseContext:
-    """A counted (not yet protected) 200-person city whose protection climbs under the advantage gate."""
-    from support.fixture import advantage_city_policy
-    from support.releases import PERIOD
-
-    from spatial_release import stages
-    from spatial_release.period import Period
-    from spatial_release.policy import load_policy
-    from spatial_release.traces.synthetic import SyntheticConfig, generate_pings, write_pings
-
-    pings = write_pings(generate_pings(SyntheticConfig(persons=200, days=21)), folder / "pings.parquet")
-    ctx = ReleaseContext(
-        load_policy(advantage_city_policy(folder, "early_codes", 1000, 4000, coarsen="apply")),
-        Period.parse(PERIOD),
-        folder / "work",
-    )
-    stages.run_ingest(ctx, [pings])
-    stages.run_counts(ctx)
-    return ctx
-
-
-def _protect_recording(ctx: ReleaseContext, folder, monkeypatch, early: bool) -> list[str]:
-    """Protect the city, recording the thread of every coding of the memberships; `early`: as the step does,
-    else with the early start taken out (the negative control)."""
-    from spatial_release import stages
-    from spatial_release.ledger import Ledger
-    from spatial_release.stages import protect as protect_stage
-    from spatial_release.stages.context import Published
-
-    threads: list[str] = []
-    real = attack_stage.membership_codes
-
-    def spy(*args, **kwargs):
-        threads.append(threading.current_thread().name)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(attack_stage, "membership_codes", spy)
-    if not early:
-        monkeypatch.setattr(protect_stage, "start_membership_codes", lambda ctx: None)
-    stages.run_protect(ctx, published=Published(Ledger(folder / "ledger", folder / "releases"), folder / "releases"))
-    monkeypatch.undo()
-    return threads
-
-
-def test_the_climbing_protection_codes_the_memberships_once_on_a_thread_before_its_gate(tmp_path, monkeypatch):
-    """The protection step of a climbing release starts the memberships' coding before its suppression: they are
-    coded once, on that thread, and the gate reads them there; the candidate is the one a protection without the
-    early start writes (which codes them in the assessment, the negative control)."""
-    ctx = _counted_city(tmp_path / "a")
-    early = _protect_recording(ctx, tmp_path / "a", monkeypatch, early=True)
-    assert early == ["membership-codes"]
-    late_ctx = _counted_city(tmp_path / "b")
-    late = _protect_recording(late_ctx, tmp_path / "b", monkeypatch, early=False)
-    assert late and "membership-codes" not in late
-    for name in ("cells.parquet", "margins.parquet"):
-        assert (ctx.area.candidate / name).read_bytes() == (late_ctx.area.candidate / name).read_bytes()
-
-
-def test_codes_started_early_that_failed_fail_where_they_are_asked_for(city, tmp_path):
-    ctx = ReleaseContext(city.policy, city.period, tmp_path / "work")
-    shutil.copytree(city.area.root, ctx.area.root, dirs_exist_ok=True)
-    (ctx.area.counts / "membership.internal.parquet").write_bytes(b"not parquet")
-    attack_stage.start_membership_codes(ctx).join()
-    with pytest.raises(Exception, match="(?i)parquet|magic"):
-        attack_inputs(ctx, ctx.risk_zones)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -225,24 +224,6 @@ def _view_codes(ctx: ReleaseContext, rung: str | None, zoning: str | None) -> Me
         mine.set_exception(error)
         raise
     return mine.result()
-
-
-def start_membership_codes(ctx: ReleaseContext) -> threading.Thread:
-    """Code the main view's memberships (the main geometry's cells at the policy's bucket) on a thread of their
-    own now, kept in the context as `_view_codes` keeps them: they read no candidate, so the protection step
-    starts them before its suppression, when one core is idle while it reads the counts and builds the system,
-    and the recovery, which waits for them, starts as soon as the candidate is assessed. A failure is kept too, and
-    raised where the codes are asked for (`_view_codes`)."""
-
-    def code() -> None:
-        try:
-            _view_codes(ctx, None, None)
-        except BaseException:  # kept in the context's Future: the assessment raises it where it asks
-            pass
-
-    thread = threading.Thread(target=code, name="membership-codes")
-    thread.start()
-    return thread
 
 
 def _membership_file(ctx: ReleaseContext) -> Path:

@@ -316,13 +316,9 @@ class ReleaseContext:
     def cached(self, name: str, load: Callable[[], T]) -> T:
         """`load()`'s value under `name`, computed on the first call and kept for this context's life: the
         inputs every stage reads (the work area, the zone layers, ...) and what a stage reads more than once."""
-        try:
-            return self._cache[name]
-        except KeyError:
-            pass
-        # two threads may load the same name at once (the protection step codes the memberships on a thread of
-        # its own): the first value stored is the one both get
-        return self._cache.setdefault(name, load())
+        if name not in self._cache:
+            self._cache[name] = load()
+        return self._cache[name]
 
     def forget(self, name: str) -> None:
         """Drop what `cached` keeps under `name` (a value found stale): the next call loads it again."""

@@ -20,7 +20,6 @@ from spatial_release.period import Period
 from spatial_release.progress import Progress, ProgressEvent, log_progress
 from spatial_release.release import RELEASE_FILES, published_frames, read_tables, release_tables, write_tables
 from spatial_release.stages import coarsen
-from spatial_release.stages.attack import start_membership_codes
 from spatial_release.stages.context import CandidateTables, Published, ReleaseContext, WorkArea
 from spatial_release.stages.count import read_true_counts
 from spatial_release.stages.dp import run_protect_dp
@@ -178,11 +177,9 @@ def run_protect(
     shutil.rmtree(certificate_dir(area), ignore_errors=True)  # never a certificate of an earlier candidate
     if policy.protection.method == "dp":
         return run_protect_dp(ctx, progress, engine)
-    climbing = coarsen.applies(ctx, published)
-    if climbing:  # the climbing loop's gate reads the memberships, which no candidate changes
-        start_membership_codes(ctx)
     true_cells, true_margins = read_true_counts(area)
     population = withheld_by_population(ctx, published, true_cells, true_margins)
+    climbing = coarsen.applies(ctx, published)
     climb, frontier, ladder = coarsen.Climb(), [], list(policy.time.ladder)
     cells_by_zone = coarsen.zone_cells(ctx, true_cells["cell_id"]) if climbing else {}
     zones = sorted(cells_by_zone)
