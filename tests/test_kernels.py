@@ -164,6 +164,9 @@ def test_anonymity_counts_the_same_whichever_keys_have_bitsets():
     usual = kernels.dense_keys(sets.key_offsets, sets.key_units, n_units, widest=32)
     widest = kernels.dense_keys(sets.key_offsets, sets.key_units, n_units, widest=n_units)
     assert (usual.slot >= 0).sum() < (widest.slot >= 0).sum() < n_keys, "the case needs the bitsets to differ"
+    words = widest.bits.shape[1]
+    anded = (widest.slot[keysets] >= 0).all(axis=1) & (words <= kernels.WORDS_PER_CANDIDATE * sizes[keysets[:, 0]])
+    assert 0 < anded.sum() < len(keysets), "the case needs sets counted by the AND of bitsets and sets narrowed"
     for dense in (None, usual, widest):
         got = kernels.anonymity_counts(sets.key_offsets, sets.key_units, keysets, dense)
         np.testing.assert_array_equal(got, want)
