@@ -221,20 +221,20 @@ def _all_bitsets(keyset: np.ndarray, slot: np.ndarray) -> bool:
 
 
 @njit(nogil=True, cache=True)
-def _popcount(x: np.uint64) -> np.int64:
+def _popcount(x: np.uint64) -> int:
     """The set bits of a word (the classic SWAR sum, which the compiler turns into one instruction)."""
     x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
     x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
     x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
+    return int((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
 @njit(nogil=True, cache=True)
-def _and_count(bits: np.ndarray, slot: np.ndarray, keyset: np.ndarray) -> np.int64:
+def _and_count(bits: np.ndarray, slot: np.ndarray, keyset: np.ndarray) -> int:
     """The number of units holding every key of `keyset`, each with a bitset: the set bits of their AND, a word
     at a time. Where the rarest key's postings are longer than a bitset has words (at 50 M pings the keys a few
     thousand of 200,000 units hold), this reads fewer words, in order, than a bit test per candidate."""
-    total = np.int64(0)
+    total = 0
     a = bits[slot[keyset[0]]]
     if len(keyset) == 4:  # the landscape's four points: one pass the compiler can unroll and vectorise
         b, c, d = bits[slot[keyset[1]]], bits[slot[keyset[2]]], bits[slot[keyset[3]]]
