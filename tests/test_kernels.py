@@ -582,3 +582,19 @@ def test_unit_class_counts_refuse_codes_outside_their_tables():
         kernels.unit_class_counts(offsets, keys, np.zeros(3, dtype=np.int64), 1)
     with pytest.raises(ValueError, match="key classes"):
         kernels.unit_class_counts(offsets, keys, np.array([0, 0, 0, 2]), 2)
+
+
+@settings(max_examples=80, deadline=None)
+@given(codes=st.lists(st.integers(0, 30), max_size=200), extra=st.integers(0, 5))
+def test_stable_order_is_the_stable_argsort(codes, extra):
+    """The counting sort gives np.argsort(kind="stable")'s positions, ties in position order."""
+    values = np.array(codes, dtype=np.int64)
+    n = (int(values.max()) + 1 if len(values) else 0) + extra
+    np.testing.assert_array_equal(kernels.stable_order(values, n), np.argsort(values, kind="stable"))
+
+
+def test_stable_order_refuses_codes_outside_its_range():
+    with pytest.raises(ValueError, match="outside 0..3"):
+        kernels.stable_order(np.array([0, 4, 1]), 4)
+    with pytest.raises(ValueError, match="outside"):
+        kernels.stable_order(np.array([-1, 0]), 4)

@@ -203,3 +203,39 @@ def test_the_gate_records_cumulative_and_headroom_at_three_significant_digits():
     assert second.cumulative == 0.0431 >= exact and second.headroom == 0.156 <= 0.2 - exact
     for figure in (first.cumulative, first.headroom, second.cumulative, second.headroom):
         assert len(f"{figure:.15g}".lstrip("0.").rstrip("0")) <= 3, figure
+
+
+def test_the_knowledge_drawn_is_the_same_through_the_counting_sort_and_the_merge_sort(monkeypatch):
+    """`estimator._entries` orders a chunk's pairs by (unit, zone) with a counting sort where the codes are few,
+    else a stable merge sort: the knowledge drawn must be the same either way, to the key and the row. The counting
+    sort is shown to have run (spied), and the merge sort forced by taking it away."""
+    from support.spies import counted
+
+    from spatial_release.risk import estimator, kernels
+    from spatial_release.risk.estimator import KeySets, draw_knowledge
+
+    rng = np.random.default_rng(3)
+    n_units, n_keys = 300, 90
+    key_zone = np.array([f"z{k % 7}" for k in range(n_keys)], dtype=object)
+    pairs = {(int(u), int(k)) for u, k in zip(rng.integers(0, n_units, 6000), rng.integers(0, n_keys, 6000))}
+    units, keys = (np.array(v) for v in zip(*sorted(pairs)))
+    sets = KeySets.from_codes(units, keys, key_zone)
+    params = RiskParams(points=4, draws=6, seed=9)
+    calls: list[int] = []
+    real = kernels.stable_order
+    monkeypatch.setattr(estimator.kernels, "stable_order", counted(real, calls))
+    by_counting = draw_knowledge(sets, params)
+    assert calls, "the counting sort did not run"
+
+    def refused(codes, n):
+        raise AssertionError("the merge sort was asked for")
+
+    monkeypatch.setattr(estimator.kernels, "stable_order", refused)
+    monkeypatch.setattr(estimator, "COUNTING_BINS_PER_PAIR", -1)  # every chunk's codes too many: the merge sort
+    merged = draw_knowledge(sets, params)
+    np.testing.assert_array_equal(by_counting.entry_zone, merged.entry_zone)
+    np.testing.assert_array_equal(by_counting.entry_unit, merged.entry_unit)
+    assert len(by_counting.by_width) == len(merged.by_width)
+    for (rows_a, keys_a), (rows_b, keys_b) in zip(by_counting.by_width, merged.by_width):
+        np.testing.assert_array_equal(rows_a, rows_b)
+        np.testing.assert_array_equal(keys_a, keys_b)

@@ -296,6 +296,7 @@ class Draws:
     entry_unit: np.ndarray  # unit code per entry (the attack needs whose set each row is)
 
 
+COUNTING_BINS_PER_PAIR = 4  # `_entries` counts its codes into bins when there are at most this many per pair
 DRAW_PAIRS = 2_000_000  # (unit, key) pairs per chunk of units in `draw_knowledge` (bounds its memory)
 
 
@@ -314,7 +315,7 @@ def draw_knowledge(sets: KeySets, params: RiskParams) -> Draws:
     # Each chunk's entries are found twice: here to count the rows (every uniform is drawn before any set), and
     # below to build its sets, so that no chunk's sorted pairs are kept in between (the second pass is cheap
     # next to holding them).
-    found = [_entries(sets, zone_of_key, len(zones), a, b)[:2] for a, b in chunks]
+    found = [_entry_codes(sets, zone_of_key, len(zones), a, b) for a, b in chunks]
     units_of_entries = np.concatenate([f[0] for f in found] or [np.zeros(0, dtype=np.int64)])
     entry_zone = np.concatenate([f[1] for f in found] or [np.zeros(0, dtype=np.int64)])
     rows = len(entry_zone) * params.draws
@@ -348,15 +349,41 @@ def _unit_chunks(sets: KeySets) -> list[tuple[int, int]]:
     return chunks
 
 
+def _chunk_codes(sets: KeySets, zone_of_key: np.ndarray, n_zones: int, a: int, b: int) -> tuple[int, np.ndarray, int]:
+    """Where the pairs of units [a, b) start, their (unit, zone) codes (a*n_zones .. b*n_zones - 1, in pair order)
+    and how many codes there can be."""
+    lo, hi = int(sets.unit_offsets[a]), int(sets.unit_offsets[b])
+    pair_unit = np.repeat(np.arange(a, b, dtype=np.int64), np.diff(sets.unit_offsets[a : b + 1]))
+    return lo, pair_unit * n_zones + zone_of_key[sets.unit_keys[lo:hi]], (b - a) * n_zones
+
+
+def _few_bins(bins: int, pairs: int) -> bool:
+    """Whether a chunk's codes are few enough to be counted into bins, not sorted: at 50 M pings the merge sorts
+    were 3.2 of the 5 s the knowledge took to draw (a small chunk's bins are few whatever its pairs)."""
+    return bins <= COUNTING_BINS_PER_PAIR * (pairs + 256)
+
+
+def _entry_codes(sets: KeySets, zone_of_key: np.ndarray, n_zones: int, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """`_entries`' units and zones alone (what the first pass counts): the distinct (unit, zone) codes of units
+    [a, b), ascending, found by counting them into bins where `_entries` would (no order of the pairs needed)."""
+    _, code, bins = _chunk_codes(sets, zone_of_key, n_zones, a, b)
+    if _few_bins(bins, len(code)):
+        distinct = np.flatnonzero(np.bincount(code - a * n_zones, minlength=bins)) + a * n_zones
+    else:
+        distinct = np.unique(code)
+    return distinct // n_zones, distinct % n_zones
+
+
 def _entries(sets: KeySets, zone_of_key: np.ndarray, n_zones: int, a: int, b: int):
     """The (unit, anchor zone) entries of units [a, b), in unit then zone order: their unit, zone, where their
     anchors start in `by_zone` and how many there are, and `by_zone` (the global indices of the units' pairs
     ordered by unit, zone, key: a stable sort by (unit, zone) keeps each unit's keys sorted, a KeySets
     invariant)."""
-    lo, hi = int(sets.unit_offsets[a]), int(sets.unit_offsets[b])
-    pair_unit = np.repeat(np.arange(a, b, dtype=np.int64), np.diff(sets.unit_offsets[a : b + 1]))
-    code = pair_unit * n_zones + zone_of_key[sets.unit_keys[lo:hi]]
-    by_zone = np.argsort(code, kind="stable")
+    lo, code, bins = _chunk_codes(sets, zone_of_key, n_zones, a, b)
+    if _few_bins(bins, len(code)):
+        by_zone = kernels.stable_order(code - a * n_zones, bins)
+    else:
+        by_zone = np.argsort(code, kind="stable")
     code = code[by_zone]
     starts = np.flatnonzero(np.concatenate([[True], code[1:] != code[:-1]])) if len(code) else np.zeros(0, dtype=np.int64)
     anchors = np.diff(np.concatenate([starts, [len(code)]]))
@@ -450,7 +477,8 @@ def _anonymity(sets: KeySets, groups: list[tuple[np.ndarray, np.ndarray]], total
     Exactly what InvertedIndex.anonymity computes set by set (its early exit only stops at a count of 0 or 1).
 
     The sets go in chunks of about CANDIDATES candidates (`kernels.anonymity_counts`: the candidates narrowed
-    key by key, by a galloping search of the key's postings, or by a bit test where the key has a bitset,
+    key by key, the keys with a bitset first by a bit test, the others by a galloping search of their postings;
+    a set whose keys all have bitsets, its rarest held by many units, counted by the AND of the bitsets;
     `kernels.dense_keys`, built once here and shared by every chunk)."""
     sizes = np.diff(sets.key_offsets)
     out = np.empty(total, dtype=np.int64)
