@@ -15,6 +15,7 @@ from spatial_release.risk.advantage import (
     AdvantageParams,
     SamePlace,
     assess_advantage,
+    boundary_keys_per_unit,
     key_shifts,
     membership_advantage,
     quantile_higher,
@@ -189,6 +190,23 @@ def test_the_zone_advantage_is_the_quantile_of_the_units_with_a_key_at_exactly_k
         units = np.unique(in_zone + [int(u) for u, z in zip(*hidden) if z == zone.zone])
         assert zone.advantage == quantile_higher(exposed[units].astype(float), 0.95)
         assert zone.exposed == int(exposed[units].sum()) and zone.advantage_ucb == zone.advantage
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_boundary_keys_per_unit_are_those_counted_over_each_units_own_keys(seed):
+    """Read from the boundary keys' holders; re-derived over each unit's own run of keys: the same count,
+    a unit with no key at k at 0, and all zeros when no key is at k."""
+    rng = np.random.default_rng(seed)
+    units, keys = rng.integers(0, 60, 600), rng.integers(0, 40, 600)
+    zone = np.array([f"z{key % 3}" for key in range(40)], dtype=object)
+    sets = KeySets.from_codes(units, keys, zone)
+    boundary = rng.random(sets.keys) < 0.2
+    expected = [
+        int(boundary[sets.unit_keys[sets.unit_offsets[u] : sets.unit_offsets[u + 1]]].sum()) for u in range(sets.units)
+    ]
+    assert boundary_keys_per_unit(sets, boundary).tolist() == expected
+    assert 0 in expected and max(expected) > 1  # both kinds of unit are there to be told apart
+    assert boundary_keys_per_unit(sets, np.zeros(sets.keys, dtype=bool)).tolist() == [0] * sets.units
 
 
 def test_same_place_guesses_are_the_area_at_every_bucket():

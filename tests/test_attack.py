@@ -404,3 +404,35 @@ def test_zone_owners_are_the_holders_of_the_zones_keys(seed):
         got = _zone_owners(point_owner, unit_keys % width, area_zone == zone, n_traj)
         assert got.dtype == want.dtype  # the same codes, the same type
         np.testing.assert_array_equal(got, want)
+
+
+def test_linkage_in_chunks_of_a_few_candidates_gives_the_same_figures(monkeypatch):
+    """The candidates are examined in chunks of about CANDIDATES (bounded memory), the fallback to the anchor
+    alone too (its holders are not bounded by the rarest key's: on this city one fallback of the default chunks
+    expands 20,296 candidates): with chunks of 20 every fallback chunk holds at most 20 candidates or is one
+    row, and every target has the same figure as with the default chunks."""
+    import sys
+
+    from spatial_release.risk import attack
+
+    inputs = regular_city(150, 16, 3, k=2)
+    recovered = recover_trajectories(inputs[0], PARAMS)
+    whole = attack_risk(*inputs, PARAMS, recovered)
+    fallback_loads: list[list[int]] = []
+    real = attack._row_chunks
+
+    def spy(load):
+        chunks = real(load)
+        if sys._getframe(1).f_code.co_name == "_linkage":  # the fallback's chunks, not the jobs'
+            fallback_loads.extend(load[chunk].tolist() for chunk in chunks)
+        return chunks
+
+    monkeypatch.setattr(attack, "_row_chunks", spy)
+    monkeypatch.setattr(attack, "CANDIDATES", 20)
+    chunked = attack_risk(*inputs, PARAMS, recovered)
+    assert sum(len(loads) > 1 for loads in fallback_loads) > 0  # fallbacks of several rows ran, chunked
+    assert all(sum(loads) <= 20 or len(loads) == 1 for loads in fallback_loads)
+    assert whole.targets is not None and chunked.targets is not None
+    for a, b in zip(whole.targets, chunked.targets):
+        assert np.array_equal(a, b)
+    assert [z.__dict__ for z in whole.zones] == [z.__dict__ for z in chunked.zones]

@@ -328,6 +328,15 @@ def key_shifts(key_names: np.ndarray | KeyTimes, minutes: tuple[int, ...]) -> np
 # --- membership against the thresholds (every unit) ---------------------------------------------------------
 
 
+def boundary_keys_per_unit(sets: KeySets, boundary: np.ndarray) -> np.ndarray:
+    """How many of the `boundary` keys (by key code) each unit holds, read from those keys' holders: a few
+    thousand units, where a pass over every pair held a running sum of 8 bytes per pair for the whole
+    assessment (944 MB at 50 M pings, bench/RESULTS.md)."""
+    at_k = np.flatnonzero(boundary)
+    _, units = kernels.holders(sets.key_offsets, sets.key_units, at_k.reshape(-1, 1))
+    return np.bincount(units, minlength=sets.units)
+
+
 def membership_advantage(n_boundary: np.ndarray) -> np.ndarray:
     """Per unit: 1 with a published key at exactly k (some key of its is published with it and not without it),
     else 0 (the two releases agree on every key of its)."""
@@ -583,9 +592,7 @@ def assess_advantage(
     tries, and runs the regularity attackers on the one it keeps alone."""
     started = time.perf_counter()
     boundary = np.asarray(key_count) == k
-    # boundary keys per unit, summed over each unit's run of keys (no per-pair unit array)
-    hits = np.concatenate([[0], np.cumsum(boundary[sets.unit_keys], dtype=np.int64)])
-    unit_boundary = hits[sets.unit_offsets[1:]] - hits[sets.unit_offsets[:-1]]
+    unit_boundary = boundary_keys_per_unit(sets, boundary)
     exposed_unit = unit_boundary > 0
     entries = _entries(sets, hidden)
     member = membership_advantage(unit_boundary[entries.unit])

@@ -1050,7 +1050,7 @@ CANDIDATES = 2_000_000  # (knowledge set, trajectory) candidates examined at a t
 def _row_chunks(load: np.ndarray) -> list[slice]:
     """Consecutive slices of rows whose candidates (the postings of each row's rarest key, an upper bound on
     what `_candidates` expands) add up to about CANDIDATES each (a row more than that is a chunk of its own).
-    The fallback to the anchor alone expands at most as much again."""
+    The fallback to the anchor alone is chunked the same way, on the anchor's postings (`_linkage`)."""
     chunks, start, total = [], 0, 0
     for i, n in enumerate(load.tolist()):
         if total and total + n > CANDIDATES:
@@ -1117,21 +1117,16 @@ def _linkage(
     hit_in = counts > 0
     hit_out = np.where(counts >= 2, 1.0, np.where(counts == 1, 1.0 - own, 0.0))
     fallback = np.flatnonzero(~hit_in)
-    if len(fallback):
-        row, owner = _candidates(rec, view_sets[fallback, :1])
-        partial = success[fallback]
-        _score(
-            partial,
-            row,
-            owner,
-            target[fallback],
-            pairs,
-            shared,
-            ties,
-            n_units,
-            _published_known(view_sets[fallback, :1], hidden_key),
-        )
-        success[fallback] = partial
+    anchors = view_sets[fallback, :1]
+    # the anchor's holders are not bounded by the chunk's rarest key (`_row_chunks`): in chunks of their own (at
+    # 10 M pings one fallback held 13 M candidates at once, bench/RESULTS.md)
+    for part in _row_chunks(rec.key_offsets[anchors[:, 0] + 1] - rec.key_offsets[anchors[:, 0]]):
+        rows = fallback[part]
+        row, owner = _candidates(rec, anchors[part])
+        partial = success[rows]
+        known = _published_known(anchors[part], hidden_key)
+        _score(partial, row, owner, target[rows], pairs, shared, ties, n_units, known)
+        success[rows] = partial
     return success, hit_in, hit_out
 
 

@@ -32,6 +32,7 @@ from spatial_release.risk.advantage import (
     RecoverySuccess,
     ZoneAdvantage,
     assess_advantage,
+    boundary_keys_per_unit,
 )
 from spatial_release.risk.attack import (
     AttackParams,
@@ -211,9 +212,7 @@ def advantage_of(
         raise ValueError(f"{key_set_file}: keys without a published count in the candidate, e.g. {missing}")
     key_count = counts.to_numpy(np.int64)
     hidden = true_zones(ctx, unit_names, zone_of_cells)
-    boundary = np.zeros(sets.units, dtype=bool)
-    at_k = np.repeat(np.arange(sets.units), np.diff(sets.unit_offsets))[key_count[sets.unit_keys] == ctx.policy.k]
-    boundary[at_k] = True
+    boundary = boundary_keys_per_unit(sets, key_count == ctx.policy.k) > 0
 
     def recovery(targets: tuple[np.ndarray, np.ndarray]) -> RecoverySuccess:
         return recovery_success(ctx, zone_of_cells, unit_names, params, ceiling, boundary, rung, targets, early)
