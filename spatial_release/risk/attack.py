@@ -651,7 +651,13 @@ def _sets(owner: np.ndarray, key: np.ndarray, n_owners: int, n_keys: int, key_zo
     # 32-bit codes where they fit, as the release's own key sets are held (`estimator.KeySets`): the true and the
     # recovered key sets are held through the assessment (at 50 M pings 40 M pairs each, both ways)
     code = np.int32 if max(n_owners, n_keys) < NARROW_BELOW else np.int64
-    pairs = distinct_sorted(owner.astype(np.int64) * n_keys + key.astype(np.int64))
+    # the pair codes in one array, multiplied and added in place: the expression's temporaries were three arrays
+    # of 8 bytes per pair at once (bench/RESULTS.md)
+    codes = owner.astype(np.int64)
+    codes *= n_keys
+    codes += key
+    pairs = distinct_sorted(codes)
+    del codes
     if not len(pairs):
         return KeySets(
             key_zone,
