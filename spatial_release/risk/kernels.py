@@ -1602,18 +1602,8 @@ def _unit_class_counts(
     stamp = np.full(n_classes, -1, dtype=np.int64)
     count = np.zeros(n_classes, dtype=np.int64)
     held = np.empty(n_classes, dtype=np.int64)
-    # sized by a first pass, not by the pairs: two int64 arrays of every pair were 1.9 GB at 50 M pings, the
-    # release's memory peak (bench/RESULTS.md)
-    m = 0
-    for u in range(len(unit_offsets) - 1):
-        for p in range(unit_offsets[u], unit_offsets[u + 1]):
-            c = class_code[unit_keys[p]]
-            if stamp[c] != u:
-                stamp[c] = u
-                m += 1
-    stamp[:] = -1
-    codes = np.empty(m, dtype=np.int64)
-    counts = np.empty(m, dtype=np.int64)
+    codes = np.empty(len(unit_keys), dtype=np.int64)
+    counts = np.empty(len(unit_keys), dtype=np.int64)
     m = 0
     for u in range(len(unit_offsets) - 1):
         distinct = 0
@@ -1630,7 +1620,7 @@ def _unit_class_counts(
             codes[m] = u * n_classes + ordered[j]
             counts[m] = count[ordered[j]]
             m += 1
-    return codes, counts
+    return codes[:m].copy(), counts[:m].copy()
 
 
 def unit_class_counts(
