@@ -436,3 +436,19 @@ def test_linkage_in_chunks_of_a_few_candidates_gives_the_same_figures(monkeypatc
     for a, b in zip(whole.targets, chunked.targets):
         assert np.array_equal(a, b)
     assert [z.__dict__ for z in whole.zones] == [z.__dict__ for z in chunked.zones]
+
+
+@pytest.mark.parametrize("hours", [None, 3])  # presence (additive), and visitors with its extra slots
+def test_recovered_points_are_32_bit_codes_in_bucket_order(hours):
+    """The recovery's points are held through the whole assessment as 32-bit codes (each bucket's narrowed as it
+    is found, the steps built from the lengths): ascending steps within the view, trajectories and areas within
+    their ranges (WITHHELD the last area code)."""
+    kw = {} if hours is None else {"hours": hours}
+    view, *_ = regular_city(150, 16, 1, k=2, **kw)
+    recovered = recover_trajectories(view, PARAMS)
+    assert view.additive == (hours is None)
+    assert {recovered.traj.dtype, recovered.step.dtype, recovered.area.dtype} == {np.dtype(np.int32)}
+    assert len(recovered.traj) == len(recovered.step) == len(recovered.area) > 0
+    assert (np.diff(recovered.step) >= 0).all() and recovered.step.max() < view.steps
+    assert recovered.traj.min() >= 0 and recovered.traj.max() < recovered.trajectories
+    assert recovered.area.min() >= 0 and recovered.area.max() <= view.withheld

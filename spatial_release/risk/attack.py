@@ -237,23 +237,31 @@ def recover_trajectories(
             home,
         )
         present = primary >= 0
-        points.append((np.flatnonzero(present), primary[present]))
+        points.append((narrow_codes(np.flatnonzero(present)), narrow_codes(primary[present])))
         if not view.additive:
-            points.append(_extra_slots(view, areas, counts, primary, scale))
+            extra_traj, extra_area = _extra_slots(view, areas, counts, primary, scale)
+            points.append((narrow_codes(extra_traj), narrow_codes(extra_area)))
         prev = np.where(present, last, prev)
         last = np.where(present, primary, last)
         absent = ~present
         if lag:
             ring[t % lag] = primary
-    traj = np.concatenate([p[0] for p in points] or [np.zeros(0, dtype=np.int64)])
-    area = np.concatenate([p[1] for p in points] or [np.zeros(0, dtype=np.int64)])
-    step = np.concatenate(
-        [np.full(len(p[0]), i // (1 if view.additive else 2), dtype=np.int64) for i, p in enumerate(points)]
-        or [np.zeros(0, dtype=np.int64)]
-    )
-    # held through the whole assessment (at 50 M pings 40 M points): 32-bit codes where every code fits
+    # held through the whole assessment (at 50 M pings 40 M points): 32-bit codes where every code fits, each
+    # bucket's as it is found and the steps from the lengths, so that no int64 copy of every point is held beside
+    # them (the recovery's process grew from 0.8 to 2.0 GB at its end at 50 M pings, bench/RESULTS.md)
+    lengths = np.array([len(found) for found, _ in points], dtype=np.int64)
+    traj = _narrow(np.concatenate([found for found, _ in points] or [np.zeros(0, dtype=np.int64)]))
+    area = _narrow(np.concatenate([where for _, where in points] or [np.zeros(0, dtype=np.int64)]))
+    del points
+    bucket_of_part = np.arange(len(lengths), dtype=np.int64) // (1 if view.additive else 2)
+    step = _narrow(np.repeat(narrow_codes(bucket_of_part), lengths))
     seconds = time.perf_counter() - started
-    return Recovered(n, narrow_codes(traj), narrow_codes(step), narrow_codes(area), seconds)
+    return Recovered(n, traj, step, area, seconds)
+
+
+def _narrow(codes: np.ndarray) -> np.ndarray:
+    """`narrow_codes`, without copying codes already 32-bit."""
+    return codes if codes.dtype == np.int32 else narrow_codes(codes)
 
 
 def _typical_distance(xy: np.ndarray) -> float:
