@@ -160,7 +160,7 @@ def _common_units(
 def _bitsets_first(keyset: np.ndarray, slot: np.ndarray, order: np.ndarray) -> np.ndarray:
     """`keyset` (rarest key first) into order[:len(keyset)]: the rarest key, then the keys with a bitset, then the
     others, each group in its order in `keyset`. The intersection is the same in any order, and a bit test per
-    candidate costs a fraction of a galloping step: at 50 M pings the estimate's counting took 13.0 s so against
+    candidate costs a fraction of a galloping step: at 50 M pings the estimate's counting took 13.0 s against
     19.4 s with the keys in size order (bench/RESULTS.md)."""
     order[0] = keyset[0]
     j = 1
@@ -1405,7 +1405,7 @@ class DenseKeys(NamedTuple):
 # held by more than n_units / DENSE_WIDEST have one too, the most held first, while their bitsets together take at
 # most DENSE_EXTRA of the postings' bytes: at 50 M pings (200,000 units) the knowledge sets' candidates are mostly
 # checked against keys a few thousand units hold, where a galloping search costs several bit tests
-# (bench/RESULTS.md, "The uniqueness estimate's bit tests").
+# (bench/RESULTS.md, "The estimate's bitsets, the promising scan's bound, the draw's counting sort").
 DENSE_ALWAYS = 32
 DENSE_WIDEST = 128
 DENSE_EXTRA = 0.5
